@@ -1,0 +1,311 @@
+"""Ledger commands: init, append, import, log, show, checkpoint, vkey, prove, verify."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+import click
+
+from cli.main import Context, cli, emit, pass_ctx, progress_bar
+from ledger.entries import Entry, EventInput, OpInput, parse_input
+from ledger.errors import DecodeError, ValidationError
+from ledger.ledger import Appended, Ledger
+from ledger.trust import TrustedState, default_trusted_path
+from ledger.verify import STEPS, AuditReport, verify_path
+
+__all__ = ["jsonable", "open_ledger"]
+
+IMPORT_BATCH = 1000
+MAX_JSON_LINE = 32 * 1024 * 1024
+
+
+def open_ledger(ctx: Context) -> Ledger:
+    """Open the ledger named by -l/--ledger (with the memory model's hooks when present)."""
+    from cli import hooks
+
+    return Ledger.open(ctx.path(), hooks=hooks.default_hooks())
+
+
+def jsonable(value: Any) -> Any:
+    """Return ``value`` with bytes as hex, recursively, for JSON output."""
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    return value
+
+
+def _ts_text(ts: int) -> str:
+    return dt.datetime.fromtimestamp(ts / 1e6, dt.UTC).isoformat(timespec="microseconds")
+
+
+def _appended_json(a: Appended) -> dict[str, Any]:
+    return {"branch": a.branch, "seq": a.seq, "entry_hash": a.entry_hash.hex(), "id": a.id,
+            "kind": a.kind.value, "type": a.type}
+
+
+def _print_appended(rows: list[Appended], as_json: bool) -> None:
+    emit([_appended_json(a) for a in rows], as_json,
+         lambda: [click.echo(f"{a.seq}\t{a.entry_hash.hex()}\t{a.type}\t{a.id}") for a in rows])
+
+
+def _parse_json_line(text: str, where: str) -> EventInput | OpInput:
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DecodeError(f"{where}: not valid JSON: {e}") from e
+    try:
+        return parse_input(obj)
+    except ValidationError as e:
+        raise ValidationError(f"{where}: {e}", field=e.field) from e
+
+
+@cli.command()
+@click.option("--origin", help="The log's origin (checkpoint first line); default memroot.local/<id>.")
+@click.option("--snapshot-every", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="Take a memory_root snapshot every N entries (recorded in genesis).")
+@click.option("--key", "key_path", type=click.Path(path_type=Path),
+              help="Where to write the signing key (default: LEDGER.key, mode 0600).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_ctx
+def init(ctx: Context, origin: str | None, snapshot_every: int, key_path: Path | None,
+         as_json: bool) -> None:
+    """Create a ledger, its Ed25519 signing key and a first signed checkpoint.
+
+    Prints the verifier key (vkey) to give to auditors. The private key is never printed.
+
+    Example: memroot -l agent.ledger init --origin example.org/agent-7
+    """
+    from cli import hooks
+
+    with Ledger.init(ctx.path(), origin=origin, snapshot_every=snapshot_every,
+                     key_path=key_path, hooks=hooks.default_hooks()) as ledger:
+        data = {"ledger": str(ledger.path), "ledger_id": ledger.ledger_id,
+                "origin": ledger.origin, "vkey": ledger.vkey(), "key_file": str(ledger.key_path)}
+    emit(data, as_json, lambda: (
+        click.echo(f"created {data['ledger']} (origin {data['origin']})"),
+        click.echo(f"signing key: {data['key_file']} (mode 0600; keep it secret)"),
+        click.echo(f"vkey: {data['vkey']}"),
+    ))
+
+
+@cli.command()
+@click.argument("entry", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_ctx
+def append(ctx: Context, entry: str | None, as_json: bool) -> None:
+    """Append one event or operation given as JSON (argument, or stdin when omitted).
+
+    Example: memroot -l L append '{"kind": "event", "stream": "s1", "actor_id": "u1",
+    "actor_type": "HUMAN_USER", "role": "USER", "content": "hi", "namespace_id": "ns"}'
+    """
+    text = entry if entry is not None else sys.stdin.read()
+    item = _parse_json_line(text, "entry")
+    with open_ledger(ctx) as ledger:
+        rows = ledger.append(item)
+    _print_appended([rows], as_json)
+
+
+def _read_lines(f: TextIO) -> Iterator[tuple[int, str]]:
+    for number, line in enumerate(f, 1):
+        if len(line) > MAX_JSON_LINE:
+            raise DecodeError(f"line {number}: longer than {MAX_JSON_LINE} characters")
+        if line.strip():
+            yield number, line
+
+
+@cli.command("import")
+@click.argument("file", type=click.File("r", encoding="utf-8"))
+@click.option("--batch-size", type=click.IntRange(1, 100_000), default=IMPORT_BATCH,
+              show_default=True, help="Entries per batch.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_ctx
+def import_(ctx: Context, file: TextIO, batch_size: int, as_json: bool) -> None:
+    """Append every line of a JSON Lines file, all or nothing.
+
+    The whole file lands in one transaction: a bad line (named by its number) leaves the
+    ledger exactly as it was. Use - to read stdin.
+
+    Example: memroot -l agent.ledger import events.jsonl --json
+    """
+    lines = list(_read_lines(file))
+    out: list[Appended] = []
+    with open_ledger(ctx) as ledger, ledger.bulk():
+        for update in progress_bar(len(lines), "importing"):
+            for start in range(0, len(lines), batch_size):
+                chunk = lines[start : start + batch_size]
+                items = [_parse_json_line(text, f"line {n}") for n, text in chunk]
+                out.extend(ledger.append_batch(items))
+                update(start + len(chunk), len(lines))
+    if as_json:
+        _print_appended(out, True)
+    else:
+        click.echo(f"imported {len(lines)} entries"
+                   + (f" ({out[0].seq}..{out[-1].seq})" if out else ""))
+        if out:
+            click.echo(f"last: {out[-1].seq}\t{out[-1].entry_hash.hex()}")
+
+
+def _entry_summary(e: Entry) -> dict[str, Any]:
+    body = e.body
+    return {"seq": e.seq, "entry_hash": e.hash.hex(), "ts": e.ts, "time": _ts_text(e.ts),
+            "kind": e.kind.value, "type": e.type, "id": body.get("id"),
+            "actor_id": body.get("actor_id"), "branch": e.branch}
+
+
+@cli.command()
+@click.option("--start", type=click.IntRange(min=0), default=0, help="First seq.")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_ctx
+def log(ctx: Context, start: int, limit: int, as_json: bool) -> None:
+    """List entries: seq, entry hash, time, type, id.
+
+    Example: memroot -l agent.ledger log --start 100 --limit 20
+    """
+    with open_ledger(ctx) as ledger:
+        rows = [_entry_summary(e) for e in ledger.entries(start, start + limit)]
+    emit(rows, as_json, lambda: [
+        click.echo(f"{r['seq']}\t{r['entry_hash'][:16]}\t{r['time']}\t{r['type']}\t"
+                   f"{r['id'] or ''}") for r in rows])
+
+
+@cli.command()
+@click.argument("seq", type=click.IntRange(min=0))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_ctx
+def show(ctx: Context, seq: int, as_json: bool) -> None:
+    """Show one entry in full: header, body, hash, exact CBOR bytes and content.
+
+    Example: memroot -l agent.ledger show 3 --json
+    """
+    with open_ledger(ctx) as ledger:
+        row = ledger.store.entry_row(ledger.branch_row().no, seq)
+        e = Entry.from_bytes(row.data)
+        data: dict[str, Any] = {
+            **_entry_summary(e), "v": e.v, "prev": e.prev.hex(), "body": jsonable(e.body),
+            "entry_cbor": base64.b64encode(e.raw).decode(),
+        }
+        if e.kind.value == "event":
+            data["content"] = None if row.content is None else bytes(row.content).decode()
+            data["erased_by"] = row.erased_by
+    emit(data, as_json, lambda: click.echo(json.dumps(data, indent=2, sort_keys=True)))
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_ctx
+def checkpoint(ctx: Context, as_json: bool) -> None:
+    """Sign (if the tree grew) and print the current checkpoint as a C2SP signed note.
+
+    Example: memroot -l agent.ledger checkpoint > checkpoint.txt
+    """
+    with open_ledger(ctx) as ledger:
+        sc = ledger.checkpoint()
+    emit({"origin": sc.checkpoint.origin, "size": sc.checkpoint.size,
+          "root": sc.checkpoint.root.hex(), "note": sc.note}, as_json,
+         lambda: click.echo(sc.note, nl=False))
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_ctx
+def vkey(ctx: Context, as_json: bool) -> None:
+    """Print the verifier key (note vkey format) to hand to auditors.
+
+    Example: memroot -l agent.ledger vkey > agent.vkey
+    """
+    with open_ledger(ctx) as ledger:
+        key = ledger.vkey()
+    emit({"vkey": key}, as_json, key)
+
+
+@cli.command()
+@click.option("--index", type=click.IntRange(min=0), help="Prove inclusion of this entry.")
+@click.option("--size", type=click.IntRange(min=0),
+              help="Tree size of a signed checkpoint (default: the current tree).")
+@click.option("--consistency", nargs=2, type=click.IntRange(min=0),
+              help="Prove that tree SIZE1 is a prefix of tree SIZE2.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_ctx
+def prove(ctx: Context, index: int | None, size: int | None,
+          consistency: tuple[int, int] | None, as_json: bool) -> None:
+    """Print an inclusion proof (C2SP tlog-proof@v1) or a consistency proof.
+
+    Example: memroot -l agent.ledger prove --index 5 > entry5.proof
+    Example: memroot -l agent.ledger prove --consistency 10 20 --json
+    """
+    if (index is None) == (not consistency):
+        raise click.UsageError("give exactly one of --index I or --consistency N1 N2")
+    with open_ledger(ctx) as ledger:
+        if consistency:
+            n1, n2 = consistency
+            proof = ledger.consistency_proof(n1, n2)
+            data = {"size1": n1, "size2": n2,
+                    "root1": base64.b64encode(ledger.root(n1)).decode(),
+                    "root2": base64.b64encode(ledger.root(n2)).decode(),
+                    "proof": [base64.b64encode(h).decode() for h in proof]}
+            emit(data, as_json, lambda: click.echo(json.dumps(data, indent=2)))
+            return
+        assert index is not None
+        text = ledger.tlog_proof(index, size)
+    emit({"index": index, "tlog_proof": text}, as_json, lambda: click.echo(text, nl=False))
+
+
+def print_report(report: AuditReport, as_json: bool) -> None:
+    """Print an audit report for a person or as JSON."""
+    def human() -> None:
+        click.echo(f"checked {report.entries} entries on {report.branches} branch(es), "
+                   f"{report.checkpoints} checkpoint(s); keys: {report.trusted.get('keys')}")
+        for step, what in STEPS.items():
+            bad = sum(1 for f in report.findings if f.step == step)
+            state = (f"FAIL ({bad})" if bad else "ok") if step in report.steps_checked else (
+                "not checked (nothing of this kind in the ledger's layers yet)")
+            click.echo(f"  step {step:>2} {what}: {state}")
+        for note in report.notes:
+            click.echo(f"note: {note}")
+        for f in report.findings:
+            click.echo(f"VIOLATION {f}", err=True)
+        if report.truncated_findings:
+            click.echo(f"(more findings than the {len(report.findings)} shown)", err=True)
+        click.echo("OK: every step holds" if report.ok else
+                   f"FAILED: {len(report.findings)} violation(s)")
+
+    emit(report.to_json(), as_json, human)
+
+
+@cli.command("verify")
+@click.option("--trusted", "trusted_path", type=click.Path(path_type=Path),
+              help="Trusted-state file (default $MEMROOT_TRUSTED or "
+                   "~/.local/state/memroot/trusted.json).")
+@click.option("--vkey", "vkeys", multiple=True, help="Trust this verifier key (repeatable).")
+@click.option("--no-update", is_flag=True, help="Do not record the newest checkpoint as trusted.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_ctx
+def verify_cmd(ctx: Context, trusted_path: Path | None, vkeys: tuple[str, ...],
+               no_update: bool, as_json: bool) -> None:
+    """Run every auditor step on the ledger; exit 1 on any violation.
+
+    Example: memroot -l agent.ledger verify --trusted ~/.memroot-trusted.json
+    """
+    from cli import hooks
+
+    trusted = TrustedState(trusted_path or default_trusted_path())
+    path = ctx.path()
+    with Ledger.open(path, hooks=hooks.default_hooks()) as ledger:
+        total = sum(b.size for b in ledger.store.branches())
+        checks = hooks.replay_checks(ledger)
+    for update in progress_bar(total, "verifying"):
+        report = verify_path(path, trusted=trusted, vkeys=vkeys, checks=checks,
+                             progress=update, update_trusted=not no_update)
+    print_report(report, as_json)
+    if not report.ok:
+        raise click.exceptions.Exit(1)

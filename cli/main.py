@@ -1,0 +1,158 @@
+"""The ``memroot`` command line: thin click commands over the library.
+
+Each command parses its arguments, calls the library and prints the result for a person or,
+with ``--json``, for a machine. Errors go to stderr; the exit code says whose fault it was
+(mapped in one place, ``_exit_code``):
+
+    0 success · 1 integrity violation found (verify/audit) · 2 usage error ·
+    3 request refused (validation, limits, lifecycle) · 4 storage failure · 5 key file problem
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from ledger.errors import (
+    DecodeError,
+    IntegrityError,
+    KeyFileError,
+    MemrootError,
+    RefusedError,
+    StorageError,
+)
+
+__all__ = ["Context", "cli", "emit", "main", "pass_ctx"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+EXIT_OK = 0
+EXIT_INTEGRITY = 1
+EXIT_USAGE = 2
+EXIT_REFUSED = 3
+EXIT_STORAGE = 4
+EXIT_KEY = 5
+
+
+def _exit_code(error: MemrootError) -> int:
+    """Map the error hierarchy to exit codes (the one place this happens)."""
+    if isinstance(error, KeyFileError):
+        return EXIT_KEY
+    if isinstance(error, StorageError):
+        return EXIT_STORAGE
+    if isinstance(error, RefusedError):
+        return EXIT_REFUSED
+    if isinstance(error, DecodeError) and getattr(error, "step", None) is None:
+        return EXIT_REFUSED  # a malformed input file or argument, not a tampered ledger
+    if isinstance(error, IntegrityError):
+        return EXIT_INTEGRITY
+    return EXIT_INTEGRITY
+
+
+class Context:
+    """What every command gets: the ledger path and how to open it."""
+
+    def __init__(self, ledger: Path | None) -> None:
+        self.ledger_path = ledger
+
+    def path(self) -> Path:
+        """Return the ledger path or fail with a usage error naming the option."""
+        if self.ledger_path is None:
+            raise click.UsageError("no ledger given: use -l/--ledger PATH or set MEMROOT_LEDGER")
+        return self.ledger_path
+
+
+pass_ctx = click.make_pass_decorator(Context)
+
+
+class HexDigest(click.ParamType):
+    """A 32-byte digest given in hex."""
+
+    name = "HEX"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> bytes:
+        """Parse 64 hex digits into bytes."""
+        if isinstance(value, bytes):
+            return value
+        try:
+            raw = bytes.fromhex(str(value))
+        except ValueError:
+            self.fail(f"{value!r} is not hex", param, ctx)
+        if len(raw) != 32:
+            self.fail(f"{value!r} is {len(raw)} bytes; a digest is 32 bytes (64 hex digits)",
+                      param, ctx)
+        return raw
+
+
+def emit(data: Any, as_json: bool, human: Callable[[], None] | str | None = None) -> None:
+    """Print ``data`` as JSON (``as_json``) or print the human form."""
+    if as_json:
+        click.echo(json.dumps(data, indent=2, sort_keys=True, default=_json_default))
+    elif callable(human):
+        human()
+    elif human is not None:
+        click.echo(human)
+    else:
+        click.echo(json.dumps(data, indent=2, sort_keys=True, default=_json_default))
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    raise TypeError(f"cannot serialise {type(value).__name__}")
+
+
+def progress_bar(total: int, label: str) -> Iterator[Callable[[int, int], None]]:
+    """Yield a progress callback that draws a bar on a terminal (stderr) and nothing else."""
+    if not sys.stderr.isatty() or total < 10_000:
+        yield lambda done, total: None
+        return
+    with click.progressbar(length=total, label=label, file=sys.stderr) as bar:
+        state = {"done": 0}
+
+        def update(done: int, total: int) -> None:
+            bar.update(done - state["done"])
+            state["done"] = done
+
+        yield update
+
+
+class _Group(click.Group):
+    """A group that turns library errors into a message on stderr and an exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; map ``MemrootError`` through ``_exit_code``."""
+        try:
+            return super().invoke(ctx)
+        except MemrootError as e:
+            click.echo(f"error: {e}", err=True)
+            ctx.exit(_exit_code(e))
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "-l", "--ledger", type=click.Path(path_type=Path), envvar="MEMROOT_LEDGER",
+    help="The ledger file (env MEMROOT_LEDGER).",
+)
+@click.version_option(package_name="memroot")
+@click.pass_context
+def cli(ctx: click.Context, ledger: Path | None) -> None:
+    """memroot: a hash-chained, Merkle-committed audit ledger for AI-agent memory.
+
+    Example: memroot -l agent.ledger init && memroot -l agent.ledger verify
+    """
+    ctx.obj = Context(ledger)
+
+
+def main() -> None:
+    """Console entry point."""
+    cli(prog_name="memroot")
+
+
+from cli import commands as _commands  # noqa: E402,F401  (registers the commands)

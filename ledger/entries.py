@@ -1,0 +1,417 @@
+"""Entries: the one record type of the ledger (SPEC "Normative formats" 3).
+
+Entry bytes are the canonical CBOR array ``[v, prev, seq, branch, ts, kind, type, body]``:
+
+- ``v``: format version (1); ``prev``: the 32-byte entry hash of ``seq - 1`` (32 zero bytes
+  for the canonical genesis, the ``BRANCH_CREATE`` entry's hash for a branch genesis);
+- ``seq``: 0, 1, 2, ... per branch with no gaps; ``branch``: the branch name (``"main"`` for
+  the canonical branch); ``ts``: microseconds since the Unix epoch, UTC;
+- ``kind``: ``"genesis"``, ``"event"`` or ``"op"``; ``type``: ``"GENESIS"``, ``"EVENT"``
+  or the operation type; ``body``: a map whose keys depend on the kind (docs/FORMAT.md).
+
+Because ``v`` is a one-byte integer and ``prev`` a 32-byte string right after the array head,
+``prev`` always sits at bytes 4..35, so a streaming verifier can check links without decoding.
+
+This module also validates what callers ask to append (``EventInput``, ``OpInput``): a bad
+field is refused with a ``ValidationError`` naming it, before anything is written.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Final
+
+from ledger import encoding
+from ledger.errors import DecodeError, ValidationError
+from ledger.hashing import HASH_SIZE, EntryHash, leaf_hash
+from ledger.vocab import ActorType, OpType, Role
+
+__all__ = [
+    "CANONICAL_BRANCH",
+    "FORMAT_VERSION",
+    "MAX_BODY_BYTES",
+    "MAX_CONTENT_BYTES",
+    "PREV_OFFSET",
+    "ZERO_HASH",
+    "Entry",
+    "EventInput",
+    "Kind",
+    "OpInput",
+    "build_entry",
+    "check_uuid",
+    "new_uuid",
+    "now_us",
+    "parse_input",
+]
+
+FORMAT_VERSION: Final = 1
+CANONICAL_BRANCH: Final = "main"
+ZERO_HASH: Final = EntryHash(bytes(HASH_SIZE))
+PREV_OFFSET: Final = 4  # 0x88 (array of 8), 0x01 (v), 0x58 0x20 (bstr of 32), then prev
+MAX_CONTENT_BYTES: Final = 16 * 1024 * 1024
+MAX_BODY_BYTES: Final = 1024 * 1024
+_UUID_RE: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
+_BRANCH_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
+_MAX_TS: Final = 2**63 - 1
+
+
+class Kind(StrEnum):
+    """What an entry records."""
+
+    GENESIS = "genesis"
+    EVENT = "event"
+    OP = "op"
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One decoded ledger entry together with the exact bytes it was decoded from.
+
+    Build one with ``build_entry`` (to append) or ``Entry.from_bytes`` (to verify). ``hash``
+    is always computed from ``raw``: the bytes as stored, never a re-serialisation.
+    """
+
+    v: int
+    prev: EntryHash
+    seq: int
+    branch: str
+    ts: int
+    kind: Kind
+    type: str
+    body: dict[str, Any]
+    raw: bytes = field(repr=False)
+    hash: EntryHash
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> Entry:
+        """Decode entry bytes strictly (auditor's step 1).
+
+        Raises:
+            DecodeError: if the bytes are not canonical CBOR or not a well-formed entry.
+        """
+        value = encoding.decode(raw)
+        if type(value) is not list or len(value) != 8:
+            raise DecodeError("an entry is a CBOR array of 8 items")
+        v, prev, seq, branch, ts, kind, type_, body = value
+        if v != FORMAT_VERSION or type(v) is not int:
+            raise DecodeError(f"unsupported entry format version {v!r}")
+        if type(prev) is not bytes or len(prev) != HASH_SIZE:
+            raise DecodeError("entry prev must be a 32-byte string")
+        if type(seq) is not int or seq < 0:
+            raise DecodeError("entry seq must be a non-negative integer")
+        if type(branch) is not str or not _BRANCH_RE.match(branch):
+            raise DecodeError(f"entry branch {branch!r} is not a valid branch name")
+        if type(ts) is not int or not 0 <= ts <= _MAX_TS:
+            raise DecodeError("entry ts must be a non-negative integer (microseconds)")
+        try:
+            kind_ = Kind(kind)
+        except ValueError as e:
+            raise DecodeError(f"unknown entry kind {kind!r}") from e
+        if type(type_) is not str or not type_:
+            raise DecodeError("entry type must be a non-empty text string")
+        if type(body) is not dict:
+            raise DecodeError("entry body must be a map")
+        return cls(v, EntryHash(prev), seq, branch, ts, kind_, type_, body, raw, leaf_hash(raw))
+
+
+def build_entry(
+    prev: bytes, seq: int, branch: str, ts: int, kind: Kind, type_: str, body: dict[str, Any]
+) -> Entry:
+    """Encode a new entry canonically and return it with its hash.
+
+    Raises:
+        ValidationError: if the encoded body exceeds ``MAX_BODY_BYTES``.
+        TypeError, ValueError: if a value is outside the data model (a programming mistake;
+            inputs are validated before they get here).
+    """
+    raw = encoding.encode([FORMAT_VERSION, prev, seq, branch, ts, kind.value, type_, body])
+    if len(raw) > MAX_BODY_BYTES + 1024:
+        raise ValidationError(
+            f"entry is {len(raw)} bytes; the limit is {MAX_BODY_BYTES} for the body", field="body"
+        )
+    return Entry(FORMAT_VERSION, EntryHash(prev), seq, branch, ts, kind, type_, body, raw,
+                 leaf_hash(raw))
+
+
+def now_us() -> int:
+    """Return the current time in microseconds since the Unix epoch, UTC."""
+    return time.time_ns() // 1000
+
+
+def new_uuid() -> str:
+    """Return a new UUIDv7 (RFC 9562) as lowercase text.
+
+    Version 7 ids start with the time, so ids assigned in order insert at the end of an index.
+    """
+    ms = time.time_ns() // 1_000_000
+    rand = int.from_bytes(os.urandom(10), "big")
+    value = (ms & (2**48 - 1)) << 80 | 0x7 << 76 | (rand >> 66) << 64 | 0b10 << 62
+    value |= rand & (2**62 - 1)
+    h = f"{value:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def check_uuid(value: Any, name: str) -> str:
+    """Return ``value`` if it is a UUID in canonical lowercase text form.
+
+    Raises:
+        ValidationError: naming ``name`` otherwise.
+    """
+    if type(value) is not str or not _UUID_RE.match(value):
+        raise ValidationError(f"{name} must be a lowercase UUID string, got {value!r}", field=name)
+    return value
+
+
+def _text(obj: Mapping[str, Any], name: str, *, required: bool = True) -> str | None:
+    value = obj.get(name)
+    if value is None:
+        if required:
+            raise ValidationError(f"missing required field {name!r}", field=name)
+        return None
+    if type(value) is not str or not value or len(value) > 4096:
+        raise ValidationError(
+            f"{name} must be a non-empty string of at most 4096 characters, got {value!r}",
+            field=name,
+        )
+    return value
+
+
+def _enum(obj: Mapping[str, Any], name: str, enum: type[StrEnum]) -> str:
+    value = obj.get(name)
+    if value is None:
+        raise ValidationError(f"missing required field {name!r}", field=name)
+    try:
+        return enum(value).value
+    except ValueError:
+        allowed = ", ".join(m.value for m in enum)  # type: ignore[attr-defined]
+        raise ValidationError(f"{name} {value!r} is not one of {allowed}", field=name) from None
+
+
+def _ts(obj: Mapping[str, Any]) -> int | None:
+    value = obj.get("ts")
+    if value is None:
+        return None
+    if type(value) is not int or not 0 <= value <= _MAX_TS:
+        raise ValidationError(
+            f"ts must be an integer count of microseconds since the epoch, got {value!r}",
+            field="ts",
+        )
+    return value
+
+
+def _map(obj: Mapping[str, Any], name: str, *, required: bool) -> dict[str, Any] | None:
+    value = obj.get(name)
+    if value is None:
+        if required:
+            raise ValidationError(f"missing required field {name!r}", field=name)
+        return None
+    if type(value) is not dict:
+        raise ValidationError(f"{name} must be an object, got {type(value).__name__}", field=name)
+    try:
+        size = len(encoding.encode(value))
+    except (TypeError, ValueError) as e:
+        raise ValidationError(f"{name} holds a value memroot cannot store: {e}", field=name) from e
+    if size > MAX_BODY_BYTES:
+        raise ValidationError(
+            f"{name} is {size} bytes encoded; the limit is {MAX_BODY_BYTES}", field=name
+        )
+    return value
+
+
+def _no_extra(obj: Mapping[str, Any], allowed: frozenset[str], what: str) -> None:
+    extra = sorted(set(obj) - allowed)
+    if extra:
+        raise ValidationError(f"unknown field {extra[0]!r} in {what}", field=extra[0])
+
+
+_EVENT_FIELDS: Final = frozenset(
+    {"kind", "id", "ts", "stream", "actor_id", "actor_type", "role", "content", "namespace_id",
+     "metadata", "parent_event_id", "context"}
+)
+_OP_FIELDS: Final = frozenset(
+    {"kind", "id", "ts", "op_type", "actor_id", "actor_type", "namespace_id", "target_id",
+     "target_type", "payload", "policy_version", "context"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class EventInput:
+    """An RFC-0001 event to append; validated at construction.
+
+    ``content`` is stored outside the entry, content-addressed by BLAKE3; the entry commits to
+    a salted BLAKE3 commitment instead (SPEC 2). ``id`` and ``ts`` are assigned when absent.
+    ``context`` carries optional agent context (e.g. git branch and commit) that is committed.
+
+    Raises:
+        ValidationError: naming the first missing or bad field.
+    """
+
+    stream: str
+    actor_id: str
+    actor_type: str
+    role: str
+    content: str
+    namespace_id: str
+    metadata: dict[str, Any] | None = None
+    parent_event_id: str | None = None
+    id: str | None = None
+    ts: int | None = None
+    context: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        parse_event(
+            {k: getattr(self, k) for k in self.__slots__ if getattr(self, k) is not None}
+        )
+
+    def body(self, event_id: str, commitment: bytes) -> dict[str, Any]:
+        """Return the entry body for this event (the content replaced by its commitment)."""
+        body: dict[str, Any] = {
+            "actor_id": self.actor_id,
+            "actor_type": self.actor_type,
+            "content_commitment": commitment,
+            "id": event_id,
+            "namespace_id": self.namespace_id,
+            "role": self.role,
+            "stream": self.stream,
+        }
+        if self.metadata is not None:
+            body["metadata"] = self.metadata
+        if self.parent_event_id is not None:
+            body["parent_event_id"] = self.parent_event_id
+        if self.context is not None:
+            body["context"] = self.context
+        return body
+
+
+@dataclass(frozen=True, slots=True)
+class OpInput:
+    """An RFC-0002 operation (or one of memroot's own) to append; validated at construction.
+
+    Every operation records actor, namespace, optional target and a mandatory policy_version.
+    The payload's own fields are validated by the layer that understands the operation.
+
+    Raises:
+        ValidationError: naming the first missing or bad field.
+    """
+
+    op_type: str
+    actor_id: str
+    actor_type: str
+    namespace_id: str
+    payload: dict[str, Any]
+    policy_version: str
+    target_id: str | None = None
+    target_type: str | None = None
+    id: str | None = None
+    ts: int | None = None
+    context: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        parse_op({k: getattr(self, k) for k in self.__slots__ if getattr(self, k) is not None})
+
+    def body(self, op_id: str) -> dict[str, Any]:
+        """Return the entry body for this operation."""
+        body: dict[str, Any] = {
+            "actor_id": self.actor_id,
+            "actor_type": self.actor_type,
+            "id": op_id,
+            "namespace_id": self.namespace_id,
+            "payload": self.payload,
+            "policy_version": self.policy_version,
+        }
+        if self.target_id is not None:
+            body["target_id"] = self.target_id
+        if self.target_type is not None:
+            body["target_type"] = self.target_type
+        if self.context is not None:
+            body["context"] = self.context
+        return body
+
+
+def parse_event(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate the fields of an event request and return them normalised.
+
+    Raises:
+        ValidationError: naming the first missing or bad field.
+    """
+    _no_extra(obj, _EVENT_FIELDS, "an event")
+    content = obj.get("content")
+    if type(content) is not str:
+        raise ValidationError(
+            "missing required field 'content'" if content is None
+            else f"content must be a string, got {type(content).__name__}",
+            field="content",
+        )
+    size = len(content.encode("utf-8", "surrogatepass"))
+    if size > MAX_CONTENT_BYTES:
+        raise ValidationError(
+            f"content is {size} bytes; the limit is {MAX_CONTENT_BYTES}", field="content"
+        )
+    try:
+        content.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValidationError("content is not valid Unicode text", field="content") from e
+    out: dict[str, Any] = {
+        "stream": _text(obj, "stream"),
+        "actor_id": _text(obj, "actor_id"),
+        "actor_type": _enum(obj, "actor_type", ActorType),
+        "role": _enum(obj, "role", Role),
+        "content": content,
+        "namespace_id": _text(obj, "namespace_id"),
+        "metadata": _map(obj, "metadata", required=False),
+        "parent_event_id": (
+            None if obj.get("parent_event_id") is None
+            else check_uuid(obj["parent_event_id"], "parent_event_id")
+        ),
+        "id": None if obj.get("id") is None else check_uuid(obj["id"], "id"),
+        "ts": _ts(obj),
+        "context": _map(obj, "context", required=False),
+    }
+    return out
+
+
+def parse_op(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate the envelope fields of an operation request and return them normalised.
+
+    Raises:
+        ValidationError: naming the first missing or bad field.
+    """
+    _no_extra(obj, _OP_FIELDS, "an operation")
+    return {
+        "op_type": _enum(obj, "op_type", OpType),
+        "actor_id": _text(obj, "actor_id"),
+        "actor_type": _enum(obj, "actor_type", ActorType),
+        "namespace_id": _text(obj, "namespace_id"),
+        "payload": _map(obj, "payload", required=True),
+        "policy_version": _text(obj, "policy_version"),
+        "target_id": _text(obj, "target_id", required=False),
+        "target_type": _text(obj, "target_type", required=False),
+        "id": None if obj.get("id") is None else check_uuid(obj["id"], "id"),
+        "ts": _ts(obj),
+        "context": _map(obj, "context", required=False),
+    }
+
+
+def parse_input(obj: Any) -> EventInput | OpInput:
+    """Turn one JSON object (as the CLI reads it) into an event or operation request.
+
+    ``{"kind": "event", ...}`` or ``{"kind": "op", ...}``; see the README for the fields.
+
+    Raises:
+        ValidationError: if ``obj`` is not an object, has no valid ``kind``, or a field is bad.
+    """
+    if not isinstance(obj, dict):
+        raise ValidationError(f"an entry request must be a JSON object, got {type(obj).__name__}")
+    kind = obj.get("kind")
+    if kind == "event":
+        fields = parse_event(obj)
+        return EventInput(**{k: v for k, v in fields.items() if v is not None})
+    if kind == "op":
+        fields = parse_op(obj)
+        return OpInput(**{k: v for k, v in fields.items() if v is not None})
+    raise ValidationError(f"kind must be 'event' or 'op', got {kind!r}", field="kind")

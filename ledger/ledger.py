@@ -1,0 +1,649 @@
+"""The ledger: append entries, serve roots and proofs, sign checkpoints.
+
+A ``Ledger`` is one SQLite file (``Store``) plus its signing key file (``<ledger>.key``, mode
+0600). Every append, single or batch, is one write transaction that adds the entry rows, the
+completed Merkle nodes, the new chain head and whatever derived state the installed hooks keep
+(``AppendHook``), so a crash or a refused entry leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+import apsw
+
+from ledger import merkle
+from ledger.entries import (
+    CANONICAL_BRANCH,
+    FORMAT_VERSION,
+    ZERO_HASH,
+    Entry,
+    EventInput,
+    Kind,
+    OpInput,
+    build_entry,
+    check_uuid,
+    new_uuid,
+    now_us,
+)
+from ledger.errors import (
+    KeyFileError,
+    NotFoundError,
+    RefusedError,
+    StorageError,
+    ValidationError,
+)
+from ledger.hashing import SALT_SIZE, EntryHash, TreeRoot, content_commitment, content_digest
+from ledger.note import (
+    Checkpoint,
+    SignedCheckpoint,
+    Verifier,
+    format_tlog_proof,
+    open_checkpoint,
+    sign_checkpoint,
+    vkey_of,
+)
+from ledger.signing import Ed25519Signer, Signer
+from ledger.store import BranchRow, Store, entry_key, node_key
+from ledger.vocab import ActorType, BranchType, OpType
+
+__all__ = [
+    "DEFAULT_SNAPSHOT_EVERY",
+    "AppendHook",
+    "Appended",
+    "Ledger",
+    "branch_origin",
+    "default_key_path",
+]
+
+DEFAULT_SNAPSHOT_EVERY: Final = 1000
+SYSTEM_ACTOR: Final = "memroot"
+SYSTEM_NAMESPACE: Final = "system"
+POLICY_VERSION: Final = "memroot/1"
+_ORIGIN_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}\Z")
+
+
+def default_key_path(ledger_path: Path) -> Path:
+    """Return where the signing key of the ledger at ``ledger_path`` lives by default."""
+    return Path(f"{ledger_path}.key")
+
+
+def branch_origin(origin: str, branch: str) -> str:
+    """Return the checkpoint origin of a branch: the log's origin for ``main``."""
+    return origin if branch == CANONICAL_BRANCH else f"{origin}/branch/{branch}"
+
+
+class AppendHook(Protocol):
+    """Derived state kept by a layer above the ledger, updated inside the append transaction.
+
+    ``apply`` sees every new entry in order, with the event content when there is one. It may
+    refuse the entry by raising ``RefusedError`` (the whole transaction rolls back, nothing is
+    written) and may return follow-up operations that the ledger appends right after it, in the
+    same transaction (e.g. a SNAPSHOT every N entries).
+    """
+
+    def install(self, db: apsw.Connection) -> None:
+        """Create the hook's tables if missing (runs at open, inside a write transaction)."""
+
+    def apply(
+        self, db: apsw.Connection, ledger: Ledger, entry: Entry, content: str | None
+    ) -> list[OpInput]:
+        """Validate and fold one new entry; return follow-up operations to append."""
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """What an append wrote: where the entry sits and what identifies it."""
+
+    branch: str
+    seq: int
+    entry_hash: EntryHash
+    id: str
+    kind: Kind
+    type: str
+
+
+@dataclass(slots=True)
+class _Head:
+    """In-memory right edge of one branch's tree, valid while the stored head matches."""
+
+    row: BranchRow
+    compact: merkle.CompactRange
+
+
+class Ledger:
+    """An open memroot ledger. Use ``Ledger.init`` to create one and ``Ledger.open`` after."""
+
+    def __init__(
+        self, store: Store, *, key_path: Path | None = None, hooks: Sequence[AppendHook] = ()
+    ) -> None:
+        """Wrap an open store; prefer ``Ledger.open`` / ``Ledger.init``."""
+        self.store = store
+        self.path = store.path
+        self.key_path = key_path or default_key_path(store.path)
+        self.hooks = list(hooks)
+        self._signer: Signer | None = None
+        self._heads: dict[str, _Head] = {}
+        self._pending_erasures: list[tuple[int, int]] = []
+        self.ledger_id: str = str(store.meta("ledger_id"))
+        self.origin: str = str(store.meta("origin"))
+        self.snapshot_every: int = int(store.meta("snapshot_every"))
+        if self.hooks:
+            with store.write() as db:
+                for hook in self.hooks:
+                    hook.install(db)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    @classmethod
+    def init(
+        cls,
+        path: Path,
+        *,
+        origin: str | None = None,
+        snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
+        key_path: Path | None = None,
+        hooks: Sequence[AppendHook] = (),
+    ) -> Ledger:
+        """Create a ledger file, its Ed25519 key, the genesis entry and a first checkpoint.
+
+        Raises:
+            StorageError: if the ledger file exists or cannot be created.
+            KeyFileError: if the key file exists or cannot be written.
+            ValidationError: for a bad origin or snapshot cadence.
+        """
+        path = Path(path)
+        key_path = key_path or default_key_path(path)
+        ledger_id = new_uuid()
+        origin = origin or f"memroot.local/{ledger_id}"
+        if not _ORIGIN_RE.match(origin):
+            raise ValidationError(
+                f"origin {origin!r} must be 1-200 characters of letters, digits and ._:/-",
+                field="origin",
+            )
+        if type(snapshot_every) is not int or snapshot_every < 1:
+            raise ValidationError("snapshot_every must be a positive integer", field="snapshot_every")
+        if path.exists():
+            raise StorageError(f"{path} already exists; refusing to overwrite a ledger")
+        if key_path.exists():
+            raise KeyFileError(f"key file {key_path} already exists; refusing to overwrite it")
+        signer = Ed25519Signer.generate(origin)
+        store = Store(path, create=True)
+        try:
+            with store.write():
+                store.set_meta("ledger_id", ledger_id)
+                store.set_meta("origin", origin)
+                store.set_meta("snapshot_every", snapshot_every)
+                store.add_branch(CANONICAL_BRANCH, ZERO_HASH)
+            signer.save(key_path)
+        except BaseException:
+            store.close()
+            path.unlink(missing_ok=True)
+            for suffix in ("-wal", "-shm"):
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
+            raise
+        ledger = cls(store, key_path=key_path, hooks=hooks)
+        ledger._signer = signer
+        genesis = {
+            "branch_type": BranchType.CANONICAL.value,
+            "format": FORMAT_VERSION,
+            "keys": [vkey_of(signer)],
+            "ledger_id": ledger_id,
+            "origin": origin,
+            "snapshot_every": snapshot_every,
+        }
+        with store.write():
+            head = ledger._head(CANONICAL_BRANCH)
+            entry = build_entry(ZERO_HASH, 0, CANONICAL_BRANCH, now_us(), Kind.GENESIS,
+                                "GENESIS", genesis)
+            ledger._write_rows(head, [entry], [(None, None, None)], [])
+        ledger.checkpoint()
+        return ledger
+
+    @classmethod
+    def open(
+        cls,
+        path: Path,
+        *,
+        key_path: Path | None = None,
+        hooks: Sequence[AppendHook] = (),
+        readonly: bool = False,
+    ) -> Ledger:
+        """Open an existing ledger file.
+
+        Raises:
+            StorageError: if there is no ledger at ``path`` or it cannot be read.
+        """
+        return cls(Store(Path(path), readonly=readonly), key_path=key_path, hooks=hooks)
+
+    def close(self) -> None:
+        """Close the underlying file."""
+        self.store.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- keys ----------------------------------------------------------------------------------
+
+    @property
+    def signer(self) -> Signer:
+        """The signing key, loaded from the key file on first use.
+
+        Raises:
+            KeyFileError: if the key file is missing, malformed or readable by others.
+        """
+        if self._signer is None:
+            self._signer = Ed25519Signer.load(self.key_path)
+        return self._signer
+
+    def vkey(self) -> str:
+        """Return the verifier key (note ``vkey`` format) of the current signing key."""
+        return vkey_of(self.signer)
+
+    def genesis(self, branch: str = CANONICAL_BRANCH) -> Entry:
+        """Return the genesis entry of a branch."""
+        return self.entry(0, branch)
+
+    def genesis_vkeys(self) -> list[str]:
+        """Return the verifier keys recorded in the canonical genesis and later KEY_ROTATEs."""
+        keys = list(self.genesis().body.get("keys", []))
+        return [str(k) for k in keys]
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def size(self, branch: str = CANONICAL_BRANCH) -> int:
+        """Return the number of entries on a branch."""
+        return self.store.branch(branch).size
+
+    def branch_row(self, branch: str = CANONICAL_BRANCH) -> BranchRow:
+        """Return a branch's stored chain head."""
+        return self.store.branch(branch)
+
+    def entry(self, seq: int, branch: str = CANONICAL_BRANCH) -> Entry:
+        """Return entry ``seq`` of a branch, decoded strictly.
+
+        Raises:
+            NotFoundError: if there is no such entry.
+            DecodeError: if its stored bytes are not a well-formed entry.
+        """
+        row = self.store.entry_row(self.store.branch(branch).no, seq)
+        return Entry.from_bytes(row.data)
+
+    def entries(
+        self, start: int = 0, stop: int | None = None, branch: str = CANONICAL_BRANCH
+    ) -> Iterator[Entry]:
+        """Yield the entries of a branch with ``start <= seq < stop``, decoded strictly."""
+        no = self.store.branch(branch).no
+        for row in self.store.iter_entry_rows(no, start, stop):
+            yield Entry.from_bytes(row.data)
+
+    def content(self, seq: int, branch: str = CANONICAL_BRANCH) -> str | None:
+        """Return an event's content, or None when it was erased (or the entry is no event)."""
+        row = self.store.entry_row(self.store.branch(branch).no, seq)
+        return None if row.content is None else bytes(row.content).decode("utf-8")
+
+    def find_event(self, event_id: str) -> tuple[str, int] | None:
+        """Return ``(branch, seq)`` of the event with this id, or None."""
+        k = self.store.event_key(_uuid_bytes(event_id))
+        if k is None:
+            return None
+        no, seq = k >> 40, k & ((1 << 40) - 1)
+        for b in self.store.branches():
+            if b.no == no:
+                return b.name, seq
+        return None  # pragma: no cover - event_ids only points at existing branches
+
+    # -- tree ----------------------------------------------------------------------------------
+
+    def _reader(self, branch_no: int) -> merkle.NodeReader:
+        def read(ids: Sequence[tuple[int, int]]) -> list[bytes]:
+            return self.store.read_nodes(branch_no, ids)
+
+        return read
+
+    def root(self, size: int | None = None, branch: str = CANONICAL_BRANCH) -> TreeRoot:
+        """Return the Merkle root of a branch at ``size`` (default: now), in O(log n) reads.
+
+        Raises:
+            RefusedError: if ``size`` exceeds the branch's size.
+        """
+        with self.store.read():
+            row = self.store.branch(branch)
+            size = row.size if size is None else size
+            _check_size(size, row.size)
+            return TreeRoot(merkle.tree_root(size, self._reader(row.no)))
+
+    def inclusion_proof(
+        self, index: int, size: int | None = None, branch: str = CANONICAL_BRANCH
+    ) -> list[bytes]:
+        """Return the RFC 9162 inclusion proof of entry ``index`` in the tree of ``size``.
+
+        Raises:
+            RefusedError: if ``index >= size`` or ``size`` exceeds the branch's size.
+        """
+        with self.store.read():
+            row = self.store.branch(branch)
+            size = row.size if size is None else size
+            _check_size(size, row.size)
+            if not 0 <= index < size:
+                raise RefusedError(f"index {index} is not in a tree of size {size}")
+            return merkle.inclusion_proof(index, size, self._reader(row.no))
+
+    def consistency_proof(
+        self, size1: int, size2: int | None = None, branch: str = CANONICAL_BRANCH
+    ) -> list[bytes]:
+        """Return the RFC 9162 consistency proof between tree sizes ``size1`` and ``size2``.
+
+        Raises:
+            RefusedError: if the sizes are out of order or exceed the branch's size.
+        """
+        with self.store.read():
+            row = self.store.branch(branch)
+            size2 = row.size if size2 is None else size2
+            _check_size(size2, row.size)
+            if not 0 <= size1 <= size2:
+                raise RefusedError(f"consistency needs 0 <= size1 <= size2, got {size1}, {size2}")
+            return merkle.consistency_proof(size1, size2, self._reader(row.no))
+
+    # -- appends -------------------------------------------------------------------------------
+
+    def append(self, item: EventInput | OpInput, *, branch: str = CANONICAL_BRANCH) -> Appended:
+        """Append one event or operation durably and return where it landed.
+
+        Raises:
+            ValidationError / RefusedError: the entry is refused; nothing was written.
+            StorageError: the file could not be written; nothing was written.
+        """
+        return self.append_batch([item], branch=branch)[0]
+
+    def append_batch(
+        self, items: Iterable[EventInput | OpInput], *, branch: str = CANONICAL_BRANCH
+    ) -> list[Appended]:
+        """Append many entries in one transaction: all of them land, or none.
+
+        Follow-up operations returned by hooks (e.g. automatic snapshots) land in the same
+        transaction and are included in the result.
+
+        Raises:
+            ValidationError / RefusedError: an entry is refused; nothing was written.
+            StorageError: the file could not be written; nothing was written.
+        """
+        items = list(items)
+        if not items:
+            return []
+        self._pending_erasures = []
+        with self.store.write() as db:
+            # A rolled-back transaction leaves the cached right edge untouched (it is only
+            # replaced in _write_rows), and _head() re-validates it against the stored head.
+            return self._append_locked(db, self._head(branch), items)
+
+    @contextlib.contextmanager
+    def bulk(self) -> Iterator[None]:
+        """Group several ``append_batch`` calls into one transaction: all land, or none.
+
+        Raises:
+            StorageError: if the transaction cannot be opened or committed.
+        """
+        with self.store.write():
+            yield
+
+    def _append_locked(
+        self, db: apsw.Connection, head: _Head, items: list[EventInput | OpInput]
+    ) -> list[Appended]:
+        branch = head.row.name
+        start = head.row.size
+        prev = head.row.head
+        compact = _copy(head.compact)
+        seq = start
+        entries: list[Entry] = []
+        extras: list[tuple[bytes | None, bytes | None, bytes | None]] = []
+        event_rows: list[tuple[bytes, int]] = []
+        batch_events: dict[str, int] = {}
+        out: list[Appended] = []
+        salts = os.urandom(SALT_SIZE * len(items))
+        queue: list[EventInput | OpInput] = list(reversed(items))
+        n = 0
+        while queue:
+            item = queue.pop()
+            ts = item.ts if item.ts is not None else now_us()
+            content: str | None = None
+            if isinstance(item, EventInput):
+                item_id = item.id or new_uuid()
+                raw_id = _uuid_bytes(item_id)
+                if raw_id in batch_events or self.store.event_key(raw_id) is not None:
+                    raise RefusedError(f"an event with id {item_id} already exists")
+                if n < len(items):
+                    salt = salts[n * SALT_SIZE : (n + 1) * SALT_SIZE]
+                else:
+                    salt = os.urandom(SALT_SIZE)
+                content = item.content
+                data = content.encode("utf-8")
+                body = item.body(item_id, content_commitment(salt, data))
+                entry = build_entry(prev, seq, branch, ts, Kind.EVENT, "EVENT", body)
+                extras.append((content_digest(data), salt, data))
+                batch_events[raw_id] = entry_key(head.row.no, seq)
+                event_rows.append((raw_id, entry_key(head.row.no, seq)))
+            else:
+                item_id = item.id or new_uuid()
+                body = item.body(item_id)
+                entry = build_entry(prev, seq, branch, ts, Kind.OP, item.op_type, body)
+                extras.append((None, None, None))
+                if item.op_type == OpType.TOMBSTONE:
+                    self._tombstone(head.row.no, entry, batch_events, entries, extras, start)
+            n += 1
+            entries.append(entry)
+            follow: list[OpInput] = []
+            for hook in self.hooks:
+                follow.extend(hook.apply(db, self, entry, content))
+            queue.extend(reversed(follow))
+            out.append(Appended(branch, seq, entry.hash, item_id, entry.kind, entry.type))
+            prev = entry.hash
+            seq += 1
+        self._write_rows(head, entries, extras, event_rows, compact=compact)
+        return out
+
+    def append_system(
+        self, op_type: OpType, payload: dict[str, Any], *, branch: str = CANONICAL_BRANCH,
+        target_id: str | None = None, target_type: str | None = None,
+    ) -> Appended:
+        """Append an operation recorded by memroot itself (actor ``memroot``, SYSTEM_PROCESS).
+
+        Raises:
+            RefusedError, StorageError: as ``append``.
+        """
+        return self.append(self.system_op(op_type, payload, target_id=target_id,
+                                          target_type=target_type), branch=branch)
+
+    @staticmethod
+    def system_op(
+        op_type: OpType, payload: dict[str, Any], *, target_id: str | None = None,
+        target_type: str | None = None,
+    ) -> OpInput:
+        """Return an operation request attributed to memroot itself."""
+        return OpInput(
+            op_type=op_type.value, actor_id=SYSTEM_ACTOR,
+            actor_type=ActorType.SYSTEM_PROCESS.value, namespace_id=SYSTEM_NAMESPACE,
+            payload=payload, policy_version=POLICY_VERSION, target_id=target_id,
+            target_type=target_type,
+        )
+
+    def _tombstone(
+        self,
+        branch_no: int,
+        entry: Entry,
+        batch_events: dict[bytes, int],
+        entries: list[Entry],
+        extras: list[tuple[bytes | None, bytes | None, bytes | None]],
+        start: int,
+    ) -> None:
+        """Validate a TOMBSTONE and erase its target's content and salt (SPEC 3)."""
+        payload = entry.body["payload"]
+        for name in ("target_event_id", "reason", "policy_ref"):
+            if payload.get(name) in (None, ""):
+                raise ValidationError(
+                    f"TOMBSTONE payload needs {name!r}", field=f"payload.{name}"
+                )
+        target = check_uuid(payload["target_event_id"], "payload.target_event_id")
+        raw = _uuid_bytes(target)
+        k = batch_events.get(raw)
+        if k is not None:
+            i = (k & ((1 << 40) - 1)) - start
+            if extras[i][2] is None:
+                raise RefusedError(f"event {target} was already erased")
+            extras[i] = (None, None, None)
+            self._pending_erasures.append((k, entry.seq))
+            return
+        k = self.store.event_key(raw)
+        if k is None or k >> 40 != branch_no:
+            raise NotFoundError(f"TOMBSTONE target event {target} is not on this branch")
+        row = self.store.entry_row(branch_no, k & ((1 << 40) - 1))
+        if row.erased_by is not None:
+            raise RefusedError(f"event {target} was already erased by entry {row.erased_by}")
+        self._pending_erasures.append((k, entry.seq))
+
+    def _write_rows(
+        self,
+        head: _Head,
+        entries: list[Entry],
+        extras: list[tuple[bytes | None, bytes | None, bytes | None]],
+        event_rows: list[tuple[bytes, int]],
+        *,
+        compact: merkle.CompactRange | None = None,
+    ) -> None:
+        """Insert entries, their completed tree nodes and the new head (inside the txn)."""
+        no = head.row.no
+        compact = compact or _copy(head.compact)
+        nodes: list[tuple[int, bytes]] = []
+        for e in entries:
+            for level, index, h in compact.append(e.hash):
+                nodes.append((node_key(no, level, index), h))
+        base = entry_key(no, 0)
+        self.store.insert_entries(
+            (base + e.seq, e.hash, e.raw, x[0], x[1], x[2])
+            for e, x in zip(entries, extras, strict=True)
+        )
+        if event_rows:
+            self.store.insert_event_ids(event_rows)
+        for k, by in self._pending_erasures:
+            self.store.erase_content(k, by)
+        self._pending_erasures.clear()
+        self.store.insert_nodes(nodes)
+        last = entries[-1]
+        self.store.set_head(no, last.seq + 1, last.hash)
+        head.row = BranchRow(no, head.row.name, last.seq + 1, last.hash)
+        head.compact = compact
+
+    def _head(self, branch: str) -> _Head:
+        """Return the branch's right edge, reloading it if another writer moved the head.
+
+        Must run inside a transaction so the stored head cannot move underneath.
+        """
+        row = self.store.branch(branch)
+        cached = self._heads.get(branch)
+        if cached is not None and cached.row == row:
+            return cached
+        ids = merkle.perfect_subtrees(row.size)
+        hashes = self.store.read_nodes(row.no, ids)
+        head = _Head(row, merkle.CompactRange.from_hashes(row.size, hashes))
+        self._heads[branch] = head
+        return head
+
+    # -- checkpoints ---------------------------------------------------------------------------
+
+    def checkpoint(self, branch: str = CANONICAL_BRANCH) -> SignedCheckpoint:
+        """Sign and store a checkpoint of the branch's current tree; return it.
+
+        Signs only what is committed (the read and the insert run in one write transaction,
+        after the appends' commits), and refuses to sign a tree that is inconsistent with the
+        newest checkpoint signed before (shorter, or a different root at that size). Signing
+        again at an unchanged size returns the stored checkpoint.
+
+        Raises:
+            RefusedError: if the tree is inconsistent with an earlier signed checkpoint.
+            KeyFileError: if the signing key cannot be loaded.
+        """
+        signer = self.signer
+        with self.store.write():
+            row = self.store.branch(branch)
+            read = self._reader(row.no)
+            root = merkle.tree_root(row.size, read)
+            last = self.store.latest_checkpoint(row.no)
+            if last is not None:
+                last_size, last_root, last_note = last
+                if last_size > row.size:
+                    raise RefusedError(
+                        f"branch {branch!r} has {row.size} entries but a checkpoint of size "
+                        f"{last_size} was signed: the ledger was truncated; refusing to sign"
+                    )
+                if merkle.tree_root(last_size, read) != last_root:
+                    raise RefusedError(
+                        f"the tree at size {last_size} no longer matches the signed checkpoint "
+                        f"(history was rewritten); refusing to sign"
+                    )
+                if last_size == row.size:
+                    return open_checkpoint(last_note, [self._verifier()])
+            cp = Checkpoint(branch_origin(self.origin, branch), row.size, root)
+            note = sign_checkpoint(cp, [signer])
+            self.store.insert_checkpoint(row.no, row.size, root, note)
+        return open_checkpoint(note, [self._verifier()])
+
+    def _verifier(self) -> Verifier:
+        return Verifier.from_vkey(vkey_of(self.signer))
+
+    def checkpoints(self, branch: str = CANONICAL_BRANCH) -> list[str]:
+        """Return every stored signed checkpoint note of a branch, oldest first."""
+        return [note for _, _, note in self.store.checkpoints(self.store.branch(branch).no)]
+
+    def latest_checkpoint(self, branch: str = CANONICAL_BRANCH) -> str | None:
+        """Return the newest stored signed checkpoint note of a branch, or None."""
+        last = self.store.latest_checkpoint(self.store.branch(branch).no)
+        return None if last is None else last[2]
+
+    def tlog_proof(
+        self, index: int, size: int | None = None, branch: str = CANONICAL_BRANCH
+    ) -> str:
+        """Return a C2SP ``tlog-proof@v1`` of entry ``index`` against a signed checkpoint.
+
+        Without ``size`` the current tree is checkpointed (or the stored checkpoint reused).
+
+        Raises:
+            NotFoundError: if no checkpoint was signed at ``size``.
+            RefusedError: if ``index`` is outside the tree.
+        """
+        if size is None:
+            note = self.checkpoint(branch).note
+            size = open_checkpoint(note, [self._verifier()]).checkpoint.size
+        else:
+            found = [n for s, _, n in self.store.checkpoints(self.store.branch(branch).no)
+                     if s == size]
+            if not found:
+                raise NotFoundError(
+                    f"no checkpoint was signed at size {size}; prove against the latest one "
+                    "(omit --size) or sign one with `memroot checkpoint`"
+                )
+            note = found[0]
+        proof = self.inclusion_proof(index, size, branch)
+        return format_tlog_proof(index, proof, note)
+
+
+def _copy(compact: merkle.CompactRange) -> merkle.CompactRange:
+    return merkle.CompactRange.from_hashes(compact.size, compact.hashes)
+
+
+def _check_size(size: int, have: int) -> None:
+    if not 0 <= size <= have:
+        raise RefusedError(f"size {size} is outside the tree (it has {have} entries)")
+
+
+def _uuid_bytes(text: str) -> bytes:
+    return bytes.fromhex(text.replace("-", ""))
+

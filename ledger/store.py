@@ -1,0 +1,418 @@
+"""SQLite storage through apsw: the one narrow interface between the ledger and its file.
+
+Everything the ledger persists goes through ``Store``; a later PostgreSQL backend replaces this
+module, not the ledger. Tables (schema version 1):
+
+- ``meta(key, value)``: ledger id, origin, schema version.
+- ``branches(no, name, size, head)``: one row per branch; ``size`` and ``head`` are the chain
+  head (number of entries, hash of the last), updated in the same transaction as the entries.
+- ``entries(k, hash, data, digest, salt, content, erased_by)``: ``k = branch_no << 40 | seq``;
+  ``data`` is the exact entry bytes; ``hash`` caches SHA-256(0x00 || data); events also carry
+  their content, its BLAKE3 ``digest`` (the content address) and the commitment ``salt``. A
+  TOMBSTONE sets ``digest``, ``salt`` and ``content`` to NULL and ``erased_by`` to its seq.
+- ``nodes(k, h)``: every complete Merkle subtree with level >= 1,
+  ``k = branch_no << 48 | level << 42 | index``; level-0 nodes are ``entries.hash``.
+- ``event_ids(id, k)``: event UUID (16 bytes) to entry key.
+- ``checkpoints(branch, size, root, note)``: signed checkpoint notes.
+
+Entries are append-ordered rowid keys, so a batch fills pages sequentially (no random b-tree
+inserts); ids we assign are UUIDv7 for the same reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import apsw
+
+from ledger.errors import NotFoundError, StorageError
+
+__all__ = [
+    "BRANCH_SHIFT",
+    "SCHEMA_VERSION",
+    "BranchRow",
+    "EntryRow",
+    "Store",
+    "entry_key",
+    "node_key",
+]
+
+SCHEMA_VERSION: Final = 1
+BRANCH_SHIFT: Final = 40  # entries.k = branch_no << 40 | seq: 2**40 entries per branch
+_NODE_BRANCH_SHIFT: Final = 48
+_NODE_LEVEL_SHIFT: Final = 42
+_BUSY_TIMEOUT_MS: Final = 60_000
+
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value ANY) STRICT;
+CREATE TABLE IF NOT EXISTS branches(
+    no INTEGER PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    size INTEGER NOT NULL,
+    head BLOB NOT NULL
+) STRICT;
+CREATE TABLE IF NOT EXISTS entries(
+    k INTEGER PRIMARY KEY,
+    hash BLOB NOT NULL,
+    data BLOB NOT NULL,
+    digest BLOB,
+    salt BLOB,
+    content BLOB,
+    erased_by INTEGER
+) STRICT;
+CREATE TABLE IF NOT EXISTS nodes(k INTEGER PRIMARY KEY, h BLOB NOT NULL) STRICT;
+CREATE TABLE IF NOT EXISTS event_ids(id BLOB PRIMARY KEY, k INTEGER NOT NULL)
+    STRICT, WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS checkpoints(
+    branch INTEGER NOT NULL,
+    size INTEGER NOT NULL,
+    root BLOB NOT NULL,
+    note TEXT NOT NULL,
+    PRIMARY KEY(branch, size)
+) STRICT, WITHOUT ROWID;
+"""
+
+
+def entry_key(branch_no: int, seq: int) -> int:
+    """Return the ``entries.k`` of entry ``seq`` on branch ``branch_no``."""
+    return branch_no << BRANCH_SHIFT | seq
+
+
+def node_key(branch_no: int, level: int, index: int) -> int:
+    """Return the ``nodes.k`` of the complete subtree ``(level, index)`` (level >= 1)."""
+    return branch_no << _NODE_BRANCH_SHIFT | level << _NODE_LEVEL_SHIFT | index
+
+
+@dataclass(frozen=True, slots=True)
+class BranchRow:
+    """A branch's chain head as stored."""
+
+    no: int
+    name: str
+    size: int
+    head: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class EntryRow:
+    """One stored entry row: the bytes plus the event content columns."""
+
+    seq: int
+    hash: bytes
+    data: bytes
+    digest: bytes | None
+    salt: bytes | None
+    content: bytes | None
+    erased_by: int | None
+
+
+def _storage_error(e: apsw.Error, path: Path) -> StorageError:
+    if isinstance(e, apsw.FullError):
+        return StorageError(f"disk full while writing {path}: nothing was written")
+    if isinstance(e, apsw.ReadOnlyError):
+        return StorageError(f"{path} is read-only: nothing was written")
+    if isinstance(e, apsw.BusyError):
+        return StorageError(f"{path} stayed locked by another writer for too long; try again")
+    if isinstance(e, apsw.CantOpenError):
+        return StorageError(f"cannot open {path}: {e}")
+    if isinstance(e, apsw.NotADBError | apsw.CorruptError):
+        return StorageError(f"{path} is not a memroot ledger or is corrupt: {e}")
+    return StorageError(f"storage error on {path}: {e}")
+
+
+class Store:
+    """An open ledger file. Not thread-safe: use one Store per thread or process."""
+
+    def __init__(self, path: Path, *, create: bool = False, readonly: bool = False) -> None:
+        """Open (or with ``create``, create) the SQLite file at ``path``.
+
+        Raises:
+            StorageError: if the file is missing (and not ``create``), exists (and ``create``),
+                is not a ledger, or cannot be opened.
+        """
+        self.path = Path(path)
+        self._write_depth = 0
+        exists = self.path.exists()
+        if create and exists:
+            raise StorageError(f"{self.path} already exists; refusing to overwrite a ledger")
+        if not create and not exists:
+            raise StorageError(f"no ledger at {self.path} (create one with `memroot init`)")
+        flags = apsw.SQLITE_OPEN_READONLY if readonly else apsw.SQLITE_OPEN_READWRITE
+        if create:
+            flags |= apsw.SQLITE_OPEN_CREATE
+        try:
+            self.db = apsw.Connection(str(self.path), flags=flags)
+            self.db.set_busy_timeout(_BUSY_TIMEOUT_MS)
+            if not readonly:
+                self.db.execute("PRAGMA journal_mode=WAL")
+            # FULL: a commit that returned is on disk (SPEC 5: sign only what is durable).
+            self.db.execute("PRAGMA synchronous=FULL")
+            self.db.execute("PRAGMA cache_size=-65536")
+            if create:
+                with self.write():
+                    self.db.execute(_SCHEMA)
+                    self.db.execute(
+                        "INSERT INTO meta VALUES('schema_version', ?)", (SCHEMA_VERSION,)
+                    )
+            version = self.meta("schema_version")
+        except apsw.Error as e:
+            raise _storage_error(e, self.path) from e
+        if version != SCHEMA_VERSION:
+            raise StorageError(
+                f"{self.path} has schema version {version!r}; this memroot reads {SCHEMA_VERSION}"
+            )
+
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+        self.db.close()
+
+    # -- transactions ------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[apsw.Connection]:
+        """Run the body as one ``BEGIN IMMEDIATE`` transaction: all of it commits, or none.
+
+        IMMEDIATE takes the write lock up front, so two processes never both read the same
+        chain head and append conflicting entries; the second waits (busy timeout) and then
+        sees the first one's commit. Any exception, including a crash mid-batch (the WAL frame
+        is never committed), a full disk or a refused entry, rolls everything back: entry rows,
+        tree nodes, chain head and derived state land together or not at all.
+
+        Raises:
+            StorageError: if SQLite fails (disk full, read-only, locked too long).
+        """
+        if self._write_depth:
+            # Nested in an open write (e.g. a bulk import): the outer one commits or rolls
+            # back everything, so an error here must propagate to it untouched.
+            self._write_depth += 1
+            try:
+                yield self.db
+            finally:
+                self._write_depth -= 1
+            return
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+        except apsw.Error as e:
+            raise _storage_error(e, self.path) from e
+        self._write_depth = 1
+        try:
+            yield self.db
+        except BaseException:
+            with contextlib.suppress(apsw.Error):
+                self.db.execute("ROLLBACK")
+            raise
+        finally:
+            self._write_depth = 0
+        try:
+            self.db.execute("COMMIT")
+        except apsw.Error as e:
+            with contextlib.suppress(apsw.Error):
+                self.db.execute("ROLLBACK")
+            raise _storage_error(e, self.path) from e
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[apsw.Connection]:
+        """Run the body in one read transaction: a consistent snapshot of the file.
+
+        Raises:
+            StorageError: if SQLite fails.
+        """
+        if not self.db.in_transaction:
+            try:
+                self.db.execute("BEGIN DEFERRED")
+            except apsw.Error as e:
+                raise _storage_error(e, self.path) from e
+            try:
+                yield self.db
+            finally:
+                with contextlib.suppress(apsw.Error):
+                    self.db.execute("COMMIT")
+        else:
+            yield self.db
+
+    # -- meta and branches --------------------------------------------------------------------
+
+    def meta(self, key: str) -> Any:
+        """Return a meta value, or None."""
+        row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else row[0]
+
+    def set_meta(self, key: str, value: Any) -> None:
+        """Set a meta value (inside a write transaction)."""
+        self.db.execute("INSERT OR REPLACE INTO meta VALUES(?, ?)", (key, value))
+
+    def branch(self, name: str) -> BranchRow:
+        """Return the stored head of branch ``name``.
+
+        Raises:
+            NotFoundError: if there is no such branch.
+        """
+        row = self.db.execute(
+            "SELECT no, name, size, head FROM branches WHERE name = ?", (name,)
+        ).fetchone()
+        if row is None:
+            raise NotFoundError(f"no branch named {name!r}")
+        return BranchRow(*row)
+
+    def branches(self) -> list[BranchRow]:
+        """Return every branch, in creation order."""
+        return [BranchRow(*r) for r in self.db.execute(
+            "SELECT no, name, size, head FROM branches ORDER BY no")]
+
+    def add_branch(self, name: str, head: bytes) -> BranchRow:
+        """Create an empty branch row (inside a write transaction) and return it."""
+        self.db.execute(
+            "INSERT INTO branches(name, size, head) VALUES(?, 0, ?)", (name, head)
+        )
+        return self.branch(name)
+
+    def set_head(self, branch_no: int, size: int, head: bytes) -> None:
+        """Move a branch's chain head (inside the write transaction that added the entries)."""
+        self.db.execute(
+            "UPDATE branches SET size = ?, head = ? WHERE no = ?", (size, head, branch_no)
+        )
+
+    # -- entries -------------------------------------------------------------------------------
+
+    def insert_entries(self, rows: Iterable[tuple[Any, ...]]) -> None:
+        """Insert ``(k, hash, data, digest, salt, content)`` rows (inside a write transaction)."""
+        self.db.executemany(
+            "INSERT INTO entries(k, hash, data, digest, salt, content) VALUES(?,?,?,?,?,?)", rows
+        )
+
+    def insert_event_ids(self, rows: Iterable[tuple[bytes, int]]) -> None:
+        """Index event ids ``(uuid_bytes, k)`` (inside a write transaction)."""
+        self.db.executemany("INSERT INTO event_ids(id, k) VALUES(?, ?)", rows)
+
+    def insert_nodes(self, rows: Iterable[tuple[int, bytes]]) -> None:
+        """Store completed subtree hashes ``(node_key, hash)`` (inside a write transaction)."""
+        self.db.executemany("INSERT INTO nodes(k, h) VALUES(?, ?)", rows)
+
+    def entry_row(self, branch_no: int, seq: int) -> EntryRow:
+        """Return one stored entry row.
+
+        Raises:
+            NotFoundError: if there is no entry ``seq`` on that branch.
+        """
+        row = self.db.execute(
+            "SELECT k, hash, data, digest, salt, content, erased_by FROM entries WHERE k = ?",
+            (entry_key(branch_no, seq),),
+        ).fetchone()
+        if row is None:
+            raise NotFoundError(f"no entry {seq} on this branch")
+        return EntryRow(row[0] & ((1 << BRANCH_SHIFT) - 1), *row[1:])
+
+    def iter_entry_rows(
+        self, branch_no: int, start: int = 0, stop: int | None = None, *, chunk: int = 4096
+    ) -> Iterator[EntryRow]:
+        """Yield entry rows of a branch with ``start <= seq < stop`` in seq order.
+
+        Reads in chunks with short read transactions, so memory stays bounded and a long scan
+        does not hold the WAL back from checkpointing.
+        """
+        lo = entry_key(branch_no, start)
+        hi = entry_key(branch_no, (1 << BRANCH_SHIFT) - 1 if stop is None else stop)
+        mask = (1 << BRANCH_SHIFT) - 1
+        while True:
+            rows = self.db.execute(
+                "SELECT k, hash, data, digest, salt, content, erased_by FROM entries "
+                "WHERE k >= ? AND k < ? ORDER BY k LIMIT ?",
+                (lo, hi, chunk),
+            ).fetchall()
+            for r in rows:
+                yield EntryRow(r[0] & mask, r[1], r[2], r[3], r[4], r[5], r[6])
+            if len(rows) < chunk:
+                return
+            lo = rows[-1][0] + 1
+
+    def event_key(self, event_id: bytes) -> int | None:
+        """Return the entry key of an event id, or None."""
+        row = self.db.execute("SELECT k FROM event_ids WHERE id = ?", (event_id,)).fetchone()
+        return None if row is None else int(row[0])
+
+    def erase_content(self, k: int, erased_by: int) -> None:
+        """Erase an event's content and salt (a TOMBSTONE), inside a write transaction."""
+        self.db.execute(
+            "UPDATE entries SET digest = NULL, salt = NULL, content = NULL, erased_by = ? "
+            "WHERE k = ?",
+            (erased_by, k),
+        )
+
+    # -- tree nodes ----------------------------------------------------------------------------
+
+    def read_nodes(self, branch_no: int, ids: Sequence[tuple[int, int]]) -> list[bytes]:
+        """Return the hashes of complete subtrees ``(level, index)`` in the order asked.
+
+        Raises:
+            StorageError: if a node that must exist is missing (a damaged node cache; ``memroot
+                verify`` reports it and ``memroot rebuild`` restores it).
+        """
+        keys = [
+            entry_key(branch_no, i) if lvl == 0 else node_key(branch_no, lvl, i) for lvl, i in ids
+        ]
+        leaf_keys = [k for (lvl, _), k in zip(ids, keys, strict=True) if lvl == 0]
+        node_keys = [k for (lvl, _), k in zip(ids, keys, strict=True) if lvl != 0]
+        found: dict[tuple[bool, int], bytes] = {}
+        for table, col, ks, is_leaf in (
+            ("entries", "hash", leaf_keys, True),
+            ("nodes", "h", node_keys, False),
+        ):
+            for part in range(0, len(ks), 500):
+                chunk = ks[part : part + 500]
+                marks = ",".join("?" * len(chunk))
+                for k, h in self.db.execute(
+                    f"SELECT k, {col} FROM {table} WHERE k IN ({marks})", chunk
+                ):
+                    found[(is_leaf, k)] = h
+        out = []
+        for (lvl, i), k in zip(ids, keys, strict=True):
+            h = found.get((lvl == 0, k))
+            if h is None:
+                raise StorageError(f"tree node ({lvl}, {i}) is missing from {self.path}")
+            out.append(h)
+        return out
+
+    # -- checkpoints ---------------------------------------------------------------------------
+
+    def insert_checkpoint(self, branch_no: int, size: int, root: bytes, note: str) -> None:
+        """Store a signed checkpoint note (inside a write transaction)."""
+        self.db.execute(
+            "INSERT INTO checkpoints(branch, size, root, note) VALUES(?, ?, ?, ?)",
+            (branch_no, size, root, note),
+        )
+
+    def checkpoints(self, branch_no: int) -> list[tuple[int, bytes, str]]:
+        """Return ``(size, root, note)`` of every stored checkpoint of a branch, by size."""
+        return [
+            (int(s), bytes(r), str(n))
+            for s, r, n in self.db.execute(
+                "SELECT size, root, note FROM checkpoints WHERE branch = ? ORDER BY size",
+                (branch_no,),
+            )
+        ]
+
+    def latest_checkpoint(self, branch_no: int) -> tuple[int, bytes, str] | None:
+        """Return the stored checkpoint with the largest size, or None."""
+        row = self.db.execute(
+            "SELECT size, root, note FROM checkpoints WHERE branch = ? ORDER BY size DESC LIMIT 1",
+            (branch_no,),
+        ).fetchone()
+        return None if row is None else (int(row[0]), bytes(row[1]), str(row[2]))
+
+
+def fsync_dir(path: Path) -> None:
+    """Flush a directory entry to disk after creating or renaming a file in it."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError as e:  # pragma: no cover - some filesystems refuse directory fsync
+        if e.errno not in (errno.EINVAL, errno.ENOTSUP):
+            raise
+    finally:
+        os.close(fd)
