@@ -155,4 +155,11 @@ def main() -> None:
     cli(prog_name="memroot")
 
 
-from cli import commands as _commands  # noqa: E402,F401  (registers the commands)
+# Importing the command modules registers their commands on the group.
+from cli import (  # noqa: E402,F401
+    branch_cmds as _branch_cmds,
+    bundle_cmds as _bundle_cmds,
+    commands as _commands,
+    memory_cmds as _memory_cmds,
+    root_cmds as _root_cmds,
+)
