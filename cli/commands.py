@@ -48,13 +48,19 @@ def _ts_text(ts: int) -> str:
 
 
 def _appended_json(a: Appended) -> dict[str, Any]:
-    return {"branch": a.branch, "seq": a.seq, "entry_hash": a.entry_hash.hex(), "id": a.id,
-            "kind": a.kind.value, "type": a.type}
+    return {
+        "branch": a.branch,
+        "seq": a.seq,
+        "entry_hash": a.entry_hash.hex(),
+        "id": a.id,
+        "kind": a.kind.value,
+        "type": a.type,
+    }
 
 
 def _print_appended(rows: list[Appended], as_json: bool) -> None:
-    emit([_appended_json(a) for a in rows], as_json,
-         lambda: [click.echo(f"{a.seq}\t{a.entry_hash.hex()}\t{a.type}\t{a.id}") for a in rows])
+    lines = "\n".join(f"{a.seq}\t{a.entry_hash.hex()}\t{a.type}\t{a.id}" for a in rows)
+    emit([_appended_json(a) for a in rows], as_json, lines)
 
 
 def _parse_json_line(text: str, where: str) -> EventInput | OpInput:
@@ -69,15 +75,27 @@ def _parse_json_line(text: str, where: str) -> EventInput | OpInput:
 
 
 @cli.command()
-@click.option("--origin", help="The log's origin (checkpoint first line); default memroot.local/<id>.")
-@click.option("--snapshot-every", type=click.IntRange(min=1), default=1000, show_default=True,
-              help="Take a memory_root snapshot every N entries (recorded in genesis).")
-@click.option("--key", "key_path", type=click.Path(path_type=Path),
-              help="Where to write the signing key (default: LEDGER.key, mode 0600).")
+@click.option(
+    "--origin", help="The log's origin (checkpoint first line); default memroot.local/<id>."
+)
+@click.option(
+    "--snapshot-every",
+    type=click.IntRange(min=1),
+    default=1000,
+    show_default=True,
+    help="Take a memory_root snapshot every N entries (recorded in genesis).",
+)
+@click.option(
+    "--key",
+    "key_path",
+    type=click.Path(path_type=Path),
+    help="Where to write the signing key (default: LEDGER.key, mode 0600).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
-def init(ctx: Context, origin: str | None, snapshot_every: int, key_path: Path | None,
-         as_json: bool) -> None:
+def init(
+    ctx: Context, origin: str | None, snapshot_every: int, key_path: Path | None, as_json: bool
+) -> None:
     """Create a ledger, its Ed25519 signing key and a first signed checkpoint.
 
     Prints the verifier key (vkey) to give to auditors. The private key is never printed.
@@ -86,15 +104,27 @@ def init(ctx: Context, origin: str | None, snapshot_every: int, key_path: Path |
     """
     from cli import hooks
 
-    with Ledger.init(ctx.path(), origin=origin, snapshot_every=snapshot_every,
-                     key_path=key_path, hooks=hooks.default_hooks()) as ledger:
-        data = {"ledger": str(ledger.path), "ledger_id": ledger.ledger_id,
-                "origin": ledger.origin, "vkey": ledger.vkey(), "key_file": str(ledger.key_path)}
-    emit(data, as_json, lambda: (
-        click.echo(f"created {data['ledger']} (origin {data['origin']})"),
-        click.echo(f"signing key: {data['key_file']} (mode 0600; keep it secret)"),
-        click.echo(f"vkey: {data['vkey']}"),
-    ))
+    with Ledger.init(
+        ctx.path(),
+        origin=origin,
+        snapshot_every=snapshot_every,
+        key_path=key_path,
+        hooks=hooks.default_hooks(),
+    ) as ledger:
+        data = {
+            "ledger": str(ledger.path),
+            "ledger_id": ledger.ledger_id,
+            "origin": ledger.origin,
+            "vkey": ledger.vkey(),
+            "key_file": str(ledger.key_path),
+        }
+    emit(
+        data,
+        as_json,
+        f"created {data['ledger']} (origin {data['origin']})\n"
+        f"signing key: {data['key_file']} (mode 0600; keep it secret)\n"
+        f"vkey: {data['vkey']}",
+    )
 
 
 @cli.command()
@@ -124,8 +154,13 @@ def _read_lines(f: TextIO) -> Iterator[tuple[int, str]]:
 
 @cli.command("import")
 @click.argument("file", type=click.File("r", encoding="utf-8"))
-@click.option("--batch-size", type=click.IntRange(1, 100_000), default=IMPORT_BATCH,
-              show_default=True, help="Entries per batch.")
+@click.option(
+    "--batch-size",
+    type=click.IntRange(1, 100_000),
+    default=IMPORT_BATCH,
+    show_default=True,
+    help="Entries per batch.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
 def import_(ctx: Context, file: TextIO, batch_size: int, as_json: bool) -> None:
@@ -148,17 +183,26 @@ def import_(ctx: Context, file: TextIO, batch_size: int, as_json: bool) -> None:
     if as_json:
         _print_appended(out, True)
     else:
-        click.echo(f"imported {len(lines)} entries"
-                   + (f" ({out[0].seq}..{out[-1].seq})" if out else ""))
+        click.echo(
+            f"imported {len(lines)} entries" + (f" ({out[0].seq}..{out[-1].seq})" if out else "")
+        )
         if out:
             click.echo(f"last: {out[-1].seq}\t{out[-1].entry_hash.hex()}")
 
 
 def _entry_summary(e: Entry) -> dict[str, Any]:
     body = e.body
-    return {"seq": e.seq, "entry_hash": e.hash.hex(), "ts": e.ts, "time": _ts_text(e.ts),
-            "kind": e.kind.value, "type": e.type, "id": body.get("id"),
-            "actor_id": body.get("actor_id"), "branch": e.branch}
+    return {
+        "seq": e.seq,
+        "entry_hash": e.hash.hex(),
+        "ts": e.ts,
+        "time": _ts_text(e.ts),
+        "kind": e.kind.value,
+        "type": e.type,
+        "id": body.get("id"),
+        "actor_id": body.get("actor_id"),
+        "branch": e.branch,
+    }
 
 
 @cli.command()
@@ -173,9 +217,14 @@ def log(ctx: Context, start: int, limit: int, as_json: bool) -> None:
     """
     with open_ledger(ctx) as ledger:
         rows = [_entry_summary(e) for e in ledger.entries(start, start + limit)]
-    emit(rows, as_json, lambda: [
-        click.echo(f"{r['seq']}\t{r['entry_hash'][:16]}\t{r['time']}\t{r['type']}\t"
-                   f"{r['id'] or ''}") for r in rows])
+    emit(
+        rows,
+        as_json,
+        "\n".join(
+            f"{r['seq']}\t{r['entry_hash'][:16]}\t{r['time']}\t{r['type']}\t{r['id'] or ''}"
+            for r in rows
+        ),
+    )
 
 
 @cli.command()
@@ -191,7 +240,10 @@ def show(ctx: Context, seq: int, as_json: bool) -> None:
         row = ledger.store.entry_row(ledger.branch_row().no, seq)
         e = Entry.from_bytes(row.data)
         data: dict[str, Any] = {
-            **_entry_summary(e), "v": e.v, "prev": e.prev.hex(), "body": jsonable(e.body),
+            **_entry_summary(e),
+            "v": e.v,
+            "prev": e.prev.hex(),
+            "body": jsonable(e.body),
             "entry_cbor": base64.b64encode(e.raw).decode(),
         }
         if e.kind.value == "event":
@@ -210,9 +262,16 @@ def checkpoint(ctx: Context, as_json: bool) -> None:
     """
     with open_ledger(ctx) as ledger:
         sc = ledger.checkpoint()
-    emit({"origin": sc.checkpoint.origin, "size": sc.checkpoint.size,
-          "root": sc.checkpoint.root.hex(), "note": sc.note}, as_json,
-         lambda: click.echo(sc.note, nl=False))
+    emit(
+        {
+            "origin": sc.checkpoint.origin,
+            "size": sc.checkpoint.size,
+            "root": sc.checkpoint.root.hex(),
+            "note": sc.note,
+        },
+        as_json,
+        lambda: click.echo(sc.note, nl=False),
+    )
 
 
 @cli.command()
@@ -230,14 +289,26 @@ def vkey(ctx: Context, as_json: bool) -> None:
 
 @cli.command()
 @click.option("--index", type=click.IntRange(min=0), help="Prove inclusion of this entry.")
-@click.option("--size", type=click.IntRange(min=0),
-              help="Tree size of a signed checkpoint (default: the current tree).")
-@click.option("--consistency", nargs=2, type=click.IntRange(min=0),
-              help="Prove that tree SIZE1 is a prefix of tree SIZE2.")
+@click.option(
+    "--size",
+    type=click.IntRange(min=0),
+    help="Tree size of a signed checkpoint (default: the current tree).",
+)
+@click.option(
+    "--consistency",
+    nargs=2,
+    type=click.IntRange(min=0),
+    help="Prove that tree SIZE1 is a prefix of tree SIZE2.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
-def prove(ctx: Context, index: int | None, size: int | None,
-          consistency: tuple[int, int] | None, as_json: bool) -> None:
+def prove(
+    ctx: Context,
+    index: int | None,
+    size: int | None,
+    consistency: tuple[int, int] | None,
+    as_json: bool,
+) -> None:
     """Print an inclusion proof (C2SP tlog-proof@v1) or a consistency proof.
 
     Example: memroot -l agent.ledger prove --index 5 > entry5.proof
@@ -249,10 +320,13 @@ def prove(ctx: Context, index: int | None, size: int | None,
         if consistency:
             n1, n2 = consistency
             proof = ledger.consistency_proof(n1, n2)
-            data = {"size1": n1, "size2": n2,
-                    "root1": base64.b64encode(ledger.root(n1)).decode(),
-                    "root2": base64.b64encode(ledger.root(n2)).decode(),
-                    "proof": [base64.b64encode(h).decode() for h in proof]}
+            data = {
+                "size1": n1,
+                "size2": n2,
+                "root1": base64.b64encode(ledger.root(n1)).decode(),
+                "root2": base64.b64encode(ledger.root(n2)).decode(),
+                "proof": [base64.b64encode(h).decode() for h in proof],
+            }
             emit(data, as_json, lambda: click.echo(json.dumps(data, indent=2)))
             return
         assert index is not None
@@ -262,13 +336,19 @@ def prove(ctx: Context, index: int | None, size: int | None,
 
 def print_report(report: AuditReport, as_json: bool) -> None:
     """Print an audit report for a person or as JSON."""
+
     def human() -> None:
-        click.echo(f"checked {report.entries} entries on {report.branches} branch(es), "
-                   f"{report.checkpoints} checkpoint(s); keys: {report.trusted.get('keys')}")
+        click.echo(
+            f"checked {report.entries} entries on {report.branches} branch(es), "
+            f"{report.checkpoints} checkpoint(s); keys: {report.trusted.get('keys')}"
+        )
         for step, what in STEPS.items():
             bad = sum(1 for f in report.findings if f.step == step)
-            state = (f"FAIL ({bad})" if bad else "ok") if step in report.steps_checked else (
-                "not checked (nothing of this kind in the ledger's layers yet)")
+            state = (
+                (f"FAIL ({bad})" if bad else "ok")
+                if step in report.steps_checked
+                else ("not checked (nothing of this kind in the ledger's layers yet)")
+            )
             click.echo(f"  step {step:>2} {what}: {state}")
         for note in report.notes:
             click.echo(f"note: {note}")
@@ -276,22 +356,27 @@ def print_report(report: AuditReport, as_json: bool) -> None:
             click.echo(f"VIOLATION {f}", err=True)
         if report.truncated_findings:
             click.echo(f"(more findings than the {len(report.findings)} shown)", err=True)
-        click.echo("OK: every step holds" if report.ok else
-                   f"FAILED: {len(report.findings)} violation(s)")
+        click.echo(
+            "OK: every step holds" if report.ok else f"FAILED: {len(report.findings)} violation(s)"
+        )
 
     emit(report.to_json(), as_json, human)
 
 
 @cli.command("verify")
-@click.option("--trusted", "trusted_path", type=click.Path(path_type=Path),
-              help="Trusted-state file (default $MEMROOT_TRUSTED or "
-                   "~/.local/state/memroot/trusted.json).")
+@click.option(
+    "--trusted",
+    "trusted_path",
+    type=click.Path(path_type=Path),
+    help="Trusted-state file (default $MEMROOT_TRUSTED or ~/.local/state/memroot/trusted.json).",
+)
 @click.option("--vkey", "vkeys", multiple=True, help="Trust this verifier key (repeatable).")
 @click.option("--no-update", is_flag=True, help="Do not record the newest checkpoint as trusted.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
-def verify_cmd(ctx: Context, trusted_path: Path | None, vkeys: tuple[str, ...],
-               no_update: bool, as_json: bool) -> None:
+def verify_cmd(
+    ctx: Context, trusted_path: Path | None, vkeys: tuple[str, ...], no_update: bool, as_json: bool
+) -> None:
     """Run every auditor step on the ledger; exit 1 on any violation.
 
     Example: memroot -l agent.ledger verify --trusted ~/.memroot-trusted.json
@@ -304,8 +389,14 @@ def verify_cmd(ctx: Context, trusted_path: Path | None, vkeys: tuple[str, ...],
         total = sum(b.size for b in ledger.store.branches())
         checks = hooks.replay_checks(ledger)
     for update in progress_bar(total, "verifying"):
-        report = verify_path(path, trusted=trusted, vkeys=vkeys, checks=checks,
-                             progress=update, update_trusted=not no_update)
+        report = verify_path(
+            path,
+            trusted=trusted,
+            vkeys=vkeys,
+            checks=checks,
+            progress=update,
+            update_trusted=not no_update,
+        )
     print_report(report, as_json)
     if not report.ok:
         raise click.exceptions.Exit(1)

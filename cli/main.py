@@ -71,12 +71,14 @@ class Context:
 pass_ctx = click.make_pass_decorator(Context)
 
 
-class HexDigest(click.ParamType):
+class HexDigest(click.ParamType):  # type: ignore[type-arg]
     """A 32-byte digest given in hex."""
 
     name = "HEX"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> bytes:
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> bytes:
         """Parse 64 hex digits into bytes."""
         if isinstance(value, bytes):
             return value
@@ -85,8 +87,9 @@ class HexDigest(click.ParamType):
         except ValueError:
             self.fail(f"{value!r} is not hex", param, ctx)
         if len(raw) != 32:
-            self.fail(f"{value!r} is {len(raw)} bytes; a digest is 32 bytes (64 hex digits)",
-                      param, ctx)
+            self.fail(
+                f"{value!r} is {len(raw)} bytes; a digest is 32 bytes (64 hex digits)", param, ctx
+            )
         return raw
 
 
@@ -137,7 +140,10 @@ class _Group(click.Group):
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
-    "-l", "--ledger", type=click.Path(path_type=Path), envvar="MEMROOT_LEDGER",
+    "-l",
+    "--ledger",
+    type=click.Path(path_type=Path),
+    envvar="MEMROOT_LEDGER",
     help="The ledger file (env MEMROOT_LEDGER).",
 )
 @click.version_option(package_name="memroot")
@@ -156,10 +162,9 @@ def main() -> None:
 
 
 # Importing the command modules registers their commands on the group.
-from cli import (  # noqa: E402,F401
-    branch_cmds as _branch_cmds,
-    bundle_cmds as _bundle_cmds,
-    commands as _commands,
-    memory_cmds as _memory_cmds,
-    root_cmds as _root_cmds,
-)
+from cli import branch_cmds as _branch_cmds  # noqa: E402, F401
+from cli import bundle_cmds as _bundle_cmds  # noqa: E402, F401
+from cli import commands as _commands  # noqa: E402, F401
+from cli import demo as _demo  # noqa: E402, F401
+from cli import memory_cmds as _memory_cmds  # noqa: E402, F401
+from cli import root_cmds as _root_cmds  # noqa: E402, F401

@@ -25,7 +25,7 @@ import cbor2
 
 from ledger.errors import DecodeError
 
-__all__ = ["MAX_INT", "MIN_INT", "decode", "encode", "encode_array_head"]
+__all__ = ["MAX_INT", "MIN_INT", "check", "decode", "encode", "encode_array_head"]
 
 MAX_INT = 2**64 - 1
 MIN_INT = -(2**64)
@@ -49,6 +49,19 @@ def encode(value: Any) -> bytes:
     # emits exactly the canonical bytes (shortest heads, definite lengths) at a third of the
     # cost of its canonical mode, which re-sorts every map.
     return cbor2.dumps(value) if plain else cbor2.dumps(value, canonical=True)
+
+
+def check(value: Any) -> None:
+    """Check that ``value`` lies inside memroot's data model, without encoding it.
+
+    Raises:
+        TypeError: for a type outside the data model or a non-text map key.
+        ValueError: for a NaN or infinite float, an integer outside 64 bits, deep nesting.
+    """
+    try:
+        _scan(value)
+    except _Refused as e:
+        raise (TypeError if e.is_type else ValueError)(str(e)) from None
 
 
 def encode_array_head(length: int) -> bytes:
@@ -114,7 +127,7 @@ def _key_order(key: str) -> tuple[int, bytes]:
 
 
 def _in_order(a: str, b: str) -> bool:
-    """True when text key ``a`` sorts before ``b`` in canonical order (encoded bytes)."""
+    """Return True when text key ``a`` sorts before ``b`` in canonical (encoded) order."""
     if a.isascii() and b.isascii():
         return len(a) < len(b) or (len(a) == len(b) and a < b)
     return _key_order(a) < _key_order(b)
@@ -123,10 +136,12 @@ def _in_order(a: str, b: str) -> bool:
 def _scan(value: Any) -> bool:
     """Reject anything outside the data model; return True when plain encoding is canonical.
 
-    Plain means: no floats anywhere and every map's keys already in canonical order.
+    Plain means: no floats anywhere and every map's keys already in canonical order. This runs
+    for every entry encoded or verified, so text and byte strings (most values) are passed
+    over inline instead of being pushed on the work stack.
     """
     plain = True
-    stack = [(value, 0)]
+    stack: list[tuple[Any, int]] = [(value, 0)]
     pop, push = stack.pop, stack.append
     while stack:
         item, depth = pop()
@@ -140,21 +155,33 @@ def _scan(value: Any) -> bool:
         if depth >= _MAX_DEPTH:
             raise _Refused(f"nesting deeper than {_MAX_DEPTH} levels", is_type=False)
         if kind is dict:
-            prev: str | None = None
+            prev = ""  # "" sorts first, so a leading empty key needs no check
             for key, sub in item.items():
                 if type(key) is not str:
                     raise _Refused(
                         f"map key {key!r} is not a text string (key type {type(key).__name__})",
                         is_type=True,
                     )
-                if plain and prev is not None and not _in_order(prev, key):
-                    plain = False
+                if (
+                    plain
+                    and prev
+                    and not (
+                        (len(prev) < len(key) or (len(prev) == len(key) and prev < key))
+                        and key.isascii()
+                        and prev.isascii()
+                    )
+                ):
+                    plain = _in_order(prev, key)
                 prev = key
-                push((sub, depth + 1))
+                sub_kind = type(sub)
+                if sub_kind is not str and sub_kind is not bytes:
+                    push((sub, depth + 1))
             continue
         if kind is list:
             for sub in item:
-                push((sub, depth + 1))
+                sub_kind = type(sub)
+                if sub_kind is not str and sub_kind is not bytes:
+                    push((sub, depth + 1))
             continue
         if kind is float:
             if item != item or item in (_INF, -_INF):

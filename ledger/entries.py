@@ -68,6 +68,10 @@ class Kind(StrEnum):
     OP = "op"
 
 
+_KINDS: Final = {k.value: k for k in Kind}
+_VALID_BRANCHES: set[str] = set()  # names already matched against _BRANCH_RE
+
+
 @dataclass(frozen=True, slots=True)
 class Entry:
     """One decoded ledger entry together with the exact bytes it was decoded from.
@@ -88,8 +92,10 @@ class Entry:
     hash: EntryHash
 
     @classmethod
-    def from_bytes(cls, raw: bytes) -> Entry:
+    def from_bytes(cls, raw: bytes, entry_hash: bytes | None = None) -> Entry:
         """Decode entry bytes strictly (auditor's step 1).
+
+        ``entry_hash`` may pass in ``leaf_hash(raw)`` when the caller already computed it.
 
         Raises:
             DecodeError: if the bytes are not canonical CBOR or not a well-formed entry.
@@ -104,19 +110,32 @@ class Entry:
             raise DecodeError("entry prev must be a 32-byte string")
         if type(seq) is not int or seq < 0:
             raise DecodeError("entry seq must be a non-negative integer")
-        if type(branch) is not str or not _BRANCH_RE.match(branch):
-            raise DecodeError(f"entry branch {branch!r} is not a valid branch name")
+        if branch not in _VALID_BRANCHES:
+            if type(branch) is not str or not _BRANCH_RE.match(branch):
+                raise DecodeError(f"entry branch {branch!r} is not a valid branch name")
+            if len(_VALID_BRANCHES) < 1024:
+                _VALID_BRANCHES.add(branch)
         if type(ts) is not int or not 0 <= ts <= _MAX_TS:
             raise DecodeError("entry ts must be a non-negative integer (microseconds)")
-        try:
-            kind_ = Kind(kind)
-        except ValueError as e:
-            raise DecodeError(f"unknown entry kind {kind!r}") from e
+        kind_ = _KINDS.get(kind) if type(kind) is str else None
+        if kind_ is None:
+            raise DecodeError(f"unknown entry kind {kind!r}")
         if type(type_) is not str or not type_:
             raise DecodeError("entry type must be a non-empty text string")
         if type(body) is not dict:
             raise DecodeError("entry body must be a map")
-        return cls(v, EntryHash(prev), seq, branch, ts, kind_, type_, body, raw, leaf_hash(raw))
+        return cls(
+            v,
+            EntryHash(prev),
+            seq,
+            branch,
+            ts,
+            kind_,
+            type_,
+            body,
+            raw,
+            EntryHash(entry_hash) if entry_hash is not None else leaf_hash(raw),
+        )
 
 
 def build_entry(
@@ -134,8 +153,9 @@ def build_entry(
         raise ValidationError(
             f"entry is {len(raw)} bytes; the limit is {MAX_BODY_BYTES} for the body", field="body"
         )
-    return Entry(FORMAT_VERSION, EntryHash(prev), seq, branch, ts, kind, type_, body, raw,
-                 leaf_hash(raw))
+    return Entry(
+        FORMAT_VERSION, EntryHash(prev), seq, branch, ts, kind, type_, body, raw, leaf_hash(raw)
+    )
 
 
 def now_us() -> int:
@@ -149,11 +169,14 @@ def new_uuid() -> str:
     Version 7 ids start with the time, so ids assigned in order insert at the end of an index.
     """
     ms = time.time_ns() // 1_000_000
-    rand = int.from_bytes(os.urandom(10), "big")
-    value = (ms & (2**48 - 1)) << 80 | 0x7 << 76 | (rand >> 66) << 64 | 0b10 << 62
-    value |= rand & (2**62 - 1)
-    h = f"{value:032x}"
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+    r = os.urandom(10).hex()
+    # 48-bit ms | version 7 + 12 random bits | variant 0b10 + 62 random bits
+    return (
+        f"{ms >> 16 & 0xFFFFFFFF:08x}-{ms & 0xFFFF:04x}-7{r[:3]}-{_VARIANT[r[3]]}{r[4:7]}-{r[7:19]}"
+    )
+
+
+_VARIANT: Final = {c: "89ab"[int(c, 16) & 3] for c in "0123456789abcdef"}
 
 
 def check_uuid(value: Any, name: str) -> str:
@@ -188,7 +211,7 @@ def _enum(obj: Mapping[str, Any], name: str, enum: type[StrEnum]) -> str:
     try:
         return enum(value).value
     except ValueError:
-        allowed = ", ".join(m.value for m in enum)  # type: ignore[attr-defined]
+        allowed = ", ".join(m.value for m in enum)
         raise ValidationError(f"{name} {value!r} is not one of {allowed}", field=name) from None
 
 
@@ -213,13 +236,9 @@ def _map(obj: Mapping[str, Any], name: str, *, required: bool) -> dict[str, Any]
     if type(value) is not dict:
         raise ValidationError(f"{name} must be an object, got {type(value).__name__}", field=name)
     try:
-        size = len(encoding.encode(value))
+        encoding.check(value)
     except (TypeError, ValueError) as e:
         raise ValidationError(f"{name} holds a value memroot cannot store: {e}", field=name) from e
-    if size > MAX_BODY_BYTES:
-        raise ValidationError(
-            f"{name} is {size} bytes encoded; the limit is {MAX_BODY_BYTES}", field=name
-        )
     return value
 
 
@@ -230,12 +249,36 @@ def _no_extra(obj: Mapping[str, Any], allowed: frozenset[str], what: str) -> Non
 
 
 _EVENT_FIELDS: Final = frozenset(
-    {"kind", "id", "ts", "stream", "actor_id", "actor_type", "role", "content", "namespace_id",
-     "metadata", "parent_event_id", "context"}
+    {
+        "kind",
+        "id",
+        "ts",
+        "stream",
+        "actor_id",
+        "actor_type",
+        "role",
+        "content",
+        "namespace_id",
+        "metadata",
+        "parent_event_id",
+        "context",
+    }
 )
 _OP_FIELDS: Final = frozenset(
-    {"kind", "id", "ts", "op_type", "actor_id", "actor_type", "namespace_id", "target_id",
-     "target_type", "payload", "policy_version", "context"}
+    {
+        "kind",
+        "id",
+        "ts",
+        "op_type",
+        "actor_id",
+        "actor_type",
+        "namespace_id",
+        "target_id",
+        "target_type",
+        "payload",
+        "policy_version",
+        "context",
+    }
 )
 
 
@@ -264,27 +307,23 @@ class EventInput:
     context: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
-        parse_event(
-            {k: getattr(self, k) for k in self.__slots__ if getattr(self, k) is not None}
-        )
+        parse_event({k: getattr(self, k) for k in self.__slots__ if getattr(self, k) is not None})
 
     def body(self, event_id: str, commitment: bytes) -> dict[str, Any]:
         """Return the entry body for this event (the content replaced by its commitment)."""
-        body: dict[str, Any] = {
-            "actor_id": self.actor_id,
-            "actor_type": self.actor_type,
-            "content_commitment": commitment,
-            "id": event_id,
-            "namespace_id": self.namespace_id,
-            "role": self.role,
-            "stream": self.stream,
-        }
-        if self.metadata is not None:
-            body["metadata"] = self.metadata
-        if self.parent_event_id is not None:
-            body["parent_event_id"] = self.parent_event_id
+        # Keys in canonical order (length first, then bytewise: RFC 8949 section 4.2.1 for
+        # text keys), so the encoder's fast path applies.
+        body: dict[str, Any] = {"id": event_id, "role": self.role, "stream": self.stream}
         if self.context is not None:
             body["context"] = self.context
+        body["actor_id"] = self.actor_id
+        if self.metadata is not None:
+            body["metadata"] = self.metadata
+        body["actor_type"] = self.actor_type
+        body["namespace_id"] = self.namespace_id
+        if self.parent_event_id is not None:
+            body["parent_event_id"] = self.parent_event_id
+        body["content_commitment"] = commitment
         return body
 
 
@@ -316,20 +355,19 @@ class OpInput:
 
     def body(self, op_id: str) -> dict[str, Any]:
         """Return the entry body for this operation."""
-        body: dict[str, Any] = {
-            "actor_id": self.actor_id,
-            "actor_type": self.actor_type,
-            "id": op_id,
-            "namespace_id": self.namespace_id,
-            "payload": self.payload,
-            "policy_version": self.policy_version,
-        }
-        if self.target_id is not None:
-            body["target_id"] = self.target_id
-        if self.target_type is not None:
-            body["target_type"] = self.target_type
+        # Keys in canonical order (see EventInput.body).
+        body: dict[str, Any] = {"id": op_id}
         if self.context is not None:
             body["context"] = self.context
+        body["payload"] = self.payload
+        body["actor_id"] = self.actor_id
+        if self.target_id is not None:
+            body["target_id"] = self.target_id
+        body["actor_type"] = self.actor_type
+        if self.target_type is not None:
+            body["target_type"] = self.target_type
+        body["namespace_id"] = self.namespace_id
+        body["policy_version"] = self.policy_version
         return body
 
 
@@ -343,7 +381,8 @@ def parse_event(obj: Mapping[str, Any]) -> dict[str, Any]:
     content = obj.get("content")
     if type(content) is not str:
         raise ValidationError(
-            "missing required field 'content'" if content is None
+            "missing required field 'content'"
+            if content is None
             else f"content must be a string, got {type(content).__name__}",
             field="content",
         )
@@ -365,7 +404,8 @@ def parse_event(obj: Mapping[str, Any]) -> dict[str, Any]:
         "namespace_id": _text(obj, "namespace_id"),
         "metadata": _map(obj, "metadata", required=False),
         "parent_event_id": (
-            None if obj.get("parent_event_id") is None
+            None
+            if obj.get("parent_event_id") is None
             else check_uuid(obj["parent_event_id"], "parent_event_id")
         ),
         "id": None if obj.get("id") is None else check_uuid(obj["id"], "id"),

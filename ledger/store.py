@@ -262,14 +262,14 @@ class Store:
 
     def branches(self) -> list[BranchRow]:
         """Return every branch, in creation order."""
-        return [BranchRow(*r) for r in self.db.execute(
-            "SELECT no, name, size, head FROM branches ORDER BY no")]
+        return [
+            BranchRow(*r)
+            for r in self.db.execute("SELECT no, name, size, head FROM branches ORDER BY no")
+        ]
 
     def add_branch(self, name: str, head: bytes) -> BranchRow:
         """Create an empty branch row (inside a write transaction) and return it."""
-        self.db.execute(
-            "INSERT INTO branches(name, size, head) VALUES(?, 0, ?)", (name, head)
-        )
+        self.db.execute("INSERT INTO branches(name, size, head) VALUES(?, 0, ?)", (name, head))
         return self.branch(name)
 
     def set_head(self, branch_no: int, size: int, head: bytes) -> None:
@@ -320,7 +320,7 @@ class Store:
         hi = entry_key(branch_no, (1 << BRANCH_SHIFT) - 1 if stop is None else stop)
         mask = (1 << BRANCH_SHIFT) - 1
         while True:
-            rows = self.db.execute(
+            rows: list[Any] = self.db.execute(
                 "SELECT k, hash, data, digest, salt, content, erased_by FROM entries "
                 "WHERE k >= ? AND k < ? ORDER BY k LIMIT ?",
                 (lo, hi, chunk),

@@ -127,9 +127,14 @@ class AuditReport:
             "branches": self.branches,
             "checkpoints": self.checkpoints,
             "erased": self.erased,
-            "steps": {str(k): {"what": v, "checked": k in self.steps_checked,
-                               "violations": sum(1 for f in self.findings if f.step == k)}
-                      for k, v in STEPS.items()},
+            "steps": {
+                str(k): {
+                    "what": v,
+                    "checked": k in self.steps_checked,
+                    "violations": sum(1 for f in self.findings if f.step == k),
+                }
+                for k, v in STEPS.items()
+            },
             "findings": [f.to_json() for f in self.findings],
             "notes": [f.to_json() for f in self.notes],
             "trusted": self.trusted,
@@ -193,8 +198,11 @@ def audit(
         run = _BranchRun(b.name)
         b_origin = origin if b.name == CANONICAL_BRANCH else f"{origin}/branch/{b.name}"
         cps = _checkpoints(store, b.no, b.name, b_origin, verifiers, report)
-        trusted_here = trusted_log if b.name == CANONICAL_BRANCH else (
-            trusted.get(b_origin) if trusted is not None else None)
+        trusted_here = (
+            trusted_log
+            if b.name == CANONICAL_BRANCH
+            else (trusted.get(b_origin) if trusted is not None else None)
+        )
         targets = sorted({s for s, _ in cps} | ({trusted_here.size} if trusted_here else set()))
         t_iter = iter(targets)
         next_target = next(t_iter, None)
@@ -204,8 +212,8 @@ def audit(
             next_target = next(t_iter, None)
         pending_nodes: list[tuple[int, bytes]] = []
         for row in store.iter_entry_rows(b.no):
-            _check_row(run, b.name, row, report, checks)
-            for level, index, h in run.compact.append(leaf_hash(row.data)):
+            leaf = _check_row(run, b.name, row, report, checks)
+            for level, index, h in run.compact.append(leaf):
                 pending_nodes.append((node_key(b.no, level, index), h))
             if len(pending_nodes) >= 4096:
                 _check_nodes(store, b.name, pending_nodes, report)
@@ -220,40 +228,79 @@ def audit(
         report.entries += run.expected_seq
         # (2) and (3): the stored chain head must describe what is stored.
         if b.size != run.expected_seq or bytes(b.head) != run.prev:
-            report.add(Finding(3, "stored chain head does not match the entries", b.name,
-                               expected=f"size {run.expected_seq} head {run.prev.hex()}",
-                               actual=f"size {b.size} head {bytes(b.head).hex()}"))
+            report.add(
+                Finding(
+                    3,
+                    "stored chain head does not match the entries",
+                    b.name,
+                    expected=f"size {run.expected_seq} head {run.prev.hex()}",
+                    actual=f"size {b.size} head {bytes(b.head).hex()}",
+                )
+            )
         # (4): erasures must be recorded by a TOMBSTONE.
         for event_id, seq in run.erased.items():
-            report.add(Finding(4, f"content of event {event_id} is missing and no TOMBSTONE "
-                                  "erased it", b.name, seq))
+            report.add(
+                Finding(
+                    4,
+                    f"content of event {event_id} is missing and no TOMBSTONE erased it",
+                    b.name,
+                    seq,
+                )
+            )
         # (5): every signed root recomputed from the leaves.
         for size, root in cps:
             if size > run.expected_seq:
-                report.add(Finding(5, f"a checkpoint was signed at size {size} but the branch "
-                                      f"has only {run.expected_seq} entries (truncated)",
-                                   b.name, expected=str(size), actual=str(run.expected_seq)))
+                report.add(
+                    Finding(
+                        5,
+                        f"a checkpoint was signed at size {size} but the branch "
+                        f"has only {run.expected_seq} entries (truncated)",
+                        b.name,
+                        expected=str(size),
+                        actual=str(run.expected_seq),
+                    )
+                )
             elif roots.get(size) != root:
                 got = roots.get(size)
-                report.add(Finding(5, f"the Merkle root at checkpoint size {size} does not "
-                                      "match the signed checkpoint", b.name, size - 1,
-                                   expected=root.hex(), actual=got.hex() if got else None))
+                report.add(
+                    Finding(
+                        5,
+                        f"the Merkle root at checkpoint size {size} does not "
+                        "match the signed checkpoint",
+                        b.name,
+                        size - 1,
+                        expected=root.hex(),
+                        actual=got.hex() if got else None,
+                    )
+                )
         report.checkpoints += len(cps)
         # (10): not older than, and consistent with, what the verifier trusted before.
         if trusted_here is not None:
             if trusted_here.size > run.expected_seq:
-                report.add(Finding(10, f"rollback: the verifier trusted a checkpoint of size "
-                                       f"{trusted_here.size}, the ledger has only "
-                                       f"{run.expected_seq} entries", b.name,
-                                   expected=str(trusted_here.size),
-                                   actual=str(run.expected_seq)))
+                report.add(
+                    Finding(
+                        10,
+                        f"rollback: the verifier trusted a checkpoint of size "
+                        f"{trusted_here.size}, the ledger has only "
+                        f"{run.expected_seq} entries",
+                        b.name,
+                        expected=str(trusted_here.size),
+                        actual=str(run.expected_seq),
+                    )
+                )
             elif roots.get(trusted_here.size) != trusted_here.root:
                 got = roots.get(trusted_here.size)
-                report.add(Finding(10, f"history differs from the trusted checkpoint at size "
-                                       f"{trusted_here.size} (rewritten or forked)", b.name,
-                                   trusted_here.size - 1 if trusted_here.size else None,
-                                   expected=trusted_here.root.hex(),
-                                   actual=got.hex() if got else None))
+                report.add(
+                    Finding(
+                        10,
+                        f"history differs from the trusted checkpoint at size "
+                        f"{trusted_here.size} (rewritten or forked)",
+                        b.name,
+                        trusted_here.size - 1 if trusted_here.size else None,
+                        expected=trusted_here.root.hex(),
+                        actual=got.hex() if got else None,
+                    )
+                )
             report.trusted[b.name] = {"size": trusted_here.size}
     for check in checks:
         check.finish(report)
@@ -273,8 +320,9 @@ def verify(store: Store, **kwargs: Any) -> AuditReport:
     report = audit(store, **kwargs)
     if report.findings:
         f = report.findings[0]
-        raise IntegrityError(str(f), branch=f.branch, seq=f.seq, step=f.step,
-                             expected=f.expected, actual=f.actual)
+        raise IntegrityError(
+            str(f), branch=f.branch, seq=f.seq, step=f.step, expected=f.expected, actual=f.actual
+        )
     return report
 
 
@@ -287,9 +335,14 @@ def _trusted_verifiers(
         keys, source = list(trusted_log.vkeys), "trusted state"
     else:
         keys, source = _genesis_keys(store), "genesis (trust on first use)"
-        report.add(Finding(6, "no trusted key was given or remembered: trusting the keys "
-                              "recorded in the ledger's own genesis (trust on first use)",
-                           severity="note"))
+        report.add(
+            Finding(
+                6,
+                "no trusted key was given or remembered: trusting the keys "
+                "recorded in the ledger's own genesis (trust on first use)",
+                severity="note",
+            )
+        )
     verifiers = []
     for k in keys:
         try:
@@ -309,7 +362,11 @@ def _genesis_keys(store: Store) -> list[str]:
 
 
 def _checkpoints(
-    store: Store, branch_no: int, branch: str, origin: str, verifiers: list[Verifier],
+    store: Store,
+    branch_no: int,
+    branch: str,
+    origin: str,
+    verifiers: list[Verifier],
     report: AuditReport,
 ) -> list[tuple[int, bytes]]:
     """(6): open every stored checkpoint note; return the (size, root) pairs that verify."""
@@ -321,43 +378,84 @@ def _checkpoints(
             report.add(Finding(6, f"checkpoint at size {size} does not verify: {e}", branch))
             continue
         if cp.size != size or cp.root != bytes(root):
-            report.add(Finding(5, f"stored checkpoint index (size {size}) disagrees with its "
-                                  "signed note", branch, expected=f"{cp.size} {cp.root.hex()}",
-                               actual=f"{size} {bytes(root).hex()}"))
+            report.add(
+                Finding(
+                    5,
+                    f"stored checkpoint index (size {size}) disagrees with its signed note",
+                    branch,
+                    expected=f"{cp.size} {cp.root.hex()}",
+                    actual=f"{size} {bytes(root).hex()}",
+                )
+            )
         out.append((cp.size, cp.root))
     return out
 
 
 def _check_row(
-    run: _BranchRun, branch: str, row: EntryRow, report: AuditReport,
+    run: _BranchRun,
+    branch: str,
+    row: EntryRow,
+    report: AuditReport,
     checks: Sequence[ReplayCheck],
-) -> None:
-    """Steps 1-4 (and the stored leaf hash cache) for one stored row."""
+) -> bytes:
+    """Check steps 1-4 (and the stored leaf hash cache) for one row; return its leaf hash."""
     computed = leaf_hash(row.data)
     # (2) contiguous seq: a gap means deleted rows.
     if row.seq != run.expected_seq:
-        report.add(Finding(2, f"entries {run.expected_seq}..{row.seq - 1} are missing"
-                           if row.seq > run.expected_seq else "entry out of order",
-                           branch, row.seq, expected=str(run.expected_seq), actual=str(row.seq)))
+        report.add(
+            Finding(
+                2,
+                f"entries {run.expected_seq}..{row.seq - 1} are missing"
+                if row.seq > run.expected_seq
+                else "entry out of order",
+                branch,
+                row.seq,
+                expected=str(run.expected_seq),
+                actual=str(row.seq),
+            )
+        )
     if bytes(row.hash) != computed:
-        report.add(Finding(5, "stored leaf hash does not match the entry bytes", branch,
-                           row.seq, expected=computed.hex(), actual=bytes(row.hash).hex()))
+        report.add(
+            Finding(
+                5,
+                "stored leaf hash does not match the entry bytes",
+                branch,
+                row.seq,
+                expected=computed.hex(),
+                actual=bytes(row.hash).hex(),
+            )
+        )
     # (1) strict decoding.
     try:
-        entry = Entry.from_bytes(row.data)
+        entry = Entry.from_bytes(row.data, computed)
     except DecodeError as e:
         report.add(Finding(1, f"entry does not decode: {e}", branch, row.seq))
         run.prev, run.expected_seq = computed, row.seq + 1
-        return
+        return computed
     # (2) the entry's own seq and branch agree with where it is stored.
     if entry.seq != row.seq or entry.branch != branch:
-        report.add(Finding(2, "entry records another position (replayed or moved)", branch,
-                           row.seq, expected=f"{branch}:{row.seq}",
-                           actual=f"{entry.branch}:{entry.seq}"))
+        report.add(
+            Finding(
+                2,
+                "entry records another position (replayed or moved)",
+                branch,
+                row.seq,
+                expected=f"{branch}:{row.seq}",
+                actual=f"{entry.branch}:{entry.seq}",
+            )
+        )
     # (3) the hash chain, checked at every link.
     if entry.prev != run.prev and not (row.seq == 0 and branch != CANONICAL_BRANCH):
-        report.add(Finding(3, "prev does not match the hash of the entry before", branch,
-                           row.seq, expected=run.prev.hex(), actual=entry.prev.hex()))
+        report.add(
+            Finding(
+                3,
+                "prev does not match the hash of the entry before",
+                branch,
+                row.seq,
+                expected=run.prev.hex(),
+                actual=entry.prev.hex(),
+            )
+        )
     if (row.seq == 0) != (entry.kind is Kind.GENESIS):
         report.add(Finding(3, "a genesis entry must be exactly entry 0", branch, row.seq))
     # (4) content commitments and erasures.
@@ -368,13 +466,21 @@ def _check_row(
         if isinstance(target, str):
             if run.erased.pop(target, None) is not None:
                 report.erased += 1
-                report.add(Finding(4, f"content of event {target} erased by entry {row.seq}",
-                                   branch, row.seq, severity="note"))
+                report.add(
+                    Finding(
+                        4,
+                        f"content of event {target} erased by entry {row.seq}",
+                        branch,
+                        row.seq,
+                        severity="note",
+                    )
+                )
             else:
                 run.tombstones[target] = row.seq
     for check in checks:
         check.feed(branch, entry, report)
     run.prev, run.expected_seq = computed, row.seq + 1
+    return computed
 
 
 def _check_content(
@@ -384,28 +490,47 @@ def _check_content(
     commitment = entry.body.get("content_commitment")
     if row.content is None:
         if row.erased_by is None or row.erased_by <= row.seq:
-            report.add(Finding(4, f"content of event {event_id} is missing and no TOMBSTONE "
-                                  "erased it", branch, row.seq))
+            report.add(
+                Finding(
+                    4,
+                    f"content of event {event_id} is missing and no TOMBSTONE erased it",
+                    branch,
+                    row.seq,
+                )
+            )
         else:
             run.erased[event_id] = row.seq
         return
     if event_id in run.tombstones:  # pragma: no cover - a TOMBSTONE always follows its target
         return
     if row.salt is None or len(row.salt) != 32:
-        report.add(Finding(4, "event content is present but its salt is missing", branch,
-                           row.seq))
+        report.add(Finding(4, "event content is present but its salt is missing", branch, row.seq))
         return
     data = bytes(row.content)
     got = content_commitment(bytes(row.salt), data)
     if got != commitment:
-        report.add(Finding(4, "content does not match the entry's commitment (edited)", branch,
-                           row.seq, expected=commitment.hex() if isinstance(commitment, bytes)
-                           else None, actual=got.hex()))
+        report.add(
+            Finding(
+                4,
+                "content does not match the entry's commitment (edited)",
+                branch,
+                row.seq,
+                expected=commitment.hex() if isinstance(commitment, bytes) else None,
+                actual=got.hex(),
+            )
+        )
     digest = content_digest(data)
     if row.digest is None or bytes(row.digest) != digest:
-        report.add(Finding(4, "stored content address does not match the content", branch,
-                           row.seq, expected=digest.hex(),
-                           actual=None if row.digest is None else bytes(row.digest).hex()))
+        report.add(
+            Finding(
+                4,
+                "stored content address does not match the content",
+                branch,
+                row.seq,
+                expected=digest.hex(),
+                actual=None if row.digest is None else bytes(row.digest).hex(),
+            )
+        )
 
 
 def _check_nodes(
@@ -424,15 +549,19 @@ def _check_nodes(
     for k, h in nodes:
         if stored.get(k) != h:
             level, index = (k >> 42) & 0x3F, k & ((1 << 42) - 1)
-            report.add(Finding(5, f"stored tree node (level {level}, index {index}) does not "
-                                  "match the recomputed tree", branch,
-                               expected=h.hex(),
-                               actual=stored[k].hex() if k in stored else "missing"))
+            report.add(
+                Finding(
+                    5,
+                    f"stored tree node (level {level}, index {index}) does not "
+                    "match the recomputed tree",
+                    branch,
+                    expected=h.hex(),
+                    actual=stored[k].hex() if k in stored else "missing",
+                )
+            )
 
 
-def _remember(
-    store: Store, origin: str, trusted: TrustedState, verifiers: list[Verifier]
-) -> None:
+def _remember(store: Store, origin: str, trusted: TrustedState, verifiers: list[Verifier]) -> None:
     """After a clean audit, trust the newest checkpoint of every branch."""
     vkeys = tuple(v.vkey() for v in verifiers)
     for b in store.branches():

@@ -1,0 +1,167 @@
+"""``memroot demo``: a short story on a temporary ledger that ends by verifying it."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import apsw
+import click
+
+from cli.main import cli
+from ledger import merkle
+from ledger.entries import EventInput, OpInput
+from ledger.ledger import Ledger
+from ledger.note import Verifier, open_checkpoint, parse_tlog_proof
+from ledger.store import entry_key
+from ledger.trust import TrustedState
+from ledger.verify import verify_path
+
+__all__ = ["demo"]
+
+
+def _say(text: str) -> None:
+    click.echo(text)
+
+
+@cli.command()
+@click.option(
+    "--keep",
+    type=click.Path(path_type=Path),
+    help="Work in this new directory and keep it (default: a temp dir, removed).",
+)
+def demo(keep: Path | None) -> None:
+    """Tell a short story on a temporary ledger and verify it, then catch a tampered copy.
+
+    Example: memroot demo
+    """
+    from cli import hooks
+
+    workdir = Path(tempfile.mkdtemp(prefix="memroot-demo-")) if keep is None else keep
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        path = workdir / "agent.ledger"
+        trusted = TrustedState(workdir / "trusted.json")
+        _say(f"1. A new ledger at {path}, with an Ed25519 key (mode 0600) beside it.")
+        ledger = Ledger.init(
+            path,
+            origin="demo.memroot.local/agent-7",
+            snapshot_every=50,
+            hooks=hooks.default_hooks(),
+        )
+        vkey = ledger.vkey()
+        _say(f"   vkey for auditors: {vkey}")
+
+        _say("2. The agent hears a conversation; every event is appended to the chain.")
+        said = [
+            ("USER", "HUMAN_USER", "alice", "I take my tea without sugar."),
+            ("ASSISTANT", "AI_AGENT", "agent-7", "Noted: tea, no sugar."),
+            ("USER", "HUMAN_USER", "alice", "My card number is 4111 1111 1111 1111."),
+            ("TOOL", "EXTERNAL_CONNECTOR", "calendar", "Meeting with Bob moved to Friday 10:00."),
+        ]
+        events = ledger.append_batch(
+            EventInput(
+                stream="session-1",
+                actor_id=who,
+                actor_type=atype,
+                role=role,
+                content=text,
+                namespace_id="alice-personal",
+            )
+            for role, atype, who, text in said
+        )
+        for e, (_, _, who, text) in zip(events, said, strict=True):
+            _say(f"   seq {e.seq} {e.entry_hash.hex()[:16]}  {who}: {text}")
+
+        _say("3. It remembers a preference, citing the event it came from.")
+        op = ledger.append(
+            OpInput(
+                op_type="ASSERT",
+                actor_id="agent-7",
+                actor_type="AI_AGENT",
+                namespace_id="alice-personal",
+                target_type="MEMORY_OBJECT",
+                policy_version="demo-policy/1",
+                payload={
+                    "object_type": "PREFERENCE",
+                    "epistemic_type": "OBSERVED",
+                    "source_type": "USER_STATED",
+                    "evidence_ids": [events[0].id],
+                    "value": "Alice takes tea without sugar",
+                    "confidence": 0.9,
+                    "salience": 0.7,
+                },
+            )
+        )
+        _say(f"   seq {op.seq} ASSERT {op.id}")
+
+        _say("4. Alice asks to forget her card number: a TOMBSTONE erases content and salt.")
+        tomb = ledger.append(
+            OpInput(
+                op_type="TOMBSTONE",
+                actor_id="alice",
+                actor_type="HUMAN_USER",
+                namespace_id="alice-personal",
+                policy_version="demo-policy/1",
+                payload={
+                    "target_event_id": events[2].id,
+                    "reason": "right to erasure",
+                    "policy_ref": "gdpr-art-17",
+                },
+            )
+        )
+        _say(
+            f"   seq {tomb.seq} TOMBSTONE; content of seq {events[2].seq} is now "
+            f"{ledger.content(events[2].seq)!r}, its commitment stays in the chain"
+        )
+
+        _say("5. A signed checkpoint (C2SP signed note) commits to the whole tree.")
+        signed = ledger.checkpoint()
+        for line in signed.note.splitlines():
+            _say(f"   | {line}")
+
+        _say("6. An auditor checks that Alice's first message is in that tree.")
+        proof = parse_tlog_proof(ledger.tlog_proof(events[0].seq))
+        cp = open_checkpoint(proof.checkpoint_note, [Verifier.from_vkey(vkey)]).checkpoint
+        merkle.verify_inclusion(
+            events[0].entry_hash, proof.index, cp.size, list(proof.proof), cp.root
+        )
+        _say(
+            f"   inclusion proof of seq {proof.index} in tree {cp.size}: "
+            f"{len(proof.proof)} hashes, verified against the signed root"
+        )
+        calendar_key = entry_key(ledger.branch_row().no, events[3].seq)
+        ledger.close()
+
+        _say("7. Full verification, every auditor step:")
+        report = verify_path(path, trusted=trusted, vkeys=[vkey])
+        for note in report.notes:
+            _say(f"   note: {note}")
+        _say(
+            f"   {'OK' if report.ok else 'FAILED'}: {report.entries} entries, "
+            f"{report.checkpoints} checkpoints, {len(report.findings)} violations"
+        )
+        if not report.ok:
+            for f in report.findings:
+                _say(f"   VIOLATION {f}")
+            raise click.exceptions.Exit(1)
+
+        _say("8. Someone edits the stored copy of the calendar event behind the agent's back...")
+        forged = workdir / "tampered.ledger"
+        shutil.copy(path, forged)
+        db = apsw.Connection(str(forged))
+        db.execute(
+            "UPDATE entries SET content = ? WHERE k = ?",
+            (b"Meeting with Bob cancelled.", calendar_key),
+        )
+        db.close()
+        caught = verify_path(forged, trusted=TrustedState(workdir / "auditor2.json"), vkeys=[vkey])
+        for f in caught.findings:
+            _say(f"   caught: {f}")
+        if caught.ok:  # pragma: no cover - the demo proves the opposite
+            raise click.ClickException("the tampered copy verified; this is a bug")
+        _say("Done: the genuine ledger verifies, the tampered copy does not.")
+    finally:
+        if keep is None:
+            shutil.rmtree(workdir, ignore_errors=True)
