@@ -256,6 +256,7 @@ def audit(
                         f"a checkpoint was signed at size {size} but the branch "
                         f"has only {run.expected_seq} entries (truncated)",
                         b.name,
+                        run.expected_seq,
                         expected=str(size),
                         actual=str(run.expected_seq),
                     )
@@ -284,6 +285,7 @@ def audit(
                         f"{trusted_here.size}, the ledger has only "
                         f"{run.expected_seq} entries",
                         b.name,
+                        run.expected_seq,
                         expected=str(trusted_here.size),
                         actual=str(run.expected_seq),
                     )
@@ -372,10 +374,11 @@ def _checkpoints(
     """(6): open every stored checkpoint note; return the (size, root) pairs that verify."""
     out = []
     for size, root, note in store.checkpoints(branch_no):
+        last = size - 1 if size > 0 else None  # the newest entry the checkpoint covers
         try:
             cp = open_checkpoint(note, verifiers, origin=origin).checkpoint
         except (ProofError, DecodeError) as e:
-            report.add(Finding(6, f"checkpoint at size {size} does not verify: {e}", branch))
+            report.add(Finding(6, f"checkpoint at size {size} does not verify: {e}", branch, last))
             continue
         if cp.size != size or cp.root != bytes(root):
             report.add(
@@ -383,6 +386,7 @@ def _checkpoints(
                     5,
                     f"stored checkpoint index (size {size}) disagrees with its signed note",
                     branch,
+                    last,
                     expected=f"{cp.size} {cp.root.hex()}",
                     actual=f"{size} {bytes(root).hex()}",
                 )
@@ -555,6 +559,7 @@ def _check_nodes(
                     f"stored tree node (level {level}, index {index}) does not "
                     "match the recomputed tree",
                     branch,
+                    ((index + 1) << level) - 1,  # the entry whose append completed the node
                     expected=h.hex(),
                     actual=stored[k].hex() if k in stored else "missing",
                 )
