@@ -575,6 +575,12 @@ def _remember(store: Store, origin: str, trusted: TrustedState, verifiers: list[
             continue
         size, root, note = last
         b_origin = origin if b.name == CANONICAL_BRANCH else f"{origin}/branch/{b.name}"
+        known = trusted.get(b_origin)
+        if known is not None and known.size > size:
+            # Never move back: with its newer checkpoints deleted, a ledger that still holds
+            # everything we trusted passes, and trusting its older checkpoint would hide a
+            # truncation done after this run (step 10).
+            continue
         trusted.put(b_origin, TrustedLog(vkeys, size, bytes(root), note))
     trusted.save()
 
