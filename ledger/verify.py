@@ -163,7 +163,8 @@ class _BranchRun:
     expected_seq: int = 0
     prev: bytes = ZERO_HASH
     compact: merkle.CompactRange = field(default_factory=merkle.CompactRange)
-    erased: dict[str, int] = field(default_factory=dict)  # event id -> seq, awaiting TOMBSTONE
+    # event id -> (seq, stored erased_by), awaiting its TOMBSTONE
+    erased: dict[str, tuple[int, int]] = field(default_factory=dict)
     tombstones: dict[str, int] = field(default_factory=dict)  # target id -> tombstone seq
 
 
@@ -238,7 +239,7 @@ def audit(
                 )
             )
         # (4): erasures must be recorded by a TOMBSTONE.
-        for event_id, seq in run.erased.items():
+        for event_id, (seq, _) in run.erased.items():
             report.add(
                 Finding(
                     4,
@@ -466,9 +467,23 @@ def _check_row(
     if entry.kind is Kind.EVENT:
         _check_content(run, branch, row, entry, report)
     elif entry.type == OpType.TOMBSTONE:
-        target = entry.body.get("payload", {}).get("target_event_id")
+        payload = entry.body.get("payload")
+        target = payload.get("target_event_id") if isinstance(payload, dict) else None
         if isinstance(target, str):
-            if run.erased.pop(target, None) is not None:
+            erased = run.erased.pop(target, None)
+            if erased is not None:
+                if erased[1] != row.seq:
+                    report.add(
+                        Finding(
+                            4,
+                            f"event {target} is marked erased by entry {erased[1]}, but its "
+                            f"TOMBSTONE is entry {row.seq}",
+                            branch,
+                            erased[0],
+                            expected=str(row.seq),
+                            actual=str(erased[1]),
+                        )
+                    )
                 report.erased += 1
                 report.add(
                     Finding(
@@ -480,6 +495,17 @@ def _check_row(
                     )
                 )
             else:
+                # A TOMBSTONE always erases an earlier event of its branch, in its own
+                # transaction: content still there means erasure was skipped or undone.
+                report.add(
+                    Finding(
+                        4,
+                        f"TOMBSTONE of event {target} erased nothing: the event's content is "
+                        "still stored, or it is not an earlier event on this branch",
+                        branch,
+                        row.seq,
+                    )
+                )
                 run.tombstones[target] = row.seq
     for check in checks:
         check.feed(branch, entry, report)
@@ -503,8 +529,18 @@ def _check_content(
                 )
             )
         else:
-            run.erased[event_id] = row.seq
+            run.erased[event_id] = (row.seq, row.erased_by)
         return
+    if row.erased_by is not None:
+        report.add(
+            Finding(
+                4,
+                f"event {event_id} is marked erased by entry {row.erased_by} but its content "
+                "is still stored",
+                branch,
+                row.seq,
+            )
+        )
     if event_id in run.tombstones:  # pragma: no cover - a TOMBSTONE always follows its target
         return
     if row.salt is None or len(row.salt) != 32:
