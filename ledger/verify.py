@@ -195,6 +195,7 @@ def audit(
     trusted_log = trusted.get(origin) if trusted is not None else None
     verifiers, key_source = _trusted_verifiers(store, vkeys, trusted_log, report)
     report.trusted["keys"] = key_source
+    _check_meta(store, report)
     for b in branches:
         run = _BranchRun(b.name)
         b_origin = origin if b.name == CANONICAL_BRANCH else f"{origin}/branch/{b.name}"
@@ -362,6 +363,30 @@ def _genesis_keys(store: Store) -> list[str]:
         return [str(k) for k in keys] if isinstance(keys, list) else []
     except MemrootError:
         return []
+
+
+_GENESIS_META: Final = ("ledger_id", "origin", "snapshot_every")
+
+
+def _check_meta(store: Store, report: AuditReport) -> None:
+    """(5): the meta values the ledger serves are copies of its genesis entry (a cache)."""
+    try:
+        genesis = Entry.from_bytes(store.entry_row(store.branch(CANONICAL_BRANCH).no, 0).data)
+    except MemrootError:
+        return  # a missing or undecodable genesis is reported by steps 1-3
+    for key in _GENESIS_META:
+        want, have = genesis.body.get(key), store.meta(key)
+        if type(want) is not type(have) or want != have:
+            report.add(
+                Finding(
+                    5,
+                    f"stored meta {key!r} does not match the genesis entry",
+                    CANONICAL_BRANCH,
+                    0,
+                    expected=repr(want),
+                    actual=repr(have),
+                )
+            )
 
 
 def _checkpoints(
