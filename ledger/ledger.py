@@ -9,6 +9,7 @@ completed Merkle nodes, the new chain head and whatever derived state the instal
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -67,6 +68,7 @@ SYSTEM_ACTOR: Final = "memroot"
 SYSTEM_NAMESPACE: Final = "system"
 POLICY_VERSION: Final = "memroot/1"
 _ORIGIN_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}\Z")
+_BRANCH_NAME_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 
 
 def default_key_path(ledger_path: Path) -> Path:
@@ -107,6 +109,15 @@ class Appended:
     id: str
     kind: Kind
     type: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Genesis:
+    """The genesis entry of a branch, appended through the same path as everything else."""
+
+    body: dict[str, Any]
+    id: str
+    ts: int | None = None
 
 
 @dataclass(slots=True)
@@ -200,12 +211,10 @@ class Ledger:
             "origin": origin,
             "snapshot_every": snapshot_every,
         }
-        with store.write():
-            head = ledger._head(CANONICAL_BRANCH)
-            entry = build_entry(
-                ZERO_HASH, 0, CANONICAL_BRANCH, now_us(), Kind.GENESIS, "GENESIS", genesis
+        with store.write() as db:
+            ledger._append_locked(
+                db, ledger._head(CANONICAL_BRANCH), [_Genesis(genesis, ledger_id)]
             )
-            ledger._write_rows(head, [entry], [(None, None, None)], [])
         ledger.checkpoint()
         return ledger
 
@@ -389,6 +398,55 @@ class Ledger:
             # replaced in _write_rows), and _head() re-validates it against the stored head.
             return self._append_locked(db, self._head(branch), items)
 
+    def fork(
+        self, create: OpInput, *, parent: str = CANONICAL_BRANCH, genesis: dict[str, Any]
+    ) -> tuple[Appended, Appended]:
+        """Create a branch: a ``BRANCH_CREATE`` entry in ``parent`` and the branch's genesis.
+
+        The ledger adds the fork anchor to the operation's payload (``parent_branch_id`` and
+        ``fork: {seq, entry_hash, tree_size, tree_root}``: the parent's head just before the
+        BRANCH_CREATE entry) and starts the branch's own chain with a genesis whose ``prev`` is
+        the BRANCH_CREATE entry's hash (SPEC 8). ``create.payload["branch_id"]`` names the
+        branch; ``genesis`` holds the layer above's fields (type, expiry, ...). One
+        transaction: both entries land, or neither.
+
+        Raises:
+            ValidationError: if the op is not a BRANCH_CREATE or the branch id is invalid.
+            RefusedError: if the branch exists or a hook refuses.
+        """
+        if create.op_type != OpType.BRANCH_CREATE:
+            raise ValidationError("fork() takes a BRANCH_CREATE operation", field="op_type")
+        name = create.payload.get("branch_id")
+        if not isinstance(name, str) or not _BRANCH_NAME_RE.match(name):
+            raise ValidationError(
+                f"branch_id {name!r} must be 1-64 letters, digits and ._- (starting with a "
+                "letter or digit)",
+                field="payload.branch_id",
+            )
+        with self.store.write() as db:
+            if any(b.name == name for b in self.store.branches()):
+                raise RefusedError(f"a branch named {name!r} already exists")
+            head = self._head(parent)
+            fork = {
+                "entry_hash": bytes(head.row.head),
+                "seq": head.row.size - 1,
+                "tree_root": head.compact.root(),
+                "tree_size": head.row.size,
+            }
+            payload = {**create.payload, "fork": fork, "parent_branch_id": parent}
+            made = self._append_locked(db, head, [dataclasses.replace(create, payload=payload)])
+            anchor = made[0]
+            self.store.add_branch(name, anchor.entry_hash, parent=parent, anchor=anchor.seq)
+            body = {
+                **genesis,
+                "anchor": {"branch": parent, "entry_hash": anchor.entry_hash, "seq": anchor.seq},
+                "format": FORMAT_VERSION,
+                "ledger_id": self.ledger_id,
+                "origin": branch_origin(self.origin, name),
+            }
+            started = self._append_locked(db, self._head(name), [_Genesis(body, name)])
+        return anchor, started[0]
+
     @contextlib.contextmanager
     def bulk(self) -> Iterator[None]:
         """Group several ``append_batch`` calls into one transaction: all land, or none.
@@ -400,7 +458,7 @@ class Ledger:
             yield
 
     def _append_locked(
-        self, db: apsw.Connection, head: _Head, items: list[EventInput | OpInput]
+        self, db: apsw.Connection, head: _Head, items: Sequence[EventInput | OpInput | _Genesis]
     ) -> list[Appended]:
         branch = head.row.name
         start = head.row.size
@@ -413,13 +471,19 @@ class Ledger:
         batch_events: dict[bytes, int] = {}
         out: list[Appended] = []
         salts = os.urandom(SALT_SIZE * len(items))
-        queue: list[EventInput | OpInput] = list(reversed(items))
+        queue: list[EventInput | OpInput | _Genesis] = list(reversed(items))
         n = 0
         while queue:
             item = queue.pop()
             ts = item.ts if item.ts is not None else now_us()
             content: str | None = None
-            if isinstance(item, EventInput):
+            if isinstance(item, _Genesis):
+                if seq != 0:
+                    raise RefusedError(f"branch {branch!r} already has a genesis entry")
+                item_id = item.id
+                entry = build_entry(prev, seq, branch, ts, Kind.GENESIS, "GENESIS", item.body)
+                extras.append((None, None, None))
+            elif isinstance(item, EventInput):
                 if item.id is None:
                     item_id = new_uuid()  # UUIDv7: 74 random bits, no lookup needed
                     raw_id = _uuid_bytes(item_id)
@@ -440,6 +504,8 @@ class Ledger:
                 batch_events[raw_id] = entry_key(head.row.no, seq)
                 event_rows.append((raw_id, entry_key(head.row.no, seq)))
             else:
+                if seq == 0:
+                    raise RefusedError(f"branch {branch!r} has no genesis entry")
                 item_id = item.id or new_uuid()
                 body = item.body(item_id)
                 entry = build_entry(prev, seq, branch, ts, Kind.OP, item.op_type, body)

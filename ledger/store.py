@@ -55,7 +55,9 @@ CREATE TABLE IF NOT EXISTS branches(
     no INTEGER PRIMARY KEY,
     name TEXT NOT NULL UNIQUE,
     size INTEGER NOT NULL,
-    head BLOB NOT NULL
+    head BLOB NOT NULL,
+    parent TEXT,
+    anchor INTEGER
 ) STRICT;
 CREATE TABLE IF NOT EXISTS entries(
     k INTEGER PRIMARY KEY,
@@ -267,10 +269,32 @@ class Store:
             for r in self.db.execute("SELECT no, name, size, head FROM branches ORDER BY no")
         ]
 
-    def add_branch(self, name: str, head: bytes) -> BranchRow:
-        """Create an empty branch row (inside a write transaction) and return it."""
-        self.db.execute("INSERT INTO branches(name, size, head) VALUES(?, 0, ?)", (name, head))
+    def add_branch(
+        self, name: str, head: bytes, *, parent: str | None = None, anchor: int | None = None
+    ) -> BranchRow:
+        """Create an empty branch row (inside a write transaction) and return it.
+
+        ``head`` is what the branch's genesis links to: zeros for ``main``, the hash of the
+        ``BRANCH_CREATE`` entry (at seq ``anchor`` of ``parent``) for a fork.
+        """
+        self.db.execute(
+            "INSERT INTO branches(name, size, head, parent, anchor) VALUES(?, 0, ?, ?, ?)",
+            (name, head, parent, anchor),
+        )
         return self.branch(name)
+
+    def branch_parent(self, name: str) -> tuple[str | None, int | None]:
+        """Return ``(parent, anchor seq)`` of a branch (None, None for main).
+
+        Raises:
+            NotFoundError: if there is no such branch.
+        """
+        row = self.db.execute(
+            "SELECT parent, anchor FROM branches WHERE name = ?", (name,)
+        ).fetchone()
+        if row is None:
+            raise NotFoundError(f"no branch named {name!r}")
+        return row[0], row[1]
 
     def set_head(self, branch_no: int, size: int, head: bytes) -> None:
         """Move a branch's chain head (inside the write transaction that added the entries)."""

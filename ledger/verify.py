@@ -166,6 +166,9 @@ class _BranchRun:
     # event id -> (seq, stored erased_by), awaiting its TOMBSTONE
     erased: dict[str, tuple[int, int]] = field(default_factory=dict)
     tombstones: dict[str, int] = field(default_factory=dict)  # target id -> tombstone seq
+    genesis: Entry | None = None
+    # branch id -> the BRANCH_CREATE entry naming it and this tree's root just before it (7)
+    creates: dict[str, tuple[Entry, bytes]] = field(default_factory=dict)
 
 
 def audit(
@@ -185,7 +188,7 @@ def audit(
     holds and ``update_trusted`` is set, the newest checkpoint becomes the trusted one.
     """
     report = AuditReport()
-    report.steps_checked.update((1, 2, 3, 4, 5, 6, 10))
+    report.steps_checked.update((1, 2, 3, 4, 5, 6, 7, 10))
     for check in checks:
         report.steps_checked.update(check.steps)
     branches = store.branches()
@@ -196,6 +199,7 @@ def audit(
     verifiers, key_source = _trusted_verifiers(store, vkeys, trusted_log, report)
     report.trusted["keys"] = key_source
     _check_meta(store, report)
+    creates: dict[str, tuple[str, Entry, bytes, list[tuple[int, bytes]]]] = {}
     for b in branches:
         run = _BranchRun(b.name)
         b_origin = origin if b.name == CANONICAL_BRANCH else f"{origin}/branch/{b.name}"
@@ -306,6 +310,11 @@ def audit(
                     )
                 )
             report.trusted[b.name] = {"size": trusted_here.size}
+        # (7): branch anchors. Parents are verified before their forks (creation order).
+        for name, (create, root_before) in run.creates.items():
+            creates[name] = (b.name, create, root_before, cps)
+        if b.name != CANONICAL_BRANCH:
+            _check_anchor(store, b.name, run.genesis, creates.get(b.name), report)
     for check in checks:
         check.finish(report)
     if progress is not None:
@@ -313,6 +322,93 @@ def audit(
     if report.ok and update_trusted and trusted is not None:
         _remember(store, origin, trusted, verifiers)
     return report
+
+
+def _check_anchor(
+    store: Store,
+    branch: str,
+    genesis: Entry | None,
+    created: tuple[str, Entry, bytes, list[tuple[int, bytes]]] | None,
+    report: AuditReport,
+) -> None:
+    """(7): the BRANCH_CREATE is in the parent's signed tree and the branch genesis links to it.
+
+    Checks that a BRANCH_CREATE entry names the branch; that the genesis's ``prev`` and
+    ``anchor`` are that entry's hash and position; that the fork point recorded in the
+    BRANCH_CREATE payload (seq, entry_hash, tree_size, tree_root) is the parent's head just
+    before it; and, with an inclusion proof, that the entry is in the parent's newest signed
+    checkpoint that covers it.
+    """
+    if genesis is None:
+        report.add(Finding(7, "the branch has no genesis entry", branch, 0))
+        return
+    if created is None:
+        report.add(Finding(7, "no BRANCH_CREATE entry in any parent names this branch", branch, 0))
+        return
+    parent, create, root_before, parent_cps = created
+    anchor = genesis.body.get("anchor")
+    want = {"branch": parent, "entry_hash": create.hash, "seq": create.seq}
+    if genesis.prev != create.hash or anchor != want:
+        report.add(
+            Finding(
+                7,
+                f"the branch genesis does not link to its BRANCH_CREATE ({parent} entry "
+                f"{create.seq})",
+                branch,
+                0,
+                expected=create.hash.hex(),
+                actual=genesis.prev.hex(),
+            )
+        )
+    payload = create.body.get("payload", {})
+    fork = payload.get("fork") if isinstance(payload, dict) else None
+    want_fork = {
+        "entry_hash": create.prev,
+        "seq": create.seq - 1,
+        "tree_root": root_before,
+        "tree_size": create.seq,
+    }
+    if fork != want_fork or payload.get("parent_branch_id") != parent:
+        report.add(
+            Finding(
+                7,
+                "the fork point recorded by BRANCH_CREATE is not the parent's head before it",
+                parent,
+                create.seq,
+                expected=f"size {create.seq} root {root_before.hex()}",
+                actual=repr(fork),
+            )
+        )
+    covering = [(size, root) for size, root in parent_cps if size > create.seq]
+    if not covering:
+        report.add(
+            Finding(
+                7,
+                f"no signed checkpoint of {parent} covers the BRANCH_CREATE yet; "
+                "its inclusion was checked against the recomputed tree only",
+                branch,
+                0,
+                severity="note",
+            )
+        )
+        return
+    size, root = covering[-1]
+    try:
+        parent_no = store.branch(parent).no
+        proof = merkle.inclusion_proof(
+            create.seq, size, lambda ids: store.read_nodes(parent_no, ids)
+        )
+        merkle.verify_inclusion(create.hash, create.seq, size, proof, root)
+    except MemrootError as e:
+        report.add(
+            Finding(
+                7,
+                f"the BRANCH_CREATE entry is not provably in the signed "
+                f"checkpoint of size {size}: {e}",
+                parent,
+                create.seq,
+            )
+        )
 
 
 def verify(store: Store, **kwargs: Any) -> AuditReport:
@@ -488,6 +584,13 @@ def _check_row(
         )
     if (row.seq == 0) != (entry.kind is Kind.GENESIS):
         report.add(Finding(3, "a genesis entry must be exactly entry 0", branch, row.seq))
+    if entry.kind is Kind.GENESIS:
+        run.genesis = entry
+    elif entry.type == OpType.BRANCH_CREATE:
+        payload = entry.body.get("payload")
+        name = payload.get("branch_id") if isinstance(payload, dict) else None
+        if isinstance(name, str):
+            run.creates[name] = (entry, run.compact.root())
     # (4) content commitments and erasures.
     if entry.kind is Kind.EVENT:
         _check_content(run, branch, row, entry, report)

@@ -84,13 +84,21 @@ def test_roots_proofs_and_checkpoint():
         assert _mth(leaves[: int(size)]).hex() == root
     assert v["empty_root"] == hashlib.sha256(b"").hexdigest()
     inc = v["inclusion"]
-    merkle.verify_inclusion(leaves[inc["index"]], inc["index"], inc["size"],
-                            [bytes.fromhex(h) for h in inc["proof"]],
-                            bytes.fromhex(v["roots"][str(inc["size"])]))
+    merkle.verify_inclusion(
+        leaves[inc["index"]],
+        inc["index"],
+        inc["size"],
+        [bytes.fromhex(h) for h in inc["proof"]],
+        bytes.fromhex(v["roots"][str(inc["size"])]),
+    )
     con = v["consistency"]
-    merkle.verify_consistency(con["size1"], con["size2"], [bytes.fromhex(h) for h in con["proof"]],
-                              bytes.fromhex(v["roots"][str(con["size1"])]),
-                              bytes.fromhex(v["roots"][str(con["size2"])]))
+    merkle.verify_consistency(
+        con["size1"],
+        con["size2"],
+        [bytes.fromhex(h) for h in con["proof"]],
+        bytes.fromhex(v["roots"][str(con["size1"])]),
+        bytes.fromhex(v["roots"][str(con["size2"])]),
+    )
     cp = open_checkpoint(v["checkpoint_note"], [Verifier.from_vkey(v["vkey"])]).checkpoint
     assert cp.size == 4 and base64.b64encode(cp.root).decode() in v["checkpoint_note"]
     assert cp.root.hex() == v["roots"]["4"]

@@ -51,30 +51,69 @@ def render() -> str:
     data = CONTENT.encode()
     commitment = content_commitment(SALT, data)
     event = EventInput(
-        stream="session-1", actor_id="alice", actor_type="HUMAN_USER", role="USER",
-        content=CONTENT, namespace_id="alice-personal",
+        stream="session-1",
+        actor_id="alice",
+        actor_type="HUMAN_USER",
+        role="USER",
+        content=CONTENT,
+        namespace_id="alice-personal",
     )
-    entries.append(build_entry(entries[-1].hash, 1, "main", T0 + 1_000_000, Kind.EVENT,
-                               "EVENT", event.body(EVENT_ID, commitment)))
+    entries.append(
+        build_entry(
+            entries[-1].hash,
+            1,
+            "main",
+            T0 + 1_000_000,
+            Kind.EVENT,
+            "EVENT",
+            event.body(EVENT_ID, commitment),
+        )
+    )
     assert_op = OpInput(
-        op_type="ASSERT", actor_id="agent-7", actor_type="AI_AGENT",
-        namespace_id="alice-personal", policy_version="demo-policy/1",
+        op_type="ASSERT",
+        actor_id="agent-7",
+        actor_type="AI_AGENT",
+        namespace_id="alice-personal",
+        policy_version="demo-policy/1",
         target_type="MEMORY_OBJECT",
-        payload={"object_type": "PREFERENCE", "epistemic_type": "OBSERVED",
-                 "source_type": "USER_STATED", "evidence_ids": [EVENT_ID],
-                 "value": "Alice takes tea without sugar", "confidence": 0.9,
-                 "salience": 0.5},
+        payload={
+            "object_type": "PREFERENCE",
+            "epistemic_type": "OBSERVED",
+            "source_type": "USER_STATED",
+            "evidence_ids": [EVENT_ID],
+            "value": "Alice takes tea without sugar",
+            "confidence": 0.9,
+            "salience": 0.5,
+        },
     )
-    entries.append(build_entry(entries[-1].hash, 2, "main", T0 + 2_000_000, Kind.OP,
-                               "ASSERT", assert_op.body(ASSERT_ID)))
+    entries.append(
+        build_entry(
+            entries[-1].hash,
+            2,
+            "main",
+            T0 + 2_000_000,
+            Kind.OP,
+            "ASSERT",
+            assert_op.body(ASSERT_ID),
+        )
+    )
     tomb = OpInput(
-        op_type="TOMBSTONE", actor_id="alice", actor_type="HUMAN_USER",
-        namespace_id="alice-personal", policy_version="demo-policy/1",
-        payload={"target_event_id": EVENT_ID, "reason": "right to erasure",
-                 "policy_ref": "gdpr-art-17"},
+        op_type="TOMBSTONE",
+        actor_id="alice",
+        actor_type="HUMAN_USER",
+        namespace_id="alice-personal",
+        policy_version="demo-policy/1",
+        payload={
+            "target_event_id": EVENT_ID,
+            "reason": "right to erasure",
+            "policy_ref": "gdpr-art-17",
+        },
     )
-    entries.append(build_entry(entries[-1].hash, 3, "main", T0 + 3_000_000, Kind.OP,
-                               "TOMBSTONE", tomb.body(TOMB_ID)))
+    entries.append(
+        build_entry(
+            entries[-1].hash, 3, "main", T0 + 3_000_000, Kind.OP, "TOMBSTONE", tomb.body(TOMB_ID)
+        )
+    )
     leaves = [e.hash for e in entries]
     nodes: dict[tuple[int, int], bytes] = {(0, i): h for i, h in enumerate(leaves)}
     compact = merkle.CompactRange()
@@ -104,10 +143,16 @@ def render() -> str:
         ],
         "roots": {str(i + 1): r for i, r in enumerate(roots)},
         "empty_root": merkle.root_from_subtrees([]).hex(),
-        "inclusion": {"index": 1, "size": 4,
-                      "proof": [h.hex() for h in merkle.inclusion_proof(1, 4, read)]},
-        "consistency": {"size1": 2, "size2": 4,
-                        "proof": [h.hex() for h in merkle.consistency_proof(2, 4, read)]},
+        "inclusion": {
+            "index": 1,
+            "size": 4,
+            "proof": [h.hex() for h in merkle.inclusion_proof(1, 4, read)],
+        },
+        "consistency": {
+            "size1": 2,
+            "size2": 4,
+            "proof": [h.hex() for h in merkle.consistency_proof(2, 4, read)],
+        },
         "checkpoint_note": note,
     }
     return json.dumps(out, indent=2) + "\n"

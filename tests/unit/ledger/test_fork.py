@@ -1,0 +1,145 @@
+"""Branches at the ledger layer: BRANCH_CREATE anchors, branch chains and verify step 7."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import apsw
+import pytest
+
+from ledger import merkle
+from ledger.entries import Entry, EventInput, Kind, OpInput, build_entry
+from ledger.errors import RefusedError, ValidationError
+from ledger.hashing import leaf_hash
+from ledger.ledger import Ledger
+from ledger.store import entry_key, node_key
+from ledger.trust import TrustedState
+from ledger.verify import verify_path
+
+
+def _event(i: int) -> EventInput:
+    return EventInput(
+        stream="s",
+        actor_id="a",
+        actor_type="AI_AGENT",
+        role="USER",
+        content=f"event {i}",
+        namespace_id="ns",
+    )
+
+
+def _create(name: str) -> OpInput:
+    return OpInput(
+        op_type="BRANCH_CREATE",
+        actor_id="a",
+        actor_type="AI_AGENT",
+        namespace_id="ns",
+        policy_version="p/1",
+        payload={"branch_id": name, "branch_type": "SIMULATION", "purpose": "what if"},
+    )
+
+
+@pytest.fixture
+def forked(tmp_path: Path) -> Path:
+    path = tmp_path / "l.ledger"
+    with Ledger.init(path, origin="example.org/fork") as ledger:
+        ledger.append_batch([_event(i) for i in range(6)])
+        ledger.fork(_create("sim-1"), genesis={"branch_type": "SIMULATION"})
+        ledger.append_batch([_event(i) for i in range(4)], branch="sim-1")
+        ledger.append_batch([_event(i) for i in range(3)])
+        ledger.checkpoint()
+        ledger.checkpoint("sim-1")
+    return path
+
+
+def test_fork_anchors_branch_genesis_to_branch_create(forked: Path):
+    """The branch genesis links to the BRANCH_CREATE entry, which records the fork point."""
+    with Ledger.open(forked) as ledger:
+        create = ledger.entry(7)
+        genesis = ledger.entry(0, "sim-1")
+        assert create.type == "BRANCH_CREATE"
+        assert genesis.kind is Kind.GENESIS and genesis.prev == create.hash
+        fork = create.body["payload"]["fork"]
+        assert fork == {
+            "seq": 6,
+            "entry_hash": ledger.entry(6).hash,
+            "tree_size": 7,
+            "tree_root": ledger.root(7),
+        }
+        assert genesis.body["anchor"] == {"branch": "main", "seq": 7, "entry_hash": create.hash}
+
+
+def test_branch_writes_never_reach_parent(forked: Path):
+    """Entries appended on a branch stay in the branch's own chain and tree."""
+    with Ledger.open(forked) as ledger:
+        assert ledger.size("sim-1") == 5
+        assert ledger.size() == 11
+        assert all(e.branch == "main" for e in ledger.entries())
+        assert all(e.branch == "sim-1" for e in ledger.entries(branch="sim-1"))
+
+
+def test_forked_ledger_verifies_including_nested_branches(forked: Path, tmp_path: Path):
+    """A ledger with a branch of a branch passes every step, step 7 included."""
+    with Ledger.open(forked) as ledger:
+        ledger.fork(_create("plan-2"), parent="sim-1", genesis={"branch_type": "PLANNING"})
+        ledger.append(_event(9), branch="plan-2")
+        ledger.checkpoint("sim-1")
+    report = verify_path(forked, trusted=TrustedState(tmp_path / "t.json"))
+    assert report.ok, [str(f) for f in report.findings]
+    assert 7 in report.steps_checked and report.branches == 3
+
+
+def test_fork_refuses_existing_name_and_bad_op(forked: Path):
+    """A second branch with the same id, or a fork from a non-BRANCH_CREATE op, is refused."""
+    with Ledger.open(forked) as ledger:
+        size = ledger.size()
+        with pytest.raises(RefusedError, match="already exists"):
+            ledger.fork(_create("sim-1"), genesis={})
+        with pytest.raises(ValidationError):
+            ledger.fork(
+                OpInput(
+                    op_type="ASSERT",
+                    actor_id="a",
+                    actor_type="AI_AGENT",
+                    namespace_id="ns",
+                    payload={"branch_id": "x"},
+                    policy_version="p",
+                ),
+                genesis={},
+            )
+        with pytest.raises(ValidationError, match="branch_id"):
+            ledger.fork(_create("bad name!"), genesis={})
+        assert ledger.size() == size
+
+
+def test_branch_anchor_altered(forked: Path, tmp_path: Path):
+    """A branch re-anchored elsewhere (chain and tree recomputed) is caught by step 7."""
+    db = apsw.Connection(str(forked))
+    no = db.execute("SELECT no FROM branches WHERE name='sim-1'").fetchone()[0]
+    rows = db.execute(
+        "SELECT k, data FROM entries WHERE k >= ? AND k < ? ORDER BY k",
+        (entry_key(no, 0), entry_key(no + 1, 0)),
+    ).fetchall()
+    fake_prev = bytes(32)
+    compact = merkle.CompactRange()
+    db.execute("BEGIN")
+    db.execute(
+        "DELETE FROM nodes WHERE k >= ? AND k < ?", (node_key(no, 0, 0), node_key(no + 1, 0, 0))
+    )
+    for k, data in rows:
+        e = Entry.from_bytes(data)
+        body = dict(e.body)
+        if e.kind is Kind.GENESIS:
+            body["anchor"] = {**body["anchor"], "seq": 3, "entry_hash": fake_prev}
+        new = build_entry(fake_prev, e.seq, e.branch, e.ts, e.kind, e.type, body)
+        db.execute("UPDATE entries SET data=?, hash=? WHERE k=?", (new.raw, new.hash, k))
+        for level, index, h in compact.append(leaf_hash(new.raw)):
+            db.execute("INSERT INTO nodes VALUES(?, ?)", (node_key(no, level, index), h))
+        fake_prev = new.hash
+    db.execute("UPDATE branches SET head=? WHERE no=?", (fake_prev, no))
+    db.execute("DELETE FROM checkpoints WHERE branch=?", (no,))
+    db.execute("COMMIT")
+    db.close()
+    report = verify_path(forked, trusted=TrustedState(tmp_path / "t.json"))
+    step7 = [f for f in report.findings if f.step == 7]
+    assert step7 and step7[0].branch == "sim-1" and step7[0].seq == 0
