@@ -114,6 +114,16 @@ class EntryRow:
     erased_by: int | None
 
 
+# Text is read as bytes and decoded here: apsw raises UnicodeDecodeError for a stored text
+# value that is not UTF-8 (a damaged or edited file), which would escape every caller. Bad
+# bytes become U+FFFD, so the value differs from anything genuine and verify reports it.
+_AS_BLOB: Final = "CASE WHEN typeof({0}) = 'text' THEN CAST({0} AS BLOB) ELSE {0} END"
+
+
+def _utf8(raw: bytes) -> str:
+    return bytes(raw).decode("utf-8", "replace")
+
+
 def _storage_error(e: apsw.Error, path: Path) -> StorageError:
     if isinstance(e, apsw.FullError):
         return StorageError(f"disk full while writing {path}: nothing was written")
@@ -242,8 +252,13 @@ class Store:
 
     def meta(self, key: str) -> Any:
         """Return a meta value, or None."""
-        row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return None if row is None else row[0]
+        row = self.db.execute(
+            f"SELECT typeof(value) = 'text', {_AS_BLOB.format('value')} FROM meta WHERE key = ?",
+            (key,),
+        ).fetchone()
+        if row is None:
+            return None
+        return _utf8(row[1]) if row[0] else row[1]
 
     def set_meta(self, key: str, value: Any) -> None:
         """Set a meta value (inside a write transaction)."""
@@ -256,17 +271,19 @@ class Store:
             NotFoundError: if there is no such branch.
         """
         row = self.db.execute(
-            "SELECT no, name, size, head FROM branches WHERE name = ?", (name,)
+            "SELECT no, CAST(name AS BLOB), size, head FROM branches WHERE name = ?", (name,)
         ).fetchone()
         if row is None:
             raise NotFoundError(f"no branch named {name!r}")
-        return BranchRow(*row)
+        return BranchRow(row[0], _utf8(row[1]), row[2], row[3])
 
     def branches(self) -> list[BranchRow]:
         """Return every branch, in creation order."""
         return [
-            BranchRow(*r)
-            for r in self.db.execute("SELECT no, name, size, head FROM branches ORDER BY no")
+            BranchRow(r[0], _utf8(r[1]), r[2], r[3])
+            for r in self.db.execute(
+                "SELECT no, CAST(name AS BLOB), size, head FROM branches ORDER BY no"
+            )
         ]
 
     def add_branch(
@@ -414,9 +431,10 @@ class Store:
     def checkpoints(self, branch_no: int) -> list[tuple[int, bytes, str]]:
         """Return ``(size, root, note)`` of every stored checkpoint of a branch, by size."""
         return [
-            (int(s), bytes(r), str(n))
+            (int(s), bytes(r), _utf8(n))
             for s, r, n in self.db.execute(
-                "SELECT size, root, note FROM checkpoints WHERE branch = ? ORDER BY size",
+                "SELECT size, root, CAST(note AS BLOB) FROM checkpoints WHERE branch = ? "
+                "ORDER BY size",
                 (branch_no,),
             )
         ]
@@ -424,10 +442,11 @@ class Store:
     def latest_checkpoint(self, branch_no: int) -> tuple[int, bytes, str] | None:
         """Return the stored checkpoint with the largest size, or None."""
         row = self.db.execute(
-            "SELECT size, root, note FROM checkpoints WHERE branch = ? ORDER BY size DESC LIMIT 1",
+            "SELECT size, root, CAST(note AS BLOB) FROM checkpoints WHERE branch = ? "
+            "ORDER BY size DESC LIMIT 1",
             (branch_no,),
         ).fetchone()
-        return None if row is None else (int(row[0]), bytes(row[1]), str(row[2]))
+        return None if row is None else (int(row[0]), bytes(row[1]), _utf8(row[2]))
 
 
 def fsync_dir(path: Path) -> None:
