@@ -25,7 +25,16 @@ import cbor2
 
 from ledger.errors import DecodeError
 
-__all__ = ["MAX_INT", "MIN_INT", "check", "decode", "encode", "encode_array_head"]
+__all__ = [
+    "MAX_INT",
+    "MIN_INT",
+    "check",
+    "decode",
+    "encode",
+    "encode_array_head",
+    "encode_normalized",
+    "normalize",
+]
 
 MAX_INT = 2**64 - 1
 MIN_INT = -(2**64)
@@ -62,6 +71,44 @@ def check(value: Any) -> None:
         _scan(value)
     except _Refused as e:
         raise (TypeError if e.is_type else ValueError)(str(e)) from None
+
+
+def normalize(value: Any) -> tuple[Any, bool]:
+    """Check ``value`` and return a copy with every map in canonical key order.
+
+    The second item is True when the value holds no float, so that ``encode_normalized`` can
+    use the fast plain encoder. Inputs are normalised once, when they are validated.
+
+    Raises:
+        TypeError: for a type outside the data model or a non-text map key.
+        ValueError: for a NaN or infinite float, an integer outside 64 bits, deep nesting.
+    """
+    check(value)
+    return _sorted_copy(value)
+
+
+def _sorted_copy(value: Any) -> tuple[Any, bool]:
+    kind = type(value)
+    if kind is dict:
+        out = {}
+        no_float = True
+        for key in sorted(value, key=_key_order):
+            out[key], ok = _sorted_copy(value[key])
+            no_float = no_float and ok
+        return out, no_float
+    if kind is list:
+        items = [_sorted_copy(v) for v in value]
+        return [v for v, _ in items], all(ok for _, ok in items)
+    return value, kind is not float
+
+
+def encode_normalized(value: Any, no_float: bool) -> bytes:
+    """Encode a value already checked, with every map in canonical key order (no re-scan).
+
+    ``no_float`` must be True only when the value holds no float (see ``normalize``): the
+    plain encoder then emits exactly the canonical bytes.
+    """
+    return cbor2.dumps(value) if no_float else cbor2.dumps(value, canonical=True)
 
 
 def encode_array_head(length: int) -> bytes:

@@ -139,16 +139,29 @@ class Entry:
 
 
 def build_entry(
-    prev: bytes, seq: int, branch: str, ts: int, kind: Kind, type_: str, body: dict[str, Any]
+    prev: bytes,
+    seq: int,
+    branch: str,
+    ts: int,
+    kind: Kind,
+    type_: str,
+    body: dict[str, Any],
+    *,
+    plain: bool | None = None,
 ) -> Entry:
     """Encode a new entry canonically and return it with its hash.
 
+    ``plain`` is for bodies built by this module from validated inputs, whose maps are already
+    in canonical key order (``EventInput.body``, ``OpInput.body``): True when they hold no
+    float. It lets the encoder skip re-checking the body; None checks everything.
+
     Raises:
-        ValidationError: if the encoded body exceeds ``MAX_BODY_BYTES``.
+        ValidationError: if the encoded entry exceeds the size limit.
         TypeError, ValueError: if a value is outside the data model (a programming mistake;
             inputs are validated before they get here).
     """
-    raw = encoding.encode([FORMAT_VERSION, prev, seq, branch, ts, kind.value, type_, body])
+    value = [FORMAT_VERSION, prev, seq, branch, ts, kind.value, type_, body]
+    raw = encoding.encode(value) if plain is None else encoding.encode_normalized(value, plain)
     if len(raw) > MAX_BODY_BYTES + 1024:
         raise ValidationError(
             f"entry is {len(raw)} bytes; the limit is {MAX_BODY_BYTES} for the body", field="body"
@@ -228,6 +241,7 @@ def _ts(obj: Mapping[str, Any]) -> int | None:
 
 
 def _map(obj: Mapping[str, Any], name: str, *, required: bool) -> dict[str, Any] | None:
+    """Validate an object-valued field; return it normalised (maps in canonical key order)."""
     value = obj.get(name)
     if value is None:
         if required:
@@ -236,10 +250,21 @@ def _map(obj: Mapping[str, Any], name: str, *, required: bool) -> dict[str, Any]
     if type(value) is not dict:
         raise ValidationError(f"{name} must be an object, got {type(value).__name__}", field=name)
     try:
-        encoding.check(value)
+        normalized, _ = encoding.normalize(value)
     except (TypeError, ValueError) as e:
         raise ValidationError(f"{name} holds a value memroot cannot store: {e}", field=name) from e
-    return value
+    return normalized  # type: ignore[no-any-return]
+
+
+def _has_float(value: Any) -> bool:
+    kind = type(value)
+    if kind is float:
+        return True
+    if kind is dict:
+        return any(_has_float(v) for v in value.values())
+    if kind is list:
+        return any(_has_float(v) for v in value)
+    return False
 
 
 def _no_extra(obj: Mapping[str, Any], allowed: frozenset[str], what: str) -> None:
@@ -248,6 +273,32 @@ def _no_extra(obj: Mapping[str, Any], allowed: frozenset[str], what: str) -> Non
         raise ValidationError(f"unknown field {extra[0]!r} in {what}", field=extra[0])
 
 
+_EVENT_INPUT_FIELDS: Final = (
+    "stream",
+    "actor_id",
+    "actor_type",
+    "role",
+    "content",
+    "namespace_id",
+    "metadata",
+    "parent_event_id",
+    "id",
+    "ts",
+    "context",
+)
+_OP_INPUT_FIELDS: Final = (
+    "op_type",
+    "actor_id",
+    "actor_type",
+    "namespace_id",
+    "payload",
+    "policy_version",
+    "target_id",
+    "target_type",
+    "id",
+    "ts",
+    "context",
+)
 _EVENT_FIELDS: Final = frozenset(
     {
         "kind",
@@ -305,9 +356,18 @@ class EventInput:
     id: str | None = None
     ts: int | None = None
     context: dict[str, Any] | None = None
+    plain: bool = field(default=True, init=False, repr=False, compare=False)
+    """True when no float is present: the entry body encodes with the fast plain encoder."""
 
     def __post_init__(self) -> None:
-        parse_event({k: getattr(self, k) for k in self.__slots__ if getattr(self, k) is not None})
+        fields = parse_event(
+            {k: getattr(self, k) for k in _EVENT_INPUT_FIELDS if getattr(self, k) is not None}
+        )
+        for name in ("metadata", "context"):
+            object.__setattr__(self, name, fields[name])
+        object.__setattr__(
+            self, "plain", not (_has_float(self.metadata) or _has_float(self.context))
+        )
 
     def body(self, event_id: str, commitment: bytes) -> dict[str, Any]:
         """Return the entry body for this event (the content replaced by its commitment)."""
@@ -349,9 +409,18 @@ class OpInput:
     id: str | None = None
     ts: int | None = None
     context: dict[str, Any] | None = None
+    plain: bool = field(default=True, init=False, repr=False, compare=False)
+    """True when no float is present: the entry body encodes with the fast plain encoder."""
 
     def __post_init__(self) -> None:
-        parse_op({k: getattr(self, k) for k in self.__slots__ if getattr(self, k) is not None})
+        fields = parse_op(
+            {k: getattr(self, k) for k in _OP_INPUT_FIELDS if getattr(self, k) is not None}
+        )
+        for name in ("payload", "context"):
+            object.__setattr__(self, name, fields[name])
+        object.__setattr__(
+            self, "plain", not (_has_float(self.payload) or _has_float(self.context))
+        )
 
     def body(self, op_id: str) -> dict[str, Any]:
         """Return the entry body for this operation."""
@@ -448,10 +517,11 @@ def parse_input(obj: Any) -> EventInput | OpInput:
     if not isinstance(obj, dict):
         raise ValidationError(f"an entry request must be a JSON object, got {type(obj).__name__}")
     kind = obj.get("kind")
+    fields = {k: v for k, v in obj.items() if k != "kind" and v is not None}
     if kind == "event":
-        fields = parse_event(obj)
-        return EventInput(**{k: v for k, v in fields.items() if v is not None})
+        _no_extra(obj, _EVENT_FIELDS, "an event")
+        return EventInput(**fields)  # validated in __post_init__
     if kind == "op":
-        fields = parse_op(obj)
-        return OpInput(**{k: v for k, v in fields.items() if v is not None})
+        _no_extra(obj, _OP_FIELDS, "an operation")
+        return OpInput(**fields)
     raise ValidationError(f"kind must be 'event' or 'op', got {kind!r}", field="kind")

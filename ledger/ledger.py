@@ -356,14 +356,18 @@ class Ledger:
         """Return the RFC 9162 consistency proof between tree sizes ``size1`` and ``size2``.
 
         Raises:
-            RefusedError: if the sizes are out of order or exceed the branch's size.
+            RefusedError: if ``size1`` is 0, the sizes are out of order or exceed the
+                branch's size.
         """
         with self.store.read():
             row = self.store.branch(branch)
             size2 = row.size if size2 is None else size2
             _check_size(size2, row.size)
-            if not 0 <= size1 <= size2:
-                raise RefusedError(f"consistency needs 0 <= size1 <= size2, got {size1}, {size2}")
+            if not 0 < size1 <= size2:
+                raise RefusedError(
+                    f"consistency needs 0 < size1 <= size2, got {size1}, {size2} (every tree "
+                    "extends the empty one, so a proof from size 0 would prove nothing)"
+                )
             return merkle.consistency_proof(size1, size2, self._reader(row.no))
 
     # -- appends -------------------------------------------------------------------------------
@@ -499,7 +503,9 @@ class Ledger:
                 content = item.content
                 data = content.encode("utf-8")
                 body = item.body(item_id, content_commitment(salt, data))
-                entry = build_entry(prev, seq, branch, ts, Kind.EVENT, "EVENT", body)
+                entry = build_entry(
+                    prev, seq, branch, ts, Kind.EVENT, "EVENT", body, plain=item.plain
+                )
                 extras.append((content_digest(data), salt, data))
                 batch_events[raw_id] = entry_key(head.row.no, seq)
                 event_rows.append((raw_id, entry_key(head.row.no, seq)))
@@ -508,7 +514,9 @@ class Ledger:
                     raise RefusedError(f"branch {branch!r} has no genesis entry")
                 item_id = item.id or new_uuid()
                 body = item.body(item_id)
-                entry = build_entry(prev, seq, branch, ts, Kind.OP, item.op_type, body)
+                entry = build_entry(
+                    prev, seq, branch, ts, Kind.OP, item.op_type, body, plain=item.plain
+                )
                 extras.append((None, None, None))
                 if item.op_type == OpType.TOMBSTONE:
                     self._tombstone(head.row.no, entry, batch_events, entries, extras, start)
