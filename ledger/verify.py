@@ -20,32 +20,43 @@ Two ways to verify: ``audit`` never raises for bad data and lists every finding 
 ``AuditReport``; ``verify`` raises an ``IntegrityError`` for the first. Both stream the
 entries in bounded chunks, so memory stays flat whatever the ledger's size. Steps 7-9 plug in
 as ``ReplayCheck`` objects that see every entry in order.
+
+The steps read a ``LedgerSource``: a SQLite ``Store`` (``audit``), or an auditor's bundle
+(``ledger.audit``). This module imports no storage driver, so the offline verifier runs with
+the standard library, cbor2 and cryptography only; the checks of stored caches (leaf hashes,
+interior nodes, content addresses) apply to sources that keep such caches.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ledger import merkle
 from ledger.entries import CANONICAL_BRANCH, ZERO_HASH, Entry, Kind
 from ledger.errors import DecodeError, IntegrityError, MemrootError, ProofError
 from ledger.hashing import content_commitment, content_digest, leaf_hash
 from ledger.note import Verifier, open_checkpoint
-from ledger.store import EntryRow, Store, node_key
 from ledger.trust import TrustedLog, TrustedState
 from ledger.vocab import OpType
+
+if TYPE_CHECKING:
+    from ledger.store import Store
 
 __all__ = [
     "MAX_FINDINGS",
     "STEPS",
     "AuditReport",
+    "BranchLike",
     "Finding",
+    "LedgerSource",
     "Progress",
     "ReplayCheck",
+    "RowLike",
     "audit",
+    "audit_source",
     "verify",
 ]
 
@@ -155,6 +166,132 @@ class ReplayCheck(Protocol):
         """Compare what was replayed with what is stored; add findings to ``report``."""
 
 
+class RowLike(Protocol):
+    """One stored entry as the auditor reads it (``ledger.store.EntryRow`` or a bundle row)."""
+
+    @property
+    def seq(self) -> int:
+        """The position the source stores the entry at."""
+
+    @property
+    def hash(self) -> bytes | None:
+        """The cached leaf hash, or None when the source keeps no cache."""
+
+    @property
+    def data(self) -> bytes:
+        """The exact entry bytes."""
+
+    @property
+    def digest(self) -> bytes | None:
+        """The content address (BLAKE3 of the content), when the source keeps one."""
+
+    @property
+    def salt(self) -> bytes | None:
+        """The event's commitment salt, or None when erased (or no event)."""
+
+    @property
+    def content(self) -> bytes | None:
+        """The event's content bytes, or None when erased (or no event)."""
+
+    @property
+    def erased_by(self) -> int | None:
+        """The seq of the TOMBSTONE that erased the content, if any."""
+
+
+class BranchLike(Protocol):
+    """A branch's chain head as the source records it."""
+
+    @property
+    def no(self) -> int:
+        """The source's number for the branch (creation order)."""
+
+    @property
+    def name(self) -> str:
+        """The branch name."""
+
+    @property
+    def size(self) -> int:
+        """The number of entries the source claims."""
+
+    @property
+    def head(self) -> bytes:
+        """The hash of the last entry the source claims."""
+
+
+class LedgerSource(Protocol):
+    """What the auditor reads; ``Store`` methods of the same names, or a bundle reader."""
+
+    @property
+    def has_caches(self) -> bool:
+        """True when rows carry cached leaf hashes and content addresses and tree nodes exist."""
+
+    def branches(self) -> Sequence[BranchLike]:
+        """Return every branch, parents before their forks."""
+
+    def branch(self, name: str) -> BranchLike:
+        """Return one branch by name (``NotFoundError`` if absent)."""
+
+    def iter_entry_rows(self, branch_no: int) -> Iterable[RowLike]:
+        """Yield a branch's rows in seq order (``MemrootError`` if the source is unreadable)."""
+
+    def entry_row(self, branch_no: int, seq: int) -> RowLike:
+        """Return one row (``NotFoundError`` if absent)."""
+
+    def checkpoints(self, branch_no: int) -> list[tuple[int, bytes, str]]:
+        """Return ``(size, root, note)`` of every signed checkpoint, by size."""
+
+    def latest_checkpoint(self, branch_no: int) -> tuple[int, bytes, str] | None:
+        """Return the checkpoint with the largest size, or None."""
+
+    def meta(self, key: str) -> Any:
+        """Return a ledger-wide value the source serves (``ledger_id``, ``origin``, ...)."""
+
+    def read_nodes(self, branch_no: int, ids: Sequence[tuple[int, int]]) -> list[bytes]:
+        """Return stored complete-subtree hashes (only called when ``has_caches``)."""
+
+    def node_mismatches(
+        self, branch_no: int, nodes: Sequence[tuple[int, int, bytes]]
+    ) -> list[tuple[int, int, bytes, bytes | None]]:
+        """Return ``(level, index, recomputed, stored)`` for cached nodes that differ."""
+
+
+class _StoreSource:
+    """A SQLite ``Store`` seen as a ``LedgerSource`` (it keeps every cache)."""
+
+    has_caches = True
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.branches = store.branches
+        self.branch = store.branch
+        self.iter_entry_rows = store.iter_entry_rows
+        self.entry_row = store.entry_row
+        self.checkpoints = store.checkpoints
+        self.latest_checkpoint = store.latest_checkpoint
+        self.meta = store.meta
+        self.read_nodes = store.read_nodes
+
+    def node_mismatches(
+        self, branch_no: int, nodes: Sequence[tuple[int, int, bytes]]
+    ) -> list[tuple[int, int, bytes, bytes | None]]:
+        from ledger.store import node_key
+
+        stored: dict[int, bytes] = {}
+        keys = [node_key(branch_no, level, index) for level, index, _ in nodes]
+        for part in range(0, len(keys), 500):
+            chunk = keys[part : part + 500]
+            marks = ",".join("?" * len(chunk))
+            for k, h in self.store.db.execute(
+                f"SELECT k, h FROM nodes WHERE k IN ({marks})", chunk
+            ):
+                stored[k] = bytes(h)
+        return [
+            (level, index, h, stored.get(k))
+            for (level, index, h), k in zip(nodes, keys, strict=True)
+            if stored.get(k) != h
+        ]
+
+
 @dataclass(slots=True)
 class _BranchRun:
     """The verifier's running state over one branch."""
@@ -166,6 +303,7 @@ class _BranchRun:
     # event id -> (seq, stored erased_by), awaiting its TOMBSTONE
     erased: dict[str, tuple[int, int]] = field(default_factory=dict)
     tombstones: dict[str, int] = field(default_factory=dict)  # target id -> tombstone seq
+    caches: bool = True  # the source keeps leaf hashes and content addresses to check
     genesis: Entry | None = None
     # branch id -> the BRANCH_CREATE entry naming it and this tree's root just before it (7)
     creates: dict[str, tuple[Entry, bytes]] = field(default_factory=dict)
@@ -187,6 +325,28 @@ def audit(
     (trust on first use, reported as a note) from the ledger's own genesis. When every step
     holds and ``update_trusted`` is set, the newest checkpoint becomes the trusted one.
     """
+    return audit_source(
+        _StoreSource(store),
+        origin=origin,
+        trusted=trusted,
+        vkeys=vkeys,
+        checks=checks,
+        progress=progress,
+        update_trusted=update_trusted,
+    )
+
+
+def audit_source(
+    store: LedgerSource,
+    *,
+    origin: str,
+    trusted: TrustedState | None = None,
+    vkeys: Sequence[str] = (),
+    checks: Sequence[ReplayCheck] = (),
+    progress: Progress | None = None,
+    update_trusted: bool = True,
+) -> AuditReport:
+    """Run every ledger step over any ``LedgerSource`` (a store or a bundle); see ``audit``."""
     report = AuditReport()
     report.steps_checked.update((1, 2, 3, 4, 5, 6, 7, 10))
     for check in checks:
@@ -201,7 +361,7 @@ def audit(
     _check_meta(store, report)
     creates: dict[str, tuple[str, Entry, bytes, list[tuple[int, bytes]]]] = {}
     for b in branches:
-        run = _BranchRun(b.name)
+        run = _BranchRun(b.name, caches=store.has_caches)
         b_origin = origin if b.name == CANONICAL_BRANCH else f"{origin}/branch/{b.name}"
         cps = _checkpoints(store, b.no, b.name, b_origin, verifiers, report)
         trusted_here = (
@@ -216,21 +376,22 @@ def audit(
         if next_target == 0:
             roots[0] = run.compact.root()
             next_target = next(t_iter, None)
-        pending_nodes: list[tuple[int, bytes]] = []
+        pending_nodes: list[tuple[int, int, bytes]] = []
         for row in store.iter_entry_rows(b.no):
             leaf = _check_row(run, b.name, row, report, checks)
-            for level, index, h in run.compact.append(leaf):
-                pending_nodes.append((node_key(b.no, level, index), h))
-            if len(pending_nodes) >= 4096:
-                _check_nodes(store, b.name, pending_nodes, report)
-                pending_nodes.clear()
+            new_nodes = run.compact.append(leaf)
+            if run.caches and new_nodes:
+                pending_nodes.extend(new_nodes)
+                if len(pending_nodes) >= 4096:
+                    _check_nodes(store, b.no, b.name, pending_nodes, report)
+                    pending_nodes.clear()
             while next_target is not None and run.compact.size == next_target:
                 roots[next_target] = run.compact.root()
                 next_target = next(t_iter, None)
             done += 1
             if progress is not None and done % 8192 == 0:
                 progress(done, total)
-        _check_nodes(store, b.name, pending_nodes, report)
+        _check_nodes(store, b.no, b.name, pending_nodes, report)
         report.entries += run.expected_seq
         # (2) and (3): the stored chain head must describe what is stored.
         if b.size != run.expected_seq or bytes(b.head) != run.prev:
@@ -325,7 +486,7 @@ def audit(
 
 
 def _check_anchor(
-    store: Store,
+    store: LedgerSource,
     branch: str,
     genesis: Entry | None,
     created: tuple[str, Entry, bytes, list[tuple[int, bytes]]] | None,
@@ -392,6 +553,10 @@ def _check_anchor(
             )
         )
         return
+    if not store.has_caches:
+        # No node cache to prove from: the entry is one of the leaves whose recomputed root
+        # matched the signed one at every checkpoint size (step 5), which is inclusion.
+        return
     size, root = covering[-1]
     try:
         parent_no = store.branch(parent).no
@@ -427,7 +592,10 @@ def verify(store: Store, **kwargs: Any) -> AuditReport:
 
 
 def _trusted_verifiers(
-    store: Store, vkeys: Sequence[str], trusted_log: TrustedLog | None, report: AuditReport
+    store: LedgerSource,
+    vkeys: Sequence[str],
+    trusted_log: TrustedLog | None,
+    report: AuditReport,
 ) -> tuple[list[Verifier], str]:
     if vkeys:
         keys, source = list(vkeys), "given"
@@ -452,7 +620,7 @@ def _trusted_verifiers(
     return verifiers, source
 
 
-def _genesis_keys(store: Store) -> list[str]:
+def _genesis_keys(store: LedgerSource) -> list[str]:
     try:
         row = store.entry_row(store.branch(CANONICAL_BRANCH).no, 0)
         keys = Entry.from_bytes(row.data).body.get("keys", [])
@@ -464,7 +632,7 @@ def _genesis_keys(store: Store) -> list[str]:
 _GENESIS_META: Final = ("ledger_id", "origin", "snapshot_every")
 
 
-def _check_meta(store: Store, report: AuditReport) -> None:
+def _check_meta(store: LedgerSource, report: AuditReport) -> None:
     """(5): the meta values the ledger serves are copies of its genesis entry (a cache)."""
     try:
         genesis = Entry.from_bytes(store.entry_row(store.branch(CANONICAL_BRANCH).no, 0).data)
@@ -486,7 +654,7 @@ def _check_meta(store: Store, report: AuditReport) -> None:
 
 
 def _checkpoints(
-    store: Store,
+    store: LedgerSource,
     branch_no: int,
     branch: str,
     origin: str,
@@ -520,7 +688,7 @@ def _checkpoints(
 def _check_row(
     run: _BranchRun,
     branch: str,
-    row: EntryRow,
+    row: RowLike,
     report: AuditReport,
     checks: Sequence[ReplayCheck],
 ) -> bytes:
@@ -540,7 +708,7 @@ def _check_row(
                 actual=str(row.seq),
             )
         )
-    if bytes(row.hash) != computed:
+    if row.hash is not None and bytes(row.hash) != computed:
         report.add(
             Finding(
                 5,
@@ -642,7 +810,7 @@ def _check_row(
 
 
 def _check_content(
-    run: _BranchRun, branch: str, row: EntryRow, entry: Entry, report: AuditReport
+    run: _BranchRun, branch: str, row: RowLike, entry: Entry, report: AuditReport
 ) -> None:
     event_id = str(entry.body.get("id"))
     commitment = entry.body.get("content_commitment")
@@ -687,6 +855,8 @@ def _check_content(
                 actual=got.hex(),
             )
         )
+    if not run.caches:
+        return
     digest = content_digest(data)
     if row.digest is None or bytes(row.digest) != digest:
         report.add(
@@ -702,35 +872,32 @@ def _check_content(
 
 
 def _check_nodes(
-    store: Store, branch: str, nodes: list[tuple[int, bytes]], report: AuditReport
+    store: LedgerSource,
+    branch_no: int,
+    branch: str,
+    nodes: list[tuple[int, int, bytes]],
+    report: AuditReport,
 ) -> None:
     """(5): stored interior nodes must equal the recomputed ones (they serve proofs)."""
     if not nodes:
         return
-    stored: dict[int, bytes] = {}
-    keys = [k for k, _ in nodes]
-    for part in range(0, len(keys), 500):
-        chunk = keys[part : part + 500]
-        marks = ",".join("?" * len(chunk))
-        for k, h in store.db.execute(f"SELECT k, h FROM nodes WHERE k IN ({marks})", chunk):
-            stored[k] = bytes(h)
-    for k, h in nodes:
-        if stored.get(k) != h:
-            level, index = (k >> 42) & 0x3F, k & ((1 << 42) - 1)
-            report.add(
-                Finding(
-                    5,
-                    f"stored tree node (level {level}, index {index}) does not "
-                    "match the recomputed tree",
-                    branch,
-                    ((index + 1) << level) - 1,  # the entry whose append completed the node
-                    expected=h.hex(),
-                    actual=stored[k].hex() if k in stored else "missing",
-                )
+    for level, index, h, stored in store.node_mismatches(branch_no, nodes):
+        report.add(
+            Finding(
+                5,
+                f"stored tree node (level {level}, index {index}) does not "
+                "match the recomputed tree",
+                branch,
+                ((index + 1) << level) - 1,  # the entry whose append completed the node
+                expected=h.hex(),
+                actual=stored.hex() if stored is not None else "missing",
             )
+        )
 
 
-def _remember(store: Store, origin: str, trusted: TrustedState, verifiers: list[Verifier]) -> None:
+def _remember(
+    store: LedgerSource, origin: str, trusted: TrustedState, verifiers: list[Verifier]
+) -> None:
     """After a clean audit, trust the newest checkpoint of every branch."""
     vkeys = tuple(v.vkey() for v in verifiers)
     for b in store.branches():
@@ -749,13 +916,15 @@ def _remember(store: Store, origin: str, trusted: TrustedState, verifiers: list[
     trusted.save()
 
 
-def iter_rows(store: Store, branch_no: int) -> Iterator[EntryRow]:
+def iter_rows(store: Store, branch_no: int) -> Iterator[RowLike]:
     """Yield a branch's rows (a seam for tests and the bundle verifier)."""
     yield from store.iter_entry_rows(branch_no)
 
 
 def verify_path(path: Path, **kwargs: Any) -> AuditReport:
     """Open the ledger at ``path`` read-only and ``audit`` it (``kwargs`` as for audit)."""
+    from ledger.store import Store
+
     store = Store(path)
     try:
         origin = str(store.meta("origin"))
