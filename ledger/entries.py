@@ -518,10 +518,12 @@ def parse_input(obj: Any) -> EventInput | OpInput:
         raise ValidationError(f"an entry request must be a JSON object, got {type(obj).__name__}")
     kind = obj.get("kind")
     fields = {k: v for k, v in obj.items() if k != "kind" and v is not None}
+    # Every field is passed, absent ones as None, so that a missing required field reaches
+    # __post_init__ (a ValidationError naming it) instead of failing the call (a TypeError).
     if kind == "event":
         _no_extra(obj, _EVENT_FIELDS, "an event")
-        return EventInput(**fields)  # validated in __post_init__
+        return EventInput(**{**dict.fromkeys(_EVENT_INPUT_FIELDS), **fields})
     if kind == "op":
         _no_extra(obj, _OP_FIELDS, "an operation")
-        return OpInput(**fields)
+        return OpInput(**{**dict.fromkeys(_OP_INPUT_FIELDS), **fields})
     raise ValidationError(f"kind must be 'event' or 'op', got {kind!r}", field="kind")
