@@ -8,7 +8,7 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, BinaryIO
 
 import click
 
@@ -144,16 +144,23 @@ def append(ctx: Context, entry: str | None, as_json: bool) -> None:
     _print_appended([rows], as_json)
 
 
-def _read_lines(f: TextIO) -> Iterator[tuple[int, str]]:
-    for number, line in enumerate(f, 1):
-        if len(line) > MAX_JSON_LINE:
-            raise DecodeError(f"line {number}: longer than {MAX_JSON_LINE} characters")
+def _read_lines(f: BinaryIO) -> Iterator[tuple[int, str]]:
+    # Bytes decoded line by line: a text-mode file raises UnicodeDecodeError (a traceback,
+    # and for a whole buffered chunk, so with no usable line number) on bytes that are not
+    # UTF-8.
+    for number, raw in enumerate(f, 1):
+        if len(raw) > MAX_JSON_LINE:
+            raise DecodeError(f"line {number}: longer than {MAX_JSON_LINE} bytes")
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise DecodeError(f"line {number}: not UTF-8 text ({e.reason})") from e
         if line.strip():
             yield number, line
 
 
 @cli.command("import")
-@click.argument("file", type=click.File("r", encoding="utf-8"))
+@click.argument("file", type=click.File("rb"))
 @click.option(
     "--batch-size",
     type=click.IntRange(1, 100_000),
@@ -163,7 +170,7 @@ def _read_lines(f: TextIO) -> Iterator[tuple[int, str]]:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
-def import_(ctx: Context, file: TextIO, batch_size: int, as_json: bool) -> None:
+def import_(ctx: Context, file: BinaryIO, batch_size: int, as_json: bool) -> None:
     """Append every line of a JSON Lines file, all or nothing.
 
     The whole file lands in one transaction: a bad line (named by its number) leaves the
