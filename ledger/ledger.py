@@ -142,6 +142,7 @@ class Ledger:
         self._signer: Signer | None = None
         self._heads: dict[str, _Head] = {}
         self._pending_erasures: list[tuple[int, int]] = []
+        self._forking = False
         self.ledger_id: str = str(store.meta("ledger_id"))
         self.origin: str = str(store.meta("origin"))
         self.snapshot_every: int = int(store.meta("snapshot_every"))
@@ -438,7 +439,11 @@ class Ledger:
                 "tree_size": head.row.size,
             }
             payload = {**create.payload, "fork": fork, "parent_branch_id": parent}
-            made = self._append_locked(db, head, [dataclasses.replace(create, payload=payload)])
+            self._forking = True
+            try:
+                made = self._append_locked(db, head, [dataclasses.replace(create, payload=payload)])
+            finally:
+                self._forking = False
             anchor = made[0]
             self.store.add_branch(name, anchor.entry_hash, parent=parent, anchor=anchor.seq)
             body = {
@@ -512,6 +517,11 @@ class Ledger:
             else:
                 if seq == 0:
                     raise RefusedError(f"branch {branch!r} has no genesis entry")
+                if item.op_type == OpType.BRANCH_CREATE and not self._forking:
+                    raise RefusedError(
+                        "BRANCH_CREATE is appended only by fork() (`memroot branch create`), "
+                        "which also starts the branch's chain"
+                    )
                 item_id = item.id or new_uuid()
                 body = item.body(item_id)
                 entry = build_entry(

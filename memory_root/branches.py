@@ -1,0 +1,625 @@
+"""Branch policy (RFC-0012): types, expiry, resource limits, close/discard/archive, GC.
+
+The ledger layer forks chains (``Ledger.fork``: a ``BRANCH_CREATE`` in the parent anchors the
+branch's own chain and tree). This module adds what RFC-0012 asks of a branch on top:
+
+- every branch has a type (SIMULATION, COUNTERFACTUAL, PLANNING, SANDBOX, TEST) and an expiry
+  policy ``{max_age_days, max_events?, max_storage_mb?, on_expiry}``; defaults per type, which
+  a ``BRANCH_POLICY`` operation can change per namespace; a branch with no expiry is refused;
+- limits: open branches per user (10) and per system (100), storage per user (500 MB), all
+  configurable (``BranchLimits``); a refused creation names the limit and the branches the
+  user could close;
+- ``BRANCH_CLOSE`` operations (in the parent) close, discard, archive or expire a branch;
+  nothing more can be appended to a branch that is not OPEN;
+- ``gc(now)`` (meant to run daily, idempotent): expired branches handled per ``on_expiry``,
+  branches 7 days past their max age force-closed, branches over max_events closed.
+
+Branch state is derived from ledger entries by ``BranchRegistry`` (an ``AppendHook``) into the
+``branch_meta`` table, in the same transaction as the append, so it rebuilds by replay. Time
+comes from entries' ``ts`` (deterministic) and, for GC, from an injectable clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import apsw
+
+from ledger.entries import CANONICAL_BRANCH, Entry, Kind, OpInput, new_uuid, now_us
+from ledger.errors import NotFoundError, RefusedError, ValidationError
+from ledger.ledger import Appended, Ledger
+from ledger.store import BRANCH_SHIFT
+from ledger.vocab import ActorType, BranchType, OpType
+
+__all__ = [
+    "CLOSE_ACTIONS",
+    "DAY_US",
+    "DEFAULT_EXPIRY_DAYS",
+    "FORCE_CLOSE_GRACE_DAYS",
+    "MERGEABLE_TYPES",
+    "BranchInfo",
+    "BranchLimits",
+    "BranchRegistry",
+    "Expiry",
+    "close_branch",
+    "create_branch",
+    "gc",
+    "get_branch",
+    "list_branches",
+    "set_branch_policy",
+]
+
+DAY_US: Final = 86_400 * 1_000_000
+FORCE_CLOSE_GRACE_DAYS: Final = 7
+DEFAULT_EXPIRY_DAYS: Final[dict[str, int | None]] = {
+    BranchType.SIMULATION.value: 7,
+    BranchType.COUNTERFACTUAL.value: 7,
+    BranchType.PLANNING.value: 30,
+    BranchType.SANDBOX.value: 14,
+    BranchType.TEST.value: 1,
+}
+MERGEABLE_TYPES: Final = frozenset({BranchType.SIMULATION.value, BranchType.PLANNING.value})
+ON_EXPIRY: Final = ("ARCHIVE_BRANCH", "DISCARD_BRANCH")
+CLOSE_ACTIONS: Final = ("CLOSE", "DISCARD", "ARCHIVE", "MERGED")
+_STATE_AFTER: Final = {
+    "CLOSE": "CLOSED",
+    "DISCARD": "DISCARDED",
+    "ARCHIVE": "ARCHIVED",
+    "MERGED": "CLOSED",
+    "ARCHIVE_BRANCH": "ARCHIVED",
+    "DISCARD_BRANCH": "DISCARDED",
+}
+_POLICY_VERSION: Final = "memroot-branches/1"
+
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS branch_meta(
+    branch_id TEXT PRIMARY KEY,
+    parent TEXT NOT NULL,
+    type TEXT NOT NULL,
+    purpose TEXT NOT NULL,
+    created_by TEXT NOT NULL,
+    namespace_id TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    fork_size INTEGER NOT NULL,
+    max_age_days INTEGER NOT NULL,
+    max_events INTEGER,
+    max_storage_mb INTEGER,
+    on_expiry TEXT NOT NULL,
+    state TEXT NOT NULL,
+    closed_at INTEGER,
+    closed_reason TEXT,
+    create_seq INTEGER NOT NULL
+) STRICT;
+CREATE TABLE IF NOT EXISTS branch_policy(
+    namespace_id TEXT NOT NULL,
+    branch_type TEXT NOT NULL,
+    max_age_days INTEGER,
+    PRIMARY KEY(namespace_id, branch_type)
+) STRICT;
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class BranchLimits:
+    """RFC-0012 section 7 resource limits (all configurable)."""
+
+    per_user: int = 10
+    per_system: int = 100
+    storage_mb_per_user: int = 500
+
+
+@dataclass(frozen=True, slots=True)
+class Expiry:
+    """RFC-0012 section 4 BranchExpiry. ``max_age_days`` is required (no unbounded branch)."""
+
+    max_age_days: int
+    on_expiry: str = "ARCHIVE_BRANCH"
+    max_events: int | None = None
+    max_storage_mb: int | None = None
+
+    def __post_init__(self) -> None:
+        if type(self.max_age_days) is not int or self.max_age_days < 1:
+            raise ValidationError(
+                "expiry.max_age_days must be a positive number of days: every branch expires",
+                field="expiry.max_age_days",
+            )
+        if self.on_expiry not in ON_EXPIRY:
+            raise ValidationError(
+                f"expiry.on_expiry must be one of {', '.join(ON_EXPIRY)}",
+                field="expiry.on_expiry",
+            )
+        for name in ("max_events", "max_storage_mb"):
+            value = getattr(self, name)
+            if value is not None and (type(value) is not int or value < 1):
+                raise ValidationError(
+                    f"expiry.{name} must be a positive integer", field=f"expiry.{name}"
+                )
+
+    def to_payload(self) -> dict[str, Any]:
+        """Return the expiry as stored in the BRANCH_CREATE payload."""
+        out: dict[str, Any] = {"max_age_days": self.max_age_days, "on_expiry": self.on_expiry}
+        if self.max_events is not None:
+            out["max_events"] = self.max_events
+        if self.max_storage_mb is not None:
+            out["max_storage_mb"] = self.max_storage_mb
+        return out
+
+    @classmethod
+    def from_payload(cls, value: Any) -> Expiry:
+        """Parse the expiry of a BRANCH_CREATE payload.
+
+        Raises:
+            ValidationError: if it is missing or malformed.
+        """
+        if not isinstance(value, dict) or value.get("max_age_days") is None:
+            raise ValidationError(
+                "a branch needs an expiry policy with max_age_days (unbounded branches are "
+                "not permitted)",
+                field="payload.expiry",
+            )
+        extra = set(value) - {"max_age_days", "on_expiry", "max_events", "max_storage_mb"}
+        if extra:
+            raise ValidationError(
+                f"unknown expiry field {sorted(extra)[0]!r}", field="payload.expiry"
+            )
+        return cls(
+            value["max_age_days"],
+            value.get("on_expiry", "ARCHIVE_BRANCH"),
+            value.get("max_events"),
+            value.get("max_storage_mb"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BranchInfo:
+    """A branch's policy record and state, as derived from the ledger."""
+
+    branch_id: str
+    parent: str
+    type: str
+    purpose: str
+    created_by: str
+    namespace_id: str
+    created_at: int
+    fork_size: int
+    expiry: Expiry
+    state: str
+    closed_at: int | None
+    closed_reason: str | None
+    create_seq: int
+
+    @property
+    def expires_at(self) -> int:
+        """When the branch expires (microseconds since the epoch)."""
+        return self.created_at + self.expiry.max_age_days * DAY_US
+
+    def to_json(self) -> dict[str, Any]:
+        """Return a JSON-ready dict."""
+        return {
+            "branch_id": self.branch_id,
+            "parent": self.parent,
+            "type": self.type,
+            "purpose": self.purpose,
+            "created_by": self.created_by,
+            "namespace_id": self.namespace_id,
+            "created_at": self.created_at,
+            "expires_at": self.expires_at,
+            "fork_size": self.fork_size,
+            "expiry": self.expiry.to_payload(),
+            "state": self.state,
+            "closed_at": self.closed_at,
+            "closed_reason": self.closed_reason,
+            "create_seq": self.create_seq,
+        }
+
+
+def _info(row: Sequence[Any]) -> BranchInfo:
+    return BranchInfo(
+        branch_id=row[0],
+        parent=row[1],
+        type=row[2],
+        purpose=row[3],
+        created_by=row[4],
+        namespace_id=row[5],
+        created_at=row[6],
+        fork_size=row[7],
+        expiry=Expiry(row[8], row[11], row[9], row[10]),
+        state=row[12],
+        closed_at=row[13],
+        closed_reason=row[14],
+        create_seq=row[15],
+    )
+
+
+_COLUMNS: Final = (
+    "branch_id, parent, type, purpose, created_by, namespace_id, created_at, fork_size, "
+    "max_age_days, max_events, max_storage_mb, on_expiry, state, closed_at, closed_reason, "
+    "create_seq"
+)
+
+
+class BranchRegistry:
+    """``AppendHook`` keeping ``branch_meta`` in step with BRANCH_* operations.
+
+    It validates BRANCH_CREATE (type, expiry, limits), BRANCH_CLOSE and BRANCH_POLICY payloads
+    at append and refuses any entry appended to a branch that is not OPEN.
+    """
+
+    def __init__(self, limits: BranchLimits | None = None) -> None:
+        """Use ``limits`` (RFC-0012 defaults when None)."""
+        self.limits = limits or BranchLimits()
+
+    def install(self, db: apsw.Connection) -> None:
+        """Create the branch tables if missing."""
+        db.execute(_SCHEMA)
+
+    def apply(
+        self, db: apsw.Connection, ledger: Ledger, entry: Entry, content: str | None
+    ) -> list[OpInput]:
+        """Validate and fold one entry (see the class docstring)."""
+        if entry.branch != CANONICAL_BRANCH:
+            row = db.execute(
+                "SELECT state FROM branch_meta WHERE branch_id = ?", (entry.branch,)
+            ).fetchone()
+            if row is not None and row[0] != "OPEN":
+                raise RefusedError(
+                    f"branch {entry.branch!r} is {row[0]}: nothing more can be appended to it"
+                )
+        if entry.kind is not Kind.OP:
+            return []
+        if entry.type == OpType.BRANCH_CREATE:
+            self._create(db, ledger, entry)
+        elif entry.type == OpType.BRANCH_CLOSE:
+            self._close(db, entry)
+        elif entry.type == OpType.BRANCH_POLICY:
+            self._policy(db, entry)
+        return []
+
+    def _create(self, db: apsw.Connection, ledger: Ledger, entry: Entry) -> None:
+        p = entry.body["payload"]
+        btype = p.get("branch_type")
+        if btype not in DEFAULT_EXPIRY_DAYS:
+            raise ValidationError(
+                f"branch_type {btype!r} must be one of {', '.join(DEFAULT_EXPIRY_DAYS)} "
+                "(CANONICAL always exists)",
+                field="payload.branch_type",
+            )
+        purpose = p.get("purpose")
+        if not isinstance(purpose, str) or not purpose.strip():
+            raise ValidationError("a branch needs a purpose", field="payload.purpose")
+        expiry = Expiry.from_payload(p.get("expiry"))
+        actor = entry.body["actor_id"]
+        self._check_limits(db, ledger, actor)
+        fork = p.get("fork", {})
+        db.execute(
+            f"INSERT INTO branch_meta({_COLUMNS}) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                p["branch_id"],
+                p.get("parent_branch_id", entry.branch),
+                btype,
+                purpose,
+                actor,
+                entry.body["namespace_id"],
+                entry.ts,
+                int(fork.get("tree_size", entry.seq)),
+                expiry.max_age_days,
+                expiry.max_events,
+                expiry.max_storage_mb,
+                expiry.on_expiry,
+                "OPEN",
+                None,
+                None,
+                entry.seq,
+            ),
+        )
+
+    def _check_limits(self, db: apsw.Connection, ledger: Ledger, actor: str) -> None:
+        """RFC-0012 section 7: refuse, naming the limit and branches the user could close."""
+        open_rows: list[Any] = db.execute(
+            "SELECT branch_id, created_by, purpose FROM branch_meta WHERE state = 'OPEN' "
+            "ORDER BY created_at"
+        ).fetchall()
+        mine = [r for r in open_rows if r[1] == actor]
+        hint = (
+            "; close or discard one of: "
+            + ", ".join(f"{r[0]} ({r[2]})" for r in (mine or open_rows)[:10])
+            if open_rows
+            else ""
+        )
+        if len(mine) >= self.limits.per_user:
+            raise RefusedError(
+                f"limit reached: {actor} has {len(mine)} open branches "
+                f"(max_concurrent_branches_per_user = {self.limits.per_user})" + hint
+            )
+        if len(open_rows) >= self.limits.per_system:
+            raise RefusedError(
+                f"limit reached: {len(open_rows)} open branches in the system "
+                f"(max_concurrent_branches_per_system = "
+                f"{self.limits.per_system})" + hint
+            )
+        used = sum(_branch_bytes(db, r[0]) for r in mine)
+        if used >= self.limits.storage_mb_per_user * 1024 * 1024:
+            raise RefusedError(
+                f"limit reached: {actor}'s open branches hold "
+                f"{used / 1048576:.1f} MB (branch_storage_quota_per_user_mb = "
+                f"{self.limits.storage_mb_per_user})" + hint
+            )
+
+    def _close(self, db: apsw.Connection, entry: Entry) -> None:
+        p = entry.body["payload"]
+        branch_id, action = p.get("branch_id"), p.get("action")
+        if action not in _STATE_AFTER:
+            raise ValidationError(
+                f"BRANCH_CLOSE action must be one of {', '.join(_STATE_AFTER)}",
+                field="payload.action",
+            )
+        row = db.execute(
+            "SELECT state, parent FROM branch_meta WHERE branch_id = ?", (branch_id,)
+        ).fetchone()
+        if row is None:
+            raise NotFoundError(f"no branch {branch_id!r} to close")
+        if row[0] != "OPEN":
+            raise RefusedError(f"branch {branch_id!r} is already {row[0]}")
+        if row[1] != entry.branch:
+            raise RefusedError(f"BRANCH_CLOSE of {branch_id!r} belongs in its parent {row[1]!r}")
+        db.execute(
+            "UPDATE branch_meta SET state = ?, closed_at = ?, closed_reason = ? "
+            "WHERE branch_id = ?",
+            (_STATE_AFTER[action], entry.ts, str(p.get("reason", action)), branch_id),
+        )
+
+    def _policy(self, db: apsw.Connection, entry: Entry) -> None:
+        p = entry.body["payload"]
+        days = p.get("expiry_days")
+        if not isinstance(days, dict) or not days:
+            raise ValidationError(
+                "BRANCH_POLICY needs expiry_days: {BRANCH_TYPE: days|null}",
+                field="payload.expiry_days",
+            )
+        for btype, value in days.items():
+            if btype not in DEFAULT_EXPIRY_DAYS:
+                raise ValidationError(f"unknown branch type {btype!r}", field="payload.expiry_days")
+            if value is not None and (type(value) is not int or value < 1):
+                raise ValidationError(
+                    f"expiry days for {btype} must be a positive integer or null (no default)",
+                    field="payload.expiry_days",
+                )
+            db.execute(
+                "INSERT OR REPLACE INTO branch_policy VALUES(?, ?, ?)",
+                (entry.body["namespace_id"], btype, value),
+            )
+
+
+def _branch_bytes(db: apsw.Connection, branch_id: str) -> int:
+    """Bytes held by a branch's entries and content (a range scan of that branch only)."""
+    found: Any = db.execute("SELECT no FROM branches WHERE name = ?", (branch_id,)).fetchone()
+    if found is None:
+        return 0
+    no = int(found[0])
+    row: Any = db.execute(
+        "SELECT coalesce(sum(length(data) + coalesce(length(content), 0)), 0) "
+        "FROM entries WHERE k >= ? AND k < ?",
+        (no << BRANCH_SHIFT, (no + 1) << BRANCH_SHIFT),
+    ).fetchone()
+    return int(row[0])
+
+
+def default_expiry_days(db: apsw.Connection, namespace_id: str, branch_type: str) -> int | None:
+    """Return the default max age for a branch type in a namespace (None: no default)."""
+    row = db.execute(
+        "SELECT max_age_days FROM branch_policy WHERE namespace_id = ? AND branch_type = ?",
+        (namespace_id, branch_type),
+    ).fetchone()
+    return DEFAULT_EXPIRY_DAYS.get(branch_type) if row is None else row[0]
+
+
+def _registry(ledger: Ledger) -> BranchRegistry:
+    for hook in ledger.hooks:
+        if isinstance(hook, BranchRegistry):
+            return hook
+    raise ValueError("the ledger was opened without a BranchRegistry hook")
+
+
+def create_branch(
+    ledger: Ledger,
+    *,
+    branch_type: str,
+    purpose: str,
+    actor_id: str,
+    actor_type: str = ActorType.AI_AGENT.value,
+    namespace_id: str = "default",
+    parent: str = CANONICAL_BRANCH,
+    expiry: Expiry | None = None,
+    expiry_days: int | None = None,
+    branch_id: str | None = None,
+    memory_root: bytes | None = None,
+    policy_version: str = _POLICY_VERSION,
+) -> tuple[Appended, Appended]:
+    """Fork a branch with its RFC-0012 policy; return (BRANCH_CREATE, branch genesis).
+
+    The expiry is ``expiry``, else ``expiry_days`` (with on_expiry ARCHIVE_BRANCH), else the
+    namespace's default for the type, else the built-in default; a branch with none is refused.
+
+    Raises:
+        ValidationError: a bad type, purpose or expiry; RefusedError: a limit is reached (the
+            message names it and branches to close), the parent is not open, the id exists.
+    """
+    _registry(ledger)
+    if expiry is None:
+        days = expiry_days
+        if days is None:
+            days = default_expiry_days(ledger.store.db, namespace_id, branch_type)
+        if days is None:
+            raise ValidationError(
+                f"no expiry policy for a {branch_type} branch in namespace {namespace_id!r}: "
+                "give --expiry-days (unbounded branches are not permitted)",
+                field="expiry",
+            )
+        expiry = Expiry(days)
+    name = branch_id or f"{branch_type.lower()[:4]}-{new_uuid()[-12:]}"
+    payload: dict[str, Any] = {
+        "branch_id": name,
+        "branch_type": branch_type,
+        "created_by": actor_id,
+        "expiry": expiry.to_payload(),
+        "purpose": purpose,
+    }
+    if memory_root is not None:
+        payload["memory_root"] = memory_root
+    op = OpInput(
+        op_type=OpType.BRANCH_CREATE.value,
+        actor_id=actor_id,
+        actor_type=actor_type,
+        namespace_id=namespace_id,
+        payload=payload,
+        policy_version=policy_version,
+        target_id=name,
+        target_type="BRANCH",
+    )
+    return ledger.fork(op, parent=parent, genesis={"branch_type": branch_type})
+
+
+def close_branch(
+    ledger: Ledger,
+    branch_id: str,
+    *,
+    action: str = "CLOSE",
+    reason: str,
+    actor_id: str,
+    actor_type: str = ActorType.HUMAN_USER.value,
+    namespace_id: str | None = None,
+) -> Appended:
+    """Close, discard or archive an open branch: a BRANCH_CLOSE entry in its parent.
+
+    Raises:
+        NotFoundError: no such branch; RefusedError: it is not open; ValidationError: action.
+    """
+    info = get_branch(ledger, branch_id)
+    op = OpInput(
+        op_type=OpType.BRANCH_CLOSE.value,
+        actor_id=actor_id,
+        actor_type=actor_type,
+        namespace_id=namespace_id or info.namespace_id,
+        payload={"action": action, "branch_id": branch_id, "reason": reason},
+        policy_version=_POLICY_VERSION,
+        target_id=branch_id,
+        target_type="BRANCH",
+    )
+    return ledger.append(op, branch=info.parent)
+
+
+def set_branch_policy(
+    ledger: Ledger,
+    namespace_id: str,
+    expiry_days: dict[str, int | None],
+    *,
+    actor_id: str,
+    actor_type: str = ActorType.HUMAN_USER.value,
+) -> Appended:
+    """Record per-namespace default expiry days for branch types (None: no default).
+
+    Raises:
+        ValidationError: for an unknown type or a bad number of days.
+    """
+    op = OpInput(
+        op_type=OpType.BRANCH_POLICY.value,
+        actor_id=actor_id,
+        actor_type=actor_type,
+        namespace_id=namespace_id,
+        payload={"expiry_days": expiry_days},
+        policy_version=_POLICY_VERSION,
+    )
+    return ledger.append(op)
+
+
+def get_branch(ledger: Ledger, branch_id: str) -> BranchInfo:
+    """Return a branch's policy record.
+
+    Raises:
+        NotFoundError: if there is no such branch.
+    """
+    row = ledger.store.db.execute(
+        f"SELECT {_COLUMNS} FROM branch_meta WHERE branch_id = ?", (branch_id,)
+    ).fetchone()
+    if row is None:
+        raise NotFoundError(f"no branch {branch_id!r}")
+    return _info(row)
+
+
+def list_branches(ledger: Ledger, *, state: str | None = None) -> list[BranchInfo]:
+    """Return every branch record (optionally only those in ``state``), oldest first."""
+    sql = f"SELECT {_COLUMNS} FROM branch_meta"
+    args: tuple[Any, ...] = ()
+    if state is not None:
+        sql += " WHERE state = ?"
+        args = (state,)
+    return [_info(r) for r in ledger.store.db.execute(sql + " ORDER BY created_at", args)]
+
+
+@dataclass(frozen=True, slots=True)
+class GcAction:
+    """One thing ``gc`` did."""
+
+    branch_id: str
+    action: str
+    reason: str
+    seq: int
+
+
+def gc(
+    ledger: Ledger,
+    *,
+    now: int | None = None,
+    clock: Callable[[], int] = now_us,
+    actor_id: str = "memroot-gc",
+) -> list[GcAction]:
+    """Process expired branches (RFC-0012 section 7); idempotent, meant to run daily.
+
+    A branch past its max age is handled per ``on_expiry`` (ARCHIVE_BRANCH or DISCARD_BRANCH);
+    one 7 days past it is force-closed (CLOSE) whatever its on_expiry; one over ``max_events``
+    or ``max_storage_mb`` is closed. Each action is a BRANCH_CLOSE entry in the parent.
+    """
+    t = clock() if now is None else now
+    done: list[GcAction] = []
+    for info in list_branches(ledger, state="OPEN"):
+        action, reason = None, ""
+        if t >= info.expires_at + FORCE_CLOSE_GRACE_DAYS * DAY_US:
+            action, reason = (
+                "CLOSE",
+                (
+                    f"forced close: {FORCE_CLOSE_GRACE_DAYS} days past "
+                    f"max age of {info.expiry.max_age_days} days"
+                ),
+            )
+        elif t >= info.expires_at:
+            action = info.expiry.on_expiry
+            reason = f"expired: max age of {info.expiry.max_age_days} days reached"
+        elif (
+            info.expiry.max_events is not None
+            and ledger.size(info.branch_id) - 1 > info.expiry.max_events
+        ):
+            action, reason = "CLOSE", f"max_events {info.expiry.max_events} exceeded"
+        elif (
+            info.expiry.max_storage_mb is not None
+            and _branch_bytes(ledger.store.db, info.branch_id)
+            > info.expiry.max_storage_mb * 1048576
+        ):
+            action, reason = "CLOSE", f"max_storage_mb {info.expiry.max_storage_mb} exceeded"
+        if action is None:
+            continue
+        op = OpInput(
+            op_type=OpType.BRANCH_CLOSE.value,
+            actor_id=actor_id,
+            actor_type=ActorType.SYSTEM_PROCESS.value,
+            namespace_id=info.namespace_id,
+            payload={"action": action, "branch_id": info.branch_id, "reason": reason},
+            policy_version=_POLICY_VERSION,
+            target_id=info.branch_id,
+            target_type="BRANCH",
+            ts=t,
+        )
+        made = ledger.append(op, branch=info.parent)
+        done.append(GcAction(info.branch_id, action, reason, made.seq))
+    return done
