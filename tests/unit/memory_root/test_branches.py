@@ -121,9 +121,7 @@ def test_per_system_and_storage_limits(tmp_path: Path):
     path = tmp_path / "l.ledger"
     Ledger.init(path, hooks=[BranchRegistry()]).close()
     with _open(path, BranchLimits(per_user=10, per_system=3, storage_mb_per_user=1)) as led:
-        first, _ = create_branch(
-            led, branch_type="SANDBOX", purpose="big", actor_id="u1", branch_id="big"
-        )
+        create_branch(led, branch_type="SANDBOX", purpose="big", actor_id="u1", branch_id="big")
         led.append(
             EventInput(
                 stream="s",
