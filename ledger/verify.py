@@ -377,20 +377,32 @@ def audit_source(
             roots[0] = run.compact.root()
             next_target = next(t_iter, None)
         pending_nodes: list[tuple[int, int, bytes]] = []
-        for row in store.iter_entry_rows(b.no):
-            leaf = _check_row(run, b.name, row, report, checks)
-            new_nodes = run.compact.append(leaf)
-            if run.caches and new_nodes:
-                pending_nodes.extend(new_nodes)
-                if len(pending_nodes) >= 4096:
-                    _check_nodes(store, b.no, b.name, pending_nodes, report)
-                    pending_nodes.clear()
-            while next_target is not None and run.compact.size == next_target:
-                roots[next_target] = run.compact.root()
-                next_target = next(t_iter, None)
-            done += 1
-            if progress is not None and done % 8192 == 0:
-                progress(done, total)
+        try:
+            for row in store.iter_entry_rows(b.no):
+                leaf = _check_row(run, b.name, row, report, checks)
+                new_nodes = run.compact.append(leaf)
+                if run.caches and new_nodes:
+                    pending_nodes.extend(new_nodes)
+                    if len(pending_nodes) >= 4096:
+                        _check_nodes(store, b.no, b.name, pending_nodes, report)
+                        pending_nodes.clear()
+                while next_target is not None and run.compact.size == next_target:
+                    roots[next_target] = run.compact.root()
+                    next_target = next(t_iter, None)
+                done += 1
+                if progress is not None and done % 8192 == 0:
+                    progress(done, total)
+        except MemrootError as e:
+            # (1) an unreadable source (a damaged file or bundle) ends this branch's scan;
+            # everything after it is unverified, and the report says where.
+            report.add(
+                Finding(
+                    1,
+                    f"entries cannot be read after entry {run.expected_seq - 1}: {e}",
+                    b.name,
+                    run.expected_seq,
+                )
+            )
         _check_nodes(store, b.no, b.name, pending_nodes, report)
         report.entries += run.expected_seq
         # (2) and (3): the stored chain head must describe what is stored.
@@ -662,8 +674,13 @@ def _checkpoints(
     report: AuditReport,
 ) -> list[tuple[int, bytes]]:
     """(6): open every stored checkpoint note; return the (size, root) pairs that verify."""
-    out = []
-    for size, root, note in store.checkpoints(branch_no):
+    out: list[tuple[int, bytes]] = []
+    try:
+        stored = store.checkpoints(branch_no)
+    except MemrootError as e:
+        report.add(Finding(6, f"the checkpoints cannot be read: {e}", branch))
+        return out
+    for size, root, note in stored:
         last = size - 1 if size > 0 else None  # the newest entry the checkpoint covers
         try:
             cp = open_checkpoint(note, verifiers, origin=origin).checkpoint
