@@ -6,10 +6,11 @@ here, in one place.
 
 from __future__ import annotations
 
+from ledger.bundle import BundleReader, BundleSection
 from ledger.ledger import AppendHook, Ledger
 from ledger.verify import ReplayCheck
 
-__all__ = ["default_hooks", "replay_checks"]
+__all__ = ["bundle_checks", "bundle_sections", "default_hooks", "replay_checks"]
 
 
 def default_hooks() -> list[AppendHook]:
@@ -19,4 +20,14 @@ def default_hooks() -> list[AppendHook]:
 
 def replay_checks(ledger: Ledger) -> list[ReplayCheck]:
     """Return the checks of steps 7-9 that ``verify`` runs over a ledger."""
+    return []
+
+
+def bundle_sections(ledger: Ledger) -> list[BundleSection]:
+    """Return the sections of the layers above that ``export`` writes into a bundle."""
+    return []
+
+
+def bundle_checks(bundle: BundleReader) -> list[ReplayCheck]:
+    """Return the checks of steps 7-9 that ``audit`` runs over a bundle (reading its sections)."""
     return []
