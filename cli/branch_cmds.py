@@ -1,3 +1,247 @@
-"""CLI commands of one capability (registered on the `memroot` group by import)."""
+"""Branch commands (RFC-0012): ``memroot branch create|list|show|close|discard|archive``, ``gc``."""
 
 from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import click
+
+from cli.commands import open_ledger
+from cli.main import Context, cli, emit, pass_ctx
+from ledger.vocab import ActorType, BranchType
+from memory_root.branches import (
+    DEFAULT_EXPIRY_DAYS,
+    BranchInfo,
+    Expiry,
+    close_branch,
+    create_branch,
+    gc,
+    get_branch,
+    list_branches,
+)
+
+__all__ = ["branch"]
+
+_TYPES = [t.value for t in BranchType if t is not BranchType.CANONICAL]
+_ACTOR_TYPES = [t.value for t in ActorType]
+
+
+def _when(us: int | None) -> str:
+    if us is None:
+        return "-"
+    return dt.datetime.fromtimestamp(us / 1e6, dt.UTC).isoformat(timespec="seconds")
+
+
+def _info_json(ctx_ledger: Any, info: BranchInfo) -> dict[str, Any]:
+    data = info.to_json()
+    data["size"] = ctx_ledger.size(info.branch_id)
+    data["expires"] = _when(info.expires_at)
+    return data
+
+
+@cli.group()
+def branch() -> None:
+    """Hash-anchored forks of memory for simulation and planning (RFC-0012).
+
+    Example: memroot -l agent.ledger branch create --type SIMULATION --purpose "what if X"
+    """
+
+
+@branch.command("create")
+@click.option(
+    "--type", "branch_type", type=click.Choice(_TYPES), required=True, help="Branch type."
+)
+@click.option("--purpose", required=True, help="Why the branch exists.")
+@click.option("--parent", default="main", show_default=True, help="Branch to fork from.")
+@click.option(
+    "--expiry-days",
+    type=click.IntRange(min=1),
+    help=f"Max age in days (defaults per type: {DEFAULT_EXPIRY_DAYS}).",
+)
+@click.option(
+    "--on-expiry",
+    type=click.Choice(["ARCHIVE_BRANCH", "DISCARD_BRANCH"]),
+    default="ARCHIVE_BRANCH",
+    show_default=True,
+)
+@click.option("--max-events", type=click.IntRange(min=1), help="Close the branch past N events.")
+@click.option("--actor", default="cli", show_default=True, help="Who creates it.")
+@click.option(
+    "--actor-type", type=click.Choice(_ACTOR_TYPES), default="HUMAN_USER", show_default=True
+)
+@click.option(
+    "--namespace",
+    default="default",
+    show_default=True,
+    help="Namespace whose branch policy applies.",
+)
+@click.option("--id", "branch_id", help="Branch id (default: generated).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_ctx
+def create(
+    ctx: Context,
+    branch_type: str,
+    purpose: str,
+    parent: str,
+    expiry_days: int | None,
+    on_expiry: str,
+    max_events: int | None,
+    actor: str,
+    actor_type: str,
+    namespace: str,
+    branch_id: str | None,
+    as_json: bool,
+) -> None:
+    """Fork a branch: a BRANCH_CREATE entry in the parent anchors the branch's own chain.
+
+    Prints the new branch id.
+
+    Example: memroot -l L branch create --type PLANNING --purpose "Q3 plan" --expiry-days 14
+    """
+    with open_ledger(ctx) as ledger:
+        expiry = None
+        if expiry_days is not None or max_events is not None or on_expiry != "ARCHIVE_BRANCH":
+            from memory_root.branches import default_expiry_days
+
+            days = expiry_days or default_expiry_days(ledger.store.db, namespace, branch_type)
+            if days is not None:
+                expiry = Expiry(days, on_expiry, max_events)
+        made, genesis = create_branch(
+            ledger,
+            branch_type=branch_type,
+            purpose=purpose,
+            actor_id=actor,
+            actor_type=actor_type,
+            namespace_id=namespace,
+            parent=parent,
+            expiry=expiry,
+            branch_id=branch_id,
+        )
+        data = _info_json(ledger, get_branch(ledger, genesis.branch))
+        data["branch_create"] = {
+            "branch": made.branch,
+            "seq": made.seq,
+            "entry_hash": made.entry_hash.hex(),
+        }
+    emit(data, as_json, data["branch_id"])
+
+
+@branch.command("list")
+@click.option(
+    "--state",
+    type=click.Choice(["OPEN", "CLOSED", "DISCARDED", "ARCHIVED"]),
+    help="Only branches in this state.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_ctx
+def list_(ctx: Context, state: str | None, as_json: bool) -> None:
+    """List branches with type, state, size and expiry.
+
+    Example: memroot -l agent.ledger branch list --state OPEN
+    """
+    with open_ledger(ctx) as ledger:
+        rows = [_info_json(ledger, b) for b in list_branches(ledger, state=state)]
+    emit(
+        rows,
+        as_json,
+        "\n".join(
+            f"{r['branch_id']}\t{r['type']}\t{r['state']}\t{r['size']} entries\t"
+            f"expires {r['expires']}\t{r['purpose']}"
+            for r in rows
+        )
+        or "no branches",
+    )
+
+
+@branch.command("show")
+@click.argument("branch_id")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_ctx
+def show(ctx: Context, branch_id: str, as_json: bool) -> None:
+    """Show a branch: its policy, state, fork point, head and latest checkpoint.
+
+    Example: memroot -l agent.ledger branch show sim-0123abcd --json
+    """
+    with open_ledger(ctx) as ledger:
+        info = get_branch(ledger, branch_id)
+        data = _info_json(ledger, info)
+        row = ledger.branch_row(branch_id)
+        data["head"] = bytes(row.head).hex()
+        data["root"] = ledger.root(branch=branch_id).hex()
+        data["latest_checkpoint"] = ledger.latest_checkpoint(branch_id)
+    emit(data, as_json, "\n".join(f"{k}: {v}" for k, v in data.items()))
+
+
+def _closer(action: str, verb: str) -> Any:
+    @branch.command(
+        verb,
+        help=f"{action.title()} an open branch (a BRANCH_CLOSE entry in its "
+        f"parent); nothing more can be appended to it.\n\nExample: memroot -l "
+        f'agent.ledger branch {verb} BRANCH --reason "done"',
+    )
+    @click.argument("branch_id")
+    @click.option("--reason", required=True, help="Why.")
+    @click.option("--actor", default="cli", show_default=True)
+    @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+    @pass_ctx
+    def command(ctx: Context, branch_id: str, reason: str, actor: str, as_json: bool) -> None:
+        with open_ledger(ctx) as ledger:
+            made = close_branch(ledger, branch_id, action=action, reason=reason, actor_id=actor)
+            state = get_branch(ledger, branch_id).state
+        emit(
+            {
+                "branch_id": branch_id,
+                "state": state,
+                "seq": made.seq,
+                "entry_hash": made.entry_hash.hex(),
+            },
+            as_json,
+            f"{branch_id}: {state}",
+        )
+
+    return command
+
+
+_closer("CLOSE", "close")
+_closer("DISCARD", "discard")
+_closer("ARCHIVE", "archive")
+
+
+def _parse_now(value: str | None) -> int | None:
+    if value is None:
+        return None
+    if value.isdigit():
+        return int(value)
+    try:
+        when = dt.datetime.fromisoformat(value)
+    except ValueError as e:
+        raise click.BadParameter(f"{value!r} is neither microseconds nor an ISO 8601 time") from e
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return int(when.timestamp() * 1_000_000)
+
+
+@cli.command("gc")
+@click.option("--now", "now_text", help="Pretend it is this time (ISO 8601 or microseconds).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_ctx
+def gc_cmd(ctx: Context, now_text: str | None, as_json: bool) -> None:
+    """Handle expired branches (archive/discard per policy, force-close stale ones).
+
+    Idempotent; meant to run daily (e.g. from cron).
+
+    Example: memroot -l agent.ledger gc --json
+    """
+    with open_ledger(ctx) as ledger:
+        done = gc(ledger, now=_parse_now(now_text))
+    rows = [
+        {"branch_id": d.branch_id, "action": d.action, "reason": d.reason, "seq": d.seq}
+        for d in done
+    ]
+    emit(
+        rows,
+        as_json,
+        "\n".join(f"{r['branch_id']}: {r['action']} ({r['reason']})" for r in rows)
+        or "nothing to do",
+    )

@@ -12,7 +12,7 @@ from typing import Any, BinaryIO
 
 import click
 
-from cli.main import Context, cli, emit, pass_ctx, progress_bar
+from cli.main import Context, branch_option, cli, emit, pass_ctx, progress_bar
 from ledger.entries import Entry, EventInput, OpInput, parse_input
 from ledger.errors import DecodeError, ValidationError
 from ledger.ledger import Appended, Ledger
@@ -129,9 +129,10 @@ def init(
 
 @cli.command()
 @click.argument("entry", required=False)
+@branch_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
-def append(ctx: Context, entry: str | None, as_json: bool) -> None:
+def append(ctx: Context, entry: str | None, branch: str, as_json: bool) -> None:
     """Append one event or operation given as JSON (argument, or stdin when omitted).
 
     Example: memroot -l L append '{"kind": "event", "stream": "s1", "actor_id": "u1",
@@ -140,7 +141,7 @@ def append(ctx: Context, entry: str | None, as_json: bool) -> None:
     text = entry if entry is not None else sys.stdin.read()
     item = _parse_json_line(text, "entry")
     with open_ledger(ctx) as ledger:
-        rows = ledger.append(item)
+        rows = ledger.append(item, branch=branch)
     _print_appended([rows], as_json)
 
 
@@ -168,9 +169,10 @@ def _read_lines(f: BinaryIO) -> Iterator[tuple[int, str]]:
     show_default=True,
     help="Entries per batch.",
 )
+@branch_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
-def import_(ctx: Context, file: BinaryIO, batch_size: int, as_json: bool) -> None:
+def import_(ctx: Context, file: BinaryIO, batch_size: int, branch: str, as_json: bool) -> None:
     """Append every line of a JSON Lines file, all or nothing.
 
     The whole file lands in one transaction: a bad line (named by its number) leaves the
@@ -185,7 +187,7 @@ def import_(ctx: Context, file: BinaryIO, batch_size: int, as_json: bool) -> Non
             for start in range(0, len(lines), batch_size):
                 chunk = lines[start : start + batch_size]
                 items = [_parse_json_line(text, f"line {n}") for n, text in chunk]
-                out.extend(ledger.append_batch(items))
+                out.extend(ledger.append_batch(items, branch=branch))
                 update(start + len(chunk), len(lines))
     if as_json:
         _print_appended(out, True)
@@ -215,15 +217,16 @@ def _entry_summary(e: Entry) -> dict[str, Any]:
 @cli.command()
 @click.option("--start", type=click.IntRange(min=0), default=0, help="First seq.")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@branch_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
-def log(ctx: Context, start: int, limit: int, as_json: bool) -> None:
+def log(ctx: Context, start: int, limit: int, branch: str, as_json: bool) -> None:
     """List entries: seq, entry hash, time, type, id.
 
     Example: memroot -l agent.ledger log --start 100 --limit 20
     """
     with open_ledger(ctx) as ledger:
-        rows = [_entry_summary(e) for e in ledger.entries(start, start + limit)]
+        rows = [_entry_summary(e) for e in ledger.entries(start, start + limit, branch)]
     emit(
         rows,
         as_json,
@@ -236,15 +239,16 @@ def log(ctx: Context, start: int, limit: int, as_json: bool) -> None:
 
 @cli.command()
 @click.argument("seq", type=click.IntRange(min=0))
+@branch_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
-def show(ctx: Context, seq: int, as_json: bool) -> None:
+def show(ctx: Context, seq: int, branch: str, as_json: bool) -> None:
     """Show one entry in full: header, body, hash, exact CBOR bytes and content.
 
     Example: memroot -l agent.ledger show 3 --json
     """
     with open_ledger(ctx) as ledger:
-        row = ledger.store.entry_row(ledger.branch_row().no, seq)
+        row = ledger.store.entry_row(ledger.branch_row(branch).no, seq)
         e = Entry.from_bytes(row.data)
         data: dict[str, Any] = {
             **_entry_summary(e),
@@ -260,15 +264,16 @@ def show(ctx: Context, seq: int, as_json: bool) -> None:
 
 
 @cli.command()
+@branch_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
-def checkpoint(ctx: Context, as_json: bool) -> None:
+def checkpoint(ctx: Context, branch: str, as_json: bool) -> None:
     """Sign (if the tree grew) and print the current checkpoint as a C2SP signed note.
 
     Example: memroot -l agent.ledger checkpoint > checkpoint.txt
     """
     with open_ledger(ctx) as ledger:
-        sc = ledger.checkpoint()
+        sc = ledger.checkpoint(branch)
     emit(
         {
             "origin": sc.checkpoint.origin,
@@ -307,6 +312,7 @@ def vkey(ctx: Context, as_json: bool) -> None:
     type=click.IntRange(min=0),
     help="Prove that tree SIZE1 is a prefix of tree SIZE2.",
 )
+@branch_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
 def prove(
@@ -314,6 +320,7 @@ def prove(
     index: int | None,
     size: int | None,
     consistency: tuple[int, int] | None,
+    branch: str,
     as_json: bool,
 ) -> None:
     """Print an inclusion proof (C2SP tlog-proof@v1) or a consistency proof.
@@ -326,18 +333,18 @@ def prove(
     with open_ledger(ctx) as ledger:
         if consistency:
             n1, n2 = consistency
-            proof = ledger.consistency_proof(n1, n2)
+            proof = ledger.consistency_proof(n1, n2, branch)
             data = {
                 "size1": n1,
                 "size2": n2,
-                "root1": base64.b64encode(ledger.root(n1)).decode(),
-                "root2": base64.b64encode(ledger.root(n2)).decode(),
+                "root1": base64.b64encode(ledger.root(n1, branch)).decode(),
+                "root2": base64.b64encode(ledger.root(n2, branch)).decode(),
                 "proof": [base64.b64encode(h).decode() for h in proof],
             }
             emit(data, as_json, lambda: click.echo(json.dumps(data, indent=2)))
             return
         assert index is not None
-        text = ledger.tlog_proof(index, size)
+        text = ledger.tlog_proof(index, size, branch)
     emit({"index": index, "tlog_proof": text}, as_json, lambda: click.echo(text, nl=False))
 
 

@@ -15,7 +15,9 @@ __all__ = ["bundle_checks", "bundle_sections", "default_hooks", "replay_checks"]
 
 def default_hooks() -> list[AppendHook]:
     """Return the append hooks every CLI command installs (derived state kept in step)."""
-    return []
+    from memory_root.branches import BranchRegistry
+
+    return [BranchRegistry()]
 
 
 def replay_checks(ledger: Ledger) -> list[ReplayCheck]:

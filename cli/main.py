@@ -28,7 +28,7 @@ from ledger.errors import (
     StorageError,
 )
 
-__all__ = ["Context", "cli", "emit", "main", "pass_ctx"]
+__all__ = ["Context", "branch_option", "cli", "emit", "main", "pass_ctx"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -69,6 +69,15 @@ class Context:
 
 
 pass_ctx = click.make_pass_decorator(Context)
+
+branch_option = click.option(
+    "--branch",
+    "-b",
+    default="main",
+    show_default=True,
+    help="The branch to work on (see `memroot branch list`).",
+)
+"""The ``--branch`` option shared by every command that reads or writes one branch."""
 
 
 class HexDigest(click.ParamType):  # type: ignore[type-arg]
@@ -162,6 +171,7 @@ def main() -> None:
 
 
 # Importing the command modules registers their commands on the group.
+from cli import bench as _bench  # noqa: E402, F401
 from cli import branch_cmds as _branch_cmds  # noqa: E402, F401
 from cli import bundle_cmds as _bundle_cmds  # noqa: E402, F401
 from cli import commands as _commands  # noqa: E402, F401
