@@ -110,7 +110,7 @@ class Entry:
             raise DecodeError("entry prev must be a 32-byte string")
         if type(seq) is not int or seq < 0:
             raise DecodeError("entry seq must be a non-negative integer")
-        if branch not in _VALID_BRANCHES:
+        if type(branch) is not str or branch not in _VALID_BRANCHES:  # a list is unhashable
             if type(branch) is not str or not _BRANCH_RE.match(branch):
                 raise DecodeError(f"entry branch {branch!r} is not a valid branch name")
             if len(_VALID_BRANCHES) < 1024:
