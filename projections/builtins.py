@@ -1,0 +1,405 @@
+"""The built-in projections and the payloads of the two audit-record operations they read.
+
+Every built-in takes a ``namespaces`` parameter (a slice rule: fold only operations whose
+``namespace_id`` is listed; empty means all) and an ``id`` so one rule can be registered
+several times with different slices (``failure-motifs:title-mismatch`` with
+``motifs=("TITLE_MISMATCH",)``, as in the memory_root ticket). Summaries are canonical CBOR
+maps keyed by item, so every item of a summary is addressable (``root show``, ``root diff``,
+and a future ``FALSIFY`` of one summary item) and the item count is the number of keys.
+
+Built-ins (version 1 each):
+
+``failure-motifs``  ``VIOLATION_RECORDED``: ``{motif: {"count": n, "sources": {source: n}}}``
+``corrections``  ``CORRECTION_APPLIED``: ``{op_id: {"seq", "correction", "accepted_by", ...}}``
+``epistemic-distribution``  ``ASSERT`` / ``EPISTEMIC_TRANSITION``: ``{epistemic_type: n}``
+``lifecycle-counts``  ``ASSERT`` / ``DEPRECATE`` / ``SUPERSEDE`` / ``ARCHIVE``: ``{state: n}``
+``falsification-state``  ``FALSIFY`` / ``MARK_STALE`` / ``RESTORE`` / ``CASCADE``:
+    ``{target_type: {target_id: {"state", "seq"}}}``
+
+Projections fold what the operations say; validating them is the job of the layer that owns
+each operation (memory model, falsification). The two operations defined here are validated
+at append by ``check_payload``:
+
+``VIOLATION_RECORDED`` (an audit finding or violation against the agent):
+    ``motif`` (required, ``[A-Za-z0-9][A-Za-z0-9_.:/-]{0,99}``, e.g. ``TITLE_MISMATCH``),
+    ``source`` (required text: what produced it, e.g. a source title or retrieval path),
+    ``detail`` / ``verifier`` (optional text), ``evidence_ids`` (optional list of UUIDs).
+``CORRECTION_APPLIED`` (an operator- or verifier-accepted correction):
+    ``correction`` (required text: what was corrected), ``accepted_by`` (required text: the
+    verifier or operator that accepted it), ``motif`` (optional, as above), ``violation_id``
+    (optional UUID of the ``VIOLATION_RECORDED`` it fixes), ``benchmark`` / ``policy_ref``
+    (optional text: what proved the fix, what allowed it), ``evidence_ids`` (optional UUIDs).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Final
+
+from ledger import encoding
+from ledger.entries import Entry, check_uuid
+from ledger.errors import ValidationError
+from ledger.vocab import LifecycleState, OpType
+from projections.projection import Projection, Summary
+
+__all__ = [
+    "CORRECTION_FIELDS",
+    "MOTIF_RE",
+    "VIOLATION_FIELDS",
+    "Corrections",
+    "EpistemicDistribution",
+    "FailureMotifs",
+    "FalsificationState",
+    "LifecycleCounts",
+    "builtin_projections",
+    "check_payload",
+]
+
+MOTIF_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]{0,99}\Z")
+_MAX_TEXT: Final = 4096
+_MAX_EVIDENCE: Final = 1000
+
+# field -> (required, kind); kind is "text", "motif", "uuid" or "uuids".
+VIOLATION_FIELDS: Final[Mapping[str, tuple[bool, str]]] = {
+    "motif": (True, "motif"),
+    "source": (True, "text"),
+    "detail": (False, "text"),
+    "verifier": (False, "text"),
+    "evidence_ids": (False, "uuids"),
+}
+CORRECTION_FIELDS: Final[Mapping[str, tuple[bool, str]]] = {
+    "correction": (True, "text"),
+    "accepted_by": (True, "text"),
+    "motif": (False, "motif"),
+    "violation_id": (False, "uuid"),
+    "benchmark": (False, "text"),
+    "policy_ref": (False, "text"),
+    "evidence_ids": (False, "uuids"),
+}
+
+
+def _check_fields(
+    payload: Mapping[str, Any], spec: Mapping[str, tuple[bool, str]], op: str
+) -> None:
+    for name in sorted(set(payload) - set(spec)):
+        raise ValidationError(f"{op} payload has unknown field {name!r}", field=f"payload.{name}")
+    for name, (required, kind) in spec.items():
+        where = f"payload.{name}"
+        value = payload.get(name)
+        if value is None:
+            if required:
+                raise ValidationError(f"{op} payload needs {name!r}", field=where)
+            continue
+        if kind == "uuids":
+            if type(value) is not list or len(value) > _MAX_EVIDENCE:
+                raise ValidationError(
+                    f"{op} {name} must be a list of at most {_MAX_EVIDENCE} UUIDs", field=where
+                )
+            for v in value:
+                check_uuid(v, where)
+        elif kind == "uuid":
+            check_uuid(value, where)
+        elif type(value) is not str or not value or len(value) > _MAX_TEXT:
+            raise ValidationError(
+                f"{op} {name} must be a non-empty string of at most {_MAX_TEXT} characters",
+                field=where,
+            )
+        elif kind == "motif" and not MOTIF_RE.match(value):
+            raise ValidationError(
+                f"{op} {name} {value!r} must match {MOTIF_RE.pattern} (e.g. TITLE_MISMATCH)",
+                field=where,
+            )
+
+
+def check_payload(op_type: str, payload: Mapping[str, Any]) -> None:
+    """Validate the payload of ``VIOLATION_RECORDED`` or ``CORRECTION_APPLIED``.
+
+    Other operation types pass untouched (their owners validate them).
+
+    Raises:
+        ValidationError: naming the missing, unknown or malformed payload field.
+    """
+    if op_type == OpType.VIOLATION_RECORDED:
+        _check_fields(payload, VIOLATION_FIELDS, op_type)
+    elif op_type == OpType.CORRECTION_APPLIED:
+        _check_fields(payload, CORRECTION_FIELDS, op_type)
+
+
+def _payload(entry: Entry) -> dict[str, Any]:
+    payload = entry.body.get("payload")
+    return payload if type(payload) is dict else {}
+
+
+def _text_or_none(value: Any) -> str | None:
+    return value if type(value) is str and value else None
+
+
+def _summary(items: dict[str, Any], count: int | None = None) -> Summary:
+    return Summary(encoding.encode(items), len(items) if count is None else count)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Sliced:
+    """Shared parts of the built-ins: an id and the namespace slice."""
+
+    id: str
+    namespaces: tuple[str, ...] = ()
+    version: int = 1
+
+    def _slice(self) -> dict[str, Any]:
+        return {"namespaces": sorted(set(self.namespaces))}
+
+    def _in_slice(self, entry: Entry) -> bool:
+        return not self.namespaces or entry.body.get("namespace_id") in self.namespaces
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FailureMotifs(_Sliced):
+    """Count of recorded violations grouped by motif and, within a motif, by source.
+
+    ``motifs`` restricts the projection to the listed motifs (empty: every motif).
+    Summary: ``{motif: {"count": n, "sources": {source: n}}}``; count = number of motifs.
+    """
+
+    id: str = "failure-motifs"
+    motifs: tuple[str, ...] = ()
+    types: ClassVar[frozenset[str] | None] = frozenset({OpType.VIOLATION_RECORDED.value})
+
+    @property
+    def params(self) -> Mapping[str, Any]:
+        """``{"motifs": [...], "namespaces": [...]}``, both sorted."""
+        return {"motifs": sorted(set(self.motifs)), **self._slice()}
+
+    def initial(self) -> dict[str, dict[str, int]]:
+        """Return ``{}``: no motif seen yet."""
+        return {}
+
+    def fold(self, state: dict[str, dict[str, int]], entry: Entry) -> dict[str, dict[str, int]]:
+        """Count one ``VIOLATION_RECORDED`` under its motif and source."""
+        if entry.type != OpType.VIOLATION_RECORDED or not self._in_slice(entry):
+            return state
+        p = _payload(entry)
+        motif, source = _text_or_none(p.get("motif")), _text_or_none(p.get("source"))
+        if motif is None or source is None or (self.motifs and motif not in self.motifs):
+            return state
+        sources = state.setdefault(motif, {})
+        sources[source] = sources.get(source, 0) + 1
+        return state
+
+    def summarize(self, state: dict[str, dict[str, int]]) -> Summary:
+        """Return ``{motif: {"count", "sources"}}``."""
+        return _summary({m: {"count": sum(s.values()), "sources": s} for m, s in state.items()})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Corrections(_Sliced):
+    """Every accepted correction (``CORRECTION_APPLIED``), keyed by the operation's id.
+
+    Summary: ``{op_id: {"seq": n, "correction": ..., "accepted_by": ..., <optional fields>}}``.
+    """
+
+    id: str = "corrections"
+    types: ClassVar[frozenset[str] | None] = frozenset({OpType.CORRECTION_APPLIED.value})
+
+    @property
+    def params(self) -> Mapping[str, Any]:
+        """``{"namespaces": [...]}``."""
+        return self._slice()
+
+    def initial(self) -> dict[str, dict[str, Any]]:
+        """Return ``{}``: no correction yet."""
+        return {}
+
+    def fold(self, state: dict[str, dict[str, Any]], entry: Entry) -> dict[str, dict[str, Any]]:
+        """Record one ``CORRECTION_APPLIED`` with the entry's seq."""
+        if entry.type != OpType.CORRECTION_APPLIED or not self._in_slice(entry):
+            return state
+        op_id = entry.body.get("id")
+        if type(op_id) is not str:
+            return state
+        item: dict[str, Any] = {"seq": entry.seq}
+        for name, value in _payload(entry).items():
+            if name in CORRECTION_FIELDS:
+                item[name] = value
+        state[op_id] = item
+        return state
+
+    def summarize(self, state: dict[str, dict[str, Any]]) -> Summary:
+        """Return the corrections map."""
+        return _summary(state)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EpistemicDistribution(_Sliced):
+    """How many memory objects hold each epistemic type (RFC-0003), as the operations say.
+
+    ``ASSERT`` adds one to its ``epistemic_type``; ``EPISTEMIC_TRANSITION`` moves one from
+    ``from_type`` to ``to_type``. Summary: ``{epistemic_type: n}`` without zero counts.
+    """
+
+    id: str = "epistemic-distribution"
+    types: ClassVar[frozenset[str] | None] = frozenset(
+        {OpType.ASSERT.value, OpType.EPISTEMIC_TRANSITION.value}
+    )
+
+    @property
+    def params(self) -> Mapping[str, Any]:
+        """``{"namespaces": [...]}``."""
+        return self._slice()
+
+    def initial(self) -> dict[str, int]:
+        """Return ``{}``."""
+        return {}
+
+    def fold(self, state: dict[str, int], entry: Entry) -> dict[str, int]:
+        """Apply one ``ASSERT`` or ``EPISTEMIC_TRANSITION``."""
+        if not self._in_slice(entry):
+            return state
+        p = _payload(entry)
+        if entry.type == OpType.ASSERT:
+            to = _text_or_none(p.get("epistemic_type"))
+            frm = None
+        elif entry.type == OpType.EPISTEMIC_TRANSITION:
+            to = _text_or_none(p.get("to_type"))
+            frm = _text_or_none(p.get("from_type"))
+        else:
+            return state
+        if to is None:
+            return state
+        if frm is not None:
+            state[frm] = state.get(frm, 0) - 1
+        state[to] = state.get(to, 0) + 1
+        return state
+
+    def summarize(self, state: dict[str, int]) -> Summary:
+        """Return the non-zero counts."""
+        return _summary({k: n for k, n in state.items() if n})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LifecycleCounts(_Sliced):
+    """How many memory objects are in each lifecycle state (RFC-0001), as the operations say.
+
+    ``ASSERT``: +1 ACTIVE. ``DEPRECATE``: ACTIVE -> DEPRECATED. ``SUPERSEDE``: ACTIVE ->
+    SUPERSEDED. ``ARCHIVE``: DEPRECATED -> ARCHIVED when the target was deprecated, else
+    ACTIVE -> ARCHIVED (the state remembers only the deprecated ids, to know which).
+    Summary: ``{state: n}`` without zero counts.
+    """
+
+    id: str = "lifecycle-counts"
+    types: ClassVar[frozenset[str] | None] = frozenset(
+        {OpType.ASSERT.value, OpType.DEPRECATE.value, OpType.SUPERSEDE.value, OpType.ARCHIVE.value}
+    )
+
+    @property
+    def params(self) -> Mapping[str, Any]:
+        """``{"namespaces": [...]}``."""
+        return self._slice()
+
+    def initial(self) -> dict[str, Any]:
+        """Return zero counts and no deprecated object."""
+        return {"counts": {}, "deprecated": {}}
+
+    def fold(self, state: dict[str, Any], entry: Entry) -> dict[str, Any]:
+        """Apply one lifecycle operation."""
+        if not self._in_slice(entry):
+            return state
+        counts: dict[str, int] = state["counts"]
+        deprecated: dict[str, bool] = state["deprecated"]
+        target = entry.body.get("target_id")
+        frm: str | None = LifecycleState.ACTIVE.value
+        if entry.type == OpType.ASSERT:
+            frm, to = None, LifecycleState.ACTIVE.value
+        elif entry.type == OpType.DEPRECATE:
+            to = LifecycleState.DEPRECATED.value
+            if type(target) is str:
+                deprecated[target] = True
+        elif entry.type == OpType.SUPERSEDE:
+            to = LifecycleState.SUPERSEDED.value
+        elif entry.type == OpType.ARCHIVE:
+            to = LifecycleState.ARCHIVED.value
+            if type(target) is str and deprecated.pop(target, False):
+                frm = LifecycleState.DEPRECATED.value
+        else:
+            return state
+        if frm is not None:
+            counts[frm] = counts.get(frm, 0) - 1
+        counts[to] = counts.get(to, 0) + 1
+        return state
+
+    def summarize(self, state: dict[str, Any]) -> Summary:
+        """Return the non-zero counts per state."""
+        return _summary({k: n for k, n in state["counts"].items() if n})
+
+
+_STATE_OF: Final = {
+    OpType.FALSIFY.value: "falsified",
+    OpType.MARK_STALE.value: "stale",
+    OpType.RESTORE.value: "live",
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FalsificationState(_Sliced):
+    """The state (live | stale | falsified) of every item a state operation named.
+
+    ``FALSIFY`` / ``MARK_STALE`` / ``RESTORE`` name their item by the operation's
+    ``target_type`` and ``target_id``; ``CASCADE`` lists the items it touched in
+    ``payload.touched`` as ``[{"type": ..., "id": ...}, ...]`` and marks them stale.
+    Summary: ``{target_type: {target_id: {"state": s, "seq": n}}}``; count = items named.
+    """
+
+    id: str = "falsification-state"
+    types: ClassVar[frozenset[str] | None] = frozenset(
+        {OpType.FALSIFY.value, OpType.MARK_STALE.value, OpType.RESTORE.value, OpType.CASCADE.value}
+    )
+
+    @property
+    def params(self) -> Mapping[str, Any]:
+        """``{"namespaces": [...]}``."""
+        return self._slice()
+
+    def initial(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """Return ``{}``."""
+        return {}
+
+    def fold(
+        self, state: dict[str, dict[str, dict[str, Any]]], entry: Entry
+    ) -> dict[str, dict[str, dict[str, Any]]]:
+        """Set the state of the item(s) the operation names."""
+        if not self._in_slice(entry):
+            return state
+        if entry.type == OpType.CASCADE:
+            touched = _payload(entry).get("touched")
+            targets = [
+                (t.get("type"), t.get("id"), "stale")
+                for t in (touched if type(touched) is list else [])
+                if type(t) is dict
+            ]
+        elif entry.type in _STATE_OF:
+            targets = [
+                (entry.body.get("target_type"), entry.body.get("target_id"), _STATE_OF[entry.type])
+            ]
+        else:
+            return state
+        for kind, item, new in targets:
+            if type(kind) is str and type(item) is str:
+                state.setdefault(kind, {})[item] = {"state": new, "seq": entry.seq}
+        return state
+
+    def summarize(self, state: dict[str, dict[str, dict[str, Any]]]) -> Summary:
+        """Return the states by target type and id."""
+        return _summary(state, sum(len(v) for v in state.values()))
+
+
+def builtin_projections() -> list[Projection]:
+    """Return one instance of every built-in projection, with default ids and params."""
+    return [
+        FailureMotifs(),
+        Corrections(),
+        EpistemicDistribution(),
+        LifecycleCounts(),
+        FalsificationState(),
+    ]
