@@ -1,0 +1,375 @@
+"""The replay engine shared by the append hook and verify step 8 (internal).
+
+``BranchFold`` follows one branch entry by entry: it folds every projection, keeps the tree's
+right edge (for the high-water ``tree_root``), and applies the snapshot cadence. The writer
+(``RootsHook``) and the auditor (``RootsReplayCheck``) run the same code over the same
+entries, so the roots they compute can only differ when the ledger was tampered with.
+
+The cadence (docs/format-roots.md): an automatic ``SNAPSHOT`` is due after entry ``e`` when
+``e`` is neither a ``SNAPSHOT`` nor a ``SELFMODEL_SNAPSHOT``, no automatic snapshot is already
+due, and ``e.seq - L >= N``, where ``L`` is the seq of the branch's last ``SNAPSHOT`` (0, the
+genesis, when there is none) and ``N`` the ``snapshot_every`` recorded in the genesis. Its
+high-water mark is ``e``. Any other ``SNAPSHOT`` (on demand) has as high-water the entry right
+before it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ledger import encoding
+from ledger.entries import Entry
+from ledger.errors import ValidationError
+from ledger.hashing import EntryHash, TreeRoot
+from ledger.merkle import CompactRange
+from ledger.vocab import OpType
+from memory_root.records import StoredSummary
+from memory_root.root import HighWater, MemoryRoot, ProjectionDigest, RootPreimage
+from projections.projection import Projection, Summary, rule_digest, rule_preimage
+
+__all__ = [
+    "NO_CADENCE",
+    "BranchFold",
+    "Folder",
+    "Prepared",
+    "SnapshotMismatch",
+    "check_snapshot",
+    "fork_anchor",
+]
+
+NO_CADENCE: Final = frozenset({OpType.SNAPSHOT.value, OpType.SELFMODEL_SNAPSHOT.value})
+
+FoldFn = Callable[[Any, Entry], Any]
+
+
+class Folder:
+    """The fold states of a fixed list of projections, dispatched by entry type."""
+
+    __slots__ = ("_by_type", "_every", "projections", "states")
+
+    def __init__(
+        self, projections: Sequence[Projection], states: Sequence[Any] | None = None
+    ) -> None:
+        """Start every projection at ``states`` (default: their initial states)."""
+        self.projections = tuple(projections)
+        self.states: list[Any] = (
+            [p.initial() for p in self.projections] if states is None else list(states)
+        )
+        self._every: tuple[tuple[int, FoldFn], ...] = tuple(
+            (i, p.fold) for i, p in enumerate(self.projections) if getattr(p, "types", None) is None
+        )
+        by_type: dict[str, list[tuple[int, FoldFn]]] = {}
+        for i, p in enumerate(self.projections):
+            for t in getattr(p, "types", None) or ():
+                by_type.setdefault(t, []).append((i, p.fold))
+        self._by_type = {
+            t: tuple(sorted([*fs, *self._every], key=lambda x: x[0])) for t, fs in by_type.items()
+        }
+
+    def fold(self, entry: Entry) -> None:
+        """Fold one entry into every projection that reads its type."""
+        states = self.states
+        for i, fold in self._by_type.get(entry.type, self._every):
+            states[i] = fold(states[i], entry)
+
+    def fold_all(self, entries: Iterable[Entry]) -> None:
+        """Fold entries in order."""
+        for e in entries:
+            self.fold(e)
+
+    def outputs(self) -> list[tuple[Projection, Summary, bytes]]:
+        """Return each projection with its summary and canonically encoded state.
+
+        Raises:
+            TypeError, ValueError: if a projection's state or summary is outside the CBOR
+                data model (a projection bug).
+        """
+        out = []
+        for p, s in zip(self.projections, self.states, strict=True):
+            summary = p.summarize(s)
+            encoding.decode(summary.data)  # a summary must be canonical CBOR to be shown
+            out.append((p, summary, encoding.encode(s)))
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A snapshot computed at a high-water mark: what it commits to and what to store.
+
+    ``items`` pairs each projection's preimage item with its stored summary, sorted by id.
+    """
+
+    branch: str
+    parent: MemoryRoot | None
+    high_water: HighWater
+    items: tuple[tuple[ProjectionDigest, StoredSummary], ...]
+
+    @property
+    def preimage(self) -> RootPreimage:
+        """The root's preimage.
+
+        Raises:
+            ValueError: if two items share an id (an auditor's fold of retired rules).
+        """
+        return RootPreimage(
+            self.branch, self.parent, self.high_water, tuple(d for d, _ in self.items)
+        )
+
+    @property
+    def stored(self) -> list[StoredSummary]:
+        """The summaries to store with the root."""
+        return [s for _, s in self.items]
+
+
+def fork_anchor(genesis: Entry) -> tuple[str, int] | None:
+    """Return ``(parent branch, seq of its BRANCH_CREATE)`` from a branch genesis, or None.
+
+    A branch's first root links to the parent branch's root at the fork (SPEC 6): the newest
+    root of the parent whose SNAPSHOT entry precedes the BRANCH_CREATE entry.
+    """
+    anchor = genesis.body.get("anchor")
+    if type(anchor) is not dict:
+        return None
+    branch, seq = anchor.get("branch"), anchor.get("seq")
+    if type(branch) is not str or type(seq) is not int:
+        return None
+    return branch, seq
+
+
+class BranchFold:
+    """One branch followed entry by entry: projections, tree edge, cadence, latest root."""
+
+    __slots__ = (
+        "branch",
+        "compact",
+        "dirty",
+        "every",
+        "folder",
+        "fork_root",
+        "last_hash",
+        "last_snapshot_seq",
+        "latest_root",
+        "memo",
+        "next_seq",
+        "pending",
+        "pending_seq",
+    )
+
+    def __init__(
+        self,
+        branch: str,
+        folder: Folder,
+        every: int,
+        *,
+        next_seq: int = 0,
+        last_hash: bytes = b"",
+        compact: CompactRange | None = None,
+        last_snapshot_seq: int = 0,
+        latest_root: MemoryRoot | None = None,
+        fork_root: MemoryRoot | None = None,
+        dirty: bool = True,
+    ) -> None:
+        """Start following ``branch`` at ``next_seq`` with the given state."""
+        self.branch = branch
+        self.folder = folder
+        self.every = every
+        self.next_seq = next_seq
+        self.last_hash = last_hash
+        self.compact = compact if compact is not None else CompactRange()
+        self.last_snapshot_seq = last_snapshot_seq
+        self.latest_root = latest_root
+        self.fork_root = fork_root
+        self.dirty = dirty
+        self.pending: Prepared | None = None
+        self.pending_seq: int | None = None
+        self.memo: tuple[int, bytes, MemoryRoot | None, Prepared] | None = None
+
+    def follows(self, entry: Entry) -> bool:
+        """Return True when ``entry`` is the next entry of the chain this fold has seen."""
+        return entry.seq == self.next_seq and entry.prev == self.last_hash
+
+    def high_water(self) -> HighWater:
+        """Return the high-water mark at the last entry folded."""
+        return HighWater(
+            self.next_seq - 1,
+            EntryHash(self.last_hash),
+            self.next_seq,
+            TreeRoot(self.compact.root()),
+        )
+
+    @property
+    def parent(self) -> MemoryRoot | None:
+        """The parent of the next root: the latest root, else the root at the fork."""
+        return self.latest_root if self.latest_root is not None else self.fork_root
+
+    def prepare(self) -> Prepared:
+        """Compute the snapshot at the last entry folded (memoised until the next fold).
+
+        The result depends only on the chain up to the last entry folded and the parent, so
+        the memo is keyed by that entry's seq and hash and the parent.
+
+        Raises:
+            TypeError, ValueError: if a projection's output is outside the CBOR data model.
+        """
+        memo = self.memo
+        if memo is not None and memo[:3] == (self.next_seq, self.last_hash, self.parent):
+            return memo[3]
+        items = []
+        for p, summary, state in self.folder.outputs():
+            rule = rule_digest(p)
+            items.append(
+                (
+                    ProjectionDigest(p.id, rule, summary.digest, summary.count),
+                    StoredSummary(
+                        p.id,
+                        rule,
+                        rule_preimage(p),
+                        summary.digest,
+                        summary.count,
+                        summary.data,
+                        state,
+                    ),
+                )
+            )
+        items.sort(key=lambda x: (x[0].id, x[0].rule))
+        prepared = Prepared(self.branch, self.parent, self.high_water(), tuple(items))
+        self.memo = (self.next_seq, self.last_hash, self.parent, prepared)
+        return prepared
+
+    def advance(self, entry: Entry) -> bool:
+        """Fold ``entry``; return True when it makes an automatic snapshot due.
+
+        When one is due, ``pending`` holds it, computed at ``entry``.
+        """
+        self.folder.fold(entry)
+        self.compact.append(entry.hash)
+        self.next_seq = entry.seq + 1
+        self.last_hash = entry.hash
+        if entry.type in NO_CADENCE:
+            return False
+        self.dirty = True
+        if self.pending_seq is None and entry.seq - self.last_snapshot_seq >= self.every:
+            self.pending = self.prepare()
+            self.pending_seq = entry.seq
+            return True
+        return False
+
+    def expected(self, snapshot: Entry, hw_seq: int) -> Prepared | None:
+        """Return what a ``SNAPSHOT`` at ``snapshot`` with high-water ``hw_seq`` must commit to.
+
+        None when ``hw_seq`` is neither the entry right before it nor a due automatic
+        snapshot's high-water. Call before ``advance(snapshot)``.
+        """
+        if self.pending is not None and hw_seq == self.pending_seq:
+            return self.pending
+        if hw_seq == snapshot.seq - 1 == self.next_seq - 1:
+            return self.prepare()
+        return None
+
+    def snapshot_taken(self, entry: Entry, root: MemoryRoot) -> None:
+        """Record that ``entry`` (a SNAPSHOT) committed ``root``; resets the cadence."""
+        self.latest_root = root
+        self.last_snapshot_seq = entry.seq
+        self.pending = None
+        self.pending_seq = None
+        self.dirty = False
+
+
+class SnapshotMismatch(ValidationError):
+    """A ``SNAPSHOT`` payload that does not commit to what replaying the log gives.
+
+    Attributes:
+        expected: what replay computed (hex for hashes), when one value differs.
+        actual: what the payload says.
+    """
+
+    def __init__(
+        self, message: str, *, field: str, expected: str | None = None, actual: str | None = None
+    ) -> None:
+        super().__init__(message, field=field)
+        self.expected = expected
+        self.actual = actual
+
+
+def _hex(value: bytes | None) -> str:
+    return "null" if value is None else value.hex()
+
+
+def check_snapshot(fold: BranchFold, entry: Entry, *, exact: bool) -> Prepared:
+    """Check a ``SNAPSHOT`` entry against the replay ``fold`` (before ``advance(entry)``).
+
+    With ``exact`` (the writer) the payload must list exactly the fold's projections; without
+    (the auditor, whose fold may know more rules) every listed projection must be known and
+    match. Returns what the root commits to, restricted to the listed projections.
+
+    Raises:
+        ValidationError: the payload is malformed (naming the field).
+        SnapshotMismatch: the payload disagrees with the replay (naming what differs).
+    """
+    pre, claimed = RootPreimage.from_payload(entry.body.get("payload"))
+    if pre.branch != entry.branch:
+        raise SnapshotMismatch(
+            "SNAPSHOT names another branch",
+            field="payload.branch",
+            expected=entry.branch,
+            actual=pre.branch,
+        )
+    if claimed != pre.root():
+        raise SnapshotMismatch(
+            "memory_root does not match its own preimage",
+            field="payload.memory_root",
+            expected=pre.root().hex(),
+            actual=claimed.hex(),
+        )
+    hw = pre.high_water
+    exp = fold.expected(entry, hw.seq)
+    if exp is None:
+        raise SnapshotMismatch(
+            "high_water must be the entry right before the SNAPSHOT or the entry whose "
+            "automatic snapshot is due",
+            field="payload.high_water.seq",
+            expected=str(entry.seq - 1 if fold.pending_seq is None else fold.pending_seq),
+            actual=str(hw.seq),
+        )
+    if hw != exp.high_water:
+        raise SnapshotMismatch(
+            "high_water does not match the log",
+            field="payload.high_water",
+            expected=f"{exp.high_water.entry_hash.hex()} {exp.high_water.tree_root.hex()}",
+            actual=f"{hw.entry_hash.hex()} {hw.tree_root.hex()}",
+        )
+    if pre.parent != exp.parent:
+        raise SnapshotMismatch(
+            "parent is not the branch's previous memory_root",
+            field="payload.parent",
+            expected=_hex(exp.parent),
+            actual=_hex(pre.parent),
+        )
+    known = {d.rule: (d, s) for d, s in exp.items}
+    items = []
+    for i, d in enumerate(pre.projections):
+        where = f"payload.projections[{i}]"
+        if d.rule not in known:
+            raise SnapshotMismatch(
+                f"projection {d.id!r} with rule {d.rule.hex()} is not registered here "
+                "(another version or params); its summary cannot be recomputed",
+                field=f"{where}.rule",
+                actual=d.rule.hex(),
+            )
+        w, s = known[d.rule]
+        if d != w:
+            raise SnapshotMismatch(
+                f"projection {d.id!r}: summary digest or count differs from the replay",
+                field=where,
+                expected=f"{w.digest.hex()} count {w.count}",
+                actual=f"{d.digest.hex()} count {d.count}",
+            )
+        items.append((d, s))
+    if exact and len(pre.projections) != len(exp.items):
+        missing = sorted({d.id for d, _ in exp.items} - {d.id for d in pre.projections})
+        raise SnapshotMismatch(
+            f"SNAPSHOT leaves out registered projections {missing}", field="payload.projections"
+        )
+    return Prepared(pre.branch, pre.parent, hw, tuple(items))

@@ -1,0 +1,258 @@
+"""``RootsHook``: the memory_root layer's append hook (runs inside every append transaction).
+
+For every new entry it
+
+- validates the operations this layer owns: ``VIOLATION_RECORDED`` and ``CORRECTION_APPLIED``
+  payloads, ``SNAPSHOT`` (the payload must be exactly what replaying the log gives) and
+  ``SELFMODEL_SNAPSHOT`` (well-formed, its selfmodel_root matches, it cites the branch's latest
+  live memory_root); a bad one is refused and nothing is written;
+- stores the root and selfmodel records of accepted ``SNAPSHOT`` / ``SELFMODEL_SNAPSHOT``;
+- folds the entry into every registered projection and returns an automatic ``SNAPSHOT``
+  follow-up when the cadence makes one due, then ``SELFMODEL_SNAPSHOT`` follow-ups from the
+  SelfModel hooks once it is stored.
+
+Fold state lives in memory between appends, checked against the chain at every entry (the
+entry must extend the last one folded). When it does not (first append after opening, a
+rolled-back transaction, another writer), it is reloaded: each projection's state from the
+latest root (persisted with it), then the entries after that root's high-water mark.
+
+The hook appends no checkpoint: SQLite cannot sign inside the transaction whose commit the
+checkpoint must follow. ``memory_root.Roots`` signs right after the commit of any append that
+produced a snapshot (see ``Roots.append`` and ``Roots.sign_pending``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import apsw
+
+from ledger import encoding
+from ledger.entries import CANONICAL_BRANCH, Entry, Kind, OpInput
+from ledger.errors import StorageError, ValidationError
+from ledger.ledger import Ledger
+from ledger.merkle import CompactRange, perfect_subtrees
+from ledger.vocab import OpType
+from memory_root import records
+from memory_root._fold import (
+    NO_CADENCE,
+    BranchFold,
+    Folder,
+    Prepared,
+    check_snapshot,
+    fork_anchor,
+)
+from memory_root.records import RootRecord, SelfModelRecord
+from memory_root.root import MemoryRoot
+from memory_root.selfmodel import (
+    SelfModelHook,
+    load_selfmodel_hooks,
+    parse_selfmodel_payload,
+    selfmodel_payload,
+)
+from projections.builtins import check_payload
+from projections.projection import rule_digest
+from projections.registry import Registry, default_registry
+
+__all__ = ["RootsHook"]
+
+
+class RootsHook:
+    """The ``AppendHook`` of the memory_root layer (see the module docstring)."""
+
+    def __init__(
+        self,
+        registry: Registry | None = None,
+        selfmodel_hooks: Sequence[SelfModelHook] | None = None,
+    ) -> None:
+        """Use ``registry`` and ``selfmodel_hooks`` (default: built-ins and entry points).
+
+        Default SelfModel hooks are those declared in the ``memroot.selfmodel`` group.
+
+        Raises:
+            TypeError, ValueError, ImportError: if a plugin cannot be loaded.
+        """
+        self.registry = registry if registry is not None else default_registry()
+        self.selfmodel_hooks = list(
+            load_selfmodel_hooks() if selfmodel_hooks is None else selfmodel_hooks
+        )
+        self._folds: dict[tuple[str, str], BranchFold] = {}
+
+    def install(self, db: apsw.Connection) -> None:
+        """Create the memory_root tables if missing."""
+        records.install(db)
+
+    def apply(
+        self, db: apsw.Connection, ledger: Ledger, entry: Entry, content: str | None
+    ) -> list[OpInput]:
+        """Validate and fold one new entry; return automatic snapshot / SelfModel follow-ups.
+
+        Raises:
+            ValidationError: for a malformed audit record, a SNAPSHOT that does not match the
+                replay, or a SELFMODEL_SNAPSHOT that does not cite the latest live root.
+        """
+        fold = self.fold_for(ledger, entry.branch, entry)
+        if entry.seq == 0 and entry.branch != CANONICAL_BRANCH:
+            fold.fork_root = self.fork_root(db, entry)
+        follow: list[OpInput] = []
+        if entry.kind is Kind.OP:
+            if entry.type == OpType.SNAPSHOT:
+                follow = self._snapshot(db, fold, entry)
+            elif entry.type == OpType.SELFMODEL_SNAPSHOT:
+                self._selfmodel(db, entry)
+            else:
+                check_payload(entry.type, entry.body["payload"])
+        if fold.advance(entry):
+            assert fold.pending is not None
+            follow.append(Ledger.system_op(OpType.SNAPSHOT, fold.pending.preimage.payload()))
+        return follow
+
+    # -- snapshots -----------------------------------------------------------------------------
+
+    def _snapshot(self, db: apsw.Connection, fold: BranchFold, entry: Entry) -> list[OpInput]:
+        prepared = check_snapshot(fold, entry, exact=True)
+        pre = prepared.preimage
+        root = records.insert_root(db, entry.seq, pre, prepared.stored)
+        fold.snapshot_taken(entry, root)
+        if not self.selfmodel_hooks:
+            return []
+        record = RootRecord(
+            root, pre.branch, entry.seq, pre.parent, pre.high_water, pre.v, "live", pre.projections
+        )
+        follow = []
+        for hook in self.selfmodel_hooks:
+            model = hook.on_root(record)
+            if model is not None:
+                follow.append(
+                    Ledger.system_op(
+                        OpType.SELFMODEL_SNAPSHOT, selfmodel_payload(model, root, entry.branch)
+                    )
+                )
+        return follow
+
+    def _selfmodel(self, db: apsw.Connection, entry: Entry) -> None:
+        _, cited, branch, sm_root = parse_selfmodel_payload(entry.body["payload"])
+        if branch != entry.branch:
+            raise ValidationError(
+                f"SelfModel body names branch {branch!r}, the entry is on {entry.branch!r}",
+                field="payload.body.branch",
+            )
+        latest = records.latest_root(db, entry.branch, live_only=True)
+        want = None if latest is None else latest.root
+        if cited != want:
+            raise ValidationError(
+                "a SELFMODEL_SNAPSHOT must cite the branch's latest live memory_root "
+                f"({'none yet' if want is None else want.hex()}), not "
+                f"{'none' if cited is None else cited.hex()}",
+                field="payload.body.memory_root",
+            )
+        records.insert_selfmodel(
+            db,
+            SelfModelRecord(
+                entry.branch,
+                entry.seq,
+                sm_root,
+                cited,
+                encoding.encode(entry.body["payload"]["body"]),
+            ),
+        )
+
+    def prepare_head(self, ledger: Ledger, branch: str) -> Prepared | None:
+        """Return the snapshot of ``branch`` at its head, or None if nothing changed.
+
+        Nothing changed when only SELFMODEL_SNAPSHOT entries, or none, follow the last
+        SNAPSHOT.
+
+        Call inside a write transaction, then append its payload as a SNAPSHOT.
+
+        Raises:
+            StorageError: if the stored roots cannot be read.
+        """
+        row = ledger.store.branch(branch)
+        fold = self._folds.get((ledger.ledger_id, branch))
+        if fold is None or fold.next_seq != row.size or fold.last_hash != row.head:
+            fold = self._load(ledger, branch)
+        if not fold.dirty:
+            return None
+        return fold.prepare()
+
+    # -- fold state ----------------------------------------------------------------------------
+
+    def fold_for(self, ledger: Ledger, branch: str, entry: Entry) -> BranchFold:
+        """Return the branch's fold positioned right before ``entry``, reloading if needed.
+
+        Raises:
+            StorageError: if the stored state cannot be brought up to ``entry``.
+        """
+        key = (ledger.ledger_id, branch)
+        fold = self._folds.get(key)
+        if fold is not None and fold.follows(entry):
+            return fold
+        fold = self._load(ledger, branch)
+        if not fold.follows(entry):
+            raise StorageError(
+                f"memory_root state of branch {branch!r} ends at entry {fold.next_seq - 1}, "
+                f"cannot fold entry {entry.seq} (was an entry appended without the hook?)"
+            )
+        return fold
+
+    @staticmethod
+    def fork_root(db: apsw.Connection, genesis: Entry) -> MemoryRoot | None:
+        """Return the root a branch's first root links to: its parent's root at the fork."""
+        anchor = fork_anchor(genesis)
+        return None if anchor is None else records.root_before(db, *anchor)
+
+    def forget(self, ledger: Ledger, branch: str) -> None:
+        """Drop the in-memory fold of a branch (it is reloaded from storage when next used)."""
+        self._folds.pop((ledger.ledger_id, branch), None)
+
+    def _load(self, ledger: Ledger, branch: str) -> BranchFold:
+        """Rebuild a branch's fold from the latest stored root and the entries after it."""
+        store = ledger.store
+        row = store.branch(branch)
+        db = store.db
+        latest = records.latest_root(db, branch)
+        saved = {s.rule: s for s in records.summaries(db, latest.root)} if latest else {}
+        projections = self.registry.projections()
+        resume_at = latest.high_water.seq + 1 if latest else 0
+        resumed = [p for p in projections if rule_digest(p) in saved]
+        fresh = [p for p in projections if rule_digest(p) not in saved]
+        r_fold = Folder(
+            resumed, [encoding.decode(saved[rule_digest(p)].fold_state) for p in resumed]
+        )
+        f_fold = Folder(fresh)
+        last_snap = latest.seq if latest else 0
+        dirty = latest is None
+        start = 0 if fresh else resume_at
+        for e in ledger.entries(start, row.size, branch):
+            f_fold.fold(e)
+            if e.seq >= resume_at:
+                r_fold.fold(e)
+            if e.seq > last_snap and e.type not in NO_CADENCE:
+                dirty = True
+        order = {p.id: i for i, p in enumerate(projections)}
+        pairs = sorted(
+            [*zip(resumed, r_fold.states, strict=True), *zip(fresh, f_fold.states, strict=True)],
+            key=lambda x: order[x[0].id],
+        )
+        folder = Folder([p for p, _ in pairs], [s for _, s in pairs])
+        compact = CompactRange.from_hashes(
+            row.size, store.read_nodes(row.no, perfect_subtrees(row.size))
+        )
+        fork_root = None
+        if branch != CANONICAL_BRANCH and row.size:
+            fork_root = self.fork_root(db, ledger.entry(0, branch))
+        fold = BranchFold(
+            branch,
+            folder,
+            ledger.snapshot_every,
+            next_seq=row.size,
+            last_hash=bytes(row.head),
+            compact=compact,
+            last_snapshot_seq=last_snap,
+            latest_root=latest.root if latest else None,
+            fork_root=fork_root,
+            dirty=dirty,
+        )
+        self._folds[(ledger.ledger_id, branch)] = fold
+        return fold

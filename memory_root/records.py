@@ -1,0 +1,321 @@
+"""Stored memory_root records: SQLite tables in the ledger file, derived by replay.
+
+Nothing here is authoritative: every row is rebuilt from the ``SNAPSHOT`` and
+``SELFMODEL_SNAPSHOT`` entries (``Roots.rebuild``), and verify step 8 compares the rows with
+the replay. Tables:
+
+- ``memory_roots(root, branch, seq, parent, hw_seq, hw_hash, tree_size, tree_root, v, state)``:
+  one row per root; ``seq`` is the ``SNAPSHOT`` entry, ``hw_*`` / ``tree_*`` its high-water
+  mark, ``state`` is ``live | stale | falsified`` (set by the falsification layer).
+- ``memory_root_summaries(root, projection, rule, rule_cbor, digest, count, data, fold_state)``:
+  per root and projection: the rule digest and its preimage ``cbor({id, version, params})``,
+  the summary digest, item count and canonical bytes, and the projection's fold state at the
+  high-water (canonical CBOR), from which the next snapshot continues.
+- ``selfmodel_snapshots(branch, seq, selfmodel_root, memory_root, body)``: one row per
+  ``SELFMODEL_SNAPSHOT`` entry, ``body`` its canonical CBOR.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Final
+
+import apsw
+
+from ledger.errors import NotFoundError, ValidationError
+from ledger.hashing import EntryHash, TreeRoot
+from memory_root.root import HighWater, MemoryRoot, ProjectionDigest, RootPreimage
+from projections.projection import RuleDigest, SummaryDigest
+
+__all__ = [
+    "ROOT_STATES",
+    "RootRecord",
+    "SelfModelRecord",
+    "StoredSummary",
+    "find_root",
+    "get_root",
+    "insert_root",
+    "insert_selfmodel",
+    "install",
+    "iter_roots",
+    "latest_root",
+    "latest_selfmodel",
+    "root_before",
+    "set_root_state",
+    "summaries",
+]
+
+ROOT_STATES: Final = ("live", "stale", "falsified")
+
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS memory_roots(
+    root BLOB PRIMARY KEY,
+    branch TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    parent BLOB,
+    hw_seq INTEGER NOT NULL,
+    hw_hash BLOB NOT NULL,
+    tree_size INTEGER NOT NULL,
+    tree_root BLOB NOT NULL,
+    v INTEGER NOT NULL,
+    state TEXT NOT NULL DEFAULT 'live' CHECK(state IN ('live', 'stale', 'falsified'))
+) STRICT;
+CREATE UNIQUE INDEX IF NOT EXISTS memory_roots_by_seq ON memory_roots(branch, seq);
+CREATE TABLE IF NOT EXISTS memory_root_summaries(
+    root BLOB NOT NULL,
+    projection TEXT NOT NULL,
+    rule BLOB NOT NULL,
+    rule_cbor BLOB NOT NULL,
+    digest BLOB NOT NULL,
+    count INTEGER NOT NULL,
+    data BLOB NOT NULL,
+    fold_state BLOB NOT NULL,
+    PRIMARY KEY(root, projection)
+) STRICT;
+CREATE TABLE IF NOT EXISTS selfmodel_snapshots(
+    branch TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    selfmodel_root BLOB NOT NULL,
+    memory_root BLOB,
+    body BLOB NOT NULL,
+    PRIMARY KEY(branch, seq)
+) STRICT;
+"""
+
+_ROOT_COLS: Final = "root, branch, seq, parent, hw_seq, hw_hash, tree_size, tree_root, v, state"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredSummary:
+    """One projection's stored output at one root."""
+
+    projection: str
+    rule: RuleDigest
+    rule_cbor: bytes
+    digest: SummaryDigest
+    count: int
+    data: bytes
+    fold_state: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class RootRecord:
+    """A stored memory_root: where its SNAPSHOT entry is, what it commits to, its state."""
+
+    root: MemoryRoot
+    branch: str
+    seq: int
+    parent: MemoryRoot | None
+    high_water: HighWater
+    v: int
+    state: str
+    projections: tuple[ProjectionDigest, ...]
+
+    def preimage(self) -> RootPreimage:
+        """Return the preimage this record describes (its ``root()`` should equal ``root``)."""
+        return RootPreimage(self.branch, self.parent, self.high_water, self.projections, self.v)
+
+
+@dataclass(frozen=True, slots=True)
+class SelfModelRecord:
+    """A stored ``SELFMODEL_SNAPSHOT``: its body (canonical CBOR) and roots."""
+
+    branch: str
+    seq: int
+    selfmodel_root: bytes
+    memory_root: MemoryRoot | None
+    body: bytes
+
+
+def install(db: apsw.Connection) -> None:
+    """Create the tables if missing (inside a write transaction)."""
+    db.execute(_SCHEMA)
+
+
+def insert_root(
+    db: apsw.Connection, seq: int, preimage: RootPreimage, stored: list[StoredSummary]
+) -> MemoryRoot:
+    """Store a new root (state ``live``) and its summaries; return the root.
+
+    Raises:
+        ValidationError: if the root is already stored (a replayed SNAPSHOT).
+    """
+    root = preimage.root()
+    hw = preimage.high_water
+    try:
+        db.execute(
+            f"INSERT INTO memory_roots({_ROOT_COLS}) VALUES(?,?,?,?,?,?,?,?,?,'live')",
+            (
+                root,
+                preimage.branch,
+                seq,
+                preimage.parent,
+                hw.seq,
+                hw.entry_hash,
+                hw.tree_size,
+                hw.tree_root,
+                preimage.v,
+            ),
+        )
+    except apsw.ConstraintError as e:
+        raise ValidationError(
+            f"memory_root {root.hex()} is already recorded", field="payload.memory_root"
+        ) from e
+    db.executemany(
+        "INSERT INTO memory_root_summaries VALUES(?,?,?,?,?,?,?,?)",
+        [
+            (root, s.projection, s.rule, s.rule_cbor, s.digest, s.count, s.data, s.fold_state)
+            for s in stored
+        ],
+    )
+    return root
+
+
+def _record(db: apsw.Connection, row: tuple[Any, ...]) -> RootRecord:
+    root, branch, seq, parent, hw_seq, hw_hash, size, tree_root, v, state = row
+    items = tuple(
+        ProjectionDigest(pid, RuleDigest(rule), SummaryDigest(dig), n)
+        for pid, rule, dig, n in db.execute(
+            "SELECT projection, rule, digest, count FROM memory_root_summaries "
+            "WHERE root = ? ORDER BY projection",
+            (root,),
+        )
+    )
+    hw = HighWater(hw_seq, EntryHash(hw_hash), size, TreeRoot(tree_root))
+    return RootRecord(
+        MemoryRoot(root),
+        branch,
+        seq,
+        None if parent is None else MemoryRoot(parent),
+        hw,
+        v,
+        state,
+        items,
+    )
+
+
+def latest_root(db: apsw.Connection, branch: str, *, live_only: bool = False) -> RootRecord | None:
+    """Return the newest root of a branch (the newest ``live`` one with ``live_only``)."""
+    where = " AND state = 'live'" if live_only else ""
+    row = db.execute(
+        f"SELECT {_ROOT_COLS} FROM memory_roots WHERE branch = ?{where} ORDER BY seq DESC LIMIT 1",
+        (branch,),
+    ).fetchone()
+    return None if row is None else _record(db, row)
+
+
+def root_before(db: apsw.Connection, branch: str, seq: int) -> MemoryRoot | None:
+    """Return the newest root of ``branch`` whose SNAPSHOT entry precedes entry ``seq``."""
+    row = db.execute(
+        "SELECT root FROM memory_roots WHERE branch = ? AND seq < ? ORDER BY seq DESC LIMIT 1",
+        (branch, seq),
+    ).fetchone()
+    return None if row is None else MemoryRoot(row[0])
+
+
+def get_root(db: apsw.Connection, root: bytes) -> RootRecord:
+    """Return the stored record of a root.
+
+    Raises:
+        NotFoundError: if no such root is stored.
+    """
+    row = db.execute(f"SELECT {_ROOT_COLS} FROM memory_roots WHERE root = ?", (root,)).fetchone()
+    if row is None:
+        raise NotFoundError(f"no memory_root {root.hex()} in this ledger")
+    return _record(db, row)
+
+
+def find_root(db: apsw.Connection, hex_prefix: str) -> RootRecord:
+    """Return the root whose hex starts with ``hex_prefix`` (at least 4 hex digits).
+
+    Raises:
+        NotFoundError: if none or several roots match.
+        ValidationError: if the prefix is not hex or too short.
+    """
+    text = hex_prefix.lower()
+    if len(text) < 4 or len(text) > 64 or any(c not in "0123456789abcdef" for c in text):
+        raise ValidationError(
+            f"{hex_prefix!r} is not a memory_root (4-64 hex digits)", field="root"
+        )
+    if len(text) == 64:
+        return get_root(db, bytes.fromhex(text))
+    lo = bytes.fromhex(text.ljust(64, "0"))
+    hi = bytes.fromhex(text.ljust(64, "f"))
+    rows = db.execute(
+        f"SELECT {_ROOT_COLS} FROM memory_roots WHERE root BETWEEN ? AND ? LIMIT 2", (lo, hi)
+    ).fetchall()
+    if not rows:
+        raise NotFoundError(f"no memory_root starts with {text}")
+    if len(rows) > 1:
+        raise NotFoundError(f"several memory_roots start with {text}; give more digits")
+    return _record(db, rows[0])
+
+
+def iter_roots(db: apsw.Connection, branch: str | None = None) -> Iterator[RootRecord]:
+    """Yield stored roots by branch and seq (every branch when ``branch`` is None)."""
+    if branch is None:
+        rows = db.execute(f"SELECT {_ROOT_COLS} FROM memory_roots ORDER BY branch, seq")
+    else:
+        rows = db.execute(
+            f"SELECT {_ROOT_COLS} FROM memory_roots WHERE branch = ? ORDER BY seq", (branch,)
+        )
+    for row in rows.fetchall():
+        yield _record(db, row)
+
+
+def summaries(db: apsw.Connection, root: bytes) -> list[StoredSummary]:
+    """Return a root's stored summaries, sorted by projection id."""
+    return [
+        StoredSummary(
+            str(p),
+            RuleDigest(bytes(r)),
+            bytes(rc),
+            SummaryDigest(bytes(d)),
+            int(n),
+            bytes(data),
+            bytes(st),
+        )
+        for p, r, rc, d, n, data, st in db.execute(
+            "SELECT projection, rule, rule_cbor, digest, count, data, fold_state "
+            "FROM memory_root_summaries WHERE root = ? ORDER BY projection",
+            (root,),
+        )
+    ]
+
+
+def set_root_state(db: apsw.Connection, root: bytes, state: str) -> None:
+    """Set a root's state (for the falsification layer, inside its append transaction).
+
+    Raises:
+        ValueError: if ``state`` is not live, stale or falsified.
+        NotFoundError: if the root is not stored.
+    """
+    if state not in ROOT_STATES:
+        raise ValueError(f"root state must be one of {ROOT_STATES}, got {state!r}")
+    db.execute("UPDATE memory_roots SET state = ? WHERE root = ?", (state, root))
+    if db.changes() == 0:
+        raise NotFoundError(f"no memory_root {root.hex()} in this ledger")
+
+
+def insert_selfmodel(db: apsw.Connection, record: SelfModelRecord) -> None:
+    """Store one ``SELFMODEL_SNAPSHOT`` (inside its append transaction)."""
+    db.execute(
+        "INSERT INTO selfmodel_snapshots VALUES(?,?,?,?,?)",
+        (record.branch, record.seq, record.selfmodel_root, record.memory_root, record.body),
+    )
+
+
+def latest_selfmodel(db: apsw.Connection, branch: str) -> SelfModelRecord | None:
+    """Return the newest stored ``SELFMODEL_SNAPSHOT`` of a branch, or None."""
+    row = db.execute(
+        "SELECT branch, seq, selfmodel_root, memory_root, body FROM selfmodel_snapshots "
+        "WHERE branch = ? ORDER BY seq DESC LIMIT 1",
+        (branch,),
+    ).fetchone()
+    if row is None:
+        return None
+    b, seq, sm, mr, body = row
+    return SelfModelRecord(
+        str(b), int(seq), bytes(sm), None if mr is None else MemoryRoot(bytes(mr)), bytes(body)
+    )

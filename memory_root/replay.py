@@ -1,0 +1,402 @@
+"""Replaying memory roots from the log: verify step 8 and ``rebuild``.
+
+``RootsReplay`` folds every projection from the first entry of each branch and checks each
+``SNAPSHOT`` against what it computes (the same ``check_snapshot`` the writer runs) and each
+``SELFMODEL_SNAPSHOT`` (well-formed, selfmodel_root matches its body, cites a root of its
+branch replayed before it). ``RootsReplayCheck`` plugs it into ``ledger.verify.audit`` as
+step 8 and also compares the stored records (roots, summaries, fold states, SelfModels) with
+the replay; ``rebuild`` drops the records and writes them again from the replay.
+
+Findings name the branch, the entry's seq and step 8. A missing automatic snapshot (a ledger
+written without this layer's hook) is reported as a note, not a violation: nothing was
+hidden, every entry is still in the log.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import apsw
+
+from ledger import encoding
+from ledger.entries import CANONICAL_BRANCH, Entry, Kind
+from ledger.errors import IntegrityError, NotFoundError, ValidationError
+from ledger.ledger import DEFAULT_SNAPSHOT_EVERY, Ledger
+from ledger.verify import AuditReport, Finding
+from ledger.vocab import OpType
+from memory_root import records
+from memory_root._fold import (
+    BranchFold,
+    Folder,
+    Prepared,
+    SnapshotMismatch,
+    check_snapshot,
+    fork_anchor,
+)
+from memory_root.records import SelfModelRecord
+from memory_root.root import MemoryRoot
+from memory_root.selfmodel import parse_selfmodel_payload
+from projections.registry import Registry, default_registry
+
+__all__ = [
+    "STEP",
+    "RootReplayed",
+    "RootsReplay",
+    "RootsReplayCheck",
+    "SelfModelReplayed",
+    "rebuild",
+]
+
+STEP: Final = 8
+
+
+@dataclass(frozen=True, slots=True)
+class RootReplayed:
+    """A ``SNAPSHOT`` that replay confirmed; ``skipped`` names a missing automatic one."""
+
+    seq: int
+    root: MemoryRoot
+    prepared: Prepared
+    skipped: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class SelfModelReplayed:
+    """A ``SELFMODEL_SNAPSHOT`` that replay confirmed."""
+
+    record: SelfModelRecord
+
+
+class RootsReplay:
+    """Replay of every branch's roots from scratch, one entry at a time, in log order."""
+
+    def __init__(self, registry: Registry, snapshot_every: int | None = None) -> None:
+        """Fold every projection ``registry`` knows (active and retired).
+
+        ``snapshot_every`` defaults to the value recorded in the canonical genesis.
+        """
+        self.projections = registry.known()
+        self.every = snapshot_every
+        self.folds: dict[str, BranchFold] = {}
+        self.roots: dict[str, list[tuple[int, MemoryRoot]]] = {}
+
+    def _fold(self, entry: Entry) -> BranchFold:
+        fold = self.folds.get(entry.branch)
+        if fold is None:
+            if self.every is None and entry.branch == CANONICAL_BRANCH and entry.seq == 0:
+                every = entry.body.get("snapshot_every")
+                self.every = every if type(every) is int and every > 0 else None
+            fold = BranchFold(
+                entry.branch, Folder(self.projections), self.every or DEFAULT_SNAPSHOT_EVERY
+            )
+            if entry.seq == 0 and entry.branch != CANONICAL_BRANCH:
+                fold.fork_root = self._root_before(fork_anchor(entry))
+            self.folds[entry.branch] = fold
+            self.roots[entry.branch] = []
+        return fold
+
+    def _root_before(self, anchor: tuple[str, int] | None) -> MemoryRoot | None:
+        if anchor is None:
+            return None
+        found = None
+        for seq, root in self.roots.get(anchor[0], []):
+            if seq < anchor[1]:
+                found = root
+        return found
+
+    def feed(self, entry: Entry) -> RootReplayed | SelfModelReplayed | None:
+        """Replay one entry (entries of a branch in seq order).
+
+        Raises:
+            SnapshotMismatch: a SNAPSHOT disagrees with the replay (the fold goes on from
+                the root the entry claims, so one bad root is reported once).
+            ValidationError: a malformed SNAPSHOT or SELFMODEL_SNAPSHOT payload.
+        """
+        fold = self._fold(entry)
+        try:
+            if entry.kind is Kind.OP and entry.type == OpType.SNAPSHOT:
+                return self._snapshot(fold, entry)
+            if entry.kind is Kind.OP and entry.type == OpType.SELFMODEL_SNAPSHOT:
+                return self._selfmodel(entry)
+            return None
+        finally:
+            fold.advance(entry)
+
+    def _snapshot(self, fold: BranchFold, entry: Entry) -> RootReplayed:
+        try:
+            prepared = check_snapshot(fold, entry, exact=False)
+        except ValidationError:
+            claimed = entry.body.get("payload", {}).get("memory_root")
+            if type(claimed) is bytes and len(claimed) == 32:
+                fold.snapshot_taken(entry, MemoryRoot(claimed))
+                self.roots[entry.branch].append((entry.seq, MemoryRoot(claimed)))
+            raise
+        root = prepared.preimage.root()
+        pending = fold.pending_seq
+        skipped = pending if pending is not None and pending != prepared.high_water.seq else None
+        fold.snapshot_taken(entry, root)
+        self.roots[entry.branch].append((entry.seq, root))
+        return RootReplayed(entry.seq, root, prepared, skipped)
+
+    def _selfmodel(self, entry: Entry) -> SelfModelReplayed:
+        payload = entry.body.get("payload")
+        _, cited, branch, sm_root = parse_selfmodel_payload(payload)
+        if branch != entry.branch:
+            raise ValidationError(
+                f"SelfModel body names branch {branch!r}", field="payload.body.branch"
+            )
+        if cited is not None and cited not in {r for _, r in self.roots[entry.branch]}:
+            raise ValidationError(
+                f"SelfModel cites memory_root {cited.hex()}, which is not a "
+                "root of this branch before it",
+                field="payload.body.memory_root",
+            )
+        assert isinstance(payload, dict)
+        return SelfModelReplayed(
+            SelfModelRecord(
+                entry.branch, entry.seq, sm_root, cited, encoding.encode(payload["body"])
+            )
+        )
+
+    def due(self) -> list[tuple[str, int]]:
+        """Return ``(branch, seq)`` of automatic snapshots due at the end and never taken."""
+        return [(b, f.pending_seq) for b, f in self.folds.items() if f.pending_seq is not None]
+
+
+def _compare_root(db: apsw.Connection, branch: str, r: RootReplayed, report: AuditReport) -> None:
+    """Compare the stored record of a replayed root (and its summaries) with the replay."""
+
+    def bad(message: str, expected: str | None = None, actual: str | None = None) -> None:
+        report.add(
+            Finding(
+                STEP,
+                f"stored memory_root {r.root.hex()[:16]}: {message}",
+                branch,
+                r.seq,
+                expected=expected,
+                actual=actual,
+            )
+        )
+
+    try:
+        rec = records.get_root(db, r.root)
+    except NotFoundError:
+        bad("no stored record (run `memroot rebuild`?)")
+        return
+    pre = r.prepared
+    want = (branch, r.seq, pre.parent, pre.high_water)
+    got = (rec.branch, rec.seq, rec.parent, rec.high_water)
+    if want != got:
+        bad(
+            "record differs from the SNAPSHOT entry (branch, seq, parent, high-water)",
+            str(want),
+            str(got),
+        )
+    stored = {s.projection: s for s in records.summaries(db, r.root)}
+    for _, s in pre.items:
+        got_s = stored.pop(s.projection, None)
+        if got_s is None:
+            bad(f"summary of projection {s.projection!r} is missing")
+        elif got_s != s:
+            field = next(
+                f
+                for f in ("rule", "rule_cbor", "digest", "count", "data", "fold_state")
+                if getattr(got_s, f) != getattr(s, f)
+            )
+            bad(
+                f"stored {field} of projection {s.projection!r} differs from the replay",
+                _short(getattr(s, field)),
+                _short(getattr(got_s, field)),
+            )
+    for extra in sorted(stored):
+        bad(f"stored summary of projection {extra!r} is not committed by the root")
+
+
+def _short(value: object) -> str:
+    if isinstance(value, bytes):
+        return value.hex() if len(value) <= 32 else f"{len(value)} bytes"
+    return str(value)
+
+
+class RootsReplayCheck:
+    """Verify step 8 as a ``ledger.verify.ReplayCheck``: replay every root, compare records."""
+
+    steps: tuple[int, ...] = (STEP,)
+
+    def __init__(
+        self, path: Path, registry: Registry | None = None, snapshot_every: int | None = None
+    ) -> None:
+        """Check the ledger file at ``path`` with ``registry`` (default: built-ins + plugins).
+
+        ``snapshot_every`` defaults to the canonical genesis's value.
+        """
+        self.path = Path(path)
+        self.replay = RootsReplay(
+            registry if registry is not None else default_registry(), snapshot_every
+        )
+        self._db: apsw.Connection | None = None
+        self._has_tables = False
+        self._roots: set[bytes] = set()
+        self._selfmodels: set[tuple[str, int]] = set()
+
+    def _conn(self) -> apsw.Connection:
+        if self._db is None:
+            db = apsw.Connection(str(self.path), flags=apsw.SQLITE_OPEN_READONLY)
+            self._has_tables = bool(
+                db.execute(
+                    "SELECT count(*) FROM sqlite_master WHERE name = 'memory_roots'"
+                ).fetchall()[0][0]
+            )
+            self._db = db
+        return self._db
+
+    def feed(self, branch: str, entry: Entry, report: AuditReport) -> None:
+        """Replay one entry; report a SNAPSHOT or SELFMODEL_SNAPSHOT that does not hold."""
+        try:
+            r = self.replay.feed(entry)
+        except SnapshotMismatch as e:
+            report.add(
+                Finding(
+                    STEP,
+                    f"SNAPSHOT does not replay: {e} ({e.field})",
+                    branch,
+                    entry.seq,
+                    expected=e.expected,
+                    actual=e.actual,
+                )
+            )
+            return
+        except ValidationError as e:
+            report.add(
+                Finding(STEP, f"{entry.type} is malformed: {e} ({e.field})", branch, entry.seq)
+            )
+            return
+        if r is None:
+            return
+        db = self._conn()
+        if isinstance(r, RootReplayed):
+            self._roots.add(r.root)
+            if r.skipped is not None:
+                report.add(
+                    Finding(
+                        STEP,
+                        f"the automatic SNAPSHOT due after entry {r.skipped} "
+                        "is missing (written without the memory_root hook?)",
+                        branch,
+                        r.skipped,
+                        severity="note",
+                    )
+                )
+            if not self._has_tables:
+                report.add(
+                    Finding(STEP, "no stored memory_root records in this file", branch, entry.seq)
+                )
+            else:
+                _compare_root(db, branch, r, report)
+            return
+        self._selfmodels.add((branch, entry.seq))
+        row = (
+            db.execute(
+                "SELECT branch, seq, selfmodel_root, memory_root, body FROM selfmodel_snapshots "
+                "WHERE branch = ? AND seq = ?",
+                (branch, entry.seq),
+            ).fetchone()
+            if (self._has_tables)
+            else None
+        )
+        got = None if row is None else SelfModelRecord(*row)
+        if got != r.record:
+            report.add(
+                Finding(
+                    STEP,
+                    "stored SelfModel record is missing or differs from the "
+                    "SELFMODEL_SNAPSHOT entry",
+                    branch,
+                    entry.seq,
+                )
+            )
+
+    def finish(self, report: AuditReport) -> None:
+        """Report stored records no entry accounts for, and automatic snapshots never taken."""
+        for branch, seq in self.replay.due():
+            report.add(
+                Finding(
+                    STEP,
+                    f"the automatic SNAPSHOT due after entry {seq} is missing "
+                    "(written without the memory_root hook?)",
+                    branch,
+                    seq,
+                    severity="note",
+                )
+            )
+        db = self._conn()
+        try:
+            if not self._has_tables:
+                return
+            for root, branch, seq in db.execute(
+                "SELECT root, branch, seq FROM memory_roots ORDER BY branch, seq"
+            ):
+                if root not in self._roots:
+                    report.add(
+                        Finding(
+                            STEP,
+                            f"stored memory_root {root.hex()} has no SNAPSHOT "
+                            "entry that replays to it",
+                            branch,
+                            seq,
+                        )
+                    )
+            for branch, seq in db.execute(
+                "SELECT branch, seq FROM selfmodel_snapshots ORDER BY branch, seq"
+            ):
+                if (branch, seq) not in self._selfmodels:
+                    report.add(
+                        Finding(
+                            STEP,
+                            "stored SelfModel record has no SELFMODEL_SNAPSHOT entry",
+                            branch,
+                            seq,
+                        )
+                    )
+        finally:
+            db.close()
+            self._db = None
+
+
+def rebuild(ledger: Ledger, registry: Registry) -> int:
+    """Drop the stored roots and SelfModel records and replay them from the log.
+
+    Root states are reset to ``live``; the falsification layer re-applies its own.
+    Returns the number of roots written.
+
+    Raises:
+        IntegrityError: (step 8, naming branch and seq) if a SNAPSHOT or SELFMODEL_SNAPSHOT
+            does not replay; nothing is changed then.
+    """
+    n = 0
+    with ledger.store.write() as db:
+        records.install(db)
+        db.execute(
+            "DELETE FROM memory_root_summaries; DELETE FROM memory_roots; "
+            "DELETE FROM selfmodel_snapshots"
+        )
+        replay = RootsReplay(registry)
+        for b in ledger.store.branches():
+            for e in ledger.entries(0, None, b.name):
+                try:
+                    r = replay.feed(e)
+                except ValidationError as err:
+                    raise IntegrityError(
+                        f"{e.type} at entry {e.seq} does not replay: {err}",
+                        branch=b.name,
+                        seq=e.seq,
+                        step=STEP,
+                    ) from err
+                if isinstance(r, RootReplayed):
+                    records.insert_root(db, e.seq, r.prepared.preimage, r.prepared.stored)
+                    n += 1
+                elif isinstance(r, SelfModelReplayed):
+                    records.insert_selfmodel(db, r.record)
+    return n

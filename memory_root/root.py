@@ -1,0 +1,256 @@
+"""The memory_root format (SPEC "Normative formats" 6, docs/format-roots.md): pure functions.
+
+A snapshot fixes a high-water mark on one branch and commits to every projection's rule and
+summary::
+
+    rule_digest    = SHA-256("memroot/rule/v1"    || 0x00 || cbor({id, version, params}))
+    summary_digest = SHA-256("memroot/summary/v1" || 0x00 || summary_bytes)
+    memory_root    = SHA-256("memroot/root/v1"    || 0x00 || cbor({v, branch, parent,
+                         high_water: {seq, entry_hash, tree_size, tree_root},
+                         projections: [{id, rule, digest, count}, ...]}))
+
+``projections`` is sorted by id; ``parent`` is the previous root of the branch (null for the
+first). The ``SNAPSHOT`` entry's payload is exactly the preimage map plus ``memory_root``, so
+an auditor recomputes the root from the payload alone and the Merkle tree proves the entry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, NewType
+
+from ledger import encoding
+from ledger.errors import ValidationError
+from ledger.hashing import HASH_SIZE, EntryHash, TreeRoot, domain_hash
+from projections.projection import (
+    PROJECTION_ID_RE,
+    Projection,
+    RuleDigest,
+    Summary,
+    SummaryDigest,
+    rule_digest,
+)
+
+__all__ = [
+    "ROOT_TAG",
+    "ROOT_VERSION",
+    "HighWater",
+    "MemoryRoot",
+    "ProjectionDigest",
+    "RootPreimage",
+    "compute_root",
+    "projection_digest",
+]
+
+ROOT_TAG: Final = "memroot/root/v1"
+ROOT_VERSION: Final = 1
+
+MemoryRoot = NewType("MemoryRoot", bytes)
+"""SHA-256 with tag ``memroot/root/v1`` over a root's canonical preimage."""
+
+
+def _bad(message: str, field: str) -> ValidationError:
+    return ValidationError(f"SNAPSHOT payload: {message}", field=f"payload.{field}")
+
+
+def _hash32(value: Any, field: str) -> bytes:
+    if type(value) is not bytes or len(value) != HASH_SIZE:
+        raise _bad(f"{field} must be a {HASH_SIZE}-byte string", field)
+    return value
+
+
+def _uint(value: Any, field: str) -> int:
+    if type(value) is not int or value < 0:
+        raise _bad(f"{field} must be a non-negative integer", field)
+    return value
+
+
+def _exact_keys(obj: Any, keys: frozenset[str], field: str) -> Mapping[str, Any]:
+    if type(obj) is not dict:
+        raise _bad(f"{field} must be a map", field)
+    if set(obj) != keys:
+        raise _bad(f"{field} must have exactly the keys {', '.join(sorted(keys))}", field)
+    return obj
+
+
+@dataclass(frozen=True, slots=True)
+class HighWater:
+    """The last entry a snapshot covers: its seq and hash, and the tree that ends with it.
+
+    Raises:
+        ValueError: if ``tree_size != seq + 1`` or a hash is not 32 bytes.
+    """
+
+    seq: int
+    entry_hash: EntryHash
+    tree_size: int
+    tree_root: TreeRoot
+
+    def __post_init__(self) -> None:
+        if self.seq < 0 or self.tree_size != self.seq + 1:
+            raise ValueError(
+                f"high-water tree_size {self.tree_size} must be seq + 1 ({self.seq + 1})"
+            )
+        if len(self.entry_hash) != HASH_SIZE or len(self.tree_root) != HASH_SIZE:
+            raise ValueError("high-water hashes must be 32 bytes")
+
+    def to_cbor(self) -> dict[str, Any]:
+        """Return the ``high_water`` map of the preimage."""
+        return {
+            "seq": self.seq,
+            "entry_hash": self.entry_hash,
+            "tree_size": self.tree_size,
+            "tree_root": self.tree_root,
+        }
+
+    @classmethod
+    def from_cbor(cls, obj: Any) -> HighWater:
+        """Parse a ``high_water`` map.
+
+        Raises:
+            ValidationError: naming the malformed field.
+        """
+        m = _exact_keys(
+            obj, frozenset({"seq", "entry_hash", "tree_size", "tree_root"}), "high_water"
+        )
+        seq = _uint(m["seq"], "high_water.seq")
+        size = _uint(m["tree_size"], "high_water.tree_size")
+        if size != seq + 1:
+            raise _bad("high_water.tree_size must be high_water.seq + 1", "high_water.tree_size")
+        return cls(
+            seq,
+            EntryHash(_hash32(m["entry_hash"], "high_water.entry_hash")),
+            size,
+            TreeRoot(_hash32(m["tree_root"], "high_water.tree_root")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectionDigest:
+    """One item of a root's ``projections`` list: ``{id, rule, digest, count}``."""
+
+    id: str
+    rule: RuleDigest
+    digest: SummaryDigest
+    count: int
+
+    def to_cbor(self) -> dict[str, Any]:
+        """Return the item as it appears in the preimage."""
+        return {"id": self.id, "rule": self.rule, "digest": self.digest, "count": self.count}
+
+    @classmethod
+    def from_cbor(cls, obj: Any, i: int) -> ProjectionDigest:
+        """Parse item ``i`` of a ``projections`` list.
+
+        Raises:
+            ValidationError: naming the malformed field.
+        """
+        where = f"projections[{i}]"
+        m = _exact_keys(obj, frozenset({"id", "rule", "digest", "count"}), where)
+        pid = m["id"]
+        if type(pid) is not str or not PROJECTION_ID_RE.match(pid):
+            raise _bad(f"{where}.id is not a projection id", f"{where}.id")
+        return cls(
+            pid,
+            RuleDigest(_hash32(m["rule"], f"{where}.rule")),
+            SummaryDigest(_hash32(m["digest"], f"{where}.digest")),
+            _uint(m["count"], f"{where}.count"),
+        )
+
+
+def projection_digest(projection: Projection, summary: Summary) -> ProjectionDigest:
+    """Return the preimage item of one projection's summary."""
+    return ProjectionDigest(projection.id, rule_digest(projection), summary.digest, summary.count)
+
+
+_PAYLOAD_KEYS: Final = frozenset(
+    {"v", "branch", "parent", "high_water", "projections", "memory_root"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RootPreimage:
+    """Everything a memory_root commits to; ``root()`` hashes it.
+
+    Raises:
+        ValueError: if projections are not sorted by id or an id repeats, or parent is not
+            32 bytes.
+    """
+
+    branch: str
+    parent: MemoryRoot | None
+    high_water: HighWater
+    projections: tuple[ProjectionDigest, ...]
+    v: int = ROOT_VERSION
+
+    def __post_init__(self) -> None:
+        ids = [p.id for p in self.projections]
+        if ids != sorted(set(ids)):
+            raise ValueError("projections must be sorted by id with no id twice")
+        if self.parent is not None and len(self.parent) != HASH_SIZE:
+            raise ValueError("parent must be a 32-byte memory_root or None")
+
+    def to_cbor(self) -> dict[str, Any]:
+        """Return the preimage map (without ``memory_root``)."""
+        return {
+            "v": self.v,
+            "branch": self.branch,
+            "parent": self.parent,
+            "high_water": self.high_water.to_cbor(),
+            "projections": [p.to_cbor() for p in self.projections],
+        }
+
+    def preimage(self) -> bytes:
+        """Return ``cbor(preimage map)``: the bytes after the tag in the root's hash."""
+        return encoding.encode(self.to_cbor())
+
+    def root(self) -> MemoryRoot:
+        """Return ``SHA-256("memroot/root/v1" || 0x00 || preimage)``."""
+        return MemoryRoot(domain_hash(ROOT_TAG, self.preimage()))
+
+    def payload(self) -> dict[str, Any]:
+        """Return the ``SNAPSHOT`` operation payload: the preimage map plus ``memory_root``."""
+        return {**self.to_cbor(), "memory_root": self.root()}
+
+    @classmethod
+    def from_payload(cls, payload: Any) -> tuple[RootPreimage, MemoryRoot]:
+        """Parse a ``SNAPSHOT`` payload into its preimage and the root it claims.
+
+        The claimed root is returned as found; compare it with ``preimage.root()``.
+
+        Raises:
+            ValidationError: naming the malformed or unknown field.
+        """
+        m = _exact_keys(payload, _PAYLOAD_KEYS, "payload")
+        if m["v"] != ROOT_VERSION or type(m["v"]) is not int:
+            raise _bad(
+                f"unsupported root version {m['v']!r} (this memroot writes {ROOT_VERSION})", "v"
+            )
+        if type(m["branch"]) is not str:
+            raise _bad("branch must be a text string", "branch")
+        parent = None if m["parent"] is None else MemoryRoot(_hash32(m["parent"], "parent"))
+        items = m["projections"]
+        if type(items) is not list:
+            raise _bad("projections must be a list", "projections")
+        digests = tuple(ProjectionDigest.from_cbor(x, i) for i, x in enumerate(items))
+        ids = [d.id for d in digests]
+        if ids != sorted(set(ids)):
+            raise _bad("projections must be sorted by id with no id twice", "projections")
+        pre = cls(m["branch"], parent, HighWater.from_cbor(m["high_water"]), digests)
+        return pre, MemoryRoot(_hash32(m["memory_root"], "memory_root"))
+
+
+def compute_root(
+    branch: str,
+    parent: MemoryRoot | None,
+    high_water: HighWater,
+    summaries: Sequence[tuple[Projection, Summary]],
+) -> RootPreimage:
+    """Return the preimage of a root from each projection's summary (any order).
+
+    Raises:
+        ValueError: if two projections share an id.
+    """
+    items = sorted((projection_digest(p, s) for p, s in summaries), key=lambda d: d.id)
+    return RootPreimage(branch, parent, high_water, tuple(items))
