@@ -16,13 +16,17 @@ __all__ = ["bundle_checks", "bundle_sections", "default_hooks", "replay_checks"]
 def default_hooks() -> list[AppendHook]:
     """Return the append hooks every CLI command installs (derived state kept in step)."""
     from memory_root.branches import BranchRegistry
+    from memory_root.hook import RootsHook
 
-    return [BranchRegistry()]
+    # RootsHook last: an automatic snapshot is taken after every other layer folded the entry.
+    return [BranchRegistry(), RootsHook()]
 
 
 def replay_checks(ledger: Ledger) -> list[ReplayCheck]:
     """Return the checks of steps 7-9 that ``verify`` runs over a ledger."""
-    return []
+    from memory_root.replay import RootsReplayCheck
+
+    return [RootsReplayCheck(ledger.path)]
 
 
 def bundle_sections(ledger: Ledger) -> list[BundleSection]:
@@ -32,4 +36,6 @@ def bundle_sections(ledger: Ledger) -> list[BundleSection]:
 
 def bundle_checks(bundle: BundleReader) -> list[ReplayCheck]:
     """Return the checks of steps 7-9 that ``audit`` runs over a bundle (reading its sections)."""
-    return []
+    from memory_root.replay import RootsReplayCheck
+
+    return [RootsReplayCheck()]
