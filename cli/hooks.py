@@ -17,9 +17,11 @@ def default_hooks() -> list[AppendHook]:
     """Return the append hooks every CLI command installs (derived state kept in step)."""
     from memory_root.branches import BranchRegistry
     from memory_root.hook import RootsHook
+    from projections.anchors import ConversationTree
+    from projections.gitctx import GitContextHook
 
     # RootsHook last: an automatic snapshot is taken after every other layer folded the entry.
-    return [BranchRegistry(), RootsHook()]
+    return [BranchRegistry(), ConversationTree(), GitContextHook(), RootsHook()]
 
 
 def replay_checks(ledger: Ledger) -> list[ReplayCheck]:
