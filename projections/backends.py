@@ -1,0 +1,464 @@
+"""Where the engine reads and writes derived state: SQL (incremental) or memory (replay).
+
+The engine (``projections.engine``) holds the rules; a ``StateStore`` holds the state. Two
+stores implement the same contract, so incremental maintenance and replay run the same code:
+
+- ``SqlState`` reads and writes the memory tables directly, inside the append transaction.
+- ``MemState`` keeps the current state in dictionaries and writes rows behind, in batches, to
+  fresh tables (``rebuild``, and the auditor's step 9 replay into a throwaway database). It is
+  several times faster than ``SqlState`` because no lookup touches SQLite.
+
+Both assign row ids in the order versions are created, so a state rebuilt by ``MemState``
+holds the same rows as one maintained by ``SqlState`` (``projections.digest`` compares them).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Protocol
+
+import apsw
+
+from ledger.vocab import EdgeType, Permission
+from projections.model import Edge, Entity, EventRef, Grant, MemoryObject, Namespace
+from projections.tables import (
+    EDGE_COLS,
+    ENTITY_COLS,
+    EVENT_COLS,
+    OBJECT_COLS,
+    edge_row,
+    entity_from_row,
+    entity_row,
+    event_from_row,
+    namespace_from_row,
+    object_from_row,
+    object_row,
+)
+
+__all__ = ["MemState", "SqlState", "StateStore"]
+
+_DERIVED: Final = EdgeType.DERIVED_FROM.value
+_ADMIN: Final = Permission.ADMIN.value
+
+
+class StateStore(Protocol):
+    """The derived state as the engine sees it: current versions, and writes of new ones.
+
+    Writers pass values whose ``seq`` is the entry making the change; a write of an existing
+    object or entity closes its current version at that seq and opens the new one.
+    """
+
+    def event(self, branch: str, event_id: str) -> EventRef | None:
+        """Return the event with this id on ``branch``, or None."""
+
+    def add_event(self, event: EventRef) -> None:
+        """Record a new event."""
+
+    def erase_event(self, event_id: str, seq: int) -> None:
+        """Record that entry ``seq`` (a TOMBSTONE) erased the event's content."""
+
+    def obj(self, branch: str, object_id: str) -> MemoryObject | None:
+        """Return the current version of a memory object, or None."""
+
+    def put_object(self, obj: MemoryObject, *, new: bool) -> None:
+        """Open a version of an object (closing the current one unless ``new``)."""
+
+    def citing(self, branch: str, event_id: str) -> list[str]:
+        """Return the ids of objects with a current DERIVED_FROM edge to the event."""
+
+    def entity(self, branch: str, entity_id: str) -> Entity | None:
+        """Return the current version of an entity, or None."""
+
+    def put_entity(self, entity: Entity, *, new: bool) -> None:
+        """Open a version of an entity (closing the current one unless ``new``)."""
+
+    def add_edge(self, edge: Edge) -> None:
+        """Record a new edge."""
+
+    def namespace(self, branch: str, namespace_id: str) -> Namespace | None:
+        """Return the namespace's policy record, or None when it has no policy."""
+
+    def add_namespace(self, namespace: Namespace) -> None:
+        """Record a namespace policy."""
+
+    def permissions(self, branch: str, namespace_id: str, actor_id: str) -> frozenset[str] | None:
+        """Return the actor's permissions on a namespace, or None when it has no policy."""
+
+    def admins(self, branch: str, namespace_id: str) -> int:
+        """Return how many actors hold ADMIN on a namespace."""
+
+    def add_grant(self, grant: Grant) -> None:
+        """Record a new grant."""
+
+    def close_grant(self, branch: str, namespace_id: str, actor_id: str, permission: str,
+                    seq: int) -> None:
+        """End a grant at entry ``seq``."""
+
+    def head(self, branch: str) -> int:
+        """Return how many entries of ``branch`` the state has folded in."""
+
+    def set_head(self, branch: str, size: int) -> None:
+        """Record that the state has folded in ``size`` entries of ``branch``."""
+
+    def skip(self, branch: str, seq: int, op_type: str, reason: str) -> None:
+        """Record an entry the rules refuse that was appended without them."""
+
+
+_OBJ_SEL: Final = f"SELECT {', '.join(OBJECT_COLS)} FROM mem_objects"
+_OBJ_INS: Final = (
+    f"INSERT INTO mem_objects(rid, oid, vto, {', '.join(OBJECT_COLS)}) "
+    f"VALUES(?, ?, NULL, {', '.join('?' * len(OBJECT_COLS))})"
+)
+_EDGE_INS: Final = (
+    f"INSERT INTO mem_edges(rid, vto, {', '.join(EDGE_COLS)}) "
+    f"VALUES(?, NULL, {', '.join('?' * len(EDGE_COLS))})"
+)
+_ENT_INS: Final = (
+    f"INSERT INTO mem_entities(rid, vto, {', '.join(ENTITY_COLS)}) "
+    f"VALUES(?, NULL, {', '.join('?' * len(ENTITY_COLS))})"
+)
+_EV_INS: Final = f"INSERT INTO mem_events VALUES({', '.join('?' * len(EVENT_COLS))})"
+_NS_INS: Final = (
+    "INSERT INTO mem_namespaces(rid, vto, id, type, created_by, created_at, branch, vfrom) "
+    "VALUES(?, NULL, ?, ?, ?, ?, ?, ?)"
+)
+_GRANT_INS: Final = (
+    "INSERT INTO mem_grants(rid, vto, namespace_id, actor_id, permission, granted_by, branch, "
+    "vfrom) VALUES(?, NULL, ?, ?, ?, ?, ?, ?)"
+)
+_SKIP_INS: Final = "INSERT INTO mem_skipped VALUES(?, ?, ?, ?)"
+# A new object's oid is its first version's rid; a NULL rid is SQLite's max(rid) + 1 too.
+_OBJ_INS_NEW: Final = (
+    _OBJ_INS.replace("VALUES(?, ?,", "VALUES(NULL, (SELECT coalesce(max(rid), 0) + 1 FROM "
+                     "mem_objects),", 1) + " RETURNING rid"
+)
+
+
+def _one(db: apsw.Connection, sql: str, params: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Run a statement that always yields one row (an aggregate, or RETURNING of a known row)."""
+    row = db.execute(sql, params).fetchone()
+    if row is None:  # pragma: no cover - a caller's invariant was broken
+        raise ValueError(f"no row from {sql!r} with {params!r}")
+    return tuple(row)
+
+
+def _grant_values(g: Grant) -> tuple[Any, ...]:
+    return (g.namespace_id, g.actor_id, g.permission, g.granted_by, g.branch, g.seq)
+
+
+def _ns_values(n: Namespace) -> tuple[Any, ...]:
+    return (n.id, n.type, n.created_by, n.created_at, n.branch, n.seq)
+
+
+class SqlState:
+    """The memory tables of one SQLite connection, read and written directly.
+
+    Use it inside a write transaction: every method is one or two indexed statements.
+    """
+
+    def __init__(self, db: apsw.Connection) -> None:
+        """Wrap a connection whose memory tables are installed."""
+        self.db = db
+        self._has_fts: bool | None = None
+
+    def event(self, branch: str, event_id: str) -> EventRef | None:
+        """Return the event with this id on ``branch``, or None."""
+        r = self.db.execute(
+            f"SELECT {', '.join(EVENT_COLS)} FROM mem_events WHERE id = ?", (event_id,)
+        ).fetchone()
+        return None if r is None or r[1] != branch else event_from_row(r)
+
+    def add_event(self, event: EventRef) -> None:
+        """Record a new event."""
+        self.db.execute(_EV_INS, (event.id, event.branch, event.seq, event.ts,
+                                  event.namespace_id, event.actor_id, event.erased_by))
+
+    def erase_event(self, event_id: str, seq: int) -> None:
+        """Record that entry ``seq`` erased the event's content."""
+        self.db.execute("UPDATE mem_events SET erased_by = ? WHERE id = ?", (seq, event_id))
+
+    def obj(self, branch: str, object_id: str) -> MemoryObject | None:
+        """Return the current version of a memory object, or None."""
+        r = self.db.execute(
+            f"{_OBJ_SEL} WHERE id = ? AND branch = ? AND vto IS NULL", (object_id, branch)
+        ).fetchone()
+        return None if r is None else object_from_row(r)
+
+    def put_object(self, obj: MemoryObject, *, new: bool) -> None:
+        """Open a version of an object (closing the current one unless ``new``)."""
+        row = object_row(obj)
+        if new:
+            rid = _one(self.db, _OBJ_INS_NEW, row)[0]
+            if self._fts():
+                self.db.execute("INSERT INTO mem_fts(rowid, value) VALUES(?, ?)", (rid, obj.value))
+            return
+        closed = _one(
+            self.db, "UPDATE mem_objects SET vto = ? WHERE id = ? AND branch = ? AND vto IS NULL "
+            "RETURNING oid", (obj.seq, obj.id, obj.branch),
+        )
+        self.db.execute(_OBJ_INS, (None, closed[0], *row))
+
+    def _fts(self) -> bool:
+        # The throwaway replay database of the auditor has no full-text index.
+        if self._has_fts is None:
+            self._has_fts = self.db.execute(
+                "SELECT 1 FROM sqlite_master WHERE name = 'mem_fts'").fetchone() is not None
+        return self._has_fts
+
+    def citing(self, branch: str, event_id: str) -> list[str]:
+        """Return the ids of objects with a current DERIVED_FROM edge to the event."""
+        return [r[0] for r in self.db.execute(
+            "SELECT source_id FROM mem_edges WHERE target_id = ? AND type = ? AND branch = ? "
+            "AND vto IS NULL ORDER BY rid", (event_id, _DERIVED, branch))]
+
+    def entity(self, branch: str, entity_id: str) -> Entity | None:
+        """Return the current version of an entity, or None."""
+        r = self.db.execute(
+            f"SELECT {', '.join(ENTITY_COLS)} FROM mem_entities "
+            "WHERE id = ? AND branch = ? AND vto IS NULL", (entity_id, branch),
+        ).fetchone()
+        return None if r is None else entity_from_row(r)
+
+    def put_entity(self, entity: Entity, *, new: bool) -> None:
+        """Open a version of an entity (closing the current one unless ``new``)."""
+        if not new:
+            self.db.execute(
+                "UPDATE mem_entities SET vto = ? WHERE id = ? AND branch = ? AND vto IS NULL",
+                (entity.seq, entity.id, entity.branch),
+            )
+        self.db.execute(_ENT_INS, (None, *entity_row(entity)))
+
+    def add_edge(self, edge: Edge) -> None:
+        """Record a new edge."""
+        self.db.execute(_EDGE_INS, (None, *edge_row(edge)))
+
+    def namespace(self, branch: str, namespace_id: str) -> Namespace | None:
+        """Return the namespace's policy record, or None when it has no policy."""
+        r = self.db.execute(
+            "SELECT id, type, created_by, created_at, branch, vfrom FROM mem_namespaces "
+            "WHERE id = ? AND branch = ? AND vto IS NULL", (namespace_id, branch),
+        ).fetchone()
+        return None if r is None else namespace_from_row(r)
+
+    def add_namespace(self, namespace: Namespace) -> None:
+        """Record a namespace policy."""
+        self.db.execute(_NS_INS, (None, *_ns_values(namespace)))
+
+    def permissions(self, branch: str, namespace_id: str, actor_id: str) -> frozenset[str] | None:
+        """Return the actor's permissions on a namespace, or None when it has no policy."""
+        policy, perms = _one(
+            self.db,
+            "SELECT (SELECT 1 FROM mem_namespaces WHERE id = ?1 AND branch = ?3 AND vto IS NULL),"
+            " (SELECT group_concat(permission) FROM mem_grants WHERE namespace_id = ?1 AND "
+            "actor_id = ?2 AND branch = ?3 AND vto IS NULL)", (namespace_id, actor_id, branch),
+        )
+        if policy is None:
+            return None
+        return frozenset(perms.split(",")) if perms else frozenset()
+
+    def admins(self, branch: str, namespace_id: str) -> int:
+        """Return how many actors hold ADMIN on a namespace."""
+        return int(_one(
+            self.db, "SELECT count(*) FROM mem_grants WHERE namespace_id = ? AND permission = ? "
+            "AND branch = ? AND vto IS NULL", (namespace_id, _ADMIN, branch))[0])
+
+    def add_grant(self, grant: Grant) -> None:
+        """Record a new grant."""
+        self.db.execute(_GRANT_INS, (None, *_grant_values(grant)))
+
+    def close_grant(self, branch: str, namespace_id: str, actor_id: str, permission: str,
+                    seq: int) -> None:
+        """End a grant at entry ``seq``."""
+        self.db.execute(
+            "UPDATE mem_grants SET vto = ? WHERE namespace_id = ? AND actor_id = ? AND "
+            "permission = ? AND branch = ? AND vto IS NULL",
+            (seq, namespace_id, actor_id, permission, branch),
+        )
+
+    def head(self, branch: str) -> int:
+        """Return how many entries of ``branch`` the state has folded in."""
+        r = self.db.execute("SELECT size FROM mem_heads WHERE branch = ?", (branch,)).fetchone()
+        return 0 if r is None else int(r[0])
+
+    def set_head(self, branch: str, size: int) -> None:
+        """Record that the state has folded in ``size`` entries of ``branch``."""
+        self.db.execute(
+            "INSERT INTO mem_heads VALUES(?, ?) ON CONFLICT(branch) DO UPDATE SET size = ?2",
+            (branch, size),
+        )
+
+    def skip(self, branch: str, seq: int, op_type: str, reason: str) -> None:
+        """Record an entry the rules refuse that was appended without them."""
+        self.db.execute(_SKIP_INS, (branch, seq, op_type, reason))
+
+
+class MemState:
+    """Derived state held in dictionaries and written behind, in batches, to fresh tables.
+
+    Only the current version of each object, entity, namespace and grant stays in memory;
+    closed versions and edges go to ``db`` every ``flush_every`` rows. Call ``finish`` at the
+    end. ``db`` must have empty memory tables (``tables.install`` on a new database or after
+    ``tables.drop``), inside a transaction the caller commits.
+    """
+
+    def __init__(
+        self, db: apsw.Connection, *, fts: bool = True, flush_every: int = 50_000
+    ) -> None:
+        """Write behind into ``db``; with ``fts`` also fill the full-text index."""
+        self.db = db
+        self.fts = fts
+        self.flush_every = flush_every
+        self.events: dict[str, EventRef] = {}
+        self.objects: dict[tuple[str, str], tuple[MemoryObject, int, int]] = {}
+        self.entities: dict[tuple[str, str], tuple[Entity, int]] = {}
+        self.cites: dict[tuple[str, str], list[str]] = {}
+        self.namespaces: dict[tuple[str, str], Namespace] = {}
+        self.grants: dict[tuple[str, str, str], dict[str, int]] = {}
+        self.heads: dict[str, int] = {}
+        self.skipped: list[tuple[str, int, str, str]] = []
+        self._rid = {"o": 0, "e": 0, "n": 0, "g": 0, "x": 0}
+        self._ins: dict[str, list[tuple[Any, ...]]] = {k: [] for k in "ofxeng"}
+        self._close: dict[str, list[tuple[int, int]]] = {k: [] for k in ("o", "e", "g")}
+        self._pending = 0
+
+    def _next(self, kind: str) -> int:
+        self._rid[kind] += 1
+        return self._rid[kind]
+
+    def _queued(self) -> None:
+        self._pending += 1
+        if self._pending >= self.flush_every:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write every queued row: inserts first, then the closes that may refer to them."""
+        db = self.db
+        for key, sql in (("o", _OBJ_INS), ("x", _EDGE_INS), ("e", _ENT_INS), ("n", _NS_INS),
+                         ("g", _GRANT_INS),
+                         ("f", "INSERT INTO mem_fts(rowid, value) VALUES(?, ?)")):
+            if self._ins[key]:
+                db.executemany(sql, self._ins[key])
+                self._ins[key].clear()
+        for key, table in (("o", "mem_objects"), ("e", "mem_entities"), ("g", "mem_grants")):
+            if self._close[key]:
+                db.executemany(f"UPDATE {table} SET vto = ? WHERE rid = ?", self._close[key])
+                self._close[key].clear()
+        self._pending = 0
+
+    def finish(self) -> None:
+        """Write everything still held: queued rows, events, heads and skipped entries."""
+        self.flush()
+        self.db.executemany(_EV_INS, ((e.id, e.branch, e.seq, e.ts, e.namespace_id,
+                                       e.actor_id, e.erased_by) for e in self.events.values()))
+        self.db.executemany("INSERT INTO mem_heads VALUES(?, ?)", self.heads.items())
+        self.db.executemany(_SKIP_INS, self.skipped)
+
+    # -- the StateStore contract -----------------------------------------------------------
+
+    def event(self, branch: str, event_id: str) -> EventRef | None:
+        """Return the event with this id on ``branch``, or None."""
+        e = self.events.get(event_id)
+        return None if e is None or e.branch != branch else e
+
+    def add_event(self, event: EventRef) -> None:
+        """Record a new event."""
+        self.events[event.id] = event
+
+    def erase_event(self, event_id: str, seq: int) -> None:
+        """Record that entry ``seq`` erased the event's content."""
+        e = self.events[event_id]
+        self.events[event_id] = EventRef(e.id, e.branch, e.seq, e.ts, e.namespace_id,
+                                         e.actor_id, seq)
+
+    def obj(self, branch: str, object_id: str) -> MemoryObject | None:
+        """Return the current version of a memory object, or None."""
+        cur = self.objects.get((branch, object_id))
+        return None if cur is None else cur[0]
+
+    def put_object(self, obj: MemoryObject, *, new: bool) -> None:
+        """Open a version of an object (closing the current one unless ``new``)."""
+        key = (obj.branch, obj.id)
+        rid = self._next("o")
+        if new:
+            oid = rid
+            if self.fts:
+                self._ins["f"].append((rid, obj.value))
+        else:
+            _, old_rid, oid = self.objects[key]
+            self._close["o"].append((obj.seq, old_rid))
+        self.objects[key] = (obj, rid, oid)
+        self._ins["o"].append((rid, oid, *object_row(obj)))
+        self._queued()
+
+    def citing(self, branch: str, event_id: str) -> list[str]:
+        """Return the ids of objects with a current DERIVED_FROM edge to the event."""
+        return list(self.cites.get((branch, event_id), ()))
+
+    def entity(self, branch: str, entity_id: str) -> Entity | None:
+        """Return the current version of an entity, or None."""
+        cur = self.entities.get((branch, entity_id))
+        return None if cur is None else cur[0]
+
+    def put_entity(self, entity: Entity, *, new: bool) -> None:
+        """Open a version of an entity (closing the current one unless ``new``)."""
+        key = (entity.branch, entity.id)
+        if not new:
+            self._close["e"].append((entity.seq, self.entities[key][1]))
+        rid = self._next("e")
+        self.entities[key] = (entity, rid)
+        self._ins["e"].append((rid, *entity_row(entity)))
+        self._queued()
+
+    def add_edge(self, edge: Edge) -> None:
+        """Record a new edge."""
+        if edge.type == _DERIVED:
+            self.cites.setdefault((edge.branch, edge.target_id), []).append(edge.source_id)
+        self._ins["x"].append((self._next("x"), *edge_row(edge)))
+        self._queued()
+
+    def namespace(self, branch: str, namespace_id: str) -> Namespace | None:
+        """Return the namespace's policy record, or None when it has no policy."""
+        return self.namespaces.get((branch, namespace_id))
+
+    def add_namespace(self, namespace: Namespace) -> None:
+        """Record a namespace policy."""
+        self.namespaces[(namespace.branch, namespace.id)] = namespace
+        self._ins["n"].append((self._next("n"), *_ns_values(namespace)))
+        self._queued()
+
+    def permissions(self, branch: str, namespace_id: str, actor_id: str) -> frozenset[str] | None:
+        """Return the actor's permissions on a namespace, or None when it has no policy."""
+        if (branch, namespace_id) not in self.namespaces:
+            return None
+        return frozenset(self.grants.get((branch, namespace_id, actor_id), ()))
+
+    def admins(self, branch: str, namespace_id: str) -> int:
+        """Return how many actors hold ADMIN on a namespace."""
+        return sum(1 for (b, ns, _), perms in self.grants.items()
+                   if b == branch and ns == namespace_id and _ADMIN in perms)
+
+    def add_grant(self, grant: Grant) -> None:
+        """Record a new grant."""
+        rid = self._next("g")
+        key = (grant.branch, grant.namespace_id, grant.actor_id)
+        self.grants.setdefault(key, {})[grant.permission] = rid
+        self._ins["g"].append((rid, *_grant_values(grant)))
+        self._queued()
+
+    def close_grant(self, branch: str, namespace_id: str, actor_id: str, permission: str,
+                    seq: int) -> None:
+        """End a grant at entry ``seq``."""
+        rid = self.grants[(branch, namespace_id, actor_id)].pop(permission)
+        self._close["g"].append((seq, rid))
+        self._queued()
+
+    def head(self, branch: str) -> int:
+        """Return how many entries of ``branch`` the state has folded in."""
+        return self.heads.get(branch, 0)
+
+    def set_head(self, branch: str, size: int) -> None:
+        """Record that the state has folded in ``size`` entries of ``branch``."""
+        self.heads[branch] = size
+
+    def skip(self, branch: str, seq: int, op_type: str, reason: str) -> None:
+        """Record an entry the rules refuse that was appended without them."""
+        self.skipped.append((branch, seq, op_type, reason))

@@ -1,0 +1,126 @@
+"""The memory model's ``AppendHook``: validate and fold every entry inside its append.
+
+Install it on a ledger (``Ledger.open(path, hooks=[MemoryHook()])``; the CLI does through
+``cli.hooks.default_hooks``) and every append is checked against the memory model's rules in
+the same transaction that writes the entry: a refused operation raises (``RuleError`` naming
+the rule, or ``ValidationError`` naming the field) and nothing is written; an accepted one
+updates the derived tables before the transaction commits.
+
+The tables remember how many entries they have folded (``mem_heads``). When entries were
+appended without the hook (an older ledger, or the Python API without hooks), the next append
+or ``sync`` folds the missing ones first; entries among them that break the rules are recorded
+in ``mem_skipped`` rather than refused, since they are already in the ledger.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import apsw
+
+from ledger.entries import CANONICAL_BRANCH, Entry, OpInput
+from ledger.errors import RefusedError, StorageError
+from ledger.ledger import Ledger
+from projections import tables
+from projections.backends import MemState, SqlState
+from projections.engine import Engine
+
+__all__ = ["MemoryHook", "fold_entries", "sync"]
+
+
+class MemoryHook:
+    """The ``AppendHook`` that keeps the memory model's derived state (see module doc)."""
+
+    def install(self, db: apsw.Connection) -> None:
+        """Create the memory tables if missing (runs at open, inside a write transaction)."""
+        tables.install(db)
+
+    def apply(
+        self, db: apsw.Connection, ledger: Ledger, entry: Entry, content: str | None
+    ) -> list[OpInput]:
+        """Validate one new entry and fold it into the derived tables.
+
+        Raises:
+            ValidationError: a payload field is missing or malformed.
+            RuleError: the entry breaks a rule of the memory model (including namespace
+                policy: ``PermissionRefused`` names actor, namespace and permission).
+            StorageError: the derived state is ahead of the ledger (run ``memroot rebuild``).
+        """
+        if entry.branch != CANONICAL_BRANCH:
+            return []
+        state = SqlState(db)
+        head = state.head(entry.branch)
+        if head != entry.seq:
+            if head > entry.seq:
+                raise StorageError(
+                    f"the derived memory state has folded {head} entries but the ledger has "
+                    f"{entry.seq}; it belongs to another ledger or history: run memroot rebuild"
+                )
+            fold_entries(db, ledger.entries(head, entry.seq, entry.branch), fresh=head == 0)
+            state = SqlState(db)
+        Engine(state).apply(entry)
+        state.set_head(entry.branch, entry.seq + 1)
+        return []
+
+
+def fold_entries(db: apsw.Connection, entries: Iterable[Entry], *, fresh: bool) -> int:
+    """Fold entries that are already in the ledger, skipping (and recording) refused ones.
+
+    With ``fresh`` the tables must be empty and the fast in-memory store is used; otherwise
+    each entry is folded through SQL inside a savepoint, so a refused one leaves no trace but
+    its ``mem_skipped`` row. Returns how many entries were folded. Run inside a write
+    transaction.
+
+    Raises:
+        DecodeError: if a stored entry does not decode.
+    """
+    n = 0
+    if fresh:
+        mem = MemState(db, fts=True)
+        engine = Engine(mem)
+        for entry in entries:
+            engine.fold(entry)
+            n += 1
+        mem.finish()
+        return n
+    state = SqlState(db)
+    engine = Engine(state)
+    for entry in entries:
+        if entry.branch != CANONICAL_BRANCH:
+            continue
+        db.execute("SAVEPOINT mem_fold")
+        try:
+            engine.apply(entry)
+        except RefusedError as e:
+            # Handlers check before they write; the savepoint makes sure of it.
+            db.execute("ROLLBACK TO mem_fold")
+            state.skip(entry.branch, entry.seq, entry.type, str(e))
+        except BaseException:
+            db.execute("ROLLBACK TO mem_fold")
+            db.execute("RELEASE mem_fold")
+            raise
+        db.execute("RELEASE mem_fold")
+        state.set_head(entry.branch, entry.seq + 1)
+        n += 1
+    return n
+
+
+def sync(ledger: Ledger, branch: str = CANONICAL_BRANCH) -> int:
+    """Fold every entry the derived state has not seen yet; return how many were folded.
+
+    Readers call this first, so queries never see a state behind the ledger.
+
+    Raises:
+        StorageError: if the derived state is ahead of the ledger, or the file is read-only.
+    """
+    with ledger.store.write() as db:
+        if not tables.installed(db):
+            tables.install(db)
+        head = SqlState(db).head(branch)
+        size = ledger.size(branch)
+        if head > size:
+            raise StorageError(f"the derived memory state has folded {head} entries but the "
+                               f"ledger has {size}: run memroot rebuild")
+        if head == size:
+            return 0
+        return fold_entries(db, ledger.entries(head, size, branch), fresh=head == 0)

@@ -1,0 +1,255 @@
+"""RFC-0002 operation payloads: which fields each operation carries, and their validation.
+
+The ledger validates an operation's envelope (actor, namespace, target, policy_version); this
+module validates its ``payload`` against the schema of its operation type (``SCHEMAS``):
+required fields present, types and enumerations right, scores in [0, 1], ids well-formed, and
+no unknown field (a typo is refused rather than silently ignored). Whether referenced ids exist
+and are in the right state is the engine's job (``projections.engine``).
+
+Fields beyond RFC-0002's list are optional and documented in docs/memory.md: ASSERT takes
+``structured_value``, ``valid_from``, ``valid_to``, ``entity_ids`` and ``condition``; RELATE
+takes ``relation_label`` (required for RELATES_TO), ``valid_from`` and ``valid_to``;
+CONTRADICTION_NOTED takes ``confidence``; TOMBSTONE takes ``on_dependents``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Final
+
+from ledger.entries import check_uuid
+from ledger.errors import ValidationError
+from ledger.vocab import (
+    EdgeType,
+    EntityType,
+    EpistemicType,
+    MemoryType,
+    NamespaceType,
+    OpType,
+    Permission,
+    SourceType,
+)
+from projections.epistemic import CONDITION_STATES
+
+__all__ = [
+    "MAX_TEXT",
+    "MAX_VALUE",
+    "ON_DEPENDENTS",
+    "SCHEMAS",
+    "Field",
+    "validate_payload",
+]
+
+MAX_TEXT: Final = 4096
+MAX_VALUE: Final = 256 * 1024
+MAX_IDS: Final = 10_000
+_MAX_TS: Final = 2**63 - 1
+
+ON_DEPENDENTS: Final = ("DEPRECATE", "ARCHIVE", "KEEP")
+"""What a TOMBSTONE does to ACTIVE objects citing the erased event (docs/memory.md)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """One payload field: its name, kind, whether it must be present, and a kind argument.
+
+    Kinds: ``text`` (non-empty string, ``arg`` = max length), ``uuid``, ``uuids`` (list,
+    ``arg`` = minimum length), ``enum`` (``arg`` = a StrEnum or a tuple of strings), ``unit``
+    (number in [0, 1]), ``unit?`` (``unit`` or null; the key must still be present),
+    ``nonneg`` (number >= 0), ``texts`` (list of non-empty strings), ``ts`` (integer
+    microseconds), ``json`` (any JSON value), ``condition`` ({text, state?}), ``window``
+    ({from, to} in microseconds).
+    """
+
+    name: str
+    kind: str
+    required: bool = True
+    arg: Any = None
+
+
+def _f(name: str, kind: str, arg: Any = None) -> Field:
+    return Field(name, kind, True, arg)
+
+
+def _o(name: str, kind: str, arg: Any = None) -> Field:
+    return Field(name, kind, False, arg)
+
+
+SCHEMAS: Final[Mapping[str, tuple[Field, ...]]] = {
+    OpType.ASSERT: (
+        _f("object_type", "enum", MemoryType), _f("epistemic_type", "enum", EpistemicType),
+        _f("source_type", "enum", SourceType), _f("evidence_ids", "uuids", 1),
+        _f("value", "text", MAX_VALUE), _f("confidence", "unit?"), _f("salience", "unit"),
+        _o("structured_value", "json"), _o("valid_from", "ts"), _o("valid_to", "ts"),
+        _o("entity_ids", "uuids", 0), _o("condition", "condition"),
+    ),
+    OpType.DEPRECATE: (_f("reason", "text", MAX_TEXT), _f("deprecated_by", "text", MAX_TEXT)),
+    OpType.SUPERSEDE: (_f("new_object_id", "uuid"), _f("reason", "text", MAX_TEXT)),
+    OpType.ARCHIVE: (_f("reason", "text", MAX_TEXT), _f("policy_ref", "text", MAX_TEXT)),
+    OpType.TOMBSTONE: (
+        _f("target_event_id", "uuid"), _f("reason", "text", MAX_TEXT),
+        _f("policy_ref", "text", MAX_TEXT), _o("on_dependents", "enum", ON_DEPENDENTS),
+    ),
+    OpType.EPISTEMIC_TRANSITION: (
+        _f("from_type", "enum", EpistemicType), _f("to_type", "enum", EpistemicType),
+        _f("reason", "text", MAX_TEXT), _f("evidence_ids", "uuids", 0),
+    ),
+    OpType.CONTRADICTION_NOTED: (
+        _f("object_id_a", "uuid"), _f("object_id_b", "uuid"),
+        _f("conflict_description", "text", MAX_TEXT), _o("confidence", "unit"),
+    ),
+    OpType.DECAY_APPLIED: (
+        _f("decay_delta", "nonneg"), _f("new_salience", "unit"), _f("new_confidence", "unit"),
+        _f("decay_profile_ref", "text", MAX_TEXT),
+    ),
+    OpType.REINFORCE: (
+        _f("signal_type", "text", MAX_TEXT), _f("delta", "nonneg"),
+        _f("new_confidence", "unit"), _f("new_salience", "unit"),
+        _f("signal_source", "text", MAX_TEXT),
+    ),
+    OpType.PENALTY: (
+        _f("signal_type", "text", MAX_TEXT), _f("delta", "nonneg"),
+        _f("new_confidence", "unit"), _f("reason", "text", MAX_TEXT),
+    ),
+    OpType.RELATE: (
+        _f("edge_type", "enum", EdgeType), _f("source_id", "uuid"), _f("target_id", "uuid"),
+        _f("confidence", "unit"), _o("relation_label", "text", MAX_TEXT),
+        _o("valid_from", "ts"), _o("valid_to", "ts"),
+    ),
+    OpType.ENTITY_CREATE: (
+        _f("entity_type", "enum", EntityType), _f("canonical_name", "text", MAX_TEXT),
+        _f("aliases", "texts"),
+    ),
+    OpType.ENTITY_MERGE: (
+        _f("primary_entity_id", "uuid"), _f("merged_entity_id", "uuid"),
+        _f("alias_list", "texts"),
+    ),
+    OpType.SUMMARY_CREATED: (
+        _f("object_ids_summarised", "uuids", 1), _f("time_window", "window"),
+        _f("summary_type", "text", MAX_TEXT),
+    ),
+    OpType.DEDUP_RESOLVED: (
+        _f("primary_id", "uuid"), _f("merged_ids", "uuids", 1),
+        _f("resolution_strategy", "text", MAX_TEXT),
+    ),
+    OpType.NAMESPACE_CREATE: (_f("namespace_type", "enum", NamespaceType),),
+    OpType.GRANT: (_f("actor_id", "text", MAX_TEXT), _f("permission", "enum", Permission)),
+    OpType.REVOKE: (_f("actor_id", "text", MAX_TEXT), _f("permission", "enum", Permission)),
+}
+"""Operation type -> its payload fields (RFC-0002, plus the optional fields above)."""
+
+
+def _bad(op: str, name: str, what: str) -> ValidationError:
+    return ValidationError(f"{op} payload.{name} {what}", field=f"payload.{name}")
+
+
+def _number(value: Any) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)
+
+
+def _json_ok(value: Any, depth: int = 0) -> bool:
+    if depth > 32:
+        return False
+    if value is None or type(value) in (str, bool, int):
+        return True
+    if type(value) is float:
+        return math.isfinite(value)
+    if type(value) is list:
+        return all(_json_ok(v, depth + 1) for v in value)
+    if type(value) is dict:
+        return all(type(k) is str and _json_ok(v, depth + 1) for k, v in value.items())
+    return False
+
+
+def _check(op: str, f: Field, value: Any) -> Any:
+    kind, name = f.kind, f.name
+    if kind == "text":
+        if type(value) is not str or not value or len(value) > f.arg:
+            raise _bad(op, name, f"must be a non-empty string of at most {f.arg} characters")
+        return value
+    if kind == "uuid":
+        return check_uuid(value, f"payload.{name}")
+    if kind == "uuids":
+        if type(value) is not list or not f.arg <= len(value) <= MAX_IDS:
+            raise _bad(op, name, f"must be a list of {f.arg} to {MAX_IDS} UUIDs")
+        ids = tuple(check_uuid(v, f"payload.{name}[{i}]") for i, v in enumerate(value))
+        if len(set(ids)) != len(ids):
+            raise _bad(op, name, "lists an id more than once")
+        return ids
+    if kind == "enum":
+        allowed = ([m.value for m in f.arg] if isinstance(f.arg, type) and issubclass(
+            f.arg, StrEnum) else list(f.arg))
+        if value not in allowed:
+            raise _bad(op, name, f"{value!r} is not one of {', '.join(allowed)}")
+        return str(value)
+    if kind in ("unit", "unit?"):
+        if value is None and kind == "unit?":
+            return None
+        if not _number(value) or type(value) is bool or not 0 <= value <= 1:
+            raise _bad(op, name, f"must be a number in [0, 1], got {value!r}")
+        return float(value)
+    if kind == "nonneg":
+        if not _number(value) or type(value) is bool or value < 0:
+            raise _bad(op, name, f"must be a number >= 0, got {value!r}")
+        return float(value)
+    if kind == "texts":
+        if type(value) is not list or len(value) > MAX_IDS or any(
+                type(v) is not str or not v or len(v) > MAX_TEXT for v in value):
+            raise _bad(op, name, "must be a list of non-empty strings")
+        return tuple(value)
+    if kind == "ts":
+        if type(value) is not int or not 0 <= value <= _MAX_TS:
+            raise _bad(op, name, "must be an integer count of microseconds since the epoch")
+        return value
+    if kind == "json":
+        if not _json_ok(value):
+            raise _bad(op, name, "must be a JSON value (no bytes, NaN or Infinity)")
+        return value
+    if kind == "condition":
+        if type(value) is not dict or set(value) - {"text", "state"} or "text" not in value:
+            raise _bad(op, name, "must be an object {text, state?}")
+        text = value["text"]
+        if type(text) is not str or not text or len(text) > MAX_TEXT:
+            raise _bad(op, name, "text must be a non-empty string")
+        state = value.get("state", "UNKNOWN")
+        if state not in CONDITION_STATES:
+            raise _bad(op, name, f"state {state!r} is not one of {', '.join(CONDITION_STATES)}")
+        return (text, str(state))
+    if kind == "window":
+        if type(value) is not dict or set(value) != {"from", "to"}:
+            raise _bad(op, name, "must be an object {from, to} (microseconds)")
+        lo, hi = value["from"], value["to"]
+        if type(lo) is not int or type(hi) is not int or not 0 <= lo <= hi <= _MAX_TS:
+            raise _bad(op, name, "needs integer microseconds with 0 <= from <= to")
+        return (lo, hi)
+    raise ValueError(f"unknown field kind {kind!r}")  # pragma: no cover - schema mistake
+
+
+def validate_payload(op_type: str, payload: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate an operation's payload against ``SCHEMAS`` and return it normalised.
+
+    Lists of ids and strings come back as tuples, numbers as floats, a condition as
+    ``(text, state)`` and a time window as ``(from, to)``; absent optional fields as None.
+
+    Raises:
+        ValidationError: naming the operation and the first missing, unknown or bad field.
+        KeyError: if ``op_type`` has no schema (a programming mistake).
+    """
+    schema = SCHEMAS[op_type]
+    names = {f.name for f in schema}
+    extra = sorted(set(payload) - names)
+    if extra:
+        raise _bad(op_type, extra[0], f"is not a field of {op_type} (it takes "
+                                      f"{', '.join(sorted(names))})")
+    out: dict[str, Any] = {}
+    for f in schema:
+        if f.name not in payload or (payload[f.name] is None and f.kind != "unit?"):
+            if f.required:
+                raise _bad(op_type, f.name, "is required")
+            out[f.name] = None
+            continue
+        out[f.name] = _check(op_type, f, payload[f.name])
+    return out

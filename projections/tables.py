@@ -1,0 +1,228 @@
+"""The derived-state tables of the memory model, in the ledger's SQLite file.
+
+Everything here is a cache of the ledger (RFC-0002: dropping and replaying gives the identical
+state; ``projections.replay.rebuild``). Rows are versioned for as-of reads: a mutation by
+entry ``S`` closes the current row (``vto = S``) and opens a new one (``vfrom = S``), so the
+state as of entry ``S`` is the rows with ``vfrom <= S`` and ``vto IS NULL OR vto > S``, an
+indexed query instead of a replay. Every row records its ``branch``.
+
+- ``mem_heads(branch, size)``: how many entries of each branch the state has folded in.
+- ``mem_events(id, branch, seq, ts, namespace_id, actor_id, erased_by)``: events (evidence).
+- ``mem_objects``: memory object versions; ``oid`` numbers the object (the ``rid`` of its
+  first version) and keys ``mem_fts``, the FTS5 index of values (one row per object: an
+  object's value never changes).
+- ``mem_entities``, ``mem_edges``, ``mem_namespaces``, ``mem_grants``: versioned likewise.
+- ``mem_skipped(branch, seq, op_type, reason)``: entries appended without the memory model's
+  hook that its rules refuse; replay skips them the same way, so they stay visible.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+
+import apsw
+
+from projections.model import Edge, Entity, EventRef, Grant, MemoryObject, Namespace
+
+__all__ = [
+    "DERIVED_TABLES",
+    "EDGE_COLS",
+    "ENTITY_COLS",
+    "EVENT_COLS",
+    "GRANT_COLS",
+    "NAMESPACE_COLS",
+    "OBJECT_COLS",
+    "SCHEMA_VERSION",
+    "drop",
+    "edge_from_row",
+    "edge_row",
+    "entity_from_row",
+    "entity_row",
+    "event_from_row",
+    "grant_from_row",
+    "install",
+    "installed",
+    "namespace_from_row",
+    "object_from_row",
+    "object_row",
+]
+
+SCHEMA_VERSION: Final = 1
+
+DERIVED_TABLES: Final = (
+    "mem_meta", "mem_heads", "mem_events", "mem_objects", "mem_fts", "mem_entities",
+    "mem_edges", "mem_namespaces", "mem_grants", "mem_skipped",
+)
+
+OBJECT_COLS: Final = (
+    "id", "type", "version", "epistemic_type", "source_type", "evidence_ids", "asserted_by",
+    "valid_from", "valid_to", "created_at", "last_modified_at", "lifecycle_state",
+    "superseded_by", "confidence", "salience", "namespace_id", "value", "structured_value",
+    "condition", "condition_state", "state", "branch", "vfrom",
+)
+EDGE_COLS: Final = (
+    "id", "type", "source_id", "target_id", "created_at", "created_by", "confidence",
+    "valid_from", "valid_to", "relation_label", "branch", "vfrom",
+)
+ENTITY_COLS: Final = (
+    "id", "type", "canonical_name", "aliases", "namespace_id", "created_at", "last_seen_at",
+    "merged_into", "branch", "vfrom",
+)
+EVENT_COLS: Final = ("id", "branch", "seq", "ts", "namespace_id", "actor_id", "erased_by")
+NAMESPACE_COLS: Final = ("id", "type", "created_by", "created_at", "branch", "vfrom")
+GRANT_COLS: Final = ("namespace_id", "actor_id", "permission", "granted_by", "branch", "vfrom")
+
+_VERSIONED: Final = "vfrom INTEGER NOT NULL, vto INTEGER"
+
+_SCHEMA: Final = f"""
+CREATE TABLE IF NOT EXISTS mem_meta(key TEXT PRIMARY KEY, value ANY) STRICT;
+CREATE TABLE IF NOT EXISTS mem_heads(branch TEXT PRIMARY KEY, size INTEGER NOT NULL)
+    STRICT, WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS mem_events(
+    id TEXT PRIMARY KEY, branch TEXT NOT NULL, seq INTEGER NOT NULL, ts INTEGER NOT NULL,
+    namespace_id TEXT NOT NULL, actor_id TEXT NOT NULL, erased_by INTEGER
+) STRICT, WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS mem_objects(
+    rid INTEGER PRIMARY KEY, oid INTEGER NOT NULL, branch TEXT NOT NULL, id TEXT NOT NULL,
+    {_VERSIONED},
+    type TEXT NOT NULL, version INTEGER NOT NULL, epistemic_type TEXT NOT NULL,
+    source_type TEXT NOT NULL, evidence_ids TEXT NOT NULL, asserted_by TEXT NOT NULL,
+    valid_from INTEGER NOT NULL, valid_to INTEGER, created_at INTEGER NOT NULL,
+    last_modified_at INTEGER NOT NULL, lifecycle_state TEXT NOT NULL, superseded_by TEXT,
+    confidence REAL NOT NULL, salience REAL NOT NULL, namespace_id TEXT NOT NULL,
+    value TEXT NOT NULL, structured_value TEXT, condition TEXT, condition_state TEXT,
+    state TEXT NOT NULL
+) STRICT;
+CREATE UNIQUE INDEX IF NOT EXISTS mem_objects_id ON mem_objects(id, branch, vfrom);
+CREATE INDEX IF NOT EXISTS mem_objects_type ON mem_objects(type, oid) WHERE vto IS NULL;
+CREATE INDEX IF NOT EXISTS mem_objects_ns ON mem_objects(namespace_id, oid) WHERE vto IS NULL;
+CREATE INDEX IF NOT EXISTS mem_objects_state
+    ON mem_objects(lifecycle_state, epistemic_type, oid) WHERE vto IS NULL;
+CREATE VIRTUAL TABLE IF NOT EXISTS mem_fts USING fts5(value, content='', contentless_delete=1);
+CREATE TABLE IF NOT EXISTS mem_entities(
+    rid INTEGER PRIMARY KEY, branch TEXT NOT NULL, id TEXT NOT NULL, {_VERSIONED},
+    type TEXT NOT NULL, canonical_name TEXT NOT NULL, aliases TEXT NOT NULL,
+    namespace_id TEXT NOT NULL, created_at INTEGER NOT NULL, last_seen_at INTEGER NOT NULL,
+    merged_into TEXT
+) STRICT;
+CREATE UNIQUE INDEX IF NOT EXISTS mem_entities_id ON mem_entities(id, branch, vfrom);
+CREATE INDEX IF NOT EXISTS mem_entities_merged ON mem_entities(merged_into)
+    WHERE merged_into IS NOT NULL;
+CREATE TABLE IF NOT EXISTS mem_edges(
+    rid INTEGER PRIMARY KEY, branch TEXT NOT NULL, id TEXT NOT NULL, {_VERSIONED},
+    type TEXT NOT NULL, source_id TEXT NOT NULL, target_id TEXT NOT NULL,
+    created_at INTEGER NOT NULL, created_by TEXT NOT NULL, confidence REAL NOT NULL,
+    valid_from INTEGER NOT NULL, valid_to INTEGER, relation_label TEXT
+) STRICT;
+CREATE INDEX IF NOT EXISTS mem_edges_source ON mem_edges(source_id, type);
+CREATE INDEX IF NOT EXISTS mem_edges_target ON mem_edges(target_id, type);
+CREATE TABLE IF NOT EXISTS mem_namespaces(
+    rid INTEGER PRIMARY KEY, branch TEXT NOT NULL, id TEXT NOT NULL, {_VERSIONED},
+    type TEXT NOT NULL, created_by TEXT NOT NULL, created_at INTEGER NOT NULL
+) STRICT;
+CREATE UNIQUE INDEX IF NOT EXISTS mem_namespaces_id ON mem_namespaces(id, branch, vfrom);
+CREATE TABLE IF NOT EXISTS mem_grants(
+    rid INTEGER PRIMARY KEY, branch TEXT NOT NULL, namespace_id TEXT NOT NULL,
+    actor_id TEXT NOT NULL, permission TEXT NOT NULL, {_VERSIONED}, granted_by TEXT NOT NULL
+) STRICT;
+CREATE INDEX IF NOT EXISTS mem_grants_ns ON mem_grants(namespace_id, actor_id, branch);
+CREATE TABLE IF NOT EXISTS mem_skipped(
+    branch TEXT NOT NULL, seq INTEGER NOT NULL, op_type TEXT NOT NULL, reason TEXT NOT NULL,
+    PRIMARY KEY(branch, seq)
+) STRICT, WITHOUT ROWID;
+"""
+
+
+def installed(db: apsw.Connection) -> bool:
+    """Return True when the memory tables exist in ``db``."""
+    row = db.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'mem_heads'"
+    ).fetchone()
+    return row is not None
+
+
+def install(db: apsw.Connection, *, fts: bool = True) -> None:
+    """Create the memory tables if missing (inside the caller's write transaction).
+
+    ``fts=False`` leaves out the full-text index (for a throwaway replay that only compares
+    state digests).
+
+    Raises:
+        apsw.Error: if SQLite cannot create them (the caller maps it to StorageError).
+    """
+    schema = _SCHEMA if fts else "\n".join(
+        line for line in _SCHEMA.splitlines() if "mem_fts" not in line)
+    db.execute(schema)
+    db.execute("INSERT OR IGNORE INTO mem_meta VALUES('schema_version', ?)", (SCHEMA_VERSION,))
+
+
+def drop(db: apsw.Connection) -> None:
+    """Drop every memory table (inside the caller's write transaction)."""
+    for name in DERIVED_TABLES:
+        db.execute(f"DROP TABLE IF EXISTS {name}")
+
+
+# -- rows <-> values ---------------------------------------------------------------------------
+
+
+def _json(value: Any) -> str | None:
+    if value is None:
+        return None
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def object_row(o: MemoryObject) -> tuple[Any, ...]:
+    """Return an object's column values in ``OBJECT_COLS`` order."""
+    return (
+        o.id, o.type, o.version, o.epistemic_type, o.source_type, ",".join(o.evidence_ids),
+        o.asserted_by, o.valid_from, o.valid_to, o.created_at, o.last_modified_at,
+        o.lifecycle_state, o.superseded_by, o.confidence, o.salience, o.namespace_id, o.value,
+        _json(o.structured_value), o.condition, o.condition_state, o.state, o.branch, o.seq,
+    )
+
+
+def object_from_row(r: tuple[Any, ...]) -> MemoryObject:
+    """Return the object of a row selected in ``OBJECT_COLS`` order."""
+    return MemoryObject(
+        r[0], r[1], r[2], r[3], r[4], tuple(r[5].split(",")), r[6], r[7], r[8], r[9], r[10],
+        r[11], r[12], r[13], r[14], r[15], r[16],
+        None if r[17] is None else json.loads(r[17]), r[18], r[19], r[20], r[21], r[22],
+    )
+
+
+def edge_row(e: Edge) -> tuple[Any, ...]:
+    """Return an edge's column values in ``EDGE_COLS`` order."""
+    return (e.id, e.type, e.source_id, e.target_id, e.created_at, e.created_by, e.confidence,
+            e.valid_from, e.valid_to, e.relation_label, e.branch, e.seq)
+
+
+def edge_from_row(r: tuple[Any, ...]) -> Edge:
+    """Return the edge of a row selected in ``EDGE_COLS`` order."""
+    return Edge(*r)
+
+
+def entity_row(e: Entity) -> tuple[Any, ...]:
+    """Return an entity's column values in ``ENTITY_COLS`` order."""
+    return (e.id, e.type, e.canonical_name, _json(list(e.aliases)), e.namespace_id,
+            e.created_at, e.last_seen_at, e.merged_into, e.branch, e.seq)
+
+
+def entity_from_row(r: tuple[Any, ...]) -> Entity:
+    """Return the entity of a row selected in ``ENTITY_COLS`` order."""
+    return Entity(r[0], r[1], r[2], tuple(json.loads(r[3])), r[4], r[5], r[6], r[7], r[8], r[9])
+
+
+def event_from_row(r: tuple[Any, ...]) -> EventRef:
+    """Return the event of a row selected in ``EVENT_COLS`` order."""
+    return EventRef(*r)
+
+
+def namespace_from_row(r: tuple[Any, ...]) -> Namespace:
+    """Return the namespace of a row selected in ``NAMESPACE_COLS`` order."""
+    return Namespace(*r)
+
+
+def grant_from_row(r: tuple[Any, ...]) -> Grant:
+    """Return the grant of a row selected in ``GRANT_COLS`` order."""
+    return Grant(*r)
