@@ -215,6 +215,12 @@ class Store:
         self._write_depth = 1
         try:
             yield self.db
+        except apsw.Error as e:
+            # SQLite failing inside the body (disk full while pages spill, a damaged file)
+            # is a StorageError like a failed COMMIT, not a raw apsw error for the caller.
+            with contextlib.suppress(apsw.Error):
+                self.db.execute("ROLLBACK")
+            raise _storage_error(e, self.path) from e
         except BaseException:
             with contextlib.suppress(apsw.Error):
                 self.db.execute("ROLLBACK")
