@@ -19,16 +19,18 @@ def default_hooks() -> list[AppendHook]:
     from memory_root.hook import RootsHook
     from projections.anchors import ConversationTree
     from projections.gitctx import GitContextHook
+    from projections.hook import MemoryHook
 
     # RootsHook last: an automatic snapshot is taken after every other layer folded the entry.
-    return [BranchRegistry(), ConversationTree(), GitContextHook(), RootsHook()]
+    return [BranchRegistry(), ConversationTree(), GitContextHook(), MemoryHook(), RootsHook()]
 
 
 def replay_checks(ledger: Ledger) -> list[ReplayCheck]:
     """Return the checks of steps 7-9 that ``verify`` runs over a ledger."""
     from memory_root.replay import RootsReplayCheck
+    from projections.replay import MemoryReplayCheck
 
-    return [RootsReplayCheck(ledger.path)]
+    return [RootsReplayCheck(ledger.path), MemoryReplayCheck(ledger.path)]
 
 
 def bundle_sections(ledger: Ledger) -> list[BundleSection]:

@@ -114,7 +114,7 @@ class MemoryReplayCheck:
     skipped and reported as notes, exactly as the stored state skipped them.
     """
 
-    steps = (9,)
+    steps: tuple[int, ...] = (9,)
 
     def __init__(self, path: Path, branch: str = CANONICAL_BRANCH) -> None:
         """Check the derived state stored in the ledger file at ``path``."""

@@ -1,0 +1,154 @@
+"""Why an agent believes something: an object's history and evidence, each entry proven.
+
+``why(ledger, object_id)`` returns every operation that touched the object (the entries that
+made each of its versions, and those that linked it: SUPERSEDE, CONTRADICTION_NOTED, RELATE,
+SUMMARY_CREATED) and every event cited as its evidence (with the content, unless a TOMBSTONE
+erased it). Each comes with its seq, its entry hash and an RFC 9162 inclusion proof against the
+latest signed checkpoint, checked here before it is returned, so an auditor holding the
+ledger's verifier key can check every step offline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ledger import merkle
+from ledger.entries import CANONICAL_BRANCH
+from ledger.errors import KeyFileError, NotFoundError
+from ledger.ledger import Ledger
+from ledger.note import SignedCheckpoint, Verifier, open_checkpoint
+from projections.hook import sync
+from projections.model import MemoryObject
+from projections.query import edges_of, object_history
+
+__all__ = ["EvidenceStep", "OperationStep", "Why", "why"]
+
+
+@dataclass(frozen=True, slots=True)
+class OperationStep:
+    """One operation entry that touched the object, with its inclusion proof."""
+
+    seq: int
+    entry_hash: bytes
+    op_type: str
+    op_id: str
+    actor_id: str
+    actor_type: str
+    ts: int
+    version: int | None
+    proof: tuple[bytes, ...] | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the step as a JSON-ready dict (hashes in hex)."""
+        return {"seq": self.seq, "entry_hash": self.entry_hash.hex(), "op_type": self.op_type,
+                "op_id": self.op_id, "actor_id": self.actor_id, "actor_type": self.actor_type,
+                "ts": self.ts, "version": self.version,
+                "proof": None if self.proof is None else [h.hex() for h in self.proof]}
+
+
+@dataclass(frozen=True, slots=True)
+class EvidenceStep:
+    """One evidence event, its content (None once erased) and its inclusion proof."""
+
+    event_id: str
+    seq: int
+    entry_hash: bytes
+    actor_id: str
+    ts: int
+    content: str | None
+    erased_by: int | None
+    proof: tuple[bytes, ...] | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the step as a JSON-ready dict (hashes in hex)."""
+        return {"event_id": self.event_id, "seq": self.seq,
+                "entry_hash": self.entry_hash.hex(), "actor_id": self.actor_id, "ts": self.ts,
+                "content": self.content, "erased_by": self.erased_by,
+                "proof": None if self.proof is None else [h.hex() for h in self.proof]}
+
+
+@dataclass(frozen=True, slots=True)
+class Why:
+    """An object's current (or last) version, its history and evidence, and the checkpoint."""
+
+    object: MemoryObject
+    versions: tuple[MemoryObject, ...]
+    operations: tuple[OperationStep, ...]
+    evidence: tuple[EvidenceStep, ...]
+    checkpoint: SignedCheckpoint | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return everything as a JSON-ready dict (hashes and roots in hex)."""
+        cp = self.checkpoint
+        return {
+            "object": self.object.to_dict(),
+            "versions": [v.to_dict() for v in self.versions],
+            "operations": [o.to_dict() for o in self.operations],
+            "evidence": [e.to_dict() for e in self.evidence],
+            "checkpoint": None if cp is None else {
+                "origin": cp.checkpoint.origin, "size": cp.checkpoint.size,
+                "root": cp.checkpoint.root.hex(), "note": cp.note},
+        }
+
+
+def _checkpoint(ledger: Ledger, branch: str) -> SignedCheckpoint | None:
+    """Sign a checkpoint of the current tree, or (no key here) use the newest stored one."""
+    try:
+        return ledger.checkpoint(branch)
+    except KeyFileError:
+        note = ledger.latest_checkpoint(branch)
+        if note is None:
+            return None
+        verifiers = [Verifier.from_vkey(k) for k in ledger.genesis_vkeys()]
+        return open_checkpoint(note, verifiers)
+
+
+def why(ledger: Ledger, object_id: str, *, branch: str = CANONICAL_BRANCH) -> Why:
+    """Return the history and evidence of a memory object, every entry with its proof.
+
+    Entries newer than the checkpoint (only when the signing key is not available and the
+    newest stored checkpoint is older than the head) come without a proof.
+
+    Raises:
+        NotFoundError: if no such object ever existed on the branch.
+        ProofError: if a computed proof does not verify against the checkpoint (a damaged
+            tree; ``memroot verify`` says more).
+    """
+    sync(ledger, branch)
+    db = ledger.store.db
+    with ledger.store.read():
+        versions = object_history(db, object_id, branch=branch)
+        if not versions:
+            raise NotFoundError(f"no memory object {object_id} on branch {branch}")
+        version_at = {v.seq: v.version for v in versions}
+        linked = {e.seq for e in edges_of(db, object_id, branch=branch)}
+        evidence_ids = list(dict.fromkeys(e for v in versions for e in v.evidence_ids))
+        events = {r[0]: (int(r[1]), r[2]) for r in db.execute(
+            f"SELECT id, seq, erased_by FROM mem_events WHERE id IN "
+            f"({', '.join('?' * len(evidence_ids))})", evidence_ids)}
+    cp = _checkpoint(ledger, branch)
+
+    def proof(seq: int, entry_hash: bytes) -> tuple[bytes, ...] | None:
+        if cp is None or seq >= cp.checkpoint.size:
+            return None
+        path = ledger.inclusion_proof(seq, cp.checkpoint.size, branch)
+        merkle.verify_inclusion(entry_hash, seq, cp.checkpoint.size, path, cp.checkpoint.root)
+        return tuple(path)
+
+    ops = []
+    for seq in sorted(set(version_at) | linked):
+        e = ledger.entry(seq, branch)
+        b = e.body
+        ops.append(OperationStep(seq, e.hash, e.type, str(b["id"]), str(b["actor_id"]),
+                                 str(b["actor_type"]), e.ts, version_at.get(seq),
+                                 proof(seq, e.hash)))
+    evidence = []
+    for event_id in evidence_ids:
+        if event_id not in events:  # pragma: no cover - evidence is checked at ASSERT
+            continue
+        seq, erased_by = events[event_id]
+        e = ledger.entry(seq, branch)
+        evidence.append(EvidenceStep(event_id, seq, e.hash, str(e.body["actor_id"]), e.ts,
+                                     ledger.content(seq, branch), erased_by, proof(seq, e.hash)))
+    return Why(versions[-1], tuple(versions), tuple(ops), tuple(evidence), cp)
