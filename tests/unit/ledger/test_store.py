@@ -1,0 +1,261 @@
+"""Tests of ledger.store: transactions that commit whole or not at all, and a robust file."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ledger.errors import NotFoundError, RefusedError, StorageError, ValidationError
+from ledger.ledger import Ledger
+from ledger.store import SCHEMA_VERSION, Store, entry_key, node_key
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Any:
+    s = Store(tmp_path / "s.db", create=True)
+    yield s
+    s.close()
+
+
+def rows(store: Store) -> dict[str, list[tuple[Any, ...]]]:
+    tables = ("meta", "branches", "entries", "nodes", "event_ids", "checkpoints")
+    return {t: store.db.execute(f"SELECT * FROM {t} ORDER BY 1").fetchall() for t in tables}
+
+
+def fill(store: Store) -> None:
+    """Write a bit of everything the ledger writes, as one transaction body would."""
+    b = store.add_branch("main", bytes(32))
+    store.insert_entries([(entry_key(b.no, 0), b"h" * 32, b"data", b"d" * 32, b"s" * 32, b"c")])
+    store.insert_event_ids([(b"i" * 16, entry_key(b.no, 0))])
+    store.insert_nodes([(node_key(b.no, 1, 0), b"n" * 32)])
+    store.set_head(b.no, 1, b"h" * 32)
+    store.insert_checkpoint(b.no, 1, b"r" * 32, "note\n")
+    store.set_meta("origin", "o")
+
+
+class Boom(Exception):
+    pass
+
+
+def test_write_rollback_leaves_nothing(store: Store) -> None:
+    """An exception in a write body rolls back every row it wrote, in every table."""
+    before = rows(store)
+    with pytest.raises(Boom), store.write():
+        fill(store)
+        assert rows(store) != before  # the writes really happened inside the transaction
+        raise Boom
+    assert rows(store) == before
+    assert not store.db.in_transaction
+
+
+def test_write_commits_whole(store: Store, tmp_path: Path) -> None:
+    """A write body that returns commits everything, visible to another connection."""
+    with store.write():
+        fill(store)
+    other = Store(tmp_path / "s.db")
+    try:
+        assert rows(other) == rows(store)
+        assert other.branch("main").size == 1
+    finally:
+        other.close()
+
+
+def test_nested_write_is_one_transaction(store: Store) -> None:
+    """A write inside a write joins it: an error in the outer body undoes the inner one too."""
+    before = rows(store)
+    with pytest.raises(Boom), store.write():
+        with store.write():
+            fill(store)
+        assert store.db.in_transaction  # the inner block did not commit
+        raise Boom
+    assert rows(store) == before
+
+
+def test_nested_write_error_rolls_back_outer(store: Store) -> None:
+    """An error inside a nested write reaches the outer one and rolls back all of it."""
+    before = rows(store)
+    with pytest.raises(Boom), store.write():
+        store.set_meta("first", 1)
+        with store.write():
+            store.set_meta("second", 2)
+            raise Boom
+    assert rows(store) == before
+    with store.write():  # and the store is usable again
+        store.set_meta("third", 3)
+    assert store.meta("third") == 3
+
+
+def test_sqlite_error_in_body_is_storage_error(store: Store) -> None:
+    """A SQLite failure inside the body is a StorageError and rolls everything back."""
+    before = rows(store)
+    with pytest.raises(StorageError), store.write():
+        store.set_meta("a", 1)
+        store.db.execute("INSERT INTO meta VALUES('a', 2)")  # primary key violation
+    assert rows(store) == before
+
+
+def test_disk_full_during_append_writes_nothing(tmp_path: Path, inputs: Any) -> None:
+    """A full disk in the middle of a batch append: StorageError, nothing written, then fine."""
+    with Ledger.init(tmp_path / "l.db", origin="example.org/full") as ledger:
+        ledger.append_batch(inputs.mixed(5))
+        size, root = ledger.size(), ledger.root()
+        pages = ledger.store.db.execute("PRAGMA page_count").fetchone()[0]
+        ledger.store.db.execute(f"PRAGMA max_page_count = {pages + 2}")
+        big = [inputs.event(random.Random(i), i, content="x" * 4000) for i in range(40)]
+        with pytest.raises(StorageError, match="disk full"):
+            ledger.append_batch(big)
+        assert (ledger.size(), ledger.root()) == (size, root)
+        ledger.store.db.execute("PRAGMA max_page_count = 1000000")
+        ledger.append_batch(big)
+        assert ledger.size() == size + 40
+
+
+def test_refused_entry_mid_batch_writes_nothing(tmp_path: Path, inputs: Any) -> None:
+    """A refused entry in the middle of a batch leaves no row; the next append is correct."""
+    with Ledger.init(tmp_path / "l.db", origin="example.org/batch") as ledger:
+        ledger.append_batch(inputs.mixed(7))
+        before = rows(ledger.store)
+        root = ledger.root()
+        bad = inputs.tombstone("01890a5d-ac96-774b-bcce-b302099a8057")  # no such event
+        with pytest.raises(RefusedError):
+            ledger.append_batch([*inputs.mixed(5, seed=1), bad, *inputs.mixed(3, seed=2)])
+        assert rows(ledger.store) == before and ledger.root() == root
+        # The in-memory right edge was not advanced by the rolled-back batch.
+        ledger.append_batch(inputs.mixed(9, seed=3))
+        with Ledger.open(tmp_path / "l.db") as fresh:
+            assert fresh.root() == ledger.root()
+            assert [e.seq for e in fresh.entries()] == list(range(17))
+
+
+def test_bulk_rolls_back_every_batch(tmp_path: Path, inputs: Any) -> None:
+    """bulk() groups batches: a failure in the third leaves none of them."""
+    with Ledger.init(tmp_path / "l.db", origin="example.org/bulk") as ledger:
+        before = rows(ledger.store)
+        with pytest.raises(ValidationError), ledger.bulk():
+            ledger.append_batch(inputs.mixed(10))
+            ledger.append_batch(inputs.mixed(10, seed=1))
+            ledger.append_batch([inputs.event(random.Random(0), 0, id="not-a-uuid")])
+        assert rows(ledger.store) == before
+
+
+def test_create_refuses_existing_file(tmp_path: Path) -> None:
+    """Creating over an existing file is refused and leaves it as it was."""
+    path = tmp_path / "x.db"
+    path.write_bytes(b"precious")
+    with pytest.raises(StorageError, match="refusing to overwrite"):
+        Store(path, create=True)
+    assert path.read_bytes() == b"precious"
+
+
+def test_open_missing_file(tmp_path: Path) -> None:
+    """Opening a path with no ledger is a StorageError and creates nothing."""
+    with pytest.raises(StorageError, match="no ledger"):
+        Store(tmp_path / "none.db")
+    assert not (tmp_path / "none.db").exists()
+
+
+def test_open_not_a_database(tmp_path: Path) -> None:
+    """A file that is not SQLite is a StorageError, not an apsw error."""
+    path = tmp_path / "junk.db"
+    path.write_bytes(b"this is not a database at all" * 100)
+    with pytest.raises(StorageError):
+        Store(path)
+
+
+def test_open_other_schema_version(tmp_path: Path) -> None:
+    """A ledger of another schema version is refused with both versions named."""
+    s = Store(tmp_path / "v.db", create=True)
+    with s.write():
+        s.set_meta("schema_version", SCHEMA_VERSION + 1)
+    s.close()
+    with pytest.raises(StorageError, match=f"schema version {SCHEMA_VERSION + 1}"):
+        Store(tmp_path / "v.db")
+
+
+def test_wal_and_full_sync(store: Store) -> None:
+    """The file runs in WAL mode with synchronous=FULL (a returned commit is on disk)."""
+    assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert store.db.execute("PRAGMA synchronous").fetchone()[0] == 2
+
+
+def test_iter_entry_rows_chunks_and_bounds(store: Store) -> None:
+    """iter_entry_rows yields [start, stop) of one branch in order, across chunk borders."""
+    with store.write():
+        a = store.add_branch("main", bytes(32))
+        b = store.add_branch("other", bytes(32))
+        store.insert_entries(
+            [
+                (entry_key(no, s), bytes(32), bytes([s]), None, None, None)
+                for no in (a.no, b.no)
+                for s in range(10)
+            ]
+        )
+    got = [r.seq for r in store.iter_entry_rows(a.no, 2, 9, chunk=3)]
+    assert got == list(range(2, 9))
+    assert [r.data for r in store.iter_entry_rows(b.no, chunk=4)] == [bytes([s]) for s in range(10)]
+    with pytest.raises(NotFoundError):
+        store.entry_row(a.no, 10)
+    with pytest.raises(NotFoundError):
+        store.branch("nope")
+
+
+def test_read_nodes_missing_is_storage_error(store: Store) -> None:
+    """A tree node that must exist but does not is a StorageError naming it."""
+    with store.write():
+        b = store.add_branch("main", bytes(32))
+        store.insert_entries([(entry_key(b.no, 0), b"a" * 32, b"x", None, None, None)])
+        store.insert_nodes([(node_key(b.no, 1, 0), b"n" * 32)])
+    assert store.read_nodes(b.no, [(1, 0), (0, 0)]) == [b"n" * 32, b"a" * 32]
+    with pytest.raises(StorageError, match=r"\(2, 0\)"):
+        store.read_nodes(b.no, [(1, 0), (2, 0)])
+
+
+def test_text_that_is_not_utf8_reads_with_replacement(store: Store) -> None:
+    """Stored text that is not UTF-8 (a damaged file) reads as U+FFFD text, not a crash."""
+    with store.write():
+        store.add_branch("main", bytes(32))
+        store.insert_checkpoint(1, 1, bytes(32), "ok\n")
+        store.db.execute("UPDATE checkpoints SET note = CAST(X'6f6bff0a' AS TEXT)")
+        store.db.execute("INSERT INTO meta VALUES('origin', CAST(X'ff61' AS TEXT))")
+        store.db.execute("UPDATE branches SET name = CAST(X'6d61ff6e' AS TEXT)")
+    assert store.checkpoints(1) == [(1, bytes(32), "ok\ufffd\n")]
+    assert store.latest_checkpoint(1) == (1, bytes(32), "ok\ufffd\n")
+    assert store.meta("origin") == "\ufffda"
+    assert [b.name for b in store.branches()] == ["ma\ufffdn"]
+    assert store.meta("schema_version") == SCHEMA_VERSION  # non-text values unchanged
+
+
+def test_read_is_a_snapshot(store: Store, tmp_path: Path) -> None:
+    """Inside read(), another connection's commit is not seen until the block ends."""
+    with store.write():
+        store.set_meta("n", 1)
+    other = Store(tmp_path / "s.db")
+    try:
+        with store.read():
+            assert store.meta("n") == 1
+            with other.write():
+                other.set_meta("n", 2)
+            assert store.meta("n") == 1
+        assert store.meta("n") == 2
+    finally:
+        other.close()
+
+
+def test_busy_writer_waits_then_sees_commit(tmp_path: Path) -> None:
+    """A write blocked by another connection's open write proceeds after it commits."""
+    first = Store(tmp_path / "s.db", create=True)
+    second = Store(tmp_path / "s.db")
+    second.db.set_busy_timeout(50)
+    try:
+        with first.write():
+            first.set_meta("n", 1)
+            with pytest.raises(StorageError, match="locked"), second.write():
+                pass
+        with second.write():
+            assert second.meta("n") == 1
+    finally:
+        first.close()
+        second.close()
