@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -268,8 +269,15 @@ class Ledger:
 
     def genesis_vkeys(self) -> list[str]:
         """Return the verifier keys recorded in the canonical genesis and later KEY_ROTATEs."""
-        keys = list(self.genesis().body.get("keys", []))
-        return [str(k) for k in keys]
+        keys = [str(k) for k in self.genesis().body.get("keys", [])]
+        rotated = self.store.meta("rotated_vkeys")  # kept by ledger.keys.rotate_key
+        if isinstance(rotated, str):
+            keys += [str(k) for k in json.loads(rotated) if k not in keys]
+        return keys
+
+    def reload_key(self) -> None:
+        """Forget the loaded signing key; the next signature reads the key file again."""
+        self._signer = None
 
     # -- reads ---------------------------------------------------------------------------------
 
@@ -693,14 +701,17 @@ class Ledger:
                         f"(history was rewritten); refusing to sign"
                     )
                 if last_size == row.size:
-                    return open_checkpoint(last_note, [self._verifier()])
+                    return open_checkpoint(last_note, self._verifiers())
             cp = Checkpoint(branch_origin(self.origin, branch), row.size, root)
             note = sign_checkpoint(cp, [signer])
             self.store.insert_checkpoint(row.no, row.size, root, note)
-        return open_checkpoint(note, [self._verifier()])
+        return open_checkpoint(note, self._verifiers())
 
-    def _verifier(self) -> Verifier:
-        return Verifier.from_vkey(vkey_of(self.signer))
+    def _verifiers(self) -> list[Verifier]:
+        """Every key this ledger ever signed with: checkpoints from before a rotation."""
+        keys = self.genesis_vkeys()
+        current = vkey_of(self.signer)
+        return [Verifier.from_vkey(k) for k in (keys if current in keys else [*keys, current])]
 
     def checkpoints(self, branch: str = CANONICAL_BRANCH) -> list[str]:
         """Return every stored signed checkpoint note of a branch, oldest first."""
@@ -724,7 +735,7 @@ class Ledger:
         """
         if size is None:
             note = self.checkpoint(branch).note
-            size = open_checkpoint(note, [self._verifier()]).checkpoint.size
+            size = open_checkpoint(note, self._verifiers()).checkpoint.size
         else:
             found = [
                 n for s, _, n in self.store.checkpoints(self.store.branch(branch).no) if s == size
