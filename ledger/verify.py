@@ -307,6 +307,32 @@ class _BranchRun:
     genesis: Entry | None = None
     # branch id -> the BRANCH_CREATE entry naming it and this tree's root just before it (7)
     creates: dict[str, tuple[Entry, bytes]] = field(default_factory=dict)
+    rotations: list[tuple[int, Any]] = field(default_factory=list)  # (seq, KEY_ROTATE payload)
+
+
+@dataclass(slots=True)
+class _Keyring:
+    """The keys the verifier trusts, growing by signed-off KEY_ROTATE entries (step 6).
+
+    A key starts trusted if given, remembered, or (trust on first use) in the genesis. A
+    ``KEY_ROTATE`` entry on ``main`` with payload ``{new_vkey, old_vkey}`` adds ``new_vkey``
+    only when the first verified checkpoint covering it carries a valid signature by
+    ``old_vkey``, a key trusted at that size: the rotation was appended while the old key was
+    in force and the old key signed it off. From then on the old key is retired: it is accepted
+    only for ``main`` checkpoints no larger than that sign-off checkpoint, so a leaked old key
+    cannot sign a newer tree. Branch checkpoints accept any trusted key.
+    """
+
+    keys: dict[str, Verifier] = field(default_factory=dict)  # vkey -> verifier
+    retired: dict[str, int] = field(default_factory=dict)  # vkey -> largest size it may sign
+
+    def valid(self, size: int | None) -> list[Verifier]:
+        """Return the keys that may sign a checkpoint of ``size`` (None: any size)."""
+        return [
+            v
+            for k, v in self.keys.items()
+            if size is None or k not in self.retired or size <= self.retired[k]
+        ]
 
 
 def audit(
@@ -357,19 +383,22 @@ def audit_source(
     done = 0
     trusted_log = trusted.get(origin) if trusted is not None else None
     verifiers, key_source = _trusted_verifiers(store, vkeys, trusted_log, report)
+    keyring = _Keyring({v.vkey(): v for v in verifiers})
     report.trusted["keys"] = key_source
     _check_meta(store, report)
     creates: dict[str, tuple[str, Entry, bytes, list[tuple[int, bytes]]]] = {}
     for b in branches:
         run = _BranchRun(b.name, caches=store.has_caches)
         b_origin = origin if b.name == CANONICAL_BRANCH else f"{origin}/branch/{b.name}"
-        cps = _checkpoints(store, b.no, b.name, b_origin, verifiers, report)
+        stored_cps = _read_checkpoints(store, b.no, b.name, report)
         trusted_here = (
             trusted_log
             if b.name == CANONICAL_BRANCH
             else (trusted.get(b_origin) if trusted is not None else None)
         )
-        targets = sorted({s for s, _ in cps} | ({trusted_here.size} if trusted_here else set()))
+        targets = sorted(
+            {s for s, _, _ in stored_cps} | ({trusted_here.size} if trusted_here else set())
+        )
         t_iter = iter(targets)
         next_target = next(t_iter, None)
         roots: dict[int, bytes] = {}
@@ -426,6 +455,8 @@ def audit_source(
                     seq,
                 )
             )
+        # (6): signatures, learning rotated keys on main as their sign-offs verify.
+        cps = _checkpoints(stored_cps, b.name, b_origin, keyring, run.rotations, report)
         # (5): every signed root recomputed from the leaves.
         for size, root in cps:
             if size > run.expected_seq:
@@ -493,7 +524,7 @@ def audit_source(
     if progress is not None:
         progress(done, total)
     if report.ok and update_trusted and trusted is not None:
-        _remember(store, origin, trusted, verifiers)
+        _remember(store, origin, trusted, list(keyring.keys.values()))
     return report
 
 
@@ -665,28 +696,44 @@ def _check_meta(store: LedgerSource, report: AuditReport) -> None:
             )
 
 
-def _checkpoints(
-    store: LedgerSource,
-    branch_no: int,
-    branch: str,
-    origin: str,
-    verifiers: list[Verifier],
-    report: AuditReport,
-) -> list[tuple[int, bytes]]:
-    """(6): open every stored checkpoint note; return the (size, root) pairs that verify."""
-    out: list[tuple[int, bytes]] = []
+def _read_checkpoints(
+    store: LedgerSource, branch_no: int, branch: str, report: AuditReport
+) -> list[tuple[int, bytes, str]]:
+    """Return the stored ``(size, root, note)`` checkpoints of a branch, unverified."""
     try:
-        stored = store.checkpoints(branch_no)
+        return store.checkpoints(branch_no)
     except MemrootError as e:
         report.add(Finding(6, f"the checkpoints cannot be read: {e}", branch))
-        return out
+        return []
+
+
+def _checkpoints(
+    stored: list[tuple[int, bytes, str]],
+    branch: str,
+    origin: str,
+    keyring: _Keyring,
+    rotations: list[tuple[int, Any]],
+    report: AuditReport,
+) -> list[tuple[int, bytes]]:
+    """(6): open every stored checkpoint note; return the (size, root) pairs that verify.
+
+    On ``main``, KEY_ROTATE entries are applied to the keyring as their sign-off checkpoints
+    verify (see ``_Keyring``), in size order.
+    """
+    out: list[tuple[int, bytes]] = []
+    main = branch == CANONICAL_BRANCH
+    pending = sorted(rotations, key=lambda r: r[0]) if main else []
     for size, root, note in stored:
         last = size - 1 if size > 0 else None  # the newest entry the checkpoint covers
         try:
-            cp = open_checkpoint(note, verifiers, origin=origin).checkpoint
+            signed = open_checkpoint(note, keyring.valid(size if main else None), origin=origin)
         except (ProofError, DecodeError) as e:
             report.add(Finding(6, f"checkpoint at size {size} does not verify: {e}", branch, last))
             continue
+        while pending and pending[0][0] < size:
+            seq, payload = pending.pop(0)
+            _rotate(keyring, seq, payload, size, note, origin, report)
+        cp = signed.checkpoint
         if cp.size != size or cp.root != bytes(root):
             report.add(
                 Finding(
@@ -777,6 +824,8 @@ def _check_row(
         if isinstance(name, str):
             run.creates[name] = (entry, run.compact.root())
     # (4) content commitments and erasures.
+    if entry.type == OpType.KEY_ROTATE and entry.kind is Kind.OP:
+        run.rotations.append((row.seq, entry.body.get("payload")))
     if entry.kind is Kind.EVENT:
         _check_content(run, branch, row, entry, report)
     elif entry.type == OpType.TOMBSTONE:
@@ -910,6 +959,49 @@ def _check_nodes(
                 actual=stored.hex() if stored is not None else "missing",
             )
         )
+
+
+def _rotate(
+    keyring: _Keyring,
+    seq: int,
+    payload: Any,
+    size: int,
+    note: str,
+    origin: str,
+    report: AuditReport,
+) -> None:
+    """Apply one KEY_ROTATE at ``seq`` whose first verified covering checkpoint is ``note``."""
+    new = payload.get("new_vkey") if isinstance(payload, dict) else None
+    old = payload.get("old_vkey") if isinstance(payload, dict) else None
+    old_key = keyring.keys.get(old) if isinstance(old, str) else None
+    try:
+        if not isinstance(new, str) or old_key is None or old_key not in keyring.valid(size):
+            raise ProofError(f"it retires {old!r}, which is not a trusted key at size {size}")
+        open_checkpoint(note, [old_key], origin=origin)
+        new_key = Verifier.from_vkey(new)
+    except (ProofError, DecodeError) as e:
+        report.add(
+            Finding(
+                6,
+                f"KEY_ROTATE was not signed off by the key it retires in the first checkpoint "
+                f"covering it (size {size}), so its new key is not trusted: {e}",
+                CANONICAL_BRANCH,
+                seq,
+            )
+        )
+        return
+    keyring.keys[new_key.vkey()] = new_key
+    keyring.retired[old_key.vkey()] = size
+    report.add(
+        Finding(
+            6,
+            f"signing key rotated to {new_key} (signed off by {old_key} at size {size}); "
+            f"the old key is accepted up to size {size}",
+            CANONICAL_BRANCH,
+            seq,
+            severity="note",
+        )
+    )
 
 
 def _remember(
