@@ -1,3 +1,209 @@
-"""CLI commands of one capability (registered on the `memroot` group by import)."""
+"""Auditor's bundle commands: export, audit, import-bundle, tiles, and rotate-key."""
 
 from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from cli.commands import open_ledger, print_report
+from cli.main import Context, cli, emit, pass_ctx, progress_bar
+from ledger.audit import audit_bundle, open_bundle
+from ledger.bundle import export_bundle
+from ledger.bundle_import import import_bundle
+from ledger.keys import rotate_key
+from ledger.tiles import write_tiles
+from ledger.trust import TrustedState, default_trusted_path
+
+__all__: list[str] = []
+
+_TRUSTED_HELP = (
+    "Trusted-state file (default $MEMROOT_TRUSTED or ~/.local/state/memroot/trusted.json)."
+)
+
+
+@cli.command("export")
+@click.argument("out", type=click.Path(path_type=Path))
+@click.option(
+    "--no-sign",
+    is_flag=True,
+    help="Do not sign a fresh checkpoint first (entries after the newest one stay unsigned).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_ctx
+def export_cmd(ctx: Context, out: Path, no_sign: bool, as_json: bool) -> None:
+    """Write an auditor's bundle: entries, content, checkpoints, keys and a manifest.
+
+    OUT is a new directory; it appears only once complete. Hand it to an auditor with the
+    verifier key (`memroot vkey`); they check it with `memroot audit OUT --vkey KEY`.
+
+    Example: memroot -l agent.ledger export audit-2026-05 --json
+    """
+    from cli import hooks
+
+    with open_ledger(ctx) as ledger:
+        manifest = export_bundle(
+            ledger, out, sections=hooks.bundle_sections(ledger), sign=not no_sign
+        )
+    data = {
+        "bundle": str(out),
+        "origin": manifest.origin,
+        "ledger_id": manifest.ledger_id,
+        "branches": {
+            b.name: {"size": b.size, "root": b.root.hex(), "checkpoints": b.checkpoints}
+            for b in manifest.branches
+        },
+        "sections": list(manifest.sections),
+        "bytes": sum(f.bytes for f in manifest.files.values()),
+    }
+    lines = [f"exported {out} (origin {manifest.origin})"]
+    lines += [
+        f"  branch {b.name}: {b.size} entries, {b.checkpoints} checkpoint(s), root {b.root.hex()}"
+        for b in manifest.branches
+    ]
+    emit(data, as_json, "\n".join(lines))
+
+
+@cli.command("audit")
+@click.argument("bundle", type=click.Path(path_type=Path))
+@click.option(
+    "--vkey",
+    "vkeys",
+    multiple=True,
+    help="Trust this verifier key (repeatable); without one, the trusted state or the "
+    "bundle's own genesis key (trust on first use) is used.",
+)
+@click.option("--trusted", "trusted_path", type=click.Path(path_type=Path), help=_TRUSTED_HELP)
+@click.option("--no-update", is_flag=True, help="Do not record the newest checkpoint as trusted.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def audit_cmd(
+    bundle: Path,
+    vkeys: tuple[str, ...],
+    trusted_path: Path | None,
+    no_update: bool,
+    as_json: bool,
+) -> None:
+    """Verify an auditor's bundle offline (every step, no ledger file); exit 1 on a violation.
+
+    Needs no ledger (-l is ignored). The report lists what was checked and every violation
+    with its branch, entry and step.
+
+    Example: memroot audit audit-2026-05 --vkey "$(cat agent.vkey)"
+    """
+    from cli import hooks
+
+    trusted = TrustedState(trusted_path or default_trusted_path())
+    reader = open_bundle(bundle)
+    total = sum(b.size for b in reader.manifest.branches)
+    for update in progress_bar(total, "auditing"):
+        report = audit_bundle(
+            reader,
+            vkeys=vkeys,
+            trusted=trusted,
+            checks=hooks.bundle_checks(reader),
+            progress=update,
+            update_trusted=not no_update,
+        )
+    print_report(report, as_json)
+    if not report.ok:
+        raise click.exceptions.Exit(1)
+
+
+@cli.command("import-bundle")
+@click.argument("bundle", type=click.Path(path_type=Path))
+@click.option("--vkey", "vkeys", multiple=True, help="Trust this verifier key (repeatable).")
+@click.option("--trusted", "trusted_path", type=click.Path(path_type=Path), help=_TRUSTED_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_ctx
+def import_bundle_cmd(
+    ctx: Context,
+    bundle: Path,
+    vkeys: tuple[str, ...],
+    trusted_path: Path | None,
+    as_json: bool,
+) -> None:
+    """Rebuild a ledger (-l, a new file) from a bundle, after verifying every step.
+
+    The new ledger has the same entries, roots and checkpoints; it has no signing key.
+
+    Example: memroot -l restored.ledger import-bundle audit-2026-05 --vkey "$(cat agent.vkey)"
+    """
+    trusted = TrustedState(trusted_path or default_trusted_path())
+    done = import_bundle(bundle, ctx.path(), vkeys=vkeys, trusted=trusted)
+    data = {
+        "ledger": str(done.path),
+        "origin": done.origin,
+        "ledger_id": done.ledger_id,
+        "entries": done.entries,
+        "branches": done.branches,
+        "checkpoints": done.checkpoints,
+        "keys": done.report.trusted.get("keys"),
+    }
+    emit(
+        data,
+        as_json,
+        f"imported {done.entries} entries on {done.branches} branch(es) and "
+        f"{done.checkpoints} checkpoint(s) into {done.path} (bundle verified; keys: "
+        f"{data['keys']})\nthe new ledger has no signing key: it reads, proves and verifies",
+    )
+
+
+@cli.command("tiles")
+@click.argument("out", type=click.Path(path_type=Path))
+@click.option("--branch", default="main", show_default=True, help="The branch to publish.")
+@click.option("--no-sign", is_flag=True, help="Publish the newest checkpoint without signing.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_ctx
+def tiles_cmd(ctx: Context, out: Path, branch: str, no_sign: bool, as_json: bool) -> None:
+    """Write or extend a C2SP tlog-tiles directory (checkpoint, tiles, entry bundles).
+
+    Serve OUT from any static host; re-run after new checkpoints to publish the growth.
+
+    Example: memroot -l agent.ledger tiles /srv/www/log
+    """
+    with open_ledger(ctx) as ledger:
+        t = write_tiles(ledger, out, branch=branch, sign=not no_sign)
+    data = {
+        "directory": str(t.directory),
+        "origin": t.origin,
+        "size": t.size,
+        "root": t.root.hex(),
+        "tiles_written": t.tiles_written,
+        "tiles_kept": t.tiles_kept,
+    }
+    emit(
+        data,
+        as_json,
+        f"published {t.origin} at size {t.size} to {t.directory} "
+        f"({t.tiles_written} new file(s), {t.tiles_kept} already there)",
+    )
+
+
+@cli.command("rotate-key")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_ctx
+def rotate_key_cmd(ctx: Context, as_json: bool) -> None:
+    """Replace the signing key: the old key signs off a KEY_ROTATE entry naming the new one.
+
+    Later checkpoints are signed by the new key; old checkpoints still verify with the old
+    one. Give auditors the new vkey (printed); verifiers that trust the old key learn the new
+    one from the ledger itself.
+
+    Example: memroot -l agent.ledger rotate-key --json
+    """
+    with open_ledger(ctx) as ledger:
+        r = rotate_key(ledger)
+    data = {
+        "old_vkey": r.old_vkey,
+        "new_vkey": r.new_vkey,
+        "seq": r.seq,
+        "checkpoint_size": r.checkpoint_size,
+        "key_file": str(r.key_path),
+        "retired_key_file": str(r.retired_path),
+    }
+    emit(
+        data,
+        as_json,
+        f"rotated the signing key at entry {r.seq} (signed off by the old key at size "
+        f"{r.checkpoint_size})\nnew vkey: {r.new_vkey}\nold key kept at {r.retired_path}",
+    )
