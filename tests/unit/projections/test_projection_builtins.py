@@ -1,0 +1,272 @@
+"""The built-in projections: what each folds, its summary, determinism and resumability."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ledger import encoding
+from ledger.entries import ZERO_HASH, Entry, Kind, OpInput, build_entry, new_uuid
+from ledger.errors import ValidationError
+from projections.builtins import (
+    Corrections,
+    EpistemicDistribution,
+    FailureMotifs,
+    FalsificationState,
+    LifecycleCounts,
+    builtin_projections,
+    check_payload,
+)
+from projections.projection import Projection
+
+_seq = iter(range(1, 10**9))
+
+
+def op(
+    op_type: str,
+    payload: dict[str, Any] | None = None,
+    *,
+    target_id: str | None = None,
+    target_type: str | None = None,
+    ns: str = "ns",
+    op_id: str | None = None,
+) -> Entry:
+    """Build one operation entry (chain links do not matter to projections)."""
+    item = OpInput(
+        op_type=op_type,
+        actor_id="a",
+        actor_type="AI_AGENT",
+        namespace_id=ns,
+        payload=payload or {},
+        policy_version="p/1",
+        target_id=target_id,
+        target_type=target_type,
+    )
+    return build_entry(
+        ZERO_HASH, next(_seq), "main", 1, Kind.OP, op_type, item.body(op_id or new_uuid())
+    )
+
+
+def run(p: Projection, entries: list[Entry]) -> Any:
+    state = p.initial()
+    for e in entries:
+        if p.types is None or e.type in p.types:
+            state = p.fold(state, e)
+    return state
+
+
+def value(p: Projection, entries: list[Entry]) -> tuple[Any, int]:
+    s = p.summarize(run(p, entries))
+    return encoding.decode(s.data), s.count
+
+
+def violation(motif: str, source: str, ns: str = "ns") -> Entry:
+    return op("VIOLATION_RECORDED", {"motif": motif, "source": source}, ns=ns)
+
+
+def test_failure_motifs_count_by_motif_and_source():
+    """Violations are counted per motif, and per source within a motif."""
+    entries = [
+        violation("TITLE_MISMATCH", "QCD article"),
+        violation("TITLE_MISMATCH", "QCD article"),
+        violation("TITLE_MISMATCH", "Spin glass"),
+        violation("DEFLECTION", "topic:physics"),
+        op("ASSERT", {"epistemic_type": "OBSERVED"}),
+    ]
+    got, count = value(FailureMotifs(), entries)
+    assert got == {
+        "TITLE_MISMATCH": {"count": 3, "sources": {"QCD article": 2, "Spin glass": 1}},
+        "DEFLECTION": {"count": 1, "sources": {"topic:physics": 1}},
+    }
+    assert count == 2
+
+
+def test_failure_motifs_slices_by_motif_and_namespace():
+    """The motifs and namespaces params keep only the listed motifs / namespaces."""
+    entries = [
+        violation("TITLE_MISMATCH", "a"),
+        violation("DEFLECTION", "b"),
+        violation("TITLE_MISMATCH", "c", ns="other"),
+    ]
+    got, _ = value(FailureMotifs(id="failure-motifs:title", motifs=("TITLE_MISMATCH",)), entries)
+    assert set(got) == {"TITLE_MISMATCH"} and got["TITLE_MISMATCH"]["count"] == 2
+    got, _ = value(FailureMotifs(namespaces=("other",)), entries)
+    assert got == {"TITLE_MISMATCH": {"count": 1, "sources": {"c": 1}}}
+
+
+def test_corrections_lists_each_accepted_correction_by_operation_id():
+    """Every CORRECTION_APPLIED appears under its op id with its seq and payload fields."""
+    oid = new_uuid()
+    e = op(
+        "CORRECTION_APPLIED",
+        {
+            "correction": "cite the spin-glass article",
+            "accepted_by": "verifier-2",
+            "motif": "TITLE_MISMATCH",
+            "benchmark": "bench/titles-v3",
+        },
+        op_id=oid,
+    )
+    got, count = value(Corrections(), [e, violation("X", "y")])
+    assert count == 1
+    assert got == {
+        oid: {
+            "seq": e.seq,
+            "correction": "cite the spin-glass article",
+            "accepted_by": "verifier-2",
+            "motif": "TITLE_MISMATCH",
+            "benchmark": "bench/titles-v3",
+        }
+    }
+
+
+def test_epistemic_distribution_follows_asserts_and_transitions():
+    """ASSERT adds to its type; EPISTEMIC_TRANSITION moves one object between types."""
+    entries = [
+        op("ASSERT", {"epistemic_type": "HYPOTHETICAL"}),
+        op("ASSERT", {"epistemic_type": "HYPOTHETICAL"}),
+        op("ASSERT", {"epistemic_type": "OBSERVED"}),
+        op("EPISTEMIC_TRANSITION", {"from_type": "HYPOTHETICAL", "to_type": "ASSERTED"}),
+    ]
+    got, count = value(EpistemicDistribution(), entries)
+    assert got == {"HYPOTHETICAL": 1, "OBSERVED": 1, "ASSERTED": 1}
+    assert count == 3
+    entries.append(
+        op("EPISTEMIC_TRANSITION", {"from_type": "HYPOTHETICAL", "to_type": "DEPRECATED"})
+    )
+    got, _ = value(EpistemicDistribution(), entries)
+    assert "HYPOTHETICAL" not in got and got["DEPRECATED"] == 1
+
+
+def test_lifecycle_counts_follow_the_state_machine():
+    """ASSERT -> ACTIVE; DEPRECATE, SUPERSEDE move out of ACTIVE; ARCHIVE knows the source."""
+    a, b, c, d = (new_uuid() for _ in range(4))
+    entries = [op("ASSERT", {"epistemic_type": "OBSERVED"}, target_id=x) for x in (a, b, c, d)]
+    entries += [
+        op("DEPRECATE", {"reason": "old"}, target_id=a),
+        op("ARCHIVE", {"reason": "r"}, target_id=a),
+        op("SUPERSEDE", {"new_object_id": d, "reason": "r"}, target_id=b),
+        op("ARCHIVE", {"reason": "r"}, target_id=c),
+    ]
+    got, count = value(LifecycleCounts(), entries)
+    assert got == {"ACTIVE": 1, "SUPERSEDED": 1, "ARCHIVED": 2}
+    assert count == 3
+
+
+def test_falsification_state_records_what_each_operation_says():
+    """FALSIFY / MARK_STALE / RESTORE set the target's state; CASCADE marks touched items."""
+    root, obj = "ab" * 32, new_uuid()
+    entries = [
+        op("FALSIFY", {"reason": "wrong"}, target_id=root, target_type="memory_root"),
+        op("MARK_STALE", {"reason": "r"}, target_id=obj, target_type="memory_object"),
+        op("RESTORE", {"reason": "r"}, target_id=obj, target_type="memory_object"),
+        op(
+            "CASCADE",
+            {
+                "touched": [
+                    {"type": "memory_object", "id": "o2"},
+                    {"type": "selfmodel", "id": "s1"},
+                    "junk",
+                ]
+            },
+        ),
+    ]
+    got, count = value(FalsificationState(), entries)
+    assert got["memory_root"][root]["state"] == "falsified"
+    assert got["memory_object"][obj] == {"state": "live", "seq": entries[2].seq}
+    assert got["memory_object"]["o2"]["state"] == "stale"
+    assert got["selfmodel"]["s1"]["state"] == "stale"
+    assert count == 4
+
+
+@pytest.mark.parametrize(
+    "payload, field",
+    [
+        ({"source": "s"}, "payload.motif"),
+        ({"motif": "TITLE MISMATCH", "source": "s"}, "payload.motif"),
+        ({"motif": "M", "source": ""}, "payload.source"),
+        ({"motif": "M", "source": "s", "colour": "red"}, "payload.colour"),
+        ({"motif": "M", "source": "s", "evidence_ids": ["not-a-uuid"]}, "payload.evidence_ids"),
+    ],
+)
+def test_violation_payload_is_validated(payload: dict[str, Any], field: str):
+    """A VIOLATION_RECORDED missing, misspelling or malforming a field is refused by name."""
+    with pytest.raises(ValidationError) as e:
+        check_payload("VIOLATION_RECORDED", payload)
+    assert e.value.field == field
+
+
+def test_correction_payload_is_validated():
+    """CORRECTION_APPLIED needs correction and accepted_by; violation_id must be a UUID."""
+    check_payload(
+        "CORRECTION_APPLIED", {"correction": "c", "accepted_by": "op", "violation_id": new_uuid()}
+    )
+    with pytest.raises(ValidationError) as e:
+        check_payload("CORRECTION_APPLIED", {"correction": "c"})
+    assert e.value.field == "payload.accepted_by"
+    with pytest.raises(ValidationError) as e:
+        check_payload(
+            "CORRECTION_APPLIED", {"correction": "c", "accepted_by": "x", "violation_id": "v1"}
+        )
+    assert e.value.field == "payload.violation_id"
+    check_payload("ASSERT", {"anything": 1})  # not ours: passes untouched
+
+
+_ops = st.one_of(
+    st.builds(
+        violation,
+        st.sampled_from(["A", "B", "C"]),
+        st.sampled_from(["s1", "s2", "s3"]),
+        st.sampled_from(["ns", "other"]),
+    ),
+    st.builds(
+        lambda t: op("ASSERT", {"epistemic_type": t}, target_id=new_uuid()),
+        st.sampled_from(["OBSERVED", "INFERRED", "HYPOTHETICAL"]),
+    ),
+    st.builds(
+        lambda f, t: op("EPISTEMIC_TRANSITION", {"from_type": f, "to_type": t}),
+        st.sampled_from(["INFERRED", "HYPOTHETICAL"]),
+        st.just("ASSERTED"),
+    ),
+    st.builds(
+        lambda k: op(k, {"reason": "r"}, target_id="x", target_type="memory_object"),
+        st.sampled_from(["FALSIFY", "MARK_STALE", "RESTORE"]),
+    ),
+    st.builds(lambda: op("CORRECTION_APPLIED", {"correction": "c", "accepted_by": "v"})),
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(_ops, max_size=30), st.integers(min_value=0, max_value=30))
+def test_resuming_from_a_persisted_state_equals_folding_from_scratch(entries, cut):
+    """Fold to any point, encode and decode the state, fold the rest: same summary bytes."""
+    cut = min(cut, len(entries))
+    for p in builtin_projections():
+        whole = p.summarize(run(p, entries))
+        saved = encoding.decode(encoding.encode(run(p, entries[:cut])))
+        state = saved
+        for e in entries[cut:]:
+            if p.types is None or e.type in p.types:
+                state = p.fold(state, e)
+        assert p.summarize(state) == whole, p.id
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(_ops, max_size=20))
+def test_summaries_are_canonical_cbor_and_repeatable(entries):
+    """Summaries decode strictly (canonical CBOR) and two runs give identical bytes."""
+    for p in builtin_projections():
+        a, b = p.summarize(run(p, entries)), p.summarize(run(p, entries))
+        assert a == b
+        assert encoding.encode(encoding.decode(a.data)) == a.data
+
+
+def test_fold_ignores_types_it_does_not_declare():
+    """Each built-in leaves its state untouched for entry types outside ``types``."""
+    stranger = op("RELATE", {"edge_type": "SUPPORTS"})
+    for p in builtin_projections():
+        assert p.types is not None and "RELATE" not in p.types
+        assert p.fold(p.initial(), stranger) == p.initial()
