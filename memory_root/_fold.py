@@ -35,6 +35,7 @@ __all__ = [
     "Folder",
     "Prepared",
     "SnapshotMismatch",
+    "check_fork_root",
     "check_snapshot",
     "fork_anchor",
 ]
@@ -136,6 +137,27 @@ def fork_anchor(genesis: Entry) -> tuple[str, int] | None:
     if type(branch) is not str or type(seq) is not int:
         return None
     return branch, seq
+
+
+def check_fork_root(create: Entry, latest: MemoryRoot | None) -> None:
+    """Check the ``memory_root`` a ``BRANCH_CREATE`` payload may carry (SPEC 8's anchor).
+
+    When present it must be the parent branch's latest root (``latest``) at the fork.
+
+    Raises:
+        ValidationError: if it is not 32 bytes or not that root.
+    """
+    payload = create.body.get("payload")
+    if type(payload) is not dict or "memory_root" not in payload:
+        return
+    claimed = payload["memory_root"]
+    if claimed != latest or (claimed is not None and len(claimed) != 32):
+        want = "none (no root yet)" if latest is None else latest.hex()
+        raise ValidationError(
+            f"BRANCH_CREATE memory_root must be the parent branch's latest root at the fork: "
+            f"{want}",
+            field="payload.memory_root",
+        )
 
 
 class BranchFold:

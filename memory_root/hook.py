@@ -39,6 +39,7 @@ from memory_root._fold import (
     BranchFold,
     Folder,
     Prepared,
+    check_fork_root,
     check_snapshot,
     fork_anchor,
 )
@@ -100,6 +101,8 @@ class RootsHook:
                 follow = self._snapshot(db, fold, entry)
             elif entry.type == OpType.SELFMODEL_SNAPSHOT:
                 self._selfmodel(db, entry)
+            elif entry.type == OpType.BRANCH_CREATE:
+                check_fork_root(entry, fold.latest_root)
             else:
                 check_payload(entry.type, entry.body["payload"])
         if fold.advance(entry):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import apsw
 
@@ -32,6 +32,7 @@ from memory_root._fold import (
     Folder,
     Prepared,
     SnapshotMismatch,
+    check_fork_root,
     check_snapshot,
     fork_anchor,
 )
@@ -120,6 +121,8 @@ class RootsReplay:
                 return self._snapshot(fold, entry)
             if entry.kind is Kind.OP and entry.type == OpType.SELFMODEL_SNAPSHOT:
                 return self._selfmodel(entry)
+            if entry.kind is Kind.OP and entry.type == OpType.BRANCH_CREATE:
+                check_fork_root(entry, fold.latest_root)
             return None
         finally:
             fold.advance(entry)
@@ -221,34 +224,43 @@ def _short(value: object) -> str:
 
 
 class RootsReplayCheck:
-    """Verify step 8 as a ``ledger.verify.ReplayCheck``: replay every root, compare records."""
+    """Verify step 8 as a ``ledger.verify.ReplayCheck``: replay every root, compare records.
+
+    With ``path`` (a ledger file) the stored records are compared with the replay too; without
+    (an auditor's bundle, which carries no records) only the entries are replayed.
+    """
 
     steps: tuple[int, ...] = (STEP,)
 
     def __init__(
-        self, path: Path, registry: Registry | None = None, snapshot_every: int | None = None
+        self,
+        path: Path | None = None,
+        registry: Registry | None = None,
+        snapshot_every: int | None = None,
     ) -> None:
-        """Check the ledger file at ``path`` with ``registry`` (default: built-ins + plugins).
+        """Check with ``registry`` (default: built-ins + plugins).
 
         ``snapshot_every`` defaults to the canonical genesis's value.
         """
-        self.path = Path(path)
+        self.path = None if path is None else Path(path)
         self.replay = RootsReplay(
             registry if registry is not None else default_registry(), snapshot_every
         )
         self._db: apsw.Connection | None = None
-        self._has_tables = False
         self._roots: set[bytes] = set()
         self._selfmodels: set[tuple[str, int]] = set()
 
-    def _conn(self) -> apsw.Connection:
-        if self._db is None:
+    def _records(self) -> apsw.Connection | None:
+        """Return a read-only connection to the stored records, or None (no file, no tables)."""
+        if self._db is None and self.path is not None:
             db = apsw.Connection(str(self.path), flags=apsw.SQLITE_OPEN_READONLY)
-            self._has_tables = bool(
-                db.execute(
-                    "SELECT count(*) FROM sqlite_master WHERE name = 'memory_roots'"
-                ).fetchall()[0][0]
-            )
+            found = db.execute(
+                "SELECT count(*) FROM sqlite_master WHERE name = 'memory_roots'"
+            ).fetchall()[0][0]
+            if not found:
+                db.close()
+                self.path = None
+                return None
             self._db = db
         return self._db
 
@@ -275,7 +287,7 @@ class RootsReplayCheck:
             return
         if r is None:
             return
-        db = self._conn()
+        db = self._records()
         if isinstance(r, RootReplayed):
             self._roots.add(r.root)
             if r.skipped is not None:
@@ -289,25 +301,18 @@ class RootsReplayCheck:
                         severity="note",
                     )
                 )
-            if not self._has_tables:
-                report.add(
-                    Finding(STEP, "no stored memory_root records in this file", branch, entry.seq)
-                )
-            else:
+            if db is not None:
                 _compare_root(db, branch, r, report)
             return
         self._selfmodels.add((branch, entry.seq))
-        row = (
-            db.execute(
-                "SELECT branch, seq, selfmodel_root, memory_root, body FROM selfmodel_snapshots "
-                "WHERE branch = ? AND seq = ?",
-                (branch, entry.seq),
-            ).fetchone()
-            if (self._has_tables)
-            else None
-        )
-        got = None if row is None else SelfModelRecord(*row)
-        if got != r.record:
+        if db is None:
+            return
+        row = db.execute(
+            "SELECT branch, seq, selfmodel_root, memory_root, body FROM selfmodel_snapshots "
+            "WHERE branch = ? AND seq = ?",
+            (branch, entry.seq),
+        ).fetchone()
+        if row is None or SelfModelRecord(*row) != r.record:
             report.add(
                 Finding(
                     STEP,
@@ -331,33 +336,35 @@ class RootsReplayCheck:
                     severity="note",
                 )
             )
-        db = self._conn()
+        db = self._records()
+        if db is None:
+            return
         try:
-            if not self._has_tables:
-                return
-            for root, branch, seq in db.execute(
+            roots: list[Any] = db.execute(
                 "SELECT root, branch, seq FROM memory_roots ORDER BY branch, seq"
-            ):
+            ).fetchall()
+            for root, b, n in roots:
                 if root not in self._roots:
                     report.add(
                         Finding(
                             STEP,
                             f"stored memory_root {root.hex()} has no SNAPSHOT "
                             "entry that replays to it",
-                            branch,
-                            seq,
+                            b,
+                            n,
                         )
                     )
-            for branch, seq in db.execute(
+            models: list[Any] = db.execute(
                 "SELECT branch, seq FROM selfmodel_snapshots ORDER BY branch, seq"
-            ):
-                if (branch, seq) not in self._selfmodels:
+            ).fetchall()
+            for b, n in models:
+                if (b, n) not in self._selfmodels:
                     report.add(
                         Finding(
                             STEP,
                             "stored SelfModel record has no SELFMODEL_SNAPSHOT entry",
-                            branch,
-                            seq,
+                            b,
+                            n,
                         )
                     )
         finally:
