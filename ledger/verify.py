@@ -379,6 +379,12 @@ def audit_source(
         report.steps_checked.update(check.steps)
     branches = store.branches()
     report.branches = len(branches)
+    if not any(b.name == CANONICAL_BRANCH for b in branches):
+        # (2) Without this, a ledger whose branch rows were deleted had nothing to check
+        # and passed.
+        report.add(
+            Finding(2, f"the canonical branch {CANONICAL_BRANCH!r} is missing", CANONICAL_BRANCH, 0)
+        )
     total = sum(b.size for b in branches)
     done = 0
     trusted_log = trusted.get(origin) if trusted is not None else None
