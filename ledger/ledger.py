@@ -146,7 +146,13 @@ class Ledger:
         self._forking = False
         self.ledger_id: str = str(store.meta("ledger_id"))
         self.origin: str = str(store.meta("origin"))
-        self.snapshot_every: int = int(store.meta("snapshot_every"))
+        cadence = store.meta("snapshot_every")
+        if type(cadence) is not int or cadence < 1:
+            # A damaged meta row must not surface as a ValueError from every command.
+            raise StorageError(
+                f"{store.path} is not a memroot ledger or is damaged: snapshot_every is {cadence!r}"
+            )
+        self.snapshot_every: int = cadence
         if self.hooks:
             with store.write() as db:
                 for hook in self.hooks:
