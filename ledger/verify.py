@@ -433,7 +433,7 @@ def audit_source(
             report.add(
                 Finding(
                     1,
-                    f"entries cannot be read after entry {run.expected_seq - 1}: {e}",
+                    f"entries cannot be read from entry {run.expected_seq} on: {e}",
                     b.name,
                     run.expected_seq,
                 )
