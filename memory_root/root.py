@@ -51,7 +51,9 @@ MemoryRoot = NewType("MemoryRoot", bytes)
 
 
 def _bad(message: str, field: str) -> ValidationError:
-    return ValidationError(f"SNAPSHOT payload: {message}", field=f"payload.{field}")
+    return ValidationError(
+        f"SNAPSHOT payload: {message}", field=f"payload.{field}" if field else "payload"
+    )
 
 
 def _hash32(value: Any, field: str) -> bytes:
@@ -67,10 +69,11 @@ def _uint(value: Any, field: str) -> int:
 
 
 def _exact_keys(obj: Any, keys: frozenset[str], field: str) -> Mapping[str, Any]:
+    what = field or "the payload"
     if type(obj) is not dict:
-        raise _bad(f"{field} must be a map", field)
+        raise _bad(f"{what} must be a map", field)
     if set(obj) != keys:
-        raise _bad(f"{field} must have exactly the keys {', '.join(sorted(keys))}", field)
+        raise _bad(f"{what} must have exactly the keys {', '.join(sorted(keys))}", field)
     return obj
 
 
@@ -222,7 +225,7 @@ class RootPreimage:
         Raises:
             ValidationError: naming the malformed or unknown field.
         """
-        m = _exact_keys(payload, _PAYLOAD_KEYS, "payload")
+        m = _exact_keys(payload, _PAYLOAD_KEYS, "")
         if m["v"] != ROOT_VERSION or type(m["v"]) is not int:
             raise _bad(
                 f"unsupported root version {m['v']!r} (this memroot writes {ROOT_VERSION})", "v"
