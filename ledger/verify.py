@@ -832,6 +832,15 @@ def _check_row(
     # (4) content commitments and erasures.
     if entry.type == OpType.KEY_ROTATE and entry.kind is Kind.OP:
         run.rotations.append((row.seq, entry.body.get("payload")))
+    if entry.kind is not Kind.EVENT and (
+        row.content is not None
+        or row.salt is not None
+        or row.digest is not None
+        or row.erased_by is not None
+    ):
+        # Only events have content: bytes planted beside an operation are committed by
+        # nothing, yet Ledger.content() would serve them.
+        report.add(Finding(4, "an entry that is not an event has stored content", branch, row.seq))
     if entry.kind is Kind.EVENT:
         _check_content(run, branch, row, entry, report)
     elif entry.type == OpType.TOMBSTONE:
