@@ -619,6 +619,20 @@ def test_erased_by_names_wrong_entry(tmp_path: Path, trusted: Path, inputs: Any)
     assert_reported(path, trusted, 4, target)
 
 
+@pytest.mark.parametrize("column", ["content", "salt", "digest", "erased_by"])
+def test_content_planted_on_operation(ledger_path: Path, trusted: Path, column: str) -> None:
+    """Event columns filled in on an operation (committed by nothing) are step 4."""
+    assert_clean(ledger_path, trusted)
+    seq = seqs_where(ledger_path, lambda e: e.kind is Kind.OP)[2]
+    value: Any = 3 if column == "erased_by" else b"planted"
+    with raw_db(ledger_path) as db:
+        db.execute(f"UPDATE entries SET {column} = ? WHERE k = ?", (value, k(seq)))
+    if column == "content":
+        with Ledger.open(ledger_path) as ledger:
+            assert ledger.content(seq) == "planted"  # what a reader would be served
+    assert_reported(ledger_path, trusted, 4, seq)
+
+
 def test_erased_by_on_present_content(ledger_path: Path, trusted: Path) -> None:
     """An erasure mark on an event whose content is still there is step 4."""
     assert_clean(ledger_path, trusted)
