@@ -686,9 +686,16 @@ class Ledger:
 
         Raises:
             RefusedError: if the tree is inconsistent with an earlier signed checkpoint.
-            KeyFileError: if the signing key cannot be loaded.
+            KeyFileError: if the signing key cannot be loaded or is not a key of this ledger.
         """
         signer = self.signer
+        if vkey_of(signer) not in self.genesis_vkeys():
+            # A key file of another ledger (or a stray key) would sign checkpoints that no
+            # auditor of this ledger trusts: refuse before signing anything.
+            raise KeyFileError(
+                f"key file {self.key_path} holds key {vkey_of(signer)}, which is not a key of "
+                "this ledger (its genesis or a KEY_ROTATE); use the ledger's own key file"
+            )
         with self.store.write():
             row = self.store.branch(branch)
             read = self._reader(row.no)
