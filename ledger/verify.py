@@ -752,6 +752,17 @@ def _checkpoints(
                 )
             )
         out.append((cp.size, cp.root))
+    for seq, _ in pending:
+        report.add(
+            Finding(
+                6,
+                "KEY_ROTATE is not covered by a verified checkpoint yet, so its new key is "
+                "not trusted",
+                CANONICAL_BRANCH,
+                seq,
+                severity="note",
+            )
+        )
     return out
 
 
