@@ -1,3 +1,299 @@
-"""CLI commands of one capability (registered on the `memroot` group by import)."""
+"""Memory-root commands: ``snapshot``, ``roots``, ``root show|diff``, ``selfmodel show|record``."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from cli.commands import jsonable, open_ledger
+from cli.main import Context, branch_option, cli, emit, pass_ctx
+from ledger.errors import DecodeError
+from memory_root import RootDiff, RootRecord, Roots, RootView, SelfModel, SelfModelView
+
+__all__ = ["root", "roots_cmd", "selfmodel", "snapshot"]
+
+ROOT_HELP = "A memory_root in hex (a unique prefix of 4 or more digits will do)."
+
+
+def _record_json(r: RootRecord) -> dict[str, Any]:
+    hw = r.high_water
+    return {
+        "memory_root": r.root.hex(),
+        "branch": r.branch,
+        "seq": r.seq,
+        "parent": None if r.parent is None else r.parent.hex(),
+        "state": r.state,
+        "v": r.v,
+        "high_water": {
+            "seq": hw.seq,
+            "entry_hash": hw.entry_hash.hex(),
+            "tree_size": hw.tree_size,
+            "tree_root": hw.tree_root.hex(),
+        },
+        "projections": [
+            {"id": p.id, "rule": p.rule.hex(), "digest": p.digest.hex(), "count": p.count}
+            for p in r.projections
+        ],
+    }
+
+
+def _view_json(v: RootView) -> dict[str, Any]:
+    return {
+        **_record_json(v.record),
+        "summaries": [
+            {
+                "id": s.id,
+                "version": s.version,
+                "params": jsonable(s.params),
+                "rule": s.rule.hex(),
+                "digest": s.digest.hex(),
+                "count": s.count,
+                "summary": jsonable(s.value),
+            }
+            for s in v.summaries
+        ],
+    }
+
+
+def _diff_json(d: RootDiff) -> dict[str, Any]:
+    return {
+        "a": d.a.root.hex(),
+        "b": d.b.root.hex(),
+        "a_is_ancestor_of_b": d.ancestor,
+        "projections": [
+            {
+                "id": p.id,
+                "status": p.status,
+                "rule_changed": p.rule_changed,
+                "count": list(p.count),
+                "added": jsonable(p.added),
+                "removed": jsonable(p.removed),
+                "changed": {
+                    k: {"a": jsonable(a), "b": jsonable(b)} for k, (a, b) in p.changed.items()
+                },
+            }
+            for p in d.projections
+        ],
+    }
+
+
+def _selfmodel_json(v: SelfModelView) -> dict[str, Any]:
+    return {
+        "branch": v.record.branch,
+        "seq": v.record.seq,
+        "selfmodel_root": v.record.selfmodel_root.hex(),
+        "memory_root": None if v.record.memory_root is None else v.record.memory_root.hex(),
+        "memory_root_state": v.memory_root_state,
+        "body": jsonable(v.body),
+    }
+
+
+def _line(r: RootRecord) -> str:
+    parent = r.parent.hex()[:16] if r.parent else "-"
+    return f"{r.seq}\t{r.root.hex()}\t{r.state}\thigh-water {r.high_water.seq}\tparent {parent}"
+
+
+@cli.command()
+@branch_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_ctx
+def snapshot(ctx: Context, branch: str, as_json: bool) -> None:
+    """Take a memory_root snapshot now and sign a checkpoint after it.
+
+    Folds every registered projection up to the branch's head, appends a SNAPSHOT entry that
+    carries the root and its preimage, and signs a checkpoint. When nothing changed since
+    the last snapshot it prints that root and writes nothing.
+
+    Example: memroot -l agent.ledger snapshot --json
+    """
+    with open_ledger(ctx) as ledger:
+        result = Roots(ledger).snapshot(branch)
+    record = result.record
+    cp = None if result.checkpoint is None else result.checkpoint.checkpoint.size
+    data = {**_record_json(record), "created": result.created, "checkpoint_size": cp}
+
+    def human() -> None:
+        click.echo(("new root " if result.created else "unchanged since root ") + record.root.hex())
+        click.echo(
+            f"SNAPSHOT entry {record.seq}, high-water entry {record.high_water.seq}, "
+            f"state {record.state}"
+        )
+        if cp is not None:
+            click.echo(f"checkpoint signed at size {cp}")
+
+    emit(data, as_json, human)
+
+
+@cli.command("roots")
+@branch_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_ctx
+def roots_cmd(ctx: Context, branch: str, as_json: bool) -> None:
+    """List the branch's memory roots along the parent chain, newest first, with states.
+
+    Columns: SNAPSHOT seq, memory_root, state, high-water seq, parent (prefix).
+
+    Example: memroot -l agent.ledger roots --json
+    """
+    with open_ledger(ctx) as ledger:
+        chain = Roots(ledger).chain(branch=branch)
+
+    def human() -> None:
+        if not chain:
+            click.echo("no memory roots yet")
+        for r in chain:
+            click.echo(_line(r))
+
+    emit([_record_json(r) for r in chain], as_json, human)
+
+
+@cli.group()
+def root() -> None:
+    """Inspect memory roots: decoded summaries, differences between two roots.
+
+    Example: memroot -l agent.ledger root show 3fa2c1d0
+    """
+
+
+@root.command("show")
+@click.argument("root_id", metavar="ROOT")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_ctx
+def root_show(ctx: Context, root_id: str, as_json: bool) -> None:
+    """Show one memory_root: high-water mark, parent, state and every summary decoded.
+
+    ROOT is a memory_root in hex (a unique prefix of 4 or more digits will do).
+
+    Example: memroot -l agent.ledger root show 3fa2c1d0 --json
+    """
+    with open_ledger(ctx) as ledger:
+        view = Roots(ledger).show(root_id)
+    data = _view_json(view)
+
+    def human() -> None:
+        click.echo(_line(view.record).replace("\t", "  "))
+        hw = view.record.high_water
+        click.echo(
+            f"high-water: entry {hw.seq} {hw.entry_hash.hex()}, tree size "
+            f"{hw.tree_size} root {hw.tree_root.hex()}"
+        )
+        for s in data["summaries"]:
+            click.echo(
+                f"\n{s['id']} v{s['version']} params {json.dumps(s['params'])} items {s['count']}"
+            )
+            click.echo(json.dumps(s["summary"], indent=2, sort_keys=True))
+
+    emit(data, as_json, human)
+
+
+@root.command("diff")
+@click.argument("root1", metavar="ROOT1")
+@click.argument("root2", metavar="ROOT2")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_ctx
+def root_diff(ctx: Context, root1: str, root2: str, as_json: bool) -> None:
+    """Compare two memory roots projection by projection and item by item.
+
+    Lines: "=" same summary, "~" changed (then "+" added, "-" removed, "~" changed items),
+    "+"/"-" a projection only in ROOT2/ROOT1.
+
+    Example: memroot -l agent.ledger root diff 3fa2c1d0 9be01f44
+    """
+    with open_ledger(ctx) as ledger:
+        diff = Roots(ledger).diff(root1, root2)
+    data = _diff_json(diff)
+
+    def human() -> None:
+        rel = "an ancestor of" if diff.ancestor else "not an ancestor of"
+        click.echo(
+            f"{diff.a.root.hex()[:16]} (entry {diff.a.seq}) is {rel} "
+            f"{diff.b.root.hex()[:16]} (entry {diff.b.seq})"
+        )
+        for p in data["projections"]:
+            mark = {"same": "=", "changed": "~", "added": "+", "removed": "-"}[p["status"]]
+            extra = " (rule changed: version or params)" if p["rule_changed"] else ""
+            click.echo(f"{mark} {p['id']} items {p['count'][0]} -> {p['count'][1]}{extra}")
+            for k, v in p["added"].items():
+                click.echo(f"    + {k}: {json.dumps(v, sort_keys=True)}")
+            for k, v in p["removed"].items():
+                click.echo(f"    - {k}: {json.dumps(v, sort_keys=True)}")
+            for k, v in p["changed"].items():
+                click.echo(
+                    f"    ~ {k}: {json.dumps(v['a'], sort_keys=True)} -> "
+                    f"{json.dumps(v['b'], sort_keys=True)}"
+                )
+
+    emit(data, as_json, human)
+
+
+@cli.group()
+def selfmodel() -> None:
+    """SelfModel snapshots: the agent's identity and claims, tied to its memory_root.
+
+    Example: memroot -l agent.ledger selfmodel show --json
+    """
+
+
+@selfmodel.command("show")
+@branch_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_ctx
+def selfmodel_show(ctx: Context, branch: str, as_json: bool) -> None:
+    """Show the newest SelfModel snapshot and the memory_root it cites (with its state).
+
+    Example: memroot -l agent.ledger selfmodel show
+    """
+    with open_ledger(ctx) as ledger:
+        view = Roots(ledger).selfmodel(branch)
+    if view is None:
+        emit(None, as_json, "no SelfModel snapshot yet")
+        return
+    data = _selfmodel_json(view)
+
+    def human() -> None:
+        body = data["body"]
+        click.echo(f"agent {body['agent_id']} (SELFMODEL_SNAPSHOT entry {data['seq']})")
+        click.echo(f"selfmodel_root {data['selfmodel_root']}")
+        click.echo(
+            f"cites memory_root {data['memory_root'] or '-'} "
+            f"({data['memory_root_state'] or 'no root'})"
+        )
+        for k, v in sorted(body["identity"].items()):
+            click.echo(f"  {k}: {v}")
+        for c in body["capabilities"]:
+            ev = f" [{', '.join(c['evidence'])}]" if c["evidence"] else ""
+            click.echo(f"  claims {c['name']}: {c['claim']}{ev}")
+
+    emit(data, as_json, human)
+
+
+@selfmodel.command("record")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@branch_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_ctx
+def selfmodel_record(ctx: Context, file: Path, branch: str, as_json: bool) -> None:
+    """Record a SelfModel (JSON: agent_id, identity, capabilities) citing the latest live root.
+
+    Example: memroot -l agent.ledger selfmodel record selfmodel.json
+    """
+    try:
+        obj = json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DecodeError(f"{file}: not valid JSON: {e}") from e
+    model = SelfModel.from_json(obj)
+    with open_ledger(ctx) as ledger:
+        roots = Roots(ledger)
+        roots.record_selfmodel(model, branch)
+        view = roots.selfmodel(branch)
+    assert view is not None
+    data = _selfmodel_json(view)
+    emit(
+        data,
+        as_json,
+        f"recorded SelfModel at entry {data['seq']}: selfmodel_root "
+        f"{data['selfmodel_root']} cites {data['memory_root'] or 'no root'}",
+    )
