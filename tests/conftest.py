@@ -11,7 +11,7 @@ import pytest
 
 from ledger.entries import EventInput, OpInput
 from ledger.ledger import Ledger
-from ledger.vocab import ActorType, OpType, Role
+from ledger.vocab import ActorType, EntityType, OpType, Role
 
 ORIGIN = "example.org/memroot-test"
 
@@ -53,19 +53,21 @@ def event_input(rng: random.Random, i: int, **over: Any) -> EventInput:
 
 
 def op_input(rng: random.Random, i: int, **over: Any) -> OpInput:
-    """A valid operation (not a TOMBSTONE) with varied fields."""
-    op = rng.choice([OpType.ASSERT, OpType.RELATE, OpType.REINFORCE, OpType.ENTITY_CREATE])
+    """A valid operation (an ENTITY_CREATE, which the memory model accepts on its own)."""
     fields: dict[str, Any] = {
-        "op_type": op.value,
+        "op_type": OpType.ENTITY_CREATE.value,
         "actor_id": rng.choice(["extractor", "agent-7"]),
         "actor_type": ActorType.AI_AGENT.value,
         "namespace_id": "ns-a",
-        "payload": {"i": i, "value": f"v{i}", "confidence": 0.5 + rng.random() / 4},
+        "payload": {
+            "entity_type": rng.choice(list(EntityType)).value,
+            "canonical_name": f"entity {i}",
+            "aliases": [f"e{i}"] if rng.random() < 0.5 else [],
+        },
         "policy_version": "policy/1",
     }
-    if rng.random() < 0.5:
-        fields["target_id"] = f"object-{rng.randrange(10)}"
-        fields["target_type"] = "MEMORY_OBJECT"
+    if rng.random() < 0.3:
+        fields["context"] = {"git_branch": "main", "weight": rng.random()}
     fields.update(over)
     return OpInput(**fields)
 
