@@ -19,8 +19,9 @@ from projections.why import why as why_object
 __all__ = ["query_cmd", "rebuild_cmd", "why_cmd"]
 
 
-def _choice(enum: type[MemoryType] | type[LifecycleState] | type[EpistemicType]
-            | type[RetrievalMode]) -> click.Choice[str]:
+def _choice(
+    enum: type[MemoryType] | type[LifecycleState] | type[EpistemicType] | type[RetrievalMode],
+) -> click.Choice[str]:
     return click.Choice([m.value for m in enum], case_sensitive=False)
 
 
@@ -34,27 +35,50 @@ def _short(text: str, width: int = 70) -> str:
 
 
 @cli.command("query")
-@click.option("--type", "types", multiple=True, type=_choice(MemoryType),
-              help="Object type (repeatable).")
+@click.option(
+    "--type", "types", multiple=True, type=_choice(MemoryType), help="Object type (repeatable)."
+)
 @click.option("--entity", help="Objects about this entity (merged entities resolve).")
 @click.option("--namespace", "namespaces", multiple=True, help="Namespace id (repeatable).")
-@click.option("--state", "states", multiple=True, type=_choice(LifecycleState),
-              help="Lifecycle state (repeatable; not ACTIVE needs --mode EXPLICIT or AUDIT).")
-@click.option("--epistemic", multiple=True, type=_choice(EpistemicType),
-              help="Epistemic type (repeatable).")
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    type=_choice(LifecycleState),
+    help="Lifecycle state (repeatable; not ACTIVE needs --mode EXPLICIT or AUDIT).",
+)
+@click.option(
+    "--epistemic", multiple=True, type=_choice(EpistemicType), help="Epistemic type (repeatable)."
+)
 @click.option("--text", help="Words to find in values (FTS5; word* matches a prefix).")
-@click.option("--mode", type=_choice(RetrievalMode), default="DEFAULT", show_default=True,
-              help="RFC-0003 retrieval mode.")
-@click.option("--as-of", "as_of", type=click.IntRange(min=0),
-              help="Memory as it was right after entry SEQ.")
+@click.option(
+    "--mode",
+    type=_choice(RetrievalMode),
+    default="DEFAULT",
+    show_default=True,
+    help="RFC-0003 retrieval mode.",
+)
+@click.option(
+    "--as-of", "as_of", type=click.IntRange(min=0), help="Memory as it was right after entry SEQ."
+)
 @click.option("--actor", help="Only namespaces this actor may READ.")
 @click.option("--limit", type=click.IntRange(1, memq.MAX_LIMIT), default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
-def query_cmd(ctx: Context, types: tuple[str, ...], entity: str | None,
-              namespaces: tuple[str, ...], states: tuple[str, ...], epistemic: tuple[str, ...],
-              text: str | None, mode: str, as_of: int | None, actor: str | None, limit: int,
-              as_json: bool) -> None:
+def query_cmd(
+    ctx: Context,
+    types: tuple[str, ...],
+    entity: str | None,
+    namespaces: tuple[str, ...],
+    states: tuple[str, ...],
+    epistemic: tuple[str, ...],
+    text: str | None,
+    mode: str,
+    as_of: int | None,
+    actor: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
     """Retrieve memory objects, newest first, with RFC-0003 flags and conflicts.
 
     DEFAULT mode returns what an agent should see (ACTIVE; OBSERVED, ASSERTED, INFERRED
@@ -63,14 +87,23 @@ def query_cmd(ctx: Context, types: tuple[str, ...], entity: str | None,
 
     Example: memroot -l agent.ledger query --type PREFERENCE --text tea --as-of 120 --json
     """
-    q = memq.Query(types=tuple(t.upper() for t in types), entity=entity,
-                   namespaces=namespaces, states=tuple(s.upper() for s in states),
-                   epistemic=tuple(e.upper() for e in epistemic), text=text,
-                   mode=RetrievalMode(mode.upper()), as_of=as_of, actor=actor, limit=limit)
+    q = memq.Query(
+        types=tuple(t.upper() for t in types),
+        entity=entity,
+        namespaces=namespaces,
+        states=tuple(s.upper() for s in states),
+        epistemic=tuple(e.upper() for e in epistemic),
+        text=text,
+        mode=RetrievalMode(mode.upper()),
+        as_of=as_of,
+        actor=actor,
+        limit=limit,
+    )
     with open_ledger(ctx) as ledger:
         if as_of is not None and as_of >= ledger.size():
-            raise ValidationError(f"--as-of {as_of} is past the last entry "
-                                  f"({ledger.size() - 1})", field="as_of")
+            raise ValidationError(
+                f"--as-of {as_of} is past the last entry ({ledger.size() - 1})", field="as_of"
+            )
         sync(ledger)
         with ledger.store.read() as db:
             results = memq.query(db, q)
@@ -79,9 +112,11 @@ def query_cmd(ctx: Context, types: tuple[str, ...], entity: str | None,
         for r in results:
             o = r.object
             flags = f" [{','.join(r.flags)}]" if r.flags else ""
-            click.echo(f"{o.id}  {o.type:<10} {o.epistemic_type:<12} {o.lifecycle_state:<10} "
-                       f"c={o.confidence:.2f} s={o.salience:.2f} v{o.version}{flags}  "
-                       f"{_short(o.value)}")
+            click.echo(
+                f"{o.id}  {o.type:<10} {o.epistemic_type:<12} {o.lifecycle_state:<10} "
+                f"c={o.confidence:.2f} s={o.salience:.2f} v{o.version}{flags}  "
+                f"{_short(o.value)}"
+            )
             if r.conflicts_with:
                 click.echo(f"    conflicts with: {', '.join(r.conflicts_with)}")
         click.echo(f"({len(results)} object(s))", err=True)
@@ -107,8 +142,10 @@ def why_cmd(ctx: Context, object_id: str, as_json: bool) -> None:
 
     def human() -> None:
         o = w.object
-        click.echo(f"object {o.id}: {o.type} {o.epistemic_type} {o.lifecycle_state} "
-                   f"v{o.version} confidence {o.confidence:.2f}")
+        click.echo(
+            f"object {o.id}: {o.type} {o.epistemic_type} {o.lifecycle_state} "
+            f"v{o.version} confidence {o.confidence:.2f}"
+        )
         click.echo(f"  value: {_short(o.value, 100)}")
         cp = data["checkpoint"]
         if cp is not None:
@@ -116,17 +153,27 @@ def why_cmd(ctx: Context, object_id: str, as_json: bool) -> None:
         click.echo("operations:")
         for s in w.operations:
             v = f" -> v{s.version}" if s.version is not None else ""
-            proof = "no proof (newer than the checkpoint)" if s.proof is None else (
-                f"proof {len(s.proof)} hashes")
-            click.echo(f"  seq {s.seq:<6} {s.entry_hash.hex()[:16]}  {s.op_type:<20} by "
-                       f"{s.actor_id} ({s.actor_type}) at {_when(s.ts)}{v}; {proof}")
+            proof = (
+                "no proof (newer than the checkpoint)"
+                if s.proof is None
+                else (f"proof {len(s.proof)} hashes")
+            )
+            click.echo(
+                f"  seq {s.seq:<6} {s.entry_hash.hex()[:16]}  {s.op_type:<20} by "
+                f"{s.actor_id} ({s.actor_type}) at {_when(s.ts)}{v}; {proof}"
+            )
         click.echo("evidence:")
         for ev in w.evidence:
-            said = (f"erased by entry {ev.erased_by}" if ev.content is None
-                    else repr(_short(ev.content, 80)))
+            said = (
+                f"erased by entry {ev.erased_by}"
+                if ev.content is None
+                else repr(_short(ev.content, 80))
+            )
             proof = "no proof" if ev.proof is None else f"proof {len(ev.proof)} hashes"
-            click.echo(f"  seq {ev.seq:<6} {ev.entry_hash.hex()[:16]}  event {ev.event_id} by "
-                       f"{ev.actor_id}: {said}; {proof}")
+            click.echo(
+                f"  seq {ev.seq:<6} {ev.entry_hash.hex()[:16]}  event {ev.event_id} by "
+                f"{ev.actor_id}: {said}; {proof}"
+            )
 
     emit(data, as_json, human)
 
@@ -146,13 +193,18 @@ def rebuild_cmd(ctx: Context, as_json: bool) -> None:
     data = report.to_dict()
 
     def human() -> None:
-        click.echo(f"replayed {report.entries} entries in {report.seconds:.2f}s: "
-                   f"{report.objects} objects ({report.versions} versions), {report.edges} "
-                   f"edges, {report.entities} entities, {report.skipped} skipped")
+        click.echo(
+            f"replayed {report.entries} entries in {report.seconds:.2f}s: "
+            f"{report.objects} objects ({report.versions} versions), {report.edges} "
+            f"edges, {report.entities} entities, {report.skipped} skipped"
+        )
         click.echo(f"digest before: {data['digest_before'] or '(no derived state)'}")
         click.echo(f"digest after:  {data['digest_after']}")
         if report.identical is not None:
-            click.echo("identical" if report.identical else
-                       "DIFFERENT: the stored state did not match the ledger; it does now")
+            click.echo(
+                "identical"
+                if report.identical
+                else "DIFFERENT: the stored state did not match the ledger; it does now"
+            )
 
     emit(data, as_json, human)

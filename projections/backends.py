@@ -89,8 +89,9 @@ class StateStore(Protocol):
     def add_grant(self, grant: Grant) -> None:
         """Record a new grant."""
 
-    def close_grant(self, branch: str, namespace_id: str, actor_id: str, permission: str,
-                    seq: int) -> None:
+    def close_grant(
+        self, branch: str, namespace_id: str, actor_id: str, permission: str, seq: int
+    ) -> None:
         """End a grant at entry ``seq``."""
 
     def head(self, branch: str) -> int:
@@ -128,8 +129,10 @@ _GRANT_INS: Final = (
 _SKIP_INS: Final = "INSERT INTO mem_skipped VALUES(?, ?, ?, ?)"
 # A new object's oid is its first version's rid; a NULL rid is SQLite's max(rid) + 1 too.
 _OBJ_INS_NEW: Final = (
-    _OBJ_INS.replace("VALUES(?, ?,", "VALUES(NULL, (SELECT coalesce(max(rid), 0) + 1 FROM "
-                     "mem_objects),", 1) + " RETURNING rid"
+    _OBJ_INS.replace(
+        "VALUES(?, ?,", "VALUES(NULL, (SELECT coalesce(max(rid), 0) + 1 FROM mem_objects),", 1
+    )
+    + " RETURNING rid"
 )
 
 
@@ -169,8 +172,18 @@ class SqlState:
 
     def add_event(self, event: EventRef) -> None:
         """Record a new event."""
-        self.db.execute(_EV_INS, (event.id, event.branch, event.seq, event.ts,
-                                  event.namespace_id, event.actor_id, event.erased_by))
+        self.db.execute(
+            _EV_INS,
+            (
+                event.id,
+                event.branch,
+                event.seq,
+                event.ts,
+                event.namespace_id,
+                event.actor_id,
+                event.erased_by,
+            ),
+        )
 
     def erase_event(self, event_id: str, seq: int) -> None:
         """Record that entry ``seq`` erased the event's content."""
@@ -192,29 +205,39 @@ class SqlState:
                 self.db.execute("INSERT INTO mem_fts(rowid, value) VALUES(?, ?)", (rid, obj.value))
             return
         closed = _one(
-            self.db, "UPDATE mem_objects SET vto = ? WHERE id = ? AND branch = ? AND vto IS NULL "
-            "RETURNING oid", (obj.seq, obj.id, obj.branch),
+            self.db,
+            "UPDATE mem_objects SET vto = ? WHERE id = ? AND branch = ? AND vto IS NULL "
+            "RETURNING oid",
+            (obj.seq, obj.id, obj.branch),
         )
         self.db.execute(_OBJ_INS, (None, closed[0], *row))
 
     def _fts(self) -> bool:
         # The throwaway replay database of the auditor has no full-text index.
         if self._has_fts is None:
-            self._has_fts = self.db.execute(
-                "SELECT 1 FROM sqlite_master WHERE name = 'mem_fts'").fetchone() is not None
+            self._has_fts = (
+                self.db.execute("SELECT 1 FROM sqlite_master WHERE name = 'mem_fts'").fetchone()
+                is not None
+            )
         return self._has_fts
 
     def citing(self, branch: str, event_id: str) -> list[str]:
         """Return the ids of objects with a current DERIVED_FROM edge to the event."""
-        return [r[0] for r in self.db.execute(
-            "SELECT source_id FROM mem_edges WHERE target_id = ? AND type = ? AND branch = ? "
-            "AND vto IS NULL ORDER BY rid", (event_id, _DERIVED, branch))]
+        return [
+            r[0]
+            for r in self.db.execute(
+                "SELECT source_id FROM mem_edges WHERE target_id = ? AND type = ? AND branch = ? "
+                "AND vto IS NULL ORDER BY rid",
+                (event_id, _DERIVED, branch),
+            )
+        ]
 
     def entity(self, branch: str, entity_id: str) -> Entity | None:
         """Return the current version of an entity, or None."""
         r = self.db.execute(
             f"SELECT {', '.join(ENTITY_COLS)} FROM mem_entities "
-            "WHERE id = ? AND branch = ? AND vto IS NULL", (entity_id, branch),
+            "WHERE id = ? AND branch = ? AND vto IS NULL",
+            (entity_id, branch),
         ).fetchone()
         return None if r is None else entity_from_row(r)
 
@@ -235,7 +258,8 @@ class SqlState:
         """Return the namespace's policy record, or None when it has no policy."""
         r = self.db.execute(
             "SELECT id, type, created_by, created_at, branch, vfrom FROM mem_namespaces "
-            "WHERE id = ? AND branch = ? AND vto IS NULL", (namespace_id, branch),
+            "WHERE id = ? AND branch = ? AND vto IS NULL",
+            (namespace_id, branch),
         ).fetchone()
         return None if r is None else namespace_from_row(r)
 
@@ -249,7 +273,8 @@ class SqlState:
             self.db,
             "SELECT (SELECT 1 FROM mem_namespaces WHERE id = ?1 AND branch = ?3 AND vto IS NULL),"
             " (SELECT group_concat(permission) FROM mem_grants WHERE namespace_id = ?1 AND "
-            "actor_id = ?2 AND branch = ?3 AND vto IS NULL)", (namespace_id, actor_id, branch),
+            "actor_id = ?2 AND branch = ?3 AND vto IS NULL)",
+            (namespace_id, actor_id, branch),
         )
         if policy is None:
             return None
@@ -257,16 +282,22 @@ class SqlState:
 
     def admins(self, branch: str, namespace_id: str) -> int:
         """Return how many actors hold ADMIN on a namespace."""
-        return int(_one(
-            self.db, "SELECT count(*) FROM mem_grants WHERE namespace_id = ? AND permission = ? "
-            "AND branch = ? AND vto IS NULL", (namespace_id, _ADMIN, branch))[0])
+        return int(
+            _one(
+                self.db,
+                "SELECT count(*) FROM mem_grants WHERE namespace_id = ? AND permission = ? "
+                "AND branch = ? AND vto IS NULL",
+                (namespace_id, _ADMIN, branch),
+            )[0]
+        )
 
     def add_grant(self, grant: Grant) -> None:
         """Record a new grant."""
         self.db.execute(_GRANT_INS, (None, *_grant_values(grant)))
 
-    def close_grant(self, branch: str, namespace_id: str, actor_id: str, permission: str,
-                    seq: int) -> None:
+    def close_grant(
+        self, branch: str, namespace_id: str, actor_id: str, permission: str, seq: int
+    ) -> None:
         """End a grant at entry ``seq``."""
         self.db.execute(
             "UPDATE mem_grants SET vto = ? WHERE namespace_id = ? AND actor_id = ? AND "
@@ -300,9 +331,7 @@ class MemState:
     ``tables.drop``), inside a transaction the caller commits.
     """
 
-    def __init__(
-        self, db: apsw.Connection, *, fts: bool = True, flush_every: int = 50_000
-    ) -> None:
+    def __init__(self, db: apsw.Connection, *, fts: bool = True, flush_every: int = 50_000) -> None:
         """Write behind into ``db``; with ``fts`` also fill the full-text index."""
         self.db = db
         self.fts = fts
@@ -332,9 +361,14 @@ class MemState:
     def flush(self) -> None:
         """Write every queued row: inserts first, then the closes that may refer to them."""
         db = self.db
-        for key, sql in (("o", _OBJ_INS), ("x", _EDGE_INS), ("e", _ENT_INS), ("n", _NS_INS),
-                         ("g", _GRANT_INS),
-                         ("f", "INSERT INTO mem_fts(rowid, value) VALUES(?, ?)")):
+        for key, sql in (
+            ("o", _OBJ_INS),
+            ("x", _EDGE_INS),
+            ("e", _ENT_INS),
+            ("n", _NS_INS),
+            ("g", _GRANT_INS),
+            ("f", "INSERT INTO mem_fts(rowid, value) VALUES(?, ?)"),
+        ):
             if self._ins[key]:
                 db.executemany(sql, self._ins[key])
                 self._ins[key].clear()
@@ -347,8 +381,13 @@ class MemState:
     def finish(self) -> None:
         """Write everything still held: queued rows, events, heads and skipped entries."""
         self.flush()
-        self.db.executemany(_EV_INS, ((e.id, e.branch, e.seq, e.ts, e.namespace_id,
-                                       e.actor_id, e.erased_by) for e in self.events.values()))
+        self.db.executemany(
+            _EV_INS,
+            (
+                (e.id, e.branch, e.seq, e.ts, e.namespace_id, e.actor_id, e.erased_by)
+                for e in self.events.values()
+            ),
+        )
         self.db.executemany("INSERT INTO mem_heads VALUES(?, ?)", self.heads.items())
         self.db.executemany(_SKIP_INS, self.skipped)
 
@@ -366,8 +405,9 @@ class MemState:
     def erase_event(self, event_id: str, seq: int) -> None:
         """Record that entry ``seq`` erased the event's content."""
         e = self.events[event_id]
-        self.events[event_id] = EventRef(e.id, e.branch, e.seq, e.ts, e.namespace_id,
-                                         e.actor_id, seq)
+        self.events[event_id] = EventRef(
+            e.id, e.branch, e.seq, e.ts, e.namespace_id, e.actor_id, seq
+        )
 
     def obj(self, branch: str, object_id: str) -> MemoryObject | None:
         """Return the current version of a memory object, or None."""
@@ -433,8 +473,11 @@ class MemState:
 
     def admins(self, branch: str, namespace_id: str) -> int:
         """Return how many actors hold ADMIN on a namespace."""
-        return sum(1 for (b, ns, _), perms in self.grants.items()
-                   if b == branch and ns == namespace_id and _ADMIN in perms)
+        return sum(
+            1
+            for (b, ns, _), perms in self.grants.items()
+            if b == branch and ns == namespace_id and _ADMIN in perms
+        )
 
     def add_grant(self, grant: Grant) -> None:
         """Record a new grant."""
@@ -444,8 +487,9 @@ class MemState:
         self._ins["g"].append((rid, *_grant_values(grant)))
         self._queued()
 
-    def close_grant(self, branch: str, namespace_id: str, actor_id: str, permission: str,
-                    seq: int) -> None:
+    def close_grant(
+        self, branch: str, namespace_id: str, actor_id: str, permission: str, seq: int
+    ) -> None:
         """End a grant at entry ``seq``."""
         rid = self.grants[(branch, namespace_id, actor_id)].pop(permission)
         self._close["g"].append((seq, rid))

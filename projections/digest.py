@@ -73,24 +73,33 @@ def _select(t: _Table, branch: str, as_of: int | None) -> tuple[str, tuple[Any, 
     cols = list(t.columns)
     if t.name == "mem_events":
         if as_of is None:
-            return (f"SELECT {', '.join(cols)} FROM mem_events WHERE branch = ? ORDER BY id",
-                    (branch,))
+            return (
+                f"SELECT {', '.join(cols)} FROM mem_events WHERE branch = ? ORDER BY id",
+                (branch,),
+            )
         cols[-1] = "CASE WHEN erased_by <= ?1 THEN erased_by END"
-        return (f"SELECT {', '.join(cols)} FROM mem_events WHERE branch = ?2 AND seq <= ?1 "
-                "ORDER BY id", (as_of, branch))
+        return (
+            f"SELECT {', '.join(cols)} FROM mem_events WHERE branch = ?2 AND seq <= ?1 ORDER BY id",
+            (as_of, branch),
+        )
     if t.name == "mem_skipped":
         where = "branch = ?2" + ("" if as_of is None else " AND seq <= ?1")
-        return (f"SELECT {', '.join(cols)} FROM mem_skipped WHERE {where} ORDER BY seq",
-                (as_of, branch))
+        return (
+            f"SELECT {', '.join(cols)} FROM mem_skipped WHERE {where} ORDER BY seq",
+            (as_of, branch),
+        )
     if as_of is None:
         return f"SELECT {', '.join(cols)} FROM {t.name} WHERE branch = ? ORDER BY rid", (branch,)
     cols[-1] = "CASE WHEN vto <= ?1 THEN vto END"
-    return (f"SELECT {', '.join(cols)} FROM {t.name} WHERE branch = ?2 AND vfrom <= ?1 "
-            "ORDER BY rid", (as_of, branch))
+    return (
+        f"SELECT {', '.join(cols)} FROM {t.name} WHERE branch = ?2 AND vfrom <= ?1 ORDER BY rid",
+        (as_of, branch),
+    )
 
 
-def _rows(db: apsw.Connection, t: _Table, branch: str, as_of: int | None
-          ) -> Iterator[tuple[Any, ...]]:
+def _rows(
+    db: apsw.Connection, t: _Table, branch: str, as_of: int | None
+) -> Iterator[tuple[Any, ...]]:
     sql, params = _select(t, branch, as_of)
     yield from db.execute(sql, params)
 
@@ -148,12 +157,17 @@ class Difference:
     def __str__(self) -> str:
         what = "row" if self.column is None else f"column {self.column}"
         name = " ".join(str(k) for k in self.key)
-        return (f"{self.table} {name}: {what} differs (stored {self.stored!r}, replayed "
-                f"{self.replayed!r})")
+        return (
+            f"{self.table} {name}: {what} differs (stored {self.stored!r}, replayed "
+            f"{self.replayed!r})"
+        )
 
 
 def first_difference(
-    stored: apsw.Connection, replayed: apsw.Connection, *, as_of: int | None = None,
+    stored: apsw.Connection,
+    replayed: apsw.Connection,
+    *,
+    as_of: int | None = None,
     branch: str = CANONICAL_BRANCH,
 ) -> Difference | None:
     """Return the first row, in digest order, where two states differ; None if none does.
@@ -170,11 +184,16 @@ def first_difference(
             if a is None or b is None:
                 present = a if a is not None else b
                 assert present is not None
-                return Difference(t.name, tuple(present[i] for i in t.key), None,
-                                  None if a is None else "present",
-                                  None if b is None else "present")
+                return Difference(
+                    t.name,
+                    tuple(present[i] for i in t.key),
+                    None,
+                    None if a is None else "present",
+                    None if b is None else "present",
+                )
             if a != b:
                 col = next(i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y)
-                return Difference(t.name, tuple(a[i] for i in t.key), t.columns[col], a[col],
-                                  b[col])
+                return Difference(
+                    t.name, tuple(a[i] for i in t.key), t.columns[col], a[col], b[col]
+                )
     return None

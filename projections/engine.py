@@ -75,9 +75,19 @@ class Op:
         payload = b.get("payload")
         if not isinstance(payload, dict):
             raise ValidationError(f"{entry.type} payload must be an object", field="payload")
-        return cls(entry.type, b["id"], entry.seq, entry.ts, entry.branch, b["actor_id"],
-                   b["actor_type"], b["namespace_id"], b.get("target_id"),
-                   b.get("target_type"), validate_payload(entry.type, payload))
+        return cls(
+            entry.type,
+            b["id"],
+            entry.seq,
+            entry.ts,
+            entry.branch,
+            b["actor_id"],
+            b["actor_type"],
+            b["namespace_id"],
+            b.get("target_id"),
+            b.get("target_type"),
+            validate_payload(entry.type, payload),
+        )
 
 
 Handler = Callable[["Engine", Op], None]
@@ -130,8 +140,9 @@ class Engine:
 
     # -- shared checks -------------------------------------------------------------------------
 
-    def require(self, branch: str, actor_id: str, namespace_id: str, permission: str,
-                what: str) -> None:
+    def require(
+        self, branch: str, actor_id: str, namespace_id: str, permission: str, what: str
+    ) -> None:
         """Refuse unless the namespace has no policy or grants the actor ``permission``.
 
         Raises:
@@ -143,52 +154,68 @@ class Engine:
 
     def _target_type(self, op: Op, expected: str) -> None:
         if op.target_type is not None and op.target_type != expected:
-            raise ValidationError(f"{op.op_type} acts on a {expected}; target_type is "
-                                  f"{op.target_type!r}", field="target_type")
+            raise ValidationError(
+                f"{op.op_type} acts on a {expected}; target_type is {op.target_type!r}",
+                field="target_type",
+            )
 
     def _target_object(self, op: Op) -> MemoryObject:
         self._target_type(op, _OBJECT)
         if op.target_id is None:
-            raise ValidationError(f"{op.op_type} needs target_id: the memory object it changes",
-                                  field="target_id")
+            raise ValidationError(
+                f"{op.op_type} needs target_id: the memory object it changes", field="target_id"
+            )
         return self._object(op, check_uuid(op.target_id, "target_id"), "target")
 
     def _object(self, op: Op, object_id: str, what: str) -> MemoryObject:
         obj = self.state.obj(op.branch, object_id)
         if obj is None:
-            raise RuleError(rules.REFERENCE, f"{op.op_type} {what} object {object_id} does not "
-                                             "exist")
+            raise RuleError(
+                rules.REFERENCE, f"{op.op_type} {what} object {object_id} does not exist"
+            )
         return obj
 
     def _active(self, op: Op, obj: MemoryObject, what: str) -> None:
         if obj.lifecycle_state != _ACTIVE:
-            raise RuleError(rules.LIFECYCLE, f"{op.op_type} needs an ACTIVE {what}; object "
-                                             f"{obj.id} is {obj.lifecycle_state}")
+            raise RuleError(
+                rules.LIFECYCLE,
+                f"{op.op_type} needs an ACTIVE {what}; object {obj.id} is {obj.lifecycle_state}",
+            )
 
     def _same_target(self, op: Op, expected: str, what: str) -> None:
         if op.target_id is not None and op.target_id != expected:
-            raise ValidationError(f"{op.op_type} target_id must be {what} ({expected})",
-                                  field="target_id")
+            raise ValidationError(
+                f"{op.op_type} target_id must be {what} ({expected})", field="target_id"
+            )
 
     def _evidence(self, op: Op, event_ids: Iterable[str]) -> None:
         for event_id in event_ids:
             ev = self.state.event(op.branch, event_id)
             if ev is None:
-                raise RuleError(rules.EVIDENCE, f"evidence event {event_id} does not exist on "
-                                                f"branch {op.branch}")
+                raise RuleError(
+                    rules.EVIDENCE,
+                    f"evidence event {event_id} does not exist on branch {op.branch}",
+                )
             if ev.erased_by is not None:
-                raise RuleError(rules.EVIDENCE, f"evidence event {event_id} was erased by entry "
-                                                f"{ev.erased_by}")
+                raise RuleError(
+                    rules.EVIDENCE, f"evidence event {event_id} was erased by entry {ev.erased_by}"
+                )
             if ev.namespace_id != op.namespace_id:
-                self.require(op.branch, op.actor_id, ev.namespace_id, _P.READ,
-                             f"cite event {event_id} as evidence")
+                self.require(
+                    op.branch,
+                    op.actor_id,
+                    ev.namespace_id,
+                    _P.READ,
+                    f"cite event {event_id} as evidence",
+                )
 
     def _resolve_entity(self, op: Op, entity_id: str) -> Entity:
         """Return the entity, or the primary it was merged into (references resolve)."""
         ent = self.state.entity(op.branch, entity_id)
         if ent is None:
-            raise RuleError(rules.REFERENCE, f"{op.op_type} names entity {entity_id}, which "
-                                             "does not exist")
+            raise RuleError(
+                rules.REFERENCE, f"{op.op_type} names entity {entity_id}, which does not exist"
+            )
         seen = {ent.id}
         while ent.merged_into is not None:
             nxt = self.state.entity(op.branch, ent.merged_into)
@@ -207,42 +234,78 @@ class Engine:
         if "entity" in kinds and self.state.entity(op.branch, node_id) is not None:
             ent = self._resolve_entity(op, node_id)
             return ent.id, ent.namespace_id, True
-        raise RuleError(rules.REFERENCE, f"{op.op_type} endpoint {node_id} is not an existing "
-                                         f"{' or '.join(kinds)}")
+        raise RuleError(
+            rules.REFERENCE,
+            f"{op.op_type} endpoint {node_id} is not an existing {' or '.join(kinds)}",
+        )
 
     def _fresh_id(self, op: Op, new_id: str) -> None:
-        if self.state.obj(op.branch, new_id) is not None or self.state.entity(
-                op.branch, new_id) is not None:
+        if (
+            self.state.obj(op.branch, new_id) is not None
+            or self.state.entity(op.branch, new_id) is not None
+        ):
             raise RuleError(rules.IDENTITY, f"id {new_id} is already used; ids are never reused")
 
     # -- writes ---------------------------------------------------------------------------------
 
-    def _edge(self, op: Op, n: int, edge_type: str, source: str, target: str, *,
-              confidence: float = 1.0, valid_from: int | None = None,
-              valid_to: int | None = None, label: str | None = None) -> None:
-        self.state.add_edge(Edge(
-            derived_id(op.id, n), edge_type, source, target, op.ts, op.actor_id, confidence,
-            op.ts if valid_from is None else valid_from, valid_to, label, op.branch, op.seq))
+    def _edge(
+        self,
+        op: Op,
+        n: int,
+        edge_type: str,
+        source: str,
+        target: str,
+        *,
+        confidence: float = 1.0,
+        valid_from: int | None = None,
+        valid_to: int | None = None,
+        label: str | None = None,
+    ) -> None:
+        self.state.add_edge(
+            Edge(
+                derived_id(op.id, n),
+                edge_type,
+                source,
+                target,
+                op.ts,
+                op.actor_id,
+                confidence,
+                op.ts if valid_from is None else valid_from,
+                valid_to,
+                label,
+                op.branch,
+                op.seq,
+            )
+        )
 
     def _touch_entity(self, op: Op, entity_id: str) -> None:
         """Move an entity's last_seen_at to this operation's time (a new version)."""
         ent = self.state.entity(op.branch, entity_id)
         if ent is not None and op.ts > ent.last_seen_at:
-            self.state.put_entity(dataclasses.replace(ent, last_seen_at=op.ts, seq=op.seq),
-                                  new=False)
+            self.state.put_entity(
+                dataclasses.replace(ent, last_seen_at=op.ts, seq=op.seq), new=False
+            )
 
     def _mutate(self, op: Op, obj: MemoryObject, **changes: Any) -> None:
-        self.state.put_object(dataclasses.replace(
-            obj, version=obj.version + 1, last_modified_at=max(obj.last_modified_at, op.ts),
-            seq=op.seq, **changes), new=False)
+        self.state.put_object(
+            dataclasses.replace(
+                obj,
+                version=obj.version + 1,
+                last_modified_at=max(obj.last_modified_at, op.ts),
+                seq=op.seq,
+                **changes,
+            ),
+            new=False,
+        )
 
     # -- events ---------------------------------------------------------------------------------
 
     def _event(self, entry: Entry) -> None:
         b = entry.body
         self.require(entry.branch, b["actor_id"], b["namespace_id"], _P.WRITE, "append an event")
-        self.state.add_event(EventRef(b["id"], entry.branch, entry.seq, entry.ts,
-                                      b["namespace_id"], b["actor_id"]))
+        self.state.add_event(
+            EventRef(b["id"], entry.branch, entry.seq, entry.ts, b["namespace_id"], b["actor_id"])
+        )
 
 
 # -- operation handlers --------------------------------------------------------------------------
@@ -259,31 +322,59 @@ def _assert(eng: Engine, op: Op) -> None:
     confidence = p["confidence"]
     if start is None:
         if confidence is None:
-            raise RuleError(rules.STARTING_CONFIDENCE, f"{epistemic} from a {source} source has "
-                                                       "no default; give payload.confidence")
+            raise RuleError(
+                rules.STARTING_CONFIDENCE,
+                f"{epistemic} from a {source} source has no default; give payload.confidence",
+            )
     elif confidence is not None and abs(confidence - start) > _EPS:
-        raise RuleError(rules.STARTING_CONFIDENCE, f"{epistemic} from a {source} source starts "
-                                                   f"at {start}, not {confidence} (give the "
-                                                   "default or null)")
+        raise RuleError(
+            rules.STARTING_CONFIDENCE,
+            f"{epistemic} from a {source} source starts "
+            f"at {start}, not {confidence} (give the "
+            "default or null)",
+        )
     else:
         confidence = start
     condition = p["condition"]
     if (epistemic == EpistemicType.CONDITIONAL) != (condition is not None):
-        raise ValidationError("a CONDITIONAL object needs payload.condition, and only a "
-                              "CONDITIONAL object takes one", field="payload.condition")
+        raise ValidationError(
+            "a CONDITIONAL object needs payload.condition, and only a CONDITIONAL object takes one",
+            field="payload.condition",
+        )
     valid_from = op.ts if p["valid_from"] is None else p["valid_from"]
     if p["valid_to"] is not None and p["valid_to"] < valid_from:
-        raise ValidationError("ASSERT payload.valid_to is before valid_from",
-                              field="payload.valid_to")
+        raise ValidationError(
+            "ASSERT payload.valid_to is before valid_from", field="payload.valid_to"
+        )
     evidence = p["evidence_ids"]
     eng._evidence(op, evidence)
-    entities = list({e.id: e for e in (
-        eng._resolve_entity(op, x) for x in (p["entity_ids"] or ()))}.values())
+    entities = list(
+        {e.id: e for e in (eng._resolve_entity(op, x) for x in (p["entity_ids"] or ()))}.values()
+    )
     obj = MemoryObject(
-        object_id, p["object_type"], 1, epistemic, source, evidence, op.actor_id, valid_from,
-        p["valid_to"], op.ts, op.ts, _ACTIVE, None, confidence, p["salience"], op.namespace_id,
-        p["value"], p["structured_value"], None if condition is None else condition[0],
-        None if condition is None else condition[1], "live", op.branch, op.seq,
+        object_id,
+        p["object_type"],
+        1,
+        epistemic,
+        source,
+        evidence,
+        op.actor_id,
+        valid_from,
+        p["valid_to"],
+        op.ts,
+        op.ts,
+        _ACTIVE,
+        None,
+        confidence,
+        p["salience"],
+        op.namespace_id,
+        p["value"],
+        p["structured_value"],
+        None if condition is None else condition[0],
+        None if condition is None else condition[1],
+        "live",
+        op.branch,
+        op.seq,
     )
     eng.state.put_object(obj, new=True)
     n = 0
@@ -300,8 +391,9 @@ def _lifecycle(target: str) -> Handler:
     def handle(eng: Engine, op: Op) -> None:
         obj = eng._target_object(op)
         check_lifecycle(obj.id, obj.lifecycle_state, target)
-        eng.require(op.branch, op.actor_id, obj.namespace_id, _P.DEPRECATE,
-                    f"{op.op_type} object {obj.id}")
+        eng.require(
+            op.branch, op.actor_id, obj.namespace_id, _P.DEPRECATE, f"{op.op_type} object {obj.id}"
+        )
         eng._mutate(op, obj, lifecycle_state=target)
 
     return handle
@@ -313,18 +405,27 @@ def _superseded(eng: Engine, op: Op, old: MemoryObject, new: MemoryObject) -> No
         raise RuleError(rules.LIFECYCLE, f"object {old.id} cannot supersede itself")
     eng._active(op, new, "superseding object")
     if new.type != old.type:
-        raise RuleError(rules.LIFECYCLE, f"object {old.id} is a {old.type}; it can only be "
-                                         f"superseded by a newer version of the same fact, not "
-                                         f"a {new.type}")
+        raise RuleError(
+            rules.LIFECYCLE,
+            f"object {old.id} is a {old.type}; it can only be "
+            f"superseded by a newer version of the same fact, not "
+            f"a {new.type}",
+        )
     check_lifecycle(old.id, old.lifecycle_state, LifecycleState.SUPERSEDED)
-    eng.require(op.branch, op.actor_id, old.namespace_id, _P.DEPRECATE,
-                f"{op.op_type} object {old.id}")
+    eng.require(
+        op.branch, op.actor_id, old.namespace_id, _P.DEPRECATE, f"{op.op_type} object {old.id}"
+    )
 
 
 def _supersede_write(eng: Engine, op: Op, old: MemoryObject, new_id: str, n: int) -> None:
     valid_to = old.valid_to if old.valid_to is not None else max(op.ts, old.valid_from)
-    eng._mutate(op, old, lifecycle_state=LifecycleState.SUPERSEDED.value, superseded_by=new_id,
-                valid_to=valid_to)
+    eng._mutate(
+        op,
+        old,
+        lifecycle_state=LifecycleState.SUPERSEDED.value,
+        superseded_by=new_id,
+        valid_to=valid_to,
+    )
     eng._edge(op, n, EdgeType.SUPERSEDES, new_id, old.id)
 
 
@@ -344,33 +445,55 @@ def _tombstone(eng: Engine, op: Op) -> None:
     if ev is None:
         raise RuleError(rules.REFERENCE, f"TOMBSTONE target event {event_id} does not exist")
     if ev.erased_by is not None:
-        raise RuleError(rules.EVIDENCE, f"event {event_id} was already erased by entry "
-                                        f"{ev.erased_by}")
+        raise RuleError(
+            rules.EVIDENCE, f"event {event_id} was already erased by entry {ev.erased_by}"
+        )
     eng.require(op.branch, op.actor_id, ev.namespace_id, _P.ADMIN, f"erase event {event_id}")
-    dependents = [o for o in (eng.state.obj(op.branch, i) for i in dict.fromkeys(
-        eng.state.citing(op.branch, event_id))) if o is not None and o.lifecycle_state == _ACTIVE]
+    dependents = [
+        o
+        for o in (
+            eng.state.obj(op.branch, i)
+            for i in dict.fromkeys(eng.state.citing(op.branch, event_id))
+        )
+        if o is not None and o.lifecycle_state == _ACTIVE
+    ]
     mode = p["on_dependents"]
     if dependents and mode is None:
         shown = ", ".join(o.id for o in dependents[:3]) + (" ..." if len(dependents) > 3 else "")
-        raise RuleError(rules.TOMBSTONE_DEPENDENTS, f"event {event_id} is evidence of "
-                                                    f"{len(dependents)} ACTIVE object(s) "
-                                                    f"({shown}); say what happens to them with "
-                                                    "payload.on_dependents: DEPRECATE, ARCHIVE "
-                                                    "or KEEP")
-    target = {"DEPRECATE": LifecycleState.DEPRECATED.value,
-              "ARCHIVE": LifecycleState.ARCHIVED.value}.get(mode or "")
+        raise RuleError(
+            rules.TOMBSTONE_DEPENDENTS,
+            f"event {event_id} is evidence of "
+            f"{len(dependents)} ACTIVE object(s) "
+            f"({shown}); say what happens to them with "
+            "payload.on_dependents: DEPRECATE, ARCHIVE "
+            "or KEEP",
+        )
+    target = {
+        "DEPRECATE": LifecycleState.DEPRECATED.value,
+        "ARCHIVE": LifecycleState.ARCHIVED.value,
+    }.get(mode or "")
     for o in dependents:
         if target is None:
-            left = [e for e in o.evidence_ids if e != event_id and (
-                (x := eng.state.event(op.branch, e)) is not None and x.erased_by is None)]
+            left = [
+                e
+                for e in o.evidence_ids
+                if e != event_id
+                and ((x := eng.state.event(op.branch, e)) is not None and x.erased_by is None)
+            ]
             if not left:
-                raise RuleError(rules.TOMBSTONE_DEPENDENTS, f"on_dependents KEEP would leave "
-                                                            f"ACTIVE object {o.id} without "
-                                                            "evidence")
+                raise RuleError(
+                    rules.TOMBSTONE_DEPENDENTS,
+                    f"on_dependents KEEP would leave ACTIVE object {o.id} without evidence",
+                )
         else:
             check_lifecycle(o.id, o.lifecycle_state, target)
-            eng.require(op.branch, op.actor_id, o.namespace_id, _P.DEPRECATE,
-                        f"{mode} object {o.id} whose evidence is erased")
+            eng.require(
+                op.branch,
+                op.actor_id,
+                o.namespace_id,
+                _P.DEPRECATE,
+                f"{mode} object {o.id} whose evidence is erased",
+            )
     eng.state.erase_event(event_id, op.seq)
     if target is not None:
         for o in dependents:
@@ -382,13 +505,21 @@ def _transition(eng: Engine, op: Op) -> None:
     obj = eng._target_object(op)
     eng._active(op, obj, "object")
     if p["from_type"] != obj.epistemic_type:
-        raise RuleError(rules.EPISTEMIC_TRANSITION, f"from_type {p['from_type']} does not match "
-                                                    f"object {obj.id}'s current type "
-                                                    f"{obj.epistemic_type}")
+        raise RuleError(
+            rules.EPISTEMIC_TRANSITION,
+            f"from_type {p['from_type']} does not match "
+            f"object {obj.id}'s current type "
+            f"{obj.epistemic_type}",
+        )
     check_transition(obj.id, obj.epistemic_type, p["to_type"])
     permission = _P.DEPRECATE if p["to_type"] == EpistemicType.DEPRECATED else _P.WRITE
-    eng.require(op.branch, op.actor_id, obj.namespace_id, permission,
-                f"EPISTEMIC_TRANSITION of object {obj.id}")
+    eng.require(
+        op.branch,
+        op.actor_id,
+        obj.namespace_id,
+        permission,
+        f"EPISTEMIC_TRANSITION of object {obj.id}",
+    )
     added = tuple(e for e in p["evidence_ids"] if e not in obj.evidence_ids)
     eng._evidence(op, added)
     eng._mutate(op, obj, epistemic_type=p["to_type"], evidence_ids=obj.evidence_ids + added)
@@ -405,26 +536,45 @@ def _contradiction(eng: Engine, op: Op) -> None:
         raise RuleError(rules.GRAPH, f"object {a} cannot contradict itself")
     oa, ob = eng._object(op, a, "object_id_a"), eng._object(op, b, "object_id_b")
     for o in (oa, ob):
-        eng.require(op.branch, op.actor_id, o.namespace_id, _P.WRITE,
-                    f"note a contradiction on object {o.id}")
+        eng.require(
+            op.branch,
+            op.actor_id,
+            o.namespace_id,
+            _P.WRITE,
+            f"note a contradiction on object {o.id}",
+        )
     # RFC-0003: noting a contradiction links the two and resolves nothing.
     confidence = 1.0 if p["confidence"] is None else p["confidence"]
     eng._edge(op, 0, EdgeType.CONTRADICTS, a, b, confidence=confidence)
 
 
-def _check_scores(op: Op, obj: MemoryObject, delta: float, new_confidence: float,
-                  new_salience: float, direction: int) -> None:
+def _check_scores(
+    op: Op,
+    obj: MemoryObject,
+    delta: float,
+    new_confidence: float,
+    new_salience: float,
+    direction: int,
+) -> None:
     """Scores stay in [0, 1] (the schema), move one way, and by no more than ``delta``."""
-    for name, old, new in (("confidence", obj.confidence, new_confidence),
-                           ("salience", obj.salience, new_salience)):
+    for name, old, new in (
+        ("confidence", obj.confidence, new_confidence),
+        ("salience", obj.salience, new_salience),
+    ):
         moved = (new - old) * direction
         if moved < -_EPS:
             way = "raise" if direction > 0 else "lower"
-            raise RuleError(rules.SCORING, f"{op.op_type} may only {way} {name}: object "
-                                           f"{obj.id} has {old}, payload says {new}")
+            raise RuleError(
+                rules.SCORING,
+                f"{op.op_type} may only {way} {name}: object "
+                f"{obj.id} has {old}, payload says {new}",
+            )
         if moved > delta + _EPS:
-            raise RuleError(rules.SCORING, f"{op.op_type} moves {name} of object {obj.id} from "
-                                           f"{old} to {new}, more than its delta {delta}")
+            raise RuleError(
+                rules.SCORING,
+                f"{op.op_type} moves {name} of object {obj.id} from "
+                f"{old} to {new}, more than its delta {delta}",
+            )
 
 
 def _scores(eng: Engine, op: Op) -> None:
@@ -438,8 +588,7 @@ def _scores(eng: Engine, op: Op) -> None:
     else:
         conf, sal, delta, direction = p["new_confidence"], obj.salience, p["delta"], -1
     _check_scores(op, obj, delta, conf, sal, direction)
-    eng.require(op.branch, op.actor_id, obj.namespace_id, _P.WRITE,
-                f"{op.op_type} object {obj.id}")
+    eng.require(op.branch, op.actor_id, obj.namespace_id, _P.WRITE, f"{op.op_type} object {obj.id}")
     eng._mutate(op, obj, confidence=conf, salience=sal)
 
 
@@ -460,23 +609,36 @@ def _relate(eng: Engine, op: Op) -> None:
     edge_type, source, target = p["edge_type"], p["source_id"], p["target_id"]
     eng._target_type(op, "EDGE")
     if edge_type in _RELATE_VIA:
-        raise RuleError(rules.GRAPH, f"{edge_type} edges come from {_RELATE_VIA[edge_type]}, "
-                                     "not RELATE")
+        raise RuleError(
+            rules.GRAPH, f"{edge_type} edges come from {_RELATE_VIA[edge_type]}, not RELATE"
+        )
     if (edge_type == EdgeType.RELATES_TO) != (p["relation_label"] is not None):
-        raise ValidationError("RELATE payload.relation_label is required for RELATES_TO and "
-                              "only taken by it", field="payload.relation_label")
+        raise ValidationError(
+            "RELATE payload.relation_label is required for RELATES_TO and only taken by it",
+            field="payload.relation_label",
+        )
     valid_from = op.ts if p["valid_from"] is None else p["valid_from"]
     if p["valid_to"] is not None and p["valid_to"] < valid_from:
-        raise ValidationError("RELATE payload.valid_to is before valid_from",
-                              field="payload.valid_to")
+        raise ValidationError(
+            "RELATE payload.valid_to is before valid_from", field="payload.valid_to"
+        )
     src_kinds, dst_kinds = _ENDPOINTS[edge_type]
     source, src_ns, src_entity = eng._node(op, source, src_kinds)
     target, _, dst_entity = eng._node(op, target, dst_kinds)
     if source == target:
         raise RuleError(rules.GRAPH, f"an edge cannot loop on {source}")
     eng.require(op.branch, op.actor_id, src_ns, _P.WRITE, f"RELATE {source}")
-    eng._edge(op, 0, edge_type, source, target, confidence=p["confidence"],
-              valid_from=valid_from, valid_to=p["valid_to"], label=p["relation_label"])
+    eng._edge(
+        op,
+        0,
+        edge_type,
+        source,
+        target,
+        confidence=p["confidence"],
+        valid_from=valid_from,
+        valid_to=p["valid_to"],
+        label=p["relation_label"],
+    )
     for node, is_entity in ((source, src_entity), (target, dst_entity)):
         if is_entity:
             eng._touch_entity(op, node)
@@ -494,9 +656,21 @@ def _entity_create(eng: Engine, op: Op) -> None:
     eng._fresh_id(op, entity_id)
     eng.require(op.branch, op.actor_id, op.namespace_id, _P.WRITE, "ENTITY_CREATE")
     name = p["canonical_name"]
-    eng.state.put_entity(Entity(entity_id, p["entity_type"], name, _names(name, p["aliases"]),
-                                op.namespace_id, op.ts, op.ts, None, op.branch, op.seq),
-                         new=True)
+    eng.state.put_entity(
+        Entity(
+            entity_id,
+            p["entity_type"],
+            name,
+            _names(name, p["aliases"]),
+            op.namespace_id,
+            op.ts,
+            op.ts,
+            None,
+            op.branch,
+            op.seq,
+        ),
+        new=True,
+    )
 
 
 def _entity_merge(eng: Engine, op: Op) -> None:
@@ -512,16 +686,25 @@ def _entity_merge(eng: Engine, op: Op) -> None:
         if ent is None:
             raise RuleError(rules.REFERENCE, f"ENTITY_MERGE {role} entity {eid} does not exist")
         if ent.merged_into is not None:
-            raise RuleError(rules.ENTITY, f"{role} entity {eid} was already merged into "
-                                          f"{ent.merged_into}")
+            raise RuleError(
+                rules.ENTITY, f"{role} entity {eid} was already merged into {ent.merged_into}"
+            )
         eng.require(op.branch, op.actor_id, ent.namespace_id, _P.WRITE, f"ENTITY_MERGE {eid}")
         found[role] = ent
     primary, merged = found["primary"], found["merged"]
-    aliases = _names(primary.canonical_name, primary.aliases, [merged.canonical_name],
-                     merged.aliases, p["alias_list"])
-    eng.state.put_entity(dataclasses.replace(
-        primary, aliases=aliases, last_seen_at=max(primary.last_seen_at, op.ts), seq=op.seq),
-        new=False)
+    aliases = _names(
+        primary.canonical_name,
+        primary.aliases,
+        [merged.canonical_name],
+        merged.aliases,
+        p["alias_list"],
+    )
+    eng.state.put_entity(
+        dataclasses.replace(
+            primary, aliases=aliases, last_seen_at=max(primary.last_seen_at, op.ts), seq=op.seq
+        ),
+        new=False,
+    )
     eng.state.put_entity(dataclasses.replace(merged, merged_into=pid, seq=op.seq), new=False)
 
 
@@ -529,15 +712,18 @@ def _summary(eng: Engine, op: Op) -> None:
     p = op.p
     summary = eng._target_object(op)
     if summary.type != MemoryType.SUMMARY:
-        raise RuleError(rules.REFERENCE, f"SUMMARY_CREATED target {summary.id} is a "
-                                         f"{summary.type}, not a SUMMARY")
+        raise RuleError(
+            rules.REFERENCE,
+            f"SUMMARY_CREATED target {summary.id} is a {summary.type}, not a SUMMARY",
+        )
     eng._active(op, summary, "SUMMARY")
     for object_id in p["object_ids_summarised"]:
         if object_id == summary.id:
             raise RuleError(rules.GRAPH, f"summary {summary.id} cannot summarise itself")
         eng._object(op, object_id, "summarised")
-    eng.require(op.branch, op.actor_id, summary.namespace_id, _P.WRITE,
-                f"SUMMARY_CREATED on {summary.id}")
+    eng.require(
+        op.branch, op.actor_id, summary.namespace_id, _P.WRITE, f"SUMMARY_CREATED on {summary.id}"
+    )
     for n, object_id in enumerate(p["object_ids_summarised"]):
         eng._edge(op, n, EdgeType.RELATES_TO, summary.id, object_id, label="SUMMARISES")
 
@@ -561,8 +747,9 @@ def _namespace_create(eng: Engine, op: Op) -> None:
     eng._same_target(op, ns, "the namespace created (namespace_id)")
     if eng.state.namespace(op.branch, ns) is not None:
         raise RuleError(rules.NAMESPACE_POLICY, f"namespace {ns!r} already has a policy")
-    eng.state.add_namespace(Namespace(ns, op.p["namespace_type"], op.actor_id, op.ts,
-                                      op.branch, op.seq))
+    eng.state.add_namespace(
+        Namespace(ns, op.p["namespace_type"], op.actor_id, op.ts, op.branch, op.seq)
+    )
     eng.state.add_grant(Grant(ns, op.actor_id, _P.ADMIN, op.actor_id, op.branch, op.seq))
 
 
@@ -571,22 +758,28 @@ def _grant(eng: Engine, op: Op) -> None:
     eng._target_type(op, "NAMESPACE")
     eng._same_target(op, ns, "the namespace (namespace_id)")
     if eng.state.namespace(op.branch, ns) is None:
-        raise RuleError(rules.NAMESPACE_POLICY, f"namespace {ns!r} has no policy; "
-                                                "NAMESPACE_CREATE it first")
+        raise RuleError(
+            rules.NAMESPACE_POLICY, f"namespace {ns!r} has no policy; NAMESPACE_CREATE it first"
+        )
     eng.require(op.branch, op.actor_id, ns, _P.ADMIN, f"{op.op_type} {permission}")
     held = eng.state.permissions(op.branch, ns, grantee) or frozenset()
     if op.op_type == OpType.GRANT:
         if permission in held:
-            raise RuleError(rules.NAMESPACE_POLICY, f"actor {grantee!r} already holds "
-                                                    f"{permission} on namespace {ns!r}")
+            raise RuleError(
+                rules.NAMESPACE_POLICY,
+                f"actor {grantee!r} already holds {permission} on namespace {ns!r}",
+            )
         eng.state.add_grant(Grant(ns, grantee, permission, op.actor_id, op.branch, op.seq))
         return
     if permission not in held:
-        raise RuleError(rules.NAMESPACE_POLICY, f"actor {grantee!r} does not hold {permission} "
-                                                f"on namespace {ns!r}")
+        raise RuleError(
+            rules.NAMESPACE_POLICY,
+            f"actor {grantee!r} does not hold {permission} on namespace {ns!r}",
+        )
     if permission == _P.ADMIN and eng.state.admins(op.branch, ns) <= 1:
-        raise RuleError(rules.NAMESPACE_POLICY, f"the last ADMIN of namespace {ns!r} cannot be "
-                                                "revoked")
+        raise RuleError(
+            rules.NAMESPACE_POLICY, f"the last ADMIN of namespace {ns!r} cannot be revoked"
+        )
     eng.state.close_grant(op.branch, ns, grantee, permission, op.seq)
 
 

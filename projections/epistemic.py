@@ -50,7 +50,10 @@ __all__ = [
 _E = EpistemicType
 _S = SourceType
 _COLUMNS: Final = (
-    _S.USER_STATED, _S.USER_DEMONSTRATED, _S.SYSTEM_INFERRED, _S.EXTERNAL_DOCUMENT,
+    _S.USER_STATED,
+    _S.USER_DEMONSTRATED,
+    _S.SYSTEM_INFERRED,
+    _S.EXTERNAL_DOCUMENT,
     _S.TOOL_OUTPUT,
 )
 _ROWS: Final[dict[EpistemicType, tuple[float | None, ...]]] = {
@@ -107,15 +110,20 @@ def starting_confidence(epistemic_type: str, source_type: str) -> float | None:
         RuleError: for a "-" combination, and for an object that would start DEPRECATED.
     """
     if epistemic_type == _E.DEPRECATED:
-        raise RuleError(rules.STARTING_CONFIDENCE, "no object starts DEPRECATED; assert it, "
-                        "then apply an EPISTEMIC_TRANSITION to DEPRECATED")
+        raise RuleError(
+            rules.STARTING_CONFIDENCE,
+            "no object starts DEPRECATED; assert it, "
+            "then apply an EPISTEMIC_TRANSITION to DEPRECATED",
+        )
     key = (epistemic_type, source_type)
     if key not in CONFIDENCE_MATRIX:
         return None
     value = CONFIDENCE_MATRIX[key]
     if value is None:
-        raise RuleError(rules.STARTING_CONFIDENCE,
-                        f"{epistemic_type} from a {source_type} source is not allowed")
+        raise RuleError(
+            rules.STARTING_CONFIDENCE,
+            f"{epistemic_type} from a {source_type} source is not allowed",
+        )
     return value
 
 
@@ -128,15 +136,24 @@ def check_transition(object_id: str, current: str, target: str) -> None:
     allowed = TRANSITIONS.get(current, frozenset())
     if target in allowed:
         return
-    hint = (f"{current} may only become {' or '.join(sorted(allowed))}" if allowed
-            else f"nothing leaves {current}")
-    raise RuleError(rules.EPISTEMIC_TRANSITION,
-                    f"object {object_id} cannot go from {current} to {target} ({hint})")
+    hint = (
+        f"{current} may only become {' or '.join(sorted(allowed))}"
+        if allowed
+        else f"nothing leaves {current}"
+    )
+    raise RuleError(
+        rules.EPISTEMIC_TRANSITION,
+        f"object {object_id} cannot go from {current} to {target} ({hint})",
+    )
 
 
 def default_visible(
-    epistemic_type: str, confidence: float, lifecycle_state: str,
-    condition_state: str | None, *, simulation: bool = False,
+    epistemic_type: str,
+    confidence: float,
+    lifecycle_state: str,
+    condition_state: str | None,
+    *,
+    simulation: bool = False,
 ) -> bool:
     """Return True when DEFAULT retrieval returns an object with these fields (RFC-0003).
 

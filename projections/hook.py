@@ -76,7 +76,8 @@ def fold_entries(db: apsw.Connection, entries: Iterable[Entry], *, fresh: bool) 
     """
     n = 0
     if fresh:
-        mem = MemState(db, fts=True)
+        fts = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'mem_fts'").fetchone()
+        mem = MemState(db, fts=fts is not None)
         engine = Engine(mem)
         for entry in entries:
             engine.fold(entry)
@@ -119,8 +120,10 @@ def sync(ledger: Ledger, branch: str = CANONICAL_BRANCH) -> int:
         head = SqlState(db).head(branch)
         size = ledger.size(branch)
         if head > size:
-            raise StorageError(f"the derived memory state has folded {head} entries but the "
-                               f"ledger has {size}: run memroot rebuild")
+            raise StorageError(
+                f"the derived memory state has folded {head} entries but the "
+                f"ledger has {size}: run memroot rebuild"
+            )
         if head == size:
             return 0
         return fold_entries(db, ledger.entries(head, size, branch), fresh=head == 0)

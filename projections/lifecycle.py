@@ -49,6 +49,9 @@ def check_lifecycle(object_id: str, current: str, target: str) -> None:
     if is_allowed(current, target):
         return
     allowed = sorted(TRANSITIONS.get(current, frozenset()))
-    hint = f"{current} may only become {' or '.join(allowed)}" if allowed else (
-        f"nothing leaves {current}")
+    hint = (
+        f"{current} may only become {' or '.join(allowed)}"
+        if allowed
+        else (f"nothing leaves {current}")
+    )
     raise RuleError(LIFECYCLE, f"object {object_id} cannot go from {current} to {target} ({hint})")

@@ -120,8 +120,9 @@ def _no_extra(d: Mapping[str, Any], cls: type[Any]) -> None:
         raise ValidationError(f"unknown field {extra[0]!r} in a {cls.__name__}", field=extra[0])
 
 
-def _choice(d: Mapping[str, Any], name: str, allowed: tuple[str, ...], default: str | None
-            ) -> str | None:
+def _choice(
+    d: Mapping[str, Any], name: str, allowed: tuple[str, ...], default: str | None
+) -> str | None:
     value = d.get(name, default)
     if value is None:
         return None
@@ -196,8 +197,10 @@ class MemoryObject:
         lifecycle = _enum(d, "lifecycle_state", LifecycleState)
         superseded_by = _uuid(d, "superseded_by", required=False)
         if (lifecycle == LifecycleState.SUPERSEDED) != (superseded_by is not None):
-            raise ValidationError("superseded_by is set exactly when lifecycle_state is "
-                                  "SUPERSEDED", field="superseded_by")
+            raise ValidationError(
+                "superseded_by is set exactly when lifecycle_state is SUPERSEDED",
+                field="superseded_by",
+            )
         valid_from = _int(d, "valid_from")
         valid_to = _int(d, "valid_to", required=False)
         created_at = _int(d, "created_at")
@@ -206,18 +209,20 @@ class MemoryObject:
         if valid_to is not None and valid_to < valid_from:
             raise ValidationError("valid_to is before valid_from", field="valid_to")
         if last_modified_at < created_at:
-            raise ValidationError("last_modified_at is before created_at",
-                                  field="last_modified_at")
+            raise ValidationError("last_modified_at is before created_at", field="last_modified_at")
         epistemic = _enum(d, "epistemic_type", EpistemicType)
         condition = _str(d, "condition", required=False)
         condition_state = _choice(d, "condition_state", CONDITION_STATES, None)
         if (condition is None) != (condition_state is None):
-            raise ValidationError("condition and condition_state go together",
-                                  field="condition_state")
+            raise ValidationError(
+                "condition and condition_state go together", field="condition_state"
+            )
         value = d.get("value")
         if type(value) is not str:
-            raise ValidationError("missing required field 'value'" if value is None
-                                  else "value must be a string", field="value")
+            raise ValidationError(
+                "missing required field 'value'" if value is None else "value must be a string",
+                field="value",
+            )
         version = _int(d, "version", low=1)
         seq = _int(d, "seq", required=False)
         assert version is not None
@@ -282,18 +287,25 @@ class Edge:
         edge_type = _enum(d, "type", EdgeType)
         label = _str(d, "relation_label", required=False)
         if edge_type == EdgeType.RELATES_TO and label is None:
-            raise ValidationError("a RELATES_TO edge needs a relation_label",
-                                  field="relation_label")
+            raise ValidationError(
+                "a RELATES_TO edge needs a relation_label", field="relation_label"
+            )
         valid_from = _int(d, "valid_from")
         valid_to = _int(d, "valid_to", required=False)
         assert valid_from is not None
         if valid_to is not None and valid_to < valid_from:
             raise ValidationError("valid_to is before valid_from", field="valid_to")
         return cls(
-            id=str(_uuid(d, "id")), type=edge_type, source_id=str(_uuid(d, "source_id")),
-            target_id=str(_uuid(d, "target_id")), created_at=int(_int(d, "created_at") or 0),
-            created_by=str(_str(d, "created_by")), confidence=_unit(d, "confidence"),
-            valid_from=valid_from, valid_to=valid_to, relation_label=label,
+            id=str(_uuid(d, "id")),
+            type=edge_type,
+            source_id=str(_uuid(d, "source_id")),
+            target_id=str(_uuid(d, "target_id")),
+            created_at=int(_int(d, "created_at") or 0),
+            created_by=str(_str(d, "created_by")),
+            confidence=_unit(d, "confidence"),
+            valid_from=valid_from,
+            valid_to=valid_to,
+            relation_label=label,
             branch=str(_str(d, "branch", required=False) or CANONICAL_BRANCH),
             seq=_int(d, "seq", required=False) or 0,
         )
@@ -334,10 +346,14 @@ class Entity:
         if last_seen_at < created_at:
             raise ValidationError("last_seen_at is before created_at", field="last_seen_at")
         return cls(
-            id=str(_uuid(d, "id")), type=_enum(d, "type", EntityType),
-            canonical_name=str(_str(d, "canonical_name")), aliases=_strs(d, "aliases"),
-            namespace_id=str(_str(d, "namespace_id")), created_at=created_at,
-            last_seen_at=last_seen_at, merged_into=_uuid(d, "merged_into", required=False),
+            id=str(_uuid(d, "id")),
+            type=_enum(d, "type", EntityType),
+            canonical_name=str(_str(d, "canonical_name")),
+            aliases=_strs(d, "aliases"),
+            namespace_id=str(_str(d, "namespace_id")),
+            created_at=created_at,
+            last_seen_at=last_seen_at,
+            merged_into=_uuid(d, "merged_into", required=False),
             branch=str(_str(d, "branch", required=False) or CANONICAL_BRANCH),
             seq=_int(d, "seq", required=False) or 0,
         )

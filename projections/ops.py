@@ -80,59 +80,86 @@ def _o(name: str, kind: str, arg: Any = None) -> Field:
 
 SCHEMAS: Final[Mapping[str, tuple[Field, ...]]] = {
     OpType.ASSERT: (
-        _f("object_type", "enum", MemoryType), _f("epistemic_type", "enum", EpistemicType),
-        _f("source_type", "enum", SourceType), _f("evidence_ids", "uuids", 1),
-        _f("value", "text", MAX_VALUE), _f("confidence", "unit?"), _f("salience", "unit"),
-        _o("structured_value", "json"), _o("valid_from", "ts"), _o("valid_to", "ts"),
-        _o("entity_ids", "uuids", 0), _o("condition", "condition"),
+        _f("object_type", "enum", MemoryType),
+        _f("epistemic_type", "enum", EpistemicType),
+        _f("source_type", "enum", SourceType),
+        _f("evidence_ids", "uuids", 1),
+        _f("value", "text", MAX_VALUE),
+        _f("confidence", "unit?"),
+        _f("salience", "unit"),
+        _o("structured_value", "json"),
+        _o("valid_from", "ts"),
+        _o("valid_to", "ts"),
+        _o("entity_ids", "uuids", 0),
+        _o("condition", "condition"),
     ),
     OpType.DEPRECATE: (_f("reason", "text", MAX_TEXT), _f("deprecated_by", "text", MAX_TEXT)),
     OpType.SUPERSEDE: (_f("new_object_id", "uuid"), _f("reason", "text", MAX_TEXT)),
     OpType.ARCHIVE: (_f("reason", "text", MAX_TEXT), _f("policy_ref", "text", MAX_TEXT)),
     OpType.TOMBSTONE: (
-        _f("target_event_id", "uuid"), _f("reason", "text", MAX_TEXT),
-        _f("policy_ref", "text", MAX_TEXT), _o("on_dependents", "enum", ON_DEPENDENTS),
+        _f("target_event_id", "uuid"),
+        _f("reason", "text", MAX_TEXT),
+        _f("policy_ref", "text", MAX_TEXT),
+        _o("on_dependents", "enum", ON_DEPENDENTS),
     ),
     OpType.EPISTEMIC_TRANSITION: (
-        _f("from_type", "enum", EpistemicType), _f("to_type", "enum", EpistemicType),
-        _f("reason", "text", MAX_TEXT), _f("evidence_ids", "uuids", 0),
+        _f("from_type", "enum", EpistemicType),
+        _f("to_type", "enum", EpistemicType),
+        _f("reason", "text", MAX_TEXT),
+        _f("evidence_ids", "uuids", 0),
     ),
     OpType.CONTRADICTION_NOTED: (
-        _f("object_id_a", "uuid"), _f("object_id_b", "uuid"),
-        _f("conflict_description", "text", MAX_TEXT), _o("confidence", "unit"),
+        _f("object_id_a", "uuid"),
+        _f("object_id_b", "uuid"),
+        _f("conflict_description", "text", MAX_TEXT),
+        _o("confidence", "unit"),
     ),
     OpType.DECAY_APPLIED: (
-        _f("decay_delta", "nonneg"), _f("new_salience", "unit"), _f("new_confidence", "unit"),
+        _f("decay_delta", "nonneg"),
+        _f("new_salience", "unit"),
+        _f("new_confidence", "unit"),
         _f("decay_profile_ref", "text", MAX_TEXT),
     ),
     OpType.REINFORCE: (
-        _f("signal_type", "text", MAX_TEXT), _f("delta", "nonneg"),
-        _f("new_confidence", "unit"), _f("new_salience", "unit"),
+        _f("signal_type", "text", MAX_TEXT),
+        _f("delta", "nonneg"),
+        _f("new_confidence", "unit"),
+        _f("new_salience", "unit"),
         _f("signal_source", "text", MAX_TEXT),
     ),
     OpType.PENALTY: (
-        _f("signal_type", "text", MAX_TEXT), _f("delta", "nonneg"),
-        _f("new_confidence", "unit"), _f("reason", "text", MAX_TEXT),
+        _f("signal_type", "text", MAX_TEXT),
+        _f("delta", "nonneg"),
+        _f("new_confidence", "unit"),
+        _f("reason", "text", MAX_TEXT),
     ),
     OpType.RELATE: (
-        _f("edge_type", "enum", EdgeType), _f("source_id", "uuid"), _f("target_id", "uuid"),
-        _f("confidence", "unit"), _o("relation_label", "text", MAX_TEXT),
-        _o("valid_from", "ts"), _o("valid_to", "ts"),
+        _f("edge_type", "enum", EdgeType),
+        _f("source_id", "uuid"),
+        _f("target_id", "uuid"),
+        _f("confidence", "unit"),
+        _o("relation_label", "text", MAX_TEXT),
+        _o("valid_from", "ts"),
+        _o("valid_to", "ts"),
     ),
     OpType.ENTITY_CREATE: (
-        _f("entity_type", "enum", EntityType), _f("canonical_name", "text", MAX_TEXT),
+        _f("entity_type", "enum", EntityType),
+        _f("canonical_name", "text", MAX_TEXT),
         _f("aliases", "texts"),
     ),
     OpType.ENTITY_MERGE: (
-        _f("primary_entity_id", "uuid"), _f("merged_entity_id", "uuid"),
+        _f("primary_entity_id", "uuid"),
+        _f("merged_entity_id", "uuid"),
         _f("alias_list", "texts"),
     ),
     OpType.SUMMARY_CREATED: (
-        _f("object_ids_summarised", "uuids", 1), _f("time_window", "window"),
+        _f("object_ids_summarised", "uuids", 1),
+        _f("time_window", "window"),
         _f("summary_type", "text", MAX_TEXT),
     ),
     OpType.DEDUP_RESOLVED: (
-        _f("primary_id", "uuid"), _f("merged_ids", "uuids", 1),
+        _f("primary_id", "uuid"),
+        _f("merged_ids", "uuids", 1),
         _f("resolution_strategy", "text", MAX_TEXT),
     ),
     OpType.NAMESPACE_CREATE: (_f("namespace_type", "enum", NamespaceType),),
@@ -180,8 +207,11 @@ def _check(op: str, f: Field, value: Any) -> Any:
             raise _bad(op, name, "lists an id more than once")
         return ids
     if kind == "enum":
-        allowed = ([m.value for m in f.arg] if isinstance(f.arg, type) and issubclass(
-            f.arg, StrEnum) else list(f.arg))
+        allowed = (
+            [m.value for m in f.arg]
+            if isinstance(f.arg, type) and issubclass(f.arg, StrEnum)
+            else list(f.arg)
+        )
         if value not in allowed:
             raise _bad(op, name, f"{value!r} is not one of {', '.join(allowed)}")
         return str(value)
@@ -196,8 +226,11 @@ def _check(op: str, f: Field, value: Any) -> Any:
             raise _bad(op, name, f"must be a number >= 0, got {value!r}")
         return float(value)
     if kind == "texts":
-        if type(value) is not list or len(value) > MAX_IDS or any(
-                type(v) is not str or not v or len(v) > MAX_TEXT for v in value):
+        if (
+            type(value) is not list
+            or len(value) > MAX_IDS
+            or any(type(v) is not str or not v or len(v) > MAX_TEXT for v in value)
+        ):
             raise _bad(op, name, "must be a list of non-empty strings")
         return tuple(value)
     if kind == "ts":
@@ -242,8 +275,9 @@ def validate_payload(op_type: str, payload: Mapping[str, Any]) -> dict[str, Any]
     names = {f.name for f in schema}
     extra = sorted(set(payload) - names)
     if extra:
-        raise _bad(op_type, extra[0], f"is not a field of {op_type} (it takes "
-                                      f"{', '.join(sorted(names))})")
+        raise _bad(
+            op_type, extra[0], f"is not a field of {op_type} (it takes {', '.join(sorted(names))})"
+        )
     out: dict[str, Any] = {}
     for f in schema:
         if f.name not in payload or (payload[f.name] is None and f.kind != "unit?"):

@@ -67,7 +67,10 @@ def _check_as_of(as_of: int | None) -> None:
 
 
 def get_object(
-    db: apsw.Connection, object_id: str, *, as_of: int | None = None,
+    db: apsw.Connection,
+    object_id: str,
+    *,
+    as_of: int | None = None,
     branch: str = CANONICAL_BRANCH,
 ) -> MemoryObject:
     """Return an object's version current as of ``as_of`` (default: now).
@@ -79,7 +82,8 @@ def get_object(
     cond, params = _visible("o", as_of)
     row = db.execute(
         f"SELECT {', '.join('o.' + c for c in OBJECT_COLS)} FROM mem_objects o "
-        f"WHERE o.id = ? AND o.branch = ? AND {cond}", (object_id, branch, *params),
+        f"WHERE o.id = ? AND o.branch = ? AND {cond}",
+        (object_id, branch, *params),
     ).fetchone()
     if row is None:
         when = "now" if as_of is None else f"as of entry {as_of}"
@@ -91,13 +95,21 @@ def object_history(
     db: apsw.Connection, object_id: str, *, branch: str = CANONICAL_BRANCH
 ) -> list[MemoryObject]:
     """Return every version of an object, oldest first (empty if it never existed)."""
-    return [object_from_row(r) for r in db.execute(
-        f"SELECT {', '.join(OBJECT_COLS)} FROM mem_objects WHERE id = ? AND branch = ? "
-        "ORDER BY vfrom", (object_id, branch))]
+    return [
+        object_from_row(r)
+        for r in db.execute(
+            f"SELECT {', '.join(OBJECT_COLS)} FROM mem_objects WHERE id = ? AND branch = ? "
+            "ORDER BY vfrom",
+            (object_id, branch),
+        )
+    ]
 
 
 def get_entity(
-    db: apsw.Connection, entity_id: str, *, as_of: int | None = None,
+    db: apsw.Connection,
+    entity_id: str,
+    *,
+    as_of: int | None = None,
     branch: str = CANONICAL_BRANCH,
 ) -> Entity:
     """Return an entity's version current as of ``as_of`` (not resolved through merges).
@@ -109,7 +121,8 @@ def get_entity(
     cond, params = _visible("e", as_of)
     row = db.execute(
         f"SELECT {', '.join('e.' + c for c in ENTITY_COLS)} FROM mem_entities e "
-        f"WHERE e.id = ? AND e.branch = ? AND {cond}", (entity_id, branch, *params),
+        f"WHERE e.id = ? AND e.branch = ? AND {cond}",
+        (entity_id, branch, *params),
     ).fetchone()
     if row is None:
         raise NotFoundError(f"no entity {entity_id} on branch {branch}")
@@ -117,7 +130,10 @@ def get_entity(
 
 
 def resolve_entity(
-    db: apsw.Connection, entity_id: str, *, as_of: int | None = None,
+    db: apsw.Connection,
+    entity_id: str,
+    *,
+    as_of: int | None = None,
     branch: str = CANONICAL_BRANCH,
 ) -> Entity:
     """Return the entity references to ``entity_id`` resolve to: the primary it was merged into.
@@ -134,7 +150,10 @@ def resolve_entity(
 
 
 def entity_members(
-    db: apsw.Connection, entity_id: str, *, as_of: int | None = None,
+    db: apsw.Connection,
+    entity_id: str,
+    *,
+    as_of: int | None = None,
     branch: str = CANONICAL_BRANCH,
 ) -> list[str]:
     """Return the primary of ``entity_id`` and every entity merged into it (transitively).
@@ -144,25 +163,38 @@ def entity_members(
     """
     primary = resolve_entity(db, entity_id, as_of=as_of, branch=branch).id
     cond, params = _visible("e", as_of)
-    return [r[0] for r in db.execute(
-        "WITH RECURSIVE members(id) AS (SELECT ? UNION SELECT e.id FROM mem_entities e "
-        f"JOIN members m ON e.merged_into = m.id WHERE e.branch = ? AND {cond}) "
-        "SELECT id FROM members", (primary, branch, *params))]
+    return [
+        r[0]
+        for r in db.execute(
+            "WITH RECURSIVE members(id) AS (SELECT ? UNION SELECT e.id FROM mem_entities e "
+            f"JOIN members m ON e.merged_into = m.id WHERE e.branch = ? AND {cond}) "
+            "SELECT id FROM members",
+            (primary, branch, *params),
+        )
+    ]
 
 
 def edges_of(
-    db: apsw.Connection, node_id: str, *, as_of: int | None = None,
-    types: Sequence[str] = (), branch: str = CANONICAL_BRANCH,
+    db: apsw.Connection,
+    node_id: str,
+    *,
+    as_of: int | None = None,
+    types: Sequence[str] = (),
+    branch: str = CANONICAL_BRANCH,
 ) -> list[Edge]:
     """Return the edges from or to ``node_id`` current as of ``as_of``, oldest first."""
     _check_as_of(as_of)
     cond, params = _visible("x", as_of)
     type_cond = f" AND x.type IN ({', '.join('?' * len(types))})" if types else ""
     cols = ", ".join("x." + c for c in EDGE_COLS)
-    sql = (f"SELECT {cols}, x.rid FROM mem_edges x WHERE x.{{end}} = ? AND x.branch = ? AND "
-           f"{cond}{type_cond}")
-    rows = [*db.execute(sql.format(end="source_id"), (node_id, branch, *params, *types)),
-            *db.execute(sql.format(end="target_id"), (node_id, branch, *params, *types))]
+    sql = (
+        f"SELECT {cols}, x.rid FROM mem_edges x WHERE x.{{end}} = ? AND x.branch = ? AND "
+        f"{cond}{type_cond}"
+    )
+    rows = [
+        *db.execute(sql.format(end="source_id"), (node_id, branch, *params, *types)),
+        *db.execute(sql.format(end="target_id"), (node_id, branch, *params, *types)),
+    ]
     rows.sort(key=lambda r: r[-1])
     return [edge_from_row(r[:-1]) for r in rows]
 
@@ -194,21 +226,27 @@ class Query:
     branch: str = CANONICAL_BRANCH
 
     def __post_init__(self) -> None:
-        for name, values, enum in (("types", self.types, MemoryType),
-                                   ("states", self.states, LifecycleState),
-                                   ("epistemic", self.epistemic, EpistemicType)):
+        for name, values, enum in (
+            ("types", self.types, MemoryType),
+            ("states", self.states, LifecycleState),
+            ("epistemic", self.epistemic, EpistemicType),
+        ):
             for v in values:
                 if v not in enum.__members__:
-                    raise ValidationError(f"{name}: {v!r} is not one of "
-                                          f"{', '.join(enum.__members__)}", field=name)
+                    raise ValidationError(
+                        f"{name}: {v!r} is not one of {', '.join(enum.__members__)}", field=name
+                    )
         if not 1 <= self.limit <= MAX_LIMIT:
             raise ValidationError(f"limit must be 1..{MAX_LIMIT}", field="limit")
         _check_as_of(self.as_of)
         if self.mode == RetrievalMode.DEFAULT and any(
-                s != LifecycleState.ACTIVE for s in self.states):
-            raise ValidationError("DEFAULT retrieval returns ACTIVE objects only; use mode "
-                                  "EXPLICIT or AUDIT to read other lifecycle states",
-                                  field="states")
+            s != LifecycleState.ACTIVE for s in self.states
+        ):
+            raise ValidationError(
+                "DEFAULT retrieval returns ACTIVE objects only; use mode "
+                "EXPLICIT or AUDIT to read other lifecycle states",
+                field="states",
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,8 +259,11 @@ class Result:
 
     def to_dict(self) -> dict[str, Any]:
         """Return the result as a JSON-ready dict: the object's fields plus flags."""
-        return {**self.object.to_dict(), "flags": list(self.flags),
-                "conflicts_with": list(self.conflicts_with)}
+        return {
+            **self.object.to_dict(),
+            "flags": list(self.flags),
+            "conflicts_with": list(self.conflicts_with),
+        }
 
 
 def _fts_query(text: str) -> str:
@@ -238,8 +279,12 @@ def _default_filter() -> tuple[str, list[Any]]:
     return (
         f"(o.epistemic_type IN ({', '.join('?' * len(always))}) OR (o.epistemic_type = ? AND "
         "o.confidence > ?) OR (o.epistemic_type = ? AND o.condition_state = 'TRUE'))",
-        [*always, EpistemicType.UNVERIFIED.value, UNVERIFIED_THRESHOLD,
-         EpistemicType.CONDITIONAL.value],
+        [
+            *always,
+            EpistemicType.UNVERIFIED.value,
+            UNVERIFIED_THRESHOLD,
+            EpistemicType.CONDITIONAL.value,
+        ],
     )
 
 
@@ -272,7 +317,8 @@ def query(db: apsw.Connection, q: Query) -> list[Result]:
         e_cond, e_params = _visible("x", q.as_of)
         where.append(
             f"o.id IN (SELECT x.source_id FROM mem_edges x WHERE x.type = ? AND x.target_id IN "
-            f"({', '.join('?' * len(members))}) AND x.branch = ? AND {e_cond})")
+            f"({', '.join('?' * len(members))}) AND x.branch = ? AND {e_cond})"
+        )
         args.extend([EdgeType.ABOUT_ENTITY.value, *members, q.branch, *e_params])
     if q.text is not None:
         where.append("o.oid IN (SELECT rowid FROM mem_fts WHERE mem_fts MATCH ?)")
@@ -283,25 +329,37 @@ def query(db: apsw.Connection, q: Query) -> list[Result]:
         where.append(
             f"(o.namespace_id NOT IN (SELECT n.id FROM mem_namespaces n WHERE n.branch = ? AND "
             f"{n_cond}) OR o.namespace_id IN (SELECT g.namespace_id FROM mem_grants g WHERE "
-            f"g.actor_id = ? AND g.permission = ? AND g.branch = ? AND {g_cond}))")
+            f"g.actor_id = ? AND g.permission = ? AND g.branch = ? AND {g_cond}))"
+        )
         args.extend([q.branch, *n_params, q.actor, Permission.READ.value, q.branch, *g_params])
     cols = ", ".join("o." + c for c in OBJECT_COLS)
     rows = db.execute(
-        f"SELECT {cols} FROM mem_objects o WHERE {' AND '.join(where)} ORDER BY o.oid DESC "
-        "LIMIT ?", (*args, q.limit)).fetchall()
+        f"SELECT {cols} FROM mem_objects o WHERE {' AND '.join(where)} ORDER BY o.oid DESC LIMIT ?",
+        (*args, q.limit),
+    ).fetchall()
     return [_result(db, object_from_row(r), q) for r in rows]
 
 
 def _result(db: apsw.Connection, obj: MemoryObject, q: Query) -> Result:
-    conflicts = tuple(dict.fromkeys(
-        e.target_id if e.source_id == obj.id else e.source_id
-        for e in edges_of(db, obj.id, as_of=q.as_of, types=(EdgeType.CONTRADICTS.value,),
-                          branch=q.branch)))
+    conflicts = tuple(
+        dict.fromkeys(
+            e.target_id if e.source_id == obj.id else e.source_id
+            for e in edges_of(
+                db, obj.id, as_of=q.as_of, types=(EdgeType.CONTRADICTS.value,), branch=q.branch
+            )
+        )
+    )
     marks = ", ".join("?" * len(obj.evidence_ids))
     erased_cond = "erased_by IS NOT NULL" if q.as_of is None else "erased_by <= ?"
-    erased = db.execute(
-        f"SELECT 1 FROM mem_events WHERE id IN ({marks}) AND {erased_cond} LIMIT 1",
-        (*obj.evidence_ids, *(() if q.as_of is None else (q.as_of,))),
-    ).fetchone() is not None
-    return Result(obj, flags_for(obj.epistemic_type, conflict=bool(conflicts),
-                                 evidence_erased=erased), conflicts)
+    erased = (
+        db.execute(
+            f"SELECT 1 FROM mem_events WHERE id IN ({marks}) AND {erased_cond} LIMIT 1",
+            (*obj.evidence_ids, *(() if q.as_of is None else (q.as_of,))),
+        ).fetchone()
+        is not None
+    )
+    return Result(
+        obj,
+        flags_for(obj.epistemic_type, conflict=bool(conflicts), evidence_erased=erased),
+        conflicts,
+    )

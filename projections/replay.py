@@ -53,10 +53,15 @@ class RebuildReport:
     def to_dict(self) -> dict[str, Any]:
         """Return the report as a JSON-ready dict (digests in hex)."""
         return {
-            "entries": self.entries, "objects": self.objects, "versions": self.versions,
-            "edges": self.edges, "entities": self.entities, "skipped": self.skipped,
+            "entries": self.entries,
+            "objects": self.objects,
+            "versions": self.versions,
+            "edges": self.edges,
+            "entities": self.entities,
+            "skipped": self.skipped,
             "digest_before": None if self.before is None else self.before.hex(),
-            "digest_after": self.after.hex(), "identical": self.identical,
+            "digest_after": self.after.hex(),
+            "identical": self.identical,
             "seconds": round(self.seconds, 3),
         }
 
@@ -87,7 +92,9 @@ def rebuild(ledger: Ledger, branch: str = CANONICAL_BRANCH) -> RebuildReport:
             edges=_count(db, "SELECT count(*) FROM mem_edges"),
             entities=_count(db, "SELECT count(*) FROM mem_entities WHERE vto IS NULL"),
             skipped=_count(db, "SELECT count(*) FROM mem_skipped"),
-            before=before, after=after, seconds=time.perf_counter() - t0,
+            before=before,
+            after=after,
+            seconds=time.perf_counter() - t0,
         )
     return report
 
@@ -138,13 +145,26 @@ class MemoryReplayCheck:
         """Compare the replayed state with the stored one; add findings to ``report``."""
         self.state.finish()
         for branch, seq, op_type, reason in self.state.skipped[:MAX_SKIP_NOTES]:
-            report.add(Finding(9, f"{op_type} entry is not a valid memory operation and is "
-                                  f"ignored by the memory model: {reason}", branch, seq,
-                               severity="note"))
+            report.add(
+                Finding(
+                    9,
+                    f"{op_type} entry is not a valid memory operation and is "
+                    f"ignored by the memory model: {reason}",
+                    branch,
+                    seq,
+                    severity="note",
+                )
+            )
         if len(self.state.skipped) > MAX_SKIP_NOTES:
-            report.add(Finding(9, f"{len(self.state.skipped) - MAX_SKIP_NOTES} more entries "
-                                  "are ignored by the memory model", self.branch,
-                               severity="note"))
+            report.add(
+                Finding(
+                    9,
+                    f"{len(self.state.skipped) - MAX_SKIP_NOTES} more entries "
+                    "are ignored by the memory model",
+                    self.branch,
+                    severity="note",
+                )
+            )
         try:
             stored = apsw.Connection(str(self.path), flags=apsw.SQLITE_OPEN_READONLY)
         except apsw.Error as e:
@@ -153,8 +173,9 @@ class MemoryReplayCheck:
         try:
             self._compare(stored, report)
         except apsw.Error as e:
-            report.add(Finding(9, f"the stored derived memory state cannot be read: {e}",
-                               self.branch))
+            report.add(
+                Finding(9, f"the stored derived memory state cannot be read: {e}", self.branch)
+            )
         finally:
             stored.close()
             self.db.execute("COMMIT")
@@ -163,24 +184,44 @@ class MemoryReplayCheck:
         stored.execute("BEGIN")
         try:
             if not tables.installed(stored):
-                report.add(Finding(9, "the ledger holds no derived memory state to compare (it "
-                                      "was never materialised); memroot rebuild creates it",
-                                   self.branch, severity="note"))
+                report.add(
+                    Finding(
+                        9,
+                        "the ledger holds no derived memory state to compare (it "
+                        "was never materialised); memroot rebuild creates it",
+                        self.branch,
+                        severity="note",
+                    )
+                )
                 return
-            row = stored.execute("SELECT size FROM mem_heads WHERE branch = ?",
-                                 (self.branch,)).fetchone()
+            row = stored.execute(
+                "SELECT size FROM mem_heads WHERE branch = ?", (self.branch,)
+            ).fetchone()
             head = 0 if row is None else int(row[0])
             if head > self.size:
-                report.add(Finding(9, f"the derived memory state claims {head} entries but the "
-                                      f"ledger has {self.size}", self.branch,
-                                   expected=str(self.size), actual=str(head)))
+                report.add(
+                    Finding(
+                        9,
+                        f"the derived memory state claims {head} entries but the "
+                        f"ledger has {self.size}",
+                        self.branch,
+                        expected=str(self.size),
+                        actual=str(head),
+                    )
+                )
                 return
             as_of = None
             if head < self.size:
-                report.add(Finding(9, f"the derived memory state covers {head} of {self.size} "
-                                      "entries (appended without the memory hook); compared "
-                                      "up to there. Any memory command brings it up to date",
-                                   self.branch, severity="note"))
+                report.add(
+                    Finding(
+                        9,
+                        f"the derived memory state covers {head} of {self.size} "
+                        "entries (appended without the memory hook); compared "
+                        "up to there. Any memory command brings it up to date",
+                        self.branch,
+                        severity="note",
+                    )
+                )
                 as_of = head - 1
             got = state_digest(stored, as_of=as_of, branch=self.branch)
             want = state_digest(self.db, as_of=as_of, branch=self.branch)
@@ -190,10 +231,16 @@ class MemoryReplayCheck:
             seq = None
             if diff is not None and diff.table != "mem_events" and len(diff.key) > 1:
                 seq = diff.key[-1] if isinstance(diff.key[-1], int) else None
-            report.add(Finding(
-                9, "the stored derived memory state differs from the replay of the ledger"
-                   + (f": {diff}" if diff is not None else ""),
-                self.branch, seq, expected=want.hex(), actual=got.hex(),
-            ))
+            report.add(
+                Finding(
+                    9,
+                    "the stored derived memory state differs from the replay of the ledger"
+                    + (f": {diff}" if diff is not None else ""),
+                    self.branch,
+                    seq,
+                    expected=want.hex(),
+                    actual=got.hex(),
+                )
+            )
         finally:
             stored.execute("COMMIT")

@@ -51,23 +51,68 @@ __all__ = [
 SCHEMA_VERSION: Final = 1
 
 DERIVED_TABLES: Final = (
-    "mem_meta", "mem_heads", "mem_events", "mem_objects", "mem_fts", "mem_entities",
-    "mem_edges", "mem_namespaces", "mem_grants", "mem_skipped",
+    "mem_meta",
+    "mem_heads",
+    "mem_events",
+    "mem_objects",
+    "mem_fts",
+    "mem_entities",
+    "mem_edges",
+    "mem_namespaces",
+    "mem_grants",
+    "mem_skipped",
 )
 
 OBJECT_COLS: Final = (
-    "id", "type", "version", "epistemic_type", "source_type", "evidence_ids", "asserted_by",
-    "valid_from", "valid_to", "created_at", "last_modified_at", "lifecycle_state",
-    "superseded_by", "confidence", "salience", "namespace_id", "value", "structured_value",
-    "condition", "condition_state", "state", "branch", "vfrom",
+    "id",
+    "type",
+    "version",
+    "epistemic_type",
+    "source_type",
+    "evidence_ids",
+    "asserted_by",
+    "valid_from",
+    "valid_to",
+    "created_at",
+    "last_modified_at",
+    "lifecycle_state",
+    "superseded_by",
+    "confidence",
+    "salience",
+    "namespace_id",
+    "value",
+    "structured_value",
+    "condition",
+    "condition_state",
+    "state",
+    "branch",
+    "vfrom",
 )
 EDGE_COLS: Final = (
-    "id", "type", "source_id", "target_id", "created_at", "created_by", "confidence",
-    "valid_from", "valid_to", "relation_label", "branch", "vfrom",
+    "id",
+    "type",
+    "source_id",
+    "target_id",
+    "created_at",
+    "created_by",
+    "confidence",
+    "valid_from",
+    "valid_to",
+    "relation_label",
+    "branch",
+    "vfrom",
 )
 ENTITY_COLS: Final = (
-    "id", "type", "canonical_name", "aliases", "namespace_id", "created_at", "last_seen_at",
-    "merged_into", "branch", "vfrom",
+    "id",
+    "type",
+    "canonical_name",
+    "aliases",
+    "namespace_id",
+    "created_at",
+    "last_seen_at",
+    "merged_into",
+    "branch",
+    "vfrom",
 )
 EVENT_COLS: Final = ("id", "branch", "seq", "ts", "namespace_id", "actor_id", "erased_by")
 NAMESPACE_COLS: Final = ("id", "type", "created_by", "created_at", "branch", "vfrom")
@@ -151,8 +196,11 @@ def install(db: apsw.Connection, *, fts: bool = True) -> None:
     Raises:
         apsw.Error: if SQLite cannot create them (the caller maps it to StorageError).
     """
-    schema = _SCHEMA if fts else "\n".join(
-        line for line in _SCHEMA.splitlines() if "mem_fts" not in line)
+    schema = (
+        _SCHEMA
+        if fts
+        else "\n".join(line for line in _SCHEMA.splitlines() if "mem_fts" not in line)
+    )
     db.execute(schema)
     db.execute("INSERT OR IGNORE INTO mem_meta VALUES('schema_version', ?)", (SCHEMA_VERSION,))
 
@@ -175,26 +223,77 @@ def _json(value: Any) -> str | None:
 def object_row(o: MemoryObject) -> tuple[Any, ...]:
     """Return an object's column values in ``OBJECT_COLS`` order."""
     return (
-        o.id, o.type, o.version, o.epistemic_type, o.source_type, ",".join(o.evidence_ids),
-        o.asserted_by, o.valid_from, o.valid_to, o.created_at, o.last_modified_at,
-        o.lifecycle_state, o.superseded_by, o.confidence, o.salience, o.namespace_id, o.value,
-        _json(o.structured_value), o.condition, o.condition_state, o.state, o.branch, o.seq,
+        o.id,
+        o.type,
+        o.version,
+        o.epistemic_type,
+        o.source_type,
+        ",".join(o.evidence_ids),
+        o.asserted_by,
+        o.valid_from,
+        o.valid_to,
+        o.created_at,
+        o.last_modified_at,
+        o.lifecycle_state,
+        o.superseded_by,
+        o.confidence,
+        o.salience,
+        o.namespace_id,
+        o.value,
+        _json(o.structured_value),
+        o.condition,
+        o.condition_state,
+        o.state,
+        o.branch,
+        o.seq,
     )
 
 
 def object_from_row(r: tuple[Any, ...]) -> MemoryObject:
     """Return the object of a row selected in ``OBJECT_COLS`` order."""
     return MemoryObject(
-        r[0], r[1], r[2], r[3], r[4], tuple(r[5].split(",")), r[6], r[7], r[8], r[9], r[10],
-        r[11], r[12], r[13], r[14], r[15], r[16],
-        None if r[17] is None else json.loads(r[17]), r[18], r[19], r[20], r[21], r[22],
+        r[0],
+        r[1],
+        r[2],
+        r[3],
+        r[4],
+        tuple(r[5].split(",")),
+        r[6],
+        r[7],
+        r[8],
+        r[9],
+        r[10],
+        r[11],
+        r[12],
+        r[13],
+        r[14],
+        r[15],
+        r[16],
+        None if r[17] is None else json.loads(r[17]),
+        r[18],
+        r[19],
+        r[20],
+        r[21],
+        r[22],
     )
 
 
 def edge_row(e: Edge) -> tuple[Any, ...]:
     """Return an edge's column values in ``EDGE_COLS`` order."""
-    return (e.id, e.type, e.source_id, e.target_id, e.created_at, e.created_by, e.confidence,
-            e.valid_from, e.valid_to, e.relation_label, e.branch, e.seq)
+    return (
+        e.id,
+        e.type,
+        e.source_id,
+        e.target_id,
+        e.created_at,
+        e.created_by,
+        e.confidence,
+        e.valid_from,
+        e.valid_to,
+        e.relation_label,
+        e.branch,
+        e.seq,
+    )
 
 
 def edge_from_row(r: tuple[Any, ...]) -> Edge:
@@ -204,8 +303,18 @@ def edge_from_row(r: tuple[Any, ...]) -> Edge:
 
 def entity_row(e: Entity) -> tuple[Any, ...]:
     """Return an entity's column values in ``ENTITY_COLS`` order."""
-    return (e.id, e.type, e.canonical_name, _json(list(e.aliases)), e.namespace_id,
-            e.created_at, e.last_seen_at, e.merged_into, e.branch, e.seq)
+    return (
+        e.id,
+        e.type,
+        e.canonical_name,
+        _json(list(e.aliases)),
+        e.namespace_id,
+        e.created_at,
+        e.last_seen_at,
+        e.merged_into,
+        e.branch,
+        e.seq,
+    )
 
 
 def entity_from_row(r: tuple[Any, ...]) -> Entity:

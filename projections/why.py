@@ -41,10 +41,17 @@ class OperationStep:
 
     def to_dict(self) -> dict[str, Any]:
         """Return the step as a JSON-ready dict (hashes in hex)."""
-        return {"seq": self.seq, "entry_hash": self.entry_hash.hex(), "op_type": self.op_type,
-                "op_id": self.op_id, "actor_id": self.actor_id, "actor_type": self.actor_type,
-                "ts": self.ts, "version": self.version,
-                "proof": None if self.proof is None else [h.hex() for h in self.proof]}
+        return {
+            "seq": self.seq,
+            "entry_hash": self.entry_hash.hex(),
+            "op_type": self.op_type,
+            "op_id": self.op_id,
+            "actor_id": self.actor_id,
+            "actor_type": self.actor_type,
+            "ts": self.ts,
+            "version": self.version,
+            "proof": None if self.proof is None else [h.hex() for h in self.proof],
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,10 +69,16 @@ class EvidenceStep:
 
     def to_dict(self) -> dict[str, Any]:
         """Return the step as a JSON-ready dict (hashes in hex)."""
-        return {"event_id": self.event_id, "seq": self.seq,
-                "entry_hash": self.entry_hash.hex(), "actor_id": self.actor_id, "ts": self.ts,
-                "content": self.content, "erased_by": self.erased_by,
-                "proof": None if self.proof is None else [h.hex() for h in self.proof]}
+        return {
+            "event_id": self.event_id,
+            "seq": self.seq,
+            "entry_hash": self.entry_hash.hex(),
+            "actor_id": self.actor_id,
+            "ts": self.ts,
+            "content": self.content,
+            "erased_by": self.erased_by,
+            "proof": None if self.proof is None else [h.hex() for h in self.proof],
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,9 +99,14 @@ class Why:
             "versions": [v.to_dict() for v in self.versions],
             "operations": [o.to_dict() for o in self.operations],
             "evidence": [e.to_dict() for e in self.evidence],
-            "checkpoint": None if cp is None else {
-                "origin": cp.checkpoint.origin, "size": cp.checkpoint.size,
-                "root": cp.checkpoint.root.hex(), "note": cp.note},
+            "checkpoint": None
+            if cp is None
+            else {
+                "origin": cp.checkpoint.origin,
+                "size": cp.checkpoint.size,
+                "root": cp.checkpoint.root.hex(),
+                "note": cp.note,
+            },
         }
 
 
@@ -124,9 +142,14 @@ def why(ledger: Ledger, object_id: str, *, branch: str = CANONICAL_BRANCH) -> Wh
         version_at = {v.seq: v.version for v in versions}
         linked = {e.seq for e in edges_of(db, object_id, branch=branch)}
         evidence_ids = list(dict.fromkeys(e for v in versions for e in v.evidence_ids))
-        events = {r[0]: (int(r[1]), r[2]) for r in db.execute(
-            f"SELECT id, seq, erased_by FROM mem_events WHERE id IN "
-            f"({', '.join('?' * len(evidence_ids))})", evidence_ids)}
+        events = {
+            r[0]: (int(r[1]), r[2])
+            for r in db.execute(
+                f"SELECT id, seq, erased_by FROM mem_events WHERE id IN "
+                f"({', '.join('?' * len(evidence_ids))})",
+                evidence_ids,
+            )
+        }
     cp = _checkpoint(ledger, branch)
 
     def proof(seq: int, entry_hash: bytes) -> tuple[bytes, ...] | None:
@@ -140,15 +163,35 @@ def why(ledger: Ledger, object_id: str, *, branch: str = CANONICAL_BRANCH) -> Wh
     for seq in sorted(set(version_at) | linked):
         e = ledger.entry(seq, branch)
         b = e.body
-        ops.append(OperationStep(seq, e.hash, e.type, str(b["id"]), str(b["actor_id"]),
-                                 str(b["actor_type"]), e.ts, version_at.get(seq),
-                                 proof(seq, e.hash)))
+        ops.append(
+            OperationStep(
+                seq,
+                e.hash,
+                e.type,
+                str(b["id"]),
+                str(b["actor_id"]),
+                str(b["actor_type"]),
+                e.ts,
+                version_at.get(seq),
+                proof(seq, e.hash),
+            )
+        )
     evidence = []
     for event_id in evidence_ids:
         if event_id not in events:  # pragma: no cover - evidence is checked at ASSERT
             continue
         seq, erased_by = events[event_id]
         e = ledger.entry(seq, branch)
-        evidence.append(EvidenceStep(event_id, seq, e.hash, str(e.body["actor_id"]), e.ts,
-                                     ledger.content(seq, branch), erased_by, proof(seq, e.hash)))
+        evidence.append(
+            EvidenceStep(
+                event_id,
+                seq,
+                e.hash,
+                str(e.body["actor_id"]),
+                e.ts,
+                ledger.content(seq, branch),
+                erased_by,
+                proof(seq, e.hash),
+            )
+        )
     return Why(versions[-1], tuple(versions), tuple(ops), tuple(evidence), cp)
