@@ -344,7 +344,19 @@ def test_decode_takes_bytes_like_only() -> None:
         (object(), TypeError),
         ({"a": [float("nan")]}, ValueError),
     ],
-    ids=repr,
+    ids=[
+        "nan",
+        "inf",
+        "-inf",
+        "int_too_big",
+        "int_too_small",
+        "int_key",
+        "bytes_key",
+        "tuple",
+        "set",
+        "object",
+        "nested_nan",
+    ],
 )
 def test_encode_refuses_outside_the_model(value: Any, error: type[Exception]) -> None:
     """encode refuses NaN, Infinity, out-of-range integers, non-text keys and foreign types."""
