@@ -80,19 +80,34 @@ class Folder:
         for e in entries:
             self.fold(e)
 
-    def outputs(self) -> list[tuple[Projection, Summary, bytes]]:
-        """Return each projection with its summary and canonically encoded state.
+    def outputs(self, *, writer: bool) -> list[tuple[Projection, Summary, bytes | None]]:
+        """Return each projection with its summary and (``writer``) its encoded state.
+
+        The writer also checks that each summary is canonical CBOR (``root show`` decodes
+        it) and encodes the states it stores; an auditor only needs the digests.
 
         Raises:
-            TypeError, ValueError: if a projection's state or summary is outside the CBOR
-                data model (a projection bug).
+            TypeError, ValueError, DecodeError: if a projection's state or summary is outside
+                the CBOR data model (a projection bug).
         """
-        out = []
+        out: list[tuple[Projection, Summary, bytes | None]] = []
         for p, s in zip(self.projections, self.states, strict=True):
             summary = p.summarize(s)
-            encoding.decode(summary.data)  # a summary must be canonical CBOR to be shown
-            out.append((p, summary, encoding.encode(s)))
+            if writer:
+                encoding.decode(summary.data)
+            out.append((p, summary, encoding.encode(s) if writer else None))
         return out
+
+    def encoded_states(self) -> dict[bytes, bytes]:
+        """Return every projection's canonically encoded state, by rule digest.
+
+        Raises:
+            TypeError, ValueError: if a state is outside the CBOR data model.
+        """
+        return {
+            rule_digest(p): encoding.encode(s)
+            for p, s in zip(self.projections, self.states, strict=True)
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,10 +188,12 @@ class BranchFold:
         "last_hash",
         "last_snapshot_seq",
         "latest_root",
+        "leaves",
         "memo",
         "next_seq",
         "pending",
         "pending_seq",
+        "writer",
     )
 
     def __init__(
@@ -192,14 +209,21 @@ class BranchFold:
         latest_root: MemoryRoot | None = None,
         fork_root: MemoryRoot | None = None,
         dirty: bool = True,
+        writer: bool = True,
     ) -> None:
-        """Start following ``branch`` at ``next_seq`` with the given state."""
+        """Start following ``branch`` at ``next_seq`` with the given state.
+
+        ``writer`` folds keep the encoded states with each snapshot (to store them); an
+        auditor's fold (``writer=False``) computes only digests.
+        """
         self.branch = branch
         self.folder = folder
         self.every = every
         self.next_seq = next_seq
         self.last_hash = last_hash
         self.compact = compact if compact is not None else CompactRange()
+        self.leaves: list[bytes] = []  # entry hashes not yet folded into ``compact``
+        self.writer = writer
         self.last_snapshot_seq = last_snapshot_seq
         self.latest_root = latest_root
         self.fork_root = fork_root
@@ -218,8 +242,15 @@ class BranchFold:
             self.next_seq - 1,
             EntryHash(self.last_hash),
             self.next_seq,
-            TreeRoot(self.compact.root()),
+            TreeRoot(self.tree_root()),
         )
+
+    def tree_root(self) -> bytes:
+        """Return the Merkle root of the entries folded so far."""
+        if self.leaves:
+            self.compact.append_many(self.leaves)
+            self.leaves.clear()
+        return self.compact.root()
 
     @property
     def parent(self) -> MemoryRoot | None:
@@ -239,7 +270,7 @@ class BranchFold:
         if memo is not None and memo[:3] == (self.next_seq, self.last_hash, self.parent):
             return memo[3]
         items = []
-        for p, summary, state in self.folder.outputs():
+        for p, summary, state in self.folder.outputs(writer=self.writer):
             rule = rule_digest(p)
             items.append(
                 (
@@ -266,7 +297,7 @@ class BranchFold:
         When one is due, ``pending`` holds it, computed at ``entry``.
         """
         self.folder.fold(entry)
-        self.compact.append(entry.hash)
+        self.leaves.append(entry.hash)
         self.next_seq = entry.seq + 1
         self.last_hash = entry.hash
         if entry.type in NO_CADENCE:

@@ -115,7 +115,7 @@ class RootsHook:
     def _snapshot(self, db: apsw.Connection, fold: BranchFold, entry: Entry) -> list[OpInput]:
         prepared = check_snapshot(fold, entry, exact=True)
         pre = prepared.preimage
-        root = records.insert_root(db, entry.seq, pre, prepared.stored)
+        root = records.insert_root(db, entry.seq, pre, prepared.stored, supersedes=fold.latest_root)
         fold.snapshot_taken(entry, root)
         if not self.selfmodel_hooks:
             return []
@@ -215,14 +215,16 @@ class RootsHook:
         row = store.branch(branch)
         db = store.db
         latest = records.latest_root(db, branch)
-        saved = {s.rule: s for s in records.summaries(db, latest.root)} if latest else {}
+        saved = {
+            s.rule: s.fold_state
+            for s in (records.summaries(db, latest.root) if latest else [])
+            if s.fold_state is not None
+        }
         projections = self.registry.projections()
         resume_at = latest.high_water.seq + 1 if latest else 0
         resumed = [p for p in projections if rule_digest(p) in saved]
         fresh = [p for p in projections if rule_digest(p) not in saved]
-        r_fold = Folder(
-            resumed, [encoding.decode(saved[rule_digest(p)].fold_state) for p in resumed]
-        )
+        r_fold = Folder(resumed, [encoding.decode(saved[rule_digest(p)]) for p in resumed])
         f_fold = Folder(fresh)
         last_snap = latest.seq if latest else 0
         dirty = latest is None

@@ -10,7 +10,9 @@ the replay. Tables:
 - ``memory_root_summaries(root, projection, rule, rule_cbor, digest, count, data, fold_state)``:
   per root and projection: the rule digest and its preimage ``cbor({id, version, params})``,
   the summary digest, item count and canonical bytes, and the projection's fold state at the
-  high-water (canonical CBOR), from which the next snapshot continues.
+  high-water (canonical CBOR), from which the next snapshot continues. Only the newest root
+  of each branch keeps its fold states (older ones are set to NULL when a newer root lands),
+  so the file grows with the summaries, not with every state ever folded.
 - ``selfmodel_snapshots(branch, seq, selfmodel_root, memory_root, body)``: one row per
   ``SELFMODEL_SNAPSHOT`` entry, ``body`` its canonical CBOR.
 """
@@ -70,7 +72,7 @@ CREATE TABLE IF NOT EXISTS memory_root_summaries(
     digest BLOB NOT NULL,
     count INTEGER NOT NULL,
     data BLOB NOT NULL,
-    fold_state BLOB NOT NULL,
+    fold_state BLOB,
     PRIMARY KEY(root, projection)
 ) STRICT;
 CREATE TABLE IF NOT EXISTS selfmodel_snapshots(
@@ -96,7 +98,7 @@ class StoredSummary:
     digest: SummaryDigest
     count: int
     data: bytes
-    fold_state: bytes
+    fold_state: bytes | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,9 +136,16 @@ def install(db: apsw.Connection) -> None:
 
 
 def insert_root(
-    db: apsw.Connection, seq: int, preimage: RootPreimage, stored: list[StoredSummary]
+    db: apsw.Connection,
+    seq: int,
+    preimage: RootPreimage,
+    stored: list[StoredSummary],
+    *,
+    supersedes: bytes | None = None,
 ) -> MemoryRoot:
     """Store a new root (state ``live``) and its summaries; return the root.
+
+    ``supersedes`` is the branch's previous newest root, whose fold states are dropped.
 
     Raises:
         ValidationError: if the root is already stored (a replayed SNAPSHOT).
@@ -162,6 +171,10 @@ def insert_root(
         raise ValidationError(
             f"memory_root {root.hex()} is already recorded", field="payload.memory_root"
         ) from e
+    if supersedes is not None:
+        db.execute(
+            "UPDATE memory_root_summaries SET fold_state = NULL WHERE root = ?", (supersedes,)
+        )
     db.executemany(
         "INSERT INTO memory_root_summaries VALUES(?,?,?,?,?,?,?,?)",
         [
@@ -274,7 +287,7 @@ def summaries(db: apsw.Connection, root: bytes) -> list[StoredSummary]:
             SummaryDigest(bytes(d)),
             int(n),
             bytes(data),
-            bytes(st),
+            None if st is None else bytes(st),
         )
         for p, r, rc, d, n, data, st in db.execute(
             "SELECT projection, rule, rule_cbor, digest, count, data, fold_state "

@@ -14,7 +14,8 @@ hidden, every entry is still in the log.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -51,6 +52,9 @@ __all__ = [
 ]
 
 STEP: Final = 8
+_WATCHED: Final = frozenset(
+    {OpType.SNAPSHOT.value, OpType.SELFMODEL_SNAPSHOT.value, OpType.BRANCH_CREATE.value}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +65,7 @@ class RootReplayed:
     root: MemoryRoot
     prepared: Prepared
     skipped: int | None
+    previous: MemoryRoot | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,13 +78,21 @@ class SelfModelReplayed:
 class RootsReplay:
     """Replay of every branch's roots from scratch, one entry at a time, in log order."""
 
-    def __init__(self, registry: Registry, snapshot_every: int | None = None) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        snapshot_every: int | None = None,
+        states_for: Callable[[str, int], bool] | None = None,
+    ) -> None:
         """Fold every projection ``registry`` knows (active and retired).
 
         ``snapshot_every`` defaults to the value recorded in the canonical genesis.
+        ``states_for(branch, seq)`` says at which SNAPSHOT entries the encoded fold states
+        are wanted too (to store or compare them); by default none.
         """
         self.projections = registry.known()
         self.every = snapshot_every
+        self.states_for = states_for
         self.folds: dict[str, BranchFold] = {}
         self.roots: dict[str, list[tuple[int, MemoryRoot]]] = {}
 
@@ -90,7 +103,10 @@ class RootsReplay:
                 every = entry.body.get("snapshot_every")
                 self.every = every if type(every) is int and every > 0 else None
             fold = BranchFold(
-                entry.branch, Folder(self.projections), self.every or DEFAULT_SNAPSHOT_EVERY
+                entry.branch,
+                Folder(self.projections),
+                self.every or DEFAULT_SNAPSHOT_EVERY,
+                writer=False,
             )
             if entry.seq == 0 and entry.branch != CANONICAL_BRANCH:
                 fold.fork_root = self._root_before(fork_anchor(entry))
@@ -115,14 +131,17 @@ class RootsReplay:
                 the root the entry claims, so one bad root is reported once).
             ValidationError: a malformed SNAPSHOT or SELFMODEL_SNAPSHOT payload.
         """
-        fold = self._fold(entry)
+        fold = self.folds.get(entry.branch) or self._fold(entry)
+        t = entry.type
+        if t not in _WATCHED or entry.kind is not Kind.OP:
+            fold.advance(entry)
+            return None
         try:
-            if entry.kind is Kind.OP and entry.type == OpType.SNAPSHOT:
+            if t == OpType.SNAPSHOT:
                 return self._snapshot(fold, entry)
-            if entry.kind is Kind.OP and entry.type == OpType.SELFMODEL_SNAPSHOT:
+            if t == OpType.SELFMODEL_SNAPSHOT:
                 return self._selfmodel(entry)
-            if entry.kind is Kind.OP and entry.type == OpType.BRANCH_CREATE:
-                check_fork_root(entry, fold.latest_root)
+            check_fork_root(entry, fold.latest_root)
             return None
         finally:
             fold.advance(entry)
@@ -139,9 +158,20 @@ class RootsReplay:
         root = prepared.preimage.root()
         pending = fold.pending_seq
         skipped = pending if pending is not None and pending != prepared.high_water.seq else None
+        if (
+            self.states_for is not None
+            and prepared.high_water.seq == fold.next_seq - 1
+            and self.states_for(entry.branch, entry.seq)
+        ):
+            states = fold.folder.encoded_states()
+            prepared = replace(
+                prepared,
+                items=tuple((d, replace(s, fold_state=states[d.rule])) for d, s in prepared.items),
+            )
+        previous = fold.latest_root
         fold.snapshot_taken(entry, root)
         self.roots[entry.branch].append((entry.seq, root))
-        return RootReplayed(entry.seq, root, prepared, skipped)
+        return RootReplayed(entry.seq, root, prepared, skipped, previous)
 
     def _selfmodel(self, entry: Entry) -> SelfModelReplayed:
         payload = entry.body.get("payload")
@@ -200,6 +230,8 @@ def _compare_root(db: apsw.Connection, branch: str, r: RootReplayed, report: Aud
     stored = {s.projection: s for s in records.summaries(db, r.root)}
     for _, s in pre.items:
         got_s = stored.pop(s.projection, None)
+        if got_s is not None and s.fold_state is None:
+            got_s = replace(got_s, fold_state=None)  # not replayed here: nothing to compare
         if got_s is None:
             bad(f"summary of projection {s.projection!r} is missing")
         elif got_s != s:
@@ -244,7 +276,9 @@ class RootsReplayCheck:
         """
         self.path = None if path is None else Path(path)
         self.replay = RootsReplay(
-            registry if registry is not None else default_registry(), snapshot_every
+            registry if registry is not None else default_registry(),
+            snapshot_every,
+            states_for=self._stored_state,
         )
         self._db: apsw.Connection | None = None
         self._roots: set[bytes] = set()
@@ -263,6 +297,17 @@ class RootsReplayCheck:
                 return None
             self._db = db
         return self._db
+
+    def _stored_state(self, branch: str, seq: int) -> bool:
+        """Return True when the stored root at (branch, seq) keeps fold states to compare."""
+        db = self._records()
+        return db is not None and bool(
+            db.execute(
+                "SELECT 1 FROM memory_roots r JOIN memory_root_summaries s ON s.root = r.root "
+                "WHERE r.branch = ? AND r.seq = ? AND s.fold_state IS NOT NULL LIMIT 1",
+                (branch, seq),
+            ).fetchall()
+        )
 
     def feed(self, branch: str, entry: Entry, report: AuditReport) -> None:
         """Replay one entry; report a SNAPSHOT or SELFMODEL_SNAPSHOT that does not hold."""
@@ -389,7 +434,7 @@ def rebuild(ledger: Ledger, registry: Registry) -> int:
             "DELETE FROM memory_root_summaries; DELETE FROM memory_roots; "
             "DELETE FROM selfmodel_snapshots"
         )
-        replay = RootsReplay(registry)
+        replay = RootsReplay(registry, states_for=lambda branch, seq: True)
         for b in ledger.store.branches():
             for e in ledger.entries(0, None, b.name):
                 try:
@@ -402,7 +447,9 @@ def rebuild(ledger: Ledger, registry: Registry) -> int:
                         step=STEP,
                     ) from err
                 if isinstance(r, RootReplayed):
-                    records.insert_root(db, e.seq, r.prepared.preimage, r.prepared.stored)
+                    records.insert_root(
+                        db, e.seq, r.prepared.preimage, r.prepared.stored, supersedes=r.previous
+                    )
                     n += 1
                 elif isinstance(r, SelfModelReplayed):
                     records.insert_selfmodel(db, r.record)

@@ -410,4 +410,6 @@ class Roots:
         hw = HighWater(
             hw_seq, ledger.entry(hw_seq, branch).hash, hw_seq + 1, ledger.root(hw_seq + 1, branch)
         )
-        return compute_root(branch, parent, hw, [(p, s) for p, s, _ in folder.outputs()])
+        return compute_root(
+            branch, parent, hw, [(p, s) for p, s, _ in folder.outputs(writer=False)]
+        )

@@ -5,12 +5,14 @@ Every built-in takes a ``namespaces`` parameter (a slice rule: fold only operati
 several times with different slices (``failure-motifs:title-mismatch`` with
 ``motifs=("TITLE_MISMATCH",)``, as in the memory_root ticket). Summaries are canonical CBOR
 maps keyed by item, so every item of a summary is addressable (``root show``, ``root diff``,
-and a future ``FALSIFY`` of one summary item) and the item count is the number of keys.
+and a future ``FALSIFY`` of one summary item). Summaries stay bounded whatever the ledger's
+size (a root stores every summary): lists are capped by a parameter, and ``corrections``
+commits to the full list by a hash chain instead of carrying it.
 
 Built-ins (version 1 each):
 
-``failure-motifs``  ``VIOLATION_RECORDED``: ``{motif: {"count": n, "sources": {source: n}}}``
-``corrections``  ``CORRECTION_APPLIED``: ``{op_id: {"seq", "correction", "accepted_by", ...}}``
+``failure-motifs``  ``VIOLATION_RECORDED``: ``{motif: {"count", "distinct_sources", "sources"}}``
+``corrections``  ``CORRECTION_APPLIED``: ``{"total", "by_motif", "by_verifier", "recent", "chain"}``
 ``epistemic-distribution``  ``ASSERT`` / ``EPISTEMIC_TRANSITION``: ``{epistemic_type: n}``
 ``lifecycle-counts``  ``ASSERT`` / ``DEPRECATE`` / ``SUPERSEDE`` / ``ARCHIVE``: ``{state: n}``
 ``falsification-state``  ``FALSIFY`` / ``MARK_STALE`` / ``RESTORE`` / ``CASCADE``:
@@ -41,6 +43,7 @@ from typing import Any, ClassVar, Final
 from ledger import encoding
 from ledger.entries import Entry, check_uuid
 from ledger.errors import ValidationError
+from ledger.hashing import sha256
 from ledger.vocab import LifecycleState, OpType
 from projections.projection import Projection, Summary
 
@@ -159,18 +162,26 @@ class _Sliced:
 class FailureMotifs(_Sliced):
     """Count of recorded violations grouped by motif and, within a motif, by source.
 
-    ``motifs`` restricts the projection to the listed motifs (empty: every motif).
-    Summary: ``{motif: {"count": n, "sources": {source: n}}}``; count = number of motifs.
+    ``motifs`` restricts the projection to the listed motifs (empty: every motif);
+    ``top_sources`` bounds how many sources a motif lists (the most frequent, ties by name),
+    so a summary stays small when sources are free text. Summary:
+    ``{motif: {"count": n, "distinct_sources": d, "sources": {source: n}}}``; count = number of
+    motifs.
     """
 
     id: str = "failure-motifs"
     motifs: tuple[str, ...] = ()
+    top_sources: int = 100
     types: ClassVar[frozenset[str] | None] = frozenset({OpType.VIOLATION_RECORDED.value})
 
     @property
     def params(self) -> Mapping[str, Any]:
-        """``{"motifs": [...], "namespaces": [...]}``, both sorted."""
-        return {"motifs": sorted(set(self.motifs)), **self._slice()}
+        """``{"motifs": [...], "namespaces": [...], "top_sources": n}``, lists sorted."""
+        return {
+            "motifs": sorted(set(self.motifs)),
+            "top_sources": self.top_sources,
+            **self._slice(),
+        }
 
     def initial(self) -> dict[str, dict[str, int]]:
         """Return ``{}``: no motif seen yet."""
@@ -189,46 +200,70 @@ class FailureMotifs(_Sliced):
         return state
 
     def summarize(self, state: dict[str, dict[str, int]]) -> Summary:
-        """Return ``{motif: {"count", "sources"}}``."""
-        return _summary({m: {"count": sum(s.values()), "sources": s} for m, s in state.items()})
+        """Return ``{motif: {"count", "distinct_sources", "sources"}}``."""
+        out = {}
+        for motif, sources in state.items():
+            top = sorted(sources.items(), key=lambda kv: (-kv[1], kv[0]))[: self.top_sources]
+            out[motif] = {
+                "count": sum(sources.values()),
+                "distinct_sources": len(sources),
+                "sources": dict(top),
+            }
+        return _summary(out)
+
+
+_CHAIN_START: Final = bytes(32)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Corrections(_Sliced):
-    """Every accepted correction (``CORRECTION_APPLIED``), keyed by the operation's id.
+    """Accepted corrections (``CORRECTION_APPLIED``): counts, the latest ones, and a chain.
 
-    Summary: ``{op_id: {"seq": n, "correction": ..., "accepted_by": ..., <optional fields>}}``.
+    Summary: ``{"total": n, "by_motif": {motif: n}, "by_verifier": {accepted_by: n},
+    "recent": [the last `recent` corrections, oldest first], "chain": bytes(32)}``; each
+    correction is ``{"id": op_id, "seq": n, <its payload fields>}`` and
+    ``chain = SHA-256(previous chain || cbor(correction))`` from 32 zero bytes, so the
+    summary commits to every correction without listing them all. Count = ``total``.
     """
 
     id: str = "corrections"
+    recent: int = 20
     types: ClassVar[frozenset[str] | None] = frozenset({OpType.CORRECTION_APPLIED.value})
 
     @property
     def params(self) -> Mapping[str, Any]:
-        """``{"namespaces": [...]}``."""
-        return self._slice()
+        """``{"namespaces": [...], "recent": n}``."""
+        return {"recent": self.recent, **self._slice()}
 
-    def initial(self) -> dict[str, dict[str, Any]]:
-        """Return ``{}``: no correction yet."""
-        return {}
+    def initial(self) -> dict[str, Any]:
+        """Return no correction yet."""
+        return {"total": 0, "by_motif": {}, "by_verifier": {}, "recent": [], "chain": _CHAIN_START}
 
-    def fold(self, state: dict[str, dict[str, Any]], entry: Entry) -> dict[str, dict[str, Any]]:
-        """Record one ``CORRECTION_APPLIED`` with the entry's seq."""
+    def fold(self, state: dict[str, Any], entry: Entry) -> dict[str, Any]:
+        """Count one ``CORRECTION_APPLIED`` and chain it."""
         if entry.type != OpType.CORRECTION_APPLIED or not self._in_slice(entry):
             return state
         op_id = entry.body.get("id")
         if type(op_id) is not str:
             return state
-        item: dict[str, Any] = {"seq": entry.seq}
+        item: dict[str, Any] = {"id": op_id, "seq": entry.seq}
         for name, value in _payload(entry).items():
             if name in CORRECTION_FIELDS:
                 item[name] = value
-        state[op_id] = item
+        state["total"] += 1
+        for key, group in (("motif", "by_motif"), ("accepted_by", "by_verifier")):
+            value = _text_or_none(item.get(key))
+            if value is not None:
+                state[group][value] = state[group].get(value, 0) + 1
+        state["chain"] = sha256(state["chain"] + encoding.encode(item))
+        recent: list[dict[str, Any]] = state["recent"]
+        recent.append(item)
+        del recent[: max(0, len(recent) - self.recent)]
         return state
 
-    def summarize(self, state: dict[str, dict[str, Any]]) -> Summary:
-        """Return the corrections map."""
-        return _summary(state)
+    def summarize(self, state: dict[str, Any]) -> Summary:
+        """Return the counts, the recent corrections and the chain."""
+        return _summary(state, state["total"])
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

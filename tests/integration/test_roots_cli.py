@@ -75,9 +75,13 @@ def test_snapshot_roots_show_diff_end_to_end(ledger: Path, tmp_path: Path):
     shown = ok_json(memroot(ledger, "root", "show", snap["memory_root"][:12], "--json"))
     motifs = next(s for s in shown["summaries"] if s["id"] == "failure-motifs")
     assert motifs["summary"] == {
-        "TITLE_MISMATCH": {"count": 5, "sources": {"Quantum chromodynamics": 5}}
+        "TITLE_MISMATCH": {
+            "count": 5,
+            "distinct_sources": 1,
+            "sources": {"Quantum chromodynamics": 5},
+        }
     }
-    assert motifs["params"] == {"motifs": [], "namespaces": []}
+    assert motifs["params"] == {"motifs": [], "namespaces": [], "top_sources": 100}
     diff = ok_json(
         memroot(ledger, "root", "diff", chain[1]["memory_root"], chain[0]["memory_root"], "--json")
     )
@@ -99,8 +103,9 @@ def test_corrections_appear_in_the_next_root(ledger: Path, tmp_path: Path):
     snap = ok_json(memroot(ledger, "snapshot", "--json"))
     shown = ok_json(memroot(ledger, "root", "show", snap["memory_root"], "--json"))
     corr = next(s for s in shown["summaries"] if s["id"] == "corrections")
-    [(_, item)] = corr["summary"].items()
+    [item] = corr["summary"]["recent"]
     assert item["accepted_by"] == "verifier-2" and corr["count"] == 1
+    assert corr["summary"]["by_motif"] == {"TITLE_MISMATCH": 1}
 
 
 def test_bad_audit_record_is_refused_with_the_field(ledger: Path):

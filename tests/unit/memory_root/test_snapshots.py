@@ -342,3 +342,21 @@ def test_rebuild_reproduces_the_stored_records(mr_make: Make, mr: Any):
     assert dump() == before
     ledger.append_batch(mr.mixed(3))
     assert roots.snapshot().created
+
+
+def test_only_the_newest_root_of_a_branch_keeps_fold_states(mr_make: Make, mr: Any):
+    """Fold states are stored for the newest root only, so the file grows with summaries."""
+    ledger, roots = mr_make(every=5)
+    roots.append_batch(mr.mixed(16))
+    newest = roots.snapshot().record.root
+
+    def holders() -> set[bytes]:
+        rows = ledger.store.db.execute(
+            "SELECT DISTINCT root FROM memory_root_summaries WHERE fold_state IS NOT NULL"
+        ).fetchall()
+        return {r[0] for r in rows}
+
+    assert len(roots.chain()) > 2
+    assert holders() == {newest}
+    roots.rebuild()
+    assert holders() == {newest}

@@ -59,7 +59,7 @@ def test_rule_digest_is_the_tagged_sha256_of_the_canonical_rule():
         {
             "id": "failure-motifs",
             "version": 1,
-            "params": {"motifs": ["TITLE_MISMATCH"], "namespaces": []},
+            "params": {"motifs": ["TITLE_MISMATCH"], "namespaces": [], "top_sources": 100},
         },
         canonical=True,
     )

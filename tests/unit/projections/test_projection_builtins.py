@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
+import cbor2
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -78,10 +80,23 @@ def test_failure_motifs_count_by_motif_and_source():
     ]
     got, count = value(FailureMotifs(), entries)
     assert got == {
-        "TITLE_MISMATCH": {"count": 3, "sources": {"QCD article": 2, "Spin glass": 1}},
-        "DEFLECTION": {"count": 1, "sources": {"topic:physics": 1}},
+        "TITLE_MISMATCH": {
+            "count": 3,
+            "distinct_sources": 2,
+            "sources": {"QCD article": 2, "Spin glass": 1},
+        },
+        "DEFLECTION": {"count": 1, "distinct_sources": 1, "sources": {"topic:physics": 1}},
     }
     assert count == 2
+
+
+def test_failure_motifs_list_only_the_most_frequent_sources():
+    """top_sources keeps the most frequent sources (ties by name); counts stay exact."""
+    entries = [violation("M", s) for s in ["b", "a", "c", "c", "d", "d", "d"]]
+    got, _ = value(FailureMotifs(top_sources=2), entries)
+    assert got == {"M": {"count": 7, "distinct_sources": 4, "sources": {"d": 3, "c": 2}}}
+    got, _ = value(FailureMotifs(top_sources=3), entries)
+    assert got["M"]["sources"] == {"d": 3, "c": 2, "a": 1}
 
 
 def test_failure_motifs_slices_by_motif_and_namespace():
@@ -94,33 +109,46 @@ def test_failure_motifs_slices_by_motif_and_namespace():
     got, _ = value(FailureMotifs(id="failure-motifs:title", motifs=("TITLE_MISMATCH",)), entries)
     assert set(got) == {"TITLE_MISMATCH"} and got["TITLE_MISMATCH"]["count"] == 2
     got, _ = value(FailureMotifs(namespaces=("other",)), entries)
-    assert got == {"TITLE_MISMATCH": {"count": 1, "sources": {"c": 1}}}
+    assert got == {"TITLE_MISMATCH": {"count": 1, "distinct_sources": 1, "sources": {"c": 1}}}
 
 
-def test_corrections_lists_each_accepted_correction_by_operation_id():
-    """Every CORRECTION_APPLIED appears under its op id with its seq and payload fields."""
-    oid = new_uuid()
-    e = op(
-        "CORRECTION_APPLIED",
-        {
-            "correction": "cite the spin-glass article",
-            "accepted_by": "verifier-2",
-            "motif": "TITLE_MISMATCH",
-            "benchmark": "bench/titles-v3",
-        },
-        op_id=oid,
-    )
-    got, count = value(Corrections(), [e, violation("X", "y")])
-    assert count == 1
-    assert got == {
-        oid: {
-            "seq": e.seq,
-            "correction": "cite the spin-glass article",
-            "accepted_by": "verifier-2",
-            "motif": "TITLE_MISMATCH",
-            "benchmark": "bench/titles-v3",
-        }
+def test_corrections_count_keep_the_recent_ones_and_chain_them_all():
+    """Totals by motif and verifier, the last `recent` corrections, a chain over all of them."""
+    ids = [new_uuid() for _ in range(4)]
+    entries = [
+        op(
+            "CORRECTION_APPLIED",
+            {
+                "correction": f"fix {i}",
+                "accepted_by": f"v{i % 2}",
+                "motif": "TITLE_MISMATCH",
+                "benchmark": "bench/titles-v3",
+            },
+            op_id=oid,
+        )
+        for i, oid in enumerate(ids)
+    ]
+    got, count = value(Corrections(recent=2), [*entries, violation("X", "y")])
+    assert count == got["total"] == 4
+    assert got["by_motif"] == {"TITLE_MISMATCH": 4} and got["by_verifier"] == {"v0": 2, "v1": 2}
+    assert [c["id"] for c in got["recent"]] == ids[2:]
+    assert got["recent"][-1] == {
+        "id": ids[3],
+        "seq": entries[3].seq,
+        "correction": "fix 3",
+        "accepted_by": "v1",
+        "motif": "TITLE_MISMATCH",
+        "benchmark": "bench/titles-v3",
     }
+    chain = bytes(32)
+    for e, oid in zip(entries, ids, strict=True):
+        item = {"id": oid, "seq": e.seq, **e.body["payload"]}
+        chain = hashlib.sha256(chain + cbor2.dumps(item, canonical=True)).digest()
+    assert got["chain"] == chain
+    other, _ = value(Corrections(recent=2), entries[:3] + entries[3:][::-1])
+    assert other == got  # same entries, same order: same summary
+    swapped, _ = value(Corrections(recent=2), [entries[1], entries[0], *entries[2:]])
+    assert swapped["chain"] != got["chain"] and swapped["recent"] == got["recent"]
 
 
 def test_epistemic_distribution_follows_asserts_and_transitions():
