@@ -623,6 +623,14 @@ class Ledger:
         if k is None or k >> 40 != branch_no:
             raise NotFoundError(f"TOMBSTONE target event {target} is not on this branch")
         row = self.store.entry_row(branch_no, k & ((1 << 40) - 1))
+        found = Entry.from_bytes(row.data)
+        if found.kind is not Kind.EVENT or found.body.get("id") != target:
+            # The event id index is a cache that verify does not check: trusting a damaged
+            # one would erase the content of another event.
+            raise StorageError(
+                f"the event index points {target} at entry {found.seq}, which is not that "
+                "event: the index is damaged; nothing was erased"
+            )
         if row.erased_by is not None:
             raise RefusedError(f"event {target} was already erased by entry {row.erased_by}")
         self._pending_erasures.append((k, entry.seq))
