@@ -853,6 +853,25 @@ def detected_or_harmless(
     return "harmless"
 
 
+def test_event_index_redirected_cannot_misdirect_erasure(
+    tmp_path: Path, trusted: Path, inputs: Any
+) -> None:
+    """A TOMBSTONE through an event index pointed at another event erases nothing."""
+    path = tmp_path / "index.db"
+    with Ledger.init(path, origin=ORIGIN) as ledger:
+        victim = ledger.append(inputs.event(random.Random(1), 1, content="keep me"))
+        target = ledger.append(inputs.event(random.Random(2), 2, content="erase me"))
+    with raw_db(path) as db:
+        raw_id = bytes.fromhex(target.id.replace("-", ""))
+        db.execute("UPDATE event_ids SET k = ? WHERE id = ?", (k(victim.seq), raw_id))
+    with Ledger.open(path) as ledger, pytest.raises(StorageError, match="index is damaged"):
+        ledger.append(inputs.tombstone(target.id))
+    with Ledger.open(path) as ledger:
+        assert ledger.content(victim.seq) == "keep me"
+        assert ledger.content(target.seq) == "erase me"
+        assert ledger.size() == 3
+
+
 # verify does not check the event id index yet (reported as a gap): a changed id or key makes
 # find_event miss or misplace an event, and lets a duplicate event id be appended.
 INDEX_GAP = pytest.mark.xfail(strict=True, reason="verify does not check event_ids (gap)")
