@@ -360,3 +360,26 @@ def test_only_the_newest_root_of_a_branch_keeps_fold_states(mr_make: Make, mr: A
     assert holders() == {newest}
     roots.rebuild()
     assert holders() == {newest}
+
+
+def test_a_cold_reload_sees_events_and_erased_events(mr_make: Make, mr: Any):
+    """Reopened cold, new events (even erased ones) still make the next snapshot a new root."""
+    ledger, roots = mr_make()
+    ledger.append_batch(mr.mixed(6))
+    first = roots.snapshot().record
+    victim = ledger.append(mr.event(100))
+    ledger.append(
+        mr.op(
+            "TOMBSTONE",
+            {"target_event_id": victim.id, "reason": "erasure request", "policy_ref": "gdpr/17"},
+        )
+    )
+    with Ledger.open(ledger.path, hooks=[RootsHook()]) as again:
+        r = Roots(again)
+        second = r.snapshot()
+        assert second.created and second.record.parent == first.root
+        assert r.compute(hw_seq=second.record.high_water.seq).root() == second.record.root
+    with Ledger.open(ledger.path, hooks=[RootsHook()]) as again:
+        again.append(mr.event(101))
+    with Ledger.open(ledger.path, hooks=[RootsHook()]) as again:
+        assert Roots(again).snapshot().created

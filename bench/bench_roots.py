@@ -1,0 +1,227 @@
+"""Benchmark memory-root snapshots and their replay (issue 4; not a test).
+
+For each size it builds a ledger with the memory_root hook (automatic snapshots every 1000
+entries, as `memroot init` does by default), then measures:
+
+- ``append``: entries/s appending in batches of 1000, hook on (automatic snapshots included),
+  and, with ``--baseline``, the same appends without any hook;
+- ``snapshot_warm``: an on-demand snapshot after 999 new entries, in the process that appended
+  them (the fold state is in memory): the SNAPSHOT append plus the checkpoint signature;
+- ``snapshot_cold``: the same in a freshly opened ledger, as ``memroot snapshot`` runs: load the
+  projection states of the last root, fold the entries after its high-water from the file;
+- ``replay``: step 8 alone, every root of the ledger recomputed from scratch by
+  ``RootsReplay`` (entries/s, the time to decode the entries subtracted);
+- ``verify``: ``verify`` with and without step 8, so the cost step 8 adds is visible.
+
+Usage::
+
+    python bench/bench_roots.py --sizes 100000 1000000 [--baseline] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ledger.entries import EventInput, OpInput, new_uuid
+from ledger.ledger import Ledger
+from ledger.verify import verify_path
+from memory_root import Roots, RootsHook
+from memory_root.replay import RootsReplay, RootsReplayCheck
+from projections.registry import default_registry
+
+BATCH = 1000
+MOTIFS = ["TITLE_MISMATCH", "WARRANT_MISSING", "DEFLECTION"]
+
+
+def items(n: int, rng: random.Random) -> Iterator[EventInput | OpInput]:
+    """A mix of what an agent appends: events, memory operations, audit records."""
+    for i in range(n):
+        r = rng.random()
+        if r < 0.6:
+            yield EventInput(
+                stream=f"s{i % 50}",
+                actor_id="user-1",
+                actor_type="HUMAN_USER",
+                role="USER",
+                content=f"message {i} " + "x" * 80,
+                namespace_id="agent-7",
+            )
+            continue
+        if r < 0.8:
+            op, payload, target = (
+                "ASSERT",
+                {
+                    "object_type": "FACT",
+                    "epistemic_type": rng.choice(["OBSERVED", "ASSERTED", "INFERRED"]),
+                    "source_type": "USER_STATED",
+                    "evidence_ids": [new_uuid()],
+                    "value": f"v{i}",
+                    "confidence": 0.8,
+                    "salience": 0.5,
+                },
+                new_uuid(),
+            )
+        elif r < 0.9:
+            op, payload, target = (
+                "VIOLATION_RECORDED",
+                {"motif": rng.choice(MOTIFS), "source": f"source-{rng.randrange(200)}"},
+                None,
+            )
+        elif r < 0.95:
+            op, payload, target = (
+                "CORRECTION_APPLIED",
+                {"correction": f"fix {i}", "accepted_by": "verifier-2"},
+                None,
+            )
+        else:
+            op, payload, target = "DEPRECATE", {"reason": "old", "deprecated_by": "a"}, new_uuid()
+        yield OpInput(
+            op_type=op,
+            actor_id="agent-7",
+            actor_type="AI_AGENT",
+            namespace_id="agent-7",
+            payload=payload,
+            policy_version="policy/1",
+            target_id=target,
+        )
+
+
+def build(path: Path, size: int, hooked: bool, seed: int) -> float:
+    """Create a ledger of about ``size`` entries; return appended entries/s."""
+    rng = random.Random(seed)
+    hooks = [RootsHook()] if hooked else []
+    with Ledger.init(path, origin="bench.example/roots", hooks=hooks) as ledger:
+        roots = Roots(ledger) if hooked else None
+        todo = size - 1
+        start = time.perf_counter()
+        stream = items(todo, rng)
+        while todo > 0:
+            batch = [next(stream) for _ in range(min(BATCH, todo))]
+            if roots is not None:
+                roots.append_batch(batch)
+            else:
+                ledger.append_batch(batch)
+            todo -= len(batch)
+        elapsed = time.perf_counter() - start
+        return (size - 1) / elapsed
+
+
+def snapshot_times(path: Path, rounds: int, seed: int) -> dict[str, Any]:
+    """Median ms of an on-demand snapshot after 999 new entries, warm and cold."""
+    rng = random.Random(seed)
+    warm, cold = [], []
+    for _ in range(rounds):
+        with Ledger.open(path, hooks=[RootsHook()]) as ledger:
+            roots = Roots(ledger)
+            roots.snapshot()
+            roots.append_batch(list(items(999, rng)))
+            t = time.perf_counter()
+            res = roots.snapshot()
+            warm.append((time.perf_counter() - t) * 1000)
+            assert res.created
+        with Ledger.open(path, hooks=[RootsHook()]) as ledger:
+            ledger.append_batch(list(items(999, rng)))
+        with Ledger.open(path, hooks=[RootsHook()]) as ledger:
+            t = time.perf_counter()
+            res = Roots(ledger).snapshot()
+            cold.append((time.perf_counter() - t) * 1000)
+            assert res.created
+    return {
+        "warm_ms_median": round(statistics.median(warm), 2),
+        "warm_ms": [round(x, 2) for x in warm],
+        "cold_ms_median": round(statistics.median(cold), 2),
+        "cold_ms": [round(x, 2) for x in cold],
+    }
+
+
+def replay_rate(path: Path) -> dict[str, Any]:
+    """Entries/s of RootsReplay alone (every root recomputed), decoding excluded.
+
+    Entries are streamed twice: decoded only, then decoded and replayed; the replay's time is
+    the difference, so memory stays flat at any size.
+    """
+    with Ledger.open(path) as ledger:
+        t = time.perf_counter()
+        n = sum(1 for _ in ledger.entries())
+        decode_only = time.perf_counter() - t
+        replay = RootsReplay(default_registry())
+        roots = 0
+        t = time.perf_counter()
+        for e in ledger.entries():
+            if replay.feed(e) is not None:
+                roots += 1
+        both = time.perf_counter() - t
+    elapsed = max(both - decode_only, 1e-9)
+    return {
+        "entries": n,
+        "roots_replayed": roots,
+        "decode_seconds": round(decode_only, 3),
+        "replay_seconds": round(elapsed, 3),
+        "entries_per_s": round(n / elapsed),
+    }
+
+
+def verify_times(path: Path, repeat: int = 2) -> dict[str, Any]:
+    """Seconds of a full verify with and without step 8 (best of ``repeat``, alternating)."""
+    without, with_8 = [], []
+    n = 0
+    for _ in range(repeat):
+        t = time.perf_counter()
+        plain = verify_path(path, update_trusted=False)
+        without.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        full = verify_path(path, checks=[RootsReplayCheck(path)], update_trusted=False)
+        with_8.append(time.perf_counter() - t)
+        assert plain.ok and full.ok, [str(f) for f in full.findings][:5]
+        n = full.entries
+    added = min(with_8) - min(without)
+    return {
+        "entries": n,
+        "seconds_without_step8": round(min(without), 2),
+        "seconds_with_step8": round(min(with_8), 2),
+        "step8_added_seconds": round(added, 2),
+        "step8_entries_per_s_in_verify": round(n / added) if added > 0 else None,
+        "verify_entries_per_s_with_step8": round(n / min(with_8)),
+    }
+
+
+def main() -> None:
+    """Run the benchmark for each size and print (or write) the results."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[100_000])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--baseline", action="store_true", help="also append without hooks")
+    ap.add_argument("--no-verify", action="store_true", help="skip the full verify timing")
+    ap.add_argument("--dir", type=Path, help="where to build ledgers (default: a temp dir)")
+    ap.add_argument("--json", type=Path, help="write the results to this file")
+    args = ap.parse_args()
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        for size in args.sizes:
+            path = Path(tmp) / f"roots-{size}.ledger"
+            res: dict[str, Any] = {"append_entries_per_s_hooked": round(build(path, size, True, 1))}
+            if args.baseline:
+                res["append_entries_per_s_no_hooks"] = round(
+                    build(Path(tmp) / f"plain-{size}.ledger", size, False, 1)
+                )
+            res["snapshot_after_1000"] = snapshot_times(path, args.rounds, 2)
+            res["replay_step8_only"] = replay_rate(path)
+            if not args.no_verify:
+                res["verify"] = verify_times(path)
+            res["file_mb"] = round(path.stat().st_size / 1e6, 1)
+            out[str(size)] = res
+            print(json.dumps({size: res}, indent=2), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
