@@ -122,41 +122,60 @@ def assert_object(
     return _op(by, OpType.ASSERT, payload, target_id=object_id, ts=ts)
 
 
-def deprecate(by: Actor, object_id: str, reason: str, deprecated_by: str | None = None) -> OpInput:
+def deprecate(
+    by: Actor,
+    object_id: str,
+    reason: str,
+    deprecated_by: str | None = None,
+    *,
+    ts: int | None = None,
+) -> OpInput:
     """DEPRECATE an ACTIVE object."""
     return _op(
         by,
         OpType.DEPRECATE,
         {"reason": reason, "deprecated_by": deprecated_by or by.actor_id},
         target_id=object_id,
+        ts=ts,
     )
 
 
-def archive(by: Actor, object_id: str, reason: str, policy_ref: str) -> OpInput:
+def archive(
+    by: Actor, object_id: str, reason: str, policy_ref: str, *, ts: int | None = None
+) -> OpInput:
     """ARCHIVE an ACTIVE or DEPRECATED object."""
     return _op(
-        by, OpType.ARCHIVE, {"reason": reason, "policy_ref": policy_ref}, target_id=object_id
+        by, OpType.ARCHIVE, {"reason": reason, "policy_ref": policy_ref}, target_id=object_id, ts=ts
     )
 
 
-def supersede(by: Actor, object_id: str, new_object_id: str, reason: str) -> OpInput:
+def supersede(
+    by: Actor, object_id: str, new_object_id: str, reason: str, *, ts: int | None = None
+) -> OpInput:
     """SUPERSEDE ``object_id`` by the ACTIVE object ``new_object_id`` of the same type."""
     return _op(
         by,
         OpType.SUPERSEDE,
         {"new_object_id": new_object_id, "reason": reason},
         target_id=object_id,
+        ts=ts,
     )
 
 
 def tombstone(
-    by: Actor, event_id: str, reason: str, policy_ref: str, on_dependents: str | None = None
+    by: Actor,
+    event_id: str,
+    reason: str,
+    policy_ref: str,
+    on_dependents: str | None = None,
+    *,
+    ts: int | None = None,
 ) -> OpInput:
     """TOMBSTONE an event (erases its content); say what happens to ACTIVE dependents."""
     payload = {"target_event_id": event_id, "reason": reason, "policy_ref": policy_ref}
     if on_dependents is not None:
         payload["on_dependents"] = on_dependents
-    return _op(by, OpType.TOMBSTONE, payload, target_id=event_id, target_type="EVENT")
+    return _op(by, OpType.TOMBSTONE, payload, target_id=event_id, target_type="EVENT", ts=ts)
 
 
 def transition(
@@ -166,6 +185,8 @@ def transition(
     to_type: str,
     reason: str,
     evidence_ids: Sequence[str] = (),
+    *,
+    ts: int | None = None,
 ) -> OpInput:
     """EPISTEMIC_TRANSITION of an ACTIVE object (new evidence ids are added to it)."""
     return _op(
@@ -178,10 +199,13 @@ def transition(
             "evidence_ids": list(evidence_ids),
         },
         target_id=object_id,
+        ts=ts,
     )
 
 
-def contradiction(by: Actor, object_id_a: str, object_id_b: str, description: str) -> OpInput:
+def contradiction(
+    by: Actor, object_id_a: str, object_id_b: str, description: str, *, ts: int | None = None
+) -> OpInput:
     """CONTRADICTION_NOTED between two objects (links CONTRADICTS; resolves nothing)."""
     return _op(
         by,
@@ -191,6 +215,7 @@ def contradiction(by: Actor, object_id_a: str, object_id_b: str, description: st
             "object_id_b": object_id_b,
             "conflict_description": description,
         },
+        ts=ts,
     )
 
 
@@ -201,6 +226,8 @@ def decay(
     new_salience: float,
     new_confidence: float,
     decay_profile_ref: str,
+    *,
+    ts: int | None = None,
 ) -> OpInput:
     """DECAY_APPLIED: lower salience and confidence by at most ``decay_delta`` each."""
     return _op(
@@ -213,6 +240,7 @@ def decay(
             "decay_profile_ref": decay_profile_ref,
         },
         target_id=object_id,
+        ts=ts,
     )
 
 
@@ -224,6 +252,8 @@ def reinforce(
     new_confidence: float,
     new_salience: float,
     signal_source: str,
+    *,
+    ts: int | None = None,
 ) -> OpInput:
     """REINFORCE: raise confidence and salience by at most ``delta`` each."""
     return _op(
@@ -237,11 +267,19 @@ def reinforce(
             "signal_source": signal_source,
         },
         target_id=object_id,
+        ts=ts,
     )
 
 
 def penalty(
-    by: Actor, object_id: str, signal_type: str, delta: float, new_confidence: float, reason: str
+    by: Actor,
+    object_id: str,
+    signal_type: str,
+    delta: float,
+    new_confidence: float,
+    reason: str,
+    *,
+    ts: int | None = None,
 ) -> OpInput:
     """PENALTY: lower confidence by at most ``delta``."""
     return _op(
@@ -254,6 +292,7 @@ def penalty(
             "reason": reason,
         },
         target_id=object_id,
+        ts=ts,
     )
 
 
@@ -264,6 +303,8 @@ def relate(
     target_id: str,
     confidence: float = 1.0,
     relation_label: str | None = None,
+    *,
+    ts: int | None = None,
 ) -> OpInput:
     """RELATE two nodes with a SUPPORTS, RELATES_TO (labelled) or ABOUT_ENTITY edge."""
     payload: dict[str, Any] = {
@@ -274,7 +315,7 @@ def relate(
     }
     if relation_label is not None:
         payload["relation_label"] = relation_label
-    return _op(by, OpType.RELATE, payload)
+    return _op(by, OpType.RELATE, payload, ts=ts)
 
 
 def entity_create(
@@ -283,6 +324,8 @@ def entity_create(
     canonical_name: str,
     aliases: Sequence[str] = (),
     entity_id: str | None = None,
+    *,
+    ts: int | None = None,
 ) -> OpInput:
     """ENTITY_CREATE in ``by.namespace_id``."""
     return _op(
@@ -295,11 +338,17 @@ def entity_create(
         },
         target_id=entity_id,
         target_type=None,
+        ts=ts,
     )
 
 
 def entity_merge(
-    by: Actor, primary_entity_id: str, merged_entity_id: str, alias_list: Sequence[str] = ()
+    by: Actor,
+    primary_entity_id: str,
+    merged_entity_id: str,
+    alias_list: Sequence[str] = (),
+    *,
+    ts: int | None = None,
 ) -> OpInput:
     """ENTITY_MERGE ``merged_entity_id`` into ``primary_entity_id`` (aliases carried over)."""
     return _op(
@@ -310,6 +359,7 @@ def entity_merge(
             "merged_entity_id": merged_entity_id,
             "alias_list": list(alias_list),
         },
+        ts=ts,
     )
 
 
@@ -319,6 +369,8 @@ def summary_created(
     object_ids: Sequence[str],
     time_window: tuple[int, int],
     summary_type: str,
+    *,
+    ts: int | None = None,
 ) -> OpInput:
     """SUMMARY_CREATED: link an ACTIVE SUMMARY object to the objects it summarises."""
     return _op(
@@ -330,11 +382,17 @@ def summary_created(
             "summary_type": summary_type,
         },
         target_id=summary_id,
+        ts=ts,
     )
 
 
 def dedup_resolved(
-    by: Actor, primary_id: str, merged_ids: Sequence[str], resolution_strategy: str
+    by: Actor,
+    primary_id: str,
+    merged_ids: Sequence[str],
+    resolution_strategy: str,
+    *,
+    ts: int | None = None,
 ) -> OpInput:
     """DEDUP_RESOLVED: the merged objects become SUPERSEDED by the primary."""
     return _op(
@@ -345,19 +403,20 @@ def dedup_resolved(
             "merged_ids": list(merged_ids),
             "resolution_strategy": resolution_strategy,
         },
+        ts=ts,
     )
 
 
-def namespace_create(by: Actor, namespace_type: str) -> OpInput:
+def namespace_create(by: Actor, namespace_type: str, *, ts: int | None = None) -> OpInput:
     """NAMESPACE_CREATE ``by.namespace_id`` (a policy; ``by`` becomes its first ADMIN)."""
-    return _op(by, OpType.NAMESPACE_CREATE, {"namespace_type": str(namespace_type)})
+    return _op(by, OpType.NAMESPACE_CREATE, {"namespace_type": str(namespace_type)}, ts=ts)
 
 
-def grant(by: Actor, actor_id: str, permission: str) -> OpInput:
+def grant(by: Actor, actor_id: str, permission: str, *, ts: int | None = None) -> OpInput:
     """GRANT ``permission`` on ``by.namespace_id`` to ``actor_id`` (``by`` needs ADMIN)."""
-    return _op(by, OpType.GRANT, {"actor_id": actor_id, "permission": str(permission)})
+    return _op(by, OpType.GRANT, {"actor_id": actor_id, "permission": str(permission)}, ts=ts)
 
 
-def revoke(by: Actor, actor_id: str, permission: str) -> OpInput:
+def revoke(by: Actor, actor_id: str, permission: str, *, ts: int | None = None) -> OpInput:
     """REVOKE ``permission`` on ``by.namespace_id`` from ``actor_id`` (``by`` needs ADMIN)."""
-    return _op(by, OpType.REVOKE, {"actor_id": actor_id, "permission": str(permission)})
+    return _op(by, OpType.REVOKE, {"actor_id": actor_id, "permission": str(permission)}, ts=ts)
