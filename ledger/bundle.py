@@ -587,17 +587,24 @@ class BundleReader:
     def iter_entry_rows(self, branch_no: int) -> Iterator[BundleRow]:
         """Yield a branch's rows in file order, each joined with its content record.
 
+        The offset index is checked against the entries file once the branch ends.
+
         Raises:
             DecodeError: if a file does not match the manifest or a content record is bad.
         """
         paths = branch_files(self._branches[branch_no].name)
         ef, einfo = self._open(paths["entries"])
         cf, cinfo = self._open(paths["content"])
+        offsets: list[int] = []
+        at = 0
         with ef, cf:
             contents = (_content_record(p, cinfo.path) for p in read_frames(cf, cinfo))
             pending = next(contents, None)
             last_seq = -1
             for seq, data in enumerate(read_frames(ef, einfo)):
+                if seq % INDEX_EVERY == 0:
+                    offsets.append(at)
+                at += 4 + len(data)
                 if pending is not None and pending[0] <= last_seq:
                     raise DecodeError(f"bundle file {cinfo.path}: records are not in seq order")
                 if pending is not None and pending[0] == seq:
@@ -614,6 +621,22 @@ class BundleReader:
                 )
             for _ in contents:  # drain: checks the file's digest and count
                 pass
+        if self._offsets(branch_no) != offsets:
+            raise DecodeError(f"bundle file {paths['index']} does not index the entries file")
+
+    def _offsets(self, branch_no: int) -> list[int]:
+        """Read a branch's offset index.
+
+        Raises:
+            DecodeError: if the index file is damaged or not an index.
+        """
+        rel = branch_files(self._branches[branch_no].name)["index"]
+        xf, xinfo = self._open(rel)
+        with xf:
+            frames = list(read_frames(xf, xinfo))
+        if len(frames) != 1 or len(frames[0]) % 8:
+            raise DecodeError(f"bundle file {rel} is not an offset index")
+        return [o for (o,) in _OFFSET.iter_unpack(frames[0])]
 
     def entry_row(self, branch_no: int, seq: int) -> BundleRow:
         """Return one row, found through the offset index (content is not joined).
@@ -626,15 +649,10 @@ class BundleReader:
         if not 0 <= seq < b.size:
             raise NotFoundError(f"no entry {seq} on branch {b.name!r} in the bundle")
         paths = branch_files(b.name)
-        xf, xinfo = self._open(paths["index"])
-        with xf:
-            frames = list(read_frames(xf, xinfo))
-        if len(frames) != 1 or len(frames[0]) % 8:
-            raise DecodeError(f"bundle file {xinfo.path} is not an offset index")
-        offsets = [o for (o,) in _OFFSET.iter_unpack(frames[0])]
+        offsets = self._offsets(branch_no)
         slot = seq // INDEX_EVERY
         if slot >= len(offsets):
-            raise DecodeError(f"bundle file {xinfo.path} has no offset for entry {seq}")
+            raise DecodeError(f"bundle file {paths['index']} has no offset for entry {seq}")
         ef, einfo = self._open(paths["entries"])
         with ef:
             ef.seek(offsets[slot])
