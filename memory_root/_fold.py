@@ -27,7 +27,13 @@ from ledger.merkle import CompactRange
 from ledger.vocab import OpType
 from memory_root.records import StoredSummary
 from memory_root.root import HighWater, MemoryRoot, ProjectionDigest, RootPreimage
-from projections.projection import Projection, Summary, rule_digest, rule_preimage
+from projections.projection import (
+    Projection,
+    Summary,
+    is_state_projection,
+    rule_digest,
+    rule_preimage,
+)
 
 __all__ = [
     "NO_CADENCE",
@@ -35,6 +41,7 @@ __all__ = [
     "Folder",
     "Prepared",
     "SnapshotMismatch",
+    "StateReader",
     "check_fork_root",
     "check_snapshot",
     "fork_anchor",
@@ -43,6 +50,8 @@ __all__ = [
 NO_CADENCE: Final = frozenset({OpType.SNAPSHOT.value, OpType.SELFMODEL_SNAPSHOT.value})
 
 FoldFn = Callable[[Any, Entry], Any]
+StateReader = Callable[[Projection, str, int], Summary]
+"""``read_state(projection, branch, as_of)``: a state projection's summary at entry as_of."""
 
 
 class Folder:
@@ -80,19 +89,27 @@ class Folder:
         for e in entries:
             self.fold(e)
 
-    def outputs(self, *, writer: bool) -> list[tuple[Projection, Summary, bytes | None]]:
+    def outputs(
+        self, *, writer: bool, read_state: Callable[[Projection], Summary] | None = None
+    ) -> list[tuple[Projection, Summary, bytes | None]]:
         """Return each projection with its summary and (``writer``) its encoded state.
 
         The writer also checks that each summary is canonical CBOR (``root show`` decodes
-        it) and encodes the states it stores; an auditor only needs the digests.
+        it) and encodes the states it stores; an auditor only needs the digests. State
+        projections are summarised by ``read_state``.
 
         Raises:
             TypeError, ValueError, DecodeError: if a projection's state or summary is outside
-                the CBOR data model (a projection bug).
+                the CBOR data model (a projection bug), or a state projection has no reader.
         """
         out: list[tuple[Projection, Summary, bytes | None]] = []
         for p, s in zip(self.projections, self.states, strict=True):
-            summary = p.summarize(s)
+            if is_state_projection(p):
+                if read_state is None:
+                    raise ValueError(f"projection {p.id!r} needs the derived state to read")
+                summary = read_state(p)
+            else:
+                summary = p.summarize(s)
             if writer:
                 encoding.decode(summary.data)
             out.append((p, summary, encoding.encode(s) if writer else None))
@@ -193,6 +210,7 @@ class BranchFold:
         "next_seq",
         "pending",
         "pending_seq",
+        "read_state",
         "writer",
     )
 
@@ -210,11 +228,13 @@ class BranchFold:
         fork_root: MemoryRoot | None = None,
         dirty: bool = True,
         writer: bool = True,
+        read_state: StateReader | None = None,
     ) -> None:
         """Start following ``branch`` at ``next_seq`` with the given state.
 
         ``writer`` folds keep the encoded states with each snapshot (to store them); an
-        auditor's fold (``writer=False``) computes only digests.
+        auditor's fold (``writer=False``) computes only digests. ``read_state`` summarises
+        state projections (``read_state(projection, branch, as_of)``).
         """
         self.branch = branch
         self.folder = folder
@@ -224,6 +244,7 @@ class BranchFold:
         self.compact = compact if compact is not None else CompactRange()
         self.leaves: list[bytes] = []  # entry hashes not yet folded into ``compact``
         self.writer = writer
+        self.read_state = read_state
         self.last_snapshot_seq = last_snapshot_seq
         self.latest_root = latest_root
         self.fork_root = fork_root
@@ -270,7 +291,13 @@ class BranchFold:
         if memo is not None and memo[:3] == (self.next_seq, self.last_hash, self.parent):
             return memo[3]
         items = []
-        for p, summary, state in self.folder.outputs(writer=self.writer):
+        reader = self.read_state
+        as_of = self.next_seq - 1
+        outputs = self.folder.outputs(
+            writer=self.writer,
+            read_state=None if reader is None else (lambda p: reader(p, self.branch, as_of)),
+        )
+        for p, summary, state in outputs:
             rule = rule_digest(p)
             items.append(
                 (

@@ -52,7 +52,7 @@ from memory_root.selfmodel import (
     selfmodel_payload,
 )
 from projections.builtins import check_payload
-from projections.projection import rule_digest
+from projections.projection import Projection, Summary, read_state, rule_digest
 from projections.registry import Registry, default_registry
 
 __all__ = ["RootsHook"]
@@ -78,6 +78,12 @@ class RootsHook:
             load_selfmodel_hooks() if selfmodel_hooks is None else selfmodel_hooks
         )
         self._folds: dict[tuple[str, str], BranchFold] = {}
+        self._db: apsw.Connection | None = None  # the connection state projections read
+
+    def _read_state(self, projection: Projection, branch: str, as_of: int) -> Summary:
+        """Summarise a state projection from the derived tables of the ledger being written."""
+        assert self._db is not None
+        return read_state(projection, self._db, branch, as_of)
 
     def install(self, db: apsw.Connection) -> None:
         """Create the memory_root tables if missing."""
@@ -171,6 +177,7 @@ class RootsHook:
         Raises:
             StorageError: if the stored roots cannot be read.
         """
+        self._db = ledger.store.db
         row = ledger.store.branch(branch)
         fold = self._folds.get((ledger.ledger_id, branch))
         if fold is None or fold.next_seq != row.size or fold.last_hash != row.head:
@@ -187,6 +194,7 @@ class RootsHook:
         Raises:
             StorageError: if the stored state cannot be brought up to ``entry``.
         """
+        self._db = ledger.store.db
         key = (ledger.ledger_id, branch)
         fold = self._folds.get(key)
         if fold is not None and fold.follows(entry):
@@ -266,6 +274,7 @@ class RootsHook:
             latest_root=latest.root if latest else None,
             fork_root=fork_root,
             dirty=dirty,
+            read_state=self._read_state,
         )
         self._folds[(ledger.ledger_id, branch)] = fold
         return fold

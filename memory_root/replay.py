@@ -33,6 +33,7 @@ from memory_root._fold import (
     Folder,
     Prepared,
     SnapshotMismatch,
+    StateReader,
     check_fork_root,
     check_snapshot,
     fork_anchor,
@@ -40,6 +41,7 @@ from memory_root._fold import (
 from memory_root.records import SelfModelRecord
 from memory_root.root import MemoryRoot
 from memory_root.selfmodel import parse_selfmodel_payload
+from projections.projection import Projection, Summary, is_state_projection, read_state
 from projections.registry import Registry, default_registry
 
 __all__ = [
@@ -83,14 +85,20 @@ class RootsReplay:
         registry: Registry,
         snapshot_every: int | None = None,
         states_for: Callable[[str, int], bool] | None = None,
+        read_state: StateReader | None = None,
     ) -> None:
         """Fold every projection ``registry`` knows (active and retired).
 
         ``snapshot_every`` defaults to the value recorded in the canonical genesis.
         ``states_for(branch, seq)`` says at which SNAPSHOT entries the encoded fold states
-        are wanted too (to store or compare them); by default none.
+        are wanted too (to store or compare them); by default none. ``read_state`` summarises
+        state projections from derived tables; without it they are not replayed (a root that
+        lists one is reported as not replayable here).
         """
-        self.projections = registry.known()
+        self.projections = tuple(
+            p for p in registry.known() if read_state is not None or not is_state_projection(p)
+        )
+        self.read_state = read_state
         self.every = snapshot_every
         self.states_for = states_for
         self.folds: dict[str, BranchFold] = {}
@@ -107,6 +115,7 @@ class RootsReplay:
                 Folder(self.projections),
                 self.every or DEFAULT_SNAPSHOT_EVERY,
                 writer=False,
+                read_state=self.read_state,
             )
             if entry.seq == 0 and entry.branch != CANONICAL_BRANCH:
                 fold.fork_root = self._root_before(fork_anchor(entry))
@@ -279,6 +288,7 @@ class RootsReplayCheck:
             registry if registry is not None else default_registry(),
             snapshot_every,
             states_for=self._stored_state,
+            read_state=None if self.path is None else self._read_state,
         )
         self._db: apsw.Connection | None = None
         self._roots: set[bytes] = set()
@@ -297,6 +307,13 @@ class RootsReplayCheck:
                 return None
             self._db = db
         return self._db
+
+    def _read_state(self, projection: Projection, branch: str, as_of: int) -> Summary:
+        """Summarise a state projection from the file's derived tables (checked by step 9)."""
+        db = self._records()
+        if db is None:
+            raise ValueError("the ledger file holds no derived state to replay it from")
+        return read_state(projection, db, branch, as_of)
 
     def _stored_state(self, branch: str, seq: int) -> bool:
         """Return True when the stored root at (branch, seq) keeps fold states to compare."""
@@ -328,6 +345,11 @@ class RootsReplayCheck:
         except ValidationError as e:
             report.add(
                 Finding(STEP, f"{entry.type} is malformed: {e} ({e.field})", branch, entry.seq)
+            )
+            return
+        except (ValueError, TypeError, apsw.Error) as e:
+            report.add(
+                Finding(STEP, f"a state projection cannot be replayed: {e}", branch, entry.seq)
             )
             return
         if r is None:
@@ -434,7 +456,11 @@ def rebuild(ledger: Ledger, registry: Registry) -> int:
             "DELETE FROM memory_root_summaries; DELETE FROM memory_roots; "
             "DELETE FROM selfmodel_snapshots"
         )
-        replay = RootsReplay(registry, states_for=lambda branch, seq: True)
+        replay = RootsReplay(
+            registry,
+            states_for=lambda branch, seq: True,
+            read_state=lambda p, b, as_of: read_state(p, db, b, as_of),
+        )
         for b in ledger.store.branches():
             for e in ledger.entries(0, None, b.name):
                 try:

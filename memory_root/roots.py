@@ -39,6 +39,7 @@ from memory_root.records import RootRecord, SelfModelRecord
 from memory_root.replay import rebuild
 from memory_root.root import HighWater, MemoryRoot, RootPreimage, compute_root
 from memory_root.selfmodel import SelfModel, selfmodel_payload
+from projections.projection import read_state
 
 __all__ = [
     "ProjectionDiff",
@@ -410,6 +411,8 @@ class Roots:
         hw = HighWater(
             hw_seq, ledger.entry(hw_seq, branch).hash, hw_seq + 1, ledger.root(hw_seq + 1, branch)
         )
-        return compute_root(
-            branch, parent, hw, [(p, s) for p, s, _ in folder.outputs(writer=False)]
+        db = ledger.store.db
+        outputs = folder.outputs(
+            writer=False, read_state=lambda p: read_state(p, db, branch, hw_seq)
         )
+        return compute_root(branch, parent, hw, [(p, s) for p, s, _ in outputs])

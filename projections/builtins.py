@@ -56,6 +56,7 @@ __all__ = [
     "FailureMotifs",
     "FalsificationState",
     "LifecycleCounts",
+    "MemoryStateDigest",
     "builtin_projections",
     "check_payload",
 ]
@@ -427,6 +428,54 @@ class FalsificationState(_Sliced):
     def summarize(self, state: dict[str, dict[str, dict[str, Any]]]) -> Summary:
         """Return the states by target type and id."""
         return _summary(state, sum(len(v) for v in state.values()))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemoryStateDigest:
+    """The digest of the derived memory state (objects, entities, edges, ...) at the high-water.
+
+    A state projection (``StateProjection``): the summary is ``{"digest": bytes(32)}`` with
+    the memory model's ``projections.digest.state_digest(db, as_of=high_water, branch=...)``,
+    so a root commits to what memory believed. Opt in (it is not among
+    ``builtin_projections``): it needs the memory model's hook installed before the
+    ``RootsHook``, and each snapshot reads the whole derived state of the branch (about a
+    second per million rows), which an automatic snapshot every 1000 entries pays each time.
+    """
+
+    id: str = "memory-state"
+    version: int = 1
+    types: ClassVar[frozenset[str] | None] = frozenset()
+
+    @property
+    def params(self) -> Mapping[str, Any]:
+        """``{}``."""
+        return {}
+
+    def initial(self) -> None:
+        """Return None: nothing is folded."""
+        return None
+
+    def fold(self, state: None, entry: Entry) -> None:
+        """Fold nothing (``types`` is empty)."""
+        return state
+
+    def summarize(self, state: None) -> Summary:
+        """Refuse: the engine calls ``summarize_state``.
+
+        Raises:
+            TypeError: always.
+        """
+        raise TypeError("memory-state summarises derived state: call summarize_state")
+
+    def summarize_state(self, db: Any, branch: str, as_of: int) -> Summary:
+        """Return ``{"digest": state_digest(db, as_of=as_of, branch=branch)}``.
+
+        Raises:
+            apsw.SQLError: if the memory model's tables are not in ``db``.
+        """
+        from projections.digest import state_digest
+
+        return Summary(encoding.encode({"digest": state_digest(db, as_of=as_of, branch=branch)}), 1)
 
 
 def builtin_projections() -> list[Projection]:

@@ -36,9 +36,12 @@ __all__ = [
     "SUMMARY_TAG",
     "Projection",
     "RuleDigest",
+    "StateProjection",
     "Summary",
     "SummaryDigest",
     "check_projection",
+    "is_state_projection",
+    "read_state",
     "rule_digest",
     "rule_preimage",
     "summary_digest",
@@ -112,6 +115,39 @@ class Projection(Protocol):
 
     def summarize(self, state: Any) -> Summary:
         """Return the canonical summary bytes of ``state`` and its item count."""
+
+
+class StateProjection(Projection, Protocol):
+    """A projection whose summary is read from derived state instead of folded.
+
+    Its ``fold`` folds nothing (``types`` is empty); ``summarize_state`` returns the summary
+    of the derived state of ``branch`` *as of* entry ``as_of``, so the result is still a
+    function of the log alone (the derived state is itself a deterministic replay) and an
+    auditor with the same derived tables recomputes it. The engine calls it instead of
+    ``summarize``.
+    """
+
+    def summarize_state(self, db: Any, branch: str, as_of: int) -> Summary:
+        """Return the summary of ``branch``'s derived state as of entry ``as_of``."""
+
+
+def is_state_projection(projection: object) -> bool:
+    """Return True when ``projection`` summarises derived state (``summarize_state``)."""
+    return callable(getattr(projection, "summarize_state", None))
+
+
+def read_state(projection: Projection, db: Any, branch: str, as_of: int) -> Summary:
+    """Return a state projection's summary of ``branch`` as of entry ``as_of`` in ``db``.
+
+    Raises:
+        TypeError: if ``projection`` is not a state projection or returns no ``Summary``.
+    """
+    if not is_state_projection(projection):
+        raise TypeError(f"projection {projection.id!r} is not a state projection")
+    summary = projection.summarize_state(db, branch, as_of)  # type: ignore[attr-defined]
+    if not isinstance(summary, Summary):
+        raise TypeError(f"projection {projection.id!r} returned {type(summary).__name__}")
+    return summary
 
 
 def rule_preimage(projection: Projection) -> bytes:
