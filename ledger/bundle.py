@@ -6,13 +6,16 @@ else (``ledger.audit``). Layout, version 1::
     manifest.json                     what is in the bundle: counts, heads, roots, file digests
     branches/<branch>/entries         every entry's exact bytes, in seq order
     branches/<branch>/entries.idx     byte offset of every 256th entry (random access)
-    branches/<branch>/content         event content and salts (or the erasing TOMBSTONE's seq)
+    branches/<branch>/content         event content and salts (or the erasing TOMBSTONE's seq),
+                                      in a fixed binary layout
     branches/<branch>/checkpoints     every signed checkpoint note with its size and root
     sections/<name>                   records of a layer above (memory roots, summaries, ...)
 
 Every data file is a sequence of *frames*: a 4-byte big-endian length, then that many bytes.
-An ``entries`` frame is the entry bytes as hashed into the tree; every other frame is one value
-in memroot's canonical CBOR. Frames stream: writing and reading hold one record at a time.
+An ``entries`` frame is the entry bytes as hashed into the tree; a ``content`` frame is a fixed
+binary record (seq, salt, content; or seq and the erasing TOMBSTONE's seq); every other frame
+is one value in memroot's canonical CBOR. Frames stream: writing and reading hold one record
+at a time.
 
 The manifest is not signed and need not be: entries are bound by the signed checkpoints,
 content by the commitments inside the entries. Its per-file SHA-256 digests and counts catch a
@@ -70,6 +73,13 @@ MAX_MANIFEST: Final = 64 * 1024 * 1024
 INDEX_EVERY: Final = 256
 _LEN: Final = struct.Struct(">I")
 _OFFSET: Final = struct.Struct(">Q")
+# Content frames (fixed binary layouts, no CBOR: the auditor needs only struct unpacking):
+#   present: seq u64 || 0x01 || salt length u8 || salt || content bytes
+#   erased:  seq u64 || 0x02 || seq of the erasing TOMBSTONE u64
+_CONTENT_HEAD: Final = struct.Struct(">QBB")
+_ERASED: Final = struct.Struct(">QBQ")
+_PRESENT: Final = 0x01
+_ERASED_TAG: Final = 0x02
 _NAME_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 _HEX64_RE: Final = re.compile(r"[0-9a-f]{64}\Z")
 _BUF: Final = 1 << 20
@@ -420,19 +430,16 @@ def _write(ledger: Ledger, root: Path, sections: Sequence[BundleSection]) -> Man
                     at = entries.write(data)
                     if position % INDEX_EVERY == 0:
                         offsets.append(_OFFSET.pack(at))
-                    compact.append(bytes(row.hash) if row.hash else leaf_hash(data))
+                    compact.append(leaf_hash(data))
                     if row.content is not None:
+                        salt = bytes(row.salt or b"")
                         content.write(
-                            encoding.encode(
-                                {
-                                    "seq": row.seq,
-                                    "salt": bytes(row.salt or b""),
-                                    "content": bytes(row.content),
-                                }
-                            )
+                            _CONTENT_HEAD.pack(position, _PRESENT, len(salt))
+                            + salt
+                            + bytes(row.content)
                         )
                     elif row.erased_by is not None:
-                        content.write(encoding.encode({"seq": row.seq, "erased_by": row.erased_by}))
+                        content.write(_ERASED.pack(position, _ERASED_TAG, row.erased_by))
                 for w in (entries, content):
                     info = w.close()
                     files[info.path] = info
@@ -737,14 +744,18 @@ class BundleReader:
 def _content_record(
     payload: bytes, where: str
 ) -> tuple[int, bytes | None, bytes | None, int | None]:
-    """Decode one content record: ``(seq, salt, content, erased_by)``."""
-    rec = encoding.decode(payload)
-    if type(rec) is dict and type(rec.get("seq")) is int:
-        if set(rec) == {"seq", "salt", "content"}:
-            salt, content = rec["salt"], rec["content"]
+    """Decode one content frame: ``(seq, salt, content, erased_by)``.
+
+    Raises:
+        DecodeError: if the frame has neither layout.
+    """
+    if len(payload) >= _CONTENT_HEAD.size:
+        seq, tag, salt_len = _CONTENT_HEAD.unpack_from(payload)
+        if tag == _PRESENT and len(payload) >= _CONTENT_HEAD.size + salt_len:
             # A salt of the wrong size is the auditor's finding (step 4), not a format error.
-            if type(salt) is bytes and type(content) is bytes:
-                return rec["seq"], salt, content, None
-        elif set(rec) == {"seq", "erased_by"} and type(rec["erased_by"]) is int:
-            return rec["seq"], None, None, rec["erased_by"]
+            body = _CONTENT_HEAD.size + salt_len
+            return seq, payload[_CONTENT_HEAD.size : body], payload[body:], None
+        if tag == _ERASED_TAG and len(payload) == _ERASED.size:
+            seq, _, erased_by = _ERASED.unpack(payload)
+            return seq, None, None, erased_by
     raise DecodeError(f"bundle file {where}: malformed content record")
