@@ -343,11 +343,11 @@ class Ledger:
         Raises:
             RefusedError: if ``size`` exceeds the branch's size.
         """
-        with self.store.read():
-            row = self.store.branch(branch)
-            size = row.size if size is None else size
-            _check_size(size, row.size)
-            return TreeRoot(merkle.tree_root(size, self._reader(row.no)))
+        # No read transaction needed: complete subtrees never change and sizes only grow.
+        row = self.store.branch(branch)
+        size = row.size if size is None else size
+        _check_size(size, row.size)
+        return TreeRoot(merkle.tree_root(size, self._reader(row.no)))
 
     def inclusion_proof(
         self, index: int, size: int | None = None, branch: str = CANONICAL_BRANCH
@@ -357,13 +357,12 @@ class Ledger:
         Raises:
             RefusedError: if ``index >= size`` or ``size`` exceeds the branch's size.
         """
-        with self.store.read():
-            row = self.store.branch(branch)
-            size = row.size if size is None else size
-            _check_size(size, row.size)
-            if not 0 <= index < size:
-                raise RefusedError(f"index {index} is not in a tree of size {size}")
-            return merkle.inclusion_proof(index, size, self._reader(row.no))
+        row = self.store.branch(branch)
+        size = row.size if size is None else size
+        _check_size(size, row.size)
+        if not 0 <= index < size:
+            raise RefusedError(f"index {index} is not in a tree of size {size}")
+        return merkle.inclusion_proof(index, size, self._reader(row.no))
 
     def consistency_proof(
         self, size1: int, size2: int | None = None, branch: str = CANONICAL_BRANCH

@@ -48,6 +48,8 @@ BRANCH_SHIFT: Final = 40  # entries.k = branch_no << 40 | seq: 2**40 entries per
 _NODE_BRANCH_SHIFT: Final = 48
 _NODE_LEVEL_SHIFT: Final = 42
 _BUSY_TIMEOUT_MS: Final = 60_000
+_CACHE_MIN_LEVEL: Final = 3
+_CACHE_MAX: Final = 1 << 18  # cached node hashes (~30 MB at most)
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value ANY) STRICT;
@@ -150,6 +152,7 @@ class Store:
         """
         self.path = Path(path)
         self._write_depth = 0
+        self._node_cache: dict[int, bytes] = {}
         exists = self.path.exists()
         if create and exists:
             raise StorageError(f"{self.path} already exists; refusing to overwrite a ledger")
@@ -396,34 +399,49 @@ class Store:
     def read_nodes(self, branch_no: int, ids: Sequence[tuple[int, int]]) -> list[bytes]:
         """Return the hashes of complete subtrees ``(level, index)`` in the order asked.
 
+        Level-0 nodes are ``entries.hash``; the others come from ``nodes``. A complete subtree
+        never changes once written, so nodes of level >= ``_CACHE_MIN_LEVEL`` (1/8 of all
+        nodes) are kept in a bounded in-process cache: the upper levels, which every proof and
+        root touches, are then read once. ``memroot verify`` always reads the file itself.
+
         Raises:
             StorageError: if a node that must exist is missing (a damaged node cache; ``memroot
-                verify`` reports it and ``memroot rebuild`` restores it).
+                verify`` reports it).
         """
-        keys = [
-            entry_key(branch_no, i) if lvl == 0 else node_key(branch_no, lvl, i) for lvl, i in ids
-        ]
-        leaf_keys = [k for (lvl, _), k in zip(ids, keys, strict=True) if lvl == 0]
-        node_keys = [k for (lvl, _), k in zip(ids, keys, strict=True) if lvl != 0]
-        found: dict[tuple[bool, int], bytes] = {}
-        for table, col, ks, is_leaf in (
-            ("entries", "hash", leaf_keys, True),
-            ("nodes", "h", node_keys, False),
-        ):
-            for part in range(0, len(ks), 500):
-                chunk = ks[part : part + 500]
-                marks = ",".join("?" * len(chunk))
-                for k, h in self.db.execute(
-                    f"SELECT k, {col} FROM {table} WHERE k IN ({marks})", chunk
-                ):
-                    found[(is_leaf, k)] = h
-        out = []
-        for (lvl, i), k in zip(ids, keys, strict=True):
-            h = found.get((lvl == 0, k))
+        out: list[bytes | None] = [None] * len(ids)
+        cache = self._node_cache
+        leaves: list[tuple[int, int]] = []
+        inner: list[tuple[int, int]] = []
+        for pos, (lvl, i) in enumerate(ids):
+            if lvl == 0:
+                leaves.append((pos, branch_no << BRANCH_SHIFT | i))
+                continue
+            k = branch_no << _NODE_BRANCH_SHIFT | lvl << _NODE_LEVEL_SHIFT | i
+            h = cache.get(k)
             if h is None:
-                raise StorageError(f"tree node ({lvl}, {i}) is missing from {self.path}")
-            out.append(h)
-        return out
+                inner.append((pos, k))
+            else:
+                out[pos] = h
+        for table, col, wanted in (("entries", "hash", leaves), ("nodes", "h", inner)):
+            for part in range(0, len(wanted), 500):
+                chunk = wanted[part : part + 500]
+                found: dict[int, bytes] = dict(
+                    self.db.execute(
+                        f"SELECT k, {col} FROM {table} WHERE k IN ({','.join('?' * len(chunk))})",
+                        [k for _, k in chunk],
+                    ).fetchall()  # type: ignore[arg-type]
+                )
+                for pos, k in chunk:
+                    h = found.get(k)
+                    if h is None:
+                        lvl, i = ids[pos]
+                        raise StorageError(f"tree node ({lvl}, {i}) is missing from {self.path}")
+                    out[pos] = h
+                    if table == "nodes" and ids[pos][0] >= _CACHE_MIN_LEVEL:
+                        if len(cache) >= _CACHE_MAX:
+                            cache.clear()
+                        cache[k] = h
+        return out  # type: ignore[return-value]
 
     # -- checkpoints ---------------------------------------------------------------------------
 
