@@ -10,7 +10,7 @@ entries, as `memroot init` does by default), then measures:
 - ``snapshot_cold``: the same in a freshly opened ledger, as ``memroot snapshot`` runs: load the
   projection states of the last root, fold the entries after its high-water from the file;
 - ``replay``: step 8 alone, every root of the ledger recomputed from scratch by
-  ``RootsReplay`` (entries/s, the time to decode the entries subtracted);
+  ``RootsReplay`` over decoded entries (entries/s, CPU time);
 - ``verify``: ``verify`` with and without step 8, so the cost step 8 adds is visible.
 
 Usage::
@@ -38,6 +38,20 @@ from memory_root.replay import RootsReplay, RootsReplayCheck
 from projections.registry import default_registry
 
 BATCH = 1000
+
+
+class Clock:
+    """Wall-clock and CPU seconds of a block (CPU time is what contention cannot inflate)."""
+
+    def __enter__(self) -> Clock:
+        self.wall0, self.cpu0 = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall = time.perf_counter() - self.wall0
+        self.cpu = time.process_time() - self.cpu0
+
+
 MOTIFS = ["TITLE_MISMATCH", "WARRANT_MISSING", "DEFLECTION"]
 
 
@@ -94,102 +108,106 @@ def items(n: int, rng: random.Random) -> Iterator[EventInput | OpInput]:
         )
 
 
-def build(path: Path, size: int, hooked: bool, seed: int) -> float:
-    """Create a ledger of about ``size`` entries; return appended entries/s."""
+def build(path: Path, size: int, hooked: bool, seed: int) -> dict[str, float]:
+    """Create a ledger of about ``size`` entries; return appended entries/s (wall and CPU)."""
     rng = random.Random(seed)
     hooks = [RootsHook()] if hooked else []
     with Ledger.init(path, origin="bench.example/roots", hooks=hooks) as ledger:
         roots = Roots(ledger) if hooked else None
         todo = size - 1
-        start = time.perf_counter()
         stream = items(todo, rng)
-        while todo > 0:
-            batch = [next(stream) for _ in range(min(BATCH, todo))]
-            if roots is not None:
-                roots.append_batch(batch)
-            else:
-                ledger.append_batch(batch)
-            todo -= len(batch)
-        elapsed = time.perf_counter() - start
-        return (size - 1) / elapsed
+        with Clock() as c:
+            while todo > 0:
+                batch = [next(stream) for _ in range(min(BATCH, todo))]
+                if roots is not None:
+                    roots.append_batch(batch)
+                else:
+                    ledger.append_batch(batch)
+                todo -= len(batch)
+    return {
+        "entries_per_s_wall": round((size - 1) / c.wall),
+        "entries_per_s_cpu": round((size - 1) / c.cpu),
+    }
 
 
 def snapshot_times(path: Path, rounds: int, seed: int) -> dict[str, Any]:
-    """Median ms of an on-demand snapshot after 999 new entries, warm and cold."""
+    """Median ms (wall and CPU) of an on-demand snapshot after 999 new entries, warm and cold."""
     rng = random.Random(seed)
-    warm, cold = [], []
+    runs: dict[str, list[tuple[float, float]]] = {"warm": [], "cold": []}
     for _ in range(rounds):
         with Ledger.open(path, hooks=[RootsHook()]) as ledger:
             roots = Roots(ledger)
             roots.snapshot()
             roots.append_batch(list(items(999, rng)))
-            t = time.perf_counter()
-            res = roots.snapshot()
-            warm.append((time.perf_counter() - t) * 1000)
+            with Clock() as c:
+                res = roots.snapshot()
+            runs["warm"].append((c.wall * 1000, c.cpu * 1000))
             assert res.created
         with Ledger.open(path, hooks=[RootsHook()]) as ledger:
             ledger.append_batch(list(items(999, rng)))
         with Ledger.open(path, hooks=[RootsHook()]) as ledger:
-            t = time.perf_counter()
-            res = Roots(ledger).snapshot()
-            cold.append((time.perf_counter() - t) * 1000)
+            with Clock() as c:
+                res = Roots(ledger).snapshot()
+            runs["cold"].append((c.wall * 1000, c.cpu * 1000))
             assert res.created
-    return {
-        "warm_ms_median": round(statistics.median(warm), 2),
-        "warm_ms": [round(x, 2) for x in warm],
-        "cold_ms_median": round(statistics.median(cold), 2),
-        "cold_ms": [round(x, 2) for x in cold],
-    }
+    out: dict[str, Any] = {}
+    for kind, xs in runs.items():
+        out[f"{kind}_ms_wall_median"] = round(statistics.median(x[0] for x in xs), 1)
+        out[f"{kind}_ms_cpu_median"] = round(statistics.median(x[1] for x in xs), 1)
+        out[f"{kind}_ms_wall"] = [round(x[0], 1) for x in xs]
+    return out
 
 
-def replay_rate(path: Path) -> dict[str, Any]:
+def replay_rate(path: Path, chunk: int = 20_000) -> dict[str, Any]:
     """Entries/s of RootsReplay alone (every root recomputed), decoding excluded.
 
-    Entries are streamed twice: decoded only, then decoded and replayed; the replay's time is
-    the difference, so memory stays flat at any size.
+    Entries are decoded a chunk at a time (memory stays flat) and only the replay of each
+    decoded chunk is timed, in CPU seconds so other processes do not skew it.
     """
+    replay = RootsReplay(default_registry())
+    n = roots = 0
+    cpu = 0.0
     with Ledger.open(path) as ledger:
-        t = time.perf_counter()
-        n = sum(1 for _ in ledger.entries())
-        decode_only = time.perf_counter() - t
-        replay = RootsReplay(default_registry())
-        roots = 0
-        t = time.perf_counter()
-        for e in ledger.entries():
-            if replay.feed(e) is not None:
-                roots += 1
-        both = time.perf_counter() - t
-    elapsed = max(both - decode_only, 1e-9)
+        stream = ledger.entries()
+        while True:
+            batch = [e for _, e in zip(range(chunk), stream, strict=False)]
+            if not batch:
+                break
+            with Clock() as c:
+                for e in batch:
+                    if replay.feed(e) is not None:
+                        roots += 1
+            cpu += c.cpu
+            n += len(batch)
     return {
         "entries": n,
         "roots_replayed": roots,
-        "decode_seconds": round(decode_only, 3),
-        "replay_seconds": round(elapsed, 3),
-        "entries_per_s": round(n / elapsed),
+        "replay_cpu_s": round(cpu, 2),
+        "entries_per_s_cpu": round(n / cpu),
     }
 
 
 def verify_times(path: Path, repeat: int = 2) -> dict[str, Any]:
-    """Seconds of a full verify with and without step 8 (best of ``repeat``, alternating)."""
+    """CPU seconds of a full verify with and without step 8 (best of ``repeat``)."""
     without, with_8 = [], []
     n = 0
     for _ in range(repeat):
-        t = time.perf_counter()
-        plain = verify_path(path, update_trusted=False)
-        without.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        full = verify_path(path, checks=[RootsReplayCheck(path)], update_trusted=False)
-        with_8.append(time.perf_counter() - t)
+        with Clock() as a:
+            plain = verify_path(path, update_trusted=False)
+        with Clock() as b:
+            full = verify_path(path, checks=[RootsReplayCheck(path)], update_trusted=False)
         assert plain.ok and full.ok, [str(f) for f in full.findings][:5]
+        without.append(a.cpu)
+        with_8.append(b.cpu)
         n = full.entries
     added = min(with_8) - min(without)
     return {
         "entries": n,
-        "seconds_without_step8": round(min(without), 2),
-        "seconds_with_step8": round(min(with_8), 2),
-        "step8_added_seconds": round(added, 2),
+        "cpu_s_without_step8": round(min(without), 2),
+        "cpu_s_with_step8": round(min(with_8), 2),
+        "step8_added_cpu_s": round(added, 2),
         "step8_entries_per_s_in_verify": round(n / added) if added > 0 else None,
-        "verify_entries_per_s_with_step8": round(n / min(with_8)),
+        "verify_entries_per_s_cpu_with_step8": round(n / min(with_8)),
     }
 
 
@@ -200,6 +218,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--baseline", action="store_true", help="also append without hooks")
     ap.add_argument("--no-verify", action="store_true", help="skip the full verify timing")
+    ap.add_argument("--verify-repeat", type=int, default=2, help="verify runs (best of)")
     ap.add_argument("--dir", type=Path, help="where to build ledgers (default: a temp dir)")
     ap.add_argument("--json", type=Path, help="write the results to this file")
     args = ap.parse_args()
@@ -207,15 +226,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         for size in args.sizes:
             path = Path(tmp) / f"roots-{size}.ledger"
-            res: dict[str, Any] = {"append_entries_per_s_hooked": round(build(path, size, True, 1))}
+            res: dict[str, Any] = {"append_hooked": build(path, size, True, 1)}
             if args.baseline:
-                res["append_entries_per_s_no_hooks"] = round(
-                    build(Path(tmp) / f"plain-{size}.ledger", size, False, 1)
-                )
+                res["append_no_hooks"] = build(Path(tmp) / f"plain-{size}.ledger", size, False, 1)
             res["snapshot_after_1000"] = snapshot_times(path, args.rounds, 2)
             res["replay_step8_only"] = replay_rate(path)
             if not args.no_verify:
-                res["verify"] = verify_times(path)
+                res["verify"] = verify_times(path, args.verify_repeat)
             res["file_mb"] = round(path.stat().st_size / 1e6, 1)
             out[str(size)] = res
             print(json.dumps({size: res}, indent=2), flush=True)

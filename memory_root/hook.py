@@ -24,6 +24,7 @@ produced a snapshot (see ``Roots.append`` and ``Roots.sign_pending``).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
 
 import apsw
 
@@ -56,6 +57,10 @@ from projections.projection import Projection, Summary, read_state, rule_digest
 from projections.registry import Registry, default_registry
 
 __all__ = ["RootsHook"]
+
+_SNAPSHOT: Final = OpType.SNAPSHOT.value
+_SELFMODEL_SNAPSHOT: Final = OpType.SELFMODEL_SNAPSHOT.value
+_BRANCH_CREATE: Final = OpType.BRANCH_CREATE.value
 
 
 class RootsHook:
@@ -103,11 +108,12 @@ class RootsHook:
             fold.fork_root = self.fork_root(db, entry)
         follow: list[OpInput] = []
         if entry.kind is Kind.OP:
-            if entry.type == OpType.SNAPSHOT:
+            t = entry.type
+            if t == _SNAPSHOT:
                 follow = self._snapshot(db, fold, entry)
-            elif entry.type == OpType.SELFMODEL_SNAPSHOT:
+            elif t == _SELFMODEL_SNAPSHOT:
                 self._selfmodel(db, entry)
-            elif entry.type == OpType.BRANCH_CREATE:
+            elif t == _BRANCH_CREATE:
                 check_fork_root(entry, fold.latest_root)
             else:
                 check_payload(entry.type, entry.body["payload"])

@@ -54,6 +54,8 @@ __all__ = [
 ]
 
 STEP: Final = 8
+_SNAPSHOT: Final = OpType.SNAPSHOT.value
+_SELFMODEL_SNAPSHOT: Final = OpType.SELFMODEL_SNAPSHOT.value
 _WATCHED: Final = frozenset(
     {OpType.SNAPSHOT.value, OpType.SELFMODEL_SNAPSHOT.value, OpType.BRANCH_CREATE.value}
 )
@@ -146,9 +148,9 @@ class RootsReplay:
             fold.advance(entry)
             return None
         try:
-            if t == OpType.SNAPSHOT:
+            if t == _SNAPSHOT:
                 return self._snapshot(fold, entry)
-            if t == OpType.SELFMODEL_SNAPSHOT:
+            if t == _SELFMODEL_SNAPSHOT:
                 return self._selfmodel(entry)
             check_fork_root(entry, fold.latest_root)
             return None

@@ -61,6 +61,20 @@ __all__ = [
     "check_payload",
 ]
 
+# Plain strings: comparing with an enum member goes through the enum's descriptor.
+_VIOLATION_RECORDED: Final = OpType.VIOLATION_RECORDED.value
+_CORRECTION_APPLIED: Final = OpType.CORRECTION_APPLIED.value
+_ASSERT: Final = OpType.ASSERT.value
+_EPISTEMIC_TRANSITION: Final = OpType.EPISTEMIC_TRANSITION.value
+_DEPRECATE: Final = OpType.DEPRECATE.value
+_SUPERSEDE: Final = OpType.SUPERSEDE.value
+_ARCHIVE: Final = OpType.ARCHIVE.value
+_CASCADE: Final = OpType.CASCADE.value
+_ACTIVE: Final = LifecycleState.ACTIVE.value
+_DEPRECATED: Final = LifecycleState.DEPRECATED.value
+_SUPERSEDED: Final = LifecycleState.SUPERSEDED.value
+_ARCHIVED: Final = LifecycleState.ARCHIVED.value
+
 MOTIF_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]{0,99}\Z")
 _MAX_TEXT: Final = 4096
 _MAX_EVIDENCE: Final = 1000
@@ -125,9 +139,9 @@ def check_payload(op_type: str, payload: Mapping[str, Any]) -> None:
     Raises:
         ValidationError: naming the missing, unknown or malformed payload field.
     """
-    if op_type == OpType.VIOLATION_RECORDED:
+    if op_type == _VIOLATION_RECORDED:
         _check_fields(payload, VIOLATION_FIELDS, op_type)
-    elif op_type == OpType.CORRECTION_APPLIED:
+    elif op_type == _CORRECTION_APPLIED:
         _check_fields(payload, CORRECTION_FIELDS, op_type)
 
 
@@ -190,7 +204,7 @@ class FailureMotifs(_Sliced):
 
     def fold(self, state: dict[str, dict[str, int]], entry: Entry) -> dict[str, dict[str, int]]:
         """Count one ``VIOLATION_RECORDED`` under its motif and source."""
-        if entry.type != OpType.VIOLATION_RECORDED or not self._in_slice(entry):
+        if entry.type != _VIOLATION_RECORDED or not self._in_slice(entry):
             return state
         p = _payload(entry)
         motif, source = _text_or_none(p.get("motif")), _text_or_none(p.get("source"))
@@ -242,7 +256,7 @@ class Corrections(_Sliced):
 
     def fold(self, state: dict[str, Any], entry: Entry) -> dict[str, Any]:
         """Count one ``CORRECTION_APPLIED`` and chain it."""
-        if entry.type != OpType.CORRECTION_APPLIED or not self._in_slice(entry):
+        if entry.type != _CORRECTION_APPLIED or not self._in_slice(entry):
             return state
         op_id = entry.body.get("id")
         if type(op_id) is not str:
@@ -294,10 +308,10 @@ class EpistemicDistribution(_Sliced):
         if not self._in_slice(entry):
             return state
         p = _payload(entry)
-        if entry.type == OpType.ASSERT:
+        if entry.type == _ASSERT:
             to = _text_or_none(p.get("epistemic_type"))
             frm = None
-        elif entry.type == OpType.EPISTEMIC_TRANSITION:
+        elif entry.type == _EPISTEMIC_TRANSITION:
             to = _text_or_none(p.get("to_type"))
             frm = _text_or_none(p.get("from_type"))
         else:
@@ -345,19 +359,19 @@ class LifecycleCounts(_Sliced):
         counts: dict[str, int] = state["counts"]
         deprecated: dict[str, bool] = state["deprecated"]
         target = entry.body.get("target_id")
-        frm: str | None = LifecycleState.ACTIVE.value
-        if entry.type == OpType.ASSERT:
-            frm, to = None, LifecycleState.ACTIVE.value
-        elif entry.type == OpType.DEPRECATE:
-            to = LifecycleState.DEPRECATED.value
+        frm: str | None = _ACTIVE
+        if entry.type == _ASSERT:
+            frm, to = None, _ACTIVE
+        elif entry.type == _DEPRECATE:
+            to = _DEPRECATED
             if type(target) is str:
                 deprecated[target] = True
-        elif entry.type == OpType.SUPERSEDE:
-            to = LifecycleState.SUPERSEDED.value
-        elif entry.type == OpType.ARCHIVE:
-            to = LifecycleState.ARCHIVED.value
+        elif entry.type == _SUPERSEDE:
+            to = _SUPERSEDED
+        elif entry.type == _ARCHIVE:
+            to = _ARCHIVED
             if type(target) is str and deprecated.pop(target, False):
-                frm = LifecycleState.DEPRECATED.value
+                frm = _DEPRECATED
         else:
             return state
         if frm is not None:
@@ -407,7 +421,7 @@ class FalsificationState(_Sliced):
         """Set the state of the item(s) the operation names."""
         if not self._in_slice(entry):
             return state
-        if entry.type == OpType.CASCADE:
+        if entry.type == _CASCADE:
             touched = _payload(entry).get("touched")
             targets = [
                 (t.get("type"), t.get("id"), "stale")
