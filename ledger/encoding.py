@@ -180,6 +180,30 @@ def _in_order(a: str, b: str) -> bool:
     return _key_order(a) < _key_order(b)
 
 
+_ORDERED_KEYS: set[tuple[str, ...]] = set()
+_ORDERED_KEYS_MAX: Final = 4096
+
+
+def _keys_in_order(keys: tuple[Any, ...]) -> bool:
+    """Check a map's keys are text; return True when they are in canonical order.
+
+    Raises:
+        _Refused: for a key that is not a text string.
+    """
+    prev: str | None = None
+    ordered = True
+    for key in keys:
+        if type(key) is not str:
+            raise _Refused(
+                f"map key {key!r} is not a text string (key type {type(key).__name__})",
+                is_type=True,
+            )
+        if prev is not None and ordered:
+            ordered = _in_order(prev, key)
+        prev = key
+    return ordered
+
+
 def _scan(value: Any) -> bool:
     """Reject anything outside the data model; return True when plain encoding is canonical.
 
@@ -202,24 +226,15 @@ def _scan(value: Any) -> bool:
         if depth >= _MAX_DEPTH:
             raise _Refused(f"nesting deeper than {_MAX_DEPTH} levels", is_type=False)
         if kind is dict:
-            prev = ""  # "" sorts first, so a leading empty key needs no check
-            for key, sub in item.items():
-                if type(key) is not str:
-                    raise _Refused(
-                        f"map key {key!r} is not a text string (key type {type(key).__name__})",
-                        is_type=True,
-                    )
-                if (
-                    plain
-                    and prev
-                    and not (
-                        (len(prev) < len(key) or (len(prev) == len(key) and prev < key))
-                        and key.isascii()
-                        and prev.isascii()
-                    )
-                ):
-                    plain = _in_order(prev, key)
-                prev = key
+            keys = tuple(item)
+            if keys not in _ORDERED_KEYS:
+                # Entries repeat a few key sets: each one is checked once, then remembered.
+                if _keys_in_order(keys):
+                    if len(_ORDERED_KEYS) < _ORDERED_KEYS_MAX:
+                        _ORDERED_KEYS.add(keys)
+                else:
+                    plain = False
+            for sub in item.values():
                 sub_kind = type(sub)
                 if sub_kind is not str and sub_kind is not bytes:
                     push((sub, depth + 1))
