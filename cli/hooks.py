@@ -10,7 +10,13 @@ from ledger.bundle import BundleReader, BundleSection
 from ledger.ledger import AppendHook, Ledger
 from ledger.verify import ReplayCheck
 
-__all__ = ["bundle_checks", "bundle_sections", "default_hooks", "replay_checks"]
+__all__ = [
+    "bundle_checks",
+    "bundle_sections",
+    "default_hooks",
+    "rebuild_derived",
+    "replay_checks",
+]
 
 
 def default_hooks() -> list[AppendHook]:
@@ -43,3 +49,13 @@ def bundle_checks(bundle: BundleReader) -> list[ReplayCheck]:
     from memory_root.replay import RootsReplayCheck
 
     return [RootsReplayCheck()]
+
+
+def rebuild_derived(ledger: Ledger) -> None:
+    """Replay the layers' derived state from the entries (after ``import-bundle``)."""
+    from memory_root.replay import rebuild as rebuild_roots
+    from projections.registry import default_registry
+    from projections.replay import rebuild as rebuild_memory
+
+    rebuild_memory(ledger)
+    rebuild_roots(ledger, default_registry())
