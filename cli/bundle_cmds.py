@@ -124,12 +124,17 @@ def import_bundle_cmd(
 ) -> None:
     """Rebuild a ledger (-l, a new file) from a bundle, after verifying every step.
 
-    The new ledger has the same entries, roots and checkpoints; it has no signing key.
+    The new ledger has the same entries, roots and checkpoints, and the layers' derived state
+    (memory objects, memory_root records) is replayed from its entries. It has no signing key.
 
     Example: memroot -l restored.ledger import-bundle audit-2026-05 --vkey "$(cat agent.vkey)"
     """
+    from cli import hooks
+
     trusted = TrustedState(trusted_path or default_trusted_path())
     done = import_bundle(bundle, ctx.path(), vkeys=vkeys, trusted=trusted)
+    with open_ledger(ctx) as ledger:  # installs the layers' tables
+        hooks.rebuild_derived(ledger)  # and replays their state from the imported entries
     data = {
         "ledger": str(done.path),
         "origin": done.origin,

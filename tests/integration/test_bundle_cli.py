@@ -168,3 +168,25 @@ def test_every_bundle_command_has_an_example(command: str) -> None:
     """Each command's help has an Example line."""
     result = run(command, "--help")
     assert result.exit_code == 0 and "Example: memroot" in result.output
+
+
+def test_import_bundle_replays_the_layers_derived_state(tmp_path: Path) -> None:
+    """A ledger with memory-root snapshots imports into one whose verify passes steps 8 and 9."""
+    path = tmp_path / "snap.ledger"
+    assert run("-l", str(path), "init", "--origin", ORIGIN, "--snapshot-every", "5").exit_code == 0
+    lines = [json.dumps({**EVENT, "content": f"message {i}"}) for i in range(23)]
+    (tmp_path / "seed.jsonl").write_text("\n".join(lines) + "\n")
+    assert run("-l", str(path), "import", str(tmp_path / "seed.jsonl")).exit_code == 0
+    vkey = str(ok_json(run("-l", str(path), "vkey", "--json"))["vkey"])
+    assert run("-l", str(path), "export", str(tmp_path / "b")).exit_code == 0
+    copy = tmp_path / "copy.ledger"
+    ok_json(run("-l", str(copy), "import-bundle", str(tmp_path / "b"), "--vkey", vkey, "--json"))
+    report = ok_json(run("-l", str(copy), "verify", "--vkey", vkey, "--no-update", "--json"))
+    assert report["steps"]["8"] == {
+        "checked": True,
+        "violations": 0,
+        "what": report["steps"]["8"]["what"],
+    }
+    assert report["steps"]["9"]["checked"] and report["steps"]["9"]["violations"] == 0
+    with Ledger.open(path) as a:
+        assert sum(1 for e in a.entries() if e.type == "SNAPSHOT") >= 4
