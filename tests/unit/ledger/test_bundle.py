@@ -396,3 +396,69 @@ def test_bundle_is_a_copy_not_a_view(
     for p in ledger_path.parent.glob(ledger_path.name + "*"):
         os.unlink(p)
     assert audit_bundle(tmp_path / "copy", vkeys=[vkey], update_trusted=False).ok
+
+
+# -- branches -----------------------------------------------------------------------------------
+
+
+def _create(name: str) -> Any:
+    from ledger.entries import OpInput
+
+    return OpInput(
+        op_type="BRANCH_CREATE",
+        actor_id="a",
+        actor_type="AI_AGENT",
+        namespace_id="ns",
+        policy_version="p/1",
+        payload={"branch_id": name, "branch_type": "SIMULATION", "purpose": "what if"},
+    )
+
+
+@pytest.fixture
+def forked(tmp_path: Path, make_ledger: Any, inputs: Any) -> Path:
+    """A ledger with a branch and a branch of the branch, each with its own checkpoints."""
+    path = make_ledger(tmp_path, 40, origin=ORIGIN, name="forked.ledger")
+    with Ledger.open(path) as ledger:
+        ledger.fork(_create("sim-1"), genesis={"branch_type": "SIMULATION"})
+        ledger.append_batch(inputs.mixed(300, seed=2), branch="sim-1")
+        ledger.fork(_create("plan-2"), parent="sim-1", genesis={"branch_type": "PLANNING"})
+        ledger.append_batch(inputs.mixed(7, seed=3), branch="plan-2")
+        ledger.append_batch(inputs.mixed(5, seed=4))
+    return path
+
+
+def test_branches_travel_in_the_bundle_and_back(tmp_path: Path, forked: Path) -> None:
+    """Every branch is exported, audited (anchors, branch checkpoints) and imported identically."""
+    out = tmp_path / "b"
+    with Ledger.open(forked) as ledger:
+        manifest = export_bundle(ledger, out)
+        vkey = ledger.vkey()
+        names = [b.name for b in ledger.store.branches()]
+    assert [b.name for b in manifest.branches] == names == ["main", "sim-1", "plan-2"]
+    report = audit_bundle(out, vkeys=[vkey], update_trusted=False)
+    assert report.ok, [str(f) for f in report.findings]
+    assert report.branches == 3 and 7 in report.steps_checked
+    import_bundle(out, tmp_path / "copy.ledger", vkeys=[vkey])
+    with Ledger.open(forked) as a, Ledger.open(tmp_path / "copy.ledger") as b:
+        for name in names:
+            assert (b.size(name), b.root(branch=name)) == (a.size(name), a.root(branch=name))
+            assert b.checkpoints(name) == a.checkpoints(name)
+        assert audit(b.store, origin=ORIGIN, vkeys=[vkey]).ok
+
+
+def test_branch_genesis_relinked_in_a_bundle_is_caught(tmp_path: Path, forked: Path) -> None:
+    """A branch whose genesis no longer links to its BRANCH_CREATE fails step 7 (or 3)."""
+    out = tmp_path / "b"
+    with Ledger.open(forked) as ledger:
+        export_bundle(ledger, out)
+        vkey = ledger.vkey()
+    rel = branch_files("sim-1")["entries"]
+    payloads = frames(out / rel)
+    g = Entry.from_bytes(payloads[0])
+    payloads[0] = encoding.encode(
+        [g.v, bytes(32), g.seq, g.branch, g.ts, g.kind.value, g.type, g.body]
+    )
+    write_frames(out, rel, payloads)
+    report = audit_bundle(out, vkeys=[vkey], update_trusted=False)
+    assert 7 in steps(report)
+    assert any(f.branch == "sim-1" and f.seq == 0 for f in report.findings)
