@@ -30,6 +30,7 @@ from memory_root.root import HighWater, MemoryRoot, ProjectionDigest, RootPreima
 from projections.projection import (
     Projection,
     Summary,
+    encode_state,
     is_state_projection,
     rule_digest,
     rule_preimage,
@@ -112,7 +113,7 @@ class Folder:
                 summary = p.summarize(s)
             if writer:
                 encoding.decode(summary.data)
-            out.append((p, summary, encoding.encode(s) if writer else None))
+            out.append((p, summary, encode_state(p, s) if writer else None))
         return out
 
     def encoded_states(self) -> dict[bytes, bytes]:
@@ -122,7 +123,7 @@ class Folder:
             TypeError, ValueError: if a state is outside the CBOR data model.
         """
         return {
-            rule_digest(p): encoding.encode(s)
+            rule_digest(p): encode_state(p, s)
             for p, s in zip(self.projections, self.states, strict=True)
         }
 

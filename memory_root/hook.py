@@ -53,7 +53,7 @@ from memory_root.selfmodel import (
     selfmodel_payload,
 )
 from projections.builtins import check_payload
-from projections.projection import Projection, Summary, read_state, rule_digest
+from projections.projection import Projection, Summary, decode_state, read_state, rule_digest
 from projections.registry import Registry, default_registry
 
 __all__ = ["RootsHook"]
@@ -238,7 +238,7 @@ class RootsHook:
         resume_at = latest.high_water.seq + 1 if latest else 0
         resumed = [p for p in projections if rule_digest(p) in saved]
         fresh = [p for p in projections if rule_digest(p) not in saved]
-        r_fold = Folder(resumed, [encoding.decode(saved[rule_digest(p)]) for p in resumed])
+        r_fold = Folder(resumed, [decode_state(p, saved[rule_digest(p)]) for p in resumed])
         f_fold = Folder(fresh)
         last_snap = latest.seq if latest else 0
         dirty = latest is None

@@ -6,12 +6,13 @@ state, ``fold(state, entry) -> state`` and ``summarize(state) -> Summary``. The 
 changing the version or any parameter changes every root built with it.
 
 Determinism is the whole contract. A projection must not read the clock, draw random numbers,
-do I/O, or let the iteration order of a dict or set reach its output. Its state must be a
-value of memroot's CBOR data model (``None``, ``bool``, ``int``, ``float``, ``str``, ``bytes``,
-``list``, ``dict`` with text keys) because the state is persisted, canonically encoded, with
-every snapshot, so the next snapshot folds only the entries after the previous high-water
-mark. A state read back from storage (maps in canonical key order) must fold exactly like the
-state that was written.
+do I/O, or let the iteration order of a dict or set reach its output. Its state is persisted,
+canonically encoded, with the newest snapshot, so the next snapshot folds only the entries
+after the previous high-water mark: the state must be a value of memroot's CBOR data model
+(``None``, ``bool``, ``int``, ``float``, ``str``, ``bytes``, ``list``, ``dict`` with text keys),
+or the projection defines ``encode_state(state) -> bytes`` and ``decode_state(bytes)`` (for
+instance to keep a set in memory and store it sorted). A state read back from storage (maps
+in canonical key order) must fold exactly like the state that was written.
 
 Digests (``docs/format-roots.md``):
 
@@ -40,6 +41,8 @@ __all__ = [
     "Summary",
     "SummaryDigest",
     "check_projection",
+    "decode_state",
+    "encode_state",
     "is_state_projection",
     "read_state",
     "rule_digest",
@@ -148,6 +151,29 @@ def read_state(projection: Projection, db: Any, branch: str, as_of: int) -> Summ
     if not isinstance(summary, Summary):
         raise TypeError(f"projection {projection.id!r} returned {type(summary).__name__}")
     return summary
+
+
+def encode_state(projection: Projection, state: Any) -> bytes:
+    """Return the canonical bytes of a projection's state (stored with the newest root).
+
+    A projection may define ``encode_state`` / ``decode_state`` (e.g. to keep a set in
+    memory); the default is canonical CBOR of the state itself.
+
+    Raises:
+        TypeError, ValueError: if the state is outside the CBOR data model.
+    """
+    custom = getattr(projection, "encode_state", None)
+    return custom(state) if callable(custom) else encoding.encode(state)
+
+
+def decode_state(projection: Projection, data: bytes) -> Any:
+    """Return the state ``encode_state`` stored.
+
+    Raises:
+        DecodeError: if ``data`` is not canonical CBOR.
+    """
+    custom = getattr(projection, "decode_state", None)
+    return custom(data) if callable(custom) else encoding.decode(data)
 
 
 def rule_preimage(projection: Projection) -> bytes:
