@@ -11,6 +11,7 @@ from cli.main import Context, cli, emit, pass_ctx, progress_bar
 from ledger.audit import audit_bundle, open_bundle
 from ledger.bundle import export_bundle
 from ledger.bundle_import import import_bundle
+from ledger.errors import DecodeError, NotFoundError
 from ledger.keys import rotate_key
 from ledger.tiles import write_tiles
 from ledger.trust import TrustedState, default_trusted_path
@@ -93,17 +94,24 @@ def audit_cmd(
     from cli import hooks
 
     trusted = TrustedState(trusted_path or default_trusted_path())
-    reader = open_bundle(bundle)
-    total = sum(b.size for b in reader.manifest.branches)
-    for update in progress_bar(total, "auditing"):
-        report = audit_bundle(
-            reader,
-            vkeys=vkeys,
-            trusted=trusted,
-            checks=hooks.bundle_checks(reader),
-            progress=update,
-            update_trusted=not no_update,
-        )
+    if not bundle.is_dir():
+        raise NotFoundError(f"no bundle directory at {bundle}")
+    try:
+        reader = open_bundle(bundle)
+    except DecodeError:
+        # A bundle whose manifest is unreadable fails step 1: report it like any violation.
+        report = audit_bundle(bundle, vkeys=vkeys, trusted=trusted, update_trusted=False)
+    else:
+        total = sum(b.size for b in reader.manifest.branches)
+        for update in progress_bar(total, "auditing"):
+            report = audit_bundle(
+                reader,
+                vkeys=vkeys,
+                trusted=trusted,
+                checks=hooks.bundle_checks(reader),
+                progress=update,
+                update_trusted=not no_update,
+            )
     print_report(report, as_json)
     if not report.ok:
         raise click.exceptions.Exit(1)

@@ -190,3 +190,16 @@ def test_import_bundle_replays_the_layers_derived_state(tmp_path: Path) -> None:
     assert report["steps"]["9"]["checked"] and report["steps"]["9"]["violations"] == 0
     with Ledger.open(path) as a:
         assert sum(1 for e in a.entries() if e.type == "SNAPSHOT") >= 4
+
+
+def test_audit_of_a_bundle_with_a_garbage_manifest_exits_1(tmp_path: Path, ledger: Path) -> None:
+    """An unreadable manifest is a step 1 violation in the report, exit 1."""
+    out = tmp_path / "bundle"
+    assert run("-l", str(ledger), "export", str(out)).exit_code == 0
+    (out / MANIFEST).write_text('{"format": "memroot-bundle", "version": 99}')
+    result = run("audit", str(out), "--no-update", "--json")
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    assert (
+        report["steps"]["1"]["violations"] == 1 and "version 99" in report["findings"][0]["message"]
+    )
