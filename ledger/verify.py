@@ -9,7 +9,8 @@ The steps, numbered as in SPEC and docs/FORMAT.md; the code below is labelled wi
     (5)  recompute the Merkle root at every checkpoint size (successive checkpoints are then
          consistent by construction: their roots come from one leaf sequence) and check the
          stored caches (leaf hashes, interior nodes, chain head) against the recomputation;
-    (6)  checkpoint signatures against the trusted key;
+    (6)  checkpoint signatures against the trusted keys, learning a rotated key only from a
+         KEY_ROTATE that the key it retires signed off (``_Keyring``);
     (7)  branch anchors (layer above: branches);
     (8)  replay every SNAPSHOT and compare memory roots (layer above: memory_root);
     (9)  replay derived state and compare with the store (layer above: projections);
