@@ -112,6 +112,13 @@ def audit_cmd(
                 progress=update,
                 update_trusted=not no_update,
             )
+    facts = report.trusted.get("bundle")
+    if facts and not as_json:
+        click.echo(f"bundle {facts['path']}: log {facts['origin']} (ledger {facts['ledger_id']})")
+        for name, b in facts["branches"].items():
+            click.echo(f"  branch {name}: {b['size']} entries, tree root {b['root']}")
+        if facts["sections"]:
+            click.echo(f"  sections: {', '.join(facts['sections'])}")
     print_report(report, as_json)
     if not report.ok:
         raise click.exceptions.Exit(1)
