@@ -79,7 +79,7 @@ def query_cmd(
     limit: int,
     as_json: bool,
 ) -> None:
-    """Retrieve memory objects, newest first, with RFC-0003 flags and conflicts.
+    """Retrieve memory objects, most recently changed first, with RFC-0003 flags and conflicts.
 
     DEFAULT mode returns what an agent should see (ACTIVE; OBSERVED, ASSERTED, INFERRED
     flagged; UNVERIFIED above 0.30; CONDITIONAL when TRUE). EXPLICIT drops the epistemic

@@ -62,6 +62,9 @@ class StateStore(Protocol):
     def put_object(self, obj: MemoryObject, *, new: bool) -> None:
         """Open a version of an object (closing the current one unless ``new``)."""
 
+    def used(self, branch: str, node_id: str) -> bool:
+        """Return True when an object or entity ever had this id on ``branch``."""
+
     def citing(self, branch: str, event_id: str) -> list[str]:
         """Return the ids of objects with a current DERIVED_FROM edge to the event."""
 
@@ -128,11 +131,8 @@ _GRANT_INS: Final = (
 )
 _SKIP_INS: Final = "INSERT INTO mem_skipped VALUES(?, ?, ?, ?)"
 # A new object's oid is its first version's rid; a NULL rid is SQLite's max(rid) + 1 too.
-_OBJ_INS_NEW: Final = (
-    _OBJ_INS.replace(
-        "VALUES(?, ?,", "VALUES(NULL, (SELECT coalesce(max(rid), 0) + 1 FROM mem_objects),", 1
-    )
-    + " RETURNING rid"
+_OBJ_INS_NEW: Final = _OBJ_INS.replace(
+    "VALUES(?, ?,", "VALUES(NULL, (SELECT coalesce(max(rid), 0) + 1 FROM mem_objects),", 1
 )
 
 
@@ -159,9 +159,8 @@ class SqlState:
     """
 
     def __init__(self, db: apsw.Connection) -> None:
-        """Wrap a connection whose memory tables are installed."""
+        """Wrap a connection whose memory tables are installed (keep one per connection)."""
         self.db = db
-        self._has_fts: bool | None = None
 
     def event(self, branch: str, event_id: str) -> EventRef | None:
         """Return the event with this id on ``branch``, or None."""
@@ -200,9 +199,7 @@ class SqlState:
         """Open a version of an object (closing the current one unless ``new``)."""
         row = object_row(obj)
         if new:
-            rid = _one(self.db, _OBJ_INS_NEW, row)[0]
-            if self._fts():
-                self.db.execute("INSERT INTO mem_fts(rowid, value) VALUES(?, ?)", (rid, obj.value))
+            self.db.execute(_OBJ_INS_NEW, row)
             return
         closed = _one(
             self.db,
@@ -212,14 +209,15 @@ class SqlState:
         )
         self.db.execute(_OBJ_INS, (None, closed[0], *row))
 
-    def _fts(self) -> bool:
-        # The throwaway replay database of the auditor has no full-text index.
-        if self._has_fts is None:
-            self._has_fts = (
-                self.db.execute("SELECT 1 FROM sqlite_master WHERE name = 'mem_fts'").fetchone()
-                is not None
-            )
-        return self._has_fts
+    def used(self, branch: str, node_id: str) -> bool:
+        """Return True when an object or entity ever had this id on ``branch``."""
+        r = _one(
+            self.db,
+            "SELECT EXISTS(SELECT 1 FROM mem_objects WHERE id = ?1 AND branch = ?2) OR "
+            "EXISTS(SELECT 1 FROM mem_entities WHERE id = ?1 AND branch = ?2)",
+            (node_id, branch),
+        )
+        return bool(r[0])
 
     def citing(self, branch: str, event_id: str) -> list[str]:
         """Return the ids of objects with a current DERIVED_FROM edge to the event."""
@@ -331,10 +329,9 @@ class MemState:
     ``tables.drop``), inside a transaction the caller commits.
     """
 
-    def __init__(self, db: apsw.Connection, *, fts: bool = True, flush_every: int = 50_000) -> None:
-        """Write behind into ``db``; with ``fts`` also fill the full-text index."""
+    def __init__(self, db: apsw.Connection, *, flush_every: int = 50_000) -> None:
+        """Write behind into ``db`` (the full-text index is filled afterwards, in bulk)."""
         self.db = db
-        self.fts = fts
         self.flush_every = flush_every
         self.events: dict[str, EventRef] = {}
         self.objects: dict[tuple[str, str], tuple[MemoryObject, int, int]] = {}
@@ -345,7 +342,7 @@ class MemState:
         self.heads: dict[str, int] = {}
         self.skipped: list[tuple[str, int, str, str]] = []
         self._rid = {"o": 0, "e": 0, "n": 0, "g": 0, "x": 0}
-        self._ins: dict[str, list[tuple[Any, ...]]] = {k: [] for k in "ofxeng"}
+        self._ins: dict[str, list[tuple[Any, ...]]] = {k: [] for k in "oxeng"}
         self._close: dict[str, list[tuple[int, int]]] = {k: [] for k in ("o", "e", "g")}
         self._pending = 0
 
@@ -367,7 +364,6 @@ class MemState:
             ("e", _ENT_INS),
             ("n", _NS_INS),
             ("g", _GRANT_INS),
-            ("f", "INSERT INTO mem_fts(rowid, value) VALUES(?, ?)"),
         ):
             if self._ins[key]:
                 db.executemany(sql, self._ins[key])
@@ -420,14 +416,16 @@ class MemState:
         rid = self._next("o")
         if new:
             oid = rid
-            if self.fts:
-                self._ins["f"].append((rid, obj.value))
         else:
             _, old_rid, oid = self.objects[key]
             self._close["o"].append((obj.seq, old_rid))
         self.objects[key] = (obj, rid, oid)
         self._ins["o"].append((rid, oid, *object_row(obj)))
         self._queued()
+
+    def used(self, branch: str, node_id: str) -> bool:
+        """Return True when an object or entity ever had this id on ``branch``."""
+        return (branch, node_id) in self.objects or (branch, node_id) in self.entities
 
     def citing(self, branch: str, event_id: str) -> list[str]:
         """Return the ids of objects with a current DERIVED_FROM edge to the event."""

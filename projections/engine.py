@@ -14,7 +14,6 @@ entity takes the operation's ``target_id`` when given, else the operation's own 
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -27,7 +26,7 @@ from projections import rules
 from projections.backends import StateStore
 from projections.epistemic import check_transition, starting_confidence
 from projections.lifecycle import check_lifecycle
-from projections.model import Edge, Entity, EventRef, Grant, MemoryObject, Namespace
+from projections.model import Edge, Entity, EventRef, Grant, MemoryObject, Namespace, evolve
 from projections.ops import validate_payload
 from projections.rules import PermissionRefused, RuleError
 
@@ -39,18 +38,25 @@ _EPS: Final = 1e-9
 _P = Permission
 
 
+_VARIANT: Final = {f"{i:x}": f"{(i & 3) | 8:x}" for i in range(16)}
+
+
 def derived_id(op_id: str, n: int) -> str:
-    """Return the UUIDv8 of the ``n``-th thing operation ``op_id`` creates besides itself."""
-    raw = bytearray(domain_hash("memroot/derived-id/v1", f"{op_id}/{n}".encode())[:16])
-    raw[6] = (raw[6] & 0x0F) | 0x80
-    raw[8] = (raw[8] & 0x3F) | 0x80
-    h = raw.hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+    """Return the UUIDv8 of the ``n``-th thing operation ``op_id`` creates besides itself.
+
+    The first 16 bytes of ``SHA-256("memroot/derived-id/v1" || 0x00 || "<op_id>/<n>")`` with
+    the RFC 9562 version (8) and variant bits set.
+    """
+    h = domain_hash("memroot/derived-id/v1", f"{op_id}/{n}".encode()).hex()
+    return f"{h[:8]}-{h[8:12]}-8{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:32]}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Op:
-    """An operation entry as the handlers see it: envelope, validated payload, position."""
+    """An operation entry as the handlers see it: envelope, validated payload, position.
+
+    Internal and short-lived (one per folded entry), so not frozen: construction is cheaper.
+    """
 
     op_type: str
     id: str
@@ -240,10 +246,7 @@ class Engine:
         )
 
     def _fresh_id(self, op: Op, new_id: str) -> None:
-        if (
-            self.state.obj(op.branch, new_id) is not None
-            or self.state.entity(op.branch, new_id) is not None
-        ):
+        if self.state.used(op.branch, new_id):
             raise RuleError(rules.IDENTITY, f"id {new_id} is already used; ids are never reused")
 
     # -- writes ---------------------------------------------------------------------------------
@@ -282,13 +285,11 @@ class Engine:
         """Move an entity's last_seen_at to this operation's time (a new version)."""
         ent = self.state.entity(op.branch, entity_id)
         if ent is not None and op.ts > ent.last_seen_at:
-            self.state.put_entity(
-                dataclasses.replace(ent, last_seen_at=op.ts, seq=op.seq), new=False
-            )
+            self.state.put_entity(evolve(ent, last_seen_at=op.ts, seq=op.seq), new=False)
 
     def _mutate(self, op: Op, obj: MemoryObject, **changes: Any) -> None:
         self.state.put_object(
-            dataclasses.replace(
+            evolve(
                 obj,
                 version=obj.version + 1,
                 last_modified_at=max(obj.last_modified_at, op.ts),
@@ -700,12 +701,10 @@ def _entity_merge(eng: Engine, op: Op) -> None:
         p["alias_list"],
     )
     eng.state.put_entity(
-        dataclasses.replace(
-            primary, aliases=aliases, last_seen_at=max(primary.last_seen_at, op.ts), seq=op.seq
-        ),
+        evolve(primary, aliases=aliases, last_seen_at=max(primary.last_seen_at, op.ts), seq=op.seq),
         new=False,
     )
-    eng.state.put_entity(dataclasses.replace(merged, merged_into=pid, seq=op.seq), new=False)
+    eng.state.put_entity(evolve(merged, merged_into=pid, seq=op.seq), new=False)
 
 
 def _summary(eng: Engine, op: Op) -> None:

@@ -31,6 +31,15 @@ __all__ = ["MemoryHook", "fold_entries", "sync"]
 class MemoryHook:
     """The ``AppendHook`` that keeps the memory model's derived state (see module doc)."""
 
+    def __init__(self) -> None:
+        """Start without a connection; ``apply`` binds to the ledger's."""
+        self._state: SqlState | None = None
+
+    def _bound(self, db: apsw.Connection) -> SqlState:
+        if self._state is None or self._state.db is not db:
+            self._state = SqlState(db)
+        return self._state
+
     def install(self, db: apsw.Connection) -> None:
         """Create the memory tables if missing (runs at open, inside a write transaction)."""
         tables.install(db)
@@ -48,7 +57,7 @@ class MemoryHook:
         """
         if entry.branch != CANONICAL_BRANCH:
             return []
-        state = SqlState(db)
+        state = self._bound(db)
         head = state.head(entry.branch)
         if head != entry.seq:
             if head > entry.seq:
@@ -57,7 +66,6 @@ class MemoryHook:
                     f"{entry.seq}; it belongs to another ledger or history: run memroot rebuild"
                 )
             fold_entries(db, ledger.entries(head, entry.seq, entry.branch), fresh=head == 0)
-            state = SqlState(db)
         Engine(state).apply(entry)
         state.set_head(entry.branch, entry.seq + 1)
         return []
@@ -76,13 +84,13 @@ def fold_entries(db: apsw.Connection, entries: Iterable[Entry], *, fresh: bool) 
     """
     n = 0
     if fresh:
-        fts = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'mem_fts'").fetchone()
-        mem = MemState(db, fts=fts is not None)
+        mem = MemState(db)
         engine = Engine(mem)
         for entry in entries:
             engine.fold(entry)
             n += 1
         mem.finish()
+        tables.index_text(db)
         return n
     state = SqlState(db)
     engine = Engine(state)
@@ -109,7 +117,8 @@ def fold_entries(db: apsw.Connection, entries: Iterable[Entry], *, fresh: bool) 
 def sync(ledger: Ledger, branch: str = CANONICAL_BRANCH) -> int:
     """Fold every entry the derived state has not seen yet; return how many were folded.
 
-    Readers call this first, so queries never see a state behind the ledger.
+    Readers call this first, so queries never see a state behind the ledger. It also brings the
+    full-text index up to date (``tables.index_text``).
 
     Raises:
         StorageError: if the derived state is ahead of the ledger, or the file is read-only.
@@ -124,6 +133,10 @@ def sync(ledger: Ledger, branch: str = CANONICAL_BRANCH) -> int:
                 f"the derived memory state has folded {head} entries but the "
                 f"ledger has {size}: run memroot rebuild"
             )
-        if head == size:
-            return 0
-        return fold_entries(db, ledger.entries(head, size, branch), fresh=head == 0)
+        n = (
+            0
+            if head == size
+            else fold_entries(db, ledger.entries(head, size, branch), fresh=head == 0)
+        )
+        tables.index_text(db)
+        return n

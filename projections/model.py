@@ -43,6 +43,7 @@ __all__ = [
     "Grant",
     "MemoryObject",
     "Namespace",
+    "evolve",
 ]
 
 FALSIFICATION_STATES: Final = ("live", "stale", "falsified")
@@ -138,7 +139,36 @@ def _plain(value: Any) -> Any:
     return value
 
 
-# -- values ------------------------------------------------------------------------------------
+# -- values ---------------------------------------------------------------------------------
+
+
+_FIELDS: dict[type[Any], tuple[str, ...]] = {}
+
+
+def evolve(value: Any, **changes: Any) -> Any:
+    """Return a copy of a frozen value with ``changes`` applied (``dataclasses.replace``, faster).
+
+    It runs the value's ``__post_init__`` checks like the constructor does; the engine calls it
+    for every mutation, where ``dataclasses.replace`` costs several times more.
+
+    Raises:
+        ValueError: if the new value breaks the type's invariants.
+        TypeError: for a field name the type does not have.
+    """
+    cls = type(value)
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(f.name for f in fields(cls))
+    if not changes.keys() <= set(names):
+        raise TypeError(f"{cls.__name__} has no field {sorted(set(changes) - set(names))[0]!r}")
+    new = object.__new__(cls)
+    put = object.__setattr__
+    for name in names:
+        put(new, name, changes[name] if name in changes else getattr(value, name))
+    post = getattr(new, "__post_init__", None)
+    if post is not None:
+        post()
+    return new
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,8 @@ CONTRADICTION_NOTED takes ``confidence``; TOMBSTONE takes ``on_dependents``.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
@@ -47,6 +48,7 @@ MAX_TEXT: Final = 4096
 MAX_VALUE: Final = 256 * 1024
 MAX_IDS: Final = 10_000
 _MAX_TS: Final = 2**63 - 1
+_UUID_RE: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 
 ON_DEPENDENTS: Final = ("DEPRECATE", "ARCHIVE", "KEEP")
 """What a TOMBSTONE does to ACTIVE objects citing the erased event (docs/memory.md)."""
@@ -57,7 +59,7 @@ class Field:
     """One payload field: its name, kind, whether it must be present, and a kind argument.
 
     Kinds: ``text`` (non-empty string, ``arg`` = max length), ``uuid``, ``uuids`` (list,
-    ``arg`` = minimum length), ``enum`` (``arg`` = a StrEnum or a tuple of strings), ``unit``
+    ``arg`` = minimum length), ``enum`` (``arg`` = the tuple of allowed strings), ``unit``
     (number in [0, 1]), ``unit?`` (``unit`` or null; the key must still be present),
     ``nonneg`` (number >= 0), ``texts`` (list of non-empty strings), ``ts`` (integer
     microseconds), ``json`` (any JSON value), ``condition`` ({text, state?}), ``window``
@@ -70,12 +72,19 @@ class Field:
     arg: Any = None
 
 
+def _arg(kind: str, arg: Any) -> Any:
+    # Enumerations become tuples of their values once, not on every check.
+    if kind == "enum":
+        return tuple(str(m.value) if isinstance(m, StrEnum) else str(m) for m in arg)
+    return arg
+
+
 def _f(name: str, kind: str, arg: Any = None) -> Field:
-    return Field(name, kind, True, arg)
+    return Field(name, kind, True, _arg(kind, arg))
 
 
 def _o(name: str, kind: str, arg: Any = None) -> Field:
-    return Field(name, kind, False, arg)
+    return Field(name, kind, False, _arg(kind, arg))
 
 
 SCHEMAS: Final[Mapping[str, tuple[Field, ...]]] = {
@@ -191,74 +200,112 @@ def _json_ok(value: Any, depth: int = 0) -> bool:
     return False
 
 
-def _check(op: str, f: Field, value: Any) -> Any:
-    kind, name = f.kind, f.name
-    if kind == "text":
-        if type(value) is not str or not value or len(value) > f.arg:
-            raise _bad(op, name, f"must be a non-empty string of at most {f.arg} characters")
+def _text(op: str, f: Field, value: Any) -> Any:
+    if type(value) is not str or not value or len(value) > f.arg:
+        raise _bad(op, f.name, f"must be a non-empty string of at most {f.arg} characters")
+    return value
+
+
+def _uuid(op: str, f: Field, value: Any) -> Any:
+    if type(value) is str and _UUID_RE.match(value):
         return value
-    if kind == "uuid":
-        return check_uuid(value, f"payload.{name}")
-    if kind == "uuids":
-        if type(value) is not list or not f.arg <= len(value) <= MAX_IDS:
-            raise _bad(op, name, f"must be a list of {f.arg} to {MAX_IDS} UUIDs")
-        ids = tuple(check_uuid(v, f"payload.{name}[{i}]") for i, v in enumerate(value))
-        if len(set(ids)) != len(ids):
-            raise _bad(op, name, "lists an id more than once")
-        return ids
-    if kind == "enum":
-        allowed = (
-            [m.value for m in f.arg]
-            if isinstance(f.arg, type) and issubclass(f.arg, StrEnum)
-            else list(f.arg)
-        )
-        if value not in allowed:
-            raise _bad(op, name, f"{value!r} is not one of {', '.join(allowed)}")
-        return str(value)
-    if kind in ("unit", "unit?"):
-        if value is None and kind == "unit?":
-            return None
-        if not _number(value) or type(value) is bool or not 0 <= value <= 1:
-            raise _bad(op, name, f"must be a number in [0, 1], got {value!r}")
-        return float(value)
-    if kind == "nonneg":
-        if not _number(value) or type(value) is bool or value < 0:
-            raise _bad(op, name, f"must be a number >= 0, got {value!r}")
-        return float(value)
-    if kind == "texts":
-        if (
-            type(value) is not list
-            or len(value) > MAX_IDS
-            or any(type(v) is not str or not v or len(v) > MAX_TEXT for v in value)
-        ):
-            raise _bad(op, name, "must be a list of non-empty strings")
-        return tuple(value)
-    if kind == "ts":
-        if type(value) is not int or not 0 <= value <= _MAX_TS:
-            raise _bad(op, name, "must be an integer count of microseconds since the epoch")
-        return value
-    if kind == "json":
-        if not _json_ok(value):
-            raise _bad(op, name, "must be a JSON value (no bytes, NaN or Infinity)")
-        return value
-    if kind == "condition":
-        if type(value) is not dict or set(value) - {"text", "state"} or "text" not in value:
-            raise _bad(op, name, "must be an object {text, state?}")
-        text = value["text"]
-        if type(text) is not str or not text or len(text) > MAX_TEXT:
-            raise _bad(op, name, "text must be a non-empty string")
-        state = value.get("state", "UNKNOWN")
-        if state not in CONDITION_STATES:
-            raise _bad(op, name, f"state {state!r} is not one of {', '.join(CONDITION_STATES)}")
-        return (text, str(state))
-    if kind == "window":
-        if type(value) is not dict or set(value) != {"from", "to"}:
-            raise _bad(op, name, "must be an object {from, to} (microseconds)")
-        lo, hi = value["from"], value["to"]
-        if type(lo) is not int or type(hi) is not int or not 0 <= lo <= hi <= _MAX_TS:
-            raise _bad(op, name, "needs integer microseconds with 0 <= from <= to")
-        return (lo, hi)
-    raise ValueError(f"unknown field kind {kind!r}")  # pragma: no cover - schema mistake
+    return check_uuid(value, f"payload.{f.name}")  # raises, naming the field
+
+
+def _uuids(op: str, f: Field, value: Any) -> Any:
+    if type(value) is not list or not f.arg <= len(value) <= MAX_IDS:
+        raise _bad(op, f.name, f"must be a list of {f.arg} to {MAX_IDS} UUIDs")
+    match = _UUID_RE.match
+    for i, v in enumerate(value):
+        if type(v) is not str or not match(v):
+            check_uuid(v, f"payload.{f.name}[{i}]")  # raises, naming the element
+    ids = tuple(value)
+    if len(set(ids)) != len(ids):
+        raise _bad(op, f.name, "lists an id more than once")
+    return ids
+
+
+def _enum(op: str, f: Field, value: Any) -> Any:
+    if type(value) is not str or value not in f.arg:
+        raise _bad(op, f.name, f"{value!r} is not one of {', '.join(f.arg)}")
+    return value
+
+
+def _unit(op: str, f: Field, value: Any) -> Any:
+    if value is None and f.kind == "unit?":
+        return None
+    if type(value) not in (int, float) or not 0 <= value <= 1:  # NaN fails the range test
+        raise _bad(op, f.name, f"must be a number in [0, 1], got {value!r}")
+    return float(value)
+
+
+def _nonneg(op: str, f: Field, value: Any) -> Any:
+    if not _number(value) or type(value) is bool or value < 0:
+        raise _bad(op, f.name, f"must be a number >= 0, got {value!r}")
+    return float(value)
+
+
+def _texts(op: str, f: Field, value: Any) -> Any:
+    if (
+        type(value) is not list
+        or len(value) > MAX_IDS
+        or any(type(v) is not str or not v or len(v) > MAX_TEXT for v in value)
+    ):
+        raise _bad(op, f.name, "must be a list of non-empty strings")
+    return tuple(value)
+
+
+def _ts(op: str, f: Field, value: Any) -> Any:
+    if type(value) is not int or not 0 <= value <= _MAX_TS:
+        raise _bad(op, f.name, "must be an integer count of microseconds since the epoch")
+    return value
+
+
+def _json(op: str, f: Field, value: Any) -> Any:
+    if not _json_ok(value):
+        raise _bad(op, f.name, "must be a JSON value (no bytes, NaN or Infinity)")
+    return value
+
+
+def _condition(op: str, f: Field, value: Any) -> Any:
+    if type(value) is not dict or set(value) - {"text", "state"} or "text" not in value:
+        raise _bad(op, f.name, "must be an object {text, state?}")
+    text = value["text"]
+    if type(text) is not str or not text or len(text) > MAX_TEXT:
+        raise _bad(op, f.name, "text must be a non-empty string")
+    state = value.get("state", "UNKNOWN")
+    if state not in CONDITION_STATES:
+        raise _bad(op, f.name, f"state {state!r} is not one of {', '.join(CONDITION_STATES)}")
+    return (text, str(state))
+
+
+def _window(op: str, f: Field, value: Any) -> Any:
+    if type(value) is not dict or set(value) != {"from", "to"}:
+        raise _bad(op, f.name, "must be an object {from, to} (microseconds)")
+    lo, hi = value["from"], value["to"]
+    if type(lo) is not int or type(hi) is not int or not 0 <= lo <= hi <= _MAX_TS:
+        raise _bad(op, f.name, "needs integer microseconds with 0 <= from <= to")
+    return (lo, hi)
+
+
+_CHECKS: Final[dict[str, Callable[[str, Field, Any], Any]]] = {
+    "text": _text,
+    "uuid": _uuid,
+    "uuids": _uuids,
+    "enum": _enum,
+    "unit": _unit,
+    "unit?": _unit,
+    "nonneg": _nonneg,
+    "texts": _texts,
+    "ts": _ts,
+    "json": _json,
+    "condition": _condition,
+    "window": _window,
+}
+_PLAN: Final = {
+    op: (frozenset(f.name for f in fields), tuple((f, _CHECKS[f.kind]) for f in fields))
+    for op, fields in SCHEMAS.items()
+}
 
 
 def validate_payload(op_type: str, payload: Mapping[str, Any]) -> dict[str, Any]:
@@ -271,19 +318,20 @@ def validate_payload(op_type: str, payload: Mapping[str, Any]) -> dict[str, Any]
         ValidationError: naming the operation and the first missing, unknown or bad field.
         KeyError: if ``op_type`` has no schema (a programming mistake).
     """
-    schema = SCHEMAS[op_type]
-    names = {f.name for f in schema}
-    extra = sorted(set(payload) - names)
-    if extra:
+    names, plan = _PLAN[op_type]
+    if not names.issuperset(payload):
+        extra = sorted(set(payload) - names)[0]
         raise _bad(
-            op_type, extra[0], f"is not a field of {op_type} (it takes {', '.join(sorted(names))})"
+            op_type, extra, f"is not a field of {op_type} (it takes {', '.join(sorted(names))})"
         )
     out: dict[str, Any] = {}
-    for f in schema:
-        if f.name not in payload or (payload[f.name] is None and f.kind != "unit?"):
+    get = payload.get
+    for f, check in plan:
+        value = get(f.name)
+        if value is None and (f.kind != "unit?" or f.name not in payload):
             if f.required:
                 raise _bad(op_type, f.name, "is required")
             out[f.name] = None
             continue
-        out[f.name] = _check(op_type, f, payload[f.name])
+        out[f.name] = check(op_type, f, value)
     return out

@@ -6,7 +6,8 @@ and ``vto`` NULL or later), answered from indexed versioned rows, never by repla
 
 ``query(db, Query(...))`` filters by type, entity (merged entities resolve to their primary),
 namespace, lifecycle state and epistemic type, searches values lexically (SQLite FTS5), and
-applies an RFC-0003 retrieval mode. Results come newest first, each with its flags (INFERRED and
+applies an RFC-0003 retrieval mode. Results come most recently changed first (the newest
+version row first), each with its flags (INFERRED and
 the other non-plain epistemic types, CONFLICT for a CONTRADICTS edge, EVIDENCE_ERASED) and the
 ids of the objects it conflicts with.
 """
@@ -21,7 +22,7 @@ from typing import Any, Final
 import apsw
 
 from ledger.entries import CANONICAL_BRANCH
-from ledger.errors import NotFoundError, ValidationError
+from ledger.errors import NotFoundError, StorageError, ValidationError
 from ledger.vocab import EdgeType, EpistemicType, LifecycleState, MemoryType, Permission
 from projections.epistemic import DEFAULT_ALWAYS, UNVERIFIED_THRESHOLD, RetrievalMode, flags_for
 from projections.model import Edge, Entity, MemoryObject
@@ -31,7 +32,9 @@ from projections.tables import (
     OBJECT_COLS,
     edge_from_row,
     entity_from_row,
+    index_text,
     object_from_row,
+    text_index_current,
 )
 
 __all__ = [
@@ -289,11 +292,15 @@ def _default_filter() -> tuple[str, list[Any]]:
 
 
 def query(db: apsw.Connection, q: Query) -> list[Result]:
-    """Return the objects ``q`` selects, newest first, at most ``q.limit``.
+    """Return the objects ``q`` selects, most recently changed first, at most ``q.limit``.
+
+    A text query first adds values not yet in the full-text index (``tables.index_text``),
+    which needs a connection that may write; ``sync`` does it beforehand.
 
     Raises:
         NotFoundError: if ``q.entity`` names no entity.
         ValidationError: if ``q.text`` holds no words.
+        StorageError: if the full-text index is behind and cannot be updated here.
     """
     cond, params = _visible("o", q.as_of)
     where, args = [cond, "o.branch = ?"], [*params, q.branch]
@@ -321,7 +328,19 @@ def query(db: apsw.Connection, q: Query) -> list[Result]:
         )
         args.extend([EdgeType.ABOUT_ENTITY.value, *members, q.branch, *e_params])
     if q.text is not None:
-        where.append("o.oid IN (SELECT rowid FROM mem_fts WHERE mem_fts MATCH ?)")
+        if not text_index_current(db):
+            try:
+                index_text(db)
+            except apsw.Error as e:
+                raise StorageError(
+                    "the full-text index is behind and this connection cannot update it; "
+                    f"call projections.memory.sync(ledger) first ({e})"
+                ) from e
+        # FTS rows are keyed by an object's first version (rid = oid); its id finds the rest.
+        where.append(
+            "o.id IN (SELECT f.id FROM mem_objects f WHERE f.rid IN "
+            "(SELECT rowid FROM mem_fts WHERE mem_fts MATCH ?))"
+        )
         args.append(_fts_query(q.text))
     if q.actor is not None:
         n_cond, n_params = _visible("n", q.as_of)
@@ -334,7 +353,7 @@ def query(db: apsw.Connection, q: Query) -> list[Result]:
         args.extend([q.branch, *n_params, q.actor, Permission.READ.value, q.branch, *g_params])
     cols = ", ".join("o." + c for c in OBJECT_COLS)
     rows = db.execute(
-        f"SELECT {cols} FROM mem_objects o WHERE {' AND '.join(where)} ORDER BY o.oid DESC LIMIT ?",
+        f"SELECT {cols} FROM mem_objects o WHERE {' AND '.join(where)} ORDER BY o.rid DESC LIMIT ?",
         (*args, q.limit),
     ).fetchall()
     return [_result(db, object_from_row(r), q) for r in rows]

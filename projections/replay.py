@@ -130,7 +130,7 @@ class MemoryReplayCheck:
         self.db = apsw.Connection(":memory:")
         self.db.execute("BEGIN")
         tables.install(self.db, fts=False)
-        self.state = MemState(self.db, fts=False)
+        self.state = MemState(self.db)
         self.engine = Engine(self.state)
         self.size = 0
 

@@ -8,9 +8,15 @@ indexed query instead of a replay. Every row records its ``branch``.
 
 - ``mem_heads(branch, size)``: how many entries of each branch the state has folded in.
 - ``mem_events(id, branch, seq, ts, namespace_id, actor_id, erased_by)``: events (evidence).
-- ``mem_objects``: memory object versions; ``oid`` numbers the object (the ``rid`` of its
+- ``mem_objects``: memory object versions (current ones indexed by namespace and type, and
+  the few not ACTIVE by lifecycle state; dense filters scan newest rows first, which finds a
+  page of results quickly, so no more indexes are paid for on every write); ``oid`` numbers
+  the object (the ``rid`` of its
   first version) and keys ``mem_fts``, the FTS5 index of values (one row per object: an
-  object's value never changes).
+  object's value never changes; contentless and ``detail=none``, the cheapest FTS5 index
+  that answers word and prefix queries). The index is filled lazily and in bulk by
+  ``index_text`` (``sync`` and text queries call it; ``mem_meta.fts_rid`` is how far it got),
+  which keeps tokenising out of the append path.
 - ``mem_entities``, ``mem_edges``, ``mem_namespaces``, ``mem_grants``: versioned likewise.
 - ``mem_skipped(branch, seq, op_type, reason)``: entries appended without the memory model's
   hook that its rules refuse; replay skips them the same way, so they stay visible.
@@ -41,11 +47,13 @@ __all__ = [
     "entity_row",
     "event_from_row",
     "grant_from_row",
+    "index_text",
     "install",
     "installed",
     "namespace_from_row",
     "object_from_row",
     "object_row",
+    "text_index_current",
 ]
 
 SCHEMA_VERSION: Final = 1
@@ -140,11 +148,11 @@ CREATE TABLE IF NOT EXISTS mem_objects(
     state TEXT NOT NULL
 ) STRICT;
 CREATE UNIQUE INDEX IF NOT EXISTS mem_objects_id ON mem_objects(id, branch, vfrom);
-CREATE INDEX IF NOT EXISTS mem_objects_type ON mem_objects(type, oid) WHERE vto IS NULL;
-CREATE INDEX IF NOT EXISTS mem_objects_ns ON mem_objects(namespace_id, oid) WHERE vto IS NULL;
-CREATE INDEX IF NOT EXISTS mem_objects_state
-    ON mem_objects(lifecycle_state, epistemic_type, oid) WHERE vto IS NULL;
-CREATE VIRTUAL TABLE IF NOT EXISTS mem_fts USING fts5(value, content='', contentless_delete=1);
+CREATE INDEX IF NOT EXISTS mem_objects_ns ON mem_objects(namespace_id, type)
+    WHERE vto IS NULL;
+CREATE INDEX IF NOT EXISTS mem_objects_inactive ON mem_objects(lifecycle_state)
+    WHERE vto IS NULL AND lifecycle_state != 'ACTIVE';
+CREATE VIRTUAL TABLE IF NOT EXISTS mem_fts USING fts5(value, content='', detail=none);
 CREATE TABLE IF NOT EXISTS mem_entities(
     rid INTEGER PRIMARY KEY, branch TEXT NOT NULL, id TEXT NOT NULL, {_VERSIONED},
     type TEXT NOT NULL, canonical_name TEXT NOT NULL, aliases TEXT NOT NULL,
@@ -203,6 +211,43 @@ def install(db: apsw.Connection, *, fts: bool = True) -> None:
     )
     db.execute(schema)
     db.execute("INSERT OR IGNORE INTO mem_meta VALUES('schema_version', ?)", (SCHEMA_VERSION,))
+
+
+def index_text(db: apsw.Connection) -> int:
+    """Add the values of objects created since the last call to the full-text index.
+
+    Needs a write (the caller's transaction, or an autocommit). Returns how many values were
+    indexed; 0 when the index is current or this database has none.
+
+    Raises:
+        apsw.Error: if the database cannot be written (the caller maps it to StorageError).
+    """
+    if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'mem_fts'").fetchone() is None:
+        return 0
+    row = db.execute("SELECT value FROM mem_meta WHERE key = 'fts_rid'").fetchone()
+    mark = 0 if row is None else int(row[0])
+    top_row = db.execute("SELECT max(rid) FROM mem_objects").fetchone()
+    top = 0 if top_row is None or top_row[0] is None else int(top_row[0])
+    if top <= mark:
+        return 0
+    db.execute(
+        "INSERT INTO mem_fts(rowid, value) SELECT rid, value FROM mem_objects "
+        "WHERE rid > ? AND rid = oid",
+        (mark,),
+    )
+    n = db.changes()
+    db.execute("INSERT OR REPLACE INTO mem_meta VALUES('fts_rid', ?)", (top,))
+    return int(n)
+
+
+def text_index_current(db: apsw.Connection) -> bool:
+    """Return True when every object's value is in the full-text index."""
+    row = db.execute(
+        "SELECT (SELECT max(rid) FROM mem_objects), "
+        "(SELECT value FROM mem_meta WHERE key = 'fts_rid')"
+    ).fetchone()
+    top, mark = (None, None) if row is None else row
+    return top is None or (mark is not None and int(mark) >= int(top))
 
 
 def drop(db: apsw.Connection) -> None:
