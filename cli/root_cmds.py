@@ -15,8 +15,6 @@ from memory_root import RootDiff, RootRecord, Roots, RootView, SelfModel, SelfMo
 
 __all__ = ["root", "roots_cmd", "selfmodel", "snapshot"]
 
-ROOT_HELP = "A memory_root in hex (a unique prefix of 4 or more digits will do)."
-
 
 def _record_json(r: RootRecord) -> dict[str, Any]:
     hw = r.high_water

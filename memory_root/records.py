@@ -19,7 +19,6 @@ the replay. Tables:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -40,7 +39,6 @@ __all__ = [
     "insert_root",
     "insert_selfmodel",
     "install",
-    "iter_roots",
     "latest_root",
     "latest_selfmodel",
     "root_before",
@@ -263,18 +261,6 @@ def find_root(db: apsw.Connection, hex_prefix: str) -> RootRecord:
     if len(rows) > 1:
         raise NotFoundError(f"several memory_roots start with {text}; give more digits")
     return _record(db, rows[0])
-
-
-def iter_roots(db: apsw.Connection, branch: str | None = None) -> Iterator[RootRecord]:
-    """Yield stored roots by branch and seq (every branch when ``branch`` is None)."""
-    if branch is None:
-        rows = db.execute(f"SELECT {_ROOT_COLS} FROM memory_roots ORDER BY branch, seq")
-    else:
-        rows = db.execute(
-            f"SELECT {_ROOT_COLS} FROM memory_roots WHERE branch = ? ORDER BY seq", (branch,)
-        )
-    for row in rows.fetchall():
-        yield _record(db, row)
 
 
 def summaries(db: apsw.Connection, root: bytes) -> list[StoredSummary]:

@@ -37,7 +37,7 @@ from memory_root._fold import Folder
 from memory_root.hook import RootsHook
 from memory_root.records import RootRecord, SelfModelRecord
 from memory_root.replay import rebuild
-from memory_root.root import HighWater, MemoryRoot, RootPreimage, compute_root
+from memory_root.root import HighWater, RootPreimage, compute_root
 from memory_root.selfmodel import SelfModel, selfmodel_payload
 from projections.projection import read_state
 
@@ -402,10 +402,7 @@ class Roots:
             raise NotFoundError(f"entry {hw_seq} is not on branch {branch!r} ({size} entries)")
         folder = Folder(self.hook.registry.projections())
         folder.fold_all(ledger.entries(0, hw_seq + 1, branch))
-        parent: MemoryRoot | None = None
-        for r in records.iter_roots(ledger.store.db, branch):
-            if r.seq <= hw_seq:
-                parent = r.root
+        parent = records.root_before(ledger.store.db, branch, hw_seq + 1)
         if parent is None and branch != CANONICAL_BRANCH:
             parent = RootsHook.fork_root(ledger.store.db, ledger.entry(0, branch))
         hw = HighWater(
