@@ -121,8 +121,17 @@ def sync(ledger: Ledger, branch: str = CANONICAL_BRANCH) -> int:
     full-text index up to date (``tables.index_text``).
 
     Raises:
-        StorageError: if the derived state is ahead of the ledger, or the file is read-only.
+        StorageError: if the derived state is ahead of the ledger, or the file is read-only
+            (and the state is behind).
     """
+    with ledger.store.read() as db:
+        # Most calls find nothing to do: answer them without taking the write lock.
+        if (
+            tables.installed(db)
+            and SqlState(db).head(branch) == ledger.size(branch)
+            and tables.text_index_current(db)
+        ):
+            return 0
     with ledger.store.write() as db:
         if not tables.installed(db):
             tables.install(db)
