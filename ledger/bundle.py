@@ -319,35 +319,51 @@ def read_frames(f: IO[bytes], info: FileInfo) -> Iterator[bytes]:
 
     The count, total size and SHA-256 are checked when the file ends; a frame that claims more
     bytes than remain (or than ``MAX_FRAME``) is refused before anything is allocated for it.
+    The file is read and hashed in chunks of about 1 MiB.
 
     Raises:
         DecodeError: naming the file, if it is truncated, longer, damaged or not as recorded.
     """
     sha = sha256_stream()
-    remaining = info.bytes
+    buf = b""
+    pos = 0  # start of the first unread frame in buf
+    consumed = 0  # bytes of the frames yielded so far
     count = 0
-    read = f.read
+    eof = False
+
+    def fill(need: int) -> None:
+        nonlocal buf, pos, eof
+        while len(buf) - pos < need and not eof:
+            chunk = f.read(max(_BUF, need))
+            if not chunk:
+                eof = True
+                return
+            sha.update(chunk)
+            buf = buf[pos:] + chunk
+            pos = 0
+
     while True:
-        head = read(4)
-        if not head:
+        fill(4)
+        have = len(buf) - pos
+        if have == 0:
             break
-        if len(head) < 4:
+        if have < 4:
             raise DecodeError(f"bundle file {info.path} ends inside a frame header")
-        (n,) = _LEN.unpack(head)
-        if n > MAX_FRAME or n + 4 > remaining:
+        (n,) = _LEN.unpack_from(buf, pos)
+        if n > MAX_FRAME or consumed + 4 + n > info.bytes:
             raise DecodeError(
                 f"bundle file {info.path}: frame {count} claims {n} bytes, more than the "
                 "manifest leaves for it (truncated, damaged or extended)"
             )
-        payload = read(n)
-        if len(payload) != n:
+        fill(4 + n)
+        if len(buf) - pos < 4 + n:
             raise DecodeError(f"bundle file {info.path} is truncated inside frame {count}")
-        sha.update(head)
-        sha.update(payload)
-        remaining -= n + 4
+        payload = buf[pos + 4 : pos + 4 + n]
+        pos += 4 + n
+        consumed += 4 + n
         count += 1
         yield payload
-    if remaining or count != info.records or sha.hexdigest() != info.sha256:
+    if consumed != info.bytes or count != info.records or sha.hexdigest() != info.sha256:
         raise DecodeError(
             f"bundle file {info.path} does not match the manifest (records {count} of "
             f"{info.records}, sha256 {sha.hexdigest()} of {info.sha256})"
