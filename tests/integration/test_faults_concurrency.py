@@ -51,7 +51,7 @@ def bounded_writer(path: str, ack_path: str, seed: int, ops: int) -> None:
             elif r < 0.85:
                 bid, k = new_uuid(), rng.randrange(2, 20)
                 out = ledger.append_batch([_event(rng, bid, k) for _ in range(k)])
-                line = f"B {bid} {out[0].seq} {k} {out[-1].entry_hash.hex()}"
+                line = f"B {bid} {out[0].seq} {k} {out[-1].seq} {out[-1].entry_hash.hex()}"
             else:
                 cp = ledger.checkpoint().checkpoint
                 line = f"C {cp.size} {cp.root.hex()}"

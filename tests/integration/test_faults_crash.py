@@ -57,8 +57,21 @@ def _event(rng: random.Random, batch: str | None = None, k: int = 1) -> EventInp
     )
 
 
-def writer(path: str, ack_path: str, seed: int, ready: Any) -> None:
-    """Append and checkpoint forever, acknowledging every call after it returned."""
+def layer_hooks(layered: bool) -> list[Any]:
+    """The CLI's append hooks (memory state, automatic memory_root snapshots), or none."""
+    if not layered:
+        return []
+    from cli.hooks import default_hooks
+
+    return list(default_hooks())
+
+
+def writer(path: str, ack_path: str, seed: int, ready: Any, layered: bool = False) -> None:
+    """Append and checkpoint forever, acknowledging every call after it returned.
+
+    ``layered`` installs the layers' hooks, so appends also fold derived state and take
+    memory_root snapshots (SNAPSHOT entries) inside the same transactions.
+    """
     rng = random.Random(seed)
     fd = os.open(ack_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     ready.set()  # start-up is over: the parent's random delay starts now
@@ -66,7 +79,7 @@ def writer(path: str, ack_path: str, seed: int, ready: Any) -> None:
     def ack(line: str) -> None:
         os.write(fd, (line + "\n").encode())
 
-    with Ledger.open(Path(path)) as ledger:
+    with Ledger.open(Path(path), hooks=layer_hooks(layered)) as ledger:
         while True:
             r = rng.random()
             if r < 0.3:
@@ -75,7 +88,7 @@ def writer(path: str, ack_path: str, seed: int, ready: Any) -> None:
             elif r < 0.7:
                 bid, k = new_uuid(), rng.randrange(2, 12)
                 out = ledger.append_batch([_event(rng, bid, k) for _ in range(k)])
-                ack(f"B {bid} {out[0].seq} {k} {out[-1].entry_hash.hex()}")
+                ack(f"B {bid} {out[0].seq} {k} {out[-1].seq} {out[-1].entry_hash.hex()}")
             elif r < 0.85:
                 groups = [(new_uuid(), rng.randrange(2, 6)) for _ in range(rng.randrange(2, 4))]
                 with ledger.bulk():
@@ -84,7 +97,7 @@ def writer(path: str, ack_path: str, seed: int, ready: Any) -> None:
                         for bid, k in groups
                     ]
                 for (bid, k), out in zip(groups, outs, strict=True):
-                    ack(f"B {bid} {out[0].seq} {k} {out[-1].entry_hash.hex()}")
+                    ack(f"B {bid} {out[0].seq} {k} {out[-1].seq} {out[-1].entry_hash.hex()}")
             else:
                 cp = ledger.checkpoint().checkpoint
                 ack(f"C {cp.size} {cp.root.hex()}")
@@ -99,10 +112,18 @@ def acknowledged(ack_path: Path) -> list[list[str]]:
     return [line.split() for line in lines[:-1]]  # the part after the last newline is cut
 
 
-def check_after_crash(path: Path, ack_path: Path, vkey: str) -> int:
-    """Reopen a killed writer's ledger and check every crash-safety property; return its size."""
-    with Ledger.open(path) as ledger:
-        report = audit(ledger.store, origin=ORIGIN, vkeys=[vkey])
+def check_after_crash(path: Path, ack_path: Path, vkey: str, layered: bool = False) -> int:
+    """Reopen a killed writer's ledger and check every crash-safety property; return its size.
+
+    With ``layered`` the layers' replay checks run too (memory roots, derived state).
+    """
+    with Ledger.open(path, hooks=layer_hooks(layered)) as ledger:
+        checks: list[Any] = []
+        if layered:
+            from cli.hooks import replay_checks
+
+            checks = list(replay_checks(ledger))
+        report = audit(ledger.store, origin=ORIGIN, vkeys=[vkey], checks=checks)
         assert report.ok, [str(f) for f in report.findings]
         size = ledger.size()
         batches: Counter[str] = Counter()
@@ -122,10 +143,10 @@ def check_after_crash(path: Path, ack_path: Path, vkey: str) -> int:
             if line[0] == "S":
                 assert ledger.entry(int(line[1])).hash.hex() == line[2], line
             elif line[0] == "B":
-                bid, first, k, last_hash = line[1], int(line[2]), int(line[3]), line[4]
+                bid, first, k, last, last_hash = line[1], *map(int, line[2:5]), line[5]
                 assert batches[bid] == k, f"acknowledged batch {bid} is missing"
                 assert ledger.entry(first).body["metadata"]["batch"] == bid
-                assert ledger.entry(first + k - 1).hash.hex() == last_hash
+                assert ledger.entry(last).hash.hex() == last_hash
             else:
                 cp_size, cp_root = int(line[1]), bytes.fromhex(line[2])
                 assert cp_size in stored, f"acknowledged checkpoint {cp_size} is missing"
@@ -148,7 +169,10 @@ def start_forkserver(module: str) -> Any:
     if root not in sys.path:  # the server imports this test module by name (importlib mode)
         sys.path.insert(0, root)
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["ledger.ledger", "ledger.verify", module])
+    # Modules that fail to import are skipped by the server; the layers' modules make the
+    # layered writer start as fast as the plain one.
+    layers = ["cli.hooks", "memory_root.hook", "memory_root.replay", "projections.hook"]
+    ctx.set_forkserver_preload(["ledger.ledger", "ledger.verify", *layers, module])
     return ctx
 
 
@@ -181,6 +205,28 @@ def test_sigkill_at_random_moments_loses_nothing_acknowledged(
         sizes.append(check_after_crash(path, ack_path, vkey))
     assert sizes == sorted(sizes)
     assert sizes[-1] > 1, "no trial appended anything: the kills came too early to test much"
+
+
+def test_sigkill_during_appends_with_automatic_snapshots(tmp_path: Path, forkserver: Any) -> None:
+    """With the layers' hooks (snapshot every 7 entries) 20 SIGKILLs leave every step passing."""
+    path = tmp_path / "layered.ledger"
+    ack_path = tmp_path / "acks"
+    with Ledger.init(path, origin=ORIGIN, snapshot_every=7, hooks=layer_hooks(True)) as ledger:
+        vkey = ledger.vkey()
+    rng = random.Random(77)
+    for trial in range(20):
+        ready = forkserver.Event()
+        args = (str(path), str(ack_path), rng.randrange(2**32), ready, True)
+        p = forkserver.Process(target=writer, args=args)
+        p.start()
+        assert ready.wait(60), "the writer did not start"
+        time.sleep(math.exp(rng.uniform(math.log(MIN_DELAY), math.log(MAX_DELAY))))
+        os.kill(p.pid, signal.SIGKILL)
+        p.join(30)
+        assert p.exitcode == -signal.SIGKILL, f"trial {trial}: the writer died on its own"
+        check_after_crash(path, ack_path, vkey, layered=True)
+    with Ledger.open(path) as ledger:
+        assert sum(1 for e in ledger.entries() if e.type == "SNAPSHOT") > 5
 
 
 def unsafe_writer(path: str, ack_path: str, seed: int, ready: Any) -> None:
