@@ -396,10 +396,11 @@ def export_bundle(
     """Write the auditor's bundle of ``ledger`` to the new directory ``out``; return its manifest.
 
     With ``sign``, every branch whose tree grew since its newest checkpoint gets a fresh signed
-    checkpoint first, so the whole bundle is covered by signatures. The export reads one
-    consistent snapshot of the ledger (appends by other processes wait for nothing and are not
-    included), streams every file, and appears under ``out`` only when complete: it is written
-    to a temporary sibling directory and renamed.
+    checkpoint first, so the whole bundle is covered by signatures (unless another process
+    appends in between: its entries are exported unsigned, after the newest checkpoint). The
+    export reads one consistent snapshot of the ledger without blocking writers (appends that
+    commit after the snapshot began are not included), streams every file, and appears under
+    ``out`` only when complete: it is written to a temporary sibling directory and renamed.
 
     Raises:
         RefusedError: if ``out`` exists, or a section name is invalid or repeated.
