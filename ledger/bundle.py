@@ -29,6 +29,7 @@ This module imports no storage driver: the reader is part of the offline verifie
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -298,7 +299,15 @@ class _FrameWriter:
     def _flush(self) -> None:
         if self._buf:
             self._sha.update(self._buf)
-            self._f.write(self._buf)
+            view = memoryview(self._buf)
+            # An unbuffered write may write less than asked (a file size limit, a full disk):
+            # write the rest, so the failure surfaces as an OSError instead of lost bytes.
+            while view:
+                n = self._f.write(view)
+                if not n:
+                    raise OSError(errno.EIO, f"cannot write {self.rel}: nothing was written")
+                view = view[n:]
+            view.release()
             self._buf.clear()
 
     def close(self) -> FileInfo:
