@@ -352,7 +352,8 @@ def read_frames(f: IO[bytes], info: FileInfo) -> Iterator[bytes]:
             pos = 0
 
     while True:
-        fill(4)
+        if len(buf) - pos < 4:
+            fill(4)
         have = len(buf) - pos
         if have == 0:
             break
@@ -364,7 +365,8 @@ def read_frames(f: IO[bytes], info: FileInfo) -> Iterator[bytes]:
                 f"bundle file {info.path}: frame {count} claims {n} bytes, more than the "
                 "manifest leaves for it (truncated, damaged or extended)"
             )
-        fill(4 + n)
+        if have < 4 + n:
+            fill(4 + n)
         if len(buf) - pos < 4 + n:
             raise DecodeError(f"bundle file {info.path} is truncated inside frame {count}")
         payload = buf[pos + 4 : pos + 4 + n]
