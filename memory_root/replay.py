@@ -161,7 +161,8 @@ class RootsReplay:
         try:
             prepared = check_snapshot(fold, entry, exact=False)
         except ValidationError:
-            claimed = entry.body.get("payload", {}).get("memory_root")
+            payload = entry.body.get("payload")
+            claimed = payload.get("memory_root") if type(payload) is dict else None
             if type(claimed) is bytes and len(claimed) == 32:
                 fold.snapshot_taken(entry, MemoryRoot(claimed))
                 self.roots[entry.branch].append((entry.seq, MemoryRoot(claimed)))

@@ -215,3 +215,12 @@ def test_bundle_audit_replays_every_root(rooted: tuple[Ledger, Roots], tmp_path:
     report = audit_bundle(tmp_path / "bundle", checks=[RootsReplayCheck()])
     assert report.ok, [str(f) for f in report.findings]
     assert 8 in report.steps_checked
+
+
+def test_snapshot_with_a_malformed_payload(rooted: tuple[Ledger, Roots]):
+    """A SNAPSHOT whose payload lacks the preimage fields is a step 8 finding, not a crash."""
+    ledger, _ = rooted
+    with Ledger.open(ledger.path) as raw:
+        seq = raw.append(Ledger.system_op(OpType.SNAPSHOT, {"memory_root": "not bytes"})).seq
+    found = _step8(_audit(ledger.path))
+    assert [(f.branch, f.seq) for f in found] == [("main", seq)]
