@@ -383,3 +383,18 @@ def test_a_cold_reload_sees_events_and_erased_events(mr_make: Make, mr: Any):
         again.append(mr.event(101))
     with Ledger.open(ledger.path, hooks=[RootsHook()]) as again:
         assert Roots(again).snapshot().created
+
+
+def test_an_automatic_snapshot_appended_through_ledger_gets_its_checkpoint_later(
+    mr_make: Make, mr: Any
+):
+    """Appended through Ledger directly, the next snapshot call signs the owed checkpoint."""
+    ledger, roots = mr_make(every=3)
+    ledger.append_batch(mr.mixed(3))
+    snap = _snapshots(ledger)[-1]
+    assert snap.seq == ledger.size() - 1
+    assert ledger.store.latest_checkpoint(1)[0] <= snap.seq  # type: ignore[index]
+    result = roots.snapshot()
+    assert not result.created and result.record.seq == snap.seq
+    assert result.checkpoint is not None and result.checkpoint.checkpoint.size == snap.seq + 1
+    assert roots.sign_pending() is None
