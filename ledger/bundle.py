@@ -34,6 +34,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import struct
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -581,7 +582,7 @@ class BundleReader:
             raise NotFoundError(f"no bundle directory at {self.path}")
         mpath = self.path / MANIFEST
         try:
-            with open(mpath, "rb") as f:
+            with _open_regular(mpath, MANIFEST) as f:
                 raw = f.read(MAX_MANIFEST + 1)
         except OSError as e:
             raise DecodeError(f"cannot read the bundle manifest {mpath}: {e.strerror}") from e
@@ -622,12 +623,7 @@ class BundleReader:
         }.get(key)
 
     def _open(self, rel: str) -> tuple[BinaryIO, FileInfo]:
-        info = self.manifest.files[rel]
-        try:
-            f = open(self.path / rel, "rb", buffering=_BUF)  # noqa: SIM115 - caller closes
-        except OSError as e:
-            raise DecodeError(f"bundle file {rel} cannot be read: {e.strerror}") from e
-        return f, info
+        return _open_regular(self.path / rel, rel), self.manifest.files[rel]
 
     def iter_entry_rows(self, branch_no: int) -> Iterator[BundleRow]:
         """Yield a branch's rows in file order, each joined with its content record.
@@ -777,6 +773,29 @@ class BundleReader:
         with f:
             for payload in read_frames(f, info):
                 yield encoding.decode(payload)
+
+
+def _open_regular(path: Path, rel: str) -> BinaryIO:
+    """Open a bundle file for reading, refusing anything but a regular file.
+
+    A bundle comes from elsewhere: a FIFO or device planted in it must not hang or flood the
+    auditor, so the file is opened without blocking and checked before it is read.
+
+    Raises:
+        DecodeError: if the file is missing, unreadable or not a regular file.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        raise DecodeError(f"bundle file {rel} cannot be read: {e.strerror}") from e
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise DecodeError(f"bundle file {rel} is not a regular file")
+        return os.fdopen(fd, "rb", buffering=0)
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _content_record(

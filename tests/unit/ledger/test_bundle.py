@@ -462,3 +462,13 @@ def test_branch_genesis_relinked_in_a_bundle_is_caught(tmp_path: Path, forked: P
     report = audit_bundle(out, vkeys=[vkey], update_trusted=False)
     assert 7 in steps(report)
     assert any(f.branch == "sim-1" and f.seq == 0 for f in report.findings)
+
+
+def test_bundle_file_replaced_by_a_fifo_is_refused_not_waited_on(bundle: Path, vkey: str) -> None:
+    """A FIFO planted in a bundle is reported as not a regular file; the audit never blocks."""
+    path = bundle / CONTENT
+    path.unlink()
+    os.mkfifo(path)
+    report = audit_bundle(bundle, vkeys=[vkey], update_trusted=False)
+    assert 1 in steps(report)
+    assert any("not a regular file" in f.message for f in report.findings)
