@@ -386,10 +386,20 @@ def print_report(report: AuditReport, as_json: bool) -> None:
 )
 @click.option("--vkey", "vkeys", multiple=True, help="Trust this verifier key (repeatable).")
 @click.option("--no-update", is_flag=True, help="Do not record the newest checkpoint as trusted.")
+@click.option(
+    "--origin",
+    help="The log origin you expect (default: the one the ledger records); checkpoints of "
+    "another origin then fail step 6.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
 def verify_cmd(
-    ctx: Context, trusted_path: Path | None, vkeys: tuple[str, ...], no_update: bool, as_json: bool
+    ctx: Context,
+    trusted_path: Path | None,
+    vkeys: tuple[str, ...],
+    no_update: bool,
+    origin: str | None,
+    as_json: bool,
 ) -> None:
     """Run every auditor step on the ledger; exit 1 on any violation.
 
@@ -399,7 +409,8 @@ def verify_cmd(
 
     trusted = TrustedState(trusted_path or default_trusted_path())
     path = ctx.path()
-    with Ledger.open(path, hooks=hooks.default_hooks()) as ledger:
+    # Read-only and without hooks: verifying never writes to the audited file.
+    with Ledger.open(path, readonly=True) as ledger:
         total = sum(b.size for b in ledger.store.branches())
         checks = hooks.replay_checks(ledger)
     for update in progress_bar(total, "verifying"):
@@ -410,6 +421,7 @@ def verify_cmd(
             checks=checks,
             progress=update,
             update_trusted=not no_update,
+            origin=origin,
         )
     print_report(report, as_json)
     if not report.ok:
