@@ -253,7 +253,7 @@ ENTRY_LIKE = st.builds(
             st.lists(st.text(max_size=4), max_size=2),
             st.dictionaries(
                 st.sampled_from(["target_event_id", "vkey", "seq"]),
-                st.one_of(st.text(max_size=40), st.integers(), BLOB),
+                st.one_of(st.text(max_size=40), st.integers(-(2**63), 2**63), BLOB),
                 max_size=2,
             ),
         ),
