@@ -14,6 +14,7 @@ ids of the objects it conflicts with.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -51,6 +52,8 @@ __all__ = [
 ]
 
 MAX_LIMIT: Final = 10_000
+FTS_DRIVE: Final = 5_000
+"""A text query with at most this many matches is answered from the matches."""
 _TOKEN: Final = re.compile(r"\w+\*?", re.UNICODE)
 
 
@@ -302,8 +305,23 @@ def query(db: apsw.Connection, q: Query) -> list[Result]:
         ValidationError: if ``q.text`` holds no words.
         StorageError: if the full-text index is behind and cannot be updated here.
     """
+    # Unary + keeps SQLite from driving the scan with the (id|branch, vfrom) indexes: the
+    # plans wanted here are a newest-first rowid scan or a namespace/lifecycle index.
     cond, params = _visible("o", q.as_of)
-    where, args = [cond, "o.branch = ?"], [*params, q.branch]
+    cond = cond.replace("o.vfrom", "+o.vfrom")
+    where, args = [cond, "+o.branch = ?"], [*params, q.branch]
+    if q.as_of is not None:
+        # Rows of a branch are created in entry order (rid grows with vfrom): no row made
+        # after entry as_of can match, so the newest-first scan starts at the last one before.
+        last = db.execute(
+            "SELECT rid FROM mem_objects WHERE branch = ? AND vfrom <= ? "
+            "ORDER BY vfrom DESC, rid DESC LIMIT 1",
+            (q.branch, q.as_of),
+        ).fetchone()
+        if last is None:
+            return []
+        where.append("o.rid <= ?")
+        args.append(last[0])
 
     def any_of(column: str, values: Sequence[str]) -> None:
         if values:
@@ -336,12 +354,25 @@ def query(db: apsw.Connection, q: Query) -> list[Result]:
                     "the full-text index is behind and this connection cannot update it; "
                     f"call projections.memory.sync(ledger) first ({e})"
                 ) from e
-        # FTS rows are keyed by an object's first version (rid = oid); its id finds the rest.
-        where.append(
-            "o.id IN (SELECT f.id FROM mem_objects f WHERE f.rid IN "
-            "(SELECT rowid FROM mem_fts WHERE mem_fts MATCH ?))"
-        )
-        args.append(_fts_query(q.text))
+        # FTS rows are keyed by an object's first version (rid = oid). Few matches: look each
+        # object up by id. Many: scan newest rows first and test membership, which finds a
+        # page of results long before visiting every match.
+        fts = _fts_query(q.text)
+        hits = [
+            r[0]
+            for r in db.execute(
+                "SELECT rowid FROM mem_fts WHERE mem_fts MATCH ? LIMIT ?", (fts, FTS_DRIVE + 1)
+            )
+        ]
+        if len(hits) <= FTS_DRIVE:
+            where.append(
+                "o.id IN (SELECT f.id FROM mem_objects f WHERE f.rid IN "
+                "(SELECT value FROM json_each(?)))"
+            )
+            args.append(json.dumps(hits))
+        else:
+            where.append("o.oid IN (SELECT rowid FROM mem_fts WHERE mem_fts MATCH ?)")
+            args.append(fts)
     if q.actor is not None:
         n_cond, n_params = _visible("n", q.as_of)
         g_cond, g_params = _visible("g", q.as_of)

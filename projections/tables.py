@@ -8,15 +8,16 @@ indexed query instead of a replay. Every row records its ``branch``.
 
 - ``mem_heads(branch, size)``: how many entries of each branch the state has folded in.
 - ``mem_events(id, branch, seq, ts, namespace_id, actor_id, erased_by)``: events (evidence).
-- ``mem_objects``: memory object versions (current ones indexed by namespace and type, and
-  the few not ACTIVE by lifecycle state; dense filters scan newest rows first, which finds a
-  page of results quickly, so no more indexes are paid for on every write); ``oid`` numbers
-  the object (the ``rid`` of its
-  first version) and keys ``mem_fts``, the FTS5 index of values (one row per object: an
-  object's value never changes; contentless and ``detail=none``, the cheapest FTS5 index
-  that answers word and prefix queries). The index is filled lazily and in bulk by
-  ``index_text`` (``sync`` and text queries call it; ``mem_meta.fts_rid`` is how far it got),
-  which keeps tokenising out of the append path.
+- ``mem_objects``: memory object versions (current ones indexed by namespace, and the few
+  not ACTIVE by lifecycle state; dense filters scan newest rows first, which finds a page of
+  results quickly, so no more indexes are paid for on every write). Within a branch, rows are
+  created in entry order, so ``rid`` grows with ``vfrom``: an as-of read bounds its scan by
+  the last row created by then (index ``(branch, vfrom)``). ``oid`` numbers the object (the
+  ``rid`` of its first version) and keys ``mem_fts``, the FTS5 index of values (one row per
+  object: an object's value never changes; contentless and ``detail=none``, the cheapest
+  FTS5 index that answers word and prefix queries). The index is filled lazily and in bulk
+  by ``index_text`` (``sync`` and text queries call it; ``mem_meta.fts_rid`` is how far it
+  got), which keeps tokenising out of the append path.
 - ``mem_entities``, ``mem_edges``, ``mem_namespaces``, ``mem_grants``: versioned likewise.
 - ``mem_skipped(branch, seq, op_type, reason)``: entries appended without the memory model's
   hook that its rules refuse; replay skips them the same way, so they stay visible.
@@ -148,8 +149,8 @@ CREATE TABLE IF NOT EXISTS mem_objects(
     state TEXT NOT NULL
 ) STRICT;
 CREATE UNIQUE INDEX IF NOT EXISTS mem_objects_id ON mem_objects(id, branch, vfrom);
-CREATE INDEX IF NOT EXISTS mem_objects_ns ON mem_objects(namespace_id, type)
-    WHERE vto IS NULL;
+CREATE INDEX IF NOT EXISTS mem_objects_seq ON mem_objects(branch, vfrom);
+CREATE INDEX IF NOT EXISTS mem_objects_ns ON mem_objects(namespace_id, rid) WHERE vto IS NULL;
 CREATE INDEX IF NOT EXISTS mem_objects_inactive ON mem_objects(lifecycle_state)
     WHERE vto IS NULL AND lifecycle_state != 'ACTIVE';
 CREATE VIRTUAL TABLE IF NOT EXISTS mem_fts USING fts5(value, content='', detail=none);

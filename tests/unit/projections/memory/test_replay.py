@@ -403,3 +403,53 @@ def test_as_of_query_matches_what_was_believed_then(tmp_path: Path) -> None:
         for seq, then in seen.items():
             q = Query(mode="AUDIT", limit=10_000, as_of=seq)  # type: ignore[arg-type]
             assert [r.to_dict() for r in query(ledger.store.db, q)] == then
+
+
+def test_the_hook_catches_up_on_entries_appended_without_it(tmp_path: Path) -> None:
+    """The first hooked append folds the entries appended without the hook first."""
+    path = tmp_path / "gap.db"
+    gen = Generator(random.Random(21))
+    with fast(Ledger.init(path, hooks=[MemoryHook()])) as ledger:
+        drive(ledger, gen, 40)
+    with fast(Ledger.open(path)) as ledger:
+        drive(ledger, gen, 40)  # no hook: the derived state falls behind
+    with fast(Ledger.open(path, hooks=[MemoryHook()])) as ledger:
+        db = ledger.store.db
+        behind = db.execute("SELECT size FROM mem_heads").fetchone()[0]
+        assert behind < ledger.size()
+        drive(ledger, gen, 5)
+        assert db.execute("SELECT size FROM mem_heads").fetchone()[0] == ledger.size()
+        assert first_difference(db, replay(ledger.entries())) is None
+
+
+def test_why_without_the_signing_key_uses_the_newest_stored_checkpoint(tmp_path: Path) -> None:
+    """Without the key, why proves against the stored checkpoint; newer entries get no proof."""
+    from projections.why import why
+
+    path = tmp_path / "nokey.db"
+    with fast(Ledger.init(path, hooks=[MemoryHook()])) as ledger:
+        ev = ledger.append(
+            EventInput(
+                stream="s",
+                actor_id="u",
+                actor_type="HUMAN_USER",
+                role="USER",
+                content="hi",
+                namespace_id="n",
+            )
+        )
+        agent = rq.Actor("a", namespace_id="n")
+        oid = ledger.append(
+            rq.assert_object(agent, "FACT", "OBSERVED", "USER_STATED", [ev.id], "hi")
+        ).id
+        ledger.checkpoint()
+        ledger.append(rq.penalty(agent, oid, "x", 0.1, 0.8, "doubt"))
+    Path(f"{path}.key").rename(tmp_path / "elsewhere.key")
+    with Ledger.open(path, hooks=[MemoryHook()]) as ledger:
+        w = why(ledger, oid)
+    assert w.checkpoint is not None and w.checkpoint.checkpoint.size == 3
+    assert [(s.op_type, s.proof is not None) for s in w.operations] == [
+        ("ASSERT", True),
+        ("PENALTY", False),
+    ]
+    assert w.evidence[0].proof is not None and w.evidence[0].content == "hi"
