@@ -20,7 +20,7 @@ from typing import Any, Final
 
 from ledger.entries import CANONICAL_BRANCH, Entry, Kind, check_uuid
 from ledger.errors import RefusedError, ValidationError
-from ledger.hashing import domain_hash
+from ledger.hashing import sha256
 from ledger.vocab import EdgeType, EpistemicType, LifecycleState, MemoryType, OpType, Permission
 from projections import rules
 from projections.backends import StateStore
@@ -39,6 +39,7 @@ _P = Permission
 
 
 _VARIANT: Final = {f"{i:x}": f"{(i & 3) | 8:x}" for i in range(16)}
+_ID_PREFIX: Final = b"memroot/derived-id/v1\x00"
 
 
 def derived_id(op_id: str, n: int) -> str:
@@ -47,7 +48,8 @@ def derived_id(op_id: str, n: int) -> str:
     The first 16 bytes of ``SHA-256("memroot/derived-id/v1" || 0x00 || "<op_id>/<n>")`` with
     the RFC 9562 version (8) and variant bits set.
     """
-    h = domain_hash("memroot/derived-id/v1", f"{op_id}/{n}".encode()).hex()
+    # domain_hash(_ID_TAG, ...) spelled out, with the tag's bytes prepared once.
+    h = sha256(_ID_PREFIX + f"{op_id}/{n}".encode()).hex()
     return f"{h[:8]}-{h[8:12]}-8{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:32]}"
 
 

@@ -34,6 +34,10 @@ class MemoryHook:
     def __init__(self) -> None:
         """Start without a connection; ``apply`` binds to the ledger's."""
         self._state: SqlState | None = None
+        # (branch, seq, data_version) the next entry must have for the stored head to be
+        # known without reading it: set after each fold, so a rollback (the next entry then
+        # has a lower seq) or another connection's commit (data_version moves) misses it.
+        self._expect: tuple[str, int, int] | None = None
 
     def _bound(self, db: apsw.Connection) -> SqlState:
         if self._state is None or self._state.db is not db:
@@ -58,16 +62,20 @@ class MemoryHook:
         if entry.branch != CANONICAL_BRANCH:
             return []
         state = self._bound(db)
-        head = state.head(entry.branch)
-        if head != entry.seq:
+        version = db.data_version()
+        if self._expect != (entry.branch, entry.seq, version):
+            head = state.head(entry.branch)
             if head > entry.seq:
                 raise StorageError(
                     f"the derived memory state has folded {head} entries but the ledger has "
                     f"{entry.seq}; it belongs to another ledger or history: run memroot rebuild"
                 )
-            fold_entries(db, ledger.entries(head, entry.seq, entry.branch), fresh=head == 0)
+            if head < entry.seq:
+                fold_entries(db, ledger.entries(head, entry.seq, entry.branch), fresh=head == 0)
+        self._expect = None
         Engine(state).apply(entry)
         state.set_head(entry.branch, entry.seq + 1)
+        self._expect = (entry.branch, entry.seq + 1, version)
         return []
 
 

@@ -82,8 +82,9 @@ def rebuild(ledger: Ledger, branch: str = CANONICAL_BRANCH) -> RebuildReport:
     with ledger.store.write() as db:
         before = state_digest(db, branch=branch) if tables.installed(db) else None
         tables.drop(db)
-        tables.install(db)
+        tables.install(db, indexes=False)
         n = fold_entries(db, ledger.entries(branch=branch), fresh=True)
+        tables.create_indexes(db)
         after = state_digest(db, branch=branch)
         report = RebuildReport(
             entries=n,
@@ -106,7 +107,7 @@ def replay(entries: Iterable[Entry], *, fts: bool = False) -> apsw.Connection:
     """
     db = apsw.Connection(":memory:")
     db.execute("BEGIN")
-    tables.install(db, fts=fts)
+    tables.install(db, fts=fts, indexes=False)
     fold_entries(db, entries, fresh=True)
     db.execute("COMMIT")
     return db
@@ -129,7 +130,7 @@ class MemoryReplayCheck:
         self.branch = branch
         self.db = apsw.Connection(":memory:")
         self.db.execute("BEGIN")
-        tables.install(self.db, fts=False)
+        tables.install(self.db, fts=False, indexes=False)
         self.state = MemState(self.db)
         self.engine = Engine(self.state)
         self.size = 0

@@ -41,6 +41,7 @@ __all__ = [
     "NAMESPACE_COLS",
     "OBJECT_COLS",
     "SCHEMA_VERSION",
+    "create_indexes",
     "drop",
     "edge_from_row",
     "edge_row",
@@ -129,7 +130,7 @@ GRANT_COLS: Final = ("namespace_id", "actor_id", "permission", "granted_by", "br
 
 _VERSIONED: Final = "vfrom INTEGER NOT NULL, vto INTEGER"
 
-_SCHEMA: Final = f"""
+_TABLES: Final = f"""
 CREATE TABLE IF NOT EXISTS mem_meta(key TEXT PRIMARY KEY, value ANY) STRICT;
 CREATE TABLE IF NOT EXISTS mem_heads(branch TEXT PRIMARY KEY, size INTEGER NOT NULL)
     STRICT, WITHOUT ROWID;
@@ -148,11 +149,6 @@ CREATE TABLE IF NOT EXISTS mem_objects(
     value TEXT NOT NULL, structured_value TEXT, condition TEXT, condition_state TEXT,
     state TEXT NOT NULL
 ) STRICT;
-CREATE UNIQUE INDEX IF NOT EXISTS mem_objects_id ON mem_objects(id, branch, vfrom);
-CREATE INDEX IF NOT EXISTS mem_objects_seq ON mem_objects(branch, vfrom);
-CREATE INDEX IF NOT EXISTS mem_objects_ns ON mem_objects(namespace_id, rid) WHERE vto IS NULL;
-CREATE INDEX IF NOT EXISTS mem_objects_inactive ON mem_objects(lifecycle_state)
-    WHERE vto IS NULL AND lifecycle_state != 'ACTIVE';
 CREATE VIRTUAL TABLE IF NOT EXISTS mem_fts USING fts5(value, content='', detail=none);
 CREATE TABLE IF NOT EXISTS mem_entities(
     rid INTEGER PRIMARY KEY, branch TEXT NOT NULL, id TEXT NOT NULL, {_VERSIONED},
@@ -160,31 +156,39 @@ CREATE TABLE IF NOT EXISTS mem_entities(
     namespace_id TEXT NOT NULL, created_at INTEGER NOT NULL, last_seen_at INTEGER NOT NULL,
     merged_into TEXT
 ) STRICT;
-CREATE UNIQUE INDEX IF NOT EXISTS mem_entities_id ON mem_entities(id, branch, vfrom);
-CREATE INDEX IF NOT EXISTS mem_entities_merged ON mem_entities(merged_into)
-    WHERE merged_into IS NOT NULL;
 CREATE TABLE IF NOT EXISTS mem_edges(
     rid INTEGER PRIMARY KEY, branch TEXT NOT NULL, id TEXT NOT NULL, {_VERSIONED},
     type TEXT NOT NULL, source_id TEXT NOT NULL, target_id TEXT NOT NULL,
     created_at INTEGER NOT NULL, created_by TEXT NOT NULL, confidence REAL NOT NULL,
     valid_from INTEGER NOT NULL, valid_to INTEGER, relation_label TEXT
 ) STRICT;
-CREATE INDEX IF NOT EXISTS mem_edges_source ON mem_edges(source_id, type);
-CREATE INDEX IF NOT EXISTS mem_edges_target ON mem_edges(target_id, type);
 CREATE TABLE IF NOT EXISTS mem_namespaces(
     rid INTEGER PRIMARY KEY, branch TEXT NOT NULL, id TEXT NOT NULL, {_VERSIONED},
     type TEXT NOT NULL, created_by TEXT NOT NULL, created_at INTEGER NOT NULL
 ) STRICT;
-CREATE UNIQUE INDEX IF NOT EXISTS mem_namespaces_id ON mem_namespaces(id, branch, vfrom);
 CREATE TABLE IF NOT EXISTS mem_grants(
     rid INTEGER PRIMARY KEY, branch TEXT NOT NULL, namespace_id TEXT NOT NULL,
     actor_id TEXT NOT NULL, permission TEXT NOT NULL, {_VERSIONED}, granted_by TEXT NOT NULL
 ) STRICT;
-CREATE INDEX IF NOT EXISTS mem_grants_ns ON mem_grants(namespace_id, actor_id, branch);
 CREATE TABLE IF NOT EXISTS mem_skipped(
     branch TEXT NOT NULL, seq INTEGER NOT NULL, op_type TEXT NOT NULL, reason TEXT NOT NULL,
     PRIMARY KEY(branch, seq)
 ) STRICT, WITHOUT ROWID;
+"""
+
+_INDEXES: Final = """
+CREATE UNIQUE INDEX IF NOT EXISTS mem_objects_id ON mem_objects(id, branch, vfrom);
+CREATE INDEX IF NOT EXISTS mem_objects_seq ON mem_objects(branch, vfrom);
+CREATE INDEX IF NOT EXISTS mem_objects_ns ON mem_objects(namespace_id, rid) WHERE vto IS NULL;
+CREATE INDEX IF NOT EXISTS mem_objects_inactive ON mem_objects(lifecycle_state)
+    WHERE vto IS NULL AND lifecycle_state != 'ACTIVE';
+CREATE UNIQUE INDEX IF NOT EXISTS mem_entities_id ON mem_entities(id, branch, vfrom);
+CREATE INDEX IF NOT EXISTS mem_entities_merged ON mem_entities(merged_into)
+    WHERE merged_into IS NOT NULL;
+CREATE INDEX IF NOT EXISTS mem_edges_source ON mem_edges(source_id, type);
+CREATE INDEX IF NOT EXISTS mem_edges_target ON mem_edges(target_id, type);
+CREATE UNIQUE INDEX IF NOT EXISTS mem_namespaces_id ON mem_namespaces(id, branch, vfrom);
+CREATE INDEX IF NOT EXISTS mem_grants_ns ON mem_grants(namespace_id, actor_id, branch);
 """
 
 
@@ -196,22 +200,34 @@ def installed(db: apsw.Connection) -> bool:
     return row is not None
 
 
-def install(db: apsw.Connection, *, fts: bool = True) -> None:
+def install(db: apsw.Connection, *, fts: bool = True, indexes: bool = True) -> None:
     """Create the memory tables if missing (inside the caller's write transaction).
 
-    ``fts=False`` leaves out the full-text index (for a throwaway replay that only compares
-    state digests).
+    ``fts=False`` leaves out the full-text index and ``indexes=False`` the secondary indexes
+    (a bulk replay adds them afterwards with ``create_indexes``, which is much faster than
+    maintaining them row by row; a throwaway replay that only compares digests needs none).
 
     Raises:
         apsw.Error: if SQLite cannot create them (the caller maps it to StorageError).
     """
     schema = (
-        _SCHEMA
+        _TABLES
         if fts
-        else "\n".join(line for line in _SCHEMA.splitlines() if "mem_fts" not in line)
+        else "\n".join(line for line in _TABLES.splitlines() if "mem_fts" not in line)
     )
     db.execute(schema)
+    if indexes:
+        create_indexes(db)
     db.execute("INSERT OR IGNORE INTO mem_meta VALUES('schema_version', ?)", (SCHEMA_VERSION,))
+
+
+def create_indexes(db: apsw.Connection) -> None:
+    """Create the secondary indexes of the memory tables if missing.
+
+    Raises:
+        apsw.Error: if SQLite cannot (e.g. a UNIQUE index over duplicate rows).
+    """
+    db.execute(_INDEXES)
 
 
 def index_text(db: apsw.Connection) -> int:

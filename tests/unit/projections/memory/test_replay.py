@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from pathlib import Path
 from typing import Any
@@ -453,3 +454,56 @@ def test_why_without_the_signing_key_uses_the_newest_stored_checkpoint(tmp_path:
         ("PENALTY", False),
     ]
     assert w.evidence[0].proof is not None and w.evidence[0].content == "hi"
+
+
+class _RefuseBoom:
+    """A hook after the memory hook that refuses events saying "boom" (a late rollback)."""
+
+    def install(self, db: apsw.Connection) -> None:
+        pass
+
+    def apply(
+        self, db: apsw.Connection, ledger: Ledger, entry: Any, content: str | None
+    ) -> list[OpInput]:
+        if content == "boom":
+            raise RefusedError("boom")
+        return []
+
+
+def test_head_tracking_survives_rollbacks_and_other_writers(tmp_path: Path) -> None:
+    """After a batch rolled back by a later hook, and appends by another connection without
+    the memory hook that reuse those seqs, the hook still folds every entry exactly once."""
+    path = tmp_path / "two.db"
+    gen = Generator(random.Random(31))
+    hooked = fast(Ledger.init(path, hooks=[MemoryHook(), _RefuseBoom()]))
+    drive(hooked, gen, 30)
+    good = [
+        EventInput(
+            stream="s",
+            actor_id="u",
+            actor_type="HUMAN_USER",
+            role="USER",
+            content=f"e{i}",
+            namespace_id="ns-a",
+        )
+        for i in range(3)
+    ]
+    boom = EventInput(
+        stream="s",
+        actor_id="u",
+        actor_type="HUMAN_USER",
+        role="USER",
+        content="boom",
+        namespace_id="ns-a",
+    )
+    with pytest.raises(RefusedError):
+        hooked.append_batch([*good, boom])  # the memory hook folded all four, then rollback
+    # Another connection without the hook fills exactly the seqs the rolled-back batch used,
+    # so the next hooked entry has the seq the memory hook last expected.
+    with fast(Ledger.open(path)) as bare:
+        bare.append_batch([*good, dataclasses.replace(boom, content="fine")])
+    drive(hooked, gen, 10)
+    db = hooked.store.db
+    assert db.execute("SELECT size FROM mem_heads").fetchone()[0] == hooked.size()
+    assert first_difference(db, replay(hooked.entries())) is None
+    hooked.close()
