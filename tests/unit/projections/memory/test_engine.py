@@ -302,3 +302,20 @@ def test_target_type_must_match_the_operation(world: Any) -> None:
                 policy_version="p",
             )
         )
+
+
+def test_derived_ids_are_uuidv8_of_the_operation_id() -> None:
+    """Edge ids are SHA-256("memroot/derived-id/v1" 0x00 "<op id>/<n>") as a UUIDv8."""
+    import uuid
+
+    from ledger.hashing import domain_hash
+    from projections.engine import derived_id
+
+    for op_id, n in (("0190f3c2-7c1d-7d4e-8a9b-1c2d3e4f5a6b", 0), (new_uuid(), 7)):
+        raw = bytearray(domain_hash("memroot/derived-id/v1", f"{op_id}/{n}".encode())[:16])
+        raw[6] = (raw[6] & 0x0F) | 0x80
+        raw[8] = (raw[8] & 0x3F) | 0x80
+        expected = uuid.UUID(bytes=bytes(raw))
+        got = uuid.UUID(derived_id(op_id, n))
+        assert got == expected and got.version == 8 and got.variant == uuid.RFC_4122
+        assert str(got) == derived_id(op_id, n)  # canonical lowercase text
