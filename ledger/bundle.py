@@ -754,6 +754,16 @@ class BundleReader:
         """Return no mismatches: there is no node cache to disagree."""
         return []
 
+    def event_index_mismatches(
+        self, branch_no: int, events: Sequence[tuple[str, int]]
+    ) -> list[tuple[str, int, int | None]]:
+        """Return no mismatches: a bundle carries no event index."""
+        return []
+
+    def event_index_size(self) -> int:
+        """Return 0: a bundle carries no event index (never asked: ``has_caches`` is False)."""
+        return 0
+
     # -- sections -------------------------------------------------------------------------------
 
     def section_names(self) -> tuple[str, ...]:

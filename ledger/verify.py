@@ -255,6 +255,14 @@ class LedgerSource(Protocol):
     ) -> list[tuple[int, int, bytes, bytes | None]]:
         """Return ``(level, index, recomputed, stored)`` for cached nodes that differ."""
 
+    def event_index_mismatches(
+        self, branch_no: int, events: Sequence[tuple[str, int]]
+    ) -> list[tuple[str, int, int | None]]:
+        """Return ``(event id, seq, indexed key)`` for events the index misplaces or lacks."""
+
+    def event_index_size(self) -> int:
+        """Return the number of rows in the event index (only called when ``has_caches``)."""
+
 
 class _StoreSource:
     """A SQLite ``Store`` seen as a ``LedgerSource`` (it keeps every cache)."""
@@ -292,6 +300,36 @@ class _StoreSource:
             if stored.get(k) != h
         ]
 
+    def event_index_mismatches(
+        self, branch_no: int, events: Sequence[tuple[str, int]]
+    ) -> list[tuple[str, int, int | None]]:
+        from ledger.store import entry_key
+
+        wanted: dict[bytes, tuple[str, int]] = {}
+        for event_id, seq in events:
+            try:
+                wanted[bytes.fromhex(event_id.replace("-", ""))] = (event_id, seq)
+            except ValueError:
+                continue  # not a UUID: step 1/4 report the entry itself
+        found: dict[bytes, int] = {}
+        ids = list(wanted)
+        for part in range(0, len(ids), 500):
+            chunk = ids[part : part + 500]
+            marks = ",".join("?" * len(chunk))
+            for raw, k in self.store.db.execute(
+                f"SELECT id, k FROM event_ids WHERE id IN ({marks})", chunk
+            ):
+                found[bytes(raw)] = int(k)
+        out = []
+        for raw, (event_id, seq) in wanted.items():
+            if found.get(raw) != entry_key(branch_no, seq):
+                out.append((event_id, seq, found.get(raw)))
+        return out
+
+    def event_index_size(self) -> int:
+        row: Any = self.store.db.execute("SELECT count(*) FROM event_ids").fetchone()
+        return int(row[0])
+
 
 @dataclass(slots=True)
 class _BranchRun:
@@ -309,6 +347,8 @@ class _BranchRun:
     # branch id -> the BRANCH_CREATE entry naming it and this tree's root just before it (7)
     creates: dict[str, tuple[Entry, bytes]] = field(default_factory=dict)
     rotations: list[tuple[int, Any]] = field(default_factory=list)  # (seq, KEY_ROTATE payload)
+    events: list[tuple[str, int]] = field(default_factory=list)  # (event id, seq) to check
+    event_count: int = 0
 
 
 @dataclass(slots=True)
@@ -394,6 +434,7 @@ def audit_source(
     report.trusted["keys"] = key_source
     _check_meta(store, report)
     creates: dict[str, tuple[str, Entry, bytes, list[tuple[int, bytes]]]] = {}
+    events_seen = 0
     for b in branches:
         run = _BranchRun(b.name, caches=store.has_caches)
         b_origin = origin if b.name == CANONICAL_BRANCH else f"{origin}/branch/{b.name}"
@@ -422,6 +463,9 @@ def audit_source(
                     if len(pending_nodes) >= 4096:
                         _check_nodes(store, b.no, b.name, pending_nodes, report)
                         pending_nodes.clear()
+                if len(run.events) >= 4096:
+                    _check_event_index(store, b.no, b.name, run.events, report)
+                    run.events.clear()
                 while next_target is not None and run.compact.size == next_target:
                     roots[next_target] = run.compact.root()
                     next_target = next(t_iter, None)
@@ -440,6 +484,8 @@ def audit_source(
                 )
             )
         _check_nodes(store, b.no, b.name, pending_nodes, report)
+        _check_event_index(store, b.no, b.name, run.events, report)
+        events_seen += run.event_count
         report.entries += run.expected_seq
         # (2) and (3): the stored chain head must describe what is stored.
         if b.size != run.expected_seq or bytes(b.head) != run.prev:
@@ -526,6 +572,18 @@ def audit_source(
             creates[name] = (b.name, create, root_before, cps)
         if b.name != CANONICAL_BRANCH:
             _check_anchor(store, b.name, run.genesis, creates.get(b.name), report)
+    if store.has_caches:
+        # (5) the event index must hold exactly the events verified, no stray rows.
+        indexed = store.event_index_size()
+        if indexed != events_seen:
+            report.add(
+                Finding(
+                    5,
+                    "the event index does not match the events in the ledger",
+                    expected=f"{events_seen} events",
+                    actual=f"{indexed} rows",
+                )
+            )
     for check in checks:
         check.finish(report)
     if progress is not None:
@@ -855,6 +913,9 @@ def _check_row(
         report.add(Finding(4, "an entry that is not an event has stored content", branch, row.seq))
     if entry.kind is Kind.EVENT:
         _check_content(run, branch, row, entry, report)
+        run.event_count += 1
+        if run.caches:
+            run.events.append((str(entry.body.get("id")), row.seq))
     elif entry.type == OpType.TOMBSTONE:
         payload = entry.body.get("payload")
         target = payload.get("target_event_id") if isinstance(payload, dict) else None
@@ -984,6 +1045,32 @@ def _check_nodes(
                 ((index + 1) << level) - 1,  # the entry whose append completed the node
                 expected=h.hex(),
                 actual=stored.hex() if stored is not None else "missing",
+            )
+        )
+
+
+def _check_event_index(
+    store: LedgerSource,
+    branch_no: int,
+    branch: str,
+    events: list[tuple[str, int]],
+    report: AuditReport,
+) -> None:
+    """(5): the event index (event id -> entry) must point at every event verified.
+
+    A misdirected index would let ``find_event`` and a TOMBSTONE reach the wrong event.
+    """
+    if not events or not store.has_caches:
+        return
+    for event_id, seq, k in store.event_index_mismatches(branch_no, events):
+        report.add(
+            Finding(
+                5,
+                f"the event index does not point at event {event_id}",
+                branch,
+                seq,
+                expected=f"entry {seq}",
+                actual="missing" if k is None else f"key {k}",
             )
         )
 

@@ -874,12 +874,9 @@ def test_event_index_redirected_cannot_misdirect_erasure(
 
 # verify does not check the event id index yet (reported as a gap): a changed id or key makes
 # find_event miss or misplace an event, and lets a duplicate event id be appended.
-INDEX_GAP = pytest.mark.xfail(strict=True, reason="verify does not check event_ids (gap)")
-
-
 @pytest.mark.parametrize(
     ("table", "column", "key"),
-    [pytest.param(*c, marks=INDEX_GAP) if c[0] == "event_ids" else c for c in CELLS],
+    CELLS,
     ids=[f"{t}.{c}" for t, c, _ in CELLS],
 )
 def test_byte_flip_in_every_column(
@@ -907,10 +904,9 @@ def test_any_byte_change_is_reported_or_harmless(golden: Golden, data: st.DataOb
     to every reader cannot mislead one. Refusals count as caught: SQLite rejecting the change
     (a primary key collision) and the store refusing to open a file whose schema version
     changed. verify is run with the genuine vkey and no remembered state, so the ledger's
-    own rows must give the change away. The event id index is left out until verify checks
-    it (see INDEX_GAP).
+    own rows must give the change away.
     """
-    cell = data.draw(st.sampled_from([c for c in golden[2] if c[0] != "event_ids"]), label="cell")
+    cell = data.draw(st.sampled_from(golden[2]), label="cell")
     pos = data.draw(st.integers(0, 4096), label="byte")
     xor = data.draw(st.integers(1, 255), label="xor")
     with tempfile.TemporaryDirectory() as d:
