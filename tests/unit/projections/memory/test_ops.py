@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from ledger.entries import OpInput, new_uuid
+from ledger.entries import OpInput
 from ledger.errors import ValidationError
 from projections.ops import SCHEMAS, validate_payload
 
-U1, U2 = new_uuid(), new_uuid()
+U1, U2 = "0190f3c2-7c1d-7d4e-8a9b-1c2d3e4f5a6b", "0190f3c2-7c1d-7d4e-8a9b-1c2d3e4f5a6c"
 
 SAMPLES: dict[str, dict[str, Any]] = {
     "ASSERT": {
