@@ -1,7 +1,7 @@
 """A pure-Python BLAKE3 (hash and keyed hash), used only when the ``blake3`` package is absent.
 
 memroot's offline verifier must run with nothing but the standard library, cbor2 and
-cryptography (docs/format-bundle.md), yet event content is committed with BLAKE3 (SPEC 2).
+cryptography (docs/FORMAT.md §7), yet event content is committed with BLAKE3 (SPEC 2).
 ``ledger.hashing`` imports the fast ``blake3`` package when it is installed and falls back to
 this module otherwise, so an auditor without it still checks every content commitment (step 4),
 only more slowly (tens of kilobytes per second instead of gigabytes).

@@ -1,4 +1,4 @@
-"""Auditor's bundles: a self-contained, streamable export of a ledger (docs/format-bundle.md).
+"""Auditor's bundles: a self-contained, streamable export of a ledger (docs/FORMAT.md §7).
 
 A bundle is a directory an auditor verifies offline with the ledger's public key and nothing
 else (``ledger.audit``). Layout, version 1::

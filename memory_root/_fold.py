@@ -5,7 +5,7 @@ right edge (for the high-water ``tree_root``), and applies the snapshot cadence.
 (``RootsHook``) and the auditor (``RootsReplayCheck``) run the same code over the same
 entries, so the roots they compute can only differ when the ledger was tampered with.
 
-The cadence (docs/format-roots.md): an automatic ``SNAPSHOT`` is due after entry ``e`` when
+The cadence (docs/FORMAT.md §6): an automatic ``SNAPSHOT`` is due after entry ``e`` when
 ``e`` is neither a ``SNAPSHOT`` nor a ``SELFMODEL_SNAPSHOT``, no automatic snapshot is already
 due, and ``e.seq - L >= N``, where ``L`` is the seq of the branch's last ``SNAPSHOT`` (0, the
 genesis, when there is none) and ``N`` the ``snapshot_every`` recorded in the genesis. Its

@@ -1,4 +1,4 @@
-"""The memory_root format (SPEC "Normative formats" 6, docs/format-roots.md): pure functions.
+"""The memory_root format (SPEC "Normative formats" 6, docs/FORMAT.md §6): pure functions.
 
 A snapshot fixes a high-water mark on one branch and commits to every projection's rule and
 summary::

@@ -14,7 +14,7 @@ or the projection defines ``encode_state(state) -> bytes`` and ``decode_state(by
 instance to keep a set in memory and store it sorted). A state read back from storage (maps
 in canonical key order) must fold exactly like the state that was written.
 
-Digests (``docs/format-roots.md``):
+Digests (``docs/FORMAT.md §6``):
 
 - ``rule_digest = SHA-256("memroot/rule/v1" || 0x00 || cbor({id, version, params}))``
 - ``summary_digest = SHA-256("memroot/summary/v1" || 0x00 || summary_bytes)``
