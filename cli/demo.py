@@ -17,6 +17,8 @@ from ledger.note import Verifier, open_checkpoint, parse_tlog_proof
 from ledger.store import entry_key
 from ledger.trust import TrustedState
 from ledger.verify import verify_path
+from memory_root import Roots
+from memory_root.branches import create_branch
 
 __all__ = ["demo"]
 
@@ -116,10 +118,45 @@ def demo(keep: Path | None) -> None:
             f"{ledger.content(events[2].seq)!r}, its commitment stays in the chain"
         )
 
-        _say("5. A signed checkpoint (C2SP signed note) commits to the whole tree.")
+        _say("5. A snapshot folds deterministic projections into a memory_root, itself an entry;")
+        _say("   a signed checkpoint (C2SP signed note) then commits to the whole tree.")
+        roots = Roots(ledger)
+        snap = roots.snapshot()
+        _say(
+            f"   memory_root {snap.record.root.hex()[:16]}... at seq {snap.record.seq} "
+            f"(high-water seq {snap.record.high_water.seq})"
+        )
         signed = ledger.checkpoint()
         for line in signed.note.splitlines():
             _say(f"   | {line}")
+
+        _say("5b. A SIMULATION branch explores a what-if without touching canonical memory.")
+        _, genesis = create_branch(
+            ledger,
+            branch_type="SIMULATION",
+            actor_id="agent-7",
+            purpose="what if Alice took sugar?",
+            branch_id="sim-sugar",
+        )
+        main_root = ledger.root()
+        ledger.append(
+            EventInput(
+                stream="sim",
+                actor_id="agent-7",
+                actor_type="AI_AGENT",
+                role="ASSISTANT",
+                content="Suppose Alice now takes sugar.",
+                namespace_id="alice-personal",
+            ),
+            branch=genesis.branch,
+        )
+        ledger.checkpoint(genesis.branch)
+        unchanged = ledger.root() == main_root
+        _say(
+            f"   branch {genesis.branch}: {ledger.size(genesis.branch)} entries, anchored to "
+            f"main's BRANCH_CREATE; canonical root unchanged by it: {unchanged}"
+        )
+        ledger.checkpoint()
 
         _say("6. An auditor checks that Alice's first message is in that tree.")
         proof = parse_tlog_proof(ledger.tlog_proof(events[0].seq))
@@ -134,13 +171,16 @@ def demo(keep: Path | None) -> None:
         calendar_key = entry_key(ledger.branch_row().no, events[3].seq)
         ledger.close()
 
-        _say("7. Full verification, every auditor step:")
-        report = verify_path(path, trusted=trusted, vkeys=[vkey])
+        _say("7. Full verification, every auditor step (memory roots and state replayed too):")
+        with Ledger.open(path, readonly=True) as reader:
+            checks = hooks.replay_checks(reader)
+        report = verify_path(path, trusted=trusted, vkeys=[vkey], checks=checks)
         for note in report.notes:
             _say(f"   note: {note}")
         _say(
-            f"   {'OK' if report.ok else 'FAILED'}: {report.entries} entries, "
-            f"{report.checkpoints} checkpoints, {len(report.findings)} violations"
+            f"   {'OK' if report.ok else 'FAILED'}: {report.entries} entries on "
+            f"{report.branches} branches, {report.checkpoints} checkpoints, steps "
+            f"{sorted(report.steps_checked)} checked, {len(report.findings)} violations"
         )
         if not report.ok:
             for f in report.findings:
