@@ -1,0 +1,25 @@
+"""`memroot demo`: the quick-start story runs, verifies every step and catches the tamper."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from cli.main import cli
+
+
+def test_demo_verifies_and_catches_tampering(tmp_path: Path):
+    """The demo ends with a clean ten-step verification and a caught content edit."""
+    work = tmp_path / "demo"
+    result = CliRunner().invoke(cli, ["demo", "--keep", str(work)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "steps [1, 2, 3, 4, 5, 6, 7, 8, 9, 10] checked, 0 violations" in out
+    assert "caught: step 4: branch main entry 4" in out
+    assert "canonical root unchanged by it: True" in out
+    assert (work / "agent.ledger").exists() and (work / "tampered.ledger").exists()
+    key = work / "agent.ledger.key"
+    assert key.stat().st_mode & 0o077 == 0
+    secret = key.read_text().strip().rsplit("+", 1)[-1]
+    assert "PRIVATE+KEY" not in out and secret not in out
