@@ -32,6 +32,16 @@ def open_ledger(ctx: Context) -> Ledger:
     return Ledger.open(ctx.path(), hooks=hooks.default_hooks())
 
 
+def _sign_pending(ledger: Ledger, branch: str) -> None:
+    """Sign the checkpoint owed by an automatic snapshot, now that the append committed.
+
+    SPEC 5 signs only what is durable, so it cannot happen inside the append transaction.
+    """
+    from memory_root import Roots
+
+    Roots(ledger).sign_pending(branch)
+
+
 def jsonable(value: Any) -> Any:
     """Return ``value`` with bytes as hex, recursively, for JSON output."""
     if isinstance(value, bytes):
@@ -142,6 +152,7 @@ def append(ctx: Context, entry: str | None, branch: str, as_json: bool) -> None:
     item = _parse_json_line(text, "entry")
     with open_ledger(ctx) as ledger:
         rows = ledger.append(item, branch=branch)
+        _sign_pending(ledger, branch)
     _print_appended([rows], as_json)
 
 
@@ -182,13 +193,15 @@ def import_(ctx: Context, file: BinaryIO, batch_size: int, branch: str, as_json:
     """
     lines = list(_read_lines(file))
     out: list[Appended] = []
-    with open_ledger(ctx) as ledger, ledger.bulk():
-        for update in progress_bar(len(lines), "importing"):
-            for start in range(0, len(lines), batch_size):
-                chunk = lines[start : start + batch_size]
-                items = [_parse_json_line(text, f"line {n}") for n, text in chunk]
-                out.extend(ledger.append_batch(items, branch=branch))
-                update(start + len(chunk), len(lines))
+    with open_ledger(ctx) as ledger:
+        with ledger.bulk():
+            for update in progress_bar(len(lines), "importing"):
+                for start in range(0, len(lines), batch_size):
+                    chunk = lines[start : start + batch_size]
+                    items = [_parse_json_line(text, f"line {n}") for n, text in chunk]
+                    out.extend(ledger.append_batch(items, branch=branch))
+                    update(start + len(chunk), len(lines))
+        _sign_pending(ledger, branch)  # after the commit: only durable entries are signed
     if as_json:
         _print_appended(out, True)
     else:

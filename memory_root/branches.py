@@ -466,7 +466,11 @@ def create_branch(
         "expiry": expiry.to_payload(),
         "purpose": purpose,
     }
+    if memory_root is None:
+        memory_root = _latest_root(ledger, parent)
     if memory_root is not None:
+        # SPEC 8: the fork is anchored at the parent's memory_root too; the branch's first
+        # root then takes it as its parent.
         payload["memory_root"] = memory_root
     op = OpInput(
         op_type=OpType.BRANCH_CREATE.value,
@@ -479,6 +483,17 @@ def create_branch(
         target_type="BRANCH",
     )
     return ledger.fork(op, parent=parent, genesis={"branch_type": branch_type})
+
+
+def _latest_root(ledger: Ledger, branch: str) -> bytes | None:
+    """Return the parent's newest memory root when the roots layer is installed."""
+    from memory_root.hook import RootsHook
+    from memory_root.records import latest_root
+
+    if not any(isinstance(h, RootsHook) for h in ledger.hooks):
+        return None
+    record = latest_root(ledger.store.db, branch)
+    return None if record is None else record.root
 
 
 def close_branch(
