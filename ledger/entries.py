@@ -24,7 +24,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from ledger import encoding
 from ledger.errors import DecodeError, ValidationError
@@ -69,15 +69,18 @@ class Kind(StrEnum):
 
 
 _KINDS: Final = {k.value: k for k in Kind}
+_KIND_TEXT: Final = {k: k.value for k in Kind}  # plain str for the encoder, without Enum lookup
 _VALID_BRANCHES: set[str] = set()  # names already matched against _BRANCH_RE
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
+class Entry(NamedTuple):
     """One decoded ledger entry together with the exact bytes it was decoded from.
 
     Build one with ``build_entry`` (to append) or ``Entry.from_bytes`` (to verify). ``hash``
     is always computed from ``raw``: the bytes as stored, never a re-serialisation.
+
+    An immutable named tuple rather than a frozen dataclass: one is built for every entry
+    appended or verified, and a tuple is built in a fraction of the time.
     """
 
     v: int
@@ -88,8 +91,14 @@ class Entry:
     kind: Kind
     type: str
     body: dict[str, Any]
-    raw: bytes = field(repr=False)
+    raw: bytes
     hash: EntryHash
+
+    def __repr__(self) -> str:
+        return (
+            f"Entry(branch={self.branch!r}, seq={self.seq}, kind={self.kind.value!r}, "
+            f"type={self.type!r}, hash={self.hash.hex()})"
+        )
 
     @classmethod
     def from_bytes(cls, raw: bytes, entry_hash: bytes | None = None) -> Entry:
@@ -160,7 +169,7 @@ def build_entry(
         TypeError, ValueError: if a value is outside the data model (a programming mistake;
             inputs are validated before they get here).
     """
-    value = [FORMAT_VERSION, prev, seq, branch, ts, kind.value, type_, body]
+    value = [FORMAT_VERSION, prev, seq, branch, ts, _KIND_TEXT[kind], type_, body]
     raw = encoding.encode(value) if plain is None else encoding.encode_normalized(value, plain)
     if len(raw) > MAX_BODY_BYTES + 1024:
         raise ValidationError(

@@ -95,7 +95,7 @@ def test_init_prints_vkey_not_private_key(tmp_path: Path) -> None:
     assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
     secret = key_file.read_text().strip()
     assert secret.startswith("PRIVATE+KEY+")
-    seed_b64 = secret.rsplit("+", 1)[1]
+    seed_b64 = secret.split("+", 4)[4]  # base64 may itself contain "+"
     with Ledger.open(path) as led:
         vkey = led.vkey()
     assert f"vkey: {vkey}" in result.stdout
