@@ -45,6 +45,7 @@ __all__ = [
     "build_entry",
     "check_uuid",
     "new_uuid",
+    "new_uuids",
     "now_us",
     "parse_input",
 ]
@@ -190,12 +191,20 @@ def new_uuid() -> str:
 
     Version 7 ids start with the time, so ids assigned in order insert at the end of an index.
     """
+    return new_uuids(1)[0]
+
+
+def new_uuids(n: int) -> list[str]:
+    """Return ``n`` new UUIDv7s sharing one clock reading and one read of random bytes."""
     ms = time.time_ns() // 1_000_000
-    r = os.urandom(10).hex()
-    # 48-bit ms | version 7 + 12 random bits | variant 0b10 + 62 random bits
-    return (
-        f"{ms >> 16 & 0xFFFFFFFF:08x}-{ms & 0xFFFF:04x}-7{r[:3]}-{_VARIANT[r[3]]}{r[4:7]}-{r[7:19]}"
-    )
+    head = f"{ms >> 16 & 0xFFFFFFFF:08x}-{ms & 0xFFFF:04x}-7"
+    rand = os.urandom(10 * n).hex()
+    out = []
+    for i in range(0, 20 * n, 20):
+        r = rand[i : i + 20]
+        # 48-bit ms | version 7 + 12 random bits | variant 0b10 + 62 random bits
+        out.append(f"{head}{r[:3]}-{_VARIANT[r[3]]}{r[4:7]}-{r[7:19]}")
+    return out
 
 
 _VARIANT: Final = {c: "89ab"[int(c, 16) & 3] for c in "0123456789abcdef"}

@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Any, Final, NamedTuple, Protocol
 
 import apsw
 
@@ -32,6 +32,7 @@ from ledger.entries import (
     build_entry,
     check_uuid,
     new_uuid,
+    new_uuids,
     now_us,
 )
 from ledger.errors import (
@@ -100,9 +101,8 @@ class AppendHook(Protocol):
         """Validate and fold one new entry; return follow-up operations to append."""
 
 
-@dataclass(frozen=True, slots=True)
-class Appended:
-    """What an append wrote: where the entry sits and what identifies it."""
+class Appended(NamedTuple):
+    """What an append wrote: where the entry sits and what identifies it (immutable)."""
 
     branch: str
     seq: int
@@ -493,6 +493,7 @@ class Ledger:
         batch_events: dict[bytes, int] = {}
         out: list[Appended] = []
         salts = os.urandom(SALT_SIZE * len(items))
+        ids = iter(new_uuids(len(items)))
         queue: list[EventInput | OpInput | _Genesis] = list(reversed(items))
         n = 0
         while queue:
@@ -507,7 +508,8 @@ class Ledger:
                 extras.append((None, None, None))
             elif isinstance(item, EventInput):
                 if item.id is None:
-                    item_id = new_uuid()  # UUIDv7: 74 random bits, no lookup needed
+                    # UUIDv7: 74 random bits, no lookup needed
+                    item_id = next(ids, None) or new_uuid()
                     raw_id = _uuid_bytes(item_id)
                 else:
                     item_id = item.id
@@ -535,7 +537,7 @@ class Ledger:
                         "BRANCH_CREATE is appended only by fork() (`memroot branch create`), "
                         "which also starts the branch's chain"
                     )
-                item_id = item.id or new_uuid()
+                item_id = item.id or next(ids, None) or new_uuid()
                 body = item.body(item_id)
                 entry = build_entry(
                     prev, seq, branch, ts, Kind.OP, item.op_type, body, plain=item.plain
