@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final, NamedTuple
@@ -274,6 +274,19 @@ def _map(obj: Mapping[str, Any], name: str, *, required: bool) -> dict[str, Any]
     return normalized  # type: ignore[no-any-return]
 
 
+def _validate_input(
+    item: Any,
+    parse: Callable[[Mapping[str, Any]], dict[str, Any]],
+    names: tuple[str, ...],
+    maps: tuple[str, ...],
+) -> None:
+    """Validate a frozen input's fields; store its maps normalised and whether it is plain."""
+    fields = parse({k: getattr(item, k) for k in names if getattr(item, k) is not None})
+    for name in maps:
+        object.__setattr__(item, name, fields[name])
+    object.__setattr__(item, "plain", not any(_has_float(fields[name]) for name in maps))
+
+
 def _has_float(value: Any) -> bool:
     kind = type(value)
     if kind is float:
@@ -378,14 +391,7 @@ class EventInput:
     """True when no float is present: the entry body encodes with the fast plain encoder."""
 
     def __post_init__(self) -> None:
-        fields = parse_event(
-            {k: getattr(self, k) for k in _EVENT_INPUT_FIELDS if getattr(self, k) is not None}
-        )
-        for name in ("metadata", "context"):
-            object.__setattr__(self, name, fields[name])
-        object.__setattr__(
-            self, "plain", not (_has_float(self.metadata) or _has_float(self.context))
-        )
+        _validate_input(self, parse_event, _EVENT_INPUT_FIELDS, ("metadata", "context"))
 
     def body(self, event_id: str, commitment: bytes) -> dict[str, Any]:
         """Return the entry body for this event (the content replaced by its commitment)."""
@@ -431,14 +437,7 @@ class OpInput:
     """True when no float is present: the entry body encodes with the fast plain encoder."""
 
     def __post_init__(self) -> None:
-        fields = parse_op(
-            {k: getattr(self, k) for k in _OP_INPUT_FIELDS if getattr(self, k) is not None}
-        )
-        for name in ("payload", "context"):
-            object.__setattr__(self, name, fields[name])
-        object.__setattr__(
-            self, "plain", not (_has_float(self.payload) or _has_float(self.context))
-        )
+        _validate_input(self, parse_op, _OP_INPUT_FIELDS, ("payload", "context"))
 
     def body(self, op_id: str) -> dict[str, Any]:
         """Return the entry body for this operation."""
