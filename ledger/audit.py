@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ledger.bundle import BundleReader
-from ledger.errors import IntegrityError, MemrootError
+from ledger.errors import MemrootError
 from ledger.hashing import BLAKE3_NATIVE
 from ledger.trust import TrustedState
 from ledger.verify import AuditReport, Finding, Progress, ReplayCheck, audit_source
@@ -95,13 +95,7 @@ def verify_bundle(bundle: Path | BundleReader, **kwargs: Any) -> AuditReport:
     Raises:
         IntegrityError: carrying the first finding's step, branch, seq, expected and actual.
     """
-    report = audit_bundle(bundle, **kwargs)
-    if report.findings:
-        f = report.findings[0]
-        raise IntegrityError(
-            str(f), branch=f.branch, seq=f.seq, step=f.step, expected=f.expected, actual=f.actual
-        )
-    return report
+    return audit_bundle(bundle, **kwargs).raise_first()
 
 
 def _bundle_facts(reader: BundleReader) -> dict[str, Any]:

@@ -123,6 +123,24 @@ class AuditReport:
         """True when no step found a violation."""
         return not self.findings
 
+    def raise_first(self) -> AuditReport:
+        """Return the report when every step holds; else raise its first finding.
+
+        Raises:
+            IntegrityError: carrying the first finding's step, branch, seq, expected, actual.
+        """
+        if self.findings:
+            f = self.findings[0]
+            raise IntegrityError(
+                str(f),
+                branch=f.branch,
+                seq=f.seq,
+                step=f.step,
+                expected=f.expected,
+                actual=f.actual,
+            )
+        return self
+
     def add(self, finding: Finding) -> None:
         """Record a finding (errors are capped at MAX_FINDINGS, notes are not kept past it)."""
         target = self.findings if finding.severity == "error" else self.notes
@@ -690,13 +708,7 @@ def verify(store: Store, **kwargs: Any) -> AuditReport:
     Raises:
         IntegrityError: carrying the first finding's step, branch, seq, expected and actual.
     """
-    report = audit(store, **kwargs)
-    if report.findings:
-        f = report.findings[0]
-        raise IntegrityError(
-            str(f), branch=f.branch, seq=f.seq, step=f.step, expected=f.expected, actual=f.actual
-        )
-    return report
+    return audit(store, **kwargs).raise_first()
 
 
 def _trusted_verifiers(
