@@ -4,9 +4,14 @@ The engine (``projections.engine``) holds the rules; a ``StateStore`` holds the 
 stores implement the same contract, so incremental maintenance and replay run the same code:
 
 - ``SqlState`` reads and writes the memory tables directly, inside the append transaction.
+  On a branch it reads through the branch's ``View`` (its own rows over its parent's as of
+  the fork) and writes branch-local rows only: a mutation of an inherited object or entity
+  opens the branch's first version of it and leaves the parent's rows as they were.
 - ``MemState`` keeps the current state in dictionaries and writes rows behind, in batches, to
   fresh tables (``rebuild``, and the auditor's step 9 replay into a throwaway database). It is
-  several times faster than ``SqlState`` because no lookup touches SQLite.
+  several times faster than ``SqlState`` because no lookup touches SQLite. It folds the
+  canonical branch only; replays fold branches afterwards through ``SqlState``, whose as-of
+  reads give each branch its parent at the fork whatever the order they were appended in.
 
 Both assign row ids in the order versions are created, so a state rebuilt by ``MemState``
 holds the same rows as one maintained by ``SqlState`` (``projections.digest`` compares them).
@@ -18,6 +23,7 @@ from typing import Any, Final, Protocol
 
 import apsw
 
+from ledger.entries import CANONICAL_BRANCH
 from ledger.vocab import EdgeType, Permission
 from projections.model import Edge, Entity, EventRef, Grant, MemoryObject, Namespace
 from projections.tables import (
@@ -33,6 +39,7 @@ from projections.tables import (
     object_from_row,
     object_row,
 )
+from projections.views import Fork, View, view_of
 
 __all__ = ["MemState", "SqlState", "StateStore"]
 
@@ -106,6 +113,9 @@ class StateStore(Protocol):
     def skip(self, branch: str, seq: int, op_type: str, reason: str) -> None:
         """Record an entry the rules refuse that was appended without them."""
 
+    def add_fork(self, fork: Fork) -> None:
+        """Record where a branch forked (its genesis entry); its reads see the parent then."""
+
 
 _OBJ_SEL: Final = f"SELECT {', '.join(OBJECT_COLS)} FROM mem_objects"
 _OBJ_INS: Final = (
@@ -155,19 +165,42 @@ def _ns_values(n: Namespace) -> tuple[Any, ...]:
 class SqlState:
     """The memory tables of one SQLite connection, read and written directly.
 
-    Use it inside a write transaction: every method is one or two indexed statements.
+    Use it inside a write transaction: every method is one or two indexed statements (plus
+    one per ancestor on a branch).
     """
 
     def __init__(self, db: apsw.Connection) -> None:
         """Wrap a connection whose memory tables are installed (keep one per connection)."""
         self.db = db
 
+    def _view(self, branch: str) -> View:
+        return view_of(self.db, branch)
+
     def event(self, branch: str, event_id: str) -> EventRef | None:
-        """Return the event with this id on ``branch``, or None."""
+        """Return the event with this id as ``branch`` sees it, or None.
+
+        An ancestor's event is seen when it precedes the fork, erased only if it was erased
+        by then.
+        """
         r = self.db.execute(
             f"SELECT {', '.join(EVENT_COLS)} FROM mem_events WHERE id = ?", (event_id,)
         ).fetchone()
-        return None if r is None or r[1] != branch else event_from_row(r)
+        if r is None:
+            return None
+        if r[1] == branch:
+            return event_from_row(r)
+        if branch == CANONICAL_BRANCH:
+            return None
+        for b, bound in self._view(branch).levels[1:]:
+            if r[1] == b:
+                assert bound is not None
+                if r[2] > bound:
+                    return None
+                e = event_from_row(r)
+                if e.erased_by is not None and e.erased_by > bound:
+                    e = EventRef(e.id, e.branch, e.seq, e.ts, e.namespace_id, e.actor_id)
+                return e
+        return None
 
     def add_event(self, event: EventRef) -> None:
         """Record a new event."""
@@ -188,59 +221,103 @@ class SqlState:
         """Record that entry ``seq`` erased the event's content."""
         self.db.execute("UPDATE mem_events SET erased_by = ? WHERE id = ?", (seq, event_id))
 
-    def obj(self, branch: str, object_id: str) -> MemoryObject | None:
-        """Return the current version of a memory object, or None."""
+    def _current(self, table: str, cols: str, branch: str, node_id: str) -> Any:
+        """Return the version ``branch`` sees: its own, else an ancestor's at the fork."""
         r = self.db.execute(
-            f"{_OBJ_SEL} WHERE id = ? AND branch = ? AND vto IS NULL", (object_id, branch)
+            f"SELECT {cols} FROM {table} WHERE id = ? AND branch = ? AND vto IS NULL",
+            (node_id, branch),
         ).fetchone()
+        if r is not None or branch == CANONICAL_BRANCH:
+            return r
+        # A level holding any version up to its bound holds one current then (versions
+        # are contiguous), so the first level with a current version is the one seen.
+        for b, bound in self._view(branch).levels[1:]:
+            r = self.db.execute(
+                f"SELECT {cols} FROM {table} WHERE id = ? AND branch = ? AND vfrom <= ? "
+                "AND (vto IS NULL OR vto > ?)",
+                (node_id, b, bound, bound),
+            ).fetchone()
+            if r is not None:
+                return r
+        return None
+
+    def obj(self, branch: str, object_id: str) -> MemoryObject | None:
+        """Return the version of a memory object ``branch`` sees now, or None."""
+        r = self._current("mem_objects", ", ".join(OBJECT_COLS), branch, object_id)
         return None if r is None else object_from_row(r)
 
     def put_object(self, obj: MemoryObject, *, new: bool) -> None:
-        """Open a version of an object (closing the current one unless ``new``)."""
+        """Open a version of an object (closing the current one unless ``new``).
+
+        On a branch, the first version of an inherited object is the branch's own copy (the
+        parent's rows stay as they were); it keeps the object's ``oid``.
+        """
         row = object_row(obj)
         if new:
             self.db.execute(_OBJ_INS_NEW, row)
             return
-        closed = _one(
-            self.db,
+        closed = self.db.execute(
             "UPDATE mem_objects SET vto = ? WHERE id = ? AND branch = ? AND vto IS NULL "
             "RETURNING oid",
             (obj.seq, obj.id, obj.branch),
-        )
+        ).fetchone()
+        if closed is None:
+            ancestors = [b for b, _ in self._view(obj.branch).levels[1:]]
+            closed = _one(
+                self.db,
+                f"SELECT oid FROM mem_objects WHERE id = ? AND branch IN "
+                f"({', '.join('?' * len(ancestors))}) LIMIT 1",
+                (obj.id, *ancestors),
+            )
         self.db.execute(_OBJ_INS, (None, closed[0], *row))
 
     def used(self, branch: str, node_id: str) -> bool:
-        """Return True when an object or entity ever had this id on ``branch``."""
+        """Return True when an object or entity ever had this id as ``branch`` sees it."""
+        if branch == CANONICAL_BRANCH:
+            r = _one(
+                self.db,
+                "SELECT EXISTS(SELECT 1 FROM mem_objects WHERE id = ?1 AND branch = ?2) OR "
+                "EXISTS(SELECT 1 FROM mem_entities WHERE id = ?1 AND branch = ?2)",
+                (node_id, branch),
+            )
+            return bool(r[0])
+        levels: list[str] = []
+        params: list[Any] = []
+        for b, bound in self._view(branch).levels:
+            levels.append("(branch = ?" + ("" if bound is None else " AND vfrom <= ?") + ")")
+            params += [b] if bound is None else [b, bound]
+        cond = " OR ".join(levels)
         r = _one(
             self.db,
-            "SELECT EXISTS(SELECT 1 FROM mem_objects WHERE id = ?1 AND branch = ?2) OR "
-            "EXISTS(SELECT 1 FROM mem_entities WHERE id = ?1 AND branch = ?2)",
-            (node_id, branch),
+            f"SELECT EXISTS(SELECT 1 FROM mem_objects WHERE id = ? AND ({cond})) OR "
+            f"EXISTS(SELECT 1 FROM mem_entities WHERE id = ? AND ({cond}))",
+            (node_id, *params, node_id, *params),
         )
         return bool(r[0])
 
     def citing(self, branch: str, event_id: str) -> list[str]:
-        """Return the ids of objects with a current DERIVED_FROM edge to the event."""
+        """Return the ids of objects with a DERIVED_FROM edge to the event ``branch`` sees."""
+        cond, params = self._view(branch).rows("x")
         return [
             r[0]
             for r in self.db.execute(
-                "SELECT source_id FROM mem_edges WHERE target_id = ? AND type = ? AND branch = ? "
-                "AND vto IS NULL ORDER BY rid",
-                (event_id, _DERIVED, branch),
+                f"SELECT x.source_id FROM mem_edges x WHERE x.target_id = ? AND x.type = ? "
+                f"AND {cond} ORDER BY x.rid",
+                (event_id, _DERIVED, *params),
             )
         ]
 
     def entity(self, branch: str, entity_id: str) -> Entity | None:
-        """Return the current version of an entity, or None."""
-        r = self.db.execute(
-            f"SELECT {', '.join(ENTITY_COLS)} FROM mem_entities "
-            "WHERE id = ? AND branch = ? AND vto IS NULL",
-            (entity_id, branch),
-        ).fetchone()
+        """Return the version of an entity ``branch`` sees now, or None."""
+        r = self._current("mem_entities", ", ".join(ENTITY_COLS), branch, entity_id)
         return None if r is None else entity_from_row(r)
 
     def put_entity(self, entity: Entity, *, new: bool) -> None:
-        """Open a version of an entity (closing the current one unless ``new``)."""
+        """Open a version of an entity (closing the current one unless ``new``).
+
+        On a branch, the first version of an inherited entity closes nothing: the parent's
+        rows stay as they were.
+        """
         if not new:
             self.db.execute(
                 "UPDATE mem_entities SET vto = ? WHERE id = ? AND branch = ? AND vto IS NULL",
@@ -252,14 +329,30 @@ class SqlState:
         """Record a new edge."""
         self.db.execute(_EDGE_INS, (None, *edge_row(edge)))
 
+    def _policy_level(self, branch: str, namespace_id: str) -> tuple[Any, str, int | None] | None:
+        """Return the namespace policy row ``branch`` sees and the level holding it."""
+        for b, bound in self._view(branch).levels:
+            cond, params = (
+                ("vto IS NULL", [])
+                if bound is None
+                else (
+                    "vfrom <= ? AND (vto IS NULL OR vto > ?)",
+                    [bound, bound],
+                )
+            )
+            r = self.db.execute(
+                "SELECT id, type, created_by, created_at, branch, vfrom FROM mem_namespaces "
+                f"WHERE id = ? AND branch = ? AND {cond}",
+                (namespace_id, b, *params),
+            ).fetchone()
+            if r is not None:
+                return r, b, bound
+        return None
+
     def namespace(self, branch: str, namespace_id: str) -> Namespace | None:
         """Return the namespace's policy record, or None when it has no policy."""
-        r = self.db.execute(
-            "SELECT id, type, created_by, created_at, branch, vfrom FROM mem_namespaces "
-            "WHERE id = ? AND branch = ? AND vto IS NULL",
-            (namespace_id, branch),
-        ).fetchone()
-        return None if r is None else namespace_from_row(r)
+        found = self._policy_level(branch, namespace_id)
+        return None if found is None else namespace_from_row(found[0])
 
     def add_namespace(self, namespace: Namespace) -> None:
         """Record a namespace policy."""
@@ -267,25 +360,42 @@ class SqlState:
 
     def permissions(self, branch: str, namespace_id: str, actor_id: str) -> frozenset[str] | None:
         """Return the actor's permissions on a namespace, or None when it has no policy."""
-        policy, perms = _one(
-            self.db,
-            "SELECT (SELECT 1 FROM mem_namespaces WHERE id = ?1 AND branch = ?3 AND vto IS NULL),"
-            " (SELECT group_concat(permission) FROM mem_grants WHERE namespace_id = ?1 AND "
-            "actor_id = ?2 AND branch = ?3 AND vto IS NULL)",
-            (namespace_id, actor_id, branch),
-        )
-        if policy is None:
+        if branch == CANONICAL_BRANCH:
+            policy, perms = _one(
+                self.db,
+                "SELECT (SELECT 1 FROM mem_namespaces WHERE id = ?1 AND branch = ?3 AND "
+                "vto IS NULL), (SELECT group_concat(permission) FROM mem_grants WHERE "
+                "namespace_id = ?1 AND actor_id = ?2 AND branch = ?3 AND vto IS NULL)",
+                (namespace_id, actor_id, branch),
+            )
+            if policy is None:
+                return None
+            return frozenset(perms.split(",")) if perms else frozenset()
+        found = self._policy_level(branch, namespace_id)
+        if found is None:
             return None
-        return frozenset(perms.split(",")) if perms else frozenset()
+        _, b, bound = found
+        cond, params = View(((b, bound),)).rows("g")
+        return frozenset(
+            r[0]
+            for r in self.db.execute(
+                f"SELECT g.permission FROM mem_grants g WHERE g.namespace_id = ? AND "
+                f"g.actor_id = ? AND {cond}",
+                (namespace_id, actor_id, *params),
+            )
+        )
 
     def admins(self, branch: str, namespace_id: str) -> int:
         """Return how many actors hold ADMIN on a namespace."""
+        found = self._policy_level(branch, namespace_id)
+        b, bound = (branch, None) if found is None else found[1:]
+        cond, params = View(((b, bound),)).rows("g")
         return int(
             _one(
                 self.db,
-                "SELECT count(*) FROM mem_grants WHERE namespace_id = ? AND permission = ? "
-                "AND branch = ? AND vto IS NULL",
-                (namespace_id, _ADMIN, branch),
+                f"SELECT count(*) FROM mem_grants g WHERE g.namespace_id = ? AND "
+                f"g.permission = ? AND {cond}",
+                (namespace_id, _ADMIN, *params),
             )[0]
         )
 
@@ -318,6 +428,13 @@ class SqlState:
     def skip(self, branch: str, seq: int, op_type: str, reason: str) -> None:
         """Record an entry the rules refuse that was appended without them."""
         self.db.execute(_SKIP_INS, (branch, seq, op_type, reason))
+
+    def add_fork(self, fork: Fork) -> None:
+        """Record where a branch forked (its genesis entry); its reads see the parent then."""
+        self.db.execute(
+            "INSERT INTO mem_forks VALUES(?, ?, ?, ?)",
+            (fork.branch, fork.parent, fork.fork_seq, fork.branch_type),
+        )
 
 
 class MemState:
@@ -504,3 +621,14 @@ class MemState:
     def skip(self, branch: str, seq: int, op_type: str, reason: str) -> None:
         """Record an entry the rules refuse that was appended without them."""
         self.skipped.append((branch, seq, op_type, reason))
+
+    def add_fork(self, fork: Fork) -> None:
+        """Refuse: this store folds the canonical branch only (branches need as-of reads).
+
+        Raises:
+            ValueError: always; fold branches through ``SqlState`` after ``finish``.
+        """
+        raise ValueError(
+            f"MemState folds the canonical branch only; fold branch {fork.branch!r} through "
+            "SqlState after finish()"
+        )

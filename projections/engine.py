@@ -5,7 +5,9 @@
 rules, namespace policy) and then writes the new versions through a ``StateStore``. Every
 handler checks everything before it writes anything, so a refused entry leaves the state as it
 was, whichever store is underneath. Operations this layer does not own (SNAPSHOT, FALSIFY,
-BRANCH_*, ...) pass through untouched; ``HANDLERS`` is the table later layers extend.
+BRANCH_*, ...) pass through untouched; ``HANDLERS`` is the table later layers extend (a
+handler changes an object through ``Engine._mutate``, which keeps branch writes on the
+branch).
 
 Identities the engine derives are functions of the ledger alone (C1, C3): a new object or
 entity takes the operation's ``target_id`` when given, else the operation's own id; edges take
@@ -21,7 +23,15 @@ from typing import Any, Final
 from ledger.entries import CANONICAL_BRANCH, Entry, Kind, check_uuid
 from ledger.errors import RefusedError, ValidationError
 from ledger.hashing import sha256
-from ledger.vocab import EdgeType, EpistemicType, LifecycleState, MemoryType, OpType, Permission
+from ledger.vocab import (
+    EdgeType,
+    EpistemicType,
+    LifecycleState,
+    MemoryType,
+    OpType,
+    Permission,
+    SourceType,
+)
 from projections import rules
 from projections.backends import StateStore
 from projections.epistemic import check_transition, starting_confidence
@@ -29,6 +39,7 @@ from projections.lifecycle import check_lifecycle
 from projections.model import Edge, Entity, EventRef, Grant, MemoryObject, Namespace, evolve
 from projections.ops import validate_payload
 from projections.rules import PermissionRefused, RuleError
+from projections.views import fork_from_genesis
 
 __all__ = ["HANDLERS", "Engine", "Op", "derived_id"]
 
@@ -36,6 +47,7 @@ _ACTIVE: Final = LifecycleState.ACTIVE.value
 _OBJECT: Final = "MEMORY_OBJECT"
 _EPS: Final = 1e-9
 _P = Permission
+_POLICY_OPS: Final = frozenset({OpType.NAMESPACE_CREATE, OpType.GRANT, OpType.REVOKE})
 
 
 _VARIANT: Final = {f"{i:x}": f"{(i & 3) | 8:x}" for i in range(16)}
@@ -113,22 +125,37 @@ class Engine:
     def apply(self, entry: Entry) -> None:
         """Validate one entry and fold it into the state.
 
-        Only the canonical branch is folded for now: branch-local state (reads see the branch
-        plus its parent frozen at the fork) is the branches layer's to add; rows already
-        carry their branch.
+        Every branch is folded. A branch reads its own rows over its parent's as of the fork
+        (``projections.views``; the fork is learned from the branch's genesis entry) and
+        writes only rows of its own: mutating an inherited object or entity opens the
+        branch's first version of it (``_mutate``), and the parent's state is untouched.
+        Namespace policy is inherited from the parent at the fork and is changed in the
+        canonical branch only.
 
         Raises:
             ValidationError: a payload field is missing or malformed.
             RuleError: the entry breaks a rule of the memory model (the rule is named).
         """
-        if entry.branch != CANONICAL_BRANCH:
-            return
         if entry.kind is Kind.EVENT:
             self._event(entry)
         elif entry.kind is Kind.OP:
             handler = HANDLERS.get(entry.type)
             if handler is not None:
+                if entry.branch != CANONICAL_BRANCH and entry.type in _POLICY_OPS:
+                    raise RuleError(
+                        rules.NAMESPACE_POLICY,
+                        f"{entry.type} in branch {entry.branch!r}: a branch inherits namespace "
+                        "policy from its parent at the fork; change policy in main",
+                    )
                 handler(self, Op.from_entry(entry))
+        elif entry.kind is Kind.GENESIS and entry.branch != CANONICAL_BRANCH:
+            fork = fork_from_genesis(entry.branch, entry.body)
+            if fork is None:
+                raise RuleError(
+                    rules.REFERENCE,
+                    f"the genesis of branch {entry.branch!r} names no parent anchor",
+                )
+            self.state.add_fork(fork)
 
     def fold(self, entry: Entry) -> None:
         """Apply an entry already in the ledger; record it as skipped if the rules refuse it.
@@ -138,8 +165,6 @@ class Engine:
         ``SqlState`` the caller wraps this in a savepoint; handlers write only after every
         check, so a refusal leaves a ``MemState`` untouched as well.
         """
-        if entry.branch != CANONICAL_BRANCH:
-            return
         try:
             self.apply(entry)
         except RefusedError as e:
@@ -287,15 +312,23 @@ class Engine:
         """Move an entity's last_seen_at to this operation's time (a new version)."""
         ent = self.state.entity(op.branch, entity_id)
         if ent is not None and op.ts > ent.last_seen_at:
-            self.state.put_entity(evolve(ent, last_seen_at=op.ts, seq=op.seq), new=False)
+            self.state.put_entity(
+                evolve(ent, last_seen_at=op.ts, seq=op.seq, branch=op.branch), new=False
+            )
 
     def _mutate(self, op: Op, obj: MemoryObject, **changes: Any) -> None:
+        """Open the next version of ``obj`` on the operation's branch.
+
+        Handlers change objects through here: on a branch, the new version belongs to the
+        branch even when ``obj`` is the parent's (copy on write; the parent is untouched).
+        """
         self.state.put_object(
             evolve(
                 obj,
                 version=obj.version + 1,
                 last_modified_at=max(obj.last_modified_at, op.ts),
                 seq=op.seq,
+                branch=op.branch,
                 **changes,
             ),
             new=False,
@@ -321,6 +354,9 @@ def _assert(eng: Engine, op: Op) -> None:
     eng._fresh_id(op, object_id)
     eng.require(op.branch, op.actor_id, op.namespace_id, _P.ASSERT, "ASSERT a memory object")
     epistemic, source = p["epistemic_type"], p["source_type"]
+    imported = p["imported"]
+    if imported is not None:
+        _check_import(op, epistemic, source)
     start = starting_confidence(epistemic, source)
     confidence = p["confidence"]
     if start is None:
@@ -350,7 +386,14 @@ def _assert(eng: Engine, op: Op) -> None:
             "ASSERT payload.valid_to is before valid_from", field="payload.valid_to"
         )
     evidence = p["evidence_ids"]
-    eng._evidence(op, evidence)
+    if imported is None:
+        eng._evidence(op, evidence)
+    else:
+        # An imported object keeps the evidence it had in the branch it comes from. Events
+        # this branch sees are checked as usual; the others lie in the source branch, where
+        # the merge checked them when it was appended (replay folds a branch after its
+        # parent, so the parent's state cannot check them here, deterministically).
+        eng._evidence(op, [e for e in evidence if eng.state.event(op.branch, e) is not None])
     entities = list(
         {e.id: e for e in (eng._resolve_entity(op, x) for x in (p["entity_ids"] or ()))}.values()
     )
@@ -361,7 +404,7 @@ def _assert(eng: Engine, op: Op) -> None:
         epistemic,
         source,
         evidence,
-        op.actor_id,
+        op.actor_id if imported is None else imported[2],
         valid_from,
         p["valid_to"],
         op.ts,
@@ -388,6 +431,23 @@ def _assert(eng: Engine, op: Op) -> None:
         eng._edge(op, n, EdgeType.ABOUT_ENTITY, object_id, ent.id)
         eng._touch_entity(op, ent.id)
         n += 1
+
+
+def _check_import(op: Op, epistemic: str, source: str) -> None:
+    """RFC-0012 section 8: an import is IMPORTED, never HYPOTHETICAL, from another branch."""
+    if source != SourceType.IMPORTED:
+        raise ValidationError(
+            f"an ASSERT with payload.imported has source_type IMPORTED, not {source}",
+            field="payload.source_type",
+        )
+    if epistemic == EpistemicType.HYPOTHETICAL:
+        raise RuleError(
+            rules.MERGE,
+            "a HYPOTHETICAL object is not merged: the merging actor reclassifies it with "
+            "EPISTEMIC_TRANSITION in the branch first",
+        )
+    if op.p["imported"][0] == op.branch:
+        raise RuleError(rules.MERGE, f"an object is imported from another branch, not {op.branch}")
 
 
 def _lifecycle(target: str) -> Handler:
@@ -447,6 +507,13 @@ def _tombstone(eng: Engine, op: Op) -> None:
     ev = eng.state.event(op.branch, event_id)
     if ev is None:
         raise RuleError(rules.REFERENCE, f"TOMBSTONE target event {event_id} does not exist")
+    if ev.branch != op.branch:
+        # The ledger erases content on the entry's own branch only; a parent's event seen
+        # through the fork is not the branch's to erase.
+        raise RuleError(
+            rules.REFERENCE,
+            f"TOMBSTONE target event {event_id} is on branch {ev.branch}, not {op.branch}",
+        )
     if ev.erased_by is not None:
         raise RuleError(
             rules.EVIDENCE, f"event {event_id} was already erased by entry {ev.erased_by}"
@@ -703,10 +770,16 @@ def _entity_merge(eng: Engine, op: Op) -> None:
         p["alias_list"],
     )
     eng.state.put_entity(
-        evolve(primary, aliases=aliases, last_seen_at=max(primary.last_seen_at, op.ts), seq=op.seq),
+        evolve(
+            primary,
+            aliases=aliases,
+            last_seen_at=max(primary.last_seen_at, op.ts),
+            seq=op.seq,
+            branch=op.branch,
+        ),
         new=False,
     )
-    eng.state.put_entity(evolve(merged, merged_into=pid, seq=op.seq), new=False)
+    eng.state.put_entity(evolve(merged, merged_into=pid, seq=op.seq, branch=op.branch), new=False)
 
 
 def _summary(eng: Engine, op: Op) -> None:

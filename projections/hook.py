@@ -6,14 +6,17 @@ the same transaction that writes the entry: a refused operation raises (``RuleEr
 the rule, or ``ValidationError`` naming the field) and nothing is written; an accepted one
 updates the derived tables before the transaction commits.
 
-The tables remember how many entries they have folded (``mem_heads``). When entries were
-appended without the hook (an older ledger, or the Python API without hooks), the next append
-or ``sync`` folds the missing ones first; entries among them that break the rules are recorded
-in ``mem_skipped`` rather than refused, since they are already in the ledger.
+The tables remember how many entries of each branch they have folded (``mem_heads``). When
+entries were appended without the hook (an older ledger, or the Python API without hooks), the
+next append or ``sync`` folds the missing ones first (a branch's ancestors before it); entries
+among them that break the rules are recorded in ``mem_skipped`` rather than refused, since
+they are already in the ledger. Every branch is folded: a branch's entries are validated
+against its view (its own state over its parent's at the fork, ``projections.views``).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 
 import apsw
@@ -25,7 +28,7 @@ from projections import tables
 from projections.backends import MemState, SqlState
 from projections.engine import Engine
 
-__all__ = ["MemoryHook", "fold_entries", "sync"]
+__all__ = ["MemoryHook", "catch_up", "fold_entries", "sync"]
 
 
 class MemoryHook:
@@ -51,7 +54,7 @@ class MemoryHook:
     def apply(
         self, db: apsw.Connection, ledger: Ledger, entry: Entry, content: str | None
     ) -> list[OpInput]:
-        """Validate one new entry and fold it into the derived tables.
+        """Validate one new entry and fold it into the derived tables (on any branch).
 
         Raises:
             ValidationError: a payload field is missing or malformed.
@@ -59,19 +62,19 @@ class MemoryHook:
                 policy: ``PermissionRefused`` names actor, namespace and permission).
             StorageError: the derived state is ahead of the ledger (run ``memroot rebuild``).
         """
-        if entry.branch != CANONICAL_BRANCH:
-            return []
         state = self._bound(db)
         version = db.data_version()
         if self._expect != (entry.branch, entry.seq, version):
             head = state.head(entry.branch)
             if head > entry.seq:
                 raise StorageError(
-                    f"the derived memory state has folded {head} entries but the ledger has "
-                    f"{entry.seq}; it belongs to another ledger or history: run memroot rebuild"
+                    f"the derived memory state has folded {head} entries of branch "
+                    f"{entry.branch!r} but the ledger has {entry.seq}; it belongs to another "
+                    "ledger or history: run memroot rebuild"
                 )
-            if head < entry.seq:
-                fold_entries(db, ledger.entries(head, entry.seq, entry.branch), fresh=head == 0)
+            if head < entry.seq or (entry.seq == 0 and entry.branch != CANONICAL_BRANCH):
+                # A branch reads its parent as of the fork: the parent must be folded that far.
+                catch_up(db, ledger, entry.branch, entry.seq)
         self._expect = None
         Engine(state).apply(entry)
         state.set_head(entry.branch, entry.seq + 1)
@@ -79,32 +82,64 @@ class MemoryHook:
         return []
 
 
+def catch_up(db: apsw.Connection, ledger: Ledger, branch: str, upto: int) -> int:
+    """Fold the entries of ``branch`` below ``upto`` not folded yet, its ancestors first.
+
+    Each ancestor is folded at least through the ``BRANCH_CREATE`` of the branch below it,
+    so the branch's view of it is complete. Returns how many entries were folded. Run inside
+    a write transaction.
+
+    Raises:
+        DecodeError: if a stored entry does not decode.
+        StorageError: if the derived state is ahead of the ledger.
+    """
+    parent, anchor = ledger.store.branch_parent(branch)
+    n = 0
+    if parent is not None and anchor is not None:
+        n += catch_up(db, ledger, parent, anchor + 1)
+    state = SqlState(db)
+    head = state.head(branch)
+    if head >= upto:
+        return n
+    fresh = branch == CANONICAL_BRANCH and not db.execute("SELECT 1 FROM mem_heads").fetchone()
+    return n + fold_entries(db, ledger.entries(head, upto, branch), fresh=fresh)
+
+
 def fold_entries(db: apsw.Connection, entries: Iterable[Entry], *, fresh: bool) -> int:
     """Fold entries that are already in the ledger, skipping (and recording) refused ones.
 
-    With ``fresh`` the tables must be empty and the fast in-memory store is used; otherwise
-    each entry is folded through SQL inside a savepoint, so a refused one leaves no trace but
-    its ``mem_skipped`` row. Returns how many entries were folded. Run inside a write
-    transaction.
+    With ``fresh`` the tables must be empty and the fast in-memory store folds the canonical
+    branch; at the first entry of another branch it writes what it holds and the rest is
+    folded through SQL (a branch reads its parent as of the fork, which needs the parent's
+    versioned rows; branches must come after their parents, as ``Store.branches`` lists
+    them). Otherwise each entry is folded through SQL inside a savepoint, so a refused one
+    leaves no trace but its ``mem_skipped`` row. Returns how many entries were folded. Run
+    inside a write transaction.
 
     Raises:
         DecodeError: if a stored entry does not decode.
     """
     n = 0
+    it = iter(entries)
     if fresh:
         mem = MemState(db)
         engine = Engine(mem)
-        for entry in entries:
+        rest: Entry | None = None
+        for entry in it:
+            if entry.branch != CANONICAL_BRANCH:
+                rest = entry
+                break
             engine.fold(entry)
             n += 1
         mem.finish()
-        tables.index_text(db)
-        return n
+        if rest is None:
+            tables.index_text(db)
+            return n
+        tables.create_indexes(db)
+        it = itertools.chain([rest], it)
     state = SqlState(db)
     engine = Engine(state)
-    for entry in entries:
-        if entry.branch != CANONICAL_BRANCH:
-            continue
+    for entry in it:
         db.execute("SAVEPOINT mem_fold")
         try:
             engine.apply(entry)
@@ -119,41 +154,49 @@ def fold_entries(db: apsw.Connection, entries: Iterable[Entry], *, fresh: bool) 
         db.execute("RELEASE mem_fold")
         state.set_head(entry.branch, entry.seq + 1)
         n += 1
+    if fresh:
+        tables.index_text(db)
     return n
 
 
-def sync(ledger: Ledger, branch: str = CANONICAL_BRANCH) -> int:
+def _behind(ledger: Ledger, db: apsw.Connection) -> bool:
+    state = SqlState(db)
+    return any(state.head(b.name) != b.size for b in ledger.store.branches())
+
+
+def sync(ledger: Ledger, branch: str | None = None) -> int:
     """Fold every entry the derived state has not seen yet; return how many were folded.
 
-    Readers call this first, so queries never see a state behind the ledger. It also brings the
-    full-text index up to date (``tables.index_text``).
+    Every branch is brought up to date (parents first), or only ``branch`` and its
+    ancestors. Readers call this first, so queries never see a state behind the ledger. It
+    also brings the full-text index up to date (``tables.index_text``).
 
     Raises:
         StorageError: if the derived state is ahead of the ledger, or the file is read-only
             (and the state is behind).
+        NotFoundError: if ``branch`` does not exist.
     """
     with ledger.store.read() as db:
         # Most calls find nothing to do: answer them without taking the write lock.
-        if (
-            tables.installed(db)
-            and SqlState(db).head(branch) == ledger.size(branch)
-            and tables.text_index_current(db)
-        ):
+        if tables.installed(db) and not _behind(ledger, db) and tables.text_index_current(db):
             return 0
     with ledger.store.write() as db:
         if not tables.installed(db):
             tables.install(db)
-        head = SqlState(db).head(branch)
-        size = ledger.size(branch)
-        if head > size:
-            raise StorageError(
-                f"the derived memory state has folded {head} entries but the "
-                f"ledger has {size}: run memroot rebuild"
-            )
-        n = (
-            0
-            if head == size
-            else fold_entries(db, ledger.entries(head, size, branch), fresh=head == 0)
+        names = (
+            [b.name for b in ledger.store.branches()]
+            if branch is None
+            else [ledger.store.branch(branch).name]
         )
+        n = 0
+        for name in names:
+            size = ledger.size(name)
+            head = SqlState(db).head(name)
+            if head > size:
+                raise StorageError(
+                    f"the derived memory state has folded {head} entries of branch {name!r} "
+                    f"but the ledger has {size}: run memroot rebuild"
+                )
+            n += catch_up(db, ledger, name, size)
         tables.index_text(db)
         return n

@@ -7,7 +7,8 @@ no unknown field (a typo is refused rather than silently ignored). Whether refer
 and are in the right state is the engine's job (``projections.engine``).
 
 Fields beyond RFC-0002's list are optional and documented in docs/memory.md: ASSERT takes
-``structured_value``, ``valid_from``, ``valid_to``, ``entity_ids`` and ``condition``; RELATE
+``structured_value``, ``valid_from``, ``valid_to``, ``entity_ids``, ``condition`` and
+``imported`` (an object a branch merge brings in, docs/branches.md); RELATE
 takes ``relation_label`` (required for RELATES_TO), ``valid_from`` and ``valid_to``;
 CONTRADICTION_NOTED takes ``confidence``; TOMBSTONE takes ``on_dependents``.
 """
@@ -63,7 +64,7 @@ class Field:
     (number in [0, 1]), ``unit?`` (``unit`` or null; the key must still be present),
     ``nonneg`` (number >= 0), ``texts`` (list of non-empty strings), ``ts`` (integer
     microseconds), ``json`` (any JSON value), ``condition`` ({text, state?}), ``window``
-    ({from, to} in microseconds).
+    ({from, to} in microseconds), ``imported`` ({branch, object_id, asserted_by}).
     """
 
     name: str
@@ -101,6 +102,7 @@ SCHEMAS: Final[Mapping[str, tuple[Field, ...]]] = {
         _o("valid_to", "ts"),
         _o("entity_ids", "uuids", 0),
         _o("condition", "condition"),
+        _o("imported", "imported"),
     ),
     OpType.DEPRECATE: (_f("reason", "text", MAX_TEXT), _f("deprecated_by", "text", MAX_TEXT)),
     OpType.SUPERSEDE: (_f("new_object_id", "uuid"), _f("reason", "text", MAX_TEXT)),
@@ -288,6 +290,19 @@ def _window(op: str, f: Field, value: Any) -> Any:
     return (lo, hi)
 
 
+def _imported(op: str, f: Field, value: Any) -> Any:
+    if type(value) is not dict or set(value) != {"branch", "object_id", "asserted_by"}:
+        raise _bad(op, f.name, "must be an object {branch, object_id, asserted_by}")
+    branch, by = value["branch"], value["asserted_by"]
+    for name, text in (("branch", branch), ("asserted_by", by)):
+        if type(text) is not str or not text or len(text) > MAX_TEXT:
+            raise _bad(op, f.name, f"{name} must be a non-empty string")
+    object_id = value["object_id"]
+    if type(object_id) is not str or not _UUID_RE.match(object_id):
+        raise _bad(op, f.name, "object_id must be a lowercase UUID")
+    return (branch, object_id, by)
+
+
 _CHECKS: Final[dict[str, Callable[[str, Field, Any], Any]]] = {
     "text": _text,
     "uuid": _uuid,
@@ -301,6 +316,7 @@ _CHECKS: Final[dict[str, Callable[[str, Field, Any], Any]]] = {
     "json": _json,
     "condition": _condition,
     "window": _window,
+    "imported": _imported,
 }
 _PLAN: Final = {
     op: (frozenset(f.name for f in fields), tuple((f, _CHECKS[f.kind]) for f in fields))
@@ -312,7 +328,8 @@ def validate_payload(op_type: str, payload: Mapping[str, Any]) -> dict[str, Any]
     """Validate an operation's payload against ``SCHEMAS`` and return it normalised.
 
     Lists of ids and strings come back as tuples, numbers as floats, a condition as
-    ``(text, state)`` and a time window as ``(from, to)``; absent optional fields as None.
+    ``(text, state)``, a time window as ``(from, to)`` and an import as ``(branch, object_id,
+    asserted_by)``; absent optional fields as None.
 
     Raises:
         ValidationError: naming the operation and the first missing, unknown or bad field.

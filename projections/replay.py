@@ -10,18 +10,19 @@ first differing row when they disagree.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 import apsw
 
 from ledger.entries import CANONICAL_BRANCH, Entry
+from ledger.errors import RefusedError
 from ledger.ledger import Ledger
 from ledger.verify import AuditReport, Finding
 from projections import tables
-from projections.backends import MemState
+from projections.backends import MemState, SqlState
 from projections.digest import first_difference, state_digest
 from projections.engine import Engine
 from projections.hook import fold_entries
@@ -44,11 +45,19 @@ class RebuildReport:
     before: bytes | None
     after: bytes
     seconds: float
+    branches_before: Mapping[str, bytes] = field(default_factory=dict)
+    branches_after: Mapping[str, bytes] = field(default_factory=dict)
 
     @property
     def identical(self) -> bool | None:
-        """True when the rebuilt state equals the one it replaced (None: there was none)."""
-        return None if self.before is None else self.before == self.after
+        """True when the rebuilt state equals the one it replaced (None: there was none).
+
+        ``before``/``after`` digest the canonical branch; every other branch's digests are in
+        ``branches_before``/``branches_after`` and must agree too.
+        """
+        if self.before is None:
+            return None
+        return self.before == self.after and self.branches_before == self.branches_after
 
     def to_dict(self) -> dict[str, Any]:
         """Return the report as a JSON-ready dict (digests in hex)."""
@@ -63,6 +72,15 @@ class RebuildReport:
             "digest_after": self.after.hex(),
             "identical": self.identical,
             "seconds": round(self.seconds, 3),
+            "branches": {
+                name: {
+                    "digest_before": (
+                        self.branches_before[name].hex() if name in self.branches_before else None
+                    ),
+                    "digest_after": digest.hex(),
+                }
+                for name, digest in self.branches_after.items()
+            },
         }
 
 
@@ -71,8 +89,18 @@ def _count(db: apsw.Connection, sql: str) -> int:
     return 0 if row is None else int(row[0])
 
 
+def _all_entries(ledger: Ledger) -> Iterator[Entry]:
+    """Every branch's entries, branches in creation order (parents before their forks)."""
+    for b in ledger.store.branches():
+        yield from ledger.entries(branch=b.name)
+
+
 def rebuild(ledger: Ledger, branch: str = CANONICAL_BRANCH) -> RebuildReport:
     """Drop the derived memory tables and replay the whole ledger into them, atomically.
+
+    Every branch is replayed (the canonical one in memory, then each fork through SQL, parents
+    first). ``before``/``after`` digest ``branch``; ``branches_before``/``branches_after``
+    digest every other branch.
 
     Raises:
         DecodeError: if a stored entry does not decode (nothing is changed).
@@ -80,10 +108,13 @@ def rebuild(ledger: Ledger, branch: str = CANONICAL_BRANCH) -> RebuildReport:
     """
     t0 = time.perf_counter()
     with ledger.store.write() as db:
-        before = state_digest(db, branch=branch) if tables.installed(db) else None
+        others = [b.name for b in ledger.store.branches() if b.name != branch]
+        had = tables.installed(db)
+        before = state_digest(db, branch=branch) if had else None
+        branches_before = {b: state_digest(db, branch=b) for b in others} if had else {}
         tables.drop(db)
         tables.install(db, indexes=False)
-        n = fold_entries(db, ledger.entries(branch=branch), fresh=True)
+        n = fold_entries(db, _all_entries(ledger), fresh=True)
         tables.create_indexes(db)
         after = state_digest(db, branch=branch)
         report = RebuildReport(
@@ -96,6 +127,8 @@ def rebuild(ledger: Ledger, branch: str = CANONICAL_BRANCH) -> RebuildReport:
             before=before,
             after=after,
             seconds=time.perf_counter() - t0,
+            branches_before=branches_before,
+            branches_after={b: state_digest(db, branch=b) for b in others},
         )
     return report
 
@@ -103,7 +136,8 @@ def rebuild(ledger: Ledger, branch: str = CANONICAL_BRANCH) -> RebuildReport:
 def replay(entries: Iterable[Entry], *, fts: bool = False) -> apsw.Connection:
     """Replay entries into a new in-memory database and return it (for comparisons).
 
-    Refused entries are skipped and recorded, as in ``rebuild``.
+    Refused entries are skipped and recorded, as in ``rebuild``. Give each branch's entries
+    in seq order and a branch after its parent (``Store.branches`` order).
     """
     db = apsw.Connection(":memory:")
     db.execute("BEGIN")
@@ -116,16 +150,22 @@ def replay(entries: Iterable[Entry], *, fts: bool = False) -> apsw.Connection:
 class MemoryReplayCheck:
     """Step 9: replay derived state and compare it with what the ledger file materialised.
 
-    Fed every entry by ``ledger.verify.audit``; ``finish`` opens the file at ``path``
-    read-only and compares state digests (as of the last entry the stored state has folded,
-    when it lags the ledger). Entries the rules refuse (appended without the hook) are
-    skipped and reported as notes, exactly as the stored state skipped them.
+    Fed every entry by ``ledger.verify.audit`` (branch by branch, parents first); ``finish``
+    opens the file at ``path`` read-only and compares state digests of every branch it was
+    fed (as of the last entry the stored state has folded, when it lags the ledger). The
+    canonical branch is replayed in memory; forks through SQL over the replayed parent,
+    which gives each its parent as of the fork. Entries the rules refuse (appended without
+    the hook) are skipped and reported as notes, exactly as the stored state skipped them.
     """
 
     steps: tuple[int, ...] = (9,)
 
-    def __init__(self, path: Path, branch: str = CANONICAL_BRANCH) -> None:
-        """Check the derived state stored in the ledger file at ``path``."""
+    def __init__(self, path: Path, branch: str | None = None) -> None:
+        """Check the derived state stored in the ledger file at ``path``.
+
+        ``branch`` limits the comparison to one branch (its ancestors are still replayed,
+        as its view needs them); None compares every branch fed.
+        """
         self.path = Path(path)
         self.branch = branch
         self.db = apsw.Connection(":memory:")
@@ -133,19 +173,52 @@ class MemoryReplayCheck:
         tables.install(self.db, fts=False, indexes=False)
         self.state = MemState(self.db)
         self.engine = Engine(self.state)
-        self.size = 0
+        self.sql: SqlState | None = None
+        self.sizes: dict[str, int] = {}
+
+    @property
+    def size(self) -> int:
+        """Entries of the canonical branch replayed."""
+        return self.sizes.get(CANONICAL_BRANCH, 0)
 
     def feed(self, branch: str, entry: Entry, report: AuditReport) -> None:
-        """Fold one entry of the canonical branch into the replayed state."""
-        if branch != self.branch or entry.branch != branch:
+        """Fold one entry into the replayed state."""
+        if entry.branch != branch:
             return
-        self.engine.fold(entry)
-        self.size = max(self.size, entry.seq + 1)
+        if branch == CANONICAL_BRANCH and self.sql is None:
+            self.engine.fold(entry)
+        else:
+            if self.sql is None:
+                # The canonical branch is complete (audits feed it first): write it out, so
+                # forks read it as of their fork points.
+                self.state.finish()
+                tables.create_indexes(self.db)
+                self.sql = SqlState(self.db)
+                self.engine = Engine(self.sql)
+            self._fold_sql(entry)
+        self.sizes[branch] = max(self.sizes.get(branch, 0), entry.seq + 1)
+
+    def _fold_sql(self, entry: Entry) -> None:
+        assert self.sql is not None
+        self.db.execute("SAVEPOINT mem_fold")
+        try:
+            self.engine.apply(entry)
+        except RefusedError as e:
+            self.db.execute("ROLLBACK TO mem_fold")
+            self.sql.skip(entry.branch, entry.seq, entry.type, str(e))
+        self.db.execute("RELEASE mem_fold")
+        self.sql.set_head(entry.branch, entry.seq + 1)
 
     def finish(self, report: AuditReport) -> None:
         """Compare the replayed state with the stored one; add findings to ``report``."""
-        self.state.finish()
-        for branch, seq, op_type, reason in self.state.skipped[:MAX_SKIP_NOTES]:
+        if self.sql is None:
+            self.state.finish()
+        skipped: list[Any] = self.db.execute(
+            "SELECT branch, seq, op_type, reason FROM mem_skipped "
+            "ORDER BY branch != ?, branch, seq",
+            (CANONICAL_BRANCH,),
+        ).fetchall()
+        for branch, seq, op_type, reason in skipped[:MAX_SKIP_NOTES]:
             report.add(
                 Finding(
                     9,
@@ -156,13 +229,12 @@ class MemoryReplayCheck:
                     severity="note",
                 )
             )
-        if len(self.state.skipped) > MAX_SKIP_NOTES:
+        if len(skipped) > MAX_SKIP_NOTES:
             report.add(
                 Finding(
                     9,
-                    f"{len(self.state.skipped) - MAX_SKIP_NOTES} more entries "
-                    "are ignored by the memory model",
-                    self.branch,
+                    f"{len(skipped) - MAX_SKIP_NOTES} more entries are ignored by the memory model",
+                    CANONICAL_BRANCH,
                     severity="note",
                 )
             )
@@ -172,76 +244,75 @@ class MemoryReplayCheck:
             report.add(Finding(9, f"cannot open {self.path} to compare derived state: {e}"))
             return
         try:
-            self._compare(stored, report)
+            stored.execute("BEGIN")
+            try:
+                if not tables.installed(stored):
+                    report.add(
+                        Finding(
+                            9,
+                            "the ledger holds no derived memory state to compare (it "
+                            "was never materialised); memroot rebuild creates it",
+                            CANONICAL_BRANCH,
+                            severity="note",
+                        )
+                    )
+                    return
+                for branch, size in self.sizes.items():
+                    if self.branch is None or branch == self.branch:
+                        self._compare(stored, branch, size, report)
+            finally:
+                stored.execute("COMMIT")
         except apsw.Error as e:
-            report.add(
-                Finding(9, f"the stored derived memory state cannot be read: {e}", self.branch)
-            )
+            report.add(Finding(9, f"the stored derived memory state cannot be read: {e}"))
         finally:
             stored.close()
             self.db.execute("COMMIT")
 
-    def _compare(self, stored: apsw.Connection, report: AuditReport) -> None:
-        stored.execute("BEGIN")
-        try:
-            if not tables.installed(stored):
-                report.add(
-                    Finding(
-                        9,
-                        "the ledger holds no derived memory state to compare (it "
-                        "was never materialised); memroot rebuild creates it",
-                        self.branch,
-                        severity="note",
-                    )
-                )
-                return
-            row = stored.execute(
-                "SELECT size FROM mem_heads WHERE branch = ?", (self.branch,)
-            ).fetchone()
-            head = 0 if row is None else int(row[0])
-            if head > self.size:
-                report.add(
-                    Finding(
-                        9,
-                        f"the derived memory state claims {head} entries but the "
-                        f"ledger has {self.size}",
-                        self.branch,
-                        expected=str(self.size),
-                        actual=str(head),
-                    )
-                )
-                return
-            as_of = None
-            if head < self.size:
-                report.add(
-                    Finding(
-                        9,
-                        f"the derived memory state covers {head} of {self.size} "
-                        "entries (appended without the memory hook); compared "
-                        "up to there. Any memory command brings it up to date",
-                        self.branch,
-                        severity="note",
-                    )
-                )
-                as_of = head - 1
-            got = state_digest(stored, as_of=as_of, branch=self.branch)
-            want = state_digest(self.db, as_of=as_of, branch=self.branch)
-            if got == want:
-                return
-            diff = first_difference(stored, self.db, as_of=as_of, branch=self.branch)
-            seq = None
-            if diff is not None and diff.table != "mem_events" and len(diff.key) > 1:
-                seq = diff.key[-1] if isinstance(diff.key[-1], int) else None
+    def _compare(
+        self, stored: apsw.Connection, branch: str, size: int, report: AuditReport
+    ) -> None:
+        row = stored.execute("SELECT size FROM mem_heads WHERE branch = ?", (branch,)).fetchone()
+        head = 0 if row is None else int(row[0])
+        if head > size:
             report.add(
                 Finding(
                     9,
-                    "the stored derived memory state differs from the replay of the ledger"
-                    + (f": {diff}" if diff is not None else ""),
-                    self.branch,
-                    seq,
-                    expected=want.hex(),
-                    actual=got.hex(),
+                    f"the derived memory state claims {head} entries but the ledger has {size}",
+                    branch,
+                    expected=str(size),
+                    actual=str(head),
                 )
             )
-        finally:
-            stored.execute("COMMIT")
+            return
+        as_of = None
+        if head < size:
+            report.add(
+                Finding(
+                    9,
+                    f"the derived memory state covers {head} of {size} "
+                    "entries (appended without the memory hook); compared "
+                    "up to there. Any memory command brings it up to date",
+                    branch,
+                    severity="note",
+                )
+            )
+            as_of = head - 1
+        got = state_digest(stored, as_of=as_of, branch=branch)
+        want = state_digest(self.db, as_of=as_of, branch=branch)
+        if got == want:
+            return
+        diff = first_difference(stored, self.db, as_of=as_of, branch=branch)
+        seq = None
+        if diff is not None and diff.table != "mem_events" and len(diff.key) > 1:
+            seq = diff.key[-1] if isinstance(diff.key[-1], int) else None
+        report.add(
+            Finding(
+                9,
+                "the stored derived memory state differs from the replay of the ledger"
+                + (f": {diff}" if diff is not None else ""),
+                branch,
+                seq,
+                expected=want.hex(),
+                actual=got.hex(),
+            )
+        )

@@ -19,6 +19,7 @@ __all__ = [
     "GRAPH",
     "IDENTITY",
     "LIFECYCLE",
+    "MERGE",
     "NAMESPACE_POLICY",
     "REFERENCE",
     "SCORING",
@@ -39,6 +40,7 @@ EPISTEMIC_TRANSITION: Final = "RFC-0003 epistemic transition"
 SCORING: Final = "RFC-0003 scoring"
 NAMESPACE_POLICY: Final = "RFC-0004 namespace policy"
 TOMBSTONE_DEPENDENTS: Final = "memroot erasure of evidence"
+MERGE: Final = "RFC-0012 merge"
 
 
 class RuleError(RefusedError):

@@ -21,6 +21,10 @@ indexed query instead of a replay. Every row records its ``branch``.
 - ``mem_entities``, ``mem_edges``, ``mem_namespaces``, ``mem_grants``: versioned likewise.
 - ``mem_skipped(branch, seq, op_type, reason)``: entries appended without the memory model's
   hook that its rules refuse; replay skips them the same way, so they stay visible.
+- ``mem_forks(branch, parent, fork_seq, branch_type)``: where each branch forked, from its
+  genesis entry; a branch reads its own rows over the parent's as of ``fork_seq``
+  (``projections.views``). Rows a branch writes carry that branch, so nothing written in a
+  branch changes what its parent reads.
 """
 
 from __future__ import annotations
@@ -71,6 +75,7 @@ DERIVED_TABLES: Final = (
     "mem_namespaces",
     "mem_grants",
     "mem_skipped",
+    "mem_forks",
 )
 
 OBJECT_COLS: Final = (
@@ -173,6 +178,9 @@ CREATE TABLE IF NOT EXISTS mem_grants(
 CREATE TABLE IF NOT EXISTS mem_skipped(
     branch TEXT NOT NULL, seq INTEGER NOT NULL, op_type TEXT NOT NULL, reason TEXT NOT NULL,
     PRIMARY KEY(branch, seq)
+) STRICT, WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS mem_forks(
+    branch TEXT PRIMARY KEY, parent TEXT NOT NULL, fork_seq INTEGER NOT NULL, branch_type TEXT
 ) STRICT, WITHOUT ROWID;
 """
 

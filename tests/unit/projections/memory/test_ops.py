@@ -75,6 +75,12 @@ BAD_BY_KIND: dict[str, list[Any]] = {
     "json": [b"bytes", {"a": float("nan")}, {1: 2}],
     "condition": ["x", {"state": "TRUE"}, {"text": "t", "state": "MAYBE"}, {"text": "t", "x": 1}],
     "window": [{"from": 2, "to": 1}, {"from": 1}, [1, 2]],
+    "imported": [
+        "x",
+        {"branch": "b", "object_id": U1},
+        {"branch": "", "object_id": U1, "asserted_by": "a"},
+        {"branch": "b", "object_id": "nope", "asserted_by": "a"},
+    ],
 }
 
 
