@@ -879,3 +879,8 @@ HANDLERS: dict[str, Handler] = {
 }
 """Operation type -> handler. Types without one (SNAPSHOT, FALSIFY, BRANCH_*, INTEGRITY_CHECK,
 ...) pass through; the layers that own them register theirs here."""
+
+# The state operations (SPEC 7): their handlers live with the rules of their states.
+from projections.states import STATE_HANDLERS  # noqa: E402
+
+HANDLERS.update(STATE_HANDLERS)

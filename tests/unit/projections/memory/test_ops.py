@@ -59,6 +59,17 @@ SAMPLES: dict[str, dict[str, Any]] = {
     "NAMESPACE_CREATE": {"namespace_type": "PERSONAL"},
     "GRANT": {"actor_id": "bob", "permission": "READ"},
     "REVOKE": {"actor_id": "bob", "permission": "READ"},
+    "FALSIFY": {"reason": "r", "evidence_ids": [U1]},
+    "MARK_STALE": {"reason": "r"},
+    "RESTORE": {"reason": "r"},
+    "CASCADE": {
+        "max_depth": 1,
+        "max_items": 1,
+        "kinds": ["memory_object"],
+        "touched": [],
+        "beyond": {"count": 0, "digest": "00", "items": []},
+        "resnapshots": [],
+    },
 }
 
 # A wrong value for each field kind (with the kind's own type wrong or out of range).
