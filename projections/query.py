@@ -10,6 +10,15 @@ applies an RFC-0003 retrieval mode. Results come most recently changed first (th
 version row first), each with its flags (INFERRED and
 the other non-plain epistemic types, CONFLICT for a CONTRADICTS edge, EVIDENCE_ERASED) and the
 ids of the objects it conflicts with.
+
+Every read takes a ``branch`` (default ``main``) and reads its view (``projections.views``):
+the branch's own versions over its parent's as of the fork, never later parent changes
+(RFC-0012 sections 6 and 10). A SIMULATION branch's DEFAULT reads include its ACTIVE
+HYPOTHETICAL objects, flagged HYPOTHETICAL. ``Query.anchor`` reads at a conversation anchor
+(seed 001, ``projections.anchors``): only objects whose every evidence event lies on the
+anchor's ancestor path. ``Query.git_branch`` ranks by seed 003's branch-aware score
+(``projections.gitctx.branch_score``) with base score ``confidence * salience`` and the git
+context of the entry that created each object; ties keep the newest-first order.
 """
 
 from __future__ import annotations
@@ -18,14 +27,16 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import apsw
 
-from ledger.entries import CANONICAL_BRANCH
+from ledger.entries import CANONICAL_BRANCH, check_uuid
 from ledger.errors import NotFoundError, StorageError, ValidationError
 from ledger.vocab import EdgeType, EpistemicType, LifecycleState, MemoryType, Permission
+from projections.anchors import ancestor_path
 from projections.epistemic import DEFAULT_ALWAYS, UNVERIFIED_THRESHOLD, RetrievalMode, flags_for
+from projections.gitctx import GitContext, branch_score, context_of
 from projections.model import Edge, Entity, MemoryObject
 from projections.tables import (
     EDGE_COLS,
@@ -37,9 +48,11 @@ from projections.tables import (
     object_from_row,
     text_index_current,
 )
+from projections.views import View, view_of
 
 __all__ = [
     "MAX_LIMIT",
+    "RANK_POOL",
     "Query",
     "Result",
     "edges_of",
@@ -52,6 +65,9 @@ __all__ = [
 ]
 
 MAX_LIMIT: Final = 10_000
+RANK_POOL: Final = MAX_LIMIT
+"""A query ranked by git branch scores its newest this-many matches, then keeps the best."""
+PAGE: Final = 512
 FTS_DRIVE: Final = 5_000
 """A text query with at most this many matches is answered from the matches."""
 _TOKEN: Final = re.compile(r"\w+\*?", re.UNICODE)
@@ -85,11 +101,11 @@ def get_object(
         NotFoundError: if the object did not exist then.
     """
     _check_as_of(as_of)
-    cond, params = _visible("o", as_of)
+    cond, params = view_of(db, branch, as_of).versions("o", "mem_objects")
     row = db.execute(
         f"SELECT {', '.join('o.' + c for c in OBJECT_COLS)} FROM mem_objects o "
-        f"WHERE o.id = ? AND o.branch = ? AND {cond}",
-        (object_id, branch, *params),
+        f"WHERE o.id = ? AND {cond}",
+        (object_id, *params),
     ).fetchone()
     if row is None:
         when = "now" if as_of is None else f"as of entry {as_of}"
@@ -100,15 +116,21 @@ def get_object(
 def object_history(
     db: apsw.Connection, object_id: str, *, branch: str = CANONICAL_BRANCH
 ) -> list[MemoryObject]:
-    """Return every version of an object, oldest first (empty if it never existed)."""
-    return [
-        object_from_row(r)
-        for r in db.execute(
-            f"SELECT {', '.join(OBJECT_COLS)} FROM mem_objects WHERE id = ? AND branch = ? "
-            "ORDER BY vfrom",
-            (object_id, branch),
-        )
-    ]
+    """Return every version of an object, oldest first (empty if it never existed).
+
+    On a branch: the parent's versions up to the fork, then the branch's own.
+    """
+    out: list[MemoryObject] = []
+    for b, bound in reversed(view_of(db, branch).levels):
+        out += [
+            object_from_row(r)
+            for r in db.execute(
+                f"SELECT {', '.join(OBJECT_COLS)} FROM mem_objects WHERE id = ? AND branch = ? "
+                "AND vfrom <= ? ORDER BY vfrom",
+                (object_id, b, 2**63 - 1 if bound is None else bound),
+            )
+        ]
+    return out
 
 
 def get_entity(
@@ -124,11 +146,11 @@ def get_entity(
         NotFoundError: if the entity did not exist then.
     """
     _check_as_of(as_of)
-    cond, params = _visible("e", as_of)
+    cond, params = view_of(db, branch, as_of).versions("e", "mem_entities")
     row = db.execute(
         f"SELECT {', '.join('e.' + c for c in ENTITY_COLS)} FROM mem_entities e "
-        f"WHERE e.id = ? AND e.branch = ? AND {cond}",
-        (entity_id, branch, *params),
+        f"WHERE e.id = ? AND {cond}",
+        (entity_id, *params),
     ).fetchone()
     if row is None:
         raise NotFoundError(f"no entity {entity_id} on branch {branch}")
@@ -168,14 +190,14 @@ def entity_members(
         NotFoundError: if the entity did not exist then.
     """
     primary = resolve_entity(db, entity_id, as_of=as_of, branch=branch).id
-    cond, params = _visible("e", as_of)
+    cond, params = view_of(db, branch, as_of).versions("e", "mem_entities")
     return [
         r[0]
         for r in db.execute(
             "WITH RECURSIVE members(id) AS (SELECT ? UNION SELECT e.id FROM mem_entities e "
-            f"JOIN members m ON e.merged_into = m.id WHERE e.branch = ? AND {cond}) "
+            f"JOIN members m ON e.merged_into = m.id WHERE {cond}) "
             "SELECT id FROM members",
-            (primary, branch, *params),
+            (primary, *params),
         )
     ]
 
@@ -190,16 +212,17 @@ def edges_of(
 ) -> list[Edge]:
     """Return the edges from or to ``node_id`` current as of ``as_of``, oldest first."""
     _check_as_of(as_of)
-    cond, params = _visible("x", as_of)
+    return _edges(db, view_of(db, branch, as_of), node_id, types)
+
+
+def _edges(db: apsw.Connection, view: View, node_id: str, types: Sequence[str]) -> list[Edge]:
+    cond, params = view.rows("x")
     type_cond = f" AND x.type IN ({', '.join('?' * len(types))})" if types else ""
     cols = ", ".join("x." + c for c in EDGE_COLS)
-    sql = (
-        f"SELECT {cols}, x.rid FROM mem_edges x WHERE x.{{end}} = ? AND x.branch = ? AND "
-        f"{cond}{type_cond}"
-    )
+    sql = f"SELECT {cols}, x.rid FROM mem_edges x WHERE x.{{end}} = ? AND {cond}{type_cond}"
     rows = [
-        *db.execute(sql.format(end="source_id"), (node_id, branch, *params, *types)),
-        *db.execute(sql.format(end="target_id"), (node_id, branch, *params, *types)),
+        *db.execute(sql.format(end="source_id"), (node_id, *params, *types)),
+        *db.execute(sql.format(end="target_id"), (node_id, *params, *types)),
     ]
     rows.sort(key=lambda r: r[-1])
     return [edge_from_row(r[:-1]) for r in rows]
@@ -212,11 +235,16 @@ def edges_of(
 class Query:
     """What to retrieve. Empty filters match everything; filters combine with AND.
 
-    ``mode``: DEFAULT returns ACTIVE objects the RFC-0003 default filter admits; EXPLICIT
-    returns what the filters name (lifecycle ACTIVE unless ``states`` says otherwise), every
-    epistemic type flagged; AUDIT returns every version current at ``as_of``, any lifecycle
-    state. ``actor`` limits results to namespaces the actor may READ (or that have no policy).
+    ``mode``: DEFAULT returns ACTIVE objects the RFC-0003 default filter admits (in a
+    SIMULATION branch also ACTIVE HYPOTHETICAL ones, flagged); EXPLICIT returns what the
+    filters name (lifecycle ACTIVE unless ``states`` says otherwise), every epistemic type
+    flagged; AUDIT returns every version current at ``as_of``, any lifecycle state.
+    ``actor`` limits results to namespaces the actor may READ (or that have no policy).
     ``text`` is matched word by word against values (FTS5; ``word*`` is a prefix).
+    ``branch`` reads that branch's view (its state over the parent's at the fork).
+    ``anchor`` (an event id) keeps only objects whose every evidence event lies on the
+    anchor's ancestor path in the conversation tree; None applies no conversation filter.
+    ``git_branch`` ranks results by seed 003's branch-aware score (see the module doc).
     """
 
     types: tuple[str, ...] = ()
@@ -230,6 +258,8 @@ class Query:
     actor: str | None = None
     limit: int = 100
     branch: str = CANONICAL_BRANCH
+    anchor: str | None = None
+    git_branch: str | None = None
 
     def __post_init__(self) -> None:
         for name, values, enum in (
@@ -253,23 +283,38 @@ class Query:
                 "EXPLICIT or AUDIT to read other lifecycle states",
                 field="states",
             )
+        if self.anchor is not None:
+            check_uuid(self.anchor, "anchor")
+        if self.git_branch is not None and (
+            type(self.git_branch) is not str or not 0 < len(self.git_branch) <= 128
+        ):
+            raise ValidationError(
+                "git_branch must be a branch name of 1-128 characters", field="git_branch"
+            )
 
 
 @dataclass(frozen=True, slots=True)
 class Result:
-    """One retrieved object with its RFC-0003 flags and the objects it conflicts with."""
+    """One retrieved object with its RFC-0003 flags and the objects it conflicts with.
+
+    ``score`` is the branch-aware ranking score when the query gave a git branch.
+    """
 
     object: MemoryObject
     flags: tuple[str, ...] = ()
     conflicts_with: tuple[str, ...] = field(default=())
+    score: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """Return the result as a JSON-ready dict: the object's fields plus flags."""
-        return {
+        """Return the result as a JSON-ready dict: the object's fields plus flags (and score)."""
+        out = {
             **self.object.to_dict(),
             "flags": list(self.flags),
             "conflicts_with": list(self.conflicts_with),
         }
+        if self.score is not None:
+            out["score"] = self.score
+        return out
 
 
 def _fts_query(text: str) -> str:
@@ -280,48 +325,48 @@ def _fts_query(text: str) -> str:
     return " ".join(f'"{w[:-1]}"*' if w.endswith("*") else f'"{w}"' for w in words)
 
 
-def _default_filter() -> tuple[str, list[Any]]:
+def _default_filter(simulation: bool) -> tuple[str, list[Any]]:
     always = sorted(DEFAULT_ALWAYS)
+    # RFC-0012 section 10: a SIMULATION branch explores its hypotheses, so its ACTIVE
+    # HYPOTHETICAL objects are in its default reads (flagged HYPOTHETICAL like any result).
+    hypothetical = " OR o.epistemic_type = ?" if simulation else ""
     return (
         f"(o.epistemic_type IN ({', '.join('?' * len(always))}) OR (o.epistemic_type = ? AND "
-        "o.confidence > ?) OR (o.epistemic_type = ? AND o.condition_state = 'TRUE'))",
+        "o.confidence > ?) OR (o.epistemic_type = ? AND o.condition_state = 'TRUE')"
+        f"{hypothetical})",
         [
             *always,
             EpistemicType.UNVERIFIED.value,
             UNVERIFIED_THRESHOLD,
             EpistemicType.CONDITIONAL.value,
+            *([EpistemicType.HYPOTHETICAL.value] if simulation else []),
         ],
     )
 
 
-def query(db: apsw.Connection, q: Query) -> list[Result]:
-    """Return the objects ``q`` selects, most recently changed first, at most ``q.limit``.
-
-    A text query first adds values not yet in the full-text index (``tables.index_text``),
-    which needs a connection that may write; ``sync`` does it beforehand.
-
-    Raises:
-        NotFoundError: if ``q.entity`` names no entity.
-        ValidationError: if ``q.text`` holds no words.
-        StorageError: if the full-text index is behind and cannot be updated here.
-    """
-    # Unary + keeps SQLite from driving the scan with the (id|branch, vfrom) indexes: the
-    # plans wanted here are a newest-first rowid scan or a namespace/lifecycle index.
-    cond, params = _visible("o", q.as_of)
-    cond = cond.replace("o.vfrom", "+o.vfrom")
-    where, args = [cond, "+o.branch = ?"], [*params, q.branch]
-    if q.as_of is not None:
-        # Rows of a branch are created in entry order (rid grows with vfrom): no row made
-        # after entry as_of can match, so the newest-first scan starts at the last one before.
-        last = db.execute(
-            "SELECT rid FROM mem_objects WHERE branch = ? AND vfrom <= ? "
-            "ORDER BY vfrom DESC, rid DESC LIMIT 1",
-            (q.branch, q.as_of),
-        ).fetchone()
-        if last is None:
-            return []
-        where.append("o.rid <= ?")
-        args.append(last[0])
+def _where(db: apsw.Connection, q: Query, view: View) -> tuple[list[str], list[Any]] | None:
+    """Return the query's WHERE terms and arguments; None when nothing can match."""
+    if view.single:
+        # Unary + keeps SQLite from driving the scan with the (id|branch, vfrom) indexes: the
+        # plans wanted here are a newest-first rowid scan or a namespace/lifecycle index.
+        cond, params = _visible("o", q.as_of)
+        cond = cond.replace("o.vfrom", "+o.vfrom")
+        where, args = [cond, "+o.branch = ?"], [*params, q.branch]
+        if q.as_of is not None:
+            # Rows of a branch are created in entry order (rid grows with vfrom): no row made
+            # after entry as_of can match, so the newest-first scan starts at the last one.
+            last = db.execute(
+                "SELECT rid FROM mem_objects WHERE branch = ? AND vfrom <= ? "
+                "ORDER BY vfrom DESC, rid DESC LIMIT 1",
+                (q.branch, q.as_of),
+            ).fetchone()
+            if last is None:
+                return None
+            where.append("o.rid <= ?")
+            args.append(last[0])
+    else:
+        cond, params = view.versions("o", "mem_objects")
+        where, args = [cond], list(params)
 
     def any_of(column: str, values: Sequence[str]) -> None:
         if values:
@@ -334,17 +379,17 @@ def query(db: apsw.Connection, q: Query) -> list[Result]:
     states = q.states or (() if q.mode == RetrievalMode.AUDIT else (LifecycleState.ACTIVE,))
     any_of("o.lifecycle_state", [str(s) for s in states])
     if q.mode == RetrievalMode.DEFAULT:
-        sql, extra = _default_filter()
+        sql, extra = _default_filter(view.simulation)
         where.append(sql)
         args.extend(extra)
     if q.entity is not None:
         members = entity_members(db, q.entity, as_of=q.as_of, branch=q.branch)
-        e_cond, e_params = _visible("x", q.as_of)
+        e_cond, e_params = view.rows("x")
         where.append(
             f"o.id IN (SELECT x.source_id FROM mem_edges x WHERE x.type = ? AND x.target_id IN "
-            f"({', '.join('?' * len(members))}) AND x.branch = ? AND {e_cond})"
+            f"({', '.join('?' * len(members))}) AND {e_cond})"
         )
-        args.extend([EdgeType.ABOUT_ENTITY.value, *members, q.branch, *e_params])
+        args.extend([EdgeType.ABOUT_ENTITY.value, *members, *e_params])
     if q.text is not None:
         if not text_index_current(db):
             try:
@@ -374,37 +419,125 @@ def query(db: apsw.Connection, q: Query) -> list[Result]:
             where.append("o.oid IN (SELECT rowid FROM mem_fts WHERE mem_fts MATCH ?)")
             args.append(fts)
     if q.actor is not None:
-        n_cond, n_params = _visible("n", q.as_of)
-        g_cond, g_params = _visible("g", q.as_of)
+        n_cond, n_params = view.rows("n")
+        g_cond, g_params = view.rows("g")
         where.append(
-            f"(o.namespace_id NOT IN (SELECT n.id FROM mem_namespaces n WHERE n.branch = ? AND "
-            f"{n_cond}) OR o.namespace_id IN (SELECT g.namespace_id FROM mem_grants g WHERE "
-            f"g.actor_id = ? AND g.permission = ? AND g.branch = ? AND {g_cond}))"
+            f"(o.namespace_id NOT IN (SELECT n.id FROM mem_namespaces n WHERE {n_cond}) OR "
+            f"o.namespace_id IN (SELECT g.namespace_id FROM mem_grants g WHERE "
+            f"g.actor_id = ? AND g.permission = ? AND {g_cond}))"
         )
-        args.extend([q.branch, *n_params, q.actor, Permission.READ.value, q.branch, *g_params])
+        args.extend([*n_params, q.actor, Permission.READ.value, *g_params])
+    return where, args
+
+
+def _anchor_path(db: apsw.Connection, view: View, anchor: str) -> set[str]:
+    """Return the anchor's ancestor path, after checking the anchor is an event the view sees."""
+    cond, params = view.events("ev")
+    known = db.execute(
+        f"SELECT 1 FROM mem_events ev WHERE ev.id = ? AND {cond}", (anchor, *params)
+    ).fetchone()
+    tree = db.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'conv_parents'"
+    ).fetchone()
+    if known is None or tree is None:
+        where = "no conversation tree is recorded" if tree is None else f"branch {view.branch}"
+        raise NotFoundError(f"anchor event {anchor} is not an event of {where}")
+    return ancestor_path(db, anchor)
+
+
+def query(db: apsw.Connection, q: Query) -> list[Result]:
+    """Return the objects ``q`` selects, most recently changed first, at most ``q.limit``.
+
+    With ``q.anchor`` only objects whose evidence lies on the anchor's path are kept (the
+    scan goes on until ``q.limit`` of them are found). With ``q.git_branch`` the newest
+    ``RANK_POOL`` matches are scored and the best ``q.limit`` returned, best first.
+
+    A text query first adds values not yet in the full-text index (``tables.index_text``),
+    which needs a connection that may write; ``sync`` does it beforehand.
+
+    Raises:
+        NotFoundError: if ``q.entity`` names no entity, ``q.branch`` no branch, or
+            ``q.anchor`` no event the branch sees.
+        ValidationError: if ``q.text`` holds no words.
+        StorageError: if the full-text index is behind and cannot be updated here.
+    """
+    view = view_of(db, q.branch, q.as_of)
+    path = None if q.anchor is None else _anchor_path(db, view, q.anchor)
+    found = _where(db, q, view)
+    if found is None:
+        return []
+    where, args = found
     cols = ", ".join("o." + c for c in OBJECT_COLS)
-    rows = db.execute(
-        f"SELECT {cols} FROM mem_objects o WHERE {' AND '.join(where)} ORDER BY o.rid DESC LIMIT ?",
-        (*args, q.limit),
-    ).fetchall()
-    return [_result(db, object_from_row(r), q) for r in rows]
+    sql = f"SELECT {cols}, o.rid, o.oid FROM mem_objects o WHERE {' AND '.join(where)}"
+    want = RANK_POOL if q.git_branch is not None else q.limit
+    rows: list[Any] = []
+    if path is None:
+        rows = db.execute(f"{sql} ORDER BY o.rid DESC LIMIT ?", (*args, want)).fetchall()
+    else:
+        # Provenance-only visibility (seed 001) is a test on evidence ids: page newest
+        # first until enough objects pass it.
+        before = 2**63 - 1
+        while len(rows) < want:
+            page: list[Any] = db.execute(
+                f"{sql} AND o.rid < ? ORDER BY o.rid DESC LIMIT ?", (*args, before, PAGE)
+            ).fetchall()
+            for r in page:
+                if all(e in path for e in r[OBJECT_COLS.index("evidence_ids")].split(",")):
+                    rows.append(r)
+            if len(page) < PAGE:
+                break
+            before = int(page[-1][-2])
+        rows = rows[:want]
+    results = [_result(db, view, object_from_row(r[:-2]), q) for r in rows]
+    if q.git_branch is None:
+        return results
+    oids = [cast(int, row[-1]) for row in rows]
+    scores = [
+        _git_score(db, res.object, oid, q.git_branch)
+        for res, oid in zip(results, oids, strict=True)
+    ]
+    order = sorted(range(len(results)), key=lambda i: -scores[i])
+    return [
+        Result(results[i].object, results[i].flags, results[i].conflicts_with, scores[i])
+        for i in order[: q.limit]
+    ]
 
 
-def _result(db: apsw.Connection, obj: MemoryObject, q: Query) -> Result:
+def _git_score(db: apsw.Connection, obj: MemoryObject, oid: int, git_branch: str) -> float:
+    """Seed 003's score of an object for ``git_branch``: base ``confidence * salience``.
+
+    The git context is the one of the entry that created the object (its first version,
+    which a branch-local copy shares with the parent's). Superseded objects have lost
+    revision validity.
+    """
+    ctx: GitContext | None = None
+    first = db.execute("SELECT branch, vfrom FROM mem_objects WHERE rid = ?", (oid,)).fetchone()
+    has_table = db.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'git_context'"
+    ).fetchone()
+    if first is not None and has_table is not None:
+        ctx = context_of(db, first[0], first[1])
+    return branch_score(
+        obj.confidence * obj.salience,
+        ctx,
+        git_branch,
+        revision_valid=obj.lifecycle_state != LifecycleState.SUPERSEDED,
+    )
+
+
+def _result(db: apsw.Connection, view: View, obj: MemoryObject, q: Query) -> Result:
     conflicts = tuple(
         dict.fromkeys(
             e.target_id if e.source_id == obj.id else e.source_id
-            for e in edges_of(
-                db, obj.id, as_of=q.as_of, types=(EdgeType.CONTRADICTS.value,), branch=q.branch
-            )
+            for e in _edges(db, view, obj.id, (EdgeType.CONTRADICTS.value,))
         )
     )
     marks = ", ".join("?" * len(obj.evidence_ids))
-    erased_cond = "erased_by IS NOT NULL" if q.as_of is None else "erased_by <= ?"
+    cond, params = view.erased("ev")
     erased = (
         db.execute(
-            f"SELECT 1 FROM mem_events WHERE id IN ({marks}) AND {erased_cond} LIMIT 1",
-            (*obj.evidence_ids, *(() if q.as_of is None else (q.as_of,))),
+            f"SELECT 1 FROM mem_events ev WHERE ev.id IN ({marks}) AND {cond} LIMIT 1",
+            (*obj.evidence_ids, *params),
         ).fetchone()
         is not None
     )
