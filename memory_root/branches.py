@@ -11,6 +11,9 @@ branch's own chain and tree). This module adds what RFC-0012 asks of a branch on
   user could close;
 - ``BRANCH_CLOSE`` operations (in the parent) close, discard, archive or expire a branch;
   nothing more can be appended to a branch that is not OPEN;
+- ``BRANCH_MERGE`` operations (in the parent; ``memory_root.merge`` writes them) are refused
+  for a branch type that never merges or a discarded/archived branch; imported objects are
+  recorded in ``branch_merges`` so an object is imported once;
 - ``gc(now)`` (meant to run daily, idempotent): expired branches handled per ``on_expiry``,
   branches 7 days past their max age force-closed, branches over max_events closed.
 
@@ -92,6 +95,13 @@ CREATE TABLE IF NOT EXISTS branch_meta(
     closed_reason TEXT,
     create_seq INTEGER NOT NULL
 ) STRICT;
+CREATE TABLE IF NOT EXISTS branch_merges(
+    branch_id TEXT NOT NULL,
+    object_id TEXT NOT NULL,
+    new_object_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    PRIMARY KEY(branch_id, object_id)
+) STRICT, WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS branch_policy(
     namespace_id TEXT NOT NULL,
     branch_type TEXT NOT NULL,
@@ -275,7 +285,44 @@ class BranchRegistry:
             self._close(db, entry)
         elif entry.type == OpType.BRANCH_POLICY:
             self._policy(db, entry)
+        elif entry.type == OpType.BRANCH_MERGE:
+            self._merge(db, entry)
         return []
+
+    def _merge(self, db: apsw.Connection, entry: Entry) -> None:
+        """RFC-0012 section 8, whoever appends the BRANCH_MERGE: into the parent, mergeable."""
+        p = entry.body["payload"]
+        branch_id = p.get("branch_id") if isinstance(p, dict) else None
+        row = db.execute(
+            "SELECT type, state, parent FROM branch_meta WHERE branch_id = ?", (branch_id,)
+        ).fetchone()
+        if row is None:
+            raise NotFoundError(f"no branch {branch_id!r} to merge")
+        btype, state, parent = row
+        if btype not in MERGEABLE_TYPES:
+            raise RefusedError(f"a {btype} branch never merges (RFC-0012)")
+        if state in ("DISCARDED", "ARCHIVED"):
+            raise RefusedError(f"branch {branch_id!r} is {state}: it no longer merges")
+        if parent != entry.branch:
+            raise RefusedError(f"BRANCH_MERGE of {branch_id!r} belongs in its parent {parent!r}")
+        items = p.get("items")
+        if not isinstance(items, list):
+            raise ValidationError(
+                "BRANCH_MERGE payload.items must be a list", field="payload.items"
+            )
+        for item in items:
+            if not isinstance(item, dict):
+                raise ValidationError("BRANCH_MERGE items are objects", field="payload.items")
+            if item.get("outcome") == "IMPORTED":
+                db.execute(
+                    "INSERT INTO branch_merges VALUES(?, ?, ?, ?)",
+                    (
+                        branch_id,
+                        str(item.get("object_id")),
+                        str(item.get("new_object_id")),
+                        entry.seq,
+                    ),
+                )
 
     def _create(self, db: apsw.Connection, ledger: Ledger, entry: Entry) -> None:
         p = entry.body["payload"]

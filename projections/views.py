@@ -113,7 +113,8 @@ class View:
         """Return the SQL condition for the visible versions of objects or entities (``table``).
 
         A row of level ``i`` is visible when current at its bound and no nearer level holds
-        any version of the same id up to that level's bound.
+        any version of the same id up to that level's bound. The shadow test's alias is
+        ``sh_``: do not use it for ``alias``.
         """
         parts: list[str] = []
         params: list[Any] = []
@@ -125,11 +126,11 @@ class View:
                 n_params: list[Any] = []
                 for b, lim in self.levels[:i]:
                     nearer.append(
-                        "(s.branch = ?" + ("" if lim is None else " AND s.vfrom <= ?") + ")"
+                        "(sh_.branch = ?" + ("" if lim is None else " AND sh_.vfrom <= ?") + ")"
                     )
                     n_params += [b] if lim is None else [b, lim]
                 part += (
-                    f" AND NOT EXISTS(SELECT 1 FROM {table} s WHERE s.id = {alias}.id AND "
+                    f" AND NOT EXISTS(SELECT 1 FROM {table} sh_ WHERE sh_.id = {alias}.id AND "
                     f"({' OR '.join(nearer)}))"
                 )
                 part_params += n_params
