@@ -1,4 +1,7 @@
-"""Branch commands (RFC-0012): ``memroot branch create|list|show|close|discard|archive``, ``gc``."""
+"""Branch commands (RFC-0012): ``memroot branch ...`` and ``memroot gc``.
+
+``branch create|list|show|close|discard|archive|merge|divergence|diff``.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +23,8 @@ from memory_root.branches import (
     get_branch,
     list_branches,
 )
+from memory_root.divergence import diff_branch, divergence
+from memory_root.merge import STRATEGIES, merge_branch
 
 __all__ = ["branch"]
 
@@ -206,6 +211,150 @@ def _closer(action: str, verb: str) -> Any:
 _closer("CLOSE", "close")
 _closer("DISCARD", "discard")
 _closer("ARCHIVE", "archive")
+
+
+class _Ids(click.ParamType):  # type: ignore[type-arg]
+    """A comma-separated list of object ids (repeatable options are joined)."""
+
+    name = "ID[,ID...]"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> list[str]:
+        """Split on commas, dropping blanks."""
+        if isinstance(value, list):
+            return value
+        return [v.strip() for v in str(value).split(",") if v.strip()]
+
+
+@branch.command("merge")
+@click.argument("branch_id")
+@click.option(
+    "--objects",
+    "objects",
+    type=_Ids(),
+    multiple=True,
+    help="Objects of the branch to bring in (required: a merge is always selective).",
+)
+@click.option(
+    "--strategy",
+    type=click.Choice(list(STRATEGIES)),
+    default="PRESERVE_BOTH",
+    show_default=True,
+    help="What to do when the parent holds a conflicting belief created since the fork.",
+)
+@click.option("--actor", default="cli", show_default=True, help="Who merges (the entries' actor).")
+@click.option(
+    "--actor-type", type=click.Choice(_ACTOR_TYPES), default="HUMAN_USER", show_default=True
+)
+@click.option("--reason", help="Why (recorded in the BRANCH_MERGE entry).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_ctx
+def merge(
+    ctx: Context,
+    branch_id: str,
+    objects: tuple[list[str], ...],
+    strategy: str,
+    actor: str,
+    actor_type: str,
+    reason: str | None,
+    as_json: bool,
+) -> None:
+    """Merge the named objects of a branch into its parent (RFC-0012 selective merge).
+
+    Imported objects get source_type IMPORTED and keep asserted_by, epistemic type and
+    evidence. A conflict is a parent object created since the fork with the same
+    entity+attribute (FACT) or task/intent id: PRESERVE_BOTH imports and links both with
+    CONTRADICTS, PREFER_CANONICAL rejects the import (logged), PREFER_BRANCH (needs ADMIN)
+    imports, deprecates the parent's object and raises a MERGE_OVERRIDE alert. Divergence is
+    measured first; above 0.70 a warning is printed and the merge goes ahead.
+
+    Example: memroot -l L branch merge simu-0123 --objects ID1,ID2 --strategy PREFER_CANONICAL
+    """
+    ids = [i for group in objects for i in group]
+    with open_ledger(ctx) as ledger:
+        result = merge_branch(
+            ledger,
+            branch_id,
+            ids,
+            strategy=strategy,
+            actor_id=actor,
+            actor_type=actor_type,
+            reason=reason,
+        )
+    data = result.to_json()
+
+    def human() -> None:
+        if result.warning:
+            click.echo(f"warning: {result.warning}", err=True)
+        for item in result.items:
+            extra = ""
+            if item.conflicts_with:
+                extra = f" (conflicts with {', '.join(item.conflicts_with)})"
+            if item.deprecated:
+                extra += f"; deprecated {', '.join(item.deprecated)}"
+            target = f" as {item.new_object_id}" if item.new_object_id else ""
+            click.echo(f"{item.object_id}: {item.outcome}{target}{extra}")
+        click.echo(
+            f"BRANCH_MERGE entry {result.merge_seq} on {result.target}; divergence "
+            f"{result.divergence.divergence_score:.2f}"
+            + (
+                ""
+                if result.override_seq is None
+                else f"; MERGE_OVERRIDE entry {result.override_seq}"
+            )
+        )
+
+    emit(data, as_json, human)
+
+
+@branch.command("divergence")
+@click.argument("branch_id")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_ctx
+def divergence_cmd(ctx: Context, branch_id: str, as_json: bool) -> None:
+    """Measure how far a branch and its parent have moved apart since the fork (RFC-0012 s9).
+
+    divergence_score = 1 - same / (|branch| + |parent| - same) over the objects each side
+    holds (same = objects neither side changed since the fork); above 0.70 merging is risky.
+
+    Example: memroot -l agent.ledger branch divergence simu-0123 --json
+    """
+    with open_ledger(ctx) as ledger:
+        d = divergence(ledger, branch_id)
+    data = d.to_json()
+
+    def human() -> None:
+        for k, v in data.items():
+            click.echo(f"{k}: {v}")
+        if d.warning:
+            click.echo("warning: divergence above 0.70: a merge is risky", err=True)
+
+    emit(data, as_json, human)
+
+
+@branch.command("diff")
+@click.argument("branch_id")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_ctx
+def diff_cmd(ctx: Context, branch_id: str, as_json: bool) -> None:
+    """List the objects a branch created or modified, against its parent at the fork.
+
+    Example: memroot -l agent.ledger branch diff simu-0123 --json
+    """
+    with open_ledger(ctx) as ledger:
+        d = diff_branch(ledger, branch_id)
+
+    def human() -> None:
+        click.echo(f"{d.branch_id} forked from {d.parent} after entry {d.fork_seq}")
+        for c in d.created:
+            click.echo(f"+ {c.id}  {c.after.type:<10} {c.after.epistemic_type:<12} {c.after.value}")
+        for c in d.modified:
+            click.echo(f"~ {c.id}  {c.after.type:<10} changed: {', '.join(c.changed)}")
+        if not d.created and not d.modified:
+            click.echo("no objects created or modified")
+
+    emit(d.to_json(), as_json, human)
 
 
 def _parse_now(value: str | None) -> int | None:

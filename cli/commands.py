@@ -404,6 +404,11 @@ def print_report(report: AuditReport, as_json: bool) -> None:
     help="The log origin you expect (default: the one the ledger records); checkpoints of "
     "another origin then fail step 6.",
 )
+@click.option(
+    "--branch",
+    "-b",
+    help="Verify only this branch and its ancestors (default: every branch).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
 def verify_cmd(
@@ -412,6 +417,7 @@ def verify_cmd(
     vkeys: tuple[str, ...],
     no_update: bool,
     origin: str | None,
+    branch: str | None,
     as_json: bool,
 ) -> None:
     """Run every auditor step on the ledger; exit 1 on any violation.
@@ -424,8 +430,10 @@ def verify_cmd(
     path = ctx.path()
     # Read-only and without hooks: verifying never writes to the audited file.
     with Ledger.open(path, readonly=True) as ledger:
+        if branch is not None:
+            ledger.store.branch(branch)  # NotFoundError names a branch that does not exist
         total = sum(b.size for b in ledger.store.branches())
-        checks = hooks.replay_checks(ledger)
+        checks = hooks.replay_checks(ledger, restricted=branch is not None)
     for update in progress_bar(total, "verifying"):
         report = verify_path(
             path,
@@ -435,6 +443,7 @@ def verify_cmd(
             progress=update,
             update_trusted=not no_update,
             origin=origin,
+            branch=branch,
         )
     print_report(report, as_json)
     if not report.ok:

@@ -31,12 +31,18 @@ def default_hooks() -> list[AppendHook]:
     return [BranchRegistry(), ConversationTree(), GitContextHook(), MemoryHook(), RootsHook()]
 
 
-def replay_checks(ledger: Ledger) -> list[ReplayCheck]:
-    """Return the checks of steps 7-9 that ``verify`` runs over a ledger."""
+def replay_checks(ledger: Ledger, *, restricted: bool = False) -> list[ReplayCheck]:
+    """Return the checks of steps 7-9 that ``verify`` runs over a ledger.
+
+    ``restricted``: the audit covers some branches only (``verify --branch``).
+    """
     from memory_root.replay import RootsReplayCheck
     from projections.replay import MemoryReplayCheck
 
-    return [RootsReplayCheck(ledger.path), MemoryReplayCheck(ledger.path)]
+    return [
+        RootsReplayCheck(ledger.path, restricted=restricted),
+        MemoryReplayCheck(ledger.path, restricted=restricted),
+    ]
 
 
 def bundle_sections(ledger: Ledger) -> list[BundleSection]:

@@ -7,7 +7,7 @@ import datetime as dt
 import click
 
 from cli.commands import open_ledger
-from cli.main import Context, cli, emit, pass_ctx
+from cli.main import Context, branch_option, cli, emit, pass_ctx
 from ledger.errors import ValidationError
 from ledger.vocab import EpistemicType, LifecycleState, MemoryType
 from projections import query as memq
@@ -63,6 +63,18 @@ def _short(text: str, width: int = 70) -> str:
 )
 @click.option("--actor", help="Only namespaces this actor may READ.")
 @click.option("--limit", type=click.IntRange(1, memq.MAX_LIMIT), default=50, show_default=True)
+@branch_option
+@click.option(
+    "--anchor",
+    metavar="EVENT_ID",
+    help="Read at this conversation event: only objects whose every evidence event is on its "
+    "ancestor path (without it, no conversation filter).",
+)
+@click.option(
+    "--git-branch",
+    metavar="NAME",
+    help="Rank for this git branch (seed 003 score, base confidence x salience).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
 def query_cmd(
@@ -77,6 +89,9 @@ def query_cmd(
     as_of: int | None,
     actor: str | None,
     limit: int,
+    branch: str,
+    anchor: str | None,
+    git_branch: str | None,
     as_json: bool,
 ) -> None:
     """Retrieve memory objects, most recently changed first, with RFC-0003 flags and conflicts.
@@ -84,6 +99,11 @@ def query_cmd(
     DEFAULT mode returns what an agent should see (ACTIVE; OBSERVED, ASSERTED, INFERRED
     flagged; UNVERIFIED above 0.30; CONDITIONAL when TRUE). EXPLICIT drops the epistemic
     filter, AUDIT also shows every lifecycle state.
+
+    --branch reads the branch's own objects over its parent as of the fork (in a SIMULATION
+    branch DEFAULT also returns ACTIVE HYPOTHETICAL objects, flagged). --anchor keeps only
+    objects derived entirely from the anchor's conversation path. --git-branch orders by
+    the branch-aware score (printed as score=...) instead of recency.
 
     Example: memroot -l agent.ledger query --type PREFERENCE --text tea --as-of 120 --json
     """
@@ -98,11 +118,15 @@ def query_cmd(
         as_of=as_of,
         actor=actor,
         limit=limit,
+        branch=branch,
+        anchor=anchor,
+        git_branch=git_branch,
     )
     with open_ledger(ctx) as ledger:
-        if as_of is not None and as_of >= ledger.size():
+        size = ledger.size(branch)
+        if as_of is not None and as_of >= size:
             raise ValidationError(
-                f"--as-of {as_of} is past the last entry ({ledger.size() - 1})", field="as_of"
+                f"--as-of {as_of} is past the last entry of {branch} ({size - 1})", field="as_of"
             )
         sync(ledger)
         with ledger.store.read() as db:
@@ -112,9 +136,10 @@ def query_cmd(
         for r in results:
             o = r.object
             flags = f" [{','.join(r.flags)}]" if r.flags else ""
+            score = "" if r.score is None else f" score={r.score:.3f}"
             click.echo(
                 f"{o.id}  {o.type:<10} {o.epistemic_type:<12} {o.lifecycle_state:<10} "
-                f"c={o.confidence:.2f} s={o.salience:.2f} v{o.version}{flags}  "
+                f"c={o.confidence:.2f} s={o.salience:.2f} v{o.version}{score}{flags}  "
                 f"{_short(o.value)}"
             )
             if r.conflicts_with:

@@ -281,11 +281,17 @@ class RootsReplayCheck:
         path: Path | None = None,
         registry: Registry | None = None,
         snapshot_every: int | None = None,
+        *,
+        restricted: bool = False,
     ) -> None:
         """Check with ``registry`` (default: built-ins + plugins).
 
-        ``snapshot_every`` defaults to the canonical genesis's value.
+        ``snapshot_every`` defaults to the canonical genesis's value. ``restricted`` (an audit
+        of some branches only, ``verify --branch``): stored records of branches never fed are
+        not reported.
         """
+        self.restricted = restricted
+        self._fed: set[str] = set()
         self.path = None if path is None else Path(path)
         self.replay = RootsReplay(
             registry if registry is not None else default_registry(),
@@ -331,6 +337,7 @@ class RootsReplayCheck:
 
     def feed(self, branch: str, entry: Entry, report: AuditReport) -> None:
         """Replay one entry; report a SNAPSHOT or SELFMODEL_SNAPSHOT that does not hold."""
+        self._fed.add(branch)
         try:
             r = self.replay.feed(entry)
         except SnapshotMismatch as e:
@@ -414,6 +421,8 @@ class RootsReplayCheck:
                 "SELECT root, branch, seq FROM memory_roots ORDER BY branch, seq"
             ).fetchall()
             for root, b, n in roots:
+                if self.restricted and b not in self._fed:
+                    continue
                 if root not in self._roots:
                     report.add(
                         Finding(
@@ -428,6 +437,8 @@ class RootsReplayCheck:
                 "SELECT branch, seq FROM selfmodel_snapshots ORDER BY branch, seq"
             ).fetchall()
             for b, n in models:
+                if self.restricted and b not in self._fed:
+                    continue
                 if (b, n) not in self._selfmodels:
                     report.add(
                         Finding(

@@ -160,14 +160,14 @@ class MemoryReplayCheck:
 
     steps: tuple[int, ...] = (9,)
 
-    def __init__(self, path: Path, branch: str | None = None) -> None:
+    def __init__(self, path: Path, *, restricted: bool = False) -> None:
         """Check the derived state stored in the ledger file at ``path``.
 
-        ``branch`` limits the comparison to one branch (its ancestors are still replayed,
-        as its view needs them); None compares every branch fed.
+        Every branch fed is compared. Unless ``restricted`` (an audit of some branches only,
+        ``verify --branch``), stored state of a branch the audit never fed is a finding.
         """
         self.path = Path(path)
-        self.branch = branch
+        self.restricted = restricted
         self.db = apsw.Connection(":memory:")
         self.db.execute("BEGIN")
         tables.install(self.db, fts=False, indexes=False)
@@ -258,8 +258,20 @@ class MemoryReplayCheck:
                     )
                     return
                 for branch, size in self.sizes.items():
-                    if self.branch is None or branch == self.branch:
-                        self._compare(stored, branch, size, report)
+                    self._compare(stored, branch, size, report)
+                if not self.restricted:
+                    for (branch,) in stored.execute(
+                        "SELECT branch FROM mem_heads WHERE size > 0 ORDER BY branch"
+                    ).fetchall():
+                        if branch not in self.sizes:
+                            report.add(
+                                Finding(
+                                    9,
+                                    "the derived memory state holds a branch the ledger does "
+                                    "not have",
+                                    str(branch),
+                                )
+                            )
             finally:
                 stored.execute("COMMIT")
         except apsw.Error as e:
