@@ -1,0 +1,401 @@
+"""The falsification rules, applied to one entry at a time (internal).
+
+``FalsifyCore.apply`` is the one implementation of SPEC 7 states that the append hook, the
+rebuild and verify share: it folds the entry into the dependency index, then validates a
+``FALSIFY`` / ``MARK_STALE`` / ``RESTORE`` / ``CASCADE`` against the state the branch's view
+had before it and records the changes. ``strict`` (the append hook) raises on a request the
+rules refuse, so nothing is written; otherwise (replay) the entry is skipped and recorded in
+``fz_skipped``, exactly as the stored state skipped it.
+
+The four operations' formats are in docs/format-falsify.md.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import apsw
+
+from ledger.entries import Entry, Kind, check_uuid
+from ledger.errors import NotFoundError, RefusedError, ValidationError
+from ledger.vocab import OpType
+from memory_root import deps, item_states
+from memory_root.cascade import CascadeRequest, EntrySource, Plan, StateReplay, plan, resnapshot
+from memory_root.deps import KINDS, OBJECT, ROOT, SELFMODEL, SUMMARY, Graph, ItemRef, RootRow
+from memory_root.item_states import FALSIFIED, STALE
+from projections.projection import Projection
+from projections.registry import Registry
+from projections.states import check_state_change
+
+__all__ = [
+    "EVENTS_MAX",
+    "STATE_OPS",
+    "EventFinder",
+    "FalsifyCore",
+    "Validated",
+    "check_item_id",
+]
+
+_FALSIFY: Final = OpType.FALSIFY.value
+_MARK_STALE: Final = OpType.MARK_STALE.value
+_RESTORE: Final = OpType.RESTORE.value
+_CASCADE: Final = OpType.CASCADE.value
+STATE_OPS: Final = frozenset({_FALSIFY, _MARK_STALE, _RESTORE, _CASCADE})
+EVENTS_MAX: Final = 1000
+_MAX_TEXT: Final = 4096
+_HEX64: Final = re.compile(r"[0-9a-f]{64}\Z")
+_STATE_KEYS: Final = frozenset({"reason", "evidence_ids"})
+_CASCADE_KEYS: Final = frozenset(
+    {"max_depth", "max_items", "kinds", "reason", "touched", "beyond", "resnapshots"}
+)
+
+EventFinder = Callable[[str], tuple[str, int] | None]
+"""``find(event_id) -> (branch, seq)`` of an event in the ledger, or None."""
+
+
+def check_item_id(kind: str, item_id: Any) -> str:
+    """Check that ``item_id`` is well formed for ``kind`` and return it.
+
+    Objects are UUIDs; roots and SelfModels 64 lowercase hex digits; summary items
+    ``ROOT:projection:key`` with a 64-digit root.
+
+    Raises:
+        ValidationError: naming ``target_type`` or ``target_id``.
+    """
+    if kind not in KINDS:
+        raise ValidationError(
+            f"target_type must be one of {', '.join(KINDS)}, got {kind!r}", field="target_type"
+        )
+    if type(item_id) is not str or not item_id:
+        raise ValidationError(f"a {kind} needs its id in target_id", field="target_id")
+    if kind == OBJECT:
+        return check_uuid(item_id, "target_id")
+    if kind in (ROOT, SELFMODEL):
+        if not _HEX64.match(item_id):
+            raise ValidationError(
+                f"a {kind} id is 64 lowercase hex digits, got {item_id!r}", field="target_id"
+            )
+        return item_id
+    root, _, rest = item_id.partition(":")
+    if not _HEX64.match(root) or ":" not in rest or len(item_id) > 64 + 1 + 100 + 1 + _MAX_TEXT:
+        raise ValidationError(
+            f"a summary item id is ROOT:projection:key (ROOT in 64 hex digits), got {item_id!r}",
+            field="target_id",
+        )
+    return item_id
+
+
+def _text(value: Any, name: str, *, required: bool) -> str | None:
+    if value is None and not required:
+        return None
+    if type(value) is not str or not value or len(value) > _MAX_TEXT:
+        raise ValidationError(
+            f"payload.{name} must be text of 1 to {_MAX_TEXT} characters", field=f"payload.{name}"
+        )
+    return value
+
+
+def _payload(entry: Entry, allowed: frozenset[str]) -> Mapping[str, Any]:
+    p = entry.body.get("payload")
+    if type(p) is not dict:
+        raise ValidationError(f"{entry.type} payload must be a map", field="payload")
+    extra = sorted(set(p) - allowed)
+    if extra:
+        raise ValidationError(
+            f"{entry.type} payload has unknown field {extra[0]!r} "
+            f"(it takes {', '.join(sorted(allowed))})",
+            field=f"payload.{extra[0]}",
+        )
+    return p
+
+
+@dataclass(frozen=True, slots=True)
+class Validated:
+    """A state operation that passed: the item, its new state, reason and evidence."""
+
+    item: ItemRef
+    state: str
+    reason: str | None
+    evidence: tuple[str, ...]
+
+
+class FalsifyCore:
+    """SPEC 7 over one database (the ledger file's, or a replay's in memory)."""
+
+    def __init__(
+        self,
+        db: apsw.Connection,
+        registry: Registry,
+        *,
+        summary_keys: deps.SummaryKeys | None,
+        source: EntrySource | None,
+        state_replay: StateReplay | None,
+        find_event: EventFinder | None,
+        root_states: bool,
+    ) -> None:
+        """Apply entries to ``db``.
+
+        ``summary_keys`` lists a root's summary keys, ``source`` reads entries (to recompute
+        re-snapshots), ``state_replay`` replays the memory model for state projections,
+        ``find_event`` locates evidence events; each may be None when the data is not at hand
+        (an auditor's bundle), and what needs it is then not checked. ``root_states`` also
+        sets the ``state`` column of the stored memory_root records.
+        """
+        self.db = db
+        self.registry = registry
+        self.projections: tuple[Projection, ...] = registry.known()
+        self.rules = deps.rule_info(registry)
+        self.summary_keys = summary_keys
+        self.source = source
+        self.state_replay = state_replay
+        self.find_event = find_event
+        self.root_states = root_states
+
+    def install(self) -> None:
+        """Create the tables if missing."""
+        deps.install(self.db)
+        item_states.install(self.db)
+
+    def head(self, branch: str) -> int:
+        """Return how many entries of ``branch`` the tables have folded."""
+        row = self.db.execute("SELECT size FROM fz_heads WHERE branch = ?", (branch,)).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def graph(self, branch: str) -> Graph:
+        """Return the dependency graph ``branch``'s view sees now."""
+        return Graph(self.db, deps.view_of(self.db, branch), self.rules, self.summary_keys)
+
+    # -- applying ------------------------------------------------------------------------------
+
+    def apply(self, entry: Entry, *, strict: bool, memo: Plan | None = None) -> str | None:
+        """Fold one entry; return why a state operation was skipped (None: applied or other).
+
+        ``memo`` is a cascade plan computed for exactly this entry (same branch, position and
+        payload): it is used instead of recomputing it.
+
+        Raises:
+            RefusedError: (``strict`` only) the state operation breaks a rule; nothing of it
+                is written (the caller's transaction rolls back).
+        """
+        deps.fold(self.db, entry, self.rules)
+        skipped = None
+        if entry.kind is Kind.OP and entry.type in STATE_OPS:
+            self.db.execute("SAVEPOINT fz_op")
+            try:
+                if entry.type == _CASCADE:
+                    self._cascade(entry, memo)
+                else:
+                    v = self.validate(entry)
+                    item_states.record(self.db, entry, v.item, v.state, v.reason, v.evidence)
+                    self._root_state(entry, [v.item], v.state)
+            except RefusedError as e:
+                self.db.execute("ROLLBACK TO fz_op")
+                self.db.execute("RELEASE fz_op")
+                if strict:
+                    raise
+                skipped = str(e)
+                item_states.skip(self.db, entry, skipped)
+            else:
+                self.db.execute("RELEASE fz_op")
+        self.db.execute(
+            "INSERT OR REPLACE INTO fz_heads VALUES(?, ?)", (entry.branch, entry.seq + 1)
+        )
+        return skipped
+
+    def _root_state(self, entry: Entry, items: list[ItemRef], state: str) -> None:
+        if not self.root_states:
+            return
+        for item in items:
+            if item.kind != ROOT:
+                continue
+            row = deps.root_row(self.db, item.id)
+            if row is None or row.branch != entry.branch or row.replaces is not None:
+                continue  # a root's record shows its state in its own branch
+            self.db.execute(
+                "UPDATE memory_roots SET state = ? WHERE root = ?", (state, bytes.fromhex(item.id))
+            )
+
+    # -- FALSIFY, MARK_STALE, RESTORE ------------------------------------------------------------
+
+    def _target(self, entry: Entry) -> tuple[ItemRef, Graph]:
+        kind = entry.body.get("target_type")
+        item = ItemRef(str(kind), check_item_id(str(kind), entry.body.get("target_id")))
+        if kind not in KINDS:  # pragma: no cover - check_item_id refused it
+            raise ValidationError("bad target_type", field="target_type")
+        graph = self.graph(entry.branch)
+        if item.kind == SUMMARY and self.summary_keys is None:
+            found = deps.split_summary_id(item.id, graph)[0] is not None
+        else:
+            found = graph.exists(item)
+        if not found:
+            raise NotFoundError(f"no {item.kind} {item.id} on branch {entry.branch!r}")
+        return item, graph
+
+    def validate(self, entry: Entry) -> Validated:
+        """Check a FALSIFY / MARK_STALE / RESTORE against the state before it.
+
+        Raises:
+            ValidationError: a malformed payload or target (naming the field).
+            NotFoundError: the item or an evidence event does not exist on the branch.
+            RuleError: the item's state does not allow the operation.
+        """
+        p = _payload(entry, _STATE_KEYS)
+        reason = _text(p.get("reason"), "reason", required=True)
+        evidence = self._evidence(entry, p.get("evidence_ids"))
+        item, graph = self._target(entry)
+        now = item_states.current(self.db, graph.view, item)
+        state = check_state_change(
+            entry.type, f"{item.kind} {item.id}", "live" if now is None else now.state
+        )
+        return Validated(item, state, reason, evidence)
+
+    def _evidence(self, entry: Entry, value: Any) -> tuple[str, ...]:
+        if value is None:
+            return ()
+        where = "payload.evidence_ids"
+        if type(value) is not list or len(value) > EVENTS_MAX:
+            raise ValidationError(
+                f"{where} must be a list of at most {EVENTS_MAX} event ids", field=where
+            )
+        ids = tuple(check_uuid(v, f"{where}[{i}]") for i, v in enumerate(value))
+        if len(set(ids)) != len(ids):
+            raise ValidationError(f"{where} lists an event twice", field=where)
+        if self.find_event is not None:
+            view = deps.view_of(self.db, entry.branch)
+            for ev in ids:
+                at = self.find_event(ev)
+                ok = at is not None and any(
+                    b == at[0] and (at[1] < entry.seq if bound is None else at[1] <= bound)
+                    for b, bound in view
+                )
+                if not ok:
+                    raise NotFoundError(
+                        f"evidence event {ev} is not an event branch {entry.branch!r} saw "
+                        "before this entry"
+                    )
+        return ids
+
+    # -- CASCADE -------------------------------------------------------------------------------
+
+    def request(self, entry: Entry) -> CascadeRequest:
+        """Parse a CASCADE's request (origin and bound) from its entry.
+
+        Raises:
+            ValidationError: naming the malformed field.
+        """
+        p = _payload(entry, _CASCADE_KEYS)
+        for name in ("max_depth", "max_items", "kinds", "touched", "beyond", "resnapshots"):
+            if name not in p:
+                raise ValidationError(f"CASCADE payload needs {name!r}", field=f"payload.{name}")
+        kind = str(entry.body.get("target_type"))
+        origin = ItemRef(kind, check_item_id(kind, entry.body.get("target_id")))
+        kinds = p["kinds"]
+        if type(kinds) is not list or not all(type(k) is str for k in kinds):
+            raise ValidationError("payload.kinds must be a list of kinds", field="payload.kinds")
+        request = CascadeRequest(
+            origin,
+            p["max_depth"],
+            p["max_items"],
+            tuple(kinds),
+            _text(p.get("reason"), "reason", required=False),
+        )
+        if list(request.kinds) != kinds:
+            raise ValidationError("payload.kinds must be sorted", field="payload.kinds")
+        return request
+
+    def plan(self, branch: str, request: CascadeRequest, *, resnapshots: bool) -> Plan:
+        """Plan a cascade on ``branch`` now; with ``resnapshots`` compute them too.
+
+        Raises:
+            NotFoundError: the origin is not on the branch.
+            RuleError: the origin is live.
+        """
+        graph = self.graph(branch)
+        not_live = item_states.not_live(self.db, graph.view)
+        p = plan(graph, not_live, request)
+        if not resnapshots or self.source is None:
+            return p
+        excluded = frozenset(
+            i.id for i, s in not_live.items() if i.kind == OBJECT and s == FALSIFIED
+        )
+        return resnapshot(graph, p, excluded, self.projections, self.source, self.state_replay)
+
+    def _cascade(self, entry: Entry, memo: Plan | None) -> None:
+        request = self.request(entry)
+        payload = entry.body["payload"]
+        if memo is not None and memo.branch == entry.branch and memo.payload() == payload:
+            p = memo
+        else:
+            p = self.plan(entry.branch, request, resnapshots=True)
+            want = p.payload()
+            if self.source is None:
+                want["resnapshots"] = payload["resnapshots"]  # not recomputable here
+            if want != payload:
+                field = next(
+                    k for k in sorted(set(want) | set(payload)) if want.get(k) != payload.get(k)
+                )
+                raise ValidationError(
+                    f"CASCADE payload.{field} is not what the cascade gives on this ledger "
+                    "(plan it with `memroot cascade --dry-run`)",
+                    field=f"payload.{field}",
+                )
+        touched = [s.item for s in p.touched]
+        reason = request.reason or f"cascade from {request.origin.kind} {request.origin.id}"
+        item_states.record_many(self.db, entry, touched, STALE, reason)
+        self._root_state(entry, touched, STALE)
+        if self.source is None:
+            self._replacements_from_payload(entry, payload["resnapshots"])
+            return
+        for x in p.resnapshots:
+            old = deps.root_row(self.db, x.replaces)
+            assert old is not None  # resnapshot() only replaces roots the index holds
+            deps.add_replacement(
+                self.db,
+                entry,
+                RootRow(
+                    x.root,
+                    entry.branch,
+                    entry.seq,
+                    old.hbranch,
+                    old.lo,
+                    old.hi,
+                    None if x.preimage.parent is None else x.preimage.parent.hex(),
+                    old.stateful,
+                    x.replaces,
+                    tuple(
+                        (d.id, bytes(d.rule), bytes(d.digest), d.count)
+                        for d in x.preimage.projections
+                    ),
+                    x.preimage.preimage(),
+                ),
+            )
+
+    def _replacements_from_payload(self, entry: Entry, listed: Any) -> None:
+        """Record re-snapshots as listed (an auditor without the entries cannot recompute)."""
+        for x in listed if type(listed) is list else []:
+            if type(x) is not dict:
+                continue
+            old = deps.root_row(self.db, str(x.get("replaces")))
+            root, parent = x.get("memory_root"), x.get("parent")
+            if old is None or type(root) is not str:
+                continue
+            deps.add_replacement(
+                self.db,
+                entry,
+                RootRow(
+                    root,
+                    entry.branch,
+                    entry.seq,
+                    old.hbranch,
+                    old.lo,
+                    old.hi,
+                    parent if type(parent) is str else None,
+                    old.stateful,
+                    old.root,
+                    old.rules,
+                    None,
+                ),
+            )

@@ -1,0 +1,404 @@
+"""``CASCADE``: an explicit, bounded walk over what depends on a falsified item (SPEC 7).
+
+A cascade runs only when someone asks for it, from an item that is not live (falsified, or
+stale from an earlier cascade), under a stated bound: ``max_depth``, ``max_items`` and the
+``kinds`` of item it may touch. ``plan`` computes, writing nothing:
+
+- **touched**: the live items it marks ``stale``, each with its depth;
+- **passed**: items on the way that are already stale or falsified: walked through (their
+  dependents are reached) but not touched and not counted against ``max_items``;
+- **beyond**: the frontier the bound cut off: every dependent of the origin or of a walked
+  item that the walk did not enter, with its depth and the bound that stopped it
+  (``depth``, ``items`` or ``kinds``);
+- the **roots to re-snapshot**: every touched root, the roots of touched summary items, and
+  the origin's root.
+
+The walk is breadth-first: depth 1 is what depends on the origin, depth ``d + 1`` what
+depends on items of depth ``d``; within a depth items are taken in ``(id, kind)`` order, so
+the same ledger and request always give the same plan. An item is entered at the first
+depth it is found. ``max_items`` stops the walk at the item that fills it: the rest of that
+depth, and the dependents of what was walked at it, lie beyond.
+
+**Re-snapshots** (``resnapshot``): each affected root ``R`` is recomputed *without the
+falsified inputs*: the same projections (rule digests) over the same entries (its branch,
+from its genesis up to its high-water), skipping every operation that names an object that
+is falsified in the cascade's view (the entries that created, changed or referred to it;
+see ``deps.named_objects``). A state projection (``memory-state``) is recomputed from a
+replay of the memory model over the same filtered entries, so the digest leaves those
+objects out. A projection this memroot does not know is carried over unchanged. The new
+root's parent is the re-snapshot of ``R``'s parent when that was re-snapshotted by the same
+cascade, else ``R``'s parent; its high-water is ``R``'s. A recomputed root equal to ``R``
+(nothing falsified in its inputs, parent unchanged) is not listed. Nothing is rewritten: the
+re-snapshots are listed in the ``CASCADE`` entry (``resnapshots``), each naming the root it
+replaces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from ledger import encoding
+from ledger.entries import Entry, Kind
+from ledger.errors import NotFoundError, ValidationError
+from ledger.hashing import domain_hash
+from memory_root._fold import Folder
+from memory_root.deps import (
+    KINDS,
+    ROOT,
+    SUMMARY,
+    Graph,
+    ItemRef,
+    RootRow,
+    named_objects,
+    split_summary_id,
+)
+from memory_root.item_states import LIVE
+from memory_root.root import MemoryRoot, ProjectionDigest, RootPreimage
+from projections.projection import Projection, Summary, is_state_projection, read_state, rule_digest
+from projections.rules import RuleError
+from projections.states import FALSIFICATION
+
+__all__ = [
+    "BEYOND_LISTED",
+    "BEYOND_TAG",
+    "MAX_DEPTH",
+    "MAX_ITEMS",
+    "CascadeRequest",
+    "Cut",
+    "EntrySource",
+    "Plan",
+    "Resnapshot",
+    "StateReplay",
+    "Step",
+    "beyond_digest",
+    "excluded_entry",
+    "plan",
+    "resnapshot",
+]
+
+MAX_DEPTH: Final = 10_000
+MAX_ITEMS: Final = 100_000
+"""Upper limits of the bounds (a ``CASCADE`` entry must also fit in 1 MiB)."""
+BEYOND_LISTED: Final = 1000
+"""How many beyond items the entry lists; the digest commits to all of them."""
+BEYOND_TAG: Final = "memroot/cascade-beyond/v1"
+
+EntrySource = Callable[[str, int, int], Iterator[tuple[bool, bytes]]]
+"""``rows(branch, start, stop)``: each entry's bytes, flagged True for an event."""
+
+StateReplay = Callable[[str, int, frozenset[str]], Any]
+"""``replay(branch, hw, excluded)``: a memory-model database replayed without ``excluded``."""
+
+
+@dataclass(frozen=True, slots=True)
+class CascadeRequest:
+    """What a cascade is asked to do: from where, how far, how much, and what it may touch.
+
+    Raises:
+        ValidationError: for a bound below 1 or above its limit, or an empty or unknown kind.
+    """
+
+    origin: ItemRef
+    max_depth: int
+    max_items: int
+    kinds: tuple[str, ...] = KINDS
+    reason: str | None = None
+
+    def __post_init__(self) -> None:
+        for name, limit in (("max_depth", MAX_DEPTH), ("max_items", MAX_ITEMS)):
+            value = getattr(self, name)
+            if type(value) is not int or not 1 <= value <= limit:
+                raise ValidationError(
+                    f"{name} must be an integer from 1 to {limit} (a cascade is bounded), "
+                    f"got {value!r}",
+                    field=f"payload.{name}",
+                )
+        kinds = self.kinds
+        if not kinds or len(set(kinds)) != len(kinds) or not set(kinds) <= set(KINDS):
+            raise ValidationError(
+                f"kinds must be a non-empty list of distinct kinds among {', '.join(KINDS)}, "
+                f"got {list(kinds)!r}",
+                field="payload.kinds",
+            )
+        if list(kinds) != sorted(kinds):
+            object.__setattr__(self, "kinds", tuple(sorted(kinds)))
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """An item the walk entered, at its depth."""
+
+    item: ItemRef
+    depth: int
+
+    def to_cbor(self) -> dict[str, Any]:
+        """Return ``{"type", "id", "depth"}``."""
+        return {**self.item.to_cbor(), "depth": self.depth}
+
+
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """An item beyond the bound: its depth and which bound stopped it."""
+
+    item: ItemRef
+    depth: int
+    bound: str
+
+    def to_cbor(self) -> dict[str, Any]:
+        """Return ``{"type", "id", "depth", "bound"}``."""
+        return {**self.item.to_cbor(), "depth": self.depth, "bound": self.bound}
+
+
+@dataclass(frozen=True, slots=True)
+class Resnapshot:
+    """A root recomputed without the falsified inputs, and the root it replaces."""
+
+    replaces: str
+    root: str
+    preimage: RootPreimage
+    branch: str
+
+    def to_cbor(self) -> dict[str, Any]:
+        """Return ``{"replaces", "memory_root", "parent"}`` (hex), as the entry lists it."""
+        parent = self.preimage.parent
+        return {
+            "replaces": self.replaces,
+            "memory_root": self.root,
+            "parent": None if parent is None else parent.hex(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What a cascade would do; ``payload`` is its ``CASCADE`` entry's payload."""
+
+    request: CascadeRequest
+    branch: str
+    origin_state: str
+    touched: tuple[Step, ...]
+    passed: tuple[Step, ...]
+    beyond: tuple[Cut, ...]
+    roots: tuple[str, ...]
+    resnapshots: tuple[Resnapshot, ...] = field(default=())
+
+    def payload(self) -> dict[str, Any]:
+        """Return the ``CASCADE`` payload (docs/format-falsify.md)."""
+        r = self.request
+        out: dict[str, Any] = {
+            "max_depth": r.max_depth,
+            "max_items": r.max_items,
+            "kinds": list(r.kinds),
+            "touched": [s.to_cbor() for s in self.touched],
+            "beyond": {
+                "count": len(self.beyond),
+                "digest": beyond_digest(self.beyond).hex(),
+                "items": [c.to_cbor() for c in self.beyond[:BEYOND_LISTED]],
+            },
+            "resnapshots": [x.to_cbor() for x in self.resnapshots],
+        }
+        if r.reason is not None:
+            out["reason"] = r.reason
+        return out
+
+
+def beyond_digest(beyond: Sequence[Cut]) -> bytes:
+    """Return ``SHA-256("memroot/cascade-beyond/v1" || 0x00 || cbor([cut, ...]))``."""
+    return domain_hash(BEYOND_TAG, encoding.encode([c.to_cbor() for c in beyond]))
+
+
+# -- the walk ----------------------------------------------------------------------------------
+
+
+def plan(graph: Graph, not_live: Mapping[ItemRef, str], request: CascadeRequest) -> Plan:
+    """Walk what depends on ``request.origin`` within the bound; write nothing.
+
+    ``not_live`` maps every stale or falsified item of the view to its state (others are
+    live). The origin must exist in the view and must not be live.
+
+    Raises:
+        NotFoundError: if the view does not see the origin.
+        RuleError: if the origin is live (there is nothing to cascade from).
+    """
+    origin = request.origin
+    if not graph.exists(origin):
+        raise NotFoundError(f"no {origin.kind} {origin.id} on branch {graph.view[0][0]!r}")
+    origin_state = not_live.get(origin, LIVE)
+    if origin_state == LIVE:
+        raise RuleError(
+            FALSIFICATION,
+            f"{origin.kind} {origin.id} is live: a cascade starts from a falsified or stale "
+            "item (falsify it first)",
+        )
+    kinds = set(request.kinds)
+    seen = {origin}
+    touched: list[Step] = []
+    passed: list[Step] = []
+    beyond: list[Cut] = []
+    walked = [origin]
+    depth = 0
+    full = False
+    while walked:
+        depth += 1
+        found = _next_depth(graph, walked, seen)
+        if depth > request.max_depth:
+            beyond.extend(Cut(i, depth, "depth") for i in found)
+            break
+        walked = []
+        for i in found:
+            if i.kind not in kinds:
+                beyond.append(Cut(i, depth, "kinds"))
+            elif full:
+                beyond.append(Cut(i, depth, "items"))
+            elif not_live.get(i, LIVE) != LIVE:
+                passed.append(Step(i, depth))
+                walked.append(i)
+            else:
+                touched.append(Step(i, depth))
+                walked.append(i)
+                full = len(touched) >= request.max_items
+        if full:
+            bound = "depth" if depth + 1 > request.max_depth else "items"
+            beyond.extend(Cut(i, depth + 1, bound) for i in _next_depth(graph, walked, seen))
+            break
+    roots: dict[str, None] = {}
+    for i in [origin, *(s.item for s in touched)]:
+        if i.kind == ROOT:
+            roots[i.id] = None
+        elif i.kind == SUMMARY:
+            row, _, _ = split_summary_id(i.id, graph)
+            if row is not None:
+                roots[row.root] = None
+    return Plan(
+        request,
+        graph.view[0][0],
+        origin_state,
+        tuple(touched),
+        tuple(passed),
+        tuple(beyond),
+        tuple(roots),
+    )
+
+
+def _next_depth(graph: Graph, walked: Iterable[ItemRef], seen: set[ItemRef]) -> list[ItemRef]:
+    """Return the unseen dependents of ``walked``, sorted, and mark them seen."""
+    found: dict[ItemRef, None] = {}
+    for item in walked:
+        for d in graph.dependents(item):
+            if d not in seen:
+                found[d] = None
+    seen.update(found)
+    return sorted(found, key=ItemRef.key)
+
+
+# -- re-snapshots ------------------------------------------------------------------------------
+
+
+def _preimage(row: RootRow) -> RootPreimage | None:
+    if row.preimage is None:
+        return None
+    payload = {**encoding.decode(row.preimage), "memory_root": bytes.fromhex(row.root)}
+    return RootPreimage.from_payload(payload)[0]
+
+
+def excluded_entry(entry: Entry, excluded: frozenset[str]) -> bool:
+    """Return True for an operation that names an excluded object (a falsified input)."""
+    return entry.kind is Kind.OP and any(i in excluded for i in named_objects(entry))
+
+
+def _refold(
+    source: EntrySource,
+    branch: str,
+    projections: Sequence[Projection],
+    his: Sequence[int],
+    excluded: frozenset[str],
+) -> dict[int, dict[bytes, Summary]]:
+    """Fold ``projections`` over ``branch`` without the excluded entries; summaries at ``his``."""
+    folder = Folder(projections)
+    reads = [getattr(p, "types", None) for p in projections]
+    skip_events = all(t is not None and "EVENT" not in t for t in reads)
+    wanted = sorted(set(his))
+    out: dict[int, dict[bytes, Summary]] = {}
+    k = 0
+    for seq, (is_event, data) in enumerate(source(branch, 0, wanted[-1] + 1)):
+        if not (is_event and skip_events):
+            e = Entry.from_bytes(data)
+            if not excluded_entry(e, excluded):
+                folder.fold(e)
+        while k < len(wanted) and wanted[k] == seq:
+            out[seq] = {rule_digest(p): s for p, s, _ in folder.outputs(writer=False)}
+            k += 1
+    return out
+
+
+def resnapshot(
+    graph: Graph,
+    plan_: Plan,
+    excluded: frozenset[str],
+    projections: Sequence[Projection],
+    source: EntrySource,
+    state_replay: StateReplay | None,
+) -> Plan:
+    """Return ``plan_`` with its re-snapshots: each affected root without ``excluded``.
+
+    ``excluded`` holds the ids of the objects falsified in the cascade's view;
+    ``projections`` every projection this memroot knows (``Registry.known``); ``source``
+    reads entries; ``state_replay`` replays the memory model for state projections (None:
+    their summaries are carried over unchanged).
+
+    Raises:
+        DecodeError: if a stored entry does not decode.
+    """
+    by_rule: dict[bytes, Projection] = {rule_digest(p): p for p in projections}
+    names = [b for b, _ in graph.view]
+    rows = [r for r in (graph.root(x) for x in plan_.roots) if r is not None]
+    rows.sort(key=lambda r: (-names.index(r.hbranch) if r.hbranch in names else 0, r.hi, r.seq))
+    computed: dict[tuple[str, int], dict[bytes, Summary]] = {}
+    if excluded:
+        for hbranch in dict.fromkeys(r.hbranch for r in rows):
+            mine = [r for r in rows if r.hbranch == hbranch]
+            rules = {rule for r in mine for _, rule, _, _ in r.rules if rule in by_rule}
+            folds = [by_rule[x] for x in sorted(rules) if not is_state_projection(by_rule[x])]
+            states = [by_rule[x] for x in sorted(rules) if is_state_projection(by_rule[x])]
+            his = sorted({r.hi for r in mine})
+            if folds:
+                for hi, sums in _refold(source, hbranch, folds, his, excluded).items():
+                    computed.setdefault((hbranch, hi), {}).update(sums)
+            if states and state_replay is not None:
+                db = state_replay(hbranch, his[-1], excluded)
+                for hi in his:
+                    for p in states:
+                        computed.setdefault((hbranch, hi), {})[rule_digest(p)] = read_state(
+                            p, db, hbranch, hi
+                        )
+    replaced: dict[str, str] = {}
+    out: list[Resnapshot] = []
+    for r in rows:
+        pre = _preimage(r)
+        if pre is None:
+            continue
+        sums = computed.get((r.hbranch, r.hi), {})
+        items = []
+        for d in pre.projections:
+            s = sums.get(d.rule)
+            items.append(d if s is None else ProjectionDigest(d.id, d.rule, s.digest, s.count))
+        parent = pre.parent
+        if parent is not None and parent.hex() in replaced:
+            parent = MemoryRoot(bytes.fromhex(replaced[parent.hex()]))
+        new = RootPreimage(pre.branch, parent, pre.high_water, tuple(items), pre.v)
+        if new == pre:
+            continue
+        root = new.root().hex()
+        replaced[r.root] = root
+        out.append(Resnapshot(r.root, root, new, r.hbranch))
+    return Plan(
+        plan_.request,
+        plan_.branch,
+        plan_.origin_state,
+        plan_.touched,
+        plan_.passed,
+        plan_.beyond,
+        plan_.roots,
+        tuple(out),
+    )

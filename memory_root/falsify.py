@@ -1,0 +1,722 @@
+"""Falsification (SPEC 7): flip one item's state, record why, undo it, cascade on request.
+
+    from memory_root.falsify import Falsifier, FalsifyHook
+
+    with Ledger.open(path, hooks=[MemoryHook(), FalsifyHook(), RootsHook()]) as ledger:
+        f = Falsifier(ledger)
+        f.falsify("0190f3c2-...", reason="the source was retracted", evidence=[event_id])
+        plan = f.plan("0190f3c2-...", max_depth=2, max_items=100)      # writes nothing
+        result = f.cascade("0190f3c2-...", max_depth=2, max_items=100)  # one CASCADE entry
+        f.restore("0190f3c2-...", reason="the retraction was itself wrong")
+
+Items are memory objects, memory roots, summary items of a root and SelfModel snapshots
+(``memory_root.deps``). ``FALSIFY`` makes an item ``falsified`` and changes nothing else:
+what depends on it keeps its state until a ``CASCADE`` is asked for. ``MARK_STALE`` and
+``RESTORE`` set ``stale`` and ``live``. Every change is an entry, so states are derived by
+replay (``rebuild``, verify step 9) and their whole history stays readable (``history``,
+``why``, ``memroot why ID``).
+
+``FalsifyHook`` is the layer's ``AppendHook``: inside every append transaction it keeps the
+dependency index and the states, and refuses (writing nothing) a state operation on an
+unknown item, a falsification of a falsified item, a restore of a live item, a cascade from
+a live item, a bound of zero, or a ``CASCADE`` whose lists are not what the cascade gives.
+Install it after ``MemoryHook`` (which keeps objects' ``state`` column) and before
+``RootsHook``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import apsw
+
+from ledger import encoding
+from ledger.entries import CANONICAL_BRANCH, Entry, Kind, OpInput, check_uuid
+from ledger.errors import NotFoundError, StorageError, ValidationError
+from ledger.ledger import Appended, Ledger
+from ledger.vocab import ActorType, OpType
+from memory_root import deps, item_states
+from memory_root._falsify_core import FalsifyCore, check_item_id
+from memory_root.cascade import (
+    CascadeRequest,
+    EntrySource,
+    Plan,
+    StateReplay,
+    excluded_entry,
+)
+from memory_root.deps import KINDS, OBJECT, ROOT, SELFMODEL, SUMMARY, ItemRef, Located
+from memory_root.item_states import LIVE, StateChange
+from projections.registry import Registry, default_registry
+
+__all__ = [
+    "KIND_ALIASES",
+    "POLICY_VERSION",
+    "CascadeResult",
+    "Falsifier",
+    "FalsifyHook",
+    "ItemWhy",
+    "ledger_core",
+    "parse_kinds",
+]
+
+POLICY_VERSION: Final = "memroot-falsify/1"
+DEFAULT_ACTOR: Final = "operator"
+KIND_ALIASES: Final = {"object": OBJECT, "root": ROOT, "summary": SUMMARY, "selfmodel": SELFMODEL}
+"""Short names of the kinds (``--kinds object,root``); the full names are accepted too."""
+_UUID: Final = re.compile(
+    r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\Z"
+)
+_HEX: Final = re.compile(r"[0-9a-fA-F]{4,64}\Z")
+
+
+def parse_kinds(text: str | Sequence[str]) -> tuple[str, ...]:
+    """Return the kinds named by ``object,root`` (or a list), full names, sorted.
+
+    Raises:
+        ValidationError: for an unknown or repeated kind, or none.
+    """
+    names = [k.strip() for k in text.split(",")] if isinstance(text, str) else list(text)
+    out = []
+    for k in names:
+        full = KIND_ALIASES.get(k, k)
+        if full not in KINDS:
+            raise ValidationError(
+                f"unknown kind {k!r}: use object, root, summary, selfmodel", field="kinds"
+            )
+        out.append(full)
+    if not out or len(set(out)) != len(out):
+        raise ValidationError(
+            "kinds must name each kind at most once, and one at least", field="kinds"
+        )
+    return tuple(sorted(out))
+
+
+# -- the ledger-backed core ----------------------------------------------------------------------
+
+
+def _summary_keys(db: apsw.Connection) -> deps.SummaryKeys:
+    def keys(root: bytes, projection: str) -> list[str]:
+        try:
+            row = db.execute(
+                "SELECT data FROM memory_root_summaries WHERE root = ? AND projection = ?",
+                (root, projection),
+            ).fetchone()
+        except apsw.SQLError:
+            return []  # no memory_root layer in this file
+        if row is None:
+            return []
+        value = encoding.decode(bytes(row[0]))
+        return sorted(k for k in value if type(k) is str) if type(value) is dict else []
+
+    return keys
+
+
+def _source(ledger: Ledger) -> EntrySource:
+    store = ledger.store
+
+    def rows(branch: str, start: int, stop: int) -> Iterator[tuple[bool, bytes]]:
+        for r in store.iter_entry_rows(store.branch(branch).no, start, stop):
+            yield (r.digest is not None or r.erased_by is not None), bytes(r.data)
+
+    return rows
+
+
+def _state_replay(index: apsw.Connection, source: EntrySource) -> StateReplay:
+    """Replay the memory model over a branch's view without the excluded objects' entries."""
+
+    def run(branch: str, hw: int, excluded: frozenset[str]) -> apsw.Connection:
+        from projections.replay import replay
+
+        view = deps.view_of(index, branch)
+
+        def entries() -> Iterator[Entry]:
+            for b, bound in reversed(view):
+                stop = hw if b == branch else bound
+                assert stop is not None
+                for _, data in source(b, 0, stop + 1):
+                    e = Entry.from_bytes(data)
+                    if not excluded_entry(e, excluded):
+                        yield e
+
+        return replay(entries())
+
+    return run
+
+
+def ledger_core(
+    ledger: Ledger, registry: Registry, *, db: apsw.Connection | None = None
+) -> FalsifyCore:
+    """Return the falsification core over a ledger's file (reading its entries and summaries).
+
+    ``db`` holds the tables (default: the ledger's own connection).
+    """
+    index = ledger.store.db if db is None else db
+    source = _source(ledger)
+    has_roots = bool(
+        ledger.store.db.execute(
+            "SELECT 1 FROM sqlite_master WHERE name = 'memory_roots'"
+        ).fetchall()
+    )
+    return FalsifyCore(
+        index,
+        registry,
+        summary_keys=_summary_keys(ledger.store.db),
+        source=source,
+        state_replay=_state_replay(index, source),
+        find_event=ledger.find_event,
+        root_states=has_roots and db is None,
+    )
+
+
+# -- the hook ----------------------------------------------------------------------------------
+
+
+class FalsifyHook:
+    """The ``AppendHook`` of falsification (see the module docstring)."""
+
+    def __init__(self, registry: Registry | None = None) -> None:
+        """Use ``registry``'s projections (default: built-ins and entry points).
+
+        They say what each root's projections read, and recompute re-snapshots.
+
+        Raises:
+            TypeError, ValueError, ImportError: if a projection plugin cannot be loaded.
+        """
+        self.registry = registry if registry is not None else default_registry()
+        self._cores: dict[int, FalsifyCore] = {}
+        self._memo: tuple[str, bytes, Plan] | None = None
+
+    def core(self, ledger: Ledger) -> FalsifyCore:
+        """Return the core over ``ledger`` (made once per open ledger)."""
+        core = self._cores.get(id(ledger))
+        if core is None or core.db is not ledger.store.db:
+            core = self._cores[id(ledger)] = ledger_core(ledger, self.registry)
+        return core
+
+    def install(self, db: apsw.Connection) -> None:
+        """Create the falsification tables if missing."""
+        deps.install(db)
+        item_states.install(db)
+
+    def expect(self, branch: str, prev: bytes, plan: Plan) -> None:
+        """Say that the next entry of ``branch`` after ``prev`` is this plan's CASCADE.
+
+        The hook then checks the entry against ``plan`` instead of computing it again.
+        """
+        self._memo = (branch, prev, plan)
+
+    def catch_up(self, ledger: Ledger, branch: str, stop: int | None = None) -> int:
+        """Fold the stored entries of ``branch`` the tables have not seen (up to ``stop``).
+
+        Entries appended without this hook that the rules refuse are skipped and recorded.
+        Call inside a write transaction. Returns how many entries were folded.
+
+        Raises:
+            StorageError: if the tables are ahead of the branch (another file's state?).
+        """
+        core = self.core(ledger)
+        head = core.head(branch)
+        stop = ledger.store.branch(branch).size if stop is None else stop
+        if head > stop:
+            raise StorageError(
+                f"falsification state of branch {branch!r} covers {head} entries, the branch "
+                f"has {stop}: run `memroot rebuild`"
+            )
+        for r in ledger.store.iter_entry_rows(ledger.store.branch(branch).no, head, stop):
+            e = Entry.from_bytes(bytes(r.data))
+            core.apply(e, strict=False)
+        _set_head(core.db, branch, stop)
+        return stop - head
+
+    def apply(
+        self, db: apsw.Connection, ledger: Ledger, entry: Entry, content: str | None
+    ) -> list[OpInput]:
+        """Keep the index and states; refuse a state operation the rules do not allow.
+
+        Raises:
+            ValidationError, NotFoundError, RuleError: for a refused state operation (see
+                the module docstring); nothing is written.
+        """
+        core = self.core(ledger)
+        head = core.head(entry.branch)
+        if head != entry.seq:
+            self.catch_up(ledger, entry.branch, entry.seq)
+        memo = None
+        if self._memo is not None:
+            branch, prev, plan = self._memo
+            self._memo = None
+            if branch == entry.branch and prev == entry.prev:
+                memo = plan
+        if (
+            entry.kind is Kind.OP
+            and entry.type == OpType.CASCADE
+            and memo is None
+            and ledger.store.branch(entry.branch).size != entry.seq
+        ):
+            raise ValidationError(
+                "a CASCADE must be the first entry of its append (its plan reads the stored "
+                "entries before it)",
+                field="op_type",
+            )
+        core.apply(entry, strict=True, memo=memo)
+        _set_head(core.db, entry.branch, entry.seq + 1)
+        return []
+
+
+def _set_head(db: apsw.Connection, branch: str, size: int) -> None:
+    db.execute("INSERT OR REPLACE INTO fz_heads VALUES(?, ?)", (branch, size))
+
+
+# -- the API -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CascadeResult:
+    """What ``Falsifier.cascade`` appended: the plan (with its re-snapshots) and the entries."""
+
+    plan: Plan
+    appended: tuple[Appended, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ItemWhy:
+    """An item's state and how it got there, what it cites and what was built on it."""
+
+    item: ItemRef
+    located: Located | None
+    state: str
+    history: tuple[tuple[StateChange, bytes], ...]
+    dependencies: tuple[ItemRef, ...]
+    dependents: tuple[ItemRef, ...]
+    replaces: str | None
+    replaced_by: tuple[tuple[str, str, int], ...]
+    value: Any
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-ready dict (entry hashes in hex)."""
+        return {
+            "type": self.item.kind,
+            "id": self.item.id,
+            "branch": None if self.located is None else self.located.branch,
+            "seq": None if self.located is None else self.located.seq,
+            "state": self.state,
+            "history": [{**c.to_dict(), "entry_hash": h.hex()} for c, h in self.history],
+            "dependencies": [d.to_cbor() for d in self.dependencies],
+            "dependents": [d.to_cbor() for d in self.dependents],
+            "replaces": self.replaces,
+            "replaced_by": [
+                {"memory_root": r, "branch": b, "seq": s} for r, b, s in self.replaced_by
+            ],
+            "value": self.value,
+        }
+
+
+class Falsifier:
+    """Falsification on one open ledger (opened with a ``FalsifyHook`` to write)."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        """Wrap ``ledger``; writing needs a ``FalsifyHook`` among its hooks."""
+        self.ledger = ledger
+        found = [h for h in ledger.hooks if isinstance(h, FalsifyHook)]
+        self._hook = found[0] if found else None
+        self._reader = self._hook if self._hook is not None else FalsifyHook()
+        if not ledger.store.db.execute(
+            "SELECT 1 FROM sqlite_master WHERE name = 'fz_states'"
+        ).fetchall():
+            if ledger.store.db.readonly("main"):
+                raise NotFoundError("this ledger holds no falsification state")
+            with ledger.store.write() as db:
+                self._reader.install(db)
+
+    @property
+    def hook(self) -> FalsifyHook:
+        """The ledger's ``FalsifyHook``.
+
+        Raises:
+            ValueError: if the ledger was opened without one.
+        """
+        if self._hook is None:
+            raise ValueError("open the ledger with hooks=[..., FalsifyHook(), ...] to falsify")
+        return self._hook
+
+    @property
+    def core(self) -> FalsifyCore:
+        """The core reading this ledger's tables."""
+        return self._reader.core(self.ledger)
+
+    def sync(self, branch: str = CANONICAL_BRANCH) -> int:
+        """Fold entries appended without the hook, so reads are current; return how many."""
+        if self.ledger.store.db.readonly("main") or self.core.head(branch) == self.ledger.size(
+            branch
+        ):
+            return 0
+        with self.ledger.store.write():
+            return self._reader.catch_up(self.ledger, branch)
+
+    # -- naming items ------------------------------------------------------------------------
+
+    def resolve(self, text: str | ItemRef, branch: str = CANONICAL_BRANCH) -> ItemRef:
+        """Return the item ``text`` names on ``branch``.
+
+        ``text`` is an object UUID; a root's or SelfModel's hex (a unique prefix of 4+ digits
+        will do); or ``ROOT:projection:key`` for a summary item (ROOT may be a prefix).
+
+        Raises:
+            ValidationError: if the text is none of these.
+            NotFoundError: if nothing (or more than one item) matches on the branch.
+        """
+        if isinstance(text, ItemRef):
+            return ItemRef(text.kind, check_item_id(text.kind, text.id))
+        if _UUID.match(text):
+            return ItemRef(OBJECT, check_uuid(text.lower(), "id"))
+        head, sep, rest = text.partition(":")
+        if sep:
+            root = self._by_prefix(head, (ROOT,), branch)
+            return ItemRef(SUMMARY, f"{root.id}:{rest}")
+        return self._by_prefix(text, (ROOT, SELFMODEL), branch)
+
+    def _by_prefix(self, text: str, kinds: tuple[str, ...], branch: str) -> ItemRef:
+        if not _HEX.match(text):
+            raise ValidationError(
+                f"{text!r} is not an item id: an object UUID, a root or SelfModel in hex "
+                "(4-64 digits), or ROOT:projection:key",
+                field="id",
+            )
+        prefix = text.lower()
+        view = deps.view_of(self.ledger.store.db, branch)
+        found = []
+        for kind in kinds:
+            for (item_id,) in self.ledger.store.db.execute(
+                "SELECT DISTINCT id FROM fz_items WHERE kind = ? AND id >= ? AND id <= ? LIMIT 3",
+                (kind, prefix, prefix + "g"),
+            ):
+                if deps.locate(self.ledger.store.db, view, kind, str(item_id)) is not None:
+                    found.append(ItemRef(kind, str(item_id)))
+        if not found:
+            raise NotFoundError(
+                f"no {' or '.join(kinds)} starts with {prefix} on branch {branch!r}"
+            )
+        if len(found) > 1:
+            raise NotFoundError(f"several items start with {prefix}; give more digits")
+        return found[0]
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def state(self, item: str | ItemRef, branch: str = CANONICAL_BRANCH) -> str:
+        """Return the item's state on ``branch`` (``live`` when nothing changed it).
+
+        Raises:
+            ValidationError, NotFoundError: as ``resolve``.
+        """
+        ref = self.resolve(item, branch)
+        change = item_states.current(
+            self.ledger.store.db, deps.view_of(self.ledger.store.db, branch), ref
+        )
+        return LIVE if change is None else change.state
+
+    def history(self, item: str | ItemRef, branch: str = CANONICAL_BRANCH) -> list[StateChange]:
+        """Return every state change of the item ``branch`` sees, oldest first.
+
+        Raises:
+            ValidationError, NotFoundError: as ``resolve``.
+        """
+        ref = self.resolve(item, branch)
+        return item_states.history(
+            self.ledger.store.db, deps.view_of(self.ledger.store.db, branch), ref
+        )
+
+    def dependents(self, item: str | ItemRef, branch: str = CANONICAL_BRANCH) -> list[ItemRef]:
+        """Return what was built on the item (one step), sorted by ``(id, kind)``.
+
+        Raises:
+            ValidationError, NotFoundError: as ``resolve``.
+        """
+        return self.core.graph(branch).dependents(self.resolve(item, branch))
+
+    def dependencies(self, item: str | ItemRef, branch: str = CANONICAL_BRANCH) -> list[ItemRef]:
+        """Return what the item cites (one step), sorted by ``(id, kind)``.
+
+        Raises:
+            ValidationError, NotFoundError: as ``resolve``.
+        """
+        return self.core.graph(branch).dependencies(self.resolve(item, branch))
+
+    def why(self, item: str | ItemRef, branch: str = CANONICAL_BRANCH) -> ItemWhy:
+        """Return how the item got its state, what it cites and what was built on it.
+
+        The state history comes with each change's entry hash; a root also says what it
+        replaces or was replaced by, a summary item gives its value.
+
+        Raises:
+            ValidationError: as ``resolve``.
+            NotFoundError: if the branch does not see the item.
+        """
+        self.sync(branch)
+        ref = self.resolve(item, branch)
+        graph = self.core.graph(branch)
+        if not graph.exists(ref):
+            raise NotFoundError(f"no {ref.kind} {ref.id} on branch {branch!r}")
+        db = self.ledger.store.db
+        changes = item_states.history(db, graph.view, ref)
+        hist = tuple((c, bytes(self.ledger.entry(c.seq, c.branch).hash)) for c in changes)
+        located = None if ref.kind == SUMMARY else deps.locate(db, graph.view, ref.kind, ref.id)
+        replaces: str | None = None
+        replaced_by: tuple[tuple[str, str, int], ...] = ()
+        value: Any = None
+        if ref.kind == ROOT:
+            row = graph.root(ref.id)
+            replaces = None if row is None else row.replaces
+            replaced_by = tuple(
+                (str(r), str(b), int(s))
+                for r, b, s in db.execute(
+                    "SELECT root, branch, seq FROM fz_roots WHERE replaces = ? ORDER BY seq",
+                    (ref.id,),
+                )
+                if deps.locate(db, graph.view, ROOT, str(r)) is not None
+            )
+        if ref.kind == SUMMARY:
+            row, pid, key = deps.split_summary_id(ref.id, graph)
+            if row is not None:
+                found = db.execute(
+                    "SELECT data FROM memory_root_summaries WHERE root = ? AND projection = ?",
+                    (bytes.fromhex(row.root), pid),
+                ).fetchone()
+                if found is not None:
+                    value = encoding.decode(bytes(found[0])).get(key)
+        return ItemWhy(
+            ref,
+            located,
+            hist[-1][0].state if hist else LIVE,
+            hist,
+            tuple(graph.dependencies(ref)),
+            tuple(graph.dependents(ref)),
+            replaces,
+            replaced_by,
+            value,
+        )
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def _op(
+        self,
+        op_type: OpType,
+        item: ItemRef,
+        payload: dict[str, Any],
+        actor: str,
+        actor_type: str,
+        namespace: str | None,
+        branch: str,
+    ) -> OpInput:
+        if namespace is None:
+            at = deps.locate(
+                self.ledger.store.db, deps.view_of(self.ledger.store.db, branch), item.kind, item.id
+            )
+            namespace = at.namespace if at is not None and item.kind == OBJECT else "system"
+        return OpInput(
+            op_type=op_type.value,
+            actor_id=actor,
+            actor_type=actor_type,
+            namespace_id=namespace,
+            payload=payload,
+            policy_version=POLICY_VERSION,
+            target_id=item.id,
+            target_type=item.kind,
+        )
+
+    def _state(
+        self,
+        op_type: OpType,
+        item: str | ItemRef,
+        reason: str,
+        evidence: Sequence[str],
+        actor: str,
+        actor_type: str,
+        branch: str,
+        namespace: str | None,
+    ) -> Appended:
+        payload: dict[str, Any] = {"reason": reason}
+        if evidence:
+            payload["evidence_ids"] = list(evidence)
+        self.hook  # noqa: B018 - raises without a hook, before anything is written
+        with self.ledger.store.write():
+            ref = self.resolve(item, branch)
+            op = self._op(op_type, ref, payload, actor, actor_type, namespace, branch)
+            appended = self.ledger.append_batch([op], branch=branch)
+        self._sign_if_snapshot(appended, branch)
+        return appended[0]
+
+    def _sign_if_snapshot(self, appended: Sequence[Appended], branch: str) -> None:
+        # An append may bring an automatic SNAPSHOT (RootsHook); SPEC 5 signs after it.
+        if any(a.type == OpType.SNAPSHOT for a in appended):
+            self.ledger.checkpoint(branch)
+
+    def falsify(
+        self,
+        item: str | ItemRef,
+        reason: str,
+        evidence: Sequence[str] = (),
+        *,
+        actor: str = DEFAULT_ACTOR,
+        actor_type: str = ActorType.HUMAN_USER.value,
+        branch: str = CANONICAL_BRANCH,
+        namespace: str | None = None,
+    ) -> Appended:
+        """Append a ``FALSIFY``: the item becomes ``falsified``; nothing else changes.
+
+        ``evidence`` lists event ids that show it is false; ``namespace`` defaults to the
+        object's namespace (``system`` for other items).
+
+        Raises:
+            ValidationError: a malformed id, reason or evidence id.
+            NotFoundError: the item or an evidence event is not on the branch.
+            RuleError: the item is already falsified.
+            ValueError: the ledger has no ``FalsifyHook``.
+        """
+        return self._state(
+            OpType.FALSIFY, item, reason, evidence, actor, actor_type, branch, namespace
+        )
+
+    def mark_stale(
+        self,
+        item: str | ItemRef,
+        reason: str,
+        evidence: Sequence[str] = (),
+        *,
+        actor: str = DEFAULT_ACTOR,
+        actor_type: str = ActorType.HUMAN_USER.value,
+        branch: str = CANONICAL_BRANCH,
+        namespace: str | None = None,
+    ) -> Appended:
+        """Append a ``MARK_STALE``: a live item becomes ``stale`` (to be re-checked).
+
+        Raises:
+            ValidationError, NotFoundError, ValueError: as ``falsify``.
+            RuleError: the item is not live.
+        """
+        return self._state(
+            OpType.MARK_STALE, item, reason, evidence, actor, actor_type, branch, namespace
+        )
+
+    def restore(
+        self,
+        item: str | ItemRef,
+        reason: str,
+        evidence: Sequence[str] = (),
+        *,
+        actor: str = DEFAULT_ACTOR,
+        actor_type: str = ActorType.HUMAN_USER.value,
+        branch: str = CANONICAL_BRANCH,
+        namespace: str | None = None,
+    ) -> Appended:
+        """Append a ``RESTORE``: a stale or falsified item becomes ``live`` again.
+
+        Dependents a cascade marked stale stay stale: restore them one by one.
+
+        Raises:
+            ValidationError, NotFoundError, ValueError: as ``falsify``.
+            RuleError: the item is live.
+        """
+        return self._state(
+            OpType.RESTORE, item, reason, evidence, actor, actor_type, branch, namespace
+        )
+
+    def request(
+        self,
+        item: str | ItemRef,
+        max_depth: int,
+        max_items: int,
+        kinds: str | Sequence[str] = KINDS,
+        reason: str | None = None,
+        branch: str = CANONICAL_BRANCH,
+    ) -> CascadeRequest:
+        """Return a cascade request from ``item`` under the bound.
+
+        Raises:
+            ValidationError: a bound below 1 or over its limit, an unknown kind, a bad id.
+            NotFoundError: as ``resolve``.
+        """
+        return CascadeRequest(
+            self.resolve(item, branch), max_depth, max_items, parse_kinds(kinds), reason
+        )
+
+    def plan(
+        self,
+        item: str | ItemRef,
+        max_depth: int,
+        max_items: int,
+        kinds: str | Sequence[str] = KINDS,
+        *,
+        branch: str = CANONICAL_BRANCH,
+        resnapshots: bool = False,
+    ) -> Plan:
+        """Plan a cascade (a dry run): what it would touch and what lies beyond; write nothing.
+
+        With ``resnapshots`` the re-snapshotted roots are computed too (a fold of the
+        affected branch up to the last affected root).
+
+        Raises:
+            ValidationError, NotFoundError: as ``request``; NotFoundError also for an origin
+                the branch does not see.
+            RuleError: the origin is live.
+        """
+        self.sync(branch)
+        request = self.request(item, max_depth, max_items, kinds, None, branch)
+        return self.core.plan(branch, request, resnapshots=resnapshots)
+
+    def cascade(
+        self,
+        item: str | ItemRef,
+        max_depth: int,
+        max_items: int,
+        kinds: str | Sequence[str] = KINDS,
+        *,
+        reason: str | None = None,
+        actor: str = DEFAULT_ACTOR,
+        actor_type: str = ActorType.HUMAN_USER.value,
+        branch: str = CANONICAL_BRANCH,
+    ) -> CascadeResult:
+        """Apply a cascade: append one ``CASCADE`` entry, which marks the touched items stale.
+
+        The entry lists what the cascade touched, what lay beyond the bound and the
+        re-snapshotted roots. A checkpoint is signed after it if the append brought an
+        automatic snapshot.
+
+        Raises:
+            ValidationError: as ``request``, or the entry would be over the size limit
+                (lower ``max_items``).
+            NotFoundError, RuleError: as ``plan``.
+            ValueError: the ledger has no ``FalsifyHook``.
+        """
+        hook = self.hook
+        ledger = self.ledger
+        with ledger.store.write():
+            self.sync(branch)
+            request = self.request(item, max_depth, max_items, kinds, reason, branch)
+            plan = self.core.plan(branch, request, resnapshots=True)
+            op = self._op(
+                OpType.CASCADE,
+                request.origin,
+                plan.payload(),
+                actor,
+                actor_type,
+                None,
+                branch,
+            )
+            hook.expect(branch, bytes(ledger.store.branch(branch).head), plan)
+            try:
+                appended = ledger.append_batch([op], branch=branch)
+            except ValidationError as e:
+                if e.field == "body":
+                    raise ValidationError(
+                        f"the CASCADE entry would touch {len(plan.touched)} items and is over "
+                        f"the entry size limit ({e}); lower max_items",
+                        field="max_items",
+                    ) from e
+                raise
+            finally:
+                hook._memo = None
+        self._sign_if_snapshot(appended, branch)
+        return CascadeResult(plan, tuple(appended))
