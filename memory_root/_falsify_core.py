@@ -13,22 +13,33 @@ The four operations' formats are in docs/format-falsify.md.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 import apsw
 
+from ledger import encoding
 from ledger.entries import Entry, Kind, check_uuid
 from ledger.errors import NotFoundError, RefusedError, ValidationError
+from ledger.ledger import Ledger
 from ledger.vocab import OpType
 from memory_root import deps, item_states
-from memory_root.cascade import CascadeRequest, EntrySource, Plan, StateReplay, plan, resnapshot
+from memory_root.cascade import (
+    CascadeRequest,
+    EntrySource,
+    Plan,
+    StateReplay,
+    excluded_entry,
+    plan,
+    resnapshot,
+)
 from memory_root.deps import KINDS, OBJECT, ROOT, SELFMODEL, SUMMARY, Graph, ItemRef, RootRow
 from memory_root.item_states import FALSIFIED, STALE
 from projections.projection import Projection
 from projections.registry import Registry
-from projections.states import check_state_change
+from projections.rules import RuleError
+from projections.states import FALSIFICATION, check_state_change
 
 __all__ = [
     "EVENTS_MAX",
@@ -37,6 +48,11 @@ __all__ = [
     "FalsifyCore",
     "Validated",
     "check_item_id",
+    "entry_source",
+    "ledger_core",
+    "set_head",
+    "state_replay_of",
+    "summary_keys_of",
 ]
 
 _FALSIFY: Final = OpType.FALSIFY.value
@@ -323,16 +339,22 @@ class FalsifyCore:
         )
         return resnapshot(graph, p, excluded, self.projections, self.source, self.state_replay)
 
+    @property
+    def replays_plans(self) -> bool:
+        """True when cascade plans can be recomputed (summaries and entries at hand)."""
+        return self.summary_keys is not None and self.source is not None
+
     def _cascade(self, entry: Entry, memo: Plan | None) -> None:
         request = self.request(entry)
         payload = entry.body["payload"]
+        if not self.replays_plans:
+            self._cascade_as_listed(entry, request, payload)
+            return
         if memo is not None and memo.branch == entry.branch and memo.payload() == payload:
             p = memo
         else:
             p = self.plan(entry.branch, request, resnapshots=True)
             want = p.payload()
-            if self.source is None:
-                want["resnapshots"] = payload["resnapshots"]  # not recomputable here
             if want != payload:
                 field = next(
                     k for k in sorted(set(want) | set(payload)) if want.get(k) != payload.get(k)
@@ -346,9 +368,6 @@ class FalsifyCore:
         reason = request.reason or f"cascade from {request.origin.kind} {request.origin.id}"
         item_states.record_many(self.db, entry, touched, STALE, reason)
         self._root_state(entry, touched, STALE)
-        if self.source is None:
-            self._replacements_from_payload(entry, payload["resnapshots"])
-            return
         for x in p.resnapshots:
             old = deps.root_row(self.db, x.replaces)
             assert old is not None  # resnapshot() only replaces roots the index holds
@@ -372,6 +391,31 @@ class FalsifyCore:
                     x.preimage.preimage(),
                 ),
             )
+
+    def _cascade_as_listed(
+        self, entry: Entry, request: CascadeRequest, payload: Mapping[str, Any]
+    ) -> None:
+        """Apply a CASCADE as its entry lists it (an auditor's bundle has no summaries).
+
+        The origin and the bound are still checked; the touched items are marked stale if
+        the view sees them, and the re-snapshots are recorded as listed.
+        """
+        graph = self.graph(entry.branch)
+        if deps.split_summary_id(request.origin.id, graph)[0] is None and not graph.exists(
+            request.origin
+        ):
+            raise NotFoundError(f"no {request.origin.kind} {request.origin.id} on this branch")
+        now = item_states.current(self.db, graph.view, request.origin)
+        if now is None or now.state == "live":
+            raise RuleError(FALSIFICATION, "a cascade starts from a falsified or stale item")
+        touched = []
+        listed = payload.get("touched")
+        for t in listed if type(listed) is list else []:
+            if type(t) is dict and t.get("type") in KINDS and type(t.get("id")) is str:
+                touched.append(ItemRef(str(t["type"]), str(t["id"])))
+        reason = request.reason or f"cascade from {request.origin.kind} {request.origin.id}"
+        item_states.record_many(self.db, entry, list(dict.fromkeys(touched)), STALE, reason)
+        self._replacements_from_payload(entry, payload.get("resnapshots"))
 
     def _replacements_from_payload(self, entry: Entry, listed: Any) -> None:
         """Record re-snapshots as listed (an auditor without the entries cannot recompute)."""
@@ -399,3 +443,84 @@ class FalsifyCore:
                     None,
                 ),
             )
+
+
+def set_head(db: apsw.Connection, branch: str, size: int) -> None:
+    db.execute("INSERT OR REPLACE INTO fz_heads VALUES(?, ?)", (branch, size))
+
+
+# -- the ledger-backed core ----------------------------------------------------------------------
+
+
+def summary_keys_of(db: apsw.Connection) -> deps.SummaryKeys:
+    def keys(root: bytes, projection: str) -> list[str]:
+        try:
+            row = db.execute(
+                "SELECT data FROM memory_root_summaries WHERE root = ? AND projection = ?",
+                (root, projection),
+            ).fetchone()
+        except apsw.SQLError:
+            return []  # no memory_root layer in this file
+        if row is None:
+            return []
+        value = encoding.decode(bytes(row[0]))
+        return sorted(k for k in value if type(k) is str) if type(value) is dict else []
+
+    return keys
+
+
+def entry_source(ledger: Ledger) -> EntrySource:
+    store = ledger.store
+
+    def rows(branch: str, start: int, stop: int) -> Iterator[tuple[bool, bytes]]:
+        for r in store.iter_entry_rows(store.branch(branch).no, start, stop):
+            yield (r.digest is not None or r.erased_by is not None), bytes(r.data)
+
+    return rows
+
+
+def state_replay_of(index: apsw.Connection, source: EntrySource) -> StateReplay:
+    """Replay the memory model over a branch's view without the excluded objects' entries."""
+
+    def run(branch: str, hw: int, excluded: frozenset[str]) -> apsw.Connection:
+        from projections.replay import replay
+
+        view = deps.view_of(index, branch)
+
+        def entries() -> Iterator[Entry]:
+            for b, bound in reversed(view):
+                stop = hw if b == branch else bound
+                assert stop is not None
+                for _, data in source(b, 0, stop + 1):
+                    e = Entry.from_bytes(data)
+                    if not excluded_entry(e, excluded):
+                        yield e
+
+        return replay(entries())
+
+    return run
+
+
+def ledger_core(
+    ledger: Ledger, registry: Registry, *, db: apsw.Connection | None = None
+) -> FalsifyCore:
+    """Return the falsification core over a ledger's file (reading its entries and summaries).
+
+    ``db`` holds the tables (default: the ledger's own connection).
+    """
+    index = ledger.store.db if db is None else db
+    source = entry_source(ledger)
+    has_roots = bool(
+        ledger.store.db.execute(
+            "SELECT 1 FROM sqlite_master WHERE name = 'memory_roots'"
+        ).fetchall()
+    )
+    return FalsifyCore(
+        index,
+        registry,
+        summary_keys=summary_keys_of(ledger.store.db),
+        source=source,
+        state_replay=state_replay_of(index, source),
+        find_event=ledger.find_event,
+        root_states=has_roots and db is None,
+    )

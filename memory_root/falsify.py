@@ -27,7 +27,7 @@ Install it after ``MemoryHook`` (which keeps objects' ``state`` column) and befo
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -39,13 +39,10 @@ from ledger.errors import NotFoundError, StorageError, ValidationError
 from ledger.ledger import Appended, Ledger
 from ledger.vocab import ActorType, OpType
 from memory_root import deps, item_states
-from memory_root._falsify_core import FalsifyCore, check_item_id
+from memory_root._falsify_core import FalsifyCore, check_item_id, ledger_core, set_head
 from memory_root.cascade import (
     CascadeRequest,
-    EntrySource,
     Plan,
-    StateReplay,
-    excluded_entry,
 )
 from memory_root.deps import KINDS, OBJECT, ROOT, SELFMODEL, SUMMARY, ItemRef, Located
 from memory_root.item_states import LIVE, StateChange
@@ -58,7 +55,6 @@ __all__ = [
     "Falsifier",
     "FalsifyHook",
     "ItemWhy",
-    "ledger_core",
     "parse_kinds",
 ]
 
@@ -92,83 +88,6 @@ def parse_kinds(text: str | Sequence[str]) -> tuple[str, ...]:
             "kinds must name each kind at most once, and one at least", field="kinds"
         )
     return tuple(sorted(out))
-
-
-# -- the ledger-backed core ----------------------------------------------------------------------
-
-
-def _summary_keys(db: apsw.Connection) -> deps.SummaryKeys:
-    def keys(root: bytes, projection: str) -> list[str]:
-        try:
-            row = db.execute(
-                "SELECT data FROM memory_root_summaries WHERE root = ? AND projection = ?",
-                (root, projection),
-            ).fetchone()
-        except apsw.SQLError:
-            return []  # no memory_root layer in this file
-        if row is None:
-            return []
-        value = encoding.decode(bytes(row[0]))
-        return sorted(k for k in value if type(k) is str) if type(value) is dict else []
-
-    return keys
-
-
-def _source(ledger: Ledger) -> EntrySource:
-    store = ledger.store
-
-    def rows(branch: str, start: int, stop: int) -> Iterator[tuple[bool, bytes]]:
-        for r in store.iter_entry_rows(store.branch(branch).no, start, stop):
-            yield (r.digest is not None or r.erased_by is not None), bytes(r.data)
-
-    return rows
-
-
-def _state_replay(index: apsw.Connection, source: EntrySource) -> StateReplay:
-    """Replay the memory model over a branch's view without the excluded objects' entries."""
-
-    def run(branch: str, hw: int, excluded: frozenset[str]) -> apsw.Connection:
-        from projections.replay import replay
-
-        view = deps.view_of(index, branch)
-
-        def entries() -> Iterator[Entry]:
-            for b, bound in reversed(view):
-                stop = hw if b == branch else bound
-                assert stop is not None
-                for _, data in source(b, 0, stop + 1):
-                    e = Entry.from_bytes(data)
-                    if not excluded_entry(e, excluded):
-                        yield e
-
-        return replay(entries())
-
-    return run
-
-
-def ledger_core(
-    ledger: Ledger, registry: Registry, *, db: apsw.Connection | None = None
-) -> FalsifyCore:
-    """Return the falsification core over a ledger's file (reading its entries and summaries).
-
-    ``db`` holds the tables (default: the ledger's own connection).
-    """
-    index = ledger.store.db if db is None else db
-    source = _source(ledger)
-    has_roots = bool(
-        ledger.store.db.execute(
-            "SELECT 1 FROM sqlite_master WHERE name = 'memory_roots'"
-        ).fetchall()
-    )
-    return FalsifyCore(
-        index,
-        registry,
-        summary_keys=_summary_keys(ledger.store.db),
-        source=source,
-        state_replay=_state_replay(index, source),
-        find_event=ledger.find_event,
-        root_states=has_roots and db is None,
-    )
 
 
 # -- the hook ----------------------------------------------------------------------------------
@@ -228,7 +147,7 @@ class FalsifyHook:
         for r in ledger.store.iter_entry_rows(ledger.store.branch(branch).no, head, stop):
             e = Entry.from_bytes(bytes(r.data))
             core.apply(e, strict=False)
-        _set_head(core.db, branch, stop)
+        set_head(core.db, branch, stop)
         return stop - head
 
     def apply(
@@ -262,12 +181,8 @@ class FalsifyHook:
                 field="op_type",
             )
         core.apply(entry, strict=True, memo=memo)
-        _set_head(core.db, entry.branch, entry.seq + 1)
+        set_head(core.db, entry.branch, entry.seq + 1)
         return []
-
-
-def _set_head(db: apsw.Connection, branch: str, size: int) -> None:
-    db.execute("INSERT OR REPLACE INTO fz_heads VALUES(?, ?)", (branch, size))
 
 
 # -- the API -----------------------------------------------------------------------------------

@@ -1,0 +1,335 @@
+"""Replaying falsification from the log: verify step 9 for states, and ``rebuild``.
+
+``FalsifyReplayCheck`` (a ``ledger.verify.ReplayCheck``) replays every entry into a throwaway
+in-memory database with the same rules the append hook applies (``_falsify_core``): the
+dependency index, every ``FALSIFY`` / ``MARK_STALE`` / ``RESTORE`` and every ``CASCADE``,
+whose plan (touched items, the frontier beyond the bound, the re-snapshotted roots) is
+recomputed from the ledger and must equal what the entry lists. With the ledger file it then
+compares the stored tables and each memory root's ``state`` column with the replay; a
+difference is a step 9 violation naming the table, branch and seq. State operations the rules
+refuse (appended without the hook) are skipped by both sides and reported as notes.
+
+Without the ledger file (an auditor's bundle carries no summaries) cascade plans are not
+recomputed: the entries' lists are applied as they are (a note says so).
+
+``rebuild`` drops the falsification tables and replays them from the log, then sets every
+stored memory root's ``state``; run it after the memory model's and the roots' rebuilds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import apsw
+
+from ledger.entries import Entry
+from ledger.errors import DecodeError
+from ledger.ledger import Ledger
+from ledger.verify import AuditReport, Finding
+from ledger.vocab import OpType
+from memory_root import deps, item_states
+from memory_root._falsify_core import (
+    FalsifyCore,
+    entry_source,
+    ledger_core,
+    set_head,
+    state_replay_of,
+    summary_keys_of,
+)
+from memory_root.deps import ROOT, ItemRef
+from projections.registry import Registry, default_registry
+
+__all__ = ["STEP", "TABLES", "FalsifyReplayCheck", "RebuildResult", "rebuild"]
+
+STEP: Final = 9
+TABLES: Final = (
+    ("fz_forks", ("branch", "parent", "fork_seq")),
+    ("fz_items", ("kind", "id", "branch", "seq", "namespace")),
+    ("fz_edges", ("dep_kind", "dep_id", "kind", "id", "branch", "seq")),
+    ("fz_touches", ("id", "branch", "seq", "type")),
+    (
+        "fz_roots",
+        (
+            "root",
+            "branch",
+            "seq",
+            "hbranch",
+            "lo",
+            "hi",
+            "parent",
+            "stateful",
+            "replaces",
+            "rules",
+            "preimage",
+        ),
+    ),
+    (
+        "fz_states",
+        (
+            "kind",
+            "id",
+            "branch",
+            "seq",
+            "state",
+            "op",
+            "actor_id",
+            "actor_type",
+            "reason",
+            "evidence",
+        ),
+    ),
+    ("fz_skipped", ("branch", "seq", "op_type", "reason")),
+)
+"""The falsification tables and their columns (``fz_heads`` is bookkeeping)."""
+
+
+def _rows(
+    db: apsw.Connection, table: str, cols: tuple[str, ...], heads: dict[str, int]
+) -> Iterator[tuple[Any, ...]]:
+    """Yield a table's rows in a fixed order, only those of entries below each branch head."""
+    has_seq = "seq" in cols
+    b, s = cols.index("branch"), cols.index("seq") if has_seq else -1
+    for r in db.execute(f"SELECT {', '.join(cols)} FROM {table} ORDER BY {', '.join(cols)}"):
+        head = heads.get(str(r[b]))
+        if head is None or (has_seq and int(r[s]) >= head):
+            continue
+        yield tuple(bytes(v) if isinstance(v, memoryview) else v for v in r)
+
+
+def _short(row: tuple[Any, ...] | None) -> str:
+    if row is None:
+        return "(no row)"
+    return str(tuple(v.hex()[:16] if isinstance(v, bytes) else v for v in row))[:300]
+
+
+class FalsifyReplayCheck:
+    """Verify step 9 for SPEC 7 states (see the module docstring)."""
+
+    steps: tuple[int, ...] = (STEP,)
+
+    def __init__(self, path: Path | None = None, registry: Registry | None = None) -> None:
+        """Check the ledger file at ``path`` (None: replay only, as for a bundle).
+
+        ``registry`` must know the projections the roots were built with (default: built-ins
+        and plugins), so cascades are recomputed the way they were planned.
+
+        Raises:
+            StorageError: if the file cannot be opened read-only.
+        """
+        self.path = None if path is None else Path(path)
+        self.db = apsw.Connection(":memory:")
+        deps.install(self.db)
+        item_states.install(self.db)
+        self.db.execute("BEGIN")
+        reg = registry if registry is not None else default_registry()
+        self.file: Ledger | None = None
+        if self.path is not None:
+            self.file = Ledger.open(self.path, readonly=True)
+            source = entry_source(self.file)
+            self.core = FalsifyCore(
+                self.db,
+                reg,
+                summary_keys=summary_keys_of(self.file.store.db),
+                source=source,
+                state_replay=state_replay_of(self.db, source),
+                find_event=self.file.find_event,
+                root_states=False,
+            )
+        else:
+            self.core = FalsifyCore(
+                self.db,
+                reg,
+                summary_keys=None,
+                source=None,
+                state_replay=None,
+                find_event=None,
+                root_states=False,
+            )
+        self.sizes: dict[str, int] = {}
+        self._noted_plans = False
+
+    def feed(self, branch: str, entry: Entry, report: AuditReport) -> None:
+        """Replay one entry; note a state operation the rules refuse."""
+        try:
+            skipped = self.core.apply(entry, strict=False)
+        except (ValueError, TypeError, KeyError, apsw.Error, DecodeError) as e:
+            report.add(Finding(STEP, f"{entry.type} cannot be replayed: {e}", branch, entry.seq))
+            skipped = None
+        self.sizes[branch] = entry.seq + 1
+        if skipped is not None:
+            report.add(
+                Finding(
+                    STEP,
+                    f"{entry.type} is refused by the falsification rules and was skipped: "
+                    f"{skipped}",
+                    branch,
+                    entry.seq,
+                    severity="note",
+                )
+            )
+        if entry.type == OpType.CASCADE and not self.core.replays_plans and not self._noted_plans:
+            self._noted_plans = True
+            report.add(
+                Finding(
+                    STEP,
+                    "CASCADE lists are applied as written: recomputing a cascade's plan needs "
+                    "the ledger file (its stored summaries)",
+                    branch,
+                    entry.seq,
+                    severity="note",
+                )
+            )
+
+    def finish(self, report: AuditReport) -> None:
+        """Compare the stored tables and root states with the replay (with the file)."""
+        try:
+            if self.file is not None:
+                self._compare(report)
+        finally:
+            self.db.execute("ROLLBACK")
+            self.db.close()
+            if self.file is not None:
+                self.file.close()
+
+    def _compare(self, report: AuditReport) -> None:
+        assert self.file is not None
+        fdb = self.file.store.db
+        if not fdb.execute("SELECT 1 FROM sqlite_master WHERE name = 'fz_heads'").fetchall():
+            report.add(
+                Finding(
+                    STEP,
+                    "no falsification state is stored in this file (run `memroot rebuild`)",
+                    severity="note",
+                )
+            )
+            return
+        stored = {str(b): int(n) for b, n in fdb.execute("SELECT branch, size FROM fz_heads")}
+        heads: dict[str, int] = {}
+        for branch, size in self.sizes.items():
+            have = stored.get(branch, 0)
+            if have > size:
+                report.add(
+                    Finding(
+                        STEP,
+                        f"stored falsification state covers {have} entries, the branch has {size}",
+                        branch,
+                        expected=str(size),
+                        actual=str(have),
+                    )
+                )
+            elif have < size:
+                report.add(
+                    Finding(
+                        STEP,
+                        f"stored falsification state covers {have} of {size} entries "
+                        "(appended without the hook; any falsify command brings it up to "
+                        "date); compared up to there",
+                        branch,
+                        severity="note",
+                    )
+                )
+            heads[branch] = min(have, size)
+        for table, cols in TABLES:
+            self._compare_table(fdb, table, cols, heads, report)
+        self._compare_root_states(fdb, heads, report)
+
+    def _compare_table(
+        self,
+        fdb: apsw.Connection,
+        table: str,
+        cols: tuple[str, ...],
+        heads: dict[str, int],
+        report: AuditReport,
+    ) -> None:
+        mine, theirs = _rows(self.db, table, cols, heads), _rows(fdb, table, cols, heads)
+        while True:
+            a, b = next(mine, None), next(theirs, None)
+            if a is None and b is None:
+                return
+            if a != b:
+                row = a if a is not None else b
+                assert row is not None
+                branch = str(row[cols.index("branch")])
+                seq = int(row[cols.index("seq")]) if "seq" in cols else None
+                report.add(
+                    Finding(
+                        STEP,
+                        f"stored {table} differs from the replay of the log (first differing "
+                        "row; run `memroot rebuild`)",
+                        branch,
+                        seq,
+                        expected=_short(a),
+                        actual=_short(b),
+                    )
+                )
+                return
+
+    def _compare_root_states(
+        self, fdb: apsw.Connection, heads: dict[str, int], report: AuditReport
+    ) -> None:
+        if not fdb.execute("SELECT 1 FROM sqlite_master WHERE name = 'memory_roots'").fetchall():
+            return
+        for root, branch, seq, state in fdb.execute(
+            "SELECT root, branch, seq, state FROM memory_roots ORDER BY branch, seq"
+        ):
+            b = str(branch)
+            if b not in heads or heads[b] < self.sizes.get(b, 0):
+                continue  # lagging: the state column may be behind too
+            change = item_states.current(
+                self.db, deps.view_of(self.db, b), ItemRef(ROOT, bytes(root).hex())
+            )
+            want = "live" if change is None else change.state
+            if state != want:
+                report.add(
+                    Finding(
+                        STEP,
+                        f"stored state of memory_root {bytes(root).hex()[:16]} differs from "
+                        "the replay of its FALSIFY/MARK_STALE/RESTORE/CASCADE entries",
+                        b,
+                        int(seq),
+                        expected=want,
+                        actual=str(state),
+                    )
+                )
+
+
+@dataclass(frozen=True, slots=True)
+class RebuildResult:
+    """What ``rebuild`` replayed: entries, state changes, skipped state operations."""
+
+    entries: int
+    changes: int
+    skipped: int
+
+
+def rebuild(ledger: Ledger, registry: Registry | None = None) -> RebuildResult:
+    """Drop the falsification tables and replay them from the log; set root states.
+
+    Runs after the memory model's and the roots' rebuilds (it reads the stored summaries).
+
+    Raises:
+        DecodeError: if a stored entry does not decode (nothing is changed).
+        StorageError: if the file cannot be written (nothing is changed).
+    """
+    reg = registry if registry is not None else default_registry()
+    n = 0
+    with ledger.store.write() as db:
+        for table, _ in TABLES:
+            db.execute(f"DROP TABLE IF EXISTS {table}")
+        db.execute("DROP TABLE IF EXISTS fz_heads")
+        deps.install(db)
+        item_states.install(db)
+        if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'memory_roots'").fetchall():
+            db.execute("UPDATE memory_roots SET state = 'live'")
+        core = ledger_core(ledger, reg)
+        for b in ledger.store.branches():
+            for r in ledger.store.iter_entry_rows(b.no, 0, b.size):
+                core.apply(Entry.from_bytes(bytes(r.data)), strict=False)
+                n += 1
+            set_head(db, b.name, b.size)
+        changes: Any = db.execute("SELECT count(*) FROM fz_states").fetchall()[0][0]
+        skipped: Any = db.execute("SELECT count(*) FROM fz_skipped").fetchall()[0][0]
+    return RebuildResult(n, int(changes), int(skipped))
