@@ -22,13 +22,22 @@ __all__ = [
 def default_hooks() -> list[AppendHook]:
     """Return the append hooks every CLI command installs (derived state kept in step)."""
     from memory_root.branches import BranchRegistry
+    from memory_root.falsify import FalsifyHook
     from memory_root.hook import RootsHook
     from projections.anchors import ConversationTree
     from projections.gitctx import GitContextHook
     from projections.hook import MemoryHook
 
     # RootsHook last: an automatic snapshot is taken after every other layer folded the entry.
-    return [BranchRegistry(), ConversationTree(), GitContextHook(), MemoryHook(), RootsHook()]
+    # FalsifyHook after MemoryHook (objects' state column) and before RootsHook.
+    return [
+        BranchRegistry(),
+        ConversationTree(),
+        GitContextHook(),
+        MemoryHook(),
+        FalsifyHook(),
+        RootsHook(),
+    ]
 
 
 def replay_checks(ledger: Ledger, *, restricted: bool = False) -> list[ReplayCheck]:
@@ -36,12 +45,14 @@ def replay_checks(ledger: Ledger, *, restricted: bool = False) -> list[ReplayChe
 
     ``restricted``: the audit covers some branches only (``verify --branch``).
     """
+    from memory_root.falsify_replay import FalsifyReplayCheck
     from memory_root.replay import RootsReplayCheck
     from projections.replay import MemoryReplayCheck
 
     return [
         RootsReplayCheck(ledger.path, restricted=restricted),
         MemoryReplayCheck(ledger.path, restricted=restricted),
+        FalsifyReplayCheck(ledger.path),
     ]
 
 
@@ -52,16 +63,19 @@ def bundle_sections(ledger: Ledger) -> list[BundleSection]:
 
 def bundle_checks(bundle: BundleReader) -> list[ReplayCheck]:
     """Return the checks of steps 7-9 that ``audit`` runs over a bundle (reading its sections)."""
+    from memory_root.falsify_replay import FalsifyReplayCheck
     from memory_root.replay import RootsReplayCheck
 
-    return [RootsReplayCheck()]
+    return [RootsReplayCheck(), FalsifyReplayCheck()]
 
 
 def rebuild_derived(ledger: Ledger) -> None:
     """Replay the layers' derived state from the entries (after ``import-bundle``)."""
+    from memory_root.falsify_replay import rebuild as rebuild_states
     from memory_root.replay import rebuild as rebuild_roots
     from projections.registry import default_registry
     from projections.replay import rebuild as rebuild_memory
 
     rebuild_memory(ledger)
     rebuild_roots(ledger, default_registry())
+    rebuild_states(ledger, default_registry())
