@@ -176,5 +176,6 @@ from cli import branch_cmds as _branch_cmds  # noqa: E402, F401
 from cli import bundle_cmds as _bundle_cmds  # noqa: E402, F401
 from cli import commands as _commands  # noqa: E402, F401
 from cli import demo as _demo  # noqa: E402, F401
+from cli import falsify_cmds as _falsify_cmds  # noqa: E402, F401
 from cli import memory_cmds as _memory_cmds  # noqa: E402, F401
 from cli import root_cmds as _root_cmds  # noqa: E402, F401

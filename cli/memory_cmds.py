@@ -157,13 +157,22 @@ def why_cmd(ctx: Context, object_id: str, as_json: bool) -> None:
     """Show why memory holds an object: every operation and evidence event, each proven.
 
     Each entry comes with its seq, entry hash and an RFC 9162 inclusion proof against the
-    latest signed checkpoint (printed too), so an auditor can check it offline.
+    latest signed checkpoint (printed too), so an auditor can check it offline. The
+    object's falsification states follow. For a memory root, a SelfModel (hex) or a
+    summary item (ROOT:projection:key): its state history, what it cites, what was built
+    on it.
 
     Example: memroot -l agent.ledger why 0190f3c2-7c1d-7d4e-8a9b-1c2d3e4f5a6b --json
     """
+    from cli.falsify_cmds import item_why, object_states
+
+    if len(object_id) != 36 or object_id.count("-") != 4:
+        item_why(ctx, object_id, "main", as_json)
+        return
     with open_ledger(ctx) as ledger:
         w = why_object(ledger, object_id)
-    data = w.to_dict()
+        states = object_states(ledger, object_id)
+    data = {**w.to_dict(), "states": states[0]}
 
     def human() -> None:
         o = w.object
@@ -199,6 +208,8 @@ def why_cmd(ctx: Context, object_id: str, as_json: bool) -> None:
                 f"  seq {ev.seq:<6} {ev.entry_hash.hex()[:16]}  event {ev.event_id} by "
                 f"{ev.actor_id}: {said}; {proof}"
             )
+        for line in states[1]:
+            click.echo(line)
 
     emit(data, as_json, human)
 

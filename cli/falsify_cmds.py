@@ -1,0 +1,367 @@
+"""Falsification commands: ``falsify``, ``mark-stale``, ``restore``, ``cascade`` (SPEC 7).
+
+Items are named by id: a memory object's UUID; a memory root's or a SelfModel snapshot's
+hex (a unique prefix of 4+ digits will do); ``ROOT:projection:key`` for one item of a
+root's summary (e.g. ``3be83139:failure-motifs:TITLE_MISMATCH``). ``memroot why ID`` shows
+an item's state history (``item_why`` here, for ids that are not UUIDs).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from cli.commands import jsonable, open_ledger
+from cli.main import Context, branch_option, cli, emit, pass_ctx
+from ledger.ledger import Ledger
+from memory_root.cascade import Plan
+from memory_root.falsify import CascadeResult, Falsifier, ItemWhy, parse_kinds
+from memory_root.item_states import StateChange
+
+__all__ = [
+    "cascade_cmd",
+    "falsify_cmd",
+    "item_why",
+    "mark_stale_cmd",
+    "object_states",
+    "restore_cmd",
+    "state_lines",
+]
+
+
+def _state_options(f: Any) -> Any:
+    """Add the options FALSIFY, MARK_STALE and RESTORE share."""
+    for option in reversed(
+        [
+            click.argument("item_id", metavar="ID"),
+            click.option("--reason", required=True, help="Why (recorded in the entry)."),
+            click.option(
+                "--evidence",
+                "evidence",
+                multiple=True,
+                metavar="EVENT_ID",
+                help="An event id that supports this (repeat for several).",
+            ),
+            click.option("--actor", default="operator", show_default=True, help="Who asks."),
+            click.option(
+                "--actor-type",
+                default="HUMAN_USER",
+                show_default=True,
+                type=click.Choice(
+                    ["HUMAN_USER", "SYSTEM_PROCESS", "AI_AGENT", "EXTERNAL_CONNECTOR"]
+                ),
+                help="The actor's type.",
+            ),
+            click.option(
+                "--namespace",
+                default=None,
+                help="Namespace of the entry (default: the object's, else 'system').",
+            ),
+            branch_option,
+            click.option("--json", "as_json", is_flag=True, help="Print JSON."),
+        ]
+    ):
+        f = option(f)
+    return f
+
+
+def _state_cmd(
+    ctx: Context,
+    op: str,
+    item_id: str,
+    reason: str,
+    evidence: tuple[str, ...],
+    actor: str,
+    actor_type: str,
+    namespace: str | None,
+    branch: str,
+    as_json: bool,
+) -> None:
+    with open_ledger(ctx) as ledger:
+        f = Falsifier(ledger)
+        call = {"falsify": f.falsify, "mark-stale": f.mark_stale, "restore": f.restore}[op]
+        ref = f.resolve(item_id, branch)
+        a = call(
+            ref,
+            reason,
+            evidence,
+            actor=actor,
+            actor_type=actor_type,
+            branch=branch,
+            namespace=namespace,
+        )
+        state = f.state(ref, branch)
+    data = {
+        "type": ref.kind,
+        "id": ref.id,
+        "state": state,
+        "branch": a.branch,
+        "seq": a.seq,
+        "entry_hash": a.entry_hash.hex(),
+        "op_id": a.id,
+    }
+    emit(
+        data,
+        as_json,
+        f"{ref.kind} {ref.id} is now {state} ({a.type} entry {a.seq} on {a.branch}, "
+        f"{a.entry_hash.hex()[:16]})",
+    )
+
+
+@cli.command("falsify")
+@_state_options
+@pass_ctx
+def falsify_cmd(
+    ctx: Context,
+    item_id: str,
+    reason: str,
+    evidence: tuple[str, ...],
+    actor: str,
+    actor_type: str,
+    namespace: str | None,
+    branch: str,
+    as_json: bool,
+) -> None:
+    """Falsify one item: its state becomes falsified, and nothing else changes.
+
+    What depends on it keeps its state until you ask for a cascade (`memroot cascade`).
+    Refused (nothing written) for an unknown id or an item already falsified.
+    ID: an object UUID, a root or SelfModel hex (prefix ok), or ROOT:projection:key.
+
+    Example: memroot -l L falsify 0190f3c2-7c1d-7d4e-8a9b-1c2d3e4f5a6b --reason "retracted"
+    """
+    _state_cmd(
+        ctx, "falsify", item_id, reason, evidence, actor, actor_type, namespace, branch, as_json
+    )
+
+
+@cli.command("mark-stale")
+@_state_options
+@pass_ctx
+def mark_stale_cmd(
+    ctx: Context,
+    item_id: str,
+    reason: str,
+    evidence: tuple[str, ...],
+    actor: str,
+    actor_type: str,
+    namespace: str | None,
+    branch: str,
+    as_json: bool,
+) -> None:
+    """Mark one live item stale (to be re-checked); nothing else changes.
+
+    ID: an object UUID, a root or SelfModel hex (prefix ok), or ROOT:projection:key.
+
+    Example: memroot -l agent.ledger mark-stale 3be83139 --reason "built before the fix"
+    """
+    _state_cmd(
+        ctx, "mark-stale", item_id, reason, evidence, actor, actor_type, namespace, branch, as_json
+    )
+
+
+@cli.command("restore")
+@_state_options
+@pass_ctx
+def restore_cmd(
+    ctx: Context,
+    item_id: str,
+    reason: str,
+    evidence: tuple[str, ...],
+    actor: str,
+    actor_type: str,
+    namespace: str | None,
+    branch: str,
+    as_json: bool,
+) -> None:
+    """Restore a falsified or stale item to live (undo); refused for a live item.
+
+    Items a cascade marked stale stay stale: restore them one by one.
+    ID: an object UUID, a root or SelfModel hex (prefix ok), or ROOT:projection:key.
+
+    Example: memroot -l L restore 0190f3c2-7c1d-7d4e-8a9b-1c2d3e4f5a6b --reason "withdrawn"
+    """
+    _state_cmd(
+        ctx, "restore", item_id, reason, evidence, actor, actor_type, namespace, branch, as_json
+    )
+
+
+# -- cascade -------------------------------------------------------------------------------------
+
+
+def _plan_json(p: Plan, applied: CascadeResult | None) -> dict[str, Any]:
+    r = p.request
+    out: dict[str, Any] = {
+        "origin": {**r.origin.to_cbor(), "state": p.origin_state},
+        "branch": p.branch,
+        "max_depth": r.max_depth,
+        "max_items": r.max_items,
+        "kinds": list(r.kinds),
+        "touched": [s.to_cbor() for s in p.touched],
+        "passed": [s.to_cbor() for s in p.passed],
+        "beyond": [c.to_cbor() for c in p.beyond],
+        "roots_to_resnapshot": list(p.roots),
+        "dry_run": applied is None,
+    }
+    if applied is not None:
+        a = applied.appended[0]
+        out["resnapshots"] = [
+            {**x.to_cbor(), "branch": x.branch, "high_water": x.preimage.high_water.seq}
+            for x in p.resnapshots
+        ]
+        out["entry"] = {"branch": a.branch, "seq": a.seq, "entry_hash": a.entry_hash.hex()}
+    return out
+
+
+def _print_plan(p: Plan, applied: CascadeResult | None) -> None:
+    r = p.request
+    click.echo(
+        f"cascade from {r.origin.kind} {r.origin.id} ({p.origin_state}) on {p.branch}: "
+        f"max depth {r.max_depth}, max items {r.max_items}, kinds {','.join(r.kinds)}"
+    )
+    verb = "would touch" if applied is None else "touched"
+    click.echo(f"{verb} {len(p.touched)} item(s) (marked stale):")
+    for s in p.touched:
+        click.echo(f"  {s.depth:>3}  {s.item.kind:<14} {s.item.id}")
+    if p.passed:
+        click.echo(f"walked through {len(p.passed)} item(s) already stale or falsified:")
+        for s in p.passed:
+            click.echo(f"  {s.depth:>3}  {s.item.kind:<14} {s.item.id}")
+    click.echo(f"beyond the bound: {len(p.beyond)} item(s)")
+    for c in p.beyond:
+        click.echo(f"  {c.depth:>3}  {c.item.kind:<14} {c.item.id}  (cut by {c.bound})")
+    if applied is None:
+        click.echo(f"roots to re-snapshot without falsified inputs: {len(p.roots)}")
+        for root in p.roots:
+            click.echo(f"       {root}")
+        click.echo("dry run: nothing was written")
+        return
+    click.echo(f"re-snapshots: {len(p.resnapshots)}")
+    for x in p.resnapshots:
+        parent = x.preimage.parent.hex()[:16] if x.preimage.parent else "-"
+        click.echo(f"  {x.replaces[:16]} -> {x.root}  (parent {parent})")
+    a = applied.appended[0]
+    click.echo(f"CASCADE entry {a.seq} on {a.branch} ({a.entry_hash.hex()[:16]})")
+
+
+@cli.command("cascade")
+@click.argument("item_id", metavar="ID")
+@click.option(
+    "--max-depth",
+    type=click.IntRange(min=0),
+    default=3,
+    show_default=True,
+    help="Deepest dependency level touched (>= 1).",
+)
+@click.option(
+    "--max-items",
+    type=click.IntRange(min=0),
+    default=1000,
+    show_default=True,
+    help="Most items marked stale (>= 1).",
+)
+@click.option(
+    "--kinds",
+    default=",".join(k for k in ("object", "root", "summary", "selfmodel")),
+    show_default=True,
+    help="Kinds of item it may touch: object, root, summary, selfmodel (comma-separated).",
+)
+@click.option("--reason", default=None, help="Why (recorded in the entry).")
+@click.option("--actor", default="operator", show_default=True, help="Who asks.")
+@click.option("--dry-run", is_flag=True, help="Print the plan and write nothing.")
+@branch_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_ctx
+def cascade_cmd(
+    ctx: Context,
+    item_id: str,
+    max_depth: int,
+    max_items: int,
+    kinds: str,
+    reason: str | None,
+    actor: str,
+    dry_run: bool,
+    branch: str,
+    as_json: bool,
+) -> None:
+    """Walk what depends on a falsified (or stale) item, within an explicit bound.
+
+    Depth 1 is what was built on the item, depth 2 what was built on those, and so on, in
+    a fixed order. Applying it appends one CASCADE entry that marks the touched items
+    stale, lists what lay beyond the bound, and lists the affected roots re-snapshotted
+    without the falsified inputs. --dry-run prints the plan and writes nothing.
+    ID: an object UUID, a root or SelfModel hex (prefix ok), or ROOT:projection:key.
+
+    Example: memroot -l L cascade 3be83139 --max-depth 2 --max-items 100 --dry-run
+    """
+    chosen = parse_kinds(kinds)
+    with open_ledger(ctx) as ledger:
+        f = Falsifier(ledger)
+        if dry_run:
+            p = f.plan(item_id, max_depth, max_items, chosen, branch=branch)
+            applied = None
+        else:
+            applied = f.cascade(
+                item_id, max_depth, max_items, chosen, reason=reason, actor=actor, branch=branch
+            )
+            p = applied.plan
+    emit(_plan_json(p, applied), as_json, lambda: _print_plan(p, applied))
+
+
+# -- why for items that are not objects ----------------------------------------------------------
+
+
+def state_lines(
+    history: tuple[tuple[StateChange, bytes], ...] | list[tuple[StateChange, bytes]],
+) -> list[str]:
+    """Return one line per state change: seq, entry hash, operation, state, actor, reason."""
+    out = []
+    for c, h in history:
+        ev = f" evidence {','.join(c.evidence)}" if c.evidence else ""
+        out.append(
+            f"  seq {c.seq:<6} {h.hex()[:16]}  {c.op:<10} -> {c.state:<9} by {c.actor_id} "
+            f"({c.actor_type}) on {c.branch}: {c.reason or '-'}{ev}"
+        )
+    return out
+
+
+def _print_why(w: ItemWhy) -> None:
+    where = "" if w.located is None else f" (entry {w.located.seq} on {w.located.branch})"
+    click.echo(f"{w.item.kind} {w.item.id}{where}: {w.state}")
+    if w.value is not None:
+        click.echo(f"  value: {jsonable(w.value)}")
+    if w.replaces:
+        click.echo(f"  re-snapshot of {w.replaces} without its falsified inputs")
+    for root, branch, seq in w.replaced_by:
+        click.echo(f"  replaced by {root} (CASCADE entry {seq} on {branch})")
+    click.echo("states:" if w.history else "states: live since it was recorded")
+    for line in state_lines(w.history):
+        click.echo(line)
+    click.echo(f"cites ({len(w.dependencies)}):")
+    for d in w.dependencies:
+        click.echo(f"  {d.kind:<14} {d.id}")
+    click.echo(f"built on it ({len(w.dependents)}):")
+    for d in w.dependents:
+        click.echo(f"  {d.kind:<14} {d.id}")
+
+
+def object_states(ledger: Ledger, object_id: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """Return an object's falsification states on main: as JSON, and as lines to print."""
+    f = Falsifier(ledger)
+    f.sync()
+    history = [(c, bytes(ledger.entry(c.seq, c.branch).hash)) for c in f.history(object_id)]
+    lines = ["states:" if history else "states: live (never falsified, staled or restored)"]
+    lines.extend(state_lines(history))
+    return [{**c.to_dict(), "entry_hash": h.hex()} for c, h in history], lines
+
+
+def item_why(ctx: Context, item_id: str, branch: str, as_json: bool) -> None:
+    """Print ``memroot why`` for a root, summary item or SelfModel snapshot.
+
+    Raises:
+        ValidationError, NotFoundError: for an id that names no item on the branch.
+    """
+    with open_ledger(ctx) as ledger:
+        w = Falsifier(ledger).why(item_id, branch)
+    emit(jsonable(w.to_dict()), as_json, lambda: _print_why(w))
