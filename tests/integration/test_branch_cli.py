@@ -1,0 +1,289 @@
+"""Branch commands end to end: merge, divergence, diff, and --branch/--anchor/--git-branch."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import apsw
+import pytest
+from click.testing import CliRunner, Result
+
+from cli.main import cli
+
+ORIGIN = "example.org/branch-cli"
+NS = "team"
+
+
+def memroot(path: Path, *args: str) -> Result:
+    return CliRunner().invoke(cli, ["-l", str(path), *args], catch_exceptions=False)
+
+
+def ok(path: Path, *args: str) -> Any:
+    result = memroot(path, *args, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def append(path: Path, obj: dict[str, Any], branch: str = "main") -> str:
+    return str(ok(path, "append", "-b", branch, json.dumps(obj))[0]["id"])
+
+
+def event(
+    path: Path, branch: str = "main", parent: str | None = None, git: str | None = None
+) -> str:
+    obj: dict[str, Any] = {
+        "kind": "event",
+        "stream": "s",
+        "actor_id": "agent",
+        "actor_type": "AI_AGENT",
+        "role": "USER",
+        "content": "said",
+        "namespace_id": NS,
+    }
+    if parent is not None:
+        obj["parent_event_id"] = parent
+    if git is not None:
+        obj["context"] = {"git": {"branch": git}}
+    return append(path, obj, branch)
+
+
+def op(op_type: str, payload: dict[str, Any], actor: str = "agent", **extra: Any) -> dict[str, Any]:
+    return {
+        "kind": "op",
+        "op_type": op_type,
+        "actor_id": actor,
+        "actor_type": "AI_AGENT",
+        "namespace_id": NS,
+        "policy_version": "p/1",
+        "payload": payload,
+        **extra,
+    }
+
+
+def fact(
+    path: Path,
+    evidence: list[str],
+    branch: str = "main",
+    *,
+    epistemic: str = "ASSERTED",
+    sv: Any = None,
+    git: str | None = None,
+    salience: float = 0.5,
+) -> str:
+    payload: dict[str, Any] = {
+        "object_type": "FACT",
+        "epistemic_type": epistemic,
+        "source_type": "USER_STATED",
+        "evidence_ids": evidence,
+        "value": "v",
+        "confidence": None,
+        "salience": salience,
+    }
+    if sv is not None:
+        payload["structured_value"] = sv
+    extra = {} if git is None else {"context": {"git": {"branch": git}}}
+    return append(path, op("ASSERT", payload, **extra), branch)
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    p = tmp_path / "b.ledger"
+    assert memroot(p, "init", "--origin", ORIGIN).exit_code == 0
+    append(p, op("NAMESPACE_CREATE", {"namespace_type": "PROJECT"}, actor="admin"))
+    for who, perms in (("admin", "WRITE ASSERT DEPRECATE READ"), ("agent", "WRITE ASSERT")):
+        for perm in perms.split():
+            append(p, op("GRANT", {"actor_id": who, "permission": perm}, actor="admin"))
+    return p
+
+
+def branch(path: Path, btype: str = "SIMULATION", parent: str = "main") -> str:
+    result = memroot(
+        path, "branch", "create", "--type", btype, "--purpose", "p", "--parent", parent
+    )
+    assert result.exit_code == 0, result.output
+    return result.stdout.strip()
+
+
+def _pair(path: Path) -> tuple[str, str, str]:
+    """A branch with a FACT that conflicts with one main asserted after the fork."""
+    e = event(path)
+    b = branch(path)
+    mine = fact(path, [event(path, b)], b, sv={"attribute": "city"})
+    theirs = fact(path, [e], sv={"attribute": "city"})
+    return b, mine, theirs
+
+
+@pytest.mark.parametrize(
+    ("strategy", "outcome"),
+    [
+        ("PRESERVE_BOTH", "IMPORTED"),
+        ("PREFER_CANONICAL", "REJECTED"),
+        ("PREFER_BRANCH", "IMPORTED"),
+    ],
+)
+def test_branch_merge_with_each_strategy(path: Path, strategy: str, outcome: str):
+    """merge --objects lands the strategy's outcome and prints it as JSON."""
+    b, mine, theirs = _pair(path)
+    data = ok(
+        path, "branch", "merge", b, "--objects", mine, "--strategy", strategy, "--actor", "admin"
+    )
+    [item] = data["items"]
+    assert (item["object_id"], item["outcome"], item["conflicts_with"]) == (mine, outcome, [theirs])
+    assert data["divergence"]["branch_id"] == b and "warning" in data
+    state = {r["id"]: r for r in ok(path, "query", "--mode", "AUDIT")}
+    assert state[theirs]["lifecycle_state"] == (
+        "DEPRECATED" if strategy == "PREFER_BRANCH" else "ACTIVE"
+    )
+    if outcome == "IMPORTED":
+        new = state[item["new_object_id"]]
+        assert new["source_type"] == "IMPORTED" and new["asserted_by"] == "agent"
+    assert (data["override_seq"] is not None) == (strategy == "PREFER_BRANCH")
+    log = ok(path, "log", "--start", str(data["merge_seq"]), "--limit", "1")
+    assert log[0]["type"] == "BRANCH_MERGE"
+
+
+def test_branch_merge_refusals_exit_3(path: Path):
+    """No --objects, a HYPOTHETICAL object, a COUNTERFACTUAL branch: exit 3, named."""
+    e = event(path)
+    b = branch(path)
+    h = fact(path, [e], b, epistemic="HYPOTHETICAL")
+    none = memroot(path, "branch", "merge", b)
+    assert none.exit_code == 3 and "--objects" in none.stderr
+    hyp = memroot(path, "branch", "merge", b, "--objects", h)
+    assert hyp.exit_code == 3 and h in hyp.stderr and "EPISTEMIC_TRANSITION" in hyp.stderr
+    cf = branch(path, "COUNTERFACTUAL")
+    x = fact(path, [e], cf)
+    refused = memroot(path, "branch", "merge", cf, "--objects", x)
+    assert refused.exit_code == 3 and "COUNTERFACTUAL branches never merge" in refused.stderr
+    admin_only = memroot(
+        path,
+        "branch",
+        "merge",
+        b,
+        "--objects",
+        h,
+        "--strategy",
+        "PREFER_BRANCH",
+        "--actor",
+        "agent",
+    )
+    assert admin_only.exit_code == 3
+
+
+def test_divergent_merge_prints_a_warning_and_goes_ahead(path: Path):
+    """Above 0.70 the human output warns on stderr; the merge lands."""
+    b = branch(path)
+    x = fact(path, [event(path, b)], b)
+    result = memroot(path, "branch", "merge", b, "--objects", x, "--actor", "admin")
+    assert result.exit_code == 0
+    assert "warning: divergence 1.00 is above 0.70" in result.stderr
+    assert f"{x}: IMPORTED" in result.stdout
+
+
+def test_branch_divergence_and_diff(path: Path):
+    """divergence and diff report the branch's changes against its parent at the fork."""
+    e = event(path)
+    x = fact(path, [e])
+    b = branch(path)
+    append(
+        path,
+        op(
+            "REINFORCE",
+            {
+                "signal_type": "s",
+                "delta": 0.05,
+                "new_confidence": 0.85,
+                "new_salience": 0.55,
+                "signal_source": "t",
+            },
+            target_id=x,
+        ),
+        b,
+    )
+    y = fact(path, [e], b)
+    d = ok(path, "branch", "divergence", b)
+    assert (d["objects_created"], d["objects_modified"], d["objects_at_fork"]) == (1, 1, 1)
+    assert d["divergence_score"] == 1.0 and d["warning"] is True
+    human = memroot(path, "branch", "divergence", b)
+    assert "divergence_score: 1.0" in human.stdout and "warning" in human.stderr
+    diff = ok(path, "branch", "diff", b)
+    assert [c["id"] for c in diff["created"]] == [y]
+    assert [(c["id"], "confidence" in c["changed"]) for c in diff["modified"]] == [(x, True)]
+    assert f"+ {y}" in memroot(path, "branch", "diff", b).stdout
+
+
+def test_query_branch_anchor_and_git_branch(path: Path):
+    """query reads a branch's view, at an anchor, and ranked for a git branch."""
+    r = event(path)
+    a, c = event(path, parent=r), event(path, parent=r)
+    on = fact(path, [a], git="feature/x", salience=0.3)
+    off = fact(path, [c], git="feature/y", salience=0.9)
+    b = branch(path)
+    h = fact(path, [r], b, epistemic="HYPOTHETICAL")
+    late = fact(path, [r])
+    in_branch = ok(path, "query", "--branch", b)
+    assert {q["id"]: q["flags"] for q in in_branch} == {h: ["HYPOTHETICAL"], on: [], off: []}
+    assert [q["id"] for q in ok(path, "query")] == [late, off, on]
+    assert [q["id"] for q in ok(path, "query", "--anchor", a)] == [late, on]  # not off (c)
+    ranked = ok(path, "query", "--git-branch", "feature/x")
+    assert [q["id"] for q in ranked][:1] == [on] and "score" in ranked[0]
+    missing = memroot(path, "query", "--anchor", "01900000-0000-7000-8000-000000000000")
+    assert missing.exit_code == 3 and "anchor" in missing.stderr
+
+
+def test_verify_branch_restricts_to_the_branch_and_its_ancestors(path: Path):
+    """verify -b checks the branch and main; a tampered sibling is outside its scope."""
+    e = event(path)
+    x = fact(path, [e])
+    b, sibling = branch(path), branch(path)
+    for name in (b, sibling):
+        append(
+            path,
+            op(
+                "REINFORCE",
+                {
+                    "signal_type": "s",
+                    "delta": 0.05,
+                    "new_confidence": 0.85,
+                    "new_salience": 0.55,
+                    "signal_source": "t",
+                },
+                target_id=x,
+            ),
+            name,
+        )
+    db = apsw.Connection(str(path))
+    db.execute("UPDATE mem_objects SET confidence = 0.99 WHERE branch = ?", (sibling,))
+    db.close()
+    scoped = memroot(path, "verify", "--no-update", "-b", b, "--json")
+    assert scoped.exit_code == 0, scoped.output
+    assert json.loads(scoped.stdout)["branches"] == 2
+    full = memroot(path, "verify", "--no-update", "--json")
+    assert full.exit_code == 1
+    findings = json.loads(full.stdout)["findings"]
+    assert any(f["step"] == 9 and f["branch"] == sibling for f in findings)
+    bad = memroot(path, "verify", "-b", "nope")
+    assert bad.exit_code == 3 and "nope" in bad.stderr
+
+
+def test_snapshot_and_roots_on_a_branch(path: Path):
+    """A branch's first memory_root has the parent's root at the fork as its parent."""
+    fact(path, [event(path)])
+    main_root = ok(path, "snapshot")["memory_root"]
+    b = branch(path)
+    fact(path, [event(path, b)], b)
+    snap = ok(path, "snapshot", "--branch", b)
+    assert snap["branch"] == b and snap["parent"] == main_root
+    chain = ok(path, "roots", "--branch", b)
+    assert [r["memory_root"] for r in chain][:2] == [snap["memory_root"], main_root]
+
+
+@pytest.mark.parametrize("command", ["merge", "divergence", "diff"])
+def test_new_branch_commands_have_help_with_an_example(path: Path, command: str):
+    """Every branch command documents itself with an Example: line."""
+    result = memroot(path, "branch", command, "--help")
+    assert result.exit_code == 0 and "Example:" in result.stdout
+    docs = (Path(__file__).parents[2] / "docs" / "branches.md").read_text()
+    assert f"branch {command}" in docs
