@@ -492,8 +492,14 @@ def query(db: apsw.Connection, q: Query) -> list[Result]:
     if q.git_branch is None:
         return results
     oids = [cast(int, row[-1]) for row in rows]
+    has_contexts = (
+        db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'git_context'"
+        ).fetchone()
+        is not None
+    )
     scores = [
-        _git_score(db, res.object, oid, q.git_branch)
+        _git_score(db, res.object, oid, q.git_branch, has_contexts)
         for res, oid in zip(results, oids, strict=True)
     ]
     order = sorted(range(len(results)), key=lambda i: -scores[i])
@@ -503,7 +509,9 @@ def query(db: apsw.Connection, q: Query) -> list[Result]:
     ]
 
 
-def _git_score(db: apsw.Connection, obj: MemoryObject, oid: int, git_branch: str) -> float:
+def _git_score(
+    db: apsw.Connection, obj: MemoryObject, oid: int, git_branch: str, has_contexts: bool
+) -> float:
     """Seed 003's score of an object for ``git_branch``: base ``confidence * salience``.
 
     The git context is the one of the entry that created the object (its first version,
@@ -511,12 +519,10 @@ def _git_score(db: apsw.Connection, obj: MemoryObject, oid: int, git_branch: str
     revision validity.
     """
     ctx: GitContext | None = None
-    first = db.execute("SELECT branch, vfrom FROM mem_objects WHERE rid = ?", (oid,)).fetchone()
-    has_table = db.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'git_context'"
-    ).fetchone()
-    if first is not None and has_table is not None:
-        ctx = context_of(db, first[0], first[1])
+    if has_contexts:
+        first = db.execute("SELECT branch, vfrom FROM mem_objects WHERE rid = ?", (oid,)).fetchone()
+        if first is not None:
+            ctx = context_of(db, first[0], first[1])
     return branch_score(
         obj.confidence * obj.salience,
         ctx,
