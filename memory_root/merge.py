@@ -236,8 +236,10 @@ def _reclassified_by(ledger: Ledger, db: apsw.Connection, obj_id: str, branch: s
 
 
 def _require_hooks(ledger: Ledger) -> None:
-    kinds = {type(h) for h in ledger.hooks}
-    if MemoryHook not in kinds or BranchRegistry not in kinds:
+    hooks = ledger.hooks
+    if not any(isinstance(h, MemoryHook) for h in hooks) or not any(
+        isinstance(h, BranchRegistry) for h in hooks
+    ):
         raise ValueError(
             "merge_branch needs a ledger opened with the MemoryHook and BranchRegistry hooks "
             "(cli.hooks.default_hooks), so every merged entry is validated"

@@ -440,3 +440,36 @@ def test_diff_lists_created_and_modified_objects(w: World):
     assert m.after.confidence == 0.85
     assert set(m.changed) == {"confidence", "salience", "version", "last_modified_at"}
     assert d.to_json()["modified"][0]["changed"] == list(m.changed)
+
+
+def test_merge_needs_the_validating_hooks(tmp_path: Path):
+    """A ledger opened without the memory and branch hooks cannot merge (entries unchecked)."""
+    with (
+        Ledger.init(tmp_path / "bare.ledger") as ledger,
+        pytest.raises(ValueError, match="MemoryHook"),
+    ):
+        merge_branch(ledger, "x", ["01900000-0000-7000-8000-000000000000"], actor_id="a")
+
+
+def test_the_memory_model_refuses_malformed_imports(w: World):
+    """An ASSERT with payload.imported must be IMPORTED, not HYPOTHETICAL, from another branch."""
+    e = w.event()
+    origin = {"branch": "sim", "object_id": "01900000-0000-7000-8000-000000000000"}
+    base = rq.assert_object(AGENT, "FACT", "ASSERTED", "IMPORTED", [e], "v", confidence=0.5)
+
+    def with_(**over: Any) -> Any:
+        payload = {**base.payload, **over}
+        return dataclasses.replace(base, payload=payload)
+
+    with pytest.raises(ValidationError, match="IMPORTED"):
+        w.append(
+            with_(
+                source_type="USER_STATED", confidence=None, imported={**origin, "asserted_by": "x"}
+            )
+        )
+    with pytest.raises(RefusedError, match="HYPOTHETICAL"):
+        w.append(with_(epistemic_type="HYPOTHETICAL", imported={**origin, "asserted_by": "x"}))
+    with pytest.raises(RefusedError, match="another branch"):
+        w.append(with_(imported={**origin, "branch": "main", "asserted_by": "x"}))
+    x = w.append(with_(imported={**origin, "asserted_by": "someone"}))
+    assert get_object(w.db, x).asserted_by == "someone"
