@@ -13,7 +13,7 @@ The four operations' formats are in docs/format-falsify.md.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -28,6 +28,7 @@ from memory_root import deps, item_states
 from memory_root.cascade import (
     CascadeRequest,
     EntrySource,
+    FoldCheckpoint,
     Plan,
     StateReplay,
     excluded_entry,
@@ -43,12 +44,16 @@ from projections.states import FALSIFICATION, check_state_change
 
 __all__ = [
     "EVENTS_MAX",
+    "FOLD_SPACING",
     "STATE_OPS",
     "EventFinder",
     "FalsifyCore",
     "Validated",
     "check_item_id",
     "entry_source",
+    "fold_checkpoint_of",
+    "install_folds",
+    "keep_fold_states",
     "ledger_core",
     "set_head",
     "state_replay_of",
@@ -151,6 +156,7 @@ class FalsifyCore:
         state_replay: StateReplay | None,
         find_event: EventFinder | None,
         root_states: bool,
+        checkpoint: FoldCheckpoint | None = None,
     ) -> None:
         """Apply entries to ``db``.
 
@@ -169,6 +175,7 @@ class FalsifyCore:
         self.state_replay = state_replay
         self.find_event = find_event
         self.root_states = root_states
+        self.checkpoint = checkpoint
 
     def install(self) -> None:
         """Create the tables if missing."""
@@ -337,7 +344,9 @@ class FalsifyCore:
         excluded = frozenset(
             i.id for i, s in not_live.items() if i.kind == OBJECT and s == FALSIFIED
         )
-        return resnapshot(graph, p, excluded, self.projections, self.source, self.state_replay)
+        return resnapshot(
+            graph, p, excluded, self.projections, self.source, self.state_replay, self.checkpoint
+        )
 
     @property
     def replays_plans(self) -> bool:
@@ -472,9 +481,9 @@ def summary_keys_of(db: apsw.Connection) -> deps.SummaryKeys:
 def entry_source(ledger: Ledger) -> EntrySource:
     store = ledger.store
 
-    def rows(branch: str, start: int, stop: int) -> Iterator[tuple[bool, bytes]]:
+    def rows(branch: str, start: int, stop: int) -> Iterator[tuple[bool, bytes, bytes]]:
         for r in store.iter_entry_rows(store.branch(branch).no, start, stop):
-            yield (r.digest is not None or r.erased_by is not None), bytes(r.data)
+            yield (r.digest is not None or r.erased_by is not None), bytes(r.data), bytes(r.hash)
 
     return rows
 
@@ -491,14 +500,105 @@ def state_replay_of(index: apsw.Connection, source: EntrySource) -> StateReplay:
             for b, bound in reversed(view):
                 stop = hw if b == branch else bound
                 assert stop is not None
-                for _, data in source(b, 0, stop + 1):
-                    e = Entry.from_bytes(data)
+                for _, data, entry_hash in source(b, 0, stop + 1):
+                    e = Entry.from_bytes(data, entry_hash)
                     if not excluded_entry(e, excluded):
                         yield e
 
         return replay(entries())
 
     return run
+
+
+FOLD_SPACING: Final = 10_000
+"""A root's fold states are kept (``fz_folds``) when its high-water is the first past a
+multiple of this many entries of its branch: a cascade's re-snapshots then fold at most
+about this many entries before the first falsified input, instead of the whole branch."""
+
+_FOLDS_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS fz_folds(
+    root BLOB NOT NULL, branch TEXT NOT NULL, hi INTEGER NOT NULL, rule BLOB NOT NULL,
+    state BLOB NOT NULL, PRIMARY KEY(branch, hi, rule)) STRICT, WITHOUT ROWID;
+"""
+
+
+def install_folds(db: apsw.Connection) -> None:
+    """Create the fold-state cache table if missing."""
+    db.execute(_FOLDS_SCHEMA)
+
+
+def keep_fold_states(db: apsw.Connection, branch: str) -> None:
+    """Copy the fold states of ``branch``'s newest root before a new root supersedes it.
+
+    The memory_root layer keeps fold states for the newest root of each branch only; this
+    cache keeps one root's states per ``FOLD_SPACING`` entries. Call for each new
+    ``SNAPSHOT`` entry, before ``RootsHook`` stores it. A cache: nothing is verified
+    against it, and a rebuild empties it (cascades then fold from the genesis).
+    """
+    try:
+        row = db.execute(
+            "SELECT root, hw_seq FROM memory_roots WHERE branch = ? ORDER BY seq DESC LIMIT 1",
+            (branch,),
+        ).fetchone()
+    except apsw.SQLError:
+        return  # no memory_root layer in this file
+    if row is None:
+        return
+    root, hi = bytes(row[0]), int(row[1])
+    last = db.execute("SELECT max(hi) FROM fz_folds WHERE branch = ?", (branch,)).fetchall()[0][0]
+    if last is not None and int(last) // FOLD_SPACING >= hi // FOLD_SPACING:
+        return
+    db.execute(
+        "INSERT OR IGNORE INTO fz_folds SELECT root, ?, ?, rule, fold_state "
+        "FROM memory_root_summaries WHERE root = ? AND fold_state IS NOT NULL",
+        (branch, hi, root),
+    )
+
+
+def fold_checkpoint_of(db: apsw.Connection) -> FoldCheckpoint:
+    """Return the checkpoint finder over ``fz_folds`` and the newest roots' own states."""
+
+    def find(
+        branch: str, before: int, rules: Sequence[bytes]
+    ) -> tuple[int, dict[bytes, bytes]] | None:
+        want = set(rules)
+        candidates: list[tuple[int, dict[bytes, bytes]]] = []
+        try:
+            newest: list[Any] = db.execute(
+                "SELECT r.hw_seq, s.rule, s.fold_state FROM memory_roots r "
+                "JOIN memory_root_summaries s ON s.root = r.root WHERE r.branch = ? AND "
+                "s.fold_state IS NOT NULL AND r.hw_seq < ? ORDER BY r.seq DESC",
+                (branch, before),
+            ).fetchall()
+        except apsw.SQLError:
+            return None
+        if newest:
+            hi = int(newest[0][0])
+            candidates.append((hi, {bytes(r): bytes(st) for h, r, st in newest if int(h) == hi}))
+        kept = db.execute(
+            "SELECT hi FROM fz_folds WHERE branch = ? AND hi < ? ORDER BY hi DESC LIMIT 1",
+            (branch, before),
+        ).fetchone()
+        if kept is not None:
+            hi = int(kept[0])
+            candidates.append(
+                (
+                    hi,
+                    {
+                        bytes(r): bytes(st)
+                        for r, st in db.execute(
+                            "SELECT rule, state FROM fz_folds WHERE branch = ? AND hi = ?",
+                            (branch, hi),
+                        )
+                    },
+                )
+            )
+        for hi, states in sorted(candidates, key=lambda c: -c[0]):
+            if want <= set(states):
+                return hi, states
+        return None
+
+    return find
 
 
 def ledger_core(
@@ -523,4 +623,5 @@ def ledger_core(
         state_replay=state_replay_of(index, source),
         find_event=ledger.find_event,
         root_states=has_roots and db is None,
+        checkpoint=fold_checkpoint_of(ledger.store.db) if db is None else None,
     )

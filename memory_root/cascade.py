@@ -56,7 +56,14 @@ from memory_root.deps import (
 )
 from memory_root.item_states import LIVE
 from memory_root.root import MemoryRoot, ProjectionDigest, RootPreimage
-from projections.projection import Projection, Summary, is_state_projection, read_state, rule_digest
+from projections.projection import (
+    Projection,
+    Summary,
+    decode_state,
+    is_state_projection,
+    read_state,
+    rule_digest,
+)
 from projections.rules import RuleError
 from projections.states import FALSIFICATION
 
@@ -68,6 +75,7 @@ __all__ = [
     "CascadeRequest",
     "Cut",
     "EntrySource",
+    "FoldCheckpoint",
     "Plan",
     "Resnapshot",
     "StateReplay",
@@ -85,11 +93,16 @@ BEYOND_LISTED: Final = 1000
 """How many beyond items the entry lists; the digest commits to all of them."""
 BEYOND_TAG: Final = "memroot/cascade-beyond/v1"
 
-EntrySource = Callable[[str, int, int], Iterator[tuple[bool, bytes]]]
-"""``rows(branch, start, stop)``: each entry's bytes, flagged True for an event."""
+EntrySource = Callable[[str, int, int], Iterator[tuple[bool, bytes, bytes]]]
+"""``rows(branch, start, stop)``: each entry as (is an event, its bytes, its entry hash)."""
 
 StateReplay = Callable[[str, int, frozenset[str]], Any]
 """``replay(branch, hw, excluded)``: a memory-model database replayed without ``excluded``."""
+
+FoldCheckpoint = Callable[[str, int, Sequence[bytes]], tuple[int, dict[bytes, bytes]] | None]
+"""``checkpoint(branch, before, rules)``: the newest stored fold states of those projection
+rules at a root of ``branch`` whose high-water is below ``before``, as
+``(high_water, {rule: encoded state})``; None when there is none (fold from the genesis)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,29 +320,61 @@ def excluded_entry(entry: Entry, excluded: frozenset[str]) -> bool:
     return entry.kind is Kind.OP and any(i in excluded for i in named_objects(entry))
 
 
+_PREFIX: Final = 200
+"""Bytes of an entry that hold everything before its body (v, prev, seq, branch, ts, kind,
+type; docs/FORMAT.md §3), with room to spare."""
+
+
 def _refold(
     source: EntrySource,
     branch: str,
     projections: Sequence[Projection],
     his: Sequence[int],
     excluded: frozenset[str],
+    start: tuple[int, dict[bytes, bytes]] | None = None,
 ) -> dict[int, dict[bytes, Summary]]:
-    """Fold ``projections`` over ``branch`` without the excluded entries; summaries at ``his``."""
-    folder = Folder(projections)
+    """Fold ``projections`` over ``branch`` without the excluded entries; summaries at ``his``.
+
+    ``start`` is ``(high_water, {rule: state})``: fold states at an entry before every
+    excluded one, to continue from instead of the genesis.
+
+    Entries of a type no projection reads change nothing, so they are not decoded: an entry
+    whose first bytes do not contain the encoding of any type read cannot be of such a type
+    (a match elsewhere, e.g. in ``prev``, only costs a decode).
+    """
+    first = 0
+    if start is None:
+        folder = Folder(projections)
+    else:
+        first = start[0] + 1
+        folder = Folder(
+            projections, [decode_state(p, start[1][rule_digest(p)]) for p in projections]
+        )
     reads = [getattr(p, "types", None) for p in projections]
     skip_events = all(t is not None and "EVENT" not in t for t in reads)
+    needles: list[bytes] | None = None
+    if all(t is not None for t in reads):
+        needles = sorted({encoding.encode(t) for ts in reads if ts is not None for t in ts})
     wanted = sorted(set(his))
     out: dict[int, dict[bytes, Summary]] = {}
     k = 0
-    for seq, (is_event, data) in enumerate(source(branch, 0, wanted[-1] + 1)):
-        if not (is_event and skip_events):
-            e = Entry.from_bytes(data)
+    rows = source(branch, first, wanted[-1] + 1)
+    for seq, (is_event, data, entry_hash) in enumerate(rows, start=first):
+        if is_event and skip_events:
+            pass
+        elif needles is None or any(data.find(n, 0, _PREFIX) >= 0 for n in needles):
+            e = Entry.from_bytes(data, entry_hash)
             if not excluded_entry(e, excluded):
                 folder.fold(e)
         while k < len(wanted) and wanted[k] == seq:
             out[seq] = {rule_digest(p): s for p, s, _ in folder.outputs(writer=False)}
             k += 1
     return out
+
+
+def _reads_any(projection: Projection, types: set[str]) -> bool:
+    reads = getattr(projection, "types", None)
+    return reads is None or bool(types & set(reads))
 
 
 def resnapshot(
@@ -339,13 +384,15 @@ def resnapshot(
     projections: Sequence[Projection],
     source: EntrySource,
     state_replay: StateReplay | None,
+    checkpoint: FoldCheckpoint | None = None,
 ) -> Plan:
     """Return ``plan_`` with its re-snapshots: each affected root without ``excluded``.
 
     ``excluded`` holds the ids of the objects falsified in the cascade's view;
     ``projections`` every projection this memroot knows (``Registry.known``); ``source``
     reads entries; ``state_replay`` replays the memory model for state projections (None:
-    their summaries are carried over unchanged).
+    their summaries are carried over unchanged); ``checkpoint`` finds stored fold states
+    to start from (a cache: the result is the same as folding from the genesis).
 
     Raises:
         DecodeError: if a stored entry does not decode.
@@ -357,13 +404,28 @@ def resnapshot(
     computed: dict[tuple[str, int], dict[bytes, Summary]] = {}
     if excluded:
         for hbranch in dict.fromkeys(r.hbranch for r in rows):
-            mine = [r for r in rows if r.hbranch == hbranch]
+            first, types = graph.inputs_of(excluded, hbranch)
+            # Roots before the first excluded entry, and projections that read none of the
+            # excluded entries' types, come out the same: they are carried over, not folded.
+            mine = [r for r in rows if r.hbranch == hbranch and first is not None and r.hi >= first]
+            if not mine:
+                continue
             rules = {rule for r in mine for _, rule, _, _ in r.rules if rule in by_rule}
-            folds = [by_rule[x] for x in sorted(rules) if not is_state_projection(by_rule[x])]
+            folds = [
+                by_rule[x]
+                for x in sorted(rules)
+                if not is_state_projection(by_rule[x]) and _reads_any(by_rule[x], types)
+            ]
             states = [by_rule[x] for x in sorted(rules) if is_state_projection(by_rule[x])]
             his = sorted({r.hi for r in mine})
             if folds:
-                for hi, sums in _refold(source, hbranch, folds, his, excluded).items():
+                assert first is not None
+                start = (
+                    None
+                    if checkpoint is None
+                    else checkpoint(hbranch, first, [rule_digest(p) for p in folds])
+                )
+                for hi, sums in _refold(source, hbranch, folds, his, excluded, start).items():
                     computed.setdefault((hbranch, hi), {}).update(sums)
             if states and state_replay is not None:
                 db = state_replay(hbranch, his[-1], excluded)

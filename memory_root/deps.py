@@ -500,6 +500,8 @@ class Graph:
         self._cond, self._params = _visible(view)
         self._roots: dict[str, tuple[list[int], list[RootRow]]] = {}
         self._keys: dict[tuple[str, str], list[str]] = {}
+        self._stateful: bool | None = None
+        self._read: dict[tuple[bytes, frozenset[str]], bool] = {}
 
     # -- roots and summaries -----------------------------------------------------------------
 
@@ -541,11 +543,14 @@ class Graph:
             self._keys[k] = got
         return got
 
-    def _reads(self, rule: bytes, types: Iterable[str]) -> bool:
-        known = self.rules.get(rule)
-        if known is None or known[0] is None:
-            return True  # an unknown projection may read anything
-        return any(t in known[0] for t in types)
+    def _reads(self, rule: bytes, types: frozenset[str]) -> bool:
+        got = self._read.get((rule, types))
+        if got is None:
+            known = self.rules.get(rule)
+            # An unknown projection may read anything.
+            got = known is None or known[0] is None or bool(known[0] & types)
+            self._read[(rule, types)] = got
+        return got
 
     def _items(self, root: RootRow, pids: Iterable[str]) -> list[ItemRef]:
         if self.summary_keys is None:
@@ -600,11 +605,16 @@ class Graph:
                 r = rows[i]
                 by_root.setdefault(r.root, (r, set()))[1].add(str(t))
         for r, types in by_root.values():
-            pids = [pid for pid, rule, _, _ in r.rules if self._reads(rule, types)]
+            read = frozenset(types)
+            pids = [pid for pid, rule, _, _ in r.rules if self._reads(rule, read)]
             if pids:
                 out.append(ItemRef(ROOT, r.root))
                 out.extend(self._items(r, pids))
-        made = locate(self.db, self.view, OBJECT, object_id)
+        if self._stateful is None:
+            self._stateful = bool(
+                self.db.execute("SELECT 1 FROM fz_roots WHERE stateful = 1 LIMIT 1").fetchall()
+            )
+        made = locate(self.db, self.view, OBJECT, object_id) if self._stateful else None
         if made is None:
             return out
         seen = {r.root for r, _ in by_root.values()}
@@ -623,6 +633,26 @@ class Graph:
                 out.append(ItemRef(ROOT, r.root))
                 out.extend(self._items(r, pids))
         return out
+
+    def inputs_of(self, objects: Iterable[str], branch: str) -> tuple[int | None, set[str]]:
+        """Return the first seq and the types of the entries of ``branch`` naming ``objects``.
+
+        ``(None, set())`` when no entry of the branch names any of them.
+        """
+        ids = sorted(objects)
+        first: int | None = None
+        types: set[str] = set()
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            for lo, t in self.db.execute(
+                f"SELECT min(seq), type FROM fz_touches WHERE branch = ? AND id IN ({marks}) "
+                "GROUP BY type",
+                (branch, *chunk),
+            ):
+                types.add(str(t))
+                first = int(lo) if first is None else min(first, int(lo))
+        return first, types
 
     def dependencies(self, item: ItemRef) -> list[ItemRef]:
         """Return what ``item`` cites (events, objects, its parent root, its root), sorted."""

@@ -39,7 +39,14 @@ from ledger.errors import NotFoundError, StorageError, ValidationError
 from ledger.ledger import Appended, Ledger
 from ledger.vocab import ActorType, OpType
 from memory_root import deps, item_states
-from memory_root._falsify_core import FalsifyCore, check_item_id, ledger_core, set_head
+from memory_root._falsify_core import (
+    FalsifyCore,
+    check_item_id,
+    install_folds,
+    keep_fold_states,
+    ledger_core,
+    set_head,
+)
 from memory_root.cascade import (
     CascadeRequest,
     Plan,
@@ -119,6 +126,7 @@ class FalsifyHook:
         """Create the falsification tables if missing."""
         deps.install(db)
         item_states.install(db)
+        install_folds(db)
 
     def expect(self, branch: str, prev: bytes, plan: Plan) -> None:
         """Say that the next entry of ``branch`` after ``prev`` is this plan's CASCADE.
@@ -180,6 +188,8 @@ class FalsifyHook:
                 "entries before it)",
                 field="op_type",
             )
+        if entry.kind is Kind.OP and entry.type == OpType.SNAPSHOT:
+            keep_fold_states(db, entry.branch)
         core.apply(entry, strict=True, memo=memo)
         set_head(core.db, entry.branch, entry.seq + 1)
         return []

@@ -34,6 +34,7 @@ from memory_root import deps, item_states
 from memory_root._falsify_core import (
     FalsifyCore,
     entry_source,
+    install_folds,
     ledger_core,
     set_head,
     state_replay_of,
@@ -320,8 +321,10 @@ def rebuild(ledger: Ledger, registry: Registry | None = None) -> RebuildResult:
         for table, _ in TABLES:
             db.execute(f"DROP TABLE IF EXISTS {table}")
         db.execute("DROP TABLE IF EXISTS fz_heads")
+        db.execute("DROP TABLE IF EXISTS fz_folds")
         deps.install(db)
         item_states.install(db)
+        install_folds(db)
         if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'memory_roots'").fetchall():
             db.execute("UPDATE memory_roots SET state = 'live'")
         core = ledger_core(ledger, reg)

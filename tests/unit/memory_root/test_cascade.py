@@ -443,3 +443,41 @@ def test_the_plan_equals_a_reference_breadth_first_walk(
         want_touched, want_beyond = _reference(ids, cites, origin, stale, depth, items)
         assert [(s.depth, s.item.id) for s in p.touched] == want_touched
         assert [(c.depth, c.item.id, c.bound) for c in p.beyond] == want_beyond
+
+
+def test_re_snapshots_from_cached_fold_states_equal_a_fold_from_the_genesis(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With fold states cached every few entries, re-snapshots start from the nearest cache
+    before the falsified input and come out exactly as folding from the genesis does."""
+    import memory_root._falsify_core as core_module
+
+    monkeypatch.setattr(core_module, "FOLD_SPACING", 4)
+    with _ledger(tmp_path / "a.ledger", selfmodel=False) as ledger:
+        roots = Roots(ledger)
+        ev = _event(ledger)
+        for i in range(6):
+            _obj(ledger, ev, epistemic="ASSERTED" if i % 2 else "OBSERVED")
+            _event(ledger)
+            roots.snapshot()
+        late = _obj(ledger, ev)
+        roots.snapshot()
+        _summary(ledger, ev, [late])
+        roots.snapshot()
+        assert (
+            ledger.store.db.execute("SELECT count(DISTINCT hi) FROM fz_folds").fetchall()[0][0] >= 2
+        )
+        f = Falsifier(ledger)
+        f.falsify(late, "wrong")
+        request = f.request(late, 3, 100)
+        find = f.core.checkpoint
+        assert find is not None
+        used: list[Any] = []
+        f.core.checkpoint = lambda *a: used.append(find(*a)) or used[-1]
+        cached = f.core.plan("main", request, resnapshots=True)
+        assert used and used[0] is not None and used[0][0] > 0
+        f.core.checkpoint = None
+        fresh = f.core.plan("main", request, resnapshots=True)
+        assert cached.resnapshots and cached.payload() == fresh.payload()
+        f.cascade(late, 3, 100)
+        assert not verify_path(ledger.path, checks=[FalsifyReplayCheck(ledger.path)]).findings
