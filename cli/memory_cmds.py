@@ -221,12 +221,19 @@ def rebuild_cmd(ctx: Context, as_json: bool) -> None:
     """Drop the derived memory state and replay the ledger into it (one transaction).
 
     Prints the state digest before and after: a healthy ledger rebuilds to the same digest.
+    The falsification states (and each root's state) are replayed after it.
 
     Example: memroot -l agent.ledger rebuild --json
     """
+    from memory_root.falsify_replay import rebuild as rebuild_states
+
     with open_ledger(ctx) as ledger:
         report = rebuild_state(ledger)
-    data = report.to_dict()
+        states = rebuild_states(ledger)
+    data = {
+        **report.to_dict(),
+        "falsification": {"state_changes": states.changes, "skipped": states.skipped},
+    }
 
     def human() -> None:
         click.echo(
@@ -242,5 +249,8 @@ def rebuild_cmd(ctx: Context, as_json: bool) -> None:
                 if report.identical
                 else "DIFFERENT: the stored state did not match the ledger; it does now"
             )
+        click.echo(
+            f"falsification: {states.changes} state changes replayed, {states.skipped} skipped"
+        )
 
     emit(data, as_json, human)

@@ -114,6 +114,7 @@ class FalsifyHook:
         self.registry = registry if registry is not None else default_registry()
         self._cores: dict[int, FalsifyCore] = {}
         self._memo: tuple[str, bytes, Plan] | None = None
+        self._last: dict[tuple[int, str], tuple[int, bytes]] = {}
 
     def core(self, ledger: Ledger) -> FalsifyCore:
         """Return the core over ``ledger`` (made once per open ledger)."""
@@ -168,8 +169,10 @@ class FalsifyHook:
                 the module docstring); nothing is written.
         """
         core = self.core(ledger)
-        head = core.head(entry.branch)
-        if head != entry.seq:
+        key = (id(ledger), entry.branch)
+        # The stored head is read only when this entry does not follow the last one applied
+        # here (first append, a rolled-back transaction, another writer).
+        if self._last.get(key) != (entry.seq, entry.prev) and core.head(entry.branch) != entry.seq:
             self.catch_up(ledger, entry.branch, entry.seq)
         memo = None
         if self._memo is not None:
@@ -190,8 +193,10 @@ class FalsifyHook:
             )
         if entry.kind is Kind.OP and entry.type == OpType.SNAPSHOT:
             keep_fold_states(db, entry.branch)
+        self._last.pop(key, None)
         core.apply(entry, strict=True, memo=memo)
         set_head(core.db, entry.branch, entry.seq + 1)
+        self._last[key] = (entry.seq + 1, entry.hash)
         return []
 
 
