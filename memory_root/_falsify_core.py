@@ -455,7 +455,10 @@ class FalsifyCore:
 
 
 def set_head(db: apsw.Connection, branch: str, size: int) -> None:
-    db.execute("INSERT OR REPLACE INTO fz_heads VALUES(?, ?)", (branch, size))
+    """Record that the tables have folded ``size`` entries of ``branch``."""
+    db.execute("UPDATE fz_heads SET size = ? WHERE branch = ?", (size, branch))
+    if db.changes() == 0:
+        db.execute("INSERT INTO fz_heads VALUES(?, ?)", (branch, size))
 
 
 # -- the ledger-backed core ----------------------------------------------------------------------

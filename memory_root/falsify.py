@@ -66,6 +66,9 @@ __all__ = [
 ]
 
 POLICY_VERSION: Final = "memroot-falsify/1"
+# Plain strings: comparing with an enum member goes through the enum's descriptor.
+_CASCADE: Final = OpType.CASCADE.value
+_SNAPSHOT: Final = OpType.SNAPSHOT.value
 DEFAULT_ACTOR: Final = "operator"
 KIND_ALIASES: Final = {"object": OBJECT, "root": ROOT, "summary": SUMMARY, "selfmodel": SELFMODEL}
 """Short names of the kinds (``--kinds object,root``); the full names are accepted too."""
@@ -182,7 +185,7 @@ class FalsifyHook:
                 memo = plan
         if (
             entry.kind is Kind.OP
-            and entry.type == OpType.CASCADE
+            and entry.type == _CASCADE
             and memo is None
             and ledger.store.branch(entry.branch).size != entry.seq
         ):
@@ -191,7 +194,7 @@ class FalsifyHook:
                 "entries before it)",
                 field="op_type",
             )
-        if entry.kind is Kind.OP and entry.type == OpType.SNAPSHOT:
+        if entry.kind is Kind.OP and entry.type == _SNAPSHOT:
             keep_fold_states(db, entry.branch)
         self._last.pop(key, None)
         core.apply(entry, strict=True, memo=memo)
