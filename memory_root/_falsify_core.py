@@ -7,7 +7,7 @@ had before it and records the changes. ``strict`` (the append hook) raises on a 
 rules refuse, so nothing is written; otherwise (replay) the entry is skipped and recorded in
 ``fz_skipped``, exactly as the stored state skipped it.
 
-The four operations' formats are in docs/format-falsify.md.
+The four operations' formats are in docs/FORMAT.md §8.
 """
 
 from __future__ import annotations

@@ -197,7 +197,7 @@ class Plan:
     resnapshots: tuple[Resnapshot, ...] = field(default=())
 
     def payload(self) -> dict[str, Any]:
-        """Return the ``CASCADE`` payload (docs/format-falsify.md)."""
+        """Return the ``CASCADE`` payload (docs/FORMAT.md §8)."""
         r = self.request
         out: dict[str, Any] = {
             "max_depth": r.max_depth,

@@ -176,7 +176,7 @@ SCHEMAS: Final[Mapping[str, tuple[Field, ...]]] = {
     OpType.NAMESPACE_CREATE: (_f("namespace_type", "enum", NamespaceType),),
     OpType.GRANT: (_f("actor_id", "text", MAX_TEXT), _f("permission", "enum", Permission)),
     OpType.REVOKE: (_f("actor_id", "text", MAX_TEXT), _f("permission", "enum", Permission)),
-    # SPEC 7 states; memory_root.falsify checks these payloads in full (docs/format-falsify.md).
+    # SPEC 7 states; memory_root.falsify checks these payloads in full (docs/FORMAT.md §8).
     OpType.FALSIFY: (_f("reason", "text", MAX_TEXT), _o("evidence_ids", "uuids", 0)),
     OpType.MARK_STALE: (_f("reason", "text", MAX_TEXT), _o("evidence_ids", "uuids", 0)),
     OpType.RESTORE: (_f("reason", "text", MAX_TEXT), _o("evidence_ids", "uuids", 0)),
