@@ -1,0 +1,1 @@
+"""The ``memroot`` command line: thin click commands over the library (``cli.main:main``)."""
