@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import datetime as dt
 import json
 import sys
@@ -13,7 +14,7 @@ from typing import Any, BinaryIO
 import click
 
 from cli.main import Context, branch_option, cli, emit, pass_ctx, progress_bar
-from ledger.entries import Entry, EventInput, OpInput, parse_input
+from ledger.entries import Entry, EventInput, OpInput, check_uuid, new_uuid, parse_input
 from ledger.errors import DecodeError, ValidationError
 from ledger.ledger import Appended, Ledger
 from ledger.trust import TrustedState, default_trusted_path
@@ -71,6 +72,19 @@ def _appended_json(a: Appended) -> dict[str, Any]:
 def _print_appended(rows: list[Appended], as_json: bool) -> None:
     lines = "\n".join(f"{a.seq}\t{a.entry_hash.hex()}\t{a.type}\t{a.id}" for a in rows)
     emit([_appended_json(a) for a in rows], as_json, lines)
+
+
+anchor_option = click.option(
+    "--anchor",
+    help="Conversation anchor: events without parent_event_id get this event as parent.",
+)
+
+
+def _at_anchor(item: EventInput | OpInput, anchor: str | None) -> EventInput | OpInput:
+    """Give an event that names no parent the anchor as its parent (seed 001 trees)."""
+    if anchor is None or not isinstance(item, EventInput) or item.parent_event_id is not None:
+        return item
+    return dataclasses.replace(item, parent_event_id=check_uuid(anchor, "--anchor"))
 
 
 def _parse_json_line(text: str, where: str) -> EventInput | OpInput:
@@ -140,16 +154,19 @@ def init(
 @cli.command()
 @click.argument("entry", required=False)
 @branch_option
+@anchor_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
-def append(ctx: Context, entry: str | None, branch: str, as_json: bool) -> None:
+def append(ctx: Context, entry: str | None, branch: str, anchor: str | None, as_json: bool) -> None:
     """Append one event or operation given as JSON (argument, or stdin when omitted).
+
+    With --anchor, an event that names no parent continues the conversation at that event.
 
     Example: memroot -l L append '{"kind": "event", "stream": "s1", "actor_id": "u1",
     "actor_type": "HUMAN_USER", "role": "USER", "content": "hi", "namespace_id": "ns"}'
     """
     text = entry if entry is not None else sys.stdin.read()
-    item = _parse_json_line(text, "entry")
+    item = _at_anchor(_parse_json_line(text, "entry"), anchor)
     with open_ledger(ctx) as ledger:
         rows = ledger.append(item, branch=branch)
         _sign_pending(ledger, branch)
@@ -181,13 +198,22 @@ def _read_lines(f: BinaryIO) -> Iterator[tuple[int, str]]:
     help="Entries per batch.",
 )
 @branch_option
+@anchor_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
-def import_(ctx: Context, file: BinaryIO, batch_size: int, branch: str, as_json: bool) -> None:
+def import_(
+    ctx: Context,
+    file: BinaryIO,
+    batch_size: int,
+    branch: str,
+    anchor: str | None,
+    as_json: bool,
+) -> None:
     """Append every line of a JSON Lines file, all or nothing.
 
     The whole file lands in one transaction: a bad line (named by its number) leaves the
-    ledger exactly as it was. Use - to read stdin.
+    ledger exactly as it was. Use - to read stdin. With --anchor, the file's events that name
+    no parent continue the conversation from that event, each the child of the one before.
 
     Example: memroot -l agent.ledger import events.jsonl --json
     """
@@ -198,7 +224,14 @@ def import_(ctx: Context, file: BinaryIO, batch_size: int, branch: str, as_json:
             for update in progress_bar(len(lines), "importing"):
                 for start in range(0, len(lines), batch_size):
                     chunk = lines[start : start + batch_size]
-                    items = [_parse_json_line(text, f"line {n}") for n, text in chunk]
+                    items = []
+                    for n, text in chunk:
+                        item = _at_anchor(_parse_json_line(text, f"line {n}"), anchor)
+                        if anchor is not None and isinstance(item, EventInput):
+                            if item.id is None:
+                                item = dataclasses.replace(item, id=new_uuid())
+                            anchor = item.id
+                        items.append(item)
                     out.extend(ledger.append_batch(items, branch=branch))
                     update(start + len(chunk), len(lines))
         _sign_pending(ledger, branch)  # after the commit: only durable entries are signed

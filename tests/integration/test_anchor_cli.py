@@ -1,0 +1,70 @@
+"""`--anchor` on append and import: new events continue the conversation at the anchor."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from cli.main import cli
+from ledger.ledger import Ledger
+
+EVENT = {
+    "kind": "event",
+    "stream": "chat",
+    "actor_id": "alice",
+    "actor_type": "HUMAN_USER",
+    "role": "USER",
+    "namespace_id": "ns",
+}
+
+
+def run(path: Path, *args: str) -> dict | list:
+    result = CliRunner().invoke(cli, ["-l", str(path), *args, "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def _parent(path: Path, seq: int) -> str | None:
+    with Ledger.open(path) as ledger:
+        return ledger.entry(seq).body.get("parent_event_id")
+
+
+def test_append_and_import_at_an_anchor(tmp_path: Path):
+    """append --anchor parents the event; import --anchor chains the file's events from it."""
+    path = tmp_path / "a.ledger"
+    run(path, "init")
+    root = run(path, "append", json.dumps({**EVENT, "content": "root"}))[0]
+    child = run(path, "append", json.dumps({**EVENT, "content": "reply"}), "--anchor", root["id"])
+    assert _parent(path, child[0]["seq"]) == root["id"]
+    lines = tmp_path / "more.jsonl"
+    lines.write_text("\n".join(json.dumps({**EVENT, "content": f"m{i}"}) for i in range(3)))
+    added = run(path, "import", str(lines), "--anchor", child[0]["id"])
+    events = [a for a in added if a["type"] == "EVENT"]
+    assert _parent(path, events[0]["seq"]) == child[0]["id"]
+    for before, after in itertools.pairwise(events):
+        assert _parent(path, after["seq"]) == before["id"]
+
+
+def test_explicit_parent_wins_and_bad_anchor_is_refused(tmp_path: Path):
+    """An event naming its own parent keeps it; an anchor that is no UUID is refused (exit 3)."""
+    path = tmp_path / "b.ledger"
+    run(path, "init")
+    a = run(path, "append", json.dumps({**EVENT, "content": "a"}))[0]
+    b = run(path, "append", json.dumps({**EVENT, "content": "b"}))[0]
+    c = run(
+        path,
+        "append",
+        json.dumps({**EVENT, "content": "c", "parent_event_id": a["id"]}),
+        "--anchor",
+        b["id"],
+    )
+    assert _parent(path, c[0]["seq"]) == a["id"]
+    result = CliRunner().invoke(
+        cli,
+        ["-l", str(path), "append", json.dumps({**EVENT, "content": "d"}), "--anchor", "nope"],
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 3 and "--anchor" in result.stderr
