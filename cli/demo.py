@@ -19,6 +19,7 @@ from ledger.trust import TrustedState
 from ledger.verify import verify_path
 from memory_root import Roots
 from memory_root.branches import create_branch
+from memory_root.falsify import Falsifier
 
 __all__ = ["demo"]
 
@@ -156,6 +157,26 @@ def demo(keep: Path | None) -> None:
             f"   branch {genesis.branch}: {ledger.size(genesis.branch)} entries, anchored to "
             f"main's BRANCH_CREATE; canonical root unchanged by it: {unchanged}"
         )
+        ledger.checkpoint()
+
+        _say("5c. The preference turns out wrong: falsifying it flips its state and nothing else;")
+        _say("    a bounded cascade, only when asked, marks what was built on it stale.")
+        falsifier = Falsifier(ledger)
+        falsifier.falsify(op.id, "Alice was joking about the tea", actor="alice")
+        plan = falsifier.plan(op.id, max_depth=2, max_items=10)
+        _say(
+            f"   dry run: {len(plan.touched)} item(s) within depth 2, "
+            f"{len(plan.beyond)} beyond the bound"
+        )
+        done = falsifier.cascade(
+            op.id, max_depth=2, max_items=10, reason="tea preference falsified"
+        )
+        _say(f"   CASCADE entry seq {done.appended[-1].seq} marked stale:")
+        for step in done.plan.touched:
+            root, _, rest = step.item.id.partition(":")
+            _say(
+                f"     depth {step.depth}: {step.item.kind} {root[:16]}{':' if rest else ''}{rest}"
+            )
         ledger.checkpoint()
 
         _say("6. An auditor checks that Alice's first message is in that tree.")

@@ -18,6 +18,7 @@ def test_demo_verifies_and_catches_tampering(tmp_path: Path):
     assert "steps [1, 2, 3, 4, 5, 6, 7, 8, 9, 10] checked, 0 violations" in out
     assert "caught: step 4: branch main entry 4" in out
     assert "canonical root unchanged by it: True" in out
+    assert "CASCADE entry seq" in out and "depth 1: memory_root" in out
     assert (work / "agent.ledger").exists() and (work / "tampered.ledger").exists()
     key = work / "agent.ledger.key"
     assert key.stat().st_mode & 0o077 == 0
