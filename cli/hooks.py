@@ -58,15 +58,18 @@ def replay_checks(ledger: Ledger, *, restricted: bool = False) -> list[ReplayChe
 
 def bundle_sections(ledger: Ledger) -> list[BundleSection]:
     """Return the sections of the layers above that ``export`` writes into a bundle."""
-    return []
+    from memory_root.bundle_section import RootsSection
+
+    return [RootsSection()]
 
 
 def bundle_checks(bundle: BundleReader) -> list[ReplayCheck]:
     """Return the checks of steps 7-9 that ``audit`` runs over a bundle (reading its sections)."""
+    from memory_root.bundle_section import RootsSectionCheck
     from memory_root.falsify_replay import FalsifyReplayCheck
     from memory_root.replay import RootsReplayCheck
 
-    return [RootsReplayCheck(), FalsifyReplayCheck()]
+    return [RootsReplayCheck(), RootsSectionCheck(bundle), FalsifyReplayCheck()]
 
 
 def rebuild_derived(ledger: Ledger) -> None:

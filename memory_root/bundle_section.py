@@ -1,0 +1,165 @@
+"""Memory-root records in an auditor's bundle, and the audit check that reads them back.
+
+``RootsSection`` writes one record per stored memory root into the bundle section
+``memory_roots``::
+
+    {"branch", "seq", "state", "payload": <the SNAPSHOT payload: preimage + memory_root, §6>,
+     "summaries": [{"id", "rule", "rule_cbor", "digest", "count", "data"}, ...]}
+
+``RootsSectionCheck`` (a ``ReplayCheck`` for ``ledger.audit``) checks, from the bundle alone,
+that every record is the SNAPSHOT entry it claims (step 8): its payload is the one of the
+SNAPSHOT entry at ``(branch, seq)`` and hashes to the root it names, each summary's bytes hash
+to its digest (``summary_digest``) and its rule bytes to its rule digest, and every SNAPSHOT
+entry has a record. Stored summaries thereby travel with proof of what they are; the
+root states (live / stale / falsified) are replayed by the falsification check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any, Final
+
+from ledger.bundle import BundleReader
+from ledger.entries import Entry, Kind
+from ledger.errors import MemrootError
+from ledger.hashing import domain_hash
+from ledger.ledger import Ledger
+from ledger.verify import AuditReport, Finding
+from ledger.vocab import OpType
+from memory_root import records
+from memory_root.root import RootPreimage
+from projections.projection import RULE_TAG, summary_digest
+
+__all__ = ["SECTION", "RootsSection", "RootsSectionCheck"]
+
+SECTION: Final = "memory_roots"
+
+
+class RootsSection:
+    """``BundleSection`` carrying every stored memory root with its summaries."""
+
+    name = SECTION
+
+    def records(self, ledger: Ledger) -> Iterable[Any]:
+        """Yield one record per stored root, by branch and seq (streamed)."""
+        return _iter_records(ledger)
+
+
+def _iter_records(ledger: Ledger) -> Iterator[dict[str, Any]]:
+    db = ledger.store.db
+    if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'memory_roots'").fetchall():
+        return
+    roots = [bytes(r[0]) for r in db.execute("SELECT root FROM memory_roots ORDER BY branch, seq")]
+    for root in roots:
+        rec = records.get_root(db, root)
+        yield {
+            "branch": rec.branch,
+            "payload": {**rec.preimage().to_cbor(), "memory_root": rec.root},
+            "seq": rec.seq,
+            "state": rec.state,
+            "summaries": [
+                {
+                    "count": s.count,
+                    "data": s.data,
+                    "digest": s.digest,
+                    "id": s.projection,
+                    "rule": s.rule,
+                    "rule_cbor": s.rule_cbor,
+                }
+                for s in records.summaries(db, rec.root)
+            ],
+        }
+
+
+class RootsSectionCheck:
+    """Step 8 over a bundle: the carried root records are the SNAPSHOT entries they claim."""
+
+    steps: tuple[int, ...] = (8,)
+
+    def __init__(self, bundle: BundleReader) -> None:
+        """Read the ``memory_roots`` section of ``bundle`` at ``finish`` (if it has one)."""
+        self.bundle = bundle
+        self.snapshots: dict[tuple[str, int], Any] = {}
+
+    def feed(self, branch: str, entry: Entry, report: AuditReport) -> None:
+        """Remember each SNAPSHOT entry's payload."""
+        if entry.kind is Kind.OP and entry.type == OpType.SNAPSHOT:
+            self.snapshots[(branch, entry.seq)] = entry.body.get("payload")
+
+    def finish(self, report: AuditReport) -> None:
+        """Compare every carried record with its SNAPSHOT entry and its own digests."""
+        if SECTION not in self.bundle.section_names():
+            if self.snapshots:
+                report.add(
+                    Finding(
+                        8,
+                        "the bundle carries SNAPSHOT entries but no memory-root "
+                        "records; roots were replayed from the entries only",
+                        severity="note",
+                    )
+                )
+            return
+        seen: set[tuple[str, int]] = set()
+        try:
+            for rec in self.bundle.section(SECTION):
+                self._check(rec, seen, report)
+        except MemrootError as e:
+            report.add(Finding(8, f"the memory-root records cannot be read: {e}"))
+            return
+        for branch, seq in sorted(set(self.snapshots) - seen):
+            report.add(Finding(8, "a SNAPSHOT entry has no root record in the bundle", branch, seq))
+
+    def _check(self, rec: Any, seen: set[tuple[str, int]], report: AuditReport) -> None:
+        if not isinstance(rec, dict):
+            report.add(Finding(8, "a memory-root record is not a map"))
+            return
+        branch, seq = rec.get("branch"), rec.get("seq")
+        where = (str(branch), seq if isinstance(seq, int) else None)
+        try:
+            pre, root = RootPreimage.from_payload(rec.get("payload"))
+        except (MemrootError, TypeError, ValueError, KeyError) as e:
+            report.add(Finding(8, f"a memory-root record's payload is malformed: {e}", *where))
+            return
+        if pre.root() != root:
+            report.add(
+                Finding(
+                    8,
+                    "a memory-root record does not hash to its root",
+                    *where,
+                    expected=pre.root().hex(),
+                    actual=bytes(root).hex(),
+                )
+            )
+        key = (str(branch), seq) if isinstance(seq, int) else None
+        entry_payload = self.snapshots.get(key) if key is not None else None
+        if key is None or entry_payload is None:
+            report.add(Finding(8, "a memory-root record names no SNAPSHOT entry", *where))
+            return
+        seen.add(key)
+        if entry_payload != rec.get("payload"):
+            report.add(Finding(8, "a memory-root record differs from its SNAPSHOT entry", *where))
+        digests = {p.id: p for p in pre.projections}
+        for s in rec.get("summaries", []):
+            p = digests.get(str(s.get("id"))) if isinstance(s, dict) else None
+            if p is None:
+                report.add(Finding(8, f"a summary of an unknown projection: {s!r:.80}", *where))
+                continue
+            data, rule_cbor = s.get("data"), s.get("rule_cbor")
+            if not isinstance(data, bytes) or summary_digest(data) != p.digest:
+                report.add(
+                    Finding(
+                        8,
+                        f"the {p.id} summary bytes do not hash to its digest",
+                        *where,
+                        expected=p.digest.hex(),
+                    )
+                )
+            if not isinstance(rule_cbor, bytes) or domain_hash(RULE_TAG, rule_cbor) != p.rule:
+                report.add(
+                    Finding(
+                        8,
+                        f"the {p.id} rule bytes do not hash to its rule digest",
+                        *where,
+                        expected=p.rule.hex(),
+                    )
+                )
