@@ -151,9 +151,10 @@ def query_cmd(
 
 @cli.command("why")
 @click.argument("object_id")
+@branch_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (hashes and proofs in hex).")
 @pass_ctx
-def why_cmd(ctx: Context, object_id: str, as_json: bool) -> None:
+def why_cmd(ctx: Context, object_id: str, branch: str, as_json: bool) -> None:
     """Show why memory holds an object: every operation and evidence event, each proven.
 
     Each entry comes with its seq, entry hash and an RFC 9162 inclusion proof against the
@@ -167,10 +168,10 @@ def why_cmd(ctx: Context, object_id: str, as_json: bool) -> None:
     from cli.falsify_cmds import item_why, object_states
 
     if len(object_id) != 36 or object_id.count("-") != 4:
-        item_why(ctx, object_id, "main", as_json)
+        item_why(ctx, object_id, branch, as_json)
         return
     with open_ledger(ctx) as ledger:
-        w = why_object(ledger, object_id)
+        w = why_object(ledger, object_id, branch=branch)
         states = object_states(ledger, object_id)
     data = {**w.to_dict(), "states": states[0]}
 
@@ -192,8 +193,9 @@ def why_cmd(ctx: Context, object_id: str, as_json: bool) -> None:
                 if s.proof is None
                 else (f"proof {len(s.proof)} hashes")
             )
+            where = "" if s.branch == branch else f"{s.branch} "
             click.echo(
-                f"  seq {s.seq:<6} {s.entry_hash.hex()[:16]}  {s.op_type:<20} by "
+                f"  {where}seq {s.seq:<6} {s.entry_hash.hex()[:16]}  {s.op_type:<20} by "
                 f"{s.actor_id} ({s.actor_type}) at {_when(s.ts)}{v}; {proof}"
             )
         click.echo("evidence:")

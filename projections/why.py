@@ -38,10 +38,12 @@ class OperationStep:
     ts: int
     version: int | None
     proof: tuple[bytes, ...] | None
+    branch: str = CANONICAL_BRANCH
 
     def to_dict(self) -> dict[str, Any]:
         """Return the step as a JSON-ready dict (hashes in hex)."""
         return {
+            "branch": self.branch,
             "seq": self.seq,
             "entry_hash": self.entry_hash.hex(),
             "op_type": self.op_type,
@@ -66,10 +68,12 @@ class EvidenceStep:
     content: str | None
     erased_by: int | None
     proof: tuple[bytes, ...] | None
+    branch: str = CANONICAL_BRANCH
 
     def to_dict(self) -> dict[str, Any]:
         """Return the step as a JSON-ready dict (hashes in hex)."""
         return {
+            "branch": self.branch,
             "event_id": self.event_id,
             "seq": self.seq,
             "entry_hash": self.entry_hash.hex(),
@@ -90,6 +94,9 @@ class Why:
     operations: tuple[OperationStep, ...]
     evidence: tuple[EvidenceStep, ...]
     checkpoint: SignedCheckpoint | None
+    checkpoints: tuple[tuple[str, SignedCheckpoint], ...] = ()
+    """Per branch, the checkpoint its steps are proven against (a branch object's history and
+    evidence may lie on ancestor branches, before the fork)."""
 
     def to_dict(self) -> dict[str, Any]:
         """Return everything as a JSON-ready dict (hashes and roots in hex)."""
@@ -99,15 +106,20 @@ class Why:
             "versions": [v.to_dict() for v in self.versions],
             "operations": [o.to_dict() for o in self.operations],
             "evidence": [e.to_dict() for e in self.evidence],
-            "checkpoint": None
-            if cp is None
-            else {
-                "origin": cp.checkpoint.origin,
-                "size": cp.checkpoint.size,
-                "root": cp.checkpoint.root.hex(),
-                "note": cp.note,
-            },
+            "checkpoint": _cp_json(cp),
+            "checkpoints": {b: _cp_json(c) for b, c in self.checkpoints},
         }
+
+
+def _cp_json(cp: SignedCheckpoint | None) -> dict[str, Any] | None:
+    if cp is None:
+        return None
+    return {
+        "origin": cp.checkpoint.origin,
+        "size": cp.checkpoint.size,
+        "root": cp.checkpoint.root.hex(),
+        "note": cp.note,
+    }
 
 
 def _checkpoint(ledger: Ledger, branch: str) -> SignedCheckpoint | None:
@@ -139,29 +151,34 @@ def why(ledger: Ledger, object_id: str, *, branch: str = CANONICAL_BRANCH) -> Wh
         versions = object_history(db, object_id, branch=branch)
         if not versions:
             raise NotFoundError(f"no memory object {object_id} on branch {branch}")
-        version_at = {v.seq: v.version for v in versions}
-        linked = {e.seq for e in edges_of(db, object_id, branch=branch)}
+        version_at = {(v.branch, v.seq): v.version for v in versions}
+        linked = {(e.branch, e.seq) for e in edges_of(db, object_id, branch=branch)}
         evidence_ids = list(dict.fromkeys(e for v in versions for e in v.evidence_ids))
         events = {
-            r[0]: (int(r[1]), r[2])
+            r[0]: (str(r[3]), int(r[1]), r[2])
             for r in db.execute(
-                f"SELECT id, seq, erased_by FROM mem_events WHERE id IN "
+                f"SELECT id, seq, erased_by, branch FROM mem_events WHERE id IN "
                 f"({', '.join('?' * len(evidence_ids))})",
                 evidence_ids,
             )
         }
-    cp = _checkpoint(ledger, branch)
+    cps: dict[str, SignedCheckpoint | None] = {}
 
-    def proof(seq: int, entry_hash: bytes) -> tuple[bytes, ...] | None:
+    def proof(on: str, seq: int, entry_hash: bytes) -> tuple[bytes, ...] | None:
+        # Each step is proven in the tree of the branch its entry lives on: a branch object's
+        # history and evidence before the fork lie on its ancestors.
+        if on not in cps:
+            cps[on] = _checkpoint(ledger, on)
+        cp = cps[on]
         if cp is None or seq >= cp.checkpoint.size:
             return None
-        path = ledger.inclusion_proof(seq, cp.checkpoint.size, branch)
+        path = ledger.inclusion_proof(seq, cp.checkpoint.size, on)
         merkle.verify_inclusion(entry_hash, seq, cp.checkpoint.size, path, cp.checkpoint.root)
         return tuple(path)
 
     ops = []
-    for seq in sorted(set(version_at) | linked):
-        e = ledger.entry(seq, branch)
+    for on, seq in sorted(set(version_at) | linked, key=lambda k: (k[0] != branch, k)):
+        e = ledger.entry(seq, on)
         b = e.body
         ops.append(
             OperationStep(
@@ -172,16 +189,17 @@ def why(ledger: Ledger, object_id: str, *, branch: str = CANONICAL_BRANCH) -> Wh
                 str(b["actor_id"]),
                 str(b["actor_type"]),
                 e.ts,
-                version_at.get(seq),
-                proof(seq, e.hash),
+                version_at.get((on, seq)),
+                proof(on, seq, e.hash),
+                on,
             )
         )
     evidence = []
     for event_id in evidence_ids:
         if event_id not in events:  # pragma: no cover - evidence is checked at ASSERT
             continue
-        seq, erased_by = events[event_id]
-        e = ledger.entry(seq, branch)
+        on, seq, erased_by = events[event_id]
+        e = ledger.entry(seq, on)
         evidence.append(
             EvidenceStep(
                 event_id,
@@ -189,9 +207,19 @@ def why(ledger: Ledger, object_id: str, *, branch: str = CANONICAL_BRANCH) -> Wh
                 e.hash,
                 str(e.body["actor_id"]),
                 e.ts,
-                ledger.content(seq, branch),
+                ledger.content(seq, on),
                 erased_by,
-                proof(seq, e.hash),
+                proof(on, seq, e.hash),
+                on,
             )
         )
-    return Why(versions[-1], tuple(versions), tuple(ops), tuple(evidence), cp)
+    if branch not in cps:
+        cps[branch] = _checkpoint(ledger, branch)
+    return Why(
+        versions[-1],
+        tuple(versions),
+        tuple(ops),
+        tuple(evidence),
+        cps[branch],
+        tuple((b, c) for b, c in sorted(cps.items()) if c is not None),
+    )

@@ -1,0 +1,84 @@
+"""`why --branch`: a branch object's history and evidence, each proven in its own branch's tree."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from cli.main import cli
+from ledger import merkle
+from ledger.note import Verifier, open_checkpoint
+
+
+def run(path: Path, *args: str) -> dict | list:
+    result = CliRunner().invoke(cli, ["-l", str(path), *args, "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_why_in_a_branch_proves_each_step_in_its_own_tree(tmp_path: Path):
+    """Evidence from before the fork is proven in main's tree, the branch's ASSERT in its own."""
+    path = tmp_path / "w.ledger"
+    vkey = run(path, "init")["vkey"]
+    event = run(
+        path,
+        "append",
+        json.dumps(
+            {
+                "kind": "event",
+                "stream": "s",
+                "actor_id": "alice",
+                "actor_type": "HUMAN_USER",
+                "role": "USER",
+                "content": "I might move to Hangzhou",
+                "namespace_id": "ns",
+            }
+        ),
+    )[0]
+    branch = run(path, "branch", "create", "--type", "SIMULATION", "--purpose", "move?")
+    bid = branch["branch_id"]
+    made = run(
+        path,
+        "append",
+        "-b",
+        bid,
+        json.dumps(
+            {
+                "kind": "op",
+                "op_type": "ASSERT",
+                "actor_id": "agent",
+                "actor_type": "AI_AGENT",
+                "namespace_id": "ns",
+                "policy_version": "p/1",
+                "payload": {
+                    "object_type": "FACT",
+                    "epistemic_type": "HYPOTHETICAL",
+                    "source_type": "USER_STATED",
+                    "evidence_ids": [event["id"]],
+                    "value": "Alice moves to Hangzhou",
+                    "confidence": None,
+                    "salience": 0.5,
+                },
+            }
+        ),
+    )[0]
+    data = run(path, "why", made["id"], "--branch", bid)
+    assert data["object"]["id"] == made["id"]
+    [op] = data["operations"]
+    [ev] = data["evidence"]
+    assert (op["branch"], op["seq"]) == (bid, made["seq"])
+    assert (ev["branch"], ev["seq"]) == ("main", event["seq"])
+    verifier = Verifier.from_vkey(vkey)
+    for step in (op, ev):
+        cp = open_checkpoint(data["checkpoints"][step["branch"]]["note"], [verifier]).checkpoint
+        merkle.verify_inclusion(
+            bytes.fromhex(step["entry_hash"]),
+            step["seq"],
+            cp.size,
+            [bytes.fromhex(h) for h in step["proof"]],
+            cp.root,
+        )
+    missing = CliRunner().invoke(cli, ["-l", str(path), "why", made["id"]], catch_exceptions=False)
+    assert missing.exit_code == 3  # the branch's object is not on main
