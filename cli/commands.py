@@ -18,7 +18,7 @@ from ledger.entries import Entry, EventInput, OpInput, check_uuid, new_uuid, par
 from ledger.errors import DecodeError, ValidationError
 from ledger.ledger import Appended, Ledger
 from ledger.trust import TrustedState, default_trusted_path
-from ledger.verify import STEPS, AuditReport, verify_path
+from ledger.verify import STEPS, AuditReport, Finding, verify_path
 
 __all__ = ["jsonable", "open_ledger"]
 
@@ -442,6 +442,10 @@ def print_report(report: AuditReport, as_json: bool) -> None:
     "-b",
     help="Verify only this branch and its ancestors (default: every branch).",
 )
+@click.option(
+    "--anchor",
+    help="Also prove the conversation path (every ancestor event) of this event.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
 def verify_cmd(
@@ -451,9 +455,14 @@ def verify_cmd(
     no_update: bool,
     origin: str | None,
     branch: str | None,
+    anchor: str | None,
     as_json: bool,
 ) -> None:
     """Run every auditor step on the ledger; exit 1 on any violation.
+
+    With --anchor E it also proves the conversation the agent read at event E: every event
+    on E's ancestor path, found through the entries themselves, with an inclusion proof in
+    its branch's newest signed checkpoint.
 
     Example: memroot -l agent.ledger verify --trusted ~/.memroot-trusted.json
     """
@@ -478,6 +487,50 @@ def verify_cmd(
             origin=origin,
             branch=branch,
         )
+    path_ok = True
+    if anchor is not None:
+        path_ok = _verify_anchor(path, anchor, vkeys, report)
     print_report(report, as_json)
-    if not report.ok:
+    if not report.ok or not path_ok:
         raise click.exceptions.Exit(1)
+
+
+def _verify_anchor(path: Path, anchor: str, vkeys: tuple[str, ...], report: AuditReport) -> bool:
+    """Prove the anchor's conversation path; add its findings to ``report``; True when sound.
+
+    A missing ancestor (not arrived yet) or one newer than the last checkpoint is a note; a
+    proof or signature that fails, or an anchor that is not in the ledger, is a violation.
+    """
+    from projections.anchors import prove_path
+
+    check_uuid(anchor, "--anchor")
+    with Ledger.open(path, readonly=True) as ledger:
+        steps = prove_path(ledger, anchor, vkeys)
+    report.trusted["anchor_path"] = [s.to_json() for s in steps]
+    sound = True
+    for i, s in enumerate(steps):
+        if s.problem is None:
+            continue
+        benign = (i > 0 and s.problem == "not in the ledger") or s.problem.startswith(
+            "not covered yet"
+        )
+        report.add(
+            Finding(
+                5,
+                f"conversation path of {anchor}: event {s.event_id}: {s.problem}",
+                s.branch,
+                s.seq,
+                severity="note" if benign else "error",
+            )
+        )
+        sound = sound and benign
+    proven = sum(1 for s in steps if s.proven_in is not None)
+    report.add(
+        Finding(
+            5,
+            f"conversation path of {anchor}: {len(steps)} event(s), {proven} "
+            "proven in signed checkpoints",
+            severity="note",
+        )
+    )
+    return sound

@@ -10,7 +10,8 @@ import click
 
 from cli.commands import jsonable, open_ledger
 from cli.main import Context, branch_option, cli, emit, pass_ctx
-from ledger.errors import DecodeError
+from ledger.entries import check_uuid
+from ledger.errors import DecodeError, NotFoundError
 from memory_root import RootDiff, RootRecord, Roots, RootView, SelfModel, SelfModelView
 
 __all__ = ["root", "roots_cmd", "selfmodel", "snapshot"]
@@ -96,18 +97,28 @@ def _line(r: RootRecord) -> str:
 
 @cli.command()
 @branch_option
+@click.option(
+    "--anchor",
+    help="Snapshot the branch this event lives on, so the new root commits to it.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
-def snapshot(ctx: Context, branch: str, as_json: bool) -> None:
+def snapshot(ctx: Context, branch: str, anchor: str | None, as_json: bool) -> None:
     """Take a memory_root snapshot now and sign a checkpoint after it.
 
     Folds every registered projection up to the branch's head, appends a SNAPSHOT entry that
     carries the root and its preimage, and signs a checkpoint. When nothing changed since
-    the last snapshot it prints that root and writes nothing.
+    the last snapshot it prints that root and writes nothing. With --anchor E the branch is
+    E's, and the root (whose high-water is at or after E) commits to the conversation at E.
 
     Example: memroot -l agent.ledger snapshot --json
     """
     with open_ledger(ctx) as ledger:
+        if anchor is not None:
+            found = ledger.find_event(check_uuid(anchor, "--anchor"))
+            if found is None:
+                raise NotFoundError(f"no event {anchor} in the ledger")
+            branch = found[0]
         result = Roots(ledger).snapshot(branch)
     record = result.record
     cp = None if result.checkpoint is None else result.checkpoint.checkpoint.size
@@ -127,17 +138,34 @@ def snapshot(ctx: Context, branch: str, as_json: bool) -> None:
 
 @cli.command("roots")
 @branch_option
+@click.option(
+    "--anchor",
+    help="Only roots that commit to this event (on its branch, high-water at or after it).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
-def roots_cmd(ctx: Context, branch: str, as_json: bool) -> None:
+def roots_cmd(ctx: Context, branch: str, anchor: str | None, as_json: bool) -> None:
     """List the branch's memory roots along the parent chain, newest first, with states.
 
-    Columns: SNAPSHOT seq, memory_root, state, high-water seq, parent (prefix).
+    Columns: SNAPSHOT seq, memory_root, state, high-water seq, parent (prefix). With
+    --anchor E: the roots of E's branch whose high-water covers E, the ones an agent reading
+    at E can cite.
 
     Example: memroot -l agent.ledger roots --json
     """
     with open_ledger(ctx) as ledger:
-        chain = Roots(ledger).chain(branch=branch)
+        if anchor is not None:
+            found = ledger.find_event(check_uuid(anchor, "--anchor"))
+            if found is None:
+                raise NotFoundError(f"no event {anchor} in the ledger")
+            branch, at = found
+            chain = [
+                r
+                for r in Roots(ledger).chain(branch=branch)
+                if r.branch == branch and r.high_water.seq >= at
+            ]
+        else:
+            chain = Roots(ledger).chain(branch=branch)
 
     def human() -> None:
         if not chain:

@@ -18,19 +18,25 @@ appended events; ``ancestor_path`` and ``visible`` answer reads.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 import apsw
 
+from ledger import merkle
 from ledger.entries import Entry, Kind, OpInput
+from ledger.errors import MemrootError
 from ledger.ledger import Ledger
+from ledger.note import Verifier, open_checkpoint
 
 __all__ = [
     "MAX_PATH",
     "ConversationTree",
+    "PathStep",
     "ancestor_path",
     "ancestor_path_in",
     "filter_visible",
+    "prove_path",
     "visible",
 ]
 
@@ -107,3 +113,79 @@ def filter_visible(
 ) -> list[T]:
     """Return the items whose evidence is entirely on ``path`` (see ``visible``)."""
     return [item for item in items if visible(evidence_of(item), path)]
+
+
+@dataclass(frozen=True, slots=True)
+class PathStep:
+    """One event on an anchor's ancestor path, as the ledger's entries (not a cache) say."""
+
+    event_id: str
+    branch: str | None
+    seq: int | None
+    entry_hash: bytes | None
+    parent: str | None
+    proven_in: int | None
+    """Size of the signed checkpoint the event was proven in (None: not proven)."""
+    problem: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        """Return a JSON-ready dict."""
+        return {
+            "event_id": self.event_id,
+            "branch": self.branch,
+            "seq": self.seq,
+            "entry_hash": None if self.entry_hash is None else self.entry_hash.hex(),
+            "parent": self.parent,
+            "proven_in": self.proven_in,
+            "problem": self.problem,
+        }
+
+
+def prove_path(ledger: Ledger, anchor: str, vkeys: Sequence[str] = ()) -> list[PathStep]:
+    """Walk ``anchor``'s ancestor path through the entries and prove every event on it.
+
+    Each event is found by id, decoded strictly, its ``parent_event_id`` read from the entry
+    itself, and its entry proven (RFC 9162 inclusion) in the newest signed checkpoint of its
+    branch, opened with ``vkeys`` (default: the ledger's genesis keys). A step's ``problem``
+    says what failed: not in the ledger (a parent not arrived yet, or lost), not yet covered
+    by a checkpoint, or a proof or signature that does not verify.
+    """
+    verifiers = [Verifier.from_vkey(k) for k in (vkeys or ledger.genesis_vkeys())]
+    steps: list[PathStep] = []
+    seen: set[str] = set()
+    node: str | None = anchor
+    while node is not None and node not in seen and len(steps) < MAX_PATH:
+        seen.add(node)
+        found = ledger.find_event(node)
+        if found is None:
+            steps.append(PathStep(node, None, None, None, None, None, "not in the ledger"))
+            break
+        branch, seq = found
+        try:
+            entry = ledger.entry(seq, branch)
+        except MemrootError as e:
+            steps.append(PathStep(node, branch, seq, None, None, None, f"unreadable: {e}"))
+            break
+        parent = entry.body.get("parent_event_id")
+        parent = parent if isinstance(parent, str) else None
+        problem: str | None = None
+        proven: int | None = None
+        if entry.body.get("id") != node:
+            problem = "the event index points at another entry"
+        else:
+            note = ledger.latest_checkpoint(branch)
+            try:
+                if note is None:
+                    raise MemrootError("no signed checkpoint on this branch")
+                cp = open_checkpoint(note, verifiers).checkpoint
+                if cp.size <= seq:
+                    problem = f"not covered yet by a signed checkpoint (size {cp.size})"
+                else:
+                    proof = ledger.inclusion_proof(seq, cp.size, branch)
+                    merkle.verify_inclusion(entry.hash, seq, cp.size, proof, cp.root)
+                    proven = cp.size
+            except MemrootError as e:
+                problem = str(e)
+        steps.append(PathStep(node, branch, seq, entry.hash, parent, proven, problem))
+        node = parent
+    return steps

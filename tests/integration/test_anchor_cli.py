@@ -68,3 +68,62 @@ def test_explicit_parent_wins_and_bad_anchor_is_refused(tmp_path: Path):
         catch_exceptions=False,
     )
     assert result.exit_code == 3 and "--anchor" in result.stderr
+
+
+def _chat(path: Path, n: int) -> list[dict]:
+    """n events, each the child of the one before; returns their append results."""
+    out: list[dict] = []
+    for i in range(n):
+        args = ["append", json.dumps({**EVENT, "content": f"turn {i}"})]
+        if out:
+            args += ["--anchor", out[-1]["id"]]
+        out.append(run(path, *args)[0])
+    return out
+
+
+def test_verify_anchor_proves_the_conversation_path(tmp_path: Path):
+    """verify --anchor proves every ancestor of the anchor in a signed checkpoint."""
+    path = tmp_path / "v.ledger"
+    run(path, "init")
+    turns = _chat(path, 4)
+    run(path, "checkpoint")
+    report = run(path, "verify", "--anchor", turns[-1]["id"], "--no-update")
+    steps = report["trusted"]["anchor_path"]
+    assert [s["event_id"] for s in steps] == [t["id"] for t in reversed(turns)]
+    assert all(s["proven_in"] and s["problem"] is None for s in steps)
+
+
+def test_verify_anchor_reports_a_broken_path(tmp_path: Path):
+    """An anchor not in the ledger fails; an unsigned tail is only a note."""
+    path = tmp_path / "v.ledger"
+    run(path, "init")
+    turns = _chat(path, 2)
+    unsigned = run(path, "verify", "--anchor", turns[-1]["id"], "--no-update")
+    assert unsigned["ok"] and any("not covered yet" in n["message"] for n in unsigned["notes"])
+    bad = CliRunner().invoke(
+        cli,
+        [
+            "-l",
+            str(path),
+            "verify",
+            "--anchor",
+            "01900000-0000-7000-8000-00000000dead",
+            "--no-update",
+        ],
+        catch_exceptions=False,
+    )
+    assert bad.exit_code == 1 and "not in the ledger" in bad.output + bad.stderr
+
+
+def test_roots_and_snapshot_at_an_anchor(tmp_path: Path):
+    """snapshot --anchor snapshots the anchor's branch; roots --anchor lists roots covering it."""
+    path = tmp_path / "r.ledger"
+    run(path, "init")
+    early = _chat(path, 2)
+    first = run(path, "snapshot", "--anchor", early[-1]["id"])
+    late = _chat(path, 2)
+    second = run(path, "snapshot", "--anchor", late[-1]["id"])
+    covering_early = {r["memory_root"] for r in run(path, "roots", "--anchor", early[0]["id"])}
+    covering_late = {r["memory_root"] for r in run(path, "roots", "--anchor", late[-1]["id"])}
+    assert {first["memory_root"], second["memory_root"]} <= covering_early
+    assert covering_late == {second["memory_root"]}
