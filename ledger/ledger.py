@@ -142,7 +142,6 @@ class Ledger:
         self.hooks = list(hooks)
         self._signer: Signer | None = None
         self._heads: dict[str, _Head] = {}
-        self._pending_erasures: list[tuple[int, int]] = []
         self._forking = False
         self.ledger_id: str = str(store.meta("ledger_id"))
         self.origin: str = str(store.meta("origin"))
@@ -410,7 +409,6 @@ class Ledger:
         items = list(items)
         if not items:
             return []
-        self._pending_erasures = []
         with self.store.write() as db:
             # A rolled-back transaction leaves the cached right edge untouched (it is only
             # replaced in _write_rows), and _head() re-validates it against the stored head.
@@ -490,6 +488,7 @@ class Ledger:
         entries: list[Entry] = []
         extras: list[tuple[bytes | None, bytes | None, bytes | None]] = []
         event_rows: list[tuple[bytes, int]] = []
+        erasures: list[tuple[int, int]] = []  # (entry key, erasing seq), this call's only
         batch_events: dict[bytes, int] = {}
         out: list[Appended] = []
         salts = os.urandom(SALT_SIZE * len(items))
@@ -544,7 +543,12 @@ class Ledger:
                 )
                 extras.append((None, None, None))
                 if item.op_type == OpType.TOMBSTONE:
-                    self._tombstone(head.row.no, entry, batch_events, entries, extras, start)
+                    erasures.append(
+                        (
+                            self._tombstone(head.row.no, entry, batch_events, extras, start),
+                            entry.seq,
+                        )
+                    )
             n += 1
             entries.append(entry)
             follow: list[OpInput] = []
@@ -554,7 +558,7 @@ class Ledger:
             out.append(Appended(branch, seq, entry.hash, item_id, entry.kind, entry.type))
             prev = entry.hash
             seq += 1
-        self._write_rows(head, entries, extras, event_rows, compact=compact)
+        self._write_rows(head, compact, entries, extras, event_rows, erasures)
         return out
 
     def append_system(
@@ -601,11 +605,14 @@ class Ledger:
         branch_no: int,
         entry: Entry,
         batch_events: dict[bytes, int],
-        entries: list[Entry],
         extras: list[tuple[bytes | None, bytes | None, bytes | None]],
         start: int,
-    ) -> None:
-        """Validate a TOMBSTONE and erase its target's content and salt (SPEC 3)."""
+    ) -> int:
+        """Validate a TOMBSTONE; return the entry key of the event whose content it erases.
+
+        A target appended earlier in the same batch has its content dropped from ``extras``
+        here; either way the returned key gets ``erased_by`` when the rows are written.
+        """
         payload = entry.body["payload"]
         for name in ("target_event_id", "reason", "policy_ref"):
             if payload.get(name) in (None, ""):
@@ -618,36 +625,37 @@ class Ledger:
             if extras[i][2] is None:
                 raise RefusedError(f"event {target} was already erased")
             extras[i] = (None, None, None)
-            self._pending_erasures.append((k, entry.seq))
-            return
+            return k
         k = self.store.event_key(raw)
         if k is None or k >> 40 != branch_no:
             raise NotFoundError(f"TOMBSTONE target event {target} is not on this branch")
         row = self.store.entry_row(branch_no, k & ((1 << 40) - 1))
         found = Entry.from_bytes(row.data)
         if found.kind is not Kind.EVENT or found.body.get("id") != target:
-            # The event id index is a cache that verify does not check: trusting a damaged
-            # one would erase the content of another event.
+            # The event id index is a cache (verify checks it, step 5): trusting a damaged
+            # one would erase the content of another event for good.
             raise StorageError(
                 f"the event index points {target} at entry {found.seq}, which is not that "
                 "event: the index is damaged; nothing was erased"
             )
         if row.erased_by is not None:
             raise RefusedError(f"event {target} was already erased by entry {row.erased_by}")
-        self._pending_erasures.append((k, entry.seq))
+        return k
 
     def _write_rows(
         self,
         head: _Head,
+        compact: merkle.CompactRange,
         entries: list[Entry],
         extras: list[tuple[bytes | None, bytes | None, bytes | None]],
         event_rows: list[tuple[bytes, int]],
-        *,
-        compact: merkle.CompactRange | None = None,
+        erasures: list[tuple[int, int]],
     ) -> None:
-        """Insert entries, their completed tree nodes and the new head (inside the txn)."""
+        """Insert entries, their completed tree nodes, erasures and the new head (in the txn).
+
+        Everything written comes from the arguments: nothing outlives a rolled-back call.
+        """
         no = head.row.no
-        compact = compact or _copy(head.compact)
         nodes: list[tuple[int, bytes]] = []
         for e in entries:
             for level, index, h in compact.append(e.hash):
@@ -659,9 +667,8 @@ class Ledger:
         )
         if event_rows:
             self.store.insert_event_ids(event_rows)
-        for k, by in self._pending_erasures:
+        for k, by in erasures:
             self.store.erase_content(k, by)
-        self._pending_erasures.clear()
         self.store.insert_nodes(nodes)
         last = entries[-1]
         self.store.set_head(no, last.seq + 1, last.hash)

@@ -143,3 +143,33 @@ def test_branch_anchor_altered(forked: Path, tmp_path: Path):
     report = verify_path(forked, trusted=TrustedState(tmp_path / "t.json"))
     step7 = [f for f in report.findings if f.step == 7]
     assert step7 and step7[0].branch == "sim-1" and step7[0].seq == 0
+
+
+def test_refused_tombstone_never_erases_later(tmp_path: Path):
+    """A TOMBSTONE in a refused batch erases nothing, not even in the next transaction."""
+    path = tmp_path / "t.ledger"
+    with Ledger.init(path, origin="example.org/fork") as ledger:
+        kept = ledger.append(_event(1))
+        tomb = OpInput(
+            op_type="TOMBSTONE",
+            actor_id="a",
+            actor_type="HUMAN_USER",
+            namespace_id="ns",
+            policy_version="p/1",
+            payload={"target_event_id": kept.id, "reason": "r", "policy_ref": "p"},
+        )
+        duplicate = EventInput(
+            stream="s",
+            actor_id="a",
+            actor_type="AI_AGENT",
+            role="USER",
+            content="again",
+            namespace_id="ns",
+            id=kept.id,
+        )
+        with pytest.raises(RefusedError, match="already exists"):
+            ledger.append_batch([tomb, duplicate])
+        ledger.fork(_create("after"), genesis={})
+        ledger.append(_event(2))
+        assert ledger.content(kept.seq) == "event 1"
+        assert ledger.store.entry_row(ledger.branch_row().no, kept.seq).erased_by is None
