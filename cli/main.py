@@ -80,28 +80,6 @@ branch_option = click.option(
 """The ``--branch`` option shared by every command that reads or writes one branch."""
 
 
-class HexDigest(click.ParamType):  # type: ignore[type-arg]
-    """A 32-byte digest given in hex."""
-
-    name = "HEX"
-
-    def convert(
-        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
-    ) -> bytes:
-        """Parse 64 hex digits into bytes."""
-        if isinstance(value, bytes):
-            return value
-        try:
-            raw = bytes.fromhex(str(value))
-        except ValueError:
-            self.fail(f"{value!r} is not hex", param, ctx)
-        if len(raw) != 32:
-            self.fail(
-                f"{value!r} is {len(raw)} bytes; a digest is 32 bytes (64 hex digits)", param, ctx
-            )
-        return raw
-
-
 def emit(data: Any, as_json: bool, human: Callable[[], None] | str | None = None) -> None:
     """Print ``data`` as JSON (``as_json``) or print the human form."""
     if as_json:

@@ -31,7 +31,6 @@ __all__ = [
     "check",
     "decode",
     "encode",
-    "encode_array_head",
     "encode_normalized",
     "normalize",
 ]
@@ -109,22 +108,6 @@ def encode_normalized(value: Any, no_float: bool) -> bytes:
     plain encoder then emits exactly the canonical bytes.
     """
     return cbor2.dumps(value) if no_float else cbor2.dumps(value, canonical=True)
-
-
-def encode_array_head(length: int) -> bytes:
-    """Return the canonical head of a CBOR array of ``length`` items (major type 4).
-
-    Raises:
-        ValueError: if ``length`` is negative.
-    """
-    if length < 0:
-        raise ValueError("array length must not be negative")
-    if length < 24:
-        return bytes([0x80 | length])
-    for size, code in ((1, 24), (2, 25), (4, 26), (8, 27)):
-        if length < 1 << (8 * size):
-            return bytes([0x80 | code]) + length.to_bytes(size, "big")
-    raise ValueError("array length exceeds 64 bits")
 
 
 def decode(data: bytes) -> Any:

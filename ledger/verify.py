@@ -30,7 +30,7 @@ interior nodes, content addresses) apply to sources that keep such caches.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
@@ -1187,11 +1187,6 @@ def _remember(
             continue
         trusted.put(b_origin, TrustedLog(vkeys, size, bytes(root), note))
     trusted.save()
-
-
-def iter_rows(store: Store, branch_no: int) -> Iterator[RowLike]:
-    """Yield a branch's rows (a seam for tests and the bundle verifier)."""
-    yield from store.iter_entry_rows(branch_no)
 
 
 def verify_path(path: Path, **kwargs: Any) -> AuditReport:

@@ -12,7 +12,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from ledger import encoding
-from ledger.encoding import MAX_INT, MIN_INT, decode, encode, encode_array_head
+from ledger.encoding import MAX_INT, MIN_INT, decode, encode
 from ledger.errors import DecodeError
 
 # -- the data model as a hypothesis strategy ------------------------------------------------
@@ -364,22 +364,6 @@ def test_encode_refuses_outside_the_model(value: Any, error: type[Exception]) ->
         encode(value)
     with pytest.raises(error):
         encoding.check(value)
-
-
-@pytest.mark.parametrize("n", [0, 1, 23, 24, 255, 256, 65535, 65536, 2**32 - 1, 2**32, 2**64 - 1])
-def test_encode_array_head(n: int) -> None:
-    """encode_array_head gives the shortest major-type-4 head for n items, as cbor2 does."""
-    head = encode_array_head(n)
-    assert head[0] >> 5 == 4
-    count = head[0] & 0x1F if len(head) == 1 else int.from_bytes(head[1:], "big")
-    assert count == n
-    assert len(head) == (
-        1 if n < 24 else 2 if n < 2**8 else 3 if n < 2**16 else 5 if n < 2**32 else 9
-    )
-    if n < 100_000:
-        assert cbor2.dumps([None] * n) == head + b"\xf6" * n
-    with pytest.raises(ValueError):
-        encode_array_head(-1)
 
 
 # -- fuzzing: arbitrary bytes give a value or a DecodeError, nothing else ----------------------
