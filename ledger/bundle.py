@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, BinaryIO, Final, Protocol
 
 from ledger import encoding
+from ledger._fs import fsync_dir
 from ledger.entries import CANONICAL_BRANCH, now_us
 from ledger.errors import DecodeError, NotFoundError, RefusedError, StorageError
 from ledger.hashing import HASH_SIZE, sha256_stream
@@ -443,7 +444,7 @@ def export_bundle(
             os.fsync(f.fileno())
         _fsync_tree(tmp)
         os.rename(tmp, out)
-        _fsync_dir(out.parent)
+        fsync_dir(out.parent)
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(e, OSError):
@@ -520,19 +521,9 @@ def _write(ledger: Ledger, root: Path, sections: Sequence[BundleSection]) -> Man
             w.abort()
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover - some filesystems refuse directory fsync
-        pass
-    finally:
-        os.close(fd)
-
-
 def _fsync_tree(root: Path) -> None:
     for dirpath, _, _ in os.walk(root):
-        _fsync_dir(Path(dirpath))
+        fsync_dir(Path(dirpath))
 
 
 # -- reading ----------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
 
+from ledger._fs import fsync_dir
 from ledger.errors import KeyFileError
 from ledger.hashing import sha256
 
@@ -311,7 +312,7 @@ class Ed25519Signer:
                 os.link(tmp, p)
             except FileExistsError as e:
                 raise KeyFileError(f"key file {p} already exists; refusing to overwrite it") from e
-            _fsync_dir(p.parent)
+            fsync_dir(p.parent)
         except OSError as e:
             raise KeyFileError(f"cannot write key file {p}: {e.strerror}") from e
         finally:
@@ -352,14 +353,3 @@ class Ed25519Signer:
     def __reduce__(self) -> NoReturn:
         # Pickling would copy the private key into whatever stores the pickle.
         raise TypeError("Ed25519Signer cannot be pickled: it holds a private key")
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Flush a directory entry to disk so a new link survives a crash (POSIX only)."""
-    if os.name != "posix":
-        return
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

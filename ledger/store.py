@@ -22,8 +22,6 @@ inserts); ids we assign are UUIDv7 for the same reason.
 from __future__ import annotations
 
 import contextlib
-import errno
-import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -471,15 +469,3 @@ class Store:
             (branch_no,),
         ).fetchone()
         return None if row is None else (int(row[0]), bytes(row[1]), _utf8(row[2]))
-
-
-def fsync_dir(path: Path) -> None:
-    """Flush a directory entry to disk after creating or renaming a file in it."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    except OSError as e:  # pragma: no cover - some filesystems refuse directory fsync
-        if e.errno not in (errno.EINVAL, errno.ENOTSUP):
-            raise
-    finally:
-        os.close(fd)
