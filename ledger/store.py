@@ -392,6 +392,23 @@ class Store:
             (erased_by, k),
         )
 
+    def lookup(self, table: str, key: str, value: str, keys: Sequence[Any]) -> dict[Any, Any]:
+        """Return ``{key: value}`` for the rows of ``table`` whose ``key`` is in ``keys``.
+
+        One ``IN`` query per 500 keys (SQLite's bound on parameters stays far away). ``table``
+        and the column names are the store's own, never caller data.
+        """
+        found: dict[Any, Any] = {}
+        keys = list(keys)
+        for part in range(0, len(keys), 500):
+            chunk = keys[part : part + 500]
+            marks = ",".join("?" * len(chunk))
+            for k, v in self.db.execute(
+                f"SELECT {key}, {value} FROM {table} WHERE {key} IN ({marks})", chunk
+            ):
+                found[k] = v
+        return found
+
     # -- tree nodes ----------------------------------------------------------------------------
 
     def read_nodes(self, branch_no: int, ids: Sequence[tuple[int, int]]) -> list[bytes]:
@@ -421,24 +438,17 @@ class Store:
             else:
                 out[pos] = h
         for table, col, wanted in (("entries", "hash", leaves), ("nodes", "h", inner)):
-            for part in range(0, len(wanted), 500):
-                chunk = wanted[part : part + 500]
-                found: dict[int, bytes] = dict(
-                    self.db.execute(
-                        f"SELECT k, {col} FROM {table} WHERE k IN ({','.join('?' * len(chunk))})",
-                        [k for _, k in chunk],
-                    ).fetchall()  # type: ignore[arg-type]
-                )
-                for pos, k in chunk:
-                    h = found.get(k)
-                    if h is None:
-                        lvl, i = ids[pos]
-                        raise StorageError(f"tree node ({lvl}, {i}) is missing from {self.path}")
-                    out[pos] = h
-                    if table == "nodes" and ids[pos][0] >= _CACHE_MIN_LEVEL:
-                        if len(cache) >= _CACHE_MAX:
-                            cache.clear()
-                        cache[k] = h
+            found = self.lookup(table, "k", col, [k for _, k in wanted])
+            for pos, k in wanted:
+                h = found.get(k)
+                if h is None:
+                    lvl, i = ids[pos]
+                    raise StorageError(f"tree node ({lvl}, {i}) is missing from {self.path}")
+                out[pos] = h
+                if table == "nodes" and ids[pos][0] >= _CACHE_MIN_LEVEL:
+                    if len(cache) >= _CACHE_MAX:
+                        cache.clear()
+                    cache[k] = h
         return out  # type: ignore[return-value]
 
     # -- checkpoints ---------------------------------------------------------------------------

@@ -303,15 +303,8 @@ class _StoreSource:
     ) -> list[tuple[int, int, bytes, bytes | None]]:
         from ledger.store import node_key
 
-        stored: dict[int, bytes] = {}
         keys = [node_key(branch_no, level, index) for level, index, _ in nodes]
-        for part in range(0, len(keys), 500):
-            chunk = keys[part : part + 500]
-            marks = ",".join("?" * len(chunk))
-            for k, h in self.store.db.execute(
-                f"SELECT k, h FROM nodes WHERE k IN ({marks})", chunk
-            ):
-                stored[k] = bytes(h)
+        stored = {k: bytes(h) for k, h in self.store.lookup("nodes", "k", "h", keys).items()}
         return [
             (level, index, h, stored.get(k))
             for (level, index, h), k in zip(nodes, keys, strict=True)
@@ -329,15 +322,10 @@ class _StoreSource:
                 wanted[bytes.fromhex(event_id.replace("-", ""))] = (event_id, seq)
             except ValueError:
                 continue  # not a UUID: step 1/4 report the entry itself
-        found: dict[bytes, int] = {}
-        ids = list(wanted)
-        for part in range(0, len(ids), 500):
-            chunk = ids[part : part + 500]
-            marks = ",".join("?" * len(chunk))
-            for raw, k in self.store.db.execute(
-                f"SELECT id, k FROM event_ids WHERE id IN ({marks})", chunk
-            ):
-                found[bytes(raw)] = int(k)
+        found = {
+            bytes(raw): int(k)
+            for raw, k in self.store.lookup("event_ids", "id", "k", list(wanted)).items()
+        }
         out = []
         for raw, (event_id, seq) in wanted.items():
             if found.get(raw) != entry_key(branch_no, seq):
