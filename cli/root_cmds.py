@@ -12,9 +12,22 @@ from cli.commands import jsonable, open_ledger
 from cli.main import Context, branch_option, cli, emit, pass_ctx
 from ledger.entries import check_uuid
 from ledger.errors import DecodeError, NotFoundError
+from ledger.ledger import Ledger
 from memory_root import RootDiff, RootRecord, Roots, RootView, SelfModel, SelfModelView
 
 __all__ = ["root", "roots_cmd", "selfmodel", "snapshot"]
+
+
+def _anchor_event(ledger: Ledger, anchor: str) -> tuple[str, int]:
+    """Return ``(branch, seq)`` of the ``--anchor`` event.
+
+    Raises:
+        ValidationError: if it is not a UUID; NotFoundError: if no such event exists.
+    """
+    found = ledger.find_event(check_uuid(anchor, "--anchor"))
+    if found is None:
+        raise NotFoundError(f"no event {anchor} in the ledger")
+    return found
 
 
 def _record_json(r: RootRecord) -> dict[str, Any]:
@@ -115,10 +128,7 @@ def snapshot(ctx: Context, branch: str, anchor: str | None, as_json: bool) -> No
     """
     with open_ledger(ctx) as ledger:
         if anchor is not None:
-            found = ledger.find_event(check_uuid(anchor, "--anchor"))
-            if found is None:
-                raise NotFoundError(f"no event {anchor} in the ledger")
-            branch = found[0]
+            branch, _ = _anchor_event(ledger, anchor)
         result = Roots(ledger).snapshot(branch)
     record = result.record
     cp = None if result.checkpoint is None else result.checkpoint.checkpoint.size
@@ -155,10 +165,7 @@ def roots_cmd(ctx: Context, branch: str, anchor: str | None, as_json: bool) -> N
     """
     with open_ledger(ctx) as ledger:
         if anchor is not None:
-            found = ledger.find_event(check_uuid(anchor, "--anchor"))
-            if found is None:
-                raise NotFoundError(f"no event {anchor} in the ledger")
-            branch, at = found
+            branch, at = _anchor_event(ledger, anchor)
             chain = [
                 r
                 for r in Roots(ledger).chain(branch=branch)

@@ -27,7 +27,7 @@ from ledger import merkle
 from ledger.entries import Entry, Kind, OpInput
 from ledger.errors import MemrootError
 from ledger.ledger import Ledger
-from ledger.note import Verifier, open_checkpoint
+from ledger.note import Checkpoint, Verifier, open_checkpoint
 
 __all__ = [
     "MAX_PATH",
@@ -151,6 +151,16 @@ def prove_path(ledger: Ledger, anchor: str, vkeys: Sequence[str] = ()) -> list[P
     by a checkpoint, or a proof or signature that does not verify.
     """
     verifiers = [Verifier.from_vkey(k) for k in (vkeys or ledger.genesis_vkeys())]
+    signed: dict[str, Checkpoint] = {}  # branch -> its newest checkpoint, opened once
+
+    def checkpoint_of(branch: str) -> Checkpoint:
+        if branch not in signed:
+            note = ledger.latest_checkpoint(branch)
+            if note is None:
+                raise MemrootError("no signed checkpoint on this branch")
+            signed[branch] = open_checkpoint(note, verifiers).checkpoint
+        return signed[branch]
+
     steps: list[PathStep] = []
     seen: set[str] = set()
     node: str | None = anchor
@@ -173,11 +183,8 @@ def prove_path(ledger: Ledger, anchor: str, vkeys: Sequence[str] = ()) -> list[P
         if entry.body.get("id") != node:
             problem = "the event index points at another entry"
         else:
-            note = ledger.latest_checkpoint(branch)
             try:
-                if note is None:
-                    raise MemrootError("no signed checkpoint on this branch")
-                cp = open_checkpoint(note, verifiers).checkpoint
+                cp = checkpoint_of(branch)
                 if cp.size <= seq:
                     problem = f"not covered yet by a signed checkpoint (size {cp.size})"
                 else:
