@@ -18,6 +18,7 @@ field is refused with a ``ValidationError`` naming it, before anything is writte
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import time
@@ -304,66 +305,6 @@ def _no_extra(obj: Mapping[str, Any], allowed: frozenset[str], what: str) -> Non
         raise ValidationError(f"unknown field {extra[0]!r} in {what}", field=extra[0])
 
 
-_EVENT_INPUT_FIELDS: Final = (
-    "stream",
-    "actor_id",
-    "actor_type",
-    "role",
-    "content",
-    "namespace_id",
-    "metadata",
-    "parent_event_id",
-    "id",
-    "ts",
-    "context",
-)
-_OP_INPUT_FIELDS: Final = (
-    "op_type",
-    "actor_id",
-    "actor_type",
-    "namespace_id",
-    "payload",
-    "policy_version",
-    "target_id",
-    "target_type",
-    "id",
-    "ts",
-    "context",
-)
-_EVENT_FIELDS: Final = frozenset(
-    {
-        "kind",
-        "id",
-        "ts",
-        "stream",
-        "actor_id",
-        "actor_type",
-        "role",
-        "content",
-        "namespace_id",
-        "metadata",
-        "parent_event_id",
-        "context",
-    }
-)
-_OP_FIELDS: Final = frozenset(
-    {
-        "kind",
-        "id",
-        "ts",
-        "op_type",
-        "actor_id",
-        "actor_type",
-        "namespace_id",
-        "target_id",
-        "target_type",
-        "payload",
-        "policy_version",
-        "context",
-    }
-)
-
-
 @dataclass(frozen=True, slots=True)
 class EventInput:
     """An RFC-0001 event to append; validated at construction.
@@ -455,6 +396,14 @@ class OpInput:
         body["namespace_id"] = self.namespace_id
         body["policy_version"] = self.policy_version
         return body
+
+
+# The fields a request may carry: the inputs' own (derived from the dataclasses), plus
+# "kind" in the JSON form.
+_EVENT_INPUT_FIELDS: Final = tuple(f.name for f in dataclasses.fields(EventInput) if f.init)
+_OP_INPUT_FIELDS: Final = tuple(f.name for f in dataclasses.fields(OpInput) if f.init)
+_EVENT_FIELDS: Final = frozenset({*_EVENT_INPUT_FIELDS, "kind"})
+_OP_FIELDS: Final = frozenset({*_OP_INPUT_FIELDS, "kind"})
 
 
 def parse_event(obj: Mapping[str, Any]) -> dict[str, Any]:
