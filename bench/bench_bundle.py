@@ -32,8 +32,8 @@ ORIGIN = "bench.example/bundle"
 
 
 def build(path: Path, n: int) -> float:
-    from ledger.entries import EventInput, OpInput
-    from ledger.ledger import Ledger
+    from memroot.ledger.entries import EventInput, OpInput
+    from memroot.ledger.ledger import Ledger
 
     start = time.perf_counter()
     with Ledger.init(path, origin=ORIGIN) as ledger, ledger.bulk():
@@ -83,9 +83,9 @@ def peak_rss_mib() -> float:
 
 def phase(name: str, ledger: Path, bundle: Path) -> dict[str, Any]:
     """Run one phase in this (child) process; return its timing and peak RSS."""
-    from ledger.audit import audit_bundle
-    from ledger.bundle import export_bundle
-    from ledger.ledger import Ledger
+    from memroot.ledger.audit import audit_bundle
+    from memroot.ledger.bundle import export_bundle
+    from memroot.ledger.ledger import Ledger
 
     start = time.perf_counter()
     entries = 0

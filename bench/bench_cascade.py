@@ -34,14 +34,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cli.hooks import default_hooks
-from ledger.entries import EventInput
-from ledger.ledger import Ledger
-from ledger.verify import verify_path
-from memory_root import Roots
-from memory_root.falsify import Falsifier
-from memory_root.falsify_replay import FalsifyReplayCheck
-from projections import requests as rq
+from memroot.cli.hooks import default_hooks
+from memroot.ledger.entries import EventInput
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.verify import verify_path
+from memroot.memory_root import Roots
+from memroot.memory_root.falsify import Falsifier
+from memroot.memory_root.falsify_replay import FalsifyReplayCheck
+from memroot.projections import requests as rq
 
 AGENT = rq.Actor("agent-7", "AI_AGENT", "ns")
 BATCH = 1000

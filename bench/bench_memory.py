@@ -39,17 +39,17 @@ from typing import Any
 
 import apsw
 
-from ledger.entries import ZERO_HASH, Entry, EventInput, Kind, OpInput, new_uuid
-from ledger.ledger import Ledger
-from ledger.vocab import OpType
-from projections import requests as rq
-from projections import tables
-from projections.backends import MemState
-from projections.digest import state_digest
-from projections.engine import Engine
-from projections.hook import MemoryHook
-from projections.query import Query, get_object, query
-from projections.replay import rebuild, replay
+from memroot.ledger.entries import ZERO_HASH, Entry, EventInput, Kind, OpInput, new_uuid
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.vocab import OpType
+from memroot.projections import requests as rq
+from memroot.projections import tables
+from memroot.projections.backends import MemState
+from memroot.projections.digest import state_digest
+from memroot.projections.engine import Engine
+from memroot.projections.hook import MemoryHook
+from memroot.projections.query import Query, get_object, query
+from memroot.projections.replay import rebuild, replay
 
 WORDS = [
     "tea",

@@ -32,12 +32,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ledger.entries import EventInput, OpInput, new_uuid
-from ledger.ledger import Ledger
-from ledger.verify import verify_path
-from memory_root import Roots, RootsHook
-from memory_root.replay import RootsReplay, RootsReplayCheck
-from projections.registry import default_registry
+from memroot.ledger.entries import EventInput, OpInput, new_uuid
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.verify import verify_path
+from memroot.memory_root import Roots, RootsHook
+from memroot.memory_root.replay import RootsReplay, RootsReplayCheck
+from memroot.projections.registry import default_registry
 
 BATCH = 1000
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from cli.main import cli
+from memroot.cli.main import cli
 
 
 def main() -> None:

@@ -1,1 +1,4 @@
-"""The ``memroot`` command line: thin click commands over the library (``cli.main:main``)."""
+"""The ``memroot`` command line: thin click commands over the library.
+
+The console script is ``memroot.cli.main:main``.
+"""

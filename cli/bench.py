@@ -38,11 +38,11 @@ from typing import Any, Final
 import apsw
 import click
 
-from cli.main import cli
-from ledger import merkle
-from ledger.entries import EventInput
-from ledger.ledger import Ledger
-from ledger.vocab import ActorType, Role
+from memroot.cli.main import cli
+from memroot.ledger import merkle
+from memroot.ledger.entries import EventInput
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.vocab import ActorType, Role
 
 __all__ = [
     "BATCH",
@@ -88,7 +88,7 @@ _FILLER: Final = (
 _VERIFY_CHILD: Final = """
 import json, resource, sys, time
 from pathlib import Path
-from ledger.verify import verify_path
+from memroot.ledger.verify import verify_path
 t0 = time.perf_counter()
 report = verify_path(Path(sys.argv[1]), update_trusted=False)
 seconds = time.perf_counter() - t0

@@ -10,10 +10,10 @@ from typing import Any
 
 import click
 
-from cli.commands import open_ledger
-from cli.main import Context, cli, emit, pass_ctx
-from ledger.vocab import ActorType, BranchType
-from memory_root.branches import (
+from memroot.cli.commands import open_ledger
+from memroot.cli.main import Context, cli, emit, pass_ctx
+from memroot.ledger.vocab import ActorType, BranchType
+from memroot.memory_root.branches import (
     DEFAULT_EXPIRY_DAYS,
     BranchInfo,
     Expiry,
@@ -23,8 +23,8 @@ from memory_root.branches import (
     get_branch,
     list_branches,
 )
-from memory_root.divergence import diff_branch, divergence
-from memory_root.merge import STRATEGIES, merge_branch
+from memroot.memory_root.divergence import diff_branch, divergence
+from memroot.memory_root.merge import STRATEGIES, merge_branch
 
 __all__ = ["branch"]
 
@@ -107,7 +107,7 @@ def create(
     with open_ledger(ctx) as ledger:
         expiry = None
         if expiry_days is not None or max_events is not None or on_expiry != "ARCHIVE_BRANCH":
-            from memory_root.branches import default_expiry_days
+            from memroot.memory_root.branches import default_expiry_days
 
             days = expiry_days or default_expiry_days(ledger.store.db, namespace, branch_type)
             if days is not None:

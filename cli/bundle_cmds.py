@@ -6,15 +6,15 @@ from pathlib import Path
 
 import click
 
-from cli.commands import open_ledger, print_report
-from cli.main import Context, cli, emit, pass_ctx, progress_bar
-from ledger.audit import audit_bundle, open_bundle
-from ledger.bundle import export_bundle
-from ledger.bundle_import import import_bundle
-from ledger.errors import DecodeError, NotFoundError
-from ledger.keys import rotate_key
-from ledger.tiles import write_tiles
-from ledger.trust import TrustedState, default_trusted_path
+from memroot.cli.commands import open_ledger, print_report
+from memroot.cli.main import Context, cli, emit, pass_ctx, progress_bar
+from memroot.ledger.audit import audit_bundle, open_bundle
+from memroot.ledger.bundle import export_bundle
+from memroot.ledger.bundle_import import import_bundle
+from memroot.ledger.errors import DecodeError, NotFoundError
+from memroot.ledger.keys import rotate_key
+from memroot.ledger.tiles import write_tiles
+from memroot.ledger.trust import TrustedState, default_trusted_path
 
 __all__: list[str] = []
 
@@ -40,7 +40,7 @@ def export_cmd(ctx: Context, out: Path, no_sign: bool, as_json: bool) -> None:
 
     Example: memroot -l agent.ledger export audit-2026-05 --json
     """
-    from cli import hooks
+    from memroot.cli import hooks
 
     with open_ledger(ctx) as ledger:
         manifest = export_bundle(
@@ -91,7 +91,7 @@ def audit_cmd(
 
     Example: memroot audit audit-2026-05 --vkey "$(cat agent.vkey)"
     """
-    from cli import hooks
+    from memroot.cli import hooks
 
     trusted = TrustedState(trusted_path or default_trusted_path())
     if not bundle.is_dir():
@@ -144,7 +144,7 @@ def import_bundle_cmd(
 
     Example: memroot -l restored.ledger import-bundle audit-2026-05 --vkey "$(cat agent.vkey)"
     """
-    from cli import hooks
+    from memroot.cli import hooks
 
     trusted = TrustedState(trusted_path or default_trusted_path())
     done = import_bundle(bundle, ctx.path(), vkeys=vkeys, trusted=trusted)

@@ -13,12 +13,12 @@ from typing import Any, BinaryIO
 
 import click
 
-from cli.main import Context, branch_option, cli, emit, pass_ctx, progress_bar
-from ledger.entries import Entry, EventInput, OpInput, check_uuid, new_uuid, parse_input
-from ledger.errors import DecodeError, ValidationError
-from ledger.ledger import Appended, Ledger
-from ledger.trust import TrustedState, default_trusted_path
-from ledger.verify import STEPS, AuditReport, Finding, verify_path
+from memroot.cli.main import Context, branch_option, cli, emit, pass_ctx, progress_bar
+from memroot.ledger.entries import Entry, EventInput, OpInput, check_uuid, new_uuid, parse_input
+from memroot.ledger.errors import DecodeError, ValidationError
+from memroot.ledger.ledger import Appended, Ledger
+from memroot.ledger.trust import TrustedState, default_trusted_path
+from memroot.ledger.verify import STEPS, AuditReport, Finding, verify_path
 
 __all__ = ["jsonable", "open_ledger"]
 
@@ -28,7 +28,7 @@ MAX_JSON_LINE = 32 * 1024 * 1024
 
 def open_ledger(ctx: Context) -> Ledger:
     """Open the ledger named by -l/--ledger (with the memory model's hooks when present)."""
-    from cli import hooks
+    from memroot.cli import hooks
 
     return Ledger.open(ctx.path(), hooks=hooks.default_hooks())
 
@@ -38,7 +38,7 @@ def _sign_pending(ledger: Ledger, branch: str) -> None:
 
     SPEC 5 signs only what is durable, so it cannot happen inside the append transaction.
     """
-    from memory_root import Roots
+    from memroot.memory_root import Roots
 
     Roots(ledger).sign_pending(branch)
 
@@ -126,7 +126,7 @@ def init(
 
     Example: memroot -l agent.ledger init --origin example.org/agent-7
     """
-    from cli import hooks
+    from memroot.cli import hooks
 
     with Ledger.init(
         ctx.path(),
@@ -466,7 +466,7 @@ def verify_cmd(
 
     Example: memroot -l agent.ledger verify --trusted ~/.memroot-trusted.json
     """
-    from cli import hooks
+    from memroot.cli import hooks
 
     trusted = TrustedState(trusted_path or default_trusted_path())
     path = ctx.path()
@@ -501,7 +501,7 @@ def _verify_anchor(path: Path, anchor: str, vkeys: tuple[str, ...], report: Audi
     A missing ancestor (not arrived yet) or one newer than the last checkpoint is a note; a
     proof or signature that fails, or an anchor that is not in the ledger, is a violation.
     """
-    from projections.anchors import prove_path
+    from memroot.projections.anchors import prove_path
 
     check_uuid(anchor, "--anchor")
     with Ledger.open(path, readonly=True) as ledger:

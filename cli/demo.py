@@ -9,17 +9,17 @@ from pathlib import Path
 import apsw
 import click
 
-from cli.main import cli
-from ledger import merkle
-from ledger.entries import EventInput, OpInput
-from ledger.ledger import Ledger
-from ledger.note import Verifier, open_checkpoint, parse_tlog_proof
-from ledger.store import entry_key
-from ledger.trust import TrustedState
-from ledger.verify import verify_path
-from memory_root import Roots
-from memory_root.branches import create_branch
-from memory_root.falsify import Falsifier
+from memroot.cli.main import cli
+from memroot.ledger import merkle
+from memroot.ledger.entries import EventInput, OpInput
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.note import Verifier, open_checkpoint, parse_tlog_proof
+from memroot.ledger.store import entry_key
+from memroot.ledger.trust import TrustedState
+from memroot.ledger.verify import verify_path
+from memroot.memory_root import Roots
+from memroot.memory_root.branches import create_branch
+from memroot.memory_root.falsify import Falsifier
 
 __all__ = ["demo"]
 
@@ -39,7 +39,7 @@ def demo(keep: Path | None) -> None:
 
     Example: memroot demo
     """
-    from cli import hooks
+    from memroot.cli import hooks
 
     workdir = Path(tempfile.mkdtemp(prefix="memroot-demo-")) if keep is None else keep
     workdir.mkdir(parents=True, exist_ok=True)

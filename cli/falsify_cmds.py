@@ -12,12 +12,12 @@ from typing import Any
 
 import click
 
-from cli.commands import jsonable, open_ledger
-from cli.main import Context, branch_option, cli, emit, pass_ctx
-from ledger.ledger import Ledger
-from memory_root.cascade import Plan
-from memory_root.falsify import CascadeResult, Falsifier, ItemWhy, parse_kinds
-from memory_root.item_states import StateChange
+from memroot.cli.commands import jsonable, open_ledger
+from memroot.cli.main import Context, branch_option, cli, emit, pass_ctx
+from memroot.ledger.ledger import Ledger
+from memroot.memory_root.cascade import Plan
+from memroot.memory_root.falsify import CascadeResult, Falsifier, ItemWhy, parse_kinds
+from memroot.memory_root.item_states import StateChange
 
 __all__ = [
     "cascade_cmd",

@@ -6,9 +6,9 @@ here, in one place.
 
 from __future__ import annotations
 
-from ledger.bundle import BundleReader, BundleSection
-from ledger.ledger import AppendHook, Ledger
-from ledger.verify import ReplayCheck
+from memroot.ledger.bundle import BundleReader, BundleSection
+from memroot.ledger.ledger import AppendHook, Ledger
+from memroot.ledger.verify import ReplayCheck
 
 __all__ = [
     "bundle_checks",
@@ -21,12 +21,12 @@ __all__ = [
 
 def default_hooks() -> list[AppendHook]:
     """Return the append hooks every CLI command installs (derived state kept in step)."""
-    from memory_root.branches import BranchRegistry
-    from memory_root.falsify import FalsifyHook
-    from memory_root.hook import RootsHook
-    from projections.anchors import ConversationTree
-    from projections.gitctx import GitContextHook
-    from projections.hook import MemoryHook
+    from memroot.memory_root.branches import BranchRegistry
+    from memroot.memory_root.falsify import FalsifyHook
+    from memroot.memory_root.hook import RootsHook
+    from memroot.projections.anchors import ConversationTree
+    from memroot.projections.gitctx import GitContextHook
+    from memroot.projections.hook import MemoryHook
 
     # RootsHook last: an automatic snapshot is taken after every other layer folded the entry.
     # FalsifyHook after MemoryHook (objects' state column) and before RootsHook.
@@ -45,9 +45,9 @@ def replay_checks(ledger: Ledger, *, restricted: bool = False) -> list[ReplayChe
 
     ``restricted``: the audit covers some branches only (``verify --branch``).
     """
-    from memory_root.falsify_replay import FalsifyReplayCheck
-    from memory_root.replay import RootsReplayCheck
-    from projections.replay import MemoryReplayCheck
+    from memroot.memory_root.falsify_replay import FalsifyReplayCheck
+    from memroot.memory_root.replay import RootsReplayCheck
+    from memroot.projections.replay import MemoryReplayCheck
 
     return [
         RootsReplayCheck(ledger.path, restricted=restricted),
@@ -58,26 +58,26 @@ def replay_checks(ledger: Ledger, *, restricted: bool = False) -> list[ReplayChe
 
 def bundle_sections(ledger: Ledger) -> list[BundleSection]:
     """Return the sections of the layers above that ``export`` writes into a bundle."""
-    from memory_root.bundle_section import RootsSection
+    from memroot.memory_root.bundle_section import RootsSection
 
     return [RootsSection()]
 
 
 def bundle_checks(bundle: BundleReader) -> list[ReplayCheck]:
     """Return the checks of steps 7-9 that ``audit`` runs over a bundle (reading its sections)."""
-    from memory_root.bundle_section import RootsSectionCheck
-    from memory_root.falsify_replay import FalsifyReplayCheck
-    from memory_root.replay import RootsReplayCheck
+    from memroot.memory_root.bundle_section import RootsSectionCheck
+    from memroot.memory_root.falsify_replay import FalsifyReplayCheck
+    from memroot.memory_root.replay import RootsReplayCheck
 
     return [RootsReplayCheck(), RootsSectionCheck(bundle), FalsifyReplayCheck()]
 
 
 def rebuild_derived(ledger: Ledger) -> None:
     """Replay the layers' derived state from the entries (after ``import-bundle``)."""
-    from memory_root.falsify_replay import rebuild as rebuild_states
-    from memory_root.replay import rebuild as rebuild_roots
-    from projections.registry import default_registry
-    from projections.replay import rebuild as rebuild_memory
+    from memroot.memory_root.falsify_replay import rebuild as rebuild_states
+    from memroot.memory_root.replay import rebuild as rebuild_roots
+    from memroot.projections.registry import default_registry
+    from memroot.projections.replay import rebuild as rebuild_memory
 
     rebuild_memory(ledger)
     rebuild_roots(ledger, default_registry())

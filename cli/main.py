@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import click
 
-from ledger.errors import (
+from memroot.ledger.errors import (
     DecodeError,
     IntegrityError,
     KeyFileError,
@@ -149,11 +149,11 @@ def main() -> None:
 
 
 # Importing the command modules registers their commands on the group.
-from cli import bench as _bench  # noqa: E402, F401
-from cli import branch_cmds as _branch_cmds  # noqa: E402, F401
-from cli import bundle_cmds as _bundle_cmds  # noqa: E402, F401
-from cli import commands as _commands  # noqa: E402, F401
-from cli import demo as _demo  # noqa: E402, F401
-from cli import falsify_cmds as _falsify_cmds  # noqa: E402, F401
-from cli import memory_cmds as _memory_cmds  # noqa: E402, F401
-from cli import root_cmds as _root_cmds  # noqa: E402, F401
+from memroot.cli import bench as _bench  # noqa: E402, F401
+from memroot.cli import branch_cmds as _branch_cmds  # noqa: E402, F401
+from memroot.cli import bundle_cmds as _bundle_cmds  # noqa: E402, F401
+from memroot.cli import commands as _commands  # noqa: E402, F401
+from memroot.cli import demo as _demo  # noqa: E402, F401
+from memroot.cli import falsify_cmds as _falsify_cmds  # noqa: E402, F401
+from memroot.cli import memory_cmds as _memory_cmds  # noqa: E402, F401
+from memroot.cli import root_cmds as _root_cmds  # noqa: E402, F401

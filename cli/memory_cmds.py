@@ -6,15 +6,15 @@ import datetime as dt
 
 import click
 
-from cli.commands import open_ledger
-from cli.main import Context, branch_option, cli, emit, pass_ctx
-from ledger.errors import ValidationError
-from ledger.vocab import EpistemicType, LifecycleState, MemoryType
-from projections import query as memq
-from projections.epistemic import RetrievalMode
-from projections.hook import sync
-from projections.replay import rebuild as rebuild_state
-from projections.why import why as why_object
+from memroot.cli.commands import open_ledger
+from memroot.cli.main import Context, branch_option, cli, emit, pass_ctx
+from memroot.ledger.errors import ValidationError
+from memroot.ledger.vocab import EpistemicType, LifecycleState, MemoryType
+from memroot.projections import query as memq
+from memroot.projections.epistemic import RetrievalMode
+from memroot.projections.hook import sync
+from memroot.projections.replay import rebuild as rebuild_state
+from memroot.projections.why import why as why_object
 
 __all__ = ["query_cmd", "rebuild_cmd", "why_cmd"]
 
@@ -165,7 +165,7 @@ def why_cmd(ctx: Context, object_id: str, branch: str, as_json: bool) -> None:
 
     Example: memroot -l agent.ledger why 0190f3c2-7c1d-7d4e-8a9b-1c2d3e4f5a6b --json
     """
-    from cli.falsify_cmds import item_why, object_states
+    from memroot.cli.falsify_cmds import item_why, object_states
 
     if len(object_id) != 36 or object_id.count("-") != 4:
         item_why(ctx, object_id, branch, as_json)
@@ -227,7 +227,7 @@ def rebuild_cmd(ctx: Context, as_json: bool) -> None:
 
     Example: memroot -l agent.ledger rebuild --json
     """
-    from memory_root.falsify_replay import rebuild as rebuild_states
+    from memroot.memory_root.falsify_replay import rebuild as rebuild_states
 
     with open_ledger(ctx) as ledger:
         report = rebuild_state(ledger)

@@ -8,12 +8,12 @@ from typing import Any
 
 import click
 
-from cli.commands import jsonable, open_ledger
-from cli.main import Context, branch_option, cli, emit, pass_ctx
-from ledger.entries import check_uuid
-from ledger.errors import DecodeError, NotFoundError
-from ledger.ledger import Ledger
-from memory_root import RootDiff, RootRecord, Roots, RootView, SelfModel, SelfModelView
+from memroot.cli.commands import jsonable, open_ledger
+from memroot.cli.main import Context, branch_option, cli, emit, pass_ctx
+from memroot.ledger.entries import check_uuid
+from memroot.ledger.errors import DecodeError, NotFoundError
+from memroot.ledger.ledger import Ledger
+from memroot.memory_root import RootDiff, RootRecord, Roots, RootView, SelfModel, SelfModelView
 
 __all__ = ["root", "roots_cmd", "selfmodel", "snapshot"]
 

@@ -2,7 +2,8 @@
 
 memroot's offline verifier must run with nothing but the standard library, cbor2 and
 cryptography (docs/FORMAT.md §7), yet event content is committed with BLAKE3 (SPEC 2).
-``ledger.hashing`` imports the fast ``blake3`` package when it is installed and falls back to
+``memroot.ledger.hashing`` imports the fast ``blake3`` package when it is installed and falls back
+to
 this module otherwise, so an auditor without it still checks every content commitment (step 4),
 only more slowly (tens of kilobytes per second instead of gigabytes).
 

@@ -1,7 +1,8 @@
 """The offline auditor: every verification step over an auditor's bundle, with no ledger file.
 
-``audit_bundle`` runs the same numbered steps as ``ledger.verify.audit`` (the step logic is
-shared: ``ledger.verify.audit_source``), reading a bundle directory (``ledger.bundle``)
+``audit_bundle`` runs the same numbered steps as ``memroot.ledger.verify.audit`` (the step logic is
+shared: ``memroot.ledger.verify.audit_source``), reading a bundle directory
+(``memroot.ledger.bundle``)
 instead of a SQLite store. It needs the standard library, cbor2 and cryptography only: no
 storage driver is imported, and content commitments (step 4) use the native ``blake3``
 package when it is installed and a pure-Python BLAKE3 otherwise (the report says which).
@@ -17,11 +18,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ledger.bundle import BundleReader
-from ledger.errors import MemrootError
-from ledger.hashing import BLAKE3_NATIVE
-from ledger.trust import TrustedState
-from ledger.verify import AuditReport, Finding, Progress, ReplayCheck, audit_source
+from memroot.ledger.bundle import BundleReader
+from memroot.ledger.errors import MemrootError
+from memroot.ledger.hashing import BLAKE3_NATIVE
+from memroot.ledger.trust import TrustedState
+from memroot.ledger.verify import AuditReport, Finding, Progress, ReplayCheck, audit_source
 
 __all__ = ["audit_bundle", "open_bundle", "verify_bundle"]
 
@@ -47,7 +48,7 @@ def audit_bundle(
 ) -> AuditReport:
     """Run every auditor step over a bundle and return the report; never raises for bad data.
 
-    Keys and trusted state work as in ``ledger.verify.audit``: the given ``vkeys``, else the
+    Keys and trusted state work as in ``memroot.ledger.verify.audit``: the given ``vkeys``, else the
     trusted state's keys for the bundle's origin, else (trust on first use, reported as a note)
     the keys in the bundle's own genesis entry. ``checks`` are the replay checks of the layers
     above (steps 7-9), built from the same reader so they can read its sections.

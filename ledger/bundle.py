@@ -1,7 +1,7 @@
 """Auditor's bundles: a self-contained, streamable export of a ledger (docs/FORMAT.md §7).
 
 A bundle is a directory an auditor verifies offline with the ledger's public key and nothing
-else (``ledger.audit``). Layout, version 1::
+else (``memroot.ledger.audit``). Layout, version 1::
 
     manifest.json                     what is in the bundle: counts, heads, roots, file digests
     branches/<branch>/entries         every entry's exact bytes, in seq order
@@ -41,14 +41,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, BinaryIO, Final, Protocol
 
-from ledger import encoding
-from ledger._fs import fsync_dir
-from ledger.entries import CANONICAL_BRANCH, now_us
-from ledger.errors import DecodeError, NotFoundError, RefusedError, StorageError
-from ledger.hashing import HASH_SIZE, sha256_stream
+from memroot.ledger import encoding
+from memroot.ledger._fs import fsync_dir
+from memroot.ledger.entries import CANONICAL_BRANCH, now_us
+from memroot.ledger.errors import DecodeError, NotFoundError, RefusedError, StorageError
+from memroot.ledger.hashing import HASH_SIZE, sha256_stream
 
 if TYPE_CHECKING:
-    from ledger.ledger import Ledger
+    from memroot.ledger.ledger import Ledger
 
 __all__ = [
     "BUNDLE_FORMAT",
@@ -531,7 +531,7 @@ def _fsync_tree(root: Path) -> None:
 
 @dataclass(frozen=True, slots=True)
 class BundleRow:
-    """One entry as a bundle holds it (the shape of ``ledger.store.EntryRow``, no caches)."""
+    """One entry as a bundle holds it: the shape of ``store.EntryRow``, without caches."""
 
     seq: int
     data: bytes

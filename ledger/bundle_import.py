@@ -15,15 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ledger import merkle
-from ledger.audit import audit_bundle
-from ledger.bundle import BundleReader
-from ledger.entries import CANONICAL_BRANCH, ZERO_HASH, Entry, Kind
-from ledger.errors import DecodeError, IntegrityError, StorageError
-from ledger.hashing import content_digest, leaf_hash
-from ledger.store import Store, entry_key, node_key
-from ledger.trust import TrustedState
-from ledger.verify import AuditReport
+from memroot.ledger import merkle
+from memroot.ledger.audit import audit_bundle
+from memroot.ledger.bundle import BundleReader
+from memroot.ledger.entries import CANONICAL_BRANCH, ZERO_HASH, Entry, Kind
+from memroot.ledger.errors import DecodeError, IntegrityError, StorageError
+from memroot.ledger.hashing import content_digest, leaf_hash
+from memroot.ledger.store import Store, entry_key, node_key
+from memroot.ledger.trust import TrustedState
+from memroot.ledger.verify import AuditReport
 
 __all__ = ["Imported", "import_bundle"]
 

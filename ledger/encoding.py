@@ -23,7 +23,7 @@ from typing import Any, Final
 
 import cbor2
 
-from ledger.errors import DecodeError
+from memroot.ledger.errors import DecodeError
 
 __all__ = [
     "MAX_INT",

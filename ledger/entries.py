@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final, NamedTuple
 
-from ledger import encoding
-from ledger.errors import DecodeError, ValidationError
-from ledger.hashing import HASH_SIZE, EntryHash, leaf_hash
-from ledger.vocab import ActorType, OpType, Role
+from memroot.ledger import encoding
+from memroot.ledger.errors import DecodeError, ValidationError
+from memroot.ledger.hashing import HASH_SIZE, EntryHash, leaf_hash
+from memroot.ledger.vocab import ActorType, OpType, Role
 
 __all__ = [
     "CANONICAL_BRANCH",

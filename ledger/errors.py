@@ -14,7 +14,7 @@
 - ``StorageError``: the environment failed us (disk full, read-only file, locked database).
 
 Programming mistakes raise the built-in ``ValueError`` / ``TypeError``. The CLI maps this
-hierarchy to exit codes in one place (``cli.main``).
+hierarchy to exit codes in one place (``memroot.cli.main``).
 """
 
 from __future__ import annotations

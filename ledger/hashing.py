@@ -23,7 +23,7 @@ try:
 except ImportError:  # pragma: no cover - exercised by the offline-auditor test in a subprocess
     # An offline auditor may have only the standard library, cbor2 and cryptography: fall
     # back to the pure-Python BLAKE3 (same bytes, far slower) so step 4 is still checked.
-    from ledger import _blake3 as blake3  # type: ignore[no-redef]
+    from memroot.ledger import _blake3 as blake3  # type: ignore[no-redef]
 
 __all__ = [
     "BLAKE3_NATIVE",
@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 BLAKE3_NATIVE = blake3.__name__ == "blake3"
-"""False when content hashing runs on the pure-Python fallback (``ledger._blake3``)."""
+"""False when content hashing runs on the pure-Python fallback (``memroot.ledger._blake3``)."""
 
 HASH_SIZE = 32
 SALT_SIZE = 32

@@ -9,7 +9,7 @@ learns the new one from the ledger itself, and nobody else can slip a key in:
 4. The old key file is kept as ``<key>.<keyid>.retired`` and the new one takes its place.
 
 Later checkpoints are signed by the new key; earlier ones still verify with the old key. The
-verifier's rule (``ledger.verify``, step 6): a key named by a ``KEY_ROTATE`` on ``main`` is
+verifier's rule (``memroot.ledger.verify``, step 6): a key named by a ``KEY_ROTATE`` on ``main`` is
 trusted only if the first verified checkpoint covering that entry carries a valid signature by
 the key it retires, itself trusted at that size; from then on the retired key is accepted only
 for checkpoints no larger than that sign-off. A crash between the steps is finished by running
@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ledger.errors import KeyFileError, RefusedError
-from ledger.note import vkey_of
-from ledger.signing import Ed25519Signer
-from ledger.vocab import OpType
+from memroot.ledger.errors import KeyFileError, RefusedError
+from memroot.ledger.note import vkey_of
+from memroot.ledger.signing import Ed25519Signer
+from memroot.ledger.vocab import OpType
 
 if TYPE_CHECKING:
-    from ledger.ledger import Ledger
+    from memroot.ledger.ledger import Ledger
 
 __all__ = ["ROTATED_VKEYS_META", "Rotation", "rotate_key"]
 

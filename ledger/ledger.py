@@ -20,8 +20,8 @@ from typing import Any, Final, NamedTuple, Protocol
 
 import apsw
 
-from ledger import merkle
-from ledger.entries import (
+from memroot.ledger import merkle
+from memroot.ledger.entries import (
     CANONICAL_BRANCH,
     FORMAT_VERSION,
     ZERO_HASH,
@@ -35,15 +35,21 @@ from ledger.entries import (
     new_uuids,
     now_us,
 )
-from ledger.errors import (
+from memroot.ledger.errors import (
     KeyFileError,
     NotFoundError,
     RefusedError,
     StorageError,
     ValidationError,
 )
-from ledger.hashing import SALT_SIZE, EntryHash, TreeRoot, content_commitment, content_digest
-from ledger.note import (
+from memroot.ledger.hashing import (
+    SALT_SIZE,
+    EntryHash,
+    TreeRoot,
+    content_commitment,
+    content_digest,
+)
+from memroot.ledger.note import (
     Checkpoint,
     SignedCheckpoint,
     Verifier,
@@ -52,9 +58,9 @@ from ledger.note import (
     sign_checkpoint,
     vkey_of,
 )
-from ledger.signing import Ed25519Signer, Signer
-from ledger.store import BranchRow, Store, entry_key, node_key
-from ledger.vocab import ActorType, BranchType, OpType
+from memroot.ledger.signing import Ed25519Signer, Signer
+from memroot.ledger.store import BranchRow, Store, entry_key, node_key
+from memroot.ledger.vocab import ActorType, BranchType, OpType
 
 __all__ = [
     "DEFAULT_SNAPSHOT_EVERY",

@@ -1,7 +1,8 @@
 """The RFC 9162 Merkle tree of a branch: roots, proofs and their verification.
 
 SPEC "Normative formats" 4. The tree is exactly RFC 9162 section 2.1 (leaf and node hashes
-live in ``ledger.hashing``); this module is the arithmetic over it and holds no state but the
+live in ``memroot.ledger.hashing``); this module is the arithmetic over it and holds no state but
+the
 ``CompactRange`` a writer keeps.
 
 Storage model. The store keeps the hash of every *complete* (perfect) subtree: node
@@ -25,8 +26,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import TypeAlias
 
-from ledger.errors import DecodeError, ProofError
-from ledger.hashing import EMPTY_ROOT, HASH_SIZE, TreeRoot, node_hash
+from memroot.ledger.errors import DecodeError, ProofError
+from memroot.ledger.hashing import EMPTY_ROOT, HASH_SIZE, TreeRoot, node_hash
 
 __all__ = [
     "LEAF_LEVEL",

@@ -1,7 +1,7 @@
 """Signed notes, verifier keys, checkpoints and tlog proofs: the C2SP text formats.
 
 SPEC "Normative formats" 5. Everything here is text parsing and rendering; the cryptography
-is in ``ledger.signing`` (the only importer of ``cryptography``).
+is in ``memroot.ledger.signing`` (the only importer of ``cryptography``).
 
 - c2sp.org/signed-note: a text ending in newline, a blank line, then signature lines
   ``U+2014 U+0020 <key name> U+0020 base64(key ID || signature) U+000A``. The whole note is
@@ -29,9 +29,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ledger.errors import DecodeError, ProofError
-from ledger.hashing import HASH_SIZE
-from ledger.signing import (
+from memroot.ledger.errors import DecodeError, ProofError
+from memroot.ledger.hashing import HASH_SIZE
+from memroot.ledger.signing import (
     ALG_ED25519,
     KEY_ID_SIZE,
     PUBLIC_KEY_SIZE,

@@ -1,7 +1,7 @@
 """Ed25519 signing keys for checkpoints: the only module that imports ``cryptography``.
 
 SPEC "Normative formats" 5: checkpoints are C2SP ``signed-note`` notes signed with Ed25519.
-This module owns the key material and the raw signature primitive; ``ledger.note`` owns the
+This module owns the key material and the raw signature primitive; ``memroot.ledger.note`` owns the
 note, vkey, checkpoint and proof text formats and calls :func:`verify_signature` and a
 :class:`Signer` for the cryptography.
 
@@ -31,9 +31,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
 
-from ledger._fs import fsync_dir
-from ledger.errors import KeyFileError
-from ledger.hashing import sha256
+from memroot.ledger._fs import fsync_dir
+from memroot.ledger.errors import KeyFileError
+from memroot.ledger.hashing import sha256
 
 __all__ = [
     "ALG_ED25519",

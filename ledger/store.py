@@ -29,7 +29,7 @@ from typing import Any, Final
 
 import apsw
 
-from ledger.errors import NotFoundError, StorageError
+from memroot.ledger.errors import NotFoundError, StorageError
 
 __all__ = [
     "BRANCH_SHIFT",

@@ -27,14 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from ledger import merkle
-from ledger.entries import CANONICAL_BRANCH
-from ledger.errors import RefusedError, StorageError
-from ledger.hashing import leaf_hash
-from ledger.note import Verifier, open_checkpoint
+from memroot.ledger import merkle
+from memroot.ledger.entries import CANONICAL_BRANCH
+from memroot.ledger.errors import RefusedError, StorageError
+from memroot.ledger.hashing import leaf_hash
+from memroot.ledger.note import Verifier, open_checkpoint
 
 if TYPE_CHECKING:
-    from ledger.ledger import Ledger
+    from memroot.ledger.ledger import Ledger
 
 __all__ = ["TILE_HEIGHT", "TILE_WIDTH", "Tiles", "tile_path", "write_tiles"]
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ledger.errors import DecodeError, StorageError
+from memroot.ledger.errors import DecodeError, StorageError
 
 __all__ = ["TrustedLog", "TrustedState", "default_trusted_path"]
 

@@ -23,7 +23,7 @@ entries in bounded chunks, so memory stays flat whatever the ledger's size. Step
 as ``ReplayCheck`` objects that see every entry in order.
 
 The steps read a ``LedgerSource``: a SQLite ``Store`` (``audit``), or an auditor's bundle
-(``ledger.audit``). This module imports no storage driver, so the offline verifier runs with
+(``memroot.ledger.audit``). This module imports no storage driver, so the offline verifier runs with
 the standard library, cbor2 and cryptography only; the checks of stored caches (leaf hashes,
 interior nodes, content addresses) apply to sources that keep such caches.
 """
@@ -35,16 +35,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from ledger import merkle
-from ledger.entries import CANONICAL_BRANCH, ZERO_HASH, Entry, Kind
-from ledger.errors import DecodeError, IntegrityError, MemrootError, ProofError
-from ledger.hashing import content_commitment, content_digest, leaf_hash
-from ledger.note import Verifier, open_checkpoint
-from ledger.trust import TrustedLog, TrustedState
-from ledger.vocab import OpType
+from memroot.ledger import merkle
+from memroot.ledger.entries import CANONICAL_BRANCH, ZERO_HASH, Entry, Kind
+from memroot.ledger.errors import DecodeError, IntegrityError, MemrootError, ProofError
+from memroot.ledger.hashing import content_commitment, content_digest, leaf_hash
+from memroot.ledger.note import Verifier, open_checkpoint
+from memroot.ledger.trust import TrustedLog, TrustedState
+from memroot.ledger.vocab import OpType
 
 if TYPE_CHECKING:
-    from ledger.store import Store
+    from memroot.ledger.store import Store
 
 __all__ = [
     "MAX_FINDINGS",
@@ -186,7 +186,7 @@ class ReplayCheck(Protocol):
 
 
 class RowLike(Protocol):
-    """One stored entry as the auditor reads it (``ledger.store.EntryRow`` or a bundle row)."""
+    """One stored entry as the auditor reads it (``store.EntryRow`` or a bundle row)."""
 
     @property
     def seq(self) -> int:
@@ -301,7 +301,7 @@ class _StoreSource:
     def node_mismatches(
         self, branch_no: int, nodes: Sequence[tuple[int, int, bytes]]
     ) -> list[tuple[int, int, bytes, bytes | None]]:
-        from ledger.store import node_key
+        from memroot.ledger.store import node_key
 
         keys = [node_key(branch_no, level, index) for level, index, _ in nodes]
         stored = {k: bytes(h) for k, h in self.store.lookup("nodes", "k", "h", keys).items()}
@@ -314,7 +314,7 @@ class _StoreSource:
     def event_index_mismatches(
         self, branch_no: int, events: Sequence[tuple[str, int]]
     ) -> list[tuple[str, int, int | None]]:
-        from ledger.store import entry_key
+        from memroot.ledger.store import entry_key
 
         wanted: dict[bytes, tuple[str, int]] = {}
         for event_id, seq in events:
@@ -1179,7 +1179,7 @@ def _remember(
 
 def verify_path(path: Path, **kwargs: Any) -> AuditReport:
     """Open the ledger at ``path`` read-only and ``audit`` it (``kwargs`` as for audit)."""
-    from ledger.store import Store
+    from memroot.ledger.store import Store
 
     store = Store(path, readonly=True)
     try:

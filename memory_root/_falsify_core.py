@@ -19,13 +19,13 @@ from typing import Any, Final
 
 import apsw
 
-from ledger import encoding
-from ledger.entries import Entry, Kind, check_uuid
-from ledger.errors import NotFoundError, RefusedError, ValidationError
-from ledger.ledger import Ledger
-from ledger.vocab import OpType
-from memory_root import deps, item_states
-from memory_root.cascade import (
+from memroot.ledger import encoding
+from memroot.ledger.entries import Entry, Kind, check_uuid
+from memroot.ledger.errors import NotFoundError, RefusedError, ValidationError
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.vocab import OpType
+from memroot.memory_root import deps, item_states
+from memroot.memory_root.cascade import (
     CascadeRequest,
     EntrySource,
     FoldCheckpoint,
@@ -35,12 +35,21 @@ from memory_root.cascade import (
     plan,
     resnapshot,
 )
-from memory_root.deps import KINDS, OBJECT, ROOT, SELFMODEL, SUMMARY, Graph, ItemRef, RootRow
-from memory_root.item_states import FALSIFIED, STALE
-from projections.projection import Projection
-from projections.registry import Registry
-from projections.rules import RuleError
-from projections.states import FALSIFICATION, check_state_change
+from memroot.memory_root.deps import (
+    KINDS,
+    OBJECT,
+    ROOT,
+    SELFMODEL,
+    SUMMARY,
+    Graph,
+    ItemRef,
+    RootRow,
+)
+from memroot.memory_root.item_states import FALSIFIED, STALE
+from memroot.projections.projection import Projection
+from memroot.projections.registry import Registry
+from memroot.projections.rules import RuleError
+from memroot.projections.states import FALSIFICATION, check_state_change
 
 __all__ = [
     "EVENTS_MAX",
@@ -495,7 +504,7 @@ def state_replay_of(index: apsw.Connection, source: EntrySource) -> StateReplay:
     """Replay the memory model over a branch's view without the excluded objects' entries."""
 
     def run(branch: str, hw: int, excluded: frozenset[str]) -> apsw.Connection:
-        from projections.replay import replay
+        from memroot.projections.replay import replay
 
         view = deps.view_of(index, branch)
 

@@ -19,15 +19,15 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ledger import encoding
-from ledger.entries import Entry
-from ledger.errors import ValidationError
-from ledger.hashing import EntryHash, TreeRoot
-from ledger.merkle import CompactRange
-from ledger.vocab import OpType
-from memory_root.records import StoredSummary
-from memory_root.root import HighWater, MemoryRoot, ProjectionDigest, RootPreimage
-from projections.projection import (
+from memroot.ledger import encoding
+from memroot.ledger.entries import Entry
+from memroot.ledger.errors import ValidationError
+from memroot.ledger.hashing import EntryHash, TreeRoot
+from memroot.ledger.merkle import CompactRange
+from memroot.ledger.vocab import OpType
+from memroot.memory_root.records import StoredSummary
+from memroot.memory_root.root import HighWater, MemoryRoot, ProjectionDigest, RootPreimage
+from memroot.projections.projection import (
     Projection,
     Summary,
     encode_state,

@@ -11,7 +11,7 @@ branch's own chain and tree). This module adds what RFC-0012 asks of a branch on
   user could close;
 - ``BRANCH_CLOSE`` operations (in the parent) close, discard, archive or expire a branch;
   nothing more can be appended to a branch that is not OPEN;
-- ``BRANCH_MERGE`` operations (in the parent; ``memory_root.merge`` writes them) are refused
+- ``BRANCH_MERGE`` operations (in the parent; ``memroot.memory_root.merge`` writes them) are refused
   for a branch type that never merges or a discarded/archived branch; imported objects are
   recorded in ``branch_merges`` so an object is imported once;
 - ``gc(now)`` (meant to run daily, idempotent): expired branches handled per ``on_expiry``,
@@ -30,11 +30,11 @@ from typing import Any, Final
 
 import apsw
 
-from ledger.entries import CANONICAL_BRANCH, Entry, Kind, OpInput, new_uuid, now_us
-from ledger.errors import NotFoundError, RefusedError, ValidationError
-from ledger.ledger import Appended, Ledger
-from ledger.store import BRANCH_SHIFT
-from ledger.vocab import ActorType, BranchType, OpType
+from memroot.ledger.entries import CANONICAL_BRANCH, Entry, Kind, OpInput, new_uuid, now_us
+from memroot.ledger.errors import NotFoundError, RefusedError, ValidationError
+from memroot.ledger.ledger import Appended, Ledger
+from memroot.ledger.store import BRANCH_SHIFT
+from memroot.ledger.vocab import ActorType, BranchType, OpType
 
 __all__ = [
     "CLOSE_ACTIONS",
@@ -534,8 +534,8 @@ def create_branch(
 
 def _latest_root(ledger: Ledger, branch: str) -> bytes | None:
     """Return the parent's newest memory root when the roots layer is installed."""
-    from memory_root.hook import RootsHook
-    from memory_root.records import latest_root
+    from memroot.memory_root.hook import RootsHook
+    from memroot.memory_root.records import latest_root
 
     if not any(isinstance(h, RootsHook) for h in ledger.hooks):
         return None

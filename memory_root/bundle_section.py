@@ -6,7 +6,8 @@
     {"branch", "seq", "state", "payload": <the SNAPSHOT payload: preimage + memory_root, §6>,
      "summaries": [{"id", "rule", "rule_cbor", "digest", "count", "data"}, ...]}
 
-``RootsSectionCheck`` (a ``ReplayCheck`` for ``ledger.audit``) checks, from the bundle alone,
+``RootsSectionCheck`` (a ``ReplayCheck`` for ``memroot.ledger.audit``) checks, from the bundle
+alone,
 that every record is the SNAPSHOT entry it claims (step 8): its payload is the one of the
 SNAPSHOT entry at ``(branch, seq)`` and hashes to the root it names, each summary's bytes hash
 to its digest (``summary_digest``) and its rule bytes to its rule digest, and every SNAPSHOT
@@ -19,16 +20,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
-from ledger.bundle import BundleReader
-from ledger.entries import Entry, Kind
-from ledger.errors import MemrootError
-from ledger.hashing import domain_hash
-from ledger.ledger import Ledger
-from ledger.verify import AuditReport, Finding
-from ledger.vocab import OpType
-from memory_root import records
-from memory_root.root import RootPreimage
-from projections.projection import RULE_TAG, summary_digest
+from memroot.ledger.bundle import BundleReader
+from memroot.ledger.entries import Entry, Kind
+from memroot.ledger.errors import MemrootError
+from memroot.ledger.hashing import domain_hash
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.verify import AuditReport, Finding
+from memroot.ledger.vocab import OpType
+from memroot.memory_root import records
+from memroot.memory_root.root import RootPreimage
+from memroot.projections.projection import RULE_TAG, summary_digest
 
 __all__ = ["SECTION", "RootsSection", "RootsSectionCheck"]
 

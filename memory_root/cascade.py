@@ -39,12 +39,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ledger import encoding
-from ledger.entries import Entry, Kind
-from ledger.errors import NotFoundError, ValidationError
-from ledger.hashing import domain_hash
-from memory_root._fold import Folder
-from memory_root.deps import (
+from memroot.ledger import encoding
+from memroot.ledger.entries import Entry, Kind
+from memroot.ledger.errors import NotFoundError, ValidationError
+from memroot.ledger.hashing import domain_hash
+from memroot.memory_root._fold import Folder
+from memroot.memory_root.deps import (
     KINDS,
     ROOT,
     SUMMARY,
@@ -54,9 +54,9 @@ from memory_root.deps import (
     named_objects,
     split_summary_id,
 )
-from memory_root.item_states import LIVE
-from memory_root.root import MemoryRoot, ProjectionDigest, RootPreimage
-from projections.projection import (
+from memroot.memory_root.item_states import LIVE
+from memroot.memory_root.root import MemoryRoot, ProjectionDigest, RootPreimage
+from memroot.projections.projection import (
     Projection,
     Summary,
     decode_state,
@@ -64,8 +64,8 @@ from projections.projection import (
     read_state,
     rule_digest,
 )
-from projections.rules import RuleError
-from projections.states import FALSIFICATION
+from memroot.projections.rules import RuleError
+from memroot.projections.states import FALSIFICATION
 
 __all__ = [
     "BEYOND_LISTED",

@@ -1,7 +1,7 @@
 """The dependency index of the falsification layer (SPEC 7): who was built on what.
 
-Falsification (``memory_root.falsify``) flips the state of one *item*; a cascade
-(``memory_root.cascade``) walks what depends on it. Items are named ``(kind, id)``:
+Falsification (``memroot.memory_root.falsify``) flips the state of one *item*; a cascade
+(``memroot.memory_root.cascade``) walks what depends on it. Items are named ``(kind, id)``:
 
 ==================  =====================================================================
 ``memory_object``   an RFC-0001 memory object, by its UUID
@@ -42,13 +42,13 @@ from typing import Any, Final
 
 import apsw
 
-from ledger import encoding
-from ledger.entries import CANONICAL_BRANCH, Entry, Kind
-from ledger.errors import ValidationError
-from ledger.vocab import OpType
-from memory_root.root import RootPreimage
-from projections.projection import is_state_projection, rule_digest
-from projections.registry import Registry
+from memroot.ledger import encoding
+from memroot.ledger.entries import CANONICAL_BRANCH, Entry, Kind
+from memroot.ledger.errors import ValidationError
+from memroot.ledger.vocab import OpType
+from memroot.memory_root.root import RootPreimage
+from memroot.projections.projection import is_state_projection, rule_digest
+from memroot.projections.registry import Registry
 
 __all__ = [
     "EVENT",

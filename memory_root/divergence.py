@@ -34,13 +34,13 @@ from typing import Any, Final
 
 import apsw
 
-from ledger.entries import now_us
-from ledger.errors import NotFoundError
-from ledger.ledger import Ledger
-from projections.hook import sync
-from projections.model import MemoryObject
-from projections.query import get_object
-from projections.views import Fork, fork_of, view_of
+from memroot.ledger.entries import now_us
+from memroot.ledger.errors import NotFoundError
+from memroot.ledger.ledger import Ledger
+from memroot.projections.hook import sync
+from memroot.projections.model import MemoryObject
+from memroot.projections.query import get_object
+from memroot.projections.views import Fork, fork_of, view_of
 
 __all__ = [
     "WARN_ABOVE",

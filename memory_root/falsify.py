@@ -1,6 +1,6 @@
 """Falsification (SPEC 7): flip one item's state, record why, undo it, cascade on request.
 
-    from memory_root.falsify import Falsifier, FalsifyHook
+    from memroot.memory_root.falsify import Falsifier, FalsifyHook
 
     with Ledger.open(path, hooks=[MemoryHook(), FalsifyHook(), RootsHook()]) as ledger:
         f = Falsifier(ledger)
@@ -10,7 +10,7 @@
         f.restore("0190f3c2-...", reason="the retraction was itself wrong")
 
 Items are memory objects, memory roots, summary items of a root and SelfModel snapshots
-(``memory_root.deps``). ``FALSIFY`` makes an item ``falsified`` and changes nothing else:
+(``memroot.memory_root.deps``). ``FALSIFY`` makes an item ``falsified`` and changes nothing else:
 what depends on it keeps its state until a ``CASCADE`` is asked for. ``MARK_STALE`` and
 ``RESTORE`` set ``stale`` and ``live``. Every change is an entry, so states are derived by
 replay (``rebuild``, verify step 9) and their whole history stays readable (``history``,
@@ -33,13 +33,13 @@ from typing import Any, Final
 
 import apsw
 
-from ledger import encoding
-from ledger.entries import CANONICAL_BRANCH, Entry, Kind, OpInput, check_uuid
-from ledger.errors import NotFoundError, StorageError, ValidationError
-from ledger.ledger import Appended, Ledger
-from ledger.vocab import ActorType, OpType
-from memory_root import deps, item_states
-from memory_root._falsify_core import (
+from memroot.ledger import encoding
+from memroot.ledger.entries import CANONICAL_BRANCH, Entry, Kind, OpInput, check_uuid
+from memroot.ledger.errors import NotFoundError, StorageError, ValidationError
+from memroot.ledger.ledger import Appended, Ledger
+from memroot.ledger.vocab import ActorType, OpType
+from memroot.memory_root import deps, item_states
+from memroot.memory_root._falsify_core import (
     FalsifyCore,
     check_item_id,
     install_folds,
@@ -47,13 +47,13 @@ from memory_root._falsify_core import (
     ledger_core,
     set_head,
 )
-from memory_root.cascade import (
+from memroot.memory_root.cascade import (
     CascadeRequest,
     Plan,
 )
-from memory_root.deps import KINDS, OBJECT, ROOT, SELFMODEL, SUMMARY, ItemRef, Located
-from memory_root.item_states import LIVE, StateChange
-from projections.registry import Registry, default_registry
+from memroot.memory_root.deps import KINDS, OBJECT, ROOT, SELFMODEL, SUMMARY, ItemRef, Located
+from memroot.memory_root.item_states import LIVE, StateChange
+from memroot.projections.registry import Registry, default_registry
 
 __all__ = [
     "KIND_ALIASES",

@@ -1,6 +1,7 @@
 """Replaying falsification from the log: verify step 9 for states, and ``rebuild``.
 
-``FalsifyReplayCheck`` (a ``ledger.verify.ReplayCheck``) replays every entry into a throwaway
+``FalsifyReplayCheck`` (a ``memroot.ledger.verify.ReplayCheck``) replays every entry into a
+throwaway
 in-memory database with the same rules the append hook applies (``_falsify_core``): the
 dependency index, every ``FALSIFY`` / ``MARK_STALE`` / ``RESTORE`` and every ``CASCADE``,
 whose plan (touched items, the frontier beyond the bound, the re-snapshotted roots) is
@@ -25,13 +26,13 @@ from typing import Any, Final
 
 import apsw
 
-from ledger.entries import Entry
-from ledger.errors import DecodeError
-from ledger.ledger import Ledger
-from ledger.verify import AuditReport, Finding
-from ledger.vocab import OpType
-from memory_root import deps, item_states
-from memory_root._falsify_core import (
+from memroot.ledger.entries import Entry
+from memroot.ledger.errors import DecodeError
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.verify import AuditReport, Finding
+from memroot.ledger.vocab import OpType
+from memroot.memory_root import deps, item_states
+from memroot.memory_root._falsify_core import (
     FalsifyCore,
     entry_source,
     install_folds,
@@ -40,8 +41,8 @@ from memory_root._falsify_core import (
     state_replay_of,
     summary_keys_of,
 )
-from memory_root.deps import ROOT, ItemRef
-from projections.registry import Registry, default_registry
+from memroot.memory_root.deps import ROOT, ItemRef
+from memroot.projections.registry import Registry, default_registry
 
 __all__ = ["STEP", "TABLES", "FalsifyReplayCheck", "RebuildResult", "rebuild"]
 

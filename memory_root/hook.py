@@ -28,14 +28,14 @@ from typing import Final
 
 import apsw
 
-from ledger import encoding
-from ledger.entries import CANONICAL_BRANCH, Entry, Kind, OpInput
-from ledger.errors import StorageError, ValidationError
-from ledger.ledger import Ledger
-from ledger.merkle import CompactRange, perfect_subtrees
-from ledger.vocab import OpType
-from memory_root import records
-from memory_root._fold import (
+from memroot.ledger import encoding
+from memroot.ledger.entries import CANONICAL_BRANCH, Entry, Kind, OpInput
+from memroot.ledger.errors import StorageError, ValidationError
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.merkle import CompactRange, perfect_subtrees
+from memroot.ledger.vocab import OpType
+from memroot.memory_root import records
+from memroot.memory_root._fold import (
     NO_CADENCE,
     BranchFold,
     Folder,
@@ -44,17 +44,23 @@ from memory_root._fold import (
     check_snapshot,
     fork_anchor,
 )
-from memory_root.records import RootRecord, SelfModelRecord
-from memory_root.root import MemoryRoot
-from memory_root.selfmodel import (
+from memroot.memory_root.records import RootRecord, SelfModelRecord
+from memroot.memory_root.root import MemoryRoot
+from memroot.memory_root.selfmodel import (
     SelfModelHook,
     load_selfmodel_hooks,
     parse_selfmodel_payload,
     selfmodel_payload,
 )
-from projections.builtins import check_payload
-from projections.projection import Projection, Summary, decode_state, read_state, rule_digest
-from projections.registry import Registry, default_registry
+from memroot.projections.builtins import check_payload
+from memroot.projections.projection import (
+    Projection,
+    Summary,
+    decode_state,
+    read_state,
+    rule_digest,
+)
+from memroot.projections.registry import Registry, default_registry
 
 __all__ = ["RootsHook"]
 

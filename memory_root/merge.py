@@ -11,7 +11,7 @@ objects of a branch into its parent as new entries of the parent, in one transac
    objects (named: the merging actor reclassifies them with EPISTEMIC_TRANSITION in the
    branch first), and objects reclassified out of HYPOTHETICAL by someone other than the
    merging actor; PREFER_BRANCH without an ADMIN grant (RFC-0004) on every namespace involved.
-2. Divergence is measured (``memory_root.divergence``); above 0.70 the result warns.
+2. Divergence is measured (``memroot.memory_root.divergence``); above 0.70 the result warns.
 3. Conflicts (``conflict_key``): for each object, the parent's ACTIVE objects created after
    the fork with the same key, in the same namespace:
 
@@ -46,10 +46,10 @@ from typing import Any, Final
 
 import apsw
 
-from ledger.entries import OpInput, check_uuid, new_uuid
-from ledger.errors import NotFoundError, RefusedError, ValidationError
-from ledger.ledger import Appended, Ledger
-from ledger.vocab import (
+from memroot.ledger.entries import OpInput, check_uuid, new_uuid
+from memroot.ledger.errors import NotFoundError, RefusedError, ValidationError
+from memroot.ledger.ledger import Appended, Ledger
+from memroot.ledger.vocab import (
     ActorType,
     EdgeType,
     EpistemicType,
@@ -59,14 +59,14 @@ from ledger.vocab import (
     Permission,
     SourceType,
 )
-from memory_root.branches import MERGEABLE_TYPES, BranchRegistry, get_branch
-from memory_root.divergence import Divergence, fork_point, measure
-from projections.backends import SqlState
-from projections.hook import MemoryHook, sync
-from projections.model import Entity, MemoryObject
-from projections.query import edges_of, object_history
-from projections.rules import PermissionRefused
-from projections.views import view_of
+from memroot.memory_root.branches import MERGEABLE_TYPES, BranchRegistry, get_branch
+from memroot.memory_root.divergence import Divergence, fork_point, measure
+from memroot.projections.backends import SqlState
+from memroot.projections.hook import MemoryHook, sync
+from memroot.projections.model import Entity, MemoryObject
+from memroot.projections.query import edges_of, object_history
+from memroot.projections.rules import PermissionRefused
+from memroot.projections.views import view_of
 
 __all__ = [
     "POLICY_VERSION",

@@ -24,10 +24,10 @@ from typing import Any, Final
 
 import apsw
 
-from ledger.errors import NotFoundError, ValidationError
-from ledger.hashing import EntryHash, TreeRoot
-from memory_root.root import HighWater, MemoryRoot, ProjectionDigest, RootPreimage
-from projections.projection import RuleDigest, SummaryDigest
+from memroot.ledger.errors import NotFoundError, ValidationError
+from memroot.ledger.hashing import EntryHash, TreeRoot
+from memroot.memory_root.root import HighWater, MemoryRoot, ProjectionDigest, RootPreimage
+from memroot.projections.projection import RuleDigest, SummaryDigest
 
 __all__ = [
     "ROOT_STATES",

@@ -3,7 +3,7 @@
 ``RootsReplay`` folds every projection from the first entry of each branch and checks each
 ``SNAPSHOT`` against what it computes (the same ``check_snapshot`` the writer runs) and each
 ``SELFMODEL_SNAPSHOT`` (well-formed, selfmodel_root matches its body, cites a root of its
-branch replayed before it). ``RootsReplayCheck`` plugs it into ``ledger.verify.audit`` as
+branch replayed before it). ``RootsReplayCheck`` plugs it into ``memroot.ledger.verify.audit`` as
 step 8 and also compares the stored records (roots, summaries, fold states, SelfModels) with
 the replay; ``rebuild`` drops the records and writes them again from the replay.
 
@@ -21,14 +21,14 @@ from typing import Any, Final
 
 import apsw
 
-from ledger import encoding
-from ledger.entries import CANONICAL_BRANCH, Entry, Kind
-from ledger.errors import IntegrityError, NotFoundError, ValidationError
-from ledger.ledger import DEFAULT_SNAPSHOT_EVERY, Ledger
-from ledger.verify import AuditReport, Finding
-from ledger.vocab import OpType
-from memory_root import records
-from memory_root._fold import (
+from memroot.ledger import encoding
+from memroot.ledger.entries import CANONICAL_BRANCH, Entry, Kind
+from memroot.ledger.errors import IntegrityError, NotFoundError, ValidationError
+from memroot.ledger.ledger import DEFAULT_SNAPSHOT_EVERY, Ledger
+from memroot.ledger.verify import AuditReport, Finding
+from memroot.ledger.vocab import OpType
+from memroot.memory_root import records
+from memroot.memory_root._fold import (
     BranchFold,
     Folder,
     Prepared,
@@ -38,11 +38,11 @@ from memory_root._fold import (
     check_snapshot,
     fork_anchor,
 )
-from memory_root.records import SelfModelRecord
-from memory_root.root import MemoryRoot
-from memory_root.selfmodel import parse_selfmodel_payload
-from projections.projection import Projection, Summary, is_state_projection, read_state
-from projections.registry import Registry, default_registry
+from memroot.memory_root.records import SelfModelRecord
+from memroot.memory_root.root import MemoryRoot
+from memroot.memory_root.selfmodel import parse_selfmodel_payload
+from memroot.projections.projection import Projection, Summary, is_state_projection, read_state
+from memroot.projections.registry import Registry, default_registry
 
 __all__ = [
     "STEP",
@@ -268,7 +268,7 @@ def _short(value: object) -> str:
 
 
 class RootsReplayCheck:
-    """Verify step 8 as a ``ledger.verify.ReplayCheck``: replay every root, compare records.
+    """Verify step 8 as a ``memroot.ledger.verify.ReplayCheck``: replay every root, compare records.
 
     With ``path`` (a ledger file) the stored records are compared with the replay too; without
     (an auditor's bundle, which carries no records) only the entries are replayed.

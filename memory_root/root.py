@@ -20,10 +20,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NewType
 
-from ledger import encoding
-from ledger.errors import ValidationError
-from ledger.hashing import HASH_SIZE, EntryHash, TreeRoot, domain_hash
-from projections.projection import (
+from memroot.ledger import encoding
+from memroot.ledger.errors import ValidationError
+from memroot.ledger.hashing import HASH_SIZE, EntryHash, TreeRoot, domain_hash
+from memroot.projections.projection import (
     PROJECTION_ID_RE,
     Projection,
     RuleDigest,

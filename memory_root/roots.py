@@ -1,7 +1,7 @@
 """``Roots``: the Python API of memory roots over an open ledger.
 
-    from ledger.ledger import Ledger
-    from memory_root import Roots, RootsHook
+    from memroot.ledger.ledger import Ledger
+    from memroot.memory_root import Roots, RootsHook
 
     with Ledger.open(path, hooks=[RootsHook()]) as ledger:
         roots = Roots(ledger)
@@ -26,20 +26,20 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ledger import encoding
-from ledger.entries import CANONICAL_BRANCH, EventInput, OpInput
-from ledger.errors import NotFoundError
-from ledger.ledger import Appended, Ledger
-from ledger.note import SignedCheckpoint
-from ledger.vocab import OpType
-from memory_root import records
-from memory_root._fold import Folder
-from memory_root.hook import RootsHook
-from memory_root.records import RootRecord, SelfModelRecord
-from memory_root.replay import rebuild
-from memory_root.root import HighWater, RootPreimage, compute_root
-from memory_root.selfmodel import SelfModel, selfmodel_payload
-from projections.projection import read_state
+from memroot.ledger import encoding
+from memroot.ledger.entries import CANONICAL_BRANCH, EventInput, OpInput
+from memroot.ledger.errors import NotFoundError
+from memroot.ledger.ledger import Appended, Ledger
+from memroot.ledger.note import SignedCheckpoint
+from memroot.ledger.vocab import OpType
+from memroot.memory_root import records
+from memroot.memory_root._fold import Folder
+from memroot.memory_root.hook import RootsHook
+from memroot.memory_root.records import RootRecord, SelfModelRecord
+from memroot.memory_root.replay import rebuild
+from memroot.memory_root.root import HighWater, RootPreimage, compute_root
+from memroot.memory_root.selfmodel import SelfModel, selfmodel_payload
+from memroot.projections.projection import read_state
 
 __all__ = [
     "ProjectionDiff",

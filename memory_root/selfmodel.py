@@ -27,13 +27,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from ledger import encoding
-from ledger.errors import ValidationError
-from ledger.hashing import HASH_SIZE, domain_hash
-from memory_root.root import MemoryRoot
+from memroot.ledger import encoding
+from memroot.ledger.errors import ValidationError
+from memroot.ledger.hashing import HASH_SIZE, domain_hash
+from memroot.memory_root.root import MemoryRoot
 
 if TYPE_CHECKING:
-    from memory_root.records import RootRecord
+    from memroot.memory_root.records import RootRecord
 
 __all__ = [
     "SELFMODEL_GROUP",

@@ -23,11 +23,11 @@ from typing import Any, Final, TypeVar
 
 import apsw
 
-from ledger import merkle
-from ledger.entries import Entry, Kind, OpInput
-from ledger.errors import MemrootError
-from ledger.ledger import Ledger
-from ledger.note import Checkpoint, Verifier, open_checkpoint
+from memroot.ledger import merkle
+from memroot.ledger.entries import Entry, Kind, OpInput
+from memroot.ledger.errors import MemrootError
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.note import Checkpoint, Verifier, open_checkpoint
 
 __all__ = [
     "MAX_PATH",

@@ -1,6 +1,6 @@
 """Where the engine reads and writes derived state: SQL (incremental) or memory (replay).
 
-The engine (``projections.engine``) holds the rules; a ``StateStore`` holds the state. Two
+The engine (``memroot.projections.engine``) holds the rules; a ``StateStore`` holds the state. Two
 stores implement the same contract, so incremental maintenance and replay run the same code:
 
 - ``SqlState`` reads and writes the memory tables directly, inside the append transaction.
@@ -14,7 +14,8 @@ stores implement the same contract, so incremental maintenance and replay run th
   reads give each branch its parent at the fork whatever the order they were appended in.
 
 Both assign row ids in the order versions are created, so a state rebuilt by ``MemState``
-holds the same rows as one maintained by ``SqlState`` (``projections.digest`` compares them).
+holds the same rows as one maintained by ``SqlState`` (``memroot.projections.digest`` compares
+them).
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ from typing import Any, Final, Protocol
 
 import apsw
 
-from ledger.entries import CANONICAL_BRANCH
-from ledger.vocab import EdgeType, Permission
-from projections.model import Edge, Entity, EventRef, Grant, MemoryObject, Namespace
-from projections.tables import (
+from memroot.ledger.entries import CANONICAL_BRANCH
+from memroot.ledger.vocab import EdgeType, Permission
+from memroot.projections.model import Edge, Entity, EventRef, Grant, MemoryObject, Namespace
+from memroot.projections.tables import (
     EDGE_COLS,
     ENTITY_COLS,
     EVENT_COLS,
@@ -39,7 +40,7 @@ from projections.tables import (
     object_from_row,
     object_row,
 )
-from projections.views import Fork, View, view_of
+from memroot.projections.views import Fork, View, view_of
 
 __all__ = ["MemState", "SqlState", "StateStore"]
 

@@ -40,12 +40,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
-from ledger import encoding
-from ledger.entries import Entry, check_uuid
-from ledger.errors import ValidationError
-from ledger.hashing import sha256
-from ledger.vocab import LifecycleState, OpType
-from projections.projection import Projection, Summary
+from memroot.ledger import encoding
+from memroot.ledger.entries import Entry, check_uuid
+from memroot.ledger.errors import ValidationError
+from memroot.ledger.hashing import sha256
+from memroot.ledger.vocab import LifecycleState, OpType
+from memroot.projections.projection import Projection, Summary
 
 __all__ = [
     "CORRECTION_FIELDS",
@@ -477,7 +477,8 @@ class MemoryStateDigest:
     """The digest of the derived memory state (objects, entities, edges, ...) at the high-water.
 
     A state projection (``StateProjection``): the summary is ``{"digest": bytes(32)}`` with
-    the memory model's ``projections.digest.state_digest(db, as_of=high_water, branch=...)``,
+    the memory model's ``memroot.projections.digest.state_digest(db, as_of=high_water,
+    branch=...)``,
     so a root commits to what memory believed. Opt in (it is not among
     ``builtin_projections``): it needs the memory model's hook installed before the
     ``RootsHook``, and each snapshot reads the whole derived state of the branch (about a
@@ -515,7 +516,7 @@ class MemoryStateDigest:
         Raises:
             apsw.SQLError: if the memory model's tables are not in ``db``.
         """
-        from projections.digest import state_digest
+        from memroot.projections.digest import state_digest
 
         return Summary(encoding.encode({"digest": state_digest(db, as_of=as_of, branch=branch)}), 1)
 

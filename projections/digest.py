@@ -31,10 +31,10 @@ from typing import Any, Final
 
 import apsw
 
-from ledger import encoding
-from ledger.entries import CANONICAL_BRANCH
-from ledger.hashing import domain_hash, sha256
-from projections.tables import (
+from memroot.ledger import encoding
+from memroot.ledger.entries import CANONICAL_BRANCH
+from memroot.ledger.hashing import domain_hash, sha256
+from memroot.projections.tables import (
     EDGE_COLS,
     ENTITY_COLS,
     EVENT_COLS,

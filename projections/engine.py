@@ -20,10 +20,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ledger.entries import CANONICAL_BRANCH, Entry, Kind, check_uuid
-from ledger.errors import RefusedError, ValidationError
-from ledger.hashing import sha256
-from ledger.vocab import (
+from memroot.ledger.entries import CANONICAL_BRANCH, Entry, Kind, check_uuid
+from memroot.ledger.errors import RefusedError, ValidationError
+from memroot.ledger.hashing import sha256
+from memroot.ledger.vocab import (
     EdgeType,
     EpistemicType,
     LifecycleState,
@@ -32,14 +32,14 @@ from ledger.vocab import (
     Permission,
     SourceType,
 )
-from projections import rules
-from projections.backends import StateStore
-from projections.epistemic import check_transition, starting_confidence
-from projections.lifecycle import check_lifecycle
-from projections.model import Edge, Entity, EventRef, Grant, MemoryObject, Namespace, evolve
-from projections.ops import validate_payload
-from projections.rules import PermissionRefused, RuleError
-from projections.views import fork_from_genesis
+from memroot.projections import rules
+from memroot.projections.backends import StateStore
+from memroot.projections.epistemic import check_transition, starting_confidence
+from memroot.projections.lifecycle import check_lifecycle
+from memroot.projections.model import Edge, Entity, EventRef, Grant, MemoryObject, Namespace, evolve
+from memroot.projections.ops import validate_payload
+from memroot.projections.rules import PermissionRefused, RuleError
+from memroot.projections.views import fork_from_genesis
 
 __all__ = ["HANDLERS", "Engine", "Op", "derived_id"]
 
@@ -126,7 +126,7 @@ class Engine:
         """Validate one entry and fold it into the state.
 
         Every branch is folded. A branch reads its own rows over its parent's as of the fork
-        (``projections.views``; the fork is learned from the branch's genesis entry) and
+        (``memroot.projections.views``; the fork is learned from the branch's genesis entry) and
         writes only rows of its own: mutating an inherited object or entity opens the
         branch's first version of it (``_mutate``), and the parent's state is untouched.
         Namespace policy is inherited from the parent at the fork and is changed in the
@@ -881,6 +881,6 @@ HANDLERS: dict[str, Handler] = {
 ...) pass through; the layers that own them register theirs here."""
 
 # The state operations (SPEC 7): their handlers live with the rules of their states.
-from projections.states import STATE_HANDLERS  # noqa: E402
+from memroot.projections.states import STATE_HANDLERS  # noqa: E402
 
 HANDLERS.update(STATE_HANDLERS)

@@ -30,9 +30,9 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Final
 
-from ledger.vocab import EpistemicType, LifecycleState, SourceType
-from projections import rules
-from projections.rules import RuleError
+from memroot.ledger.vocab import EpistemicType, LifecycleState, SourceType
+from memroot.projections import rules
+from memroot.projections.rules import RuleError
 
 __all__ = [
     "CONDITION_STATES",

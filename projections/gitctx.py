@@ -31,9 +31,9 @@ from typing import Any, Final
 
 import apsw
 
-from ledger.entries import Entry, OpInput
-from ledger.errors import ValidationError
-from ledger.ledger import Ledger
+from memroot.ledger.entries import Entry, OpInput
+from memroot.ledger.errors import ValidationError
+from memroot.ledger.ledger import Ledger
 
 __all__ = [
     "AFFINITY",

@@ -1,7 +1,7 @@
 """The memory model's ``AppendHook``: validate and fold every entry inside its append.
 
 Install it on a ledger (``Ledger.open(path, hooks=[MemoryHook()])``; the CLI does through
-``cli.hooks.default_hooks``) and every append is checked against the memory model's rules in
+``memroot.cli.hooks.default_hooks``) and every append is checked against the memory model's rules in
 the same transaction that writes the entry: a refused operation raises (``RuleError`` naming
 the rule, or ``ValidationError`` naming the field) and nothing is written; an accepted one
 updates the derived tables before the transaction commits.
@@ -11,7 +11,7 @@ entries were appended without the hook (an older ledger, or the Python API witho
 next append or ``sync`` folds the missing ones first (a branch's ancestors before it); entries
 among them that break the rules are recorded in ``mem_skipped`` rather than refused, since
 they are already in the ledger. Every branch is folded: a branch's entries are validated
-against its view (its own state over its parent's at the fork, ``projections.views``).
+against its view (its own state over its parent's at the fork, ``memroot.projections.views``).
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from collections.abc import Iterable
 
 import apsw
 
-from ledger.entries import CANONICAL_BRANCH, Entry, OpInput
-from ledger.errors import RefusedError, StorageError
-from ledger.ledger import Ledger
-from projections import tables
-from projections.backends import MemState, SqlState
-from projections.engine import Engine
+from memroot.ledger.entries import CANONICAL_BRANCH, Entry, OpInput
+from memroot.ledger.errors import RefusedError, StorageError
+from memroot.ledger.ledger import Ledger
+from memroot.projections import tables
+from memroot.projections.backends import MemState, SqlState
+from memroot.projections.engine import Engine
 
 __all__ = ["MemoryHook", "catch_up", "fold_entries", "sync"]
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-from ledger.vocab import LifecycleState
-from projections.rules import LIFECYCLE, RuleError
+from memroot.ledger.vocab import LifecycleState
+from memroot.projections.rules import LIFECYCLE, RuleError
 
 __all__ = ["TRANSITIONS", "check_lifecycle", "is_allowed"]
 

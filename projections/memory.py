@@ -1,6 +1,6 @@
 """The memory model's public API in one place (RFC-0001/0002/0003/0004 derived from the ledger).
 
-    from projections.memory import MemoryHook, Query, query, why, state_digest
+    from memroot.projections.memory import MemoryHook, Query, query, why, state_digest
 
 - Writing: install ``MemoryHook`` on a ``Ledger``; every ``append`` of an event or RFC-0002
   operation is then validated and folded into the derived tables in the same transaction.
@@ -15,13 +15,13 @@
 
 from __future__ import annotations
 
-from projections.digest import Difference, first_difference, state_digest
-from projections.epistemic import RetrievalMode, check_transition, starting_confidence
-from projections.hook import MemoryHook, sync
-from projections.lifecycle import check_lifecycle
-from projections.model import Edge, Entity, EventRef, Grant, MemoryObject, Namespace
-from projections.ops import validate_payload
-from projections.query import (
+from memroot.projections.digest import Difference, first_difference, state_digest
+from memroot.projections.epistemic import RetrievalMode, check_transition, starting_confidence
+from memroot.projections.hook import MemoryHook, sync
+from memroot.projections.lifecycle import check_lifecycle
+from memroot.projections.model import Edge, Entity, EventRef, Grant, MemoryObject, Namespace
+from memroot.projections.ops import validate_payload
+from memroot.projections.query import (
     Query,
     Result,
     edges_of,
@@ -32,9 +32,9 @@ from projections.query import (
     query,
     resolve_entity,
 )
-from projections.replay import MemoryReplayCheck, RebuildReport, rebuild, replay
-from projections.rules import PermissionRefused, RuleError
-from projections.why import EvidenceStep, OperationStep, Why, why
+from memroot.projections.replay import MemoryReplayCheck, RebuildReport, rebuild, replay
+from memroot.projections.rules import PermissionRefused, RuleError
+from memroot.projections.why import EvidenceStep, OperationStep, Why, why
 
 __all__ = [
     "Difference",

@@ -21,9 +21,9 @@ from dataclasses import dataclass, fields
 from enum import StrEnum
 from typing import Any, Final
 
-from ledger.entries import CANONICAL_BRANCH, check_uuid
-from ledger.errors import ValidationError
-from ledger.vocab import (
+from memroot.ledger.entries import CANONICAL_BRANCH, check_uuid
+from memroot.ledger.errors import ValidationError
+from memroot.ledger.vocab import (
     EdgeType,
     EntityType,
     EpistemicType,
@@ -33,7 +33,7 @@ from ledger.vocab import (
     Permission,
     SourceType,
 )
-from projections.epistemic import CONDITION_STATES
+from memroot.projections.epistemic import CONDITION_STATES
 
 __all__ = [
     "FALSIFICATION_STATES",

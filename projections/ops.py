@@ -4,7 +4,7 @@ The ledger validates an operation's envelope (actor, namespace, target, policy_v
 module validates its ``payload`` against the schema of its operation type (``SCHEMAS``):
 required fields present, types and enumerations right, scores in [0, 1], ids well-formed, and
 no unknown field (a typo is refused rather than silently ignored). Whether referenced ids exist
-and are in the right state is the engine's job (``projections.engine``).
+and are in the right state is the engine's job (``memroot.projections.engine``).
 
 Fields beyond RFC-0002's list are optional and documented in docs/memory.md: ASSERT takes
 ``structured_value``, ``valid_from``, ``valid_to``, ``entity_ids``, ``condition`` and
@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
 
-from ledger.entries import check_uuid
-from ledger.errors import ValidationError
-from ledger.vocab import (
+from memroot.ledger.entries import check_uuid
+from memroot.ledger.errors import ValidationError
+from memroot.ledger.vocab import (
     EdgeType,
     EntityType,
     EpistemicType,
@@ -34,7 +34,7 @@ from ledger.vocab import (
     Permission,
     SourceType,
 )
-from projections.epistemic import CONDITION_STATES
+from memroot.projections.epistemic import CONDITION_STATES
 
 __all__ = [
     "MAX_TEXT",

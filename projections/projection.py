@@ -27,9 +27,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, NewType, Protocol
 
-from ledger import encoding
-from ledger.entries import Entry
-from ledger.hashing import domain_hash
+from memroot.ledger import encoding
+from memroot.ledger.entries import Entry
+from memroot.ledger.hashing import domain_hash
 
 __all__ = [
     "PROJECTION_ID_RE",

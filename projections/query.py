@@ -11,13 +11,13 @@ version row first), each with its flags (INFERRED and
 the other non-plain epistemic types, CONFLICT for a CONTRADICTS edge, EVIDENCE_ERASED) and the
 ids of the objects it conflicts with.
 
-Every read takes a ``branch`` (default ``main``) and reads its view (``projections.views``):
+Every read takes a ``branch`` (default ``main``) and reads its view (``memroot.projections.views``):
 the branch's own versions over its parent's as of the fork, never later parent changes
 (RFC-0012 sections 6 and 10). A SIMULATION branch's DEFAULT reads include its ACTIVE
 HYPOTHETICAL objects, flagged HYPOTHETICAL. ``Query.anchor`` reads at a conversation anchor
-(seed 001, ``projections.anchors``): only objects whose every evidence event lies on the
+(seed 001, ``memroot.projections.anchors``): only objects whose every evidence event lies on the
 anchor's ancestor path. ``Query.git_branch`` ranks by seed 003's branch-aware score
-(``projections.gitctx.branch_score``) with base score ``confidence * salience`` and the git
+(``memroot.projections.gitctx.branch_score``) with base score ``confidence * salience`` and the git
 context of the entry that created each object; ties keep the newest-first order.
 """
 
@@ -31,14 +31,19 @@ from typing import Any, Final, cast
 
 import apsw
 
-from ledger.entries import CANONICAL_BRANCH, check_uuid
-from ledger.errors import NotFoundError, StorageError, ValidationError
-from ledger.vocab import EdgeType, EpistemicType, LifecycleState, MemoryType, Permission
-from projections.anchors import ancestor_path
-from projections.epistemic import DEFAULT_ALWAYS, UNVERIFIED_THRESHOLD, RetrievalMode, flags_for
-from projections.gitctx import GitContext, branch_score, context_of
-from projections.model import Edge, Entity, MemoryObject
-from projections.tables import (
+from memroot.ledger.entries import CANONICAL_BRANCH, check_uuid
+from memroot.ledger.errors import NotFoundError, StorageError, ValidationError
+from memroot.ledger.vocab import EdgeType, EpistemicType, LifecycleState, MemoryType, Permission
+from memroot.projections.anchors import ancestor_path
+from memroot.projections.epistemic import (
+    DEFAULT_ALWAYS,
+    UNVERIFIED_THRESHOLD,
+    RetrievalMode,
+    flags_for,
+)
+from memroot.projections.gitctx import GitContext, branch_score, context_of
+from memroot.projections.model import Edge, Entity, MemoryObject
+from memroot.projections.tables import (
     EDGE_COLS,
     ENTITY_COLS,
     OBJECT_COLS,
@@ -48,7 +53,7 @@ from projections.tables import (
     object_from_row,
     text_index_current,
 )
-from projections.views import View, view_of
+from memroot.projections.views import View, view_of
 
 __all__ = [
     "MAX_LIMIT",

@@ -20,8 +20,8 @@ import importlib.metadata
 from collections.abc import Iterable, Iterator
 from typing import Final
 
-from projections.builtins import builtin_projections
-from projections.projection import Projection, RuleDigest, check_projection, rule_digest
+from memroot.projections.builtins import builtin_projections
+from memroot.projections.projection import Projection, RuleDigest, check_projection, rule_digest
 
 __all__ = [
     "PROJECTION_GROUP",

@@ -17,15 +17,15 @@ from typing import Any, Final
 
 import apsw
 
-from ledger.entries import CANONICAL_BRANCH, Entry
-from ledger.errors import RefusedError
-from ledger.ledger import Ledger
-from ledger.verify import AuditReport, Finding
-from projections import tables
-from projections.backends import MemState, SqlState
-from projections.digest import first_difference, state_digest
-from projections.engine import Engine
-from projections.hook import fold_entries
+from memroot.ledger.entries import CANONICAL_BRANCH, Entry
+from memroot.ledger.errors import RefusedError
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.verify import AuditReport, Finding
+from memroot.projections import tables
+from memroot.projections.backends import MemState, SqlState
+from memroot.projections.digest import first_difference, state_digest
+from memroot.projections.engine import Engine
+from memroot.projections.hook import fold_entries
 
 __all__ = ["MemoryReplayCheck", "RebuildReport", "rebuild", "replay"]
 
@@ -150,7 +150,7 @@ def replay(entries: Iterable[Entry], *, fts: bool = False) -> apsw.Connection:
 class MemoryReplayCheck:
     """Step 9: replay derived state and compare it with what the ledger file materialised.
 
-    Fed every entry by ``ledger.verify.audit`` (branch by branch, parents first); ``finish``
+    Fed every entry by ``memroot.ledger.verify.audit`` (branch by branch, parents first); ``finish``
     opens the file at ``path`` read-only and compares state digests of every branch it was
     fed (as of the last entry the stored state has folded, when it lags the ledger). The
     canonical branch is replayed in memory; forks through SQL over the replayed parent,

@@ -4,9 +4,9 @@
     ledger.append(requests.assert_object(agent, "PREFERENCE", "OBSERVED", "USER_STATED",
                                          [event_id], "Alice takes tea without sugar"))
 
-Each function returns an ``OpInput`` whose payload matches ``projections.ops.SCHEMAS``; the
+Each function returns an ``OpInput`` whose payload matches ``memroot.projections.ops.SCHEMAS``; the
 memory hook validates it again at append, against the state. Enumerations may be given as
-``ledger.vocab`` members or as their strings.
+``memroot.ledger.vocab`` members or as their strings.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ledger.entries import OpInput
-from ledger.vocab import OpType
+from memroot.ledger.entries import OpInput
+from memroot.ledger.vocab import OpType
 
 __all__ = [
     "DEFAULT_POLICY",

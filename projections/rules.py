@@ -1,16 +1,17 @@
 """The refusals of the memory model: every one names the rule it enforces.
 
-A request the memory model refuses raises a ``RuleError`` (a ``ledger.errors.RefusedError``, so
+A request the memory model refuses raises a ``RuleError`` (a
+``memroot.ledger.errors.RefusedError``, so
 the append rolls back and the CLI exits 3). ``rule`` is a short, stable name of the rule, e.g.
 ``"RFC-0001 lifecycle"`` or ``"RFC-0003 starting confidence"``; the message starts with it.
-Bad payload fields raise ``ledger.errors.ValidationError`` naming the field instead.
+Bad payload fields raise ``memroot.ledger.errors.ValidationError`` naming the field instead.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-from ledger.errors import RefusedError
+from memroot.ledger.errors import RefusedError
 
 __all__ = [
     "ENTITY",

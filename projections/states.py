@@ -13,23 +13,23 @@ row is opened at the operation's seq so as-of reads see the state the object had
 
 The same operations name memory roots, summary items and SelfModel snapshots too
 (``target_type`` ``memory_root``, ``summary_item``, ``selfmodel``): those belong to the
-memory_root layer (``memory_root.falsify``), which also validates every payload in full,
-and pass through here. ``SCHEMAS`` in ``projections.ops`` checks the payload fields.
+memory_root layer (``memroot.memory_root.falsify``), which also validates every payload in full,
+and pass through here. ``SCHEMAS`` in ``memroot.projections.ops`` checks the payload fields.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-from ledger.entries import check_uuid
-from ledger.vocab import OpType
-from projections.model import MemoryObject, evolve
-from projections.rules import RuleError
+from memroot.ledger.entries import check_uuid
+from memroot.ledger.vocab import OpType
+from memroot.projections.model import MemoryObject, evolve
+from memroot.projections.rules import RuleError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from projections.engine import Engine, Op
+    from memroot.projections.engine import Engine, Op
 
 __all__ = ["FALSIFICATION", "OBJECT_TARGET", "STATE_HANDLERS", "check_state_change"]
 
@@ -102,4 +102,4 @@ STATE_HANDLERS: Final[dict[str, Callable[[Engine, Op], None]]] = {
     OpType.RESTORE: _state_op,
     OpType.CASCADE: _cascade,
 }
-"""The handlers ``projections.engine.HANDLERS`` takes in for the state operations."""
+"""The handlers ``memroot.projections.engine.HANDLERS`` takes in for the state operations."""

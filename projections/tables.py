@@ -1,7 +1,7 @@
 """The derived-state tables of the memory model, in the ledger's SQLite file.
 
 Everything here is a cache of the ledger (RFC-0002: dropping and replaying gives the identical
-state; ``projections.replay.rebuild``). Rows are versioned for as-of reads: a mutation by
+state; ``memroot.projections.replay.rebuild``). Rows are versioned for as-of reads: a mutation by
 entry ``S`` closes the current row (``vto = S``) and opens a new one (``vfrom = S``), so the
 state as of entry ``S`` is the rows with ``vfrom <= S`` and ``vto IS NULL OR vto > S``, an
 indexed query instead of a replay. Every row records its ``branch``.
@@ -23,7 +23,7 @@ indexed query instead of a replay. Every row records its ``branch``.
   hook that its rules refuse; replay skips them the same way, so they stay visible.
 - ``mem_forks(branch, parent, fork_seq, branch_type)``: where each branch forked, from its
   genesis entry; a branch reads its own rows over the parent's as of ``fork_seq``
-  (``projections.views``). Rows a branch writes carry that branch, so nothing written in a
+  (``memroot.projections.views``). Rows a branch writes carry that branch, so nothing written in a
   branch changes what its parent reads.
 """
 
@@ -34,7 +34,7 @@ from typing import Any, Final
 
 import apsw
 
-from projections.model import Edge, Entity, EventRef, Grant, MemoryObject, Namespace
+from memroot.projections.model import Edge, Entity, EventRef, Grant, MemoryObject, Namespace
 
 __all__ = [
     "DERIVED_TABLES",

@@ -25,9 +25,9 @@ from typing import Any, Final
 
 import apsw
 
-from ledger.entries import CANONICAL_BRANCH
-from ledger.errors import NotFoundError
-from ledger.vocab import BranchType
+from memroot.ledger.entries import CANONICAL_BRANCH
+from memroot.ledger.errors import NotFoundError
+from memroot.ledger.vocab import BranchType
 
 __all__ = ["MAX_DEPTH", "Fork", "View", "fork_from_genesis", "fork_of", "view_of"]
 
@@ -176,7 +176,7 @@ def view_of(db: apsw.Connection, branch: str, as_of: int | None = None) -> View:
 
     Raises:
         NotFoundError: if the memory state has no record of the branch (no such branch, or
-            its entries were not folded yet: ``projections.memory.sync`` folds them).
+            its entries were not folded yet: ``memroot.projections.memory.sync`` folds them).
     """
     if branch == CANONICAL_BRANCH:
         return View(((branch, as_of),))

@@ -13,14 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ledger import merkle
-from ledger.entries import CANONICAL_BRANCH
-from ledger.errors import KeyFileError, NotFoundError
-from ledger.ledger import Ledger
-from ledger.note import SignedCheckpoint, Verifier, open_checkpoint
-from projections.hook import sync
-from projections.model import MemoryObject
-from projections.query import edges_of, object_history
+from memroot.ledger import merkle
+from memroot.ledger.entries import CANONICAL_BRANCH
+from memroot.ledger.errors import KeyFileError, NotFoundError
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.note import SignedCheckpoint, Verifier, open_checkpoint
+from memroot.projections.hook import sync
+from memroot.projections.model import MemoryObject
+from memroot.projections.query import edges_of, object_history
 
 __all__ = ["EvidenceStep", "OperationStep", "Why", "why"]
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from ledger.entries import EventInput, OpInput
-from ledger.ledger import Ledger
-from ledger.vocab import ActorType, EntityType, OpType, Role
+from memroot.ledger.entries import EventInput, OpInput
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.vocab import ActorType, EntityType, OpType, Role
 
 ORIGIN = "example.org/memroot-test"
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from cli.main import cli
-from ledger.ledger import Ledger
+from memroot.cli.main import cli
+from memroot.ledger.ledger import Ledger
 
 EVENT = {
     "kind": "event",

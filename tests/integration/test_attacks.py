@@ -24,18 +24,18 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from cli.main import cli
-from ledger import encoding
-from ledger.entries import Entry, Kind, build_entry
-from ledger.errors import StorageError
-from ledger.hashing import content_digest, leaf_hash
-from ledger.ledger import Ledger
-from ledger.merkle import CompactRange
-from ledger.note import Checkpoint, parse_checkpoint, sign_checkpoint, vkey_of
-from ledger.signing import Ed25519Signer
-from ledger.store import entry_key, node_key
-from ledger.trust import TrustedState
-from ledger.verify import AuditReport, Finding, verify_path
+from memroot.cli.main import cli
+from memroot.ledger import encoding
+from memroot.ledger.entries import Entry, Kind, build_entry
+from memroot.ledger.errors import StorageError
+from memroot.ledger.hashing import content_digest, leaf_hash
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.merkle import CompactRange
+from memroot.ledger.note import Checkpoint, parse_checkpoint, sign_checkpoint, vkey_of
+from memroot.ledger.signing import Ed25519Signer
+from memroot.ledger.store import entry_key, node_key
+from memroot.ledger.trust import TrustedState
+from memroot.ledger.verify import AuditReport, Finding, verify_path
 
 MAIN = "main"
 MAIN_NO = 1  # branches.no of the canonical branch

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from cli import bench
-from cli.main import cli
+from memroot.cli import bench
+from memroot.cli.main import cli
 
 _SMOKE = ["bench", "--sizes", "1000", "--durable", "20", "--proofs", "200", "--json"]
 

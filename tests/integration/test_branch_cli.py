@@ -10,7 +10,7 @@ import apsw
 import pytest
 from click.testing import CliRunner, Result
 
-from cli.main import cli
+from memroot.cli.main import cli
 
 ORIGIN = "example.org/branch-cli"
 NS = "team"

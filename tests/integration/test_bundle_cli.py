@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from cli.main import cli
-from ledger.bundle import MANIFEST, branch_files
-from ledger.ledger import Ledger
-from ledger.note import Verifier, open_checkpoint
+from memroot.cli.main import cli
+from memroot.ledger.bundle import MANIFEST, branch_files
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.note import Verifier, open_checkpoint
 
 ORIGIN = "example.org/bundle-cli"
 EVENT = {

@@ -15,13 +15,13 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 
-from cli.main import cli
-from ledger.entries import Entry
-from ledger.hashing import leaf_hash
-from ledger.ledger import Ledger
-from ledger.merkle import verify_consistency, verify_inclusion
-from ledger.note import Verifier, open_checkpoint, parse_tlog_proof
-from ledger.trust import TrustedState
+from memroot.cli.main import cli
+from memroot.ledger.entries import Entry
+from memroot.ledger.hashing import leaf_hash
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.merkle import verify_consistency, verify_inclusion
+from memroot.ledger.note import Verifier, open_checkpoint, parse_tlog_proof
+from memroot.ledger.trust import TrustedState
 
 ORIGIN = "example.org/cli-test"
 README = Path(__file__).resolve().parents[2] / "README.md"

@@ -9,10 +9,10 @@ from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from typing import Any
 
-from ledger.entries import EventInput, OpInput
-from ledger.ledger import Ledger
-from ledger.trust import TrustedState
-from ledger.verify import verify_path
+from memroot.ledger.entries import EventInput, OpInput
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.trust import TrustedState
+from memroot.ledger.verify import verify_path
 
 WORKERS = 4
 PER_WORKER = 200

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from cli.main import cli
+from memroot.cli.main import cli
 
 
 def test_demo_verifies_and_catches_tampering(tmp_path: Path):

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from cli.main import cli
+from memroot.cli.main import cli
 
 
 def memroot(ledger: Path, *args: str) -> Result:

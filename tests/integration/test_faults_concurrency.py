@@ -20,9 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # for the sibling 
 
 import pytest
 
-from ledger.errors import MemrootError
-from ledger.ledger import Ledger
-from ledger.merkle import verify_consistency
+from memroot.ledger.errors import MemrootError
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.merkle import verify_consistency
 from tests.integration.test_faults_crash import (
     ORIGIN,
     _event,
@@ -38,7 +38,7 @@ OPS = 40
 
 def bounded_writer(path: str, ack_path: str, seed: int, ops: int) -> None:
     """Run ``ops`` appends, batches and checkpoints, acknowledging each after it returned."""
-    from ledger.entries import new_uuid
+    from memroot.ledger.entries import new_uuid
 
     rng = random.Random(seed)
     fd = os.open(ack_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)

@@ -33,11 +33,11 @@ from typing import Any
 
 import pytest
 
-from ledger.entries import EventInput, Kind, new_uuid
-from ledger.ledger import Ledger
-from ledger.merkle import verify_consistency
-from ledger.note import Verifier, open_checkpoint
-from ledger.verify import audit
+from memroot.ledger.entries import EventInput, Kind, new_uuid
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.merkle import verify_consistency
+from memroot.ledger.note import Verifier, open_checkpoint
+from memroot.ledger.verify import audit
 
 ORIGIN = "example.org/crash-test"
 TRIALS = 25
@@ -61,7 +61,7 @@ def layer_hooks(layered: bool) -> list[Any]:
     """The CLI's append hooks (memory state, automatic memory_root snapshots), or none."""
     if not layered:
         return []
-    from cli.hooks import default_hooks
+    from memroot.cli.hooks import default_hooks
 
     return list(default_hooks())
 
@@ -122,7 +122,7 @@ def check_after_crash(path: Path, ack_path: Path, vkey: str, layered: bool = Fal
     with Ledger.open(path, hooks=layer_hooks(layered)) as ledger:
         checks: list[Any] = []
         if layered:
-            from cli.hooks import replay_checks
+            from memroot.cli.hooks import replay_checks
 
             checks = list(replay_checks(ledger))
         report = audit(ledger.store, origin=ORIGIN, vkeys=[vkey], checks=checks)
@@ -173,8 +173,13 @@ def start_forkserver(module: str) -> Any:
     ctx = multiprocessing.get_context("forkserver")
     # Modules that fail to import are skipped by the server; the layers' modules make the
     # layered writer start as fast as the plain one.
-    layers = ["cli.hooks", "memory_root.hook", "memory_root.replay", "projections.hook"]
-    ctx.set_forkserver_preload(["ledger.ledger", "ledger.verify", *layers, module])
+    layers = [
+        "memroot.cli.hooks",
+        "memroot.memory_root.hook",
+        "memroot.memory_root.replay",
+        "memroot.projections.hook",
+    ]
+    ctx.set_forkserver_preload(["memroot.ledger.ledger", "memroot.ledger.verify", *layers, module])
     return ctx
 
 

@@ -19,13 +19,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ledger import encoding
-from ledger.audit import audit_bundle
-from ledger.bundle import MANIFEST, BundleReader, export_bundle
-from ledger.entries import Entry, parse_input
-from ledger.errors import DecodeError, MemrootError, ProofError, ValidationError
-from ledger.ledger import Ledger
-from ledger.note import (
+from memroot.ledger import encoding
+from memroot.ledger.audit import audit_bundle
+from memroot.ledger.bundle import MANIFEST, BundleReader, export_bundle
+from memroot.ledger.entries import Entry, parse_input
+from memroot.ledger.errors import DecodeError, MemrootError, ProofError, ValidationError
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.note import (
     Verifier,
     open_checkpoint,
     open_note,
@@ -134,7 +134,7 @@ def sample() -> Iterator[dict[str, Any]]:
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "l.db"
         with Ledger.init(path, origin=ORIGIN) as ledger:
-            from ledger.entries import EventInput
+            from memroot.ledger.entries import EventInput
 
             for i in range(20):
                 ledger.append(

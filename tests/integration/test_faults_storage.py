@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 
-from ledger.bundle import export_bundle
-from ledger.errors import StorageError
-from ledger.ledger import Ledger
-from ledger.verify import audit
+from memroot.ledger.bundle import export_bundle
+from memroot.ledger.errors import StorageError
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.verify import audit
 
 ORIGIN = "example.org/storage-test"
 
@@ -69,7 +69,7 @@ def _capped(limit: int) -> None:
 def memroot_capped(limit: int, *args: str) -> subprocess.CompletedProcess[str]:
     """Run the memroot CLI in a child whose files cannot grow past ``limit`` bytes."""
     return subprocess.run(
-        [sys.executable, "-c", "from cli.main import main; main()", *args],
+        [sys.executable, "-c", "from memroot.cli.main import main; main()", *args],
         capture_output=True,
         text=True,
         timeout=120,

@@ -11,10 +11,10 @@ import apsw
 import pytest
 from click.testing import CliRunner, Result
 
-from cli.main import cli
-from ledger import merkle
-from ledger.entries import Entry
-from ledger.store import Store
+from memroot.cli.main import cli
+from memroot.ledger import merkle
+from memroot.ledger.entries import Entry
+from memroot.ledger.store import Store
 
 ORIGIN = "example.org/memory-cli"
 

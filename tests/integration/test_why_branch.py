@@ -7,9 +7,9 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from cli.main import cli
-from ledger import merkle
-from ledger.note import Verifier, open_checkpoint
+from memroot.cli.main import cli
+from memroot.ledger import merkle
+from memroot.ledger.note import Verifier, open_checkpoint
 
 
 def run(path: Path, *args: str) -> dict | list:

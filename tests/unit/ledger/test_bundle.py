@@ -14,24 +14,24 @@ from typing import Any
 
 import pytest
 
-from ledger import encoding
-from ledger.audit import audit_bundle, verify_bundle
-from ledger.bundle import (
+from memroot.ledger import encoding
+from memroot.ledger.audit import audit_bundle, verify_bundle
+from memroot.ledger.bundle import (
     INDEX_EVERY,
     MANIFEST,
     BundleReader,
     branch_files,
     export_bundle,
 )
-from ledger.bundle_import import import_bundle
-from ledger.entries import Entry
-from ledger.errors import DecodeError, IntegrityError, RefusedError, StorageError
-from ledger.hashing import sha256
-from ledger.ledger import Ledger
-from ledger.note import Checkpoint, sign_checkpoint, vkey_of
-from ledger.signing import Ed25519Signer
-from ledger.trust import TrustedState
-from ledger.verify import AuditReport, audit
+from memroot.ledger.bundle_import import import_bundle
+from memroot.ledger.entries import Entry
+from memroot.ledger.errors import DecodeError, IntegrityError, RefusedError, StorageError
+from memroot.ledger.hashing import sha256
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.note import Checkpoint, sign_checkpoint, vkey_of
+from memroot.ledger.signing import Ed25519Signer
+from memroot.ledger.trust import TrustedState
+from memroot.ledger.verify import AuditReport, audit
 
 ORIGIN = "example.org/memroot-test"
 ENTRIES = branch_files("main")["entries"]
@@ -334,7 +334,7 @@ def test_offline_audit_without_apsw_or_blake3(bundle: Path, vkey: str) -> None:
         "import sys, json\n"
         "sys.modules['apsw'] = None; sys.modules['blake3'] = None; sys.modules['click'] = None\n"
         "from pathlib import Path\n"
-        "from ledger.audit import audit_bundle\n"
+        "from memroot.ledger.audit import audit_bundle\n"
         f"r = audit_bundle(Path({str(bundle)!r}), vkeys=[{vkey!r}], update_trusted=False)\n"
         "print(json.dumps(r.to_json()))\n"
         "assert 'apsw' not in sys.modules or sys.modules['apsw'] is None\n"
@@ -402,7 +402,7 @@ def test_bundle_is_a_copy_not_a_view(
 
 
 def _create(name: str) -> Any:
-    from ledger.entries import OpInput
+    from memroot.ledger.entries import OpInput
 
     return OpInput(
         op_type="BRANCH_CREATE",

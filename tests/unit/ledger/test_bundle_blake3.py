@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ledger._blake3 import blake3 as fallback
+from memroot.ledger._blake3 import blake3 as fallback
 
 # Lengths around every block (64) and chunk (1024) boundary and several tree shapes.
 EDGE_LENGTHS = [0, 1, 63, 64, 65, 1023, 1024, 1025, 2047, 2048, 2049, 3072, 4097, 8192, 9217]
@@ -45,7 +45,7 @@ def test_hashing_uses_the_fallback_when_blake3_is_missing() -> None:
     salt, content = os.urandom(32), b"the same content"
     code = (
         "import sys; sys.modules['blake3'] = None\n"
-        "from ledger import hashing\n"
+        "from memroot.ledger import hashing\n"
         "assert not hashing.BLAKE3_NATIVE\n"
         f"print(hashing.content_commitment({salt!r}, {content!r}).hex())"
     )

@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
-from ledger import keys
-from ledger.audit import audit_bundle
-from ledger.bundle import export_bundle
-from ledger.errors import KeyFileError
-from ledger.ledger import Ledger, default_key_path
-from ledger.merkle import tree_root
-from ledger.note import Checkpoint, Verifier, open_checkpoint, sign_checkpoint, vkey_of
-from ledger.signing import Ed25519Signer
-from ledger.verify import AuditReport, audit
+from memroot.ledger import keys
+from memroot.ledger.audit import audit_bundle
+from memroot.ledger.bundle import export_bundle
+from memroot.ledger.errors import KeyFileError
+from memroot.ledger.ledger import Ledger, default_key_path
+from memroot.ledger.merkle import tree_root
+from memroot.ledger.note import Checkpoint, Verifier, open_checkpoint, sign_checkpoint, vkey_of
+from memroot.ledger.signing import Ed25519Signer
+from memroot.ledger.verify import AuditReport, audit
 
 ORIGIN = "example.org/memroot-test"
 
@@ -151,7 +151,7 @@ def test_retired_key_cannot_sign_a_newer_tree(ledger_path: Path, inputs: Any) ->
 
 def test_rotation_to_a_key_the_old_key_never_signed_off(ledger_path: Path) -> None:
     """A KEY_ROTATE signed off only by the key it introduces teaches the verifier nothing."""
-    from ledger.vocab import OpType
+    from memroot.ledger.vocab import OpType
 
     with Ledger.open(ledger_path) as ledger:
         old_vkey = ledger.vkey()

@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
-from ledger.entries import OpInput
-from ledger.errors import RefusedError
-from ledger.hashing import leaf_hash
-from ledger.ledger import Ledger
-from ledger.merkle import CompactRange, verify_inclusion
-from ledger.note import Verifier, open_checkpoint
-from ledger.tiles import tile_path, write_tiles
+from memroot.ledger.entries import OpInput
+from memroot.ledger.errors import RefusedError
+from memroot.ledger.hashing import leaf_hash
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.merkle import CompactRange, verify_inclusion
+from memroot.ledger.note import Verifier, open_checkpoint
+from memroot.ledger.tiles import tile_path, write_tiles
 
 ORIGIN = "example.org/memroot-test"
 

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from ledger import encoding
-from ledger.encoding import MAX_INT, MIN_INT, decode, encode
-from ledger.errors import DecodeError
+from memroot.ledger import encoding
+from memroot.ledger.encoding import MAX_INT, MIN_INT, decode, encode
+from memroot.ledger.errors import DecodeError
 
 # -- the data model as a hypothesis strategy ------------------------------------------------
 

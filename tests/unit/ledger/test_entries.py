@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ledger import encoding
-from ledger.entries import (
+from memroot.ledger import encoding
+from memroot.ledger.entries import (
     FORMAT_VERSION,
     MAX_CONTENT_BYTES,
     PREV_OFFSET,
@@ -27,9 +27,9 @@ from ledger.entries import (
     new_uuid,
     parse_input,
 )
-from ledger.errors import DecodeError, ValidationError
-from ledger.hashing import leaf_hash
-from ledger.vocab import ActorType, OpType, Role
+from memroot.ledger.errors import DecodeError, ValidationError
+from memroot.ledger.hashing import leaf_hash
+from memroot.ledger.vocab import ActorType, OpType, Role
 
 EVENT: dict[str, Any] = {
     "kind": "event",

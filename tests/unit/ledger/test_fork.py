@@ -7,14 +7,14 @@ from pathlib import Path
 import apsw
 import pytest
 
-from ledger import merkle
-from ledger.entries import Entry, EventInput, Kind, OpInput, build_entry
-from ledger.errors import RefusedError, ValidationError
-from ledger.hashing import leaf_hash
-from ledger.ledger import Ledger
-from ledger.store import entry_key, node_key
-from ledger.trust import TrustedState
-from ledger.verify import verify_path
+from memroot.ledger import merkle
+from memroot.ledger.entries import Entry, EventInput, Kind, OpInput, build_entry
+from memroot.ledger.errors import RefusedError, ValidationError
+from memroot.ledger.hashing import leaf_hash
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.store import entry_key, node_key
+from memroot.ledger.trust import TrustedState
+from memroot.ledger.verify import verify_path
 
 
 def _event(i: int) -> EventInput:

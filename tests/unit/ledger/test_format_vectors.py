@@ -11,9 +11,9 @@ from pathlib import Path
 import blake3
 import cbor2
 
-from ledger import merkle
-from ledger.entries import Entry
-from ledger.note import Verifier, open_checkpoint
+from memroot.ledger import merkle
+from memroot.ledger.entries import Entry
+from memroot.ledger.note import Verifier, open_checkpoint
 
 VECTORS = Path(__file__).parents[2] / "vectors" / "memroot"
 

@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ledger.errors import DecodeError, ProofError
-from ledger.hashing import EMPTY_ROOT, leaf_hash
-from ledger.merkle import (
+from memroot.ledger.errors import DecodeError, ProofError
+from memroot.ledger.hashing import EMPTY_ROOT, leaf_hash
+from memroot.ledger.merkle import (
     CompactRange,
     NodeId,
     consistency_proof,

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ledger.errors import DecodeError, ProofError
-from ledger.note import (
+from memroot.ledger.errors import DecodeError, ProofError
+from memroot.ledger.note import (
     MAX_NOTE_SIZE,
     MAX_SIGNATURES,
     TLOG_PROOF_HEADER,
@@ -30,7 +30,7 @@ from ledger.note import (
     sign_note,
     vkey_of,
 )
-from ledger.signing import Ed25519Signer, key_hash
+from memroot.ledger.signing import Ed25519Signer, key_hash
 
 VECTORS = Path(__file__).resolve().parents[2] / "vectors"
 SUMDB_NOTE = (VECTORS / "signed-note" / "sumdb-checkpoint.txt").read_bytes()

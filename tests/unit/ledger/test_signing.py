@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ledger.errors import KeyFileError
-from ledger.signing import (
+from memroot.ledger.errors import KeyFileError
+from memroot.ledger.signing import (
     Ed25519Signer,
     Signer,
     is_valid_key_name,

@@ -15,13 +15,21 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ledger import encoding
-from ledger.entries import Entry
-from ledger.errors import IntegrityError, StorageError
-from ledger.ledger import Ledger
-from ledger.store import Store
-from ledger.trust import TrustedState
-from ledger.verify import MAX_FINDINGS, STEPS, AuditReport, Finding, audit, verify, verify_path
+from memroot.ledger import encoding
+from memroot.ledger.entries import Entry
+from memroot.ledger.errors import IntegrityError, StorageError
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.store import Store
+from memroot.ledger.trust import TrustedState
+from memroot.ledger.verify import (
+    MAX_FINDINGS,
+    STEPS,
+    AuditReport,
+    Finding,
+    audit,
+    verify,
+    verify_path,
+)
 
 ORIGIN = "example.org/verify-test"
 

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import apsw
 
-from ledger.entries import EventInput, OpInput
-from ledger.ledger import Ledger
-from ledger.store import entry_key
-from ledger.trust import TrustedState
-from ledger.verify import verify_path
+from memroot.ledger.entries import EventInput, OpInput
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.store import entry_key
+from memroot.ledger.trust import TrustedState
+from memroot.ledger.verify import verify_path
 
 
 def _event(i: int) -> EventInput:

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from ledger.entries import EventInput, OpInput
-from ledger.ledger import AppendHook, Ledger
-from memory_root import Roots, RootsHook
+from memroot.ledger.entries import EventInput, OpInput
+from memroot.ledger.ledger import AppendHook, Ledger
+from memroot.memory_root import Roots, RootsHook
 
 
 class Items:

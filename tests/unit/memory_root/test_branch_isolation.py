@@ -6,20 +6,20 @@ import random
 from itertools import count
 from pathlib import Path
 
-from ledger.entries import EventInput, OpInput, now_us
-from ledger.errors import RefusedError
-from ledger.ledger import Ledger
-from ledger.trust import TrustedState
-from ledger.verify import verify_path
-from memory_root import Roots, RootsHook
-from memory_root.branches import BranchRegistry, create_branch
-from memory_root.replay import RootsReplayCheck
-from projections import requests as rq
-from projections.digest import state_digest
-from projections.epistemic import RetrievalMode
-from projections.hook import MemoryHook
-from projections.query import MAX_LIMIT, Query, query
-from projections.replay import MemoryReplayCheck
+from memroot.ledger.entries import EventInput, OpInput, now_us
+from memroot.ledger.errors import RefusedError
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.trust import TrustedState
+from memroot.ledger.verify import verify_path
+from memroot.memory_root import Roots, RootsHook
+from memroot.memory_root.branches import BranchRegistry, create_branch
+from memroot.memory_root.replay import RootsReplayCheck
+from memroot.projections import requests as rq
+from memroot.projections.digest import state_digest
+from memroot.projections.epistemic import RetrievalMode
+from memroot.projections.hook import MemoryHook
+from memroot.projections.query import MAX_LIMIT, Query, query
+from memroot.projections.replay import MemoryReplayCheck
 
 AGENT = rq.Actor("agent", "AI_AGENT", "ns")
 

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from ledger.entries import EventInput, OpInput
-from ledger.errors import NotFoundError, RefusedError, ValidationError
-from ledger.ledger import Ledger
-from ledger.trust import TrustedState
-from ledger.verify import verify_path
-from memory_root.branches import (
+from memroot.ledger.entries import EventInput, OpInput
+from memroot.ledger.errors import NotFoundError, RefusedError, ValidationError
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.trust import TrustedState
+from memroot.ledger.verify import verify_path
+from memroot.memory_root.branches import (
     DAY_US,
     BranchLimits,
     BranchRegistry,

@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from cli.hooks import default_hooks
-from ledger.audit import audit_bundle
-from ledger.bundle import BundleReader, export_bundle
-from ledger.entries import EventInput
-from ledger.ledger import Ledger
-from memory_root import Roots
-from memory_root.bundle_section import SECTION, RootsSection, RootsSectionCheck
+from memroot.cli.hooks import default_hooks
+from memroot.ledger.audit import audit_bundle
+from memroot.ledger.bundle import BundleReader, export_bundle
+from memroot.ledger.entries import EventInput
+from memroot.ledger.ledger import Ledger
+from memroot.memory_root import Roots
+from memroot.memory_root.bundle_section import SECTION, RootsSection, RootsSectionCheck
 
 
 @pytest.fixture

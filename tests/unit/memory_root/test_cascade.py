@@ -10,25 +10,29 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ledger import encoding
-from ledger.entries import Entry, EventInput, Kind, OpInput
-from ledger.errors import NotFoundError, ValidationError
-from ledger.ledger import Ledger
-from ledger.verify import verify_path
-from memory_root import Roots, RootsHook, SelfModel, StaticSelfModel
-from memory_root.cascade import BEYOND_LISTED, beyond_digest
-from memory_root.deps import OBJECT, ROOT, SELFMODEL, SUMMARY, ItemRef
-from memory_root.falsify import Falsifier, FalsifyHook
-from memory_root.falsify_replay import TABLES, FalsifyReplayCheck, rebuild
-from projections import requests as rq
-from projections.builtins import EpistemicDistribution, MemoryStateDigest, builtin_projections
-from projections.digest import state_digest
-from projections.hook import MemoryHook
-from projections.projection import Summary
-from projections.query import get_object
-from projections.registry import Registry
-from projections.replay import replay
-from projections.rules import RuleError
+from memroot.ledger import encoding
+from memroot.ledger.entries import Entry, EventInput, Kind, OpInput
+from memroot.ledger.errors import NotFoundError, ValidationError
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.verify import verify_path
+from memroot.memory_root import Roots, RootsHook, SelfModel, StaticSelfModel
+from memroot.memory_root.cascade import BEYOND_LISTED, beyond_digest
+from memroot.memory_root.deps import OBJECT, ROOT, SELFMODEL, SUMMARY, ItemRef
+from memroot.memory_root.falsify import Falsifier, FalsifyHook
+from memroot.memory_root.falsify_replay import TABLES, FalsifyReplayCheck, rebuild
+from memroot.projections import requests as rq
+from memroot.projections.builtins import (
+    EpistemicDistribution,
+    MemoryStateDigest,
+    builtin_projections,
+)
+from memroot.projections.digest import state_digest
+from memroot.projections.hook import MemoryHook
+from memroot.projections.projection import Summary
+from memroot.projections.query import get_object
+from memroot.projections.registry import Registry
+from memroot.projections.replay import replay
+from memroot.projections.rules import RuleError
 
 AGENT = rq.Actor("agent-7", "AI_AGENT", "ns")
 ALL = ("memory_object", "memory_root", "selfmodel", "summary_item")
@@ -450,7 +454,7 @@ def test_re_snapshots_from_cached_fold_states_equal_a_fold_from_the_genesis(
 ) -> None:
     """With fold states cached every few entries, re-snapshots start from the nearest cache
     before the falsified input and come out exactly as folding from the genesis does."""
-    import memory_root._falsify_core as core_module
+    import memroot.memory_root._falsify_core as core_module
 
     monkeypatch.setattr(core_module, "FOLD_SPACING", 4)
     with _ledger(tmp_path / "a.ledger", selfmodel=False) as ledger:

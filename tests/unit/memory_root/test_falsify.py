@@ -7,19 +7,19 @@ from typing import Any
 
 import pytest
 
-from ledger.entries import EventInput, OpInput
-from ledger.errors import NotFoundError, RefusedError, ValidationError
-from ledger.ledger import Ledger
-from ledger.verify import verify_path
-from memory_root import Roots, RootsHook, SelfModel, StaticSelfModel
-from memory_root.branches import BranchRegistry, create_branch
-from memory_root.deps import OBJECT, ROOT, SELFMODEL, SUMMARY, ItemRef
-from memory_root.falsify import Falsifier, FalsifyHook
-from memory_root.falsify_replay import TABLES, FalsifyReplayCheck, rebuild
-from projections import requests as rq
-from projections.hook import MemoryHook
-from projections.query import get_object, object_history
-from projections.rules import RuleError
+from memroot.ledger.entries import EventInput, OpInput
+from memroot.ledger.errors import NotFoundError, RefusedError, ValidationError
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.verify import verify_path
+from memroot.memory_root import Roots, RootsHook, SelfModel, StaticSelfModel
+from memroot.memory_root.branches import BranchRegistry, create_branch
+from memroot.memory_root.deps import OBJECT, ROOT, SELFMODEL, SUMMARY, ItemRef
+from memroot.memory_root.falsify import Falsifier, FalsifyHook
+from memroot.memory_root.falsify_replay import TABLES, FalsifyReplayCheck, rebuild
+from memroot.projections import requests as rq
+from memroot.projections.hook import MemoryHook
+from memroot.projections.query import get_object, object_history
+from memroot.projections.rules import RuleError
 
 AGENT = rq.Actor("agent-7", "AI_AGENT", "ns")
 

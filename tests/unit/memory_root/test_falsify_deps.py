@@ -9,17 +9,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ledger.entries import EventInput
-from ledger.ledger import Ledger
-from memory_root import Roots, RootsHook, SelfModel, StaticSelfModel
-from memory_root.branches import BranchRegistry, create_branch
-from memory_root.deps import EVENT, OBJECT, ROOT, SELFMODEL, SUMMARY, ItemRef
-from memory_root.falsify import Falsifier, FalsifyHook
-from memory_root.falsify_replay import TABLES, rebuild
-from projections import requests as rq
-from projections.builtins import MemoryStateDigest, builtin_projections
-from projections.hook import MemoryHook
-from projections.registry import Registry
+from memroot.ledger.entries import EventInput
+from memroot.ledger.ledger import Ledger
+from memroot.memory_root import Roots, RootsHook, SelfModel, StaticSelfModel
+from memroot.memory_root.branches import BranchRegistry, create_branch
+from memroot.memory_root.deps import EVENT, OBJECT, ROOT, SELFMODEL, SUMMARY, ItemRef
+from memroot.memory_root.falsify import Falsifier, FalsifyHook
+from memroot.memory_root.falsify_replay import TABLES, rebuild
+from memroot.projections import requests as rq
+from memroot.projections.builtins import MemoryStateDigest, builtin_projections
+from memroot.projections.hook import MemoryHook
+from memroot.projections.registry import Registry
 
 AGENT = rq.Actor("agent-7", "AI_AGENT", "ns")
 

@@ -5,16 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ledger.entries import EventInput
-from ledger.ledger import Ledger
-from ledger.verify import verify_path
-from memory_root import Roots, RootsHook
-from memory_root.replay import RootsReplayCheck
-from projections import requests as rq
-from projections.builtins import MemoryStateDigest, builtin_projections
-from projections.digest import state_digest
-from projections.hook import MemoryHook
-from projections.registry import Registry
+from memroot.ledger.entries import EventInput
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.verify import verify_path
+from memroot.memory_root import Roots, RootsHook
+from memroot.memory_root.replay import RootsReplayCheck
+from memroot.projections import requests as rq
+from memroot.projections.builtins import MemoryStateDigest, builtin_projections
+from memroot.projections.digest import state_digest
+from memroot.projections.hook import MemoryHook
+from memroot.projections.registry import Registry
 
 Make = Callable[..., tuple[Ledger, Roots]]
 AGENT = rq.Actor("agent-7", "AI_AGENT", "ns")

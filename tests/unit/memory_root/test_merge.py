@@ -10,21 +10,21 @@ from typing import Any
 
 import pytest
 
-from ledger.entries import EventInput, OpInput, now_us
-from ledger.errors import NotFoundError, RefusedError, ValidationError
-from ledger.ledger import Ledger
-from ledger.store import Store
-from ledger.verify import audit
-from memory_root.branches import BranchRegistry, close_branch, create_branch
-from memory_root.divergence import WARN_ABOVE, diff_branch, divergence
-from memory_root.merge import conflict_key, merge_branch
-from projections import requests as rq
-from projections.digest import state_digest
-from projections.epistemic import RetrievalMode
-from projections.hook import MemoryHook
-from projections.query import Query, edges_of, get_object, query
-from projections.replay import MemoryReplayCheck, rebuild
-from projections.rules import PermissionRefused
+from memroot.ledger.entries import EventInput, OpInput, now_us
+from memroot.ledger.errors import NotFoundError, RefusedError, ValidationError
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.store import Store
+from memroot.ledger.verify import audit
+from memroot.memory_root.branches import BranchRegistry, close_branch, create_branch
+from memroot.memory_root.divergence import WARN_ABOVE, diff_branch, divergence
+from memroot.memory_root.merge import conflict_key, merge_branch
+from memroot.projections import requests as rq
+from memroot.projections.digest import state_digest
+from memroot.projections.epistemic import RetrievalMode
+from memroot.projections.hook import MemoryHook
+from memroot.projections.query import Query, edges_of, get_object, query
+from memroot.projections.replay import MemoryReplayCheck, rebuild
+from memroot.projections.rules import PermissionRefused
 
 NS = "team"
 ADMIN = rq.Actor("admin", "HUMAN_USER", NS)

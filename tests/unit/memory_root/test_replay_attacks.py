@@ -10,15 +10,15 @@ from typing import Any
 import apsw
 import pytest
 
-from ledger import encoding
-from ledger.audit import audit_bundle
-from ledger.bundle import export_bundle
-from ledger.errors import IntegrityError
-from ledger.ledger import Ledger
-from ledger.verify import AuditReport, verify_path
-from ledger.vocab import OpType
-from memory_root import Roots, RootsHook, SelfModel, StaticSelfModel
-from memory_root.replay import RootsReplayCheck
+from memroot.ledger import encoding
+from memroot.ledger.audit import audit_bundle
+from memroot.ledger.bundle import export_bundle
+from memroot.ledger.errors import IntegrityError
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.verify import AuditReport, verify_path
+from memroot.ledger.vocab import OpType
+from memroot.memory_root import Roots, RootsHook, SelfModel, StaticSelfModel
+from memroot.memory_root.replay import RootsReplayCheck
 
 Make = Callable[..., tuple[Ledger, Roots]]
 

@@ -8,17 +8,17 @@ from typing import Any
 import cbor2
 import pytest
 
-from ledger.errors import ValidationError
-from ledger.hashing import EntryHash, TreeRoot
-from memory_root.root import (
+from memroot.ledger.errors import ValidationError
+from memroot.ledger.hashing import EntryHash, TreeRoot
+from memroot.memory_root.root import (
     HighWater,
     MemoryRoot,
     ProjectionDigest,
     RootPreimage,
     compute_root,
 )
-from projections.builtins import Corrections, FailureMotifs
-from projections.projection import RuleDigest, Summary, SummaryDigest
+from memroot.projections.builtins import Corrections, FailureMotifs
+from memroot.projections.projection import RuleDigest, Summary, SummaryDigest
 
 HW = HighWater(41, EntryHash(b"\x11" * 32), 42, TreeRoot(b"\x22" * 32))
 

@@ -9,10 +9,10 @@ from typing import Any
 import cbor2
 import pytest
 
-from ledger.errors import ValidationError
-from ledger.ledger import Ledger
-from ledger.vocab import OpType
-from memory_root import (
+from memroot.ledger.errors import ValidationError
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.vocab import OpType
+from memroot.memory_root import (
     Capability,
     RootRecord,
     Roots,
@@ -21,7 +21,7 @@ from memory_root import (
     StaticSelfModel,
     selfmodel_root,
 )
-from memory_root.selfmodel import parse_selfmodel_payload, selfmodel_payload
+from memroot.memory_root.selfmodel import parse_selfmodel_payload, selfmodel_payload
 
 Make = Callable[..., tuple[Ledger, Roots]]
 

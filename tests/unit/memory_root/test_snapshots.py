@@ -11,18 +11,18 @@ from typing import Any
 
 import pytest
 
-from ledger import encoding, merkle
-from ledger.entries import Entry, OpInput
-from ledger.errors import ValidationError
-from ledger.ledger import Ledger
-from ledger.verify import verify_path
-from ledger.vocab import OpType
-from memory_root import Roots, RootsHook
-from memory_root.replay import RootsReplayCheck
-from memory_root.root import RootPreimage
-from projections.builtins import builtin_projections
-from projections.projection import Summary
-from projections.registry import Registry
+from memroot.ledger import encoding, merkle
+from memroot.ledger.entries import Entry, OpInput
+from memroot.ledger.errors import ValidationError
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.verify import verify_path
+from memroot.ledger.vocab import OpType
+from memroot.memory_root import Roots, RootsHook
+from memroot.memory_root.replay import RootsReplayCheck
+from memroot.memory_root.root import RootPreimage
+from memroot.projections.builtins import builtin_projections
+from memroot.projections.projection import Summary
+from memroot.projections.registry import Registry
 
 Make = Callable[..., tuple[Ledger, Roots]]
 

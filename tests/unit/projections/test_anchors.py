@@ -5,9 +5,9 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from ledger.entries import EventInput, new_uuid
-from ledger.ledger import Ledger
-from projections.anchors import (
+from memroot.ledger.entries import EventInput, new_uuid
+from memroot.ledger.ledger import Ledger
+from memroot.projections.anchors import (
     ConversationTree,
     ancestor_path,
     ancestor_path_in,

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from ledger.entries import EventInput
-from ledger.errors import ValidationError
-from ledger.ledger import Ledger
-from projections.gitctx import (
+from memroot.ledger.entries import EventInput
+from memroot.ledger.errors import ValidationError
+from memroot.ledger.ledger import Ledger
+from memroot.projections.gitctx import (
     GitContext,
     GitContextHook,
     branch_affinity,

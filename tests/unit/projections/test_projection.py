@@ -9,8 +9,8 @@ from typing import Any
 import cbor2
 import pytest
 
-from ledger.entries import Entry
-from projections.builtins import (
+from memroot.ledger.entries import Entry
+from memroot.projections.builtins import (
     Corrections,
     EpistemicDistribution,
     FailureMotifs,
@@ -18,14 +18,14 @@ from projections.builtins import (
     LifecycleCounts,
     builtin_projections,
 )
-from projections.projection import (
+from memroot.projections.projection import (
     Summary,
     check_projection,
     rule_digest,
     rule_preimage,
     summary_digest,
 )
-from projections.registry import Registry, default_registry, load_entry_points
+from memroot.projections.registry import Registry, default_registry, load_entry_points
 
 
 @dataclass(frozen=True, slots=True)

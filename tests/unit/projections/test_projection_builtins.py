@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ledger import encoding
-from ledger.entries import ZERO_HASH, Entry, Kind, OpInput, build_entry, new_uuid
-from ledger.errors import ValidationError
-from projections.builtins import (
+from memroot.ledger import encoding
+from memroot.ledger.entries import ZERO_HASH, Entry, Kind, OpInput, build_entry, new_uuid
+from memroot.ledger.errors import ValidationError
+from memroot.projections.builtins import (
     Corrections,
     EpistemicDistribution,
     FailureMotifs,
@@ -22,7 +22,7 @@ from projections.builtins import (
     builtin_projections,
     check_payload,
 )
-from projections.projection import Projection, decode_state, encode_state
+from memroot.projections.projection import Projection, decode_state, encode_state
 
 _seq = iter(range(1, 10**9))
 

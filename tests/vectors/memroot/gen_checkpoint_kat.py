@@ -26,8 +26,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ledger.note import Checkpoint, sign_checkpoint, vkey_of
-from ledger.signing import Ed25519Signer
+from memroot.ledger.note import Checkpoint, sign_checkpoint, vkey_of
+from memroot.ledger.signing import Ed25519Signer
 
 SEED = bytes(range(1, 33))
 ORIGIN = "example.org/memroot/test"

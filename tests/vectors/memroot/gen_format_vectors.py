@@ -19,11 +19,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ledger import merkle
-from ledger.entries import ZERO_HASH, EventInput, Kind, OpInput, build_entry
-from ledger.hashing import content_commitment, content_digest
-from ledger.note import Checkpoint, sign_checkpoint, vkey_of
-from ledger.signing import Ed25519Signer
+from memroot.ledger import merkle
+from memroot.ledger.entries import ZERO_HASH, EventInput, Kind, OpInput, build_entry
+from memroot.ledger.hashing import content_commitment, content_digest
+from memroot.ledger.note import Checkpoint, sign_checkpoint, vkey_of
+from memroot.ledger.signing import Ed25519Signer
 
 SEED = bytes(range(1, 33))
 ORIGIN = "example.org/memroot/test"

@@ -16,14 +16,14 @@ import json
 import sys
 from typing import Any
 
-from ledger import encoding
-from ledger.entries import ZERO_HASH, Entry, Kind, OpInput, build_entry
-from ledger.hashing import EntryHash, TreeRoot
-from ledger.merkle import CompactRange
-from memory_root.root import HighWater, MemoryRoot, RootPreimage, compute_root
-from memory_root.selfmodel import Capability, SelfModel, selfmodel_payload
-from projections.builtins import builtin_projections
-from projections.projection import rule_digest, rule_preimage
+from memroot.ledger import encoding
+from memroot.ledger.entries import ZERO_HASH, Entry, Kind, OpInput, build_entry
+from memroot.ledger.hashing import EntryHash, TreeRoot
+from memroot.ledger.merkle import CompactRange
+from memroot.memory_root.root import HighWater, MemoryRoot, RootPreimage, compute_root
+from memroot.memory_root.selfmodel import Capability, SelfModel, selfmodel_payload
+from memroot.projections.builtins import builtin_projections
+from memroot.projections.projection import rule_digest, rule_preimage
 
 TS = 1_780_000_000_000_000  # fixed microseconds
 

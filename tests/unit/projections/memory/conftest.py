@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from ledger.entries import EventInput, OpInput, new_uuid, now_us
-from ledger.ledger import Appended, Ledger
-from projections import requests as rq
-from projections.hook import MemoryHook
-from projections.model import MemoryObject
-from projections.query import get_object
+from memroot.ledger.entries import EventInput, OpInput, new_uuid, now_us
+from memroot.ledger.ledger import Appended, Ledger
+from memroot.projections import requests as rq
+from memroot.projections.hook import MemoryHook
+from memroot.projections.model import MemoryObject
+from memroot.projections.query import get_object
 
 
 class World:

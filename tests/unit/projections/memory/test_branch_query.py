@@ -11,16 +11,16 @@ from typing import Any
 
 import pytest
 
-from ledger.entries import EventInput, OpInput, new_uuid, now_us
-from ledger.errors import NotFoundError, ValidationError
-from ledger.ledger import Ledger
-from projections import requests as rq
-from projections.anchors import ConversationTree, ancestor_path_in, visible
-from projections.digest import state_digest
-from projections.epistemic import RetrievalMode
-from projections.gitctx import GitContext, GitContextHook, branch_score
-from projections.hook import MemoryHook
-from projections.query import PAGE, Query, edges_of, entity_members, query
+from memroot.ledger.entries import EventInput, OpInput, new_uuid, now_us
+from memroot.ledger.errors import NotFoundError, ValidationError
+from memroot.ledger.ledger import Ledger
+from memroot.projections import requests as rq
+from memroot.projections.anchors import ConversationTree, ancestor_path_in, visible
+from memroot.projections.digest import state_digest
+from memroot.projections.epistemic import RetrievalMode
+from memroot.projections.gitctx import GitContext, GitContextHook, branch_score
+from memroot.projections.hook import MemoryHook
+from memroot.projections.query import PAGE, Query, edges_of, entity_members, query
 
 AGENT = rq.Actor("agent", "AI_AGENT", "ns")
 

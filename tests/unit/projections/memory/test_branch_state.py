@@ -11,17 +11,17 @@ from typing import Any
 
 import pytest
 
-from ledger.entries import EventInput, OpInput, new_uuid, now_us
-from ledger.errors import NotFoundError, RefusedError
-from ledger.ledger import Ledger
-from ledger.store import Store
-from ledger.verify import audit
-from projections import requests as rq
-from projections.backends import SqlState
-from projections.digest import state_digest
-from projections.epistemic import RetrievalMode
-from projections.hook import MemoryHook, sync
-from projections.query import (
+from memroot.ledger.entries import EventInput, OpInput, new_uuid, now_us
+from memroot.ledger.errors import NotFoundError, RefusedError
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.store import Store
+from memroot.ledger.verify import audit
+from memroot.projections import requests as rq
+from memroot.projections.backends import SqlState
+from memroot.projections.digest import state_digest
+from memroot.projections.epistemic import RetrievalMode
+from memroot.projections.hook import MemoryHook, sync
+from memroot.projections.query import (
     MAX_LIMIT,
     Query,
     edges_of,
@@ -30,8 +30,8 @@ from projections.query import (
     object_history,
     query,
 )
-from projections.replay import MemoryReplayCheck, rebuild
-from projections.rules import RuleError
+from memroot.projections.replay import MemoryReplayCheck, rebuild
+from memroot.projections.rules import RuleError
 
 AGENT = rq.Actor("agent", "AI_AGENT", "ns")
 

@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 
-from ledger.entries import EventInput, OpInput, new_uuid
-from ledger.errors import RefusedError, ValidationError
-from projections import requests as rq
-from projections import rules
-from projections.query import Query, edges_of, entity_members, get_entity, query
-from projections.rules import RuleError
+from memroot.ledger.entries import EventInput, OpInput, new_uuid
+from memroot.ledger.errors import RefusedError, ValidationError
+from memroot.projections import requests as rq
+from memroot.projections import rules
+from memroot.projections.query import Query, edges_of, entity_members, get_entity, query
+from memroot.projections.rules import RuleError
 
 
 def test_evidence_must_exist(world: Any) -> None:
@@ -308,8 +308,8 @@ def test_derived_ids_are_uuidv8_of_the_operation_id() -> None:
     """Edge ids are SHA-256("memroot/derived-id/v1" 0x00 "<op id>/<n>") as a UUIDv8."""
     import uuid
 
-    from ledger.hashing import domain_hash
-    from projections.engine import derived_id
+    from memroot.ledger.hashing import domain_hash
+    from memroot.projections.engine import derived_id
 
     for op_id, n in (("0190f3c2-7c1d-7d4e-8a9b-1c2d3e4f5a6b", 0), (new_uuid(), 7)):
         raw = bytearray(domain_hash("memroot/derived-id/v1", f"{op_id}/{n}".encode())[:16])

@@ -8,13 +8,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ledger.errors import RefusedError
-from ledger.vocab import EpistemicType, SourceType
-from projections import requests as rq
-from projections import rules
-from projections.epistemic import default_visible
-from projections.query import Query, edges_of, query
-from projections.rules import RuleError
+from memroot.ledger.errors import RefusedError
+from memroot.ledger.vocab import EpistemicType, SourceType
+from memroot.projections import requests as rq
+from memroot.projections import rules
+from memroot.projections.epistemic import default_visible
+from memroot.projections.query import Query, edges_of, query
+from memroot.projections.rules import RuleError
 
 # RFC-0003, as written in RFC-FACTS.md (columns: USER_STATED / USER_DEMONSTRATED /
 # SYSTEM_INFERRED / EXTERNAL_DOCUMENT / TOOL_OUTPUT; "-" = not allowed).
@@ -85,7 +85,7 @@ def test_starting_confidence_matrix(world: Any, epi: str, src: str) -> None:
 
 def test_conditional_needs_a_condition_and_only_it_takes_one(world: Any) -> None:
     """A CONDITIONAL object must say its condition; other types may not carry one."""
-    from ledger.errors import ValidationError
+    from memroot.ledger.errors import ValidationError
 
     with pytest.raises(ValidationError) as e:
         world.assert_(epistemic="CONDITIONAL", confidence=0.5)
@@ -200,7 +200,7 @@ def test_scores_stay_in_unit_interval_and_move_as_stated(
 @pytest.mark.parametrize("new_confidence", [1.0000001, -0.2])
 def test_scores_outside_the_unit_interval_are_refused(world: Any, new_confidence: float) -> None:
     """A score outside [0, 1] is refused by the schema, naming the field."""
-    from ledger.errors import ValidationError
+    from memroot.ledger.errors import ValidationError
 
     oid = world.assert_()
     with pytest.raises(ValidationError) as e:

@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 
-from ledger.vocab import LifecycleState
-from projections import requests as rq
-from projections import rules
-from projections.lifecycle import is_allowed
-from projections.query import edges_of, object_history
-from projections.rules import RuleError
+from memroot.ledger.vocab import LifecycleState
+from memroot.projections import requests as rq
+from memroot.projections import rules
+from memroot.projections.lifecycle import is_allowed
+from memroot.projections.query import edges_of, object_history
+from memroot.projections.rules import RuleError
 
 A, D, S, R = "ACTIVE", "DEPRECATED", "SUPERSEDED", "ARCHIVED"
 # RFC-0001 section 8, as written: ACTIVE -> DEPRECATED | SUPERSEDED | ARCHIVED;
@@ -126,7 +126,7 @@ def test_supersede_refusals(world: Any, case: str) -> None:
     elif case == "other_type":
         new = world.assert_("y", type_="PREFERENCE")
     else:
-        from ledger.entries import new_uuid
+        from memroot.ledger.entries import new_uuid
 
         new = new_uuid()
     snap = world.snapshot()
@@ -150,7 +150,7 @@ def test_dedup_resolved_supersedes_the_merged_objects(world: Any) -> None:
 
 def test_operations_on_missing_objects_name_the_reference_rule(world: Any) -> None:
     """Mutating an object that does not exist is refused as a bad reference."""
-    from ledger.entries import new_uuid
+    from memroot.ledger.entries import new_uuid
 
     with pytest.raises(RuleError) as e:
         world.op(rq.deprecate(world.agent, new_uuid(), "x"))

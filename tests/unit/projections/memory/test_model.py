@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ledger.entries import new_uuid
-from ledger.errors import ValidationError
-from ledger.vocab import (
+from memroot.ledger.entries import new_uuid
+from memroot.ledger.errors import ValidationError
+from memroot.ledger.vocab import (
     EdgeType,
     EntityType,
     EpistemicType,
@@ -19,9 +19,9 @@ from ledger.vocab import (
     MemoryType,
     SourceType,
 )
-from projections import requests as rq
-from projections.model import Edge, Entity, MemoryObject
-from projections.query import edges_of, get_entity
+from memroot.projections import requests as rq
+from memroot.projections.model import Edge, Entity, MemoryObject
+from memroot.projections.query import edges_of, get_entity
 
 OBJECT_REQUIRED = (
     "id",

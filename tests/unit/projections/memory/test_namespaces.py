@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from ledger.entries import EventInput
-from projections import requests as rq
-from projections import rules
-from projections.query import Query, query
-from projections.rules import PermissionRefused, RuleError
+from memroot.ledger.entries import EventInput
+from memroot.projections import requests as rq
+from memroot.projections import rules
+from memroot.projections.query import Query, query
+from memroot.projections.rules import PermissionRefused, RuleError
 
 ADMIN = rq.Actor("alice", "HUMAN_USER", "team")
 BOB = rq.Actor("bob", "AI_AGENT", "team")

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from ledger.entries import OpInput
-from ledger.errors import ValidationError
-from projections.ops import SCHEMAS, validate_payload
+from memroot.ledger.entries import OpInput
+from memroot.ledger.errors import ValidationError
+from memroot.projections.ops import SCHEMAS, validate_payload
 
 U1, U2 = "0190f3c2-7c1d-7d4e-8a9b-1c2d3e4f5a6b", "0190f3c2-7c1d-7d4e-8a9b-1c2d3e4f5a6c"
 

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from ledger.errors import NotFoundError, ValidationError
-from projections import requests as rq
-from projections.epistemic import RetrievalMode, default_visible
-from projections.query import Query, get_object, object_history, query
+from memroot.ledger.errors import NotFoundError, ValidationError
+from memroot.projections import requests as rq
+from memroot.projections.epistemic import RetrievalMode, default_visible
+from memroot.projections.query import Query, get_object, object_history, query
 
 DEFAULT = RetrievalMode.DEFAULT
 EXPLICIT = RetrievalMode.EXPLICIT
@@ -161,7 +161,7 @@ def test_conflict_flags_respect_as_of(world: Any) -> None:
 
 def test_unknown_entity_or_bad_query_is_refused(world: Any) -> None:
     """Filters outside the enumerations, bad limits and unknown entities are refused."""
-    from ledger.entries import new_uuid
+    from memroot.ledger.entries import new_uuid
 
     with pytest.raises(NotFoundError):
         query(world.db, Query(entity=new_uuid()))

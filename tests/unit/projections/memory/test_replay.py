@@ -12,11 +12,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ledger.entries import EventInput, OpInput, new_uuid
-from ledger.errors import RefusedError
-from ledger.ledger import Ledger
-from ledger.verify import audit
-from ledger.vocab import (
+from memroot.ledger.entries import EventInput, OpInput, new_uuid
+from memroot.ledger.errors import RefusedError
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.verify import audit
+from memroot.ledger.vocab import (
     EdgeType,
     EntityType,
     EpistemicType,
@@ -25,12 +25,12 @@ from ledger.vocab import (
     Permission,
     SourceType,
 )
-from projections import requests as rq
-from projections.digest import first_difference, state_digest
-from projections.epistemic import CONFIDENCE_MATRIX
-from projections.hook import MemoryHook, sync
-from projections.query import Query, get_object, query
-from projections.replay import MemoryReplayCheck, rebuild, replay
+from memroot.projections import requests as rq
+from memroot.projections.digest import first_difference, state_digest
+from memroot.projections.epistemic import CONFIDENCE_MATRIX
+from memroot.projections.hook import MemoryHook, sync
+from memroot.projections.query import Query, get_object, query
+from memroot.projections.replay import MemoryReplayCheck, rebuild, replay
 
 NAMESPACES = ["ns-a", "ns-b", "ns-c"]
 ACTORS = ["alice", "bob", "agent"]
@@ -241,7 +241,7 @@ def drive(
 
 
 def step9(path: Path) -> list[str]:
-    from ledger.store import Store
+    from memroot.ledger.store import Store
 
     store = Store(path)
     try:
@@ -425,7 +425,7 @@ def test_the_hook_catches_up_on_entries_appended_without_it(tmp_path: Path) -> N
 
 def test_why_without_the_signing_key_uses_the_newest_stored_checkpoint(tmp_path: Path) -> None:
     """Without the key, why proves against the stored checkpoint; newer entries get no proof."""
-    from projections.why import why
+    from memroot.projections.why import why
 
     path = tmp_path / "nokey.db"
     with fast(Ledger.init(path, hooks=[MemoryHook()])) as ledger:
