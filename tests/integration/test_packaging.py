@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+_PIP = (sys.executable, "-m", "pip")
 
 
 def _source_copy(dest: Path) -> Path:
@@ -44,8 +45,7 @@ def _build_wheel(tmp_path: Path) -> Path:
     if native_target.is_dir():  # reuse the compiled crate of the install this test runs under
         env["CARGO_TARGET_DIR"] = str(native_target)
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
-        + ["-w", str(out), str(src)],
+        [*_PIP, "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(src)],
         capture_output=True,
         text=True,
         env=env,
@@ -64,7 +64,7 @@ def _top_level(names: list[str]) -> set[str]:
 
 
 def test_wheel_installs_only_memroot_and_the_demo_runs_from_a_fresh_venv(tmp_path: Path):
-    """The wheel holds only ``memroot`` and its dist-info; installed alone, ``memroot demo`` runs."""
+    """The wheel holds only ``memroot`` and its dist-info; installed alone, the demo runs."""
     wheel = _build_wheel(tmp_path)
     with zipfile.ZipFile(wheel) as zf:
         top = _top_level(zf.namelist())
@@ -85,8 +85,7 @@ def test_wheel_installs_only_memroot_and_the_demo_runs_from_a_fresh_venv(tmp_pat
     )
     before = set(os.listdir(purelib))
     installed = subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "-q"]
-        + ["--no-index", str(wheel)],
+        [*_PIP, "--python", str(py), "install", "--no-deps", "--no-index", "-q", str(wheel)],
         capture_output=True,
         text=True,
         timeout=600,
