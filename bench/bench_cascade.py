@@ -40,7 +40,7 @@ from memroot.ledger.ledger import Ledger
 from memroot.ledger.verify import verify_path
 from memroot.memory_root import Roots
 from memroot.memory_root.falsify import Falsifier
-from memroot.memory_root.falsify_replay import FalsifyReplayCheck
+from memroot.memory_root.falsify.replay import FalsifyReplayCheck
 from memroot.projections import requests as rq
 
 AGENT = rq.Actor("agent-7", "AI_AGENT", "ns")

@@ -227,7 +227,7 @@ def rebuild_cmd(ctx: Context, as_json: bool) -> None:
 
     Example: memroot -l agent.ledger rebuild --json
     """
-    from memroot.memory_root.falsify_replay import rebuild as rebuild_states
+    from memroot.memory_root.falsify.replay import rebuild as rebuild_states
 
     with open_ledger(ctx) as ledger:
         report = rebuild_state(ledger)
