@@ -33,11 +33,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Final
+from typing import Final, TypeVar
 
 import apsw
 
@@ -99,6 +99,8 @@ _FILLER: Final = (
     "remember it for the next session. "
 )
 
+T = TypeVar("T")
+
 Progress = Callable[[str], None]
 """Receives one line per phase (``[k/5] ...``); the CLI prints it on stderr."""
 
@@ -147,18 +149,32 @@ def events(start: int, count: int) -> list[EventInput]:
     ]
 
 
-def _entry_batches(path: Path, n: int, size: int = BATCH) -> Iterator[list[tuple[bytes, bytes]]]:
-    """Yield the ``(hash, data)`` of entries 1..n of the ledger at ``path`` in batches."""
+def _entry_batches(
+    path: Path, n: int, size: int = BATCH
+) -> Iterator[tuple[int, list[tuple[bytes, bytes]]]]:
+    """Yield ``(first seq, [(hash, data), ...])`` of entries 1..n of ``path`` in batches."""
     with Ledger.open(path, readonly=True) as ledger:
         no = ledger.branch_row().no
+        first = 1
         batch: list[tuple[bytes, bytes]] = []
         for row in ledger.store.iter_entry_rows(no, 1, n + 1):
             batch.append((bytes(row.hash), bytes(row.data)))
             if len(batch) == size:
-                yield batch
+                yield first, batch
+                first += len(batch)
                 batch = []
         if batch:
-            yield batch
+            yield first, batch
+
+
+def _timed(items: Iterable[T], write: Callable[[T], object]) -> float:
+    """Return the seconds spent in ``write`` over ``items``; producing each item is untimed."""
+    seconds = 0.0
+    for item in items:
+        t0 = time.perf_counter()
+        write(item)
+        seconds += time.perf_counter() - t0
+    return seconds
 
 
 def _raw_db(path: Path) -> apsw.Connection:
@@ -220,17 +236,18 @@ def batched_memroot(path: Path, n: int) -> tuple[MemrootBatched, list[tuple[int,
 def batched_raw_apsw(source: Path, n: int, path: Path) -> Throughput:
     """Insert the entry bytes of ``source`` with apsw ``executemany``, one transaction a batch."""
     db = _raw_db(path)
-    seconds = 0.0
-    k = 1
+
+    def insert(rows: list[tuple[int, bytes, bytes]]) -> None:
+        db.execute("BEGIN IMMEDIATE")
+        db.executemany(_RAW_INSERT, rows)
+        db.execute("COMMIT")
+
     try:
-        for batch in _entry_batches(source, n):
-            rows = [(k + j, h, d) for j, (h, d) in enumerate(batch)]
-            k += len(rows)
-            t0 = time.perf_counter()
-            db.execute("BEGIN IMMEDIATE")
-            db.executemany(_RAW_INSERT, rows)
-            db.execute("COMMIT")
-            seconds += time.perf_counter() - t0
+        rows = (
+            [(k, h, d) for k, (h, d) in enumerate(batch, first)]
+            for first, batch in _entry_batches(source, n)
+        )
+        seconds = _timed(rows, insert)
     finally:
         db.close()
     return {"entries": n, "seconds": seconds, "entries_per_s": _rate(n, seconds)}
@@ -239,13 +256,9 @@ def batched_raw_apsw(source: Path, n: int, path: Path) -> Throughput:
 def batched_pymerkle(pymerkle: ModuleType, source: Path, n: int, path: Path) -> Throughput:
     """Append the entry bytes of ``source`` with ``SqliteTree.append_entries``, a call a batch."""
     tree = pymerkle.SqliteTree(str(path))
-    seconds = 0.0
     try:
-        for batch in _entry_batches(source, n):
-            data = [d for _, d in batch]
-            t0 = time.perf_counter()
-            tree.append_entries(data)
-            seconds += time.perf_counter() - t0
+        data = ([d for _, d in batch] for _, batch in _entry_batches(source, n))
+        seconds = _timed(data, tree.append_entries)
     finally:
         tree.close()
     return {"entries": n, "seconds": seconds, "entries_per_s": _rate(n, seconds)}
@@ -538,7 +551,7 @@ def run(
         "notes": notes,
         "elapsed_s": 0.0,
     }
-    result["targets"] = [t.to_json() for t in targets(result)]
+    result["targets"] = targets(result)
     result["elapsed_s"] = time.perf_counter() - started
     return result
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from memroot.bench.results import LedgerBench
+from memroot.bench.targets import BATCHED, DURABLE, GROWTH, PROOFS, VERIFY, VERIFY_RSS
 
 __all__ = ["render_human"]
 
@@ -32,8 +33,7 @@ def _rows(r: LedgerBench) -> list[Row]:
     for b in r["batched_append"]:
         n = b["size"]
         at = f"{n:,}"
-        name = "batched append (memroot, inputs prebuilt)"
-        rows.append((name, at, _num(b["memroot"]["entries_per_s"]), *status(name, n)))
+        rows.append((BATCHED, at, _num(b["memroot"]["entries_per_s"]), *status(BATCHED, n)))
         rows.extend(
             [
                 ("  memroot incl. input construction", at,
@@ -48,19 +48,16 @@ def _rows(r: LedgerBench) -> list[Row]:
             ]
         )  # fmt: skip
     d = r["durable_append"]
-    name = "durable append, memroot / raw apsw"
     at = f"{d['count']:,}"
     rows.append(("durable append (fsync each), memroot", at, _num(d["memroot_per_s"]), "", ""))
     rows.append(("  raw apsw single-row txns, same bytes", at, _num(d["raw_apsw_per_s"]), "", ""))
     extra = f"{d['memroot_extra_us_per_append']:,.0f} µs"
     rows.append(("  memroot extra time per append", at, extra, "", ""))
     rows.append(("  ratio memroot / raw apsw", at, _num(d["ratio_memroot_raw"], "ratio"),
-                 *status(name, d["count"])))  # fmt: skip
+                 *status(DURABLE, d["count"])))  # fmt: skip
     p = r["inclusion_proofs"]["memroot"]
-    name = "inclusion proof generate + verify"
     at = f"{p['size']:,}"
-    rows.append(("inclusion proof generate + verify", at, _num(p["proofs_per_s"]),
-                 *status(name, p["size"])))  # fmt: skip
+    rows.append((PROOFS, at, _num(p["proofs_per_s"]), *status(PROOFS, p["size"])))
     rows.append(("  generate only", at, _num(p["generate_per_s"]), "", ""))
     rows.append(("  verify only", at, _num(p["verify_per_s"]), "", ""))
     pm = r["inclusion_proofs"]["pymerkle"]
@@ -70,19 +67,16 @@ def _rows(r: LedgerBench) -> list[Row]:
     )  # fmt: skip
     v = r["verify"]
     at = f"{v['entries']:,}"
-    name = "full verify (steps 1-6, 10)"
-    rows.append((name, at, _num(v["entries_per_s"]), *status(name, v["entries"])))
-    name = "full verify peak RSS"
+    rows.append((VERIFY, at, _num(v["entries_per_s"]), *status(VERIFY, v["entries"])))
     rows.append(("  peak RSS (verify child, VmHWM)", at, _num(v["peak_rss_mb"], "MB"),
-                 *status(name, v["entries"])))  # fmt: skip
+                 *status(VERIFY_RSS, v["entries"])))  # fmt: skip
     g = r["append_growth"]
-    name = "append rate at size / empty"
     at = f"{g['size']:,}"
     w = f"{g['window']:,}" if g["window"] else "batches"
     rows.append((f"append rate, first {w} (empty ledger)", at, _num(g["first_per_s"]), "", ""))
     rows.append((f"  last {w}", at, _num(g["last_per_s"]), "", ""))
     rows.append(("  ratio last / first", at, _num(g["ratio_last_first"], "ratio"),
-                 *status(name, g["size"])))  # fmt: skip
+                 *status(GROWTH, g["size"])))  # fmt: skip
     return rows
 
 

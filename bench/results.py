@@ -145,7 +145,7 @@ class Params(TypedDict):
 
 
 class TargetJSON(TypedDict):
-    """One issue-2 target beside the figure measured for it (``Target.to_json``)."""
+    """One issue-2 target beside the figure measured for it (``met``: None if not measured)."""
 
     name: str
     at: int | None
