@@ -9,5 +9,6 @@ The entry layout is in docs/FORMAT.md ("LangGraph checkpoints and store items").
 from __future__ import annotations
 
 from memroot.integrations.langgraph.saver import CHECKPOINT_TYPE, WRITES_TYPE, MemrootSaver
+from memroot.integrations.langgraph.store import PUT_TYPE, MemrootStore
 
-__all__ = ["CHECKPOINT_TYPE", "WRITES_TYPE", "MemrootSaver"]
+__all__ = ["CHECKPOINT_TYPE", "PUT_TYPE", "WRITES_TYPE", "MemrootSaver", "MemrootStore"]

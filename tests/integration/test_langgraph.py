@@ -22,8 +22,8 @@ from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES  # no
 
 import memroot  # noqa: E402
 from memroot.cli.main import cli  # noqa: E402
-from memroot.integrations.langgraph import MemrootSaver  # noqa: E402
-from memroot.ledger.errors import IntegrityError  # noqa: E402
+from memroot.integrations.langgraph import MemrootSaver, MemrootStore  # noqa: E402
+from memroot.ledger.errors import IntegrityError, ValidationError  # noqa: E402
 
 _count = itertools.count()
 
@@ -193,3 +193,100 @@ def test_facade_and_saver_share_a_ledger(tmp_path: Path) -> None:
         said = mem.record(content="hello")
         assert mem.ledger.entry(said.seq).type == "EVENT"
         assert mem.verify(trusted=tmp_path / "t.json").ok
+
+
+# -- the store -------------------------------------------------------------------------------
+
+
+def _store(tmp_path: Path) -> tuple[memroot.Memory, MemrootStore]:
+    mem = memroot.open(tmp_path / "store.ledger")
+    return mem, MemrootStore(mem)
+
+
+def test_store_put_get_search_list(tmp_path: Path) -> None:
+    """Items round-trip; search filters by prefix, value fields and words; namespaces list."""
+    mem, store = _store(tmp_path)
+    with mem:
+        store.put(("users", "alice"), "tea", {"drink": "tea", "sugar": 0, "note": "No sugar"})
+        store.put(("users", "alice"), "walk", {"drink": None, "km": 5})
+        store.put(("users", "bob"), "tea", {"drink": "coffee", "sugar": 2})
+        first = store.get(("users", "alice"), "tea")
+        assert first is not None and first.value["note"] == "No sugar"
+        store.put(("users", "alice"), "tea", {"drink": "tea", "sugar": 1})
+        again = store.get(("users", "alice"), "tea")
+        assert again is not None and again.value["sugar"] == 1
+        assert again.created_at == first.created_at and again.updated_at >= first.updated_at
+        assert store.get(("users", "carol"), "tea") is None
+        keys = {(i.namespace, i.key) for i in store.search(("users",))}
+        assert len(keys) == 3
+        assert [i.key for i in store.search(("users", "alice"), filter={"km": {"$gte": 5}})] == [
+            "walk"
+        ]
+        assert [i.namespace for i in store.search(("users",), query="COFFEE")] == [("users", "bob")]
+        assert len(store.search(("users",), limit=1, offset=1)) == 1
+        assert store.list_namespaces() == [("users", "alice"), ("users", "bob")]
+        assert store.list_namespaces(suffix=("bob",)) == [("users", "bob")]
+        assert store.list_namespaces(max_depth=1) == [("users",)]
+
+
+def test_store_delete_tombstones_every_version(tmp_path: Path) -> None:
+    """delete erases the content of every version with TOMBSTONEs; verify still passes."""
+    mem, store = _store(tmp_path)
+    with mem:
+        store.put(("u",), "k", {"v": 1})
+        store.put(("u",), "k", {"v": 2})
+        store.delete(("u",), "k")
+        assert store.get(("u",), "k") is None
+        erased = [e for e in mem.ledger.entries() if e.type == "TOMBSTONE"]
+        assert len(erased) == 2
+        puts = [e for e in mem.ledger.entries() if e.type == "EVENT"]
+        assert all(mem.ledger.content(e.seq) is None for e in puts)
+        assert mem.verify(trusted=tmp_path / "t.json").ok
+
+
+def test_store_tampered_item_is_refused(tmp_path: Path) -> None:
+    """A stored item whose content was edited in the file is refused, not returned."""
+    mem, store = _store(tmp_path)
+    with mem:
+        store.put(("u",), "k", {"v": "honest"})
+    _tamper(
+        tmp_path / "store.ledger",
+        "UPDATE entries SET content = CAST(REPLACE(CAST(content AS TEXT), 'honest', 'forged') "
+        "AS BLOB) WHERE content IS NOT NULL",
+    )
+    mem, store = _store(tmp_path)
+    with mem, pytest.raises(IntegrityError, match="commitment"):
+        store.get(("u",), "k")
+
+
+def test_store_async_and_bad_value(tmp_path: Path) -> None:
+    """The async API works; a value that is not a JSON object is refused and nothing lands."""
+    mem, store = _store(tmp_path)
+    with mem:
+
+        async def run() -> Any:
+            await store.aput(("a",), "x", {"n": 1})
+            return await store.aget(("a",), "x")
+
+        got = asyncio.run(run())
+        assert got is not None and got.value == {"n": 1}
+        size = mem.ledger.size()
+        with pytest.raises(ValidationError):
+            store.put(("a",), "y", {"when": object()})
+        assert mem.ledger.size() == size
+
+
+def test_readme_example_runs_and_verifies(tmp_path: Path) -> None:
+    """The README's LangGraph example runs as written; `memroot verify` passes on its ledger."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    m = re.search(r"<!-- example: langgraph -->\n```python\n(.*?)```", text, re.S)
+    assert m is not None
+    env = {**os.environ, "MEMROOT_TRUSTED": str(tmp_path / "trusted.json")}
+    subprocess.run([sys.executable, "-c", m.group(1)], cwd=tmp_path, env=env, check=True)
+    result = _verify(tmp_path / "graph.ledger")
+    assert result.exit_code == 0, result.output
