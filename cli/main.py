@@ -157,5 +157,6 @@ from memroot.cli import demo as _demo  # noqa: E402, F401
 from memroot.cli import falsify_cmds as _falsify_cmds  # noqa: E402, F401
 from memroot.cli import mcp_cmd as _mcp_cmd  # noqa: E402, F401
 from memroot.cli import memory_cmds as _memory_cmds  # noqa: E402, F401
+from memroot.cli import receipts_cmd as _receipts_cmd  # noqa: E402, F401
 from memroot.cli import report_cmd as _report_cmd  # noqa: E402, F401
 from memroot.cli import root_cmds as _root_cmds  # noqa: E402, F401

@@ -67,8 +67,10 @@ def build_server(mem: Memory, trusted: Path | None = None) -> MCPServer:
 
     from memroot.cli.falsify_cmds import _plan_json
     from memroot.cli.root_cmds import _record_json
+    from memroot.ledger.entries import new_uuid
     from memroot.memory_root import Roots
 
+    session_run = f"mcp-{new_uuid()}"
     server = MCPServer(
         "memroot",
         instructions=(
@@ -125,11 +127,15 @@ def build_server(mem: Memory, trusted: Path | None = None) -> MCPServer:
         types: list[ObjectType] | None = None,
         mode: Mode = "DEFAULT",
         limit: int = 20,
+        run_id: str | None = None,
+        receipt: bool = True,
     ) -> dict[str, Any]:
         """Recall memory objects of this server's namespace, most recently changed first.
 
         text: words to find; anchor: a conversation event (only memories derived from its
-        path); as_of: memory as it was right after that entry seq.
+        path); as_of: memory as it was right after that entry seq. Unless receipt is false,
+        a READ_RECEIPT entry records what was returned, under run_id (default: this server
+        session's run id).
         """
         results = mem.recall(
             text,
@@ -140,8 +146,12 @@ def build_server(mem: Memory, trusted: Path | None = None) -> MCPServer:
             namespaces=(mem.namespace,),
             mode=mode,
             limit=limit,
+            receipt=(run_id or session_run) if receipt else None,
         )
-        return {"results": [r.to_dict() for r in results]}
+        return {
+            "results": [r.to_dict() for r in results],
+            "run_id": (run_id or session_run) if receipt else None,
+        }
 
     @server.tool()
     @_tool_errors

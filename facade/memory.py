@@ -250,15 +250,18 @@ class Memory:
         mode: str = "DEFAULT",
         git_branch: str | None = None,
         limit: int = 20,
+        receipt: str | None = None,
     ) -> list[Result]:
         """Retrieve memory objects, most recently changed first (``memroot query``).
 
         ``text`` matches words of values; ``anchor`` keeps objects derived entirely from a
         conversation event's ancestor path; ``as_of`` reads memory as it was right after
         that entry; ``mode`` is the RFC-0003 retrieval mode (DEFAULT, EXPLICIT, AUDIT).
+        ``receipt`` (a run id) appends a ``READ_RECEIPT`` naming the run, the query, the
+        memory root in force and every object returned with its version and state.
 
         Raises:
-            ValidationError: a bad filter, mode, or an ``as_of`` past the branch's head.
+            ValidationError: a bad filter, mode, run id, or an ``as_of`` past the head.
         """
         from memroot.projections import query as memq
         from memroot.projections.epistemic import RetrievalMode
@@ -287,8 +290,37 @@ class Memory:
                 f"as_of {as_of} is past the last entry of {branch} ({size - 1})", field="as_of"
             )
         sync(self.ledger)
-        with self.ledger.store.read() as db:
-            return memq.query(db, q)
+        if receipt is None:
+            with self.ledger.store.read() as db:
+                return memq.query(db, q)
+        from memroot.receipts import receipt_op
+
+        asked = {
+            "text": text,
+            "anchor": anchor,
+            "branch": branch,
+            "as_of": as_of,
+            "types": list(q.types),
+            "namespaces": list(namespaces),
+            "mode": retrieval.value,
+            "git_branch": git_branch,
+            "limit": limit,
+        }
+        # One transaction: the receipt lands right after the state it describes.
+        with self.ledger.store.write() as db:
+            results = memq.query(db, q)
+            op = receipt_op(
+                self.ledger,
+                receipt,
+                asked,
+                results,
+                branch=branch,
+                actor_id=self.actor,
+                actor_type=self.actor_type,
+                namespace_id=self.namespace,
+            )
+            self._append(op, branch)
+        return results
 
     def why(self, item_id: str, *, branch: str | None = None) -> Why | ItemWhy:
         """Return why memory holds an item: its operations and evidence, each proven.

@@ -91,6 +91,7 @@ def test_tools_have_schemas_and_a_full_session_works(tmp_path: Path) -> None:
     assert out["tools"]["cascade"].input_schema["properties"]["apply"]["default"] is False
     assert "actor" not in json.dumps([t.input_schema for t in out["tools"].values()])
     assert [r["value"] for r in out["recall"]["results"]] == ["Alice takes tea"]
+    assert out["recall"]["run_id"].startswith("mcp-")
     assert out["why"]["evidence"][0]["content"] == "I take tea"
     assert out["falsify"]["state"] == "falsified"
     assert out["dry"]["dry_run"] is True and out["applied"]["dry_run"] is False
@@ -102,6 +103,13 @@ def test_tools_have_schemas_and_a_full_session_works(tmp_path: Path) -> None:
         assert types.count("CASCADE") == 1  # the dry run wrote nothing
         ops = [e for e in mem.ledger.entries() if e.kind.value == "op" and e.type == "ASSERT"]
         assert ops[0].body["actor_id"] == "agent-7" and ops[0].body["namespace_id"] == "alice"
+        receipts = [e for e in mem.ledger.entries() if e.type == "READ_RECEIPT"]
+        assert len(receipts) == 1  # recall keeps a receipt by default
+        assert receipts[0].body["payload"]["objects"][0]["id"] == oid_of(out)
+
+
+def oid_of(out: dict[str, Any]) -> str:
+    return str(out["made"]["object_id"])
 
 
 def test_errors_are_tool_errors_and_write_nothing(tmp_path: Path) -> None:
@@ -112,7 +120,7 @@ def test_errors_are_tool_errors_and_write_nothing(tmp_path: Path) -> None:
             await c.call_tool("falsify", {"item_id": "nope", "reason": "x"}),
             await c.call_tool("remember", {"value": "x", "evidence": ["not-a-uuid"]}),
             await c.call_tool("recall", {"mode": "EVERYTHING"}),
-            await c.call_tool("recall", {}),
+            await c.call_tool("recall", {"receipt": False}),
         ]
 
     bad_id, bad_evidence, bad_mode, ok = _run(tmp_path, session)
