@@ -120,10 +120,18 @@ class Memory:
         return self.ledger.path
 
     def close(self) -> None:
-        """Sign any checkpoint an automatic snapshot still needs, then close the file."""
+        """Sign any checkpoint an automatic snapshot still needs, then close the file.
+
+        Without a usable key file the checkpoint is left owed (the next writer with the key,
+        or ``memroot checkpoint``, signs it); closing never fails for that.
+        """
+        from memroot.ledger.errors import KeyFileError
+
         try:
             if not self.ledger.store.db.readonly("main"):
                 self.close_pending()
+        except KeyFileError:
+            pass
         finally:
             self.ledger.close()
 

@@ -378,12 +378,14 @@ class MemrootSaver(BaseCheckpointSaver[int]):
         with self._lock:
             self._sync()
             channels: list[list[Any]] = []
+            seen: dict[int, dict[str, Any]] = {}
             for channel, version in sorted(checkpoint["channel_versions"].items()):
                 key = _version_key(version)
-                if channel in new_versions or channel not in values:
-                    stored = self._stored_blob(thread, ns, channel, key)
-                else:
-                    stored = None
+                stored = (
+                    None
+                    if channel in new_versions
+                    else self._stored_blob(thread, ns, channel, key, seen)
+                )
                 if channel in new_versions:
                     typed = (
                         _b64(self.serde.dumps_typed(values[channel]))
@@ -418,8 +420,9 @@ class MemrootSaver(BaseCheckpointSaver[int]):
         }
 
     def _stored_blob(
-        self, thread: str, ns: str, channel: str, key: str
+        self, thread: str, ns: str, channel: str, key: str, seen: dict[int, dict[str, Any]]
     ) -> builtins.list[str] | None:
+        """Return the stored ``[type, base64]`` of a channel version, or None (``seen``: cache)."""
         row = self.ledger.store.db.execute(
             "SELECT seq FROM lg_blobs WHERE branch = ? AND thread = ? AND ns = ? AND channel = ? "
             "AND version = ?",
@@ -427,7 +430,10 @@ class MemrootSaver(BaseCheckpointSaver[int]):
         ).fetchone()
         if row is None:
             return None
-        for ch, v, typ, data in self._content(int(row[0]))["channels"]:
+        seq = int(row[0])
+        if seq not in seen:
+            seen[seq] = self._content(seq)
+        for ch, v, typ, data in seen[seq]["channels"]:
             if ch == channel and v == key:
                 return [typ, data]
         return None
