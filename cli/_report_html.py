@@ -51,6 +51,7 @@ class ReportData:
     state_ops: list[dict[str, Any]]
     latest: list[tuple[Entry, str]]
     generated: int
+    receipts: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _when(us: int) -> str:
@@ -75,8 +76,11 @@ def _summary(ledger: Ledger, e: Entry) -> str:
         return f"{head} · {said[:80]}{'…' if len(said) > 80 else ''}"
     raw = b.get("payload")
     payload: dict[str, Any] = raw if isinstance(raw, dict) else {}
-    if isinstance(payload.get("memory_root"), bytes):
+    if e.type == "SNAPSHOT" and isinstance(payload.get("memory_root"), bytes):
         return f"memory_root {payload['memory_root'].hex()[:16]}"
+    if e.type == "READ_RECEIPT":
+        n = len(payload["objects"]) if isinstance(payload.get("objects"), list) else 0
+        return f"{b.get('actor_id')} · run {payload.get('run_id')} · {n} object(s) read"
     target = payload.get("value") or payload.get("branch_id") or b.get("target_id") or ""
     return f"{b.get('actor_id')} · {str(target)[:80]}"
 
@@ -107,6 +111,7 @@ def gather(ledger: Ledger, audit: AuditReport, now: int) -> ReportData:
             purpose="" if info is None else info.purpose,
         )
     state_ops: list[dict[str, Any]] = []
+    receipts: list[dict[str, Any]] = []
     latest: list[tuple[Entry, str]] = []
     for lane in lanes.values():
         for e in ledger.entries(0, None, lane.name):
@@ -131,6 +136,23 @@ def gather(ledger: Ledger, audit: AuditReport, now: int) -> ReportData:
                         else None,
                     }
                 )
+            elif e.kind is Kind.OP and e.type == "READ_RECEIPT":
+                p = e.body.get("payload") or {}
+                listed = p.get("objects")
+                objects: list[Any] = listed if isinstance(listed, list) else []
+                root = p.get("memory_root")
+                receipts.append(
+                    {
+                        "branch": e.branch,
+                        "seq": e.seq,
+                        "ts": e.ts,
+                        "run_id": p.get("run_id"),
+                        "actor": e.body.get("actor_id"),
+                        "objects": len(objects),
+                        "root": root if isinstance(root, bytes) else None,
+                        "text": (p.get("query") or {}).get("text"),
+                    }
+                )
             elif e.kind is Kind.OP and e.type == "BRANCH_MERGE":
                 src = (e.body.get("payload") or {}).get("branch_id")
                 if isinstance(src, str) and src in lanes:
@@ -150,6 +172,7 @@ def gather(ledger: Ledger, audit: AuditReport, now: int) -> ReportData:
         state_ops=state_ops,
         latest=sorted(latest, key=lambda x: (x[0].ts, x[0].branch, x[0].seq), reverse=True),
         generated=now,
+        receipts=receipts,
     )
 
 
@@ -399,6 +422,23 @@ def _states(d: ReportData) -> str:
     )
 
 
+def _receipts(d: ReportData) -> str:
+    if not d.receipts:
+        return ""
+    rows = "".join(
+        f'<tr class="receipt"><td>{_e(r["run_id"])}</td><td>{_e(r["branch"])}</td>'
+        f"<td>{r['seq']}</td><td>{_e(_when(r['ts']))}</td><td>{_e(r['actor'])}</td>"
+        f"<td>{_e(r['text'] or '')}</td><td>{r['objects']}</td><td>{_hexshort(r['root'])}</td>"
+        "</tr>"
+        for r in reversed(d.receipts[-100:])
+    )
+    return (
+        '<section id="receipts"><h2>Read receipts</h2><table><tr><th>run</th><th>branch</th>'
+        "<th>seq</th><th>time</th><th>reader</th><th>query text</th><th>objects</th>"
+        f"<th>memory root in force</th></tr>{rows}</table></section>"
+    )
+
+
 def _latest(d: ReportData) -> str:
     rows = "".join(
         f'<tr class="entry"><td>{_e(e.branch)}</td><td>{e.seq}</td><td>{_e(_when(e.ts))}</td>'
@@ -425,6 +465,7 @@ def render(d: ReportData) -> str:
         + _roots(d)
         + _branches(d)
         + _states(d)
+        + _receipts(d)
         + _latest(d)
         + "</main></body></html>\n"
     )

@@ -159,8 +159,13 @@ def build_server(mem: Memory, trusted: Path | None = None) -> MCPServer:
         """Explain an item: its operations and evidence events, each with an inclusion proof.
 
         item_id: a memory object's UUID, a memory root's hex, or ROOT:projection:key.
+        read_by lists the runs whose read receipts name it.
         """
-        return dict(jsonable(mem.why(item_id, branch=branch).to_dict()))
+        from memroot.receipts import readers
+
+        out = dict(jsonable(mem.why(item_id, branch=branch).to_dict()))
+        out["read_by"] = readers(mem.ledger, item_id)
+        return out
 
     @server.tool()
     @_tool_errors

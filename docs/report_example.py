@@ -38,6 +38,7 @@ def build(out: Path) -> Path:
         m.record(content="Actually I switched to coffee", actor="alice", role="USER",
                  actor_type="HUMAN_USER")  # fmt: skip
         m.snapshot()
+        m.recall(text="tea", receipt="run-morning-brief")
         m.falsify(tea.id, "Alice switched to coffee")
         m.cascade(tea.id, max_depth=2, reason="roots built on the old preference")
     report = out / "report.html"

@@ -93,6 +93,7 @@ def test_tools_have_schemas_and_a_full_session_works(tmp_path: Path) -> None:
     assert [r["value"] for r in out["recall"]["results"]] == ["Alice takes tea"]
     assert out["recall"]["run_id"].startswith("mcp-")
     assert out["why"]["evidence"][0]["content"] == "I take tea"
+    assert [r["run_id"] for r in out["why"]["read_by"]] == [out["recall"]["run_id"]]
     assert out["falsify"]["state"] == "falsified"
     assert out["dry"]["dry_run"] is True and out["applied"]["dry_run"] is False
     assert out["verify"]["ok"] is True

@@ -94,7 +94,8 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
         timeout=120,
         check=True,
     ).stdout
-    for section in ("verify", "identity", "roots", "branches", "falsifications", "entries"):
+    sections = ("verify", "identity", "roots", "branches", "falsifications", "receipts", "entries")
+    for section in sections:
         assert f'id="{section}"' in dom
     assert 'id="verdict" data-ok="true"' in dom
     assert len(re.findall(r'<tr class="step"', dom)) == 10
@@ -102,3 +103,4 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     assert len(re.findall(r'<path class="merge"', dom)) == 1
     assert len(re.findall(r'<tr class="root"', dom)) == 2
     assert len(re.findall(r'<tr class="state-op"', dom)) == 2
+    assert len(re.findall(r'<tr class="receipt"', dom)) == 1
