@@ -48,11 +48,13 @@ def replay_checks(ledger: Ledger, *, restricted: bool = False) -> list[ReplayChe
     from memroot.memory_root.falsify.replay import FalsifyReplayCheck
     from memroot.memory_root.replay import RootsReplayCheck
     from memroot.projections.replay import MemoryReplayCheck
+    from memroot.receipts import ReceiptsCheck
 
     return [
         RootsReplayCheck(ledger.path, restricted=restricted),
         MemoryReplayCheck(ledger.path, restricted=restricted),
         FalsifyReplayCheck(ledger.path),
+        ReceiptsCheck(ledger.path),
     ]
 
 

@@ -231,5 +231,8 @@ from memroot.cli import bundle_cmds as _bundle_cmds  # noqa: E402, F401
 from memroot.cli import commands as _commands  # noqa: E402, F401
 from memroot.cli import demo as _demo  # noqa: E402, F401
 from memroot.cli import falsify_cmds as _falsify_cmds  # noqa: E402, F401
+from memroot.cli import mcp_cmd as _mcp_cmd  # noqa: E402, F401
 from memroot.cli import memory_cmds as _memory_cmds  # noqa: E402, F401
+from memroot.cli import receipts_cmd as _receipts_cmd  # noqa: E402, F401
+from memroot.cli import report_cmd as _report_cmd  # noqa: E402, F401
 from memroot.cli import root_cmds as _root_cmds  # noqa: E402, F401

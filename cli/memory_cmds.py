@@ -170,10 +170,13 @@ def why_cmd(ctx: Context, object_id: str, branch: str, as_json: bool) -> None:
     if len(object_id) != 36 or object_id.count("-") != 4:
         item_why(ctx, object_id, branch, as_json)
         return
+    from memroot.receipts import readers
+
     with open_ledger(ctx) as ledger:
         w = why_object(ledger, object_id, branch=branch)
         states = object_states(ledger, object_id)
-    data = {**w.to_dict(), "states": states[0]}
+        read_by = readers(ledger, object_id)
+    data = {**w.to_dict(), "states": states[0], "read_by": read_by}
 
     def human() -> None:
         o = w.object
@@ -212,6 +215,11 @@ def why_cmd(ctx: Context, object_id: str, branch: str, as_json: bool) -> None:
             )
         for line in states[1]:
             click.echo(line)
+        click.echo(f"read by ({len(read_by)} receipt(s)):")
+        for r in read_by:
+            click.echo(
+                f"  run {r['run_id']} ({r['actor_id']}) v{r['version']} at {r['branch']}:{r['seq']}"
+            )
 
     emit(data, as_json, human)
 
