@@ -209,12 +209,12 @@ def _plan_json(p: Plan, applied: CascadeResult | None) -> dict[str, Any]:
         "roots_to_resnapshot": list(p.roots),
         "dry_run": applied is None,
     }
+    out["resnapshots"] = [
+        {**x.to_cbor(), "branch": x.branch, "high_water": x.preimage.high_water.seq}
+        for x in p.resnapshots
+    ]
     if applied is not None:
         a = applied.appended[0]
-        out["resnapshots"] = [
-            {**x.to_cbor(), "branch": x.branch, "high_water": x.preimage.high_water.seq}
-            for x in p.resnapshots
-        ]
         out["entry"] = {"branch": a.branch, "seq": a.seq, "entry_hash": a.entry_hash.hex()}
     return out
 
@@ -236,16 +236,13 @@ def _print_plan(p: Plan, applied: CascadeResult | None) -> None:
     click.echo(f"beyond the bound: {len(p.beyond)} item(s)")
     for c in p.beyond:
         click.echo(f"  {c.depth:>3}  {c.item.kind:<14} {c.item.id}  (cut by {c.bound})")
-    if applied is None:
-        click.echo(f"roots to re-snapshot without falsified inputs: {len(p.roots)}")
-        for root in p.roots:
-            click.echo(f"       {root}")
-        click.echo("dry run: nothing was written")
-        return
-    click.echo(f"re-snapshots: {len(p.resnapshots)}")
+    click.echo(f"roots to re-snapshot without falsified inputs: {len(p.roots)}")
     for x in p.resnapshots:
         parent = x.preimage.parent.hex()[:16] if x.preimage.parent else "-"
         click.echo(f"  {x.replaces[:16]} -> {x.root}  (parent {parent})")
+    if applied is None:
+        click.echo("dry run: nothing was written")
+        return
     a = applied.appended[0]
     click.echo(f"CASCADE entry {a.seq} on {a.branch} ({a.entry_hash.hex()[:16]})")
 
@@ -304,7 +301,7 @@ def cascade_cmd(
     with open_ledger(ctx) as ledger:
         f = Falsifier(ledger)
         if dry_run:
-            p = f.plan(item_id, max_depth, max_items, chosen, branch=branch)
+            p = f.plan(item_id, max_depth, max_items, chosen, branch=branch, resnapshots=True)
             applied = None
         else:
             applied = f.cascade(

@@ -43,6 +43,7 @@ from memroot.memory_root._fold import (
     check_fork_root,
     check_snapshot,
     fork_anchor,
+    relink,
 )
 from memroot.memory_root.records import RootRecord, SelfModelRecord
 from memroot.memory_root.root import MemoryRoot
@@ -247,6 +248,11 @@ class RootsHook:
         r_fold = Folder(resumed, [decode_state(p, saved[rule_digest(p)]) for p in resumed])
         f_fold = Folder(fresh)
         last_snap = latest.seq if latest else 0
+        fork_root = None
+        if branch != CANONICAL_BRANCH and row.size:
+            fork_root = self.fork_root(db, ledger.entry(0, branch))
+        base = latest.root if latest else fork_root
+        link = base
         dirty = latest is None
         start = 0 if fresh else resume_at
         # Events are most of a log and no built-in reads them: a stored event row is known by
@@ -258,6 +264,8 @@ class RootsHook:
                 dirty = dirty or r.seq > last_snap
                 continue
             e = Entry.from_bytes(r.data)
+            if e.seq > last_snap:
+                link = relink(link, e)
             f_fold.fold(e)
             if e.seq >= resume_at:
                 r_fold.fold(e)
@@ -272,9 +280,6 @@ class RootsHook:
         compact = CompactRange.from_hashes(
             row.size, store.read_nodes(row.no, perfect_subtrees(row.size))
         )
-        fork_root = None
-        if branch != CANONICAL_BRANCH and row.size:
-            fork_root = self.fork_root(db, ledger.entry(0, branch))
         fold = BranchFold(
             branch,
             folder,
@@ -288,5 +293,7 @@ class RootsHook:
             dirty=dirty,
             read_state=self._read_state,
         )
+        if link != base:
+            fold.relinked = link
         self._folds[(ledger.ledger_id, branch)] = fold
         return fold

@@ -466,6 +466,7 @@ def rebuild(ledger: Ledger, registry: Registry) -> int:
     n = 0
     with ledger.store.write() as db:
         records.install(db)
+        records.clear_resnapshots(db)  # the falsification layer's rebuild writes them again
         db.execute(
             "DELETE FROM memory_root_summaries; DELETE FROM memory_roots; "
             "DELETE FROM selfmodel_snapshots"

@@ -26,6 +26,7 @@ from memroot.ledger.entries import Entry, Kind, check_uuid
 from memroot.ledger.errors import NotFoundError, RefusedError, ValidationError
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.vocab import OpType
+from memroot.memory_root import records
 from memroot.memory_root.falsify import _fold_cache, deps, states
 from memroot.memory_root.falsify.cascade import (
     CascadeRequest,
@@ -49,6 +50,7 @@ from memroot.memory_root.falsify.deps import (
     RootRow,
 )
 from memroot.memory_root.falsify.states import FALSIFIED, LIVE, STALE
+from memroot.memory_root.root import RootPreimage
 from memroot.projections.projection import Projection
 from memroot.projections.registry import Registry
 from memroot.projections.rules import RuleError
@@ -246,8 +248,11 @@ class FalsifyCore:
             if item.kind != ROOT:
                 continue
             row = deps.root_row(self.db, item.id)
-            if row is None or row.branch != entry.branch or row.replaces is not None:
+            if row is None or row.branch != entry.branch:
                 continue  # a root's record shows its state in its own branch
+            if row.replaces is not None:
+                records.set_resnapshot_state(self.db, bytes.fromhex(item.id), state)
+                continue
             self.db.execute(
                 "UPDATE memory_roots SET state = ? WHERE root = ?", (state, bytes.fromhex(item.id))
             )
@@ -356,7 +361,14 @@ class FalsifyCore:
             i.id for i, s in not_live.items() if i.kind == OBJECT and s == FALSIFIED
         )
         return resnapshot(
-            graph, p, excluded, self.projections, self.source, self.state_replay, self.checkpoint
+            graph,
+            p,
+            excluded,
+            self.projections,
+            self.source,
+            self.state_replay,
+            self.checkpoint,
+            not_live,
         )
 
     @property
@@ -400,6 +412,31 @@ class FalsifyCore:
                 ),
                 x.preimage.preimage(),
             )
+            if self.root_states:
+                self._store_resnapshot(entry, x.replaces, x.preimage, x.summaries)
+
+    def _store_resnapshot(
+        self, entry: Entry, replaces: str, pre: RootPreimage, data: Mapping[str, bytes]
+    ) -> None:
+        """Store a re-snapshot as a root record (``roots``, ``root show``, ``root diff``).
+
+        Its recomputed summaries are stored, the others carried over from the root it
+        replaces.
+        """
+        old = {s.projection: s for s in records.summaries(self.db, bytes.fromhex(replaces))}
+        stored = []
+        for d in pre.projections:
+            was = old.get(d.id)
+            if was is None:
+                continue
+            stored.append(
+                records.StoredSummary(
+                    d.id, d.rule, was.rule_cbor, d.digest, d.count, data.get(d.id, was.data), None
+                )
+            )
+        records.insert_resnapshot(
+            self.db, entry.seq, entry.branch, pre, bytes.fromhex(replaces), stored
+        )
 
     def _cascade_as_listed(
         self, entry: Entry, request: CascadeRequest, payload: Mapping[str, Any]

@@ -531,6 +531,24 @@ class Graph:
             return None
         return r
 
+    def newest_replacement(self, root: str) -> str | None:
+        """Return the newest re-snapshot of ``root`` the view sees (hex), or None.
+
+        Newest: recorded by the latest ``CASCADE``, the view's own branch before its
+        ancestors (whose entries it sees only up to the fork).
+        """
+        names = [b for b, _ in self.view]
+        best: tuple[int, int, str] | None = None
+        for r, b, seq in self.db.execute(
+            "SELECT root, branch, seq FROM fz_roots WHERE replaces = ?", (root,)
+        ):
+            if not _sees(self.view, str(b), int(seq)):
+                continue
+            key = (-names.index(str(b)), int(seq), str(r))
+            if best is None or key > best:
+                best = key
+        return None if best is None else best[2]
+
     def keys(self, root: str, projection: str) -> list[str]:
         """Return the text keys of ``projection``'s summary in ``root`` (sorted)."""
         k = (root, projection)

@@ -30,6 +30,7 @@ from memroot.ledger.errors import DecodeError
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.verify import AuditReport, Finding
 from memroot.ledger.vocab import OpType
+from memroot.memory_root import records
 from memroot.memory_root.falsify import _core, deps, states
 from memroot.memory_root.falsify._core import FalsifyCore, has_table, ledger_core, set_head
 from memroot.memory_root.falsify.deps import ROOT, ItemRef
@@ -308,6 +309,7 @@ def rebuild(ledger: Ledger, registry: Registry | None = None) -> RebuildResult:
         _core.install(db)
         if has_table(db, "memory_roots"):
             db.execute("UPDATE memory_roots SET state = 'live'")
+            records.clear_resnapshots(db)
         core = ledger_core(ledger, reg)
         for b in ledger.store.branches():
             for r in ledger.store.iter_entry_rows(b.no, 0, b.size):

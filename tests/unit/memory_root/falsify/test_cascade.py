@@ -294,19 +294,28 @@ def test_resnapshots_leave_the_falsified_objects_out_and_chain_parents(tmp_path:
         assert not verify_path(ledger.path, checks=[FalsifyReplayCheck(ledger.path)]).findings
 
 
-def test_a_cascade_from_a_root_re_snapshots_nothing_when_no_input_is_falsified(
+def test_a_cascade_from_a_falsified_root_lists_re_snapshots_and_writes_them(
     tmp_path: Path,
 ) -> None:
-    """Falsifying a root and cascading marks its children and SelfModels stale; with no
-    falsified object among the inputs, recomputing gives the same roots: none is listed."""
+    """Issue 16.3: a cascade from a falsified root r1 marks its child r2 stale and
+    re-snapshots r2 over r1's parent (never naming the falsified r1); r1 itself is not
+    listed; the dry run lists exactly the roots the applied cascade replaces."""
     ledger, ids = _story(tmp_path / "a.ledger")
     with ledger:
         f = Falsifier(ledger)
         f.falsify(ids["r1"], "bad snapshot")
+        dry = f.plan(ids["r1"], 1, 100, resnapshots=True)
         p = f.cascade(ids["r1"], 1, 100).plan
         assert {s.item.kind for s in p.touched} == {ROOT, SELFMODEL}
         assert ItemRef(ROOT, ids["r2"]) in {s.item for s in p.touched}
-        assert p.resnapshots == ()
+        assert p.roots == dry.roots == (ids["r2"],)
+        assert [x.root for x in p.resnapshots] == [x.root for x in dry.resnapshots]
+        (x,) = p.resnapshots
+        assert x.replaces == ids["r2"]
+        r1 = Roots(ledger).get(ids["r1"])
+        assert x.preimage.parent == r1.parent  # over the falsified root's parent
+        assert f.state(x.root) == "live" and f.why(x.root).replaces == ids["r2"]
+        assert not verify_path(ledger.path, checks=[FalsifyReplayCheck(ledger.path)]).findings
 
 
 def test_memory_state_re_snapshot_is_the_digest_of_memory_without_the_object(
