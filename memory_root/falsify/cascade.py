@@ -76,12 +76,15 @@ __all__ = [
     "FoldCheckpoint",
     "Plan",
     "Resnapshot",
+    "RestorePlan",
     "StateReplay",
     "Step",
     "beyond_digest",
+    "check_restore_depth",
     "excluded_entry",
     "plan",
     "resnapshot",
+    "restore_plan",
 ]
 
 MAX_DEPTH: Final = 10_000
@@ -510,3 +513,82 @@ def _link(
         else:
             return at
     return at
+
+
+# -- undoing a cascade: RESTORE with a cascade part ----------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RestorePlan:
+    """What ``RESTORE ID --cascade`` undoes; ``payload`` is the entry's ``cascade`` part.
+
+    ``restored``: the items the cascades from the origin marked stale, still stale from
+    them, at depth ``<= max_depth`` (they become live); ``beyond``: those deeper (they stay
+    stale); ``withdrawn``: ``(re-snapshot, root it replaces)`` for each re-snapshot those
+    cascades listed of a root this entry restores (or of the origin): they become stale,
+    and the branch's next snapshot links to the restored root again.
+    """
+
+    origin: ItemRef
+    max_depth: int
+    restored: tuple[Step, ...]
+    beyond: tuple[Step, ...]
+    withdrawn: tuple[tuple[str, str], ...]
+
+    def payload(self) -> dict[str, Any]:
+        """Return the ``cascade`` part of the RESTORE payload (docs/FORMAT.md §8.2)."""
+        return {
+            "max_depth": self.max_depth,
+            "restored": [s.to_cbor() for s in self.restored],
+            "beyond": {
+                "count": len(self.beyond),
+                "items": [s.to_cbor() for s in self.beyond[:BEYOND_LISTED]],
+            },
+            "withdrawn": [{"memory_root": new, "replaces": old} for new, old in self.withdrawn],
+        }
+
+
+def check_restore_depth(value: Any) -> int:
+    """Return a restore's ``max_depth`` (1 to ``MAX_DEPTH``).
+
+    Raises:
+        ValidationError: naming ``payload.cascade.max_depth``.
+    """
+    if type(value) is not int or not 1 <= value <= MAX_DEPTH:
+        raise ValidationError(
+            f"max_depth must be an integer from 1 to {MAX_DEPTH} (a restore of a cascade is "
+            f"bounded), got {value!r}",
+            field="payload.cascade.max_depth",
+        )
+    return value
+
+
+def restore_plan(
+    origin: ItemRef,
+    max_depth: int,
+    marked: Sequence[tuple[ItemRef, int]],
+    replacements: Sequence[tuple[str, str]],
+    live_roots: Callable[[str], bool],
+) -> RestorePlan:
+    """Plan the undo of the cascades from ``origin``; write nothing.
+
+    ``marked`` lists ``(item, depth)`` for every item whose current state in the view is
+    the staleness a cascade from ``origin`` set; ``replacements`` ``(re-snapshot, replaced
+    root)`` for every re-snapshot those cascades listed, in the order listed;
+    ``live_roots(root)`` says whether a re-snapshot is still live (only those are withdrawn).
+    """
+    check_restore_depth(max_depth)
+    depth: dict[ItemRef, int] = {}
+    for item, d in marked:
+        if item != origin:
+            depth[item] = min(d, depth.get(item, d))
+    order = sorted(depth, key=lambda i: (depth[i], *i.key()))
+    restored = tuple(Step(i, depth[i]) for i in order if depth[i] <= max_depth)
+    beyond = tuple(Step(i, depth[i]) for i in order if depth[i] > max_depth)
+    back = {s.item.id for s in restored if s.item.kind == ROOT}
+    if origin.kind == ROOT:
+        back.add(origin.id)
+    withdrawn = tuple(
+        dict.fromkeys((new, old) for new, old in replacements if old in back and live_roots(new))
+    )
+    return RestorePlan(origin, max_depth, restored, beyond, withdrawn)

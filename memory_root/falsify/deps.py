@@ -74,6 +74,7 @@ __all__ = [
     "rule_info",
     "split_summary_id",
     "view_of",
+    "visible_condition",
 ]
 
 OBJECT: Final = "memory_object"
@@ -113,6 +114,11 @@ CREATE TABLE IF NOT EXISTS fz_roots(
     hbranch TEXT NOT NULL, lo INTEGER NOT NULL, hi INTEGER NOT NULL, parent TEXT,
     stateful INTEGER NOT NULL, replaces TEXT, rules BLOB NOT NULL, preimage BLOB) STRICT;
 CREATE INDEX IF NOT EXISTS fz_roots_range ON fz_roots(hbranch, hi);
+CREATE TABLE IF NOT EXISTS fz_cascades(
+    branch TEXT NOT NULL, seq INTEGER NOT NULL, origin_kind TEXT NOT NULL,
+    origin_id TEXT NOT NULL, kind TEXT NOT NULL, id TEXT NOT NULL, depth INTEGER NOT NULL,
+    PRIMARY KEY(branch, seq, kind, id)) STRICT, WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS fz_cascades_origin ON fz_cascades(origin_kind, origin_id);
 """
 
 STATE_OPS: Final = frozenset(
@@ -250,6 +256,13 @@ def _visible(view: View, branch: str = "branch", seq: str = "seq") -> tuple[str,
             parts.append(f"({branch} = ? AND {seq} <= ?)")
             params.extend((b, bound))
     return "(" + " OR ".join(parts) + ")", params
+
+
+def visible_condition(view: View) -> tuple[str, list[Any]]:
+    """Return an SQL condition on ``branch`` / ``seq`` columns (and its parameters) for the
+    rows the view sees.
+    """
+    return _visible(view)
 
 
 def _sees(view: View, branch: str, seq: int) -> bool:

@@ -77,6 +77,7 @@ TABLES: Final = (
         ),
     ),
     ("fz_skipped", ("branch", "seq", "op_type", "reason")),
+    ("fz_cascades", ("branch", "seq", "origin_kind", "origin_id", "kind", "id", "depth")),
 )
 """The falsification tables and their columns (``fz_heads`` is bookkeeping)."""
 
@@ -229,7 +230,8 @@ class FalsifyReplayCheck:
         heads: dict[str, int],
         report: AuditReport,
     ) -> None:
-        mine, theirs = _rows(self.db, table, cols, heads), _rows(fdb, table, cols, heads)
+        mine = _rows(self.db, table, cols, heads)
+        theirs = _rows(fdb, table, cols, heads) if has_table(fdb, table) else iter(())
         while True:
             a, b = next(mine, None), next(theirs, None)
             if a is None and b is None:
