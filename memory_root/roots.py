@@ -332,7 +332,10 @@ class Roots:
         if root is None:
             latest = self.latest(branch)
             own = [*([] if latest is None else [latest]), *records.resnapshots_of(db, branch)]
-            own.sort(key=lambda r: r.seq, reverse=True)
+            # Newest entry first; within one CASCADE the last listed (its re-snapshots are
+            # listed ancestors first, so the last is the head of their chain).
+            order = {r.root: i for i, r in enumerate(own)}
+            own.sort(key=lambda r: (r.seq, order[r.root]), reverse=True)
             start = own[0] if own else None
         else:
             start = self.get(root)

@@ -259,8 +259,9 @@ def _visible(view: View, branch: str = "branch", seq: str = "seq") -> tuple[str,
 
 
 def visible_condition(view: View) -> tuple[str, list[Any]]:
-    """Return an SQL condition on ``branch`` / ``seq`` columns (and its parameters) for the
-    rows the view sees.
+    """Return an SQL condition (and its parameters) for the rows the view sees.
+
+    The condition reads columns ``branch`` and ``seq``.
     """
     return _visible(view)
 
