@@ -321,19 +321,19 @@ def test_max_storage_mb_holds_at_append(ledger: Ledger):
         )
     assert ledger.size("mb") == size
     ledger.append(_event(9), branch="mb")  # a small one still fits
-    with _open(ledger.path) as fresh:  # a new process recounts the bytes from the store
-        with pytest.raises(RefusedError, match="max_storage_mb"):
-            fresh.append(
-                EventInput(
-                    stream="s",
-                    actor_id="u1",
-                    actor_type="AI_AGENT",
-                    role="USER",
-                    content=big,
-                    namespace_id="ns",
-                ),
-                branch="mb",
-            )
+    # A new process recounts the bytes from the store.
+    with _open(ledger.path) as fresh, pytest.raises(RefusedError, match="max_storage_mb"):
+        fresh.append(
+            EventInput(
+                stream="s",
+                actor_id="u1",
+                actor_type="AI_AGENT",
+                role="USER",
+                content=big,
+                namespace_id="ns",
+            ),
+            branch="mb",
+        )
 
 
 def test_canonical_unchanged_by_1000_events_on_10_simulation_branches(
