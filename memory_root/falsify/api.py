@@ -516,7 +516,9 @@ class Falsifier:
         """Plan a cascade (a dry run): what it would touch and what lies beyond; write nothing.
 
         With ``resnapshots`` the re-snapshotted roots are computed too (a fold of the
-        affected branch up to the last affected root).
+        affected branch up to the last affected root), and ``roots`` is then exactly the
+        roots they replace, as the applied cascade lists them (``memroot cascade
+        --dry-run`` asks for this); without, ``roots`` holds the candidates.
 
         Raises:
             ValidationError, NotFoundError: as ``request``; NotFoundError also for an origin
