@@ -24,7 +24,8 @@ comes from entries' ``ts`` (deterministic) and, for GC, from an injectable clock
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -263,6 +264,24 @@ class BranchRegistry:
         self.limits = limits or BranchLimits()
         # (ledger id, branch) -> (seq of the next entry, bytes up to it), for max_storage_mb
         self._bytes: dict[tuple[str, str], tuple[int, int]] = {}
+        self._waiver = 0
+
+    @contextlib.contextmanager
+    def limits_waived(self) -> Iterator[None]:
+        """Let the appends in the body past ``max_events`` / ``max_storage_mb``.
+
+        For what an erasure must write whatever the branch holds (``memroot.memory_root.
+        erasure``): a right-to-erasure request is never blocked by a resource limit.
+        """
+        self._waiver += 1
+        try:
+            yield
+        finally:
+            self._waiver -= 1
+
+    def _waived(self, entry: Entry) -> bool:
+        # A TOMBSTONE only removes content; it is never refused for the branch's size.
+        return self._waiver > 0 or (entry.kind is Kind.OP and entry.type == OpType.TOMBSTONE)
 
     def install(self, db: apsw.Connection) -> None:
         """Create the branch tables if missing."""
@@ -281,7 +300,7 @@ class BranchRegistry:
                 raise RefusedError(
                     f"branch {entry.branch!r} is {row[0]}: nothing more can be appended to it"
                 )
-            if row is not None and entry.seq > 0:
+            if row is not None and entry.seq > 0 and not self._waived(entry):
                 self._check_size(db, ledger, entry, content, row[1], row[2])
         if entry.kind is not Kind.OP:
             return []

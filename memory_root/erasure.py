@@ -15,7 +15,10 @@ carries the erasure to them, in the TOMBSTONE's own transaction:
 - ``KEEP``: refused if such an object would be left without unerased evidence;
 - no ``on_dependents`` while such objects exist: refused, naming the branch and objects;
 - a branch that is not open (closed, archived, discarded, merged) takes no entry: its
-  objects are flagged ``EVIDENCE_ERASED`` at read (``projections.views.View.erased``).
+  objects are flagged ``EVIDENCE_ERASED`` at read (``projections.views.View.erased``);
+- neither the TOMBSTONE nor these entries are refused for a branch's ``max_events`` /
+  ``max_storage_mb`` (``BranchRegistry.limits_waived``): an erasure is never blocked by a
+  resource limit.
 
 ``ErasureCheck`` is the matching part of verify step 9: no ACTIVE object on an open branch
 rests only on erased evidence. Install ``ErasureHook`` after every other hook (the
@@ -24,6 +27,7 @@ TOMBSTONE is folded by all of them before the other branches' entries are append
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -31,11 +35,14 @@ from typing import Any, Final
 import apsw
 
 from memroot.ledger.entries import CANONICAL_BRANCH, Entry, Kind, OpInput
+from memroot.ledger.errors import NotFoundError
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.verify import AuditReport, Finding
 from memroot.ledger.vocab import LifecycleState, OpType
+from memroot.memory_root.branches import BranchRegistry
 from memroot.projections import rules
 from memroot.projections.backends import SqlState
+from memroot.projections.hook import catch_up
 from memroot.projections.model import MemoryObject
 from memroot.projections.rules import RuleError
 
@@ -99,9 +106,11 @@ class ErasureHook:
         event_id = str(p["target_event_id"])
         mode = p.get("on_dependents")
         state = SqlState(db)
+        registries = [h for h in ledger.hooks if isinstance(h, BranchRegistry)]
         for b in ledger.store.branches():
             if b.name == entry.branch or not _open(db, b.name):
                 continue
+            catch_up(db, ledger, b.name, b.size)  # its memory state, as a read would see it
             found = _dependents(state, b.name, event_id)
             if not found:
                 continue
@@ -151,7 +160,10 @@ class ErasureHook:
                 )
                 for o in found
             ]
-            ledger.append_batch(ops, branch=b.name)
+            with contextlib.ExitStack() as stack:
+                for r in registries:  # an erasure is never blocked by a branch's size limit
+                    stack.enter_context(r.limits_waived())
+                ledger.append_batch(ops, branch=b.name)
         return []
 
 
@@ -230,7 +242,14 @@ class ErasureCheck:
         try:
             if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'mem_events'").fetchall():
                 return
-            for s in stranded(db):
+            try:
+                found = stranded(db)
+            except (NotFoundError, apsw.Error) as e:
+                report.add(
+                    Finding(STEP, f"erasure check skipped: the memory state is unreadable ({e})")
+                )
+                return
+            for s in found:
                 how = ", ".join(f"{e} erased by entry {seq} on {b}" for e, b, seq in s.events)
                 if s.open:
                     report.add(

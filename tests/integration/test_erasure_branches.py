@@ -225,3 +225,39 @@ def test_verify_reports_an_active_object_resting_only_on_erased_evidence(path: P
         if f["step"] == 9 and imported in f["message"] and f["severity"] == "error"
     ]
     assert found and f"on {b}" in found[0]["message"] and found[0]["branch"] == "main"
+
+
+def test_an_erasure_is_never_blocked_by_a_branch_limit(path: Path) -> None:
+    """A full branch (max_events reached) still takes a TOMBSTONE of its own and the
+    DEPRECATE an erasure in main carries to it; other appends stay refused."""
+    ev = _event(path)
+    made = memroot(
+        path, "branch", "create", "--type", "SIMULATION", "--purpose", "p", "--max-events", "2"
+    )
+    b = made.stdout.strip()
+    own = _event(path, b)
+    mine = _fact(path, ev, b)  # the branch is full now
+    assert memroot(path, "append", "-b", b, json.dumps(_tombstone(own, None))).exit_code == 0
+    assert memroot(path, "append", json.dumps(_tombstone(ev, "DEPRECATE"))).exit_code == 0
+    assert _objects(path, b)[mine]["lifecycle_state"] == "DEPRECATED"
+    refused = memroot(path, "append", "-b", b, json.dumps(_tombstone(own, None)))
+    assert refused.exit_code == 3  # already erased; and an event would be over the limit
+    r = memroot(
+        path,
+        "append",
+        "-b",
+        b,
+        json.dumps(
+            {
+                "kind": "event",
+                "stream": "s",
+                "actor_id": "alice",
+                "actor_type": "HUMAN_USER",
+                "role": "USER",
+                "content": "more",
+                "namespace_id": NS,
+            }
+        ),
+    )
+    assert r.exit_code == 3 and "max_events = 2" in r.stderr
+    assert memroot(path, "verify").exit_code == 0
