@@ -58,7 +58,7 @@ def replay_checks(ledger: Ledger, *, restricted: bool = False) -> list[ReplayChe
         RootsReplayCheck(ledger.path, restricted=restricted),
         MemoryReplayCheck(ledger.path, restricted=restricted),
         FalsifyReplayCheck(ledger.path),
-        ErasureCheck(ledger.path),
+        ErasureCheck(ledger.path, restricted=restricted),
     ]
 
 

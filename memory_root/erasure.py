@@ -227,12 +227,18 @@ class ErasureCheck:
 
     steps: tuple[int, ...] = (STEP,)
 
-    def __init__(self, path: Path | None = None) -> None:
-        """Check the stored memory state of the ledger at ``path`` (None: nothing to check)."""
+    def __init__(self, path: Path | None = None, *, restricted: bool = False) -> None:
+        """Check the stored memory state of the ledger at ``path`` (None: nothing to check).
+
+        ``restricted`` (``verify --branch``): only the branches fed are reported.
+        """
         self.path = None if path is None else Path(path)
+        self.restricted = restricted
+        self._fed: set[str] = set()
 
     def feed(self, branch: str, entry: Entry, report: AuditReport) -> None:
-        """Entries are read from the stored state at the end."""
+        """Note the branch; the objects are read from the stored state at the end."""
+        self._fed.add(branch)
 
     def finish(self, report: AuditReport) -> None:
         """Report the stranded objects."""
@@ -250,6 +256,8 @@ class ErasureCheck:
                 )
                 return
             for s in found:
+                if self.restricted and s.branch not in self._fed:
+                    continue
                 how = ", ".join(f"{e} erased by entry {seq} on {b}" for e, b, seq in s.events)
                 if s.open:
                     report.add(

@@ -494,3 +494,33 @@ def test_re_snapshots_from_cached_fold_states_equal_a_fold_from_the_genesis(
         assert cached.resnapshots and cached.payload() == fresh.payload()
         f.cascade(late, 3, 100)
         assert not verify_path(ledger.path, checks=[FalsifyReplayCheck(ledger.path)]).findings
+
+
+def test_restore_cascade_leaves_alone_what_changed_since_and_continues_deeper(
+    tmp_path: Path,
+) -> None:
+    """restore --cascade restores only items still stale from the origin's cascades: one
+    restored (or re-staled) by hand since is left out; depth 1 first, then a larger depth
+    continues with what is left; each RESTORE is checked by the verifier."""
+    ledger, ids = _story(tmp_path / "a.ledger")
+    with ledger:
+        f = Falsifier(ledger)
+        f.falsify(ids["o1"], "wrong")
+        touched = {s.item: s.depth for s in f.cascade(ids["o1"], 3, 1000).plan.touched}
+        s_item = ItemRef(OBJECT, ids["s"])
+        f.restore(s_item, "checked by hand")
+        f.mark_stale(s_item, "and re-checking")  # its staleness is no longer the cascade's
+        first = f.restore_cascade(ids["o1"], "not wrong after all", 1).plan
+        assert s_item not in {x.item for x in first.restored}
+        assert {x.depth for x in first.restored} == {1}
+        assert {x.item for x in first.beyond} == {i for i, d in touched.items() if d > 1}
+        assert f.state(ids["o1"]) == "live" and f.state(s_item) == "stale"
+        assert f.state(ids["r2"]) == "stale"  # depth 2: beyond the bound
+        assert all(f.state(x.item) == "live" for x in first.restored)
+        f.falsify(ids["o1"], "wrong again")
+        with pytest.raises(ValidationError, match="max_depth"):
+            f.restore_cascade(ids["o1"], "x", 0)
+        second = f.restore_cascade(ids["o1"], "fine", 5).plan
+        assert {x.item for x in second.restored} == {x.item for x in first.beyond}
+        assert not second.beyond and f.state(ids["r2"]) == "live"
+        assert not verify_path(ledger.path, checks=[FalsifyReplayCheck(ledger.path)]).findings
