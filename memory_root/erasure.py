@@ -45,8 +45,9 @@ from memroot.projections.backends import SqlState
 from memroot.projections.hook import catch_up
 from memroot.projections.model import MemoryObject
 from memroot.projections.rules import RuleError
+from memroot.projections.views import view_of
 
-__all__ = ["STEP", "ErasureCheck", "ErasureHook", "Stranded", "stranded"]
+__all__ = ["STEP", "ErasureCheck", "ErasureHook", "Stranded", "flagged", "stranded"]
 
 STEP: Final = 9
 _TOMBSTONE: Final = OpType.TOMBSTONE.value
@@ -215,6 +216,21 @@ def stranded(db: apsw.Connection) -> list[Stranded]:
     return out
 
 
+def flagged(db: apsw.Connection, branch: str, object_id: str, evidence: list[str]) -> bool:
+    """Return True when a read of ``branch`` now flags the object ``EVIDENCE_ERASED``.
+
+    The same condition ``memroot query`` applies (``View.erased``).
+    """
+    view = view_of(db, branch)
+    cond, params = view.erased("ev")
+    marks = ", ".join("?" * len(evidence))
+    row = db.execute(
+        f"SELECT 1 FROM mem_events ev WHERE ev.id IN ({marks}) AND {cond} LIMIT 1",
+        (*evidence, *params),
+    ).fetchone()
+    return row is not None
+
+
 class ErasureCheck:
     """Verify step 9 (erasure): no ACTIVE object on an open branch rests on erased evidence.
 
@@ -265,6 +281,16 @@ class ErasureCheck:
                             STEP,
                             f"ACTIVE object {s.object_id} rests only on erased evidence ({how}) "
                             "and nothing on its branch carried the erasure's on_dependents",
+                            s.branch,
+                        )
+                    )
+                elif not flagged(db, s.branch, s.object_id, [e for e, _, _ in s.events]):
+                    report.add(
+                        Finding(
+                            STEP,
+                            f"ACTIVE object {s.object_id} on a branch that is not open rests "
+                            f"only on erased evidence ({how}) and reads do not flag it "
+                            "EVIDENCE_ERASED",
                             s.branch,
                         )
                     )
