@@ -281,6 +281,56 @@ class FalsifyReplayCheck:
                         actual=str(state),
                     )
                 )
+        self._compare_resnapshots(fdb, heads, report)
+
+    def _compare_resnapshots(
+        self, fdb: apsw.Connection, heads: dict[str, int], report: AuditReport
+    ) -> None:
+        """Compare the stored re-snapshot records with the cascades replayed."""
+        if not has_table(fdb, "memory_root_resnapshots"):
+            return
+
+        def complete(branch: str) -> bool:
+            return branch in heads and heads[branch] >= self.sizes.get(branch, 0)
+
+        stored: set[str] = set()
+        for (raw,) in fdb.execute("SELECT root FROM memory_root_resnapshots ORDER BY branch, seq"):
+            rec = records.get_resnapshot(fdb, bytes(raw))
+            assert rec is not None and rec.replaces is not None and rec.cascade_branch is not None
+            b, root = rec.cascade_branch, rec.root.hex()
+            stored.add(root)
+            if not complete(b):
+                continue
+            row = deps.root_row(self.db, root)
+            problem = None
+            if row is None or (row.replaces, row.branch, row.seq) != (
+                rec.replaces.hex(),
+                b,
+                rec.seq,
+            ):
+                problem = "no CASCADE entry lists it (as stored)"
+            elif rec.preimage().root() != rec.root:
+                problem = "its stored record (parent, high-water, summaries) does not hash to it"
+            else:
+                now = states.current(self.db, deps.view_of(self.db, b), ItemRef(ROOT, root))
+                want = LIVE if now is None else now.state
+                if rec.state != want:
+                    problem = f"stored state {rec.state} differs from the replay ({want})"
+            if problem is not None:
+                report.add(Finding(STEP, f"stored re-snapshot {root[:16]}: {problem}", b, rec.seq))
+        for root, branch, seq in self.db.execute(
+            "SELECT root, branch, seq FROM fz_roots WHERE replaces IS NOT NULL ORDER BY root"
+        ):
+            if str(root) not in stored and complete(str(branch)):
+                report.add(
+                    Finding(
+                        STEP,
+                        f"re-snapshot {str(root)[:16]} listed by the CASCADE has no stored "
+                        "record (run `memroot rebuild`)",
+                        str(branch),
+                        int(seq),
+                    )
+                )
 
 
 @dataclass(frozen=True, slots=True)

@@ -217,3 +217,26 @@ def test_a_hand_written_restore_cascade_must_list_what_the_undo_gives(
     assert r.exit_code == 3 and "payload.cascade" in r.stderr, r.output
     assert len(ok_json(memroot(path, "log", "--json"))) == size
     assert ok_json(memroot(path, "why", r2, "--json"))["state"] == "stale"
+
+
+def test_verify_catches_an_edited_re_snapshot_record(chain: dict[str, Any]) -> None:
+    """A stored re-snapshot record whose state or parent was edited fails verify (step 9),
+    naming the re-snapshot; rebuild restores it."""
+    import apsw
+
+    path, o2 = chain["path"], chain["o2"]
+    assert memroot(path, "falsify", o2, "--reason", "wrong").exit_code == 0
+    done = ok_json(memroot(path, "cascade", o2, "--json"))
+    new = done["resnapshots"][0]["memory_root"]
+    db = apsw.Connection(str(path))
+    db.execute(
+        "UPDATE memory_root_resnapshots SET state = 'falsified' WHERE root = ?",
+        (bytes.fromhex(new),),
+    )
+    db.close()
+    r = memroot(path, "verify", "--json")
+    assert r.exit_code == 1, r.output
+    found = [f for f in json.loads(r.stdout)["findings"] if new[:16] in f["message"]]
+    assert found and found[0]["step"] == 9
+    assert memroot(path, "rebuild").exit_code == 0
+    _verify_ok(path)
