@@ -47,11 +47,54 @@ __all__ = [
     "check_snapshot",
     "fork_anchor",
     "relink",
+    "relink_by",
+    "relink_pairs",
 ]
 
 NO_CADENCE: Final = frozenset({OpType.SNAPSHOT.value, OpType.SELFMODEL_SNAPSHOT.value})
 _CASCADE: Final = OpType.CASCADE.value
 _RESTORE: Final = OpType.RESTORE.value
+
+
+def relink_pairs(entry: Entry) -> list[tuple[str, str]]:
+    """Return the ``(root, root it links to instead)`` pairs an entry records, in order (hex).
+
+    A ``CASCADE``'s ``resnapshots`` give ``(replaces, memory_root)``; a ``RESTORE``'s
+    ``cascade.withdrawn`` give ``(memory_root, replaces)``; anything else none.
+    """
+    if entry.type not in (_CASCADE, _RESTORE) or entry.kind is not Kind.OP:
+        return []
+    payload = entry.body.get("payload")
+    if type(payload) is not dict:
+        return []
+    if entry.type == _CASCADE:
+        listed, old_key, new_key = payload.get("resnapshots"), "replaces", "memory_root"
+    else:
+        part = payload.get("cascade")
+        listed = part.get("withdrawn") if type(part) is dict else None
+        old_key, new_key = "memory_root", "replaces"
+    out = []
+    for x in listed if type(listed) is list else []:
+        if type(x) is not dict:
+            continue
+        old, new = x.get(old_key), x.get(new_key)
+        if type(old) is str and type(new) is str and len(new) == 64:
+            try:
+                bytes.fromhex(new)
+            except ValueError:
+                continue
+            out.append((old, new))
+    return out
+
+
+def relink_by(parent: MemoryRoot | None, pairs: Sequence[tuple[str, str]]) -> MemoryRoot | None:
+    """Apply ``relink_pairs`` to ``parent`` (see ``relink``)."""
+    if parent is None:
+        return None
+    for old, new in pairs:
+        if old == parent.hex():
+            parent = MemoryRoot(bytes.fromhex(new))
+    return parent
 
 
 def relink(parent: MemoryRoot | None, entry: Entry) -> MemoryRoot | None:
@@ -64,27 +107,7 @@ def relink(parent: MemoryRoot | None, entry: Entry) -> MemoryRoot | None:
     else leaves ``parent`` as it is. Pairs are applied in the order listed, so a chain of
     re-snapshots listed by one entry is followed to its end.
     """
-    if parent is None or entry.type not in (_CASCADE, _RESTORE) or entry.kind is not Kind.OP:
-        return parent
-    payload = entry.body.get("payload")
-    if type(payload) is not dict:
-        return parent
-    if entry.type == _CASCADE:
-        listed, old_key, new_key = payload.get("resnapshots"), "replaces", "memory_root"
-    else:
-        part = payload.get("cascade")
-        listed = part.get("withdrawn") if type(part) is dict else None
-        old_key, new_key = "memory_root", "replaces"
-    for x in listed if type(listed) is list else []:
-        if type(x) is not dict:
-            continue
-        old, new = x.get(old_key), x.get(new_key)
-        if type(old) is str and type(new) is str and old == parent.hex() and len(new) == 64:
-            try:
-                parent = MemoryRoot(bytes.fromhex(new))
-            except ValueError:
-                continue
-    return parent
+    return relink_by(parent, relink_pairs(entry))
 
 
 FoldFn = Callable[[Any, Entry], Any]

@@ -112,7 +112,7 @@ class RootsHook:
         """
         fold = self.fold_for(ledger, entry.branch, entry)
         if entry.seq == 0 and entry.branch != CANONICAL_BRANCH:
-            fold.fork_root = self.fork_root(db, entry)
+            fold.fork_root = self.fork_root(db, entry, ledger)
         follow: list[OpInput] = []
         if entry.kind is Kind.OP:
             t = entry.type
@@ -221,10 +221,25 @@ class RootsHook:
         return fold
 
     @staticmethod
-    def fork_root(db: apsw.Connection, genesis: Entry) -> MemoryRoot | None:
-        """Return the root a branch's first root links to: its parent's root at the fork."""
+    def fork_root(
+        db: apsw.Connection, genesis: Entry, ledger: Ledger | None = None
+    ) -> MemoryRoot | None:
+        """Return the root a branch's first root links to: its parent's root at the fork.
+
+        That is the parent's newest root before the ``BRANCH_CREATE``, relinked by the
+        parent's cascades between that root's SNAPSHOT and the fork (docs/FORMAT.md §6.4);
+        without ``ledger`` (no entries to read) the relinking is left out.
+        """
         anchor = fork_anchor(genesis)
-        return None if anchor is None else records.root_before(db, *anchor)
+        if anchor is None:
+            return None
+        root = records.root_before(db, *anchor)
+        if root is None or ledger is None:
+            return root
+        start = records.get_root(db, root).seq + 1
+        for e in ledger.entries(start, anchor[1], anchor[0]):
+            root = relink(root, e)
+        return root
 
     def forget(self, ledger: Ledger, branch: str) -> None:
         """Drop the in-memory fold of a branch (it is reloaded from storage when next used)."""
@@ -249,8 +264,9 @@ class RootsHook:
         f_fold = Folder(fresh)
         last_snap = latest.seq if latest else 0
         fork_root = None
-        if branch != CANONICAL_BRANCH and row.size:
-            fork_root = self.fork_root(db, ledger.entry(0, branch))
+        if branch != CANONICAL_BRANCH and row.size and latest is None:
+            # Only the branch's first root links to it.
+            fork_root = self.fork_root(db, ledger.entry(0, branch), ledger)
         base = latest.root if latest else fork_root
         link = base
         dirty = latest is None

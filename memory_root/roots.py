@@ -453,7 +453,7 @@ class Roots:
         folder = Folder(self.hook.registry.projections())
         parent = None
         if branch != CANONICAL_BRANCH:
-            parent = RootsHook.fork_root(ledger.store.db, ledger.entry(0, branch))
+            parent = RootsHook.fork_root(ledger.store.db, ledger.entry(0, branch), ledger)
         for e in ledger.entries(0, hw_seq + 1, branch):
             folder.fold(e)
             claimed = e.body.get("payload", {}).get("memory_root") if e.type == "SNAPSHOT" else None

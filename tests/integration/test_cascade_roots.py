@@ -240,3 +240,20 @@ def test_verify_catches_an_edited_re_snapshot_record(chain: dict[str, Any]) -> N
     assert found and found[0]["step"] == 9
     assert memroot(path, "rebuild").exit_code == 0
     _verify_ok(path)
+
+
+def test_a_branch_forked_after_a_cascade_chains_from_the_re_snapshot(
+    chain: dict[str, Any],
+) -> None:
+    """A branch forked after a cascade: its first root links to the re-snapshot of the
+    parent's root at the fork, not to the stale root; verify replays it."""
+    path, o3, r3 = chain["path"], chain["o3"], chain["r3"]
+    assert memroot(path, "falsify", o3, "--reason", "wrong").exit_code == 0
+    done = ok_json(memroot(path, "cascade", o3, "--json"))
+    (x,) = [x["memory_root"] for x in done["resnapshots"] if x["replaces"] == r3]
+    made = memroot(path, "branch", "create", "--type", "SIMULATION", "--purpose", "p")
+    b = made.stdout.strip()
+    _assert(path, chain["ev"], "fact in the branch")  # on main: the branch sees none of it
+    first = ok_json(memroot(path, "snapshot", "-b", b, "--json"))
+    assert first["parent"] == x
+    _verify_ok(path)
