@@ -204,7 +204,7 @@ def why_cmd(ctx: Context, object_id: str, branch: str, as_json: bool) -> None:
         click.echo("evidence:")
         for ev in w.evidence:
             said = (
-                f"erased by entry {ev.erased_by}"
+                f"erased by entry {ev.erased_by} on {ev.branch}"
                 if ev.content is None
                 else repr(_short(ev.content, 80))
             )
