@@ -32,8 +32,7 @@ from memroot.ledger.ledger import Appended, Ledger
 if TYPE_CHECKING:
     from memroot.ledger.verify import AuditReport
     from memroot.memory_root import SnapshotResult
-    from memroot.memory_root.falsify import Plan
-    from memroot.memory_root.falsify import CascadeResult, ItemWhy
+    from memroot.memory_root.falsify import CascadeResult, ItemWhy, Plan
     from memroot.memory_root.merge import MergeResult
     from memroot.projections.query import Result
     from memroot.projections.why import Why
