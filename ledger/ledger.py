@@ -740,7 +740,14 @@ class Ledger:
             cp = Checkpoint(branch_origin(self.origin, branch), row.size, root)
             note = sign_checkpoint(cp, [signer])
             self.store.insert_checkpoint(row.no, row.size, root, note)
-        return open_checkpoint(note, self._verifiers())
+        signed = open_checkpoint(note, self._verifiers())
+        if not self.store.db.in_transaction:
+            # Committed: hand it to the witnesses and the tiles directory (never raises for
+            # them; a witness that is down leaves it pending, see memroot.ledger.witness).
+            from memroot.ledger.witness import after_checkpoint
+
+            signed = after_checkpoint(self, signed)
+        return signed
 
     def _verifiers(self) -> list[Verifier]:
         """Every key this ledger ever signed with: checkpoints from before a rotation."""
