@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from memroot.ledger import merkle
+from memroot.ledger._checkpoints import checkpoints_after
 from memroot.ledger.entries import CANONICAL_BRANCH
 from memroot.ledger.errors import (
     DecodeError,
@@ -228,13 +229,21 @@ def _published(out: Path, verifiers: list[Verifier], origin: str) -> tuple[int, 
 
 
 def write_tiles(
-    ledger: Ledger, out: Path, *, branch: str = CANONICAL_BRANCH, sign: bool = True
+    ledger: Ledger,
+    out: Path,
+    *,
+    branch: str = CANONICAL_BRANCH,
+    sign: bool = True,
+    backfill: bool = True,
 ) -> Tiles:
     """Publish ``branch`` into the tlog-tiles directory ``out``, adding only what is new.
 
     With ``sign`` the tree is checkpointed first if it grew. Every retained checkpoint of the
     branch gets its partial tiles and its note under ``memroot/checkpoints/``; the newest
-    becomes ``out/checkpoint``.
+    becomes ``out/checkpoint``. With ``backfill`` the retained checkpoints no larger than the
+    published one are checked too and their missing files written (a directory written
+    before partial tiles were kept for every checkpoint); that is O(checkpoints), so the
+    publication after every checkpoint skips it.
 
     Raises:
         RefusedError: if the branch has no checkpoint, an entry exceeds 65535 bytes, or ``out``
@@ -248,10 +257,10 @@ def write_tiles(
         ledger.checkpoint(branch)
     store = ledger.store
     b = store.branch(branch)
-    retained = store.checkpoints(b.no)
-    if not retained:
+    last = store.latest_checkpoint(b.no)
+    if last is None:
         raise RefusedError(f"branch {branch!r} has no signed checkpoint to publish")
-    size, root, note = retained[-1]
+    size, root, note = last
     verifiers = [Verifier.from_vkey(k) for k in ledger.genesis_vkeys()]
     origin = open_checkpoint(note, verifiers).checkpoint.origin
     writer = _TileWriter(out)
@@ -270,11 +279,13 @@ def write_tiles(
                     f"{out} holds tiles of a different tree (the root at size {start} differs)"
                 )
         levels, bundle, compact = _seed(out, start)
-        sizes = sorted({s for s, _, _ in retained if s > start})
+        retained = checkpoints_after(store, b.no, -1 if backfill else start)
         notes = {s: n for s, _, n in retained}
+        sizes = sorted(s for s in notes if s > start)
         for s in sorted(x for x in notes if x <= start):
             _backfill(writer, out, s, start)
-            writer.put(checkpoint_path(s), notes[s].encode("utf-8"), replace=True)
+            if not (out / checkpoint_path(s)).exists():
+                writer.put(checkpoint_path(s), notes[s].encode("utf-8"))
         next_i = 0
         with store.read():
             for row in store.iter_entry_rows(b.no, start, size):
@@ -318,7 +329,7 @@ def write_tiles(
         writer.put("checkpoint", note.encode("utf-8"), replace=True)
     except OSError as e:
         raise StorageError(f"cannot write tiles to {out}: {e}") from e
-    return Tiles(out, origin, size, bytes(root), writer.written, writer.kept, start, len(notes))
+    return Tiles(out, origin, size, bytes(root), writer.written, writer.kept, start, len(sizes))
 
 
 def _seed(out: Path, size: int) -> tuple[list[list[bytes]], list[bytes], merkle.CompactRange]:
@@ -460,4 +471,7 @@ def publish_configured(ledger: Ledger) -> list[Tiles]:
     if setting is None:
         return []
     out, branches = setting
-    return [write_tiles(ledger, branch_directory(out, b), branch=b, sign=False) for b in branches]
+    return [
+        write_tiles(ledger, branch_directory(out, b), branch=b, sign=False, backfill=False)
+        for b in branches
+    ]

@@ -42,6 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from memroot.ledger._checkpoints import checkpoint_at, checkpoints_after, count_after
 from memroot.ledger.entries import CANONICAL_BRANCH
 from memroot.ledger.errors import (
     DecodeError,
@@ -570,8 +571,7 @@ def _submit_branch(ledger: Ledger, w: WitnessConfig, branch: str, timeout: float
     store = ledger.store
     b = store.branch(branch)
     known = _state(store, w.name, branch)
-    stored = store.checkpoints(b.no)
-    pending = [c for c in stored if known is None or c[0] > known]
+    pending = checkpoints_after(store, b.no, -1 if known is None else known)
     if not pending:
         return Submission(w.name, branch, "up to date", known, 0, "nothing to submit")
     verifiers = [Verifier.from_vkey(k) for k in ledger.genesis_vkeys()]
@@ -714,12 +714,12 @@ def after_checkpoint(ledger: Ledger, signed: SignedCheckpoint) -> SignedCheckpoi
         return signed
     try:
         b = ledger.store.branch(_branch_of(ledger, signed.checkpoint.origin))
-        for size, _root, note in ledger.store.checkpoints(b.no):
-            if size == signed.checkpoint.size and note != signed.note:
-                return SignedCheckpoint(signed.checkpoint, note, signed.signer_names)
+        note = checkpoint_at(ledger.store, b.no, signed.checkpoint.size)
     except MemrootError:
-        pass
-    return signed
+        return signed
+    if note is None or note == signed.note:
+        return signed
+    return SignedCheckpoint(signed.checkpoint, note, signed.signer_names)
 
 
 def _branch_of(ledger: Ledger, origin: str) -> str:
@@ -743,9 +743,7 @@ def witness_status(ledger: Ledger) -> list[dict[str, Any]]:
                     "WHERE witness = ? AND branch = ?",
                     (w.name, branch),
                 ).fetchone()
-            pending = sum(
-                1 for c in ledger.store.checkpoints(b.no) if known is None or c[0] > known
-            )
+            pending = count_after(ledger.store, b.no, -1 if known is None else known)
             out.append(
                 {
                     "witness": w.name,
