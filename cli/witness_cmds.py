@@ -290,12 +290,12 @@ def publish_cmd(
             directory, configured = setting
             branches = branches or configured
         chosen = branches or ("main",)
-        if every_checkpoint:
-            set_publish(ledger, directory, chosen)
         done = [
             write_tiles(ledger, branch_directory(directory, b), branch=b, sign=not no_sign)
             for b in chosen
         ]
+        if every_checkpoint:
+            set_publish(ledger, directory, chosen)
     data = [
         {
             "directory": str(t.directory),
