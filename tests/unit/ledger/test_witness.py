@@ -157,3 +157,21 @@ def test_malformed_add_checkpoint_bodies_are_refused(body: bytes) -> None:
     """Every malformed request body is a DecodeError (the witness answers 400)."""
     with pytest.raises(DecodeError):
         parse_add_checkpoint(body)
+
+
+def test_format_md_quotes_the_vectors_exactly() -> None:
+    """docs/FORMAT.md section 9 shows the vector's key, message, signature and lines as is."""
+    doc = (Path(__file__).parents[3] / "docs" / "FORMAT.md").read_text("utf-8")
+    v = KAT["cosignature_v1"]
+    for text in (
+        v["witness_vkey"],
+        v["witness_public_key"],
+        v["signature_hex"],
+        v["cosignature_line"].strip(),
+        v["signed_message"].split("\n", 2)[1],
+        KAT["branch_checkpoint"]["branch_vkey"],
+        KAT["branch_checkpoint"]["note"].strip().split("\n")[-1],
+    ):
+        assert text in doc, text
+    blocks = ["".join(block.split()) for block in doc.split("```")[1::2]]
+    assert any(v["signed_message_hex"] in block for block in blocks)
