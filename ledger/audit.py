@@ -254,10 +254,7 @@ class TilesSource:
                 rel = "".join(p.lstrip("x") for p in path.relative_to(base).parts)
                 if not rel.isdigit() or int(rel) != cp.size:
                     raise DecodeError(f"{path} holds the checkpoint of size {cp.size}")
-                if cp.size == self.size and text != self.note:
-                    # Both are kept: step 6 opens each; a second note at one size is fine
-                    # only if it is the same tree (step 5 compares the roots).
-                    pass
+                # The top-level checkpoint wins at its size (it may carry newer cosignatures).
                 notes.setdefault(cp.size, text)
         out = []
         for size in sorted(notes):
