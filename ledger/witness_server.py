@@ -172,12 +172,34 @@ class Witness:
                 f"{config.get('name')!r}"
             )
         self.key = WitnessKey.from_signer(self.signer)
-        self.logs: dict[str, list[Verifier]] = {
-            str(o): [Verifier.from_vkey(str(k)) for k in ks] for o, ks in config["logs"].items()
-        }
+        self.logs: dict[str, list[Verifier]] = self._read_logs(config)
         self.state: dict[str, dict[str, Any]] = dict(
             _read_json(self.directory / STATE_FILE, "state")["logs"]
         )
+
+    @staticmethod
+    def _read_logs(config: dict[str, Any]) -> dict[str, list[Verifier]]:
+        return {
+            str(o): [Verifier.from_vkey(str(k)) for k in ks] for o, ks in config["logs"].items()
+        }
+
+    def _keys_for(self, origin: str) -> list[Verifier] | None:
+        """Return the log keys of ``origin`` (None if it is not followed).
+
+        An origin not known yet re-reads the configuration, so `witness follow` takes effect
+        on a running server.
+        """
+        keys = self.logs.get(origin)
+        if keys is None:
+            try:
+                fresh = self._read_logs(_read_json(self.directory / CONFIG_FILE, "configuration"))
+            except (StorageError, DecodeError):
+                return None
+            with self._lock:
+                for o, ks in fresh.items():
+                    self.logs.setdefault(o, ks)
+            keys = self.logs.get(origin)
+        return keys
 
     @property
     def name(self) -> str:
@@ -224,7 +246,7 @@ class Witness:
         except DecodeError as e:
             return _text(400, f"malformed request: {e}")
         origin = text.split("\n", 1)[0]
-        keys = self.logs.get(origin)
+        keys = self._keys_for(origin)
         if keys is None:
             return _text(404, f"this witness does not follow the log {origin!r}")
         try:
