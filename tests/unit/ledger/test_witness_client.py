@@ -109,3 +109,30 @@ def test_a_publication_failure_is_a_warning_not_a_failed_checkpoint(
     assert signed.checkpoint.size == 2
     assert any("publishing tiles failed" in str(w.message) for w in caught)
     assert ledger.store.latest_checkpoint(ledger.store.branch("main").no) is not None
+
+
+def test_a_branch_is_witnessed_under_its_own_origin_key(
+    tmp_path: Path, inputs: Any, witness: tuple[str, str, Path]
+) -> None:
+    """A witness that follows the branch's vkey (named O/branch/B) cosigns its checkpoints."""
+    from memroot.ledger.note import Verifier
+
+    url, wvkey, wdir = witness
+    ledger = Ledger.init(tmp_path / "l.db", origin=ORIGIN)
+    create = OpInput(
+        op_type="BRANCH_CREATE",
+        actor_id="a",
+        actor_type="AI_AGENT",
+        namespace_id="ns",
+        policy_version="p/1",
+        payload={"branch_id": "sim-1", "branch_type": "SIMULATION", "purpose": "what if"},
+    )
+    ledger.fork(create, genesis={"branch_type": "SIMULATION"})
+    ledger.append_batch(inputs.mixed(2, seed=4), branch="sim-1")
+    branch_vkey = Verifier.from_vkey(ledger.vkey()).for_origin(f"{ORIGIN}/branch/sim-1")
+    Witness(wdir).add_log(branch_vkey.vkey())
+    add_witness(ledger, url, wvkey, ["sim-1"])
+    signed = ledger.checkpoint("sim-1")
+    [c] = cosignatures(signed.note, [WitnessKey.from_vkey(wvkey)])
+    assert c.witness == "witness.example/c1"
+    assert [(s.branch, s.status) for s in submit(ledger)] == [("sim-1", "up to date")]
