@@ -316,6 +316,7 @@ class Witness:
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"  # keep-alive, as tlog-witness recommends
+    timeout = 30  # seconds: an idle or trickling client does not hold a thread for ever
 
     def _send(self, answer: Answer) -> None:
         self.send_response(answer.status)
