@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 from memroot.ledger import merkle
 from memroot.ledger.bundle import BundleBranch, BundleReader, BundleRow
+from memroot.ledger.cosignature import WitnessKey
 from memroot.ledger.entries import CANONICAL_BRANCH, Entry
 from memroot.ledger.errors import (
     DecodeError,
@@ -61,12 +62,7 @@ from memroot.ledger.verify import (
     RowLike,
     audit_source,
 )
-from memroot.ledger.witness import (
-    CheckpointSource,
-    WitnessKey,
-    check_cosignatures,
-    witnessed_trust,
-)
+from memroot.ledger.witness import CheckpointSource, check_cosignatures, witnessed_trust
 
 __all__ = [
     "GenesisSource",

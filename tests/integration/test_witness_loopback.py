@@ -20,8 +20,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from memroot.cli.main import cli
+from memroot.ledger.cosignature import WitnessKey, cosignatures
 from memroot.ledger.note import split_note
-from memroot.ledger.witness import WitnessKey, cosignatures
 
 ORIGIN = "example.org/agent-witnessed"
 WITNESS = "witness.example.org/w1"
