@@ -6,9 +6,9 @@ from pathlib import Path
 
 import click
 
-from memroot.cli.commands import open_ledger, print_report
+from memroot.cli.commands import open_ledger, print_report, witness_options
 from memroot.cli.main import Context, cli, emit, pass_ctx, progress_bar
-from memroot.ledger.audit import audit_bundle, open_bundle
+from memroot.ledger.audit import TilesSource, WitnessPolicy, audit_bundle, audit_tiles, open_bundle
 from memroot.ledger.bundle import export_bundle
 from memroot.ledger.bundle_import import import_bundle
 from memroot.ledger.errors import DecodeError, NotFoundError
@@ -66,7 +66,7 @@ def export_cmd(ctx: Context, out: Path, no_sign: bool, as_json: bool) -> None:
 
 
 @cli.command("audit")
-@click.argument("bundle", type=click.Path(path_type=Path))
+@click.argument("bundle", type=click.Path(path_type=Path), required=False)
 @click.option(
     "--vkey",
     "vkeys",
@@ -76,24 +76,54 @@ def export_cmd(ctx: Context, out: Path, no_sign: bool, as_json: bool) -> None:
 )
 @click.option("--trusted", "trusted_path", type=click.Path(path_type=Path), help=_TRUSTED_HELP)
 @click.option("--no-update", is_flag=True, help="Do not record the newest checkpoint as trusted.")
+@click.option(
+    "--tiles",
+    "tiles_dir",
+    type=click.Path(path_type=Path),
+    help="Audit a C2SP tlog-tiles directory (`memroot publish`) instead of a bundle.",
+)
+@witness_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def audit_cmd(
-    bundle: Path,
+    bundle: Path | None,
     vkeys: tuple[str, ...],
     trusted_path: Path | None,
     no_update: bool,
+    tiles_dir: Path | None,
+    witness_vkeys: tuple[str, ...],
+    quorum: int | None,
+    witnesses: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Verify an auditor's bundle offline (every step, no ledger file); exit 1 on a violation.
 
     Needs no ledger (-l is ignored). The report lists what was checked and every violation
-    with its branch, entry and step.
+    with its branch, entry and step. With --tiles DIR it audits a published tiles directory
+    read back from its files alone (entries, roots, signatures; no content).
 
     Example: memroot audit audit-2026-05 --vkey "$(cat agent.vkey)"
+    Example: memroot audit --tiles /srv/www/log --vkey "$(cat agent.vkey)" --witness-vkey W
     """
     from memroot.cli import hooks
 
-    trusted = TrustedState(trusted_path or default_trusted_path())
+    trusted: TrustedState | None = TrustedState(trusted_path or default_trusted_path())
+    policy = WitnessPolicy.from_options(witness_vkeys, quorum, witnesses)
+    wnotes: list[str] = []
+    if (bundle is None) == (tiles_dir is None):
+        raise click.UsageError("give a BUNDLE directory or --tiles DIR (one of them)")
+    if tiles_dir is not None:
+        source = TilesSource(tiles_dir)
+        origin = str(source.meta("origin"))
+        if policy is not None:
+            trusted = policy.trusted(trusted, source, origin, vkeys, wnotes)
+        report = audit_tiles(source, vkeys=vkeys, trusted=trusted, update_trusted=not no_update)
+        if policy is not None:
+            policy.check(report, source, origin, wnotes)
+        print_report(report, as_json)
+        if not report.ok:
+            raise click.exceptions.Exit(1)
+        return
+    assert bundle is not None
     if not bundle.is_dir():
         raise NotFoundError(f"no bundle directory at {bundle}")
     try:
@@ -102,6 +132,8 @@ def audit_cmd(
         # A bundle whose manifest is unreadable fails step 1: report it like any violation.
         report = audit_bundle(bundle, vkeys=vkeys, trusted=trusted, update_trusted=False)
     else:
+        if policy is not None:
+            trusted = policy.trusted(trusted, reader, reader.manifest.origin, vkeys, wnotes)
         total = sum(b.size for b in reader.manifest.branches)
         for update in progress_bar(total, "auditing"):
             report = audit_bundle(
@@ -112,6 +144,8 @@ def audit_cmd(
                 progress=update,
                 update_trusted=not no_update,
             )
+        if policy is not None:
+            policy.check(report, reader, reader.manifest.origin, wnotes)
     facts = report.trusted.get("bundle")
     if facts and not as_json:
         click.echo(f"bundle {facts['path']}: log {facts['origin']} (ledger {facts['ledger_id']})")

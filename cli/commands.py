@@ -14,13 +14,14 @@ from typing import Any, BinaryIO
 import click
 
 from memroot.cli.main import Context, branch_option, cli, emit, pass_ctx, progress_bar
+from memroot.ledger.audit import WitnessPolicy
 from memroot.ledger.entries import Entry, EventInput, OpInput, check_uuid, new_uuid, parse_input
 from memroot.ledger.errors import DecodeError, NotFoundError, RefusedError, ValidationError
 from memroot.ledger.ledger import Appended, Ledger
 from memroot.ledger.trust import TrustedState, default_trusted_path
 from memroot.ledger.verify import STEPS, AuditReport, Finding, verify_path
 
-__all__ = ["jsonable", "open_ledger"]
+__all__ = ["jsonable", "open_ledger", "witness_options"]
 
 IMPORT_BATCH = 1000
 MAX_JSON_LINE = 32 * 1024 * 1024
@@ -41,6 +42,29 @@ def _sign_pending(ledger: Ledger, branch: str) -> None:
     from memroot.memory_root import Roots
 
     Roots(ledger).sign_pending(branch)
+
+
+def witness_options(f: Any) -> Any:
+    """Add ``--witness-vkey``, ``--quorum`` and ``--witness`` (shared by verify and audit)."""
+    f = click.option(
+        "--witness",
+        "witnesses",
+        multiple=True,
+        metavar="URL",
+        help="Ask this witness for its newest cosigned checkpoint (repeatable): an older "
+        "copy is caught with no local state (step 10). Needs --witness-vkey.",
+    )(f)
+    f = click.option(
+        "--quorum",
+        type=click.IntRange(min=1),
+        help="Cosignatures required on the newest checkpoint (default 1).",
+    )(f)
+    return click.option(
+        "--witness-vkey",
+        "witness_vkeys",
+        multiple=True,
+        help="Require cosignatures by this witness key (repeatable; step 6).",
+    )(f)
 
 
 def jsonable(value: Any) -> Any:
@@ -561,6 +585,7 @@ def print_report(report: AuditReport, as_json: bool) -> None:
     "--anchor",
     help="Also prove the conversation path (every ancestor event) of this event.",
 )
+@witness_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
 def verify_cmd(
@@ -571,6 +596,9 @@ def verify_cmd(
     origin: str | None,
     branch: str | None,
     anchor: str | None,
+    witness_vkeys: tuple[str, ...],
+    quorum: int | None,
+    witnesses: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Run every auditor step on the ledger; exit 1 on any violation.
@@ -583,7 +611,9 @@ def verify_cmd(
     """
     from memroot.cli import hooks
 
-    trusted = TrustedState(trusted_path or default_trusted_path())
+    trusted: TrustedState | None = TrustedState(trusted_path or default_trusted_path())
+    policy = WitnessPolicy.from_options(witness_vkeys, quorum, witnesses)
+    wnotes: list[str] = []
     path = ctx.path()
     # Read-only and without hooks: verifying never writes to the audited file.
     with Ledger.open(path, readonly=True) as ledger:
@@ -591,6 +621,8 @@ def verify_cmd(
             ledger.store.branch(branch)  # NotFoundError names a branch that does not exist
         total = sum(b.size for b in ledger.store.branches())
         checks = hooks.replay_checks(ledger, restricted=branch is not None)
+        if policy is not None:
+            trusted = policy.trusted(trusted, ledger.store, origin or ledger.origin, vkeys, wnotes)
     for update in progress_bar(total, "verifying"):
         report = verify_path(
             path,
@@ -602,6 +634,9 @@ def verify_cmd(
             origin=origin,
             branch=branch,
         )
+    if policy is not None:
+        with Ledger.open(path, readonly=True) as ledger:
+            policy.check(report, ledger.store, origin or ledger.origin, wnotes)
     path_ok = True
     if anchor is not None:
         path_ok = _verify_anchor(path, anchor, vkeys, report)
