@@ -160,7 +160,7 @@ def test_malformed_add_checkpoint_bodies_are_refused(body: bytes) -> None:
 
 
 def test_format_md_quotes_the_vectors_exactly() -> None:
-    """docs/FORMAT.md section 9 shows the vector's key, message, signature and lines as is."""
+    """docs/FORMAT.md section 11 shows the vector's key, message, signature and lines as is."""
     doc = (Path(__file__).parents[3] / "docs" / "FORMAT.md").read_text("utf-8")
     v = KAT["cosignature_v1"]
     for text in (
