@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import datetime as dt
 import json
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -17,6 +19,8 @@ from memroot.cli.main import Context, branch_option, cli, emit, pass_ctx, progre
 from memroot.ledger.entries import Entry, EventInput, OpInput, check_uuid, new_uuid, parse_input
 from memroot.ledger.errors import DecodeError, ValidationError
 from memroot.ledger.ledger import Appended, Ledger
+from memroot.ledger.store import Store
+from memroot.ledger.strict import relaxed
 from memroot.ledger.trust import TrustedState, default_trusted_path
 from memroot.ledger.verify import STEPS, AuditReport, Finding, verify_path
 
@@ -466,12 +470,48 @@ def verify_cmd(
 
     Example: memroot -l agent.ledger verify --trusted ~/.memroot-trusted.json
     """
+    trusted = TrustedState(trusted_path or default_trusted_path())
+    # One state of the file for the whole run: every step and every layer's check reads a
+    # copy taken in one read transaction, so appends committed meanwhile never show up as
+    # findings. Read-only and without hooks: verifying never writes to the audited file.
+    with relaxed(), snapshot_of(ctx.path()) as path:
+        report = _verify_snapshot(path, trusted, vkeys, no_update, origin, branch)
+        path_ok = True
+        if anchor is not None:
+            path_ok = _verify_anchor(path, anchor, vkeys, report)
+    print_report(report, as_json)
+    if not report.ok or not path_ok:
+        raise click.exceptions.Exit(1)
+
+
+@contextlib.contextmanager
+def snapshot_of(path: Path) -> Iterator[Path]:
+    """Yield a private copy of the ledger at ``path`` as one read transaction saw it.
+
+    Raises:
+        StorageError: if the ledger cannot be opened or copied; IntegrityError if corrupt.
+    """
+    with tempfile.TemporaryDirectory(prefix="memroot-verify-") as tmp:
+        copy = Path(tmp) / "ledger.db"
+        store = Store(path, readonly=True)
+        try:
+            store.copy_snapshot(copy)
+        finally:
+            store.close()
+        yield copy
+
+
+def _verify_snapshot(
+    path: Path,
+    trusted: TrustedState,
+    vkeys: tuple[str, ...],
+    no_update: bool,
+    origin: str | None,
+    branch: str | None,
+) -> AuditReport:
     from memroot.cli import hooks
 
-    trusted = TrustedState(trusted_path or default_trusted_path())
-    path = ctx.path()
-    # Read-only and without hooks: verifying never writes to the audited file.
-    with Ledger.open(path, readonly=True) as ledger:
+    with Ledger.open(path, readonly=True, strict=False) as ledger:
         if branch is not None:
             ledger.store.branch(branch)  # NotFoundError names a branch that does not exist
         total = sum(b.size for b in ledger.store.branches())
@@ -487,12 +527,7 @@ def verify_cmd(
             origin=origin,
             branch=branch,
         )
-    path_ok = True
-    if anchor is not None:
-        path_ok = _verify_anchor(path, anchor, vkeys, report)
-    print_report(report, as_json)
-    if not report.ok or not path_ok:
-        raise click.exceptions.Exit(1)
+    return report
 
 
 def _verify_anchor(path: Path, anchor: str, vkeys: tuple[str, ...], report: AuditReport) -> bool:

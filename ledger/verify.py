@@ -400,6 +400,34 @@ def audit(
     holds and ``update_trusted`` is set, the newest checkpoint becomes the trusted one.
     ``branch`` restricts the audit to that branch and its ancestors (``_lineage``).
     """
+    from memroot.ledger.strict import relaxed
+
+    # One read transaction: every step sees one state of the file, whatever writers commit
+    # meanwhile. Relaxed: the layers' checks open the ledger to report on it, not to refuse.
+    with relaxed(), store.read():
+        return _audit_store(
+            store,
+            origin=origin,
+            trusted=trusted,
+            vkeys=vkeys,
+            checks=checks,
+            progress=progress,
+            update_trusted=update_trusted,
+            branch=branch,
+        )
+
+
+def _audit_store(
+    store: Store,
+    *,
+    origin: str,
+    trusted: TrustedState | None,
+    vkeys: Sequence[str],
+    checks: Sequence[ReplayCheck],
+    progress: Progress | None,
+    update_trusted: bool,
+    branch: str | None,
+) -> AuditReport:
     return audit_source(
         _StoreSource(store),
         origin=origin,
@@ -551,6 +579,22 @@ def audit_source(
                     )
                 )
         report.checkpoints += len(cps)
+        # (6) no unsigned tail: every entry is covered by a checkpoint that verifies (every
+        # append is sealed by one in its own transaction, docs/FORMAT.md section 5).
+        covered = max((size for size, _ in cps if size <= run.expected_seq), default=0)
+        if covered < run.expected_seq:
+            report.add(
+                Finding(
+                    6,
+                    f"entries {covered}..{run.expected_seq - 1} are covered by no signed "
+                    "checkpoint (unsigned tail: appended without the key, or the head "
+                    "checkpoint was removed)",
+                    b.name,
+                    covered,
+                    expected=str(run.expected_seq),
+                    actual=str(covered),
+                )
+            )
         # (10): not older than, and consistent with, what the verifier trusted before.
         if trusted_here is not None:
             if trusted_here.size > run.expected_seq:
