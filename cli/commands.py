@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import datetime as dt
 import json
+import os
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ from memroot.ledger.strict import relaxed
 from memroot.ledger.trust import TrustedState, default_trusted_path
 from memroot.ledger.verify import STEPS, AuditReport, Finding, verify_path
 
-__all__ = ["jsonable", "open_ledger"]
+__all__ = ["jsonable", "open_ledger", "open_reader", "strict_option"]
 
 IMPORT_BATCH = 1000
 MAX_JSON_LINE = 32 * 1024 * 1024
@@ -35,6 +36,42 @@ def open_ledger(ctx: Context) -> Ledger:
     from memroot.cli import hooks
 
     return Ledger.open(ctx.path(), hooks=hooks.default_hooks())
+
+
+strict_option = click.option(
+    "--no-strict",
+    "no_strict",
+    is_flag=True,
+    help="Forensics: print entries and content without checking them against the signed "
+    "checkpoints first (a warning says so on stderr).",
+)
+"""``--no-strict`` on every command that prints ledger data (strict reads are the default)."""
+
+
+def open_reader(ctx: Context, no_strict: bool) -> Ledger:
+    """Open the ledger for a read command: strict unless ``--no-strict``, never writing.
+
+    Strict reads check the stored head against the newest signed checkpoint and against the
+    trusted state (``$MEMROOT_TRUSTED``, when that file exists; it is never updated here),
+    then every entry and content before it is printed. The file is opened read-only when
+    the command cannot need to write (so it works on read-only media too); a ledger whose
+    derived memory state must catch up is opened read-write for that alone.
+
+    Raises:
+        IntegrityError: the head does not agree with its signed checkpoint (exit 1).
+        StorageError: not a ledger (an empty or foreign file is left untouched).
+    """
+    if no_strict:
+        click.echo(
+            "warning: --no-strict: entries and content are NOT checked against the signed "
+            "checkpoints (forensics only)",
+            err=True,
+        )
+    path = ctx.path()
+    trusted_path = default_trusted_path()
+    trusted = TrustedState(trusted_path) if not no_strict and trusted_path.exists() else None
+    writable = os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
+    return Ledger.open(path, readonly=not writable, strict=not no_strict, trusted=trusted)
 
 
 def _sign_pending(ledger: Ledger, branch: str) -> None:
@@ -268,14 +305,18 @@ def _entry_summary(e: Entry) -> dict[str, Any]:
 @click.option("--start", type=click.IntRange(min=0), default=0, help="First seq.")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
 @branch_option
+@strict_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
-def log(ctx: Context, start: int, limit: int, branch: str, as_json: bool) -> None:
+def log(ctx: Context, start: int, limit: int, branch: str, no_strict: bool, as_json: bool) -> None:
     """List entries: seq, entry hash, time, type, id.
+
+    Every entry listed is first proven in the newest signed checkpoint (strict read); a
+    tampered ledger prints nothing and exits 1.
 
     Example: memroot -l agent.ledger log --start 100 --limit 20
     """
-    with open_ledger(ctx) as ledger:
+    with open_reader(ctx, no_strict) as ledger, ledger.store.read():
         rows = [_entry_summary(e) for e in ledger.entries(start, start + limit, branch)]
     emit(
         rows,
@@ -290,16 +331,20 @@ def log(ctx: Context, start: int, limit: int, branch: str, as_json: bool) -> Non
 @cli.command()
 @click.argument("seq", type=click.IntRange(min=0))
 @branch_option
+@strict_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
-def show(ctx: Context, seq: int, branch: str, as_json: bool) -> None:
+def show(ctx: Context, seq: int, branch: str, no_strict: bool, as_json: bool) -> None:
     """Show one entry in full: header, body, hash, exact CBOR bytes and content.
+
+    The entry is proven in the newest signed checkpoint and its content checked against its
+    commitment first (strict read); a tampered entry prints nothing and exits 1.
 
     Example: memroot -l agent.ledger show 3 --json
     """
-    with open_ledger(ctx) as ledger:
-        row = ledger.store.entry_row(ledger.branch_row(branch).no, seq)
-        e = Entry.from_bytes(row.data)
+    with open_reader(ctx, no_strict) as ledger, ledger.store.read():
+        row = ledger.read(seq, branch)
+        e = row.entry
         data: dict[str, Any] = {
             **_entry_summary(e),
             "v": e.v,
@@ -308,7 +353,7 @@ def show(ctx: Context, seq: int, branch: str, as_json: bool) -> None:
             "entry_cbor": base64.b64encode(e.raw).decode(),
         }
         if e.kind.value == "event":
-            data["content"] = None if row.content is None else bytes(row.content).decode()
+            data["content"] = row.content
             data["erased_by"] = row.erased_by
     emit(data, as_json, lambda: click.echo(json.dumps(data, indent=2, sort_keys=True)))
 

@@ -467,6 +467,24 @@ class Ledger:
         with self.store.read():
             return [self._reader_checks.check_head(b.name) for b in self.store.branches()]
 
+    def check_all(self) -> int:
+        """Check every entry and content of every branch as a strict read would; return the count.
+
+        One read transaction. Used before serving everything at once (``export``).
+
+        Raises:
+            IntegrityError: naming the first entry, branch and step that fails.
+        """
+        n = 0
+        checks = self._reader_checks
+        with self.store.read():
+            for b in self.store.branches():
+                checks.check_head(b.name)
+                for row, e in checks.rows(b.name):
+                    checks.content(b.name, row, e)
+                    n += 1
+        return n
+
     def head_checkpoint(self, branch: str = CANONICAL_BRANCH) -> SignedCheckpoint | None:
         """Return the branch's newest signed checkpoint, verified (no signing, no write).
 
