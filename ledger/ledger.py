@@ -341,7 +341,9 @@ class Ledger:
 
     def genesis_vkeys(self) -> list[str]:
         """Return the verifier keys recorded in the canonical genesis and later KEY_ROTATEs."""
-        genesis = Entry.from_bytes(self.store.entry_row(self.store.branch(CANONICAL_BRANCH).no, 0).data)
+        genesis = Entry.from_bytes(
+            self.store.entry_row(self.store.branch(CANONICAL_BRANCH).no, 0).data
+        )
         keys = [str(k) for k in genesis.body.get("keys", [])]
         rotated = self.store.meta("rotated_vkeys")  # kept by ledger.keys.rotate_key
         if isinstance(rotated, str):
@@ -947,8 +949,10 @@ class Ledger:
         if last is not None and last[0] < row.size and self.store.meta(marker) == last[0]:
             self.store.delete_checkpoint(row.no, last[0])
         before = 0 if last is None else last[0]
-        keep = seal.keep or last is None or row.size // CHECKPOINT_KEEP_EVERY != (
-            before // CHECKPOINT_KEEP_EVERY
+        keep = (
+            seal.keep
+            or last is None
+            or row.size // CHECKPOINT_KEEP_EVERY != (before // CHECKPOINT_KEEP_EVERY)
         )
         if keep:
             self.store.delete_meta(marker)
@@ -963,8 +967,8 @@ class Ledger:
 
         Every append is already sealed by a head checkpoint; this one is *on request*, so it
         is kept by the retention for good. Signs only what is committed (the read and the
-        insert run in one write transaction, after the appends' commits), and refuses to sign a tree that is inconsistent with the
-        newest checkpoint signed before (shorter, or a different root at that size). Signing
+        insert run in one write transaction, after the appends' commits), and refuses to sign
+        a tree that is inconsistent with the newest checkpoint signed before (shorter, or a different root at that size). Signing
         again at an unchanged size returns the stored checkpoint.
 
         Raises:

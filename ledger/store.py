@@ -140,7 +140,7 @@ def _storage_error(e: apsw.Error, path: Path) -> StorageError:
 
 
 def _corrupt(e: apsw.Error, path: Path) -> IntegrityError:
-    """A SQLite file whose pages do not read back: the data's fault (exit 1), not the disk's."""
+    """Return the error for a SQLite file whose pages do not read back: the data's fault."""
     return IntegrityError(f"{path} is a corrupt SQLite file: {e}", step=1)
 
 
@@ -250,12 +250,10 @@ class Store:
                     "both files to a writable directory to read them"
                 ) from e
             uri = f"file:{self.path.resolve()}?mode=ro&immutable=1"
-            return apsw.Connection(
-                uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
-            )
+            return apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
 
     def _has_schema(self) -> bool:
-        """True when the file holds memroot's tables (checked before anything else reads it)."""
+        """Return True when the file holds memroot's tables (checked before anything reads)."""
         names = {
             str(r[0])
             for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
@@ -601,9 +599,7 @@ class Store:
 
     def delete_checkpoint(self, branch_no: int, size: int) -> None:
         """Drop a superseded head checkpoint (retention, inside a write transaction)."""
-        self.db.execute(
-            "DELETE FROM checkpoints WHERE branch = ? AND size = ?", (branch_no, size)
-        )
+        self.db.execute("DELETE FROM checkpoints WHERE branch = ? AND size = ?", (branch_no, size))
 
     def checkpoints(self, branch_no: int) -> list[tuple[int, bytes, str]]:
         """Return ``(size, root, note)`` of every stored checkpoint of a branch, by size."""

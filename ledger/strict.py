@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -89,7 +89,10 @@ class CheckedRow:
 
 
 def range_root(
-    size: int, start: int, leaves: list[bytes], read: Callable[[list[tuple[int, int]]], list[bytes]]
+    size: int,
+    start: int,
+    leaves: Sequence[bytes],
+    read: Callable[[Sequence[tuple[int, int]]], list[bytes]],
 ) -> bytes:
     """Return the RFC 9162 root of ``size`` leaves, where ``leaves`` are those at ``start``...
 
@@ -177,8 +180,11 @@ class StrictReader:
         trusted: TrustedState | None = None,
         own_from: Callable[[str], int | None] = lambda branch: None,
     ) -> None:
-        """Check reads of ``store``; ``own_from(branch)`` is where this process's open write
-        transaction started appending on the branch (its entries are not signed yet)."""
+        """Check reads of ``store``.
+
+        ``own_from(branch)`` is where this process's open write transaction started
+        appending on the branch (its entries are not signed yet).
+        """
         self.store = store
         self.origin = origin
         self.given = vkeys
@@ -293,8 +299,11 @@ class StrictReader:
         return False
 
     def head(self, branch: str, *, need: int = 0) -> SignedHead:
-        """Return the branch's checked head, re-checking it when ``need`` entries are asked for
-        and the cached one is smaller (another writer appended)."""
+        """Return the branch's checked head.
+
+        It is checked again when ``need`` entries are asked for and the cached head is
+        smaller (another writer appended).
+        """
         cached = self._heads.get(branch)
         if cached is not None and cached.size >= need:
             return cached
@@ -351,8 +360,12 @@ class StrictReader:
             )
         if size > row.size:
             raise _fail(
-                5, branch, row.size, "the branch is shorter than its signed checkpoint (truncated)",
-                expected=str(size), actual=str(row.size),
+                5,
+                branch,
+                row.size,
+                "the branch is shorter than its signed checkpoint (truncated)",
+                expected=str(size),
+                actual=str(row.size),
             )
         head = SignedHead(branch, row.no, size, bytes(root), note)
         if size:
@@ -374,10 +387,13 @@ class StrictReader:
             return
         if log.size > head.size:
             raise _fail(
-                10, head.branch, head.size,
+                10,
+                head.branch,
+                head.size,
                 f"rollback: a checkpoint of size {log.size} was trusted before, the ledger has "
                 f"{head.size} signed entries",
-                expected=str(log.size), actual=str(head.size),
+                expected=str(log.size),
+                actual=str(head.size),
             )
         if log.size == head.size:
             ok = log.root == head.root
@@ -390,11 +406,13 @@ class StrictReader:
                 ok = False
         if not ok:
             raise _fail(
-                10, head.branch, log.size - 1,
+                10,
+                head.branch,
+                log.size - 1,
                 "history differs from the checkpoint trusted before (rewritten or forked)",
             )
 
-    def _reader(self, no: int) -> Callable[[list[tuple[int, int]]], list[bytes]]:
+    def _reader(self, no: int) -> Callable[[Sequence[tuple[int, int]]], list[bytes]]:
         return lambda ids: self.store.read_nodes(no, ids)
 
     # -- rows ------------------------------------------------------------------------------------
@@ -405,14 +423,16 @@ class StrictReader:
         except NotFoundError as e:
             raise _fail(2, head.branch, seq, "the entry is missing from the signed tree") from e
 
-    def _prove(self, head: SignedHead, start: int, leaves: list[bytes]) -> None:
+    def _prove(self, head: SignedHead, start: int, leaves: Sequence[bytes]) -> None:
         """(5) the leaves at ``start``... are in the signed tree of ``head``; cache them."""
         try:
             got = range_root(head.size, start, leaves, self._reader(head.no))
         except (IntegrityError, KeyError) as e:
             raise _fail(5, head.branch, start, "the stored tree cannot prove the entry") from e
         except Exception as e:  # a missing node: StorageError from read_nodes
-            raise _fail(5, head.branch, start, f"the stored tree cannot prove the entry: {e}") from e
+            raise _fail(
+                5, head.branch, start, f"the stored tree cannot prove the entry: {e}"
+            ) from e
         if got != head.root:
             raise _fail(
                 5,
@@ -513,22 +533,34 @@ class StrictReader:
         if row.content is None:
             by = row.erased_by
             if row.salt is not None or type(by) is not int or by <= seq:
-                raise _fail(4, branch, seq, "the event's content is missing and no TOMBSTONE erased it")
+                raise _fail(
+                    4, branch, seq, "the event's content is missing and no TOMBSTONE erased it"
+                )
             try:
                 _, tomb = self.row(branch, by)
             except NotFoundError as e:
-                raise _fail(4, branch, seq, "the event's content is missing and no TOMBSTONE erased it") from e
+                raise _fail(
+                    4, branch, seq, "the event's content is missing and no TOMBSTONE erased it"
+                ) from e
             payload = tomb.body.get("payload")
             target = payload.get("target_event_id") if isinstance(payload, dict) else None
             if tomb.type != OpType.TOMBSTONE or target != event_id:
-                raise _fail(4, branch, seq, "the event's content is missing and no TOMBSTONE erased it")
+                raise _fail(
+                    4, branch, seq, "the event's content is missing and no TOMBSTONE erased it"
+                )
             return None
         if row.erased_by is not None:
-            raise _fail(4, branch, seq, "the event is marked erased but its content is still stored")
+            raise _fail(
+                4, branch, seq, "the event is marked erased but its content is still stored"
+            )
         salt = bytes(row.salt) if row.salt is not None else b""
         data = bytes(row.content)
-        if len(salt) != 32 or content_commitment(salt, data) != entry.body.get("content_commitment"):
-            raise _fail(4, branch, seq, "the content does not match the entry's commitment (edited)")
+        if len(salt) != 32 or content_commitment(salt, data) != entry.body.get(
+            "content_commitment"
+        ):
+            raise _fail(
+                4, branch, seq, "the content does not match the entry's commitment (edited)"
+            )
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError as e:  # pragma: no cover - committed content is UTF-8

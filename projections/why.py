@@ -124,8 +124,10 @@ def _cp_json(cp: SignedCheckpoint | None) -> dict[str, Any] | None:
 
 
 def _checkpoint(ledger: Ledger, branch: str) -> SignedCheckpoint | None:
-    """The branch's head checkpoint (it covers every entry, so nothing is written); for a
-    ledger with an unsigned tail, sign one, or (no key here) use the newest stored one."""
+    """Return the branch's head checkpoint, which covers every entry (nothing is written).
+
+    For a ledger with an unsigned tail: sign one, or (no key here) use the newest stored one.
+    """
     head = ledger.head_checkpoint(branch)
     if head is not None and head.checkpoint.size == ledger.size(branch):
         return head

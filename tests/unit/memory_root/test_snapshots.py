@@ -385,9 +385,7 @@ def test_a_cold_reload_sees_events_and_erased_events(mr_make: Make, mr: Any):
         assert Roots(again).snapshot().created
 
 
-def test_an_automatic_snapshot_appended_through_ledger_is_sealed_at_once(
-    mr_make: Make, mr: Any
-):
+def test_an_automatic_snapshot_appended_through_ledger_is_sealed_at_once(mr_make: Make, mr: Any):
     """Appended through Ledger directly, the snapshot is covered by the append's own seal."""
     ledger, roots = mr_make(every=3)
     ledger.append_batch(mr.mixed(3))
