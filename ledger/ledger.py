@@ -968,8 +968,9 @@ class Ledger:
         Every append is already sealed by a head checkpoint; this one is *on request*, so it
         is kept by the retention for good. Signs only what is committed (the read and the
         insert run in one write transaction, after the appends' commits), and refuses to sign
-        a tree that is inconsistent with the newest checkpoint signed before (shorter, or a different root at that size). Signing
-        again at an unchanged size returns the stored checkpoint.
+        a tree that is inconsistent with the newest checkpoint signed before (shorter, or a
+        different root at that size). Signing again at an unchanged size returns the stored
+        checkpoint.
 
         Raises:
             RefusedError: if the tree is inconsistent with an earlier signed checkpoint.
