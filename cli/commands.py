@@ -317,7 +317,8 @@ def log(ctx: Context, start: int, limit: int, branch: str, no_strict: bool, as_j
     Example: memroot -l agent.ledger log --start 100 --limit 20
     """
     with open_reader(ctx, no_strict) as ledger, ledger.store.read():
-        rows = [_entry_summary(e) for e in ledger.entries(start, start + limit, branch)]
+        # Each listed entry is checked in full, its content too, before anything is printed.
+        rows = [_entry_summary(r.entry) for r in ledger.read_range(start, start + limit, branch)]
     emit(
         rows,
         as_json,
