@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import apsw
 import click
 
 from memroot.ledger.errors import (
@@ -123,6 +124,10 @@ class _Group(click.Group):
         except MemrootError as e:
             click.echo(f"error: {e}", err=True)
             ctx.exit(_exit_code(e))
+        except (apsw.CorruptError, apsw.NotADBError) as e:
+            # Pages that do not read back: the file's fault, an integrity finding (exit 1).
+            click.echo(f"error: the ledger file is a corrupt SQLite file: {e}", err=True)
+            ctx.exit(EXIT_INTEGRITY)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

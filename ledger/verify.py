@@ -400,21 +400,31 @@ def audit(
     holds and ``update_trusted`` is set, the newest checkpoint becomes the trusted one.
     ``branch`` restricts the audit to that branch and its ancestors (``_lineage``).
     """
+    import apsw
+
     from memroot.ledger.strict import relaxed
 
     # One read transaction: every step sees one state of the file, whatever writers commit
     # meanwhile. Relaxed: the layers' checks open the ledger to report on it, not to refuse.
     with relaxed(), store.read():
-        return _audit_store(
-            store,
-            origin=origin,
-            trusted=trusted,
-            vkeys=vkeys,
-            checks=checks,
-            progress=progress,
-            update_trusted=update_trusted,
-            branch=branch,
-        )
+        try:
+            return _audit_store(
+                store,
+                origin=origin,
+                trusted=trusted,
+                vkeys=vkeys,
+                checks=checks,
+                progress=progress,
+                update_trusted=update_trusted,
+                branch=branch,
+            )
+        except (apsw.CorruptError, apsw.NotADBError) as e:
+            # (1) a SQLite file whose pages do not read back: an integrity finding, not a
+            # storage failure (the disk answered; the data is bad).
+            report = AuditReport()
+            report.steps_checked.add(1)
+            report.add(Finding(1, f"the ledger file is a corrupt SQLite file: {e}"))
+            return report
 
 
 def _audit_store(
