@@ -22,6 +22,8 @@ inserts); ids we assign are UUIDv7 for the same reason.
 from __future__ import annotations
 
 import contextlib
+import os
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -231,17 +233,33 @@ class Store:
             )
 
     def _connect(self, flags: int, readonly: bool) -> apsw.Connection:
-        """Open the connection; read-only on a medium where no ``-shm`` can be made: immutable."""
-        db = apsw.Connection(str(self.path), flags=flags)
+        """Open the connection for a writer, or for a reader that never changes the file.
+
+        A reader of a ledger in a writable directory opens it read-write but ``query_only``
+        and without the checkpoint SQLite runs on close: it shares the WAL index with the
+        writers like any reader (a ``SQLITE_OPEN_READONLY`` connection can be refused with
+        "database is locked" while writers come and go) and still writes nothing to the
+        file. On a read-only medium the file is opened read-only, and, when no ``-shm``
+        can be made there, as immutable (nobody can be writing to it), provided no WAL
+        content would be ignored.
+        """
         if not readonly:
+            db = apsw.Connection(str(self.path), flags=flags)
+            db.set_busy_timeout(_BUSY_TIMEOUT_MS)
             return db
+        writable = os.access(self.path, os.W_OK) and os.access(self.path.parent, os.W_OK)
+        if writable and self._probe_is_ledger():
+            db = apsw.Connection(str(self.path), flags=apsw.SQLITE_OPEN_READWRITE)
+            db.set_busy_timeout(_BUSY_TIMEOUT_MS)
+            db.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
+            db.execute("PRAGMA query_only=1")
+            return db
+        db = apsw.Connection(str(self.path), flags=apsw.SQLITE_OPEN_READONLY)
+        db.set_busy_timeout(_BUSY_TIMEOUT_MS)
         try:
             db.execute("SELECT count(*) FROM sqlite_master").fetchall()
             return db
         except (apsw.CantOpenError, apsw.ReadOnlyError) as e:
-            # A WAL file on a read-only directory: SQLite cannot create its -shm. Nobody can
-            # be writing to it there, so it is read as immutable, provided no WAL content
-            # would be ignored.
             db.close()
             wal = Path(f"{self.path}-wal")
             if wal.exists() and wal.stat().st_size > 0:
@@ -250,7 +268,37 @@ class Store:
                     "both files to a writable directory to read them"
                 ) from e
             uri = f"file:{self.path.resolve()}?mode=ro&immutable=1"
-            return apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+            immutable = apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+            immutable.set_busy_timeout(_BUSY_TIMEOUT_MS)
+            return immutable
+
+    def _probe_is_ledger(self) -> bool:
+        """Return True when a WAL-mode file holds memroot's tables, read without any change.
+
+        Only then may a reader open it read-write (``_connect``). The WAL flag is read from
+        the header (bytes 18-19 are 2 for WAL); the tables through a read-only connection,
+        retried while writers hold the WAL index busy.
+        """
+        with open(self.path, "rb") as f:
+            header = f.read(20)
+        if header[18:20] != b"\x02\x02":
+            return False
+        for attempt in range(200):
+            probe = apsw.Connection(str(self.path), flags=apsw.SQLITE_OPEN_READONLY)
+            try:
+                probe.set_busy_timeout(_BUSY_TIMEOUT_MS)
+                names = {
+                    str(r[0])
+                    for r in probe.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+                }
+                return {"meta", "branches", "entries", "nodes", "checkpoints"} <= names
+            except apsw.BusyError:
+                time.sleep(min(0.001 * (attempt + 1), 0.05))
+            except apsw.Error:
+                return False
+            finally:
+                probe.close()
+        return False
 
     def _has_schema(self) -> bool:
         """Return True when the file holds memroot's tables (checked before anything reads)."""
