@@ -177,7 +177,7 @@ class Ledger:
         self.key_path = key_path or default_key_path(store.path)
         self.hooks = list(hooks)
         self._signer: Signer | None = None
-        self._key_checked: str | None = None
+        self._key_checked: Signer | None = None  # the loaded key, once found to be ours
         self._heads: dict[str, _Head] = {}
         self._txn: dict[str, _Seal] = {}
         self._sealed: list[SignedHead] = []
@@ -369,14 +369,14 @@ class Ledger:
                 f"appending to {self.path} needs its signing key (every append is sealed by a "
                 f"checkpoint signed in the same transaction), and {e}; nothing was written"
             ) from e
-        vkey = vkey_of(signer)
-        if self._key_checked != vkey:
+        if self._key_checked is not signer:
+            vkey = vkey_of(signer)
             if vkey not in self.genesis_vkeys():
                 raise KeyFileError(
                     f"key file {self.key_path} holds key {vkey}, which is not a key of this "
                     "ledger (its genesis or a KEY_ROTATE); nothing was written"
                 )
-            self._key_checked = vkey
+            self._key_checked = signer
         return signer
 
     # -- reads ---------------------------------------------------------------------------------
@@ -447,6 +447,26 @@ class Ledger:
         content = None if row.content is None else bytes(row.content).decode("utf-8", "replace")
         return CheckedRow(Entry.from_bytes(row.data), content, row.erased_by)
 
+    def read_many(
+        self, seqs: Sequence[int], branch: str = CANONICAL_BRANCH
+    ) -> dict[int, CheckedRow]:
+        """Return scattered entries with their content, ``{seq: row}`` (checked when strict).
+
+        When strict, all of them are proven in the signed tree with one multi-leaf proof.
+
+        Raises:
+            NotFoundError: if one of ``seqs`` is not an entry of the branch.
+            IntegrityError: if strict and an entry or its content fails a check.
+        """
+        if not self.strict:
+            return {s: self.read(s, branch) for s in seqs}
+        checks = self._reader_checks
+        with self.store.read():
+            return {
+                s: CheckedRow(e, checks.content(branch, row, e), row.erased_by)
+                for s, (row, e) in checks.many(branch, seqs).items()
+            }
+
     def read_range(
         self, start: int = 0, stop: int | None = None, branch: str = CANONICAL_BRANCH
     ) -> Iterator[CheckedRow]:
@@ -463,11 +483,13 @@ class Ledger:
     def check_heads(self) -> list[SignedHead]:
         """Check every branch's stored head against its newest signed checkpoint (strict open).
 
+        A head already checked in this process (and not moved since) is not checked again.
+
         Raises:
             IntegrityError: as ``strict.StrictReader.check_head``.
         """
         with self.store.read():
-            return [self._reader_checks.check_head(b.name) for b in self.store.branches()]
+            return [self._reader_checks.head(b.name, need=b.size) for b in self.store.branches()]
 
     def check_all(self) -> int:
         """Check every entry and content of every branch as a strict read would; return the count.
@@ -921,13 +943,11 @@ class Ledger:
         self._reader_checks.forget()
 
     def _sign_head(self, branch: str, seal: _Seal, signer: Signer) -> SignedHead:
-        row = self.store.branch(branch)
-        cached = self._heads.get(branch)
+        # The right edge this transaction's appends left (``_write_rows`` keeps it in step).
+        cached = self._heads[branch]
+        row = cached.row
         read = self._reader(row.no)
-        if cached is not None and cached.row == row:
-            root = bytes(cached.compact.root())
-        else:  # pragma: no cover - the head is cached by the append that grew it
-            root = bytes(merkle.tree_root(row.size, read))
+        root = bytes(cached.compact.root())
         last = self.store.latest_checkpoint(row.no)
         if last is not None:
             last_size, last_root, _ = last

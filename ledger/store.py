@@ -541,6 +541,24 @@ class Store:
             raise NotFoundError(f"no entry {seq} on this branch")
         return EntryRow(row[0] & ((1 << BRANCH_SHIFT) - 1), *row[1:])
 
+    def entry_rows(self, branch_no: int, seqs: Sequence[int]) -> list[EntryRow]:
+        """Return the stored rows at ``seqs`` of a branch (those that exist), by seq."""
+        mask = (1 << BRANCH_SHIFT) - 1
+        keys = [entry_key(branch_no, s) for s in seqs]
+        out: list[EntryRow] = []
+        for part in range(0, len(keys), 500):
+            chunk = keys[part : part + 500]
+            marks = ",".join("?" * len(chunk))
+            out += [
+                EntryRow(r[0] & mask, r[1], r[2], r[3], r[4], r[5], r[6])
+                for r in self.db.execute(
+                    "SELECT k, hash, data, digest, salt, content, erased_by FROM entries "
+                    f"WHERE k IN ({marks}) ORDER BY k",
+                    chunk,
+                )
+            ]
+        return out
+
     def iter_entry_rows(
         self, branch_no: int, start: int = 0, stop: int | None = None, *, chunk: int = 4096
     ) -> Iterator[EntryRow]:

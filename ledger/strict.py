@@ -26,6 +26,7 @@ seal signs them at commit), so hooks reading them mid-append are not refused.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import contextvars
 import json
@@ -44,7 +45,15 @@ from memroot.ledger.vocab import OpType
 if TYPE_CHECKING:
     from memroot.ledger.trust import TrustedState
 
-__all__ = ["CheckedRow", "SignedHead", "StrictReader", "default_strict", "range_root", "relaxed"]
+__all__ = [
+    "CheckedRow",
+    "SignedHead",
+    "StrictReader",
+    "default_strict",
+    "leaves_root",
+    "range_root",
+    "relaxed",
+]
 
 _CHUNK: Final = 1024
 _LEAF_CACHE_MAX: Final = 1 << 16
@@ -100,13 +109,31 @@ def range_root(
     ``read`` (the stored nodes, one call); every node over the range is recomputed. The
     result equals a signed root only if each given leaf is at its position in that tree.
     """
-    end = start + len(leaves)
+    return leaves_root(size, {start + i: leaf for i, leaf in enumerate(leaves)}, read)
+
+
+def leaves_root(
+    size: int,
+    known: dict[int, bytes],
+    read: Callable[[Sequence[tuple[int, int]]], list[bytes]],
+) -> bytes:
+    """Return the root of ``size`` leaves from the ``known`` leaves (position -> leaf hash).
+
+    A multi-leaf inclusion proof: every complete subtree holding none of the known
+    positions is read from the stored nodes (one ``read`` call), every subtree holding one
+    is recomputed. O(k log n) for k scattered leaves, O(k + log n) for a contiguous run. The
+    result equals a signed root only if every known leaf is at its position in that tree.
+    """
+    positions = sorted(known)
     need: list[tuple[int, int]] = []
+
+    def holds(lo: int, hi: int) -> bool:
+        i = bisect.bisect_left(positions, lo)
+        return i < len(positions) and positions[i] < hi
 
     def plan(level: int, index: int) -> None:
         lo = index << level
-        hi = lo + (1 << level)
-        if hi <= start or lo >= end:
+        if not holds(lo, lo + (1 << level)):
             need.append((level, index))
         elif level > 0:
             plan(level - 1, 2 * index)
@@ -121,12 +148,11 @@ def range_root(
             raise DecodeError("a stored tree node is not 32 bytes", step=5)
 
     def node(level: int, index: int) -> bytes:
-        lo = index << level
-        hi = lo + (1 << level)
-        if hi <= start or lo >= end:
-            return got[(level, index)]
+        found = got.get((level, index))
+        if found is not None:
+            return found
         if level == 0:
-            return leaves[lo - start]
+            return known[index]
         return node_hash(node(level - 1, 2 * index), node(level - 1, 2 * index + 1))
 
     return merkle.root_from_subtrees([node(level, index) for level, index in tops])
@@ -515,6 +541,53 @@ class StrictReader:
         for pair in self.rows(branch, seq, seq + 1):
             return pair
         raise NotFoundError(f"no entry {seq} on branch {branch!r}")
+
+    def many(self, branch: str, seqs: Sequence[int]) -> dict[int, tuple[EntryRow, Entry]]:
+        """Return checked ``(row, entry)`` of scattered entries, proven together.
+
+        One read of the rows (with each one's predecessor, for its prev link), one multi-leaf
+        proof against the signed root: O(k log n) however far apart the k entries are.
+
+        Raises:
+            NotFoundError: if the branch has no entry at one of ``seqs``.
+            IntegrityError: if a check fails (naming that entry).
+        """
+        wanted = sorted(set(seqs))
+        if not wanted:
+            return {}
+        stored = self.store.branch(branch)
+        if wanted[0] < 0 or wanted[-1] >= stored.size:
+            bad = wanted[0] if wanted[0] < 0 else wanted[-1]
+            raise NotFoundError(f"no entry {bad} on branch {branch!r}")
+        own = self.own_from(branch)
+        head = self.head(branch, need=wanted[-1] + 1 if own is None else min(wanted[-1] + 1, own))
+        if own is None and wanted[-1] >= head.size:
+            raise _fail(6, branch, head.size, "the entry is covered by no signed checkpoint")
+        with_prev = sorted(set(wanted) | {s - 1 for s in wanted if s > 0})
+        rows = {r.seq: r for r in self.store.entry_rows(head.no, with_prev)}
+        for s in with_prev:
+            if s not in rows:
+                raise _fail(2, branch, s, "the entry is missing from the signed tree")
+        leaves: dict[int, bytes] = {s: leaf_hash(bytes(rows[s].data)) for s in with_prev}
+        signed = {s: h for s, h in leaves.items() if s < head.size}
+        if signed:
+            try:
+                got = leaves_root(head.size, signed, self._reader(head.no))
+            except (IntegrityError, KeyError) as e:
+                raise _fail(5, branch, None, "the stored tree cannot prove the entries") from e
+            except Exception as e:  # a missing node: StorageError from read_nodes
+                raise _fail(
+                    5, branch, None, f"the stored tree cannot prove the entries: {e}"
+                ) from e
+            if got != head.root:
+                # Name the entry: prove each alone (only on this failure path).
+                for s in sorted(signed):
+                    self._prove(head, s, [signed[s]])
+        out: dict[int, tuple[EntryRow, Entry]] = {}
+        for s in wanted:
+            prev = leaves.get(s - 1) if s > 0 else None
+            out[s] = (rows[s], self._decode(head, s, rows[s], prev))
+        return out
 
     def content(self, branch: str, row: EntryRow, entry: Entry) -> str | None:
         """(4) Return the checked content of an entry: None for an erased event or no event.
