@@ -962,6 +962,8 @@ class Ledger:
                     f"branch {branch!r}: the tree at size {last_size} no longer matches its "
                     "signed checkpoint (history was rewritten); refusing to append"
                 )
+            if last_size == row.size:  # nothing landed (a refused append inside a bulk)
+                return SignedHead(branch, row.no, row.size, root, last[2])
         cp = Checkpoint(branch_origin(self.origin, branch), row.size, TreeRoot(root))
         note = sign_checkpoint(cp, [signer])
         self.store.insert_checkpoint(row.no, row.size, root, note)

@@ -186,3 +186,27 @@ def test_trusted_state_catches_a_rollback_at_open(
         Ledger.open(ledger.path, trusted=TrustedState(state))
     assert e.value.step == 10
     Ledger.open(ledger.path).close()  # without the trusted state the old copy is consistent
+
+
+def test_a_refused_append_inside_bulk_seals_only_what_landed(ledger: Ledger, inputs: Any) -> None:
+    """A caller that catches a refused append inside bulk() still commits a sealed ledger."""
+    from memroot.ledger.entries import OpInput
+
+    bad = OpInput(
+        op_type="TOMBSTONE",
+        actor_id="dpo",
+        actor_type="HUMAN_USER",
+        namespace_id="ns-a",
+        payload={"target_event_id": "01900000-0000-7000-8000-000000000001"},
+        policy_version="p/1",
+    )
+    with ledger.bulk():
+        with pytest.raises(RefusedError):
+            ledger.append(bad)
+    assert head_size(ledger) == ledger.size() == 1
+    with ledger.bulk():
+        ledger.append(inputs.event(random.Random(1), 0))
+        with pytest.raises(RefusedError):
+            ledger.append(bad)
+    assert head_size(ledger) == ledger.size() == 2
+    assert audit(ledger.store, origin=ORIGIN, update_trusted=False).ok
