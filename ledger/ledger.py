@@ -448,11 +448,13 @@ class Ledger:
         return CheckedRow(Entry.from_bytes(row.data), content, row.erased_by)
 
     def read_many(
-        self, seqs: Sequence[int], branch: str = CANONICAL_BRANCH
+        self, seqs: Sequence[int], branch: str = CANONICAL_BRANCH, *, links: bool = True
     ) -> dict[int, CheckedRow]:
         """Return scattered entries with their content, ``{seq: row}`` (checked when strict).
 
-        When strict, all of them are proven in the signed tree with one multi-leaf proof.
+        When strict, all of them are proven in the signed tree with one multi-leaf proof;
+        ``links=False`` skips comparing each prev with the entry before (for entries that
+        are inputs of a check rather than served).
 
         Raises:
             NotFoundError: if one of ``seqs`` is not an entry of the branch.
@@ -464,7 +466,7 @@ class Ledger:
         with self.store.read():
             return {
                 s: CheckedRow(e, checks.content(branch, row, e), row.erased_by)
-                for s, (row, e) in checks.many(branch, seqs).items()
+                for s, (row, e) in checks.many(branch, seqs, links=links).items()
             }
 
     def read_range(

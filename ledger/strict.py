@@ -542,10 +542,13 @@ class StrictReader:
             return pair
         raise NotFoundError(f"no entry {seq} on branch {branch!r}")
 
-    def many(self, branch: str, seqs: Sequence[int]) -> dict[int, tuple[EntryRow, Entry]]:
+    def many(
+        self, branch: str, seqs: Sequence[int], *, links: bool = True
+    ) -> dict[int, tuple[EntryRow, Entry]]:
         """Return checked ``(row, entry)`` of scattered entries, proven together.
 
-        One read of the rows (with each one's predecessor, for its prev link), one multi-leaf
+        One read of the rows (with each one's predecessor, for its prev link, unless
+        ``links`` is off: the prev is inside the proven bytes either way), one multi-leaf
         proof against the signed root: O(k log n) however far apart the k entries are.
 
         Raises:
@@ -563,7 +566,7 @@ class StrictReader:
         head = self.head(branch, need=wanted[-1] + 1 if own is None else min(wanted[-1] + 1, own))
         if own is None and wanted[-1] >= head.size:
             raise _fail(6, branch, head.size, "the entry is covered by no signed checkpoint")
-        with_prev = sorted(set(wanted) | {s - 1 for s in wanted if s > 0})
+        with_prev = sorted(set(wanted) | {s - 1 for s in wanted if s > 0 and links})
         rows = {r.seq: r for r in self.store.entry_rows(head.no, with_prev)}
         for s in with_prev:
             if s not in rows:

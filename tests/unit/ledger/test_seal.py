@@ -200,9 +200,8 @@ def test_a_refused_append_inside_bulk_seals_only_what_landed(ledger: Ledger, inp
         payload={"target_event_id": "01900000-0000-7000-8000-000000000001"},
         policy_version="p/1",
     )
-    with ledger.bulk():
-        with pytest.raises(RefusedError):
-            ledger.append(bad)
+    with ledger.bulk(), pytest.raises(RefusedError):
+        ledger.append(bad)
     assert head_size(ledger) == ledger.size() == 1
     with ledger.bulk():
         ledger.append(inputs.event(random.Random(1), 0))
