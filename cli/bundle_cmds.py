@@ -6,7 +6,13 @@ from pathlib import Path
 
 import click
 
-from memroot.cli.commands import open_ledger, print_report, witness_options
+from memroot.cli.commands import (
+    open_ledger,
+    open_reader,
+    print_report,
+    strict_option,
+    witness_options,
+)
 from memroot.cli.main import Context, cli, emit, pass_ctx, progress_bar
 from memroot.ledger.audit import TilesSource, WitnessPolicy, audit_bundle, audit_tiles, open_bundle
 from memroot.ledger.bundle import export_bundle
@@ -30,22 +36,33 @@ _TRUSTED_HELP = (
     is_flag=True,
     help="Do not sign a fresh checkpoint first (entries after the newest one stay unsigned).",
 )
+@strict_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
-def export_cmd(ctx: Context, out: Path, no_sign: bool, as_json: bool) -> None:
+def export_cmd(ctx: Context, out: Path, no_sign: bool, no_strict: bool, as_json: bool) -> None:
     """Write an auditor's bundle: entries, content, checkpoints, keys and a manifest.
 
     OUT is a new directory; it appears only once complete. Hand it to an auditor with the
-    verifier key (`memroot vkey`); they check it with `memroot audit OUT --vkey KEY`.
+    verifier key (`memroot vkey`); they check it with `memroot audit OUT --vkey KEY`. Every
+    entry and content is checked against the signed checkpoints before anything is written
+    (strict read), all from one read transaction.
 
     Example: memroot -l agent.ledger export audit-2026-05 --json
     """
     from memroot.cli import hooks
 
-    with open_ledger(ctx) as ledger:
-        manifest = export_bundle(
-            ledger, out, sections=hooks.bundle_sections(ledger), sign=not no_sign
-        )
+    with open_reader(ctx, no_strict) as ledger:
+        if not no_sign:
+            for b in ledger.store.branches():
+                head = ledger.head_checkpoint(b.name)
+                if head is None or head.checkpoint.size != b.size:
+                    ledger.checkpoint(b.name)  # a ledger written before every append was sealed
+        with ledger.store.read():
+            if ledger.strict:
+                ledger.check_all()
+            manifest = export_bundle(
+                ledger, out, sections=hooks.bundle_sections(ledger), sign=False
+            )
     data = {
         "bundle": str(out),
         "origin": manifest.origin,

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import apsw
 import click
 from click.core import ParameterSource
 
@@ -208,6 +209,10 @@ class _Group(click.Group):
             except MemrootError as e:
                 click.echo(f"error: {e}", err=True)
                 ctx.exit(_exit_code(e))
+            except (apsw.CorruptError, apsw.NotADBError) as e:
+                # Pages that do not read back: the file's fault, an integrity finding (exit 1).
+                click.echo(f"error: the ledger file is a corrupt SQLite file: {e}", err=True)
+                ctx.exit(EXIT_INTEGRITY)
             finally:
                 for w in caught:
                     if issubclass(w.category, WitnessWarning):

@@ -6,7 +6,7 @@ import datetime as dt
 
 import click
 
-from memroot.cli.commands import open_ledger
+from memroot.cli.commands import open_ledger, open_reader, strict_option
 from memroot.cli.main import Context, branch_option, cli, emit, pass_ctx
 from memroot.ledger.errors import ValidationError
 from memroot.ledger.vocab import EpistemicType, LifecycleState, MemoryType
@@ -14,6 +14,7 @@ from memroot.projections import query as memq
 from memroot.projections.epistemic import RetrievalMode
 from memroot.projections.hook import sync
 from memroot.projections.replay import rebuild as rebuild_state
+from memroot.projections.strict_rows import check_objects
 from memroot.projections.why import why as why_object
 
 __all__ = ["query_cmd", "rebuild_cmd", "why_cmd"]
@@ -75,6 +76,7 @@ def _short(text: str, width: int = 70) -> str:
     metavar="NAME",
     help="Rank for this git branch (seed 003 score, base confidence x salience).",
 )
+@strict_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
 def query_cmd(
@@ -92,6 +94,7 @@ def query_cmd(
     branch: str,
     anchor: str | None,
     git_branch: str | None,
+    no_strict: bool,
     as_json: bool,
 ) -> None:
     """Retrieve memory objects, most recently changed first, with RFC-0003 flags and conflicts.
@@ -122,7 +125,7 @@ def query_cmd(
         anchor=anchor,
         git_branch=git_branch,
     )
-    with open_ledger(ctx) as ledger:
+    with open_reader(ctx, no_strict) as ledger:
         size = ledger.size(branch)
         if as_of is not None and as_of >= size:
             raise ValidationError(
@@ -130,7 +133,10 @@ def query_cmd(
             )
         sync(ledger)
         with ledger.store.read() as db:
+            if ledger.strict:
+                ledger.check_heads()
             results = memq.query(db, q)
+            check_objects(ledger, [r.object for r in results], branch)
 
     def human() -> None:
         for r in results:
@@ -152,9 +158,10 @@ def query_cmd(
 @cli.command("why")
 @click.argument("object_id")
 @branch_option
+@strict_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (hashes and proofs in hex).")
 @pass_ctx
-def why_cmd(ctx: Context, object_id: str, branch: str, as_json: bool) -> None:
+def why_cmd(ctx: Context, object_id: str, branch: str, no_strict: bool, as_json: bool) -> None:
     """Show why memory holds an object: every operation and evidence event, each proven.
 
     Each entry comes with its seq, entry hash and an RFC 9162 inclusion proof against the
@@ -172,10 +179,12 @@ def why_cmd(ctx: Context, object_id: str, branch: str, as_json: bool) -> None:
         return
     from memroot.receipts import readers
 
-    with open_ledger(ctx) as ledger:
-        w = why_object(ledger, object_id, branch=branch)
-        states = object_states(ledger, object_id)
-        read_by = readers(ledger, object_id)
+    with open_reader(ctx, no_strict) as ledger:
+        sync(ledger, branch)
+        with ledger.store.read():
+            w = why_object(ledger, object_id, branch=branch)
+            states = object_states(ledger, object_id)
+            read_by = readers(ledger, object_id)
     data = {**w.to_dict(), "states": states[0], "read_by": read_by}
 
     def human() -> None:

@@ -411,14 +411,13 @@ def submit(
     return out
 
 
-def after_checkpoint(ledger: Ledger, signed: SignedCheckpoint) -> SignedCheckpoint:
-    """Submit what is pending and publish tiles, after checkpoint ``signed`` was committed.
+def after_commit(ledger: Ledger) -> list[Submission]:
+    """Submit every pending checkpoint and publish tiles, after a commit that signed one.
 
-    The one call the ledger makes after it signs a checkpoint; returns the checkpoint with
-    the cosignatures it gathered. It never raises for a witness or publication problem (the
-    checkpoint is committed and stays; the problem is recorded and retried later) but warns
-    with a ``WitnessWarning`` naming the witness and the error. When no witness and no
-    publication is configured it costs two small reads.
+    The call the ledger makes after every append transaction that sealed a checkpoint (and
+    ``after_checkpoint``'s first half). Never raises for a witness or publication problem:
+    it warns with a ``WitnessWarning``. When no witness and no publication is configured it
+    costs two small reads.
     """
     out: list[Submission] = []
     try:
@@ -441,6 +440,18 @@ def after_checkpoint(ledger: Ledger, signed: SignedCheckpoint) -> SignedCheckpoi
         publish_configured(ledger)
     except MemrootError as e:
         warnings.warn(WitnessWarning(f"publishing tiles failed: {e}"), stacklevel=2)
+    return out
+
+
+def after_checkpoint(ledger: Ledger, signed: SignedCheckpoint) -> SignedCheckpoint:
+    """Submit what is pending and publish tiles, after checkpoint ``signed`` was committed.
+
+    The call ``Ledger.checkpoint`` makes after it signs a checkpoint; returns the checkpoint
+    with the cosignatures it gathered. It never raises for a witness or publication problem
+    (the checkpoint is committed and stays; the problem is recorded and retried later) but
+    warns with a ``WitnessWarning`` naming the witness and the error.
+    """
+    out = after_commit(ledger)
     if not out:
         return signed
     try:

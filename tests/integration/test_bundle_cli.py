@@ -158,11 +158,14 @@ def test_rotate_key_then_audit_with_the_original_key(
 
 
 def test_key_file_readable_by_others_exits_5(tmp_path: Path, ledger: Path) -> None:
-    """A too-open key file stops export with exit 5 and a chmod 600 hint."""
+    """A too-open key file stops an append with exit 5 and a chmod 600 hint; export, which
+    only reads (every entry is already sealed), does not need the key."""
     os.chmod(f"{ledger}.key", 0o644)
-    result = run("-l", str(ledger), "export", str(tmp_path / "bundle"))
+    before = run("-l", str(ledger), "log", "--json").stdout
+    result = run("-l", str(ledger), "append", json.dumps(EVENT))
     assert result.exit_code == 5 and "chmod 600" in result.output
-    assert not (tmp_path / "bundle").exists()
+    assert run("-l", str(ledger), "log", "--json").stdout == before  # nothing was written
+    assert run("-l", str(ledger), "export", str(tmp_path / "bundle")).exit_code == 0
 
 
 @pytest.mark.parametrize("command", ["export", "audit", "import-bundle", "tiles", "rotate-key"])
