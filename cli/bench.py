@@ -211,7 +211,7 @@ def _memroot_batched(path: Path, n: int) -> dict[str, Any]:
     """Append ``n`` events in batches of ``BATCH`` to a new ledger; time construction apart."""
     build_s = append_s = 0.0
     batches: list[tuple[int, float]] = []
-    with Ledger.init(path) as ledger:
+    with Ledger.init(path, hooks=()) as ledger:
         for start in range(0, n, BATCH):
             t0 = time.perf_counter()
             items = _events(start, min(BATCH, n - start))
@@ -297,7 +297,7 @@ def _durable(work: Path, count: int) -> dict[str, Any]:
     mem_s = raw_s = 0.0
     db = _raw_db(work / "raw.db")
     try:
-        with Ledger.init(work / "durable.ledger") as ledger:
+        with Ledger.init(work / "durable.ledger", hooks=()) as ledger:
             no = ledger.branch_row().no
             for start in range(0, count, DURABLE_BLOCK):
                 items = _events(start, min(DURABLE_BLOCK, count - start))

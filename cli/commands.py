@@ -14,7 +14,15 @@ from typing import Any, BinaryIO
 import click
 
 from memroot.cli.main import Context, branch_option, cli, emit, pass_ctx, progress_bar
-from memroot.ledger.entries import Entry, EventInput, OpInput, check_uuid, new_uuid, parse_input
+from memroot.ledger.entries import (
+    Entry,
+    EventInput,
+    OpInput,
+    check_uuid,
+    new_uuid,
+    parse_input,
+    parse_json,
+)
 from memroot.ledger.errors import DecodeError, ValidationError
 from memroot.ledger.ledger import Appended, Ledger
 from memroot.ledger.trust import TrustedState, default_trusted_path
@@ -55,7 +63,11 @@ def jsonable(value: Any) -> Any:
 
 
 def _ts_text(ts: int) -> str:
-    return dt.datetime.fromtimestamp(ts / 1e6, dt.UTC).isoformat(timespec="microseconds")
+    try:
+        return dt.datetime.fromtimestamp(ts / 1e6, dt.UTC).isoformat(timespec="microseconds")
+    except (OverflowError, ValueError, OSError):
+        # An entry written before ts had bounds (docs/FORMAT.md "Time") still lists.
+        return f"{ts} us (outside the calendar)"
 
 
 def _appended_json(a: Appended) -> dict[str, Any]:
@@ -89,9 +101,9 @@ def _at_anchor(item: EventInput | OpInput, anchor: str | None) -> EventInput | O
 
 def _parse_json_line(text: str, where: str) -> EventInput | OpInput:
     try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise DecodeError(f"{where}: not valid JSON: {e}") from e
+        obj = parse_json(text)
+    except DecodeError as e:
+        raise DecodeError(f"{where}: {e}") from e
     try:
         return parse_input(obj)
     except ValidationError as e:

@@ -133,7 +133,7 @@ def test_tiles_of_another_tree_are_refused(tmp_path: Path, ledger_path: Path) ->
 def test_entries_over_65535_bytes_are_refused(tmp_path: Path, make_ledger: Any) -> None:
     """tlog-tiles bundles use uint16 lengths: a larger entry is refused, naming it."""
     path = make_ledger(tmp_path, 3, origin=ORIGIN)
-    with Ledger.open(path) as ledger:
+    with Ledger.open(path, hooks=()) as ledger:
         big = ledger.append(
             OpInput(
                 op_type="ASSERT",

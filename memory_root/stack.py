@@ -1,0 +1,67 @@
+"""The default hook stack: what every ledger opened without explicit hooks validates.
+
+``Ledger.open(path)`` and ``Ledger.init(path)`` install ``default_hooks()`` (the ledger names
+this factory in ``memroot.ledger.ledger.DEFAULT_HOOKS`` and imports it only when it opens a
+ledger, so the ledger layer imports nothing above it). The CLI installs the same list
+(``memroot.cli.hooks.default_hooks``), so the library and the command line validate an
+append identically.
+"""
+
+from __future__ import annotations
+
+import apsw
+
+from memroot.ledger.entries import Entry, Kind, OpInput
+from memroot.ledger.errors import RefusedError
+from memroot.ledger.ledger import AppendHook, Ledger
+from memroot.ledger.vocab import OpType
+
+__all__ = ["default_hooks"]
+
+
+def default_hooks() -> list[AppendHook]:
+    """Return the append hooks of every layer, in the order they must fold an entry."""
+    from memroot.memory_root.branches import BranchRegistry
+    from memroot.memory_root.hook import RootsHook
+    from memroot.projections.anchors import ConversationTree
+    from memroot.projections.gitctx import GitContextHook
+    from memroot.projections.hook import MemoryHook
+
+    # RootsHook last: an automatic snapshot is taken after every other layer folded the entry.
+    # FalsifyHook after MemoryHook (objects' state column) and before RootsHook.
+    return [
+        BranchRegistry(),
+        ConversationTree(),
+        GitContextHook(),
+        MemoryHook(),
+        _cascade_guarded(),
+        RootsHook(),
+    ]
+
+
+def _cascade_guarded() -> AppendHook:
+    """Return the falsification hook, refusing a CASCADE that ``Falsifier.cascade`` did not plan.
+
+    A CASCADE is reserved (``RESERVED_OPS``); the falsification layer announces the one it
+    writes to its hook (``FalsifyHook.expect``) right before the append, so an unannounced
+    one came from a caller.
+    """
+    from memroot.memory_root.falsify import FalsifyHook
+
+    class CascadeGuard(FalsifyHook):
+        """``FalsifyHook`` that refuses a CASCADE nobody announced with ``expect``."""
+
+        def apply(
+            self, db: apsw.Connection, ledger: Ledger, entry: Entry, content: str | None
+        ) -> list[OpInput]:
+            """Refuse an unannounced CASCADE; fold everything else as ``FalsifyHook``."""
+            if entry.kind is Kind.OP and entry.type == OpType.CASCADE:
+                memo = self._memo
+                if memo is None or memo[0] != entry.branch or memo[1] != entry.prev:
+                    raise RefusedError(
+                        "CASCADE is written only by memroot itself (use memroot cascade); it "
+                        "cannot be appended directly"
+                    )
+            return super().apply(db, ledger, entry, content)
+
+    return CascadeGuard()
