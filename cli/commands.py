@@ -15,6 +15,8 @@ import click
 
 from memroot.cli.main import Context, branch_option, cli, emit, pass_ctx, progress_bar
 from memroot.ledger.entries import (
+    MAX_SEQ,
+    MAX_SNAPSHOT_EVERY,
     Entry,
     EventInput,
     OpInput,
@@ -32,6 +34,7 @@ __all__ = ["jsonable", "open_ledger"]
 
 IMPORT_BATCH = 1000
 MAX_JSON_LINE = 32 * 1024 * 1024
+MAX_LOG_LIMIT = 100_000
 
 
 def open_ledger(ctx: Context) -> Ledger:
@@ -116,7 +119,7 @@ def _parse_json_line(text: str, where: str) -> EventInput | OpInput:
 )
 @click.option(
     "--snapshot-every",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, MAX_SNAPSHOT_EVERY),
     default=1000,
     show_default=True,
     help="Take a memory_root snapshot every N entries (recorded in genesis).",
@@ -273,8 +276,8 @@ def _entry_summary(e: Entry) -> dict[str, Any]:
 
 
 @cli.command()
-@click.option("--start", type=click.IntRange(min=0), default=0, help="First seq.")
-@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--start", type=click.IntRange(0, MAX_SEQ), default=0, help="First seq.")
+@click.option("--limit", type=click.IntRange(1, MAX_LOG_LIMIT), default=50, show_default=True)
 @branch_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
@@ -296,7 +299,7 @@ def log(ctx: Context, start: int, limit: int, branch: str, as_json: bool) -> Non
 
 
 @cli.command()
-@click.argument("seq", type=click.IntRange(min=0))
+@click.argument("seq", type=click.IntRange(0, MAX_SEQ))
 @branch_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
@@ -358,16 +361,16 @@ def vkey(ctx: Context, as_json: bool) -> None:
 
 
 @cli.command()
-@click.option("--index", type=click.IntRange(min=0), help="Prove inclusion of this entry.")
+@click.option("--index", type=click.IntRange(0, MAX_SEQ), help="Prove inclusion of this entry.")
 @click.option(
     "--size",
-    type=click.IntRange(min=0),
+    type=click.IntRange(0, MAX_SEQ + 1),
     help="Tree size of a signed checkpoint (default: the current tree).",
 )
 @click.option(
     "--consistency",
     nargs=2,
-    type=click.IntRange(min=0),
+    type=click.IntRange(0, MAX_SEQ + 1),
     help="Prove that tree SIZE1 is a prefix of tree SIZE2.",
 )
 @branch_option

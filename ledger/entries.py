@@ -40,6 +40,7 @@ __all__ = [
     "MAX_CONTENT_BYTES",
     "MAX_JSON_DEPTH",
     "MAX_SEQ",
+    "MAX_SNAPSHOT_EVERY",
     "PREV_OFFSET",
     "RESERVED_OPS",
     "TS_MAX_AHEAD_US",
@@ -71,6 +72,8 @@ _BRANCH_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 _MAX_TS: Final = 2**63 - 1
 MAX_SEQ: Final = 2**40 - 1
 """The largest seq a branch can hold (the store keys an entry by branch number and 40 bits)."""
+MAX_SNAPSHOT_EVERY: Final = 1_000_000
+"""The largest automatic snapshot cadence (``snapshot_every``) a ledger may record."""
 MAX_JSON_DEPTH: Final = 32
 """How deeply JSON input (``append``/``import``) may nest arrays and objects."""
 TS_MAX_AHEAD_US: Final = 3_600 * 1_000_000

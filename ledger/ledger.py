@@ -25,6 +25,7 @@ from memroot.ledger import merkle
 from memroot.ledger.entries import (
     CANONICAL_BRANCH,
     FORMAT_VERSION,
+    MAX_SNAPSHOT_EVERY,
     ZERO_HASH,
     Entry,
     EventInput,
@@ -197,9 +198,10 @@ class Ledger:
                 f"origin {origin!r} must be 1-200 characters of letters, digits and ._:/-",
                 field="origin",
             )
-        if type(snapshot_every) is not int or snapshot_every < 1:
+        if type(snapshot_every) is not int or not 1 <= snapshot_every <= MAX_SNAPSHOT_EVERY:
             raise ValidationError(
-                "snapshot_every must be a positive integer", field="snapshot_every"
+                f"snapshot_every must be an integer from 1 to {MAX_SNAPSHOT_EVERY}",
+                field="snapshot_every",
             )
         if path.exists():
             raise StorageError(f"{path} already exists; refusing to overwrite a ledger")

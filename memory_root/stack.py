@@ -9,59 +9,66 @@ append identically.
 
 from __future__ import annotations
 
+from typing import Any
+
 import apsw
 
-from memroot.ledger.entries import Entry, Kind, OpInput
+from memroot.ledger.entries import RESERVED_OPS, Entry, Kind, OpInput
 from memroot.ledger.errors import RefusedError
 from memroot.ledger.ledger import AppendHook, Ledger
 from memroot.ledger.vocab import OpType
 
-__all__ = ["default_hooks"]
+__all__ = ["CascadeGuard", "default_hooks"]
 
 
 def default_hooks() -> list[AppendHook]:
     """Return the append hooks of every layer, in the order they must fold an entry."""
     from memroot.memory_root.branches import BranchRegistry
+    from memroot.memory_root.falsify import FalsifyHook
     from memroot.memory_root.hook import RootsHook
     from memroot.projections.anchors import ConversationTree
     from memroot.projections.gitctx import GitContextHook
     from memroot.projections.hook import MemoryHook
 
-    # RootsHook last: an automatic snapshot is taken after every other layer folded the entry.
+    falsify = FalsifyHook()
+    # The guard first, so a refused CASCADE is refused before any layer reads it. RootsHook
+    # last: an automatic snapshot is taken after every other layer folded the entry.
     # FalsifyHook after MemoryHook (objects' state column) and before RootsHook.
     return [
+        CascadeGuard(falsify),
         BranchRegistry(),
         ConversationTree(),
         GitContextHook(),
         MemoryHook(),
-        _cascade_guarded(),
+        falsify,
         RootsHook(),
     ]
 
 
-def _cascade_guarded() -> AppendHook:
-    """Return the falsification hook, refusing a CASCADE that ``Falsifier.cascade`` did not plan.
+class CascadeGuard:
+    """Refuse a CASCADE that ``Falsifier.cascade`` did not announce to its hook.
 
     A CASCADE is reserved (``RESERVED_OPS``); the falsification layer announces the one it
-    writes to its hook (``FalsifyHook.expect``) right before the append, so an unannounced
-    one came from a caller.
+    writes (``FalsifyHook.expect``) right before the append, so an unannounced one came from
+    a caller.
     """
-    from memroot.memory_root.falsify import FalsifyHook
 
-    class CascadeGuard(FalsifyHook):
-        """``FalsifyHook`` that refuses a CASCADE nobody announced with ``expect``."""
+    def __init__(self, falsify: Any) -> None:
+        """Watch ``falsify`` (the stack's ``FalsifyHook``) for announced cascades."""
+        self.falsify = falsify
 
-        def apply(
-            self, db: apsw.Connection, ledger: Ledger, entry: Entry, content: str | None
-        ) -> list[OpInput]:
-            """Refuse an unannounced CASCADE; fold everything else as ``FalsifyHook``."""
-            if entry.kind is Kind.OP and entry.type == OpType.CASCADE:
-                memo = self._memo
-                if memo is None or memo[0] != entry.branch or memo[1] != entry.prev:
-                    raise RefusedError(
-                        "CASCADE is written only by memroot itself (use memroot cascade); it "
-                        "cannot be appended directly"
-                    )
-            return super().apply(db, ledger, entry, content)
+    def install(self, db: apsw.Connection) -> None:
+        """Nothing to create."""
 
-    return CascadeGuard()
+    def apply(
+        self, db: apsw.Connection, ledger: Ledger, entry: Entry, content: str | None
+    ) -> list[OpInput]:
+        """Refuse an unannounced CASCADE (nothing is written); pass every other entry."""
+        if entry.kind is Kind.OP and entry.type == OpType.CASCADE:
+            memo = getattr(self.falsify, "_memo", None)
+            if memo is None or memo[0] != entry.branch or memo[1] != entry.prev:
+                raise RefusedError(
+                    f"CASCADE is written only by memroot itself (use {RESERVED_OPS['CASCADE']}); "
+                    "it cannot be appended directly"
+                )
+        return []
