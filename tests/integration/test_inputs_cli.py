@@ -308,3 +308,39 @@ def test_erasure_note_names_the_erased_entry_and_the_erasing_one(ledger: Path) -
     notes = [n for n in json.loads(r.stdout)["notes"] if "erased by" in n["message"]]
     assert [n["seq"] for n in notes] == [erased_seq]
     assert f"content of entry {erased_seq} erased by entry {tomb_seq}" in notes[0]["message"]
+
+
+def test_log_and_show_survive_an_entry_written_before_ts_had_bounds(
+    ledger: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An old entry with ts in year 287168 lists and shows (no 'year out of range' crash)."""
+    import memroot.ledger.ledger as ledger_module
+
+    far = 9_000_000_000_000_000_000
+    monkeypatch.setattr(ledger_module, "now_us", lambda: far)  # the clock of an older release
+    with Ledger.open(ledger, hooks=()) as led:
+        seq = led.append(
+            ledger_module.EventInput(**{k: v for k, v in EVENT.items() if k != "kind"}, ts=far)
+        ).seq
+    monkeypatch.undo()
+    r = run(ledger, "log")
+    assert r.exit_code == 0 and "outside the calendar" in r.stdout
+    assert run(ledger, "show", str(seq)).exit_code == 0
+
+
+def test_branch_list_survives_a_branch_recorded_before_expiry_had_bounds(
+    ledger: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stored branch with 100000000 expiry days lists, shows and closes."""
+    import memroot.memory_root.branches as branches
+
+    monkeypatch.setattr(branches, "MAX_EXPIRY_DAYS", 10**9)
+    with Ledger.open(ledger) as led:
+        _, genesis = branches.create_branch(
+            led, branch_type="SIMULATION", purpose="p", actor_id="u", expiry_days=100_000_000
+        )
+    monkeypatch.undo()
+    r = run(ledger, "branch", "list")
+    assert r.exit_code == 0 and genesis.branch in r.stdout
+    assert run(ledger, "branch", "show", genesis.branch).exit_code == 0
+    assert run(ledger, "branch", "close", genesis.branch, "--reason", "r").exit_code == 0
