@@ -184,6 +184,8 @@ class Ledger:
     ) -> Ledger:
         """Create a ledger file, its Ed25519 key, the genesis entry and a first checkpoint.
 
+        ``hooks`` as in ``open``: None installs the default hooks, ``()`` none.
+
         Raises:
             StorageError: if the ledger file exists or cannot be created.
             KeyFileError: if the key file exists or cannot be written.
@@ -604,6 +606,8 @@ class Ledger:
         target_type: str | None = None,
     ) -> Appended:
         """Append an operation recorded by memroot itself (actor ``memroot``, SYSTEM_PROCESS).
+
+        A type in ``RESERVED_OPS`` is still refused: the attribution is no permission.
 
         Raises:
             RefusedError, StorageError: as ``append``.

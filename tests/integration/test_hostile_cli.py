@@ -155,6 +155,15 @@ def _commands(ledger: Path, tmp: Path) -> st.SearchStrategy[list[str]]:
         cmd("audit", st.sampled_from([out, str(tmp / "missing"), str(ledger)]), "--vkey", texts),
         cmd("tiles", str(tmp / "tiles")),
         cmd("init", "--snapshot-every", ints),
+        cmd("import", st.sampled_from([str(tmp / f"lines{i}.jsonl") for i in range(3)])),
+        cmd(
+            "selfmodel", "record", st.sampled_from([str(tmp / f"lines{i}.jsonl") for i in range(3)])
+        ),
+        cmd("import-bundle", st.sampled_from([out, str(tmp / "missing")]), "--vkey", texts),
+        cmd("rotate-key"),
+        # bench runs for as long as it is asked to: only values it must refuse up front
+        cmd("bench", "--sizes", st.sampled_from(["", "x", "-5", "0", "1,,2", "1e3"])),
+        cmd("bench", "--durable", st.sampled_from(["0", "-1", "x"])),
     )
 
 
@@ -198,6 +207,11 @@ def test_every_command_survives_hostile_values(seeded: Path, tmp_path_factory: A
     shutil.copy(seeded, ledger)
     shutil.copy(f"{seeded}.key", f"{ledger}.key")
     (work / "out").mkdir(exist_ok=True)
+    (work / "lines0.jsonl").write_bytes(b"\xff\xfe not utf-8\n")
+    (work / "lines1.jsonl").write_text(
+        json.dumps(EVENT) + "\n" + '{"kind": "event", "kind": "op"}\n' + "[" * 100_000 + "\n"
+    )
+    (work / "lines2.jsonl").write_text(json.dumps({**EVENT, "ts": 2**70}) + "\n")
     runner = CliRunner(env={"MEMROOT_TRUSTED": str(work / "trusted.json")})
 
     @settings(
