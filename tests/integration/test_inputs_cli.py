@@ -279,8 +279,11 @@ def test_default_query_leaves_out_falsified_and_flags_stale(ledger: Path) -> Non
     event = _event_id(ledger)
     wrong = _assert(ledger, event, "Alice takes sugar")
     unsure = _assert(ledger, event, "Alice takes milk")
+    before = _size(ledger) - 1
     assert run(ledger, "falsify", wrong, "--reason", "she said no").exit_code == 0
     assert run(ledger, "mark-stale", unsure, "--reason", "re-check").exit_code == 0
+    earlier = json.loads(run(ledger, "query", "--as-of", str(before), "--json").stdout)
+    assert {o["id"]: o["flags"] for o in earlier} == {wrong: [], unsure: []}  # live back then
     default = json.loads(run(ledger, "query", "--json").stdout)
     assert [(o["id"], o["flags"]) for o in default] == [(unsure, ["STALE"])]
     human = run(ledger, "query").stdout
