@@ -93,7 +93,7 @@ RESERVED_OPS: Final[dict[str, str]] = {
     OpType.BRANCH_MERGE.value: "memroot branch merge",
     OpType.BRANCH_POLICY.value: "memroot.memory_root.branches.set_branch_policy()",
     OpType.MERGE_OVERRIDE.value: "memroot branch merge --strategy PREFER_BRANCH",
-    OpType.INTEGRITY_CHECK.value: "memroot itself (no command writes it yet)",
+    OpType.INTEGRITY_CHECK.value: "memroot's own verification records (no command yet)",
 }
 """Operation types only memroot writes, each with the command that writes it.
 
@@ -339,7 +339,7 @@ def refuse_reserved(op: OpInput) -> None:
     # which recognise the cascade the falsification layer announced to its hook.
     if command is not None and not op._library and op.op_type != _CASCADE:
         raise RefusedError(
-            f"{op.op_type} is written only by memroot itself (use {command}); it cannot be "
+            f"{op.op_type} is written only by memroot itself (by: {command}); it cannot be "
             "appended directly"
         )
 

@@ -68,7 +68,7 @@ class CascadeGuard:
             memo = getattr(self.falsify, "_memo", None)
             if memo is None or memo[0] != entry.branch or memo[1] != entry.prev:
                 raise RefusedError(
-                    f"CASCADE is written only by memroot itself (use {RESERVED_OPS['CASCADE']}); "
+                    f"CASCADE is written only by memroot itself (by: {RESERVED_OPS['CASCADE']}); "
                     "it cannot be appended directly"
                 )
         return []

@@ -93,7 +93,7 @@ def _size(ledger: Path) -> int:
         ("BRANCH_MERGE", "memroot branch merge"),
         ("BRANCH_POLICY", "set_branch_policy"),
         ("MERGE_OVERRIDE", "memroot branch merge"),
-        ("INTEGRITY_CHECK", "memroot itself"),
+        ("INTEGRITY_CHECK", "memroot's own verification records"),
     ],
 )
 def test_append_refuses_reserved_operations_naming_the_command(

@@ -129,7 +129,7 @@ def test_a_cascade_is_refused_by_the_default_hooks(path: Path) -> None:
     """A hand-written CASCADE is refused by Ledger.open(path) (the default hook stack)."""
     with Ledger.open(path) as ledger:
         size = ledger.size()
-        with pytest.raises(RefusedError, match="use memroot cascade"):
+        with pytest.raises(RefusedError, match="by: memroot cascade"):
             ledger.append(_op("CASCADE", {"touched": []}))
         assert ledger.size() == size
 

@@ -275,7 +275,7 @@ def test_a_hand_made_branch_merge_of_a_sandbox_is_refused(w: World):
         payload={"branch_id": b, "items": []},
         policy_version="p/1",
     )
-    with pytest.raises(RefusedError, match="use memroot branch merge"):
+    with pytest.raises(RefusedError, match="by: memroot branch merge"):
         w.ledger.append(op)  # a caller never writes one (RESERVED_OPS)
     with pytest.raises(RefusedError, match="never merges"):
         w.ledger.append(_library_op(op))  # nor does memroot's own writer, for a SANDBOX
