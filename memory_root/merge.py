@@ -311,48 +311,45 @@ def merge_branch(
         ops += [make(by) for make in plan.ops]
         override = None
         if plan.overridden:
-            override = _library_op(
-                Ledger.system_op(
-                    OpType.MERGE_OVERRIDE,
-                    {
-                        "alert": "MERGE_OVERRIDE",
-                        "branch_id": branch,
-                        "target_branch_id": target,
-                        "merged_by": actor_id,
-                        "overridden": plan.overridden,
-                    },
-                    target_id=branch,
-                    target_type="BRANCH",
-                )
+            override = Ledger.system_op(
+                OpType.MERGE_OVERRIDE,
+                {
+                    "alert": "MERGE_OVERRIDE",
+                    "branch_id": branch,
+                    "target_branch_id": target,
+                    "merged_by": actor_id,
+                    "overridden": plan.overridden,
+                },
+                target_id=branch,
+                target_type="BRANCH",
             )
-            ops.append(override)
+            ops.append(_library_op(override))  # memroot's own (RESERVED_OPS)
         ops.append(
-            _library_op(
-                OpInput(
-                    op_type=OpType.BRANCH_MERGE.value,
-                    actor_id=actor_id,
-                    actor_type=actor_type,
-                    namespace_id=info.namespace_id,
-                    payload={
-                        "branch_id": branch,
-                        "target_branch_id": target,
-                        "merge_type": "SELECTIVE",
-                        "included_object_ids": ids,
-                        "conflict_resolution_policy": strategy,
-                        "merged_by": actor_id,
-                        "merged_at": dt.datetime.fromtimestamp(when / 1e6, dt.UTC).isoformat(),
-                        "fork_seq": fork.fork_seq,
-                        "reason": reason or f"selective merge of {len(ids)} object(s)",
-                        "items": [i.to_json() for i in plan.items],
-                        "entities_created": list(plan.entities),
-                        "divergence": div.to_json(),
-                    },
-                    policy_version=POLICY_VERSION,
-                    target_id=branch,
-                    target_type="BRANCH",
-                )
+            OpInput(
+                op_type=OpType.BRANCH_MERGE.value,
+                actor_id=actor_id,
+                actor_type=actor_type,
+                namespace_id=info.namespace_id,
+                payload={
+                    "branch_id": branch,
+                    "target_branch_id": target,
+                    "merge_type": "SELECTIVE",
+                    "included_object_ids": ids,
+                    "conflict_resolution_policy": strategy,
+                    "merged_by": actor_id,
+                    "merged_at": dt.datetime.fromtimestamp(when / 1e6, dt.UTC).isoformat(),
+                    "fork_seq": fork.fork_seq,
+                    "reason": reason or f"selective merge of {len(ids)} object(s)",
+                    "items": [i.to_json() for i in plan.items],
+                    "entities_created": list(plan.entities),
+                    "divergence": div.to_json(),
+                },
+                policy_version=POLICY_VERSION,
+                target_id=branch,
+                target_type="BRANCH",
             )
         )
+        _library_op(ops[-1])  # the BRANCH_MERGE: memroot's own (RESERVED_OPS)
         made = ledger.append_batch(ops, branch=target)
     override_seq = None
     if override is not None:
