@@ -468,8 +468,8 @@ def _find_entry(ledger: Ledger, ref: str, branch: str) -> tuple[str, int]:
     """
     if ref.isdigit():
         seq = int(ref)
-        if seq > MAX_SEQ:
-            raise ValidationError(f"seq must be at most {MAX_SEQ}, got {seq}", field="seq")
+        if seq > MAX_SEQ:  # a usage error (exit 2), like every out-of-range integer option
+            raise click.BadParameter(f"seq must be at most {MAX_SEQ}, got {seq}", param_hint="SEQ")
         return branch, seq
     entry_id = check_uuid(ref.lower(), "entry")
     found = ledger.find_event(entry_id)

@@ -80,7 +80,7 @@ def test_only_a_branch_origin_of_the_log_renames(origin: str) -> None:
 
 def test_a_ledger_fork_signs_with_the_branch_name(tmp_path: Path, inputs: Any) -> None:
     """A real ledger's branch checkpoint carries the branch-origin key name and verifies."""
-    with Ledger.init(tmp_path / "l.db", origin=LOG) as ledger:
+    with Ledger.init(tmp_path / "l.db", origin=LOG, hooks=()) as ledger:
         ledger.append_batch(inputs.mixed(3, seed=1))
         create = OpInput(
             op_type="BRANCH_CREATE",

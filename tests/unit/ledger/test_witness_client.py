@@ -44,20 +44,20 @@ def test_a_restored_copy_is_told_it_was_rolled_back(
     """A copy behind the witness learns (409 with a larger size) that it was rolled back."""
     url, wvkey, wdir = witness
     path = tmp_path / "l.db"
-    ledger = Ledger.init(path, origin=ORIGIN)
+    ledger = Ledger.init(path, origin=ORIGIN, hooks=())
     ledger.append_batch(inputs.mixed(2, seed=1))
     ledger.checkpoint()
     ledger.close()
     shutil.copy(path, tmp_path / "old.db")
     shutil.copy(f"{path}.key", tmp_path / "old.db.key")
-    ledger = Ledger.open(path)
+    ledger = Ledger.open(path, hooks=())
     Witness(wdir).add_log(ledger.vkey())  # `witness follow` while the server runs
     add_witness(ledger, url, wvkey)
     ledger.append_batch(inputs.mixed(4, seed=2))
     ledger.checkpoint()
     assert [s.status for s in submit(ledger)] == ["up to date"]
     ledger.close()
-    old = Ledger.open(tmp_path / "old.db")
+    old = Ledger.open(tmp_path / "old.db", hooks=())
     add_witness(old, url, wvkey)  # the copy knows nothing of the witness's state
     [s] = submit(old)
     assert s.status == "conflict" and "rolled back" in s.message and "size 7" in s.message
@@ -68,7 +68,7 @@ def test_cosignatures_land_in_the_stored_note(
 ) -> None:
     """Each submitted checkpoint's stored note gains exactly one valid cosignature line."""
     url, wvkey, wdir = witness
-    ledger = Ledger.init(tmp_path / "l.db", origin=ORIGIN)
+    ledger = Ledger.init(tmp_path / "l.db", origin=ORIGIN, hooks=())
     Witness(wdir).add_log(ledger.vkey())
     add_witness(ledger, url, wvkey)
     ledger.append_batch(inputs.mixed(3, seed=3))
@@ -85,7 +85,7 @@ def test_a_publication_failure_is_a_warning_not_a_failed_checkpoint(
     tmp_path: Path, inputs: Any
 ) -> None:
     """An entry too large for tiles stops the automatic publication with a warning only."""
-    ledger = Ledger.init(tmp_path / "l.db", origin=ORIGIN)
+    ledger = Ledger.init(tmp_path / "l.db", origin=ORIGIN, hooks=())
     set_publish(ledger, tmp_path / "www", ["main"])
     ledger.append(
         OpInput(
@@ -112,7 +112,7 @@ def test_a_branch_is_witnessed_under_its_own_origin_key(
     from memroot.ledger.note import Verifier
 
     url, wvkey, wdir = witness
-    ledger = Ledger.init(tmp_path / "l.db", origin=ORIGIN)
+    ledger = Ledger.init(tmp_path / "l.db", origin=ORIGIN, hooks=())
     create = OpInput(
         op_type="BRANCH_CREATE",
         actor_id="a",

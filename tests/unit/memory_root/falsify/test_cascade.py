@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memroot.ledger import encoding
-from memroot.ledger.entries import Entry, EventInput, Kind, OpInput
-from memroot.ledger.errors import NotFoundError, ValidationError
+from memroot.ledger.entries import Entry, EventInput, Kind, OpInput, _library_op
+from memroot.ledger.errors import NotFoundError, RefusedError, ValidationError
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.verify import verify_path
 from memroot.memory_root import Roots, RootsHook, SelfModel, StaticSelfModel
@@ -202,8 +202,9 @@ def test_bad_cascade_requests_are_refused_and_write_nothing(tmp_path: Path) -> N
 
 
 def test_a_forged_cascade_entry_is_refused(tmp_path: Path) -> None:
-    """A CASCADE whose lists differ from the cascade's plan (an item added to touched) is
-    refused at append, naming the field; so is one that is not first in its append."""
+    """A caller's CASCADE is refused as reserved; one that got past that (written as the
+    library's own) whose lists differ from the cascade's plan (an item added to touched) is
+    refused by the hook, naming the field; so is one that is not first in its append."""
     ledger, ids = _story(tmp_path / "a.ledger")
     with ledger:
         f = Falsifier(ledger)
@@ -214,7 +215,7 @@ def test_a_forged_cascade_entry_is_refused(tmp_path: Path) -> None:
             "touched": [*payload["touched"], {"type": OBJECT, "id": ids["o2"], "depth": 1}],
         }
 
-        def op(p: dict[str, Any]) -> OpInput:
+        def plain(p: dict[str, Any]) -> OpInput:
             return OpInput(
                 op_type="CASCADE",
                 actor_id="mallory",
@@ -226,7 +227,12 @@ def test_a_forged_cascade_entry_is_refused(tmp_path: Path) -> None:
                 target_type=OBJECT,
             )
 
+        def op(p: dict[str, Any]) -> OpInput:
+            return _library_op(plain(p))
+
         size = ledger.size()
+        with pytest.raises(RefusedError, match="written only by memroot itself"):
+            ledger.append(plain(payload))
         with pytest.raises(ValidationError) as e:
             ledger.append(op(forged))
         assert e.value.field == "payload.touched"
