@@ -65,6 +65,7 @@ def verify_rows(
     branch: str,
     expected_seq: int,
     prev: bytes,
+    compact_size: int,
     compact_hashes: list[bytes],
     caches: bool,
     no_tombstones: bool,

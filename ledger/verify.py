@@ -30,15 +30,16 @@ interior nodes, content addresses) apply to sources that keep such caches.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from memroot.ledger import merkle
+from memroot.ledger._backend import NATIVE as _N
 from memroot.ledger.entries import CANONICAL_BRANCH, ZERO_HASH, Entry, Kind
 from memroot.ledger.errors import DecodeError, IntegrityError, MemrootError, ProofError
-from memroot.ledger.hashing import content_commitment, content_digest, leaf_hash
+from memroot.ledger.hashing import EntryHash, content_commitment, content_digest, leaf_hash
 from memroot.ledger.note import Verifier, open_checkpoint
 from memroot.ledger.trust import TrustedLog, TrustedState
 from memroot.ledger.vocab import OpType
@@ -468,23 +469,45 @@ def audit_source(
             next_target = next(t_iter, None)
         pending_nodes: list[tuple[int, int, bytes]] = []
         try:
-            for row in store.iter_entry_rows(b.no):
-                leaf = _check_row(run, b.name, row, report, checks)
-                new_nodes = run.compact.append(leaf)
-                if run.caches and new_nodes:
-                    pending_nodes.extend(new_nodes)
-                    if len(pending_nodes) >= 4096:
-                        _check_nodes(store, b.no, b.name, pending_nodes, report)
-                        pending_nodes.clear()
-                if len(run.events) >= 4096:
-                    _check_event_index(store, b.no, b.name, run.events, report)
-                    run.events.clear()
-                while next_target is not None and run.compact.size == next_target:
-                    roots[next_target] = run.compact.root()
-                    next_target = next(t_iter, None)
-                done += 1
-                if progress is not None and done % 8192 == 0:
-                    progress(done, total)
+            for chunk in _chunks(store.iter_entry_rows(b.no)):
+                i = 0
+                while i < len(chunk):
+                    # The native core takes the plain rows of a run at once, stopping where
+                    # the code below has work to do; any other row takes the reference path.
+                    n, new_nodes = (
+                        _native_rows(
+                            run,
+                            b.name,
+                            chunk,
+                            i,
+                            checks,
+                            report,
+                            next_target,
+                            len(pending_nodes),
+                            8192 - done % 8192,
+                        )
+                        if _N is not None
+                        else (0, [])
+                    )
+                    if n == 0:
+                        leaf = _check_row(run, b.name, chunk[i], report, checks)
+                        new_nodes = run.compact.append(leaf)
+                        n = 1
+                    i += n
+                    if run.caches and new_nodes:
+                        pending_nodes.extend(new_nodes)
+                        if len(pending_nodes) >= 4096:
+                            _check_nodes(store, b.no, b.name, pending_nodes, report)
+                            pending_nodes.clear()
+                    if len(run.events) >= 4096:
+                        _check_event_index(store, b.no, b.name, run.events, report)
+                        run.events.clear()
+                    while next_target is not None and run.compact.size == next_target:
+                        roots[next_target] = run.compact.root()
+                        next_target = next(t_iter, None)
+                    done += n
+                    if progress is not None and done % 8192 == 0:
+                        progress(done, total)
         except MemrootError as e:
             # (1) an unreadable source (a damaged file or bundle) ends this branch's scan;
             # everything after it is unverified, and the report says where.
@@ -857,6 +880,93 @@ def _checkpoints(
             )
         )
     return out
+
+
+_CHUNK: Final = 4096
+_KIND_OF: Final = {k.value: k for k in Kind}
+
+
+def _chunks(rows: Iterable[RowLike]) -> Iterator[list[RowLike]]:
+    """Yield ``rows`` in lists of ``_CHUNK``; a read error comes after the rows read before it."""
+    buf: list[RowLike] = []
+    try:
+        for row in rows:
+            buf.append(row)
+            if len(buf) == _CHUNK:
+                yield buf
+                buf = []
+    except MemrootError:
+        if buf:
+            yield buf
+        raise
+    if buf:
+        yield buf
+
+
+def _native_rows(
+    run: _BranchRun,
+    branch: str,
+    chunk: list[RowLike],
+    start: int,
+    checks: Sequence[ReplayCheck],
+    report: AuditReport,
+    stop_size: int | None,
+    pending_nodes: int,
+    max_rows: int,
+) -> tuple[int, list[merkle.NewNode]]:
+    """Check the plain rows from ``chunk[start]`` on natively; return how many and their nodes.
+
+    A plain row is one ``_check_row`` would pass without a finding, only moving the branch's
+    state on (native/src/verify.rs). The native call stops after the row where the caller has
+    work (a checkpoint size, a full batch of nodes or events, a progress tick) and before any
+    row that is not plain, which the caller then checks with ``_check_row``. Steps 7-9 see the
+    same entries, in the same order.
+    """
+    assert _N is not None
+    n, prev, hashes, nodes, events, entries = _N.verify_rows(
+        chunk,
+        start,
+        max_rows,
+        branch,
+        run.expected_seq,
+        run.prev,
+        run.compact.size,
+        list(run.compact.hashes),
+        run.caches,
+        not run.tombstones,
+        stop_size,
+        4096 - pending_nodes,
+        4096 - len(run.events),
+        bool(checks),
+    )
+    if n == 0:
+        return 0, []
+    run.compact = merkle.CompactRange.from_hashes(run.compact.size + n, hashes)
+    run.prev = EntryHash(prev)
+    run.expected_seq += n
+    if run.caches:
+        run.events.extend(events)
+    run.event_count += len(events)
+    if entries:
+        kinds = _KIND_OF
+        for (v, e_prev, seq, name, ts, kind, type_, body, h), row in zip(
+            entries, chunk[start : start + n], strict=True
+        ):
+            entry = Entry(
+                v,
+                EntryHash(e_prev),
+                seq,
+                name,
+                ts,
+                kinds[kind],
+                type_,
+                body,
+                row.data,
+                EntryHash(h),
+            )
+            for check in checks:
+                check.feed(branch, entry, report)
+    return n, nodes
 
 
 def _check_row(

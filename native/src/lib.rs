@@ -283,13 +283,13 @@ fn row_obj<'py>(row: &Bound<'py, PyAny>) -> Option<RowObj<'py>> {
 ///
 /// Checks `rows[start:]`, at most `max_rows`, while every row is plain (see `verify.rs`) and
 /// no limit is reached: the compact range reaching `stop_size`, `node_room` completed nodes
-/// (with caches), `event_room` listed events. Returns `(count, prev, compact_hashes, nodes,
-/// events, entries)`: the new chain head and right edge, the completed nodes, the `(event id,
-/// seq)` of each event (with caches) and, when `want_entries`, each row's decoded entry as
-/// `decode_entry` gives it. Rows are hashed and decoded with the GIL released.
+/// (with caches), `event_room` listed events (with caches). Returns `(count, prev,
+/// compact_hashes, nodes, events, entries)`: the new chain head and right edge, the completed
+/// nodes, the `(event id, seq)` of each event and, when `want_entries`, each row's decoded
+/// entry as `decode_entry` gives it. Rows are hashed and decoded with the GIL released.
 #[pyfunction]
-#[pyo3(signature = (rows, start, max_rows, branch, expected_seq, prev, compact_hashes, caches,
-    no_tombstones, stop_size, node_room, event_room, want_entries))]
+#[pyo3(signature = (rows, start, max_rows, branch, expected_seq, prev, compact_size,
+    compact_hashes, caches, no_tombstones, stop_size, node_room, event_room, want_entries))]
 #[allow(clippy::too_many_arguments)]
 fn verify_rows<'py>(
     py: Python<'py>,
@@ -299,6 +299,7 @@ fn verify_rows<'py>(
     branch: &str,
     expected_seq: u64,
     prev: &[u8],
+    compact_size: u64,
     compact_hashes: &Bound<'py, PyList>,
     caches: bool,
     no_tombstones: bool,
@@ -313,8 +314,7 @@ fn verify_rows<'py>(
         expected_seq,
         prev: hash32(prev, "prev")?,
         compact: merkle::CompactRange {
-            // The right edge of a tree of `expected_seq` leaves (the rows before).
-            size: expected_seq,
+            size: compact_size,
             hashes,
         },
         caches,
@@ -323,8 +323,8 @@ fn verify_rows<'py>(
         node_room,
         event_room,
     };
-    if u64::from(expected_seq.count_ones()) != run.compact.hashes.len() as u64 {
-        return reject("compact range does not match the expected seq");
+    if u64::from(compact_size.count_ones()) != run.compact.hashes.len() as u64 {
+        return reject("compact range hashes do not match its size");
     }
     let mut objs: Vec<RowObj<'py>> = Vec::new();
     for item in rows.iter().skip(start).take(max_rows) {
@@ -349,7 +349,7 @@ fn verify_rows<'py>(
     let mut events: Vec<(&str, u64)> = Vec::new();
     let entries = PyList::empty(py);
     for (c, o) in checked.iter().zip(&objs) {
-        if let (Some(id), true) = (c.event_id, caches) {
+        if let Some(id) = c.event_id {
             events.push((id, o.seq));
         }
         if want_entries {
