@@ -13,10 +13,15 @@ Native functions never decide an error: where the reference raises, they raise
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from typing import Final, Literal
 
-__all__ = ["BACKEND", "NATIVE", "describe"]
+__all__ = ["BACKEND", "NATIVE", "describe", "reference"]
+
+_USERS: Final = ("encoding", "hashing", "entries", "merkle", "verify")
+"""The modules of memroot.ledger that call the native core (each as ``_N``)."""
 
 _CHOICE: Final = os.environ.get("MEMROOT_BACKEND", "").strip().lower()
 if _CHOICE not in ("", "native", "python"):
@@ -47,3 +52,23 @@ def describe() -> str:
     if _CHOICE == "python":
         return "pure Python (MEMROOT_BACKEND=python)"
     return "pure Python (native core not built)"
+
+
+@contextlib.contextmanager
+def reference() -> Iterator[None]:
+    """Run the pure-Python reference inside the block, whatever ``BACKEND`` says.
+
+    For the differential tests (both backends in one process) and for checking a suspect
+    result by hand. Not thread-safe: it switches the whole process.
+    """
+    import importlib
+
+    modules = [importlib.import_module(f"memroot.ledger.{name}") for name in _USERS]
+    saved = [m._N for m in modules]
+    for m in modules:
+        m._N = None  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        for m, n in zip(modules, saved, strict=True):
+            m._N = n  # type: ignore[attr-defined]
