@@ -39,7 +39,7 @@ import apsw
 import click
 
 from memroot.cli.main import cli
-from memroot.ledger import merkle
+from memroot.ledger import _backend, merkle
 from memroot.ledger.entries import EventInput
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.vocab import ActorType, Role
@@ -479,6 +479,7 @@ def machine_info(work: Path | None = None) -> dict[str, Any]:
         "sqlite_stdlib": sqlite3.sqlite_version,
         "pymerkle": pymerkle_version,
         "loadavg_start": list(os.getloadavg()),
+        "backend": _backend.BACKEND,
     }
     if work is not None:
         info["tmpdir"] = str(work.parent)

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import click
 
+from memroot.ledger import _backend
 from memroot.ledger.errors import (
     DecodeError,
     IntegrityError,
@@ -133,7 +134,9 @@ class _Group(click.Group):
     envvar="MEMROOT_LEDGER",
     help="The ledger file (env MEMROOT_LEDGER).",
 )
-@click.version_option(package_name="memroot")
+@click.version_option(
+    package_name="memroot", message=f"%(prog)s %(version)s, backend: {_backend.describe()}"
+)
 @click.pass_context
 def cli(ctx: click.Context, ledger: Path | None) -> None:
     """memroot: a hash-chained, Merkle-committed audit ledger for AI-agent memory.
