@@ -16,8 +16,9 @@ pub mod verify;
 
 use pyo3::create_exception;
 use pyo3::exceptions::PyValueError;
+use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyTuple};
+use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
 use hash::Hash;
 
@@ -258,24 +259,27 @@ struct RowObj<'py> {
     erased_by_set: bool,
 }
 
-/// An optional bytes column: `Ok(None)` for None, `Err` for any other type.
-fn opt_bytes<'py>(obj: &Bound<'py, PyAny>, name: &str) -> Option<Option<Bound<'py, PyBytes>>> {
+/// An optional bytes column: `Some(None)` for None, `None` for any other type.
+fn opt_bytes<'py>(
+    obj: &Bound<'py, PyAny>,
+    name: &Bound<'py, PyString>,
+) -> Option<Option<Bound<'py, PyBytes>>> {
     let v = obj.getattr(name).ok()?;
     if v.is_none() {
         return Some(None);
     }
-    Some(Some(v.downcast_exact::<PyBytes>().ok()?.clone()))
+    Some(Some(v.downcast_into_exact::<PyBytes>().ok()?))
 }
 
-fn row_obj<'py>(row: &Bound<'py, PyAny>) -> Option<RowObj<'py>> {
+fn row_obj<'py>(py: Python<'py>, row: &Bound<'py, PyAny>) -> Option<RowObj<'py>> {
     Some(RowObj {
-        seq: row.getattr("seq").ok()?.extract().ok()?,
-        hash: opt_bytes(row, "hash")?,
-        data: opt_bytes(row, "data")??,
-        digest: opt_bytes(row, "digest")?,
-        salt: opt_bytes(row, "salt")?,
-        content: opt_bytes(row, "content")?,
-        erased_by_set: !row.getattr("erased_by").ok()?.is_none(),
+        seq: row.getattr(intern!(py, "seq")).ok()?.extract().ok()?,
+        hash: opt_bytes(row, intern!(py, "hash"))?,
+        data: opt_bytes(row, intern!(py, "data"))??,
+        digest: opt_bytes(row, intern!(py, "digest"))?,
+        salt: opt_bytes(row, intern!(py, "salt"))?,
+        content: opt_bytes(row, intern!(py, "content"))?,
+        erased_by_set: !row.getattr(intern!(py, "erased_by")).ok()?.is_none(),
     })
 }
 
@@ -328,7 +332,7 @@ fn verify_rows<'py>(
     }
     let mut objs: Vec<RowObj<'py>> = Vec::new();
     for item in rows.iter().skip(start).take(max_rows) {
-        match row_obj(&item) {
+        match row_obj(py, &item) {
             Some(o) => objs.push(o),
             None => break, // an odd row: the reference reads it
         }
