@@ -180,6 +180,9 @@ fn root_from_subtrees<'py>(
     Ok(PyBytes::new(py, &merkle::root_from_subtrees(&hs)))
 }
 
+/// Rows read out of Python per native slice of `verify_rows`.
+const SLICE: usize = 256;
+
 type NodeList<'py> = Vec<(u32, u64, Bound<'py, PyBytes>)>;
 
 fn node_list<'py>(py: Python<'py>, nodes: &[merkle::NewNode]) -> NodeList<'py> {
@@ -326,38 +329,54 @@ fn verify_rows<'py>(
         stop_size,
         node_room,
         event_room,
+        nodes_done: 0,
+        events_done: 0,
     };
     if u64::from(compact_size.count_ones()) != run.compact.hashes.len() as u64 {
         return reject("compact range hashes do not match its size");
     }
-    let mut objs: Vec<RowObj<'py>> = Vec::new();
-    for item in rows.iter().skip(start).take(max_rows) {
-        match row_obj(py, &item) {
-            Some(o) => objs.push(o),
-            None => break, // an odd row: the reference reads it
-        }
-    }
-    let refs: Vec<verify::Row<'_>> = objs
-        .iter()
-        .map(|o| verify::Row {
-            seq: o.seq,
-            hash: o.hash.as_ref().map(|b| b.as_bytes()),
-            data: o.data.as_bytes(),
-            digest: o.digest.as_ref().map(|b| b.as_bytes()),
-            salt: o.salt.as_ref().map(|b| b.as_bytes()),
-            content: o.content.as_ref().map(|b| b.as_bytes()),
-            erased_by_set: o.erased_by_set,
-        })
-        .collect();
-    let (checked, nodes) = py.allow_threads(|| verify::check_run(&mut run, &refs, max_rows));
-    let mut events: Vec<(&str, u64)> = Vec::new();
+    let mut nodes: Vec<merkle::NewNode> = Vec::new();
+    let events = PyList::empty(py);
     let entries = PyList::empty(py);
-    for (c, o) in checked.iter().zip(&objs) {
-        if let Some(id) = c.event_id {
-            events.push((id, o.seq));
+    let end = rows.len().min(start.saturating_add(max_rows));
+    let mut pos = start;
+    // Slices of rows: only rows about to be checked are read out of their Python objects
+    // (a call often stops after a few rows, where audit_source has work to do).
+    while pos < end {
+        let stop = end.min(pos + SLICE);
+        let mut objs: Vec<RowObj<'py>> = Vec::with_capacity(stop - pos);
+        for i in pos..stop {
+            match row_obj(py, &rows.get_item(i)?) {
+                Some(o) => objs.push(o),
+                None => break, // an odd row: the reference reads it
+            }
         }
-        if want_entries {
-            entries.append(entry_tuple(py, &c.fields, PyBytes::new(py, &c.leaf))?)?;
+        let odd = objs.len() < stop - pos;
+        let refs: Vec<verify::Row<'_>> = objs
+            .iter()
+            .map(|o| verify::Row {
+                seq: o.seq,
+                hash: o.hash.as_ref().map(|b| b.as_bytes()),
+                data: o.data.as_bytes(),
+                digest: o.digest.as_ref().map(|b| b.as_bytes()),
+                salt: o.salt.as_ref().map(|b| b.as_bytes()),
+                content: o.content.as_ref().map(|b| b.as_bytes()),
+                erased_by_set: o.erased_by_set,
+            })
+            .collect();
+        let (checked, stopped) =
+            py.allow_threads(|| verify::check_run(&mut run, &refs, &mut nodes));
+        for (c, o) in checked.iter().zip(&objs) {
+            if let Some(id) = c.event_id {
+                events.append((id, o.seq))?;
+            }
+            if want_entries {
+                entries.append(entry_tuple(py, &c.fields, PyBytes::new(py, &c.leaf))?)?;
+            }
+        }
+        pos += checked.len();
+        if stopped || odd {
+            break;
         }
     }
     let out_hashes: Vec<Bound<'py, PyBytes>> = run
@@ -369,11 +388,11 @@ fn verify_rows<'py>(
     PyTuple::new(
         py,
         [
-            checked.len().into_pyobject(py)?.into_any(),
+            (pos - start).into_pyobject(py)?.into_any(),
             PyBytes::new(py, &run.prev).into_any(),
             out_hashes.into_pyobject(py)?.into_any(),
             node_list(py, &nodes).into_pyobject(py)?.into_any(),
-            events.into_pyobject(py)?.into_any(),
+            events.into_any(),
             entries.into_any(),
         ],
     )

@@ -41,6 +41,9 @@ pub struct Run<'a> {
     pub node_room: usize,
     /// Stop after the row that brings the listed events to this many.
     pub event_room: usize,
+    /// Nodes completed and events listed (with caches) so far, against the two rooms.
+    pub nodes_done: usize,
+    pub events_done: usize,
 }
 
 /// What one plain row gave.
@@ -53,39 +56,41 @@ pub struct Checked<'a> {
 }
 
 /// Check rows in order while they are plain and no limit is reached; return what each gave
-/// and the interior nodes they completed. The run state is advanced past them.
+/// and whether the run must stop here (a row that is not plain, or a limit). The run state is
+/// advanced past the rows checked, and the interior nodes they completed are pushed on `nodes`
+/// (only with caches: without them nobody checks stored nodes).
 #[must_use]
 pub fn check_run<'a>(
     run: &mut Run<'_>,
     rows: &[Row<'a>],
-    max_rows: usize,
-) -> (Vec<Checked<'a>>, Vec<NewNode>) {
-    let mut out: Vec<Checked<'a>> = Vec::with_capacity(rows.len().min(max_rows));
-    let mut nodes: Vec<NewNode> = Vec::new();
-    let mut events = 0usize;
-    for row in rows.iter().take(max_rows) {
+    nodes: &mut Vec<NewNode>,
+) -> (Vec<Checked<'a>>, bool) {
+    let mut out: Vec<Checked<'a>> = Vec::with_capacity(rows.len());
+    for row in rows {
         let Some(checked) = plain_row(run, row) else {
-            break;
+            return (out, true);
         };
         let before = nodes.len();
-        run.compact.append(checked.leaf, &mut nodes);
-        if !run.caches {
+        run.compact.append(checked.leaf, nodes);
+        if run.caches {
+            run.nodes_done += nodes.len() - before;
+            if checked.event_id.is_some() {
+                run.events_done += 1;
+            }
+        } else {
             nodes.truncate(before);
-        }
-        if checked.event_id.is_some() && run.caches {
-            events += 1;
         }
         run.prev = checked.leaf;
         run.expected_seq = row.seq + 1;
         out.push(checked);
-        if (run.caches && nodes.len() >= run.node_room)
-            || events >= run.event_room
+        if (run.caches && run.nodes_done >= run.node_room)
+            || run.events_done >= run.event_room
             || run.stop_size == Some(run.compact.size)
         {
-            break;
+            return (out, true);
         }
     }
-    (out, nodes)
+    (out, false)
 }
 
 /// The row's checks when it is plain, else None (the reference takes it from there).
@@ -183,6 +188,8 @@ mod tests {
             stop_size: None,
             node_room: 4096,
             event_room: 4096,
+            nodes_done: 0,
+            events_done: 0,
         }
     }
 
@@ -218,12 +225,13 @@ mod tests {
             },
         ];
         let mut r = run(genesis);
-        let (done, _) = check_run(&mut r, &rows, 10);
+        let (done, stopped) = check_run(&mut r, &rows, &mut Vec::new());
+        assert!(stopped);
         assert_eq!(done.len(), 1);
         assert_eq!(done[0].event_id, Some("a"));
         assert_eq!((r.expected_seq, r.prev), (2, h1));
         let mut r = run([0u8; 32]);
-        let (done, _) = check_run(&mut r, &rows, 10);
+        let (done, _) = check_run(&mut r, &rows, &mut Vec::new());
         assert!(
             done.is_empty(),
             "a broken prev link is left to the reference"
