@@ -82,3 +82,12 @@ def verify_rows(
     list[tuple[int, bytes, int, str, int, str, str, dict[str, Any], bytes]],
 ]:
     """Check steps 1-5 of the plain rows of a chunk in one call (native/src/verify.rs)."""
+
+def node_keys(branch_no: int, nodes: list[tuple[int, int, bytes]]) -> list[int]:
+    """Return the ``nodes.k`` of each ``(level, index, hash)`` (``store.node_key``)."""
+
+def uuid_bytes(ids: list[str]) -> list[bytes | None]:
+    """Return the 16 bytes of each canonical UUID text, None for any other text."""
+
+def mismatches(keys: list[Any], want: list[Any], found: dict[Any, Any]) -> list[int]:
+    """Return the positions ``i`` where ``found.get(keys[i]) != want[i]``."""

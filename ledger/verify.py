@@ -304,6 +304,11 @@ class _StoreSource:
     ) -> list[tuple[int, int, bytes, bytes | None]]:
         from memroot.ledger.store import node_key
 
+        if _N is not None:
+            keys = _N.node_keys(branch_no, list(nodes))
+            found = self.store.lookup("nodes", "k", "h", keys)
+            bad = _N.mismatches(keys, [h for _, _, h in nodes], found)
+            return [(*nodes[i][:2], nodes[i][2], found.get(keys[i])) for i in bad]
         keys = [node_key(branch_no, level, index) for level, index, _ in nodes]
         stored = {k: bytes(h) for k, h in self.store.lookup("nodes", "k", "h", keys).items()}
         return [
@@ -318,7 +323,11 @@ class _StoreSource:
         from memroot.ledger.store import entry_key
 
         wanted: dict[bytes, tuple[str, int]] = {}
-        for event_id, seq in events:
+        raws = _N.uuid_bytes([e for e, _ in events]) if _N is not None else [None] * len(events)
+        for (event_id, seq), raw in zip(events, raws, strict=True):
+            if raw is not None:  # canonical UUID text, parsed natively
+                wanted[raw] = (event_id, seq)
+                continue
             try:
                 wanted[bytes.fromhex(event_id.replace("-", ""))] = (event_id, seq)
             except ValueError:
@@ -328,8 +337,9 @@ class _StoreSource:
             for raw, k in self.store.lookup("event_ids", "id", "k", list(wanted)).items()
         }
         out = []
+        base = entry_key(branch_no, 0)  # seq < 2**40: entry_key(no, seq) == base + seq
         for raw, (event_id, seq) in wanted.items():
-            if found.get(raw) != entry_key(branch_no, seq):
+            if found.get(raw) != base + seq:
                 out.append((event_id, seq, found.get(raw)))
         return out
 

@@ -12,13 +12,14 @@ pub mod entry;
 pub mod hash;
 pub mod merkle;
 pub mod py;
+pub mod uuid;
 pub mod verify;
 
 use pyo3::create_exception;
 use pyo3::exceptions::PyValueError;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use hash::Hash;
 
@@ -398,6 +399,55 @@ fn verify_rows<'py>(
     )
 }
 
+/// The `nodes.k` of each `(level, index, hash)` on branch `branch_no` (`store.node_key`).
+#[pyfunction]
+fn node_keys(branch_no: u64, nodes: Vec<(u64, u64, Bound<'_, PyAny>)>) -> PyResult<Vec<u64>> {
+    nodes
+        .iter()
+        .map(|(level, index, _)| {
+            if branch_no >= 1 << 15 || *level >= 1 << 6 || *index >= 1 << 42 {
+                return reject("node key out of range");
+            }
+            Ok(branch_no << 48 | level << 42 | index)
+        })
+        .collect()
+}
+
+/// The 16 bytes of each canonical (lowercase, hyphenated) UUID text, None for any other text.
+#[pyfunction]
+fn uuid_bytes<'py>(
+    py: Python<'py>,
+    ids: Vec<Bound<'py, PyAny>>,
+) -> Vec<Option<Bound<'py, PyBytes>>> {
+    ids.iter()
+        .map(|id| {
+            let text = id.downcast_exact::<PyString>().ok()?;
+            let raw = uuid::parse(text.to_str().ok()?)?;
+            Some(PyBytes::new(py, &raw))
+        })
+        .collect()
+}
+
+/// The positions `i` where `found.get(keys[i]) != want[i]` (a stored cache that differs).
+#[pyfunction]
+fn mismatches(
+    keys: &Bound<'_, PyList>,
+    want: &Bound<'_, PyList>,
+    found: &Bound<'_, PyDict>,
+) -> PyResult<Vec<usize>> {
+    if keys.len() != want.len() {
+        return reject("keys and values differ in length");
+    }
+    let mut out = Vec::new();
+    for (i, (k, w)) in keys.iter().zip(want.iter()).enumerate() {
+        match found.get_item(&k)? {
+            Some(v) if v.eq(&w)? => {}
+            _ => out.push(i),
+        }
+    }
+    Ok(out)
+}
+
 /// The native core of memroot (see the module docs in Rust and `memroot/_native.pyi`).
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -417,5 +467,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(root_from_inclusion_proof, m)?)?;
     m.add_function(wrap_pyfunction!(roots_from_consistency_proof, m)?)?;
     m.add_function(wrap_pyfunction!(verify_rows, m)?)?;
+    m.add_function(wrap_pyfunction!(node_keys, m)?)?;
+    m.add_function(wrap_pyfunction!(uuid_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(mismatches, m)?)?;
     Ok(())
 }

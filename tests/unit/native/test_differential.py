@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import importlib.util
 import random
+import re
 import struct
 from collections.abc import Callable
 from pathlib import Path
@@ -369,3 +370,29 @@ def test_proof_errors_are_the_reference_errors() -> None:
         merkle.root_from_inclusion_proof(leaves[0][:31], 0, 5, [])
     with pytest.raises(DecodeError):
         encoding.decode(b"\xff")
+
+
+# -- index helpers ----------------------------------------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.uuids().map(str) | st.text(max_size=40) | st.uuids().map(lambda u: str(u).upper()))
+def test_uuid_bytes_parses_canonical_text_only(text: str) -> None:
+    (raw,) = native.uuid_bytes([text])
+    canonical = re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", text)
+    assert (raw is not None) == (canonical is not None)
+    if raw is not None:
+        assert raw == bytes.fromhex(text.replace("-", ""))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 40), st.integers(0, 2**30)), max_size=20))
+def test_node_keys_and_mismatches(ids: list[tuple[int, int]]) -> None:
+    from memroot.ledger.store import node_key
+
+    nodes = [(level, index, bytes([level % 256]) * 32) for level, index in ids]
+    keys = native.node_keys(3, nodes)
+    assert keys == [node_key(3, level, index) for level, index, _ in nodes]
+    found = {k: h for k, (_, _, h) in zip(keys[::2], nodes[::2], strict=True)}
+    bad = native.mismatches(keys, [h for _, _, h in nodes], found)
+    assert bad == [i for i, k in enumerate(keys) if found.get(k) != nodes[i][2]]

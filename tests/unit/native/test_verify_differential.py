@@ -130,5 +130,18 @@ def test_damaged_histories_verify_identically(
                 raw = bytearray(row[0])
                 raw[pos % len(raw)] ^= xor
                 db.execute(f"UPDATE entries SET {column} = ? WHERE k = ?", (bytes(raw), k))
+    # The caches beside the entries: a tree node and an event index row.
+    node_keys = [k for (k,) in db.execute("SELECT k FROM nodes ORDER BY k")]
+    id_keys = [i for (i,) in db.execute("SELECT id FROM event_ids ORDER BY id")]
+    what = data.draw(st.sampled_from(["none", "node_flip", "node_delete", "index_k", "index_del"]))
+    node, ident = data.draw(st.sampled_from(node_keys)), data.draw(st.sampled_from(id_keys))
+    if what == "node_flip":
+        db.execute("UPDATE nodes SET h = ? WHERE k = ?", (bytes(32), node))
+    elif what == "node_delete":
+        db.execute("DELETE FROM nodes WHERE k = ?", (node,))
+    elif what == "index_k":
+        db.execute("UPDATE event_ids SET k = k + 1 WHERE id = ?", (ident,))
+    elif what == "index_del":
+        db.execute("DELETE FROM event_ids WHERE id = ?", (ident,))
     db.close()
     both(path, vkeys=(vkey,))
