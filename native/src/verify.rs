@@ -107,7 +107,9 @@ fn plain_row<'a>(run: &Run<'_>, row: &Row<'a>) -> Option<Checked<'a>> {
         return None;
     }
     match fields.kind {
-        "event" => {
+        // An event of another type (a forged BRANCH_CREATE, say) takes the reference path,
+        // which registers what such types register.
+        "event" if fields.type_ == "EVENT" => {
             let event_id = plain_event(run, row, &fields)?;
             Some(Checked {
                 leaf,

@@ -18,8 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memroot.ledger import _backend
+from memroot.ledger import _backend, encoding
 from memroot.ledger.entries import OpInput
+from memroot.ledger.hashing import leaf_hash
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.verify import verify_path
 
@@ -145,3 +146,27 @@ def test_damaged_histories_verify_identically(
         db.execute("DELETE FROM event_ids WHERE id = ?", (ident,))
     db.close()
     both(path, vkeys=(vkey,))
+
+
+@pytest.mark.parametrize("type_", ["BRANCH_CREATE", "KEY_ROTATE", "TOMBSTONE", "GENESIS", "X"])
+def test_events_retyped_verify_identically(
+    histories: list[tuple[Path, str]], tmp_path: Path, type_: str
+) -> None:
+    """An event entry rewritten with another type (and a payload) is checked alike."""
+    src, vkey = histories[0]
+    path = tmp_path / "retyped.db"
+    shutil.copy2(src, path)
+    db = apsw.Connection(str(path))
+    rows = db.execute("SELECT k, data FROM entries ORDER BY k LIMIT 40").fetchall()
+    for k, data in rows:
+        value = encoding.decode(data)
+        if value[5] != "event":
+            continue
+        value[6] = type_
+        value[7]["payload"] = {"branch_id": "side", "target_event_id": value[7]["id"]}
+        raw = encoding.encode(value)
+        db.execute("UPDATE entries SET data = ?, hash = ? WHERE k = ?", (raw, leaf_hash(raw), k))
+        break
+    db.close()
+    report = both(path, vkeys=(vkey,))
+    assert not report["ok"]
