@@ -7,6 +7,28 @@ raise ``Reject`` and the caller re-runs the reference for its error and message.
 
 from typing import Any
 
+__all__ = [
+    "Reject",
+    "compact_append",
+    "content_commitment",
+    "content_digest",
+    "decode",
+    "decode_entry",
+    "domain_hash",
+    "encode",
+    "encode_leaf",
+    "leaf_hash",
+    "mismatches",
+    "node_hash",
+    "node_keys",
+    "root_from_inclusion_proof",
+    "root_from_subtrees",
+    "roots_from_consistency_proof",
+    "sha256",
+    "uuid_bytes",
+    "verify_rows",
+]
+
 class Reject(ValueError):
     """The native core refuses the input; the Python reference says why."""
 
