@@ -306,11 +306,11 @@ class _StoreSource:
 
         if _N is not None:
             keys = _N.node_keys(branch_no, list(nodes))
-            found = self.store.lookup("nodes", "k", "h", keys)
+            found = _nodes_by_runs(self.store, keys)
             bad = _N.mismatches(keys, [h for _, _, h in nodes], found)
             return [(*nodes[i][:2], nodes[i][2], found.get(keys[i])) for i in bad]
         keys = [node_key(branch_no, level, index) for level, index, _ in nodes]
-        stored = {k: bytes(h) for k, h in self.store.lookup("nodes", "k", "h", keys).items()}
+        stored = {k: bytes(h) for k, h in _nodes_by_runs(self.store, keys).items()}
         return [
             (level, index, h, stored.get(k))
             for (level, index, h), k in zip(nodes, keys, strict=True)
@@ -332,10 +332,7 @@ class _StoreSource:
                 wanted[bytes.fromhex(event_id.replace("-", ""))] = (event_id, seq)
             except ValueError:
                 continue  # not a UUID: step 1/4 report the entry itself
-        found = {
-            bytes(raw): int(k)
-            for raw, k in self.store.lookup("event_ids", "id", "k", list(wanted)).items()
-        }
+        found = {bytes(raw): int(k) for raw, k in _event_ids_by_span(self.store, wanted).items()}
         out = []
         base = entry_key(branch_no, 0)  # seq < 2**40: entry_key(no, seq) == base + seq
         for raw, (event_id, seq) in wanted.items():
@@ -346,6 +343,52 @@ class _StoreSource:
     def event_index_size(self) -> int:
         row: Any = self.store.db.execute("SELECT count(*) FROM event_ids").fetchone()
         return int(row[0])
+
+
+def _nodes_by_runs(store: Store, keys: list[int]) -> dict[int, bytes]:
+    """Return ``{k: h}`` of the stored nodes among ``keys``, one range scan per run of keys.
+
+    The nodes a chunk of appends completed have consecutive indexes on each level, so their
+    keys fall into a few runs of consecutive integers: a range scan reads each run in key
+    order, where an ``IN`` list descends the b-tree once per key.
+    """
+    found: dict[int, bytes] = {}
+    ordered = sorted(set(keys))
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        if j - i < 8:
+            found.update(store.lookup("nodes", "k", "h", ordered[i : j + 1]))
+        else:
+            found.update(
+                store.db.execute(
+                    "SELECT k, h FROM nodes WHERE k >= ? AND k <= ?", (ordered[i], ordered[j])
+                )
+            )
+        i = j + 1
+    return found
+
+
+def _event_ids_by_span(store: Store, wanted: dict[bytes, Any]) -> dict[bytes, int]:
+    """Return ``{id: k}`` of the indexed events among ``wanted``, by one range scan if cheap.
+
+    The ids memroot assigns are UUIDv7 (time first), so the events of a chunk of entries lie
+    in a narrow span of the index: one scan of ``[min, max]`` reads them in key order. When
+    that span holds many other ids (events imported with ids of their own), it falls back to
+    the ``IN`` look-up.
+    """
+    if not wanted:
+        return {}
+    limit = 2 * len(wanted) + 64
+    rows: list[Any] = store.db.execute(
+        "SELECT id, k FROM event_ids WHERE id >= ? AND id <= ? LIMIT ?",
+        (min(wanted), max(wanted), limit),
+    ).fetchall()
+    if len(rows) >= limit:
+        return store.lookup("event_ids", "id", "k", list(wanted))
+    return {bytes(raw): k for raw, k in rows if bytes(raw) in wanted}
 
 
 @dataclass(slots=True)
