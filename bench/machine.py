@@ -18,6 +18,7 @@ from pathlib import Path
 import apsw
 
 from memroot.bench.results import MachineInfo
+from memroot.ledger import _backend
 
 __all__ = ["cpu_model", "fsync_us", "machine_info", "peak_rss_kib", "vm_hwm_kib"]
 
@@ -77,6 +78,7 @@ def machine_info(work: Path | None = None) -> MachineInfo:
         "apsw": apsw.apsw_version(),
         "sqlite_stdlib": sqlite3.sqlite_version,
         "pymerkle": _pymerkle_version(),
+        "backend": _backend.BACKEND,  # native core or the pure-Python reference
         "loadavg_start": list(os.getloadavg()),
     }
     if work is not None:

@@ -40,6 +40,7 @@ class MachineInfo(TypedDict):
     apsw: str
     sqlite_stdlib: str
     pymerkle: str | None
+    backend: str
     loadavg_start: list[float]
     tmpdir: NotRequired[str]
     fsync_median_us: NotRequired[float]

@@ -29,6 +29,7 @@ import apsw
 import click
 from click.core import ParameterSource
 
+from memroot.ledger import _backend
 from memroot.ledger.errors import (
     DecodeError,
     IntegrityError,
@@ -229,7 +230,9 @@ class _Group(click.Group):
     envvar=LEDGER_ENVVAR,
     help=f"{_LEDGER_HELP[:-1]}; also accepted after the subcommand.",
 )
-@click.version_option(package_name="memroot")
+@click.version_option(
+    package_name="memroot", message=f"%(prog)s %(version)s, backend: {_backend.describe()}"
+)
 @click.pass_context
 def cli(ctx: click.Context, ledger: Path | None) -> None:
     """memroot: a hash-chained, Merkle-committed audit ledger for AI-agent memory.

@@ -15,6 +15,10 @@ Decoding is strict: the input must be exactly the canonical encoding of the valu
 to. The check decodes, validates the value, then re-encodes and compares bytes, which rejects
 non-shortest heads, indefinite lengths, unsorted or duplicate keys and trailing bytes with one
 rule. Errors are ``DecodeError`` naming what is wrong.
+
+With the native core (``memroot.ledger._backend``), ``encode`` and ``decode`` run in Rust;
+the functions here named ``_py_*`` are the reference they are tested against, and they still
+produce every error: when the native core refuses a value, the reference is run for its error.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any, Final
 
 import cbor2
 
+from memroot.ledger._backend import NATIVE as _N
 from memroot.ledger.errors import DecodeError
 
 __all__ = [
@@ -49,6 +54,16 @@ def encode(value: Any) -> bytes:
             map key (a programming mistake, not bad data).
         ValueError: for a NaN or infinite float or an integer outside 64 bits.
     """
+    if _N is not None:
+        try:
+            return _N.encode(value)
+        except _N.Reject:
+            pass  # the reference raises the error
+    return _py_encode(value)
+
+
+def _py_encode(value: Any) -> bytes:
+    """Encode as the reference does: ``_scan``, then cbor2."""
     try:
         plain = _scan(value)
     except _Refused as e:
@@ -107,6 +122,11 @@ def encode_normalized(value: Any, no_float: bool) -> bytes:
     ``no_float`` must be True only when the value holds no float (see ``normalize``): the
     plain encoder then emits exactly the canonical bytes.
     """
+    if _N is not None:
+        try:
+            return _N.encode(value)
+        except _N.Reject:
+            pass  # outside the model after all: the reference decides
     return cbor2.dumps(value) if no_float else cbor2.dumps(value, canonical=True)
 
 
@@ -121,6 +141,17 @@ def decode(data: bytes) -> Any:
     if not isinstance(data, bytes | bytearray | memoryview):
         raise TypeError(f"decode() takes bytes, not {type(data).__name__}")
     raw = bytes(data)
+    if _N is not None:
+        try:
+            return _N.decode(raw)
+        except _N.Reject as e:
+            _py_decode(raw)  # raises the reference's DecodeError and message
+            raise DecodeError(f"malformed CBOR: {e}") from None  # pragma: no cover - never
+    return _py_decode(raw)
+
+
+def _py_decode(raw: bytes) -> Any:
+    """Decode as the reference does: cbor2, ``_scan``, then re-encode and compare."""
     try:
         value = cbor2.loads(raw, allow_indefinite=False, allow_duplicate_keys=False)
     except (cbor2.CBORDecodeError, ValueError, TypeError, RecursionError, OverflowError) as e:

@@ -29,6 +29,7 @@ from enum import StrEnum
 from typing import Any, Final, NamedTuple
 
 from memroot.ledger import encoding
+from memroot.ledger._backend import NATIVE as _N
 from memroot.ledger.errors import DecodeError, RefusedError, ValidationError
 from memroot.ledger.hashing import HASH_SIZE, EntryHash, leaf_hash
 from memroot.ledger.vocab import ActorType, OpType, Role
@@ -151,6 +152,14 @@ class Entry(NamedTuple):
         Raises:
             DecodeError: if the bytes are not canonical CBOR or not a well-formed entry.
         """
+        if _N is not None and type(raw) is bytes and type(entry_hash) in (bytes, type(None)):
+            try:
+                v, prev, seq, branch, ts, kind, type_, body, h = _N.decode_entry(raw, entry_hash)
+            except _N.Reject:
+                pass  # the reference below raises the DecodeError and its message
+            else:
+                k = _KINDS[kind]
+                return cls(v, EntryHash(prev), seq, branch, ts, k, type_, body, raw, EntryHash(h))
         value = encoding.decode(raw)
         if type(value) is not list or len(value) != 8:
             raise DecodeError("an entry is a CBOR array of 8 items")
@@ -212,13 +221,29 @@ def build_entry(
             inputs are validated before they get here).
     """
     value = [FORMAT_VERSION, prev, seq, branch, ts, _KIND_TEXT[kind], type_, body]
-    raw = encoding.encode(value) if plain is None else encoding.encode_normalized(value, plain)
+    h: bytes | None = None
+    if _N is not None:
+        try:
+            raw, h = _N.encode_leaf(value)
+        except _N.Reject:
+            raw = encoding.encode(value)  # the reference raises the TypeError or ValueError
+    else:
+        raw = encoding.encode(value) if plain is None else encoding.encode_normalized(value, plain)
     if len(raw) > MAX_BODY_BYTES + 1024:
         raise ValidationError(
             f"entry is {len(raw)} bytes; the limit is {MAX_BODY_BYTES} for the body", field="body"
         )
     return Entry(
-        FORMAT_VERSION, EntryHash(prev), seq, branch, ts, kind, type_, body, raw, leaf_hash(raw)
+        FORMAT_VERSION,
+        EntryHash(prev),
+        seq,
+        branch,
+        ts,
+        kind,
+        type_,
+        body,
+        raw,
+        EntryHash(h) if h is not None else leaf_hash(raw),
     )
 
 

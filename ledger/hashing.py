@@ -11,12 +11,18 @@ SPEC "Normative formats" 2 and 4:
 - Event content is hashed with BLAKE3: ``content_digest`` addresses the stored bytes, and
   ``content_commitment`` (BLAKE3 keyed with a random 32-byte salt) is what an entry commits to,
   so once content and salt are erased nobody can confirm a guess of the erased content.
+
+With the native core (``memroot.ledger._backend``) the hashes run in Rust (``sha2`` with the
+CPU's SHA extensions, ``blake3``); the hashlib/blake3 lines below are the reference, and run
+for any input the native functions do not take (a ``bytearray`` or ``memoryview``).
 """
 
 from __future__ import annotations
 
 import hashlib
 from typing import Any, NewType
+
+from memroot.ledger._backend import NATIVE as _N
 
 try:
     import blake3
@@ -65,6 +71,8 @@ EMPTY_ROOT = TreeRoot(_sha256(b"").digest())
 
 def sha256(data: bytes) -> bytes:
     """Return the plain SHA-256 digest of ``data`` (key hashes, note key ids)."""
+    if _N is not None and type(data) is bytes:
+        return _N.sha256(data)
     return _sha256(data).digest()
 
 
@@ -75,11 +83,15 @@ def sha256_stream() -> Any:
 
 def leaf_hash(entry_bytes: bytes) -> EntryHash:
     """Return the RFC 9162 leaf hash ``SHA-256(0x00 || entry_bytes)`` of one entry."""
+    if _N is not None and type(entry_bytes) is bytes:
+        return EntryHash(_N.leaf_hash(entry_bytes))
     return EntryHash(_sha256(LEAF_PREFIX + entry_bytes).digest())
 
 
 def node_hash(left: bytes, right: bytes) -> bytes:
     """Return the RFC 9162 interior node hash ``SHA-256(0x01 || left || right)``."""
+    if _N is not None and type(left) is bytes and type(right) is bytes:
+        return _N.node_hash(left, right)
     return _sha256(NODE_PREFIX + left + right).digest()
 
 
@@ -92,11 +104,15 @@ def domain_hash(tag: str, data: bytes) -> bytes:
     raw = tag.encode("ascii")
     if b"\x00" in raw:
         raise ValueError("a domain tag must not contain NUL")
+    if _N is not None and type(data) is bytes:
+        return _N.domain_hash(raw, data)
     return _sha256(raw + b"\x00" + data).digest()
 
 
 def content_digest(content: bytes) -> ContentDigest:
     """Return the unkeyed BLAKE3 digest that addresses stored content."""
+    if _N is not None and type(content) is bytes:
+        return ContentDigest(_N.content_digest(content))
     return ContentDigest(blake3.blake3(content).digest())
 
 
@@ -108,4 +124,6 @@ def content_commitment(salt: bytes, content: bytes) -> bytes:
     """
     if len(salt) != SALT_SIZE:
         raise ValueError(f"salt must be {SALT_SIZE} bytes, got {len(salt)}")
+    if _N is not None and type(salt) is bytes and type(content) is bytes:
+        return _N.content_commitment(salt, content)
     return blake3.blake3(content, key=salt).digest()

@@ -916,9 +916,8 @@ class Ledger:
         """
         no = head.row.no
         nodes: list[tuple[int, bytes]] = []
-        for e in entries:
-            for level, index, h in compact.append(e.hash):
-                nodes.append((node_key(no, level, index), h))
+        for level, index, h in compact.append_many([e.hash for e in entries]):
+            nodes.append((node_key(no, level, index), h))
         base = entry_key(no, 0)
         self.store.insert_entries(
             (base + e.seq, e.hash, e.raw, x[0], x[1], x[2])

@@ -19,6 +19,10 @@ verifier is handed that does not verify raises ``ProofError``, including an inde
 that no proof can serve (they come from untrusted proofs and checkpoints); a root mismatch
 carries the expected and computed roots in hex in ``expected``/``actual``. A hash that is not
 32 bytes is never accepted, wherever it appears.
+
+With the native core (``memroot.ledger._backend``) the folds (roots, the compact range, proof
+verification) run in Rust; the Python code here is the reference, and it raises every error:
+where the native core refuses, the reference runs and says why.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import TypeAlias
 
+from memroot.ledger._backend import NATIVE as _N
 from memroot.ledger.errors import DecodeError, ProofError
 from memroot.ledger.hashing import EMPTY_ROOT, HASH_SIZE, TreeRoot, node_hash
 
@@ -97,6 +102,11 @@ def root_from_subtrees(hashes: Sequence[bytes]) -> bytes:
     """
     if not hashes:
         return EMPTY_ROOT
+    if _N is not None:
+        try:
+            return _N.root_from_subtrees(list(hashes))
+        except _N.Reject:
+            pass  # a hash that is not 32 bytes: the reference folds it as it is
     h = hashes[-1]
     for left in reversed(hashes[:-1]):
         h = node_hash(left, h)
@@ -282,6 +292,11 @@ def root_from_inclusion_proof(
     """
     if index < 0 or size < 0:
         raise ValueError(f"negative leaf index {index} or tree size {size}")
+    if _N is not None and type(leaf_hash) is bytes and size < 1 << 64:
+        try:
+            return _N.root_from_inclusion_proof(leaf_hash, index, size, list(proof))
+        except _N.Reject:
+            pass  # the reference below raises the ProofError and its message
     _check_hash("leaf hash", leaf_hash)
     _check_proof_hashes(proof)
     # (1) leaf_index >= tree_size fails.
@@ -376,6 +391,17 @@ def verify_consistency(
         if root1 != root2:
             raise _mismatch(f"second root of a tree of the same size {size1}", root1, root2)
         return
+    if _N is not None and type(root1) is bytes and size2 < 1 << 64:
+        try:
+            fr, sr = _N.roots_from_consistency_proof(size1, size2, list(proof), root1)
+        except _N.Reject:
+            pass  # the reference below raises the ProofError and its message
+        else:
+            if fr != root1:
+                raise _mismatch(f"first root (size {size1}) from the consistency proof", root1, fr)
+            if sr != root2:
+                raise _mismatch(f"second root (size {size2}) from the consistency proof", root2, sr)
+            return
     # (1) an empty path fails.
     if not proof:
         raise _wrong_length("consistency", 0, _consistency_length(size1, size2))
@@ -520,10 +546,20 @@ class CompactRange:
             ValueError: if a leaf is not 32 bytes (the leaves before it stay appended).
 
         """
+        if _N is not None:
+            leaves = list(leaves)
+            try:
+                new, completed = _N.compact_append(self._size, self._hashes, leaves)
+            except _N.Reject:
+                pass  # a leaf that is not 32 bytes: the reference appends up to it and raises
+            else:
+                self._hashes = new
+                self._size += len(leaves)
+                return completed
         hashes = self._hashes
         pop = hashes.pop
         push = hashes.append
-        completed: list[NewNode] = []
+        completed = []
         add = completed.append
         n = self._size
         try:

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import apsw
 
@@ -104,9 +104,12 @@ class BranchRow:
     head: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class EntryRow:
-    """One stored entry row: the bytes plus the event content columns."""
+class EntryRow(NamedTuple):
+    """One stored entry row: the bytes plus the event content columns.
+
+    A named tuple, like ``Entry``: verify builds one per stored entry, and a tuple is built in
+    a third of the time of a frozen dataclass.
+    """
 
     seq: int
     hash: bytes

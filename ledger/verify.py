@@ -30,15 +30,16 @@ interior nodes, content addresses) apply to sources that keep such caches.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from memroot.ledger import merkle
+from memroot.ledger._backend import NATIVE as _N
 from memroot.ledger.entries import CANONICAL_BRANCH, ZERO_HASH, Entry, Kind
 from memroot.ledger.errors import DecodeError, IntegrityError, MemrootError, ProofError
-from memroot.ledger.hashing import content_commitment, content_digest, leaf_hash
+from memroot.ledger.hashing import EntryHash, content_commitment, content_digest, leaf_hash
 from memroot.ledger.note import Verifier, open_checkpoint
 from memroot.ledger.trust import TrustedLog, TrustedState
 from memroot.ledger.vocab import OpType
@@ -303,8 +304,13 @@ class _StoreSource:
     ) -> list[tuple[int, int, bytes, bytes | None]]:
         from memroot.ledger.store import node_key
 
+        if _N is not None:
+            keys = _N.node_keys(branch_no, list(nodes))
+            found = _nodes_by_runs(self.store, keys)
+            bad = _N.mismatches(keys, [h for _, _, h in nodes], found)
+            return [(*nodes[i][:2], nodes[i][2], found.get(keys[i])) for i in bad]
         keys = [node_key(branch_no, level, index) for level, index, _ in nodes]
-        stored = {k: bytes(h) for k, h in self.store.lookup("nodes", "k", "h", keys).items()}
+        stored = {k: bytes(h) for k, h in _nodes_by_runs(self.store, keys).items()}
         return [
             (level, index, h, stored.get(k))
             for (level, index, h), k in zip(nodes, keys, strict=True)
@@ -317,24 +323,72 @@ class _StoreSource:
         from memroot.ledger.store import entry_key
 
         wanted: dict[bytes, tuple[str, int]] = {}
-        for event_id, seq in events:
+        raws = _N.uuid_bytes([e for e, _ in events]) if _N is not None else [None] * len(events)
+        for (event_id, seq), raw in zip(events, raws, strict=True):
+            if raw is not None:  # canonical UUID text, parsed natively
+                wanted[raw] = (event_id, seq)
+                continue
             try:
                 wanted[bytes.fromhex(event_id.replace("-", ""))] = (event_id, seq)
             except ValueError:
                 continue  # not a UUID: step 1/4 report the entry itself
-        found = {
-            bytes(raw): int(k)
-            for raw, k in self.store.lookup("event_ids", "id", "k", list(wanted)).items()
-        }
+        found = {bytes(raw): int(k) for raw, k in _event_ids_by_span(self.store, wanted).items()}
         out = []
+        base = entry_key(branch_no, 0)  # seq < 2**40: entry_key(no, seq) == base + seq
         for raw, (event_id, seq) in wanted.items():
-            if found.get(raw) != entry_key(branch_no, seq):
+            if found.get(raw) != base + seq:
                 out.append((event_id, seq, found.get(raw)))
         return out
 
     def event_index_size(self) -> int:
         row: Any = self.store.db.execute("SELECT count(*) FROM event_ids").fetchone()
         return int(row[0])
+
+
+def _nodes_by_runs(store: Store, keys: list[int]) -> dict[int, bytes]:
+    """Return ``{k: h}`` of the stored nodes among ``keys``, one range scan per run of keys.
+
+    The nodes a chunk of appends completed have consecutive indexes on each level, so their
+    keys fall into a few runs of consecutive integers: a range scan reads each run in key
+    order, where an ``IN`` list descends the b-tree once per key.
+    """
+    found: dict[int, bytes] = {}
+    ordered = sorted(set(keys))
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        if j - i < 8:
+            found.update(store.lookup("nodes", "k", "h", ordered[i : j + 1]))
+        else:
+            found.update(
+                store.db.execute(
+                    "SELECT k, h FROM nodes WHERE k >= ? AND k <= ?", (ordered[i], ordered[j])
+                )
+            )
+        i = j + 1
+    return found
+
+
+def _event_ids_by_span(store: Store, wanted: dict[bytes, Any]) -> dict[bytes, int]:
+    """Return ``{id: k}`` of the indexed events among ``wanted``, by one range scan if cheap.
+
+    The ids memroot assigns are UUIDv7 (time first), so the events of a chunk of entries lie
+    in a narrow span of the index: one scan of ``[min, max]`` reads them in key order. When
+    that span holds many other ids (events imported with ids of their own), it falls back to
+    the ``IN`` look-up.
+    """
+    if not wanted:
+        return {}
+    limit = 2 * len(wanted) + 64
+    rows: list[Any] = store.db.execute(
+        "SELECT id, k FROM event_ids WHERE id >= ? AND id <= ? LIMIT ?",
+        (min(wanted), max(wanted), limit),
+    ).fetchall()
+    if len(rows) >= limit:
+        return store.lookup("event_ids", "id", "k", list(wanted))
+    return {bytes(raw): k for raw, k in rows if bytes(raw) in wanted}
 
 
 @dataclass(slots=True)
@@ -506,23 +560,45 @@ def audit_source(
             next_target = next(t_iter, None)
         pending_nodes: list[tuple[int, int, bytes]] = []
         try:
-            for row in store.iter_entry_rows(b.no):
-                leaf = _check_row(run, b.name, row, report, checks)
-                new_nodes = run.compact.append(leaf)
-                if run.caches and new_nodes:
-                    pending_nodes.extend(new_nodes)
-                    if len(pending_nodes) >= 4096:
-                        _check_nodes(store, b.no, b.name, pending_nodes, report)
-                        pending_nodes.clear()
-                if len(run.events) >= 4096:
-                    _check_event_index(store, b.no, b.name, run.events, report)
-                    run.events.clear()
-                while next_target is not None and run.compact.size == next_target:
-                    roots[next_target] = run.compact.root()
-                    next_target = next(t_iter, None)
-                done += 1
-                if progress is not None and done % 8192 == 0:
-                    progress(done, total)
+            for chunk in _chunks(store.iter_entry_rows(b.no)):
+                i = 0
+                while i < len(chunk):
+                    # The native core takes the plain rows of a run at once, stopping where
+                    # the code below has work to do; any other row takes the reference path.
+                    n, new_nodes = (
+                        _native_rows(
+                            run,
+                            b.name,
+                            chunk,
+                            i,
+                            checks,
+                            report,
+                            next_target,
+                            len(pending_nodes),
+                            8192 - done % 8192,
+                        )
+                        if _N is not None
+                        else (0, [])
+                    )
+                    if n == 0:
+                        leaf = _check_row(run, b.name, chunk[i], report, checks)
+                        new_nodes = run.compact.append(leaf)
+                        n = 1
+                    i += n
+                    if run.caches and new_nodes:
+                        pending_nodes.extend(new_nodes)
+                        if len(pending_nodes) >= 4096:
+                            _check_nodes(store, b.no, b.name, pending_nodes, report)
+                            pending_nodes.clear()
+                    if len(run.events) >= 4096:
+                        _check_event_index(store, b.no, b.name, run.events, report)
+                        run.events.clear()
+                    while next_target is not None and run.compact.size == next_target:
+                        roots[next_target] = run.compact.root()
+                        next_target = next(t_iter, None)
+                    done += n
+                    if progress is not None and done % 8192 == 0:
+                        progress(done, total)
         except MemrootError as e:
             # (1) an unreadable source (a damaged file or bundle) ends this branch's scan;
             # everything after it is unverified, and the report says where.
@@ -911,6 +987,93 @@ def _checkpoints(
             )
         )
     return out
+
+
+_CHUNK: Final = 4096
+_KIND_OF: Final = {k.value: k for k in Kind}
+
+
+def _chunks(rows: Iterable[RowLike]) -> Iterator[list[RowLike]]:
+    """Yield ``rows`` in lists of ``_CHUNK``; a read error comes after the rows read before it."""
+    buf: list[RowLike] = []
+    try:
+        for row in rows:
+            buf.append(row)
+            if len(buf) == _CHUNK:
+                yield buf
+                buf = []
+    except MemrootError:
+        if buf:
+            yield buf
+        raise
+    if buf:
+        yield buf
+
+
+def _native_rows(
+    run: _BranchRun,
+    branch: str,
+    chunk: list[RowLike],
+    start: int,
+    checks: Sequence[ReplayCheck],
+    report: AuditReport,
+    stop_size: int | None,
+    pending_nodes: int,
+    max_rows: int,
+) -> tuple[int, list[merkle.NewNode]]:
+    """Check the plain rows from ``chunk[start]`` on natively; return how many and their nodes.
+
+    A plain row is one ``_check_row`` would pass without a finding, only moving the branch's
+    state on (native/src/verify.rs). The native call stops after the row where the caller has
+    work (a checkpoint size, a full batch of nodes or events, a progress tick) and before any
+    row that is not plain, which the caller then checks with ``_check_row``. Steps 7-9 see the
+    same entries, in the same order.
+    """
+    assert _N is not None
+    n, prev, hashes, nodes, events, entries = _N.verify_rows(
+        chunk,
+        start,
+        max_rows,
+        branch,
+        run.expected_seq,
+        run.prev,
+        run.compact.size,
+        list(run.compact.hashes),
+        run.caches,
+        not run.tombstones,
+        stop_size,
+        4096 - pending_nodes,
+        4096 - len(run.events),
+        bool(checks),
+    )
+    if n == 0:
+        return 0, []
+    run.compact = merkle.CompactRange.from_hashes(run.compact.size + n, hashes)
+    run.prev = EntryHash(prev)
+    run.expected_seq += n
+    if run.caches:
+        run.events.extend(events)
+    run.event_count += len(events)
+    if entries:
+        kinds = _KIND_OF
+        for (v, e_prev, seq, name, ts, kind, type_, body, h), row in zip(
+            entries, chunk[start : start + n], strict=True
+        ):
+            entry = Entry(
+                v,
+                EntryHash(e_prev),
+                seq,
+                name,
+                ts,
+                kinds[kind],
+                type_,
+                body,
+                row.data,
+                EntryHash(h),
+            )
+            for check in checks:
+                check.feed(branch, entry, report)
+    return n, nodes
 
 
 def _check_row(

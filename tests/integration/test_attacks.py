@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from memroot.cli.main import cli
-from memroot.ledger import encoding
+from memroot.ledger import _backend, encoding
 from memroot.ledger.entries import Entry, Kind, build_entry
 from memroot.ledger.errors import IntegrityError, StorageError
 from memroot.ledger.hashing import content_digest, leaf_hash
@@ -169,7 +169,16 @@ def truncate(db: apsw.Connection, new_size: int, *, drop_checkpoints: bool) -> N
 
 def library_report(path: Path, trusted: Path | None = None, **kw: Any) -> AuditReport:
     state = TrustedState(trusted) if trusted is not None else None
-    return verify_path(path, trusted=state, update_trusted=False, **kw)
+    return both_backends(path, trusted=state, update_trusted=False, **kw)
+
+
+def both_backends(path: Path, **kw: Any) -> AuditReport:
+    """``verify_path``; with the native core built, also by the reference, with equal reports."""
+    report = verify_path(path, **kw)
+    if _backend.NATIVE is not None:
+        with _backend.reference():
+            assert verify_path(path, **kw).to_json() == report.to_json()
+    return report
 
 
 def cli_verify(path: Path, trusted: Path, *extra: str) -> tuple[int, dict[str, Any]]:
@@ -871,7 +880,7 @@ def detected_or_harmless(
     except apsw.ConstraintError:
         return "refused by the schema"  # e.g. a checkpoint size now equal to another's key
     try:
-        report = verify_path(copy, vkeys=(vkey,), update_trusted=False)
+        report = both_backends(copy, vkeys=(vkey,), update_trusted=False)
     except StorageError:
         return "refused at open"  # schema_version changed: the file is not opened at all
     if not report.ok:

@@ -1,0 +1,115 @@
+"""Type stubs of ``memroot._native``, the optional Rust core (native/, issue 12).
+
+Private: use it through ``memroot.ledger._backend`` only. Every function computes exactly what
+its pure-Python reference in ``memroot.ledger`` computes; where the reference raises, these
+raise ``Reject`` and the caller re-runs the reference for its error and message.
+"""
+
+from typing import Any
+
+__all__ = [
+    "Reject",
+    "compact_append",
+    "content_commitment",
+    "content_digest",
+    "decode",
+    "decode_entry",
+    "domain_hash",
+    "encode",
+    "encode_leaf",
+    "leaf_hash",
+    "mismatches",
+    "node_hash",
+    "node_keys",
+    "root_from_inclusion_proof",
+    "root_from_subtrees",
+    "roots_from_consistency_proof",
+    "sha256",
+    "uuid_bytes",
+    "verify_rows",
+]
+
+class Reject(ValueError):
+    """The native core refuses the input; the Python reference says why."""
+
+def encode(value: Any) -> bytes:
+    """Canonical CBOR of a value of the data model (``encoding.encode``)."""
+
+def encode_leaf(value: Any) -> tuple[bytes, bytes]:
+    """Canonical CBOR of ``value`` and the RFC 9162 leaf hash of those bytes."""
+
+def decode(data: bytes) -> Any:
+    """Strict canonical CBOR decoding (``encoding.decode``)."""
+
+def decode_entry(
+    raw: bytes, entry_hash: bytes | None = None
+) -> tuple[int, bytes, int, str, int, str, str, dict[str, Any], bytes]:
+    """``(v, prev, seq, branch, ts, kind, type, body, hash)`` of entry bytes, strictly."""
+
+def leaf_hash(data: bytes) -> bytes:
+    """``SHA-256(0x00 || data)``."""
+
+def node_hash(left: bytes, right: bytes) -> bytes:
+    """``SHA-256(0x01 || left || right)``."""
+
+def sha256(data: bytes) -> bytes:
+    """Plain SHA-256."""
+
+def domain_hash(tag: bytes, data: bytes) -> bytes:
+    """``SHA-256(tag || 0x00 || data)`` (the caller checks the tag)."""
+
+def content_digest(content: bytes) -> bytes:
+    """Unkeyed BLAKE3 of content."""
+
+def content_commitment(salt: bytes, content: bytes) -> bytes:
+    """BLAKE3 keyed with the 32-byte salt over content."""
+
+def root_from_subtrees(hashes: list[bytes]) -> bytes:
+    """Return the RFC 9162 root from perfect-subtree hashes, largest first."""
+
+def compact_append(
+    size: int, hashes: list[bytes], leaves: list[bytes]
+) -> tuple[list[bytes], list[tuple[int, int, bytes]]]:
+    """Fold leaves into a compact range; the new hashes and the completed nodes."""
+
+def root_from_inclusion_proof(leaf: bytes, index: int, size: int, proof: list[bytes]) -> bytes:
+    """Return the root an inclusion proof gives, or raise ``Reject``."""
+
+def roots_from_consistency_proof(
+    size1: int, size2: int, proof: list[bytes], root1: bytes
+) -> tuple[bytes, bytes]:
+    """Return the two roots a consistency proof gives (``0 < size1 < size2``)."""
+
+def verify_rows(
+    rows: list[Any],
+    start: int,
+    max_rows: int,
+    branch: str,
+    expected_seq: int,
+    prev: bytes,
+    compact_size: int,
+    compact_hashes: list[bytes],
+    caches: bool,
+    no_tombstones: bool,
+    stop_size: int | None,
+    node_room: int,
+    event_room: int,
+    want_entries: bool,
+) -> tuple[
+    int,
+    bytes,
+    list[bytes],
+    list[tuple[int, int, bytes]],
+    list[tuple[str, int]],
+    list[tuple[int, bytes, int, str, int, str, str, dict[str, Any], bytes]],
+]:
+    """Check steps 1-5 of the plain rows of a chunk in one call (native/src/verify.rs)."""
+
+def node_keys(branch_no: int, nodes: list[tuple[int, int, bytes]]) -> list[int]:
+    """Return the ``nodes.k`` of each ``(level, index, hash)`` (``store.node_key``)."""
+
+def uuid_bytes(ids: list[str]) -> list[bytes | None]:
+    """Return the 16 bytes of each canonical UUID text, None for any other text."""
+
+def mismatches(keys: list[Any], want: list[Any], found: dict[Any, Any]) -> list[int]:
+    """Return the positions ``i`` where ``found.get(keys[i]) != want[i]``."""

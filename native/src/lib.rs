@@ -1,0 +1,474 @@
+//! `memroot._native`: the per-entry work of memroot in Rust, under the Python API.
+//!
+//! Pure functions over bytes and plain Python values; no SQL, nothing held across calls. The
+//! pure-Python modules of `memroot.ledger` are the reference: every function here computes
+//! exactly what its Python counterpart computes, and where the Python one raises, this one
+//! raises `Reject` and the Python wrapper re-runs the reference, which raises its own error
+//! with its own message (`memroot.ledger._backend`). The GIL is released around the work on
+//! whole chunks of rows.
+
+pub mod cbor;
+pub mod entry;
+pub mod hash;
+pub mod merkle;
+pub mod py;
+pub mod uuid;
+pub mod verify;
+
+use pyo3::create_exception;
+use pyo3::exceptions::PyValueError;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+
+use hash::Hash;
+
+create_exception!(
+    _native,
+    Reject,
+    PyValueError,
+    "The native core refuses the input; the Python reference says why."
+);
+
+fn reject<T>(what: &str) -> PyResult<T> {
+    Err(Reject::new_err(what.to_owned()))
+}
+
+fn hash32(b: &[u8], what: &str) -> PyResult<Hash> {
+    b.try_into()
+        .or_else(|_| reject(&format!("{what} is not 32 bytes")))
+}
+
+fn hashes32(list: &Bound<'_, PyList>, what: &str) -> PyResult<Vec<Hash>> {
+    let mut out = Vec::with_capacity(list.len());
+    for item in list.iter() {
+        let b = item
+            .downcast::<PyBytes>()
+            .or_else(|_| reject(&format!("{what} is not bytes")))?;
+        out.push(hash32(b.as_bytes(), what)?);
+    }
+    Ok(out)
+}
+
+/// Canonical CBOR of a value of the data model (`encoding.encode`).
+#[pyfunction]
+fn encode<'py>(py: Python<'py>, value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
+    let mut out = Vec::with_capacity(256);
+    py::encode(value, 0, &mut out).or_else(|_| reject("outside the data model"))?;
+    Ok(PyBytes::new(py, &out))
+}
+
+/// Canonical CBOR of `value` and the RFC 9162 leaf hash of those bytes (`build_entry`).
+#[pyfunction]
+fn encode_leaf<'py>(
+    py: Python<'py>,
+    value: &Bound<'py, PyAny>,
+) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+    let mut out = Vec::with_capacity(256);
+    py::encode(value, 0, &mut out).or_else(|_| reject("outside the data model"))?;
+    let leaf = hash::leaf_hash(&out);
+    Ok((PyBytes::new(py, &out), PyBytes::new(py, &leaf)))
+}
+
+/// Strictly decode canonical CBOR (`encoding.decode`).
+#[pyfunction]
+fn decode<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyAny>> {
+    match cbor::decode(data) {
+        Ok(v) => py::to_py(py, &v),
+        Err(e) => reject(e.0),
+    }
+}
+
+/// Decode entry bytes strictly (`Entry.from_bytes`): the tuple
+/// `(v, prev, seq, branch, ts, kind, type, body, hash)`, `kind` as text.
+#[pyfunction]
+#[pyo3(signature = (raw, entry_hash=None))]
+fn decode_entry<'py>(
+    py: Python<'py>,
+    raw: &[u8],
+    entry_hash: Option<&Bound<'py, PyBytes>>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let fields = match entry::decode(raw) {
+        Ok(f) => f,
+        Err(e) => return reject(e.0),
+    };
+    let h = match entry_hash {
+        Some(h) => h.clone(),
+        None => PyBytes::new(py, &hash::leaf_hash(raw)),
+    };
+    entry_tuple(py, &fields, h)
+}
+
+fn entry_tuple<'py>(
+    py: Python<'py>,
+    f: &entry::Fields<'_>,
+    h: Bound<'py, PyBytes>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    PyTuple::new(
+        py,
+        [
+            entry::FORMAT_VERSION.into_pyobject(py)?.into_any(),
+            PyBytes::new(py, f.prev).into_any(),
+            f.seq.into_pyobject(py)?.into_any(),
+            f.branch.into_pyobject(py)?.into_any(),
+            f.ts.into_pyobject(py)?.into_any(),
+            f.kind.into_pyobject(py)?.into_any(),
+            f.type_.into_pyobject(py)?.into_any(),
+            py::to_py(py, &f.body)?,
+            h.into_any(),
+        ],
+    )
+}
+
+/// `SHA-256(0x00 || data)`.
+#[pyfunction]
+fn leaf_hash<'py>(py: Python<'py>, data: &[u8]) -> Bound<'py, PyBytes> {
+    PyBytes::new(py, &hash::leaf_hash(data))
+}
+
+/// `SHA-256(0x01 || left || right)`.
+#[pyfunction]
+fn node_hash<'py>(py: Python<'py>, left: &[u8], right: &[u8]) -> Bound<'py, PyBytes> {
+    PyBytes::new(py, &hash::node_hash(left, right))
+}
+
+/// Plain SHA-256.
+#[pyfunction]
+fn sha256<'py>(py: Python<'py>, data: &[u8]) -> Bound<'py, PyBytes> {
+    PyBytes::new(py, &hash::sha256(data))
+}
+
+/// `SHA-256(tag || 0x00 || data)`; the caller has checked the tag.
+#[pyfunction]
+fn domain_hash<'py>(py: Python<'py>, tag: &[u8], data: &[u8]) -> Bound<'py, PyBytes> {
+    PyBytes::new(py, &hash::domain_hash(tag, data))
+}
+
+/// Unkeyed BLAKE3 of content (its address); the GIL is released for large content.
+#[pyfunction]
+fn content_digest<'py>(py: Python<'py>, content: &[u8]) -> Bound<'py, PyBytes> {
+    let d = if content.len() >= 1 << 16 {
+        py.allow_threads(|| hash::content_digest(content))
+    } else {
+        hash::content_digest(content)
+    };
+    PyBytes::new(py, &d)
+}
+
+/// BLAKE3 keyed with the 32-byte salt over the content (the commitment).
+#[pyfunction]
+fn content_commitment<'py>(
+    py: Python<'py>,
+    salt: &[u8],
+    content: &[u8],
+) -> PyResult<Bound<'py, PyBytes>> {
+    let key = hash32(salt, "salt")?;
+    let c = if content.len() >= 1 << 16 {
+        py.allow_threads(|| hash::content_commitment(&key, content))
+    } else {
+        hash::content_commitment(&key, content)
+    };
+    Ok(PyBytes::new(py, &c))
+}
+
+/// The RFC 9162 root from perfect-subtree hashes, largest first (`root_from_subtrees`).
+#[pyfunction]
+fn root_from_subtrees<'py>(
+    py: Python<'py>,
+    hashes: &Bound<'py, PyList>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let hs = hashes32(hashes, "subtree hash")?;
+    Ok(PyBytes::new(py, &merkle::root_from_subtrees(&hs)))
+}
+
+/// Rows read out of Python per native slice of `verify_rows`.
+const SLICE: usize = 256;
+
+type NodeList<'py> = Vec<(u32, u64, Bound<'py, PyBytes>)>;
+
+fn node_list<'py>(py: Python<'py>, nodes: &[merkle::NewNode]) -> NodeList<'py> {
+    nodes
+        .iter()
+        .map(|(level, index, h)| (*level, *index, PyBytes::new(py, h)))
+        .collect()
+}
+
+/// Append leaf hashes to a compact range `(size, hashes)`; return the new hashes and the
+/// interior nodes completed, lowest first per leaf (`CompactRange.append_many`).
+#[pyfunction]
+fn compact_append<'py>(
+    py: Python<'py>,
+    size: u64,
+    hashes: &Bound<'py, PyList>,
+    leaves: &Bound<'py, PyList>,
+) -> PyResult<(Vec<Bound<'py, PyBytes>>, NodeList<'py>)> {
+    let mut cr = merkle::CompactRange {
+        size,
+        hashes: hashes32(hashes, "subtree hash")?,
+    };
+    if u64::try_from(cr.hashes.len()).ok() != Some(u64::from(size.count_ones())) {
+        return reject("hash count does not match the size");
+    }
+    let leaves = hashes32(leaves, "leaf hash")?;
+    let mut nodes = Vec::with_capacity(leaves.len());
+    for leaf in leaves {
+        cr.append(leaf, &mut nodes);
+    }
+    let out = cr.hashes.iter().map(|h| PyBytes::new(py, h)).collect();
+    Ok((out, node_list(py, &nodes)))
+}
+
+/// The root an inclusion proof gives (`root_from_inclusion_proof`); `Reject` if it fails.
+#[pyfunction]
+fn root_from_inclusion_proof<'py>(
+    py: Python<'py>,
+    leaf: &[u8],
+    index: u64,
+    size: u64,
+    proof: &Bound<'py, PyList>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let leaf = hash32(leaf, "leaf hash")?;
+    let proof = hashes32(proof, "proof hash")?;
+    match merkle::root_from_inclusion_proof(&leaf, index, size, &proof) {
+        Ok(r) => Ok(PyBytes::new(py, &r)),
+        Err(e) => reject(&format!("{e:?}")),
+    }
+}
+
+/// The two roots a consistency proof gives for `0 < size1 < size2`; `Reject` if it fails.
+#[pyfunction]
+fn roots_from_consistency_proof<'py>(
+    py: Python<'py>,
+    size1: u64,
+    size2: u64,
+    proof: &Bound<'py, PyList>,
+    root1: &[u8],
+) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+    let root1 = hash32(root1, "root")?;
+    let proof = hashes32(proof, "proof hash")?;
+    match merkle::roots_from_consistency_proof(size1, size2, &proof, &root1) {
+        Ok((a, b)) => Ok((PyBytes::new(py, &a), PyBytes::new(py, &b))),
+        Err(e) => reject(&format!("{e:?}")),
+    }
+}
+
+/// A row's columns as Python objects, kept alive while their bytes are borrowed.
+struct RowObj<'py> {
+    seq: u64,
+    hash: Option<Bound<'py, PyBytes>>,
+    data: Bound<'py, PyBytes>,
+    digest: Option<Bound<'py, PyBytes>>,
+    salt: Option<Bound<'py, PyBytes>>,
+    content: Option<Bound<'py, PyBytes>>,
+    erased_by_set: bool,
+}
+
+/// An optional bytes column: `Some(None)` for None, `None` for any other type.
+fn opt_bytes<'py>(
+    obj: &Bound<'py, PyAny>,
+    name: &Bound<'py, PyString>,
+) -> Option<Option<Bound<'py, PyBytes>>> {
+    let v = obj.getattr(name).ok()?;
+    if v.is_none() {
+        return Some(None);
+    }
+    Some(Some(v.downcast_into_exact::<PyBytes>().ok()?))
+}
+
+fn row_obj<'py>(py: Python<'py>, row: &Bound<'py, PyAny>) -> Option<RowObj<'py>> {
+    Some(RowObj {
+        seq: row.getattr(intern!(py, "seq")).ok()?.extract().ok()?,
+        hash: opt_bytes(row, intern!(py, "hash"))?,
+        data: opt_bytes(row, intern!(py, "data"))??,
+        digest: opt_bytes(row, intern!(py, "digest"))?,
+        salt: opt_bytes(row, intern!(py, "salt"))?,
+        content: opt_bytes(row, intern!(py, "content"))?,
+        erased_by_set: !row.getattr(intern!(py, "erased_by")).ok()?.is_none(),
+    })
+}
+
+/// The steps 1-5 of a chunk of rows in one call (`verify._check_row` on each plain row).
+///
+/// Checks `rows[start:]`, at most `max_rows`, while every row is plain (see `verify.rs`) and
+/// no limit is reached: the compact range reaching `stop_size`, `node_room` completed nodes
+/// (with caches), `event_room` listed events (with caches). Returns `(count, prev,
+/// compact_hashes, nodes, events, entries)`: the new chain head and right edge, the completed
+/// nodes, the `(event id, seq)` of each event and, when `want_entries`, each row's decoded
+/// entry as `decode_entry` gives it. Rows are hashed and decoded with the GIL released.
+#[pyfunction]
+#[pyo3(signature = (rows, start, max_rows, branch, expected_seq, prev, compact_size,
+    compact_hashes, caches, no_tombstones, stop_size, node_room, event_room, want_entries))]
+#[allow(clippy::too_many_arguments)]
+fn verify_rows<'py>(
+    py: Python<'py>,
+    rows: &Bound<'py, PyList>,
+    start: usize,
+    max_rows: usize,
+    branch: &str,
+    expected_seq: u64,
+    prev: &[u8],
+    compact_size: u64,
+    compact_hashes: &Bound<'py, PyList>,
+    caches: bool,
+    no_tombstones: bool,
+    stop_size: Option<u64>,
+    node_room: usize,
+    event_room: usize,
+    want_entries: bool,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let hashes = hashes32(compact_hashes, "subtree hash")?;
+    let mut run = verify::Run {
+        branch,
+        expected_seq,
+        prev: hash32(prev, "prev")?,
+        compact: merkle::CompactRange {
+            size: compact_size,
+            hashes,
+        },
+        caches,
+        no_tombstones,
+        stop_size,
+        node_room,
+        event_room,
+        nodes_done: 0,
+        events_done: 0,
+    };
+    if u64::from(compact_size.count_ones()) != run.compact.hashes.len() as u64 {
+        return reject("compact range hashes do not match its size");
+    }
+    let mut nodes: Vec<merkle::NewNode> = Vec::new();
+    let events = PyList::empty(py);
+    let entries = PyList::empty(py);
+    let end = rows.len().min(start.saturating_add(max_rows));
+    let mut pos = start;
+    // Slices of rows: only rows about to be checked are read out of their Python objects
+    // (a call often stops after a few rows, where audit_source has work to do).
+    while pos < end {
+        let stop = end.min(pos + SLICE);
+        let mut objs: Vec<RowObj<'py>> = Vec::with_capacity(stop - pos);
+        for i in pos..stop {
+            match row_obj(py, &rows.get_item(i)?) {
+                Some(o) => objs.push(o),
+                None => break, // an odd row: the reference reads it
+            }
+        }
+        let odd = objs.len() < stop - pos;
+        let refs: Vec<verify::Row<'_>> = objs
+            .iter()
+            .map(|o| verify::Row {
+                seq: o.seq,
+                hash: o.hash.as_ref().map(|b| b.as_bytes()),
+                data: o.data.as_bytes(),
+                digest: o.digest.as_ref().map(|b| b.as_bytes()),
+                salt: o.salt.as_ref().map(|b| b.as_bytes()),
+                content: o.content.as_ref().map(|b| b.as_bytes()),
+                erased_by_set: o.erased_by_set,
+            })
+            .collect();
+        let (checked, stopped) =
+            py.allow_threads(|| verify::check_run(&mut run, &refs, &mut nodes));
+        for (c, o) in checked.iter().zip(&objs) {
+            if let Some(id) = c.event_id {
+                events.append((id, o.seq))?;
+            }
+            if want_entries {
+                entries.append(entry_tuple(py, &c.fields, PyBytes::new(py, &c.leaf))?)?;
+            }
+        }
+        pos += checked.len();
+        if stopped || odd {
+            break;
+        }
+    }
+    let out_hashes: Vec<Bound<'py, PyBytes>> = run
+        .compact
+        .hashes
+        .iter()
+        .map(|h| PyBytes::new(py, h))
+        .collect();
+    PyTuple::new(
+        py,
+        [
+            (pos - start).into_pyobject(py)?.into_any(),
+            PyBytes::new(py, &run.prev).into_any(),
+            out_hashes.into_pyobject(py)?.into_any(),
+            node_list(py, &nodes).into_pyobject(py)?.into_any(),
+            events.into_any(),
+            entries.into_any(),
+        ],
+    )
+}
+
+/// The `nodes.k` of each `(level, index, hash)` on branch `branch_no` (`store.node_key`).
+#[pyfunction]
+fn node_keys(branch_no: u64, nodes: Vec<(u64, u64, Bound<'_, PyAny>)>) -> PyResult<Vec<u64>> {
+    nodes
+        .iter()
+        .map(|(level, index, _)| {
+            if branch_no >= 1 << 15 || *level >= 1 << 6 || *index >= 1 << 42 {
+                return reject("node key out of range");
+            }
+            Ok(branch_no << 48 | level << 42 | index)
+        })
+        .collect()
+}
+
+/// The 16 bytes of each canonical (lowercase, hyphenated) UUID text, None for any other text.
+#[pyfunction]
+fn uuid_bytes<'py>(
+    py: Python<'py>,
+    ids: Vec<Bound<'py, PyAny>>,
+) -> Vec<Option<Bound<'py, PyBytes>>> {
+    ids.iter()
+        .map(|id| {
+            let text = id.downcast_exact::<PyString>().ok()?;
+            let raw = uuid::parse(text.to_str().ok()?)?;
+            Some(PyBytes::new(py, &raw))
+        })
+        .collect()
+}
+
+/// The positions `i` where `found.get(keys[i]) != want[i]` (a stored cache that differs).
+#[pyfunction]
+fn mismatches(
+    keys: &Bound<'_, PyList>,
+    want: &Bound<'_, PyList>,
+    found: &Bound<'_, PyDict>,
+) -> PyResult<Vec<usize>> {
+    if keys.len() != want.len() {
+        return reject("keys and values differ in length");
+    }
+    let mut out = Vec::new();
+    for (i, (k, w)) in keys.iter().zip(want.iter()).enumerate() {
+        match found.get_item(&k)? {
+            Some(v) if v.eq(&w)? => {}
+            _ => out.push(i),
+        }
+    }
+    Ok(out)
+}
+
+/// The native core of memroot (see the module docs in Rust and `memroot/_native.pyi`).
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("Reject", m.py().get_type::<Reject>())?;
+    m.add_function(wrap_pyfunction!(encode, m)?)?;
+    m.add_function(wrap_pyfunction!(encode_leaf, m)?)?;
+    m.add_function(wrap_pyfunction!(decode, m)?)?;
+    m.add_function(wrap_pyfunction!(decode_entry, m)?)?;
+    m.add_function(wrap_pyfunction!(leaf_hash, m)?)?;
+    m.add_function(wrap_pyfunction!(node_hash, m)?)?;
+    m.add_function(wrap_pyfunction!(sha256, m)?)?;
+    m.add_function(wrap_pyfunction!(domain_hash, m)?)?;
+    m.add_function(wrap_pyfunction!(content_digest, m)?)?;
+    m.add_function(wrap_pyfunction!(content_commitment, m)?)?;
+    m.add_function(wrap_pyfunction!(root_from_subtrees, m)?)?;
+    m.add_function(wrap_pyfunction!(compact_append, m)?)?;
+    m.add_function(wrap_pyfunction!(root_from_inclusion_proof, m)?)?;
+    m.add_function(wrap_pyfunction!(roots_from_consistency_proof, m)?)?;
+    m.add_function(wrap_pyfunction!(verify_rows, m)?)?;
+    m.add_function(wrap_pyfunction!(node_keys, m)?)?;
+    m.add_function(wrap_pyfunction!(uuid_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(mismatches, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,216 @@
+//! RFC 9162 Merkle arithmetic, as `ledger/merkle.py`: the writer's right edge (compact
+//! range), the root from perfect-subtree hashes and the inclusion and consistency checks.
+
+use crate::hash::{node_hash, sha256, Hash};
+
+/// An interior node an append completed: `(level, index, hash)`, level >= 1.
+pub type NewNode = (u32, u64, Hash);
+
+/// The root of the empty tree, `SHA-256("")`.
+#[must_use]
+pub fn empty_root() -> Hash {
+    sha256(b"")
+}
+
+/// The right edge of a growing tree: the hashes of its perfect subtrees, largest first.
+#[derive(Debug, Clone, Default)]
+pub struct CompactRange {
+    pub size: u64,
+    pub hashes: Vec<Hash>,
+}
+
+impl CompactRange {
+    /// Fold one leaf in; push the interior nodes it completed, lowest first, onto `out`.
+    pub fn append(&mut self, leaf: Hash, out: &mut Vec<NewNode>) {
+        let mut h = leaf;
+        let mut level = 0u32;
+        let mut m = self.size;
+        while m & 1 == 1 {
+            // size has a one bit per stored hash, so a trailing one bit has a hash to pop.
+            let Some(left) = self.hashes.pop() else { break };
+            h = node_hash(&left, &h);
+            level += 1;
+            m >>= 1;
+            out.push((level, m, h));
+        }
+        self.hashes.push(h);
+        self.size += 1;
+    }
+
+    /// The RFC 9162 root of the leaves appended so far.
+    #[must_use]
+    pub fn root(&self) -> Hash {
+        root_from_subtrees(&self.hashes)
+    }
+}
+
+/// The RFC 9162 `MTH` folded right to left from the perfect-subtree hashes.
+#[must_use]
+pub fn root_from_subtrees(hashes: &[Hash]) -> Hash {
+    let Some((last, rest)) = hashes.split_last() else {
+        return empty_root();
+    };
+    let mut h = *last;
+    for left in rest.iter().rev() {
+        h = node_hash(left, &h);
+    }
+    h
+}
+
+/// Why a proof does not verify; Python reports the reference module's message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProofFail {
+    IndexOutOfRange,
+    WrongLength,
+}
+
+/// The root an inclusion proof gives leaf `index` of a tree of `size` leaves
+/// (RFC 9162 section 2.1.3.2 steps 1-4 and the `sn == 0` half of step 5).
+///
+/// # Errors
+/// `ProofFail` when the index is not in the tree or the proof has the wrong length.
+pub fn root_from_inclusion_proof(
+    leaf: &Hash,
+    index: u64,
+    size: u64,
+    proof: &[Hash],
+) -> Result<Hash, ProofFail> {
+    if index >= size {
+        return Err(ProofFail::IndexOutOfRange);
+    }
+    let (mut fn_, mut sn) = (index, size - 1);
+    let mut r = *leaf;
+    for p in proof {
+        if sn == 0 {
+            return Err(ProofFail::WrongLength);
+        }
+        if fn_ & 1 == 1 || fn_ == sn {
+            r = node_hash(p, &r);
+            while fn_ != 0 && fn_ & 1 == 0 {
+                fn_ >>= 1;
+                sn >>= 1;
+            }
+        } else {
+            r = node_hash(&r, p);
+        }
+        fn_ >>= 1;
+        sn >>= 1;
+    }
+    if sn != 0 {
+        return Err(ProofFail::WrongLength);
+    }
+    Ok(r)
+}
+
+/// The two roots a consistency proof gives for `0 < size1 < size2` (RFC 9162 section
+/// 2.1.4.2 steps 1-7 but the final comparisons, which the caller makes).
+///
+/// # Errors
+/// `ProofFail::WrongLength` when the proof is empty or of the wrong length.
+pub fn roots_from_consistency_proof(
+    size1: u64,
+    size2: u64,
+    proof: &[Hash],
+    root1: &Hash,
+) -> Result<(Hash, Hash), ProofFail> {
+    if proof.is_empty() || size1 == 0 || size1 >= size2 {
+        return Err(ProofFail::WrongLength);
+    }
+    let mut path: Vec<Hash> = Vec::with_capacity(proof.len() + 1);
+    if size1 & (size1 - 1) == 0 {
+        path.push(*root1);
+    }
+    path.extend_from_slice(proof);
+    let (mut fn_, mut sn) = (size1 - 1, size2 - 1);
+    while fn_ & 1 == 1 {
+        fn_ >>= 1;
+        sn >>= 1;
+    }
+    let mut fr = path[0];
+    let mut sr = path[0];
+    for c in &path[1..] {
+        if sn == 0 {
+            return Err(ProofFail::WrongLength);
+        }
+        if fn_ & 1 == 1 || fn_ == sn {
+            fr = node_hash(c, &fr);
+            sr = node_hash(c, &sr);
+            while fn_ != 0 && fn_ & 1 == 0 {
+                fn_ >>= 1;
+                sn >>= 1;
+            }
+        } else {
+            sr = node_hash(&sr, c);
+        }
+        fn_ >>= 1;
+        sn >>= 1;
+    }
+    if sn != 0 {
+        return Err(ProofFail::WrongLength);
+    }
+    Ok((fr, sr))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hash::leaf_hash;
+
+    /// The RFC's recursive MTH, for checking the folds.
+    fn mth(leaves: &[Hash]) -> Hash {
+        match leaves.len() {
+            0 => empty_root(),
+            1 => leaves[0],
+            n => {
+                let k = 1usize << (usize::BITS - (n - 1).leading_zeros() - 1);
+                node_hash(&mth(&leaves[..k]), &mth(&leaves[k..]))
+            }
+        }
+    }
+
+    fn path(m: usize, leaves: &[Hash]) -> Vec<Hash> {
+        let n = leaves.len();
+        if n <= 1 {
+            return vec![];
+        }
+        let k = 1usize << (usize::BITS - (n - 1).leading_zeros() - 1);
+        if m < k {
+            let mut p = path(m, &leaves[..k]);
+            p.push(mth(&leaves[k..]));
+            p
+        } else {
+            let mut p = path(m - k, &leaves[k..]);
+            p.push(mth(&leaves[..k]));
+            p
+        }
+    }
+
+    #[test]
+    fn compact_range_matches_mth_and_proofs_verify() {
+        let leaves: Vec<Hash> = (0u32..70).map(|i| leaf_hash(&i.to_be_bytes())).collect();
+        let mut cr = CompactRange::default();
+        let mut nodes = Vec::new();
+        assert_eq!(cr.root(), empty_root());
+        for (i, leaf) in leaves.iter().enumerate() {
+            cr.append(*leaf, &mut nodes);
+            assert_eq!(cr.root(), mth(&leaves[..=i]));
+        }
+        assert_eq!(nodes.len(), 70 - 3); // n - popcount(n) interior nodes
+        for size in 1..=leaves.len() {
+            for index in 0..size {
+                let p = path(index, &leaves[..size]);
+                let got = root_from_inclusion_proof(&leaves[index], index as u64, size as u64, &p);
+                assert_eq!(got, Ok(mth(&leaves[..size])));
+            }
+        }
+        let p = path(3, &leaves[..10]);
+        assert_eq!(
+            root_from_inclusion_proof(&leaves[3], 3, 10, &p[..p.len() - 1]),
+            Err(ProofFail::WrongLength)
+        );
+        assert_eq!(
+            root_from_inclusion_proof(&leaves[3], 10, 10, &p),
+            Err(ProofFail::IndexOutOfRange)
+        );
+    }
+}

@@ -1,0 +1,242 @@
+//! The auditor's steps 1-5 for a run of ordinary rows, as `verify._check_row` checks them.
+//!
+//! `check_run` walks rows in order and stops at the first row that is not *plain*: a plain
+//! row is one for which the reference `_check_row` adds no finding and only advances the
+//! branch's running state (next seq, prev hash, compact range, event list). Everything else
+//! (a genesis, a branch, key or erasure operation, an erased event, any violation) is left to
+//! the reference, which then reports it with its own message. So the native path never
+//! decides a finding; it only skips rows that have none.
+
+use crate::cbor::Value;
+use crate::entry;
+use crate::hash::{content_commitment, content_digest, leaf_hash, Hash};
+use crate::merkle::{CompactRange, NewNode};
+
+/// One stored row, borrowed from the Python row object.
+#[derive(Debug, Clone, Copy)]
+pub struct Row<'a> {
+    pub seq: u64,
+    pub hash: Option<&'a [u8]>,
+    pub data: &'a [u8],
+    pub digest: Option<&'a [u8]>,
+    pub salt: Option<&'a [u8]>,
+    pub content: Option<&'a [u8]>,
+    pub erased_by_set: bool,
+}
+
+/// The branch's running state and the limits of one call.
+#[derive(Debug)]
+pub struct Run<'a> {
+    pub branch: &'a str,
+    pub expected_seq: u64,
+    pub prev: Hash,
+    pub compact: CompactRange,
+    /// The source keeps leaf hash and content address caches (and tree nodes) to check.
+    pub caches: bool,
+    /// No TOMBSTONE has named a target not yet seen (the reference's `run.tombstones`).
+    pub no_tombstones: bool,
+    /// Stop once the compact range reaches this size (a checkpoint size), if any.
+    pub stop_size: Option<u64>,
+    /// Stop after the row that brings the completed nodes to this many.
+    pub node_room: usize,
+    /// Stop after the row that brings the listed events to this many.
+    pub event_room: usize,
+    /// Nodes completed and events listed (with caches) so far, against the two rooms.
+    pub nodes_done: usize,
+    pub events_done: usize,
+}
+
+/// What one plain row gave.
+#[derive(Debug)]
+pub struct Checked<'a> {
+    pub leaf: Hash,
+    pub fields: entry::Fields<'a>,
+    /// The event id, for an event (the event index check, step 5).
+    pub event_id: Option<&'a str>,
+}
+
+/// Check rows in order while they are plain and no limit is reached; return what each gave
+/// and whether the run must stop here (a row that is not plain, or a limit). The run state is
+/// advanced past the rows checked, and the interior nodes they completed are pushed on `nodes`
+/// (only with caches: without them nobody checks stored nodes).
+#[must_use]
+pub fn check_run<'a>(
+    run: &mut Run<'_>,
+    rows: &[Row<'a>],
+    nodes: &mut Vec<NewNode>,
+) -> (Vec<Checked<'a>>, bool) {
+    let mut out: Vec<Checked<'a>> = Vec::with_capacity(rows.len());
+    for row in rows {
+        let Some(checked) = plain_row(run, row) else {
+            return (out, true);
+        };
+        let before = nodes.len();
+        run.compact.append(checked.leaf, nodes);
+        if run.caches {
+            run.nodes_done += nodes.len() - before;
+            if checked.event_id.is_some() {
+                run.events_done += 1;
+            }
+        } else {
+            nodes.truncate(before);
+        }
+        run.prev = checked.leaf;
+        run.expected_seq = row.seq + 1;
+        out.push(checked);
+        if (run.caches && run.nodes_done >= run.node_room)
+            || run.events_done >= run.event_room
+            || run.stop_size == Some(run.compact.size)
+        {
+            return (out, true);
+        }
+    }
+    (out, false)
+}
+
+/// The row's checks when it is plain, else None (the reference takes it from there).
+fn plain_row<'a>(run: &Run<'_>, row: &Row<'a>) -> Option<Checked<'a>> {
+    if row.seq != run.expected_seq || row.seq == 0 {
+        return None;
+    }
+    let leaf = leaf_hash(row.data);
+    if row.hash.is_some_and(|h| h != leaf) {
+        return None;
+    }
+    let fields = entry::decode(row.data).ok()?;
+    if fields.seq != row.seq || fields.branch != run.branch || fields.prev != run.prev {
+        return None;
+    }
+    match fields.kind {
+        // An event of another type (a forged BRANCH_CREATE, say) takes the reference path,
+        // which registers what such types register.
+        "event" if fields.type_ == "EVENT" => {
+            let event_id = plain_event(run, row, &fields)?;
+            Some(Checked {
+                leaf,
+                fields,
+                event_id: Some(event_id),
+            })
+        }
+        "op" => {
+            let special = matches!(fields.type_, "BRANCH_CREATE" | "KEY_ROTATE" | "TOMBSTONE");
+            let stored = row.content.is_some()
+                || row.salt.is_some()
+                || row.digest.is_some()
+                || row.erased_by_set;
+            if special || stored {
+                return None;
+            }
+            Some(Checked {
+                leaf,
+                fields,
+                event_id: None,
+            })
+        }
+        _ => None, // a genesis entry, or one past seq 0
+    }
+}
+
+/// Step 4 for an event whose content is stored and matches; returns its id.
+fn plain_event<'a>(run: &Run<'_>, row: &Row<'a>, fields: &entry::Fields<'a>) -> Option<&'a str> {
+    let Some(Value::Text(id)) = fields.body.get("id") else {
+        return None;
+    };
+    let Some(Value::Bytes(commitment)) = fields.body.get("content_commitment") else {
+        return None;
+    };
+    if row.erased_by_set || !run.no_tombstones {
+        return None;
+    }
+    let content = row.content?;
+    let salt: &Hash = row.salt?.try_into().ok()?;
+    if content_commitment(salt, content) != **commitment {
+        return None;
+    }
+    if run.caches && row.digest != Some(&content_digest(content)[..]) {
+        return None;
+    }
+    Some(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cbor;
+
+    fn event(prev: &Hash, seq: u64, id: &str, commitment: &Hash) -> Vec<u8> {
+        let mut out = vec![0x88, 0x01];
+        cbor::write_bytes(&mut out, prev);
+        cbor::write_head(&mut out, 0, seq);
+        cbor::write_text(&mut out, "main");
+        cbor::write_head(&mut out, 0, 1000);
+        cbor::write_text(&mut out, "event");
+        cbor::write_text(&mut out, "EVENT");
+        cbor::write_head(&mut out, 5, 2);
+        cbor::write_text(&mut out, "id");
+        cbor::write_text(&mut out, id);
+        cbor::write_text(&mut out, "content_commitment");
+        cbor::write_bytes(&mut out, commitment);
+        out
+    }
+
+    fn run(prev: Hash) -> Run<'static> {
+        Run {
+            branch: "main",
+            expected_seq: 1,
+            prev,
+            compact: CompactRange::default(),
+            caches: true,
+            no_tombstones: true,
+            stop_size: None,
+            node_room: 4096,
+            event_room: 4096,
+            nodes_done: 0,
+            events_done: 0,
+        }
+    }
+
+    #[test]
+    fn plain_events_pass_and_a_tampered_one_stops_the_run() {
+        let salt = [7u8; 32];
+        let content = b"hello".to_vec();
+        let commitment = content_commitment(&salt, &content);
+        let digest = content_digest(&content);
+        let genesis = [9u8; 32];
+        let e1 = event(&genesis, 1, "a", &commitment);
+        let h1 = leaf_hash(&e1);
+        let e2 = event(&h1, 2, "b", &commitment);
+        let edited = b"hellO".to_vec();
+        let rows = [
+            Row {
+                seq: 1,
+                hash: Some(&h1),
+                data: &e1,
+                digest: Some(&digest),
+                salt: Some(&salt),
+                content: Some(&content),
+                erased_by_set: false,
+            },
+            Row {
+                seq: 2,
+                hash: None,
+                data: &e2,
+                digest: Some(&digest),
+                salt: Some(&salt),
+                content: Some(&edited),
+                erased_by_set: false,
+            },
+        ];
+        let mut r = run(genesis);
+        let (done, stopped) = check_run(&mut r, &rows, &mut Vec::new());
+        assert!(stopped);
+        assert_eq!(done.len(), 1);
+        assert_eq!(done[0].event_id, Some("a"));
+        assert_eq!((r.expected_seq, r.prev), (2, h1));
+        let mut r = run([0u8; 32]);
+        let (done, _) = check_run(&mut r, &rows, &mut Vec::new());
+        assert!(
+            done.is_empty(),
+            "a broken prev link is left to the reference"
+        );
+    }
+}
