@@ -55,7 +55,7 @@ def fork(ledger: Ledger, name: str, parent: str = "main") -> None:
 def history(path: Path, inputs: Any, seed: int, n: int) -> str:
     """A random history of about ``n`` entries on main and a branch; return the vkey."""
     rng = random.Random(seed)
-    with Ledger.init(path, origin=ORIGIN) as ledger:
+    with Ledger.init(path, origin=ORIGIN, hooks=()) as ledger:
         events: list[str] = []
         done = 0
         while done < n:
@@ -182,7 +182,7 @@ def test_event_index_with_imported_ids_verifies_identically(tmp_path: Path, inpu
 
     rng = random.Random(5)
     path = tmp_path / "ids.db"
-    with Ledger.init(path, origin=ORIGIN) as ledger:
+    with Ledger.init(path, origin=ORIGIN, hooks=()) as ledger:
         for _ in range(3):
             items = [
                 inputs.event(rng, i, id=str(uuid.UUID(int=rng.getrandbits(128), version=4)))
