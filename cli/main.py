@@ -30,6 +30,7 @@ import click
 from click.core import ParameterSource
 
 from memroot.ledger import _backend
+from memroot.ledger import store as store_module
 from memroot.ledger.errors import (
     DecodeError,
     IntegrityError,
@@ -240,6 +241,11 @@ def cli(ctx: click.Context, ledger: Path | None) -> None:
     Example: memroot -l agent.ledger init && memroot -l agent.ledger verify
     """
     ctx.obj = Context(ledger)
+    store_module.lock_wait_notice = _lock_wait_notice
+
+
+def _lock_wait_notice(path: Path) -> None:
+    click.echo(f"waiting for the write lock on {path}: another process is writing to it", err=True)
 
 
 def main() -> None:

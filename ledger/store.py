@@ -48,6 +48,15 @@ BRANCH_SHIFT: Final = 40  # entries.k = branch_no << 40 | seq: 2**40 entries per
 _NODE_BRANCH_SHIFT: Final = 48
 _NODE_LEVEL_SHIFT: Final = 42
 _BUSY_TIMEOUT_MS: Final = 60_000
+
+LOCK_NOTICE_MS: Final = 1_000
+"""How long a write waits for another writer's lock before ``lock_wait_notice`` is told."""
+
+lock_wait_notice: Callable[[Path], None] | None = None
+"""Called (with the ledger's path) once a write has waited ``LOCK_NOTICE_MS`` for the lock.
+
+None by default (the library says nothing); the CLI sets it to a notice on stderr.
+"""
 _CACHE_MIN_LEVEL: Final = 3
 _CACHE_MAX: Final = 1 << 18  # cached node hashes (~30 MB at most)
 _SQLITE_MAGIC: Final = b"SQLite format 3\x00"
@@ -349,7 +358,7 @@ class Store:
                 self._write_depth -= 1
             return
         try:
-            self.db.execute("BEGIN IMMEDIATE")
+            self._begin_immediate()
         except apsw.Error as e:
             raise _storage_error(e, self.path) from e
         self._write_depth = 1
@@ -384,6 +393,28 @@ class Store:
             raise
         for callback in self._after_commit:
             callback()
+
+    def _begin_immediate(self) -> None:
+        """Take the write lock; past ``LOCK_NOTICE_MS`` of waiting, tell ``lock_wait_notice``.
+
+        The wait as a whole stays the busy timeout: another writer holding the lock longer
+        than that is a StorageError ("locked"), never an endless wait.
+        """
+        notice = lock_wait_notice
+        if notice is None:
+            self.db.execute("BEGIN IMMEDIATE")
+            return
+        self.db.set_busy_timeout(LOCK_NOTICE_MS)
+        try:
+            try:
+                self.db.execute("BEGIN IMMEDIATE")
+                return
+            except apsw.BusyError:
+                notice(self.path)
+            self.db.set_busy_timeout(_BUSY_TIMEOUT_MS - LOCK_NOTICE_MS)
+            self.db.execute("BEGIN IMMEDIATE")
+        finally:
+            self.db.set_busy_timeout(_BUSY_TIMEOUT_MS)
 
     def on_commit(
         self,
