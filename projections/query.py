@@ -62,6 +62,7 @@ __all__ = [
     "RANK_POOL",
     "Query",
     "Result",
+    "anchor_path_of",
     "edges_of",
     "entity_members",
     "get_entity",
@@ -437,8 +438,12 @@ def _where(db: apsw.Connection, q: Query, view: View) -> tuple[list[str], list[A
     return where, args
 
 
-def _anchor_path(db: apsw.Connection, view: View, anchor: str) -> set[str]:
-    """Return the anchor's ancestor path, after checking the anchor is an event the view sees."""
+def anchor_path_of(db: apsw.Connection, view: View, anchor: str) -> set[str]:
+    """Return the anchor's ancestor path, after checking the anchor is an event the view sees.
+
+    Raises:
+        NotFoundError: if it is not (or no conversation tree is recorded).
+    """
     cond, params = view.events("ev")
     known = db.execute(
         f"SELECT 1 FROM mem_events ev WHERE ev.id = ? AND {cond}", (anchor, *params)
@@ -471,7 +476,7 @@ def query(db: apsw.Connection, q: Query) -> list[Result]:
         StorageError: if the full-text index is behind and cannot be updated here.
     """
     view = view_of(db, q.branch, q.as_of)
-    path = None if q.anchor is None else _anchor_path(db, view, q.anchor)
+    path = None if q.anchor is None else anchor_path_of(db, view, q.anchor)
     want = RANK_POOL if q.git_branch is not None else q.limit
     rows: list[Any]
     if path is None:
