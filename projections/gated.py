@@ -434,6 +434,9 @@ class Folder:
         An object with no rows before then was in its global state, and the operation citing
         it was accepted, so it was ACTIVE.
         """
+        rows = self.rows_of(object_id)
+        if not rows or rows[0].key >= key:
+            return True  # its base is the state after ungated operations that came later
         memo_key = (object_id, key)
         if memo_key not in self._memo:
             self._memo[memo_key] = self.fold(object_id, key)[0]
