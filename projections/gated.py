@@ -232,7 +232,8 @@ class GatedOp:
     op_type: str
     ts: int
     prov: tuple[str, ...]
-    intent: dict[str, Any]
+    intent: str
+    """The operation's effect (JSON, ``_intent``), decoded when a fold reaches it."""
     applied: bool
     base: str | None
     key: Key
@@ -245,7 +246,7 @@ def _bump(s: _S, ts: int) -> None:
 
 def _step(s: _S, row: GatedOp, active: Callable[[str], bool]) -> str | None:
     """Apply ``row`` to ``s`` when the state allows it; else return why not (``s`` unchanged)."""
-    it = row.intent
+    it = json.loads(row.intent)
     kind = it["k"]
     if kind == "L":
         to, by = it["to"], it.get("by")
@@ -300,14 +301,16 @@ def _step(s: _S, row: GatedOp, active: Callable[[str], bool]) -> str | None:
 
 
 def _level_cond(view: View) -> tuple[str, list[Any]]:
+    # Unary + keeps SQLite on the object index: the primary key (branch, ...) would scan a
+    # whole branch's rows.
     parts: list[str] = []
     params: list[Any] = []
     for branch, bound in view.levels:
         if bound is None:
-            parts.append("(g.branch = ?)")
+            parts.append("(+g.branch = ?)")
             params.append(branch)
         else:
-            parts.append("(g.branch = ? AND g.seq <= ?)")
+            parts.append("(+g.branch = ? AND +g.seq <= ?)")
             params += [branch, bound]
     return (parts[0] if len(parts) == 1 else "(" + " OR ".join(parts) + ")"), params
 
@@ -354,6 +357,10 @@ class Folder:
         self._level = {b: n - 1 - i for i, (b, _) in enumerate(view.levels)}
         self._cond, self._params = _level_cond(view)
 
+    def share(self, other: Folder) -> None:
+        """Use ``other``'s loaded rows (same view; rows do not change during an append)."""
+        self._rows = other._rows
+
     def preload(self, ids: Iterable[str]) -> None:
         """Load the rows of every object in ``ids`` not loaded yet (one query)."""
         missing = [i for i in dict.fromkeys(ids) if i not in self._rows]
@@ -380,7 +387,7 @@ class Folder:
                     r[5],
                     r[6],
                     tuple(r[7].split(",")) if r[7] else (),
-                    json.loads(r[8]),
+                    r[8],
                     bool(r[9]),
                     r[10],
                     (level[r[0]], r[1], r[2]),
@@ -401,12 +408,13 @@ class Folder:
         rows = self.rows_of(object_id)
         if not rows:
             return None
-        if rows[0].base is None:
+        base = rows[0].base
+        if base is None:
             raise StorageError(
                 f"the gated state of object {object_id} has no base row in branch "
                 f"{self.view.branch}: run memroot rebuild"
             )
-        return _S.from_json(rows[0].base)
+        return _S.from_json(base)
 
     def fold(self, object_id: str, until: Key | None = None) -> tuple[_S | None, list[Step]]:
         """Return the object's state in the view (before ``until``) and every row's outcome.
@@ -450,8 +458,11 @@ class Folder:
 
     def creation_evidence(self, obj: MemoryObject) -> tuple[str, ...]:
         """Return the evidence the object's ASSERT gave it (later transitions may add more)."""
-        base = self.base(obj.id)
-        return obj.evidence_ids if base is None else base.evidence_ids
+        rows = self.rows_of(obj.id)
+        if not rows or rows[0].base is None:
+            return obj.evidence_ids
+        # The base is [lifecycle, superseded_by, valid_from, ..., evidence_ids (8th), ...].
+        return tuple(json.loads(rows[0].base)[7])
 
 
 class AnchorState:
@@ -498,35 +509,71 @@ def on_event(eng: Engine, entry: Entry) -> None:
     )
 
 
-def _downset(eng: Engine, op: Op, prov: Sequence[str]) -> tuple[set[str], bool]:
-    """Return ``D(P)`` (provenance events and their ancestors, as recorded before ``op``).
+def _conv_cond(view: View, alias: str) -> tuple[str, list[Any]]:
+    """Return the SQL condition for ``mem_conv`` rows of events the branch view holds."""
+    parts: list[str] = []
+    params: list[Any] = []
+    for branch, bound in view.levels:
+        if bound is None:
+            parts.append(f"({alias}.branch = ?)")
+            params.append(branch)
+        else:
+            parts.append(f"({alias}.branch = ? AND {alias}.seq <= ?)")
+            params += [branch, bound]
+    return (parts[0] if len(parts) == 1 else "(" + " OR ".join(parts) + ")"), params
 
-    An event counts once the branch's view holds it (so a replay walks the same tree the
-    append did). The flag says whether any provenance event is linked into a conversation
-    tree (has a recorded parent or child).
+
+class _Down:
+    """``D(P)``: the provenance events and all their ancestors, as recorded before the op.
+
+    An event counts once the branch's view holds it (its ``mem_conv`` row is of a level of
+    the view, within its bound), so a replay walks the same tree the append did: every row
+    there was written by an earlier entry. Walked lazily (one recursive query), only when a
+    row must be admitted.
     """
-    db = _db(eng)
-    seen = eng.state.event
-    down: set[str] = set()
-    linked = False
-    for e in prov:
-        if seen(op.branch, e) is None:
-            continue
-        node: str | None = e
-        while node is not None and node not in down and len(down) < MAX_WALK:
-            down.add(node)
-            row = db.execute("SELECT parent FROM mem_conv WHERE id = ?", (node,)).fetchone()
-            parent = None if row is None else row[0]
-            if parent is None or seen(op.branch, parent) is None:
-                break
-            linked = True
-            node = parent
-        if not linked:
-            for (child,) in db.execute("SELECT id FROM mem_conv WHERE parent = ?", (e,)):
-                if seen(op.branch, child) is not None:
-                    linked = True
-                    break
-    return down, linked
+
+    def __init__(self, db: apsw.Connection, view: View, prov: Sequence[str]) -> None:
+        self.db = db
+        self.prov = prov
+        self.cond, self.params = _conv_cond(view, "c")
+        self._set: set[str] | None = None
+
+    def linked(self) -> bool:
+        """Return True when a provenance event has a recorded parent or child in the view."""
+        arg = json.dumps(list(self.prov))
+        c, params = self.cond, self.params
+        p_cond = c.replace("c.", "p.")
+        row = self.db.execute(
+            f"SELECT 1 FROM mem_conv c JOIN mem_conv p ON p.id = c.parent "
+            f"WHERE c.id IN (SELECT value FROM json_each(?)) AND {c} AND {p_cond} "
+            f"UNION ALL SELECT 1 FROM mem_conv c JOIN mem_conv p ON c.parent = p.id "
+            f"WHERE p.id IN (SELECT value FROM json_each(?)) AND {c} AND {p_cond} LIMIT 1",
+            (arg, *params, *params, arg, *params, *params),
+        ).fetchone()
+        return row is not None
+
+    def events(self) -> set[str]:
+        """Return the set (walked once)."""
+        if self._set is None:
+            c, params = self.cond, self.params
+            self._set = {
+                r[0]
+                for r in self.db.execute(
+                    "WITH RECURSIVE up(id, n) AS (SELECT c.id, 0 FROM mem_conv c WHERE c.id IN "
+                    f"(SELECT value FROM json_each(?)) AND {c} UNION SELECT c.id, up.n + 1 "
+                    "FROM up JOIN mem_conv k ON k.id = up.id JOIN mem_conv c ON c.id = k.parent "
+                    f"WHERE {c} AND up.n < ?) SELECT id FROM up",
+                    (json.dumps(list(self.prov)), *params, *params, MAX_WALK),
+                )
+            }
+        return self._set
+
+    def admits(self, row: GatedOp) -> bool:
+        """Return True when the row's provenance lies in ``D(P)``."""
+        if not row.prov:
+            return True
+        down = self.events()
+        return all(e in down for e in row.prov)
 
 
 class _Delegate:
@@ -535,6 +582,7 @@ class _Delegate:
     def __init__(self, inner: StateStore) -> None:
         self.inner = inner
         self.writes: list[tuple[MemoryObject, MemoryObject]] = []
+        self.read: dict[tuple[str, str], MemoryObject] = {}
 
     def event(self, branch: str, event_id: str) -> EventRef | None:
         return self.inner.event(branch, event_id)
@@ -546,11 +594,15 @@ class _Delegate:
         self.inner.erase_event(event_id, seq)
 
     def obj(self, branch: str, object_id: str) -> MemoryObject | None:
-        return self.inner.obj(branch, object_id)
+        found = self.inner.obj(branch, object_id)
+        if found is not None:
+            self.read.setdefault((branch, object_id), found)
+        return found
 
     def put_object(self, obj: MemoryObject, *, new: bool) -> None:
         if not new:
-            old = self.obj(obj.branch, obj.id)
+            # Handlers read an object before they change it; each is changed once per op.
+            old = self.read.get((obj.branch, obj.id)) or self.obj(obj.branch, obj.id)
             if old is not None:
                 self.writes.append((old, obj))
         self.inner.put_object(obj, new=new)
@@ -612,11 +664,14 @@ class _Overlay(_Delegate):
 
     def obj(self, branch: str, object_id: str) -> MemoryObject | None:
         cur = self.inner.obj(branch, object_id)
-        return None if cur is None else self.folder.state(cur)
+        found = None if cur is None else self.folder.state(cur)
+        if found is not None:
+            self.read.setdefault((branch, object_id), found)
+        return found
 
     def put_object(self, obj: MemoryObject, *, new: bool) -> None:
         if not new:
-            old = self.obj(obj.branch, obj.id)
+            old = self.read.get((obj.branch, obj.id)) or self.obj(obj.branch, obj.id)
             if old is not None:
                 self.writes.append((old, obj))
 
@@ -672,14 +727,18 @@ def run(eng: Engine, handler: Callable[[Engine, Op], None], op: Op) -> None:
             prov.update(folder.creation_evidence(other))
     provenance = tuple(sorted(prov))
     applied = True
-    if not provenance:
+    involved = [op.target_id, cited, *(op.p["merged_ids"] if t == _O.DEDUP_RESOLVED else ())]
+    if not provenance or not any(folder.rows_of(i) for i in involved if isinstance(i, str)):
+        # No provenance, or no object the handler reads has gated rows: its own view then
+        # holds exactly the global state of those objects, so one run checks both.
         writes = _global(eng, handler, op).writes
     else:
-        down, linked = _downset(eng, op, provenance)
-        if not linked:
+        down = _Down(db, folder.view, provenance)
+        if not down.linked():
             writes = _global(eng, handler, op).writes
         else:
-            view_folder = Folder(db, folder.view, lambda row: all(e in down for e in row.prov))
+            view_folder = Folder(db, folder.view, down.admits)
+            view_folder.share(folder)
             overlay = _Overlay(eng.state, view_folder)
             handler(type(eng)(overlay), op)
             writes = overlay.writes

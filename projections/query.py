@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, cast
 
@@ -513,10 +513,6 @@ def query(db: apsw.Connection, q: Query) -> list[Result]:
 
 # -- reads at a conversation anchor (seed 001; projections.gated) --------------------------------
 
-CANDIDATE_DRIVE: Final = 5_000
-"""An anchored read with at most this many candidate objects looks them up by id; with more,
-it scans newest first and tests membership (which stops once the page is full)."""
-
 
 def _created_on(db: apsw.Connection, object_id: str, path: set[str]) -> bool:
     """Return True when the evidence the object's ASSERT gave it all lies on ``path``."""
@@ -554,10 +550,11 @@ def _at_anchor(
 ) -> tuple[list[MemoryObject], list[Any]]:
     """Return up to ``want`` objects as they are at the anchor, newest first, with their rows.
 
-    Candidates are the objects citing an event of the path (``DERIVED_FROM`` edges); each is
-    kept when its creation is visible (every ASSERT evidence event on the path), then its
-    state at the anchor is replayed (``gated.AnchorState``) and the query's state filters are
-    applied to that state, not to the stored one.
+    Candidates are the objects citing an event of the path (``DERIVED_FROM`` edges), read
+    newest first in one statement; each is kept when its creation is visible (every ASSERT
+    evidence event on the path), then its state at the anchor is replayed
+    (``gated.AnchorState``) and the query's state filters are applied to that state, not to
+    the stored one.
     """
     structural = replace(q, mode=RetrievalMode.AUDIT, states=(), epistemic=())
     found = _where(db, structural, view)
@@ -565,47 +562,35 @@ def _at_anchor(
         return [], []
     where, args = found
     e_cond, e_params = view.rows("x")
-    cands = {
-        r[0]
-        for r in db.execute(
-            "SELECT DISTINCT x.source_id FROM mem_edges x WHERE x.type = ? AND x.target_id IN "
-            f"(SELECT value FROM json_each(?)) AND {e_cond}",
-            (EdgeType.DERIVED_FROM.value, json.dumps(sorted(path)), *e_params),
-        )
-    }
-    if not cands:
-        return [], []
     cols = ", ".join("o." + c for c in OBJECT_COLS)
-    sql = f"SELECT {cols}, o.rid, o.oid FROM mem_objects o WHERE {' AND '.join(where)}"
-    stream: Iterable[Any]
-    if len(cands) <= CANDIDATE_DRIVE:
-        picked = db.execute(
-            f"{sql} AND o.id IN (SELECT value FROM json_each(?))",
-            (*args, json.dumps(sorted(cands))),
-        ).fetchall()
-        stream = sorted(picked, key=lambda r: -int(r[-2]))
-    else:
-        stream = db.execute(f"{sql} ORDER BY o.rid DESC", args)
+    stream = db.execute(
+        f"SELECT {cols}, o.rid, o.oid FROM mem_objects o WHERE {' AND '.join(where)} AND o.id IN "
+        "(SELECT x.source_id FROM mem_edges x WHERE x.type = ? AND x.target_id IN "
+        f"(SELECT value FROM json_each(?)) AND {e_cond}) ORDER BY o.rid DESC",
+        (*args, EdgeType.DERIVED_FROM.value, json.dumps(sorted(path)), *e_params),
+    )
     at = AnchorState(db, view, path)
     objects: list[MemoryObject] = []
     rows: list[Any] = []
     page: list[Any] = []
 
+    simulation = view.simulation
+
     def take() -> None:
         for r, obj in zip(page, at.resolve([object_from_row(r[:-2]) for r in page]), strict=True):
-            if obj is not None and _admits(q, obj, view.simulation):
+            if obj is not None and _admits(q, obj, simulation):
                 objects.append(obj)
                 rows.append(r)
         page.clear()
 
+    size = min(PAGE, want + 16)  # most candidates pass: a first page of about ``want``
     for r in stream:
-        if r[0] not in cands:
-            continue
         page.append(r)
-        if len(page) == PAGE:
+        if len(page) == size:
             take()
             if len(objects) >= want:
                 break
+            size = min(PAGE, 2 * size)
     take()
     return objects[:want], rows[:want]
 
