@@ -46,7 +46,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 import apsw
@@ -113,6 +113,9 @@ _COLS: Final = (
     "g.branch, g.seq, g.n, g.object_id, g.op_id, g.op_type, g.ts, g.prov, g.intent, g.applied, "
     "g.base"
 )
+
+
+_dumps: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True).encode
 
 
 class _HasDb(Protocol):
@@ -186,9 +189,21 @@ class _S:
         )
 
     def to_json(self) -> str:
-        v: list[Any] = [getattr(self, f) for f in _S_FIELDS]
-        v[7] = list(v[7])
-        return json.dumps(v, separators=(",", ":"))
+        return _dumps(
+            [
+                self.lifecycle_state,
+                self.superseded_by,
+                self.valid_from,
+                self.valid_to,
+                self.confidence,
+                self.salience,
+                self.epistemic_type,
+                list(self.evidence_ids),
+                self.state,
+                self.version,
+                self.last_modified_at,
+            ]
+        )
 
     @classmethod
     def from_json(cls, text: str) -> _S:
@@ -216,7 +231,6 @@ class _S:
         )
 
 
-_S_FIELDS: Final = tuple(f.name for f in fields(_S))
 Key = tuple[int, int, int]
 
 
@@ -713,6 +727,7 @@ def run(eng: Engine, handler: Callable[[Engine, Op], None], op: Op) -> None:
             eng._evidence(op, explicit)
     elif t in _STATE and isinstance(op.p.get("evidence_ids"), tuple):
         explicit = op.p["evidence_ids"]
+    involved = [op.target_id, *(op.p["merged_ids"] if t == _O.DEDUP_RESOLVED else ())]
     prov = set(explicit)
     cited = (
         op.p["new_object_id"]
@@ -722,12 +737,14 @@ def run(eng: Engine, handler: Callable[[Engine, Op], None], op: Op) -> None:
         else None
     )
     if cited is not None:
+        involved.append(cited)
+    folder.preload(i for i in involved if isinstance(i, str))  # one query for all of them
+    if cited is not None:
         other = eng.state.obj(op.branch, cited)
         if other is not None:
             prov.update(folder.creation_evidence(other))
     provenance = tuple(sorted(prov))
     applied = True
-    involved = [op.target_id, cited, *(op.p["merged_ids"] if t == _O.DEDUP_RESOLVED else ())]
     if not provenance or not any(folder.rows_of(i) for i in involved if isinstance(i, str)):
         # No provenance, or no object the handler reads has gated rows: its own view then
         # holds exactly the global state of those objects, so one run checks both.
@@ -752,7 +769,7 @@ def run(eng: Engine, handler: Callable[[Engine, Op], None], op: Op) -> None:
             db.execute("RELEASE mem_gate")
     if not writes:
         return
-    intent = json.dumps(_intent(op), sort_keys=True, separators=(",", ":"))
+    intent = json.dumps(_intent(op), sort_keys=True, separators=(",", ":"))  # canonical text
     prov_text = ",".join(provenance)
     for n, (old, new) in enumerate(writes):
         had = bool(folder.rows_of(new.id))
