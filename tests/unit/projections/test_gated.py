@@ -380,3 +380,43 @@ def test_rebuild_reproduces_the_gated_state_and_step_9_checks_it(chat: Chat) -> 
     chat.db.execute("UPDATE mem_gated SET applied = 1 - applied WHERE object_id = ?", (f1,))
     findings = _step9(path)
     assert any("gated-invalidation state differs" in f for f in findings), findings
+
+
+def test_gated_state_in_a_ledger_branch_over_its_parent_at_the_fork(chat: Chat) -> None:
+    """A branch's corrections are gated in the branch; main's after the fork never reach it."""
+    root = chat.say("hi")
+    a, b = chat.say("Chengdu", root), chat.say("Hangzhou", root)
+    f1 = chat.fact("city", root)
+    f2, f3 = chat.fact("Chengdu", a), chat.fact("Hangzhou", b)
+    chat.op(rq.supersede(AGENT, f1, f2, "on a, before the fork"))
+    chat.ledger.fork(
+        OpInput(
+            "BRANCH_CREATE",
+            "u",
+            "HUMAN_USER",
+            "ns",
+            {"branch_id": "sim", "branch_type": "SIMULATION", "purpose": "p"},
+            "p/1",
+        ),
+        genesis={"branch_type": "SIMULATION"},
+    )
+    chat.ledger.append(rq.supersede(AGENT, f1, f3, "on b, in the branch"), branch="sim")
+    chat.ledger.append(rq.deprecate(AGENT, f2, "after the fork", evidence_ids=[a]))
+
+    def state(anchor: str, branch: str) -> tuple[str, str | None] | None:
+        for r in query(
+            chat.db, Query(anchor=anchor, branch=branch, mode=RetrievalMode.AUDIT, limit=100)
+        ):
+            if r.object.id == f1:
+                return r.object.lifecycle_state, r.object.superseded_by
+        return None
+
+    assert state(a, "sim") == ("SUPERSEDED", f2)
+    assert state(b, "sim") == ("SUPERSEDED", f3)
+    assert state(b, "main") == ("ACTIVE", None)  # the branch's correction stays in the branch
+    main_a = {r.object.id for r in query(chat.db, Query(anchor=a))}
+    sim_a = {r.object.id for r in query(chat.db, Query(anchor=a, branch="sim"))}
+    assert f2 not in main_a and f2 in sim_a  # main's DEPRECATE came after the fork
+    report = rebuild(chat.ledger)
+    assert report.identical is True and set(report.gated_after) == {"main", "sim"}
+    assert not [f for f in _step9(chat.ledger.path) if "note" not in f]
