@@ -82,7 +82,6 @@ __all__ = [
 ]
 
 DIGEST_TAG: Final = "memroot/gated-state/v1"
-MAX_WALK: Final = 1_000_000  # a cycle guard: parent links come from callers
 
 _O = OpType
 EVIDENCE_OPS: Final = frozenset(
@@ -573,11 +572,12 @@ class _Down:
             self._set = {
                 r[0]
                 for r in self.db.execute(
-                    "WITH RECURSIVE up(id, n) AS (SELECT c.id, 0 FROM mem_conv c WHERE c.id IN "
-                    f"(SELECT value FROM json_each(?)) AND {c} UNION SELECT c.id, up.n + 1 "
+                    # UNION keeps each event once, so parent links that loop end the walk.
+                    "WITH RECURSIVE up(id) AS (SELECT c.id FROM mem_conv c WHERE c.id IN "
+                    f"(SELECT value FROM json_each(?)) AND {c} UNION SELECT c.id "
                     "FROM up JOIN mem_conv k ON k.id = up.id JOIN mem_conv c ON c.id = k.parent "
-                    f"WHERE {c} AND up.n < ?) SELECT id FROM up",
-                    (json.dumps(list(self.prov)), *params, *params, MAX_WALK),
+                    f"WHERE {c}) SELECT id FROM up",
+                    (json.dumps(list(self.prov)), *params, *params),
                 )
             }
         return self._set
