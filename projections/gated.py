@@ -314,8 +314,7 @@ def _step(s: _S, row: GatedOp, active: Callable[[str], bool]) -> str | None:
 
 
 def _level_cond(view: View) -> tuple[str, list[Any]]:
-    # Unary + keeps SQLite on the object index: the primary key (branch, ...) would scan a
-    # whole branch's rows.
+    # Unary + keeps SQLite on the primary key's object prefix.
     parts: list[str] = []
     params: list[Any] = []
     for branch, bound in view.levels:
@@ -541,15 +540,18 @@ class _Down:
 
     An event counts once the branch's view holds it (its ``mem_conv`` row is of a level of
     the view, within its bound), so a replay walks the same tree the append did: every row
-    there was written by an earlier entry. Walked lazily (one recursive query), only when a
-    row must be admitted.
+    there was written by an earlier entry. Walked lazily, one step at a time, only as far as
+    a row's provenance needs (an event near the provenance is found in a few steps; only an
+    event off the path costs the whole walk).
     """
 
     def __init__(self, db: apsw.Connection, view: View, prov: Sequence[str]) -> None:
         self.db = db
         self.prov = prov
         self.cond, self.params = _conv_cond(view, "c")
-        self._set: set[str] | None = None
+        self.levels = dict(view.levels)
+        self.seen: set[str] = set()
+        self.frontier: list[str] = list(prov)
 
     def linked(self) -> bool:
         """Return True when a provenance event has a recorded parent or child in the view."""
@@ -565,29 +567,33 @@ class _Down:
         ).fetchone()
         return row is not None
 
-    def events(self) -> set[str]:
-        """Return the set (walked once)."""
-        if self._set is None:
-            c, params = self.cond, self.params
-            self._set = {
-                r[0]
-                for r in self.db.execute(
-                    # UNION keeps each event once, so parent links that loop end the walk.
-                    "WITH RECURSIVE up(id) AS (SELECT c.id FROM mem_conv c WHERE c.id IN "
-                    f"(SELECT value FROM json_each(?)) AND {c} UNION SELECT c.id "
-                    "FROM up JOIN mem_conv k ON k.id = up.id JOIN mem_conv c ON c.id = k.parent "
-                    f"WHERE {c}) SELECT id FROM up",
-                    (json.dumps(list(self.prov)), *params, *params),
-                )
-            }
-        return self._set
+    def _step(self) -> None:
+        """Advance every walk by one event (a walk ends at a root, an event not held, a loop)."""
+        nxt: list[str] = []
+        for node in self.frontier:
+            if node in self.seen:
+                continue  # walked already (shared ancestors, or links that loop)
+            row = self.db.execute(
+                "SELECT parent, branch, seq FROM mem_conv WHERE id = ?", (node,)
+            ).fetchone()
+            if row is None or row[1] not in self.levels:
+                continue
+            bound = self.levels[row[1]]
+            if bound is not None and row[2] > bound:
+                continue
+            self.seen.add(node)
+            if row[0] is not None:
+                nxt.append(row[0])
+        self.frontier = nxt
+
+    def __contains__(self, event_id: str) -> bool:
+        while event_id not in self.seen and self.frontier:
+            self._step()
+        return event_id in self.seen
 
     def admits(self, row: GatedOp) -> bool:
         """Return True when the row's provenance lies in ``D(P)``."""
-        if not row.prov:
-            return True
-        down = self.events()
-        return all(e in down for e in row.prov)
+        return all(e in self for e in row.prov)
 
 
 class _Delegate:
@@ -608,18 +614,25 @@ class _Delegate:
         self.inner.erase_event(event_id, seq)
 
     def obj(self, branch: str, object_id: str) -> MemoryObject | None:
-        found = self.inner.obj(branch, object_id)
-        if found is not None:
-            self.read.setdefault((branch, object_id), found)
+        # Objects change only through put_object, which updates this cache: within one
+        # operation a second read of an object needs no query.
+        key = (branch, object_id)
+        found = self.read.get(key)
+        if found is None:
+            found = self.inner.obj(branch, object_id)
+            if found is not None:
+                self.read[key] = found
         return found
 
     def put_object(self, obj: MemoryObject, *, new: bool) -> None:
+        key = (obj.branch, obj.id)
         if not new:
-            # Handlers read an object before they change it; each is changed once per op.
-            old = self.read.get((obj.branch, obj.id)) or self.obj(obj.branch, obj.id)
+            # Handlers read an object before they change it.
+            old = self.obj(obj.branch, obj.id)
             if old is not None:
                 self.writes.append((old, obj))
         self.inner.put_object(obj, new=new)
+        self.read[key] = obj
 
     def used(self, branch: str, node_id: str) -> bool:
         return self.inner.used(branch, node_id)
@@ -699,8 +712,9 @@ class _Overlay(_Delegate):
         pass
 
 
-def _global(eng: Engine, handler: Callable[[Engine, Op], None], op: Op) -> _Delegate:
-    rec = _Delegate(eng.state)
+def _global(
+    eng: Engine, handler: Callable[[Engine, Op], None], op: Op, rec: _Delegate
+) -> _Delegate:
     handler(type(eng)(rec), op)
     return rec
 
@@ -739,8 +753,9 @@ def run(eng: Engine, handler: Callable[[Engine, Op], None], op: Op) -> None:
     if cited is not None:
         involved.append(cited)
     folder.preload(i for i in involved if isinstance(i, str))  # one query for all of them
+    rec = _Delegate(eng.state)  # the global run's store: what is read here is read once
     if cited is not None:
-        other = eng.state.obj(op.branch, cited)
+        other = rec.obj(op.branch, cited)
         if other is not None:
             prov.update(folder.creation_evidence(other))
     provenance = tuple(sorted(prov))
@@ -748,11 +763,11 @@ def run(eng: Engine, handler: Callable[[Engine, Op], None], op: Op) -> None:
     if not provenance or not any(folder.rows_of(i) for i in involved if isinstance(i, str)):
         # No provenance, or no object the handler reads has gated rows: its own view then
         # holds exactly the global state of those objects, so one run checks both.
-        writes = _global(eng, handler, op).writes
+        writes = _global(eng, handler, op, rec).writes
     else:
         down = _Down(db, folder.view, provenance)
         if not down.linked():
-            writes = _global(eng, handler, op).writes
+            writes = _global(eng, handler, op, rec).writes
         else:
             view_folder = Folder(db, folder.view, down.admits)
             view_folder.share(folder)
@@ -761,7 +776,7 @@ def run(eng: Engine, handler: Callable[[Engine, Op], None], op: Op) -> None:
             writes = overlay.writes
             db.execute("SAVEPOINT mem_gate")
             try:
-                _global(eng, handler, op)
+                _global(eng, handler, op, rec)
             except RuleError:
                 # Valid in its own view, not in the global state (which keeps what it had).
                 db.execute("ROLLBACK TO mem_gate")

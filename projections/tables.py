@@ -193,9 +193,8 @@ CREATE TABLE IF NOT EXISTS mem_gated(
     branch TEXT NOT NULL, seq INTEGER NOT NULL, n INTEGER NOT NULL, object_id TEXT NOT NULL,
     op_id TEXT NOT NULL, op_type TEXT NOT NULL, ts INTEGER NOT NULL, prov TEXT NOT NULL,
     intent TEXT NOT NULL, applied INTEGER NOT NULL, base TEXT,
-    PRIMARY KEY(branch, seq, n)
+    PRIMARY KEY(object_id, branch, seq, n)
 ) STRICT, WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS mem_gated_object ON mem_gated(object_id, branch, seq);
 CREATE TABLE IF NOT EXISTS mem_conv(
     id TEXT PRIMARY KEY, parent TEXT, branch TEXT NOT NULL, seq INTEGER NOT NULL
 ) STRICT, WITHOUT ROWID;
