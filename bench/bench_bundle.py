@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -28,10 +27,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from memroot.bench.machine import peak_rss_kib
+
 ORIGIN = "bench.example/bundle"
 
 
 def build(path: Path, n: int) -> float:
+    """Build a ledger of ``n`` entries (two thirds events, one third operations); return seconds."""
     from memroot.ledger.entries import EventInput, OpInput
     from memroot.ledger.ledger import Ledger
 
@@ -66,21 +68,6 @@ def build(path: Path, n: int) -> float:
     return time.perf_counter() - start
 
 
-def peak_rss_mib() -> float:
-    """Return this process's peak resident set size in MiB.
-
-    Linux's ``ru_maxrss`` keeps the pre-exec peak of the forking parent, so read VmHWM, which
-    belongs to this process image alone.
-    """
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    except OSError:
-        pass
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
-
-
 def phase(name: str, ledger: Path, bundle: Path) -> dict[str, Any]:
     """Run one phase in this (child) process; return its timing and peak RSS."""
     from memroot.ledger.audit import audit_bundle
@@ -103,12 +90,13 @@ def phase(name: str, ledger: Path, bundle: Path) -> dict[str, Any]:
         "entries": entries,
         "seconds": round(seconds, 3),
         "entries_per_s": round(entries / seconds) if entries else None,
-        "peak_rss_mib": peak_rss_mib(),
+        "peak_rss_mib": round(peak_rss_kib() / 1024, 1),
         "ok": ok,
     }
 
 
 def run_child(name: str, ledger: Path, bundle: Path) -> dict[str, Any]:
+    """Run phase ``name`` in a fresh interpreter (this script) and return its JSON line."""
     out = subprocess.run(
         [
             sys.executable,
@@ -129,6 +117,7 @@ def run_child(name: str, ledger: Path, bundle: Path) -> dict[str, Any]:
 
 
 def main() -> None:
+    """Build the ledger, run each phase in a child and print the figures."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--entries", type=int, default=100_000)
     parser.add_argument("--dir", type=Path, help="work directory (default: a temporary one)")

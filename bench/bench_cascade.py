@@ -40,7 +40,7 @@ from memroot.ledger.ledger import Ledger
 from memroot.ledger.verify import verify_path
 from memroot.memory_root import Roots
 from memroot.memory_root.falsify import Falsifier
-from memroot.memory_root.falsify_replay import FalsifyReplayCheck
+from memroot.memory_root.falsify.replay import FalsifyReplayCheck
 from memroot.projections import requests as rq
 
 AGENT = rq.Actor("agent-7", "AI_AGENT", "ns")
@@ -48,6 +48,7 @@ BATCH = 1000
 
 
 def log(msg: str) -> None:
+    """Print a progress line on stderr."""
     print(msg, file=sys.stderr, flush=True)
 
 
@@ -116,12 +117,14 @@ def build(path: Path, entries: int, dependents: int) -> tuple[str, float]:
 
 
 def timed(fn: Any) -> tuple[Any, float, float]:
+    """Call ``fn`` once; return its result, wall seconds and CPU seconds."""
     w0, c0 = time.perf_counter(), time.process_time()
     out = fn()
     return out, time.perf_counter() - w0, time.process_time() - c0
 
 
 def main() -> None:
+    """Build the ledger, time the cascade plan and apply, and print the figures."""
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

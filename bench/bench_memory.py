@@ -86,11 +86,12 @@ T0 = 1_700_000_000_000_000
 
 
 def log(msg: str) -> None:
+    """Print a progress line on stderr."""
     print(msg, file=sys.stderr, flush=True)
 
 
 def workload(n: int, seed: int = 1) -> list[EventInput | OpInput]:
-    """A valid mixed history of ``n`` entries, fully determined by ``seed``."""
+    """Return a valid mixed history of ``n`` entries, fully determined by ``seed``."""
     rng = random.Random(seed)
     items: list[EventInput | OpInput] = []
     events: list[str] = []
@@ -169,6 +170,7 @@ def workload(n: int, seed: int = 1) -> list[EventInput | OpInput]:
 
 
 def new_ledger(directory: Path, name: str, hooked: bool) -> Ledger:
+    """Create a fresh ledger ``name`` in ``directory``, with the memory hook if ``hooked``."""
     path = directory / name
     for suffix in ("", "-wal", "-shm", ".key"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
@@ -210,6 +212,7 @@ def durable_run(directory: Path, items: list[Any], block: int = 50) -> tuple[flo
 
 
 def phase_overhead(directory: Path, items: list[Any], repeat: int, durable: int) -> dict[str, Any]:
+    """Phase 1: the append cost of the memory hook, batched (best of ``repeat``) and durable."""
     n = len(items)
     on, off = [], []
     for r in range(repeat):
@@ -242,6 +245,7 @@ def phase_overhead(directory: Path, items: list[Any], repeat: int, durable: int)
 
 
 def phase_replay(directory: Path, items: list[Any]) -> dict[str, Any]:
+    """Phase 2: strict decode, replay fold and end-to-end rebuild rates of ``items``."""
     ledger = new_ledger(directory, "replay.db", True)
     try:
         for i in range(0, len(items), 1000):
@@ -282,7 +286,7 @@ def phase_replay(directory: Path, items: list[Any]) -> dict[str, Any]:
 
 
 def synthetic(n_objects: int, seed: int = 2) -> Iterator[Entry]:
-    """Decoded entries for ``n_objects`` ASSERTs (plus events, entities, some mutations)."""
+    """Yield decoded entries for ``n_objects`` ASSERTs (plus events, entities, mutations)."""
     rng = random.Random(seed)
     seq = 0
     events: list[str] = []
@@ -363,6 +367,7 @@ def synthetic(n_objects: int, seed: int = 2) -> Iterator[Entry]:
 
 
 def timed(fn: Callable[[], Any], runs: int) -> dict[str, float]:
+    """Call ``fn`` once to warm up, then ``runs`` times; return median, p95 and max in ms."""
     fn()  # warm-up
     samples = []
     for _ in range(runs):
@@ -378,6 +383,7 @@ def timed(fn: Callable[[], Any], runs: int) -> dict[str, float]:
 
 
 def phase_query(directory: Path, n_objects: int, runs: int) -> dict[str, Any]:
+    """Phase 3: query latencies on a projection of ``n_objects`` synthetic objects."""
     path = directory / "query.db"
     db = apsw.Connection(str(path))
     db.execute("PRAGMA journal_mode=WAL")
@@ -396,12 +402,11 @@ def phase_query(directory: Path, n_objects: int, runs: int) -> dict[str, Any]:
     tables.index_text(db)
     db.execute("COMMIT")
     build_s = time.perf_counter() - t
-    objects = db.execute("SELECT count(*) FROM mem_objects WHERE vto IS NULL").fetchone()[0]
-    size = db.execute("SELECT max(size) FROM mem_heads").fetchone()[0]
-    some = db.execute("SELECT id FROM mem_objects WHERE rid = ?", (objects // 2,)).fetchone()[0]
-    entity = db.execute(
-        "SELECT target_id FROM mem_edges WHERE type = 'ABOUT_ENTITY' LIMIT 1"
-    ).fetchone()[0]
+    # ``Cursor.get`` is the one value of a one-row, one-column result.
+    objects = db.execute("SELECT count(*) FROM mem_objects WHERE vto IS NULL").get
+    size = db.execute("SELECT max(size) FROM mem_heads").get
+    some = db.execute("SELECT id FROM mem_objects WHERE rid = ?", (objects // 2,)).get
+    entity = db.execute("SELECT target_id FROM mem_edges WHERE type = 'ABOUT_ENTITY' LIMIT 1").get
     cases: dict[str, Callable[[], Any]] = {
         "type=PREFERENCE (DEFAULT, limit 50)": lambda: query(
             db, Query(types=("PREFERENCE",), limit=50)
@@ -462,6 +467,7 @@ def phase_query(directory: Path, n_objects: int, runs: int) -> dict[str, Any]:
 
 
 def main() -> None:
+    """Run the phases not skipped and print the figures (human or JSON)."""
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

@@ -58,7 +58,7 @@ MOTIFS = ["TITLE_MISMATCH", "WARRANT_MISSING", "DEFLECTION"]
 
 
 def items(n: int, rng: random.Random) -> Iterator[EventInput | OpInput]:
-    """A mix of what an agent appends: events, memory operations, audit records."""
+    """Yield a mix of what an agent appends: events, memory operations, audit records."""
     for i in range(n):
         r = rng.random()
         if r < 0.6:
@@ -198,18 +198,20 @@ class TimedCheck:
         self.cpu = 0.0
 
     def feed(self, branch: str, entry: Any, report: Any) -> None:
+        """Feed the wrapped check, counting its CPU time."""
         t = time.process_time()
         self.check.feed(branch, entry, report)
         self.cpu += time.process_time() - t
 
     def finish(self, report: Any) -> None:
+        """Finish the wrapped check, counting its CPU time."""
         t = time.process_time()
         self.check.finish(report)
         self.cpu += time.process_time() - t
 
 
 def verify_times(path: Path, repeat: int = 2) -> dict[str, Any]:
-    """A full verify with step 8: total time, and the CPU time spent in step 8 itself."""
+    """Time a full verify with step 8: the total, and the CPU time spent in step 8 itself."""
     best: dict[str, Any] = {}
     for _ in range(repeat):
         timed = TimedCheck(RootsReplayCheck(path))

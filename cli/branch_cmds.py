@@ -175,7 +175,24 @@ def show(ctx: Context, branch_id: str, as_json: bool) -> None:
         data["head"] = bytes(row.head).hex()
         data["root"] = ledger.root(branch=branch_id).hex()
         data["latest_checkpoint"] = ledger.latest_checkpoint(branch_id)
-    emit(data, as_json, "\n".join(f"{k}: {v}" for k, v in data.items()))
+    emit(data, as_json, "\n".join(_show_lines(data)))
+
+
+def _show_lines(data: dict[str, Any], indent: str = "") -> list[str]:
+    """Return ``key: value`` lines for people: nested maps indented, lists joined, no reprs."""
+    out: list[str] = []
+    for k, v in data.items():
+        if isinstance(v, dict):
+            out.append(f"{indent}{k}:")
+            out.extend(_show_lines(v, indent + "  "))
+        elif isinstance(v, list):
+            out.append(f"{indent}{k}: {', '.join(str(x) for x in v) or '-'}")
+        elif isinstance(v, str) and "\n" in v:
+            out.append(f"{indent}{k}:")
+            out.extend(f"{indent}  {line}" for line in v.rstrip("\n").split("\n"))
+        else:
+            out.append(f"{indent}{k}: {'-' if v is None else v}")
+    return out
 
 
 def _closer(action: str, verb: str) -> Any:

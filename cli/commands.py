@@ -15,7 +15,7 @@ import click
 
 from memroot.cli.main import Context, branch_option, cli, emit, pass_ctx, progress_bar
 from memroot.ledger.entries import Entry, EventInput, OpInput, check_uuid, new_uuid, parse_input
-from memroot.ledger.errors import DecodeError, ValidationError
+from memroot.ledger.errors import DecodeError, NotFoundError, RefusedError, ValidationError
 from memroot.ledger.ledger import Appended, Ledger
 from memroot.ledger.trust import TrustedState, default_trusted_path
 from memroot.ledger.verify import STEPS, AuditReport, Finding, verify_path
@@ -220,20 +220,17 @@ def import_(
     lines = list(_read_lines(file))
     out: list[Appended] = []
     with open_ledger(ctx) as ledger:
-        with ledger.bulk():
-            for update in progress_bar(len(lines), "importing"):
-                for start in range(0, len(lines), batch_size):
-                    chunk = lines[start : start + batch_size]
-                    items = []
-                    for n, text in chunk:
-                        item = _at_anchor(_parse_json_line(text, f"line {n}"), anchor)
-                        if anchor is not None and isinstance(item, EventInput):
-                            if item.id is None:
-                                item = dataclasses.replace(item, id=new_uuid())
-                            anchor = item.id
-                        items.append(item)
-                    out.extend(ledger.append_batch(items, branch=branch))
-                    update(start + len(chunk), len(lines))
+        try:
+            _import_lines(ledger, lines, batch_size, branch, anchor, out)
+        except RefusedError as e:
+            if str(e).startswith("line "):
+                raise  # a malformed line, already named
+            n = _refused_line(ledger, lines, branch, anchor)
+            if n is None:
+                raise
+            if isinstance(e, ValidationError):
+                raise ValidationError(f"line {n}: {e}", field=e.field) from e
+            raise RefusedError(f"line {n}: {e}") from e
         _sign_pending(ledger, branch)  # after the commit: only durable entries are signed
     if as_json:
         _print_appended(out, True)
@@ -243,6 +240,64 @@ def import_(
         )
         if out:
             click.echo(f"last: {out[-1].seq}\t{out[-1].entry_hash.hex()}")
+
+
+def _import_items(
+    lines: list[tuple[int, str]], anchor: str | None
+) -> Iterator[tuple[int, EventInput | OpInput]]:
+    """Yield each line's request (events chained from ``anchor`` when given)."""
+    for n, text in lines:
+        item = _at_anchor(_parse_json_line(text, f"line {n}"), anchor)
+        if anchor is not None and isinstance(item, EventInput):
+            if item.id is None:
+                item = dataclasses.replace(item, id=new_uuid())
+            anchor = item.id
+        yield n, item
+
+
+class _Undo(Exception):
+    """Raised to roll back the rehearsal of ``_refused_line``."""
+
+
+def _refused_line(
+    ledger: Ledger, lines: list[tuple[int, str]], branch: str, anchor: str | None
+) -> int | None:
+    """Return the number of the first line the ledger refuses, appending one by one.
+
+    Runs after a refused import, in a transaction that is always rolled back, so the error
+    can name the line; returns None if no single line is refused (nothing is kept).
+    """
+    found: int | None = None
+    try:
+        with ledger.store.write():
+            for n, item in _import_items(lines, anchor):
+                try:
+                    ledger.append(item, branch=branch)
+                except RefusedError:
+                    found = n
+                    break
+            raise _Undo
+    except _Undo:
+        pass
+    return found
+
+
+def _import_lines(
+    ledger: Ledger,
+    lines: list[tuple[int, str]],
+    batch_size: int,
+    branch: str,
+    anchor: str | None,
+    out: list[Appended],
+) -> None:
+    """Append every line in one transaction (all or nothing), in batches."""
+    items = list(_import_items(lines, anchor))
+    with ledger.bulk():
+        for update in progress_bar(len(items), "importing"):
+            for start in range(0, len(items), batch_size):
+                chunk = [item for _, item in items[start : start + batch_size]]
+                out.extend(ledger.append_batch(chunk, branch=branch))
+                update(start + len(chunk), len(items))
 
 
 def _entry_summary(e: Entry) -> dict[str, Any]:
@@ -263,16 +318,52 @@ def _entry_summary(e: Entry) -> dict[str, Any]:
 @cli.command()
 @click.option("--start", type=click.IntRange(min=0), default=0, help="First seq.")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option(
+    "--tail", type=click.IntRange(min=1), help="The last N entries (instead of --start/--limit)."
+)
+@click.option(
+    "--type",
+    "types",
+    multiple=True,
+    help="Only entries of this type (EVENT, ASSERT, ...; repeatable).",
+)
 @branch_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
-def log(ctx: Context, start: int, limit: int, branch: str, as_json: bool) -> None:
+def log(
+    ctx: Context,
+    start: int,
+    limit: int,
+    tail: int | None,
+    types: tuple[str, ...],
+    branch: str,
+    as_json: bool,
+) -> None:
     """List entries: seq, entry hash, time, type, id.
 
-    Example: memroot -l agent.ledger log --start 100 --limit 20
+    --type keeps entries of the given types (up to --limit of them from --start, or the
+    last --tail of them).
+
+    Example: memroot -l agent.ledger log --tail 20 --type ASSERT --type FALSIFY
     """
+    wanted = {t.upper() for t in types}
     with open_ledger(ctx) as ledger:
-        rows = [_entry_summary(e) for e in ledger.entries(start, start + limit, branch)]
+        size = ledger.size(branch)
+        if tail is not None and not wanted:
+            found = list(ledger.entries(max(0, size - tail), size, branch))
+        elif tail is not None:
+            kept = [e for e in ledger.entries(0, size, branch) if e.type in wanted]
+            found = kept[-tail:]
+        elif wanted:
+            found = []
+            for e in ledger.entries(start, size, branch):
+                if e.type in wanted:
+                    found.append(e)
+                    if len(found) >= limit:
+                        break
+        else:
+            found = list(ledger.entries(start, start + limit, branch))
+        rows = [_entry_summary(e) for e in found]
     emit(
         rows,
         as_json,
@@ -283,17 +374,41 @@ def log(ctx: Context, start: int, limit: int, branch: str, as_json: bool) -> Non
     )
 
 
+def _find_entry(ledger: Ledger, ref: str, branch: str) -> tuple[str, int]:
+    """Return ``(branch, seq)`` of ``ref``: a seq on ``branch``, or an event's or op's id.
+
+    Raises:
+        ValidationError: neither a seq nor a UUID; NotFoundError: no entry has that id.
+    """
+    if ref.isdigit():
+        return branch, int(ref)
+    entry_id = check_uuid(ref.lower(), "entry")
+    found = ledger.find_event(entry_id)
+    if found is not None:
+        return found
+    # Operations have no id index: look for it, the given branch first.
+    names = [branch] + [b.name for b in ledger.store.branches() if b.name != branch]
+    for name in names:
+        for e in ledger.entries(0, None, name):
+            if e.body.get("id") == entry_id:
+                return name, e.seq
+    raise NotFoundError(f"no entry with id {entry_id} on any branch")
+
+
 @cli.command()
-@click.argument("seq", type=click.IntRange(min=0))
+@click.argument("entry", metavar="SEQ|ID")
 @branch_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
-def show(ctx: Context, seq: int, branch: str, as_json: bool) -> None:
+def show(ctx: Context, entry: str, branch: str, as_json: bool) -> None:
     """Show one entry in full: header, body, hash, exact CBOR bytes and content.
+
+    The entry is a seq on --branch, or the id of an event or operation (any branch).
 
     Example: memroot -l agent.ledger show 3 --json
     """
     with open_ledger(ctx) as ledger:
+        branch, seq = _find_entry(ledger, entry, branch)
         row = ledger.store.entry_row(ledger.branch_row(branch).no, seq)
         e = Entry.from_bytes(row.data)
         data: dict[str, Any] = {

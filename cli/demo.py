@@ -37,6 +37,8 @@ def _say(text: str) -> None:
 def demo(keep: Path | None) -> None:
     """Tell a short story on a temporary ledger and verify it, then catch a tampered copy.
 
+    The ledger option is not used: the demo makes its own ledgers.
+
     Example: memroot demo
     """
     from memroot.cli import hooks

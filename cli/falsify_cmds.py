@@ -15,9 +15,14 @@ import click
 from memroot.cli.commands import jsonable, open_ledger
 from memroot.cli.main import Context, branch_option, cli, emit, pass_ctx
 from memroot.ledger.ledger import Ledger
-from memroot.memory_root.cascade import Plan
-from memroot.memory_root.falsify import CascadeResult, Falsifier, ItemWhy, parse_kinds
-from memroot.memory_root.item_states import StateChange
+from memroot.memory_root.falsify import (
+    CascadeResult,
+    Falsifier,
+    ItemWhy,
+    Plan,
+    StateChange,
+    parse_kinds,
+)
 
 __all__ = [
     "cascade_cmd",

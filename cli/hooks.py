@@ -45,14 +45,16 @@ def replay_checks(ledger: Ledger, *, restricted: bool = False) -> list[ReplayChe
 
     ``restricted``: the audit covers some branches only (``verify --branch``).
     """
-    from memroot.memory_root.falsify_replay import FalsifyReplayCheck
+    from memroot.memory_root.falsify.replay import FalsifyReplayCheck
     from memroot.memory_root.replay import RootsReplayCheck
     from memroot.projections.replay import MemoryReplayCheck
+    from memroot.receipts import ReceiptsCheck
 
     return [
         RootsReplayCheck(ledger.path, restricted=restricted),
         MemoryReplayCheck(ledger.path, restricted=restricted),
         FalsifyReplayCheck(ledger.path),
+        ReceiptsCheck(ledger.path),
     ]
 
 
@@ -66,7 +68,7 @@ def bundle_sections(ledger: Ledger) -> list[BundleSection]:
 def bundle_checks(bundle: BundleReader) -> list[ReplayCheck]:
     """Return the checks of steps 7-9 that ``audit`` runs over a bundle (reading its sections)."""
     from memroot.memory_root.bundle_section import RootsSectionCheck
-    from memroot.memory_root.falsify_replay import FalsifyReplayCheck
+    from memroot.memory_root.falsify.replay import FalsifyReplayCheck
     from memroot.memory_root.replay import RootsReplayCheck
 
     return [RootsReplayCheck(), RootsSectionCheck(bundle), FalsifyReplayCheck()]
@@ -74,7 +76,7 @@ def bundle_checks(bundle: BundleReader) -> list[ReplayCheck]:
 
 def rebuild_derived(ledger: Ledger) -> None:
     """Replay the layers' derived state from the entries (after ``import-bundle``)."""
-    from memroot.memory_root.falsify_replay import rebuild as rebuild_states
+    from memroot.memory_root.falsify.replay import rebuild as rebuild_states
     from memroot.memory_root.replay import rebuild as rebuild_roots
     from memroot.projections.registry import default_registry
     from memroot.projections.replay import rebuild as rebuild_memory

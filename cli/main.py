@@ -6,6 +6,13 @@ with ``--json``, for a machine. Errors go to stderr; the exit code says whose fa
 
     0 success · 1 integrity violation found (verify/audit) · 2 usage error ·
     3 request refused (validation, limits, lifecycle) · 4 storage failure · 5 key file problem
+
+The ledger is given once for the whole tree: ``-l/--ledger`` (or ``MEMROOT_LEDGER``) is
+accepted before the subcommand and after it, at every level (``memroot -l L log``,
+``memroot log -l L``, ``memroot branch create -l L x``). Given at several levels, the one
+nearest the command wins; the environment variable applies only when no level gives one.
+The option is added to every command and group by the classes ``_Group`` hands out
+(``LedgerCommand``, ``LedgerGroup``), so a new command gets it without asking.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from click.core import ParameterSource
 
 from memroot.ledger.errors import (
     DecodeError,
@@ -28,7 +36,16 @@ from memroot.ledger.errors import (
     StorageError,
 )
 
-__all__ = ["Context", "branch_option", "cli", "emit", "main", "pass_ctx"]
+__all__ = [
+    "Context",
+    "LedgerCommand",
+    "LedgerGroup",
+    "branch_option",
+    "cli",
+    "emit",
+    "main",
+    "pass_ctx",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -113,8 +130,67 @@ def progress_bar(total: int, label: str) -> Iterator[Callable[[int, int], None]]
         yield update
 
 
+LEDGER_ENVVAR = "MEMROOT_LEDGER"
+_LEDGER_HELP = "The ledger file (env MEMROOT_LEDGER)."
+
+
+def _take_ledger(ctx: click.Context, param: click.Parameter, value: Path | None) -> None:
+    """Record ``-l`` given after a (sub)command in the shared ``Context``.
+
+    The value on the command line wins over the one of an enclosing group, because this
+    callback runs after the group's; a value from the environment only fills in where no
+    level gave one (it must not override an explicit ``memroot -l L ...``).
+    """
+    if value is None:
+        return
+    obj = ctx.find_object(Context)
+    if obj is None:  # a subcommand invoked on its own, without the root group
+        obj = ctx.obj = Context(None)
+    given_here = ctx.get_parameter_source(param.name or "") is ParameterSource.COMMANDLINE
+    if given_here or obj.ledger_path is None:
+        obj.ledger_path = value
+
+
+def _add_ledger_option(command: click.Command) -> None:
+    """Give ``command`` the ``-l/--ledger`` option (once), feeding ``_take_ledger``."""
+    if any(p.name == "ledger" for p in command.params):
+        return
+    command.params.append(
+        click.Option(
+            ["-l", "--ledger"],
+            type=click.Path(path_type=Path),
+            envvar=LEDGER_ENVVAR,
+            expose_value=False,
+            callback=_take_ledger,
+            help=f"{_LEDGER_HELP[:-1]}; wins over one given before the subcommand.",
+        )
+    )
+
+
+class LedgerCommand(click.Command):
+    """A command that also accepts ``-l/--ledger`` after its name (``memroot log -l L``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _add_ledger_option(self)
+
+
+class LedgerGroup(click.Group):
+    """A subcommand group with ``-l/--ledger``, whose commands and groups get it too."""
+
+    command_class = LedgerCommand
+    group_class = type  # subgroups are LedgerGroups as well
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _add_ledger_option(self)
+
+
 class _Group(click.Group):
-    """A group that turns library errors into a message on stderr and an exit code."""
+    """The root group: maps library errors to exit codes; its commands take ``-l`` too."""
+
+    command_class = LedgerCommand
+    group_class = LedgerGroup
 
     def invoke(self, ctx: click.Context) -> Any:
         """Run the command; map ``MemrootError`` through ``_exit_code``."""
@@ -130,8 +206,8 @@ class _Group(click.Group):
     "-l",
     "--ledger",
     type=click.Path(path_type=Path),
-    envvar="MEMROOT_LEDGER",
-    help="The ledger file (env MEMROOT_LEDGER).",
+    envvar=LEDGER_ENVVAR,
+    help=f"{_LEDGER_HELP[:-1]}; also accepted after the subcommand.",
 )
 @click.version_option(package_name="memroot")
 @click.pass_context
@@ -155,5 +231,8 @@ from memroot.cli import bundle_cmds as _bundle_cmds  # noqa: E402, F401
 from memroot.cli import commands as _commands  # noqa: E402, F401
 from memroot.cli import demo as _demo  # noqa: E402, F401
 from memroot.cli import falsify_cmds as _falsify_cmds  # noqa: E402, F401
+from memroot.cli import mcp_cmd as _mcp_cmd  # noqa: E402, F401
 from memroot.cli import memory_cmds as _memory_cmds  # noqa: E402, F401
+from memroot.cli import receipts_cmd as _receipts_cmd  # noqa: E402, F401
+from memroot.cli import report_cmd as _report_cmd  # noqa: E402, F401
 from memroot.cli import root_cmds as _root_cmds  # noqa: E402, F401

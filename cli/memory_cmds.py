@@ -185,10 +185,13 @@ def why_cmd(ctx: Context, object_id: str, branch: str, anchor: str | None, as_js
         return
     if anchor is not None:
         check_uuid(anchor, "--anchor")
+    from memroot.receipts import readers
+
     with open_ledger(ctx) as ledger:
         w = why_object(ledger, object_id, branch=branch, anchor=anchor)
         states = object_states(ledger, object_id)
-    data = {**w.to_dict(), "states": states[0]}
+        read_by = readers(ledger, object_id)
+    data = {**w.to_dict(), "states": states[0], "read_by": read_by}
 
     def human() -> None:
         o = w.object
@@ -227,6 +230,11 @@ def why_cmd(ctx: Context, object_id: str, branch: str, anchor: str | None, as_js
             )
         for line in states[1]:
             click.echo(line)
+        click.echo(f"read by ({len(read_by)} receipt(s)):")
+        for r in read_by:
+            click.echo(
+                f"  run {r['run_id']} ({r['actor_id']}) v{r['version']} at {r['branch']}:{r['seq']}"
+            )
         a = w.at_anchor
         if a is not None:
             if a.object is None:
@@ -257,7 +265,7 @@ def rebuild_cmd(ctx: Context, as_json: bool) -> None:
 
     Example: memroot -l agent.ledger rebuild --json
     """
-    from memroot.memory_root.falsify_replay import rebuild as rebuild_states
+    from memroot.memory_root.falsify.replay import rebuild as rebuild_states
 
     with open_ledger(ctx) as ledger:
         report = rebuild_state(ledger)

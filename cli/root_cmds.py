@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -304,17 +305,24 @@ def selfmodel_show(ctx: Context, branch: str, as_json: bool) -> None:
 
 
 @selfmodel.command("record")
-@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument(
+    "file", type=click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path)
+)
 @branch_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
 def selfmodel_record(ctx: Context, file: Path, branch: str, as_json: bool) -> None:
     """Record a SelfModel (JSON: agent_id, identity, capabilities) citing the latest live root.
 
+    FILE may be - to read the JSON from stdin.
+
     Example: memroot -l agent.ledger selfmodel record selfmodel.json
     """
     try:
-        obj = json.loads(file.read_text(encoding="utf-8"))
+        if str(file) == "-":
+            obj = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+        else:
+            obj = json.loads(file.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise DecodeError(f"{file}: not valid JSON: {e}") from e
     model = SelfModel.from_json(obj)

@@ -181,3 +181,5 @@ class OpType(StrEnum):
     CORRECTION_APPLIED = "CORRECTION_APPLIED"
     MERGE_OVERRIDE = "MERGE_OVERRIDE"
     KEY_ROTATE = "KEY_ROTATE"
+    # memroot: which memories a run was handed (docs/FORMAT.md section 10)
+    READ_RECEIPT = "READ_RECEIPT"

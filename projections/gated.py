@@ -115,6 +115,7 @@ _COLS: Final = (
 
 
 _dumps: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True).encode
+_canonical: Final = json.JSONEncoder(separators=(",", ":"), sort_keys=True).encode
 
 
 class _HasDb(Protocol):
@@ -380,14 +381,15 @@ class Folder:
             return
         for i in missing:
             self._rows[i] = []
-        if len(missing) == 1:
-            sql_in, arg = "g.object_id = ?", missing[0]
+        args: list[Any]
+        if len(missing) <= 64:
+            sql_in, args = f"g.object_id IN ({', '.join('?' * len(missing))})", missing
         else:
-            sql_in, arg = "g.object_id IN (SELECT value FROM json_each(?))", json.dumps(missing)
+            sql_in, args = "g.object_id IN (SELECT value FROM json_each(?))", [json.dumps(missing)]
         level = self._level
         for r in self.db.execute(
             f"SELECT {_COLS} FROM mem_gated g WHERE {sql_in} AND {self._cond}",
-            (arg, *self._params),
+            (*args, *self._params),
         ):
             self._rows[r[3]].append(
                 GatedOp(
@@ -784,7 +786,7 @@ def run(eng: Engine, handler: Callable[[Engine, Op], None], op: Op) -> None:
             db.execute("RELEASE mem_gate")
     if not writes:
         return
-    intent = json.dumps(_intent(op), sort_keys=True, separators=(",", ":"))  # canonical text
+    intent = _canonical(_intent(op))
     prov_text = ",".join(provenance)
     for n, (old, new) in enumerate(writes):
         had = bool(folder.rows_of(new.id))

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from memroot.cli import bench
+from memroot.bench import ledger as bench_ledger
 from memroot.cli.main import cli
 
 _SMOKE = ["bench", "--sizes", "1000", "--durable", "20", "--proofs", "200", "--json"]
@@ -91,7 +91,7 @@ def test_bench_human_table_puts_targets_beside_figures() -> None:
 
 def test_bench_without_pymerkle_says_so_and_skips_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """When pymerkle is not installed the run still completes and names what it skipped."""
-    monkeypatch.setattr(bench, "_import_pymerkle", lambda: None)
+    monkeypatch.setattr(bench_ledger, "_import_pymerkle", lambda: None)
     data, _ = _run([])
     assert data["batched_append"][0]["pymerkle"] is None
     assert data["batched_append"][0]["ratio_memroot_pymerkle"] is None

@@ -466,6 +466,15 @@ def test_every_command_has_help_with_example(path: tuple[str, ...]) -> None:
         assert "--json" in result.stdout
 
 
+@pytest.mark.parametrize("path", [(), *all_commands()], ids=lambda p: " ".join(p) or "memroot")
+def test_every_command_lists_the_ledger_option(path: tuple[str, ...]) -> None:
+    """Every command and group, the root included, lists -l/--ledger in its --help."""
+    result = run([*path, "--help"])
+    assert result.exit_code == 0
+    assert "-l, --ledger PATH" in result.stdout
+    assert "MEMROOT_LEDGER" in result.stdout
+
+
 @pytest.mark.parametrize("path", all_commands(), ids=" ".join)
 def test_every_command_documented_in_readme(path: tuple[str, ...]) -> None:
     """Every command is shown in README.md as `memroot <command>`."""

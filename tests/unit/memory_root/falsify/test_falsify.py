@@ -13,9 +13,9 @@ from memroot.ledger.ledger import Ledger
 from memroot.ledger.verify import verify_path
 from memroot.memory_root import Roots, RootsHook, SelfModel, StaticSelfModel
 from memroot.memory_root.branches import BranchRegistry, create_branch
-from memroot.memory_root.deps import OBJECT, ROOT, SELFMODEL, SUMMARY, ItemRef
 from memroot.memory_root.falsify import Falsifier, FalsifyHook
-from memroot.memory_root.falsify_replay import TABLES, FalsifyReplayCheck, rebuild
+from memroot.memory_root.falsify.deps import OBJECT, ROOT, SELFMODEL, SUMMARY, ItemRef
+from memroot.memory_root.falsify.replay import TABLES, FalsifyReplayCheck, rebuild
 from memroot.projections import requests as rq
 from memroot.projections.hook import MemoryHook
 from memroot.projections.query import get_object, object_history

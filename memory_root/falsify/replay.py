@@ -1,8 +1,7 @@
 """Replaying falsification from the log: verify step 9 for states, and ``rebuild``.
 
 ``FalsifyReplayCheck`` (a ``memroot.ledger.verify.ReplayCheck``) replays every entry into a
-throwaway
-in-memory database with the same rules the append hook applies (``_falsify_core``): the
+throwaway in-memory database with the same rules the append hook applies (``_core``): the
 dependency index, every ``FALSIFY`` / ``MARK_STALE`` / ``RESTORE`` and every ``CASCADE``,
 whose plan (touched items, the frontier beyond the bound, the re-snapshotted roots) is
 recomputed from the ledger and must equal what the entry lists. With the ledger file it then
@@ -31,17 +30,10 @@ from memroot.ledger.errors import DecodeError
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.verify import AuditReport, Finding
 from memroot.ledger.vocab import OpType
-from memroot.memory_root import deps, item_states
-from memroot.memory_root._falsify_core import (
-    FalsifyCore,
-    entry_source,
-    install_folds,
-    ledger_core,
-    set_head,
-    state_replay_of,
-    summary_keys_of,
-)
-from memroot.memory_root.deps import ROOT, ItemRef
+from memroot.memory_root.falsify import _core, deps, states
+from memroot.memory_root.falsify._core import FalsifyCore, has_table, ledger_core, set_head
+from memroot.memory_root.falsify.deps import ROOT, ItemRef
+from memroot.memory_root.falsify.states import LIVE
 from memroot.projections.registry import Registry, default_registry
 
 __all__ = ["STEP", "TABLES", "FalsifyReplayCheck", "RebuildResult", "rebuild"]
@@ -123,23 +115,13 @@ class FalsifyReplayCheck:
         """
         self.path = None if path is None else Path(path)
         self.db = apsw.Connection(":memory:")
-        deps.install(self.db)
-        item_states.install(self.db)
+        _core.install(self.db)
         self.db.execute("BEGIN")
         reg = registry if registry is not None else default_registry()
         self.file: Ledger | None = None
         if self.path is not None:
             self.file = Ledger.open(self.path, readonly=True)
-            source = entry_source(self.file)
-            self.core = FalsifyCore(
-                self.db,
-                reg,
-                summary_keys=summary_keys_of(self.file.store.db),
-                source=source,
-                state_replay=state_replay_of(self.db, source),
-                find_event=self.file.find_event,
-                root_states=False,
-            )
+            self.core = ledger_core(self.file, reg, db=self.db)
         else:
             self.core = FalsifyCore(
                 self.db,
@@ -199,7 +181,7 @@ class FalsifyReplayCheck:
     def _compare(self, report: AuditReport) -> None:
         assert self.file is not None
         fdb = self.file.store.db
-        if not fdb.execute("SELECT 1 FROM sqlite_master WHERE name = 'fz_heads'").fetchall():
+        if not has_table(fdb, "fz_heads"):
             report.add(
                 Finding(
                     STEP,
@@ -272,7 +254,7 @@ class FalsifyReplayCheck:
     def _compare_root_states(
         self, fdb: apsw.Connection, heads: dict[str, int], report: AuditReport
     ) -> None:
-        if not fdb.execute("SELECT 1 FROM sqlite_master WHERE name = 'memory_roots'").fetchall():
+        if not has_table(fdb, "memory_roots"):
             return
         for root, branch, seq, state in fdb.execute(
             "SELECT root, branch, seq, state FROM memory_roots ORDER BY branch, seq"
@@ -280,10 +262,10 @@ class FalsifyReplayCheck:
             b = str(branch)
             if b not in heads or heads[b] < self.sizes.get(b, 0):
                 continue  # lagging: the state column may be behind too
-            change = item_states.current(
+            change = states.current(
                 self.db, deps.view_of(self.db, b), ItemRef(ROOT, bytes(root).hex())
             )
-            want = "live" if change is None else change.state
+            want = LIVE if change is None else change.state
             if state != want:
                 report.add(
                     Finding(
@@ -323,10 +305,8 @@ def rebuild(ledger: Ledger, registry: Registry | None = None) -> RebuildResult:
             db.execute(f"DROP TABLE IF EXISTS {table}")
         db.execute("DROP TABLE IF EXISTS fz_heads")
         db.execute("DROP TABLE IF EXISTS fz_folds")
-        deps.install(db)
-        item_states.install(db)
-        install_folds(db)
-        if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'memory_roots'").fetchall():
+        _core.install(db)
+        if has_table(db, "memory_roots"):
             db.execute("UPDATE memory_roots SET state = 'live'")
         core = ledger_core(ledger, reg)
         for b in ledger.store.branches():

@@ -44,17 +44,15 @@ from memroot.ledger.entries import Entry, Kind
 from memroot.ledger.errors import NotFoundError, ValidationError
 from memroot.ledger.hashing import domain_hash
 from memroot.memory_root._fold import Folder
-from memroot.memory_root.deps import (
+from memroot.memory_root.falsify.deps import (
     KINDS,
     ROOT,
-    SUMMARY,
     Graph,
     ItemRef,
     RootRow,
     named_objects,
-    split_summary_id,
 )
-from memroot.memory_root.item_states import LIVE
+from memroot.memory_root.falsify.states import LIVE
 from memroot.memory_root.root import MemoryRoot, ProjectionDigest, RootPreimage
 from memroot.projections.projection import (
     Projection,
@@ -279,10 +277,8 @@ def plan(graph: Graph, not_live: Mapping[ItemRef, str], request: CascadeRequest)
     for i in [origin, *(s.item for s in touched)]:
         if i.kind == ROOT:
             roots[i.id] = None
-        elif i.kind == SUMMARY:
-            row, _, _ = split_summary_id(i.id, graph)
-            if row is not None:
-                roots[row.root] = None
+        elif (row := graph.summary_root(i)) is not None:
+            roots[row.root] = None
     return Plan(
         request,
         graph.view[0][0],

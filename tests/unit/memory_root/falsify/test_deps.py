@@ -13,9 +13,9 @@ from memroot.ledger.entries import EventInput
 from memroot.ledger.ledger import Ledger
 from memroot.memory_root import Roots, RootsHook, SelfModel, StaticSelfModel
 from memroot.memory_root.branches import BranchRegistry, create_branch
-from memroot.memory_root.deps import EVENT, OBJECT, ROOT, SELFMODEL, SUMMARY, ItemRef
 from memroot.memory_root.falsify import Falsifier, FalsifyHook
-from memroot.memory_root.falsify_replay import TABLES, rebuild
+from memroot.memory_root.falsify.deps import EVENT, OBJECT, ROOT, SELFMODEL, SUMMARY, ItemRef
+from memroot.memory_root.falsify.replay import TABLES, rebuild
 from memroot.projections import requests as rq
 from memroot.projections.builtins import MemoryStateDigest, builtin_projections
 from memroot.projections.hook import MemoryHook

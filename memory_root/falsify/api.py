@@ -1,4 +1,4 @@
-"""Falsification (SPEC 7): flip one item's state, record why, undo it, cascade on request.
+"""``Falsifier`` (SPEC 7): flip one item's state, record why, undo it, cascade on request.
 
     from memroot.memory_root.falsify import Falsifier, FalsifyHook
 
@@ -10,18 +10,11 @@
         f.restore("0190f3c2-...", reason="the retraction was itself wrong")
 
 Items are memory objects, memory roots, summary items of a root and SelfModel snapshots
-(``memroot.memory_root.deps``). ``FALSIFY`` makes an item ``falsified`` and changes nothing else:
-what depends on it keeps its state until a ``CASCADE`` is asked for. ``MARK_STALE`` and
-``RESTORE`` set ``stale`` and ``live``. Every change is an entry, so states are derived by
-replay (``rebuild``, verify step 9) and their whole history stays readable (``history``,
-``why``, ``memroot why ID``).
-
-``FalsifyHook`` is the layer's ``AppendHook``: inside every append transaction it keeps the
-dependency index and the states, and refuses (writing nothing) a state operation on an
-unknown item, a falsification of a falsified item, a restore of a live item, a cascade from
-a live item, a bound of zero, or a ``CASCADE`` whose lists are not what the cascade gives.
-Install it after ``MemoryHook`` (which keeps objects' ``state`` column) and before
-``RootsHook``.
+(``deps``). ``FALSIFY`` makes an item ``falsified`` and changes nothing else: what depends
+on it keeps its state until a ``CASCADE`` is asked for. ``MARK_STALE`` and ``RESTORE`` set
+``stale`` and ``live``. Every change is an entry, so states are derived by replay
+(``rebuild``, verify step 9) and their whole history stays readable (``history``, ``why``,
+``memroot why ID``). Writing needs the ledger's ``FalsifyHook`` (``hook``).
 """
 
 from __future__ import annotations
@@ -31,44 +24,28 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-import apsw
-
-from memroot.ledger import encoding
-from memroot.ledger.entries import CANONICAL_BRANCH, Entry, Kind, OpInput, check_uuid
-from memroot.ledger.errors import NotFoundError, StorageError, ValidationError
+from memroot.ledger.entries import CANONICAL_BRANCH, OpInput, check_uuid
+from memroot.ledger.errors import NotFoundError, ValidationError
 from memroot.ledger.ledger import Appended, Ledger
 from memroot.ledger.vocab import ActorType, OpType
-from memroot.memory_root import deps, item_states
-from memroot.memory_root._falsify_core import (
-    FalsifyCore,
-    check_item_id,
-    install_folds,
-    keep_fold_states,
-    ledger_core,
-    set_head,
-)
-from memroot.memory_root.cascade import (
-    CascadeRequest,
-    Plan,
-)
-from memroot.memory_root.deps import KINDS, OBJECT, ROOT, SELFMODEL, SUMMARY, ItemRef, Located
-from memroot.memory_root.item_states import LIVE, StateChange
-from memroot.projections.registry import Registry, default_registry
+from memroot.memory_root.falsify import deps, states
+from memroot.memory_root.falsify._core import FalsifyCore, check_item_id, has_table, summary_of
+from memroot.memory_root.falsify.cascade import CascadeRequest, Plan
+from memroot.memory_root.falsify.deps import KINDS, OBJECT, ROOT, SELFMODEL, SUMMARY, ItemRef
+from memroot.memory_root.falsify.hook import FalsifyHook
+from memroot.memory_root.falsify.states import LIVE, StateChange
 
 __all__ = [
+    "DEFAULT_ACTOR",
     "KIND_ALIASES",
     "POLICY_VERSION",
     "CascadeResult",
     "Falsifier",
-    "FalsifyHook",
     "ItemWhy",
     "parse_kinds",
 ]
 
 POLICY_VERSION: Final = "memroot-falsify/1"
-# Plain strings: comparing with an enum member goes through the enum's descriptor.
-_CASCADE: Final = OpType.CASCADE.value
-_SNAPSHOT: Final = OpType.SNAPSHOT.value
 DEFAULT_ACTOR: Final = "operator"
 KIND_ALIASES: Final = {"object": OBJECT, "root": ROOT, "summary": SUMMARY, "selfmodel": SELFMODEL}
 """Short names of the kinds (``--kinds object,root``); the full names are accepted too."""
@@ -100,112 +77,6 @@ def parse_kinds(text: str | Sequence[str]) -> tuple[str, ...]:
     return tuple(sorted(out))
 
 
-# -- the hook ----------------------------------------------------------------------------------
-
-
-class FalsifyHook:
-    """The ``AppendHook`` of falsification (see the module docstring)."""
-
-    def __init__(self, registry: Registry | None = None) -> None:
-        """Use ``registry``'s projections (default: built-ins and entry points).
-
-        They say what each root's projections read, and recompute re-snapshots.
-
-        Raises:
-            TypeError, ValueError, ImportError: if a projection plugin cannot be loaded.
-        """
-        self.registry = registry if registry is not None else default_registry()
-        self._cores: dict[int, FalsifyCore] = {}
-        self._memo: tuple[str, bytes, Plan] | None = None
-        self._last: dict[tuple[int, str], tuple[int, bytes]] = {}
-
-    def core(self, ledger: Ledger) -> FalsifyCore:
-        """Return the core over ``ledger`` (made once per open ledger)."""
-        core = self._cores.get(id(ledger))
-        if core is None or core.db is not ledger.store.db:
-            core = self._cores[id(ledger)] = ledger_core(ledger, self.registry)
-        return core
-
-    def install(self, db: apsw.Connection) -> None:
-        """Create the falsification tables if missing."""
-        deps.install(db)
-        item_states.install(db)
-        install_folds(db)
-
-    def expect(self, branch: str, prev: bytes, plan: Plan) -> None:
-        """Say that the next entry of ``branch`` after ``prev`` is this plan's CASCADE.
-
-        The hook then checks the entry against ``plan`` instead of computing it again.
-        """
-        self._memo = (branch, prev, plan)
-
-    def catch_up(self, ledger: Ledger, branch: str, stop: int | None = None) -> int:
-        """Fold the stored entries of ``branch`` the tables have not seen (up to ``stop``).
-
-        Entries appended without this hook that the rules refuse are skipped and recorded.
-        Call inside a write transaction. Returns how many entries were folded.
-
-        Raises:
-            StorageError: if the tables are ahead of the branch (another file's state?).
-        """
-        core = self.core(ledger)
-        head = core.head(branch)
-        stop = ledger.store.branch(branch).size if stop is None else stop
-        if head > stop:
-            raise StorageError(
-                f"falsification state of branch {branch!r} covers {head} entries, the branch "
-                f"has {stop}: run `memroot rebuild`"
-            )
-        for r in ledger.store.iter_entry_rows(ledger.store.branch(branch).no, head, stop):
-            e = Entry.from_bytes(bytes(r.data))
-            core.apply(e, strict=False)
-        set_head(core.db, branch, stop)
-        return stop - head
-
-    def apply(
-        self, db: apsw.Connection, ledger: Ledger, entry: Entry, content: str | None
-    ) -> list[OpInput]:
-        """Keep the index and states; refuse a state operation the rules do not allow.
-
-        Raises:
-            ValidationError, NotFoundError, RuleError: for a refused state operation (see
-                the module docstring); nothing is written.
-        """
-        core = self.core(ledger)
-        key = (id(ledger), entry.branch)
-        # The stored head is read only when this entry does not follow the last one applied
-        # here (first append, a rolled-back transaction, another writer).
-        if self._last.get(key) != (entry.seq, entry.prev) and core.head(entry.branch) != entry.seq:
-            self.catch_up(ledger, entry.branch, entry.seq)
-        memo = None
-        if self._memo is not None:
-            branch, prev, plan = self._memo
-            self._memo = None
-            if branch == entry.branch and prev == entry.prev:
-                memo = plan
-        if (
-            entry.kind is Kind.OP
-            and entry.type == _CASCADE
-            and memo is None
-            and ledger.store.branch(entry.branch).size != entry.seq
-        ):
-            raise ValidationError(
-                "a CASCADE must be the first entry of its append (its plan reads the stored "
-                "entries before it)",
-                field="op_type",
-            )
-        if entry.kind is Kind.OP and entry.type == _SNAPSHOT:
-            keep_fold_states(db, entry.branch)
-        self._last.pop(key, None)
-        core.apply(entry, strict=True, memo=memo)
-        set_head(core.db, entry.branch, entry.seq + 1)
-        self._last[key] = (entry.seq + 1, entry.hash)
-        return []
-
-
-# -- the API -----------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True, slots=True)
 class CascadeResult:
     """What ``Falsifier.cascade`` appended: the plan (with its re-snapshots) and the entries."""
@@ -219,7 +90,7 @@ class ItemWhy:
     """An item's state and how it got there, what it cites and what was built on it."""
 
     item: ItemRef
-    located: Located | None
+    located: deps.Located | None
     state: str
     history: tuple[tuple[StateChange, bytes], ...]
     dependencies: tuple[ItemRef, ...]
@@ -256,9 +127,7 @@ class Falsifier:
         found = [h for h in ledger.hooks if isinstance(h, FalsifyHook)]
         self._hook = found[0] if found else None
         self._reader = self._hook if self._hook is not None else FalsifyHook()
-        if not ledger.store.db.execute(
-            "SELECT 1 FROM sqlite_master WHERE name = 'fz_states'"
-        ).fetchall():
+        if not has_table(ledger.store.db, "fz_states"):
             if ledger.store.db.readonly("main"):
                 raise NotFoundError("this ledger holds no falsification state")
             with ledger.store.write() as db:
@@ -345,7 +214,7 @@ class Falsifier:
             ValidationError, NotFoundError: as ``resolve``.
         """
         ref = self.resolve(item, branch)
-        change = item_states.current(
+        change = states.current(
             self.ledger.store.db, deps.view_of(self.ledger.store.db, branch), ref
         )
         return LIVE if change is None else change.state
@@ -357,9 +226,7 @@ class Falsifier:
             ValidationError, NotFoundError: as ``resolve``.
         """
         ref = self.resolve(item, branch)
-        return item_states.history(
-            self.ledger.store.db, deps.view_of(self.ledger.store.db, branch), ref
-        )
+        return states.history(self.ledger.store.db, deps.view_of(self.ledger.store.db, branch), ref)
 
     def dependents(self, item: str | ItemRef, branch: str = CANONICAL_BRANCH) -> list[ItemRef]:
         """Return what was built on the item (one step), sorted by ``(id, kind)``.
@@ -393,7 +260,7 @@ class Falsifier:
         if not graph.exists(ref):
             raise NotFoundError(f"no {ref.kind} {ref.id} on branch {branch!r}")
         db = self.ledger.store.db
-        changes = item_states.history(db, graph.view, ref)
+        changes = states.history(db, graph.view, ref)
         hist = tuple((c, bytes(self.ledger.entry(c.seq, c.branch).hash)) for c in changes)
         located = None if ref.kind == SUMMARY else deps.locate(db, graph.view, ref.kind, ref.id)
         replaces: str | None = None
@@ -413,12 +280,9 @@ class Falsifier:
         if ref.kind == SUMMARY:
             row, pid, key = deps.split_summary_id(ref.id, graph)
             if row is not None:
-                found = db.execute(
-                    "SELECT data FROM memory_root_summaries WHERE root = ? AND projection = ?",
-                    (bytes.fromhex(row.root), pid),
-                ).fetchone()
+                found = summary_of(db, bytes.fromhex(row.root), pid)
                 if found is not None:
-                    value = encoding.decode(bytes(found[0])).get(key)
+                    value = found.get(key)
         return ItemWhy(
             ref,
             located,

@@ -16,10 +16,10 @@ from memroot.ledger.errors import NotFoundError, ValidationError
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.verify import verify_path
 from memroot.memory_root import Roots, RootsHook, SelfModel, StaticSelfModel
-from memroot.memory_root.cascade import BEYOND_LISTED, beyond_digest
-from memroot.memory_root.deps import OBJECT, ROOT, SELFMODEL, SUMMARY, ItemRef
 from memroot.memory_root.falsify import Falsifier, FalsifyHook
-from memroot.memory_root.falsify_replay import TABLES, FalsifyReplayCheck, rebuild
+from memroot.memory_root.falsify.cascade import BEYOND_LISTED, beyond_digest
+from memroot.memory_root.falsify.deps import OBJECT, ROOT, SELFMODEL, SUMMARY, ItemRef
+from memroot.memory_root.falsify.replay import TABLES, FalsifyReplayCheck, rebuild
 from memroot.projections import requests as rq
 from memroot.projections.builtins import (
     EpistemicDistribution,
@@ -454,9 +454,9 @@ def test_re_snapshots_from_cached_fold_states_equal_a_fold_from_the_genesis(
 ) -> None:
     """With fold states cached every few entries, re-snapshots start from the nearest cache
     before the falsified input and come out exactly as folding from the genesis does."""
-    import memroot.memory_root._falsify_core as core_module
+    import memroot.memory_root.falsify._fold_cache as fold_cache
 
-    monkeypatch.setattr(core_module, "FOLD_SPACING", 4)
+    monkeypatch.setattr(fold_cache, "FOLD_SPACING", 4)
     with _ledger(tmp_path / "a.ledger", selfmodel=False) as ledger:
         roots = Roots(ledger)
         ev = _event(ledger)

@@ -1,7 +1,7 @@
 """The dependency index of the falsification layer (SPEC 7): who was built on what.
 
 Falsification (``memroot.memory_root.falsify``) flips the state of one *item*; a cascade
-(``memroot.memory_root.cascade``) walks what depends on it. Items are named ``(kind, id)``:
+(``memroot.memory_root.falsify.cascade``) walks what depends on it. Items are named ``(kind, id)``:
 
 ==================  =====================================================================
 ``memory_object``   an RFC-0001 memory object, by its UUID
@@ -56,6 +56,7 @@ __all__ = [
     "OBJECT",
     "ROOT",
     "SELFMODEL",
+    "STATE_OPS",
     "SUMMARY",
     "Graph",
     "ItemRef",
@@ -114,13 +115,13 @@ CREATE TABLE IF NOT EXISTS fz_roots(
 CREATE INDEX IF NOT EXISTS fz_roots_range ON fz_roots(hbranch, hi);
 """
 
+STATE_OPS: Final = frozenset(
+    {OpType.FALSIFY.value, OpType.MARK_STALE.value, OpType.RESTORE.value, OpType.CASCADE.value}
+)
+"""The operations that change item states (as plain strings)."""
 # Operations that are not inputs of the objects they name: states, roots, branches.
-_NOT_INPUTS: Final = frozenset(
+_NOT_INPUTS: Final = STATE_OPS | frozenset(
     {
-        OpType.FALSIFY.value,
-        OpType.MARK_STALE.value,
-        OpType.RESTORE.value,
-        OpType.CASCADE.value,
         OpType.SNAPSHOT.value,
         OpType.SELFMODEL_SNAPSHOT.value,
         OpType.BRANCH_CREATE.value,
@@ -572,11 +573,15 @@ class Graph:
             return self.root(item.id) is not None
         return locate(self.db, self.view, item.kind, item.id) is not None
 
+    def summary_root(self, item: ItemRef) -> RootRow | None:
+        """Return the root a summary item belongs to, if the view sees it (else None)."""
+        return split_summary_id(item.id, self)[0] if item.kind == SUMMARY else None
+
     def dependents(self, item: ItemRef) -> list[ItemRef]:
         """Return what was built on ``item``, sorted by ``(id, kind)``, without duplicates."""
         out: dict[ItemRef, None] = {}
         if item.kind == SUMMARY:
-            root, _, _ = split_summary_id(item.id, self)
+            root = self.summary_root(item)
             if root is not None:
                 out[ItemRef(ROOT, root.root)] = None
         elif item.kind in (OBJECT, ROOT):
@@ -658,7 +663,7 @@ class Graph:
         """Return what ``item`` cites (events, objects, its parent root, its root), sorted."""
         out: dict[ItemRef, None] = {}
         if item.kind == SUMMARY:
-            root, _, _ = split_summary_id(item.id, self)
+            root = self.summary_root(item)
             if root is not None:
                 out[ItemRef(ROOT, root.root)] = None
         else:

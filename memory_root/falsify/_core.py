@@ -1,4 +1,4 @@
-"""The falsification rules, applied to one entry at a time (internal).
+"""The falsification rules, applied to one entry at a time, and their tables (internal).
 
 ``FalsifyCore.apply`` is the one implementation of SPEC 7 states that the append hook, the
 rebuild and verify share: it folds the entry into the dependency index, then validates a
@@ -7,13 +7,15 @@ had before it and records the changes. ``strict`` (the append hook) raises on a 
 rules refuse, so nothing is written; otherwise (replay) the entry is skipped and recorded in
 ``fz_skipped``, exactly as the stored state skipped it.
 
-The four operations' formats are in docs/FORMAT.md §8.
+``install`` creates every falsification table; ``ledger_core`` builds the core over a
+ledger's file (its entries, summaries and fold-state cache). The four operations' formats are
+in docs/FORMAT.md §8.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -24,8 +26,8 @@ from memroot.ledger.entries import Entry, Kind, check_uuid
 from memroot.ledger.errors import NotFoundError, RefusedError, ValidationError
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.vocab import OpType
-from memroot.memory_root import deps, item_states
-from memroot.memory_root.cascade import (
+from memroot.memory_root.falsify import _fold_cache, deps, states
+from memroot.memory_root.falsify.cascade import (
     CascadeRequest,
     EntrySource,
     FoldCheckpoint,
@@ -35,17 +37,18 @@ from memroot.memory_root.cascade import (
     plan,
     resnapshot,
 )
-from memroot.memory_root.deps import (
+from memroot.memory_root.falsify.deps import (
     KINDS,
     OBJECT,
     ROOT,
     SELFMODEL,
+    STATE_OPS,
     SUMMARY,
     Graph,
     ItemRef,
     RootRow,
 )
-from memroot.memory_root.item_states import FALSIFIED, STALE
+from memroot.memory_root.falsify.states import FALSIFIED, LIVE, STALE
 from memroot.projections.projection import Projection
 from memroot.projections.registry import Registry
 from memroot.projections.rules import RuleError
@@ -53,27 +56,21 @@ from memroot.projections.states import FALSIFICATION, check_state_change
 
 __all__ = [
     "EVENTS_MAX",
-    "FOLD_SPACING",
-    "STATE_OPS",
     "EventFinder",
     "FalsifyCore",
     "Validated",
     "check_item_id",
     "entry_source",
-    "fold_checkpoint_of",
-    "install_folds",
-    "keep_fold_states",
+    "has_table",
+    "install",
     "ledger_core",
     "set_head",
     "state_replay_of",
     "summary_keys_of",
+    "summary_of",
 ]
 
-_FALSIFY: Final = OpType.FALSIFY.value
-_MARK_STALE: Final = OpType.MARK_STALE.value
-_RESTORE: Final = OpType.RESTORE.value
 _CASCADE: Final = OpType.CASCADE.value
-STATE_OPS: Final = frozenset({_FALSIFY, _MARK_STALE, _RESTORE, _CASCADE})
 EVENTS_MAX: Final = 1000
 _MAX_TEXT: Final = 4096
 _HEX64: Final = re.compile(r"[0-9a-f]{64}\Z")
@@ -84,6 +81,18 @@ _CASCADE_KEYS: Final = frozenset(
 
 EventFinder = Callable[[str], tuple[str, int] | None]
 """``find(event_id) -> (branch, seq)`` of an event in the ledger, or None."""
+
+
+def install(db: apsw.Connection) -> None:
+    """Create every falsification table if missing: the index, the states, the fold cache."""
+    deps.install(db)
+    states.install(db)
+    _fold_cache.install(db)
+
+
+def has_table(db: apsw.Connection, name: str) -> bool:
+    """Return True when ``db`` holds a table (or index) called ``name``."""
+    return bool(db.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (name,)).fetchall())
 
 
 def check_item_id(kind: str, item_id: Any) -> str:
@@ -186,11 +195,6 @@ class FalsifyCore:
         self.root_states = root_states
         self.checkpoint = checkpoint
 
-    def install(self) -> None:
-        """Create the tables if missing."""
-        deps.install(self.db)
-        item_states.install(self.db)
-
     def head(self, branch: str) -> int:
         """Return how many entries of ``branch`` the tables have folded."""
         row = self.db.execute("SELECT size FROM fz_heads WHERE branch = ?", (branch,)).fetchone()
@@ -221,7 +225,7 @@ class FalsifyCore:
                     self._cascade(entry, memo)
                 else:
                     v = self.validate(entry)
-                    item_states.record(self.db, entry, v.item, v.state, v.reason, v.evidence)
+                    states.record(self.db, entry, v.item, v.state, v.reason, v.evidence)
                     self._root_state(entry, [v.item], v.state)
             except RefusedError as e:
                 self.db.execute("ROLLBACK TO fz_op")
@@ -229,12 +233,10 @@ class FalsifyCore:
                 if strict:
                     raise
                 skipped = str(e)
-                item_states.skip(self.db, entry, skipped)
+                states.skip(self.db, entry, skipped)
             else:
                 self.db.execute("RELEASE fz_op")
-        self.db.execute(
-            "INSERT OR REPLACE INTO fz_heads VALUES(?, ?)", (entry.branch, entry.seq + 1)
-        )
+        set_head(self.db, entry.branch, entry.seq + 1)
         return skipped
 
     def _root_state(self, entry: Entry, items: list[ItemRef], state: str) -> None:
@@ -278,9 +280,9 @@ class FalsifyCore:
         reason = _text(p.get("reason"), "reason", required=True)
         evidence = self._evidence(entry, p.get("evidence_ids"))
         item, graph = self._target(entry)
-        now = item_states.current(self.db, graph.view, item)
+        now = states.current(self.db, graph.view, item)
         state = check_state_change(
-            entry.type, f"{item.kind} {item.id}", "live" if now is None else now.state
+            entry.type, f"{item.kind} {item.id}", LIVE if now is None else now.state
         )
         return Validated(item, state, reason, evidence)
 
@@ -346,7 +348,7 @@ class FalsifyCore:
             RuleError: the origin is live.
         """
         graph = self.graph(branch)
-        not_live = item_states.not_live(self.db, graph.view)
+        not_live = states.not_live(self.db, graph.view)
         p = plan(graph, not_live, request)
         if not resnapshots or self.source is None:
             return p
@@ -383,31 +385,20 @@ class FalsifyCore:
                     field=f"payload.{field}",
                 )
         touched = [s.item for s in p.touched]
-        reason = request.reason or f"cascade from {request.origin.kind} {request.origin.id}"
-        item_states.record_many(self.db, entry, touched, STALE, reason)
+        states.record_many(self.db, entry, touched, STALE, _reason(request))
         self._root_state(entry, touched, STALE)
         for x in p.resnapshots:
             old = deps.root_row(self.db, x.replaces)
             assert old is not None  # resnapshot() only replaces roots the index holds
-            deps.add_replacement(
-                self.db,
+            self._replacement(
                 entry,
-                RootRow(
-                    x.root,
-                    entry.branch,
-                    entry.seq,
-                    old.hbranch,
-                    old.lo,
-                    old.hi,
-                    None if x.preimage.parent is None else x.preimage.parent.hex(),
-                    old.stateful,
-                    x.replaces,
-                    tuple(
-                        (d.id, bytes(d.rule), bytes(d.digest), d.count)
-                        for d in x.preimage.projections
-                    ),
-                    x.preimage.preimage(),
+                old,
+                x.root,
+                None if x.preimage.parent is None else x.preimage.parent.hex(),
+                tuple(
+                    (d.id, bytes(d.rule), bytes(d.digest), d.count) for d in x.preimage.projections
                 ),
+                x.preimage.preimage(),
             )
 
     def _cascade_as_listed(
@@ -423,16 +414,15 @@ class FalsifyCore:
             request.origin
         ):
             raise NotFoundError(f"no {request.origin.kind} {request.origin.id} on this branch")
-        now = item_states.current(self.db, graph.view, request.origin)
-        if now is None or now.state == "live":
+        now = states.current(self.db, graph.view, request.origin)
+        if now is None or now.state == LIVE:
             raise RuleError(FALSIFICATION, "a cascade starts from a falsified or stale item")
         touched = []
         listed = payload.get("touched")
         for t in listed if type(listed) is list else []:
             if type(t) is dict and t.get("type") in KINDS and type(t.get("id")) is str:
                 touched.append(ItemRef(str(t["type"]), str(t["id"])))
-        reason = request.reason or f"cascade from {request.origin.kind} {request.origin.id}"
-        item_states.record_many(self.db, entry, list(dict.fromkeys(touched)), STALE, reason)
+        states.record_many(self.db, entry, list(dict.fromkeys(touched)), STALE, _reason(request))
         self._replacements_from_payload(entry, payload.get("resnapshots"))
 
     def _replacements_from_payload(self, entry: Entry, listed: Any) -> None:
@@ -444,23 +434,42 @@ class FalsifyCore:
             root, parent = x.get("memory_root"), x.get("parent")
             if old is None or type(root) is not str:
                 continue
-            deps.add_replacement(
-                self.db,
-                entry,
-                RootRow(
-                    root,
-                    entry.branch,
-                    entry.seq,
-                    old.hbranch,
-                    old.lo,
-                    old.hi,
-                    parent if type(parent) is str else None,
-                    old.stateful,
-                    old.root,
-                    old.rules,
-                    None,
-                ),
+            self._replacement(
+                entry, old, root, parent if type(parent) is str else None, old.rules, None
             )
+
+    def _replacement(
+        self,
+        entry: Entry,
+        old: RootRow,
+        root: str,
+        parent: str | None,
+        rules: tuple[tuple[str, bytes, bytes, int], ...],
+        preimage: bytes | None,
+    ) -> None:
+        """Record ``root``, which ``entry`` made to replace ``old`` over the same range."""
+        deps.add_replacement(
+            self.db,
+            entry,
+            RootRow(
+                root,
+                entry.branch,
+                entry.seq,
+                old.hbranch,
+                old.lo,
+                old.hi,
+                parent,
+                old.stateful,
+                old.root,
+                rules,
+                preimage,
+            ),
+        )
+
+
+def _reason(request: CascadeRequest) -> str:
+    """Return the reason a CASCADE records for its touched items (the request's, or a default)."""
+    return request.reason or f"cascade from {request.origin.kind} {request.origin.id}"
 
 
 def set_head(db: apsw.Connection, branch: str, size: int) -> None:
@@ -473,24 +482,30 @@ def set_head(db: apsw.Connection, branch: str, size: int) -> None:
 # -- the ledger-backed core ----------------------------------------------------------------------
 
 
+def summary_of(db: apsw.Connection, root: bytes, projection: str) -> Any:
+    """Return ``projection``'s stored summary in ``root``, decoded (None: none stored)."""
+    try:
+        row = db.execute(
+            "SELECT data FROM memory_root_summaries WHERE root = ? AND projection = ?",
+            (root, projection),
+        ).fetchone()
+    except apsw.SQLError:
+        return None  # no memory_root layer in this file
+    return None if row is None else encoding.decode(bytes(row[0]))
+
+
 def summary_keys_of(db: apsw.Connection) -> deps.SummaryKeys:
+    """Return the lister of a root's summary keys over the summaries stored in ``db``."""
+
     def keys(root: bytes, projection: str) -> list[str]:
-        try:
-            row = db.execute(
-                "SELECT data FROM memory_root_summaries WHERE root = ? AND projection = ?",
-                (root, projection),
-            ).fetchone()
-        except apsw.SQLError:
-            return []  # no memory_root layer in this file
-        if row is None:
-            return []
-        value = encoding.decode(bytes(row[0]))
+        value = summary_of(db, root, projection)
         return sorted(k for k in value if type(k) is str) if type(value) is dict else []
 
     return keys
 
 
 def entry_source(ledger: Ledger) -> EntrySource:
+    """Return the reader of ``ledger``'s stored entries, as re-snapshots read them."""
     store = ledger.store
 
     def rows(branch: str, start: int, stop: int) -> Iterator[tuple[bool, bytes, bytes]]:
@@ -522,97 +537,6 @@ def state_replay_of(index: apsw.Connection, source: EntrySource) -> StateReplay:
     return run
 
 
-FOLD_SPACING: Final = 10_000
-"""A root's fold states are kept (``fz_folds``) when its high-water is the first past a
-multiple of this many entries of its branch: a cascade's re-snapshots then fold at most
-about this many entries before the first falsified input, instead of the whole branch."""
-
-_FOLDS_SCHEMA: Final = """
-CREATE TABLE IF NOT EXISTS fz_folds(
-    root BLOB NOT NULL, branch TEXT NOT NULL, hi INTEGER NOT NULL, rule BLOB NOT NULL,
-    state BLOB NOT NULL, PRIMARY KEY(branch, hi, rule)) STRICT, WITHOUT ROWID;
-"""
-
-
-def install_folds(db: apsw.Connection) -> None:
-    """Create the fold-state cache table if missing."""
-    db.execute(_FOLDS_SCHEMA)
-
-
-def keep_fold_states(db: apsw.Connection, branch: str) -> None:
-    """Copy the fold states of ``branch``'s newest root before a new root supersedes it.
-
-    The memory_root layer keeps fold states for the newest root of each branch only; this
-    cache keeps one root's states per ``FOLD_SPACING`` entries. Call for each new
-    ``SNAPSHOT`` entry, before ``RootsHook`` stores it. A cache: nothing is verified
-    against it, and a rebuild empties it (cascades then fold from the genesis).
-    """
-    try:
-        row = db.execute(
-            "SELECT root, hw_seq FROM memory_roots WHERE branch = ? ORDER BY seq DESC LIMIT 1",
-            (branch,),
-        ).fetchone()
-    except apsw.SQLError:
-        return  # no memory_root layer in this file
-    if row is None:
-        return
-    root, hi = bytes(row[0]), int(row[1])
-    last = db.execute("SELECT max(hi) FROM fz_folds WHERE branch = ?", (branch,)).fetchall()[0][0]
-    if last is not None and int(last) // FOLD_SPACING >= hi // FOLD_SPACING:
-        return
-    db.execute(
-        "INSERT OR IGNORE INTO fz_folds SELECT root, ?, ?, rule, fold_state "
-        "FROM memory_root_summaries WHERE root = ? AND fold_state IS NOT NULL",
-        (branch, hi, root),
-    )
-
-
-def fold_checkpoint_of(db: apsw.Connection) -> FoldCheckpoint:
-    """Return the checkpoint finder over ``fz_folds`` and the newest roots' own states."""
-
-    def find(
-        branch: str, before: int, rules: Sequence[bytes]
-    ) -> tuple[int, dict[bytes, bytes]] | None:
-        want = set(rules)
-        candidates: list[tuple[int, dict[bytes, bytes]]] = []
-        try:
-            newest: list[Any] = db.execute(
-                "SELECT r.hw_seq, s.rule, s.fold_state FROM memory_roots r "
-                "JOIN memory_root_summaries s ON s.root = r.root WHERE r.branch = ? AND "
-                "s.fold_state IS NOT NULL AND r.hw_seq < ? ORDER BY r.seq DESC",
-                (branch, before),
-            ).fetchall()
-        except apsw.SQLError:
-            return None
-        if newest:
-            hi = int(newest[0][0])
-            candidates.append((hi, {bytes(r): bytes(st) for h, r, st in newest if int(h) == hi}))
-        kept = db.execute(
-            "SELECT hi FROM fz_folds WHERE branch = ? AND hi < ? ORDER BY hi DESC LIMIT 1",
-            (branch, before),
-        ).fetchone()
-        if kept is not None:
-            hi = int(kept[0])
-            candidates.append(
-                (
-                    hi,
-                    {
-                        bytes(r): bytes(st)
-                        for r, st in db.execute(
-                            "SELECT rule, state FROM fz_folds WHERE branch = ? AND hi = ?",
-                            (branch, hi),
-                        )
-                    },
-                )
-            )
-        for hi, states in sorted(candidates, key=lambda c: -c[0]):
-            if want <= set(states):
-                return hi, states
-        return None
-
-    return find
-
-
 def ledger_core(
     ledger: Ledger, registry: Registry, *, db: apsw.Connection | None = None
 ) -> FalsifyCore:
@@ -622,11 +546,7 @@ def ledger_core(
     """
     index = ledger.store.db if db is None else db
     source = entry_source(ledger)
-    has_roots = bool(
-        ledger.store.db.execute(
-            "SELECT 1 FROM sqlite_master WHERE name = 'memory_roots'"
-        ).fetchall()
-    )
+    has_roots = has_table(ledger.store.db, "memory_roots")
     return FalsifyCore(
         index,
         registry,
@@ -635,5 +555,5 @@ def ledger_core(
         state_replay=state_replay_of(index, source),
         find_event=ledger.find_event,
         root_states=has_roots and db is None,
-        checkpoint=fold_checkpoint_of(ledger.store.db) if db is None else None,
+        checkpoint=_fold_cache.fold_checkpoint_of(ledger.store.db) if db is None else None,
     )

@@ -4,8 +4,8 @@ Derived from ``FALSIFY``, ``MARK_STALE``, ``RESTORE`` and ``CASCADE`` entries on
 replay rebuilds them): ``fz_states`` holds one row per change of one item, with the entry
 that made it (branch, seq, operation, actor, reason, evidence). An item with no row is
 ``live``. A branch sees its own changes over its ancestors' as they were at each fork
-(``memroot.memory_root.deps.View``), so a falsification in ``main`` after a fork does not reach the
-branch, and a branch's own falsifications never reach its parent.
+(``deps.View``), so a falsification in ``main`` after a fork does not reach the branch, and a
+branch's own falsifications never reach its parent.
 
 ``fz_skipped`` records state operations found in the log that the rules refuse (appended
 without the falsification hook); replay skips them the same way and ``verify`` notes them.
@@ -21,7 +21,7 @@ from typing import Any, Final
 import apsw
 
 from memroot.ledger.entries import Entry
-from memroot.memory_root.deps import ItemRef, View
+from memroot.memory_root.falsify.deps import ItemRef, View
 
 __all__ = [
     "FALSIFIED",

@@ -1,0 +1,108 @@
+"""The human form of a ``memroot bench`` run: the machine, a table with targets, the notes."""
+
+from __future__ import annotations
+
+from memroot.bench.results import LedgerBench
+from memroot.bench.targets import BATCHED, DURABLE, GROWTH, PROOFS, VERIFY, VERIFY_RSS
+
+__all__ = ["render_human"]
+
+Row = tuple[str, str, str, str, str]
+
+
+def _num(value: float | None, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    if unit == "ratio":
+        return f"{value:.2f}"
+    if unit == "MB":
+        return f"{value:.1f} MB"
+    return f"{value:,.0f}/s"
+
+
+def _rows(r: LedgerBench) -> list[Row]:
+    """Return the table rows: (measurement, at, value, target, status)."""
+    targets = {(t["name"], t["at"]): t for t in r["targets"]}
+
+    def status(name: str, at: int | None) -> tuple[str, str]:
+        t = targets[(name, at)]
+        met = "-" if t["met"] is None else ("met" if t["met"] else "UNMET")
+        return t["target"], met
+
+    rows: list[Row] = []
+    for b in r["batched_append"]:
+        n = b["size"]
+        at = f"{n:,}"
+        rows.append((BATCHED, at, _num(b["memroot"]["entries_per_s"]), *status(BATCHED, n)))
+        rows.extend(
+            [
+                ("  memroot incl. input construction", at,
+                 _num(b["memroot"]["entries_per_s_incl_construction"]), "", ""),
+                ("  raw apsw executemany, same bytes", at,
+                 _num(b["raw_apsw"]["entries_per_s"]), "", ""),
+                ("  pymerkle SqliteTree.append_entries", at,
+                 _num(b["pymerkle"]["entries_per_s"]) if b["pymerkle"] else "skipped", "", ""),
+                ("  ratio memroot / raw apsw", at, _num(b["ratio_memroot_raw"], "ratio"), "", ""),
+                ("  ratio memroot / pymerkle", at,
+                 _num(b["ratio_memroot_pymerkle"], "ratio"), "", ""),
+            ]
+        )  # fmt: skip
+    d = r["durable_append"]
+    at = f"{d['count']:,}"
+    rows.append(("durable append (fsync each), memroot", at, _num(d["memroot_per_s"]), "", ""))
+    rows.append(("  raw apsw single-row txns, same bytes", at, _num(d["raw_apsw_per_s"]), "", ""))
+    extra = f"{d['memroot_extra_us_per_append']:,.0f} µs"
+    rows.append(("  memroot extra time per append", at, extra, "", ""))
+    rows.append(("  ratio memroot / raw apsw", at, _num(d["ratio_memroot_raw"], "ratio"),
+                 *status(DURABLE, d["count"])))  # fmt: skip
+    p = r["inclusion_proofs"]["memroot"]
+    at = f"{p['size']:,}"
+    rows.append((PROOFS, at, _num(p["proofs_per_s"]), *status(PROOFS, p["size"])))
+    rows.append(("  generate only", at, _num(p["generate_per_s"]), "", ""))
+    rows.append(("  verify only", at, _num(p["verify_per_s"]), "", ""))
+    pm = r["inclusion_proofs"]["pymerkle"]
+    rows.append(
+        ("  pymerkle prove + verify_inclusion", f"{pm['size']:,}" if pm else "-",
+         _num(pm["proofs_per_s"]) if pm else "skipped", "", "")
+    )  # fmt: skip
+    v = r["verify"]
+    at = f"{v['entries']:,}"
+    rows.append((VERIFY, at, _num(v["entries_per_s"]), *status(VERIFY, v["entries"])))
+    rows.append(("  peak RSS (verify child, VmHWM)", at, _num(v["peak_rss_mb"], "MB"),
+                 *status(VERIFY_RSS, v["entries"])))  # fmt: skip
+    g = r["append_growth"]
+    at = f"{g['size']:,}"
+    w = f"{g['window']:,}" if g["window"] else "batches"
+    rows.append((f"append rate, first {w} (empty ledger)", at, _num(g["first_per_s"]), "", ""))
+    rows.append((f"  last {w}", at, _num(g["last_per_s"]), "", ""))
+    rows.append(("  ratio last / first", at, _num(g["ratio_last_first"], "ratio"),
+                 *status(GROWTH, g["size"])))  # fmt: skip
+    return rows
+
+
+def render_human(r: LedgerBench) -> str:
+    """Return the human report: the machine, a table with targets, and the notes."""
+    m = r["machine"]
+    loadavg_end = m.get("loadavg_end", m["loadavg_start"])
+    head = [
+        f"memroot bench: {r.get('equivalent_command', '')}",
+        f"machine: {m['nproc']} CPUs, {m['cpu_model']}; Python {m['python']}, "
+        f"SQLite {m['sqlite_apsw']} (apsw {m['apsw']}), pymerkle {m['pymerkle'] or 'missing'}; "
+        f"load {m['loadavg_start'][0]:.2f} -> {loadavg_end[0]:.2f}",
+        "",
+    ]
+    cols: Row = ("measurement", "at", "value", "target", "status")
+    rows = [cols, *_rows(r)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(cols))]
+    lines = []
+    for row in rows:
+        cells = [
+            row[0].ljust(widths[0]),
+            row[1].rjust(widths[1]),
+            row[2].rjust(widths[2]),
+            row[3].ljust(widths[3]),
+            row[4],
+        ]
+        lines.append("  ".join(cells).rstrip())
+    tail = ["", f"elapsed {r['elapsed_s']:.1f} s", "notes:", *(f"- {n}" for n in r["notes"])]
+    return "\n".join(head + lines + tail)

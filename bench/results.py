@@ -1,0 +1,176 @@
+"""The typed shape of ``memroot bench``'s figures: one ``TypedDict`` per measurement.
+
+The results are plain dictionaries so that ``json.dumps`` writes them as they are: the keys
+here *are* the ``--json`` document (BENCHMARKS.md and the smoke test read them). A new
+measurement adds a ``TypedDict`` here and a ``NotRequired`` key in ``LedgerBench``; a new
+machine fact adds a ``NotRequired`` key in ``MachineInfo``.
+"""
+
+from __future__ import annotations
+
+from typing import NotRequired, TypedDict
+
+__all__ = [
+    "BatchedAppend",
+    "DurableAppend",
+    "Growth",
+    "InclusionProofs",
+    "LedgerBench",
+    "MachineInfo",
+    "MemrootBatched",
+    "MemrootProofs",
+    "Params",
+    "PymerkleProofs",
+    "TargetJSON",
+    "Throughput",
+    "VerifyResult",
+]
+
+
+class MachineInfo(TypedDict):
+    """The machine and library versions the figures were measured with."""
+
+    nproc: int | None
+    usable_cpus: int
+    cpu_model: str
+    python: str
+    implementation: str
+    platform: str
+    sqlite_apsw: str
+    apsw: str
+    sqlite_stdlib: str
+    pymerkle: str | None
+    loadavg_start: list[float]
+    tmpdir: NotRequired[str]
+    fsync_median_us: NotRequired[float]
+    loadavg_end: NotRequired[list[float]]
+
+
+class MemrootBatched(TypedDict):
+    """memroot ``append_batch`` at one size; input construction timed apart."""
+
+    entries: int
+    append_s: float
+    construction_s: float
+    entries_per_s: float | None
+    entries_per_s_incl_construction: float | None
+
+
+class Throughput(TypedDict):
+    """A baseline that wrote ``entries`` entries in ``seconds``."""
+
+    entries: int
+    seconds: float
+    entries_per_s: float | None
+
+
+class BatchedAppend(TypedDict):
+    """Phase 1 at one size: memroot beside raw apsw and pymerkle (``None`` when missing)."""
+
+    size: int
+    memroot: MemrootBatched
+    raw_apsw: Throughput
+    pymerkle: Throughput | None
+    ratio_memroot_raw: float | None
+    ratio_memroot_pymerkle: float | None
+
+
+class Growth(TypedDict):
+    """Phase 5: the append rate of the last window of batches against the first."""
+
+    size: int
+    window: int
+    first_per_s: float | None
+    last_per_s: float | None
+    ratio_last_first: float | None
+
+
+class DurableAppend(TypedDict):
+    """Phase 2: single fsync'd appends, memroot beside raw apsw."""
+
+    count: int
+    memroot_per_s: float | None
+    raw_apsw_per_s: float | None
+    ratio_memroot_raw: float | None
+    memroot_extra_us_per_append: float
+
+
+class MemrootProofs(TypedDict):
+    """Phase 3, memroot: inclusion proofs generated and verified at ``size``."""
+
+    size: int
+    count: int
+    generate_per_s: float | None
+    verify_per_s: float | None
+    proofs_per_s: float | None
+
+
+class PymerkleProofs(TypedDict):
+    """Phase 3, pymerkle: ``prove_inclusion`` + ``verify_inclusion`` at ``size``."""
+
+    size: int
+    count: int
+    proofs_per_s: float | None
+
+
+class InclusionProofs(TypedDict):
+    """Phase 3: memroot, and pymerkle when it is installed."""
+
+    memroot: MemrootProofs
+    pymerkle: PymerkleProofs | None
+
+
+class VerifyResult(TypedDict):
+    """Phase 4: the full verify in a child process, its rate and its peak RSS."""
+
+    entries: int
+    seconds: float
+    entries_per_s: float | None
+    child_wall_s: float
+    peak_rss_mb: float
+    rss_source: str
+    ru_maxrss_children_mb: float
+    bench_process_maxrss_mb: float
+
+
+class Params(TypedDict):
+    """What the run measured with."""
+
+    sizes: list[int]
+    batch: int
+    content_bytes: int
+    durable: int
+    proofs: int
+    pymerkle_proofs: int
+
+
+class TargetJSON(TypedDict):
+    """One issue-2 target beside the figure measured for it (``met``: None if not measured)."""
+
+    name: str
+    at: int | None
+    value: float | None
+    unit: str
+    target: str
+    met: bool | None
+
+
+class LedgerBench(TypedDict):
+    """The whole ``memroot bench --json`` document.
+
+    ``command`` and ``equivalent_command`` are added by the command line that ran it.
+    """
+
+    machine: MachineInfo
+    params: Params
+    started: str
+    batched_append: list[BatchedAppend]
+    durable_append: DurableAppend
+    inclusion_proofs: InclusionProofs
+    verify: VerifyResult
+    append_growth: Growth
+    targets: list[TargetJSON]
+    notes: list[str]
+    elapsed_s: float
+    command: NotRequired[str]
+    equivalent_command: NotRequired[str]

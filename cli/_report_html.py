@@ -1,0 +1,471 @@
+"""The HTML of ``memroot report``: one self-contained static page (no script, no assets).
+
+``gather`` reads what the page shows from an open ledger; ``render`` turns it into HTML.
+Every value that comes from the ledger is escaped; the branch tree is inline SVG.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from memroot.ledger.entries import Entry, Kind
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.verify import STEPS, AuditReport
+from memroot.memory_root.records import RootRecord
+
+__all__ = ["ReportData", "gather", "render"]
+
+STATE_OPS: Final = ("FALSIFY", "MARK_STALE", "RESTORE", "CASCADE")
+LATEST: Final = 40
+
+
+@dataclass
+class BranchLane:
+    """One branch of the tree: its record and where it forked and merged."""
+
+    name: str
+    size: int
+    parent: str | None
+    fork_seq: int | None
+    type: str
+    state: str
+    purpose: str
+    merges: list[tuple[str, int]] = field(default_factory=list)  # (target branch, seq)
+
+
+@dataclass
+class ReportData:
+    """Everything the page shows."""
+
+    path: str
+    ledger_id: str
+    origin: str
+    vkeys: list[str]
+    checkpoints: dict[str, str | None]
+    audit: AuditReport
+    lanes: list[BranchLane]
+    roots: dict[str, list[RootRecord]]
+    state_ops: list[dict[str, Any]]
+    latest: list[tuple[Entry, str]]
+    generated: int
+    receipts: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _when(us: int) -> str:
+    return dt.datetime.fromtimestamp(us / 1e6, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _summary(ledger: Ledger, e: Entry) -> str:
+    b = e.body
+    if e.kind is Kind.GENESIS:
+        return f"genesis of {b.get('origin', e.branch)}"
+    if e.kind is Kind.EVENT:
+        meta = b.get("metadata")
+        kind = meta.get("type") if isinstance(meta, dict) else None
+        head = f"{b.get('stream')} · {b.get('role')} · {b.get('actor_id')}"
+        if isinstance(kind, str):
+            return f"{head} · {kind}"
+        try:
+            text = ledger.content(e.seq, e.branch)
+        except Exception:  # a damaged row: the verify section says what is wrong
+            text = None
+        said = "(erased)" if text is None else " ".join(text.split())
+        return f"{head} · {said[:80]}{'…' if len(said) > 80 else ''}"
+    raw = b.get("payload")
+    payload: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    if e.type == "SNAPSHOT" and isinstance(payload.get("memory_root"), bytes):
+        return f"memory_root {payload['memory_root'].hex()[:16]}"
+    if e.type == "READ_RECEIPT":
+        n = len(payload["objects"]) if isinstance(payload.get("objects"), list) else 0
+        return f"{b.get('actor_id')} · run {payload.get('run_id')} · {n} object(s) read"
+    target = payload.get("value") or payload.get("branch_id") or b.get("target_id") or ""
+    return f"{b.get('actor_id')} · {str(target)[:80]}"
+
+
+def gather(ledger: Ledger, audit: AuditReport, now: int) -> ReportData:
+    """Read what the report shows from ``ledger``; ``audit`` is the verify result."""
+    from memroot.memory_root import Roots
+    from memroot.memory_root.branches import list_branches
+
+    infos = {}
+    try:
+        infos = {i.branch_id: i for i in list_branches(ledger)}
+    except Exception:  # a ledger without the branch tables: lanes from the store only
+        infos = {}
+    lanes: dict[str, BranchLane] = {}
+    for row in ledger.store.branches():
+        info = infos.get(row.name)
+        parent_row = ledger.store.db.execute(
+            "SELECT parent, anchor FROM branches WHERE name = ?", (row.name,)
+        ).fetchone()
+        lanes[row.name] = BranchLane(
+            name=row.name,
+            size=row.size,
+            parent=None if parent_row is None or parent_row[0] is None else str(parent_row[0]),
+            fork_seq=None if parent_row is None or parent_row[1] is None else int(parent_row[1]),
+            type="CANONICAL" if info is None else info.type,
+            state="OPEN" if info is None else info.state,
+            purpose="" if info is None else info.purpose,
+        )
+    state_ops: list[dict[str, Any]] = []
+    receipts: list[dict[str, Any]] = []
+    latest: list[tuple[Entry, str]] = []
+    for lane in lanes.values():
+        for e in ledger.entries(0, None, lane.name):
+            if e.kind is Kind.OP and e.type in STATE_OPS:
+                p = e.body.get("payload") or {}
+                state_ops.append(
+                    {
+                        "branch": e.branch,
+                        "seq": e.seq,
+                        "type": e.type,
+                        "ts": e.ts,
+                        "target_type": e.body.get("target_type"),
+                        "target_id": e.body.get("target_id"),
+                        "actor": e.body.get("actor_id"),
+                        "reason": p.get("reason"),
+                        "touched": len(p.get("touched", [])) if e.type == "CASCADE" else None,
+                        "beyond": (p.get("beyond") or {}).get("count")
+                        if e.type == "CASCADE"
+                        else None,
+                        "resnapshots": len(p.get("resnapshots", []))
+                        if e.type == "CASCADE"
+                        else None,
+                    }
+                )
+            elif e.kind is Kind.OP and e.type == "READ_RECEIPT":
+                p = e.body.get("payload") or {}
+                listed = p.get("objects")
+                objects: list[Any] = listed if isinstance(listed, list) else []
+                root = p.get("memory_root")
+                receipts.append(
+                    {
+                        "branch": e.branch,
+                        "seq": e.seq,
+                        "ts": e.ts,
+                        "run_id": p.get("run_id"),
+                        "actor": e.body.get("actor_id"),
+                        "objects": len(objects),
+                        "root": root if isinstance(root, bytes) else None,
+                        "text": (p.get("query") or {}).get("text"),
+                    }
+                )
+            elif e.kind is Kind.OP and e.type == "BRANCH_MERGE":
+                src = (e.body.get("payload") or {}).get("branch_id")
+                if isinstance(src, str) and src in lanes:
+                    lanes[src].merges.append((e.branch, e.seq))
+        start = max(0, lane.size - (LATEST if lane.name == "main" else 10))
+        latest += [(e, _summary(ledger, e)) for e in ledger.entries(start, None, lane.name)]
+    roots = Roots(ledger)
+    return ReportData(
+        path=str(ledger.path),
+        ledger_id=ledger.ledger_id,
+        origin=ledger.origin,
+        vkeys=ledger.genesis_vkeys(),
+        checkpoints={b: ledger.latest_checkpoint(b) for b in lanes},
+        audit=audit,
+        lanes=list(lanes.values()),
+        roots={b: roots.chain(branch=b) for b in lanes},
+        state_ops=state_ops,
+        latest=sorted(latest, key=lambda x: (x[0].ts, x[0].branch, x[0].seq), reverse=True),
+        generated=now,
+        receipts=receipts,
+    )
+
+
+# -- rendering -----------------------------------------------------------------------------------
+
+_CSS: Final = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;color:#1d2330;
+background:#f5f6f8}
+header{background:#1d2330;color:#fff;padding:18px 28px}
+header h1{margin:0 0 4px;font-size:20px}
+header .sub{color:#aab3c5;font-size:13px}
+main{padding:8px 28px 40px;max-width:1200px}
+section{background:#fff;border:1px solid #dde1e8;border-radius:8px;margin:18px 0;
+padding:14px 18px}
+h2{font-size:16px;margin:0 0 10px}
+table{border-collapse:collapse;width:100%;font-size:13px}
+th,td{text-align:left;padding:4px 8px;border-bottom:1px solid #eef0f4;vertical-align:top}
+td.n{white-space:nowrap}
+th{color:#5b6476;font-weight:600}
+code,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:12px}
+pre{background:#f5f6f8;padding:10px;border-radius:6px;overflow-x:auto;font-size:12px}
+.badge{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px;font-weight:600}
+.ok,.live,.OPEN{background:#dff3e4;color:#17692f}
+.fail,.falsified,.DISCARDED{background:#fbe0e0;color:#a11c1c}
+.stale,.CLOSED,.ARCHIVED{background:#fdf0d5;color:#8a5a00}
+.skip{background:#eceef2;color:#5b6476}
+.verdict{font-size:15px;font-weight:700;margin:0 0 8px}
+.muted{color:#7a8396}
+"""
+
+_STATE_COLOURS: Final = {"live": "#2f9e4f", "stale": "#d48b00", "falsified": "#c62828"}
+_LANE_COLOURS: Final = {
+    "CANONICAL": "#1d4ed8",
+    "SIMULATION": "#7c3aed",
+    "PLANNING": "#0891b2",
+    "COUNTERFACTUAL": "#be185d",
+    "SANDBOX": "#65a30d",
+    "TEST": "#6b7280",
+}
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _badge(text: str, cls: str | None = None) -> str:
+    return f'<span class="badge {_e(cls or text)}">{_e(text)}</span>'
+
+
+def _hexshort(b: bytes | None, n: int = 12) -> str:
+    if b is None:
+        return '<span class="muted">—</span>'
+    return f'<code title="{b.hex()}">{b.hex()[:n]}</code>'
+
+
+def _identity(d: ReportData) -> str:
+    rows = [
+        ("ledger file", _e(d.path)),
+        ("ledger id", f"<code>{_e(d.ledger_id)}</code>"),
+        ("origin", f"<code>{_e(d.origin)}</code>"),
+        ("verifier keys", "<br>".join(f"<code>{_e(k)}</code>" for k in d.vkeys)),
+    ]
+    body = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows)
+    notes = "".join(
+        f"<h3>checkpoint of <code>{_e(b)}</code></h3><pre>{_e(n or '(none signed)')}</pre>"
+        for b, n in d.checkpoints.items()
+    )
+    return (
+        f'<section id="identity"><h2>Identity and checkpoint</h2><table>{body}</table>'
+        f"{notes}</section>"
+    )
+
+
+def _verify(d: ReportData) -> str:
+    a = d.audit
+    verdict = (
+        '<p class="verdict" id="verdict" data-ok="true">✔ every step holds</p>'
+        if a.ok
+        else f'<p class="verdict" id="verdict" data-ok="false">✘ {len(a.findings)} violation(s)</p>'
+    )
+    rows = []
+    for step, what in STEPS.items():
+        bad = [f for f in a.findings if f.step == step]
+        if step not in a.steps_checked:
+            status = _badge("not checked", "skip")
+        elif bad:
+            status = _badge(f"FAIL ({len(bad)})", "fail")
+        else:
+            status = _badge("ok", "ok")
+        rows.append(
+            f'<tr class="step" data-step="{step}"><td>{step}</td><td>{_e(what)}</td>'
+            f"<td>{status}</td></tr>"
+        )
+    findings = "".join(f"<li>{_e(f)}</li>" for f in a.findings)
+    notes = "".join(f"<li>{_e(n)}</li>" for n in a.notes)
+    return (
+        f'<section id="verify"><h2>Verification</h2>{verdict}'
+        f'<p class="muted">{a.entries} entries on {a.branches} branch(es), {a.checkpoints} '
+        f"checkpoint(s), {a.erased} erased content(s)</p>"
+        f"<table><tr><th>step</th><th>what</th><th>result</th></tr>{''.join(rows)}</table>"
+        + (f"<h3>violations</h3><ul id='findings'>{findings}</ul>" if findings else "")
+        + (f"<h3>notes</h3><ul>{notes}</ul>" if notes else "")
+        + "</section>"
+    )
+
+
+def _roots(d: ReportData) -> str:
+    parts = []
+    for branch, chain in d.roots.items():
+        if not chain:
+            continue
+        rows = []
+        for r in chain:
+            projections = ", ".join(f"{_e(p.id)}&nbsp;({p.count})" for p in r.projections)
+            rows.append(
+                f'<tr class="root" data-root="{r.root.hex()}"><td>{r.seq}</td>'
+                f"<td>{_hexshort(r.root, 16)}</td><td>{_badge(r.state)}</td>"
+                f"<td>{_hexshort(r.parent)}</td><td>{r.high_water.seq}</td>"
+                f"<td>{projections}</td></tr>"
+            )
+        parts.append(
+            f"<h3>branch <code>{_e(branch)}</code> ({len(chain)} root(s), newest first)</h3>"
+            "<table><tr><th>SNAPSHOT seq</th><th>memory_root</th><th>state</th><th>parent</th>"
+            f"<th>high-water</th><th>projections (items)</th></tr>{''.join(rows)}</table>"
+        )
+    body = "".join(parts) or '<p class="muted">no memory roots yet</p>'
+    return f'<section id="roots"><h2>Memory roots</h2>{body}</section>'
+
+
+def branch_svg(d: ReportData) -> str:
+    """Return the branch tree as inline SVG: one lane per branch, forks, merges and roots."""
+    width, left, row_h, label_w = 1100, 24, 64, 340
+    by_name = {lane.name: lane for lane in d.lanes}
+    order: list[BranchLane] = []
+
+    def visit(name: str | None) -> None:
+        for lane in d.lanes:
+            if lane.parent == name and lane not in order:
+                order.append(lane)
+                visit(lane.name)
+
+    visit(None)
+    order += [lane for lane in d.lanes if lane not in order]
+    offset: dict[str, int] = {}
+    for lane in order:
+        parent = by_name.get(lane.parent or "")
+        offset[lane.name] = (
+            0 if parent is None else offset.get(parent.name, 0) + (lane.fork_seq or 0)
+        )
+    span = max([offset[lane.name] + lane.size for lane in order] + [1])
+    scale = (width - left - label_w - 20) / span
+    y_of = {lane.name: 34 + i * row_h for i, lane in enumerate(order)}
+
+    def x(branch: str, seq: int) -> float:
+        return left + (offset[branch] + seq) * scale
+
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" id="branch-tree" role="img" '
+        f'aria-label="branch tree" width="100%" style="max-width:{width}px" '
+        f'viewBox="0 0 {width} {34 + row_h * len(order)}" font-family="system-ui,sans-serif">',
+        '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
+        'markerHeight="7" orient="auto-start-reverse"><path d="M0 0L10 5L0 10z" '
+        'fill="#555"/></marker></defs>',
+    ]
+    for lane in order:
+        y = y_of[lane.name]
+        x0, x1 = x(lane.name, 0), max(x(lane.name, lane.size), x(lane.name, 0) + 6)
+        colour = _LANE_COLOURS.get(lane.type, "#374151")
+        dash = ' stroke-dasharray="6 4"' if lane.state in ("DISCARDED", "ARCHIVED") else ""
+        if lane.parent in y_of:
+            px = x(lane.parent or "", lane.fork_seq or 0)
+            py = y_of[lane.parent or ""]
+            out.append(
+                f'<path class="fork" d="M{px:.1f} {py} C{px:.1f} {py + 30} {x0:.1f} {y - 30} '
+                f'{x0:.1f} {y}" fill="none" stroke="{colour}" stroke-width="2" opacity="0.7"/>'
+            )
+            out.append(f'<circle cx="{px:.1f}" cy="{py}" r="4" fill="#fff" stroke="{colour}"/>')
+        out.append(
+            f'<line class="lane" data-branch="{_e(lane.name)}" x1="{x0:.1f}" y1="{y}" '
+            f'x2="{x1:.1f}" y2="{y}" stroke="{colour}" stroke-width="6" '
+            f'stroke-linecap="round"{dash}/>'
+        )
+        label = f"{lane.name} · {lane.type} · {lane.state} · {lane.size} entries"
+        out.append(
+            f'<text x="{width - label_w}" y="{y + 4}" font-size="12" fill="#1d2330">'
+            f"{_e(label)}</text>"
+        )
+        if lane.purpose:
+            out.append(
+                f'<text x="{width - label_w}" y="{y + 19}" font-size="11" fill="#7a8396">'
+                f"{_e(lane.purpose[:48])}</text>"
+            )
+        for r in d.roots.get(lane.name, []):
+            if r.branch != lane.name:
+                continue
+            out.append(
+                f'<circle class="root-dot" cx="{x(lane.name, r.seq):.1f}" cy="{y}" r="5" '
+                f'fill="{_STATE_COLOURS.get(r.state, "#555")}" stroke="#fff" stroke-width="1.5">'
+                f"<title>root {r.root.hex()[:16]} ({r.state}) at seq {r.seq}</title></circle>"
+            )
+        for target, seq in lane.merges:
+            if target in y_of:
+                tx, ty = x(target, seq), y_of[target]
+                out.append(
+                    f'<path class="merge" d="M{x1:.1f} {y} C{x1:.1f} {y - 30} {tx:.1f} '
+                    f'{ty + 30} {tx:.1f} {ty + 6}" fill="none" stroke="#555" stroke-width="1.5" '
+                    'stroke-dasharray="4 3" marker-end="url(#arrow)"/>'
+                )
+    out.append(
+        '<text x="24" y="16" font-size="11" fill="#7a8396">entries → (a lane starts at its '
+        "fork point; dots are memory roots: green live, amber stale, red falsified; dashed "
+        "arrows are merges)</text>"
+    )
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _branches(d: ReportData) -> str:
+    return f'<section id="branches"><h2>Branches</h2>{branch_svg(d)}</section>'
+
+
+def _states(d: ReportData) -> str:
+    if not d.state_ops:
+        return (
+            '<section id="falsifications"><h2>Falsifications and cascades</h2>'
+            '<p class="muted">none</p></section>'
+        )
+    rows = []
+    for s in d.state_ops:
+        extra = ""
+        if s["type"] == "CASCADE":
+            extra = (
+                f"touched {s['touched']}, beyond the bound {s['beyond']}, "
+                f"re-snapshots {s['resnapshots']}"
+            )
+        rows.append(
+            f'<tr class="state-op" data-type="{_e(s["type"])}"><td>{_e(s["branch"])}</td>'
+            f"<td>{s['seq']}</td><td>{_e(s['type'])}</td><td>{_e(s['target_type'])}</td>"
+            f"<td><code>{_e(str(s['target_id'])[:40])}</code></td>"
+            f'<td class="n">{_e(s["actor"])}</td>'
+            f"<td>{_e(s['reason'] or '')}</td><td>{_e(extra)}</td></tr>"
+        )
+    return (
+        '<section id="falsifications"><h2>Falsifications and cascades</h2><table><tr>'
+        "<th>branch</th><th>seq</th><th>operation</th><th>item</th><th>id</th><th>actor</th>"
+        f"<th>reason</th><th>cascade</th></tr>{''.join(rows)}</table></section>"
+    )
+
+
+def _receipts(d: ReportData) -> str:
+    if not d.receipts:
+        return ""
+    rows = "".join(
+        f'<tr class="receipt"><td>{_e(r["run_id"])}</td><td>{_e(r["branch"])}</td>'
+        f"<td>{r['seq']}</td><td>{_e(_when(r['ts']))}</td><td>{_e(r['actor'])}</td>"
+        f"<td>{_e(r['text'] or '')}</td><td>{r['objects']}</td><td>{_hexshort(r['root'])}</td>"
+        "</tr>"
+        for r in reversed(d.receipts[-100:])
+    )
+    return (
+        '<section id="receipts"><h2>Read receipts</h2><table><tr><th>run</th><th>branch</th>'
+        "<th>seq</th><th>time</th><th>reader</th><th>query text</th><th>objects</th>"
+        f"<th>memory root in force</th></tr>{rows}</table></section>"
+    )
+
+
+def _latest(d: ReportData) -> str:
+    rows = "".join(
+        f'<tr class="entry"><td>{_e(e.branch)}</td><td>{e.seq}</td><td>{_e(_when(e.ts))}</td>'
+        f"<td>{_e(e.type)}</td><td>{_hexshort(bytes(e.hash), 10)}</td><td>{_e(text)}</td></tr>"
+        for e, text in d.latest
+    )
+    return (
+        '<section id="entries"><h2>Latest entries</h2><table><tr><th>branch</th><th>seq</th>'
+        f"<th>time</th><th>type</th><th>entry hash</th><th>summary</th></tr>{rows}</table>"
+        "</section>"
+    )
+
+
+def render(d: ReportData) -> str:
+    """Return the whole page (UTF-8 text, self-contained)."""
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>memroot report · {_e(d.origin)}</title><style>{_CSS}</style></head><body>"
+        f"<header><h1>memroot report</h1><div class='sub'>{_e(d.origin)} · generated "
+        f"{_e(_when(d.generated))}</div></header><main>"
+        + _verify(d)
+        + _identity(d)
+        + _roots(d)
+        + _branches(d)
+        + _states(d)
+        + _receipts(d)
+        + _latest(d)
+        + "</main></body></html>\n"
+    )

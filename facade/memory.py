@@ -1,0 +1,569 @@
+"""``memroot.open(path) -> Memory``: the API an agent runtime calls.
+
+One object over one ledger file, with the same hooks the ``memroot`` command installs (so
+every append is validated against the memory model, roots, falsification and branch rules,
+and derived state is kept in step), and with defaults for who is writing::
+
+    with memroot.open("agent.ledger", actor="agent-7", namespace="alice") as mem:
+        said = mem.record(content="I take tea without sugar", actor="alice",
+                          actor_type="HUMAN_USER", role="USER")
+        pref = mem.remember("Alice takes tea without sugar", evidence=[said.id],
+                            object_type="PREFERENCE", source_type="USER_STATED")
+        hits = mem.recall(text="tea")
+        report = mem.verify()
+
+Each method is a thin call into the layers (``memroot.ledger``, ``memroot.projections``,
+``memroot.memory_root``); errors come from ``memroot.ledger.errors`` and nothing is written
+when one is raised.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from memroot.ledger.entries import CANONICAL_BRANCH, EventInput, OpInput, parse_input
+from memroot.ledger.errors import NotFoundError, ValidationError
+from memroot.ledger.ledger import Appended, Ledger
+
+if TYPE_CHECKING:
+    from memroot.ledger.verify import AuditReport
+    from memroot.memory_root import SnapshotResult
+    from memroot.memory_root.falsify import CascadeResult, ItemWhy, Plan
+    from memroot.memory_root.merge import MergeResult
+    from memroot.projections.query import Result
+    from memroot.projections.why import Why
+
+__all__ = ["DEFAULT_KINDS", "Memory", "ledger_hooks", "open_memory"]
+
+DEFAULT_KINDS: Final = ("memory_object", "memory_root", "selfmodel", "summary_item")
+"""Every kind of item a cascade may touch (SPEC 7)."""
+
+_EVENT_KEYS: Final = {
+    "stream",
+    "actor_id",
+    "actor_type",
+    "role",
+    "content",
+    "namespace_id",
+    "metadata",
+    "parent_event_id",
+    "id",
+    "ts",
+    "context",
+}
+_ALIASES: Final = {"actor": "actor_id", "namespace": "namespace_id", "parent": "parent_event_id"}
+
+
+def ledger_hooks() -> list[Any]:
+    """Return the append hooks a ``Memory`` (and the integrations) open a ledger with.
+
+    The one place the facade chooses them: today the CLI's ``default_hooks()``.
+    """
+    from memroot.cli.hooks import default_hooks
+
+    return list(default_hooks())
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """Where an appended event or operation landed: branch, seq, entry hash and its id."""
+
+    branch: str
+    seq: int
+    entry_hash: bytes
+    id: str
+    type: str
+
+    @classmethod
+    def of(cls, a: Appended) -> Recorded:
+        """Return the record of one ``Appended`` row."""
+        return cls(a.branch, a.seq, bytes(a.entry_hash), a.id, a.type)
+
+
+class Memory:
+    """An agent's memory on one ledger file; see the module docstring.
+
+    ``actor``, ``actor_type``, ``namespace`` and ``stream`` are the defaults every write
+    uses unless a call names others; ``branch`` is where reads and writes go by default.
+    """
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        *,
+        actor: str = "agent",
+        actor_type: str = "AI_AGENT",
+        namespace: str = "default",
+        stream: str = "default",
+        branch: str = CANONICAL_BRANCH,
+        policy_version: str = "memroot/1",
+    ) -> None:
+        """Wrap an open ledger (opened with ``ledger_hooks()``); prefer ``memroot.open``."""
+        self.ledger = ledger
+        self.actor = actor
+        self.actor_type = actor_type
+        self.namespace = namespace
+        self.stream = stream
+        self.branch = branch
+        self.policy_version = policy_version
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    @property
+    def path(self) -> Path:
+        """The ledger file."""
+        return self.ledger.path
+
+    def close(self) -> None:
+        """Sign any checkpoint an automatic snapshot still needs, then close the file.
+
+        Without a usable key file the checkpoint is left owed (the next writer with the key,
+        or ``memroot checkpoint``, signs it); closing never fails for that.
+        """
+        from memroot.ledger.errors import KeyFileError
+
+        try:
+            if not self.ledger.store.db.readonly("main"):
+                self.close_pending()
+        except KeyFileError:
+            pass
+        finally:
+            self.ledger.close()
+
+    def __enter__(self) -> Memory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def _append(self, item: EventInput | OpInput, branch: str | None) -> Appended:
+        from memroot.memory_root import Roots
+
+        return Roots(self.ledger).append(item, branch=branch or self.branch)
+
+    def record(
+        self, event: Mapping[str, Any] | None = None, /, *, branch: str | None = None, **fields: Any
+    ) -> Recorded:
+        """Append one RFC-0001 event, given as a dict or as keyword arguments.
+
+        Fields not given take the memory's defaults (``stream``, ``actor_id``,
+        ``actor_type`` ``AI_AGENT``, ``role`` ``ASSISTANT``, ``namespace_id``); ``content``
+        is required. ``actor``, ``namespace`` and ``parent`` are accepted for ``actor_id``,
+        ``namespace_id`` and ``parent_event_id``. A dict with ``"kind": "op"`` is appended
+        as an operation (the fields of ``memroot append``).
+
+        Raises:
+            ValidationError: a missing or bad field (named); nothing is written.
+            RefusedError, StorageError: as ``Ledger.append``.
+        """
+        given: dict[str, Any] = dict(event or {})
+        overlap = set(given) & set(fields)
+        if overlap:
+            raise ValidationError(
+                f"field(s) {', '.join(sorted(overlap))} given both in the dict and as keywords",
+                field=sorted(overlap)[0],
+            )
+        given.update(fields)
+        if given.get("kind") == "op":
+            return Recorded.of(self._append(parse_input(given), branch))
+        given.pop("kind", None)
+        for short, full in _ALIASES.items():
+            if short in given:
+                if full in given:
+                    raise ValidationError(f"give {short!r} or {full!r}, not both", field=full)
+                given[full] = given.pop(short)
+        unknown = set(given) - _EVENT_KEYS
+        if unknown:
+            raise ValidationError(
+                f"unknown event field(s): {', '.join(sorted(unknown))}", field=sorted(unknown)[0]
+            )
+        if "content" not in given:
+            raise ValidationError("an event needs 'content'", field="content")
+        item = EventInput(
+            stream=given.pop("stream", self.stream),
+            actor_id=given.pop("actor_id", self.actor),
+            actor_type=given.pop("actor_type", self.actor_type),
+            role=given.pop("role", "ASSISTANT"),
+            content=given.pop("content"),
+            namespace_id=given.pop("namespace_id", self.namespace),
+            **given,
+        )
+        return Recorded.of(self._append(item, branch))
+
+    def remember(
+        self,
+        value: str,
+        *,
+        evidence: Sequence[str],
+        object_type: str = "FACT",
+        epistemic_type: str = "OBSERVED",
+        source_type: str = "USER_STATED",
+        confidence: float | None = None,
+        salience: float = 0.5,
+        structured_value: Any = None,
+        entity_ids: Sequence[str] = (),
+        namespace: str | None = None,
+        branch: str | None = None,
+    ) -> Recorded:
+        """Assert a memory object citing the events it was learned from (an ``ASSERT``).
+
+        ``evidence`` must name at least one event the branch holds; ``Recorded.id`` is the
+        new object's id. ``confidence`` None takes the RFC-0003 default for the epistemic
+        type.
+
+        Raises:
+            ValidationError / RefusedError: a bad field, unknown evidence, a namespace rule.
+        """
+        from memroot.projections import requests
+
+        if isinstance(evidence, str):
+            raise ValidationError(
+                "evidence is a list of event ids, not one string", field="evidence"
+            )
+        by = requests.Actor(
+            self.actor, self.actor_type, namespace or self.namespace, self.policy_version
+        )
+        op = requests.assert_object(
+            by,
+            object_type,
+            epistemic_type,
+            source_type,
+            list(evidence),
+            value,
+            confidence=confidence,
+            salience=salience,
+            structured_value=structured_value,
+            entity_ids=entity_ids,
+        )
+        return Recorded.of(self._append(op, branch))
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def recall(
+        self,
+        text: str | None = None,
+        *,
+        anchor: str | None = None,
+        branch: str | None = None,
+        as_of: int | None = None,
+        types: Sequence[str] = (),
+        namespaces: Sequence[str] = (),
+        mode: str = "DEFAULT",
+        git_branch: str | None = None,
+        limit: int = 20,
+        receipt: str | None = None,
+    ) -> list[Result]:
+        """Retrieve memory objects, most recently changed first (``memroot query``).
+
+        ``text`` matches words of values; ``anchor`` keeps objects derived entirely from a
+        conversation event's ancestor path; ``as_of`` reads memory as it was right after
+        that entry; ``mode`` is the RFC-0003 retrieval mode (DEFAULT, EXPLICIT, AUDIT).
+        ``receipt`` (a run id) appends a ``READ_RECEIPT`` naming the run, the query, the
+        memory root in force and every object returned with its version and state.
+
+        Raises:
+            ValidationError: a bad filter, mode, run id, or an ``as_of`` past the head.
+        """
+        from memroot.projections import query as memq
+        from memroot.projections.epistemic import RetrievalMode
+        from memroot.projections.hook import sync
+
+        branch = branch or self.branch
+        try:
+            retrieval = RetrievalMode(mode.upper())
+        except ValueError as e:
+            names = ", ".join(m.value for m in RetrievalMode)
+            raise ValidationError(f"mode {mode!r} is not one of {names}", field="mode") from e
+        q = memq.Query(
+            types=tuple(t.upper() for t in types),
+            namespaces=tuple(namespaces),
+            text=text,
+            mode=retrieval,
+            as_of=as_of,
+            limit=limit,
+            branch=branch,
+            anchor=anchor,
+            git_branch=git_branch,
+        )
+        size = self.ledger.size(branch)
+        if as_of is not None and as_of >= size:
+            raise ValidationError(
+                f"as_of {as_of} is past the last entry of {branch} ({size - 1})", field="as_of"
+            )
+        sync(self.ledger)
+        if receipt is None:
+            with self.ledger.store.read() as db:
+                return memq.query(db, q)
+        from memroot.receipts import receipt_op
+
+        asked = {
+            "text": text,
+            "anchor": anchor,
+            "branch": branch,
+            "as_of": as_of,
+            "types": list(q.types),
+            "namespaces": list(namespaces),
+            "mode": retrieval.value,
+            "git_branch": git_branch,
+            "limit": limit,
+        }
+        # One transaction: the receipt lands right after the state it describes.
+        with self.ledger.store.write() as db:
+            results = memq.query(db, q)
+            op = receipt_op(
+                self.ledger,
+                receipt,
+                asked,
+                results,
+                branch=branch,
+                actor_id=self.actor,
+                actor_type=self.actor_type,
+                namespace_id=self.namespace,
+            )
+            self._append(op, branch)
+        return results
+
+    def why(self, item_id: str, *, branch: str | None = None) -> Why | ItemWhy:
+        """Return why memory holds an item: its operations and evidence, each proven.
+
+        A memory object's UUID gives a ``Why`` (versions, operations, evidence with
+        inclusion proofs); a root or SelfModel hex, or ``ROOT:projection:key``, gives an
+        ``ItemWhy`` (state history, what it cites, what was built on it).
+
+        Raises:
+            NotFoundError / ValidationError: no such item on the branch.
+        """
+        from memroot.memory_root.falsify import Falsifier
+        from memroot.projections.why import why as why_object
+
+        branch = branch or self.branch
+        if len(item_id) == 36 and item_id.count("-") == 4:
+            return why_object(self.ledger, item_id, branch=branch)
+        return Falsifier(self.ledger).why(item_id, branch)
+
+    def state(self, item_id: str, *, branch: str | None = None) -> str:
+        """Return an item's state on the branch: ``live``, ``stale`` or ``falsified``.
+
+        Raises:
+            NotFoundError / ValidationError: no such item on the branch.
+        """
+        from memroot.memory_root.falsify import Falsifier
+
+        f = Falsifier(self.ledger)
+        branch = branch or self.branch
+        return f.state(f.resolve(item_id, branch), branch)
+
+    # -- roots, falsification, branches --------------------------------------------------------
+
+    def snapshot(self, *, branch: str | None = None) -> SnapshotResult:
+        """Take a memory_root snapshot now and sign a checkpoint after it (``memroot snapshot``).
+
+        Returns the existing root (``created`` False) when nothing changed since the last one.
+        """
+        from memroot.memory_root import Roots
+
+        return Roots(self.ledger).snapshot(branch or self.branch)
+
+    def falsify(
+        self,
+        item_id: str,
+        reason: str,
+        *,
+        evidence: Sequence[str] = (),
+        branch: str | None = None,
+    ) -> Recorded:
+        """Flip one item to ``falsified`` (a ``FALSIFY`` entry); nothing else changes.
+
+        Raises:
+            ValidationError, NotFoundError: a bad or unknown id; RuleError: already falsified.
+        """
+        from memroot.memory_root.falsify import Falsifier
+
+        branch = branch or self.branch
+        f = Falsifier(self.ledger)
+        ref = f.resolve(item_id, branch)
+        return Recorded.of(
+            f.falsify(
+                ref, reason, evidence, actor=self.actor, actor_type=self.actor_type, branch=branch
+            )
+        )
+
+    def cascade(
+        self,
+        item_id: str,
+        *,
+        max_depth: int = 3,
+        max_items: int = 1000,
+        kinds: Sequence[str] = DEFAULT_KINDS,
+        reason: str | None = None,
+        dry_run: bool = False,
+        branch: str | None = None,
+    ) -> Plan | CascadeResult:
+        """Walk what depends on a falsified (or stale) item within the bound.
+
+        ``dry_run`` returns the ``Plan`` and writes nothing; otherwise one ``CASCADE`` entry
+        is appended and the ``CascadeResult`` (plan, re-snapshots, entries) returned.
+
+        Raises:
+            ValidationError: a bad bound or kind; RuleError: the item is live.
+        """
+        from memroot.memory_root.falsify import Falsifier
+
+        branch = branch or self.branch
+        f = Falsifier(self.ledger)
+        if dry_run:
+            return f.plan(item_id, max_depth, max_items, kinds, branch=branch)
+        return f.cascade(
+            item_id,
+            max_depth,
+            max_items,
+            kinds,
+            reason=reason,
+            actor=self.actor,
+            actor_type=self.actor_type,
+            branch=branch,
+        )
+
+    def fork(
+        self,
+        purpose: str,
+        *,
+        branch_type: str = "SIMULATION",
+        parent: str | None = None,
+        expiry_days: int | None = None,
+        branch_id: str | None = None,
+    ) -> str:
+        """Fork a branch of memory (RFC-0012) and return its id.
+
+        Raises:
+            ValidationError: a bad type or purpose; RefusedError: a branch limit is reached.
+        """
+        from memroot.memory_root.branches import create_branch
+
+        _, genesis = create_branch(
+            self.ledger,
+            branch_type=branch_type,
+            purpose=purpose,
+            actor_id=self.actor,
+            actor_type=self.actor_type,
+            namespace_id=self.namespace,
+            parent=parent or self.branch,
+            expiry_days=expiry_days,
+            branch_id=branch_id,
+        )
+        return genesis.branch
+
+    def merge(
+        self,
+        branch: str,
+        objects: Sequence[str],
+        *,
+        strategy: str = "PRESERVE_BOTH",
+        reason: str | None = None,
+    ) -> MergeResult:
+        """Merge the named objects of ``branch`` into its parent (selective merge, RFC-0012).
+
+        Raises:
+            ValidationError, NotFoundError, RefusedError: as ``memroot branch merge``.
+        """
+        from memroot.memory_root.merge import merge_branch
+
+        return merge_branch(
+            self.ledger,
+            branch,
+            list(objects),
+            strategy=strategy,
+            actor_id=self.actor,
+            actor_type=self.actor_type,
+            reason=reason,
+        )
+
+    # -- verification --------------------------------------------------------------------------
+
+    def verify(
+        self,
+        *,
+        trusted: str | os.PathLike[str] | None = None,
+        vkeys: Sequence[str] = (),
+        update_trusted: bool = True,
+    ) -> AuditReport:
+        """Run every auditor step (as ``memroot verify``) and return the report.
+
+        ``trusted`` is the trusted-state file (default as the CLI: ``$MEMROOT_TRUSTED`` or
+        ``~/.local/state/memroot/trusted.json``). Never raises for bad data: check
+        ``report.ok`` and ``report.findings`` (or call ``report.raise_first()``).
+        """
+        from memroot.cli.hooks import replay_checks
+        from memroot.ledger.trust import TrustedState, default_trusted_path
+        from memroot.ledger.verify import verify_path
+
+        self.close_pending()
+        checks = replay_checks(self.ledger)
+        return verify_path(
+            self.path,
+            trusted=TrustedState(Path(trusted) if trusted is not None else default_trusted_path()),
+            vkeys=vkeys,
+            checks=checks,
+            update_trusted=update_trusted,
+        )
+
+    def close_pending(self) -> None:
+        """Sign the checkpoints automatic snapshots still need (verify checks them)."""
+        from memroot.memory_root import Roots
+
+        for b in self.ledger.store.branches():
+            Roots(self.ledger).sign_pending(b.name)
+
+
+def open_memory(
+    path: str | os.PathLike[str],
+    *,
+    create: bool = True,
+    origin: str | None = None,
+    snapshot_every: int | None = None,
+    key_path: str | os.PathLike[str] | None = None,
+    actor: str = "agent",
+    actor_type: str = "AI_AGENT",
+    namespace: str = "default",
+    stream: str = "default",
+    branch: str = CANONICAL_BRANCH,
+) -> Memory:
+    """Open (or, with ``create``, create) the ledger at ``path`` and return its ``Memory``.
+
+    A new ledger gets its Ed25519 key beside it (``PATH.key``, mode 0600) as with
+    ``memroot init``; ``origin`` and ``snapshot_every`` apply only then.
+
+    Raises:
+        NotFoundError: no ledger at ``path`` and ``create`` is false.
+        StorageError, KeyFileError, ValidationError: as ``Ledger.open`` / ``Ledger.init``.
+    """
+    from memroot.ledger.ledger import DEFAULT_SNAPSHOT_EVERY
+
+    p = Path(path)
+    key = None if key_path is None else Path(key_path)
+    if p.exists():
+        ledger = Ledger.open(p, key_path=key, hooks=ledger_hooks())
+    elif create:
+        ledger = Ledger.init(
+            p,
+            origin=origin,
+            snapshot_every=snapshot_every or DEFAULT_SNAPSHOT_EVERY,
+            key_path=key,
+            hooks=ledger_hooks(),
+        )
+    else:
+        raise NotFoundError(f"no ledger at {p} (pass create=True to make one)")
+    return Memory(
+        ledger,
+        actor=actor,
+        actor_type=actor_type,
+        namespace=namespace,
+        stream=stream,
+        branch=branch,
+    )

@@ -1,0 +1,638 @@
+"""``MemrootSaver``: a LangGraph checkpoint saver whose checkpoints are ledger entries.
+
+Every ``put`` appends one event of type ``langgraph.checkpoint`` and every ``put_writes``
+one of type ``langgraph.writes`` (docs/FORMAT.md, "LangGraph checkpoints"); their content
+is the serialized checkpoint (or writes), so it sits behind the entry's salted content
+commitment, in the Merkle tree, under a signed checkpoint (one is signed after every write
+call). Deleting (``delete_thread``, ``delete_for_runs``, ``prune``) appends ``TOMBSTONE``s:
+the content is erased and ``memroot verify`` still passes ("erased by entry N").
+
+Reads are strict: ``get_tuple`` and ``list`` re-check every entry they serve against the
+signed tree and its content commitment, and raise ``IntegrityError`` instead of serving a
+tampered checkpoint.
+
+Example::
+
+    with MemrootSaver.from_conn_string("agent.ledger") as saver:
+        graph = builder.compile(checkpointer=saver)
+        graph.invoke(inputs, {"configurable": {"thread_id": "t1"}})
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import builtins
+import contextlib
+import json
+import threading
+from collections.abc import AsyncIterator, Iterator, Sequence
+from os import PathLike
+from typing import TYPE_CHECKING, Any, Final
+
+import apsw
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    PendingWrite,
+    get_checkpoint_id,
+    get_checkpoint_metadata,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from memroot.integrations.langgraph import _index
+from memroot.integrations.langgraph._strict import verified_entry
+from memroot.ledger.entries import CANONICAL_BRANCH, Entry, EventInput, OpInput
+from memroot.ledger.errors import IntegrityError
+from memroot.ledger.ledger import Ledger
+
+if TYPE_CHECKING:
+    from memroot.memory import Memory
+
+__all__ = ["CHECKPOINT_TYPE", "WRITES_TYPE", "MemrootSaver"]
+
+CHECKPOINT_TYPE: Final = "langgraph.checkpoint"
+WRITES_TYPE: Final = "langgraph.writes"
+_TYPES: Final = frozenset({CHECKPOINT_TYPE, WRITES_TYPE})
+
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS lg_checkpoints(
+    branch TEXT NOT NULL, thread TEXT NOT NULL, ns TEXT NOT NULL, id TEXT NOT NULL,
+    parent TEXT, run_id TEXT, seq INTEGER NOT NULL, event TEXT NOT NULL,
+    PRIMARY KEY(branch, thread, ns, id)) STRICT;
+CREATE INDEX IF NOT EXISTS lg_checkpoints_event ON lg_checkpoints(event);
+CREATE TABLE IF NOT EXISTS lg_blobs(
+    branch TEXT NOT NULL, thread TEXT NOT NULL, ns TEXT NOT NULL, channel TEXT NOT NULL,
+    version TEXT NOT NULL, seq INTEGER NOT NULL, event TEXT NOT NULL,
+    PRIMARY KEY(branch, thread, ns, channel, version)) STRICT;
+CREATE INDEX IF NOT EXISTS lg_blobs_event ON lg_blobs(event);
+CREATE TABLE IF NOT EXISTS lg_writes(
+    branch TEXT NOT NULL, thread TEXT NOT NULL, ns TEXT NOT NULL, checkpoint TEXT NOT NULL,
+    task_id TEXT NOT NULL, idx INTEGER NOT NULL, task_path TEXT NOT NULL,
+    seq INTEGER NOT NULL, pos INTEGER NOT NULL, event TEXT NOT NULL,
+    PRIMARY KEY(branch, thread, ns, checkpoint, task_id, idx)) STRICT;
+CREATE INDEX IF NOT EXISTS lg_writes_event ON lg_writes(event);
+"""
+
+
+def _b64(typed: tuple[str, bytes]) -> list[str]:
+    return [typed[0], base64.b64encode(typed[1]).decode("ascii")]
+
+
+def _unb64(value: Any) -> tuple[str, bytes]:
+    if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value)):
+        raise IntegrityError(f"a serialized value must be [type, base64], got {value!r:.80}")
+    return value[0], base64.b64decode(value[1], validate=True)
+
+
+def _version_key(version: Any) -> str:
+    return json.dumps(version)
+
+
+class MemrootSaver(BaseCheckpointSaver[int]):
+    """A ``BaseCheckpointSaver`` on a memroot ledger (see the module docstring).
+
+    ``ledger`` is an open ``Ledger`` (opened with ``memroot.memory.ledger_hooks()``) or a
+    ``Memory``; ``branch`` is where the entries go; ``actor`` and ``namespace`` are the
+    events' ``actor_id`` and ``namespace_id``. Sync and async methods share one lock, so a
+    saver may be used from several threads or tasks; the async ones run the sync ones in a
+    worker thread.
+    """
+
+    def __init__(
+        self,
+        ledger: Ledger | Memory,
+        *,
+        branch: str = CANONICAL_BRANCH,
+        actor: str = "langgraph",
+        actor_type: str = "SYSTEM_PROCESS",
+        namespace: str = "langgraph",
+        serde: SerializerProtocol | None = None,
+    ) -> None:
+        """Wrap an open ledger; prefer ``MemrootSaver.from_conn_string``."""
+        super().__init__(serde=serde)
+        self.ledger: Ledger = ledger if isinstance(ledger, Ledger) else ledger.ledger
+        self.branch = branch
+        self.actor = actor
+        self.actor_type = actor_type
+        self.namespace = namespace
+        self._lock = threading.RLock()
+        with self.ledger.store.write() as db:
+            for stmt in _SCHEMA.split(";"):
+                if stmt.strip():
+                    db.execute(stmt)
+
+    @classmethod
+    @contextlib.contextmanager
+    def from_conn_string(
+        cls, path: str | PathLike[str], *, branch: str = CANONICAL_BRANCH, **kwargs: Any
+    ) -> Iterator[MemrootSaver]:
+        """Open (or create) the ledger at ``path`` and yield a saver on it; close it after.
+
+        Raises:
+            StorageError, KeyFileError: the ledger or its key cannot be opened.
+        """
+        from memroot.memory import open_memory
+
+        mem = open_memory(path, actor=kwargs.get("actor", "langgraph"))
+        try:
+            yield cls(mem, branch=branch, **kwargs)
+        finally:
+            mem.close()
+
+    # -- the index -----------------------------------------------------------------------------
+
+    def _fold(self, db: apsw.Connection, entry: Entry, content: dict[str, Any] | None) -> None:
+        b = entry.branch
+        if content is None:
+            payload = entry.body.get("payload") or {}
+            target = payload.get("target_event_id") if isinstance(payload, dict) else None
+            if isinstance(target, str):
+                for table in ("lg_checkpoints", "lg_blobs", "lg_writes"):
+                    db.execute(f"DELETE FROM {table} WHERE event = ?", (target,))
+            return
+        eid = entry.body["id"]
+        t, ns = content["thread_id"], content["checkpoint_ns"]
+        if _index.event_type(entry) == CHECKPOINT_TYPE:
+            db.execute(
+                "INSERT OR REPLACE INTO lg_checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    b,
+                    t,
+                    ns,
+                    content["checkpoint_id"],
+                    content.get("parent_checkpoint_id"),
+                    content.get("run_id"),
+                    entry.seq,
+                    eid,
+                ),
+            )
+            for channel, version, *_ in content["channels"]:
+                db.execute(
+                    "INSERT OR REPLACE INTO lg_blobs VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (b, t, ns, channel, version, entry.seq, eid),
+                )
+            return
+        for pos, (idx, *_) in enumerate(content["writes"]):
+            db.execute(
+                "INSERT OR REPLACE INTO lg_writes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    b,
+                    t,
+                    ns,
+                    content["checkpoint_id"],
+                    content["task_id"],
+                    idx,
+                    content["task_path"],
+                    entry.seq,
+                    pos,
+                    eid,
+                ),
+            )
+
+    def _sync(self) -> None:
+        _index.catch_up(self.ledger, "saver", self.branch, self._fold, _TYPES)
+
+    def _content(self, seq: int) -> dict[str, Any]:
+        """Return the checked content of an entry the index points to.
+
+        Raises:
+            IntegrityError: the entry is tampered, or erased although the index names it.
+        """
+        entry, text = verified_entry(self.ledger, self.branch, seq)
+        content = _index.content_json(entry, None if text is None else text.encode("utf-8"))
+        if content is None or _index.event_type(entry) not in _TYPES:
+            raise IntegrityError(
+                f"the index points at entry {self.branch}:{seq}, which is not a live "
+                "LangGraph event (run the saver again to refold its tables)",
+                branch=self.branch,
+                seq=seq,
+            )
+        return content
+
+    def _write(self, items: Sequence[EventInput | OpInput]) -> None:
+        from memroot.memory_root import Roots
+
+        if not items:
+            return
+        with self.ledger.store.write():
+            Roots(self.ledger).append_batch(items, branch=self.branch)
+            self._sync()
+        self.ledger.checkpoint(self.branch)
+
+    def _event(self, kind: str, content: dict[str, Any]) -> EventInput:
+        return _index.event(
+            kind, content, actor=self.actor, actor_type=self.actor_type, namespace=self.namespace
+        )
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def _tuple(self, thread: str, ns: str, row: tuple[Any, ...]) -> CheckpointTuple:
+        checkpoint_id, parent, seq = str(row[0]), row[1], int(row[2])
+        c = self._content(seq)
+        if (c["thread_id"], c["checkpoint_ns"], c["checkpoint_id"]) != (thread, ns, checkpoint_id):
+            raise IntegrityError(
+                f"entry {self.branch}:{seq} holds checkpoint {c['checkpoint_id']} of thread "
+                f"{c['thread_id']!r}, not the one the index names",
+                branch=self.branch,
+                seq=seq,
+            )
+        checkpoint: Checkpoint = self.serde.loads_typed(_unb64(c["checkpoint"]))
+        checkpoint["channel_values"] = {
+            ch: self.serde.loads_typed(_unb64([typ, data]))
+            for ch, _version, typ, data in c["channels"]
+            if typ != "empty"
+        }
+        metadata: CheckpointMetadata = self.serde.loads_typed(_unb64(c["metadata"]))
+        writes = self.ledger.store.db.execute(
+            "SELECT task_id, seq, pos FROM lg_writes WHERE branch = ? AND thread = ? AND ns = ? "
+            "AND checkpoint = ? ORDER BY task_path, task_id, idx",
+            (self.branch, thread, ns, checkpoint_id),
+        ).fetchall()
+        cache: dict[int, dict[str, Any]] = {}
+        pending: list[PendingWrite] = []
+        for task_id, wseq, pos in writes:
+            at = int(str(wseq))
+            if at not in cache:
+                cache[at] = self._content(at)
+            _idx, channel, typ, data = cache[at]["writes"][int(str(pos))]
+            pending.append((str(task_id), channel, self.serde.loads_typed(_unb64([typ, data]))))
+        config: RunnableConfig = {
+            "configurable": {
+                "thread_id": thread,
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint_id,
+            }
+        }
+        parent_config: RunnableConfig | None = None
+        if parent is not None:
+            parent_config = {
+                "configurable": {
+                    "thread_id": thread,
+                    "checkpoint_ns": ns,
+                    "checkpoint_id": str(parent),
+                }
+            }
+        return CheckpointTuple(config, checkpoint, metadata, parent_config, pending)
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """Return the checkpoint ``config`` names (the thread's newest without an id).
+
+        Raises:
+            IntegrityError: the entry holding it was tampered with; nothing is served.
+        """
+        conf = config["configurable"]
+        thread, ns = str(conf["thread_id"]), str(conf.get("checkpoint_ns", ""))
+        checkpoint_id = get_checkpoint_id(config)
+        with self._lock:
+            self._sync()
+            db = self.ledger.store.db
+            if checkpoint_id:
+                row = db.execute(
+                    "SELECT id, parent, seq FROM lg_checkpoints WHERE branch = ? AND thread = ? "
+                    "AND ns = ? AND id = ?",
+                    (self.branch, thread, ns, checkpoint_id),
+                ).fetchone()
+            else:
+                row = db.execute(
+                    "SELECT id, parent, seq FROM lg_checkpoints WHERE branch = ? AND thread = ? "
+                    "AND ns = ? ORDER BY id DESC LIMIT 1",
+                    (self.branch, thread, ns),
+                ).fetchone()
+            return None if row is None else self._tuple(thread, ns, tuple(row))
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """Yield checkpoints newest first, by thread, namespace, metadata ``filter``, ``before``.
+
+        Raises:
+            IntegrityError: an entry to be listed was tampered with.
+        """
+        where = ["branch = ?"]
+        args: list[Any] = [self.branch]
+        if config is not None:
+            conf = config["configurable"]
+            if conf.get("thread_id") is not None:
+                where.append("thread = ?")
+                args.append(str(conf["thread_id"]))
+            if conf.get("checkpoint_ns") is not None:
+                where.append("ns = ?")
+                args.append(str(conf["checkpoint_ns"]))
+            if get_checkpoint_id(config):
+                where.append("id = ?")
+                args.append(get_checkpoint_id(config))
+        if before is not None and get_checkpoint_id(before):
+            where.append("id < ?")
+            args.append(get_checkpoint_id(before))
+        with self._lock:
+            self._sync()
+            rows = self.ledger.store.db.execute(
+                "SELECT thread, ns, id, parent, seq FROM lg_checkpoints WHERE "
+                + " AND ".join(where)
+                + " ORDER BY thread, ns, id DESC",
+                args,
+            ).fetchall()
+            rows.sort(key=lambda r: str(r[2]), reverse=True)
+            out: list[CheckpointTuple] = []
+            for thread, ns, cid, parent, seq in rows:
+                if limit is not None and len(out) >= limit:
+                    break
+                t = self._tuple(str(thread), str(ns), (cid, parent, seq))
+                if filter and not all(t.metadata.get(k) == v for k, v in filter.items()):
+                    continue
+                out.append(t)
+        yield from out
+
+    # -- writes --------------------------------------------------------------------------------
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Append the checkpoint as one ``langgraph.checkpoint`` event; return its config.
+
+        The event holds every channel value the checkpoint's versions name (those in
+        ``new_versions`` from ``checkpoint``, the others copied from the entry that stored
+        that version), so each checkpoint entry stands alone: erasing one never breaks
+        another.
+        """
+        conf = config["configurable"]
+        thread, ns = str(conf["thread_id"]), str(conf.get("checkpoint_ns", ""))
+        c: dict[str, Any] = dict(checkpoint)
+        values: dict[str, Any] = c.pop("channel_values", {})
+        md = get_checkpoint_metadata(config, metadata)
+        with self._lock:
+            self._sync()
+            channels: list[list[Any]] = []
+            seen: dict[int, dict[str, Any]] = {}
+            for channel, version in sorted(checkpoint["channel_versions"].items()):
+                key = _version_key(version)
+                stored = (
+                    None
+                    if channel in new_versions
+                    else self._stored_blob(thread, ns, channel, key, seen)
+                )
+                if channel in new_versions:
+                    typed = (
+                        _b64(self.serde.dumps_typed(values[channel]))
+                        if channel in values
+                        else ["empty", ""]
+                    )
+                elif stored is not None:
+                    typed = stored
+                elif channel in values:
+                    typed = _b64(self.serde.dumps_typed(values[channel]))
+                else:
+                    continue
+                channels.append([channel, key, *typed])
+            run_id = md.get("run_id")
+            content = {
+                "thread_id": thread,
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint["id"],
+                "parent_checkpoint_id": conf.get("checkpoint_id"),
+                "run_id": None if run_id is None else str(run_id),
+                "checkpoint": _b64(self.serde.dumps_typed(c)),
+                "metadata": _b64(self.serde.dumps_typed(md)),
+                "channels": channels,
+            }
+            self._write([self._event(CHECKPOINT_TYPE, content)])
+        return {
+            "configurable": {
+                "thread_id": thread,
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint["id"],
+            }
+        }
+
+    def _stored_blob(
+        self, thread: str, ns: str, channel: str, key: str, seen: dict[int, dict[str, Any]]
+    ) -> builtins.list[str] | None:
+        """Return the stored ``[type, base64]`` of a channel version, or None (``seen``: cache)."""
+        row = self.ledger.store.db.execute(
+            "SELECT seq FROM lg_blobs WHERE branch = ? AND thread = ? AND ns = ? AND channel = ? "
+            "AND version = ?",
+            (self.branch, thread, ns, channel, key),
+        ).fetchone()
+        if row is None:
+            return None
+        seq = int(row[0])
+        if seq not in seen:
+            seen[seq] = self._content(seq)
+        for ch, v, typ, data in seen[seq]["channels"]:
+            if ch == channel and v == key:
+                return [typ, data]
+        return None
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Append a task's pending writes as one ``langgraph.writes`` event.
+
+        As LangGraph's savers do, a regular write already stored for ``(task_id, index)``
+        is kept; the special channels (errors, interrupts, ...) replace theirs.
+        """
+        conf = config["configurable"]
+        thread, ns = str(conf["thread_id"]), str(conf.get("checkpoint_ns", ""))
+        checkpoint_id = str(conf["checkpoint_id"])
+        with self._lock:
+            self._sync()
+            have = {
+                int(r[0])
+                for r in self.ledger.store.db.execute(
+                    "SELECT idx FROM lg_writes WHERE branch = ? AND thread = ? AND ns = ? "
+                    "AND checkpoint = ? AND task_id = ?",
+                    (self.branch, thread, ns, checkpoint_id, task_id),
+                )
+            }
+            rows = []
+            for i, (channel, value) in enumerate(writes):
+                idx = WRITES_IDX_MAP.get(channel, i)
+                if idx >= 0 and idx in have:
+                    continue
+                rows.append([idx, channel, *_b64(self.serde.dumps_typed(value))])
+            if not rows:
+                return
+            content = {
+                "thread_id": thread,
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint_id,
+                "task_id": task_id,
+                "task_path": task_path,
+                "writes": rows,
+            }
+            self._write([self._event(WRITES_TYPE, content)])
+
+    # -- deleting and copying ------------------------------------------------------------------
+
+    def _erase(
+        self, where: str, args: Sequence[Any], reason: str, threads: Sequence[str] = ()
+    ) -> None:
+        """TOMBSTONE the events of the matched checkpoints, their writes, ``threads``' writes."""
+        with self._lock:
+            self._sync()
+            db = self.ledger.store.db
+            found = db.execute(
+                f"SELECT thread, ns, id, event FROM lg_checkpoints WHERE branch = ? AND {where}",
+                (self.branch, *args),
+            ).fetchall()
+            events = [str(r[3]) for r in found]
+            for thread, ns, cid, _ in found:
+                events += [
+                    str(r[0])
+                    for r in db.execute(
+                        "SELECT event FROM lg_writes WHERE branch = ? AND thread = ? AND ns = ? "
+                        "AND checkpoint = ?",
+                        (self.branch, thread, ns, cid),
+                    ).fetchall()
+                ]
+            for thread in threads:
+                events += [
+                    str(r[0])
+                    for r in db.execute(
+                        "SELECT event FROM lg_writes WHERE branch = ? AND thread = ?",
+                        (self.branch, thread),
+                    ).fetchall()
+                ]
+            self._write(
+                _index.tombstones(
+                    events,
+                    reason,
+                    actor=self.actor,
+                    actor_type=self.actor_type,
+                    namespace=self.namespace,
+                )
+            )
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Erase every checkpoint and write of a thread (``TOMBSTONE``s; the chain verifies)."""
+        t = str(thread_id)
+        self._erase("thread = ?", [t], "langgraph delete_thread", threads=[t])
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Erase the checkpoints (and their writes) whose metadata names one of the runs."""
+        ids = [str(r) for r in run_ids]
+        if ids:
+            marks = ", ".join("?" * len(ids))
+            self._erase(f"run_id IN ({marks})", ids, "langgraph delete_for_runs")
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Erase old checkpoints: all but the newest per namespace, or all (``delete``).
+
+        Raises:
+            ValueError: an unknown strategy.
+        """
+        ids = [str(t) for t in thread_ids]
+        if not ids:
+            return
+        marks = ", ".join("?" * len(ids))
+        if strategy == "delete":
+            self._erase(f"thread IN ({marks})", ids, "langgraph prune delete", threads=ids)
+        elif strategy == "keep_latest":
+            self._erase(
+                f"thread IN ({marks}) AND id < (SELECT MAX(l.id) FROM lg_checkpoints l WHERE "
+                "l.branch = lg_checkpoints.branch AND l.thread = lg_checkpoints.thread AND "
+                "l.ns = lg_checkpoints.ns)",
+                ids,
+                "langgraph prune keep_latest",
+            )
+        else:
+            raise ValueError(f"prune strategy must be 'keep_latest' or 'delete', not {strategy!r}")
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Append a copy of every checkpoint and write of a thread under another thread id."""
+        src, dst = str(source_thread_id), str(target_thread_id)
+        with self._lock:
+            self._sync()
+            db = self.ledger.store.db
+            seqs = [
+                int(r[0])
+                for r in db.execute(
+                    "SELECT seq FROM lg_checkpoints WHERE branch = ? AND thread = ? UNION "
+                    "SELECT seq FROM lg_writes WHERE branch = ? AND thread = ? ORDER BY 1",
+                    (self.branch, src, self.branch, src),
+                )
+            ]
+            items = []
+            for seq in seqs:
+                entry, _ = verified_entry(self.ledger, self.branch, seq)
+                content = {**self._content(seq), "thread_id": dst}
+                kind = _index.event_type(entry)
+                assert kind is not None  # _content checked it
+                items.append(self._event(kind, content))
+            self._write(items)
+
+    # -- async ---------------------------------------------------------------------------------
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """Async ``get_tuple``."""
+        return await asyncio.to_thread(self.get_tuple, config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """Async ``list``."""
+        found = await asyncio.to_thread(
+            lambda: list(self.list(config, filter=filter, before=before, limit=limit))
+        )
+        for t in found:
+            yield t
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Async ``put``."""
+        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Async ``put_writes``."""
+        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """Async ``delete_thread``."""
+        await asyncio.to_thread(self.delete_thread, thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Async ``delete_for_runs``."""
+        await asyncio.to_thread(self.delete_for_runs, run_ids)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Async ``prune``."""
+        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Async ``copy_thread``."""
+        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)

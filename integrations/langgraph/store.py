@@ -1,0 +1,347 @@
+"""``MemrootStore``: LangGraph's long-term memory store (``BaseStore``) on a memroot ledger.
+
+Every put appends one event of type ``langgraph.store.put`` whose content is the item
+(namespace, key, JSON value, timestamps); a delete appends a ``TOMBSTONE`` for every stored
+version of the item, so its content is erased and the chain still verifies. Reads re-check
+each item's entry against the signed tree and its content commitment (``_strict``), and
+raise ``IntegrityError`` instead of returning a tampered item.
+
+Search is lexical: ``query`` keeps items whose JSON value contains every word of it (case
+folded); there is no embedding index, and ``score`` is None. ``filter`` compares value
+fields for equality, or with ``$eq``, ``$ne``, ``$gt``, ``$gte``, ``$lt``, ``$lte``. TTLs are
+not supported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import datetime as dt
+import json
+import threading
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Final
+
+import apsw
+from langgraph.store.base import (
+    BaseStore,
+    GetOp,
+    Item,
+    ListNamespacesOp,
+    MatchCondition,
+    Op,
+    PutOp,
+    Result,
+    SearchItem,
+    SearchOp,
+)
+
+from memroot.integrations.langgraph import _index
+from memroot.integrations.langgraph._strict import verified_entry
+from memroot.ledger.entries import CANONICAL_BRANCH, Entry, now_us
+from memroot.ledger.errors import IntegrityError, ValidationError
+from memroot.ledger.ledger import Ledger
+
+if TYPE_CHECKING:
+    from memroot.memory import Memory
+
+__all__ = ["PUT_TYPE", "MemrootStore"]
+
+PUT_TYPE: Final = "langgraph.store.put"
+_TYPES: Final = frozenset({PUT_TYPE})
+
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS lg_store(
+    branch TEXT NOT NULL, ns TEXT NOT NULL, key TEXT NOT NULL, seq INTEGER NOT NULL,
+    event TEXT NOT NULL, created INTEGER NOT NULL, updated INTEGER NOT NULL,
+    PRIMARY KEY(branch, ns, key)) STRICT;
+CREATE INDEX IF NOT EXISTS lg_store_event ON lg_store(event);
+CREATE TABLE IF NOT EXISTS lg_store_versions(
+    event TEXT PRIMARY KEY, branch TEXT NOT NULL, ns TEXT NOT NULL, key TEXT NOT NULL,
+    seq INTEGER NOT NULL) STRICT;
+CREATE INDEX IF NOT EXISTS lg_store_versions_key ON lg_store_versions(branch, ns, key);
+"""
+
+
+def _when(us: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp(us / 1e6, dt.UTC)
+
+
+def _ns_text(namespace: tuple[str, ...]) -> str:
+    return json.dumps(list(namespace), ensure_ascii=False, separators=(",", ":"))
+
+
+def _compare(value: Any, op: str, wanted: Any) -> bool:
+    if op == "$eq":
+        return bool(value == wanted)
+    if op == "$ne":
+        return bool(value != wanted)
+    if op in ("$gt", "$gte", "$lt", "$lte"):
+        if not isinstance(wanted, int | float) or isinstance(wanted, bool):
+            raise ValidationError(f"filter {op} needs a number, got {wanted!r}", field="filter")
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            return False
+        a, b = float(value), float(wanted)
+        if op == "$gt":
+            return a > b
+        if op == "$gte":
+            return a >= b
+        return a < b if op == "$lt" else a <= b
+    raise ValidationError(f"filter operator {op!r} is not one of $eq $ne $gt $gte $lt $lte")
+
+
+def _matches(value: Any, wanted: Any) -> bool:
+    """Whether a value field satisfies a filter value (nested maps compare field by field)."""
+    if isinstance(wanted, dict):
+        if any(str(k).startswith("$") for k in wanted):
+            return all(_compare(value, str(k), v) for k, v in wanted.items())
+        return isinstance(value, dict) and all(_matches(value.get(k), v) for k, v in wanted.items())
+    return bool(value == wanted)
+
+
+def _path_matches(cond: MatchCondition, ns: tuple[str, ...]) -> bool:
+    path = tuple(cond.path)
+    if len(ns) < len(path):
+        return False
+    if cond.match_type not in ("prefix", "suffix"):
+        raise ValidationError(f"match_type must be 'prefix' or 'suffix', not {cond.match_type!r}")
+    if cond.match_type == "suffix":
+        ns, path = ns[::-1], path[::-1]
+    return all(p == "*" or k == p for k, p in zip(ns, path, strict=False))
+
+
+class MemrootStore(BaseStore):
+    """A LangGraph ``BaseStore`` on a memroot ledger (see the module docstring)."""
+
+    __slots__ = ("_lock", "actor", "actor_type", "branch", "ledger", "namespace")
+
+    def __init__(
+        self,
+        ledger: Ledger | Memory,
+        *,
+        branch: str = CANONICAL_BRANCH,
+        actor: str = "langgraph",
+        actor_type: str = "SYSTEM_PROCESS",
+        namespace: str = "langgraph",
+    ) -> None:
+        """Wrap an open ledger (or ``Memory``); entries go to ``branch`` as ``actor``."""
+        self.ledger: Ledger = ledger if isinstance(ledger, Ledger) else ledger.ledger
+        self.branch = branch
+        self.actor = actor
+        self.actor_type = actor_type
+        self.namespace = namespace
+        self._lock = threading.RLock()
+        with self.ledger.store.write() as db:
+            for stmt in _SCHEMA.split(";"):
+                if stmt.strip():
+                    db.execute(stmt)
+
+    # -- the index -----------------------------------------------------------------------------
+
+    def _fold(self, db: apsw.Connection, entry: Entry, content: dict[str, Any] | None) -> None:
+        if content is None:
+            payload = entry.body.get("payload") or {}
+            target = payload.get("target_event_id") if isinstance(payload, dict) else None
+            if isinstance(target, str):
+                db.execute("DELETE FROM lg_store WHERE event = ?", (target,))
+                db.execute("DELETE FROM lg_store_versions WHERE event = ?", (target,))
+            return
+        ns = _ns_text(tuple(content["namespace"]))
+        eid = entry.body["id"]
+        db.execute(
+            "INSERT OR REPLACE INTO lg_store VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                entry.branch,
+                ns,
+                content["key"],
+                entry.seq,
+                eid,
+                int(content["created_at"]),
+                int(content["updated_at"]),
+            ),
+        )
+        db.execute(
+            "INSERT OR REPLACE INTO lg_store_versions VALUES (?, ?, ?, ?, ?)",
+            (eid, entry.branch, ns, content["key"], entry.seq),
+        )
+
+    def _sync(self) -> None:
+        _index.catch_up(self.ledger, "store", self.branch, self._fold, _TYPES)
+
+    def _item(self, row: tuple[Any, ...]) -> Item:
+        ns_text, key, seq = str(row[0]), str(row[1]), int(row[2])
+        entry, text = verified_entry(self.ledger, self.branch, seq)
+        content = _index.content_json(entry, None if text is None else text.encode("utf-8"))
+        namespace = tuple(json.loads(ns_text))
+        if (
+            content is None
+            or _index.event_type(entry) != PUT_TYPE
+            or tuple(content.get("namespace", ())) != namespace
+            or content.get("key") != key
+        ):
+            raise IntegrityError(
+                f"the store index points {ns_text}/{key} at entry {self.branch}:{seq}, which "
+                "does not hold that item",
+                branch=self.branch,
+                seq=seq,
+            )
+        return Item(
+            value=content["value"],
+            key=key,
+            namespace=namespace,
+            created_at=_when(int(content["created_at"])),
+            updated_at=_when(int(content["updated_at"])),
+        )
+
+    # -- operations ----------------------------------------------------------------------------
+
+    def _get(self, op: GetOp) -> Item | None:
+        row = self.ledger.store.db.execute(
+            "SELECT ns, key, seq FROM lg_store WHERE branch = ? AND ns = ? AND key = ?",
+            (self.branch, _ns_text(op.namespace), op.key),
+        ).fetchone()
+        return None if row is None else self._item(tuple(row))
+
+    def _search(self, op: SearchOp) -> builtins.list[SearchItem]:
+        prefix = tuple(op.namespace_prefix)
+        words = [w.casefold() for w in (op.query or "").split()]
+        rows = self.ledger.store.db.execute(
+            "SELECT ns, key, seq FROM lg_store WHERE branch = ? ORDER BY updated DESC, ns, key",
+            (self.branch,),
+        ).fetchall()
+        out: builtins.list[SearchItem] = []
+        skipped = 0
+        for row in rows:
+            if tuple(json.loads(str(row[0])))[: len(prefix)] != prefix:
+                continue
+            item = self._item(tuple(row))
+            if op.filter and not all(_matches(item.value.get(k), v) for k, v in op.filter.items()):
+                continue
+            if words:
+                text = json.dumps(item.value, ensure_ascii=False).casefold()
+                if not all(w in text for w in words):
+                    continue
+            if skipped < op.offset:
+                skipped += 1
+                continue
+            out.append(
+                SearchItem(
+                    namespace=item.namespace,
+                    key=item.key,
+                    value=item.value,
+                    created_at=item.created_at,
+                    updated_at=item.updated_at,
+                    score=None,
+                )
+            )
+            if len(out) >= op.limit:
+                break
+        return out
+
+    def _list_namespaces(self, op: ListNamespacesOp) -> builtins.list[tuple[str, ...]]:
+        found = {
+            tuple(json.loads(str(r[0])))
+            for r in self.ledger.store.db.execute(
+                "SELECT DISTINCT ns FROM lg_store WHERE branch = ?", (self.branch,)
+            ).fetchall()
+        }
+        if op.match_conditions:
+            found = {n for n in found if all(_path_matches(c, n) for c in op.match_conditions)}
+        if op.max_depth is not None:
+            found = {n[: op.max_depth] for n in found}
+        return sorted(found)[op.offset : op.offset + op.limit]
+
+    def _put(self, ops: builtins.list[PutOp]) -> None:
+        db = self.ledger.store.db
+        items: builtins.list[Any] = []
+        for op in ops:
+            ns = _ns_text(op.namespace)
+            if op.value is None:
+                events = [
+                    str(r[0])
+                    for r in db.execute(
+                        "SELECT event FROM lg_store_versions WHERE branch = ? AND ns = ? "
+                        "AND key = ?",
+                        (self.branch, ns, op.key),
+                    ).fetchall()
+                ]
+                items += _index.tombstones(
+                    events,
+                    "langgraph store delete",
+                    actor=self.actor,
+                    actor_type=self.actor_type,
+                    namespace=self.namespace,
+                )
+                continue
+            if not isinstance(op.value, dict):
+                raise ValidationError(
+                    f"a store value is a JSON object, not {type(op.value).__name__}",
+                    field="value",
+                )
+            have = db.execute(
+                "SELECT created FROM lg_store WHERE branch = ? AND ns = ? AND key = ?",
+                (self.branch, ns, op.key),
+            ).fetchone()
+            now = now_us()
+            content = {
+                "namespace": list(op.namespace),
+                "key": op.key,
+                "value": dict(op.value),
+                "created_at": now if have is None else int(have[0]),
+                "updated_at": now,
+            }
+            try:
+                event = _index.event(
+                    PUT_TYPE,
+                    content,
+                    actor=self.actor,
+                    actor_type=self.actor_type,
+                    namespace=self.namespace,
+                )
+            except (TypeError, ValueError) as e:
+                raise ValidationError(
+                    f"the value of {op.namespace}/{op.key} is not JSON: {e}", field="value"
+                ) from e
+            items.append(event)
+        if not items:
+            return
+        from memroot.memory_root import Roots
+
+        with self.ledger.store.write():
+            Roots(self.ledger).append_batch(items, branch=self.branch)
+            self._sync()
+        self.ledger.checkpoint(self.branch)
+
+    def batch(self, ops: Iterable[Op]) -> builtins.list[Result]:
+        """Run the operations: reads see the store before the batch; puts then land together.
+
+        Several puts of one key in a batch: the last one wins. All puts are one transaction.
+
+        Raises:
+            IntegrityError: an item to be returned was tampered with (nothing is returned).
+            ValidationError: a value that is not a JSON object, or a bad filter.
+        """
+        results: builtins.list[Result] = []
+        puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
+        with self._lock:
+            self._sync()
+            for op in ops:
+                if isinstance(op, GetOp):
+                    results.append(self._get(op))
+                elif isinstance(op, SearchOp):
+                    results.append(self._search(op))
+                elif isinstance(op, ListNamespacesOp):
+                    results.append(self._list_namespaces(op))
+                elif isinstance(op, PutOp):
+                    puts.pop((op.namespace, op.key), None)
+                    puts[(op.namespace, op.key)] = op
+                    results.append(None)
+                else:
+                    raise ValueError(f"unknown store operation {type(op).__name__}")
+            self._put(builtins.list(puts.values()))
+        return results
+
+    async def abatch(self, ops: Iterable[Op]) -> builtins.list[Result]:
+        """Async ``batch`` (run in a worker thread; one lock with the sync methods)."""
+        materialized = builtins.list(ops)
+        return await asyncio.to_thread(self.batch, materialized)

@@ -1,0 +1,127 @@
+"""``FalsifyHook``: the falsification layer's ``AppendHook`` (SPEC 7).
+
+Inside every append transaction it keeps the dependency index and the states, and refuses
+(writing nothing) a state operation on an unknown item, a falsification of a falsified item,
+a restore of a live item, a cascade from a live item, a bound of zero, or a ``CASCADE`` whose
+lists are not what the cascade gives. Install it after ``MemoryHook`` (which keeps objects'
+``state`` column) and before ``RootsHook``. Entries appended without it are folded in later
+(``catch_up``), by the same rules (``_core.FalsifyCore``).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import apsw
+
+from memroot.ledger.entries import Entry, Kind, OpInput
+from memroot.ledger.errors import StorageError, ValidationError
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.vocab import OpType
+from memroot.memory_root.falsify import _core, _fold_cache
+from memroot.memory_root.falsify._core import FalsifyCore, ledger_core, set_head
+from memroot.memory_root.falsify.cascade import Plan
+from memroot.projections.registry import Registry, default_registry
+
+__all__ = ["FalsifyHook"]
+
+# Plain strings: comparing with an enum member goes through the enum's descriptor.
+_CASCADE: Final = OpType.CASCADE.value
+_SNAPSHOT: Final = OpType.SNAPSHOT.value
+
+
+class FalsifyHook:
+    """The ``AppendHook`` of falsification (see the module docstring)."""
+
+    def __init__(self, registry: Registry | None = None) -> None:
+        """Use ``registry``'s projections (default: built-ins and entry points).
+
+        They say what each root's projections read, and recompute re-snapshots.
+
+        Raises:
+            TypeError, ValueError, ImportError: if a projection plugin cannot be loaded.
+        """
+        self.registry = registry if registry is not None else default_registry()
+        self._cores: dict[int, FalsifyCore] = {}
+        self._memo: tuple[str, bytes, Plan] | None = None
+        self._last: dict[tuple[int, str], tuple[int, bytes]] = {}
+
+    def core(self, ledger: Ledger) -> FalsifyCore:
+        """Return the core over ``ledger`` (made once per open ledger)."""
+        core = self._cores.get(id(ledger))
+        if core is None or core.db is not ledger.store.db:
+            core = self._cores[id(ledger)] = ledger_core(ledger, self.registry)
+        return core
+
+    def install(self, db: apsw.Connection) -> None:
+        """Create the falsification tables if missing."""
+        _core.install(db)
+
+    def expect(self, branch: str, prev: bytes, plan: Plan) -> None:
+        """Say that the next entry of ``branch`` after ``prev`` is this plan's CASCADE.
+
+        The hook then checks the entry against ``plan`` instead of computing it again.
+        """
+        self._memo = (branch, prev, plan)
+
+    def catch_up(self, ledger: Ledger, branch: str, stop: int | None = None) -> int:
+        """Fold the stored entries of ``branch`` the tables have not seen (up to ``stop``).
+
+        Entries appended without this hook that the rules refuse are skipped and recorded.
+        Call inside a write transaction. Returns how many entries were folded.
+
+        Raises:
+            StorageError: if the tables are ahead of the branch (another file's state?).
+        """
+        core = self.core(ledger)
+        head = core.head(branch)
+        stop = ledger.store.branch(branch).size if stop is None else stop
+        if head > stop:
+            raise StorageError(
+                f"falsification state of branch {branch!r} covers {head} entries, the branch "
+                f"has {stop}: run `memroot rebuild`"
+            )
+        for r in ledger.store.iter_entry_rows(ledger.store.branch(branch).no, head, stop):
+            e = Entry.from_bytes(bytes(r.data))
+            core.apply(e, strict=False)
+        set_head(core.db, branch, stop)
+        return stop - head
+
+    def apply(
+        self, db: apsw.Connection, ledger: Ledger, entry: Entry, content: str | None
+    ) -> list[OpInput]:
+        """Keep the index and states; refuse a state operation the rules do not allow.
+
+        Raises:
+            ValidationError, NotFoundError, RuleError: for a refused state operation (see
+                the module docstring); nothing is written.
+        """
+        core = self.core(ledger)
+        key = (id(ledger), entry.branch)
+        # The stored head is read only when this entry does not follow the last one applied
+        # here (first append, a rolled-back transaction, another writer).
+        if self._last.get(key) != (entry.seq, entry.prev) and core.head(entry.branch) != entry.seq:
+            self.catch_up(ledger, entry.branch, entry.seq)
+        memo = None
+        if self._memo is not None:
+            branch, prev, plan = self._memo
+            self._memo = None
+            if branch == entry.branch and prev == entry.prev:
+                memo = plan
+        if (
+            entry.kind is Kind.OP
+            and entry.type == _CASCADE
+            and memo is None
+            and ledger.store.branch(entry.branch).size != entry.seq
+        ):
+            raise ValidationError(
+                "a CASCADE must be the first entry of its append (its plan reads the stored "
+                "entries before it)",
+                field="op_type",
+            )
+        if entry.kind is Kind.OP and entry.type == _SNAPSHOT:
+            _fold_cache.keep_fold_states(db, entry.branch)
+        self._last.pop(key, None)
+        core.apply(entry, strict=True, memo=memo)  # it moves the head past the entry
+        self._last[key] = (entry.seq + 1, entry.hash)
+        return []

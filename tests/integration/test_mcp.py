@@ -1,0 +1,166 @@
+"""`memroot mcp`: the MCP server over stdio, driven by the official SDK's own client."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mcp", reason="the mcp SDK is not installed (extra memroot[mcp])")
+
+from mcp import Client, StdioServerParameters
+
+import memroot
+
+TOOLS = {
+    "remember",
+    "recall",
+    "why",
+    "snapshot",
+    "falsify",
+    "cascade",
+    "verify",
+    "branch_create",
+    "branch_merge",
+}
+
+
+def _params(tmp_path: Path, *extra: str) -> StdioServerParameters:
+    exe = Path(sys.executable).parent / "memroot"
+    command = [str(exe)] if exe.exists() else [sys.executable, "-m", "memroot.cli.main"]
+    return StdioServerParameters(
+        command=command[0],
+        args=[
+            *command[1:],
+            "-l",
+            str(tmp_path / "mcp.ledger"),
+            "mcp",
+            "--actor",
+            "agent-7",
+            "--namespace",
+            "alice",
+            "--trusted",
+            str(tmp_path / "trusted.json"),
+            *extra,
+        ],
+    )
+
+
+def _run(tmp_path: Path, session: Any) -> Any:
+    async def main() -> Any:
+        async with Client(_params(tmp_path)) as client:
+            return await session(client)
+
+    return asyncio.run(main())
+
+
+def test_tools_have_schemas_and_a_full_session_works(tmp_path: Path) -> None:
+    """Every tool is listed with a JSON schema, and a whole session of tool calls works."""
+
+    async def session(c: Any) -> dict[str, Any]:
+        tools = {t.name: t for t in (await c.list_tools()).tools}
+        out: dict[str, Any] = {"tools": tools}
+        made = await c.call_tool("remember", {"value": "Alice takes tea", "source": "I take tea"})
+        out["made"] = made.structured_content
+        out["recall"] = (await c.call_tool("recall", {"text": "tea"})).structured_content
+        oid = out["made"]["object_id"]
+        out["why"] = (await c.call_tool("why", {"item_id": oid})).structured_content
+        out["snapshot"] = (await c.call_tool("snapshot", {})).structured_content
+        out["falsify"] = (
+            await c.call_tool("falsify", {"item_id": oid, "reason": "she switched"})
+        ).structured_content
+        out["dry"] = (await c.call_tool("cascade", {"item_id": oid})).structured_content
+        out["applied"] = (
+            await c.call_tool("cascade", {"item_id": oid, "apply": True})
+        ).structured_content
+        out["verify"] = (await c.call_tool("verify", {})).structured_content
+        root = await c.read_resource("memroot://root/latest")
+        out["root"] = json.loads(root.contents[0].text)
+        cp = await c.read_resource("memroot://checkpoint")
+        out["checkpoint"] = cp.contents[0].text
+        return out
+
+    out = _run(tmp_path, session)
+    assert set(out["tools"]) == TOOLS
+    for t in out["tools"].values():
+        assert t.input_schema["type"] == "object" and t.description
+    assert out["tools"]["cascade"].input_schema["properties"]["apply"]["default"] is False
+    assert "actor" not in json.dumps([t.input_schema for t in out["tools"].values()])
+    assert [r["value"] for r in out["recall"]["results"]] == ["Alice takes tea"]
+    assert out["recall"]["run_id"].startswith("mcp-")
+    assert out["why"]["evidence"][0]["content"] == "I take tea"
+    assert [r["run_id"] for r in out["why"]["read_by"]] == [out["recall"]["run_id"]]
+    assert out["falsify"]["state"] == "falsified"
+    assert out["dry"]["dry_run"] is True and out["applied"]["dry_run"] is False
+    assert out["verify"]["ok"] is True
+    assert out["root"]["memory_root"] == out["snapshot"]["memory_root"]
+    assert out["checkpoint"].count("\n") >= 4
+    with memroot.open(tmp_path / "mcp.ledger") as mem:
+        types = [e.type for e in mem.ledger.entries()]
+        assert types.count("CASCADE") == 1  # the dry run wrote nothing
+        ops = [e for e in mem.ledger.entries() if e.kind.value == "op" and e.type == "ASSERT"]
+        assert ops[0].body["actor_id"] == "agent-7" and ops[0].body["namespace_id"] == "alice"
+        receipts = [e for e in mem.ledger.entries() if e.type == "READ_RECEIPT"]
+        assert len(receipts) == 1  # recall keeps a receipt by default
+        assert receipts[0].body["payload"]["objects"][0]["id"] == oid_of(out)
+
+
+def oid_of(out: dict[str, Any]) -> str:
+    return str(out["made"]["object_id"])
+
+
+def test_errors_are_tool_errors_and_write_nothing(tmp_path: Path) -> None:
+    """Bad input comes back as an is_error result naming the problem; the server keeps going."""
+
+    async def session(c: Any) -> list[Any]:
+        return [
+            await c.call_tool("falsify", {"item_id": "nope", "reason": "x"}),
+            await c.call_tool("remember", {"value": "x", "evidence": ["not-a-uuid"]}),
+            await c.call_tool("recall", {"mode": "EVERYTHING"}),
+            await c.call_tool("recall", {"receipt": False}),
+        ]
+
+    bad_id, bad_evidence, bad_mode, ok = _run(tmp_path, session)
+    assert bad_id.is_error and "not an item id" in bad_id.content[0].text
+    assert bad_evidence.is_error and "evidence" in bad_evidence.content[0].text
+    assert bad_mode.is_error
+    assert not ok.is_error
+    with memroot.open(tmp_path / "mcp.ledger") as mem:
+        assert mem.ledger.size() == 1  # the genesis only
+
+
+def test_actor_cannot_be_chosen_by_a_client(tmp_path: Path) -> None:
+    """An actor or namespace passed in a tool call is not used: entries carry the server's."""
+
+    async def session(c: Any) -> Any:
+        return await c.call_tool(
+            "remember", {"value": "x", "actor_id": "root", "namespace_id": "bob", "actor": "r"}
+        )
+
+    result = _run(tmp_path, session)
+    assert not result.is_error
+    with memroot.open(tmp_path / "mcp.ledger") as mem:
+        bodies = [e.body for e in mem.ledger.entries(1)]
+        assert {b["actor_id"] for b in bodies} == {"agent-7"}
+        assert {b["namespace_id"] for b in bodies} == {"alice"}
+
+
+def test_branches_over_mcp(tmp_path: Path) -> None:
+    """branch_create forks; branch_merge brings a branch object into main."""
+    with memroot.open(tmp_path / "mcp.ledger", actor="agent-7", namespace="alice") as mem:
+        b = mem.fork("plan", branch_type="PLANNING", expiry_days=2)
+        ev = mem.record(content="plan B", branch=b)
+        obj = mem.remember("plan B", evidence=[ev.id], branch=b)
+
+    async def session(c: Any) -> list[Any]:
+        made = await c.call_tool("branch_create", {"purpose": "what if", "expiry_days": 1})
+        merged = await c.call_tool("branch_merge", {"branch": b, "objects": [obj.id]})
+        return [made.structured_content, merged.structured_content]
+
+    made, merged = _run(tmp_path, session)
+    assert made["branch_id"].startswith("simu-")
+    assert merged["items"][0]["outcome"] == "IMPORTED"
