@@ -52,8 +52,8 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 import apsw
 
 from memroot.ledger import encoding
-from memroot.ledger.entries import Entry
-from memroot.ledger.errors import StorageError
+from memroot.ledger.entries import CANONICAL_BRANCH, Entry
+from memroot.ledger.errors import NotFoundError, StorageError
 from memroot.ledger.hashing import domain_hash
 from memroot.ledger.vocab import LifecycleState, OpType
 from memroot.projections.epistemic import check_transition
@@ -77,7 +77,9 @@ __all__ = [
     "Step",
     "gated_digest",
     "gated_rows",
+    "object_at",
     "on_event",
+    "path_as_of",
     "run",
 ]
 
@@ -808,6 +810,43 @@ def run(eng: Engine, handler: Callable[[Engine, Op], None], op: Op) -> None:
                 None if had else _S.of(old).to_json(),
             ),
         )
+
+
+# -- a past read at an anchor (verifying read receipts) -------------------------------------------
+
+
+def path_as_of(db: apsw.Connection, view: View, anchor: str) -> set[str]:
+    """Return the anchor's ancestor path (anchor included) over the events ``view`` holds.
+
+    With a view bounded at entry ``S`` this is the path a read right after ``S`` walked:
+    events recorded later are not on it. Empty when the view does not hold the anchor.
+    """
+    walk = _Down(db, view, [anchor])
+    while walk.frontier:
+        walk._step()
+    return walk.seen
+
+
+def object_at(
+    db: apsw.Connection,
+    object_id: str,
+    anchor: str,
+    *,
+    branch: str = CANONICAL_BRANCH,
+    as_of: int | None = None,
+) -> MemoryObject | None:
+    """Return the object as a read at ``anchor`` right after entry ``as_of`` returned it.
+
+    None when it was not visible there (or did not exist then).
+    """
+    from memroot.projections.query import get_object  # query imports this module
+
+    view = view_of(db, branch, as_of)
+    try:
+        obj = get_object(db, object_id, as_of=as_of, branch=branch)
+    except NotFoundError:
+        return None
+    return AnchorState(db, view, path_as_of(db, view, anchor)).explain(obj)[1]
 
 
 # -- digest (step 9, rebuild) ---------------------------------------------------------------------

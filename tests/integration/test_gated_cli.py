@@ -85,3 +85,22 @@ def test_edit_then_switch_back_through_the_cli(tmp_path: Path):
     assert rebuilt["identical"] is True and rebuilt["gated"]["main"]["digest_after"]
     bad = CliRunner().invoke(cli, ["-l", str(path), "why", f1, "--anchor", "nope"])
     assert bad.exit_code != 0 and "anchor" in bad.output + bad.stderr
+
+
+def test_a_read_receipt_of_an_anchored_recall_verifies(tmp_path: Path):
+    """The receipt names each object's version and state at the anchor; step 9 checks those."""
+    import memroot
+
+    m = memroot.open(tmp_path / "r.ledger")
+    try:
+        root = m.record(content="hi").id
+        a = m.record(content="Chengdu", parent=root).id
+        b = m.record(content="Hangzhou", parent=root).id
+        f1 = m.remember("moving to Chengdu", evidence=[a]).id
+        f2 = m.remember("moving to Hangzhou", evidence=[b]).id
+        m.record(json.loads(op("SUPERSEDE", {"new_object_id": f2, "reason": "edited"}, f1)))
+        got = m.recall(anchor=a, receipt="run-1")
+        assert [(r.object.id, r.object.version) for r in got] == [(f1, 1)]
+        assert not [str(f) for f in m.verify().findings]
+    finally:
+        m.close()
