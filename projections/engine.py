@@ -148,8 +148,12 @@ class Engine:
                         f"{entry.type} in branch {entry.branch!r}: a branch inherits namespace "
                         "policy from its parent at the fork; change policy in main",
                     )
-                # Lifecycle changes are gated by their provenance (projections.gated).
-                gated.run(self, handler, Op.from_entry(entry))
+                op = Op.from_entry(entry)
+                if entry.type in gated.GATED_OPS:
+                    # Lifecycle changes are gated by their provenance (projections.gated).
+                    gated.run(self, handler, op)
+                else:
+                    handler(self, op)
         elif entry.kind is Kind.GENESIS and entry.branch != CANONICAL_BRANCH:
             fork = fork_from_genesis(entry.branch, entry.body)
             if fork is None:
