@@ -7,8 +7,9 @@ then one fact ``O`` and ``--dependents`` SUMMARY objects that each summarise ``O
 (an ASSERT and a SUMMARY_CREATED each). It falsifies ``O`` and measures, in a freshly opened
 ledger as ``memroot`` runs:
 
-- ``plan``: ``Falsifier.plan`` (what ``memroot cascade --dry-run`` computes): the walk over
-  every dependent, writing nothing;
+- ``plan``: ``Falsifier.plan`` (the walk of ``memroot cascade --dry-run``, which also
+  computes the re-snapshots, as ``apply`` does): the walk over every dependent, writing
+  nothing;
 - ``apply``: ``Falsifier.cascade``: the plan, the re-snapshots of the affected roots without
   ``O`` (a fold of the branch up to the last affected root), the one CASCADE entry, its
   validation by the hook, the states of every touched item (and the memory model's object

@@ -70,7 +70,11 @@ def branch() -> None:
     default="ARCHIVE_BRANCH",
     show_default=True,
 )
-@click.option("--max-events", type=click.IntRange(min=1), help="Close the branch past N events.")
+@click.option(
+    "--max-events",
+    type=click.IntRange(min=1),
+    help="Refuse appends past N entries after the branch genesis (gc closes one over it).",
+)
 @click.option("--actor", default="cli", show_default=True, help="Who creates it.")
 @click.option(
     "--actor-type", type=click.Choice(_ACTOR_TYPES), default="HUMAN_USER", show_default=True

@@ -6,9 +6,15 @@ from pathlib import Path
 
 import click
 
-from memroot.cli.commands import open_ledger, print_report
+from memroot.cli.commands import (
+    open_ledger,
+    open_reader,
+    print_report,
+    strict_option,
+    witness_options,
+)
 from memroot.cli.main import Context, cli, emit, pass_ctx, progress_bar
-from memroot.ledger.audit import audit_bundle, open_bundle
+from memroot.ledger.audit import TilesSource, WitnessPolicy, audit_bundle, audit_tiles, open_bundle
 from memroot.ledger.bundle import export_bundle
 from memroot.ledger.bundle_import import import_bundle
 from memroot.ledger.errors import DecodeError, NotFoundError
@@ -30,22 +36,33 @@ _TRUSTED_HELP = (
     is_flag=True,
     help="Do not sign a fresh checkpoint first (entries after the newest one stay unsigned).",
 )
+@strict_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
-def export_cmd(ctx: Context, out: Path, no_sign: bool, as_json: bool) -> None:
+def export_cmd(ctx: Context, out: Path, no_sign: bool, no_strict: bool, as_json: bool) -> None:
     """Write an auditor's bundle: entries, content, checkpoints, keys and a manifest.
 
     OUT is a new directory; it appears only once complete. Hand it to an auditor with the
-    verifier key (`memroot vkey`); they check it with `memroot audit OUT --vkey KEY`.
+    verifier key (`memroot vkey`); they check it with `memroot audit OUT --vkey KEY`. Every
+    entry and content is checked against the signed checkpoints before anything is written
+    (strict read), all from one read transaction.
 
     Example: memroot -l agent.ledger export audit-2026-05 --json
     """
     from memroot.cli import hooks
 
-    with open_ledger(ctx) as ledger:
-        manifest = export_bundle(
-            ledger, out, sections=hooks.bundle_sections(ledger), sign=not no_sign
-        )
+    with open_reader(ctx, no_strict) as ledger:
+        if not no_sign:
+            for b in ledger.store.branches():
+                head = ledger.head_checkpoint(b.name)
+                if head is None or head.checkpoint.size != b.size:
+                    ledger.checkpoint(b.name)  # a ledger written before every append was sealed
+        with ledger.store.read():
+            if ledger.strict:
+                ledger.check_all()
+            manifest = export_bundle(
+                ledger, out, sections=hooks.bundle_sections(ledger), sign=False
+            )
     data = {
         "bundle": str(out),
         "origin": manifest.origin,
@@ -66,7 +83,7 @@ def export_cmd(ctx: Context, out: Path, no_sign: bool, as_json: bool) -> None:
 
 
 @cli.command("audit")
-@click.argument("bundle", type=click.Path(path_type=Path))
+@click.argument("bundle", type=click.Path(path_type=Path), required=False)
 @click.option(
     "--vkey",
     "vkeys",
@@ -76,24 +93,54 @@ def export_cmd(ctx: Context, out: Path, no_sign: bool, as_json: bool) -> None:
 )
 @click.option("--trusted", "trusted_path", type=click.Path(path_type=Path), help=_TRUSTED_HELP)
 @click.option("--no-update", is_flag=True, help="Do not record the newest checkpoint as trusted.")
+@click.option(
+    "--tiles",
+    "tiles_dir",
+    type=click.Path(path_type=Path),
+    help="Audit a C2SP tlog-tiles directory (`memroot publish`) instead of a bundle.",
+)
+@witness_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def audit_cmd(
-    bundle: Path,
+    bundle: Path | None,
     vkeys: tuple[str, ...],
     trusted_path: Path | None,
     no_update: bool,
+    tiles_dir: Path | None,
+    witness_vkeys: tuple[str, ...],
+    quorum: int | None,
+    witnesses: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Verify an auditor's bundle offline (every step, no ledger file); exit 1 on a violation.
 
     Needs no ledger (-l is ignored). The report lists what was checked and every violation
-    with its branch, entry and step.
+    with its branch, entry and step. With --tiles DIR it audits a published tiles directory
+    read back from its files alone (entries, roots, signatures; no content).
 
     Example: memroot audit audit-2026-05 --vkey "$(cat agent.vkey)"
+    Example: memroot audit --tiles /srv/www/log --vkey "$(cat agent.vkey)" --witness-vkey W
     """
     from memroot.cli import hooks
 
-    trusted = TrustedState(trusted_path or default_trusted_path())
+    trusted: TrustedState | None = TrustedState(trusted_path or default_trusted_path())
+    policy = WitnessPolicy.from_options(witness_vkeys, quorum, witnesses)
+    wnotes: list[str] = []
+    if (bundle is None) == (tiles_dir is None):
+        raise click.UsageError("give a BUNDLE directory or --tiles DIR (one of them)")
+    if tiles_dir is not None:
+        source = TilesSource(tiles_dir)
+        origin = str(source.meta("origin"))
+        if policy is not None:
+            trusted = policy.trusted(trusted, source, origin, vkeys, wnotes)
+        report = audit_tiles(source, vkeys=vkeys, trusted=trusted, update_trusted=not no_update)
+        if policy is not None:
+            policy.check(report, source, origin, wnotes)
+        print_report(report, as_json)
+        if not report.ok:
+            raise click.exceptions.Exit(1)
+        return
+    assert bundle is not None
     if not bundle.is_dir():
         raise NotFoundError(f"no bundle directory at {bundle}")
     try:
@@ -102,6 +149,8 @@ def audit_cmd(
         # A bundle whose manifest is unreadable fails step 1: report it like any violation.
         report = audit_bundle(bundle, vkeys=vkeys, trusted=trusted, update_trusted=False)
     else:
+        if policy is not None:
+            trusted = policy.trusted(trusted, reader, reader.manifest.origin, vkeys, wnotes)
         total = sum(b.size for b in reader.manifest.branches)
         for update in progress_bar(total, "auditing"):
             report = audit_bundle(
@@ -112,6 +161,8 @@ def audit_cmd(
                 progress=update,
                 update_trusted=not no_update,
             )
+        if policy is not None:
+            policy.check(report, reader, reader.manifest.origin, wnotes)
     facts = report.trusted.get("bundle")
     if facts and not as_json:
         click.echo(f"bundle {facts['path']}: log {facts['origin']} (ledger {facts['ledger_id']})")

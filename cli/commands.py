@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import datetime as dt
 import json
+import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -14,13 +17,16 @@ from typing import Any, BinaryIO
 import click
 
 from memroot.cli.main import Context, branch_option, cli, emit, pass_ctx, progress_bar
+from memroot.ledger.audit import WitnessPolicy
 from memroot.ledger.entries import Entry, EventInput, OpInput, check_uuid, new_uuid, parse_input
 from memroot.ledger.errors import DecodeError, NotFoundError, RefusedError, ValidationError
 from memroot.ledger.ledger import Appended, Ledger
+from memroot.ledger.store import Store
+from memroot.ledger.strict import relaxed
 from memroot.ledger.trust import TrustedState, default_trusted_path
 from memroot.ledger.verify import STEPS, AuditReport, Finding, verify_path
 
-__all__ = ["jsonable", "open_ledger"]
+__all__ = ["jsonable", "open_ledger", "open_reader", "strict_option", "witness_options"]
 
 IMPORT_BATCH = 1000
 MAX_JSON_LINE = 32 * 1024 * 1024
@@ -33,6 +39,42 @@ def open_ledger(ctx: Context) -> Ledger:
     return Ledger.open(ctx.path(), hooks=hooks.default_hooks())
 
 
+strict_option = click.option(
+    "--no-strict",
+    "no_strict",
+    is_flag=True,
+    help="Forensics: print entries and content without checking them against the signed "
+    "checkpoints first (a warning says so on stderr).",
+)
+"""``--no-strict`` on every command that prints ledger data (strict reads are the default)."""
+
+
+def open_reader(ctx: Context, no_strict: bool) -> Ledger:
+    """Open the ledger for a read command: strict unless ``--no-strict``, never writing.
+
+    Strict reads check the stored head against the newest signed checkpoint and against the
+    trusted state (``$MEMROOT_TRUSTED``, when that file exists; it is never updated here),
+    then every entry and content before it is printed. The file is opened read-only when
+    the command cannot need to write (so it works on read-only media too); a ledger whose
+    derived memory state must catch up is opened read-write for that alone.
+
+    Raises:
+        IntegrityError: the head does not agree with its signed checkpoint (exit 1).
+        StorageError: not a ledger (an empty or foreign file is left untouched).
+    """
+    if no_strict:
+        click.echo(
+            "warning: --no-strict: entries and content are NOT checked against the signed "
+            "checkpoints (forensics only)",
+            err=True,
+        )
+    path = ctx.path()
+    trusted_path = default_trusted_path()
+    trusted = TrustedState(trusted_path) if not no_strict and trusted_path.exists() else None
+    writable = os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
+    return Ledger.open(path, readonly=not writable, strict=not no_strict, trusted=trusted)
+
+
 def _sign_pending(ledger: Ledger, branch: str) -> None:
     """Sign the checkpoint owed by an automatic snapshot, now that the append committed.
 
@@ -41,6 +83,29 @@ def _sign_pending(ledger: Ledger, branch: str) -> None:
     from memroot.memory_root import Roots
 
     Roots(ledger).sign_pending(branch)
+
+
+def witness_options(f: Any) -> Any:
+    """Add ``--witness-vkey``, ``--quorum`` and ``--witness`` (shared by verify and audit)."""
+    f = click.option(
+        "--witness",
+        "witnesses",
+        multiple=True,
+        metavar="URL",
+        help="Ask this witness for its newest cosigned checkpoint (repeatable): an older "
+        "copy is caught with no local state (step 10). Needs --witness-vkey.",
+    )(f)
+    f = click.option(
+        "--quorum",
+        type=click.IntRange(min=1),
+        help="Cosignatures required on the newest checkpoint (default 1).",
+    )(f)
+    return click.option(
+        "--witness-vkey",
+        "witness_vkeys",
+        multiple=True,
+        help="Require cosignatures by this witness key (repeatable; step 6).",
+    )(f)
 
 
 def jsonable(value: Any) -> Any:
@@ -328,6 +393,7 @@ def _entry_summary(e: Entry) -> dict[str, Any]:
     help="Only entries of this type (EVENT, ASSERT, ...; repeatable).",
 )
 @branch_option
+@strict_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
 def log(
@@ -337,32 +403,35 @@ def log(
     tail: int | None,
     types: tuple[str, ...],
     branch: str,
+    no_strict: bool,
     as_json: bool,
 ) -> None:
     """List entries: seq, entry hash, time, type, id.
 
     --type keeps entries of the given types (up to --limit of them from --start, or the
-    last --tail of them).
+    last --tail of them). Every entry read is first proven in the newest signed checkpoint
+    (strict read); a tampered ledger prints nothing and exits 1.
 
     Example: memroot -l agent.ledger log --tail 20 --type ASSERT --type FALSIFY
     """
     wanted = {t.upper() for t in types}
-    with open_ledger(ctx) as ledger:
+    with open_reader(ctx, no_strict) as ledger, ledger.store.read():
+        # Each entry read is checked in full, its content too, before anything is printed.
         size = ledger.size(branch)
         if tail is not None and not wanted:
-            found = list(ledger.entries(max(0, size - tail), size, branch))
+            found = [r.entry for r in ledger.read_range(max(0, size - tail), size, branch)]
         elif tail is not None:
-            kept = [e for e in ledger.entries(0, size, branch) if e.type in wanted]
+            kept = [r.entry for r in ledger.read_range(0, size, branch) if r.entry.type in wanted]
             found = kept[-tail:]
         elif wanted:
             found = []
-            for e in ledger.entries(start, size, branch):
-                if e.type in wanted:
-                    found.append(e)
+            for r in ledger.read_range(start, size, branch):
+                if r.entry.type in wanted:
+                    found.append(r.entry)
                     if len(found) >= limit:
                         break
         else:
-            found = list(ledger.entries(start, start + limit, branch))
+            found = [r.entry for r in ledger.read_range(start, start + limit, branch)]
         rows = [_entry_summary(e) for e in found]
     emit(
         rows,
@@ -398,19 +467,22 @@ def _find_entry(ledger: Ledger, ref: str, branch: str) -> tuple[str, int]:
 @cli.command()
 @click.argument("entry", metavar="SEQ|ID")
 @branch_option
+@strict_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
-def show(ctx: Context, entry: str, branch: str, as_json: bool) -> None:
+def show(ctx: Context, entry: str, branch: str, no_strict: bool, as_json: bool) -> None:
     """Show one entry in full: header, body, hash, exact CBOR bytes and content.
 
-    The entry is a seq on --branch, or the id of an event or operation (any branch).
+    The entry is a seq on --branch, or the id of an event or operation (any branch). It is
+    proven in the newest signed checkpoint and its content checked against its commitment
+    first (strict read); a tampered entry prints nothing and exits 1.
 
     Example: memroot -l agent.ledger show 3 --json
     """
-    with open_ledger(ctx) as ledger:
+    with open_reader(ctx, no_strict) as ledger, ledger.store.read():
         branch, seq = _find_entry(ledger, entry, branch)
-        row = ledger.store.entry_row(ledger.branch_row(branch).no, seq)
-        e = Entry.from_bytes(row.data)
+        row = ledger.read(seq, branch)
+        e = row.entry
         data: dict[str, Any] = {
             **_entry_summary(e),
             "v": e.v,
@@ -419,7 +491,7 @@ def show(ctx: Context, entry: str, branch: str, as_json: bool) -> None:
             "entry_cbor": base64.b64encode(e.raw).decode(),
         }
         if e.kind.value == "event":
-            data["content"] = None if row.content is None else bytes(row.content).decode()
+            data["content"] = row.content
             data["erased_by"] = row.erased_by
     emit(data, as_json, lambda: click.echo(json.dumps(data, indent=2, sort_keys=True)))
 
@@ -561,6 +633,7 @@ def print_report(report: AuditReport, as_json: bool) -> None:
     "--anchor",
     help="Also prove the conversation path (every ancestor event) of this event.",
 )
+@witness_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
 def verify_cmd(
@@ -571,6 +644,9 @@ def verify_cmd(
     origin: str | None,
     branch: str | None,
     anchor: str | None,
+    witness_vkeys: tuple[str, ...],
+    quorum: int | None,
+    witnesses: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Run every auditor step on the ledger; exit 1 on any violation.
@@ -581,20 +657,64 @@ def verify_cmd(
 
     Example: memroot -l agent.ledger verify --trusted ~/.memroot-trusted.json
     """
+    trusted = TrustedState(trusted_path or default_trusted_path())
+    policy = WitnessPolicy.from_options(witness_vkeys, quorum, witnesses)
+    # One state of the file for the whole run: every step and every layer's check reads a
+    # copy taken in one read transaction, so appends committed meanwhile never show up as
+    # findings. Read-only and without hooks: verifying never writes to the audited file.
+    with relaxed(), snapshot_of(ctx.path()) as path:
+        report = _verify_snapshot(path, trusted, vkeys, no_update, origin, branch, policy)
+        path_ok = True
+        if anchor is not None:
+            path_ok = _verify_anchor(path, anchor, vkeys, report)
+    print_report(report, as_json)
+    if not report.ok or not path_ok:
+        raise click.exceptions.Exit(1)
+
+
+@contextlib.contextmanager
+def snapshot_of(path: Path) -> Iterator[Path]:
+    """Yield a private copy of the ledger at ``path`` as one read transaction saw it.
+
+    Raises:
+        StorageError: if the ledger cannot be opened or copied; IntegrityError if corrupt.
+    """
+    with tempfile.TemporaryDirectory(prefix="memroot-verify-") as tmp:
+        copy = Path(tmp) / "ledger.db"
+        store = Store(path, readonly=True)
+        try:
+            store.copy_snapshot(copy)
+        finally:
+            store.close()
+        yield copy
+
+
+def _verify_snapshot(
+    path: Path,
+    trusted: TrustedState,
+    vkeys: tuple[str, ...],
+    no_update: bool,
+    origin: str | None,
+    branch: str | None,
+    policy: WitnessPolicy | None,
+) -> AuditReport:
     from memroot.cli import hooks
 
-    trusted = TrustedState(trusted_path or default_trusted_path())
-    path = ctx.path()
-    # Read-only and without hooks: verifying never writes to the audited file.
-    with Ledger.open(path, readonly=True) as ledger:
+    wnotes: list[str] = []
+    trusted_state: TrustedState | None = trusted
+    with Ledger.open(path, readonly=True, strict=False) as ledger:
         if branch is not None:
             ledger.store.branch(branch)  # NotFoundError names a branch that does not exist
         total = sum(b.size for b in ledger.store.branches())
         checks = hooks.replay_checks(ledger, restricted=branch is not None)
+        if policy is not None:
+            trusted_state = policy.trusted(
+                trusted, ledger.store, origin or ledger.origin, vkeys, wnotes
+            )
     for update in progress_bar(total, "verifying"):
         report = verify_path(
             path,
-            trusted=trusted,
+            trusted=trusted_state,
             vkeys=vkeys,
             checks=checks,
             progress=update,
@@ -602,12 +722,10 @@ def verify_cmd(
             origin=origin,
             branch=branch,
         )
-    path_ok = True
-    if anchor is not None:
-        path_ok = _verify_anchor(path, anchor, vkeys, report)
-    print_report(report, as_json)
-    if not report.ok or not path_ok:
-        raise click.exceptions.Exit(1)
+    if policy is not None:
+        with Ledger.open(path, readonly=True, strict=False) as ledger:
+            policy.check(report, ledger.store, origin or ledger.origin, wnotes)
+    return report
 
 
 def _verify_anchor(path: Path, anchor: str, vkeys: tuple[str, ...], report: AuditReport) -> bool:

@@ -168,6 +168,20 @@ def mark_stale_cmd(
 
 @cli.command("restore")
 @_state_options
+@click.option(
+    "--cascade",
+    "undo_cascade",
+    is_flag=True,
+    help="Also undo the staleness the cascades from ID set, within --max-depth.",
+)
+@click.option(
+    "--max-depth",
+    type=click.IntRange(min=0),
+    default=3,
+    show_default=True,
+    help="With --cascade: deepest level made live again (>= 1); deeper items stay stale.",
+)
+@click.option("--dry-run", is_flag=True, help="With --cascade: print the plan, write nothing.")
 @pass_ctx
 def restore_cmd(
     ctx: Context,
@@ -179,17 +193,77 @@ def restore_cmd(
     namespace: str | None,
     branch: str,
     as_json: bool,
+    undo_cascade: bool,
+    max_depth: int,
+    dry_run: bool,
 ) -> None:
     """Restore a falsified or stale item to live (undo); refused for a live item.
 
-    Items a cascade marked stale stay stale: restore them one by one.
+    Items a cascade marked stale stay stale, unless you add --cascade: then the items the
+    cascades from ID marked stale (and nothing changed since) become live again up to
+    --max-depth, deeper ones stay stale, and the re-snapshots those cascades made of the
+    restored roots are withdrawn (stale), all listed in the one RESTORE entry.
     ID: an object UUID, a root or SelfModel hex (prefix ok), or ROOT:projection:key.
 
     Example: memroot -l L restore 0190f3c2-7c1d-7d4e-8a9b-1c2d3e4f5a6b --reason "withdrawn"
+    --cascade --max-depth 2
     """
-    _state_cmd(
-        ctx, "restore", item_id, reason, evidence, actor, actor_type, namespace, branch, as_json
-    )
+    if not undo_cascade:
+        if dry_run:
+            raise click.UsageError("--dry-run goes with --cascade")
+        _state_cmd(
+            ctx, "restore", item_id, reason, evidence, actor, actor_type, namespace, branch, as_json
+        )
+        return
+    with open_ledger(ctx) as ledger:
+        f = Falsifier(ledger)
+        if dry_run:
+            p = f.plan_restore(item_id, max_depth, branch=branch)
+            a = None
+        else:
+            done = f.restore_cascade(
+                item_id,
+                reason,
+                max_depth,
+                evidence,
+                actor=actor,
+                actor_type=actor_type,
+                branch=branch,
+                namespace=namespace,
+            )
+            p, a = done.plan, done.appended[0]
+        state = f.state(p.origin, branch)
+    data: dict[str, Any] = {
+        "type": p.origin.kind,
+        "id": p.origin.id,
+        "state": state,
+        "dry_run": a is None,
+        **p.payload(),
+        "beyond": [s.to_cbor() for s in p.beyond],
+    }
+    if a is not None:
+        data["entry"] = {"branch": a.branch, "seq": a.seq, "entry_hash": a.entry_hash.hex()}
+
+    def human() -> None:
+        verb = "would restore" if a is None else "restored"
+        click.echo(
+            f"{p.origin.kind} {p.origin.id} is {'still ' if a is None else 'now '}{state}; "
+            f"undo of its cascades within depth {p.max_depth} {verb} {len(p.restored)} item(s):"
+        )
+        for s in p.restored:
+            click.echo(f"  {s.depth:>3}  {s.item.kind:<14} {s.item.id}")
+        click.echo(f"left stale beyond the bound: {len(p.beyond)} item(s)")
+        for s in p.beyond:
+            click.echo(f"  {s.depth:>3}  {s.item.kind:<14} {s.item.id}")
+        click.echo(f"re-snapshots withdrawn (stale): {len(p.withdrawn)}")
+        for new, old in p.withdrawn:
+            click.echo(f"  {new[:16]} (replaced {old[:16]}, live again)")
+        if a is None:
+            click.echo("dry run: nothing was written")
+        else:
+            click.echo(f"RESTORE entry {a.seq} on {a.branch} ({a.entry_hash.hex()[:16]})")
+
+    emit(data, as_json, human)
 
 
 # -- cascade -------------------------------------------------------------------------------------
@@ -209,12 +283,12 @@ def _plan_json(p: Plan, applied: CascadeResult | None) -> dict[str, Any]:
         "roots_to_resnapshot": list(p.roots),
         "dry_run": applied is None,
     }
+    out["resnapshots"] = [
+        {**x.to_cbor(), "branch": x.branch, "high_water": x.preimage.high_water.seq}
+        for x in p.resnapshots
+    ]
     if applied is not None:
         a = applied.appended[0]
-        out["resnapshots"] = [
-            {**x.to_cbor(), "branch": x.branch, "high_water": x.preimage.high_water.seq}
-            for x in p.resnapshots
-        ]
         out["entry"] = {"branch": a.branch, "seq": a.seq, "entry_hash": a.entry_hash.hex()}
     return out
 
@@ -236,16 +310,13 @@ def _print_plan(p: Plan, applied: CascadeResult | None) -> None:
     click.echo(f"beyond the bound: {len(p.beyond)} item(s)")
     for c in p.beyond:
         click.echo(f"  {c.depth:>3}  {c.item.kind:<14} {c.item.id}  (cut by {c.bound})")
-    if applied is None:
-        click.echo(f"roots to re-snapshot without falsified inputs: {len(p.roots)}")
-        for root in p.roots:
-            click.echo(f"       {root}")
-        click.echo("dry run: nothing was written")
-        return
-    click.echo(f"re-snapshots: {len(p.resnapshots)}")
+    click.echo(f"roots to re-snapshot without falsified inputs: {len(p.roots)}")
     for x in p.resnapshots:
         parent = x.preimage.parent.hex()[:16] if x.preimage.parent else "-"
         click.echo(f"  {x.replaces[:16]} -> {x.root}  (parent {parent})")
+    if applied is None:
+        click.echo("dry run: nothing was written")
+        return
     a = applied.appended[0]
     click.echo(f"CASCADE entry {a.seq} on {a.branch} ({a.entry_hash.hex()[:16]})")
 
@@ -304,7 +375,7 @@ def cascade_cmd(
     with open_ledger(ctx) as ledger:
         f = Falsifier(ledger)
         if dry_run:
-            p = f.plan(item_id, max_depth, max_items, chosen, branch=branch)
+            p = f.plan(item_id, max_depth, max_items, chosen, branch=branch, resnapshots=True)
             applied = None
         else:
             applied = f.cascade(

@@ -22,6 +22,7 @@ __all__ = [
 def default_hooks() -> list[AppendHook]:
     """Return the append hooks every CLI command installs (derived state kept in step)."""
     from memroot.memory_root.branches import BranchRegistry
+    from memroot.memory_root.erasure import ErasureHook
     from memroot.memory_root.falsify import FalsifyHook
     from memroot.memory_root.hook import RootsHook
     from memroot.projections.anchors import ConversationTree
@@ -37,6 +38,9 @@ def default_hooks() -> list[AppendHook]:
         MemoryHook(),
         FalsifyHook(),
         RootsHook(),
+        # Last: a TOMBSTONE is folded by every layer before its consequences are appended
+        # on the other branches (memory_root.erasure).
+        ErasureHook(),
     ]
 
 
@@ -45,6 +49,7 @@ def replay_checks(ledger: Ledger, *, restricted: bool = False) -> list[ReplayChe
 
     ``restricted``: the audit covers some branches only (``verify --branch``).
     """
+    from memroot.memory_root.erasure import ErasureCheck
     from memroot.memory_root.falsify.replay import FalsifyReplayCheck
     from memroot.memory_root.replay import RootsReplayCheck
     from memroot.projections.replay import MemoryReplayCheck
@@ -55,6 +60,7 @@ def replay_checks(ledger: Ledger, *, restricted: bool = False) -> list[ReplayChe
         MemoryReplayCheck(ledger.path, restricted=restricted),
         FalsifyReplayCheck(ledger.path),
         ReceiptsCheck(ledger.path),
+        ErasureCheck(ledger.path, restricted=restricted),
     ]
 
 

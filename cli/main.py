@@ -20,10 +20,12 @@ from __future__ import annotations
 import base64
 import json
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import apsw
 import click
 from click.core import ParameterSource
 
@@ -193,12 +195,30 @@ class _Group(click.Group):
     group_class = LedgerGroup
 
     def invoke(self, ctx: click.Context) -> Any:
-        """Run the command; map ``MemrootError`` through ``_exit_code``."""
-        try:
-            return super().invoke(ctx)
-        except MemrootError as e:
-            click.echo(f"error: {e}", err=True)
-            ctx.exit(_exit_code(e))
+        """Run the command; map ``MemrootError`` through ``_exit_code``.
+
+        Witness and publication problems after a committed checkpoint are warnings (the
+        command succeeded; the checkpoint is queued for retry): printed on stderr.
+        """
+        from memroot.ledger.witness import WitnessWarning
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", WitnessWarning)
+            try:
+                return super().invoke(ctx)
+            except MemrootError as e:
+                click.echo(f"error: {e}", err=True)
+                ctx.exit(_exit_code(e))
+            except (apsw.CorruptError, apsw.NotADBError) as e:
+                # Pages that do not read back: the file's fault, an integrity finding (exit 1).
+                click.echo(f"error: the ledger file is a corrupt SQLite file: {e}", err=True)
+                ctx.exit(EXIT_INTEGRITY)
+            finally:
+                for w in caught:
+                    if issubclass(w.category, WitnessWarning):
+                        click.echo(f"warning: {w.message}", err=True)
+                    else:
+                        warnings.showwarning(w.message, w.category, w.filename, w.lineno)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -236,3 +256,4 @@ from memroot.cli import memory_cmds as _memory_cmds  # noqa: E402, F401
 from memroot.cli import receipts_cmd as _receipts_cmd  # noqa: E402, F401
 from memroot.cli import report_cmd as _report_cmd  # noqa: E402, F401
 from memroot.cli import root_cmds as _root_cmds  # noqa: E402, F401
+from memroot.cli import witness_cmds as _witness_cmds  # noqa: E402, F401

@@ -6,7 +6,7 @@ import datetime as dt
 
 import click
 
-from memroot.cli.commands import open_ledger
+from memroot.cli.commands import open_ledger, open_reader, strict_option
 from memroot.cli.main import Context, branch_option, cli, emit, pass_ctx
 from memroot.ledger.entries import check_uuid
 from memroot.ledger.errors import ValidationError
@@ -15,6 +15,7 @@ from memroot.projections import query as memq
 from memroot.projections.epistemic import RetrievalMode
 from memroot.projections.hook import sync
 from memroot.projections.replay import rebuild as rebuild_state
+from memroot.projections.strict_rows import check_objects
 from memroot.projections.why import why as why_object
 
 __all__ = ["query_cmd", "rebuild_cmd", "why_cmd"]
@@ -76,6 +77,7 @@ def _short(text: str, width: int = 70) -> str:
     metavar="NAME",
     help="Rank for this git branch (seed 003 score, base confidence x salience).",
 )
+@strict_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
 def query_cmd(
@@ -93,6 +95,7 @@ def query_cmd(
     branch: str,
     anchor: str | None,
     git_branch: str | None,
+    no_strict: bool,
     as_json: bool,
 ) -> None:
     """Retrieve memory objects, most recently changed first, with RFC-0003 flags and conflicts.
@@ -123,7 +126,7 @@ def query_cmd(
         anchor=anchor,
         git_branch=git_branch,
     )
-    with open_ledger(ctx) as ledger:
+    with open_reader(ctx, no_strict) as ledger:
         size = ledger.size(branch)
         if as_of is not None and as_of >= size:
             raise ValidationError(
@@ -131,7 +134,16 @@ def query_cmd(
             )
         sync(ledger)
         with ledger.store.read() as db:
+            if ledger.strict:
+                ledger.check_heads()
             results = memq.query(db, q)
+            served = [r.object for r in results]
+            if anchor is not None:
+                # At an anchor an object is served in the state its gated operations give
+                # there; what is checked is the stored version it was derived from (the gated
+                # bookkeeping itself is checked by verify step 9).
+                served = [memq.get_object(db, o.id, as_of=as_of, branch=branch) for o in served]
+            check_objects(ledger, served, branch)
 
     def human() -> None:
         for r in results:
@@ -159,9 +171,12 @@ def query_cmd(
     help="Also say how the object is at this conversation event: visible or not, its state, "
     "and which operations apply there and which do not, and why.",
 )
+@strict_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (hashes and proofs in hex).")
 @pass_ctx
-def why_cmd(ctx: Context, object_id: str, branch: str, anchor: str | None, as_json: bool) -> None:
+def why_cmd(
+    ctx: Context, object_id: str, branch: str, anchor: str | None, no_strict: bool, as_json: bool
+) -> None:
     """Show why memory holds an object: every operation and evidence event, each proven.
 
     Each entry comes with its seq, entry hash and an RFC 9162 inclusion proof against the
@@ -187,10 +202,12 @@ def why_cmd(ctx: Context, object_id: str, branch: str, anchor: str | None, as_js
         check_uuid(anchor, "--anchor")
     from memroot.receipts import readers
 
-    with open_ledger(ctx) as ledger:
-        w = why_object(ledger, object_id, branch=branch, anchor=anchor)
-        states = object_states(ledger, object_id)
-        read_by = readers(ledger, object_id)
+    with open_reader(ctx, no_strict) as ledger:
+        sync(ledger, branch)
+        with ledger.store.read():
+            w = why_object(ledger, object_id, branch=branch, anchor=anchor)
+            states = object_states(ledger, object_id)
+            read_by = readers(ledger, object_id)
     data = {**w.to_dict(), "states": states[0], "read_by": read_by}
 
     def human() -> None:
@@ -219,7 +236,7 @@ def why_cmd(ctx: Context, object_id: str, branch: str, anchor: str | None, as_js
         click.echo("evidence:")
         for ev in w.evidence:
             said = (
-                f"erased by entry {ev.erased_by}"
+                f"erased by entry {ev.erased_by} on {ev.branch}"
                 if ev.content is None
                 else repr(_short(ev.content, 80))
             )

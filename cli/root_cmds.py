@@ -39,6 +39,9 @@ def _record_json(r: RootRecord) -> dict[str, Any]:
         "seq": r.seq,
         "parent": None if r.parent is None else r.parent.hex(),
         "state": r.state,
+        "replaces": None if r.replaces is None else r.replaces.hex(),
+        "entry": "SNAPSHOT" if r.replaces is None else "CASCADE",
+        "entry_branch": r.branch if r.cascade_branch is None else r.cascade_branch,
         "v": r.v,
         "high_water": {
             "seq": hw.seq,
@@ -106,7 +109,10 @@ def _selfmodel_json(v: SelfModelView) -> dict[str, Any]:
 
 def _line(r: RootRecord) -> str:
     parent = r.parent.hex()[:16] if r.parent else "-"
-    return f"{r.seq}\t{r.root.hex()}\t{r.state}\thigh-water {r.high_water.seq}\tparent {parent}"
+    line = f"{r.seq}\t{r.root.hex()}\t{r.state}\thigh-water {r.high_water.seq}\tparent {parent}"
+    if r.replaces is not None:
+        line += f"\treplaces {r.replaces.hex()[:16]} (CASCADE entry {r.seq} on {r.cascade_branch})"
+    return line
 
 
 @cli.command()
@@ -158,7 +164,9 @@ def snapshot(ctx: Context, branch: str, anchor: str | None, as_json: bool) -> No
 def roots_cmd(ctx: Context, branch: str, anchor: str | None, as_json: bool) -> None:
     """List the branch's memory roots along the parent chain, newest first, with states.
 
-    Columns: SNAPSHOT seq, memory_root, state, high-water seq, parent (prefix). With
+    Columns: SNAPSHOT seq, memory_root, state, high-water seq, parent (prefix). A root a
+    cascade re-snapshotted is listed with its CASCADE seq and the root it replaces, which
+    follows it; the branch's next snapshot chains from the re-snapshot. With
     --anchor E: the roots of E's branch whose high-water covers E, the ones an agent reading
     at E can cite.
 

@@ -1,4 +1,4 @@
-"""The offline auditor: every verification step over an auditor's bundle, with no ledger file.
+"""The offline auditor: every verification step over a bundle or a tiles directory, no ledger.
 
 ``audit_bundle`` runs the same numbered steps as ``memroot.ledger.verify.audit`` (the step logic is
 shared: ``memroot.ledger.verify.audit_source``), reading a bundle directory
@@ -10,21 +10,69 @@ package when it is installed and a pure-Python BLAKE3 otherwise (the report says
 What a bundle cannot show, the report does not claim: a bundle has no stored caches (leaf
 hashes, tree nodes, content addresses), so step 5 recomputes the roots from the entry bytes
 and compares them with the signed checkpoints, and nothing else.
+
+``audit_tiles`` runs the same steps over a C2SP tlog-tiles directory written by
+``memroot publish`` (``memroot.ledger.tiles``), reading nothing but its files: the entries from
+the entry bundles, the leaf hashes from the level-0 tiles (each must be the hash of its entry),
+every upper tile against the level below, and every retained checkpoint's root computed
+from the tiles alone, as a tile client would. Tiles carry no event content, so step 4 is not
+checked there.
+
+``WitnessPolicy`` adds the witness checks of ``--witness-vkey``/``--quorum`` (step 6: the
+newest checkpoint carries a quorum of valid cosignatures) and ``--witness URL`` (step 10: the
+log is not older than, and agrees with, the newest checkpoint a witness cosigned; no local
+state needed) to any of the three sources.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from memroot.ledger.bundle import BundleReader
-from memroot.ledger.errors import MemrootError
-from memroot.ledger.hashing import BLAKE3_NATIVE
-from memroot.ledger.trust import TrustedState
-from memroot.ledger.verify import AuditReport, Finding, Progress, ReplayCheck, audit_source
+from memroot.ledger import merkle
+from memroot.ledger.bundle import BundleBranch, BundleReader, BundleRow
+from memroot.ledger.cosignature import WitnessKey
+from memroot.ledger.entries import CANONICAL_BRANCH, Entry
+from memroot.ledger.errors import (
+    DecodeError,
+    MemrootError,
+    NotFoundError,
+    RefusedError,
+    StorageError,
+)
+from memroot.ledger.hashing import BLAKE3_NATIVE, HASH_SIZE, node_hash
+from memroot.ledger.note import parse_checkpoint, split_note
+from memroot.ledger.tiles import (
+    CHECKPOINTS_DIR,
+    TILE_HEIGHT,
+    TILE_WIDTH,
+    TileReader,
+    split_bundle,
+    tile_path,
+)
+from memroot.ledger.trust import TrustedLog, TrustedState
+from memroot.ledger.verify import (
+    AuditReport,
+    BranchLike,
+    Finding,
+    Progress,
+    ReplayCheck,
+    RowLike,
+    audit_source,
+)
+from memroot.ledger.witness import CheckpointSource, check_cosignatures, witnessed_trust
 
-__all__ = ["audit_bundle", "open_bundle", "verify_bundle"]
+__all__ = [
+    "GenesisSource",
+    "TilesSource",
+    "WitnessPolicy",
+    "audit_bundle",
+    "audit_tiles",
+    "open_bundle",
+    "verify_bundle",
+]
 
 
 def open_bundle(path: Path) -> BundleReader:
@@ -109,3 +157,381 @@ def _bundle_facts(reader: BundleReader) -> dict[str, Any]:
         "sections": list(m.sections),
         "branches": {b.name: {"size": b.size, "root": b.root.hex()} for b in m.branches},
     }
+
+
+# --------------------------------------------------------------------------- tiles
+
+
+class TilesSource:
+    """A tlog-tiles directory (``memroot publish``) seen as a ``LedgerSource``.
+
+    One branch, ``main``: the log whose checkpoint is ``checkpoint``. Rows carry the entry
+    bytes from the entry bundles and, as their cached leaf hash, the level-0 tile hash (step 5
+    compares them). Checkpoints are the retained notes under ``memroot/checkpoints/`` plus
+    ``checkpoint``.
+    """
+
+    has_caches = False
+
+    def __init__(self, directory: Path) -> None:
+        """Open the directory (its ``checkpoint`` is read, not verified).
+
+        Raises:
+            NotFoundError: if there is no ``checkpoint`` file.
+            DecodeError: if it is not a checkpoint note.
+        """
+        self.directory = Path(directory)
+        try:
+            self.note = (self.directory / "checkpoint").read_text("utf-8")
+        except FileNotFoundError as e:
+            raise NotFoundError(f"no tiles directory at {self.directory} (no checkpoint)") from e
+        except (OSError, UnicodeDecodeError) as e:
+            raise DecodeError(f"cannot read {self.directory / 'checkpoint'}: {e}") from e
+        cp = parse_checkpoint(split_note(self.note)[0])
+        self.size = cp.size
+        self.root = bytes(cp.root)
+        self.reader = TileReader(self.directory, self.size)
+        head = self.reader.node(0, self.size - 1) if self.size else bytes(HASH_SIZE)
+        self._branch = BundleBranch(0, CANONICAL_BRANCH, self.size, head)
+        self._genesis: Entry | None = None
+
+    def branches(self) -> list[BundleBranch]:
+        """Return the one branch the directory publishes."""
+        return [self._branch]
+
+    def branch(self, name: str) -> BundleBranch:
+        """Return the branch (``NotFoundError`` for any other name)."""
+        if name != CANONICAL_BRANCH:
+            raise NotFoundError(f"the tiles directory publishes only {CANONICAL_BRANCH!r}")
+        return self._branch
+
+    def _bundle(self, index: int) -> list[bytes]:
+        full = self.size // TILE_WIDTH
+        width = TILE_WIDTH if index < full else self.size % TILE_WIDTH
+        rel = tile_path("entries", index, width)
+        try:
+            data = (self.directory / rel).read_bytes()
+        except FileNotFoundError as e:
+            raise NotFoundError(f"entry bundle {rel} is missing") from e
+        except OSError as e:
+            raise StorageError(f"cannot read {self.directory / rel}: {e.strerror}") from e
+        entries = split_bundle(data, rel)
+        if len(entries) != width:
+            raise DecodeError(f"entry bundle {rel} holds {len(entries)} entries, not {width}")
+        return entries
+
+    def iter_entry_rows(self, branch_no: int) -> Iterator[BundleRow]:
+        """Yield every entry, with its level-0 tile hash as the row's cached hash."""
+        for index in range((self.size + TILE_WIDTH - 1) // TILE_WIDTH):
+            hashes = self.reader.hashes(0, index)
+            for i, data in enumerate(self._bundle(index)):
+                yield BundleRow(index * TILE_WIDTH + i, data, hash=hashes[i])
+
+    def entry_row(self, branch_no: int, seq: int) -> BundleRow:
+        """Return one entry (``NotFoundError`` if outside the tree)."""
+        if not 0 <= seq < self.size:
+            raise NotFoundError(f"no entry {seq} in the tiles directory")
+        return BundleRow(seq, self._bundle(seq // TILE_WIDTH)[seq % TILE_WIDTH])
+
+    def checkpoints(self, branch_no: int) -> list[tuple[int, bytes, str]]:
+        """Return every published checkpoint ``(size, root, note)``, by size (unverified).
+
+        Raises:
+            DecodeError: if a note is malformed or filed under another size.
+        """
+        notes: dict[int, str] = {self.size: self.note}
+        base = self.directory / CHECKPOINTS_DIR
+        if base.is_dir():
+            for path in base.rglob("*"):
+                if not path.is_file() or path.name.startswith("."):
+                    continue
+                text = path.read_text("utf-8")
+                cp = parse_checkpoint(split_note(text)[0])
+                rel = "".join(p.lstrip("x") for p in path.relative_to(base).parts)
+                if not rel.isdigit() or int(rel) != cp.size:
+                    raise DecodeError(f"{path} holds the checkpoint of size {cp.size}")
+                # The top-level checkpoint wins at its size (it may carry newer cosignatures).
+                notes.setdefault(cp.size, text)
+        out = []
+        for size in sorted(notes):
+            cp = parse_checkpoint(split_note(notes[size])[0])
+            out.append((size, bytes(cp.root), notes[size]))
+        return out
+
+    def latest_checkpoint(self, branch_no: int) -> tuple[int, bytes, str] | None:
+        """Return the directory's ``checkpoint``."""
+        return (self.size, self.root, self.note)
+
+    def meta(self, key: str) -> Any:
+        """Return a genesis value (the directory serves no other copy of them)."""
+        if self._genesis is None:
+            try:
+                self._genesis = Entry.from_bytes(self.entry_row(0, 0).data)
+            except MemrootError:
+                return None
+        return self._genesis.body.get(key)
+
+    def read_nodes(self, branch_no: int, ids: Sequence[tuple[int, int]]) -> list[bytes]:
+        """Serve tree nodes from the tiles."""
+        return self.reader(ids)
+
+    def node_mismatches(
+        self, branch_no: int, nodes: Sequence[tuple[int, int, bytes]]
+    ) -> list[tuple[int, int, bytes, bytes | None]]:
+        """Never asked (``has_caches`` is False): the tiles are checked by ``audit_tiles``."""
+        return []
+
+    def event_index_mismatches(
+        self, branch_no: int, events: Sequence[tuple[str, int]]
+    ) -> list[tuple[str, int, int | None]]:
+        """Return no mismatches: tiles carry no event index."""
+        return []
+
+    def event_index_size(self) -> int:
+        """Return 0: tiles carry no event index."""
+        return 0
+
+
+def _check_tile_tree(source: TilesSource, report: AuditReport) -> None:
+    """(5): upper tiles hash their tiles below; tiles give every checkpoint's signed root."""
+    size = source.size
+    level = 1
+    while size >> (TILE_HEIGHT * level):
+        count = size >> (TILE_HEIGHT * level)  # complete subtrees of 256**level leaves
+        for i in range(count):
+            try:
+                below = source.reader.hashes(level - 1, i)
+                above = source.reader.node(TILE_HEIGHT * level, i)
+            except MemrootError as e:
+                report.add(Finding(5, f"tile level {level}: {e}", CANONICAL_BRANCH))
+                return
+            hs = below
+            while len(hs) > 1:
+                hs = [node_hash(hs[j], hs[j + 1]) for j in range(0, len(hs), 2)]
+            if hs[0] != above:
+                report.add(
+                    Finding(
+                        5,
+                        f"tile hash {i} at level {level} is not the root of tile {level - 1}/{i}",
+                        CANONICAL_BRANCH,
+                        ((i + 1) << (TILE_HEIGHT * level)) - 1,
+                        expected=hs[0].hex(),
+                        actual=above.hex(),
+                    )
+                )
+        level += 1
+    try:
+        stored = source.checkpoints(0)
+    except MemrootError as e:
+        report.add(Finding(6, f"the checkpoints cannot be read: {e}", CANONICAL_BRANCH))
+        return
+    for cp_size, root, _ in stored:
+        try:
+            got = merkle.tree_root(cp_size, TileReader(source.directory, cp_size))
+        except MemrootError as e:
+            report.add(
+                Finding(
+                    5,
+                    f"the tiles for checkpoint size {cp_size} cannot be read (a partial tile "
+                    f"of that size is missing?): {e}",
+                    CANONICAL_BRANCH,
+                    cp_size - 1 if cp_size else None,
+                )
+            )
+            continue
+        if got != root:
+            report.add(
+                Finding(
+                    5,
+                    f"the root computed from the tiles at size {cp_size} is not the signed one",
+                    CANONICAL_BRANCH,
+                    cp_size - 1 if cp_size else None,
+                    expected=root.hex(),
+                    actual=got.hex(),
+                )
+            )
+
+
+def audit_tiles(
+    directory: Path | TilesSource,
+    *,
+    vkeys: Sequence[str] = (),
+    trusted: TrustedState | None = None,
+    progress: Progress | None = None,
+    update_trusted: bool = True,
+) -> AuditReport:
+    """Run the auditor's steps over a tiles directory alone; never raises for bad data.
+
+    Steps 1-3, 5, 6 and 10 as for a ledger (keys: the given ``vkeys``, else the trusted state,
+    else the genesis published in the tiles, trust on first use); step 5 also checks the
+    tile pyramid and each retained checkpoint's root from the tiles. Step 4 is not checked:
+    tiles carry entries (with their content commitments) but no content.
+    """
+    try:
+        source = directory if isinstance(directory, TilesSource) else TilesSource(directory)
+    except MemrootError as e:
+        report = AuditReport()
+        report.steps_checked.add(1)
+        report.add(Finding(1, f"the tiles directory cannot be opened: {e}"))
+        return report
+    origin = source.meta("origin")
+    report = audit_source(
+        source,
+        origin=str(origin) if isinstance(origin, str) else "",
+        trusted=trusted,
+        vkeys=vkeys,
+        progress=progress,
+        update_trusted=update_trusted,
+    )
+    _check_tile_tree(source, report)
+    # (4) tiles publish no content: the commitments cannot be opened here.
+    report.findings = [f for f in report.findings if f.step != 4]
+    report.notes = [f for f in report.notes if f.step != 4]
+    report.steps_checked.discard(4)
+    report.add(Finding(4, "tiles carry no event content: step 4 is not checked", severity="note"))
+    report.trusted["tiles"] = {
+        "path": str(source.directory),
+        "size": source.size,
+        "root": source.root.hex(),
+    }
+    return report
+
+
+# --------------------------------------------------------------------------- witnesses
+
+
+class GenesisSource(Protocol):
+    """What the witness lookups read: the branches and the genesis (a store, bundle, tiles)."""
+
+    def branches(self) -> Sequence[BranchLike]:
+        """Return every branch."""
+
+    def branch(self, name: str) -> BranchLike:
+        """Return one branch by name."""
+
+    def entry_row(self, branch_no: int, seq: int) -> RowLike:
+        """Return one entry row."""
+
+
+class _WitnessedState(TrustedState):
+    """The verifier's trusted state, raised to the newest checkpoints witnesses cosigned.
+
+    ``get`` returns, per origin, whichever is larger: what the file remembers or what a
+    witness vouches for (so step 10 compares the log with it); writes go to the file.
+    """
+
+    def __init__(self, base: TrustedState | None, witnessed: dict[str, TrustedLog]) -> None:
+        self.path = base.path if base is not None else Path("/nonexistent/memroot-trusted")
+        self.logs = dict(base.logs) if base is not None else {}
+        self._base = base
+        self._witnessed = witnessed
+
+    def get(self, origin: str) -> TrustedLog | None:
+        """Return the larger of the remembered and the witnessed checkpoint of ``origin``."""
+        mine = self._base.get(origin) if self._base is not None else None
+        theirs = self._witnessed.get(origin)
+        if theirs is None or (mine is not None and mine.size >= theirs.size):
+            return mine
+        vkeys = mine.vkeys if mine is not None else theirs.vkeys
+        return TrustedLog(vkeys, theirs.size, theirs.root, theirs.note)
+
+    def put(self, origin: str, log: TrustedLog) -> None:
+        """Remember ``log`` in the file's state."""
+        if self._base is not None:
+            self._base.put(origin, log)
+
+    def save(self) -> None:
+        """Write the file's state."""
+        if self._base is not None:
+            self._base.save()
+
+
+@dataclass(frozen=True, slots=True)
+class WitnessPolicy:
+    """What the auditor asks of witnesses: keys, a quorum, and witnesses to ask directly."""
+
+    keys: tuple[WitnessKey, ...]
+    quorum: int
+    urls: tuple[str, ...]
+
+    @classmethod
+    def from_options(
+        cls, vkeys: Sequence[str], quorum: int | None, urls: Sequence[str]
+    ) -> WitnessPolicy | None:
+        """Build the policy of ``--witness-vkey``/``--quorum``/``--witness`` (None if unused).
+
+        Raises:
+            DecodeError: if a witness vkey is malformed.
+            RefusedError: if ``--witness`` or ``--quorum`` come without a witness key, or the
+                quorum is not between 1 and the number of keys.
+        """
+        if not vkeys:
+            if urls or quorum is not None:
+                raise RefusedError(
+                    "--witness and --quorum need --witness-vkey: a witness's answer counts "
+                    "only with a valid cosignature by a key you trust"
+                )
+            return None
+        keys = tuple(WitnessKey.from_vkey(v) for v in vkeys)
+        q = 1 if quorum is None else quorum
+        if not 1 <= q <= len(keys):
+            raise RefusedError(f"--quorum {q} must be between 1 and the {len(keys)} witness key(s)")
+        return cls(keys, q, tuple(urls))
+
+    def trusted(
+        self,
+        base: TrustedState | None,
+        source: GenesisSource,
+        origin: str,
+        vkeys: Sequence[str],
+        report_notes: list[str],
+    ) -> TrustedState | None:
+        """Ask every ``--witness`` for its newest cosigned checkpoints (one per branch origin).
+
+        Their sizes and roots become the trusted state step 10 checks against. The log's
+        signature on a witness's checkpoint is checked with ``vkeys``, else the keys the
+        trusted state remembers, else the source's genesis keys (trust on first use).
+
+        Raises:
+            StorageError: if a witness cannot be reached.
+            IntegrityError: if a witness's answer does not verify.
+        """
+        if not self.urls:
+            return base
+        names = [b.name for b in source.branches()]
+        origins = [origin if n == CANONICAL_BRANCH else f"{origin}/branch/{n}" for n in names]
+        log_keys = list(vkeys)
+        remembered = base.get(origin) if base is not None else None
+        if not log_keys and remembered is not None:
+            log_keys = list(remembered.vkeys)
+        if not log_keys:
+            log_keys = _genesis_vkeys(source)
+            report_notes.append(
+                "the witnesses' checkpoints were opened with the log's genesis keys "
+                "(trust on first use); pass --vkey to pin the log's key"
+            )
+        best, notes = witnessed_trust(self.urls, origins, log_keys, self.keys)
+        report_notes.extend(notes)
+        witnessed = {o: TrustedLog(tuple(log_keys), s, r, n) for o, (s, r, n, _) in best.items()}
+        for o, (s, _, _, url) in best.items():
+            report_notes.append(
+                f"{o} compared with witness {url}'s newest cosigned checkpoint (size {s})"
+            )
+        return _WitnessedState(base, witnessed)
+
+    def check(
+        self, report: AuditReport, source: CheckpointSource, origin: str, notes: Sequence[str]
+    ) -> None:
+        """Add the cosignature checks (step 6) and the witness notes to ``report``."""
+        check_cosignatures(source, origin, self.keys, self.quorum, report)
+        for text in notes:
+            report.add(Finding(10, text, severity="note"))
+
+
+def _genesis_vkeys(source: GenesisSource) -> list[str]:
+    try:
+        genesis = Entry.from_bytes(source.entry_row(source.branch(CANONICAL_BRANCH).no, 0).data)
+    except MemrootError:
+        return []
+    keys = genesis.body.get("keys", [])
+    return [str(k) for k in keys] if isinstance(keys, list) else []

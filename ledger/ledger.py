@@ -2,8 +2,13 @@
 
 A ``Ledger`` is one SQLite file (``Store``) plus its signing key file (``<ledger>.key``, mode
 0600). Every append, single or batch, is one write transaction that adds the entry rows, the
-completed Merkle nodes, the new chain head and whatever derived state the installed hooks keep
-(``AppendHook``), so a crash or a refused entry leaves nothing half-written.
+completed Merkle nodes, the new chain head, whatever derived state the installed hooks keep
+(``AppendHook``) and, right before it commits, a checkpoint of every branch it grew, signed
+with the ledger's key (the *seal*): a crash or a refused entry leaves nothing half-written,
+and no committed entry is ever without a signature. Appending therefore needs the key.
+
+Reads are strict by default (``memroot.ledger.strict``): every entry and content returned is
+checked against the newest signed checkpoint first; ``strict=False`` is for forensics.
 """
 
 from __future__ import annotations
@@ -60,9 +65,12 @@ from memroot.ledger.note import (
 )
 from memroot.ledger.signing import Ed25519Signer, Signer
 from memroot.ledger.store import BranchRow, Store, entry_key, node_key
+from memroot.ledger.strict import CheckedRow, SignedHead, StrictReader, default_strict
+from memroot.ledger.trust import TrustedState
 from memroot.ledger.vocab import ActorType, BranchType, OpType
 
 __all__ = [
+    "CHECKPOINT_KEEP_EVERY",
     "DEFAULT_SNAPSHOT_EVERY",
     "AppendHook",
     "Appended",
@@ -72,6 +80,12 @@ __all__ = [
 ]
 
 DEFAULT_SNAPSHOT_EVERY: Final = 1000
+CHECKPOINT_KEEP_EVERY: Final = 1000
+"""Retention: a head checkpoint whose tree crossed a multiple of this size is kept for good."""
+_TRANSIENT_META: Final = "transient_checkpoint/"
+"""Meta key prefix (+ branch no): the size of the branch's head checkpoint when the next seal
+may drop it (it is kept by no retention rule)."""
+_KEEP_TYPES: Final = frozenset({OpType.SNAPSHOT.value, OpType.KEY_ROTATE.value, "GENESIS"})
 SYSTEM_ACTOR: Final = "memroot"
 SYSTEM_NAMESPACE: Final = "system"
 POLICY_VERSION: Final = "memroot/1"
@@ -128,6 +142,15 @@ class _Genesis:
 
 
 @dataclass(slots=True)
+class _Seal:
+    """A branch grown by the open write transaction: what its seal must check and sign."""
+
+    start_size: int
+    start_root: bytes
+    keep: bool = False
+
+
+@dataclass(slots=True)
 class _Head:
     """In-memory right edge of one branch's tree, valid while the stored head matches."""
 
@@ -139,7 +162,14 @@ class Ledger:
     """An open memroot ledger. Use ``Ledger.init`` to create one and ``Ledger.open`` after."""
 
     def __init__(
-        self, store: Store, *, key_path: Path | None = None, hooks: Sequence[AppendHook] = ()
+        self,
+        store: Store,
+        *,
+        key_path: Path | None = None,
+        hooks: Sequence[AppendHook] = (),
+        strict: bool | None = None,
+        trusted: TrustedState | None = None,
+        vkeys: Sequence[str] = (),
     ) -> None:
         """Wrap an open store; prefer ``Ledger.open`` / ``Ledger.init``."""
         self.store = store
@@ -147,8 +177,13 @@ class Ledger:
         self.key_path = key_path or default_key_path(store.path)
         self.hooks = list(hooks)
         self._signer: Signer | None = None
+        self._key_checked: Signer | None = None  # the loaded key, once found to be ours
         self._heads: dict[str, _Head] = {}
+        self._txn: dict[str, _Seal] = {}
+        self._sealed: list[SignedHead] = []
+        self._publish_pending = False
         self._forking = False
+        self.strict = default_strict() if strict is None else strict
         self.ledger_id: str = str(store.meta("ledger_id"))
         self.origin: str = str(store.meta("origin"))
         cadence = store.meta("snapshot_every")
@@ -158,7 +193,11 @@ class Ledger:
                 f"{store.path} is not a memroot ledger or is damaged: snapshot_every is {cadence!r}"
             )
         self.snapshot_every: int = cadence
-        if self.hooks:
+        self._reader_checks = StrictReader(
+            store, self.origin, vkeys=tuple(vkeys), trusted=trusted, own_from=self._own_from
+        )
+        store.on_commit(self._seal, self._unseal, self._sealed_committed)
+        if self.hooks and not store.readonly:
             with store.write() as db:
                 for hook in self.hooks:
                     hook.install(db)
@@ -214,7 +253,7 @@ class Ledger:
             for suffix in ("-wal", "-shm"):
                 Path(f"{path}{suffix}").unlink(missing_ok=True)
             raise
-        ledger = cls(store, key_path=key_path, hooks=hooks)
+        ledger = cls(store, key_path=key_path, hooks=hooks, strict=False)
         ledger._signer = signer
         genesis = {
             "branch_type": BranchType.CANONICAL.value,
@@ -228,7 +267,7 @@ class Ledger:
             ledger._append_locked(
                 db, ledger._head(CANONICAL_BRANCH), [_Genesis(genesis, ledger_id)]
             )
-        ledger.checkpoint()
+        ledger.strict = default_strict()  # the genesis is sealed: reads can be checked now
         return ledger
 
     @classmethod
@@ -239,13 +278,36 @@ class Ledger:
         key_path: Path | None = None,
         hooks: Sequence[AppendHook] = (),
         readonly: bool = False,
+        strict: bool | None = None,
+        trusted: TrustedState | None = None,
+        vkeys: Sequence[str] = (),
     ) -> Ledger:
         """Open an existing ledger file.
 
+        ``strict`` (default True, see ``memroot.ledger.strict``) checks the canonical branch's
+        stored head against its newest signed checkpoint now, and every entry and content
+        read later; ``strict=False`` reads the file as it is (forensics). ``trusted`` (the
+        verifier's trusted state) and ``vkeys`` pick the keys and the remembered checkpoint
+        the head must agree with; without them the ledger's own genesis keys are used.
+        ``readonly`` never writes to the file (read-only media too; hooks are not installed).
+
         Raises:
             StorageError: if there is no ledger at ``path`` or it cannot be read.
+            IntegrityError: if ``strict`` and the head does not agree with a signed checkpoint
+                (or the trusted state), naming the step; or the file is a corrupt SQLite file.
         """
-        return cls(Store(Path(path), readonly=readonly), key_path=key_path, hooks=hooks)
+        store = Store(Path(path), readonly=readonly)
+        try:
+            ledger = cls(
+                store, key_path=key_path, hooks=hooks, strict=strict, trusted=trusted, vkeys=vkeys
+            )
+            if ledger.strict:
+                with store.read():
+                    ledger._reader_checks.check_head(CANONICAL_BRANCH)
+        except BaseException:
+            store.close()
+            raise
+        return ledger
 
     def close(self) -> None:
         """Close the underlying file."""
@@ -280,7 +342,10 @@ class Ledger:
 
     def genesis_vkeys(self) -> list[str]:
         """Return the verifier keys recorded in the canonical genesis and later KEY_ROTATEs."""
-        keys = [str(k) for k in self.genesis().body.get("keys", [])]
+        genesis = Entry.from_bytes(
+            self.store.entry_row(self.store.branch(CANONICAL_BRANCH).no, 0).data
+        )
+        keys = [str(k) for k in genesis.body.get("keys", [])]
         rotated = self.store.meta("rotated_vkeys")  # kept by ledger.keys.rotate_key
         if isinstance(rotated, str):
             keys += [str(k) for k in json.loads(rotated) if k not in keys]
@@ -289,6 +354,31 @@ class Ledger:
     def reload_key(self) -> None:
         """Forget the loaded signing key; the next signature reads the key file again."""
         self._signer = None
+        self._key_checked = None
+
+    def _require_key(self) -> Signer:
+        """Return the signing key, checked to be this ledger's, before anything is appended.
+
+        Raises:
+            KeyFileError: the key file is missing, unreadable or another ledger's: appending is
+                refused, since every append is sealed by a checkpoint signed with it.
+        """
+        try:
+            signer = self.signer
+        except KeyFileError as e:
+            raise KeyFileError(
+                f"appending to {self.path} needs its signing key (every append is sealed by a "
+                f"checkpoint signed in the same transaction), and {e}; nothing was written"
+            ) from e
+        if self._key_checked is not signer:
+            vkey = vkey_of(signer)
+            if vkey not in self.genesis_vkeys():
+                raise KeyFileError(
+                    f"key file {self.key_path} holds key {vkey}, which is not a key of this "
+                    "ledger (its genesis or a KEY_ROTATE); nothing was written"
+                )
+            self._key_checked = signer
+        return signer
 
     # -- reads ---------------------------------------------------------------------------------
 
@@ -301,27 +391,145 @@ class Ledger:
         return self.store.branch(branch)
 
     def entry(self, seq: int, branch: str = CANONICAL_BRANCH) -> Entry:
-        """Return entry ``seq`` of a branch, decoded strictly.
+        """Return entry ``seq`` of a branch, decoded strictly (and checked, when strict).
 
         Raises:
             NotFoundError: if there is no such entry.
             DecodeError: if its stored bytes are not a well-formed entry.
+            IntegrityError: if strict and the entry fails a check (naming entry and step).
         """
+        if self.strict:
+            with self.store.read():
+                return self._reader_checks.row(branch, seq)[1]
         row = self.store.entry_row(self.store.branch(branch).no, seq)
         return Entry.from_bytes(row.data)
 
     def entries(
         self, start: int = 0, stop: int | None = None, branch: str = CANONICAL_BRANCH
     ) -> Iterator[Entry]:
-        """Yield the entries of a branch with ``start <= seq < stop``, decoded strictly."""
+        """Yield the entries of a branch with ``start <= seq < stop``, decoded strictly.
+
+        When strict, each chunk of entries is proven against the signed root before any of
+        it is yielded.
+
+        Raises:
+            IntegrityError: if strict and an entry fails a check.
+        """
+        if self.strict:
+            for _, e in self._reader_checks.rows(branch, start, stop):
+                yield e
+            return
         no = self.store.branch(branch).no
         for row in self.store.iter_entry_rows(no, start, stop):
             yield Entry.from_bytes(row.data)
 
     def content(self, seq: int, branch: str = CANONICAL_BRANCH) -> str | None:
-        """Return an event's content, or None when it was erased (or the entry is no event)."""
+        """Return an event's content, or None when it was erased (or the entry is no event).
+
+        Raises:
+            IntegrityError: if strict and the content is not what the entry commits to.
+        """
+        if self.strict:
+            return self.read(seq, branch).content
         row = self.store.entry_row(self.store.branch(branch).no, seq)
         return None if row.content is None else bytes(row.content).decode("utf-8")
+
+    def read(self, seq: int, branch: str = CANONICAL_BRANCH) -> CheckedRow:
+        """Return entry ``seq`` with its content and erasure mark (all checked, when strict).
+
+        Raises:
+            NotFoundError: if there is no such entry.
+            IntegrityError: if strict and the entry or its content fails a check.
+        """
+        if self.strict:
+            with self.store.read():
+                return self._reader_checks.checked(branch, seq)
+        row = self.store.entry_row(self.store.branch(branch).no, seq)
+        content = None if row.content is None else bytes(row.content).decode("utf-8", "replace")
+        return CheckedRow(Entry.from_bytes(row.data), content, row.erased_by)
+
+    def read_many(
+        self, seqs: Sequence[int], branch: str = CANONICAL_BRANCH, *, links: bool = True
+    ) -> dict[int, CheckedRow]:
+        """Return scattered entries with their content, ``{seq: row}`` (checked when strict).
+
+        When strict, all of them are proven in the signed tree with one multi-leaf proof;
+        ``links=False`` skips comparing each prev with the entry before (for entries that
+        are inputs of a check rather than served).
+
+        Raises:
+            NotFoundError: if one of ``seqs`` is not an entry of the branch.
+            IntegrityError: if strict and an entry or its content fails a check.
+        """
+        if not self.strict:
+            return {s: self.read(s, branch) for s in seqs}
+        checks = self._reader_checks
+        with self.store.read():
+            return {
+                s: CheckedRow(e, checks.content(branch, row, e), row.erased_by)
+                for s, (row, e) in checks.many(branch, seqs, links=links).items()
+            }
+
+    def read_range(
+        self, start: int = 0, stop: int | None = None, branch: str = CANONICAL_BRANCH
+    ) -> Iterator[CheckedRow]:
+        """Yield entries with their content, ``start <= seq < stop`` (checked, when strict)."""
+        if self.strict:
+            for row, e in self._reader_checks.rows(branch, start, stop):
+                yield CheckedRow(e, self._reader_checks.content(branch, row, e), row.erased_by)
+            return
+        no = self.store.branch(branch).no
+        for row in self.store.iter_entry_rows(no, start, stop):
+            content = None if row.content is None else bytes(row.content).decode("utf-8", "replace")
+            yield CheckedRow(Entry.from_bytes(row.data), content, row.erased_by)
+
+    def check_heads(self) -> list[SignedHead]:
+        """Check every branch's stored head against its newest signed checkpoint (strict open).
+
+        A head already checked in this process (and not moved since) is not checked again.
+
+        Raises:
+            IntegrityError: as ``strict.StrictReader.check_head``.
+        """
+        with self.store.read():
+            return [self._reader_checks.head(b.name, need=b.size) for b in self.store.branches()]
+
+    def check_all(self) -> int:
+        """Check every entry and content of every branch as a strict read would; return the count.
+
+        One read transaction. Used before serving everything at once (``export``).
+
+        Raises:
+            IntegrityError: naming the first entry, branch and step that fails.
+        """
+        n = 0
+        checks = self._reader_checks
+        with self.store.read():
+            for b in self.store.branches():
+                checks.check_head(b.name)
+                for row, e in checks.rows(b.name):
+                    checks.content(b.name, row, e)
+                    n += 1
+        return n
+
+    def head_checkpoint(self, branch: str = CANONICAL_BRANCH) -> SignedCheckpoint | None:
+        """Return the branch's newest signed checkpoint, verified (no signing, no write).
+
+        When strict it is the checked head, so it covers every entry of the branch.
+
+        Raises:
+            IntegrityError: if strict and the head does not agree with it.
+        """
+        if self.strict:
+            with self.store.read():
+                head = self._reader_checks.head(branch, need=self.store.branch(branch).size)
+            note = head.note
+        else:
+            found = self.latest_checkpoint(branch)
+            if found is None:
+                return None
+            note = found
+        return open_checkpoint(note, [Verifier.from_vkey(k) for k in self.genesis_vkeys()])
 
     def find_event(self, event_id: str) -> tuple[str, int] | None:
         """Return ``(branch, seq)`` of the event with this id, or None."""
@@ -415,6 +623,7 @@ class Ledger:
         items = list(items)
         if not items:
             return []
+        self._require_key()
         with self.store.write() as db:
             # A rolled-back transaction leaves the cached right edge untouched (it is only
             # replaced in _write_rows), and _head() re-validates it against the stored head.
@@ -438,6 +647,7 @@ class Ledger:
         """
         if create.op_type != OpType.BRANCH_CREATE:
             raise ValidationError("fork() takes a BRANCH_CREATE operation", field="op_type")
+        self._require_key()
         name = create.payload.get("branch_id")
         if not isinstance(name, str) or not _BRANCH_NAME_RE.match(name):
             raise ValidationError(
@@ -489,6 +699,9 @@ class Ledger:
         branch = head.row.name
         start = head.row.size
         prev = head.row.head
+        if branch not in self._txn:
+            self._txn[branch] = _Seal(start, bytes(head.compact.root()))
+        seal = self._txn[branch]
         compact = _copy(head.compact)
         seq = start
         entries: list[Entry] = []
@@ -556,6 +769,8 @@ class Ledger:
                         )
                     )
             n += 1
+            if entry.type in _KEEP_TYPES:
+                seal.keep = True
             entries.append(entry)
             follow: list[OpInput] = []
             for hook in self.hooks:
@@ -696,20 +911,112 @@ class Ledger:
         self._heads[branch] = head
         return head
 
+    # -- the seal: a signed checkpoint in every append's transaction -----------------------------
+
+    def _own_from(self, branch: str) -> int | None:
+        """Where this ledger's open write transaction began appending to ``branch``, or None."""
+        seal = self._txn.get(branch)
+        return None if seal is None else seal.start_size
+
+    def _seal(self) -> None:
+        """Before COMMIT: sign a checkpoint of every branch this transaction grew.
+
+        Runs inside the transaction (``Store.on_commit``): the checkpoint rows commit with
+        the entries or not at all, so a signed note never names an uncommitted tree and no
+        committed entry lacks one. Refuses (rolling everything back) to sign a tree that is
+        inconsistent with the branch's previous head checkpoint. Applies the retention
+        (docs/FORMAT.md §5): the previous head is dropped unless a rule keeps it.
+        """
+        pending, self._txn = self._txn, {}
+        if not pending:
+            return
+        signer = self._require_key()
+        for branch, seal in pending.items():
+            self._sealed.append(self._sign_head(branch, seal, signer))
+        for head in self._sealed:
+            self._reader_checks.trust_head(head)
+        self._sealed.clear()
+        self._publish_pending = True
+
+    def _sealed_committed(self) -> None:
+        """After a sealing COMMIT: hand the new checkpoints to the witnesses and tiles."""
+        if not self._publish_pending:
+            return
+        self._publish_pending = False
+        from memroot.ledger.witness import after_commit
+
+        after_commit(self)
+
+    def _unseal(self) -> None:
+        """After a rollback: forget what the transaction would have sealed."""
+        for branch in self._txn:
+            self._reader_checks.forget(branch)
+        self._txn = {}
+        self._sealed.clear()
+        self._publish_pending = False
+        self._reader_checks.forget()
+
+    def _sign_head(self, branch: str, seal: _Seal, signer: Signer) -> SignedHead:
+        # The right edge this transaction's appends left (``_write_rows`` keeps it in step).
+        cached = self._heads[branch]
+        row = cached.row
+        read = self._reader(row.no)
+        root = bytes(cached.compact.root())
+        last = self.store.latest_checkpoint(row.no)
+        if last is not None:
+            last_size, last_root, _ = last
+            if last_size > row.size:
+                raise RefusedError(
+                    f"branch {branch!r} has {row.size} entries but a checkpoint of size "
+                    f"{last_size} was signed: the ledger was truncated; refusing to append"
+                )
+            at_start = seal.start_root if last_size == seal.start_size else None
+            if (at_start or bytes(merkle.tree_root(last_size, read))) != bytes(last_root):
+                raise RefusedError(
+                    f"branch {branch!r}: the tree at size {last_size} no longer matches its "
+                    "signed checkpoint (history was rewritten); refusing to append"
+                )
+            if last_size == row.size:  # nothing landed (a refused append inside a bulk)
+                return SignedHead(branch, row.no, row.size, root, last[2])
+        cp = Checkpoint(branch_origin(self.origin, branch), row.size, TreeRoot(root))
+        note = sign_checkpoint(cp, [signer])
+        self.store.insert_checkpoint(row.no, row.size, root, note)
+        marker = f"{_TRANSIENT_META}{row.no}"
+        if last is not None and last[0] < row.size and self.store.meta(marker) == last[0]:
+            self.store.delete_checkpoint(row.no, last[0])
+        before = 0 if last is None else last[0]
+        keep = (
+            seal.keep
+            or last is None
+            or row.size // CHECKPOINT_KEEP_EVERY != (before // CHECKPOINT_KEEP_EVERY)
+        )
+        if keep:
+            self.store.delete_meta(marker)
+        else:
+            self.store.set_meta(marker, row.size)
+        return SignedHead(branch, row.no, row.size, root, note)
+
     # -- checkpoints ---------------------------------------------------------------------------
 
     def checkpoint(self, branch: str = CANONICAL_BRANCH) -> SignedCheckpoint:
         """Sign and store a checkpoint of the branch's current tree; return it.
 
-        Signs only what is committed (the read and the insert run in one write transaction,
-        after the appends' commits), and refuses to sign a tree that is inconsistent with the
-        newest checkpoint signed before (shorter, or a different root at that size). Signing
-        again at an unchanged size returns the stored checkpoint.
+        Every append is already sealed by a head checkpoint; this one is *on request*, so it
+        is kept by the retention for good. Signs only what is committed (the read and the
+        insert run in one write transaction, after the appends' commits), and refuses to sign
+        a tree that is inconsistent with the newest checkpoint signed before (shorter, or a
+        different root at that size). Signing again at an unchanged size returns the stored
+        checkpoint.
 
         Raises:
             RefusedError: if the tree is inconsistent with an earlier signed checkpoint.
             KeyFileError: if the signing key cannot be loaded or is not a key of this ledger.
         """
+        if self.store.readonly:
+            head = self.head_checkpoint(branch)
+            if head is None or head.checkpoint.size != self.size(branch):
+                raise StorageError(f"{self.path} is open read-only: cannot sign a checkpoint")
+            return head
         signer = self.signer
         if vkey_of(signer) not in self.genesis_vkeys():
             # A key file of another ledger (or a stray key) would sign checkpoints that no
@@ -736,11 +1043,28 @@ class Ledger:
                         f"(history was rewritten); refusing to sign"
                     )
                 if last_size == row.size:
-                    return open_checkpoint(last_note, self._verifiers())
-            cp = Checkpoint(branch_origin(self.origin, branch), row.size, root)
-            note = sign_checkpoint(cp, [signer])
-            self.store.insert_checkpoint(row.no, row.size, root, note)
-        return open_checkpoint(note, self._verifiers())
+                    # On request: the head is kept for good (retention), not dropped later.
+                    if self.store.meta(f"{_TRANSIENT_META}{row.no}") == row.size:
+                        self.store.delete_meta(f"{_TRANSIENT_META}{row.no}")
+                    note = last_note  # nothing new to sign; what is pending still goes out
+            if last is None or last[0] != row.size:
+                cp = Checkpoint(branch_origin(self.origin, branch), row.size, root)
+                note = sign_checkpoint(cp, [signer])
+                self.store.insert_checkpoint(row.no, row.size, root, note)
+                self.store.delete_meta(f"{_TRANSIENT_META}{row.no}")
+        return self._published(open_checkpoint(note, self._verifiers()))
+
+    def _published(self, signed: SignedCheckpoint) -> SignedCheckpoint:
+        """Hand a committed checkpoint to the witnesses and the tiles directory.
+
+        Never raises for them: a witness that is down leaves it pending (see
+        ``memroot.ledger.witness``). Inside a write transaction nothing is sent yet.
+        """
+        if self.store.db.in_transaction:
+            return signed
+        from memroot.ledger.witness import after_checkpoint
+
+        return after_checkpoint(self, signed)
 
     def _verifiers(self) -> list[Verifier]:
         """Every key this ledger ever signed with: checkpoints from before a rotation."""
@@ -769,8 +1093,11 @@ class Ledger:
             RefusedError: if ``index`` is outside the tree.
         """
         if size is None:
-            note = self.checkpoint(branch).note
-            size = open_checkpoint(note, self._verifiers()).checkpoint.size
+            head = self.head_checkpoint(branch)
+            if head is None or head.checkpoint.size != self.size(branch):
+                head = self.checkpoint(branch)
+            note = head.note
+            size = head.checkpoint.size
         else:
             found = [
                 n for s, _, n in self.store.checkpoints(self.store.branch(branch).no) if s == size

@@ -11,7 +11,10 @@ is in ``memroot.ledger.signing`` (the only importer of ``cryptography``).
 - The verifier key (``vkey``) of Go's ``golang.org/x/mod/sumdb/note``:
   ``<name>+<hex8 key ID>+base64(0x01 || 32-byte Ed25519 public key)``.
 - c2sp.org/tlog-checkpoint: the note text is ``origin``, tree size in decimal, base64 root
-  hash, then optional non-empty extension lines.
+  hash, then optional non-empty extension lines. The key name SHOULD be the origin, so a
+  branch checkpoint (origin ``O/branch/B``) is signed by the log's key under the key name
+  ``O/branch/B`` (docs/FORMAT.md section 5, "Branch checkpoint key names"): one Ed25519 key,
+  one name per origin, so a plain C2SP client given the vkey of ``O/branch/B`` verifies it.
 - c2sp.org/tlog-proof@v1: the header line, an optional ``extra`` line, ``index N``, the
   inclusion proof hashes in base64 one per line, a blank line and the signed checkpoint.
 
@@ -52,6 +55,7 @@ __all__ = [
     "SignedCheckpoint",
     "TlogProof",
     "Verifier",
+    "branch_of_origin",
     "format_tlog_proof",
     "open_checkpoint",
     "open_note",
@@ -59,6 +63,7 @@ __all__ = [
     "parse_tlog_proof",
     "sign_checkpoint",
     "sign_note",
+    "split_note",
     "vkey_of",
 ]
 
@@ -74,6 +79,8 @@ _SIG_PREFIX = "\u2014 "  # em dash, space: C2SP signed-note "Format"
 _MIN_SIG_BYTES = KEY_ID_SIZE + 1  # a key ID and a non-empty signature
 _CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f]")  # ASCII controls other than newline
 _DECIMAL = re.compile(r"0|[1-9][0-9]{0,19}")
+_BRANCH_INFIX = "/branch/"
+_BRANCH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _HEX8 = re.compile(r"[0-9a-f]{8}")
 
 
@@ -276,6 +283,22 @@ class Verifier:
             )
         return cls(name, bytes.fromhex(id_hex), public_key)
 
+    def for_origin(self, origin: str) -> Verifier:
+        """Return this key under the key name ``origin`` (a branch origin of this key's log).
+
+        A log's key signs its branch checkpoints under the branch's origin (FORMAT.md 5):
+        same public key, another name, so another key ID.
+
+        Raises:
+            ValueError: if ``origin`` is neither this key's name nor ``<name>/branch/<B>``.
+
+        """
+        if origin == self.name:
+            return self
+        if branch_of_origin(self.name, origin) is None:
+            raise ValueError(f"{origin!r} is not a branch origin of the log {self.name!r}")
+        return Verifier(origin, key_hash(origin, self.public_key), self.public_key)
+
     def vkey(self) -> str:
         """Render the verifier key text ``<name>+<hex8>+<base64(0x01 || public key)>``."""
         key64 = _b64encode(bytes([ALG_ED25519]) + self.public_key)
@@ -287,6 +310,15 @@ class Verifier:
 
     def __str__(self) -> str:
         return f"{self.name}+{self.key_id.hex()}"
+
+
+def branch_of_origin(log_origin: str, origin: str) -> str | None:
+    """Return ``B`` when ``origin`` is ``<log_origin>/branch/<B>`` with a valid branch name."""
+    prefix = log_origin + _BRANCH_INFIX
+    if not origin.startswith(prefix):
+        return None
+    branch = origin[len(prefix) :]
+    return branch if _BRANCH_NAME.fullmatch(branch) else None
 
 
 def vkey_of(signer: Signer) -> str:
@@ -351,6 +383,20 @@ def _split_note(note: str) -> tuple[str, list[_SignatureLine]]:
             raise DecodeError(f"signature line {number} is too short: {len(raw)} bytes")
         parsed.append(_SignatureLine(name, raw[:KEY_ID_SIZE], raw[KEY_ID_SIZE:]))
     return text, parsed
+
+
+def split_note(note: str | bytes) -> tuple[str, list[tuple[str, bytes, bytes]]]:
+    """Return a signed note's text and its signature lines ``(key name, key ID, signature)``.
+
+    Nothing is verified (a cosignature's signed message is not the note text, so its checker
+    needs the lines themselves); the note must be well formed as for :func:`open_note`.
+
+    Raises:
+        DecodeError: if the note is malformed, over 1 MiB or has over 100 signatures.
+
+    """
+    text, lines = _split_note(_as_text(note, "note", MAX_NOTE_SIZE))
+    return text, [(x.name, x.key_id, x.signature) for x in lines]
 
 
 def _index_verifiers(verifiers: Sequence[Verifier]) -> dict[tuple[str, bytes], Verifier]:
@@ -543,14 +589,49 @@ def parse_checkpoint(body: str | bytes) -> Checkpoint:
     return Checkpoint(origin=origin, size=size, root=root, extensions=tuple(extensions))
 
 
+class _NamedSigner:
+    """A signer's key under another key name (its log's branch origin): same key, new key ID."""
+
+    __slots__ = ("_inner", "_key_id", "_name")
+
+    def __init__(self, inner: Signer, name: str) -> None:
+        self._inner = inner
+        self._name = name
+        self._key_id = key_hash(name, inner.public_key)
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def key_id(self) -> bytes:
+        return self._key_id
+
+    @property
+    def public_key(self) -> bytes:
+        return self._inner.public_key
+
+    def sign(self, message: bytes) -> bytes:
+        return self._inner.sign(message)
+
+
 def sign_checkpoint(checkpoint: Checkpoint, signers: Sequence[Signer]) -> str:
     """Return ``checkpoint`` as a signed note signed by every signer.
+
+    A signer named for a log ``O`` signs a branch checkpoint (origin ``O/branch/B``) under
+    the key name ``O/branch/B``: C2SP tlog-checkpoint asks that the key name match the
+    origin (FORMAT.md 5). Other signers sign under their own names.
 
     Raises:
         ValueError: as :func:`sign_note`.
 
     """
-    return sign_note(checkpoint.body(), signers)
+    origin = checkpoint.origin
+    named: list[Signer] = [
+        _NamedSigner(s, origin) if branch_of_origin(s.name, origin) is not None else s
+        for s in signers
+    ]
+    return sign_note(checkpoint.body(), named)
 
 
 def open_checkpoint(
@@ -559,7 +640,10 @@ def open_checkpoint(
     """Verify a signed checkpoint note and parse its body.
 
     The signatures are verified before the body is parsed; ``origin``, when given, must
-    equal the checkpoint's origin (the log identity, which outlives any one key).
+    equal the checkpoint's origin (the log identity, which outlives any one key). A trusted
+    key named for a log ``O`` also verifies a checkpoint whose origin line is
+    ``O/branch/B`` when the signature line names ``O/branch/B`` (FORMAT.md 5; the origin line
+    is part of the signed text, so the rename cannot move a signature to another log).
 
     Raises:
         DecodeError: if the note or the checkpoint body is malformed.
@@ -569,7 +653,7 @@ def open_checkpoint(
 
     """
     text = _as_text(note, "note", MAX_NOTE_SIZE)
-    opened = open_note(text, verifiers)
+    opened = open_note(text, _with_branch_names(text, verifiers))
     checkpoint = parse_checkpoint(opened.text)
     if origin is not None and checkpoint.origin != origin:
         raise ProofError(
@@ -578,6 +662,20 @@ def open_checkpoint(
             actual=checkpoint.origin,
         )
     return SignedCheckpoint(checkpoint=checkpoint, note=text, signer_names=opened.signer_names)
+
+
+def _with_branch_names(note: str, verifiers: Sequence[Verifier]) -> list[Verifier]:
+    """Add, for a note whose origin line is ``O/branch/B``, each ``O`` key under that name.
+
+    The origin is read from the unverified text only to choose the key names to accept;
+    the signatures are then checked over the whole text, origin line included.
+    """
+    out = list(verifiers)
+    origin = note.split("\n", 1)[0]
+    for v in verifiers:
+        if isinstance(v, Verifier) and branch_of_origin(v.name, origin) is not None:
+            out.append(v.for_origin(origin))
+    return out
 
 
 # --------------------------------------------------------------------------- tlog proofs

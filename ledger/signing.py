@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import os
 import re
 import stat
@@ -67,9 +68,17 @@ def is_valid_key_name(name: str) -> bool:
 
     C2SP signed-note: key names are non-empty, valid UTF-8, and contain no Unicode space and
     no ``+``. Control characters are refused too: a signed note may not contain them, so a
-    name holding one could never appear on a signature line.
+    name holding one could never appear on a signature line. (Memoised: every sealed append
+    checks the same origin.)
     """
-    if not isinstance(name, str) or not name or "+" in name:
+    if not isinstance(name, str):
+        return False
+    return _valid_key_name(name)
+
+
+@functools.lru_cache(maxsize=256)
+def _valid_key_name(name: str) -> bool:
+    if not name or "+" in name:
         return False
     if any(ch.isspace() or ord(ch) < 0x20 for ch in name):
         return False
@@ -94,7 +103,12 @@ def key_hash(name: str, public_key: bytes) -> bytes:
         raise ValueError(f"invalid key name {name!r}: need non-empty, no spaces, no '+'")
     if len(public_key) != PUBLIC_KEY_SIZE:
         raise ValueError(f"an Ed25519 public key is {PUBLIC_KEY_SIZE} bytes, got {len(public_key)}")
-    data = name.encode("utf-8") + b"\n" + bytes([ALG_ED25519]) + bytes(public_key)
+    return _key_hash(name, bytes(public_key))
+
+
+@functools.lru_cache(maxsize=256)
+def _key_hash(name: str, public_key: bytes) -> bytes:
+    data = name.encode("utf-8") + b"\n" + bytes([ALG_ED25519]) + public_key
     return sha256(data)[:KEY_ID_SIZE]
 
 

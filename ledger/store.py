@@ -22,14 +22,16 @@ inserts); ids we assign are UUIDv7 for the same reason.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator, Sequence
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 import apsw
 
-from memroot.ledger.errors import NotFoundError, StorageError
+from memroot.ledger.errors import IntegrityError, NotFoundError, StorageError
 
 __all__ = [
     "BRANCH_SHIFT",
@@ -48,6 +50,7 @@ _NODE_LEVEL_SHIFT: Final = 42
 _BUSY_TIMEOUT_MS: Final = 60_000
 _CACHE_MIN_LEVEL: Final = 3
 _CACHE_MAX: Final = 1 << 18  # cached node hashes (~30 MB at most)
+_SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value ANY) STRICT;
@@ -138,29 +141,72 @@ def _storage_error(e: apsw.Error, path: Path) -> StorageError:
     return StorageError(f"storage error on {path}: {e}")
 
 
+def _corrupt(e: apsw.Error, path: Path) -> IntegrityError:
+    """Return the error for a SQLite file whose pages do not read back: the data's fault."""
+    return IntegrityError(f"{path} is a corrupt SQLite file: {e}", step=1)
+
+
+def _sniff(path: Path) -> None:
+    """Refuse, before SQLite touches it, a file that cannot be a ledger (empty, not SQLite).
+
+    Raises:
+        StorageError: naming what the file is instead.
+    """
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(_SQLITE_MAGIC))
+    except OSError as e:
+        raise StorageError(f"cannot read {path}: {e.strerror}") from e
+    if not head:
+        raise StorageError(f"{path} is an empty file, not a memroot ledger; left untouched")
+    if head != _SQLITE_MAGIC:
+        raise StorageError(f"{path} is not a SQLite file, so not a memroot ledger; left untouched")
+
+
 class Store:
     """An open ledger file. Not thread-safe: use one Store per thread or process."""
 
     def __init__(self, path: Path, *, create: bool = False, readonly: bool = False) -> None:
         """Open (or with ``create``, create) the SQLite file at ``path``.
 
+        ``readonly`` never writes to the file and never leaves a ``-wal``/``-shm`` it made
+        beside a file that is not a ledger: an empty or non-SQLite file is refused before
+        SQLite opens it, a SQLite file without memroot's tables is refused and closed as it
+        was. On a read-only directory or medium (no ``-shm`` can be made) the ledger is opened
+        as immutable, which needs its ``-wal`` to be empty or absent.
+
         Raises:
             StorageError: if the file is missing (and not ``create``), exists (and ``create``),
                 is not a ledger, or cannot be opened.
+            IntegrityError: if it is a SQLite file whose pages are corrupt (step 1).
         """
         self.path = Path(path)
+        self.readonly = readonly
         self._write_depth = 0
         self._node_cache: dict[int, bytes] = {}
+        self._before_commit: list[Callable[[], None]] = []
+        self._after_rollback: list[Callable[[], None]] = []
+        self._after_commit: list[Callable[[], None]] = []
         exists = self.path.exists()
         if create and exists:
             raise StorageError(f"{self.path} already exists; refusing to overwrite a ledger")
         if not create and not exists:
             raise StorageError(f"no ledger at {self.path} (create one with `memroot init`)")
+        if not create:
+            _sniff(self.path)
         flags = apsw.SQLITE_OPEN_READONLY if readonly else apsw.SQLITE_OPEN_READWRITE
         if create:
             flags |= apsw.SQLITE_OPEN_CREATE
+        side = [Path(f"{self.path}{x}") for x in ("-wal", "-shm")]
+        had_side = [p.exists() for p in side]
         try:
-            self.db = apsw.Connection(str(self.path), flags=flags)
+            self.db = self._connect(flags, readonly)
+            if not create and not self._has_schema():
+                self.db.close()
+                self._drop_new_side_files(side, had_side)
+                raise StorageError(
+                    f"{self.path} is a SQLite file but not a memroot ledger; left untouched"
+                )
             self.db.set_busy_timeout(_BUSY_TIMEOUT_MS)
             if not readonly:
                 self.db.execute("PRAGMA journal_mode=WAL")
@@ -174,12 +220,102 @@ class Store:
                         "INSERT INTO meta VALUES('schema_version', ?)", (SCHEMA_VERSION,)
                     )
             version = self.meta("schema_version")
+        except apsw.CorruptError as e:
+            raise _corrupt(e, self.path) from e
+        except apsw.NotADBError as e:
+            if readonly:
+                raise _corrupt(e, self.path) from e  # the magic was there: a damaged file
+            raise _storage_error(e, self.path) from e
         except apsw.Error as e:
             raise _storage_error(e, self.path) from e
         if version != SCHEMA_VERSION:
             raise StorageError(
                 f"{self.path} has schema version {version!r}; this memroot reads {SCHEMA_VERSION}"
             )
+
+    def _connect(self, flags: int, readonly: bool) -> apsw.Connection:
+        """Open the connection for a writer, or for a reader that never changes the file.
+
+        A reader of a ledger in a writable directory opens it read-write but ``query_only``
+        and without the checkpoint SQLite runs on close: it shares the WAL index with the
+        writers like any reader (a ``SQLITE_OPEN_READONLY`` connection can be refused with
+        "database is locked" while writers come and go) and still writes nothing to the
+        file. On a read-only medium the file is opened read-only, and, when no ``-shm``
+        can be made there, as immutable (nobody can be writing to it), provided no WAL
+        content would be ignored.
+        """
+        if not readonly:
+            db = apsw.Connection(str(self.path), flags=flags)
+            db.set_busy_timeout(_BUSY_TIMEOUT_MS)
+            return db
+        writable = os.access(self.path, os.W_OK) and os.access(self.path.parent, os.W_OK)
+        if writable and self._probe_is_ledger():
+            db = apsw.Connection(str(self.path), flags=apsw.SQLITE_OPEN_READWRITE)
+            db.set_busy_timeout(_BUSY_TIMEOUT_MS)
+            db.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
+            db.execute("PRAGMA query_only=1")
+            return db
+        db = apsw.Connection(str(self.path), flags=apsw.SQLITE_OPEN_READONLY)
+        db.set_busy_timeout(_BUSY_TIMEOUT_MS)
+        try:
+            db.execute("SELECT count(*) FROM sqlite_master").fetchall()
+            return db
+        except (apsw.CantOpenError, apsw.ReadOnlyError) as e:
+            db.close()
+            wal = Path(f"{self.path}-wal")
+            if wal.exists() and wal.stat().st_size > 0:
+                raise StorageError(
+                    f"{self.path} is on a read-only medium with an unmerged {wal.name}: copy "
+                    "both files to a writable directory to read them"
+                ) from e
+            uri = f"file:{self.path.resolve()}?mode=ro&immutable=1"
+            immutable = apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+            immutable.set_busy_timeout(_BUSY_TIMEOUT_MS)
+            return immutable
+
+    def _probe_is_ledger(self) -> bool:
+        """Return True when a WAL-mode file holds memroot's tables, read without any change.
+
+        Only then may a reader open it read-write (``_connect``). The WAL flag is read from
+        the header (bytes 18-19 are 2 for WAL); the tables through a read-only connection,
+        retried while writers hold the WAL index busy.
+        """
+        with open(self.path, "rb") as f:
+            header = f.read(20)
+        if header[18:20] != b"\x02\x02":
+            return False
+        for attempt in range(200):
+            probe = apsw.Connection(str(self.path), flags=apsw.SQLITE_OPEN_READONLY)
+            try:
+                probe.set_busy_timeout(_BUSY_TIMEOUT_MS)
+                names = {
+                    str(r[0])
+                    for r in probe.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+                }
+                return {"meta", "branches", "entries", "nodes", "checkpoints"} <= names
+            except apsw.BusyError:
+                time.sleep(min(0.001 * (attempt + 1), 0.05))
+            except apsw.Error:
+                return False
+            finally:
+                probe.close()
+        return False
+
+    def _has_schema(self) -> bool:
+        """Return True when the file holds memroot's tables (checked before anything reads)."""
+        names = {
+            str(r[0])
+            for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
+        return {"meta", "branches", "entries", "nodes", "checkpoints"} <= names
+
+    @staticmethod
+    def _drop_new_side_files(side: list[Path], had: list[bool]) -> None:
+        """Remove ``-wal``/``-shm`` files this open created beside a file that is not a ledger."""
+        for p, existed in zip(side, had, strict=True):
+            if not existed:
+                with contextlib.suppress(OSError):
+                    p.unlink()
 
     def close(self) -> None:
         """Close the connection (idempotent)."""
@@ -221,19 +357,52 @@ class Store:
             # is a StorageError like a failed COMMIT, not a raw apsw error for the caller.
             with contextlib.suppress(apsw.Error):
                 self.db.execute("ROLLBACK")
+            self._rolled_back()
             raise _storage_error(e, self.path) from e
         except BaseException:
             with contextlib.suppress(apsw.Error):
                 self.db.execute("ROLLBACK")
+            self._rolled_back()
             raise
         finally:
             self._write_depth = 0
         try:
+            # Still inside the transaction: what a callback writes (the ledger's signed
+            # checkpoint) commits with the body or not at all.
+            for callback in self._before_commit:
+                callback()
             self.db.execute("COMMIT")
-        except apsw.Error as e:
+        except BaseException as e:
             with contextlib.suppress(apsw.Error):
                 self.db.execute("ROLLBACK")
-            raise _storage_error(e, self.path) from e
+            self._rolled_back()
+            if isinstance(e, apsw.Error):
+                raise _storage_error(e, self.path) from e
+            raise
+        for callback in self._after_commit:
+            callback()
+
+    def on_commit(
+        self,
+        before: Callable[[], None],
+        rollback: Callable[[], None],
+        after: Callable[[], None] | None = None,
+    ) -> None:
+        """Run ``before`` inside every outermost write transaction right before its COMMIT.
+
+        ``before`` may write (its rows commit with the transaction) or raise (the whole
+        transaction rolls back); ``rollback`` runs after any rollback, so a caller's
+        per-transaction bookkeeping never outlives it; ``after`` runs once the COMMIT is
+        durable (what it does, e.g. send the checkpoint to a witness, cannot undo the commit).
+        """
+        self._before_commit.append(before)
+        self._after_rollback.append(rollback)
+        if after is not None:
+            self._after_commit.append(after)
+
+    def _rolled_back(self) -> None:
+        for callback in self._after_rollback:
+            callback()
 
     @contextlib.contextmanager
     def read(self) -> Iterator[apsw.Connection]:
@@ -255,6 +424,29 @@ class Store:
         else:
             yield self.db
 
+    def copy_snapshot(self, dst: Path) -> None:
+        """Copy the whole file, as one read transaction sees it, to a new file ``dst``.
+
+        SQLite's online backup copies every page in a single step, which holds one read
+        transaction on this file: the copy is one consistent state, whatever writers commit
+        meanwhile. ``verify`` runs every step (and every layer's check, which open the file
+        by path) on such a copy, so concurrent appends never produce a finding.
+
+        Raises:
+            StorageError: if the copy cannot be written.
+        """
+        try:
+            target = apsw.Connection(str(dst))
+            try:
+                with target.backup("main", self.db, "main") as b:
+                    b.step(-1)
+            finally:
+                target.close()
+        except apsw.CorruptError as e:
+            raise _corrupt(e, self.path) from e
+        except apsw.Error as e:
+            raise _storage_error(e, Path(dst)) from e
+
     # -- meta and branches --------------------------------------------------------------------
 
     def meta(self, key: str) -> Any:
@@ -270,6 +462,10 @@ class Store:
     def set_meta(self, key: str, value: Any) -> None:
         """Set a meta value (inside a write transaction)."""
         self.db.execute("INSERT OR REPLACE INTO meta VALUES(?, ?)", (key, value))
+
+    def delete_meta(self, key: str) -> None:
+        """Remove a meta value (inside a write transaction)."""
+        self.db.execute("DELETE FROM meta WHERE key = ?", (key,))
 
     def branch(self, name: str) -> BranchRow:
         """Return the stored head of branch ``name``.
@@ -355,6 +551,24 @@ class Store:
         if row is None:
             raise NotFoundError(f"no entry {seq} on this branch")
         return EntryRow(row[0] & ((1 << BRANCH_SHIFT) - 1), *row[1:])
+
+    def entry_rows(self, branch_no: int, seqs: Sequence[int]) -> list[EntryRow]:
+        """Return the stored rows at ``seqs`` of a branch (those that exist), by seq."""
+        mask = (1 << BRANCH_SHIFT) - 1
+        keys = [entry_key(branch_no, s) for s in seqs]
+        out: list[EntryRow] = []
+        for part in range(0, len(keys), 500):
+            chunk = keys[part : part + 500]
+            marks = ",".join("?" * len(chunk))
+            out += [
+                EntryRow(r[0] & mask, r[1], r[2], r[3], r[4], r[5], r[6])
+                for r in self.db.execute(
+                    "SELECT k, hash, data, digest, salt, content, erased_by FROM entries "
+                    f"WHERE k IN ({marks}) ORDER BY k",
+                    chunk,
+                )
+            ]
+        return out
 
     def iter_entry_rows(
         self, branch_no: int, start: int = 0, stop: int | None = None, *, chunk: int = 4096
@@ -459,6 +673,10 @@ class Store:
             "INSERT INTO checkpoints(branch, size, root, note) VALUES(?, ?, ?, ?)",
             (branch_no, size, root, note),
         )
+
+    def delete_checkpoint(self, branch_no: int, size: int) -> None:
+        """Drop a superseded head checkpoint (retention, inside a write transaction)."""
+        self.db.execute("DELETE FROM checkpoints WHERE branch = ? AND size = ?", (branch_no, size))
 
     def checkpoints(self, branch_no: int) -> list[tuple[int, bytes, str]]:
         """Return ``(size, root, note)`` of every stored checkpoint of a branch, by size."""

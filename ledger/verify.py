@@ -400,6 +400,44 @@ def audit(
     holds and ``update_trusted`` is set, the newest checkpoint becomes the trusted one.
     ``branch`` restricts the audit to that branch and its ancestors (``_lineage``).
     """
+    import apsw
+
+    from memroot.ledger.strict import relaxed
+
+    # One read transaction: every step sees one state of the file, whatever writers commit
+    # meanwhile. Relaxed: the layers' checks open the ledger to report on it, not to refuse.
+    with relaxed(), store.read():
+        try:
+            return _audit_store(
+                store,
+                origin=origin,
+                trusted=trusted,
+                vkeys=vkeys,
+                checks=checks,
+                progress=progress,
+                update_trusted=update_trusted,
+                branch=branch,
+            )
+        except (apsw.CorruptError, apsw.NotADBError) as e:
+            # (1) a SQLite file whose pages do not read back: an integrity finding, not a
+            # storage failure (the disk answered; the data is bad).
+            report = AuditReport()
+            report.steps_checked.add(1)
+            report.add(Finding(1, f"the ledger file is a corrupt SQLite file: {e}"))
+            return report
+
+
+def _audit_store(
+    store: Store,
+    *,
+    origin: str,
+    trusted: TrustedState | None,
+    vkeys: Sequence[str],
+    checks: Sequence[ReplayCheck],
+    progress: Progress | None,
+    update_trusted: bool,
+    branch: str | None,
+) -> AuditReport:
     return audit_source(
         _StoreSource(store),
         origin=origin,
@@ -551,6 +589,22 @@ def audit_source(
                     )
                 )
         report.checkpoints += len(cps)
+        # (6) no unsigned tail: every entry is covered by a checkpoint that verifies (every
+        # append is sealed by one in its own transaction, docs/FORMAT.md section 5).
+        covered = max((size for size, _ in cps if size <= run.expected_seq), default=0)
+        if covered < run.expected_seq:
+            report.add(
+                Finding(
+                    6,
+                    f"entries {covered}..{run.expected_seq - 1} are covered by no signed "
+                    "checkpoint (unsigned tail: appended without the key, or the head "
+                    "checkpoint was removed)",
+                    b.name,
+                    covered,
+                    expected=str(run.expected_seq),
+                    actual=str(covered),
+                )
+            )
         # (10): not older than, and consistent with, what the verifier trusted before.
         if trusted_here is not None:
             if trusted_here.size > run.expected_seq:

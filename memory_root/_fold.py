@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from memroot.ledger import encoding
-from memroot.ledger.entries import Entry
+from memroot.ledger.entries import Entry, Kind
 from memroot.ledger.errors import ValidationError
 from memroot.ledger.hashing import EntryHash, TreeRoot
 from memroot.ledger.merkle import CompactRange
@@ -46,9 +46,69 @@ __all__ = [
     "check_fork_root",
     "check_snapshot",
     "fork_anchor",
+    "relink",
+    "relink_by",
+    "relink_pairs",
 ]
 
 NO_CADENCE: Final = frozenset({OpType.SNAPSHOT.value, OpType.SELFMODEL_SNAPSHOT.value})
+_CASCADE: Final = OpType.CASCADE.value
+_RESTORE: Final = OpType.RESTORE.value
+
+
+def relink_pairs(entry: Entry) -> list[tuple[str, str]]:
+    """Return the ``(root, root it links to instead)`` pairs an entry records, in order (hex).
+
+    A ``CASCADE``'s ``resnapshots`` give ``(replaces, memory_root)``; a ``RESTORE``'s
+    ``cascade.withdrawn`` give ``(memory_root, replaces)``; anything else none.
+    """
+    if entry.type not in (_CASCADE, _RESTORE) or entry.kind is not Kind.OP:
+        return []
+    payload = entry.body.get("payload")
+    if type(payload) is not dict:
+        return []
+    if entry.type == _CASCADE:
+        listed, old_key, new_key = payload.get("resnapshots"), "replaces", "memory_root"
+    else:
+        part = payload.get("cascade")
+        listed = part.get("withdrawn") if type(part) is dict else None
+        old_key, new_key = "memory_root", "replaces"
+    out = []
+    for x in listed if type(listed) is list else []:
+        if type(x) is not dict:
+            continue
+        old, new = x.get(old_key), x.get(new_key)
+        if type(old) is str and type(new) is str and len(new) == 64:
+            try:
+                bytes.fromhex(new)
+            except ValueError:
+                continue
+            out.append((old, new))
+    return out
+
+
+def relink_by(parent: MemoryRoot | None, pairs: Sequence[tuple[str, str]]) -> MemoryRoot | None:
+    """Apply ``relink_pairs`` to ``parent`` (see ``relink``)."""
+    if parent is None:
+        return None
+    for old, new in pairs:
+        if old == parent.hex():
+            parent = MemoryRoot(bytes.fromhex(new))
+    return parent
+
+
+def relink(parent: MemoryRoot | None, entry: Entry) -> MemoryRoot | None:
+    """Return the root the branch's next SNAPSHOT links to once ``entry`` is in the log.
+
+    docs/FORMAT.md §6.4: a ``CASCADE`` on the branch that re-snapshots that root makes its
+    re-snapshot the link (so the chain goes on from the root without the falsified
+    inputs, not from the stale one it replaced); a ``RESTORE`` with a ``cascade`` part
+    that withdraws that re-snapshot makes the root it replaced the link again. Anything
+    else leaves ``parent`` as it is. Pairs are applied in the order listed, so a chain of
+    re-snapshots listed by one entry is followed to its end.
+    """
+    return relink_by(parent, relink_pairs(entry))
+
 
 FoldFn = Callable[[Any, Entry], Any]
 StateReader = Callable[[Projection, str, int], Summary]
@@ -212,6 +272,7 @@ class BranchFold:
         "pending",
         "pending_seq",
         "read_state",
+        "relinked",
         "writer",
     )
 
@@ -249,6 +310,7 @@ class BranchFold:
         self.last_snapshot_seq = last_snapshot_seq
         self.latest_root = latest_root
         self.fork_root = fork_root
+        self.relinked: MemoryRoot | None = None  # set by a CASCADE / RESTORE (``relink``)
         self.dirty = dirty
         self.pending: Prepared | None = None
         self.pending_seq: int | None = None
@@ -276,7 +338,12 @@ class BranchFold:
 
     @property
     def parent(self) -> MemoryRoot | None:
-        """The parent of the next root: the latest root, else the root at the fork."""
+        """The parent of the next root: the latest root, else the root at the fork.
+
+        As re-snapshots relinked it since (``relink``).
+        """
+        if self.relinked is not None:
+            return self.relinked
         return self.latest_root if self.latest_root is not None else self.fork_root
 
     def prepare(self) -> Prepared:
@@ -325,6 +392,11 @@ class BranchFold:
         When one is due, ``pending`` holds it, computed at ``entry``.
         """
         self.folder.fold(entry)
+        if entry.type in (_CASCADE, _RESTORE):
+            base = self.parent
+            linked = relink(base, entry)
+            if linked != base:
+                self.relinked = linked
         self.leaves.append(entry.hash)
         self.next_seq = entry.seq + 1
         self.last_hash = entry.hash
@@ -352,6 +424,7 @@ class BranchFold:
     def snapshot_taken(self, entry: Entry, root: MemoryRoot) -> None:
         """Record that ``entry`` (a SNAPSHOT) committed ``root``; resets the cadence."""
         self.latest_root = root
+        self.relinked = None
         self.last_snapshot_seq = entry.seq
         self.pending = None
         self.pending_seq = None

@@ -24,7 +24,8 @@ comes from entries' ``ts`` (deterministic) and, for GC, from an injectable clock
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -254,12 +255,33 @@ class BranchRegistry:
     """``AppendHook`` keeping ``branch_meta`` in step with BRANCH_* operations.
 
     It validates BRANCH_CREATE (type, expiry, limits), BRANCH_CLOSE and BRANCH_POLICY payloads
-    at append and refuses any entry appended to a branch that is not OPEN.
+    at append, refuses any entry appended to a branch that is not OPEN, and any entry that
+    would take a branch past its ``max_events`` or ``max_storage_mb`` (RFC-0012 section 4).
     """
 
     def __init__(self, limits: BranchLimits | None = None) -> None:
         """Use ``limits`` (RFC-0012 defaults when None)."""
         self.limits = limits or BranchLimits()
+        # (ledger id, branch) -> (seq of the next entry, bytes up to it), for max_storage_mb
+        self._bytes: dict[tuple[str, str], tuple[int, int]] = {}
+        self._waiver = 0
+
+    @contextlib.contextmanager
+    def limits_waived(self) -> Iterator[None]:
+        """Let the appends in the body past ``max_events`` / ``max_storage_mb``.
+
+        For what an erasure must write whatever the branch holds (``memroot.memory_root.
+        erasure``): a right-to-erasure request is never blocked by a resource limit.
+        """
+        self._waiver += 1
+        try:
+            yield
+        finally:
+            self._waiver -= 1
+
+    def _waived(self, entry: Entry) -> bool:
+        # A TOMBSTONE only removes content; it is never refused for the branch's size.
+        return self._waiver > 0 or (entry.kind is Kind.OP and entry.type == OpType.TOMBSTONE)
 
     def install(self, db: apsw.Connection) -> None:
         """Create the branch tables if missing."""
@@ -271,12 +293,15 @@ class BranchRegistry:
         """Validate and fold one entry (see the class docstring)."""
         if entry.branch != CANONICAL_BRANCH:
             row = db.execute(
-                "SELECT state FROM branch_meta WHERE branch_id = ?", (entry.branch,)
+                "SELECT state, max_events, max_storage_mb FROM branch_meta WHERE branch_id = ?",
+                (entry.branch,),
             ).fetchone()
             if row is not None and row[0] != "OPEN":
                 raise RefusedError(
                     f"branch {entry.branch!r} is {row[0]}: nothing more can be appended to it"
                 )
+            if row is not None and entry.seq > 0 and not self._waived(entry):
+                self._check_size(db, ledger, entry, content, row[1], row[2])
         if entry.kind is not Kind.OP:
             return []
         if entry.type == OpType.BRANCH_CREATE:
@@ -288,6 +313,50 @@ class BranchRegistry:
         elif entry.type == OpType.BRANCH_MERGE:
             self._merge(db, entry)
         return []
+
+    def _check_size(
+        self,
+        db: apsw.Connection,
+        ledger: Ledger,
+        entry: Entry,
+        content: str | None,
+        max_events: int | None,
+        max_storage_mb: int | None,
+    ) -> None:
+        """RFC-0012 section 4 at append: refuse an entry that would cross a branch limit.
+
+        ``max_events`` counts the entries after the branch genesis (as ``gc`` does), so
+        entry ``max_events + 1`` is refused; ``max_storage_mb`` the bytes of the branch's
+        entries and content, kept as a running total per branch (recounted from the
+        store whenever an entry does not follow the one counted last, e.g. after a
+        rolled-back append). Nothing of the refused append is written.
+
+        Raises:
+            RefusedError: naming the limit and the branch.
+        """
+        if max_events is not None and entry.seq > max_events:
+            raise RefusedError(
+                f"limit reached: branch {entry.branch!r} already holds {entry.seq - 1} entries "
+                f"after its genesis (max_events = {max_events}); nothing was appended. Close it "
+                "(`memroot branch close`) or fork a new branch with a higher --max-events"
+            )
+        if max_storage_mb is None:
+            return
+        key = (ledger.ledger_id, entry.branch)
+        cached = self._bytes.get(key)
+        if cached is None or cached[0] != entry.seq:
+            used = _branch_bytes(db, entry.branch)
+        else:
+            used = cached[1]
+        used += len(entry.raw) + (0 if content is None else len(content.encode("utf-8")))
+        if used > max_storage_mb * 1048576:
+            self._bytes.pop(key, None)
+            raise RefusedError(
+                f"limit reached: branch {entry.branch!r} would hold {used / 1048576:.2f} MB "
+                f"(max_storage_mb = {max_storage_mb}); nothing was appended. Close it "
+                "(`memroot branch close`) or fork a new branch with a higher max_storage_mb"
+            )
+        self._bytes[key] = (entry.seq + 1, used)
 
     def _merge(self, db: apsw.Connection, entry: Entry) -> None:
         """RFC-0012 section 8, whoever appends the BRANCH_MERGE: into the parent, mergeable."""

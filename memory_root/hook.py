@@ -43,6 +43,7 @@ from memroot.memory_root._fold import (
     check_fork_root,
     check_snapshot,
     fork_anchor,
+    relink,
 )
 from memroot.memory_root.records import RootRecord, SelfModelRecord
 from memroot.memory_root.root import MemoryRoot
@@ -111,7 +112,7 @@ class RootsHook:
         """
         fold = self.fold_for(ledger, entry.branch, entry)
         if entry.seq == 0 and entry.branch != CANONICAL_BRANCH:
-            fold.fork_root = self.fork_root(db, entry)
+            fold.fork_root = self.fork_root(db, entry, ledger)
         follow: list[OpInput] = []
         if entry.kind is Kind.OP:
             t = entry.type
@@ -220,10 +221,25 @@ class RootsHook:
         return fold
 
     @staticmethod
-    def fork_root(db: apsw.Connection, genesis: Entry) -> MemoryRoot | None:
-        """Return the root a branch's first root links to: its parent's root at the fork."""
+    def fork_root(
+        db: apsw.Connection, genesis: Entry, ledger: Ledger | None = None
+    ) -> MemoryRoot | None:
+        """Return the root a branch's first root links to: its parent's root at the fork.
+
+        That is the parent's newest root before the ``BRANCH_CREATE``, relinked by the
+        parent's cascades between that root's SNAPSHOT and the fork (docs/FORMAT.md §6.4);
+        without ``ledger`` (no entries to read) the relinking is left out.
+        """
         anchor = fork_anchor(genesis)
-        return None if anchor is None else records.root_before(db, *anchor)
+        if anchor is None:
+            return None
+        root = records.root_before(db, *anchor)
+        if root is None or ledger is None:
+            return root
+        start = records.get_root(db, root).seq + 1
+        for e in ledger.entries(start, anchor[1], anchor[0]):
+            root = relink(root, e)
+        return root
 
     def forget(self, ledger: Ledger, branch: str) -> None:
         """Drop the in-memory fold of a branch (it is reloaded from storage when next used)."""
@@ -247,6 +263,12 @@ class RootsHook:
         r_fold = Folder(resumed, [decode_state(p, saved[rule_digest(p)]) for p in resumed])
         f_fold = Folder(fresh)
         last_snap = latest.seq if latest else 0
+        fork_root = None
+        if branch != CANONICAL_BRANCH and row.size and latest is None:
+            # Only the branch's first root links to it.
+            fork_root = self.fork_root(db, ledger.entry(0, branch), ledger)
+        base = latest.root if latest else fork_root
+        link = base
         dirty = latest is None
         start = 0 if fresh else resume_at
         # Events are most of a log and no built-in reads them: a stored event row is known by
@@ -258,6 +280,8 @@ class RootsHook:
                 dirty = dirty or r.seq > last_snap
                 continue
             e = Entry.from_bytes(r.data)
+            if e.seq > last_snap:
+                link = relink(link, e)
             f_fold.fold(e)
             if e.seq >= resume_at:
                 r_fold.fold(e)
@@ -272,9 +296,6 @@ class RootsHook:
         compact = CompactRange.from_hashes(
             row.size, store.read_nodes(row.no, perfect_subtrees(row.size))
         )
-        fork_root = None
-        if branch != CANONICAL_BRANCH and row.size:
-            fork_root = self.fork_root(db, ledger.entry(0, branch))
         fold = BranchFold(
             branch,
             folder,
@@ -288,5 +309,7 @@ class RootsHook:
             dirty=dirty,
             read_state=self._read_state,
         )
+        if link != base:
+            fold.relinked = link
         self._folds[(ledger.ledger_id, branch)] = fold
         return fold

@@ -65,7 +65,7 @@ from memroot.projections.backends import SqlState
 from memroot.projections.hook import MemoryHook, sync
 from memroot.projections.model import Entity, MemoryObject
 from memroot.projections.query import edges_of, object_history
-from memroot.projections.rules import PermissionRefused
+from memroot.projections.rules import NAMESPACE_POLICY, PermissionRefused, RuleError
 from memroot.projections.views import view_of
 
 __all__ = [
@@ -82,6 +82,27 @@ STRATEGIES: Final = ("PRESERVE_BOTH", "PREFER_CANONICAL", "PREFER_BRANCH")
 POLICY_VERSION: Final = "memroot-merge/1"
 _IDENTITY_KEY: Final = {MemoryType.TASK.value: "task_id", MemoryType.INTENT.value: "intent_id"}
 _ACTIVE: Final = LifecycleState.ACTIVE.value
+
+
+class _NoPolicy(PermissionRefused):
+    """PREFER_BRANCH on a namespace without a policy: nobody holds ADMIN there (RFC-0004).
+
+    A ``PermissionRefused`` (same attributes) whose message says only that: the
+    namespace has no policy, so no grant can be explicit.
+    """
+
+    def __init__(self, actor_id: str, namespace_id: str) -> None:
+        RuleError.__init__(
+            self,
+            NAMESPACE_POLICY,
+            f"actor {actor_id!r} cannot merge with PREFER_BRANCH into namespace "
+            f"{namespace_id!r}: it needs an explicit ADMIN grant (RFC-0012), and the namespace "
+            "has no policy, so nobody holds one (create it with NAMESPACE_CREATE and GRANT "
+            "ADMIN, or use another strategy)",
+        )
+        self.actor_id = actor_id
+        self.namespace_id = namespace_id
+        self.permission = Permission.ADMIN.value
 
 
 @dataclass(frozen=True, slots=True)
@@ -422,15 +443,14 @@ def _plan(
     if strategy == "PREFER_BRANCH":
         for ns in dict.fromkeys(o.namespace_id for o in objects):
             perms = state.permissions(target, ns, actor_id)
-            if perms is None or Permission.ADMIN.value not in perms:
+            if perms is None:
+                raise _NoPolicy(actor_id, ns)
+            if Permission.ADMIN.value not in perms:
                 raise PermissionRefused(
                     actor_id,
                     ns,
                     Permission.ADMIN.value,
-                    "merge with PREFER_BRANCH (RFC-0012: an explicit ADMIN grant)"
-                    + (
-                        "; the namespace has no policy, so nobody holds it" if perms is None else ""
-                    ),
+                    "merge with PREFER_BRANCH (RFC-0012: an explicit ADMIN grant)",
                 )
     plan = _Plan()
     deprecated: set[str] = set()

@@ -13,13 +13,18 @@ the replay. Tables:
   high-water (canonical CBOR), from which the next snapshot continues. Only the newest root
   of each branch keeps its fold states (older ones are set to NULL when a newer root lands),
   so the file grows with the summaries, not with every state ever folded.
+- ``memory_root_resnapshots(root, branch, seq, replaces, parent, hbranch, hw_*, tree_*, v,
+  state)``: one row per root a ``CASCADE`` re-snapshotted (``seq`` is the ``CASCADE`` entry,
+  ``branch`` its branch, ``hbranch`` the branch of the root it replaces); its summaries are
+  in ``memory_root_summaries`` like a SNAPSHOT root's (without fold states). Written and
+  rebuilt by the falsification layer, which recomputes every cascade (verify step 9).
 - ``selfmodel_snapshots(branch, seq, selfmodel_root, memory_root, body)``: one row per
   ``SELFMODEL_SNAPSHOT`` entry, ``body`` its canonical CBOR.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 import apsw
@@ -34,14 +39,20 @@ __all__ = [
     "RootRecord",
     "SelfModelRecord",
     "StoredSummary",
+    "clear_resnapshots",
+    "find_any",
     "find_root",
+    "get_resnapshot",
     "get_root",
+    "insert_resnapshot",
     "insert_root",
     "insert_selfmodel",
     "install",
     "latest_root",
     "latest_selfmodel",
+    "resnapshots_of",
     "root_before",
+    "set_resnapshot_state",
     "set_root_state",
     "summaries",
 ]
@@ -73,6 +84,21 @@ CREATE TABLE IF NOT EXISTS memory_root_summaries(
     fold_state BLOB,
     PRIMARY KEY(root, projection)
 ) STRICT;
+CREATE TABLE IF NOT EXISTS memory_root_resnapshots(
+    root BLOB PRIMARY KEY,
+    branch TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    replaces BLOB NOT NULL,
+    parent BLOB,
+    hbranch TEXT NOT NULL,
+    hw_seq INTEGER NOT NULL,
+    hw_hash BLOB NOT NULL,
+    tree_size INTEGER NOT NULL,
+    tree_root BLOB NOT NULL,
+    v INTEGER NOT NULL,
+    state TEXT NOT NULL DEFAULT 'live' CHECK(state IN ('live', 'stale', 'falsified'))
+) STRICT;
+CREATE INDEX IF NOT EXISTS memory_root_resnapshots_by_seq ON memory_root_resnapshots(branch, seq);
 CREATE TABLE IF NOT EXISTS selfmodel_snapshots(
     branch TEXT NOT NULL,
     seq INTEGER NOT NULL,
@@ -111,6 +137,10 @@ class RootRecord:
     v: int
     state: str
     projections: tuple[ProjectionDigest, ...]
+    replaces: MemoryRoot | None = None
+    """For a re-snapshot, the root it replaces (``seq`` is then its ``CASCADE`` entry, on
+    ``cascade_branch``); None for a SNAPSHOT root."""
+    cascade_branch: str | None = None
 
     def preimage(self) -> RootPreimage:
         """Return the preimage this record describes (its ``root()`` should equal ``root``)."""
@@ -181,6 +211,136 @@ def insert_root(
         ],
     )
     return root
+
+
+_RESNAP_COLS: Final = (
+    "root, branch, seq, parent, hw_seq, hw_hash, tree_size, tree_root, v, state, replaces, hbranch"
+)
+
+
+def insert_resnapshot(
+    db: apsw.Connection,
+    seq: int,
+    branch: str,
+    preimage: RootPreimage,
+    replaces: bytes,
+    stored: list[StoredSummary],
+) -> MemoryRoot:
+    """Store a root a ``CASCADE`` entry (``branch``, ``seq``) re-snapshotted; return it.
+
+    Idempotent: a root stored already (the same re-snapshot listed again) is kept as it was.
+    """
+    install(db)
+    root = preimage.root()
+    hw = preimage.high_water
+    db.execute(
+        f"INSERT OR IGNORE INTO memory_root_resnapshots({_RESNAP_COLS}) "
+        "VALUES(?,?,?,?,?,?,?,?,?,'live',?,?)",
+        (
+            root,
+            branch,
+            seq,
+            preimage.parent,
+            hw.seq,
+            hw.entry_hash,
+            hw.tree_size,
+            hw.tree_root,
+            preimage.v,
+            replaces,
+            preimage.branch,
+        ),
+    )
+    if db.changes():
+        db.executemany(
+            "INSERT OR IGNORE INTO memory_root_summaries VALUES(?,?,?,?,?,?,?,NULL)",
+            [(root, s.projection, s.rule, s.rule_cbor, s.digest, s.count, s.data) for s in stored],
+        )
+    return root
+
+
+def get_resnapshot(db: apsw.Connection, root: bytes) -> RootRecord | None:
+    """Return a stored re-snapshot by its root, or None."""
+    if not _has_resnapshots(db):
+        return None
+    row = db.execute(
+        f"SELECT {_RESNAP_COLS} FROM memory_root_resnapshots WHERE root = ?", (root,)
+    ).fetchone()
+    return None if row is None else _resnapshot(db, row)
+
+
+def resnapshots_of(db: apsw.Connection, branch: str) -> list[RootRecord]:
+    """Return the re-snapshots recorded on ``branch`` (by its CASCADE entries), oldest first."""
+    if not _has_resnapshots(db):
+        return []
+    return [
+        _resnapshot(db, row)
+        for row in db.execute(
+            f"SELECT {_RESNAP_COLS} FROM memory_root_resnapshots WHERE branch = ? "
+            "ORDER BY seq, rowid",
+            (branch,),
+        ).fetchall()
+    ]
+
+
+def set_resnapshot_state(db: apsw.Connection, root: bytes, state: str) -> None:
+    """Set a re-snapshot's state (the falsification layer, in its append transaction)."""
+    if state not in ROOT_STATES:
+        raise ValueError(f"root state must be one of {ROOT_STATES}, got {state!r}")
+    if _has_resnapshots(db):
+        db.execute("UPDATE memory_root_resnapshots SET state = ? WHERE root = ?", (state, root))
+
+
+def clear_resnapshots(db: apsw.Connection) -> None:
+    """Drop every stored re-snapshot and its summaries (before replaying the cascades)."""
+    if _has_resnapshots(db):
+        db.execute(
+            "DELETE FROM memory_root_summaries WHERE root IN "
+            "(SELECT root FROM memory_root_resnapshots); DELETE FROM memory_root_resnapshots"
+        )
+
+
+def _has_resnapshots(db: apsw.Connection) -> bool:
+    return bool(
+        db.execute("SELECT 1 FROM sqlite_master WHERE name = 'memory_root_resnapshots'").fetchall()
+    )
+
+
+def _resnapshot(db: apsw.Connection, row: tuple[Any, ...]) -> RootRecord:
+    root, branch, seq, parent, hw_seq, hw_hash, size, tree_root, v, state, replaces, hbranch = row
+    r = _record(db, (root, hbranch, seq, parent, hw_seq, hw_hash, size, tree_root, v, state))
+    return replace(r, replaces=MemoryRoot(bytes(replaces)), cascade_branch=str(branch))
+
+
+def find_any(db: apsw.Connection, hex_prefix: str) -> RootRecord:
+    """Return the root (a SNAPSHOT's or a re-snapshot) whose hex starts with ``hex_prefix``.
+
+    Raises:
+        NotFoundError: if none or several roots match.
+        ValidationError: if the prefix is not hex or too short.
+    """
+    try:
+        found = [find_root(db, hex_prefix)]
+    except NotFoundError as e:
+        if "several" in str(e):
+            raise
+        found = []
+    text = hex_prefix.lower()
+    if _has_resnapshots(db):
+        lo = bytes.fromhex(text.ljust(64, "0"))
+        hi = bytes.fromhex(text.ljust(64, "f"))
+        found += [
+            _resnapshot(db, row)
+            for row in db.execute(
+                f"SELECT {_RESNAP_COLS} FROM memory_root_resnapshots "
+                "WHERE root BETWEEN ? AND ? LIMIT 2",
+                (lo, hi),
+            ).fetchall()
+        ]
+    if not found:
+        raise NotFoundError(f"no memory_root starts with {text}")
+    if len(found) > 1:
+        raise NotFoundError(f"several memory_roots start with {text}; give more digits")
+    return found[0]
 
 
 def _record(db: apsw.Connection, row: tuple[Any, ...]) -> RootRecord:

@@ -37,6 +37,8 @@ from memroot.memory_root._fold import (
     check_fork_root,
     check_snapshot,
     fork_anchor,
+    relink_by,
+    relink_pairs,
 )
 from memroot.memory_root.records import SelfModelRecord
 from memroot.memory_root.root import MemoryRoot
@@ -56,6 +58,7 @@ __all__ = [
 STEP: Final = 8
 _SNAPSHOT: Final = OpType.SNAPSHOT.value
 _SELFMODEL_SNAPSHOT: Final = OpType.SELFMODEL_SNAPSHOT.value
+_RELINKS: Final = frozenset({OpType.CASCADE.value, OpType.RESTORE.value})
 _WATCHED: Final = frozenset(
     {OpType.SNAPSHOT.value, OpType.SELFMODEL_SNAPSHOT.value, OpType.BRANCH_CREATE.value}
 )
@@ -105,6 +108,8 @@ class RootsReplay:
         self.states_for = states_for
         self.folds: dict[str, BranchFold] = {}
         self.roots: dict[str, list[tuple[int, MemoryRoot]]] = {}
+        # per branch: (seq, relink pairs) of its CASCADE / RESTORE entries that relink
+        self.relinks: dict[str, list[tuple[int, list[tuple[str, str]]]]] = {}
 
     def _fold(self, entry: Entry) -> BranchFold:
         fold = self.folds.get(entry.branch)
@@ -129,9 +134,14 @@ class RootsReplay:
         if anchor is None:
             return None
         found = None
+        at = -1
         for seq, root in self.roots.get(anchor[0], []):
             if seq < anchor[1]:
-                found = root
+                found, at = root, seq
+        # Relinked by the parent's cascades between that SNAPSHOT and the fork (§6.4).
+        for seq, pairs in self.relinks.get(anchor[0], []):
+            if at < seq < anchor[1]:
+                found = relink_by(found, pairs)
         return found
 
     def feed(self, entry: Entry) -> RootReplayed | SelfModelReplayed | None:
@@ -144,6 +154,8 @@ class RootsReplay:
         """
         fold = self.folds.get(entry.branch) or self._fold(entry)
         t = entry.type
+        if t in _RELINKS and (pairs := relink_pairs(entry)):
+            self.relinks.setdefault(entry.branch, []).append((entry.seq, pairs))
         if t not in _WATCHED or entry.kind is not Kind.OP:
             fold.advance(entry)
             return None
@@ -466,6 +478,7 @@ def rebuild(ledger: Ledger, registry: Registry) -> int:
     n = 0
     with ledger.store.write() as db:
         records.install(db)
+        records.clear_resnapshots(db)  # the falsification layer's rebuild writes them again
         db.execute(
             "DELETE FROM memory_root_summaries; DELETE FROM memory_roots; "
             "DELETE FROM selfmodel_snapshots"

@@ -33,11 +33,11 @@ from memroot.ledger.ledger import Appended, Ledger
 from memroot.ledger.note import SignedCheckpoint
 from memroot.ledger.vocab import OpType
 from memroot.memory_root import records
-from memroot.memory_root._fold import Folder
+from memroot.memory_root._fold import Folder, relink
 from memroot.memory_root.hook import RootsHook
 from memroot.memory_root.records import RootRecord, SelfModelRecord
 from memroot.memory_root.replay import rebuild
-from memroot.memory_root.root import HighWater, RootPreimage, compute_root
+from memroot.memory_root.root import HighWater, MemoryRoot, RootPreimage, compute_root
 from memroot.memory_root.selfmodel import SelfModel, selfmodel_payload
 from memroot.projections.projection import read_state
 
@@ -302,30 +302,73 @@ class Roots:
         """
         db = self.ledger.store.db
         if isinstance(root, bytes):
-            return records.get_root(db, root)
-        return records.find_root(db, root)
+            found = records.get_resnapshot(db, root)
+            return records.get_root(db, root) if found is None else found
+        return records.find_any(db, root)
+
+    def _lookup(self, root: bytes) -> RootRecord | None:
+        try:
+            return self.get(root)
+        except NotFoundError:
+            return None
 
     def chain(
         self, root: bytes | str | None = None, branch: str = CANONICAL_BRANCH
     ) -> list[RootRecord]:
         """Return ``root`` (default: the branch's newest) and its ancestors, newest first.
 
+        Re-snapshots a cascade wrote are roots too: each is followed by the root it
+        replaces (stale), and the chain goes on from the re-snapshot's parent, as the
+        branch's next snapshot links to the re-snapshot (docs/falsify.md). Without
+        ``root`` the chain starts at the newest root recorded on the branch (a SNAPSHOT or
+        a CASCADE's re-snapshot), and the branch's roots the chain does not pass through
+        (e.g. a falsified root its children were re-snapshotted over) follow, newest first.
+
         Raises:
             NotFoundError: if ``root`` is not stored.
         """
-        start = self.latest(branch) if root is None else self.get(root)
+        db = self.ledger.store.db
+        own: list[RootRecord] = []
+        if root is None:
+            latest = self.latest(branch)
+            own = [*([] if latest is None else [latest]), *records.resnapshots_of(db, branch)]
+            # Newest entry first; within one CASCADE the last listed (its re-snapshots are
+            # listed ancestors first, so the last is the head of their chain).
+            order = {r.root: i for i, r in enumerate(own)}
+            own.sort(key=lambda r: (r.seq, order[r.root]), reverse=True)
+            start = own[0] if own else None
+        else:
+            start = self.get(root)
         out: list[RootRecord] = []
         seen: set[bytes] = set()
         record = start
         while record is not None and record.root not in seen:
             out.append(record)
             seen.add(record.root)
-            if record.parent is None:
-                break
-            try:
-                record = records.get_root(self.ledger.store.db, record.parent)
-            except NotFoundError:
-                break
+            replaced = record.replaces
+            while replaced is not None and replaced not in seen:
+                original = self._lookup(replaced)
+                if original is None:
+                    break
+                out.append(original)
+                seen.add(original.root)
+                replaced = original.replaces
+            record = None if record.parent is None else self._lookup(record.parent)
+        if root is None:
+            rest = {r.root: r for r in own}
+            rest.update(
+                (r.root, r)
+                for r in (
+                    records.get_root(db, bytes(x))
+                    for (x,) in db.execute(
+                        "SELECT root FROM memory_roots WHERE branch = ? ORDER BY seq DESC",
+                        (branch,),
+                    )
+                )
+            )
+            out.extend(
+                sorted((r for r in rest.values() if r.root not in seen), key=lambda r: -r.seq)
+            )
         return out
 
     def show(self, root: bytes | str) -> RootView:
@@ -370,7 +413,13 @@ class Roots:
                     pid, status, x.rule != y.rule, (x.count, y.count), added, removed, changed
                 )
             )
-        ancestor = any(r.root == va.record.root for r in self.chain(vb.record.root))
+        ancestor = False
+        seen: set[bytes] = set()
+        at: RootRecord | None = vb.record
+        while at is not None and at.root not in seen and not ancestor:
+            seen.add(at.root)
+            ancestor = at.root == va.record.root
+            at = None if at.parent is None else self._lookup(at.parent)
         return RootDiff(va.record, vb.record, ancestor, tuple(out))
 
     def selfmodel(self, branch: str = CANONICAL_BRANCH) -> SelfModelView | None:
@@ -388,8 +437,9 @@ class Roots:
     def compute(self, branch: str = CANONICAL_BRANCH, hw_seq: int | None = None) -> RootPreimage:
         """Recompute from scratch, writing nothing, the root a snapshot at ``hw_seq`` gives.
 
-        The parent is the newest root whose SNAPSHOT entry precedes ``hw_seq + 1``; the
-        projections are the hook's registry. ``hw_seq`` defaults to the branch's head.
+        The parent is the newest root whose SNAPSHOT entry precedes ``hw_seq + 1`` (or
+        its re-snapshot, when a cascade relinked it); the projections are the hook's
+        registry. ``hw_seq`` defaults to the branch's head.
 
         Raises:
             RefusedError: if ``hw_seq`` is outside the branch.
@@ -401,10 +451,13 @@ class Roots:
         if not 0 <= hw_seq < size:
             raise NotFoundError(f"entry {hw_seq} is not on branch {branch!r} ({size} entries)")
         folder = Folder(self.hook.registry.projections())
-        folder.fold_all(ledger.entries(0, hw_seq + 1, branch))
-        parent = records.root_before(ledger.store.db, branch, hw_seq + 1)
-        if parent is None and branch != CANONICAL_BRANCH:
-            parent = RootsHook.fork_root(ledger.store.db, ledger.entry(0, branch))
+        parent = None
+        if branch != CANONICAL_BRANCH:
+            parent = RootsHook.fork_root(ledger.store.db, ledger.entry(0, branch), ledger)
+        for e in ledger.entries(0, hw_seq + 1, branch):
+            folder.fold(e)
+            claimed = e.body.get("payload", {}).get("memory_root") if e.type == "SNAPSHOT" else None
+            parent = MemoryRoot(claimed) if type(claimed) is bytes else relink(parent, e)
         hw = HighWater(
             hw_seq, ledger.entry(hw_seq, branch).hash, hw_seq + 1, ledger.root(hw_seq + 1, branch)
         )

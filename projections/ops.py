@@ -192,7 +192,11 @@ SCHEMAS: Final[Mapping[str, tuple[Field, ...]]] = {
     # SPEC 7 states; memory_root.falsify checks these payloads in full (docs/FORMAT.md §8).
     OpType.FALSIFY: (_f("reason", "text", MAX_TEXT), _o("evidence_ids", "uuids", 0)),
     OpType.MARK_STALE: (_f("reason", "text", MAX_TEXT), _o("evidence_ids", "uuids", 0)),
-    OpType.RESTORE: (_f("reason", "text", MAX_TEXT), _o("evidence_ids", "uuids", 0)),
+    OpType.RESTORE: (
+        _f("reason", "text", MAX_TEXT),
+        _o("evidence_ids", "uuids", 0),
+        _o("cascade", "json"),
+    ),
     OpType.CASCADE: (
         _f("max_depth", "json"),
         _f("max_items", "json"),

@@ -83,6 +83,10 @@ class View:
 
     levels: tuple[tuple[str, int | None], ...]
     branch_type: str | None = None
+    closed: bool = False
+    """True for a branch that takes no more entries (closed, archived, discarded, merged:
+    ``branch_meta``): an erasure its parent made after the fork cannot reach it as an
+    entry, so reads count it (``erased``)."""
 
     @property
     def branch(self) -> str:
@@ -152,7 +156,16 @@ class View:
         return _any(parts), params
 
     def erased(self, alias: str) -> tuple[str, list[Any]]:
-        """Return the SQL condition for visible events whose content was erased as of the view."""
+        """Return the SQL condition for events whose content was erased as of the view.
+
+        The view's own levels count erasures as of their bounds (a branch sees its parent
+        frozen at the fork). Read now, an erased event of a branch outside the view (the
+        evidence of a merge import) counts too, and on a ``closed`` branch every erasure
+        counts: no entry can carry a later erasure to it, so its objects are flagged
+        ``EVIDENCE_ERASED`` at read (issue 16: erasure follows evidence across branches).
+        """
+        if self.levels[0][1] is None and self.closed:
+            return f"({alias}.erased_by IS NOT NULL)", []
         parts: list[str] = []
         params: list[Any] = []
         for branch, bound in self.levels:
@@ -164,6 +177,15 @@ class View:
                     f"({alias}.branch = ? AND {alias}.seq <= ? AND {alias}.erased_by <= ?)"
                 )
                 params += [branch, bound, bound]
+        if self.levels[0][1] is None:
+            # An event of a branch outside the view (the evidence of a merge import) whose
+            # content is gone.
+            names = [b for b, _ in self.levels]
+            parts.append(
+                f"({alias}.erased_by IS NOT NULL AND {alias}.branch NOT IN "
+                f"({', '.join('?' * len(names))}))"
+            )
+            params += names
         return _any(parts), params
 
 
@@ -194,4 +216,17 @@ def view_of(db: apsw.Connection, branch: str, as_of: int | None = None) -> View:
         fork = fork_of(db, fork.parent)
     if levels[-1][0] != CANONICAL_BRANCH:
         raise NotFoundError(f"the fork chain of branch {branch!r} does not reach main")
-    return View(tuple(levels), branch_type)
+    return View(tuple(levels), branch_type, as_of is None and _not_open(db, branch))
+
+
+def _not_open(db: apsw.Connection, branch: str) -> bool:
+    """Return True when the branch registry says the branch takes no more entries.
+
+    The registry is ``memory_root.branches``'s ``branch_meta`` table in the same file;
+    without it nothing is closed.
+    """
+    try:
+        row = db.execute("SELECT state FROM branch_meta WHERE branch_id = ?", (branch,)).fetchone()
+    except apsw.SQLError:
+        return False
+    return row is not None and row[0] != "OPEN"

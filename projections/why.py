@@ -27,6 +27,7 @@ from memroot.projections.gated import AnchorState
 from memroot.projections.hook import sync
 from memroot.projections.model import MemoryObject
 from memroot.projections.query import anchor_path_of, edges_of, get_object, object_history
+from memroot.projections.strict_rows import check_objects
 from memroot.projections.views import view_of
 
 __all__ = ["AnchorWhy", "EvidenceStep", "OperationStep", "Why", "why"]
@@ -158,7 +159,13 @@ def _cp_json(cp: SignedCheckpoint | None) -> dict[str, Any] | None:
 
 
 def _checkpoint(ledger: Ledger, branch: str) -> SignedCheckpoint | None:
-    """Sign a checkpoint of the current tree, or (no key here) use the newest stored one."""
+    """Return the branch's head checkpoint, which covers every entry (nothing is written).
+
+    For a ledger with an unsigned tail: sign one, or (no key here) use the newest stored one.
+    """
+    head = ledger.head_checkpoint(branch)
+    if head is not None and head.checkpoint.size == ledger.size(branch):
+        return head
     try:
         return ledger.checkpoint(branch)
     except KeyFileError:
@@ -192,6 +199,7 @@ def why(
         versions = object_history(db, object_id, branch=branch)
         if not versions:
             raise NotFoundError(f"no memory object {object_id} on branch {branch}")
+        check_objects(ledger, [versions[-1]], branch)  # strict: the row is what its ops give
         version_at = {(v.branch, v.seq): v.version for v in versions}
         linked = {(e.branch, e.seq) for e in edges_of(db, object_id, branch=branch)}
         evidence_ids = list(dict.fromkeys(e for v in versions for e in v.evidence_ids))

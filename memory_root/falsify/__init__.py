@@ -28,9 +28,17 @@ from memroot.memory_root.falsify.api import (
     CascadeResult,
     Falsifier,
     ItemWhy,
+    RestoreResult,
     parse_kinds,
 )
-from memroot.memory_root.falsify.cascade import CascadeRequest, Cut, Plan, Resnapshot, Step
+from memroot.memory_root.falsify.cascade import (
+    CascadeRequest,
+    Cut,
+    Plan,
+    Resnapshot,
+    RestorePlan,
+    Step,
+)
 from memroot.memory_root.falsify.deps import (
     EVENT,
     KINDS,
@@ -70,6 +78,8 @@ __all__ = [
     "Plan",
     "RebuildResult",
     "Resnapshot",
+    "RestorePlan",
+    "RestoreResult",
     "StateChange",
     "Step",
     "parse_kinds",

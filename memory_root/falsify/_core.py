@@ -26,16 +26,20 @@ from memroot.ledger.entries import Entry, Kind, check_uuid
 from memroot.ledger.errors import NotFoundError, RefusedError, ValidationError
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.vocab import OpType
+from memroot.memory_root import records
 from memroot.memory_root.falsify import _fold_cache, deps, states
 from memroot.memory_root.falsify.cascade import (
     CascadeRequest,
     EntrySource,
     FoldCheckpoint,
     Plan,
+    RestorePlan,
     StateReplay,
+    check_restore_depth,
     excluded_entry,
     plan,
     resnapshot,
+    restore_plan,
 )
 from memroot.memory_root.falsify.deps import (
     KINDS,
@@ -49,6 +53,7 @@ from memroot.memory_root.falsify.deps import (
     RootRow,
 )
 from memroot.memory_root.falsify.states import FALSIFIED, LIVE, STALE
+from memroot.memory_root.root import RootPreimage
 from memroot.projections.projection import Projection
 from memroot.projections.registry import Registry
 from memroot.projections.rules import RuleError
@@ -71,6 +76,7 @@ __all__ = [
 ]
 
 _CASCADE: Final = OpType.CASCADE.value
+_RESTORE: Final = OpType.RESTORE.value
 EVENTS_MAX: Final = 1000
 _MAX_TEXT: Final = 4096
 _HEX64: Final = re.compile(r"[0-9a-f]{64}\Z")
@@ -223,6 +229,8 @@ class FalsifyCore:
             try:
                 if entry.type == _CASCADE:
                     self._cascade(entry, memo)
+                elif entry.type == _RESTORE and _has_cascade_part(entry):
+                    self._restore_cascade(entry)
                 else:
                     v = self.validate(entry)
                     states.record(self.db, entry, v.item, v.state, v.reason, v.evidence)
@@ -246,8 +254,11 @@ class FalsifyCore:
             if item.kind != ROOT:
                 continue
             row = deps.root_row(self.db, item.id)
-            if row is None or row.branch != entry.branch or row.replaces is not None:
+            if row is None or row.branch != entry.branch:
                 continue  # a root's record shows its state in its own branch
+            if row.replaces is not None:
+                records.set_resnapshot_state(self.db, bytes.fromhex(item.id), state)
+                continue
             self.db.execute(
                 "UPDATE memory_roots SET state = ? WHERE root = ?", (state, bytes.fromhex(item.id))
             )
@@ -276,7 +287,7 @@ class FalsifyCore:
             NotFoundError: the item or an evidence event does not exist on the branch.
             RuleError: the item's state does not allow the operation.
         """
-        p = _payload(entry, _STATE_KEYS)
+        p = _payload(entry, _STATE_KEYS | ({"cascade"} if entry.type == _RESTORE else set()))
         reason = _text(p.get("reason"), "reason", required=True)
         evidence = self._evidence(entry, p.get("evidence_ids"))
         item, graph = self._target(entry)
@@ -356,7 +367,14 @@ class FalsifyCore:
             i.id for i, s in not_live.items() if i.kind == OBJECT and s == FALSIFIED
         )
         return resnapshot(
-            graph, p, excluded, self.projections, self.source, self.state_replay, self.checkpoint
+            graph,
+            p,
+            excluded,
+            self.projections,
+            self.source,
+            self.state_replay,
+            self.checkpoint,
+            not_live,
         )
 
     @property
@@ -385,6 +403,7 @@ class FalsifyCore:
                     field=f"payload.{field}",
                 )
         touched = [s.item for s in p.touched]
+        self._record_cascade(entry, request.origin, [(s.item, s.depth) for s in p.touched])
         states.record_many(self.db, entry, touched, STALE, _reason(request))
         self._root_state(entry, touched, STALE)
         for x in p.resnapshots:
@@ -400,6 +419,31 @@ class FalsifyCore:
                 ),
                 x.preimage.preimage(),
             )
+            if self.root_states:
+                self._store_resnapshot(entry, x.replaces, x.preimage, x.summaries)
+
+    def _store_resnapshot(
+        self, entry: Entry, replaces: str, pre: RootPreimage, data: Mapping[str, bytes]
+    ) -> None:
+        """Store a re-snapshot as a root record (``roots``, ``root show``, ``root diff``).
+
+        Its recomputed summaries are stored, the others carried over from the root it
+        replaces.
+        """
+        old = {s.projection: s for s in records.summaries(self.db, bytes.fromhex(replaces))}
+        stored = []
+        for d in pre.projections:
+            was = old.get(d.id)
+            if was is None:
+                continue
+            stored.append(
+                records.StoredSummary(
+                    d.id, d.rule, was.rule_cbor, d.digest, d.count, data.get(d.id, was.data), None
+                )
+            )
+        records.insert_resnapshot(
+            self.db, entry.seq, entry.branch, pre, bytes.fromhex(replaces), stored
+        )
 
     def _cascade_as_listed(
         self, entry: Entry, request: CascadeRequest, payload: Mapping[str, Any]
@@ -422,8 +466,106 @@ class FalsifyCore:
         for t in listed if type(listed) is list else []:
             if type(t) is dict and t.get("type") in KINDS and type(t.get("id")) is str:
                 touched.append(ItemRef(str(t["type"]), str(t["id"])))
-        states.record_many(self.db, entry, list(dict.fromkeys(touched)), STALE, _reason(request))
+        marked = list(dict.fromkeys(touched))
+        depths = {
+            ItemRef(str(t["type"]), str(t["id"])): t.get("depth")
+            for t in (listed if type(listed) is list else [])
+            if type(t) is dict and t.get("type") in KINDS and type(t.get("id")) is str
+        }
+        self._record_cascade(
+            entry,
+            request.origin,
+            [(i, d if type(d := depths.get(i)) is int else 1) for i in marked],
+        )
+        states.record_many(self.db, entry, marked, STALE, _reason(request))
         self._replacements_from_payload(entry, payload.get("resnapshots"))
+
+    def _record_cascade(
+        self, entry: Entry, origin: ItemRef, touched: list[tuple[ItemRef, int]]
+    ) -> None:
+        """Index what a CASCADE marked stale, with depths (its origin at depth 0)."""
+        self.db.executemany(
+            "INSERT OR IGNORE INTO fz_cascades VALUES(?,?,?,?,?,?,?)",
+            [
+                (entry.branch, entry.seq, origin.kind, origin.id, i.kind, i.id, d)
+                for i, d in [(origin, 0), *touched]
+            ],
+        )
+
+    # -- RESTORE with a cascade part -------------------------------------------------------------
+
+    def restore_plan(self, branch: str, origin: ItemRef, max_depth: int) -> RestorePlan:
+        """Plan ``RESTORE origin --cascade --max-depth N`` on ``branch`` now; write nothing.
+
+        Raises:
+            ValidationError: for a bound out of range.
+        """
+        check_restore_depth(max_depth)
+        view = deps.view_of(self.db, branch)
+        cond, params = deps.visible_condition(view)
+        rows: list[Any] = self.db.execute(
+            f"SELECT branch, seq, kind, id, depth FROM fz_cascades WHERE origin_kind = ? "
+            f"AND origin_id = ? AND {cond} ORDER BY seq, branch, depth, id, kind",
+            (origin.kind, origin.id, *params),
+        ).fetchall()
+        entries = sorted({(str(b), int(q)) for b, q, _, _, _ in rows}, key=lambda x: (x[1], x[0]))
+        marked = []
+        for b, q, kind, item_id, depth in rows:
+            item = ItemRef(str(kind), str(item_id))
+            now = states.current(self.db, view, item)
+            if (
+                now is not None
+                and now.state == STALE
+                and now.op == _CASCADE
+                and (now.branch, now.seq) == (str(b), int(q))
+            ):
+                marked.append((item, int(depth)))
+        replacements = [
+            (str(r), str(old))
+            for b, q in entries
+            for r, old in self.db.execute(
+                "SELECT root, replaces FROM fz_roots WHERE branch = ? AND seq = ? "
+                "AND replaces IS NOT NULL ORDER BY rowid",
+                (b, q),
+            )
+        ]
+
+        def live(root: str) -> bool:
+            now = states.current(self.db, view, ItemRef(ROOT, root))
+            return now is None or now.state == LIVE
+
+        return restore_plan(origin, max_depth, marked, replacements, live)
+
+    def _restore_cascade(self, entry: Entry) -> None:
+        v = self.validate(entry)
+        part = entry.body["payload"]["cascade"]
+        if type(part) is not dict:
+            raise ValidationError("payload.cascade must be a map", field="payload.cascade")
+        extra = sorted(set(part) - {"max_depth", "restored", "beyond", "withdrawn"})
+        if extra:
+            raise ValidationError(
+                f"RESTORE payload.cascade has unknown field {extra[0]!r} "
+                "(it takes beyond, max_depth, restored, withdrawn)",
+                field=f"payload.cascade.{extra[0]}",
+            )
+        p = self.restore_plan(entry.branch, v.item, check_restore_depth(part.get("max_depth")))
+        want = p.payload()
+        if want != part:
+            field = next(k for k in sorted(set(want) | set(part)) if want.get(k) != part.get(k))
+            raise ValidationError(
+                f"RESTORE payload.cascade.{field} is not what undoing the cascades from "
+                f"{v.item.kind} {v.item.id} gives on this ledger (plan it with "
+                "`memroot restore --cascade --dry-run`)",
+                field=f"payload.cascade.{field}",
+            )
+        states.record(self.db, entry, v.item, v.state, v.reason, v.evidence)
+        self._root_state(entry, [v.item], v.state)
+        back = [s.item for s in p.restored]
+        states.record_many(self.db, entry, back, LIVE, v.reason, v.evidence)
+        self._root_state(entry, back, LIVE)
+        gone = [ItemRef(ROOT, new) for new, _ in p.withdrawn]
+        states.record_many(self.db, entry, gone, STALE, v.reason, v.evidence)
+        self._root_state(entry, gone, STALE)
 
     def _replacements_from_payload(self, entry: Entry, listed: Any) -> None:
         """Record re-snapshots as listed (an auditor without the entries cannot recompute)."""
@@ -465,6 +607,11 @@ class FalsifyCore:
                 preimage,
             ),
         )
+
+
+def _has_cascade_part(entry: Entry) -> bool:
+    p = entry.body.get("payload")
+    return type(p) is dict and "cascade" in p
 
 
 def _reason(request: CascadeRequest) -> str:

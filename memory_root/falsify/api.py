@@ -30,7 +30,7 @@ from memroot.ledger.ledger import Appended, Ledger
 from memroot.ledger.vocab import ActorType, OpType
 from memroot.memory_root.falsify import deps, states
 from memroot.memory_root.falsify._core import FalsifyCore, check_item_id, has_table, summary_of
-from memroot.memory_root.falsify.cascade import CascadeRequest, Plan
+from memroot.memory_root.falsify.cascade import CascadeRequest, Plan, RestorePlan
 from memroot.memory_root.falsify.deps import KINDS, OBJECT, ROOT, SELFMODEL, SUMMARY, ItemRef
 from memroot.memory_root.falsify.hook import FalsifyHook
 from memroot.memory_root.falsify.states import LIVE, StateChange
@@ -42,6 +42,7 @@ __all__ = [
     "CascadeResult",
     "Falsifier",
     "ItemWhy",
+    "RestoreResult",
     "parse_kinds",
 ]
 
@@ -82,6 +83,14 @@ class CascadeResult:
     """What ``Falsifier.cascade`` appended: the plan (with its re-snapshots) and the entries."""
 
     plan: Plan
+    appended: tuple[Appended, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreResult:
+    """What ``Falsifier.restore_cascade`` appended: the plan it listed and the entries."""
+
+    plan: RestorePlan
     appended: tuple[Appended, ...]
 
 
@@ -420,6 +429,61 @@ class Falsifier:
             OpType.RESTORE, item, reason, evidence, actor, actor_type, branch, namespace
         )
 
+    def plan_restore(
+        self, item: str | ItemRef, max_depth: int, *, branch: str = CANONICAL_BRANCH
+    ) -> RestorePlan:
+        """Plan ``restore --cascade`` (a dry run); write nothing.
+
+        What undoing the cascades from ``item`` within ``max_depth`` makes live again,
+        leaves stale, and withdraws.
+
+        Raises:
+            ValidationError, NotFoundError: as ``resolve``, or a bound out of range.
+        """
+        self.sync(branch)
+        ref = self.resolve(item, branch)
+        if not self.core.graph(branch).exists(ref):
+            raise NotFoundError(f"no {ref.kind} {ref.id} on branch {branch!r}")
+        return self.core.restore_plan(branch, ref, max_depth)
+
+    def restore_cascade(
+        self,
+        item: str | ItemRef,
+        reason: str,
+        max_depth: int,
+        evidence: Sequence[str] = (),
+        *,
+        actor: str = DEFAULT_ACTOR,
+        actor_type: str = ActorType.HUMAN_USER.value,
+        branch: str = CANONICAL_BRANCH,
+        namespace: str | None = None,
+    ) -> RestoreResult:
+        """Append one ``RESTORE`` that restores ``item`` and undoes its cascades' staleness.
+
+        The items the cascades from ``item`` marked stale (and that nothing changed since)
+        become live up to ``max_depth``; deeper ones stay stale and are listed; the
+        re-snapshots those cascades made of roots now restored are withdrawn (stale), so
+        the branch's next snapshot chains from the restored root. Everything is listed in
+        the entry's ``cascade`` part (docs/FORMAT.md §8.2).
+
+        Raises:
+            ValidationError, NotFoundError, ValueError: as ``falsify``; ValidationError for a
+                bound out of range or an entry over the size limit.
+            RuleError: the item is live.
+        """
+        self.hook  # noqa: B018 - raises without a hook, before anything is written
+        with self.ledger.store.write():
+            plan = self.plan_restore(item, max_depth, branch=branch)
+            payload: dict[str, Any] = {"reason": reason, "cascade": plan.payload()}
+            if evidence:
+                payload["evidence_ids"] = list(evidence)
+            op = self._op(
+                OpType.RESTORE, plan.origin, payload, actor, actor_type, namespace, branch
+            )
+            appended = self.ledger.append_batch([op], branch=branch)
+        self._sign_if_snapshot(appended, branch)
+        return RestoreResult(plan, tuple(appended))
+
     def request(
         self,
         item: str | ItemRef,
@@ -452,7 +516,9 @@ class Falsifier:
         """Plan a cascade (a dry run): what it would touch and what lies beyond; write nothing.
 
         With ``resnapshots`` the re-snapshotted roots are computed too (a fold of the
-        affected branch up to the last affected root).
+        affected branch up to the last affected root), and ``roots`` is then exactly the
+        roots they replace, as the applied cascade lists them (``memroot cascade
+        --dry-run`` asks for this); without, ``roots`` holds the candidates.
 
         Raises:
             ValidationError, NotFoundError: as ``request``; NotFoundError also for an origin

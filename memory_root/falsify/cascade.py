@@ -52,7 +52,7 @@ from memroot.memory_root.falsify.deps import (
     RootRow,
     named_objects,
 )
-from memroot.memory_root.falsify.states import LIVE
+from memroot.memory_root.falsify.states import FALSIFIED, LIVE, STALE
 from memroot.memory_root.root import MemoryRoot, ProjectionDigest, RootPreimage
 from memroot.projections.projection import (
     Projection,
@@ -76,12 +76,15 @@ __all__ = [
     "FoldCheckpoint",
     "Plan",
     "Resnapshot",
+    "RestorePlan",
     "StateReplay",
     "Step",
     "beyond_digest",
+    "check_restore_depth",
     "excluded_entry",
     "plan",
     "resnapshot",
+    "restore_plan",
 ]
 
 MAX_DEPTH: Final = 10_000
@@ -170,6 +173,9 @@ class Resnapshot:
     root: str
     preimage: RootPreimage
     branch: str
+    summaries: Mapping[str, bytes] = field(default_factory=dict, compare=False)
+    """Projection id -> summary bytes, for the projections recomputed (the others keep the
+    replaced root's summary)."""
 
     def to_cbor(self) -> dict[str, Any]:
         """Return ``{"replaces", "memory_root", "parent"}`` (hex), as the entry lists it."""
@@ -193,6 +199,10 @@ class Plan:
     beyond: tuple[Cut, ...]
     roots: tuple[str, ...]
     resnapshots: tuple[Resnapshot, ...] = field(default=())
+    computed: bool = False
+    """True once ``resnapshot`` ran: ``roots`` is then exactly the roots ``resnapshots``
+    replaces (a candidate that came out unchanged is dropped), so a dry run lists what the
+    applied cascade writes."""
 
     def payload(self) -> dict[str, Any]:
         """Return the ``CASCADE`` payload (docs/FORMAT.md §8)."""
@@ -273,12 +283,17 @@ def plan(graph: Graph, not_live: Mapping[ItemRef, str], request: CascadeRequest)
             bound = "depth" if depth + 1 > request.max_depth else "items"
             beyond.extend(Cut(i, depth + 1, bound) for i in _next_depth(graph, walked, seen))
             break
+    # A falsified root is an input to leave out, not a root to recompute: its children
+    # re-snapshot over its parent instead (``resnapshot``), so it is not listed.
     roots: dict[str, None] = {}
     for i in [origin, *(s.item for s in touched)]:
         if i.kind == ROOT:
             roots[i.id] = None
         elif (row := graph.summary_root(i)) is not None:
             roots[row.root] = None
+    for r in list(roots):
+        if not_live.get(ItemRef(ROOT, r)) == FALSIFIED:
+            del roots[r]
     return Plan(
         request,
         graph.view[0][0],
@@ -381,6 +396,7 @@ def resnapshot(
     source: EntrySource,
     state_replay: StateReplay | None,
     checkpoint: FoldCheckpoint | None = None,
+    not_live: Mapping[ItemRef, str] | None = None,
 ) -> Plan:
     """Return ``plan_`` with its re-snapshots: each affected root without ``excluded``.
 
@@ -388,7 +404,11 @@ def resnapshot(
     ``projections`` every projection this memroot knows (``Registry.known``); ``source``
     reads entries; ``state_replay`` replays the memory model for state projections (None:
     their summaries are carried over unchanged); ``checkpoint`` finds stored fold states
-    to start from (a cache: the result is the same as folding from the genesis).
+    to start from (a cache: the result is the same as folding from the genesis);
+    ``not_live`` the states of the view (``plan``'s), from which a new root's parent is
+    resolved (``_link``): a falsified parent is passed over for its own parent, and a stale
+    one an earlier cascade re-snapshotted for its newest re-snapshot, so replacement roots
+    chain to each other and never to a falsified root.
 
     Raises:
         DecodeError: if a stored entry does not decode.
@@ -441,15 +461,15 @@ def resnapshot(
         for d in pre.projections:
             s = sums.get(d.rule)
             items.append(d if s is None else ProjectionDigest(d.id, d.rule, s.digest, s.count))
-        parent = pre.parent
-        if parent is not None and parent.hex() in replaced:
-            parent = MemoryRoot(bytes.fromhex(replaced[parent.hex()]))
+        link = _link(graph, pre.parent, replaced, not_live or {})
+        parent = None if link is None else MemoryRoot(bytes.fromhex(link))
         new = RootPreimage(pre.branch, parent, pre.high_water, tuple(items), pre.v)
         if new == pre:
             continue
         root = new.root().hex()
         replaced[r.root] = root
-        out.append(Resnapshot(r.root, root, new, r.hbranch))
+        data = {d.id: sums[d.rule].data for d in pre.projections if d.rule in sums}
+        out.append(Resnapshot(r.root, root, new, r.hbranch, data))
     return Plan(
         plan_.request,
         plan_.branch,
@@ -457,6 +477,118 @@ def resnapshot(
         plan_.touched,
         plan_.passed,
         plan_.beyond,
-        plan_.roots,
+        tuple(x.replaces for x in out),
         tuple(out),
+        True,
     )
+
+
+def _link(
+    graph: Graph,
+    parent: bytes | None,
+    replaced: Mapping[str, str],
+    not_live: Mapping[ItemRef, str],
+) -> str | None:
+    """Return the root a re-snapshot links to in place of its original ``parent``.
+
+    The re-snapshot this cascade made of it; else, for a falsified parent, the link of that
+    root's own parent (a falsified root is left out of the chain); else, for a stale parent
+    an earlier cascade re-snapshotted, the link of its newest re-snapshot the view sees;
+    else the parent itself.
+    """
+    at = None if parent is None else parent.hex()
+    seen: set[str] = set()
+    while at is not None and at not in seen:
+        seen.add(at)
+        if at in replaced:
+            return replaced[at]
+        state = not_live.get(ItemRef(ROOT, at))
+        if state == FALSIFIED:
+            row = graph.root(at)
+            if row is None:
+                return at
+            at = row.parent
+        elif state == STALE and (newer := graph.newest_replacement(at)) is not None:
+            at = newer
+        else:
+            return at
+    return at
+
+
+# -- undoing a cascade: RESTORE with a cascade part ----------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RestorePlan:
+    """What ``RESTORE ID --cascade`` undoes; ``payload`` is the entry's ``cascade`` part.
+
+    ``restored``: the items the cascades from the origin marked stale, still stale from
+    them, at depth ``<= max_depth`` (they become live); ``beyond``: those deeper (they stay
+    stale); ``withdrawn``: ``(re-snapshot, root it replaces)`` for each re-snapshot those
+    cascades listed of a root this entry restores (or of the origin): they become stale,
+    and the branch's next snapshot links to the restored root again.
+    """
+
+    origin: ItemRef
+    max_depth: int
+    restored: tuple[Step, ...]
+    beyond: tuple[Step, ...]
+    withdrawn: tuple[tuple[str, str], ...]
+
+    def payload(self) -> dict[str, Any]:
+        """Return the ``cascade`` part of the RESTORE payload (docs/FORMAT.md §8.2)."""
+        return {
+            "max_depth": self.max_depth,
+            "restored": [s.to_cbor() for s in self.restored],
+            "beyond": {
+                "count": len(self.beyond),
+                "items": [s.to_cbor() for s in self.beyond[:BEYOND_LISTED]],
+            },
+            "withdrawn": [{"memory_root": new, "replaces": old} for new, old in self.withdrawn],
+        }
+
+
+def check_restore_depth(value: Any) -> int:
+    """Return a restore's ``max_depth`` (1 to ``MAX_DEPTH``).
+
+    Raises:
+        ValidationError: naming ``payload.cascade.max_depth``.
+    """
+    if type(value) is not int or not 1 <= value <= MAX_DEPTH:
+        raise ValidationError(
+            f"max_depth must be an integer from 1 to {MAX_DEPTH} (a restore of a cascade is "
+            f"bounded), got {value!r}",
+            field="payload.cascade.max_depth",
+        )
+    return value
+
+
+def restore_plan(
+    origin: ItemRef,
+    max_depth: int,
+    marked: Sequence[tuple[ItemRef, int]],
+    replacements: Sequence[tuple[str, str]],
+    live_roots: Callable[[str], bool],
+) -> RestorePlan:
+    """Plan the undo of the cascades from ``origin``; write nothing.
+
+    ``marked`` lists ``(item, depth)`` for every item whose current state in the view is
+    the staleness a cascade from ``origin`` set; ``replacements`` ``(re-snapshot, replaced
+    root)`` for every re-snapshot those cascades listed, in the order listed;
+    ``live_roots(root)`` says whether a re-snapshot is still live (only those are withdrawn).
+    """
+    check_restore_depth(max_depth)
+    depth: dict[ItemRef, int] = {}
+    for item, d in marked:
+        if item != origin:
+            depth[item] = min(d, depth.get(item, d))
+    order = sorted(depth, key=lambda i: (depth[i], *i.key()))
+    restored = tuple(Step(i, depth[i]) for i in order if depth[i] <= max_depth)
+    beyond = tuple(Step(i, depth[i]) for i in order if depth[i] > max_depth)
+    back = {s.item.id for s in restored if s.item.kind == ROOT}
+    if origin.kind == ROOT:
+        back.add(origin.id)
+    withdrawn = tuple(
+        dict.fromkeys((new, old) for new, old in replacements if old in back and live_roots(new))
+    )
+    return RestorePlan(origin, max_depth, restored, beyond, withdrawn)

@@ -74,6 +74,7 @@ __all__ = [
     "rule_info",
     "split_summary_id",
     "view_of",
+    "visible_condition",
 ]
 
 OBJECT: Final = "memory_object"
@@ -113,6 +114,11 @@ CREATE TABLE IF NOT EXISTS fz_roots(
     hbranch TEXT NOT NULL, lo INTEGER NOT NULL, hi INTEGER NOT NULL, parent TEXT,
     stateful INTEGER NOT NULL, replaces TEXT, rules BLOB NOT NULL, preimage BLOB) STRICT;
 CREATE INDEX IF NOT EXISTS fz_roots_range ON fz_roots(hbranch, hi);
+CREATE TABLE IF NOT EXISTS fz_cascades(
+    branch TEXT NOT NULL, seq INTEGER NOT NULL, origin_kind TEXT NOT NULL,
+    origin_id TEXT NOT NULL, kind TEXT NOT NULL, id TEXT NOT NULL, depth INTEGER NOT NULL,
+    PRIMARY KEY(branch, seq, kind, id)) STRICT, WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS fz_cascades_origin ON fz_cascades(origin_kind, origin_id);
 """
 
 STATE_OPS: Final = frozenset(
@@ -250,6 +256,14 @@ def _visible(view: View, branch: str = "branch", seq: str = "seq") -> tuple[str,
             parts.append(f"({branch} = ? AND {seq} <= ?)")
             params.extend((b, bound))
     return "(" + " OR ".join(parts) + ")", params
+
+
+def visible_condition(view: View) -> tuple[str, list[Any]]:
+    """Return an SQL condition (and its parameters) for the rows the view sees.
+
+    The condition reads columns ``branch`` and ``seq``.
+    """
+    return _visible(view)
 
 
 def _sees(view: View, branch: str, seq: int) -> bool:
@@ -530,6 +544,24 @@ class Graph:
         if r is None or not _sees(self.view, r.branch, r.seq):
             return None
         return r
+
+    def newest_replacement(self, root: str) -> str | None:
+        """Return the newest re-snapshot of ``root`` the view sees (hex), or None.
+
+        Newest: recorded by the latest ``CASCADE``, the view's own branch before its
+        ancestors (whose entries it sees only up to the fork).
+        """
+        names = [b for b, _ in self.view]
+        best: tuple[int, int, str] | None = None
+        for r, b, seq in self.db.execute(
+            "SELECT root, branch, seq FROM fz_roots WHERE replaces = ?", (root,)
+        ):
+            if not _sees(self.view, str(b), int(seq)):
+                continue
+            key = (-names.index(str(b)), int(seq), str(r))
+            if best is None or key > best:
+                best = key
+        return None if best is None else best[2]
 
     def keys(self, root: str, projection: str) -> list[str]:
         """Return the text keys of ``projection``'s summary in ``root`` (sorted)."""

@@ -30,6 +30,7 @@ from memroot.ledger.errors import DecodeError
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.verify import AuditReport, Finding
 from memroot.ledger.vocab import OpType
+from memroot.memory_root import records
 from memroot.memory_root.falsify import _core, deps, states
 from memroot.memory_root.falsify._core import FalsifyCore, has_table, ledger_core, set_head
 from memroot.memory_root.falsify.deps import ROOT, ItemRef
@@ -76,6 +77,7 @@ TABLES: Final = (
         ),
     ),
     ("fz_skipped", ("branch", "seq", "op_type", "reason")),
+    ("fz_cascades", ("branch", "seq", "origin_kind", "origin_id", "kind", "id", "depth")),
 )
 """The falsification tables and their columns (``fz_heads`` is bookkeeping)."""
 
@@ -228,7 +230,8 @@ class FalsifyReplayCheck:
         heads: dict[str, int],
         report: AuditReport,
     ) -> None:
-        mine, theirs = _rows(self.db, table, cols, heads), _rows(fdb, table, cols, heads)
+        mine = _rows(self.db, table, cols, heads)
+        theirs = _rows(fdb, table, cols, heads) if has_table(fdb, table) else iter(())
         while True:
             a, b = next(mine, None), next(theirs, None)
             if a is None and b is None:
@@ -278,6 +281,56 @@ class FalsifyReplayCheck:
                         actual=str(state),
                     )
                 )
+        self._compare_resnapshots(fdb, heads, report)
+
+    def _compare_resnapshots(
+        self, fdb: apsw.Connection, heads: dict[str, int], report: AuditReport
+    ) -> None:
+        """Compare the stored re-snapshot records with the cascades replayed."""
+        if not has_table(fdb, "memory_root_resnapshots"):
+            return
+
+        def complete(branch: str) -> bool:
+            return branch in heads and heads[branch] >= self.sizes.get(branch, 0)
+
+        stored: set[str] = set()
+        for (raw,) in fdb.execute("SELECT root FROM memory_root_resnapshots ORDER BY branch, seq"):
+            rec = records.get_resnapshot(fdb, bytes(raw))
+            assert rec is not None and rec.replaces is not None and rec.cascade_branch is not None
+            b, root = rec.cascade_branch, rec.root.hex()
+            stored.add(root)
+            if not complete(b):
+                continue
+            row = deps.root_row(self.db, root)
+            problem = None
+            if row is None or (row.replaces, row.branch, row.seq) != (
+                rec.replaces.hex(),
+                b,
+                rec.seq,
+            ):
+                problem = "no CASCADE entry lists it (as stored)"
+            elif rec.preimage().root() != rec.root:
+                problem = "its stored record (parent, high-water, summaries) does not hash to it"
+            else:
+                now = states.current(self.db, deps.view_of(self.db, b), ItemRef(ROOT, root))
+                want = LIVE if now is None else now.state
+                if rec.state != want:
+                    problem = f"stored state {rec.state} differs from the replay ({want})"
+            if problem is not None:
+                report.add(Finding(STEP, f"stored re-snapshot {root[:16]}: {problem}", b, rec.seq))
+        for root, branch, seq in self.db.execute(
+            "SELECT root, branch, seq FROM fz_roots WHERE replaces IS NOT NULL ORDER BY root"
+        ):
+            if str(root) not in stored and complete(str(branch)):
+                report.add(
+                    Finding(
+                        STEP,
+                        f"re-snapshot {str(root)[:16]} listed by the CASCADE has no stored "
+                        "record (run `memroot rebuild`)",
+                        str(branch),
+                        int(seq),
+                    )
+                )
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,6 +361,7 @@ def rebuild(ledger: Ledger, registry: Registry | None = None) -> RebuildResult:
         _core.install(db)
         if has_table(db, "memory_roots"):
             db.execute("UPDATE memory_roots SET state = 'live'")
+            records.clear_resnapshots(db)
         core = ledger_core(ledger, reg)
         for b in ledger.store.branches():
             for r in ledger.store.iter_entry_rows(b.no, 0, b.size):

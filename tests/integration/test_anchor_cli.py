@@ -94,12 +94,12 @@ def test_verify_anchor_proves_the_conversation_path(tmp_path: Path):
 
 
 def test_verify_anchor_reports_a_broken_path(tmp_path: Path):
-    """An anchor not in the ledger fails; an unsigned tail is only a note."""
+    """An anchor not in the ledger fails; every appended turn is already signed (sealed)."""
     path = tmp_path / "v.ledger"
     run(path, "init")
     turns = _chat(path, 2)
-    unsigned = run(path, "verify", "--anchor", turns[-1]["id"], "--no-update")
-    assert unsigned["ok"] and any("not covered yet" in n["message"] for n in unsigned["notes"])
+    sealed = run(path, "verify", "--anchor", turns[-1]["id"], "--no-update")
+    assert sealed["ok"] and all(s["proven_in"] for s in sealed["trusted"]["anchor_path"])
     bad = CliRunner().invoke(
         cli,
         [

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from memroot.cli.main import cli
 from memroot.ledger import encoding
 from memroot.ledger.entries import Entry, Kind, build_entry
-from memroot.ledger.errors import StorageError
+from memroot.ledger.errors import IntegrityError, StorageError
 from memroot.ledger.hashing import content_digest, leaf_hash
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.merkle import CompactRange
@@ -331,16 +331,40 @@ def test_chain_truncated(ledger_path: Path, trusted: Path) -> None:
     assert (f.expected, f.actual) == (str(size), str(cut))
 
 
-def test_chain_truncated_checkpoints_dropped(ledger_path: Path, trusted: Path) -> None:
-    """A cut above every remaining checkpoint is caught only by the trusted state (step 10)."""
-    assert_clean(ledger_path, trusted, remember=True)
+def test_tail_truncation_checkpoints_dropped(ledger_path: Path, trusted: Path) -> None:
+    """Cutting the tail and the head checkpoints leaves entries no signature covers (step 6).
+
+    Every append is sealed by a head checkpoint, and superseded heads are dropped: after the
+    cut the newest remaining checkpoint is older than the branch, so even a verifier with no
+    remembered state sees the unsigned tail.
+    """
+    assert_clean(ledger_path, trusted)
     size = size_of(ledger_path)
     cut = size - 20
     with raw_db(ledger_path) as db:
         truncate(db, cut, drop_checkpoints=True)
+        covered = int(db.execute("SELECT max(size) FROM checkpoints").fetchone()[0])
+    report = assert_reported(ledger_path, trusted, 6, covered)
+    f = matching(report.findings, 6, covered, MAIN)[0]
+    assert "unsigned tail" in f.message
+    assert (f.expected, f.actual) == (str(cut), str(covered))
+
+
+def test_chain_truncated_checkpoints_dropped(
+    tmp_path: Path, make_ledger: Callable[..., Path], trusted: Path, inputs: Any
+) -> None:
+    """A cut exactly at a kept checkpoint is caught only by the trusted state (step 10)."""
+    path = make_ledger(tmp_path, 40)  # ends with an explicit (kept) checkpoint at 41
+    with Ledger.open(path) as ledger:
+        ledger.append_batch(inputs.mixed(20, seed=3))
+    assert_clean(path, trusted, remember=True)
+    size = size_of(path)
+    cut = 41
+    with raw_db(path) as db:
+        truncate(db, cut, drop_checkpoints=True)
     # Without remembered state the shorter ledger is self-consistent: the attack needs step 10.
-    assert library_report(ledger_path).ok
-    report = assert_reported(ledger_path, trusted, 10, cut)
+    assert library_report(path).ok
+    report = assert_reported(path, trusted, 10, cut)
     f = matching(report.findings, 10, cut, MAIN)[0]
     assert (f.expected, f.actual) == (str(size), str(cut))
 
@@ -628,8 +652,11 @@ def test_content_planted_on_operation(ledger_path: Path, trusted: Path, column: 
     with raw_db(ledger_path) as db:
         db.execute(f"UPDATE entries SET {column} = ? WHERE k = ?", (value, k(seq)))
     if column == "content":
-        with Ledger.open(ledger_path) as ledger:
-            assert ledger.content(seq) == "planted"  # what a reader would be served
+        with Ledger.open(ledger_path, strict=False) as ledger:
+            assert ledger.content(seq) == "planted"  # what a non-strict reader is served
+    with Ledger.open(ledger_path) as ledger, pytest.raises(IntegrityError) as refused:
+        ledger.content(seq)
+    assert (refused.value.step, refused.value.seq, refused.value.branch) == (4, seq, MAIN)
     assert_reported(ledger_path, trusted, 4, seq)
 
 
@@ -714,14 +741,15 @@ def test_wrong_trusted_key(tmp_path: Path, ledger_path: Path, trusted: Path) -> 
 
 
 def test_trusted_state_never_moves_back(ledger_path: Path, trusted: Path) -> None:
-    """Dropping newer checkpoints cannot walk the trusted state back to hide a later cut."""
+    """Dropping newer checkpoints is an unsigned tail, and the trusted state keeps its size."""
     assert_clean(ledger_path, trusted, remember=True)
     size = size_of(ledger_path)
     with raw_db(ledger_path) as db:
         db.execute("DELETE FROM checkpoints WHERE branch = ? AND size > 1", (MAIN_NO,))
-    # Still every entry the trusted checkpoint covers: this verify passes ...
-    assert_clean(ledger_path, trusted, remember=True)
-    assert TrustedState(trusted).get(ORIGIN).size == size  # ... and forgets nothing
+    # Every entry is still there, but after size 1 no signature covers them (step 6) ...
+    assert_reported(ledger_path, trusted, 6, 1)
+    assert not verify_path(ledger_path, trusted=TrustedState(trusted), update_trusted=True).ok
+    assert TrustedState(trusted).get(ORIGIN).size == size  # ... and nothing is forgotten
     with raw_db(ledger_path) as db:
         truncate(db, size - 10, drop_checkpoints=True)
     assert_reported(ledger_path, trusted, 10, size - 10)

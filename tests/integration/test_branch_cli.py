@@ -287,3 +287,32 @@ def test_new_branch_commands_have_help_with_an_example(path: Path, command: str)
     assert result.exit_code == 0 and "Example:" in result.stdout
     docs = (Path(__file__).parents[2] / "docs" / "branches.md").read_text()
     assert f"branch {command}" in docs
+
+
+def test_a_branch_created_with_max_events_2_refuses_the_third_append(path: Path) -> None:
+    """Issue 16.2 scenario: `branch create --max-events 2`, then five appends: two land,
+    the other three exit 3 naming the limit and the branch, and nothing of them is written;
+    verify passes."""
+    made = memroot(
+        path, "branch", "create", "--type", "SIMULATION", "--purpose", "p", "--max-events", "2"
+    )
+    assert made.exit_code == 0, made.output
+    b = made.stdout.strip()
+    codes = []
+    for i in range(5):
+        obj = {
+            "kind": "event",
+            "stream": "s",
+            "actor_id": "agent",
+            "actor_type": "AI_AGENT",
+            "role": "USER",
+            "content": f"said {i}",
+            "namespace_id": NS,
+        }
+        r = memroot(path, "append", "-b", b, json.dumps(obj))
+        codes.append(r.exit_code)
+        if r.exit_code:
+            assert "max_events = 2" in r.stderr and repr(b) in r.stderr, r.output
+    assert codes == [0, 0, 3, 3, 3]
+    assert ok(path, "branch", "show", b)["size"] == 3
+    assert memroot(path, "verify").exit_code == 0

@@ -173,7 +173,11 @@ def test_cascade_dry_run_then_apply(world: dict[str, Any]) -> None:
     item = f"{world['root'][:8]}:epistemic-distribution:OBSERVED"
     assert ok_json(memroot(path, "why", item, "--json"))["value"] == 1
     assert ok_json(memroot(path, "why", world["s"], "--json"))["states"][0]["op"] == "CASCADE"
-    assert ok_json(memroot(path, "roots", "--json"))[0]["state"] == "stale"
+    listed = ok_json(memroot(path, "roots", "--json"))
+    assert [(r["memory_root"], r["state"], r["replaces"]) for r in listed[:2]] == [
+        (done["resnapshots"][0]["memory_root"], "live", world["root"]),
+        (world["root"], "stale", None),
+    ]
     assert memroot(path, "verify").exit_code == 0
 
 

@@ -104,3 +104,20 @@ def test_a_read_receipt_of_an_anchored_recall_verifies(tmp_path: Path):
         assert not [str(f) for f in m.verify().findings]
     finally:
         m.close()
+
+
+def test_strict_query_at_an_anchor_accepts_an_object_its_ops_change_elsewhere(tmp_path: Path):
+    """A transition off the anchor's path: the strict read checks the stored row, not refuses."""
+    path = tmp_path / "s.ledger"
+    run(path, "init")
+    root = run(path, "append", json.dumps({**EVENT, "content": "hi"}))[0]["id"]
+    a = run(path, "append", json.dumps({**EVENT, "content": "a"}), "--anchor", root)[0]["id"]
+    b = run(path, "append", json.dumps({**EVENT, "content": "b"}), "--anchor", root)[0]["id"]
+    f = run(path, "append", fact("likes jazz", root))[0]["id"]
+    move = {"from_type": "ASSERTED", "to_type": "OBSERVED", "reason": "seen", "evidence_ids": [b]}
+    run(path, "append", op("EPISTEMIC_TRANSITION", move, f))
+    run(path, "checkpoint")
+    at_a = run(path, "query", "--anchor", a)
+    at_b = run(path, "query", "--anchor", b)
+    assert [(r["epistemic_type"], r["version"]) for r in at_a] == [("ASSERTED", 1)]
+    assert [(r["epistemic_type"], r["version"]) for r in at_b] == [("OBSERVED", 2)]

@@ -58,13 +58,18 @@ def test_tiles_of_a_601_entry_tree(tmp_path: Path, ledger_path: Path) -> None:
         vkey = ledger.vkey()
         entries = [e.raw for e in ledger.entries()]
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    # Two retained checkpoints (size 1 from init, size 601): partial tiles for both.
     assert files == [
         "checkpoint",
+        "memroot/checkpoints/001",
+        "memroot/checkpoints/601",
         "tile/0/000",
+        "tile/0/000.p/1",
         "tile/0/001",
         "tile/0/002.p/89",
         "tile/1/000.p/2",
         "tile/entries/000",
+        "tile/entries/000.p/1",
         "tile/entries/001",
         "tile/entries/002.p/89",
     ]
@@ -109,25 +114,43 @@ def test_tiles_grow_incrementally(tmp_path: Path, ledger_path: Path, inputs: Any
         first = write_tiles(ledger, out)
         ledger.append_batch(inputs.mixed(200, seed=3))
         second = write_tiles(ledger, out)
-    assert first.tiles_written == 7 and second.size == 801
-    # kept: the full level-0 tiles and entry bundles 000 and 001; written: 002 of each, the
-    # new partial tiles 003.p/33 of each, and the level-1 partial tile 000.p/3
-    assert (second.tiles_kept, second.tiles_written) == (4, 5)
+    assert first.tiles_written == 9 and second.size == 801
+    # Incremental: only the entries after 601 are read; written: tile 002 of each kind, the
+    # new partial tiles 003.p/33 of each, and the level-1 partial tile 000.p/3; nothing of
+    # the published part is rewritten or re-read.
+    assert second.previous_size == 601
+    assert (second.tiles_kept, second.tiles_written) == (0, 5)
     for rel in ("tile/0/002.p/89", "tile/0/003.p/33", "tile/0/002", "tile/1/000.p/3"):
         assert (out / rel).exists(), rel
 
 
-def test_tiles_of_another_tree_are_refused(tmp_path: Path, ledger_path: Path) -> None:
-    """A directory whose full tiles differ from this tree is never overwritten."""
+def test_tiles_of_another_tree_are_refused(
+    tmp_path: Path, ledger_path: Path, make_ledger: Any
+) -> None:
+    """A directory published by another log is refused and left as it was."""
+    out = tmp_path / "log"
+    other = make_ledger(tmp_path, 5, name="other.db", origin=ORIGIN)
+    with Ledger.open(other) as ledger:
+        write_tiles(ledger, out)
+    before = (out / "checkpoint").read_bytes()
+    with Ledger.open(ledger_path) as ledger, pytest.raises(RefusedError, match="not a checkpoint"):
+        write_tiles(ledger, out)
+    assert (out / "checkpoint").read_bytes() == before
+
+
+def test_a_stale_tile_of_another_tree_is_never_overwritten(
+    tmp_path: Path, ledger_path: Path, inputs: Any
+) -> None:
+    """A full tile that growth would write but that exists with other bytes is refused."""
     out = tmp_path / "log"
     with Ledger.open(ledger_path) as ledger:
         write_tiles(ledger, out)
-        tile = out / "tile/0/000"
-        forged = bytes(32) + tile.read_bytes()[32:]
-        tile.write_bytes(forged)
+        planted = out / "tile/0/002"
+        planted.write_bytes(bytes(8192))
+        ledger.append_batch(inputs.mixed(200, seed=3))
         with pytest.raises(RefusedError, match="different tree"):
             write_tiles(ledger, out)
-    assert tile.read_bytes() == forged
+    assert planted.read_bytes() == bytes(8192)
 
 
 def test_entries_over_65535_bytes_are_refused(tmp_path: Path, make_ledger: Any) -> None:

@@ -239,7 +239,8 @@ def test_expired_branches_cleaned_within_24_hours(ledger: Ledger):
 
 
 def test_max_events_closes_branch(ledger: Ledger):
-    """A branch past its max_events is closed by GC."""
+    """A branch past its max_events (written by a program without the branch hook, which
+    would have refused it) is closed by GC."""
     create_branch(
         ledger,
         branch_type="TEST",
@@ -248,9 +249,91 @@ def test_max_events_closes_branch(ledger: Ledger):
         branch_id="t",
         expiry=Expiry(5, max_events=3),
     )
-    ledger.append_batch([_event(i) for i in range(4)], branch="t")
+    ledger.append_batch([_event(i) for i in range(3)], branch="t")
+    with Ledger.open(ledger.path, hooks=[]) as raw:
+        raw.append(_event(3), branch="t")
     done = gc(ledger, now=get_branch(ledger, "t").created_at + 1)
     assert [(d.branch_id, d.action) for d in done] == [("t", "CLOSE")]
+
+
+def test_max_events_holds_at_append_not_only_at_gc(ledger: Ledger):
+    """Issue 16.2 scenario: a branch created with max_events 2 takes 2 appends; the third
+    (single or in a batch) is refused naming the limit and the branch, nothing is written,
+    and the branch stays usable for reads and close."""
+    create_branch(
+        ledger,
+        branch_type="SIMULATION",
+        purpose="p",
+        actor_id="u1",
+        branch_id="lim",
+        expiry=Expiry(5, max_events=2),
+    )
+    ledger.append(_event(0), branch="lim")
+    with pytest.raises(RefusedError, match=r"max_events = 2.*") as e:
+        ledger.append_batch([_event(1), _event(2)], branch="lim")
+    assert "'lim'" in str(e.value)
+    assert ledger.size("lim") == 2  # genesis + one: the whole batch was refused
+    ledger.append(_event(1), branch="lim")
+    for i in range(2, 5):
+        with pytest.raises(RefusedError, match="limit reached: branch 'lim'"):
+            ledger.append(_event(i), branch="lim")
+    assert ledger.size("lim") == 3
+    close_branch(ledger, "lim", action="CLOSE", reason="full", actor_id="u1")
+    assert get_branch(ledger, "lim").state == "CLOSED"
+
+
+def test_max_storage_mb_holds_at_append(ledger: Ledger):
+    """Issue 16.2: an append that would take a branch past max_storage_mb is refused naming
+    the limit and the branch; smaller appends before it land."""
+    create_branch(
+        ledger,
+        branch_type="SIMULATION",
+        purpose="p",
+        actor_id="u1",
+        branch_id="mb",
+        expiry=Expiry(5, max_storage_mb=1),
+    )
+    big = "x" * 300_000
+    for _ in range(3):
+        ledger.append(
+            EventInput(
+                stream="s",
+                actor_id="u1",
+                actor_type="AI_AGENT",
+                role="USER",
+                content=big,
+                namespace_id="ns",
+            ),
+            branch="mb",
+        )
+    size = ledger.size("mb")
+    with pytest.raises(RefusedError, match=r"branch 'mb'.*max_storage_mb = 1"):
+        ledger.append(
+            EventInput(
+                stream="s",
+                actor_id="u1",
+                actor_type="AI_AGENT",
+                role="USER",
+                content=big,
+                namespace_id="ns",
+            ),
+            branch="mb",
+        )
+    assert ledger.size("mb") == size
+    ledger.append(_event(9), branch="mb")  # a small one still fits
+    # A new process recounts the bytes from the store.
+    with _open(ledger.path) as fresh, pytest.raises(RefusedError, match="max_storage_mb"):
+        fresh.append(
+            EventInput(
+                stream="s",
+                actor_id="u1",
+                actor_type="AI_AGENT",
+                role="USER",
+                content=big,
+                namespace_id="ns",
+            ),
+            branch="mb",
+        )
 
 
 def test_canonical_unchanged_by_1000_events_on_10_simulation_branches(

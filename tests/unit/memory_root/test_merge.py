@@ -473,3 +473,29 @@ def test_the_memory_model_refuses_malformed_imports(w: World):
         w.append(with_(imported={**origin, "branch": "main", "asserted_by": "x"}))
     x = w.append(with_(imported={**origin, "asserted_by": "someone"}))
     assert get_object(w.db, x).asserted_by == "someone"
+
+
+def test_prefer_branch_refusal_on_a_namespace_without_a_policy_says_one_thing(w: World):
+    """Issue 16.4: PREFER_BRANCH into a namespace with no policy is refused saying the
+    namespace has no policy, and never also that it has one; nothing is written."""
+    lone = rq.Actor("sim-agent", "AI_AGENT", "open-ns")
+    b = w.branch()
+    ev = w.append(
+        EventInput(
+            stream="s",
+            actor_id="sim-agent",
+            actor_type="AI_AGENT",
+            role="USER",
+            content="said",
+            namespace_id="open-ns",
+        ),
+        b,
+    )
+    x = w.append(rq.assert_object(lone, "FACT", "ASSERTED", "USER_STATED", [ev], "v"), b)
+    sizes = w.sizes()
+    with pytest.raises(PermissionRefused) as e:
+        merge_branch(w.ledger, b, [x], strategy="PREFER_BRANCH", actor_id="admin")
+    message = str(e.value)
+    assert "has no policy" in message and "has a policy" not in message
+    assert (e.value.namespace_id, e.value.permission) == ("open-ns", "ADMIN")
+    assert w.sizes() == sizes

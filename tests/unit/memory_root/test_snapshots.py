@@ -385,16 +385,14 @@ def test_a_cold_reload_sees_events_and_erased_events(mr_make: Make, mr: Any):
         assert Roots(again).snapshot().created
 
 
-def test_an_automatic_snapshot_appended_through_ledger_gets_its_checkpoint_later(
-    mr_make: Make, mr: Any
-):
-    """Appended through Ledger directly, the next snapshot call signs the owed checkpoint."""
+def test_an_automatic_snapshot_appended_through_ledger_is_sealed_at_once(mr_make: Make, mr: Any):
+    """Appended through Ledger directly, the snapshot is covered by the append's own seal."""
     ledger, roots = mr_make(every=3)
     ledger.append_batch(mr.mixed(3))
     snap = _snapshots(ledger)[-1]
     assert snap.seq == ledger.size() - 1
-    assert ledger.store.latest_checkpoint(1)[0] <= snap.seq  # type: ignore[index]
+    assert ledger.store.latest_checkpoint(1)[0] == snap.seq + 1  # type: ignore[index]
     result = roots.snapshot()
     assert not result.created and result.record.seq == snap.seq
-    assert result.checkpoint is not None and result.checkpoint.checkpoint.size == snap.seq + 1
+    assert result.checkpoint is None  # nothing owed: the seal already covers the snapshot
     assert roots.sign_pending() is None

@@ -1,4 +1,4 @@
-"""The gated-invalidation vectors of docs/FORMAT.md §11 regenerate identically and re-derive."""
+"""The gated-invalidation vectors of docs/FORMAT.md §12 regenerate identically and re-derive."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def test_regenerating_gives_identical_bytes():
 
 
 def test_digest_rederived_with_plain_hashlib_and_cbor2():
-    """gated_digest = SHA-256(tag || 0x00 || cbor([1, branch, rows])), per FORMAT.md §11."""
+    """gated_digest = SHA-256(tag || 0x00 || cbor([1, branch, rows])), per FORMAT.md §12."""
     v = json.loads((VECTORS / "gated-vectors.json").read_text())
     data = cbor2.dumps([1, "main", v["gated_rows"]], canonical=True)
     assert hashlib.sha256(b"memroot/gated-state/v1\x00" + data).hexdigest() == v["gated_digest"]

@@ -1,4 +1,4 @@
-"""Generate ``gated-vectors.json``: invalidation gated by provenance (docs/FORMAT.md §11).
+"""Generate ``gated-vectors.json``: invalidation gated by provenance (docs/FORMAT.md §12).
 
 A small conversation tree from fixed inputs (ids and timestamps): root, A "Chengdu", B
 "Hangzhou" (A's sibling), B2 (B's child); facts F1 (root), F2 (A), F3 (B), F4 (B2); then
@@ -131,7 +131,7 @@ def build(directory: Path) -> dict[str, Any]:
                 )
             ]
         return {
-            "description": "gated invalidation: docs/FORMAT.md section 11",
+            "description": "gated invalidation: docs/FORMAT.md section 12",
             "entries": entries,
             "gated_rows": gated_rows(db, "main"),
             "gated_digest": gated_digest(db, "main").hex(),

@@ -294,19 +294,28 @@ def test_resnapshots_leave_the_falsified_objects_out_and_chain_parents(tmp_path:
         assert not verify_path(ledger.path, checks=[FalsifyReplayCheck(ledger.path)]).findings
 
 
-def test_a_cascade_from_a_root_re_snapshots_nothing_when_no_input_is_falsified(
+def test_a_cascade_from_a_falsified_root_lists_re_snapshots_and_writes_them(
     tmp_path: Path,
 ) -> None:
-    """Falsifying a root and cascading marks its children and SelfModels stale; with no
-    falsified object among the inputs, recomputing gives the same roots: none is listed."""
+    """Issue 16.3: a cascade from a falsified root r1 marks its child r2 stale and
+    re-snapshots r2 over r1's parent (never naming the falsified r1); r1 itself is not
+    listed; the dry run lists exactly the roots the applied cascade replaces."""
     ledger, ids = _story(tmp_path / "a.ledger")
     with ledger:
         f = Falsifier(ledger)
         f.falsify(ids["r1"], "bad snapshot")
+        dry = f.plan(ids["r1"], 1, 100, resnapshots=True)
         p = f.cascade(ids["r1"], 1, 100).plan
         assert {s.item.kind for s in p.touched} == {ROOT, SELFMODEL}
         assert ItemRef(ROOT, ids["r2"]) in {s.item for s in p.touched}
-        assert p.resnapshots == ()
+        assert p.roots == dry.roots == (ids["r2"],)
+        assert [x.root for x in p.resnapshots] == [x.root for x in dry.resnapshots]
+        (x,) = p.resnapshots
+        assert x.replaces == ids["r2"]
+        r1 = Roots(ledger).get(ids["r1"])
+        assert x.preimage.parent == r1.parent  # over the falsified root's parent
+        assert f.state(x.root) == "live" and f.why(x.root).replaces == ids["r2"]
+        assert not verify_path(ledger.path, checks=[FalsifyReplayCheck(ledger.path)]).findings
 
 
 def test_memory_state_re_snapshot_is_the_digest_of_memory_without_the_object(
@@ -484,4 +493,34 @@ def test_re_snapshots_from_cached_fold_states_equal_a_fold_from_the_genesis(
         fresh = f.core.plan("main", request, resnapshots=True)
         assert cached.resnapshots and cached.payload() == fresh.payload()
         f.cascade(late, 3, 100)
+        assert not verify_path(ledger.path, checks=[FalsifyReplayCheck(ledger.path)]).findings
+
+
+def test_restore_cascade_leaves_alone_what_changed_since_and_continues_deeper(
+    tmp_path: Path,
+) -> None:
+    """restore --cascade restores only items still stale from the origin's cascades: one
+    restored (or re-staled) by hand since is left out; depth 1 first, then a larger depth
+    continues with what is left; each RESTORE is checked by the verifier."""
+    ledger, ids = _story(tmp_path / "a.ledger")
+    with ledger:
+        f = Falsifier(ledger)
+        f.falsify(ids["o1"], "wrong")
+        touched = {s.item: s.depth for s in f.cascade(ids["o1"], 3, 1000).plan.touched}
+        s_item = ItemRef(OBJECT, ids["s"])
+        f.restore(s_item, "checked by hand")
+        f.mark_stale(s_item, "and re-checking")  # its staleness is no longer the cascade's
+        first = f.restore_cascade(ids["o1"], "not wrong after all", 1).plan
+        assert s_item not in {x.item for x in first.restored}
+        assert {x.depth for x in first.restored} == {1}
+        assert {x.item for x in first.beyond} == {i for i, d in touched.items() if d > 1}
+        assert f.state(ids["o1"]) == "live" and f.state(s_item) == "stale"
+        assert f.state(ids["r2"]) == "stale"  # depth 2: beyond the bound
+        assert all(f.state(x.item) == "live" for x in first.restored)
+        f.falsify(ids["o1"], "wrong again")
+        with pytest.raises(ValidationError, match="max_depth"):
+            f.restore_cascade(ids["o1"], "x", 0)
+        second = f.restore_cascade(ids["o1"], "fine", 5).plan
+        assert {x.item for x in second.restored} == {x.item for x in first.beyond}
+        assert not second.beyond and f.state(ids["r2"]) == "live"
         assert not verify_path(ledger.path, checks=[FalsifyReplayCheck(ledger.path)]).findings

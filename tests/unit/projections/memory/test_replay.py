@@ -423,8 +423,8 @@ def test_the_hook_catches_up_on_entries_appended_without_it(tmp_path: Path) -> N
         assert first_difference(db, replay(ledger.entries())) is None
 
 
-def test_why_without_the_signing_key_uses_the_newest_stored_checkpoint(tmp_path: Path) -> None:
-    """Without the key, why proves against the stored checkpoint; newer entries get no proof."""
+def test_why_without_the_signing_key_uses_the_sealed_head_checkpoint(tmp_path: Path) -> None:
+    """Without the key, why proves every step against the head checkpoint each append sealed."""
     from memroot.projections.why import why
 
     path = tmp_path / "nokey.db"
@@ -448,10 +448,10 @@ def test_why_without_the_signing_key_uses_the_newest_stored_checkpoint(tmp_path:
     Path(f"{path}.key").rename(tmp_path / "elsewhere.key")
     with Ledger.open(path, hooks=[MemoryHook()]) as ledger:
         w = why(ledger, oid)
-    assert w.checkpoint is not None and w.checkpoint.checkpoint.size == 3
+    assert w.checkpoint is not None and w.checkpoint.checkpoint.size == 4
     assert [(s.op_type, s.proof is not None) for s in w.operations] == [
         ("ASSERT", True),
-        ("PENALTY", False),
+        ("PENALTY", True),
     ]
     assert w.evidence[0].proof is not None and w.evidence[0].content == "hi"
 

@@ -1,0 +1,648 @@
+"""Strict reads: every entry and content the ledger serves is checked against a signed root.
+
+A ``StrictReader`` sits between ``Ledger``'s read methods and the store. Per branch it first
+checks the stored chain head against the newest signed checkpoint (signature by a trusted
+key, size equal to the branch's size, root equal to the stored tree's root and, with a
+trusted state, consistent with the checkpoint trusted before): O(log n) reads. After that
+every row it hands out is checked before it is returned:
+
+    (1) strict decoding;                   (2) its seq and branch are where it is stored;
+    (3) its prev link;                     (5) its leaf is in the signed tree;
+    (4) its content commitment, or an erasure recorded by the TOMBSTONE it names.
+
+Inclusion is checked for a whole contiguous range at once: the range's leaves are recomputed
+from the entry bytes, the rest of the tree is read from the stored complete subtrees, and the
+root this gives must be the signed one. A range of ``k`` entries costs O(k + log n) hashes, so
+sequential reads stay cheap; single reads cost one O(log n) check each, and verified leaves are
+cached. A failed check raises ``IntegrityError`` naming the branch, the entry and the step (the
+auditor's step numbers, docs/FORMAT.md), never the tampered data itself.
+
+Entries appended by the same ``Ledger`` in its still-open write transaction are its own (its
+seal signs them at commit), so hooks reading them mid-append are not refused.
+
+``relaxed()`` turns the default off for code that must read a damaged ledger to report on it
+(``verify``), and ``Ledger.open(..., strict=False)`` for forensics.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import contextvars
+import json
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from memroot.ledger import merkle
+from memroot.ledger.entries import CANONICAL_BRANCH, ZERO_HASH, Entry, Kind
+from memroot.ledger.errors import DecodeError, IntegrityError, NotFoundError, ProofError
+from memroot.ledger.hashing import content_commitment, leaf_hash, node_hash
+from memroot.ledger.note import Verifier, open_checkpoint
+from memroot.ledger.store import EntryRow, Store
+from memroot.ledger.vocab import OpType
+
+if TYPE_CHECKING:
+    from memroot.ledger.trust import TrustedState
+
+__all__ = [
+    "CheckedRow",
+    "SignedHead",
+    "StrictReader",
+    "default_strict",
+    "leaves_root",
+    "range_root",
+    "relaxed",
+]
+
+_CHUNK: Final = 1024
+_LEAF_CACHE_MAX: Final = 1 << 16
+_ROTATED_META: Final = "rotated_vkeys"  # ledger.keys.ROTATED_VKEYS_META (no import cycle)
+
+_STRICT: contextvars.ContextVar[bool] = contextvars.ContextVar("memroot_strict", default=True)
+
+
+def default_strict() -> bool:
+    """Return whether a ``Ledger`` opened without ``strict=`` reads strictly (True by default)."""
+    return _STRICT.get()
+
+
+@contextlib.contextmanager
+def relaxed() -> Iterator[None]:
+    """Open ledgers non-strict by default inside the block (the verifier reads to report)."""
+    token = _STRICT.set(False)
+    try:
+        yield
+    finally:
+        _STRICT.reset(token)
+
+
+@dataclass(frozen=True, slots=True)
+class SignedHead:
+    """A branch's head as checked against its newest signed checkpoint."""
+
+    branch: str
+    no: int
+    size: int
+    root: bytes
+    note: str
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedRow:
+    """One entry and its content, both checked: what ``Ledger.read`` returns."""
+
+    entry: Entry
+    content: str | None
+    erased_by: int | None
+
+
+def range_root(
+    size: int,
+    start: int,
+    leaves: Sequence[bytes],
+    read: Callable[[Sequence[tuple[int, int]]], list[bytes]],
+) -> bytes:
+    """Return the RFC 9162 root of ``size`` leaves, where ``leaves`` are those at ``start``...
+
+    Every complete subtree that lies outside ``[start, start + len(leaves))`` is taken from
+    ``read`` (the stored nodes, one call); every node over the range is recomputed. The
+    result equals a signed root only if each given leaf is at its position in that tree.
+    """
+    return leaves_root(size, {start + i: leaf for i, leaf in enumerate(leaves)}, read)
+
+
+def leaves_root(
+    size: int,
+    known: dict[int, bytes],
+    read: Callable[[Sequence[tuple[int, int]]], list[bytes]],
+) -> bytes:
+    """Return the root of ``size`` leaves from the ``known`` leaves (position -> leaf hash).
+
+    A multi-leaf inclusion proof: every complete subtree holding none of the known
+    positions is read from the stored nodes (one ``read`` call), every subtree holding one
+    is recomputed. O(k log n) for k scattered leaves, O(k + log n) for a contiguous run. The
+    result equals a signed root only if every known leaf is at its position in that tree.
+    """
+    positions = sorted(known)
+    need: list[tuple[int, int]] = []
+
+    def holds(lo: int, hi: int) -> bool:
+        i = bisect.bisect_left(positions, lo)
+        return i < len(positions) and positions[i] < hi
+
+    def plan(level: int, index: int) -> None:
+        lo = index << level
+        if not holds(lo, lo + (1 << level)):
+            need.append((level, index))
+        elif level > 0:
+            plan(level - 1, 2 * index)
+            plan(level - 1, 2 * index + 1)
+
+    tops = merkle.perfect_subtrees(size)
+    for level, index in tops:
+        plan(level, index)
+    got = dict(zip(need, read(need), strict=True)) if need else {}
+    for h in got.values():
+        if len(h) != 32:
+            raise DecodeError("a stored tree node is not 32 bytes", step=5)
+
+    def node(level: int, index: int) -> bytes:
+        found = got.get((level, index))
+        if found is not None:
+            return found
+        if level == 0:
+            return known[index]
+        return node_hash(node(level - 1, 2 * index), node(level - 1, 2 * index + 1))
+
+    return merkle.root_from_subtrees([node(level, index) for level, index in tops])
+
+
+def _fail(step: int, branch: str, seq: int | None, what: str, **kw: str | None) -> IntegrityError:
+    where = f"branch {branch}" + (f" entry {seq}" if seq is not None else "")
+    return IntegrityError(
+        f"strict read refused: {where}: step {step}: {what} (run `memroot verify` for the full "
+        "report; --no-strict reads it anyway)",
+        branch=branch,
+        seq=seq,
+        step=step,
+        expected=kw.get("expected"),
+        actual=kw.get("actual"),
+    )
+
+
+class _Keys:
+    """The keys strict reads trust, with rotations applied as the verifier does (step 6)."""
+
+    def __init__(self, verifiers: list[Verifier]) -> None:
+        self.keys = {v.vkey(): v for v in verifiers}
+        self.retired: dict[str, int] = {}
+
+    def valid(self, size: int | None) -> list[Verifier]:
+        return [
+            v
+            for k, v in self.keys.items()
+            if size is None or k not in self.retired or size <= self.retired[k]
+        ]
+
+
+def _opens(note: str, keys: _Keys, size: int, origin: str) -> bool:
+    try:
+        open_checkpoint(note, keys.valid(size), origin=origin)
+    except (ProofError, DecodeError):
+        return False
+    return True
+
+
+class StrictReader:
+    """The checks behind a strict ``Ledger``'s reads (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: Store,
+        origin: str,
+        *,
+        vkeys: tuple[str, ...] = (),
+        trusted: TrustedState | None = None,
+        own_from: Callable[[str], int | None] = lambda branch: None,
+    ) -> None:
+        """Check reads of ``store``.
+
+        ``own_from(branch)`` is where this process's open write transaction started
+        appending on the branch (its entries are not signed yet).
+        """
+        self.store = store
+        self.origin = origin
+        self.given = vkeys
+        self.trusted = trusted
+        self.own_from = own_from
+        self._heads: dict[str, SignedHead] = {}
+        self._leaves: dict[tuple[int, int], bytes] = {}
+        self._keys: _Keys | None = None
+
+    # -- heads ----------------------------------------------------------------------------------
+
+    def _origin(self, branch: str) -> str:
+        return self.origin if branch == CANONICAL_BRANCH else f"{self.origin}/branch/{branch}"
+
+    def _initial_keys(self) -> list[Verifier]:
+        log = self.trusted.get(self.origin) if self.trusted is not None else None
+        if self.given:
+            texts = list(self.given)
+        elif log is not None:
+            texts = list(log.vkeys)
+        else:
+            texts = self._genesis_keys()
+        out = []
+        for t in texts:
+            try:
+                out.append(Verifier.from_vkey(t))
+            except DecodeError as e:
+                raise _fail(6, CANONICAL_BRANCH, None, f"a trusted key is malformed: {e}") from e
+        return out
+
+    def _genesis_keys(self) -> list[str]:
+        try:
+            row = self.store.entry_row(self.store.branch(CANONICAL_BRANCH).no, 0)
+            keys = Entry.from_bytes(bytes(row.data)).body.get("keys", [])
+        except (NotFoundError, DecodeError) as e:
+            raise _fail(1, CANONICAL_BRANCH, 0, "the genesis entry does not read") from e
+        return [str(k) for k in keys] if isinstance(keys, list) else []
+
+    def keys(self) -> _Keys:
+        """Return the trusted keys, learning signed-off rotations from main's checkpoints."""
+        if self._keys is None:
+            keys = _Keys(self._initial_keys())
+            raw = self.store.meta(_ROTATED_META)
+            claimed: list[str] = []
+            if isinstance(raw, str):
+                with contextlib.suppress(ValueError, TypeError):
+                    claimed = [str(k) for k in json.loads(raw)]
+            if [c for c in claimed if c not in keys.keys]:
+                self._learn_rotations(keys, claimed)
+            self._keys = keys
+        return self._keys
+
+    def _learn_rotations(self, keys: _Keys, claimed: list[str]) -> None:
+        """Trust a rotated key only as step 6 does: its KEY_ROTATE was signed off by the old key.
+
+        Main's stored checkpoints are walked by size; the first one that only a claimed key
+        verifies must follow a checkpoint that the old key signed and that covers a KEY_ROTATE
+        naming both keys (found among the entries that checkpoint added, each proven in it).
+        """
+        main = self.store.branch(CANONICAL_BRANCH)
+        origin = self.origin
+        prev_size = 0
+        last: tuple[int, bytes, str] | None = None
+        for size, root, note in self.store.checkpoints(main.no):
+            if not _opens(note, keys, size, origin) and (
+                last is None
+                or not self._rotation_before(keys, claimed, main.no, prev_size, last)
+                or not _opens(note, keys, size, origin)
+            ):
+                continue  # the head check reports a head that no trusted key signed
+            if last is not None:
+                prev_size = last[0]
+            last = (size, bytes(root), note)
+
+    def _rotation_before(
+        self,
+        keys: _Keys,
+        claimed: list[str],
+        main_no: int,
+        lo: int,
+        signoff: tuple[int, bytes, str],
+    ) -> bool:
+        size, root, note = signoff
+        if size <= lo:
+            return False
+        rows = list(self.store.iter_entry_rows(main_no, lo, size))
+        if [r.seq for r in rows] != list(range(lo, size)):
+            return False
+        leaves = [leaf_hash(bytes(r.data)) for r in rows]
+        if range_root(size, lo, leaves, lambda ids: self.store.read_nodes(main_no, ids)) != root:
+            return False
+        for r in reversed(rows):
+            try:
+                e = Entry.from_bytes(bytes(r.data))
+            except DecodeError:
+                return False
+            payload = e.body.get("payload")
+            if e.type != OpType.KEY_ROTATE or not isinstance(payload, dict):
+                continue
+            new, old = payload.get("new_vkey"), payload.get("old_vkey")
+            old_key = keys.keys.get(old) if isinstance(old, str) else None
+            if not isinstance(new, str) or new not in claimed or old_key is None:
+                continue
+            try:
+                open_checkpoint(note, [old_key], origin=self.origin)
+                new_key = Verifier.from_vkey(new)
+            except (ProofError, DecodeError):
+                continue
+            keys.keys[new_key.vkey()] = new_key
+            keys.retired[old_key.vkey()] = size
+            return True
+        return False
+
+    def head(self, branch: str, *, need: int = 0) -> SignedHead:
+        """Return the branch's checked head.
+
+        It is checked again when ``need`` entries are asked for and the cached head is
+        smaller (another writer appended).
+        """
+        cached = self._heads.get(branch)
+        if cached is not None and cached.size >= need:
+            return cached
+        return self.check_head(branch)
+
+    def forget(self, branch: str | None = None) -> None:
+        """Drop the cached head of a branch (or every branch): the next read checks again."""
+        if branch is None:
+            self._heads.clear()
+        else:
+            self._heads.pop(branch, None)
+
+    def trust_head(self, head: SignedHead) -> None:
+        """Remember a head this process has just signed (its seal), so reads need no re-check."""
+        self._heads[head.branch] = head
+
+    def check_head(self, branch: str) -> SignedHead:
+        """Check the stored head of ``branch`` against its newest signed checkpoint.
+
+        Raises:
+            IntegrityError: naming the step: 6 (no checkpoint, bad signature, or entries no
+                signed checkpoint covers), 5 (size or root disagree with the stored tree),
+                3 (the stored head is not the last entry), 10 (older than, or inconsistent
+                with, the trusted state).
+            NotFoundError: if there is no such branch.
+        """
+        row = self.store.branch(branch)
+        last = self.store.latest_checkpoint(row.no)
+        if last is None:
+            raise _fail(6, branch, None, "no signed checkpoint covers this branch")
+        size, root, note = last
+        main = branch == CANONICAL_BRANCH
+        keys = self.keys()
+        try:
+            signed = open_checkpoint(
+                note, keys.valid(size if main else None), origin=self._origin(branch)
+            ).checkpoint
+        except (ProofError, DecodeError) as e:
+            raise _fail(
+                6, branch, size - 1 if size else None, f"the newest checkpoint does not verify: {e}"
+            ) from e
+        if signed.size != size or signed.root != bytes(root):
+            raise _fail(5, branch, size - 1, "the stored checkpoint index disagrees with its note")
+        own = self.own_from(branch)
+        if size < row.size and own != size:
+            raise _fail(
+                6,
+                branch,
+                size,
+                f"entries {size}..{row.size - 1} are covered by no signed checkpoint (unsigned "
+                "tail)",
+                expected=str(row.size),
+                actual=str(size),
+            )
+        if size > row.size:
+            raise _fail(
+                5,
+                branch,
+                row.size,
+                "the branch is shorter than its signed checkpoint (truncated)",
+                expected=str(size),
+                actual=str(row.size),
+            )
+        head = SignedHead(branch, row.no, size, bytes(root), note)
+        if size:
+            # The last entry proven in the signed tree, and the stored head naming it.
+            last_row = self._row(head, size - 1)
+            leaf = leaf_hash(bytes(last_row.data))
+            self._prove(head, size - 1, [leaf])
+            if own is None and bytes(row.head) != leaf:
+                raise _fail(3, branch, None, "the stored chain head is not the last entry")
+        self._check_trusted(head)
+        self._heads[branch] = head
+        return head
+
+    def _check_trusted(self, head: SignedHead) -> None:
+        if self.trusted is None:
+            return
+        log = self.trusted.get(self._origin(head.branch))
+        if log is None or log.size == 0:
+            return
+        if log.size > head.size:
+            raise _fail(
+                10,
+                head.branch,
+                head.size,
+                f"rollback: a checkpoint of size {log.size} was trusted before, the ledger has "
+                f"{head.size} signed entries",
+                expected=str(log.size),
+                actual=str(head.size),
+            )
+        if log.size == head.size:
+            ok = log.root == head.root
+        else:
+            try:
+                proof = merkle.consistency_proof(log.size, head.size, self._reader(head.no))
+                merkle.verify_consistency(log.size, head.size, proof, log.root, head.root)
+                ok = True
+            except IntegrityError:
+                ok = False
+        if not ok:
+            raise _fail(
+                10,
+                head.branch,
+                log.size - 1,
+                "history differs from the checkpoint trusted before (rewritten or forked)",
+            )
+
+    def _reader(self, no: int) -> Callable[[Sequence[tuple[int, int]]], list[bytes]]:
+        return lambda ids: self.store.read_nodes(no, ids)
+
+    # -- rows ------------------------------------------------------------------------------------
+
+    def _row(self, head: SignedHead, seq: int) -> EntryRow:
+        try:
+            return self.store.entry_row(head.no, seq)
+        except NotFoundError as e:
+            raise _fail(2, head.branch, seq, "the entry is missing from the signed tree") from e
+
+    def _prove(self, head: SignedHead, start: int, leaves: Sequence[bytes]) -> None:
+        """(5) the leaves at ``start``... are in the signed tree of ``head``; cache them."""
+        try:
+            got = range_root(head.size, start, leaves, self._reader(head.no))
+        except (IntegrityError, KeyError) as e:
+            raise _fail(5, head.branch, start, "the stored tree cannot prove the entry") from e
+        except Exception as e:  # a missing node: StorageError from read_nodes
+            raise _fail(
+                5, head.branch, start, f"the stored tree cannot prove the entry: {e}"
+            ) from e
+        if got != head.root:
+            raise _fail(
+                5,
+                head.branch,
+                start if len(leaves) == 1 else None,
+                "entry not in the signed tree (edited, moved, inserted or replayed)"
+                if len(leaves) == 1
+                else f"entries {start}..{start + len(leaves) - 1} are not the signed tree's",
+            )
+        if len(self._leaves) > _LEAF_CACHE_MAX:
+            self._leaves.clear()
+        for i, leaf in enumerate(leaves):
+            self._leaves[(head.no, start + i)] = leaf
+
+    def _decode(self, head: SignedHead, seq: int, row: EntryRow, prev: bytes | None) -> Entry:
+        branch = head.branch
+        try:
+            entry = Entry.from_bytes(bytes(row.data))
+        except DecodeError as e:
+            raise _fail(1, branch, seq, "the entry does not decode strictly") from e
+        if entry.seq != seq or entry.branch != branch:
+            raise _fail(2, branch, seq, "the entry records another position (replayed or moved)")
+        if (seq == 0) != (entry.kind is Kind.GENESIS):
+            raise _fail(3, branch, seq, "a genesis entry must be exactly entry 0")
+        if seq == 0 and branch == CANONICAL_BRANCH and entry.prev != ZERO_HASH:
+            raise _fail(3, branch, seq, "the canonical genesis must link to zeros")
+        if prev is not None and entry.prev != prev:
+            raise _fail(3, branch, seq, "prev does not match the hash of the entry before")
+        return entry
+
+    def rows(
+        self, branch: str, start: int = 0, stop: int | None = None
+    ) -> Iterator[tuple[EntryRow, Entry]]:
+        """Yield checked ``(row, entry)`` pairs with ``start <= seq < stop`` (default: all)."""
+        stored = self.store.branch(branch)
+        want = stored.size if stop is None else min(stop, stored.size)
+        own = self.own_from(branch)
+        signed_need = want if own is None else min(want, own)
+        head = self.head(branch, need=signed_need)
+        if own is None:
+            want = min(want, head.size)
+        seq = max(start, 0)
+        prev: bytes | None = None
+        if seq > 0 and seq < want:
+            prev = self._leaf(head, seq - 1)
+        while seq < want:
+            end = min(seq + _CHUNK, want)
+            signed_end = min(end, head.size)
+            rows = list(self.store.iter_entry_rows(head.no, seq, end))
+            for i, r in enumerate(rows):
+                if r.seq != seq + i:
+                    raise _fail(2, branch, seq + i, "the entry is missing from the signed tree")
+            if len(rows) != end - seq:
+                raise _fail(2, branch, seq + len(rows), "the entry is missing from the signed tree")
+            leaves = [leaf_hash(bytes(r.data)) for r in rows]
+            if signed_end > seq:
+                self._prove(head, seq, leaves[: signed_end - seq])
+            for r, leaf in zip(rows, leaves, strict=True):
+                entry = self._decode(head, r.seq, r, prev)
+                prev = leaf
+                yield r, entry
+            seq = end
+
+    def _leaf(self, head: SignedHead, seq: int) -> bytes:
+        cached = self._leaves.get((head.no, seq))
+        if cached is not None:
+            return cached
+        leaf = leaf_hash(bytes(self._row(head, seq).data))
+        if seq < head.size:
+            self._prove(head, seq, [leaf])
+        return leaf
+
+    def row(self, branch: str, seq: int) -> tuple[EntryRow, Entry]:
+        """Return one checked ``(row, entry)``.
+
+        Raises:
+            NotFoundError: if the branch has no entry ``seq``.
+            IntegrityError: if a check fails.
+        """
+        for pair in self.rows(branch, seq, seq + 1):
+            return pair
+        raise NotFoundError(f"no entry {seq} on branch {branch!r}")
+
+    def many(
+        self, branch: str, seqs: Sequence[int], *, links: bool = True
+    ) -> dict[int, tuple[EntryRow, Entry]]:
+        """Return checked ``(row, entry)`` of scattered entries, proven together.
+
+        One read of the rows (with each one's predecessor, for its prev link, unless
+        ``links`` is off: the prev is inside the proven bytes either way), one multi-leaf
+        proof against the signed root: O(k log n) however far apart the k entries are.
+
+        Raises:
+            NotFoundError: if the branch has no entry at one of ``seqs``.
+            IntegrityError: if a check fails (naming that entry).
+        """
+        wanted = sorted(set(seqs))
+        if not wanted:
+            return {}
+        stored = self.store.branch(branch)
+        if wanted[0] < 0 or wanted[-1] >= stored.size:
+            bad = wanted[0] if wanted[0] < 0 else wanted[-1]
+            raise NotFoundError(f"no entry {bad} on branch {branch!r}")
+        own = self.own_from(branch)
+        head = self.head(branch, need=wanted[-1] + 1 if own is None else min(wanted[-1] + 1, own))
+        if own is None and wanted[-1] >= head.size:
+            raise _fail(6, branch, head.size, "the entry is covered by no signed checkpoint")
+        with_prev = sorted(set(wanted) | {s - 1 for s in wanted if s > 0 and links})
+        rows = {r.seq: r for r in self.store.entry_rows(head.no, with_prev)}
+        for s in with_prev:
+            if s not in rows:
+                raise _fail(2, branch, s, "the entry is missing from the signed tree")
+        leaves: dict[int, bytes] = {s: leaf_hash(bytes(rows[s].data)) for s in with_prev}
+        signed = {s: h for s, h in leaves.items() if s < head.size}
+        if signed:
+            try:
+                got = leaves_root(head.size, signed, self._reader(head.no))
+            except (IntegrityError, KeyError) as e:
+                raise _fail(5, branch, None, "the stored tree cannot prove the entries") from e
+            except Exception as e:  # a missing node: StorageError from read_nodes
+                raise _fail(
+                    5, branch, None, f"the stored tree cannot prove the entries: {e}"
+                ) from e
+            if got != head.root:
+                # Name the entry: prove each alone (only on this failure path).
+                for s in sorted(signed):
+                    self._prove(head, s, [signed[s]])
+        out: dict[int, tuple[EntryRow, Entry]] = {}
+        for s in wanted:
+            prev = leaves.get(s - 1) if s > 0 else None
+            out[s] = (rows[s], self._decode(head, s, rows[s], prev))
+        return out
+
+    def content(self, branch: str, row: EntryRow, entry: Entry) -> str | None:
+        """(4) Return the checked content of an entry: None for an erased event or no event.
+
+        Raises:
+            IntegrityError: step 4, if the stored content is not what the entry commits to,
+                was removed without its TOMBSTONE, or sits beside an entry that is no event.
+        """
+        seq = row.seq
+        planted = (row.content, row.salt, row.digest, row.erased_by)
+        if entry.kind is not Kind.EVENT:
+            if any(x is not None for x in planted):
+                raise _fail(4, branch, seq, "an entry that is not an event has stored content")
+            return None
+        event_id = entry.body.get("id")
+        if row.content is None:
+            by = row.erased_by
+            if row.salt is not None or type(by) is not int or by <= seq:
+                raise _fail(
+                    4, branch, seq, "the event's content is missing and no TOMBSTONE erased it"
+                )
+            try:
+                _, tomb = self.row(branch, by)
+            except NotFoundError as e:
+                raise _fail(
+                    4, branch, seq, "the event's content is missing and no TOMBSTONE erased it"
+                ) from e
+            payload = tomb.body.get("payload")
+            target = payload.get("target_event_id") if isinstance(payload, dict) else None
+            if tomb.type != OpType.TOMBSTONE or target != event_id:
+                raise _fail(
+                    4, branch, seq, "the event's content is missing and no TOMBSTONE erased it"
+                )
+            return None
+        if row.erased_by is not None:
+            raise _fail(
+                4, branch, seq, "the event is marked erased but its content is still stored"
+            )
+        salt = bytes(row.salt) if row.salt is not None else b""
+        data = bytes(row.content)
+        if len(salt) != 32 or content_commitment(salt, data) != entry.body.get(
+            "content_commitment"
+        ):
+            raise _fail(
+                4, branch, seq, "the content does not match the entry's commitment (edited)"
+            )
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as e:  # pragma: no cover - committed content is UTF-8
+            raise _fail(4, branch, seq, "the content is not UTF-8") from e
+
+    def checked(self, branch: str, seq: int) -> CheckedRow:
+        """Return entry ``seq`` with its content, both checked."""
+        row, entry = self.row(branch, seq)
+        return CheckedRow(entry, self.content(branch, row, entry), row.erased_by)

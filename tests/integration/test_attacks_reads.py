@@ -1,0 +1,508 @@
+"""Attacks on a closed ledger's file, each refused by EVERY read path, not only by verify.
+
+One test per attack, named after it. Each builds the same small memory story through the CLI
+(events, ASSERTs, a REINFORCE, filler), checks that every read path works on the untouched
+copy (so a test cannot pass because a reader always fails), tampers with the file the way
+someone with disk access (but without the signing key) would, then asserts:
+
+- ``memroot verify`` reports it (exit 1, the step named);
+- ``log``, ``show``, ``why``, ``query`` and ``export`` exit 1 with an error naming the branch,
+  entry and step on stderr, print nothing on stdout and write no bundle;
+- the Python API (``Ledger.open`` / ``entry`` / ``entries`` / ``content``) raises
+  ``IntegrityError``;
+- ``--no-strict`` (forensics) still reads it and says so on stderr.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import apsw
+import pytest
+from click.testing import CliRunner, Result
+
+from memroot.cli.main import cli
+from memroot.ledger import encoding
+from memroot.ledger.entries import Entry, Kind, build_entry
+from memroot.ledger.errors import IntegrityError
+from memroot.ledger.hashing import content_digest, leaf_hash
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.merkle import CompactRange
+from memroot.ledger.store import entry_key, node_key
+from memroot.ledger.trust import TrustedState, default_trusted_path
+
+ORIGIN = "example.org/read-attacks"
+MAIN_NO = 1
+
+
+def memroot(path: Path, *args: str) -> Result:
+    return CliRunner().invoke(cli, ["-l", str(path), *args], catch_exceptions=False)
+
+
+def ok(result: Result) -> Any:
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def event(content: str) -> dict[str, Any]:
+    return {
+        "kind": "event",
+        "stream": "s",
+        "actor_id": "alice",
+        "actor_type": "HUMAN_USER",
+        "role": "USER",
+        "content": content,
+        "namespace_id": "alice",
+    }
+
+
+def op(op_type: str, payload: dict[str, Any], target: str | None = None) -> dict[str, Any]:
+    d: dict[str, Any] = {
+        "kind": "op",
+        "op_type": op_type,
+        "actor_id": "agent-7",
+        "actor_type": "AI_AGENT",
+        "namespace_id": "alice",
+        "policy_version": "policy/1",
+        "payload": payload,
+    }
+    if target is not None:
+        d["target_id"] = target
+    return d
+
+
+def append(path: Path, obj: dict[str, Any]) -> dict[str, Any]:
+    return dict(ok(memroot(path, "append", "--json", json.dumps(obj)))[0])
+
+
+def build(path: Path, fillers: int = 12) -> dict[str, Any]:
+    """The story: event (1), ASSERT tea (2), REINFORCE (3), fillers; returns ids and seqs."""
+    assert memroot(path, "init", "--origin", ORIGIN).exit_code == 0
+    ev = append(path, event("I take my tea without sugar"))
+    tea = append(
+        path,
+        op(
+            "ASSERT",
+            {
+                "object_type": "PREFERENCE",
+                "epistemic_type": "OBSERVED",
+                "source_type": "USER_STATED",
+                "evidence_ids": [ev["id"]],
+                "value": "Alice takes tea without sugar",
+                "confidence": None,
+                "salience": 0.7,
+            },
+        ),
+    )
+    reinforce = append(
+        path,
+        op(
+            "REINFORCE",
+            {
+                "signal_type": "used",
+                "delta": 0.05,
+                "new_confidence": 0.95,
+                "new_salience": 0.75,
+                "signal_source": "chat",
+            },
+            tea["id"],
+        ),
+    )
+    for i in range(fillers):
+        append(path, event(f"filler message {i}"))
+    return {"event": ev, "tea": tea, "reinforce": reinforce}
+
+
+@pytest.fixture(scope="module")
+def golden(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    path = tmp_path_factory.mktemp("golden") / "agent.ledger"
+    return path, build(path)
+
+
+@pytest.fixture
+def story(tmp_path: Path, golden: tuple[Path, dict[str, Any]]) -> tuple[Path, dict[str, Any]]:
+    """A private copy of the golden ledger (file and key)."""
+    src, ids = golden
+    dst = tmp_path / "agent.ledger"
+    shutil.copy2(src, dst)
+    shutil.copy2(f"{src}.key", f"{dst}.key")
+    return dst, ids
+
+
+# -- raw file access ---------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def raw_db(path: Path) -> Iterator[apsw.Connection]:
+    db = apsw.Connection(str(path))
+    try:
+        db.execute("BEGIN IMMEDIATE")
+        yield db
+        db.execute("COMMIT")
+    finally:
+        db.close()
+
+
+def k(seq: int) -> int:
+    return entry_key(MAIN_NO, seq)
+
+
+def row(db: apsw.Connection, seq: int) -> dict[str, Any]:
+    cols = ("hash", "data", "digest", "salt", "content", "erased_by")
+    r = db.execute(f"SELECT {', '.join(cols)} FROM entries WHERE k = ?", (k(seq),)).fetchone()
+    return dict(zip(cols, r, strict=True))
+
+
+def rebuild_caches(db: apsw.Connection) -> None:
+    """Recompute leaf hashes, tree nodes and the chain head from the stored entry bytes."""
+    compact = CompactRange()
+    db.execute("DELETE FROM nodes WHERE k >> 48 = ?", (MAIN_NO,))
+    rows = db.execute(
+        "SELECT k, data FROM entries WHERE k >> 40 = ? ORDER BY k", (MAIN_NO,)
+    ).fetchall()
+    last = b""
+    for key, data in rows:
+        h = leaf_hash(bytes(data))
+        db.execute("UPDATE entries SET hash = ? WHERE k = ?", (h, key))
+        for level, index, node in compact.append(h):
+            db.execute(
+                "INSERT INTO nodes(k, h) VALUES(?, ?)", (node_key(MAIN_NO, level, index), node)
+            )
+        last = h
+    db.execute("UPDATE branches SET size = ?, head = ? WHERE no = ?", (len(rows), last, MAIN_NO))
+
+
+def reencode(data: bytes, **change: Any) -> bytes:
+    v, prev, seq, branch, ts, kind, type_, body = encoding.decode(data)
+    body = {**body, **change}
+    return encoding.encode([v, prev, seq, branch, ts, kind, type_, body])
+
+
+# -- the read paths ----------------------------------------------------------------------------
+
+
+def read_paths(path: Path, ids: dict[str, Any], seq: int) -> dict[str, Result]:
+    """Run every read command that serves the tampered data (``seq``: the entry hit)."""
+    tea = ids["tea"]["id"]
+    return {
+        "log": memroot(path, "log", "--limit", "1000", "--json"),
+        "show": memroot(path, "show", str(seq), "--json"),
+        "why": memroot(path, "why", tea, "--json"),
+        "query": memroot(path, "query", "--json"),
+        "export": memroot(path, "export", str(path.parent / "bundle")),
+    }
+
+
+def api_reads(path: Path, seq: int) -> None:
+    """Everything the Python API serves: open, entry, entries, content (with the trusted
+    state the CLI uses, so a rollback is caught as the reads are)."""
+    with Ledger.open(path, trusted=TrustedState(default_trusted_path())) as ledger:
+        ledger.entry(seq)
+        list(ledger.entries())
+        for s in range(ledger.size()):
+            ledger.content(s)
+
+
+def assert_untouched_reads_work(path: Path, ids: dict[str, Any], seq: int) -> None:
+    for name, result in read_paths(path, ids, seq).items():
+        assert result.exit_code == 0, (name, result.output)
+    shutil.rmtree(path.parent / "bundle")
+    api_reads(path, seq)
+
+
+def assert_every_read_refuses(
+    path: Path,
+    ids: dict[str, Any],
+    seq: int,
+    *,
+    step: int,
+    secret: str | None = None,
+    paths: tuple[str, ...] = ("log", "show", "why", "query", "export"),
+) -> None:
+    """verify reports ``step``; each read path exits 1 naming a step and printing nothing."""
+    verify = memroot(path, "verify", "--json", "--no-update")
+    assert verify.exit_code == 1
+    report = json.loads(verify.stdout)
+    assert report["steps"][str(step)]["violations"] >= 1, report["findings"]
+    results = read_paths(path, ids, seq)
+    for name in paths:
+        result = results[name]
+        assert result.exit_code == 1, (name, result.output)
+        assert result.stdout == "", (name, result.stdout)  # nothing of the tampered data
+        assert "strict read refused" in result.stderr and "step" in result.stderr, name
+        assert "Traceback" not in result.output
+        if secret is not None:
+            assert secret not in result.output
+    if "export" in paths:
+        assert not (path.parent / "bundle").exists()
+    if paths == ("log", "show", "why", "query", "export"):
+        with pytest.raises(IntegrityError) as refused:
+            api_reads(path, seq)
+        assert refused.value.step is not None and refused.value.branch == "main"
+
+
+def assert_forensics_reads(path: Path, seq: int) -> None:
+    """--no-strict reads the tampered ledger anyway and warns on stderr."""
+    result = memroot(path, "show", str(seq), "--no-strict", "--json")
+    assert "--no-strict" in result.stderr and "NOT checked" in result.stderr
+    with Ledger.open(path, strict=False) as ledger:
+        ledger.size()
+
+
+# -- the attacks ---------------------------------------------------------------------------
+
+
+def test_content_edit(story: tuple[Path, dict[str, Any]]) -> None:
+    """The evidence event's content rewritten (content address fixed): step 4 everywhere."""
+    path, ids = story
+    seq = ids["event"]["seq"]
+    assert_untouched_reads_work(path, ids, seq)
+    with raw_db(path) as db:
+        forged = b"I take my tea with FIVE sugars"
+        db.execute(
+            "UPDATE entries SET content = ?, digest = ? WHERE k = ?",
+            (forged, content_digest(forged), k(seq)),
+        )
+    assert_every_read_refuses(path, ids, seq, step=4, secret="FIVE")
+    assert_forensics_reads(path, seq)
+
+
+def test_middle_deletion(story: tuple[Path, dict[str, Any]]) -> None:
+    """The ASSERT row deleted: a gap in the signed tree (step 2) on every read."""
+    path, ids = story
+    seq = ids["tea"]["seq"]
+    assert_untouched_reads_work(path, ids, seq)
+    with raw_db(path) as db:
+        db.execute("DELETE FROM entries WHERE k = ?", (k(seq),))
+    assert_every_read_refuses(path, ids, seq, step=2)
+    assert_forensics_reads(path, seq + 1)
+
+
+def test_reorder(story: tuple[Path, dict[str, Any]]) -> None:
+    """The ASSERT and the REINFORCE swapped (every column): step 2 on every read."""
+    path, ids = story
+    a, b = ids["tea"]["seq"], ids["reinforce"]["seq"]
+    assert_untouched_reads_work(path, ids, a)
+    cols = ("hash", "data", "digest", "salt", "content", "erased_by")
+    with raw_db(path) as db:
+        ra, rb = row(db, a), row(db, b)
+        sets = ", ".join(f"{c} = ?" for c in cols)
+        db.execute(f"UPDATE entries SET {sets} WHERE k = ?", (*(rb[c] for c in cols), k(a)))
+        db.execute(f"UPDATE entries SET {sets} WHERE k = ?", (*(ra[c] for c in cols), k(b)))
+    assert_every_read_refuses(path, ids, a, step=2)
+    assert_forensics_reads(path, a)
+
+
+def test_forged_insertion(story: tuple[Path, dict[str, Any]]) -> None:
+    """A well-formed entry inserted after the ASSERT, later rows shifted, caches rebuilt."""
+    path, ids = story
+    at = ids["tea"]["seq"] + 1
+    assert_untouched_reads_work(path, ids, at)
+    with raw_db(path) as db:
+        keys = [
+            r[0]
+            for r in db.execute(
+                "SELECT k FROM entries WHERE k >= ? AND k >> 40 = ? ORDER BY k DESC",
+                (k(at), MAIN_NO),
+            )
+        ]
+        for key in keys:
+            db.execute("UPDATE entries SET k = ? WHERE k = ?", (key + 1, key))
+        db.execute("UPDATE event_ids SET k = k + 1 WHERE k >= ? AND k >> 40 = ?", (k(at), MAIN_NO))
+        before = Entry.from_bytes(bytes(row(db, at - 1)["data"]))
+        forged = build_entry(
+            before.hash,
+            at,
+            "main",
+            before.ts + 1,
+            Kind.OP,
+            "ENTITY_CREATE",
+            {
+                "actor_id": "mallory",
+                "actor_type": "HUMAN_USER",
+                "id": "01900000-0000-7000-8000-0000000000ff",
+                "namespace_id": "alice",
+                "payload": {"entity_type": "PERSON", "canonical_name": "mallory", "aliases": []},
+                "policy_version": "p/1",
+            },
+        )
+        db.execute(
+            "INSERT INTO entries(k, hash, data) VALUES(?, ?, ?)", (k(at), forged.hash, forged.raw)
+        )
+        rebuild_caches(db)
+    # verify: the shifted entry records another position (step 2); the reads refuse at open,
+    # since the stored tree no longer has the signed size and root.
+    assert_every_read_refuses(path, ids, at, step=2)
+    assert_forensics_reads(path, at)
+
+
+def test_cross_context_replay(story: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    """A genuine event of another ledger (same story, same seq) swapped in, caches rebuilt."""
+    path, ids = story
+    seq = ids["event"]["seq"]
+    assert_untouched_reads_work(path, ids, seq)
+    other = tmp_path / "other" / "agent.ledger"
+    other.parent.mkdir()
+    build(other, fillers=0)
+    with raw_db(other) as db:
+        donor = row(db, seq)
+    with raw_db(path) as db:
+        sets = ", ".join(f"{c} = ?" for c in ("data", "digest", "salt", "content"))
+        db.execute(
+            f"UPDATE entries SET {sets} WHERE k = ?",
+            (*(donor[c] for c in ("data", "digest", "salt", "content")), k(seq)),
+        )
+        rebuild_caches(db)
+    assert_every_read_refuses(path, ids, seq, step=3)
+    assert_forensics_reads(path, seq)
+
+
+def test_metadata_edit(story: tuple[Path, dict[str, Any]]) -> None:
+    """The ASSERT's actor rewritten (valid CBOR, leaf hash cache fixed): step 5 on reads."""
+    path, ids = story
+    seq = ids["tea"]["seq"]
+    assert_untouched_reads_work(path, ids, seq)
+    with raw_db(path) as db:
+        forged = reencode(bytes(row(db, seq)["data"]), actor_id="mallory")
+        db.execute(
+            "UPDATE entries SET data = ?, hash = ? WHERE k = ?", (forged, leaf_hash(forged), k(seq))
+        )
+    assert_every_read_refuses(path, ids, seq, step=3, secret="mallory")
+    assert_forensics_reads(path, seq)
+
+
+def _older_copy(path: Path, ids: dict[str, Any]) -> tuple[Path, int]:
+    """Save a complete copy now, append more, verify (the newer state becomes trusted)."""
+    old = path.parent / "old"
+    old.mkdir()
+    shutil.copy2(path, old / path.name)
+    for i in range(5):
+        append(path, event(f"newer message {i}"))
+    assert memroot(path, "verify", "--json").exit_code == 0  # remembers the newest checkpoint
+    return old / path.name, ids["reinforce"]["seq"]
+
+
+def test_restored_older_copy(story: tuple[Path, dict[str, Any]]) -> None:
+    """An older genuine copy of the file put back after verified appends: step 10 on reads."""
+    path, ids = story
+    seq = ids["tea"]["seq"]
+    assert_untouched_reads_work(path, ids, seq)
+    old, _ = _older_copy(path, ids)
+    for suffix in ("-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    shutil.copy2(old, path)
+    assert_every_read_refuses(path, ids, seq, step=10)
+    assert_forensics_reads(path, seq)
+
+
+def test_rollback_replay(story: tuple[Path, dict[str, Any]]) -> None:
+    """History rolled back to an older kept checkpoint (newer rows and checkpoints deleted)."""
+    path, ids = story
+    seq = ids["tea"]["seq"]
+    assert_untouched_reads_work(path, ids, seq)
+    kept = ok(memroot(path, "checkpoint", "--json"))["size"]  # asked for: kept for good
+    _older_copy(path, ids)
+    with raw_db(path) as db:
+        db.execute("DELETE FROM entries WHERE k >= ? AND k >> 40 = ?", (k(kept), MAIN_NO))
+        db.execute("DELETE FROM event_ids WHERE k >= ? AND k >> 40 = ?", (k(kept), MAIN_NO))
+        db.execute("DELETE FROM checkpoints WHERE branch = ? AND size > ?", (MAIN_NO, kept))
+        rebuild_caches(db)
+    assert_every_read_refuses(path, ids, seq, step=10)
+    assert_forensics_reads(path, seq)
+
+
+def test_unsigned_append(story: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    """Without the key an append is refused; a row added behind memroot's back is unsigned."""
+    path, ids = story
+    seq = ids["tea"]["seq"]
+    assert_untouched_reads_work(path, ids, seq)
+    Path(f"{path}.key").rename(tmp_path / "elsewhere.key")
+    refused = memroot(path, "append", json.dumps(event("appended without the key")))
+    assert refused.exit_code == 5 and "needs its signing key" in refused.stderr
+    with raw_db(path) as db:  # nothing was written: every stored entry is still signed
+        size = int(db.execute("SELECT size FROM branches WHERE no = 1").fetchone()[0])
+    assert size == len(ok(memroot(path, "log", "--json", "--limit", "1000")))
+    with raw_db(path) as db:  # the attacker writes the row the library refused to write
+        last = Entry.from_bytes(bytes(row(db, size - 1)["data"]))
+        forged = build_entry(
+            last.hash,
+            size,
+            "main",
+            last.ts + 1,
+            Kind.OP,
+            "ENTITY_CREATE",
+            {
+                "actor_id": "mallory",
+                "actor_type": "HUMAN_USER",
+                "id": "01900000-0000-7000-8000-0000000000fe",
+                "namespace_id": "alice",
+                "payload": {"entity_type": "PERSON", "canonical_name": "mallory", "aliases": []},
+                "policy_version": "p/1",
+            },
+        )
+        db.execute(
+            "INSERT INTO entries(k, hash, data) VALUES(?, ?, ?)",
+            (k(size), forged.hash, forged.raw),
+        )
+        rebuild_caches(db)
+    assert_every_read_refuses(path, ids, size, step=6, secret="mallory")
+    assert_forensics_reads(path, size)
+
+
+def test_tail_truncation(story: tuple[Path, dict[str, Any]]) -> None:
+    """The last rows deleted with their head checkpoint, caches tidied: an unsigned tail."""
+    path, ids = story
+    seq = ids["tea"]["seq"]
+    assert_untouched_reads_work(path, ids, seq)
+    with raw_db(path) as db:
+        size = int(db.execute("SELECT size FROM branches WHERE no = 1").fetchone()[0])
+        cut = size - 3
+        db.execute("DELETE FROM entries WHERE k >= ? AND k >> 40 = ?", (k(cut), MAIN_NO))
+        db.execute("DELETE FROM event_ids WHERE k >= ? AND k >> 40 = ?", (k(cut), MAIN_NO))
+        db.execute("DELETE FROM checkpoints WHERE branch = ? AND size > ?", (MAIN_NO, cut))
+        rebuild_caches(db)
+    assert_every_read_refuses(path, ids, seq, step=6)
+    assert_forensics_reads(path, seq)
+
+
+def test_tail_truncation_checkpoint_kept(story: tuple[Path, dict[str, Any]]) -> None:
+    """The last rows deleted but the head checkpoint left: shorter than signed (step 5)."""
+    path, ids = story
+    seq = ids["tea"]["seq"]
+    with raw_db(path) as db:
+        size = int(db.execute("SELECT size FROM branches WHERE no = 1").fetchone()[0])
+        db.execute("DELETE FROM entries WHERE k >= ? AND k >> 40 = ?", (k(size - 2), MAIN_NO))
+        rebuild_caches(db)
+    assert_every_read_refuses(path, ids, seq, step=5)
+
+
+def test_derived_row_edit(story: tuple[Path, dict[str, Any]]) -> None:
+    """The object's value and confidence edited in the derived table: query and why refuse.
+
+    log, show and export serve no derived rows (export carries the entries, from which an
+    auditor derives everything), so they have nothing to refuse; verify reports step 9.
+    """
+    path, ids = story
+    seq = ids["reinforce"]["seq"]
+    assert_untouched_reads_work(path, ids, seq)
+    with raw_db(path) as db:
+        db.execute(
+            "UPDATE mem_objects SET value = ?, confidence = ? WHERE id = ?",
+            ("Alice takes FIVE sugars", 0.99, ids["tea"]["id"]),
+        )
+    assert_every_read_refuses(path, ids, seq, step=9, secret="FIVE", paths=("why", "query"))
+    from memroot.projections.query import Query, query
+    from memroot.projections.strict_rows import check_objects
+
+    with Ledger.open(path) as ledger, ledger.store.read() as db:
+        served = [r.object for r in query(db, Query())]
+        with pytest.raises(IntegrityError) as refused:
+            check_objects(ledger, served)
+    assert (refused.value.step, refused.value.seq) == (9, seq)
+    forensic = memroot(path, "query", "--no-strict", "--json")
+    assert forensic.exit_code == 0 and "FIVE" in forensic.stdout
