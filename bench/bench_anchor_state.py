@@ -37,7 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from memroot.ledger.entries import EventInput, OpInput, new_uuid
+from memroot.ledger.entries import EventInput, OpInput, new_uuid, now_us
 from memroot.ledger.errors import RefusedError
 from memroot.ledger.ledger import Ledger
 from memroot.projections import gated
@@ -50,7 +50,6 @@ from memroot.projections.query import Query, anchor_path_of, get_object, query
 from memroot.projections.views import view_of
 
 AGENT = rq.Actor("agent", "AI_AGENT", "ns")
-T0 = 1_800_000_000_000_000
 
 
 def log(msg: str) -> None:
@@ -87,10 +86,12 @@ def workload(
     """Return the entries, in order, and the event ids (the anchors to read at)."""
     rng = random.Random(seed)
     ids, parent = tree(events, shape, rng)
+    # Timestamps end a minute before now: the append rules refuse entries ahead of the clock
+    # (docs/FORMAT.md §3.1), and every run appends within a day of building the workload.
+    ts = now_us() - 60_000_000 - events * 1000 - objects - ops
     per_event = objects / events
     ops_per_event = ops / events
     items: list[EventInput | OpInput] = []
-    ts = T0
     objs_of: dict[str, list[str]] = {}  # event -> objects citing it
     recent: list[tuple[str, str]] = []  # (object, its event)
     made = 0

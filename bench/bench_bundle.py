@@ -38,7 +38,7 @@ def build(path: Path, n: int) -> float:
     from memroot.ledger.ledger import Ledger
 
     start = time.perf_counter()
-    with Ledger.init(path, origin=ORIGIN) as ledger, ledger.bulk():
+    with Ledger.init(path, origin=ORIGIN, hooks=()) as ledger, ledger.bulk():
         for lo in range(0, n, 5000):
             items: list[EventInput | OpInput] = []
             for i in range(lo, min(n, lo + 5000)):
@@ -78,7 +78,7 @@ def phase(name: str, ledger: Path, bundle: Path) -> dict[str, Any]:
     entries = 0
     ok = True
     if name == "export":
-        with Ledger.open(ledger) as led:
+        with Ledger.open(ledger, hooks=()) as led:
             manifest = export_bundle(led, bundle)
         entries = sum(b.size for b in manifest.branches)
     elif name == "audit":

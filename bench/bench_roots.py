@@ -169,7 +169,7 @@ def replay_rate(path: Path, chunk: int = 20_000) -> dict[str, Any]:
     replay = RootsReplay(default_registry())
     n = roots = 0
     cpu = 0.0
-    with Ledger.open(path) as ledger:
+    with Ledger.open(path, hooks=()) as ledger:
         stream = ledger.entries()
         while True:
             batch = [e for _, e in zip(range(chunk), stream, strict=False)]

@@ -80,8 +80,8 @@ def bench_seal(durable: int, repeat: int) -> dict[str, Any]:
         rates: dict[str, list[float]] = {"sealed": [], "unsealed": []}
         with tempfile.TemporaryDirectory() as d:
             ledgers = {
-                "sealed": Ledger.init(Path(d) / "sealed.db"),
-                "unsealed": _unsealed(Ledger.init(Path(d) / "unsealed.db")),
+                "sealed": Ledger.init(Path(d) / "sealed.db", hooks=()),
+                "unsealed": _unsealed(Ledger.init(Path(d) / "unsealed.db", hooks=())),
             }
             for _ in range(max(1, n // block)):
                 for side, ledger in ledgers.items():

@@ -212,7 +212,7 @@ def batched_memroot(path: Path, n: int) -> tuple[MemrootBatched, list[tuple[int,
     """
     build_s = append_s = 0.0
     batches: list[tuple[int, float]] = []
-    with Ledger.init(path) as ledger:
+    with Ledger.init(path, hooks=()) as ledger:
         for start in range(0, n, BATCH):
             t0 = time.perf_counter()
             items = events(start, min(BATCH, n - start))
@@ -295,7 +295,7 @@ def durable_appends(work: Path, count: int) -> DurableAppend:
     mem_s = raw_s = 0.0
     db = _raw_db(work / "raw.db")
     try:
-        with Ledger.init(work / "durable.ledger") as ledger:
+        with Ledger.init(work / "durable.ledger", hooks=()) as ledger:
             no = ledger.branch_row().no
             for start in range(0, count, DURABLE_BLOCK):
                 items = events(start, min(DURABLE_BLOCK, count - start))

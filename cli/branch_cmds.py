@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Any, Final
 
 import click
 
@@ -15,6 +15,8 @@ from memroot.cli.main import Context, cli, emit, pass_ctx
 from memroot.ledger.vocab import ActorType, BranchType
 from memroot.memory_root.branches import (
     DEFAULT_EXPIRY_DAYS,
+    MAX_EXPIRY_DAYS,
+    MAX_EXPIRY_EVENTS,
     BranchInfo,
     Expiry,
     close_branch,
@@ -32,10 +34,17 @@ _TYPES = [t.value for t in BranchType if t is not BranchType.CANONICAL]
 _ACTOR_TYPES = [t.value for t in ActorType]
 
 
+_MAX_NOW: Final = 253_402_300_799_999_999
+"""The last microsecond of year 9999, the latest time ``--now`` accepts."""
+
+
 def _when(us: int | None) -> str:
     if us is None:
         return "-"
-    return dt.datetime.fromtimestamp(us / 1e6, dt.UTC).isoformat(timespec="seconds")
+    try:
+        return dt.datetime.fromtimestamp(us / 1e6, dt.UTC).isoformat(timespec="seconds")
+    except (OverflowError, ValueError, OSError):
+        return f"{us} us (outside the calendar)"  # a record from before the bounds
 
 
 def _info_json(ctx_ledger: Any, info: BranchInfo) -> dict[str, Any]:
@@ -61,7 +70,7 @@ def branch() -> None:
 @click.option("--parent", default="main", show_default=True, help="Branch to fork from.")
 @click.option(
     "--expiry-days",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, MAX_EXPIRY_DAYS),
     help=f"Max age in days (defaults per type: {DEFAULT_EXPIRY_DAYS}).",
 )
 @click.option(
@@ -72,7 +81,7 @@ def branch() -> None:
 )
 @click.option(
     "--max-events",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, MAX_EXPIRY_EVENTS),
     help="Refuse appends past N entries after the branch genesis (gc closes one over it).",
 )
 @click.option("--actor", default="cli", show_default=True, help="Who creates it.")
@@ -381,37 +390,55 @@ def diff_cmd(ctx: Context, branch_id: str, as_json: bool) -> None:
 def _parse_now(value: str | None) -> int | None:
     if value is None:
         return None
-    if value.isdigit():
-        return int(value)
-    try:
-        when = dt.datetime.fromisoformat(value)
-    except ValueError as e:
-        raise click.BadParameter(f"{value!r} is neither microseconds nor an ISO 8601 time") from e
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.UTC)
-    return int(when.timestamp() * 1_000_000)
+    if value.isascii() and value.isdigit():
+        us = int(value)
+    else:
+        try:
+            when = dt.datetime.fromisoformat(value)
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=dt.UTC)
+            us = int(when.timestamp() * 1_000_000)
+        except (ValueError, OverflowError) as e:
+            raise click.BadParameter(
+                f"{value!r} is neither microseconds nor an ISO 8601 time", param_hint="--now"
+            ) from e
+    if not 0 <= us <= _MAX_NOW:
+        raise click.BadParameter(
+            f"{value!r} is outside 1970-01-01 .. 9999-12-31", param_hint="--now"
+        )
+    return us
 
 
 @cli.command("gc")
 @click.option("--now", "now_text", help="Pretend it is this time (ISO 8601 or microseconds).")
+@click.option("--dry-run", is_flag=True, help="Print what would be done; append nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
-def gc_cmd(ctx: Context, now_text: str | None, as_json: bool) -> None:
+def gc_cmd(ctx: Context, now_text: str | None, dry_run: bool, as_json: bool) -> None:
     """Handle expired branches (archive/discard per policy, force-close stale ones).
 
-    Idempotent; meant to run daily (e.g. from cron).
+    Idempotent; meant to run daily (e.g. from cron). Each branch is handled on its own: one
+    that cannot be closed (say, it still has open child branches) is reported on stderr and
+    the others are still handled; the exit code is then 3.
 
-    Example: memroot -l agent.ledger gc --json
+    Example: memroot -l agent.ledger gc --dry-run --json
     """
+    now = _parse_now(now_text)
     with open_ledger(ctx) as ledger:
-        done = gc(ledger, now=_parse_now(now_text))
-    rows = [
-        {"branch_id": d.branch_id, "action": d.action, "reason": d.reason, "seq": d.seq}
-        for d in done
-    ]
-    emit(
-        rows,
-        as_json,
-        "\n".join(f"{r['branch_id']}: {r['action']} ({r['reason']})" for r in rows)
-        or "nothing to do",
-    )
+        done = gc(ledger, now=now, dry_run=dry_run)
+    rows = [d.to_json() for d in done]
+    failed = [d for d in done if d.error is not None]
+
+    def human() -> None:
+        for d in done:
+            if d.error is None:
+                verb = "would " + d.action if d.dry_run else d.action
+                click.echo(f"{d.branch_id}: {verb} ({d.reason})")
+        if not done:
+            click.echo("nothing to do")
+        for d in failed:
+            click.echo(f"error: {d.branch_id}: could not {d.action}: {d.error}", err=True)
+
+    emit(rows, as_json, human)
+    if failed:
+        raise click.exceptions.Exit(3)

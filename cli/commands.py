@@ -18,7 +18,17 @@ import click
 
 from memroot.cli.main import Context, branch_option, cli, emit, pass_ctx, progress_bar
 from memroot.ledger.audit import WitnessPolicy
-from memroot.ledger.entries import Entry, EventInput, OpInput, check_uuid, new_uuid, parse_input
+from memroot.ledger.entries import (
+    MAX_SEQ,
+    MAX_SNAPSHOT_EVERY,
+    Entry,
+    EventInput,
+    OpInput,
+    check_uuid,
+    new_uuid,
+    parse_input,
+    parse_json,
+)
 from memroot.ledger.errors import DecodeError, NotFoundError, RefusedError, ValidationError
 from memroot.ledger.ledger import Appended, Ledger
 from memroot.ledger.store import Store
@@ -30,6 +40,7 @@ __all__ = ["jsonable", "open_ledger", "open_reader", "strict_option", "witness_o
 
 IMPORT_BATCH = 1000
 MAX_JSON_LINE = 32 * 1024 * 1024
+MAX_LOG_LIMIT = 100_000
 
 
 def open_ledger(ctx: Context) -> Ledger:
@@ -120,7 +131,11 @@ def jsonable(value: Any) -> Any:
 
 
 def _ts_text(ts: int) -> str:
-    return dt.datetime.fromtimestamp(ts / 1e6, dt.UTC).isoformat(timespec="microseconds")
+    try:
+        return dt.datetime.fromtimestamp(ts / 1e6, dt.UTC).isoformat(timespec="microseconds")
+    except (OverflowError, ValueError, OSError):
+        # An entry written before ts had bounds (docs/FORMAT.md "Time") still lists.
+        return f"{ts} us (outside the calendar)"
 
 
 def _appended_json(a: Appended) -> dict[str, Any]:
@@ -154,9 +169,9 @@ def _at_anchor(item: EventInput | OpInput, anchor: str | None) -> EventInput | O
 
 def _parse_json_line(text: str, where: str) -> EventInput | OpInput:
     try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise DecodeError(f"{where}: not valid JSON: {e}") from e
+        obj = parse_json(text)
+    except DecodeError as e:
+        raise DecodeError(f"{where}: {e}") from e
     try:
         return parse_input(obj)
     except ValidationError as e:
@@ -169,7 +184,7 @@ def _parse_json_line(text: str, where: str) -> EventInput | OpInput:
 )
 @click.option(
     "--snapshot-every",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, MAX_SNAPSHOT_EVERY),
     default=1000,
     show_default=True,
     help="Take a memory_root snapshot every N entries (recorded in genesis).",
@@ -381,10 +396,12 @@ def _entry_summary(e: Entry) -> dict[str, Any]:
 
 
 @cli.command()
-@click.option("--start", type=click.IntRange(min=0), default=0, help="First seq.")
-@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--start", type=click.IntRange(0, MAX_SEQ), default=0, help="First seq.")
+@click.option("--limit", type=click.IntRange(1, MAX_LOG_LIMIT), default=50, show_default=True)
 @click.option(
-    "--tail", type=click.IntRange(min=1), help="The last N entries (instead of --start/--limit)."
+    "--tail",
+    type=click.IntRange(1, MAX_LOG_LIMIT),
+    help="The last N entries (instead of --start/--limit).",
 )
 @click.option(
     "--type",
@@ -450,7 +467,10 @@ def _find_entry(ledger: Ledger, ref: str, branch: str) -> tuple[str, int]:
         ValidationError: neither a seq nor a UUID; NotFoundError: no entry has that id.
     """
     if ref.isdigit():
-        return branch, int(ref)
+        seq = int(ref)
+        if seq > MAX_SEQ:
+            raise ValidationError(f"seq must be at most {MAX_SEQ}, got {seq}", field="seq")
+        return branch, seq
     entry_id = check_uuid(ref.lower(), "entry")
     found = ledger.find_event(entry_id)
     if found is not None:
@@ -533,16 +553,16 @@ def vkey(ctx: Context, as_json: bool) -> None:
 
 
 @cli.command()
-@click.option("--index", type=click.IntRange(min=0), help="Prove inclusion of this entry.")
+@click.option("--index", type=click.IntRange(0, MAX_SEQ), help="Prove inclusion of this entry.")
 @click.option(
     "--size",
-    type=click.IntRange(min=0),
+    type=click.IntRange(0, MAX_SEQ + 1),
     help="Tree size of a signed checkpoint (default: the current tree).",
 )
 @click.option(
     "--consistency",
     nargs=2,
-    type=click.IntRange(min=0),
+    type=click.IntRange(0, MAX_SEQ + 1),
     help="Prove that tree SIZE1 is a prefix of tree SIZE2.",
 )
 @branch_option

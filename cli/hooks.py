@@ -20,28 +20,14 @@ __all__ = [
 
 
 def default_hooks() -> list[AppendHook]:
-    """Return the append hooks every CLI command installs (derived state kept in step)."""
-    from memroot.memory_root.branches import BranchRegistry
-    from memroot.memory_root.erasure import ErasureHook
-    from memroot.memory_root.falsify import FalsifyHook
-    from memroot.memory_root.hook import RootsHook
-    from memroot.projections.anchors import ConversationTree
-    from memroot.projections.gitctx import GitContextHook
-    from memroot.projections.hook import MemoryHook
+    """Return the append hooks every CLI command installs (derived state kept in step).
 
-    # RootsHook last: an automatic snapshot is taken after every other layer folded the entry.
-    # FalsifyHook after MemoryHook (objects' state column) and before RootsHook.
-    return [
-        BranchRegistry(),
-        ConversationTree(),
-        GitContextHook(),
-        MemoryHook(),
-        FalsifyHook(),
-        RootsHook(),
-        # Last: a TOMBSTONE is folded by every layer before its consequences are appended
-        # on the other branches (memory_root.erasure).
-        ErasureHook(),
-    ]
+    The same list ``Ledger.open(path)`` installs by default (``memroot.memory_root.stack``),
+    so the CLI and the library validate alike.
+    """
+    from memroot.memory_root.stack import default_hooks as stack
+
+    return stack()
 
 
 def replay_checks(ledger: Ledger, *, restricted: bool = False) -> list[ReplayCheck]:

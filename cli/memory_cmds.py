@@ -8,7 +8,7 @@ import click
 
 from memroot.cli.commands import open_ledger, open_reader, strict_option
 from memroot.cli.main import Context, branch_option, cli, emit, pass_ctx
-from memroot.ledger.entries import check_uuid
+from memroot.ledger.entries import MAX_SEQ, check_uuid
 from memroot.ledger.errors import ValidationError
 from memroot.ledger.vocab import EpistemicType, LifecycleState, MemoryType
 from memroot.projections import query as memq
@@ -61,7 +61,10 @@ def _short(text: str, width: int = 70) -> str:
     help="RFC-0003 retrieval mode.",
 )
 @click.option(
-    "--as-of", "as_of", type=click.IntRange(min=0), help="Memory as it was right after entry SEQ."
+    "--as-of",
+    "as_of",
+    type=click.IntRange(0, MAX_SEQ),
+    help="Memory as it was right after entry SEQ.",
 )
 @click.option("--actor", help="Only namespaces this actor may READ.")
 @click.option("--limit", type=click.IntRange(1, memq.MAX_LIMIT), default=50, show_default=True)

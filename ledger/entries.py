@@ -19,6 +19,7 @@ field is refused with a ``ValidationError`` naming it, before anything is writte
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import time
@@ -28,7 +29,7 @@ from enum import StrEnum
 from typing import Any, Final, NamedTuple
 
 from memroot.ledger import encoding
-from memroot.ledger.errors import DecodeError, ValidationError
+from memroot.ledger.errors import DecodeError, RefusedError, ValidationError
 from memroot.ledger.hashing import HASH_SIZE, EntryHash, leaf_hash
 from memroot.ledger.vocab import ActorType, OpType, Role
 
@@ -37,18 +38,27 @@ __all__ = [
     "FORMAT_VERSION",
     "MAX_BODY_BYTES",
     "MAX_CONTENT_BYTES",
+    "MAX_JSON_DEPTH",
+    "MAX_SEQ",
+    "MAX_SNAPSHOT_EVERY",
     "PREV_OFFSET",
+    "RESERVED_OPS",
+    "TS_MAX_AHEAD_US",
+    "TS_MAX_BEHIND_US",
     "ZERO_HASH",
     "Entry",
     "EventInput",
     "Kind",
     "OpInput",
     "build_entry",
+    "check_ts",
     "check_uuid",
     "new_uuid",
     "new_uuids",
     "now_us",
     "parse_input",
+    "parse_json",
+    "refuse_reserved",
 ]
 
 FORMAT_VERSION: Final = 1
@@ -60,6 +70,36 @@ MAX_BODY_BYTES: Final = 1024 * 1024
 _UUID_RE: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 _BRANCH_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 _MAX_TS: Final = 2**63 - 1
+MAX_SEQ: Final = 2**40 - 1
+"""The largest seq a branch can hold (the store keys an entry by branch number and 40 bits)."""
+MAX_SNAPSHOT_EVERY: Final = 1_000_000
+"""The largest automatic snapshot cadence (``snapshot_every``) a ledger may record."""
+MAX_JSON_DEPTH: Final = 32
+"""How deeply JSON input (``append``/``import``) may nest arrays and objects."""
+TS_MAX_AHEAD_US: Final = 3_600 * 1_000_000
+"""An entry's ``ts`` may be at most this far (1 hour) ahead of the clock at append."""
+TS_MAX_BEHIND_US: Final = 86_400 * 1_000_000
+"""An entry's ``ts`` may be at most this far (24 hours) before the previous entry's."""
+_CONTROL_RE: Final = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+RESERVED_OPS: Final[dict[str, str]] = {
+    OpType.KEY_ROTATE.value: "memroot rotate-key",
+    OpType.SNAPSHOT.value: "memroot snapshot (and the automatic snapshot every N entries)",
+    OpType.SELFMODEL_SNAPSHOT.value: "memroot selfmodel record",
+    OpType.CASCADE.value: "memroot cascade",
+    OpType.BRANCH_CREATE.value: "memroot branch create",
+    OpType.BRANCH_CLOSE.value: "memroot branch close/discard/archive and memroot gc",
+    OpType.BRANCH_MERGE.value: "memroot branch merge",
+    OpType.BRANCH_POLICY.value: "memroot.memory_root.branches.set_branch_policy()",
+    OpType.MERGE_OVERRIDE.value: "memroot branch merge --strategy PREFER_BRANCH",
+    OpType.INTEGRITY_CHECK.value: "memroot's own verification records (no command yet)",
+}
+"""Operation types only memroot writes, each with the command that writes it.
+
+``append``, ``import`` and ``Ledger.append`` refuse them from callers (``refuse_reserved``):
+a hand-written ``KEY_ROTATE`` or ``SNAPSHOT`` would otherwise be in the chain for good and
+fail every later audit. The genesis entry is a kind of its own that no request can name.
+"""
 
 
 class Kind(StrEnum):
@@ -233,6 +273,12 @@ def _text(obj: Mapping[str, Any], name: str, *, required: bool = True) -> str | 
             f"{name} must be a non-empty string of at most 4096 characters, got {value!r}",
             field=name,
         )
+    if _CONTROL_RE.search(value):
+        # An identifier with a newline or an escape sequence forges lines of `log` output
+        # and of the terminal that shows it.
+        raise ValidationError(
+            f"{name} must not contain control characters, got {value!r}", field=name
+        )
     return value
 
 
@@ -245,6 +291,54 @@ def _enum(obj: Mapping[str, Any], name: str, enum: type[StrEnum]) -> str:
     except ValueError:
         allowed = ", ".join(m.value for m in enum)
         raise ValidationError(f"{name} {value!r} is not one of {allowed}", field=name) from None
+
+
+def check_ts(ts: int, previous: int | None, now: int) -> None:
+    """Check an entry's ``ts`` against the append window (docs/FORMAT.md "Time").
+
+    ``ts`` may be at most ``TS_MAX_AHEAD_US`` ahead of ``now`` and at most
+    ``TS_MAX_BEHIND_US`` before ``previous`` (the ts of the branch's previous entry; None for
+    a genesis).
+
+    Raises:
+        ValidationError: naming ``ts`` and the bound it breaks.
+    """
+    if ts > now + TS_MAX_AHEAD_US:
+        raise ValidationError(
+            f"ts {ts} is {(ts - now) // 1_000_000} s ahead of the clock; at most "
+            f"{TS_MAX_AHEAD_US // 1_000_000} s ahead is accepted",
+            field="ts",
+        )
+    if previous is not None and ts < previous - TS_MAX_BEHIND_US:
+        raise ValidationError(
+            f"ts {ts} is {(previous - ts) // 1_000_000} s before the branch's previous entry "
+            f"(ts {previous}); at most {TS_MAX_BEHIND_US // 1_000_000} s before is accepted",
+            field="ts",
+        )
+
+
+def _library_op(op: OpInput) -> OpInput:
+    """Mark ``op`` as written by memroot itself, so a ``RESERVED_OPS`` type is accepted.
+
+    For memroot's own writers only (snapshots, key rotation, branches, merges, cascades);
+    the op is returned for chaining.
+    """
+    object.__setattr__(op, "_library", True)
+    return op
+
+
+def refuse_reserved(op: OpInput) -> None:
+    """Refuse an operation type that only memroot writes, unless memroot wrote this request.
+
+    Raises:
+        RefusedError: naming the type and the command that writes it.
+    """
+    command = RESERVED_OPS.get(op.op_type)
+    if command is not None and not op._library:
+        raise RefusedError(
+            f"{op.op_type} is written only by memroot itself (by: {command}); it cannot be "
+            "appended directly"
+        )
 
 
 def _ts(obj: Mapping[str, Any]) -> int | None:
@@ -376,6 +470,11 @@ class OpInput:
     context: dict[str, Any] | None = None
     plain: bool = field(default=True, init=False, repr=False, compare=False)
     """True when no float is present: the entry body encodes with the fast plain encoder."""
+    _library: bool = field(default=False, init=False, repr=False, compare=False)
+    """Set only by ``_library_op``: memroot itself wrote this request (``RESERVED_OPS``).
+
+    Not an argument, and ``dataclasses.replace`` resets it, so no caller sets it by accident.
+    """
 
     def __post_init__(self) -> None:
         _validate_input(self, parse_op, _OP_INPUT_FIELDS, ("payload", "context"))
@@ -470,6 +569,40 @@ def parse_op(obj: Mapping[str, Any]) -> dict[str, Any]:
         "ts": _ts(obj),
         "context": _map(obj, "context", required=False),
     }
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValidationError(f"duplicate JSON key {key!r}", field=key)
+        out[key] = value
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise ValidationError(f"{name} is not a JSON number memroot stores")
+
+
+def parse_json(text: str) -> Any:
+    """Parse one JSON request strictly: no duplicate key, no NaN/Infinity, bounded nesting.
+
+    Raises:
+        DecodeError: if ``text`` is not JSON.
+        ValidationError: for a duplicate key, a NaN or Infinity, or nesting deeper than
+            ``MAX_JSON_DEPTH``.
+    """
+    try:
+        value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+    except json.JSONDecodeError as e:
+        raise DecodeError(f"not valid JSON: {e}") from e
+    except RecursionError as e:
+        raise ValidationError(
+            f"JSON nests deeper than {MAX_JSON_DEPTH} levels (MAX_JSON_DEPTH)"
+        ) from e
+    # Deeper values inside the maps are refused when the maps are normalised (the same
+    # limit, encoding's nesting check); the request itself is an object of flat fields.
+    return value
 
 
 def parse_input(obj: Any) -> EventInput | OpInput:

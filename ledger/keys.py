@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from memroot.ledger.entries import _library_op
 from memroot.ledger.errors import KeyFileError, RefusedError
 from memroot.ledger.note import vkey_of
 from memroot.ledger.signing import Ed25519Signer
@@ -81,9 +82,10 @@ def rotate_key(ledger: Ledger) -> Rotation:
         seq = _rotation_seq(ledger, new_vkey)
     else:
         with store.write():
-            seq = ledger.append_system(
+            rotate = ledger.system_op(
                 OpType.KEY_ROTATE, {"new_vkey": new_vkey, "old_vkey": old_vkey}
-            ).seq
+            )
+            seq = ledger.append(_library_op(rotate)).seq
             store.set_meta(ROTATED_VKEYS_META, json.dumps([*rotated, new_vkey]))
     # The old key signs a checkpoint covering the rotation (a no-op if one already does).
     size = ledger.checkpoint().checkpoint.size

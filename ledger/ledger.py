@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
 import json
 import os
 import re
@@ -29,16 +30,20 @@ from memroot.ledger import merkle
 from memroot.ledger.entries import (
     CANONICAL_BRANCH,
     FORMAT_VERSION,
+    MAX_SNAPSHOT_EVERY,
     ZERO_HASH,
     Entry,
     EventInput,
     Kind,
     OpInput,
+    _library_op,
     build_entry,
+    check_ts,
     check_uuid,
     new_uuid,
     new_uuids,
     now_us,
+    refuse_reserved,
 )
 from memroot.ledger.errors import (
     KeyFileError,
@@ -71,6 +76,7 @@ from memroot.ledger.vocab import ActorType, BranchType, OpType
 
 __all__ = [
     "CHECKPOINT_KEEP_EVERY",
+    "DEFAULT_HOOKS",
     "DEFAULT_SNAPSHOT_EVERY",
     "AppendHook",
     "Appended",
@@ -156,6 +162,7 @@ class _Head:
 
     row: BranchRow
     compact: merkle.CompactRange
+    last_ts: int | None = None  # ts of the entry at row.size - 1, read when first needed
 
 
 class Ledger:
@@ -212,9 +219,11 @@ class Ledger:
         origin: str | None = None,
         snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
         key_path: Path | None = None,
-        hooks: Sequence[AppendHook] = (),
+        hooks: Sequence[AppendHook] | None = None,
     ) -> Ledger:
         """Create a ledger file, its Ed25519 key, the genesis entry and a first checkpoint.
+
+        ``hooks`` as in ``open``: None installs the default hooks, ``()`` none.
 
         Raises:
             StorageError: if the ledger file exists or cannot be created.
@@ -230,9 +239,10 @@ class Ledger:
                 f"origin {origin!r} must be 1-200 characters of letters, digits and ._:/-",
                 field="origin",
             )
-        if type(snapshot_every) is not int or snapshot_every < 1:
+        if type(snapshot_every) is not int or not 1 <= snapshot_every <= MAX_SNAPSHOT_EVERY:
             raise ValidationError(
-                "snapshot_every must be a positive integer", field="snapshot_every"
+                f"snapshot_every must be an integer from 1 to {MAX_SNAPSHOT_EVERY}",
+                field="snapshot_every",
             )
         if path.exists():
             raise StorageError(f"{path} already exists; refusing to overwrite a ledger")
@@ -253,7 +263,7 @@ class Ledger:
             for suffix in ("-wal", "-shm"):
                 Path(f"{path}{suffix}").unlink(missing_ok=True)
             raise
-        ledger = cls(store, key_path=key_path, hooks=hooks, strict=False)
+        ledger = cls(store, key_path=key_path, hooks=_hooks(hooks, readonly=False), strict=False)
         ledger._signer = signer
         genesis = {
             "branch_type": BranchType.CANONICAL.value,
@@ -276,7 +286,7 @@ class Ledger:
         path: Path,
         *,
         key_path: Path | None = None,
-        hooks: Sequence[AppendHook] = (),
+        hooks: Sequence[AppendHook] | None = None,
         readonly: bool = False,
         strict: bool | None = None,
         trusted: TrustedState | None = None,
@@ -290,6 +300,10 @@ class Ledger:
         verifier's trusted state) and ``vkeys`` pick the keys and the remembered checkpoint
         the head must agree with; without them the ledger's own genesis keys are used.
         ``readonly`` never writes to the file (read-only media too; hooks are not installed).
+        ``hooks=None`` installs the default hooks (``DEFAULT_HOOKS``: the memory model,
+        roots, falsification, branches, ...), so appends are validated exactly as the CLI
+        validates them; ``hooks=()`` installs none (the bare ledger: entry and envelope
+        checks only). A read-only ledger gets none by default (nothing is appended).
 
         Raises:
             StorageError: if there is no ledger at ``path`` or it cannot be read.
@@ -299,7 +313,12 @@ class Ledger:
         store = Store(Path(path), readonly=readonly)
         try:
             ledger = cls(
-                store, key_path=key_path, hooks=hooks, strict=strict, trusted=trusted, vkeys=vkeys
+                store,
+                key_path=key_path,
+                hooks=_hooks(hooks, readonly=readonly),
+                strict=strict,
+                trusted=trusted,
+                vkeys=vkeys,
             )
             if ledger.strict:
                 with store.read():
@@ -668,7 +687,8 @@ class Ledger:
             payload = {**create.payload, "fork": fork, "parent_branch_id": parent}
             self._forking = True
             try:
-                made = self._append_locked(db, head, [dataclasses.replace(create, payload=payload)])
+                anchored = _library_op(dataclasses.replace(create, payload=payload))
+                made = self._append_locked(db, head, [anchored])
             finally:
                 self._forking = False
             anchor = made[0]
@@ -714,9 +734,13 @@ class Ledger:
         ids = iter(new_uuids(len(items)))
         queue: list[EventInput | OpInput | _Genesis] = list(reversed(items))
         n = 0
+        now = now_us()
+        last_ts = self._last_ts(head)
         while queue:
             item = queue.pop()
             ts = item.ts if item.ts is not None else now_us()
+            check_ts(ts, last_ts, now)
+            last_ts = ts
             content: str | None = None
             if isinstance(item, _Genesis):
                 if seq != 0:
@@ -734,6 +758,13 @@ class Ledger:
                     raw_id = _uuid_bytes(item_id)
                     if raw_id in batch_events or self.store.event_key(raw_id) is not None:
                         raise RefusedError(f"an event with id {item_id} already exists")
+                parent_id = item.parent_event_id
+                if parent_id is not None:
+                    raw_parent = _uuid_bytes(parent_id)
+                    if raw_parent not in batch_events and self.store.event_key(raw_parent) is None:
+                        raise NotFoundError(
+                            f"parent_event_id {parent_id} names no event in this ledger"
+                        )
                 if n < len(items):
                     salt = salts[n * SALT_SIZE : (n + 1) * SALT_SIZE]
                 else:
@@ -755,6 +786,7 @@ class Ledger:
                         "BRANCH_CREATE is appended only by fork() (`memroot branch create`), "
                         "which also starts the branch's chain"
                     )
+                refuse_reserved(item)
                 item_id = item.id or next(ids, None) or new_uuid()
                 body = item.body(item_id)
                 entry = build_entry(
@@ -793,6 +825,8 @@ class Ledger:
     ) -> Appended:
         """Append an operation recorded by memroot itself (actor ``memroot``, SYSTEM_PROCESS).
 
+        A type in ``RESERVED_OPS`` is still refused: the attribution is no permission.
+
         Raises:
             RefusedError, StorageError: as ``append``.
         """
@@ -809,7 +843,11 @@ class Ledger:
         target_id: str | None = None,
         target_type: str | None = None,
     ) -> OpInput:
-        """Return an operation request attributed to memroot itself."""
+        """Return an operation request attributed to memroot itself.
+
+        It is not marked as memroot's own: a type in ``RESERVED_OPS`` is still refused at
+        append unless memroot's writer marks it (``memroot.ledger.entries._library_op``).
+        """
         return OpInput(
             op_type=op_type.value,
             actor_id=SYSTEM_ACTOR,
@@ -895,6 +933,14 @@ class Ledger:
         self.store.set_head(no, last.seq + 1, last.hash)
         head.row = BranchRow(no, head.row.name, last.seq + 1, last.hash)
         head.compact = compact
+        head.last_ts = last.ts
+
+    def _last_ts(self, head: _Head) -> int | None:
+        """Return the ts of the branch's newest entry (None when it has none yet)."""
+        if head.last_ts is None and head.row.size:
+            row = self.store.entry_row(head.row.no, head.row.size - 1)
+            head.last_ts = Entry.from_bytes(row.data).ts
+        return head.last_ts
 
     def _head(self, branch: str) -> _Head:
         """Return the branch's right edge, reloading it if another writer moved the head.
@@ -1110,6 +1156,25 @@ class Ledger:
             note = found[0]
         proof = self.inclusion_proof(index, size, branch)
         return format_tlog_proof(index, proof, note)
+
+
+DEFAULT_HOOKS: Final = "memroot.memory_root.stack:default_hooks"
+"""The factory of the hooks ``Ledger.open``/``Ledger.init`` install when given none.
+
+Named here and imported only when a ledger is opened, so the ledger layer does not import
+the layers above it (SPEC "Layers"); the factory is the one list the CLI installs too.
+"""
+
+
+def _hooks(hooks: Sequence[AppendHook] | None, *, readonly: bool) -> Sequence[AppendHook]:
+    """Return ``hooks``, or the default hooks for None (none for a read-only ledger)."""
+    if hooks is not None:
+        return hooks
+    if readonly:
+        return ()
+    module, _, name = DEFAULT_HOOKS.partition(":")
+    factory = getattr(importlib.import_module(module), name)
+    return list(factory())
 
 
 def _copy(compact: merkle.CompactRange) -> merkle.CompactRange:

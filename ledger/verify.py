@@ -1023,12 +1023,13 @@ def _check_row(
                         )
                     )
                 report.erased += 1
+                # The note is about the erased event (its entry), naming the erasing one.
                 report.add(
                     Finding(
                         4,
-                        f"content of event {target} erased by entry {row.seq}",
+                        f"content of entry {erased[0]} erased by entry {row.seq} (event {target})",
                         branch,
-                        row.seq,
+                        erased[0],
                         severity="note",
                     )
                 )

@@ -31,8 +31,16 @@ from typing import Any, Final
 
 import apsw
 
-from memroot.ledger.entries import CANONICAL_BRANCH, Entry, Kind, OpInput, new_uuid, now_us
-from memroot.ledger.errors import NotFoundError, RefusedError, ValidationError
+from memroot.ledger.entries import (
+    CANONICAL_BRANCH,
+    Entry,
+    Kind,
+    OpInput,
+    _library_op,
+    new_uuid,
+    now_us,
+)
+from memroot.ledger.errors import MemrootError, NotFoundError, RefusedError, ValidationError
 from memroot.ledger.ledger import Appended, Ledger
 from memroot.ledger.store import BRANCH_SHIFT
 from memroot.ledger.vocab import ActorType, BranchType, OpType
@@ -42,11 +50,15 @@ __all__ = [
     "DAY_US",
     "DEFAULT_EXPIRY_DAYS",
     "FORCE_CLOSE_GRACE_DAYS",
+    "MAX_EXPIRY_DAYS",
+    "MAX_EXPIRY_EVENTS",
+    "MAX_EXPIRY_STORAGE_MB",
     "MERGEABLE_TYPES",
     "BranchInfo",
     "BranchLimits",
     "BranchRegistry",
     "Expiry",
+    "GcAction",
     "close_branch",
     "create_branch",
     "gc",
@@ -57,6 +69,12 @@ __all__ = [
 
 DAY_US: Final = 86_400 * 1_000_000
 FORCE_CLOSE_GRACE_DAYS: Final = 7
+MAX_EXPIRY_DAYS: Final = 3_650
+"""The longest max age a branch may have (10 years): a branch is a bounded experiment."""
+MAX_EXPIRY_EVENTS: Final = 2**40 - 1
+"""The largest ``max_events`` (a branch cannot hold more entries than that)."""
+MAX_EXPIRY_STORAGE_MB: Final = 1_048_576
+"""The largest ``max_storage_mb`` (1 TB)."""
 DEFAULT_EXPIRY_DAYS: Final[dict[str, int | None]] = {
     BranchType.SIMULATION.value: 7,
     BranchType.COUNTERFACTUAL.value: 7,
@@ -131,9 +149,10 @@ class Expiry:
     max_storage_mb: int | None = None
 
     def __post_init__(self) -> None:
-        if type(self.max_age_days) is not int or self.max_age_days < 1:
+        if type(self.max_age_days) is not int or not 1 <= self.max_age_days <= MAX_EXPIRY_DAYS:
             raise ValidationError(
-                "expiry.max_age_days must be a positive number of days: every branch expires",
+                f"expiry.max_age_days must be a number of days from 1 to {MAX_EXPIRY_DAYS} "
+                f"(MAX_EXPIRY_DAYS): every branch expires, got {self.max_age_days!r}",
                 field="expiry.max_age_days",
             )
         if self.on_expiry not in ON_EXPIRY:
@@ -141,11 +160,15 @@ class Expiry:
                 f"expiry.on_expiry must be one of {', '.join(ON_EXPIRY)}",
                 field="expiry.on_expiry",
             )
-        for name in ("max_events", "max_storage_mb"):
+        for name, most in (
+            ("max_events", MAX_EXPIRY_EVENTS),
+            ("max_storage_mb", MAX_EXPIRY_STORAGE_MB),
+        ):
             value = getattr(self, name)
-            if value is not None and (type(value) is not int or value < 1):
+            if value is not None and (type(value) is not int or not 1 <= value <= most):
                 raise ValidationError(
-                    f"expiry.{name} must be a positive integer", field=f"expiry.{name}"
+                    f"expiry.{name} must be an integer from 1 to {most}, got {value!r}",
+                    field=f"expiry.{name}",
                 )
 
     def to_payload(self) -> dict[str, Any]:
@@ -226,6 +249,27 @@ class BranchInfo:
         }
 
 
+def _stored_expiry(
+    days: int, on_expiry: str, max_events: int | None, max_storage_mb: int | None
+) -> Expiry:
+    """Return a stored branch's expiry as recorded, even past today's limits.
+
+    A branch created before a limit existed must still list and close; only new requests
+    are held to the limits.
+    """
+    try:
+        return Expiry(days, on_expiry, max_events, max_storage_mb)
+    except ValidationError:
+        expiry = object.__new__(Expiry)
+        for name, value in zip(
+            ("max_age_days", "on_expiry", "max_events", "max_storage_mb"),
+            (days, on_expiry, max_events, max_storage_mb),
+            strict=True,
+        ):
+            object.__setattr__(expiry, name, value)
+        return expiry
+
+
 def _info(row: Sequence[Any]) -> BranchInfo:
     return BranchInfo(
         branch_id=row[0],
@@ -236,7 +280,7 @@ def _info(row: Sequence[Any]) -> BranchInfo:
         namespace_id=row[5],
         created_at=row[6],
         fork_size=row[7],
-        expiry=Expiry(row[8], row[11], row[9], row[10]),
+        expiry=_stored_expiry(row[8], row[11], row[9], row[10]),
         state=row[12],
         closed_at=row[13],
         closed_reason=row[14],
@@ -480,6 +524,14 @@ class BranchRegistry:
             raise RefusedError(f"branch {branch_id!r} is already {row[0]}")
         if row[1] != entry.branch:
             raise RefusedError(f"BRANCH_CLOSE of {branch_id!r} belongs in its parent {row[1]!r}")
+        children = open_children(db, str(branch_id))
+        if children:
+            # A child of a closed branch could go on growing from a parent nobody can append
+            # to or merge into any more: its children end first.
+            raise RefusedError(
+                f"branch {branch_id!r} has open child branches: {', '.join(children)}; close, "
+                "discard or archive them first"
+            )
         db.execute(
             "UPDATE branch_meta SET state = ?, closed_at = ?, closed_reason = ? "
             "WHERE branch_id = ?",
@@ -497,15 +549,26 @@ class BranchRegistry:
         for btype, value in days.items():
             if btype not in DEFAULT_EXPIRY_DAYS:
                 raise ValidationError(f"unknown branch type {btype!r}", field="payload.expiry_days")
-            if value is not None and (type(value) is not int or value < 1):
+            if value is not None and (type(value) is not int or not 1 <= value <= MAX_EXPIRY_DAYS):
                 raise ValidationError(
-                    f"expiry days for {btype} must be a positive integer or null (no default)",
+                    f"expiry days for {btype} must be an integer from 1 to {MAX_EXPIRY_DAYS} "
+                    "or null (no default)",
                     field="payload.expiry_days",
                 )
             db.execute(
                 "INSERT OR REPLACE INTO branch_policy VALUES(?, ?, ?)",
                 (entry.body["namespace_id"], btype, value),
             )
+
+
+def open_children(db: apsw.Connection, branch_id: str) -> list[str]:
+    """Return the OPEN branches forked from ``branch_id``, oldest first."""
+    rows = db.execute(
+        "SELECT branch_id FROM branch_meta WHERE parent = ? AND state = 'OPEN' "
+        "ORDER BY created_at, branch_id",
+        (branch_id,),
+    ).fetchall()
+    return [str(r[0]) for r in rows]
 
 
 def _branch_bytes(db: apsw.Connection, branch_id: str) -> int:
@@ -625,18 +688,21 @@ def close_branch(
     """Close, discard or archive an open branch: a BRANCH_CLOSE entry in its parent.
 
     Raises:
-        NotFoundError: no such branch; RefusedError: it is not open; ValidationError: action.
+        NotFoundError: no such branch; RefusedError: it is not open, or it has open child
+            branches (named; end them first); ValidationError: action.
     """
     info = get_branch(ledger, branch_id)
-    op = OpInput(
-        op_type=OpType.BRANCH_CLOSE.value,
-        actor_id=actor_id,
-        actor_type=actor_type,
-        namespace_id=namespace_id or info.namespace_id,
-        payload={"action": action, "branch_id": branch_id, "reason": reason},
-        policy_version=_POLICY_VERSION,
-        target_id=branch_id,
-        target_type="BRANCH",
+    op = _library_op(
+        OpInput(
+            op_type=OpType.BRANCH_CLOSE.value,
+            actor_id=actor_id,
+            actor_type=actor_type,
+            namespace_id=namespace_id or info.namespace_id,
+            payload={"action": action, "branch_id": branch_id, "reason": reason},
+            policy_version=_POLICY_VERSION,
+            target_id=branch_id,
+            target_type="BRANCH",
+        )
     )
     return ledger.append(op, branch=info.parent)
 
@@ -662,7 +728,7 @@ def set_branch_policy(
         payload={"expiry_days": expiry_days},
         policy_version=_POLICY_VERSION,
     )
-    return ledger.append(op)
+    return ledger.append(_library_op(op))
 
 
 def get_branch(ledger: Ledger, branch_id: str) -> BranchInfo:
@@ -691,12 +757,58 @@ def list_branches(ledger: Ledger, *, state: str | None = None) -> list[BranchInf
 
 @dataclass(frozen=True, slots=True)
 class GcAction:
-    """One thing ``gc`` did."""
+    """One thing ``gc`` did, would do (``dry_run``), or could not do (``error``)."""
 
     branch_id: str
     action: str
     reason: str
-    seq: int
+    seq: int | None
+    """The BRANCH_CLOSE entry's seq in the parent; None for a dry run or a failure."""
+    error: str | None = None
+    dry_run: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """Return a JSON-ready dict."""
+        return {
+            "branch_id": self.branch_id,
+            "action": self.action,
+            "reason": self.reason,
+            "seq": self.seq,
+            "error": self.error,
+            "dry_run": self.dry_run,
+        }
+
+
+def _due(ledger: Ledger, info: BranchInfo, t: int) -> tuple[str, str] | None:
+    """Return the (action, reason) gc owes ``info`` at time ``t``, or None."""
+    if t >= info.expires_at + FORCE_CLOSE_GRACE_DAYS * DAY_US:
+        return (
+            "CLOSE",
+            f"forced close: {FORCE_CLOSE_GRACE_DAYS} days past max age of "
+            f"{info.expiry.max_age_days} days",
+        )
+    if t >= info.expires_at:
+        return info.expiry.on_expiry, f"expired: max age of {info.expiry.max_age_days} days reached"
+    if (
+        info.expiry.max_events is not None
+        and ledger.size(info.branch_id) - 1 > info.expiry.max_events
+    ):
+        return "CLOSE", f"max_events {info.expiry.max_events} exceeded"
+    if (
+        info.expiry.max_storage_mb is not None
+        and _branch_bytes(ledger.store.db, info.branch_id) > info.expiry.max_storage_mb * 1048576
+    ):
+        return "CLOSE", f"max_storage_mb {info.expiry.max_storage_mb} exceeded"
+    return None
+
+
+def _depth(parents: dict[str, str], branch_id: str) -> int:
+    depth, node, seen = 0, branch_id, set()
+    while node in parents and node not in seen:
+        seen.add(node)
+        node = parents[node]
+        depth += 1
+    return depth
 
 
 def gc(
@@ -705,52 +817,63 @@ def gc(
     now: int | None = None,
     clock: Callable[[], int] = now_us,
     actor_id: str = "memroot-gc",
+    dry_run: bool = False,
 ) -> list[GcAction]:
     """Process expired branches (RFC-0012 section 7); idempotent, meant to run daily.
 
     A branch past its max age is handled per ``on_expiry`` (ARCHIVE_BRANCH or DISCARD_BRANCH);
     one 7 days past it is force-closed (CLOSE) whatever its on_expiry; one over ``max_events``
-    or ``max_storage_mb`` is closed. Each action is a BRANCH_CLOSE entry in the parent.
+    or ``max_storage_mb`` is closed. Each action is a BRANCH_CLOSE entry in the parent (its
+    ``ts`` the clock's, its payload's ``as_of`` the time gc judged by), appended in its own
+    transaction; children come before their parents, so a parent due with its children closes
+    after them. A branch gc cannot handle (a refused close, a damaged record) is reported as a
+    ``GcAction`` with ``error`` and the others are still handled. ``dry_run`` appends nothing
+    and returns what would be done.
     """
     t = clock() if now is None else now
+    rows = ledger.store.db.execute(
+        f"SELECT {_COLUMNS} FROM branch_meta WHERE state = 'OPEN' ORDER BY created_at"
+    ).fetchall()
+    parents = {str(r[0]): str(r[1]) for r in rows}
+    rows.sort(key=lambda r: -_depth(parents, str(r[0])))
     done: list[GcAction] = []
-    for info in list_branches(ledger, state="OPEN"):
-        action, reason = None, ""
-        if t >= info.expires_at + FORCE_CLOSE_GRACE_DAYS * DAY_US:
-            action, reason = (
-                "CLOSE",
-                (
-                    f"forced close: {FORCE_CLOSE_GRACE_DAYS} days past "
-                    f"max age of {info.expiry.max_age_days} days"
-                ),
-            )
-        elif t >= info.expires_at:
-            action = info.expiry.on_expiry
-            reason = f"expired: max age of {info.expiry.max_age_days} days reached"
-        elif (
-            info.expiry.max_events is not None
-            and ledger.size(info.branch_id) - 1 > info.expiry.max_events
-        ):
-            action, reason = "CLOSE", f"max_events {info.expiry.max_events} exceeded"
-        elif (
-            info.expiry.max_storage_mb is not None
-            and _branch_bytes(ledger.store.db, info.branch_id)
-            > info.expiry.max_storage_mb * 1048576
-        ):
-            action, reason = "CLOSE", f"max_storage_mb {info.expiry.max_storage_mb} exceeded"
-        if action is None:
+    closing: set[str] = set()
+    for row in rows:
+        branch_id = str(row[0])
+        try:
+            info = _info(row)
+            due = _due(ledger, info, t)
+        except MemrootError as e:
+            done.append(GcAction(branch_id, "NONE", "could not read the branch", None, str(e)))
             continue
-        op = OpInput(
-            op_type=OpType.BRANCH_CLOSE.value,
-            actor_id=actor_id,
-            actor_type=ActorType.SYSTEM_PROCESS.value,
-            namespace_id=info.namespace_id,
-            payload={"action": action, "branch_id": info.branch_id, "reason": reason},
-            policy_version=_POLICY_VERSION,
-            target_id=info.branch_id,
-            target_type="BRANCH",
-            ts=t,
+        if due is None:
+            continue
+        action, reason = due
+        if dry_run:
+            waiting = [c for c in open_children(ledger.store.db, branch_id) if c not in closing]
+            if waiting:
+                error = f"open child branches: {', '.join(waiting)}"
+                done.append(GcAction(branch_id, action, reason, None, error, dry_run=True))
+            else:
+                closing.add(branch_id)
+                done.append(GcAction(branch_id, action, reason, None, dry_run=True))
+            continue
+        op = _library_op(
+            OpInput(
+                op_type=OpType.BRANCH_CLOSE.value,
+                actor_id=actor_id,
+                actor_type=ActorType.SYSTEM_PROCESS.value,
+                namespace_id=info.namespace_id,
+                payload={"action": action, "as_of": t, "branch_id": branch_id, "reason": reason},
+                policy_version=_POLICY_VERSION,
+                target_id=branch_id,
+                target_type="BRANCH",
+            )
         )
-        made = ledger.append(op, branch=info.parent)
-        done.append(GcAction(info.branch_id, action, reason, made.seq))
+        try:
+            made = ledger.append(op, branch=info.parent)
+        except MemrootError as e:
+            done.append(GcAction(branch_id, action, reason, None, str(e)))
+            continue
+        done.append(GcAction(branch_id, action, reason, made.seq))
     return done

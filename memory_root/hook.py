@@ -29,7 +29,7 @@ from typing import Final
 import apsw
 
 from memroot.ledger import encoding
-from memroot.ledger.entries import CANONICAL_BRANCH, Entry, Kind, OpInput
+from memroot.ledger.entries import CANONICAL_BRANCH, Entry, Kind, OpInput, _library_op
 from memroot.ledger.errors import StorageError, ValidationError
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.merkle import CompactRange, perfect_subtrees
@@ -126,7 +126,9 @@ class RootsHook:
                 check_payload(entry.type, entry.body["payload"])
         if fold.advance(entry):
             assert fold.pending is not None
-            follow.append(Ledger.system_op(OpType.SNAPSHOT, fold.pending.preimage.payload()))
+            follow.append(
+                _library_op(Ledger.system_op(OpType.SNAPSHOT, fold.pending.preimage.payload()))
+            )
         return follow
 
     # -- snapshots -----------------------------------------------------------------------------
@@ -146,8 +148,10 @@ class RootsHook:
             model = hook.on_root(record)
             if model is not None:
                 follow.append(
-                    Ledger.system_op(
-                        OpType.SELFMODEL_SNAPSHOT, selfmodel_payload(model, root, entry.branch)
+                    _library_op(
+                        Ledger.system_op(
+                            OpType.SELFMODEL_SNAPSHOT, selfmodel_payload(model, root, entry.branch)
+                        )
                     )
                 )
         return follow

@@ -46,7 +46,7 @@ from typing import Any, Final
 
 import apsw
 
-from memroot.ledger.entries import OpInput, check_uuid, new_uuid
+from memroot.ledger.entries import OpInput, _library_op, check_uuid, new_uuid
 from memroot.ledger.errors import NotFoundError, RefusedError, ValidationError
 from memroot.ledger.ledger import Appended, Ledger
 from memroot.ledger.vocab import (
@@ -344,7 +344,7 @@ def merge_branch(
                 target_id=branch,
                 target_type="BRANCH",
             )
-            ops.append(override)
+            ops.append(_library_op(override))  # memroot's own (RESERVED_OPS)
         ops.append(
             OpInput(
                 op_type=OpType.BRANCH_MERGE.value,
@@ -370,6 +370,7 @@ def merge_branch(
                 target_type="BRANCH",
             )
         )
+        _library_op(ops[-1])  # the BRANCH_MERGE: memroot's own (RESERVED_OPS)
         made = ledger.append_batch(ops, branch=target)
     override_seq = None
     if override is not None:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memroot.ledger import encoding
-from memroot.ledger.entries import CANONICAL_BRANCH, EventInput, OpInput
+from memroot.ledger.entries import CANONICAL_BRANCH, EventInput, OpInput, _library_op
 from memroot.ledger.errors import NotFoundError
 from memroot.ledger.ledger import Appended, Ledger
 from memroot.ledger.note import SignedCheckpoint
@@ -197,7 +197,7 @@ class Roots:
                 prepared = hook.prepare_head(ledger, branch)
                 if prepared is not None:
                     ledger.append(
-                        Ledger.system_op(OpType.SNAPSHOT, prepared.preimage.payload()),
+                        _library_op(Ledger.system_op(OpType.SNAPSHOT, prepared.preimage.payload())),
                         branch=branch,
                     )
         except BaseException:
@@ -266,7 +266,8 @@ class Roots:
         with self.ledger.store.write() as db:
             live = records.latest_root(db, branch, live_only=True)
             payload = selfmodel_payload(model, None if live is None else live.root, branch)
-            self.ledger.append(Ledger.system_op(OpType.SELFMODEL_SNAPSHOT, payload), branch=branch)
+            op = _library_op(Ledger.system_op(OpType.SELFMODEL_SNAPSHOT, payload))
+            self.ledger.append(op, branch=branch)
         record = records.latest_selfmodel(self.ledger.store.db, branch)
         assert record is not None
         return record

@@ -61,7 +61,8 @@ ON_DEPENDENTS: Final = ("DEPRECATE", "ARCHIVE", "KEEP")
 class Field:
     """One payload field: its name, kind, whether it must be present, and a kind argument.
 
-    Kinds: ``text`` (non-empty string, ``arg`` = max length), ``uuid``, ``uuids`` (list,
+    Kinds: ``text`` (non-empty string, ``arg`` = max length), ``name`` (a ``text`` that
+    names something: no control characters), ``names`` (a list of them), ``uuid``, ``uuids`` (list,
     ``arg`` = minimum length), ``enum`` (``arg`` = the tuple of allowed strings), ``unit``
     (number in [0, 1]), ``unit?`` (``unit`` or null; the key must still be present),
     ``nonneg`` (number >= 0), ``texts`` (list of non-empty strings), ``ts`` (integer
@@ -108,19 +109,19 @@ SCHEMAS: Final[Mapping[str, tuple[Field, ...]]] = {
     ),
     OpType.DEPRECATE: (
         _f("reason", "text", MAX_TEXT),
-        _f("deprecated_by", "text", MAX_TEXT),
+        _f("deprecated_by", "name", MAX_TEXT),
         _o("evidence_ids", "uuids", 0),
     ),
     OpType.SUPERSEDE: (_f("new_object_id", "uuid"), _f("reason", "text", MAX_TEXT)),
     OpType.ARCHIVE: (
         _f("reason", "text", MAX_TEXT),
-        _f("policy_ref", "text", MAX_TEXT),
+        _f("policy_ref", "name", MAX_TEXT),
         _o("evidence_ids", "uuids", 0),
     ),
     OpType.TOMBSTONE: (
         _f("target_event_id", "uuid"),
         _f("reason", "text", MAX_TEXT),
-        _f("policy_ref", "text", MAX_TEXT),
+        _f("policy_ref", "name", MAX_TEXT),
         _o("on_dependents", "enum", ON_DEPENDENTS),
     ),
     OpType.EPISTEMIC_TRANSITION: (
@@ -139,19 +140,19 @@ SCHEMAS: Final[Mapping[str, tuple[Field, ...]]] = {
         _f("decay_delta", "nonneg"),
         _f("new_salience", "unit"),
         _f("new_confidence", "unit"),
-        _f("decay_profile_ref", "text", MAX_TEXT),
+        _f("decay_profile_ref", "name", MAX_TEXT),
         _o("evidence_ids", "uuids", 0),
     ),
     OpType.REINFORCE: (
-        _f("signal_type", "text", MAX_TEXT),
+        _f("signal_type", "name", MAX_TEXT),
         _f("delta", "nonneg"),
         _f("new_confidence", "unit"),
         _f("new_salience", "unit"),
-        _f("signal_source", "text", MAX_TEXT),
+        _f("signal_source", "name", MAX_TEXT),
         _o("evidence_ids", "uuids", 0),
     ),
     OpType.PENALTY: (
-        _f("signal_type", "text", MAX_TEXT),
+        _f("signal_type", "name", MAX_TEXT),
         _f("delta", "nonneg"),
         _f("new_confidence", "unit"),
         _f("reason", "text", MAX_TEXT),
@@ -162,33 +163,33 @@ SCHEMAS: Final[Mapping[str, tuple[Field, ...]]] = {
         _f("source_id", "uuid"),
         _f("target_id", "uuid"),
         _f("confidence", "unit"),
-        _o("relation_label", "text", MAX_TEXT),
+        _o("relation_label", "name", MAX_TEXT),
         _o("valid_from", "ts"),
         _o("valid_to", "ts"),
     ),
     OpType.ENTITY_CREATE: (
         _f("entity_type", "enum", EntityType),
-        _f("canonical_name", "text", MAX_TEXT),
-        _f("aliases", "texts"),
+        _f("canonical_name", "name", MAX_TEXT),
+        _f("aliases", "names"),
     ),
     OpType.ENTITY_MERGE: (
         _f("primary_entity_id", "uuid"),
         _f("merged_entity_id", "uuid"),
-        _f("alias_list", "texts"),
+        _f("alias_list", "names"),
     ),
     OpType.SUMMARY_CREATED: (
         _f("object_ids_summarised", "uuids", 1),
         _f("time_window", "window"),
-        _f("summary_type", "text", MAX_TEXT),
+        _f("summary_type", "name", MAX_TEXT),
     ),
     OpType.DEDUP_RESOLVED: (
         _f("primary_id", "uuid"),
         _f("merged_ids", "uuids", 1),
-        _f("resolution_strategy", "text", MAX_TEXT),
+        _f("resolution_strategy", "name", MAX_TEXT),
     ),
     OpType.NAMESPACE_CREATE: (_f("namespace_type", "enum", NamespaceType),),
-    OpType.GRANT: (_f("actor_id", "text", MAX_TEXT), _f("permission", "enum", Permission)),
-    OpType.REVOKE: (_f("actor_id", "text", MAX_TEXT), _f("permission", "enum", Permission)),
+    OpType.GRANT: (_f("actor_id", "name", MAX_TEXT), _f("permission", "enum", Permission)),
+    OpType.REVOKE: (_f("actor_id", "name", MAX_TEXT), _f("permission", "enum", Permission)),
     # SPEC 7 states; memory_root.falsify checks these payloads in full (docs/FORMAT.md §8).
     OpType.FALSIFY: (_f("reason", "text", MAX_TEXT), _o("evidence_ids", "uuids", 0)),
     OpType.MARK_STALE: (_f("reason", "text", MAX_TEXT), _o("evidence_ids", "uuids", 0)),
@@ -236,6 +237,24 @@ def _text(op: str, f: Field, value: Any) -> Any:
     if type(value) is not str or not value or len(value) > f.arg:
         raise _bad(op, f.name, f"must be a non-empty string of at most {f.arg} characters")
     return value
+
+
+_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+"""Control characters: refused in names (they would forge lines of the CLI's output)."""
+
+
+def _name(op: str, f: Field, value: Any) -> Any:
+    _text(op, f, value)
+    if _CONTROL.search(value):
+        raise _bad(op, f.name, "must not contain control characters")
+    return value
+
+
+def _names(op: str, f: Field, value: Any) -> Any:
+    out = _texts(op, f, value)
+    if any(_CONTROL.search(v) for v in out):
+        raise _bad(op, f.name, "must not contain control characters")
+    return out
 
 
 def _uuid(op: str, f: Field, value: Any) -> Any:
@@ -335,6 +354,8 @@ def _imported(op: str, f: Field, value: Any) -> Any:
 
 _CHECKS: Final[dict[str, Callable[[str, Field, Any], Any]]] = {
     "text": _text,
+    "name": _name,
+    "names": _names,
     "uuid": _uuid,
     "uuids": _uuids,
     "enum": _enum,

@@ -8,8 +8,10 @@ and ``vto`` NULL or later), answered from indexed versioned rows, never by repla
 namespace, lifecycle state and epistemic type, searches values lexically (SQLite FTS5), and
 applies an RFC-0003 retrieval mode. Results come most recently changed first (the newest
 version row first), each with its flags (INFERRED and
-the other non-plain epistemic types, CONFLICT for a CONTRADICTS edge, EVIDENCE_ERASED) and the
-ids of the objects it conflicts with.
+the other non-plain epistemic types, CONFLICT for a CONTRADICTS edge, EVIDENCE_ERASED, STALE
+or FALSIFIED for the falsification state, SPEC 7) and the ids of the objects it conflicts with.
+DEFAULT retrieval never returns a falsified object and flags a stale one STALE; EXPLICIT and
+AUDIT return both, flagged.
 
 Every read takes a ``branch`` (default ``main``) and reads its view (``memroot.projections.views``):
 the branch's own versions over its parent's as of the fork, never later parent changes
@@ -78,6 +80,10 @@ RANK_POOL: Final = MAX_LIMIT
 PAGE: Final = 512
 FTS_DRIVE: Final = 5_000
 """A text query with at most this many matches is answered from the matches."""
+LIVE: Final = "live"
+FALSIFIED: Final = "falsified"
+_STATE_FLAGS: Final = {"stale": "STALE", "falsified": "FALSIFIED"}
+"""The flag a result carries for its falsification state (SPEC 7); live objects carry none."""
 _TOKEN: Final = re.compile(r"\w+\*?", re.UNICODE)
 
 
@@ -244,9 +250,11 @@ class Query:
     """What to retrieve. Empty filters match everything; filters combine with AND.
 
     ``mode``: DEFAULT returns ACTIVE objects the RFC-0003 default filter admits (in a
-    SIMULATION branch also ACTIVE HYPOTHETICAL ones, flagged); EXPLICIT returns what the
+    SIMULATION branch also ACTIVE HYPOTHETICAL ones, flagged), never a falsified one, stale
+    ones flagged STALE; EXPLICIT returns what the
     filters name (lifecycle ACTIVE unless ``states`` says otherwise), every epistemic type
     flagged; AUDIT returns every version current at ``as_of``, any lifecycle state.
+    EXPLICIT and AUDIT return falsified objects flagged FALSIFIED.
     ``actor`` limits results to namespaces the actor may READ (or that have no policy).
     ``text`` is matched word by word against values (FTS5; ``word*`` is a prefix).
     ``branch`` reads that branch's view (its state over the parent's at the fork).
@@ -390,6 +398,10 @@ def _where(db: apsw.Connection, q: Query, view: View) -> tuple[list[str], list[A
         sql, extra = _default_filter(view.simulation)
         where.append(sql)
         args.extend(extra)
+        # SPEC 7: a falsified object is known to be wrong; an agent's default read never
+        # serves it as live memory (EXPLICIT and AUDIT show it, flagged FALSIFIED).
+        where.append("o.state != ?")
+        args.append(FALSIFIED)
     if q.entity is not None:
         members = entity_members(db, q.entity, as_of=q.as_of, branch=q.branch)
         e_cond, e_params = view.rows("x")
@@ -639,8 +651,7 @@ def _result(
         ).fetchone()
         is not None
     )
-    return Result(
-        obj,
-        flags_for(obj.epistemic_type, conflict=bool(conflicts), evidence_erased=erased),
-        conflicts,
-    )
+    flags = flags_for(obj.epistemic_type, conflict=bool(conflicts), evidence_erased=erased)
+    if obj.state != LIVE:
+        flags = (*flags, _STATE_FLAGS[obj.state])
+    return Result(obj, flags, conflicts)

@@ -128,7 +128,7 @@ def make_ledger() -> MakeLedger:
         path = Path(directory) / name
         items = mixed_items(n, seed)
         rng = random.Random(seed + 1)
-        with Ledger.init(path, origin=origin) as ledger:
+        with Ledger.init(path, origin=origin, hooks=()) as ledger:  # the bare ledger
             i = 0
             while i < len(items):
                 step = 1 if rng.random() < 0.3 else rng.randrange(2, 40)

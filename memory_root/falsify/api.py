@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from memroot.ledger.entries import CANONICAL_BRANCH, OpInput, check_uuid
+from memroot.ledger.entries import CANONICAL_BRANCH, OpInput, _library_op, check_uuid
 from memroot.ledger.errors import NotFoundError, ValidationError
 from memroot.ledger.ledger import Appended, Ledger
 from memroot.ledger.vocab import ActorType, OpType
@@ -559,14 +559,17 @@ class Falsifier:
             self.sync(branch)
             request = self.request(item, max_depth, max_items, kinds, reason, branch)
             plan = self.core.plan(branch, request, resnapshots=True)
-            op = self._op(
-                OpType.CASCADE,
-                request.origin,
-                plan.payload(),
-                actor,
-                actor_type,
-                None,
-                branch,
+            # A reserved type: only this writer may append it (RESERVED_OPS).
+            op = _library_op(
+                self._op(
+                    OpType.CASCADE,
+                    request.origin,
+                    plan.payload(),
+                    actor,
+                    actor_type,
+                    None,
+                    branch,
+                )
             )
             hook.expect(branch, bytes(ledger.store.branch(branch).head), plan)
             try:

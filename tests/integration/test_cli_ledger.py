@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from memroot.cli.main import cli
-from memroot.ledger.entries import Entry
+from memroot.ledger.entries import Entry, now_us
 from memroot.ledger.hashing import leaf_hash
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.merkle import verify_consistency, verify_inclusion
@@ -154,7 +154,7 @@ def test_append_stdin(ledger: Path) -> None:
 
 def test_append_keeps_given_id_and_ts(ledger: Path) -> None:
     """An id and ts given in the JSON are the ones recorded."""
-    given = {**EVENT, "id": "01890a5d-ac96-774b-bcce-b302099a8057", "ts": 1_700_000_000_000_000}
+    given = {**EVENT, "id": "01890a5d-ac96-774b-bcce-b302099a8057", "ts": now_us() - 60_000_000}
     rows = ok_json(memroot(ledger, "append", json.dumps(given), "--json"))
     with Ledger.open(ledger) as led:
         e = led.entry(rows[0]["seq"])

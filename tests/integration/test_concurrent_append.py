@@ -43,7 +43,7 @@ def _worker(path: str, worker: int, barrier: Barrier, out: Any) -> None:
     """Append PER_WORKER entries, singly and in batches, signing a checkpoint now and then."""
     rng = random.Random(worker)
     written: list[tuple[int, str, str, int]] = []
-    with Ledger.open(Path(path)) as ledger:
+    with Ledger.open(Path(path), hooks=()) as ledger:  # the bare ledger
         barrier.wait()
         i = 0
         while i < PER_WORKER:
@@ -63,7 +63,7 @@ def _worker(path: str, worker: int, barrier: Barrier, out: Any) -> None:
 def test_concurrent_processes_make_one_chain(tmp_path: Path) -> None:
     """4 processes x 200 appends (single and batch) on one file: no gap, no fork, verify passes."""
     path = tmp_path / "shared.ledger"
-    Ledger.init(path, origin=ORIGIN).close()
+    Ledger.init(path, origin=ORIGIN, hooks=()).close()
     ctx = mp.get_context("fork")  # the worker lives in this test module, not an importable one
     barrier = ctx.Barrier(WORKERS)
     out = ctx.Queue()
@@ -75,7 +75,7 @@ def test_concurrent_processes_make_one_chain(tmp_path: Path) -> None:
         p.join(timeout=60)
         assert p.exitcode == 0
     total = 1 + WORKERS * PER_WORKER
-    with Ledger.open(path) as ledger:
+    with Ledger.open(path, hooks=()) as ledger:
         assert ledger.size() == total
         stored = {e.seq: e for e in ledger.entries()}
         assert sorted(stored) == list(range(total))

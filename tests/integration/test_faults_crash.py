@@ -240,7 +240,7 @@ def unsafe_writer(path: str, ack_path: str, seed: int, ready: Any) -> None:
     """A deliberately broken writer: each event of a batch in its own transaction."""
     rng = random.Random(seed)
     ready.set()
-    with Ledger.open(Path(path)) as ledger:
+    with Ledger.open(Path(path), hooks=()) as ledger:  # the bare ledger: opens at once
         while True:
             bid, k = new_uuid(), rng.randrange(2, 12)
             for _ in range(k):
@@ -250,7 +250,7 @@ def unsafe_writer(path: str, ack_path: str, seed: int, ready: Any) -> None:
 def test_the_checks_catch_a_writer_that_is_not_atomic(tmp_path: Path, forkserver: Any) -> None:
     """The same kills and checks find a half-written batch when batches are not atomic."""
     path = tmp_path / "unsafe.ledger"
-    with Ledger.init(path, origin=ORIGIN) as ledger:
+    with Ledger.init(path, origin=ORIGIN, hooks=()) as ledger:
         vkey = ledger.vkey()
     rng = random.Random(7)
     for _ in range(40):

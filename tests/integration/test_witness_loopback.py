@@ -188,7 +188,9 @@ def test_a_down_witness_is_queued_reported_and_retried(world: dict[str, Any]) ->
     ledger: Path = world["ledger"]
     world["server"].stop()
     for i in range(2):
-        ok(run("-l", str(ledger), "append", json.dumps({**EVENT, "content": f"d{i}"})))
+        # Every append signs its own checkpoint and submits it: each one warns, none fails.
+        appended = ok(run("-l", str(ledger), "append", json.dumps({**EVENT, "content": f"d{i}"})))
+        assert "unreachable" in appended.stderr
     signed = run("-l", str(ledger), "checkpoint", "--json")
     assert signed.exit_code == 0
     assert "unreachable" in signed.stderr and "pending" in signed.stderr
@@ -196,7 +198,8 @@ def test_a_down_witness_is_queued_reported_and_retried(world: dict[str, Any]) ->
     down = run("-l", str(ledger), "witness", "submit")
     assert down.exit_code == 4 and "unreachable" in down.stderr
     [row] = json.loads(ok(run("-l", str(ledger), "witness", "list", "--json")).stdout)
-    assert row["pending"] == 1 and row["failed_attempts"] == 2 and row["last_error"]
+    # Tried by the two appends, the checkpoint and the submit.
+    assert row["pending"] == 1 and row["failed_attempts"] == 4 and row["last_error"]
     strict = fresh_verify(world)
     assert strict.exit_code == 1  # the newest checkpoint lacks its cosignature
     assert "0 valid witness cosignature(s), 1 required" in strict.stdout

@@ -418,7 +418,7 @@ def _create(name: str) -> Any:
 def forked(tmp_path: Path, make_ledger: Any, inputs: Any) -> Path:
     """A ledger with a branch and a branch of the branch, each with its own checkpoints."""
     path = make_ledger(tmp_path, 40, origin=ORIGIN, name="forked.ledger")
-    with Ledger.open(path) as ledger:
+    with Ledger.open(path, hooks=()) as ledger:
         ledger.fork(_create("sim-1"), genesis={"branch_type": "SIMULATION"})
         ledger.append_batch(inputs.mixed(300, seed=2), branch="sim-1")
         ledger.fork(_create("plan-2"), parent="sim-1", genesis={"branch_type": "PLANNING"})
@@ -430,7 +430,7 @@ def forked(tmp_path: Path, make_ledger: Any, inputs: Any) -> Path:
 def test_branches_travel_in_the_bundle_and_back(tmp_path: Path, forked: Path) -> None:
     """Every branch is exported, audited (anchors, branch checkpoints) and imported identically."""
     out = tmp_path / "b"
-    with Ledger.open(forked) as ledger:
+    with Ledger.open(forked, hooks=()) as ledger:
         manifest = export_bundle(ledger, out)
         vkey = ledger.vkey()
         names = [b.name for b in ledger.store.branches()]
@@ -439,7 +439,7 @@ def test_branches_travel_in_the_bundle_and_back(tmp_path: Path, forked: Path) ->
     assert report.ok, [str(f) for f in report.findings]
     assert report.branches == 3 and 7 in report.steps_checked
     import_bundle(out, tmp_path / "copy.ledger", vkeys=[vkey])
-    with Ledger.open(forked) as a, Ledger.open(tmp_path / "copy.ledger") as b:
+    with Ledger.open(forked, hooks=()) as a, Ledger.open(tmp_path / "copy.ledger", hooks=()) as b:
         for name in names:
             assert (b.size(name), b.root(branch=name)) == (a.size(name), a.root(branch=name))
             assert b.checkpoints(name) == a.checkpoints(name)
@@ -449,7 +449,7 @@ def test_branches_travel_in_the_bundle_and_back(tmp_path: Path, forked: Path) ->
 def test_branch_genesis_relinked_in_a_bundle_is_caught(tmp_path: Path, forked: Path) -> None:
     """A branch whose genesis no longer links to its BRANCH_CREATE fails step 7 (or 3)."""
     out = tmp_path / "b"
-    with Ledger.open(forked) as ledger:
+    with Ledger.open(forked, hooks=()) as ledger:
         export_bundle(ledger, out)
         vkey = ledger.vkey()
     rel = branch_files("sim-1")["entries"]

@@ -156,7 +156,7 @@ def test_a_stale_tile_of_another_tree_is_never_overwritten(
 def test_entries_over_65535_bytes_are_refused(tmp_path: Path, make_ledger: Any) -> None:
     """tlog-tiles bundles use uint16 lengths: a larger entry is refused, naming it."""
     path = make_ledger(tmp_path, 3, origin=ORIGIN)
-    with Ledger.open(path) as ledger:
+    with Ledger.open(path, hooks=()) as ledger:
         big = ledger.append(
             OpInput(
                 op_type="ASSERT",

@@ -42,7 +42,7 @@ def _create(name: str) -> OpInput:
 @pytest.fixture
 def forked(tmp_path: Path) -> Path:
     path = tmp_path / "l.ledger"
-    with Ledger.init(path, origin="example.org/fork") as ledger:
+    with Ledger.init(path, origin="example.org/fork", hooks=()) as ledger:
         ledger.append_batch([_event(i) for i in range(6)])
         ledger.fork(_create("sim-1"), genesis={"branch_type": "SIMULATION"})
         ledger.append_batch([_event(i) for i in range(4)], branch="sim-1")
@@ -54,7 +54,7 @@ def forked(tmp_path: Path) -> Path:
 
 def test_fork_anchors_branch_genesis_to_branch_create(forked: Path):
     """The branch genesis links to the BRANCH_CREATE entry, which records the fork point."""
-    with Ledger.open(forked) as ledger:
+    with Ledger.open(forked, hooks=()) as ledger:
         create = ledger.entry(7)
         genesis = ledger.entry(0, "sim-1")
         assert create.type == "BRANCH_CREATE"
@@ -71,7 +71,7 @@ def test_fork_anchors_branch_genesis_to_branch_create(forked: Path):
 
 def test_branch_writes_never_reach_parent(forked: Path):
     """Entries appended on a branch stay in the branch's own chain and tree."""
-    with Ledger.open(forked) as ledger:
+    with Ledger.open(forked, hooks=()) as ledger:
         assert ledger.size("sim-1") == 5
         assert ledger.size() == 11
         assert all(e.branch == "main" for e in ledger.entries())
@@ -80,7 +80,7 @@ def test_branch_writes_never_reach_parent(forked: Path):
 
 def test_forked_ledger_verifies_including_nested_branches(forked: Path, tmp_path: Path):
     """A ledger with a branch of a branch passes every step, step 7 included."""
-    with Ledger.open(forked) as ledger:
+    with Ledger.open(forked, hooks=()) as ledger:
         ledger.fork(_create("plan-2"), parent="sim-1", genesis={"branch_type": "PLANNING"})
         ledger.append(_event(9), branch="plan-2")
         ledger.checkpoint("sim-1")
@@ -91,7 +91,7 @@ def test_forked_ledger_verifies_including_nested_branches(forked: Path, tmp_path
 
 def test_fork_refuses_existing_name_and_bad_op(forked: Path):
     """A second branch with the same id, or a fork from a non-BRANCH_CREATE op, is refused."""
-    with Ledger.open(forked) as ledger:
+    with Ledger.open(forked, hooks=()) as ledger:
         size = ledger.size()
         with pytest.raises(RefusedError, match="already exists"):
             ledger.fork(_create("sim-1"), genesis={})
@@ -148,7 +148,7 @@ def test_branch_anchor_altered(forked: Path, tmp_path: Path):
 def test_refused_tombstone_never_erases_later(tmp_path: Path):
     """A TOMBSTONE in a refused batch erases nothing, not even in the next transaction."""
     path = tmp_path / "t.ledger"
-    with Ledger.init(path, origin="example.org/fork") as ledger:
+    with Ledger.init(path, origin="example.org/fork", hooks=()) as ledger:
         kept = ledger.append(_event(1))
         tomb = OpInput(
             op_type="TOMBSTONE",

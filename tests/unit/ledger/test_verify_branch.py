@@ -38,7 +38,7 @@ def _fork(ledger: Ledger, name: str, parent: str = "main") -> None:
 
 def _ledger(tmp_path: Path) -> Path:
     path = tmp_path / "v.ledger"
-    with Ledger.init(path, origin="example.org/vb") as ledger:
+    with Ledger.init(path, origin="example.org/vb", hooks=()) as ledger:
         ledger.append_batch([_event(i) for i in range(3)])
         _fork(ledger, "a")
         _fork(ledger, "b")

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from memroot.ledger.entries import EventInput, OpInput, now_us
+from memroot.ledger.entries import EventInput, OpInput, _library_op, now_us
 from memroot.ledger.errors import NotFoundError, RefusedError, ValidationError
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.store import Store
@@ -275,8 +275,10 @@ def test_a_hand_made_branch_merge_of_a_sandbox_is_refused(w: World):
         payload={"branch_id": b, "items": []},
         policy_version="p/1",
     )
+    with pytest.raises(RefusedError, match="by: memroot branch merge"):
+        w.ledger.append(op)  # a caller never writes one (RESERVED_OPS)
     with pytest.raises(RefusedError, match="never merges"):
-        w.ledger.append(op)
+        w.ledger.append(_library_op(op))  # nor does memroot's own writer, for a SANDBOX
 
 
 def test_hypothetical_objects_must_be_reclassified_by_the_merging_actor(w: World):
@@ -445,7 +447,7 @@ def test_diff_lists_created_and_modified_objects(w: World):
 def test_merge_needs_the_validating_hooks(tmp_path: Path):
     """A ledger opened without the memory and branch hooks cannot merge (entries unchecked)."""
     with (
-        Ledger.init(tmp_path / "bare.ledger") as ledger,
+        Ledger.init(tmp_path / "bare.ledger", hooks=()) as ledger,
         pytest.raises(ValueError, match="MemoryHook"),
     ):
         merge_branch(ledger, "x", ["01900000-0000-7000-8000-000000000000"], actor_id="a")

@@ -13,6 +13,7 @@ import pytest
 from memroot.ledger import encoding
 from memroot.ledger.audit import audit_bundle
 from memroot.ledger.bundle import export_bundle
+from memroot.ledger.entries import _library_op
 from memroot.ledger.errors import IntegrityError
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.verify import AuditReport, verify_path
@@ -64,8 +65,8 @@ def test_snapshot_forged_by_a_writer_without_the_hook(rooted: tuple[Ledger, Root
             replace(d, digest=b"\x00" * 32) if d.id == "corrections" else d for d in pre.projections
         ),
     )
-    with Ledger.open(ledger.path) as raw:  # no hooks: nothing refuses the entry
-        seq = raw.append(Ledger.system_op(OpType.SNAPSHOT, forged.payload())).seq
+    with Ledger.open(ledger.path, hooks=()) as raw:  # no hooks: nothing refuses the entry
+        seq = raw.append(_library_op(Ledger.system_op(OpType.SNAPSHOT, forged.payload()))).seq
     found = _step8(_audit(ledger.path))
     assert found and found[0].branch == "main" and found[0].seq == seq
     assert "corrections" in found[0].message
@@ -79,10 +80,12 @@ def test_snapshot_with_a_root_that_does_not_hash_its_preimage(
     ledger.append(mr.event(99))
     good = roots.hook.prepare_head(ledger, "main")
     assert good is not None
-    with Ledger.open(ledger.path) as raw:
+    with Ledger.open(ledger.path, hooks=()) as raw:
         seq = raw.append(
-            Ledger.system_op(
-                OpType.SNAPSHOT, {**good.preimage.payload(), "memory_root": b"\x01" * 32}
+            _library_op(
+                Ledger.system_op(
+                    OpType.SNAPSHOT, {**good.preimage.payload(), "memory_root": b"\x01" * 32}
+                )
             )
         ).seq
     found = _step8(_audit(ledger.path))
@@ -186,9 +189,11 @@ def test_rebuild_refuses_a_ledger_whose_snapshot_does_not_replay(
     ledger.append(mr.event(99))
     good = roots.hook.prepare_head(ledger, "main")
     assert good is not None
-    with Ledger.open(ledger.path) as raw:
+    with Ledger.open(ledger.path, hooks=()) as raw:
         seq = raw.append(
-            Ledger.system_op(OpType.SNAPSHOT, replace(good.preimage, parent=None).payload())
+            _library_op(
+                Ledger.system_op(OpType.SNAPSHOT, replace(good.preimage, parent=None).payload())
+            )
         ).seq
     with pytest.raises(IntegrityError) as e:
         roots.rebuild()
@@ -200,7 +205,7 @@ def test_missing_automatic_snapshot_is_a_note_not_a_violation(mr_make: Make, mr:
     """Entries appended without the hook skip a due snapshot: reported as a note only."""
     ledger, roots = mr_make(every=3)
     roots.append_batch(mr.mixed(2))
-    with Ledger.open(ledger.path) as raw:
+    with Ledger.open(ledger.path, hooks=()) as raw:
         raw.append_batch(mr.mixed(4))
     roots.append_batch(mr.mixed(1))
     report = _audit(ledger.path)
@@ -220,7 +225,9 @@ def test_bundle_audit_replays_every_root(rooted: tuple[Ledger, Roots], tmp_path:
 def test_snapshot_with_a_malformed_payload(rooted: tuple[Ledger, Roots]):
     """A SNAPSHOT whose payload lacks the preimage fields is a step 8 finding, not a crash."""
     ledger, _ = rooted
-    with Ledger.open(ledger.path) as raw:
-        seq = raw.append(Ledger.system_op(OpType.SNAPSHOT, {"memory_root": "not bytes"})).seq
+    with Ledger.open(ledger.path, hooks=()) as raw:
+        seq = raw.append(
+            _library_op(Ledger.system_op(OpType.SNAPSHOT, {"memory_root": "not bytes"}))
+        ).seq
     found = _step8(_audit(ledger.path))
     assert [(f.branch, f.seq) for f in found] == [("main", seq)]

@@ -9,6 +9,7 @@ from typing import Any
 import cbor2
 import pytest
 
+from memroot.ledger.entries import _library_op
 from memroot.ledger.errors import ValidationError
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.vocab import OpType
@@ -145,7 +146,9 @@ def test_a_selfmodel_citing_another_root_is_refused(mr_make: Make, mr: Any):
     size = ledger.size()
     with pytest.raises(ValidationError) as e:
         ledger.append(
-            Ledger.system_op(OpType.SELFMODEL_SNAPSHOT, selfmodel_payload(EXAMPLE, old, "main"))
+            _library_op(
+                Ledger.system_op(OpType.SELFMODEL_SNAPSHOT, selfmodel_payload(EXAMPLE, old, "main"))
+            )
         )
     assert e.value.field == "payload.body.memory_root"
     assert ledger.size() == size

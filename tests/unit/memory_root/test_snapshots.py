@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from memroot.ledger import encoding, merkle
-from memroot.ledger.entries import Entry, OpInput
+from memroot.ledger.entries import Entry, OpInput, _library_op
 from memroot.ledger.errors import ValidationError
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.verify import verify_path
@@ -158,7 +158,7 @@ def test_a_forged_snapshot_is_refused_at_append_and_nothing_is_written(mr_make: 
         (replace(pre, projections=pre.projections[1:]).payload(), "payload.projections"),
     ]:
         with pytest.raises(ValidationError) as e:
-            ledger.append(Ledger.system_op(OpType.SNAPSHOT, payload))
+            ledger.append(_library_op(Ledger.system_op(OpType.SNAPSHOT, payload)))
         assert e.value.field == field_name
     assert ledger.size() == size
     assert roots.snapshot().created

@@ -420,27 +420,3 @@ def test_gated_state_in_a_ledger_branch_over_its_parent_at_the_fork(chat: Chat) 
     report = rebuild(chat.ledger)
     assert report.identical is True and set(report.gated_after) == {"main", "sim"}
     assert not [f for f in _step9(chat.ledger.path) if "note" not in f]
-
-
-def test_parent_links_that_loop_end_every_walk(chat: Chat) -> None:
-    """Events naming each other as parents (a caller's mistake) do not hang validation or reads."""
-    e1_id, e2_id = new_uuid(), new_uuid()
-    for eid, parent in ((e1_id, e2_id), (e2_id, e1_id)):
-        chat.ledger.append(
-            EventInput(
-                stream="chat",
-                actor_id="alice",
-                actor_type="HUMAN_USER",
-                role="USER",
-                content="loop",
-                namespace_id="ns",
-                id=eid,
-                parent_event_id=parent,
-            )
-        )
-    f = chat.fact("f", e1_id)
-    g = chat.fact("g", e2_id)
-    chat.op(rq.supersede(AGENT, f, g, "loop"))
-    with pytest.raises(RuleError, match="SUPERSEDED"):  # e2 is in e1's view: the walk ended
-        chat.op(rq.reinforce(AGENT, f, "x", 0.1, 0.85, 0.55, "y", evidence_ids=[e1_id]))
-    assert chat.at(e1_id) == ["g"]  # both events are on each other's path

@@ -1,6 +1,7 @@
 """Invalidation gated by provenance, checked against a brute-force reference on random trees.
 
-Random conversation trees arrive in shuffled order through a real ledger (conversation tree
+Random conversation trees arrive in shuffled order (any order with parents first, which the
+ledger requires) through a real ledger (conversation tree
 and memory hooks), interleaved with random ASSERT, SUPERSEDE, DEPRECATE, ARCHIVE,
 CONTRADICTION_NOTED, EPISTEMIC_TRANSITION, REINFORCE, PENALTY and FALSIFY / MARK_STALE /
 RESTORE operations (with and without evidence; the ledger refuses some, which then never
@@ -169,14 +170,18 @@ class Run:
                 parent[node] = ids[i - 1]  # a conversation mostly goes on from the last turn
             else:
                 parent[node] = ids[rng.randrange(i)]  # edit, regenerate, fork, switch back
-        arrival = ids[:]
-        # Mostly in order, with local shuffles (children may arrive before their parents).
-        for i in range(len(arrival) - 1):
-            if rng.random() < 0.3:
-                j = min(len(arrival) - 1, i + rng.randrange(1, 5))
-                arrival[i], arrival[j] = arrival[j], arrival[i]
-        if rng.random() < 0.2:
-            rng.shuffle(arrival)
+        # Shuffled arrival: a random order in which every event comes after its parent (the
+        # ledger refuses an event naming a parent it does not hold), so the lines of the
+        # conversation interleave arbitrarily.
+        children: dict[str | None, list[str]] = {}
+        for node in ids:
+            children.setdefault(parent[node], []).append(node)
+        ready = list(children.get(None, []))
+        arrival: list[str] = []
+        while ready:
+            node = ready.pop(rng.randrange(len(ready)))
+            arrival.append(node)
+            ready.extend(children.get(node, []))
         arrived: list[str] = []
         objects: dict[str, Obj] = {}
         ops: list[Op] = []

@@ -22,6 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from memroot.ledger.entries import EventInput, OpInput
 from memroot.ledger.errors import RefusedError
@@ -101,7 +102,16 @@ def _input_json(item: EventInput | OpInput) -> dict[str, Any]:
 
 
 def build(directory: Path) -> dict[str, Any]:
-    """Append the inputs to a new ledger there and return the vectors."""
+    """Append the inputs to a new ledger there and return the vectors.
+
+    The ledger's clock is pinned to ``T0`` (the genesis and the append rules' ``ts`` window,
+    docs/FORMAT.md §3.1), so the fixed timestamps are accepted and the bytes never change.
+    """
+    with mock.patch("memroot.ledger.ledger.now_us", lambda: T0):
+        return _build(directory)
+
+
+def _build(directory: Path) -> dict[str, Any]:
     ledger = Ledger.init(directory / "gated.ledger", hooks=[ConversationTree(), MemoryHook()])
     try:
         entries = []

@@ -280,7 +280,7 @@ def test_hook_bypassed_falsify_of_an_unknown_item_is_skipped_and_noted(
     w = world
     root = w.snap()
     w.ledger.close()
-    with Ledger.open(w.path) as bare:
+    with Ledger.open(w.path, hooks=()) as bare:
         bare.append(_raw(ROOT, "cd" * 32, {"reason": "forged"}))
         bare.append(_raw(ROOT, root, {"reason": "fine"}))
     w.ledger = Ledger.open(

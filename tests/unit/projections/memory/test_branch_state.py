@@ -451,7 +451,7 @@ def test_entries_appended_without_the_hook_are_folded_parents_first(tmp_path: Pa
     """A branch written without the memory hook is folded at the next sync, after its parent."""
     tick = Clock()
     path = tmp_path / "n.ledger"
-    with Ledger.init(path) as bare:
+    with Ledger.init(path, hooks=()) as bare:
         e = bare.append(event(tick)).id
         x = bare.append(
             rq.assert_object(AGENT, "FACT", "OBSERVED", "USER_STATED", [e], "v", ts=tick())

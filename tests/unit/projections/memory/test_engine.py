@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from memroot.ledger.entries import EventInput, OpInput, new_uuid
+from memroot.ledger.entries import EventInput, OpInput, _library_op, new_uuid
 from memroot.ledger.errors import RefusedError, ValidationError
 from memroot.projections import requests as rq
 from memroot.projections import rules
@@ -263,13 +263,16 @@ def test_operations_the_memory_model_does_not_own_pass_through(world: Any) -> No
     """INTEGRITY_CHECK and other layers' operations are recorded without memory validation."""
     snap = world.snapshot()
     world.op(
-        OpInput(
-            op_type="INTEGRITY_CHECK",
-            actor_id="memroot",
-            actor_type="SYSTEM_PROCESS",
-            namespace_id="system",
-            payload={"anything": [1, 2]},
-            policy_version="p",
+        _library_op(
+            OpInput(
+                op_type="INTEGRITY_CHECK",
+                actor_id="memroot",
+                actor_type="SYSTEM_PROCESS",
+                namespace_id="system",
+                payload={"anything": [1, 2]},
+                policy_version="p",
+                ts=world.tick(),  # World.append would copy the op (dropping the library mark)
+            )
         )
     )
     assert world.snapshot()[1:] == snap[1:]

@@ -75,6 +75,8 @@ SAMPLES: dict[str, dict[str, Any]] = {
 # A wrong value for each field kind (with the kind's own type wrong or out of range).
 BAD_BY_KIND: dict[str, list[Any]] = {
     "text": ["", 3, "x" * 300_000],
+    "name": ["", 3, "x" * 5_000, "a\nb", "\x1b[2J"],
+    "names": ["a", [1], [""], ["ok", "a\rb"]],
     "uuid": ["abc", 1, U1.upper()],
     "uuids": ["abc", ["abc"], [U1, U1]],
     "enum": ["nope", 1],

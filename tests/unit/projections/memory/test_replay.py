@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memroot.ledger.entries import EventInput, OpInput, new_uuid
+from memroot.ledger.entries import EventInput, OpInput, _library_op, new_uuid
 from memroot.ledger.errors import RefusedError
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.verify import audit
@@ -204,13 +204,15 @@ class Generator:
             perm = rng.choice(list(Permission))
             grantee = rng.choice(ACTORS)
             return (rq.grant if k == 1 else rq.revoke)(by, grantee, perm)
-        return OpInput(
-            op_type="INTEGRITY_CHECK",
-            actor_id="memroot",
-            actor_type="SYSTEM_PROCESS",
-            namespace_id="system",
-            payload={"result": "ok"},
-            policy_version="p",
+        return _library_op(
+            OpInput(
+                op_type="INTEGRITY_CHECK",
+                actor_id="memroot",
+                actor_type="SYSTEM_PROCESS",
+                namespace_id="system",
+                payload={"result": "ok"},
+                policy_version="p",
+            )
         )
 
 
@@ -294,7 +296,7 @@ def test_ledger_written_without_hook_folds_the_same_way(tmp_path: Path) -> None:
     """Entries appended without the hook (some invalid) fold by sync exactly as replay does."""
     bare = tmp_path / "bare.db"
     gen = Generator(random.Random(3))
-    with fast(Ledger.init(bare)) as plain:
+    with fast(Ledger.init(bare, hooks=())) as plain:
         for _ in range(400):
             try:  # only the ledger's own checks apply here
                 plain.append(gen.next(None))
@@ -345,7 +347,7 @@ def test_step9_compares_a_lagging_state_up_to_its_head(tmp_path: Path) -> None:
     gen = Generator(random.Random(9))
     with fast(Ledger.init(path, hooks=[MemoryHook()])) as ledger:
         drive(ledger, gen, 60)
-    with fast(Ledger.open(path)) as ledger:
+    with fast(Ledger.open(path, hooks=())) as ledger:
         drive(ledger, gen, 20)
     assert step9(path) == []
 
@@ -353,7 +355,7 @@ def test_step9_compares_a_lagging_state_up_to_its_head(tmp_path: Path) -> None:
 def test_rebuild_report_counts(tmp_path: Path) -> None:
     """rebuild reports what it replayed, and None for 'identical' when there was no state."""
     path = tmp_path / "r.db"
-    with fast(Ledger.init(path)) as ledger:
+    with fast(Ledger.init(path, hooks=())) as ledger:
         ev = ledger.append(
             EventInput(
                 stream="s",
@@ -412,7 +414,7 @@ def test_the_hook_catches_up_on_entries_appended_without_it(tmp_path: Path) -> N
     gen = Generator(random.Random(21))
     with fast(Ledger.init(path, hooks=[MemoryHook()])) as ledger:
         drive(ledger, gen, 40)
-    with fast(Ledger.open(path)) as ledger:
+    with fast(Ledger.open(path, hooks=())) as ledger:
         drive(ledger, gen, 40)  # no hook: the derived state falls behind
     with fast(Ledger.open(path, hooks=[MemoryHook()])) as ledger:
         db = ledger.store.db
@@ -500,7 +502,7 @@ def test_head_tracking_survives_rollbacks_and_other_writers(tmp_path: Path) -> N
         hooked.append_batch([*good, boom])  # the memory hook folded all four, then rollback
     # Another connection without the hook fills exactly the seqs the rolled-back batch used,
     # so the next hooked entry has the seq the memory hook last expected.
-    with fast(Ledger.open(path)) as bare:
+    with fast(Ledger.open(path, hooks=())) as bare:
         bare.append_batch([*good, dataclasses.replace(boom, content="fine")])
     drive(hooked, gen, 10)
     db = hooked.store.db
