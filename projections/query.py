@@ -547,7 +547,7 @@ def _admits(q: Query, obj: MemoryObject, simulation: bool) -> bool:
     if q.epistemic and obj.epistemic_type not in q.epistemic:
         return False
     if q.mode == RetrievalMode.DEFAULT:
-        return default_visible(
+        return obj.state != FALSIFIED and default_visible(
             obj.epistemic_type,
             obj.confidence,
             obj.lifecycle_state,

@@ -294,6 +294,8 @@ def test_falsification_state_is_gated_too(chat: Chat) -> None:
     assert at_a is not None and at_b is not None
     assert (at_a.state, at_b.state) == ("falsified", "live")
     assert get_object(chat.db, f).state == "falsified"
+    # DEFAULT never serves a falsified object: gone at a, still there at b.
+    assert chat.at(a) == [] and chat.at(b) == ["f"]
 
 
 def test_evidence_ids_on_lifecycle_operations_are_checked(chat: Chat) -> None:

@@ -312,7 +312,8 @@ class Run:
                 for r in query(self.db, Query(anchor=anchor, limit=10_000))
                 if r.object.id in objects
             }
-            active = {oid for oid, s in want.items() if s.life == "ACTIVE"}
+            # DEFAULT: ACTIVE there, and not falsified there (SPEC 7: never served as live).
+            active = {oid for oid, s in want.items() if s.life == "ACTIVE" and s.st != "falsified"}
             leaks, hides = got - active, active - got
             assert not leaks and not hides, (anchor, leaks, hides)
             self.decisions += len(objects)
