@@ -14,7 +14,8 @@ Module map:
 The scripts beside them measure the layers above the core and run as
 ``python bench/bench_X.py``: ``bench_memory`` (memory-model hook, replay, queries),
 ``bench_roots`` (memory roots and snapshots), ``bench_bundle`` (auditor's bundle export and
-offline audit), ``bench_cascade`` (falsification cascades), and ``run_ledger`` (``memroot
+offline audit), ``bench_cascade`` (falsification cascades), ``bench_anchor_state`` (gated
+invalidation: anchored reads and the append bookkeeping), and ``run_ledger`` (``memroot
 bench --full``). See bench/README.md and BENCHMARKS.md.
 
 The package imports none of its modules here, so that a benchmark child loads only what it

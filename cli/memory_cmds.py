@@ -8,7 +8,7 @@ import click
 
 from memroot.cli.commands import open_ledger, open_reader, strict_option
 from memroot.cli.main import Context, branch_option, cli, emit, pass_ctx
-from memroot.ledger.entries import MAX_SEQ
+from memroot.ledger.entries import MAX_SEQ, check_uuid
 from memroot.ledger.errors import ValidationError
 from memroot.ledger.vocab import EpistemicType, LifecycleState, MemoryType
 from memroot.projections import query as memq
@@ -140,7 +140,13 @@ def query_cmd(
             if ledger.strict:
                 ledger.check_heads()
             results = memq.query(db, q)
-            check_objects(ledger, [r.object for r in results], branch)
+            served = [r.object for r in results]
+            if anchor is not None:
+                # At an anchor an object is served in the state its gated operations give
+                # there; what is checked is the stored version it was derived from (the gated
+                # bookkeeping itself is checked by verify step 9).
+                served = [memq.get_object(db, o.id, as_of=as_of, branch=branch) for o in served]
+            check_objects(ledger, served, branch)
 
     def human() -> None:
         for r in results:
@@ -162,10 +168,18 @@ def query_cmd(
 @cli.command("why")
 @click.argument("object_id")
 @branch_option
+@click.option(
+    "--anchor",
+    metavar="EVENT_ID",
+    help="Also say how the object is at this conversation event: visible or not, its state, "
+    "and which operations apply there and which do not, and why.",
+)
 @strict_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (hashes and proofs in hex).")
 @pass_ctx
-def why_cmd(ctx: Context, object_id: str, branch: str, no_strict: bool, as_json: bool) -> None:
+def why_cmd(
+    ctx: Context, object_id: str, branch: str, anchor: str | None, no_strict: bool, as_json: bool
+) -> None:
     """Show why memory holds an object: every operation and evidence event, each proven.
 
     Each entry comes with its seq, entry hash and an RFC 9162 inclusion proof against the
@@ -174,19 +188,27 @@ def why_cmd(ctx: Context, object_id: str, branch: str, no_strict: bool, as_json:
     summary item (ROOT:projection:key): its state history, what it cites, what was built
     on it.
 
+    --anchor EVENT_ID adds the object as it is at that conversation event (invalidation
+    gated by provenance): whether it is visible there, its state, and for each operation
+    whether it applies there and, if not, why.
+
     Example: memroot -l agent.ledger why 0190f3c2-7c1d-7d4e-8a9b-1c2d3e4f5a6b --json
     """
     from memroot.cli.falsify_cmds import item_why, object_states
 
     if len(object_id) != 36 or object_id.count("-") != 4:
+        if anchor is not None:
+            raise click.UsageError("--anchor explains memory objects only")
         item_why(ctx, object_id, branch, as_json)
         return
+    if anchor is not None:
+        check_uuid(anchor, "--anchor")
     from memroot.receipts import readers
 
     with open_reader(ctx, no_strict) as ledger:
         sync(ledger, branch)
         with ledger.store.read():
-            w = why_object(ledger, object_id, branch=branch)
+            w = why_object(ledger, object_id, branch=branch, anchor=anchor)
             states = object_states(ledger, object_id)
             read_by = readers(ledger, object_id)
     data = {**w.to_dict(), "states": states[0], "read_by": read_by}
@@ -233,6 +255,21 @@ def why_cmd(ctx: Context, object_id: str, branch: str, no_strict: bool, as_json:
             click.echo(
                 f"  run {r['run_id']} ({r['actor_id']}) v{r['version']} at {r['branch']}:{r['seq']}"
             )
+        a = w.at_anchor
+        if a is not None:
+            if a.object is None:
+                click.echo(f"at anchor {a.anchor}: not visible (evidence off its path)")
+            else:
+                o = a.object
+                click.echo(
+                    f"at anchor {a.anchor}: {o.epistemic_type} {o.lifecycle_state} "
+                    f"v{o.version} confidence {o.confidence:.2f} state {o.state}"
+                )
+            for st in a.steps:
+                verdict = "applies" if st["applies"] else "does not apply"
+                click.echo(
+                    f"  seq {st['seq']:<6} {st['op_type']:<20} {verdict}: {st['reason'] or 'ok'}"
+                )
 
     emit(data, as_json, human)
 

@@ -213,6 +213,7 @@ class ReceiptsCheck:
         if not self.found:
             return
         from memroot.memory_root.falsify import Falsifier
+        from memroot.projections.gated import object_at
         from memroot.projections.query import get_object
 
         with Ledger.open(self.path, readonly=True) as ledger:
@@ -230,9 +231,15 @@ class ReceiptsCheck:
                 # the entry before the receipt, which lands in the query's transaction).
                 asked = r.query.get("as_of")
                 at = asked if type(asked) is int and 0 <= asked < r.seq else r.seq - 1
+                anchor = r.query.get("anchor")
                 for o in r.objects:
                     try:
-                        obj = get_object(db, o["id"], as_of=at, branch=r.branch)
+                        if isinstance(anchor, str):
+                            # A read at an anchor showed each object's state there
+                            # (invalidation gated by provenance, projections.gated).
+                            obj = object_at(db, o["id"], anchor, branch=r.branch, as_of=at)
+                        else:
+                            obj = get_object(db, o["id"], as_of=at, branch=r.branch)
                     except MemrootError:
                         obj = None
                     if obj is None or obj.version != o["version"]:
@@ -256,6 +263,8 @@ class ReceiptsCheck:
                     for c in history:
                         if c.branch != r.branch or c.seq <= at:
                             state = c.state
+                    if isinstance(anchor, str):
+                        state = obj.state
                     if state != o["state"]:
                         report.add(
                             Finding(

@@ -8,8 +8,10 @@ One source on a sibling hides the whole object. Switching the anchor changes not
 so an abandoned line's memories come back when the anchor moves back; with no anchor nothing
 derived is returned (never the whole tree).
 
-Events may arrive in any order (a child before its parent): the parent links are stored as
-they come, and the path is walked at read time over what has arrived.
+The parent links are stored as they come, and the path is walked at read time over what has
+arrived (the ledger now refuses an event naming a parent it does not hold, docs/FORMAT.md
+§3.1, so lines interleave in any order but a child never precedes its parent; the walk still
+stops at a missing parent, for ledgers written before that rule).
 
 ``ConversationTree`` is an ``AppendHook`` keeping ``conv_parents(id, parent)`` in step with
 appended events; ``ancestor_path`` and ``visible`` answer reads.

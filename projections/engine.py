@@ -138,6 +138,7 @@ class Engine:
         """
         if entry.kind is Kind.EVENT:
             self._event(entry)
+            gated.on_event(self, entry)
         elif entry.kind is Kind.OP:
             handler = HANDLERS.get(entry.type)
             if handler is not None:
@@ -147,7 +148,12 @@ class Engine:
                         f"{entry.type} in branch {entry.branch!r}: a branch inherits namespace "
                         "policy from its parent at the fork; change policy in main",
                     )
-                handler(self, Op.from_entry(entry))
+                op = Op.from_entry(entry)
+                if entry.type in gated.GATED_OPS:
+                    # Lifecycle changes are gated by their provenance (projections.gated).
+                    gated.run(self, handler, op)
+                else:
+                    handler(self, op)
         elif entry.kind is Kind.GENESIS and entry.branch != CANONICAL_BRANCH:
             fork = fork_from_genesis(entry.branch, entry.body)
             if fork is None:
@@ -884,3 +890,5 @@ HANDLERS: dict[str, Handler] = {
 from memroot.projections.states import STATE_HANDLERS  # noqa: E402
 
 HANDLERS.update(STATE_HANDLERS)
+
+from memroot.projections import gated  # noqa: E402

@@ -10,7 +10,9 @@ Fields beyond RFC-0002's list are optional and documented in docs/memory.md: ASS
 ``structured_value``, ``valid_from``, ``valid_to``, ``entity_ids``, ``condition`` and
 ``imported`` (an object a branch merge brings in, docs/branches.md); RELATE
 takes ``relation_label`` (required for RELATES_TO), ``valid_from`` and ``valid_to``;
-CONTRADICTION_NOTED takes ``confidence``; TOMBSTONE takes ``on_dependents``.
+CONTRADICTION_NOTED takes ``confidence``; TOMBSTONE takes ``on_dependents``; DEPRECATE,
+ARCHIVE, DECAY_APPLIED, REINFORCE and PENALTY take ``evidence_ids`` (the events that motivated
+them: their provenance, ``memroot.projections.gated``).
 """
 
 from __future__ import annotations
@@ -105,9 +107,17 @@ SCHEMAS: Final[Mapping[str, tuple[Field, ...]]] = {
         _o("condition", "condition"),
         _o("imported", "imported"),
     ),
-    OpType.DEPRECATE: (_f("reason", "text", MAX_TEXT), _f("deprecated_by", "name", MAX_TEXT)),
+    OpType.DEPRECATE: (
+        _f("reason", "text", MAX_TEXT),
+        _f("deprecated_by", "name", MAX_TEXT),
+        _o("evidence_ids", "uuids", 0),
+    ),
     OpType.SUPERSEDE: (_f("new_object_id", "uuid"), _f("reason", "text", MAX_TEXT)),
-    OpType.ARCHIVE: (_f("reason", "text", MAX_TEXT), _f("policy_ref", "name", MAX_TEXT)),
+    OpType.ARCHIVE: (
+        _f("reason", "text", MAX_TEXT),
+        _f("policy_ref", "name", MAX_TEXT),
+        _o("evidence_ids", "uuids", 0),
+    ),
     OpType.TOMBSTONE: (
         _f("target_event_id", "uuid"),
         _f("reason", "text", MAX_TEXT),
@@ -131,6 +141,7 @@ SCHEMAS: Final[Mapping[str, tuple[Field, ...]]] = {
         _f("new_salience", "unit"),
         _f("new_confidence", "unit"),
         _f("decay_profile_ref", "name", MAX_TEXT),
+        _o("evidence_ids", "uuids", 0),
     ),
     OpType.REINFORCE: (
         _f("signal_type", "name", MAX_TEXT),
@@ -138,12 +149,14 @@ SCHEMAS: Final[Mapping[str, tuple[Field, ...]]] = {
         _f("new_confidence", "unit"),
         _f("new_salience", "unit"),
         _f("signal_source", "name", MAX_TEXT),
+        _o("evidence_ids", "uuids", 0),
     ),
     OpType.PENALTY: (
         _f("signal_type", "name", MAX_TEXT),
         _f("delta", "nonneg"),
         _f("new_confidence", "unit"),
         _f("reason", "text", MAX_TEXT),
+        _o("evidence_ids", "uuids", 0),
     ),
     OpType.RELATE: (
         _f("edge_type", "enum", EdgeType),

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, cast
 
 import apsw
@@ -41,8 +41,10 @@ from memroot.projections.epistemic import (
     DEFAULT_ALWAYS,
     UNVERIFIED_THRESHOLD,
     RetrievalMode,
+    default_visible,
     flags_for,
 )
+from memroot.projections.gated import AnchorState
 from memroot.projections.gitctx import GitContext, branch_score, context_of
 from memroot.projections.model import Edge, Entity, MemoryObject
 from memroot.projections.tables import (
@@ -62,6 +64,7 @@ __all__ = [
     "RANK_POOL",
     "Query",
     "Result",
+    "anchor_path_of",
     "edges_of",
     "entity_members",
     "get_entity",
@@ -447,8 +450,12 @@ def _where(db: apsw.Connection, q: Query, view: View) -> tuple[list[str], list[A
     return where, args
 
 
-def _anchor_path(db: apsw.Connection, view: View, anchor: str) -> set[str]:
-    """Return the anchor's ancestor path, after checking the anchor is an event the view sees."""
+def anchor_path_of(db: apsw.Connection, view: View, anchor: str) -> set[str]:
+    """Return the anchor's ancestor path, after checking the anchor is an event the view sees.
+
+    Raises:
+        NotFoundError: if it is not (or no conversation tree is recorded).
+    """
     cond, params = view.events("ev")
     known = db.execute(
         f"SELECT 1 FROM mem_events ev WHERE ev.id = ? AND {cond}", (anchor, *params)
@@ -465,8 +472,10 @@ def _anchor_path(db: apsw.Connection, view: View, anchor: str) -> set[str]:
 def query(db: apsw.Connection, q: Query) -> list[Result]:
     """Return the objects ``q`` selects, most recently changed first, at most ``q.limit``.
 
-    With ``q.anchor`` only objects whose evidence lies on the anchor's path are kept (the
-    scan goes on until ``q.limit`` of them are found). With ``q.git_branch`` the newest
+    With ``q.anchor`` only objects whose ASSERT evidence lies on the anchor's path are kept,
+    each in its state at the anchor (its lifecycle operations replayed through the path,
+    ``memroot.projections.gated``), and the state filters apply to that state; they come
+    newest first by their stored version. With ``q.git_branch`` the newest
     ``RANK_POOL`` matches are scored and the best ``q.limit`` returned, best first.
 
     A text query first adds values not yet in the full-text index (``tables.index_text``),
@@ -479,33 +488,21 @@ def query(db: apsw.Connection, q: Query) -> list[Result]:
         StorageError: if the full-text index is behind and cannot be updated here.
     """
     view = view_of(db, q.branch, q.as_of)
-    path = None if q.anchor is None else _anchor_path(db, view, q.anchor)
-    found = _where(db, q, view)
-    if found is None:
-        return []
-    where, args = found
-    cols = ", ".join("o." + c for c in OBJECT_COLS)
-    sql = f"SELECT {cols}, o.rid, o.oid FROM mem_objects o WHERE {' AND '.join(where)}"
+    path = None if q.anchor is None else anchor_path_of(db, view, q.anchor)
     want = RANK_POOL if q.git_branch is not None else q.limit
-    rows: list[Any] = []
+    rows: list[Any]
     if path is None:
+        found = _where(db, q, view)
+        if found is None:
+            return []
+        where, args = found
+        cols = ", ".join("o." + c for c in OBJECT_COLS)
+        sql = f"SELECT {cols}, o.rid, o.oid FROM mem_objects o WHERE {' AND '.join(where)}"
         rows = db.execute(f"{sql} ORDER BY o.rid DESC LIMIT ?", (*args, want)).fetchall()
+        objects = [object_from_row(r[:-2]) for r in rows]
     else:
-        # Provenance-only visibility (seed 001) is a test on evidence ids: page newest
-        # first until enough objects pass it.
-        before = 2**63 - 1
-        while len(rows) < want:
-            page: list[Any] = db.execute(
-                f"{sql} AND o.rid < ? ORDER BY o.rid DESC LIMIT ?", (*args, before, PAGE)
-            ).fetchall()
-            for r in page:
-                if all(e in path for e in r[OBJECT_COLS.index("evidence_ids")].split(",")):
-                    rows.append(r)
-            if len(page) < PAGE:
-                break
-            before = int(page[-1][-2])
-        rows = rows[:want]
-    results = [_result(db, view, object_from_row(r[:-2]), q) for r in rows]
+        objects, rows = _at_anchor(db, q, view, path, want)
+    results = [_result(db, view, o, q, path) for o in objects]
     if q.git_branch is None:
         return results
     oids = [cast(int, row[-1]) for row in rows]
@@ -524,6 +521,90 @@ def query(db: apsw.Connection, q: Query) -> list[Result]:
         Result(results[i].object, results[i].flags, results[i].conflicts_with, scores[i])
         for i in order[: q.limit]
     ]
+
+
+# -- reads at a conversation anchor (seed 001; projections.gated) --------------------------------
+
+
+def _created_on(db: apsw.Connection, object_id: str, path: set[str]) -> bool:
+    """Return True when the evidence the object's ASSERT gave it all lies on ``path``."""
+    row = db.execute(
+        "SELECT f.evidence_ids FROM mem_objects f WHERE f.rid = "
+        "(SELECT o.oid FROM mem_objects o WHERE o.id = ? LIMIT 1)",
+        (object_id,),
+    ).fetchone()
+    return row is not None and all(e in path for e in str(row[0]).split(","))
+
+
+def _admits(q: Query, obj: MemoryObject, simulation: bool) -> bool:
+    """Return whether the state filters of ``_where`` (lifecycle, epistemic, DEFAULT) admit it.
+
+    Applied to an object's state at an anchor; keep in step with ``_where``.
+    """
+    states = q.states or (() if q.mode == RetrievalMode.AUDIT else (LifecycleState.ACTIVE,))
+    if states and obj.lifecycle_state not in states:
+        return False
+    if q.epistemic and obj.epistemic_type not in q.epistemic:
+        return False
+    if q.mode == RetrievalMode.DEFAULT:
+        return obj.state != FALSIFIED and default_visible(
+            obj.epistemic_type,
+            obj.confidence,
+            obj.lifecycle_state,
+            obj.condition_state,
+            simulation=simulation,
+        )
+    return True
+
+
+def _at_anchor(
+    db: apsw.Connection, q: Query, view: View, path: set[str], want: int
+) -> tuple[list[MemoryObject], list[Any]]:
+    """Return up to ``want`` objects as they are at the anchor, newest first, with their rows.
+
+    Candidates are the objects citing an event of the path (``DERIVED_FROM`` edges), read
+    newest first in one statement; each is kept when its creation is visible (every ASSERT
+    evidence event on the path), then its state at the anchor is replayed
+    (``gated.AnchorState``) and the query's state filters are applied to that state, not to
+    the stored one.
+    """
+    structural = replace(q, mode=RetrievalMode.AUDIT, states=(), epistemic=())
+    found = _where(db, structural, view)
+    if found is None:
+        return [], []
+    where, args = found
+    e_cond, e_params = view.rows("x")
+    cols = ", ".join("o." + c for c in OBJECT_COLS)
+    stream = db.execute(
+        f"SELECT {cols}, o.rid, o.oid FROM mem_objects o WHERE {' AND '.join(where)} AND o.id IN "
+        "(SELECT x.source_id FROM mem_edges x WHERE x.type = ? AND x.target_id IN "
+        f"(SELECT value FROM json_each(?)) AND {e_cond}) ORDER BY o.rid DESC",
+        (*args, EdgeType.DERIVED_FROM.value, json.dumps(sorted(path)), *e_params),
+    )
+    at = AnchorState(db, view, path)
+    objects: list[MemoryObject] = []
+    rows: list[Any] = []
+    page: list[Any] = []
+
+    simulation = view.simulation
+
+    def take() -> None:
+        for r, obj in zip(page, at.resolve([object_from_row(r[:-2]) for r in page]), strict=True):
+            if obj is not None and _admits(q, obj, simulation):
+                objects.append(obj)
+                rows.append(r)
+        page.clear()
+
+    size = min(PAGE, want + 16)  # most candidates pass: a first page of about ``want``
+    for r in stream:
+        page.append(r)
+        if len(page) == size:
+            take()
+            if len(objects) >= want:
+                break
+            size = min(PAGE, 2 * size)
+    take()
+    return objects[:want], rows[:want]
 
 
 def _git_score(
@@ -548,13 +629,19 @@ def _git_score(
     )
 
 
-def _result(db: apsw.Connection, view: View, obj: MemoryObject, q: Query) -> Result:
+def _result(
+    db: apsw.Connection, view: View, obj: MemoryObject, q: Query, path: set[str] | None = None
+) -> Result:
     conflicts = tuple(
         dict.fromkeys(
             e.target_id if e.source_id == obj.id else e.source_id
             for e in _edges(db, view, obj.id, (EdgeType.CONTRADICTS.value,))
         )
     )
+    if path is not None:
+        # A contradiction's provenance is both objects' evidence: at an anchor it counts only
+        # when the other object is visible there too (projections.gated).
+        conflicts = tuple(c for c in conflicts if _created_on(db, c, path))
     marks = ", ".join("?" * len(obj.evidence_ids))
     cond, params = view.erased("ev")
     erased = (

@@ -25,6 +25,7 @@ from memroot.projections import tables
 from memroot.projections.backends import MemState, SqlState
 from memroot.projections.digest import first_difference, state_digest
 from memroot.projections.engine import Engine
+from memroot.projections.gated import gated_digest, gated_rows
 from memroot.projections.hook import fold_entries
 
 __all__ = ["MemoryReplayCheck", "RebuildReport", "rebuild", "replay"]
@@ -47,6 +48,9 @@ class RebuildReport:
     seconds: float
     branches_before: Mapping[str, bytes] = field(default_factory=dict)
     branches_after: Mapping[str, bytes] = field(default_factory=dict)
+    gated_before: Mapping[str, bytes] = field(default_factory=dict)
+    """Per branch, ``gated.gated_digest`` of the gated-invalidation bookkeeping before."""
+    gated_after: Mapping[str, bytes] = field(default_factory=dict)
 
     @property
     def identical(self) -> bool | None:
@@ -57,7 +61,11 @@ class RebuildReport:
         """
         if self.before is None:
             return None
-        return self.before == self.after and self.branches_before == self.branches_after
+        return (
+            self.before == self.after
+            and self.branches_before == self.branches_after
+            and self.gated_before == self.gated_after
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """Return the report as a JSON-ready dict (digests in hex)."""
@@ -80,6 +88,15 @@ class RebuildReport:
                     "digest_after": digest.hex(),
                 }
                 for name, digest in self.branches_after.items()
+            },
+            "gated": {
+                name: {
+                    "digest_before": (
+                        self.gated_before[name].hex() if name in self.gated_before else None
+                    ),
+                    "digest_after": digest.hex(),
+                }
+                for name, digest in self.gated_after.items()
             },
         }
 
@@ -112,6 +129,8 @@ def rebuild(ledger: Ledger, branch: str = CANONICAL_BRANCH) -> RebuildReport:
         had = tables.installed(db)
         before = state_digest(db, branch=branch) if had else None
         branches_before = {b: state_digest(db, branch=b) for b in others} if had else {}
+        names = [b.name for b in ledger.store.branches()]
+        gated_before = {b: gated_digest(db, b) for b in names} if _has_gated(db) else {}
         tables.drop(db)
         tables.install(db, indexes=False)
         n = fold_entries(db, _all_entries(ledger), fresh=True)
@@ -129,8 +148,20 @@ def rebuild(ledger: Ledger, branch: str = CANONICAL_BRANCH) -> RebuildReport:
             seconds=time.perf_counter() - t0,
             branches_before=branches_before,
             branches_after={b: state_digest(db, branch=b) for b in others},
+            gated_before=gated_before,
+            gated_after={b: gated_digest(db, b) for b in names},
         )
     return report
+
+
+def _has_gated(db: apsw.Connection) -> bool:
+    """Return True when the file holds the gated-invalidation tables (newer derived state)."""
+    return (
+        db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'mem_gated'"
+        ).fetchone()
+        is not None
+    )
 
 
 def replay(entries: Iterable[Entry], *, fts: bool = False) -> apsw.Connection:
@@ -280,6 +311,50 @@ class MemoryReplayCheck:
             stored.close()
             self.db.execute("COMMIT")
 
+    def _compare_gated(
+        self, stored: apsw.Connection, branch: str, as_of: int | None, report: AuditReport
+    ) -> None:
+        """Step 9 for the gated-invalidation bookkeeping (``mem_gated``, ``mem_conv``)."""
+        want = gated_digest(self.db, branch, as_of)
+        if not _has_gated(stored):
+            report.add(
+                Finding(
+                    9,
+                    "the stored derived state predates gated invalidation (no mem_gated); "
+                    "memroot rebuild creates it",
+                    branch,
+                    expected=want.hex(),
+                )
+            )
+            return
+        got = gated_digest(stored, branch, as_of)
+        if got == want:
+            return
+        mine, theirs = gated_rows(self.db, branch, as_of), gated_rows(stored, branch, as_of)
+        seq = None
+        where = ""
+        for a, b in zip(mine, theirs, strict=False):
+            if a != b:
+                seq = int(a[1]) if isinstance(a[1], int) else None
+                where = (
+                    f": first at {a[0]} row of entry {a[1]} (replay {a!r:.200}, stored {b!r:.200})"
+                )
+                break
+        else:
+            where = f": the replay has {len(mine)} rows, the stored state {len(theirs)}"
+        report.add(
+            Finding(
+                9,
+                "the stored gated-invalidation state differs from the replay of the ledger"
+                + where
+                + " (state materialised before gated invalidation? memroot rebuild)",
+                branch,
+                seq,
+                expected=want.hex(),
+                actual=got.hex(),
+            )
+        )
+
     def _compare(
         self, stored: apsw.Connection, branch: str, size: int, report: AuditReport
     ) -> None:
@@ -309,6 +384,7 @@ class MemoryReplayCheck:
                 )
             )
             as_of = head - 1
+        self._compare_gated(stored, branch, as_of, report)
         got = state_digest(stored, as_of=as_of, branch=branch)
         want = state_digest(self.db, as_of=as_of, branch=branch)
         if got == want:

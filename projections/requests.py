@@ -62,7 +62,11 @@ def _op(
     target_id: str | None = None,
     target_type: str | None = None,
     ts: int | None = None,
+    evidence_ids: Sequence[str] = (),
 ) -> OpInput:
+    if evidence_ids:
+        # The events that motivated a lifecycle change: its provenance (projections.gated).
+        payload = {**payload, "evidence_ids": list(evidence_ids)}
     return OpInput(
         op_type=op_type.value,
         actor_id=by.actor_id,
@@ -129,6 +133,7 @@ def deprecate(
     deprecated_by: str | None = None,
     *,
     ts: int | None = None,
+    evidence_ids: Sequence[str] = (),
 ) -> OpInput:
     """DEPRECATE an ACTIVE object."""
     return _op(
@@ -137,15 +142,27 @@ def deprecate(
         {"reason": reason, "deprecated_by": deprecated_by or by.actor_id},
         target_id=object_id,
         ts=ts,
+        evidence_ids=evidence_ids,
     )
 
 
 def archive(
-    by: Actor, object_id: str, reason: str, policy_ref: str, *, ts: int | None = None
+    by: Actor,
+    object_id: str,
+    reason: str,
+    policy_ref: str,
+    *,
+    ts: int | None = None,
+    evidence_ids: Sequence[str] = (),
 ) -> OpInput:
     """ARCHIVE an ACTIVE or DEPRECATED object."""
     return _op(
-        by, OpType.ARCHIVE, {"reason": reason, "policy_ref": policy_ref}, target_id=object_id, ts=ts
+        by,
+        OpType.ARCHIVE,
+        {"reason": reason, "policy_ref": policy_ref},
+        target_id=object_id,
+        ts=ts,
+        evidence_ids=evidence_ids,
     )
 
 
@@ -228,6 +245,7 @@ def decay(
     decay_profile_ref: str,
     *,
     ts: int | None = None,
+    evidence_ids: Sequence[str] = (),
 ) -> OpInput:
     """DECAY_APPLIED: lower salience and confidence by at most ``decay_delta`` each."""
     return _op(
@@ -241,6 +259,7 @@ def decay(
         },
         target_id=object_id,
         ts=ts,
+        evidence_ids=evidence_ids,
     )
 
 
@@ -254,6 +273,7 @@ def reinforce(
     signal_source: str,
     *,
     ts: int | None = None,
+    evidence_ids: Sequence[str] = (),
 ) -> OpInput:
     """REINFORCE: raise confidence and salience by at most ``delta`` each."""
     return _op(
@@ -268,6 +288,7 @@ def reinforce(
         },
         target_id=object_id,
         ts=ts,
+        evidence_ids=evidence_ids,
     )
 
 
@@ -280,6 +301,7 @@ def penalty(
     reason: str,
     *,
     ts: int | None = None,
+    evidence_ids: Sequence[str] = (),
 ) -> OpInput:
     """PENALTY: lower confidence by at most ``delta``."""
     return _op(
@@ -293,6 +315,7 @@ def penalty(
         },
         target_id=object_id,
         ts=ts,
+        evidence_ids=evidence_ids,
     )
 
 

@@ -25,6 +25,11 @@ indexed query instead of a replay. Every row records its ``branch``.
   genesis entry; a branch reads its own rows over the parent's as of ``fork_seq``
   (``memroot.projections.views``). Rows a branch writes carry that branch, so nothing written in a
   branch changes what its parent reads.
+- ``mem_gated`` and ``mem_conv``: the bookkeeping of invalidation gated by provenance
+  (``memroot.projections.gated``): per object, the lifecycle operations that changed it since
+  its first one with provenance, each with its provenance event set; and every event's
+  conversation parent as the ledger recorded it (``branch``, ``seq``), for as-of path walks.
+  Append-only; not part of ``state_digest`` (``gated.gated_digest`` covers them).
 """
 
 from __future__ import annotations
@@ -76,6 +81,8 @@ DERIVED_TABLES: Final = (
     "mem_grants",
     "mem_skipped",
     "mem_forks",
+    "mem_gated",
+    "mem_conv",
 )
 
 OBJECT_COLS: Final = (
@@ -182,6 +189,16 @@ CREATE TABLE IF NOT EXISTS mem_skipped(
 CREATE TABLE IF NOT EXISTS mem_forks(
     branch TEXT PRIMARY KEY, parent TEXT NOT NULL, fork_seq INTEGER NOT NULL, branch_type TEXT
 ) STRICT, WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS mem_gated(
+    branch TEXT NOT NULL, seq INTEGER NOT NULL, n INTEGER NOT NULL, object_id TEXT NOT NULL,
+    op_id TEXT NOT NULL, op_type TEXT NOT NULL, ts INTEGER NOT NULL, prov TEXT NOT NULL,
+    intent TEXT NOT NULL, applied INTEGER NOT NULL, base TEXT,
+    PRIMARY KEY(object_id, branch, seq, n)
+) STRICT, WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS mem_conv(
+    id TEXT PRIMARY KEY, parent TEXT, branch TEXT NOT NULL, seq INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS mem_conv_parent ON mem_conv(parent) WHERE parent IS NOT NULL;
 """
 
 _INDEXES: Final = """

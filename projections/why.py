@@ -6,6 +6,11 @@ SUMMARY_CREATED) and every event cited as its evidence (with the content, unless
 erased it). Each comes with its seq, its entry hash and an RFC 9162 inclusion proof against the
 latest signed checkpoint, checked here before it is returned, so an auditor holding the
 ledger's verifier key can check every step offline.
+
+``why(ledger, object_id, anchor=E)`` adds ``at_anchor``: whether the object is visible at the
+conversation anchor ``E``, its state there, and for each operation that changed it whether it
+applies at ``E`` and, if not, why (its provenance is off the path, or the state the replay
+reached there does not allow it; ``memroot.projections.gated``).
 """
 
 from __future__ import annotations
@@ -18,12 +23,14 @@ from memroot.ledger.entries import CANONICAL_BRANCH
 from memroot.ledger.errors import KeyFileError, NotFoundError
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.note import SignedCheckpoint, Verifier, open_checkpoint
+from memroot.projections.gated import AnchorState
 from memroot.projections.hook import sync
 from memroot.projections.model import MemoryObject
-from memroot.projections.query import edges_of, object_history
+from memroot.projections.query import anchor_path_of, edges_of, get_object, object_history
 from memroot.projections.strict_rows import check_objects
+from memroot.projections.views import view_of
 
-__all__ = ["EvidenceStep", "OperationStep", "Why", "why"]
+__all__ = ["AnchorWhy", "EvidenceStep", "OperationStep", "Why", "why"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +94,29 @@ class EvidenceStep:
 
 
 @dataclass(frozen=True, slots=True)
+class AnchorWhy:
+    """The object at a conversation anchor: visible or not, its state, and each operation.
+
+    ``steps`` are JSON-ready dicts: ``branch``, ``seq``, ``op_id``, ``op_type``,
+    ``provenance``, ``applied_globally``, ``applies`` (at the anchor) and ``reason`` (why not).
+    """
+
+    anchor: str
+    visible: bool
+    object: MemoryObject | None
+    steps: tuple[dict[str, Any], ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-ready dict."""
+        return {
+            "anchor": self.anchor,
+            "visible": self.visible,
+            "object": None if self.object is None else self.object.to_dict(),
+            "operations": list(self.steps),
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class Why:
     """An object's current (or last) version, its history and evidence, and the checkpoint."""
 
@@ -98,11 +128,13 @@ class Why:
     checkpoints: tuple[tuple[str, SignedCheckpoint], ...] = ()
     """Per branch, the checkpoint its steps are proven against (a branch object's history and
     evidence may lie on ancestor branches, before the fork)."""
+    at_anchor: AnchorWhy | None = None
+    """Given an anchor: the object as it is there (``AnchorWhy``)."""
 
     def to_dict(self) -> dict[str, Any]:
         """Return everything as a JSON-ready dict (hashes and roots in hex)."""
         cp = self.checkpoint
-        return {
+        out = {
             "object": self.object.to_dict(),
             "versions": [v.to_dict() for v in self.versions],
             "operations": [o.to_dict() for o in self.operations],
@@ -110,6 +142,9 @@ class Why:
             "checkpoint": _cp_json(cp),
             "checkpoints": {b: _cp_json(c) for b, c in self.checkpoints},
         }
+        if self.at_anchor is not None:
+            out["at_anchor"] = self.at_anchor.to_dict()
+        return out
 
 
 def _cp_json(cp: SignedCheckpoint | None) -> dict[str, Any] | None:
@@ -141,14 +176,20 @@ def _checkpoint(ledger: Ledger, branch: str) -> SignedCheckpoint | None:
         return open_checkpoint(note, verifiers)
 
 
-def why(ledger: Ledger, object_id: str, *, branch: str = CANONICAL_BRANCH) -> Why:
+def why(
+    ledger: Ledger, object_id: str, *, branch: str = CANONICAL_BRANCH, anchor: str | None = None
+) -> Why:
     """Return the history and evidence of a memory object, every entry with its proof.
+
+    With ``anchor`` (an event id) the result also says how the object is at that
+    conversation anchor (``Why.at_anchor``).
 
     Entries newer than the checkpoint (only when the signing key is not available and the
     newest stored checkpoint is older than the head) come without a proof.
 
     Raises:
-        NotFoundError: if no such object ever existed on the branch.
+        NotFoundError: if no such object ever existed on the branch, or ``anchor`` is no
+            event the branch sees.
         ProofError: if a computed proof does not verify against the checkpoint (a damaged
             tree; ``memroot verify`` says more).
     """
@@ -223,6 +264,10 @@ def why(ledger: Ledger, object_id: str, *, branch: str = CANONICAL_BRANCH) -> Wh
         )
     if branch not in cps:
         cps[branch] = _checkpoint(ledger, branch)
+    at_anchor = None
+    if anchor is not None:
+        with ledger.store.read():
+            at_anchor = _at_anchor(ledger, object_id, branch, anchor, ops)
     return Why(
         versions[-1],
         tuple(versions),
@@ -230,4 +275,46 @@ def why(ledger: Ledger, object_id: str, *, branch: str = CANONICAL_BRANCH) -> Wh
         tuple(evidence),
         cps[branch],
         tuple((b, c) for b, c in sorted(cps.items()) if c is not None),
+        at_anchor,
     )
+
+
+def _at_anchor(
+    ledger: Ledger, object_id: str, branch: str, anchor: str, ops: list[OperationStep]
+) -> AnchorWhy:
+    """Replay the object's operations through the anchor's path and say what applies there."""
+    db = ledger.store.db
+    view = view_of(db, branch)
+    path = anchor_path_of(db, view, anchor)
+    current = get_object(db, object_id, branch=branch)
+    state = AnchorState(db, view, path)
+    visible, at, gated_steps = state.explain(current)
+    created_from = list(state.folder.creation_evidence(current))
+    gated = {(s.op.branch, s.op.seq) for s in gated_steps}
+    steps: list[dict[str, Any]] = []
+    for o in ops:
+        if o.version is None or (o.branch, o.seq) in gated:
+            continue
+        # Before the object's first operation with provenance: ungated, the replay's base.
+        if o.version == 1:
+            reason = (
+                "creates the object; all its evidence lies on the path"
+                if visible
+                else "creates the object; its evidence is not all on this path, so it is hidden"
+            )
+        else:
+            reason = "no provenance: applies everywhere (before any gated operation)"
+        steps.append(
+            {
+                "branch": o.branch,
+                "seq": o.seq,
+                "op_id": o.op_id,
+                "op_type": o.op_type,
+                "provenance": created_from if o.version == 1 else [],
+                "applied_globally": True,
+                "applies": o.version != 1 or visible,
+                "reason": reason,
+            }
+        )
+    steps += [s.to_dict() for s in gated_steps]
+    return AnchorWhy(anchor, visible, at, tuple(steps))
