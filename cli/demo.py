@@ -12,6 +12,7 @@ import click
 from memroot.cli.main import cli
 from memroot.ledger import merkle
 from memroot.ledger.entries import EventInput, OpInput
+from memroot.ledger.errors import IntegrityError
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.note import Verifier, open_checkpoint, parse_tlog_proof
 from memroot.ledger.store import entry_key
@@ -191,7 +192,8 @@ def demo(keep: Path | None) -> None:
             f"   inclusion proof of seq {proof.index} in tree {cp.size}: "
             f"{len(proof.proof)} hashes, verified against the signed root"
         )
-        calendar_key = entry_key(ledger.branch_row().no, events[3].seq)
+        calendar_seq = events[3].seq
+        calendar_key = entry_key(ledger.branch_row().no, calendar_seq)
         ledger.close()
 
         _say("7. Full verification, every auditor step (memory roots and state replayed too):")
@@ -224,7 +226,15 @@ def demo(keep: Path | None) -> None:
             _say(f"   caught: {f}")
         if caught.ok:  # pragma: no cover - the demo proves the opposite
             raise click.ClickException("the tampered copy verified; this is a bug")
-        _say("Done: the genuine ledger verifies, the tampered copy does not.")
+        # Reads are strict too: the edited content is never served, not even without a verify.
+        with Ledger.open(forged, readonly=True) as tampered:
+            try:
+                tampered.read(calendar_seq)
+            except IntegrityError as e:
+                _say(f"   and a plain read refuses it: {e}")
+            else:  # pragma: no cover - the demo proves the opposite
+                raise click.ClickException("the tampered entry was served; this is a bug")
+        _say("Done: the genuine ledger verifies, the tampered copy does not, and is not read.")
     finally:
         if keep is None:
             shutil.rmtree(workdir, ignore_errors=True)
