@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from memroot.ledger import merkle
-from memroot.ledger.bundle import BundleBranch, BundleReader, BundleRow
+from memroot.ledger.bundle import BundleBranch, BundleReader, BundleRow, CachelessSource
 from memroot.ledger.cosignature import WitnessKey
 from memroot.ledger.entries import CANONICAL_BRANCH, Entry
 from memroot.ledger.errors import (
@@ -162,16 +162,14 @@ def _bundle_facts(reader: BundleReader) -> dict[str, Any]:
 # --------------------------------------------------------------------------- tiles
 
 
-class TilesSource:
+class TilesSource(CachelessSource):
     """A tlog-tiles directory (``memroot publish``) seen as a ``LedgerSource``.
 
     One branch, ``main``: the log whose checkpoint is ``checkpoint``. Rows carry the entry
     bytes from the entry bundles and, as their cached leaf hash, the level-0 tile hash (step 5
     compares them). Checkpoints are the retained notes under ``memroot/checkpoints/`` plus
-    ``checkpoint``.
+    ``checkpoint``. It has no stored caches: ``audit_tiles`` checks the tiles themselves.
     """
-
-    has_caches = False
 
     def __init__(self, directory: Path) -> None:
         """Open the directory (its ``checkpoint`` is read, not verified).
@@ -274,22 +272,6 @@ class TilesSource:
     def read_nodes(self, branch_no: int, ids: Sequence[tuple[int, int]]) -> list[bytes]:
         """Serve tree nodes from the tiles."""
         return self.reader(ids)
-
-    def node_mismatches(
-        self, branch_no: int, nodes: Sequence[tuple[int, int, bytes]]
-    ) -> list[tuple[int, int, bytes, bytes | None]]:
-        """Never asked (``has_caches`` is False): the tiles are checked by ``audit_tiles``."""
-        return []
-
-    def event_index_mismatches(
-        self, branch_no: int, events: Sequence[tuple[str, int]]
-    ) -> list[tuple[str, int, int | None]]:
-        """Return no mismatches: tiles carry no event index."""
-        return []
-
-    def event_index_size(self) -> int:
-        """Return 0: tiles carry no event index."""
-        return 0
 
 
 def _check_tile_tree(source: TilesSource, report: AuditReport) -> None:
