@@ -104,10 +104,7 @@ def audit_bundle(
     try:
         reader = bundle if isinstance(bundle, BundleReader) else open_bundle(bundle)
     except MemrootError as e:
-        report = AuditReport()
-        report.steps_checked.add(1)
-        report.add(Finding(1, f"the bundle cannot be opened: {e}"))
-        return report
+        return _unopened("the bundle", e)
     report = audit_source(
         reader,
         origin=reader.manifest.origin,
@@ -135,6 +132,14 @@ def audit_bundle(
                 severity="note",
             )
         )
+    return report
+
+
+def _unopened(what: str, error: MemrootError) -> AuditReport:
+    """(1) The report on a source that cannot be opened: that one finding, step 1 checked."""
+    report = AuditReport()
+    report.steps_checked.add(1)
+    report.add(Finding(1, f"{what} cannot be opened: {error}"))
     return report
 
 
@@ -352,10 +357,7 @@ def audit_tiles(
     try:
         source = directory if isinstance(directory, TilesSource) else TilesSource(directory)
     except MemrootError as e:
-        report = AuditReport()
-        report.steps_checked.add(1)
-        report.add(Finding(1, f"the tiles directory cannot be opened: {e}"))
-        return report
+        return _unopened("the tiles directory", e)
     origin = source.meta("origin")
     report = audit_source(
         source,
