@@ -40,7 +40,6 @@ from memroot.ledger.errors import (
     MemrootError,
     NotFoundError,
     RefusedError,
-    StorageError,
 )
 from memroot.ledger.hashing import BLAKE3_NATIVE, HASH_SIZE, node_hash
 from memroot.ledger.note import parse_checkpoint, split_note
@@ -49,6 +48,7 @@ from memroot.ledger.tiles import (
     TILE_HEIGHT,
     TILE_WIDTH,
     TileReader,
+    read_tile_file,
     split_bundle,
     tile_path,
 )
@@ -212,12 +212,7 @@ class TilesSource(CachelessSource):
         full = self.size // TILE_WIDTH
         width = TILE_WIDTH if index < full else self.size % TILE_WIDTH
         rel = tile_path("entries", index, width)
-        try:
-            data = (self.directory / rel).read_bytes()
-        except FileNotFoundError as e:
-            raise NotFoundError(f"entry bundle {rel} is missing") from e
-        except OSError as e:
-            raise StorageError(f"cannot read {self.directory / rel}: {e.strerror}") from e
+        data = read_tile_file(self.directory, rel, f"entry bundle {rel} is missing")
         entries = split_bundle(data, rel)
         if len(entries) != width:
             raise DecodeError(f"entry bundle {rel} holds {len(entries)} entries, not {width}")
