@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import apsw
 import pytest
+from click.testing import CliRunner, Result
 
 from memroot.ledger import encoding
 from memroot.ledger.entries import Entry, EventInput, OpInput
@@ -290,3 +292,67 @@ class RawLedger:
 def raw() -> type[RawLedger]:
     """Plain-apsw edits of a closed ledger's file (attacks): see ``RawLedger``."""
     return RawLedger
+
+
+class Cli:
+    """The ``memroot`` CLI run in-process through click (``catch_exceptions=False``: a
+    traceback fails the test), and the events the CLI tests append."""
+
+    EVENT: Final[dict[str, Any]] = {
+        "kind": "event",
+        "stream": "s1",
+        "actor_id": "alice",
+        "actor_type": "HUMAN_USER",
+        "role": "USER",
+        "content": "I take tea without sugar",
+        "namespace_id": "alice",
+    }
+    """One valid event as ``memroot append`` takes it."""
+
+    CHAT_EVENT: Final[dict[str, Any]] = {
+        "kind": "event",
+        "stream": "chat",
+        "actor_id": "alice",
+        "actor_type": "HUMAN_USER",
+        "role": "USER",
+        "namespace_id": "ns",
+    }
+    """A chat turn without its ``content`` (namespace ``ns``), for conversation tests."""
+
+    @staticmethod
+    def run(
+        *args: str, input: str | None = None, env: dict[str, str | None] | None = None
+    ) -> Result:
+        """Run ``memroot ARGS``."""
+        from memroot.cli.main import cli
+
+        return CliRunner().invoke(cli, list(args), input=input, env=env, catch_exceptions=False)
+
+    @staticmethod
+    def at(
+        ledger: Path, *args: str, input: str | None = None, env: dict[str, str | None] | None = None
+    ) -> Result:
+        """Run ``memroot -l LEDGER ARGS``."""
+        return Cli.run("-l", str(ledger), *args, input=input, env=env)
+
+    @staticmethod
+    def ok(result: Result) -> Result:
+        """The result of a command that must succeed (exit 0, else its output is shown)."""
+        assert result.exit_code == 0, result.output
+        return result
+
+    @staticmethod
+    def ok_json(result: Result) -> Any:
+        """The parsed stdout of a command that must succeed."""
+        return json.loads(Cli.ok(result).stdout)
+
+    @staticmethod
+    def json_at(ledger: Path, *args: str) -> Any:
+        """The parsed output of ``memroot -l LEDGER ARGS --json``, which must succeed."""
+        return Cli.ok_json(Cli.at(ledger, *args, "--json"))
+
+
+@pytest.fixture(scope="session")
+def cmd() -> type[Cli]:
+    """The CLI in-process and the events its tests append: see ``Cli``."""
+    return Cli
