@@ -37,17 +37,22 @@ def fact(value: str, event: str) -> str:
     )
 
 
+def _two_replies(cmd: Any, path: Path, first: str, second: str) -> tuple[str, str, str]:
+    """Init ``path``, append a root turn "hi" and two replies to it; return the three ids."""
+    cmd.json_at(path, "init")
+
+    def say(content: str, *anchor: str) -> str:
+        turn = json.dumps({**cmd.CHAT_EVENT, "content": content})
+        return str(cmd.json_at(path, "append", turn, *anchor)[0]["id"])
+
+    root = say("hi")
+    return root, say(first, "--anchor", root), say(second, "--anchor", root)
+
+
 def test_edit_then_switch_back_through_the_cli(tmp_path: Path, cmd: Any):
     """query/why --anchor read the gated state; verify is clean and rebuild identical."""
     path = tmp_path / "g.ledger"
-    cmd.json_at(path, "init")
-    root = cmd.json_at(path, "append", json.dumps({**cmd.CHAT_EVENT, "content": "hi"}))[0]["id"]
-    a = cmd.json_at(
-        path, "append", json.dumps({**cmd.CHAT_EVENT, "content": "Chengdu"}), "--anchor", root
-    )[0]["id"]
-    b = cmd.json_at(
-        path, "append", json.dumps({**cmd.CHAT_EVENT, "content": "Hangzhou"}), "--anchor", root
-    )[0]["id"]
+    _, a, b = _two_replies(cmd, path, "Chengdu", "Hangzhou")
     f1 = cmd.json_at(path, "append", fact("moving to Chengdu", a))[0]["id"]
     f2 = cmd.json_at(path, "append", fact("moving to Hangzhou", b))[0]["id"]
     cmd.json_at(path, "append", op("SUPERSEDE", {"new_object_id": f2, "reason": "edited"}, f1))
@@ -97,14 +102,7 @@ def test_strict_query_at_an_anchor_accepts_an_object_its_ops_change_elsewhere(
 ):
     """A transition off the anchor's path: the strict read checks the stored row, not refuses."""
     path = tmp_path / "s.ledger"
-    cmd.json_at(path, "init")
-    root = cmd.json_at(path, "append", json.dumps({**cmd.CHAT_EVENT, "content": "hi"}))[0]["id"]
-    a = cmd.json_at(
-        path, "append", json.dumps({**cmd.CHAT_EVENT, "content": "a"}), "--anchor", root
-    )[0]["id"]
-    b = cmd.json_at(
-        path, "append", json.dumps({**cmd.CHAT_EVENT, "content": "b"}), "--anchor", root
-    )[0]["id"]
+    root, a, b = _two_replies(cmd, path, "a", "b")
     f = cmd.json_at(path, "append", fact("likes jazz", root))[0]["id"]
     move = {"from_type": "ASSERTED", "to_type": "OBSERVED", "reason": "seen", "evidence_ids": [b]}
     cmd.json_at(path, "append", op("EPISTEMIC_TRANSITION", move, f))
