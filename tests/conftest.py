@@ -100,6 +100,18 @@ def tombstone_input(event_id: str) -> OpInput:
     )
 
 
+def oversized_op() -> OpInput:
+    """A valid ASSERT whose entry exceeds 65535 bytes (tlog-tiles' uint16 entry length)."""
+    return OpInput(
+        op_type="ASSERT",
+        actor_id="a",
+        actor_type="AI_AGENT",
+        namespace_id="ns",
+        payload={"value": "x" * 70_000},
+        policy_version="p/1",
+    )
+
+
 class Inputs:
     """The request builders above, for tests (conftest is not importable in importlib mode)."""
 
@@ -107,11 +119,12 @@ class Inputs:
     op = staticmethod(op_input)
     mixed = staticmethod(mixed_items)
     tombstone = staticmethod(tombstone_input)
+    oversized = staticmethod(oversized_op)
 
 
 @pytest.fixture(scope="session")
 def inputs() -> type[Inputs]:
-    """Builders of valid events, operations, mixed lists and TOMBSTONEs."""
+    """Builders of valid events, operations, mixed lists, TOMBSTONEs and oversized entries."""
     return Inputs
 
 
