@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from memroot.ledger import merkle
-from memroot.ledger.bundle import BundleBranch, BundleReader, BundleRow
+from memroot.ledger.bundle import BundleBranch, BundleReader, BundleRow, CachelessSource
 from memroot.ledger.cosignature import WitnessKey
 from memroot.ledger.entries import CANONICAL_BRANCH, Entry
 from memroot.ledger.errors import (
@@ -40,7 +40,6 @@ from memroot.ledger.errors import (
     MemrootError,
     NotFoundError,
     RefusedError,
-    StorageError,
 )
 from memroot.ledger.hashing import BLAKE3_NATIVE, HASH_SIZE, node_hash
 from memroot.ledger.note import parse_checkpoint, split_note
@@ -49,6 +48,7 @@ from memroot.ledger.tiles import (
     TILE_HEIGHT,
     TILE_WIDTH,
     TileReader,
+    read_tile_file,
     split_bundle,
     tile_path,
 )
@@ -104,10 +104,7 @@ def audit_bundle(
     try:
         reader = bundle if isinstance(bundle, BundleReader) else open_bundle(bundle)
     except MemrootError as e:
-        report = AuditReport()
-        report.steps_checked.add(1)
-        report.add(Finding(1, f"the bundle cannot be opened: {e}"))
-        return report
+        return _unopened("the bundle", e)
     report = audit_source(
         reader,
         origin=reader.manifest.origin,
@@ -138,6 +135,14 @@ def audit_bundle(
     return report
 
 
+def _unopened(what: str, error: MemrootError) -> AuditReport:
+    """(1) The report on a source that cannot be opened: that one finding, step 1 checked."""
+    report = AuditReport()
+    report.steps_checked.add(1)
+    report.add(Finding(1, f"{what} cannot be opened: {error}"))
+    return report
+
+
 def verify_bundle(bundle: Path | BundleReader, **kwargs: Any) -> AuditReport:
     """Like ``audit_bundle``, but raise an ``IntegrityError`` for the first finding.
 
@@ -162,16 +167,14 @@ def _bundle_facts(reader: BundleReader) -> dict[str, Any]:
 # --------------------------------------------------------------------------- tiles
 
 
-class TilesSource:
+class TilesSource(CachelessSource):
     """A tlog-tiles directory (``memroot publish``) seen as a ``LedgerSource``.
 
     One branch, ``main``: the log whose checkpoint is ``checkpoint``. Rows carry the entry
     bytes from the entry bundles and, as their cached leaf hash, the level-0 tile hash (step 5
     compares them). Checkpoints are the retained notes under ``memroot/checkpoints/`` plus
-    ``checkpoint``.
+    ``checkpoint``. It has no stored caches: ``audit_tiles`` checks the tiles themselves.
     """
-
-    has_caches = False
 
     def __init__(self, directory: Path) -> None:
         """Open the directory (its ``checkpoint`` is read, not verified).
@@ -209,12 +212,7 @@ class TilesSource:
         full = self.size // TILE_WIDTH
         width = TILE_WIDTH if index < full else self.size % TILE_WIDTH
         rel = tile_path("entries", index, width)
-        try:
-            data = (self.directory / rel).read_bytes()
-        except FileNotFoundError as e:
-            raise NotFoundError(f"entry bundle {rel} is missing") from e
-        except OSError as e:
-            raise StorageError(f"cannot read {self.directory / rel}: {e.strerror}") from e
+        data = read_tile_file(self.directory, rel, f"entry bundle {rel} is missing")
         entries = split_bundle(data, rel)
         if len(entries) != width:
             raise DecodeError(f"entry bundle {rel} holds {len(entries)} entries, not {width}")
@@ -274,22 +272,6 @@ class TilesSource:
     def read_nodes(self, branch_no: int, ids: Sequence[tuple[int, int]]) -> list[bytes]:
         """Serve tree nodes from the tiles."""
         return self.reader(ids)
-
-    def node_mismatches(
-        self, branch_no: int, nodes: Sequence[tuple[int, int, bytes]]
-    ) -> list[tuple[int, int, bytes, bytes | None]]:
-        """Never asked (``has_caches`` is False): the tiles are checked by ``audit_tiles``."""
-        return []
-
-    def event_index_mismatches(
-        self, branch_no: int, events: Sequence[tuple[str, int]]
-    ) -> list[tuple[str, int, int | None]]:
-        """Return no mismatches: tiles carry no event index."""
-        return []
-
-    def event_index_size(self) -> int:
-        """Return 0: tiles carry no event index."""
-        return 0
 
 
 def _check_tile_tree(source: TilesSource, report: AuditReport) -> None:
@@ -370,10 +352,7 @@ def audit_tiles(
     try:
         source = directory if isinstance(directory, TilesSource) else TilesSource(directory)
     except MemrootError as e:
-        report = AuditReport()
-        report.steps_checked.add(1)
-        report.add(Finding(1, f"the tiles directory cannot be opened: {e}"))
-        return report
+        return _unopened("the tiles directory", e)
     origin = source.meta("origin")
     report = audit_source(
         source,

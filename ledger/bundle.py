@@ -61,6 +61,7 @@ __all__ = [
     "BundleReader",
     "BundleRow",
     "BundleSection",
+    "CachelessSource",
     "FileInfo",
     "Manifest",
     "branch_files",
@@ -552,14 +553,38 @@ class BundleBranch:
     head: bytes
 
 
-class BundleReader:
+class CachelessSource:
+    """The cache answers of a source that stores no caches (a bundle, a tiles directory).
+
+    ``has_caches`` is False: the auditor recomputes leaf hashes and roots from the entry
+    bytes and never asks for the caches, so there is nothing to disagree.
+    """
+
+    has_caches = False
+
+    def node_mismatches(
+        self, branch_no: int, nodes: Sequence[tuple[int, int, bytes]]
+    ) -> list[tuple[int, int, bytes, bytes | None]]:
+        """Return no mismatches: there is no node cache to disagree."""
+        return []
+
+    def event_index_mismatches(
+        self, branch_no: int, events: Sequence[tuple[str, int]]
+    ) -> list[tuple[str, int, int | None]]:
+        """Return no mismatches: there is no event index."""
+        return []
+
+    def event_index_size(self) -> int:
+        """Return 0: there is no event index (never asked: ``has_caches`` is False)."""
+        return 0
+
+
+class BundleReader(CachelessSource):
     """An open bundle directory: manifest, branch rows, checkpoints and sections, streamed.
 
     Construction reads and checks the manifest only; every other file is read on demand, frame
     by frame, and checked against the manifest's count and digest when it ends.
     """
-
-    has_caches = False
 
     def __init__(self, path: Path) -> None:
         """Open the bundle at ``path``.
@@ -738,22 +763,6 @@ class BundleReader:
             StorageError: always.
         """
         raise StorageError("a bundle carries no tree node cache")
-
-    def node_mismatches(
-        self, branch_no: int, nodes: Sequence[tuple[int, int, bytes]]
-    ) -> list[tuple[int, int, bytes, bytes | None]]:
-        """Return no mismatches: there is no node cache to disagree."""
-        return []
-
-    def event_index_mismatches(
-        self, branch_no: int, events: Sequence[tuple[str, int]]
-    ) -> list[tuple[str, int, int | None]]:
-        """Return no mismatches: a bundle carries no event index."""
-        return []
-
-    def event_index_size(self) -> int:
-        """Return 0: a bundle carries no event index (never asked: ``has_caches`` is False)."""
-        return 0
 
     # -- sections -------------------------------------------------------------------------------
 

@@ -65,6 +65,7 @@ __all__ = [
     "checkpoint_path",
     "publish_configured",
     "publish_setting",
+    "read_tile_file",
     "set_publish",
     "split_bundle",
     "tile_path",
@@ -149,6 +150,21 @@ def split_bundle(data: bytes, what: str) -> list[bytes]:
     return out
 
 
+def read_tile_file(directory: Path, rel: str, missing: str) -> bytes:
+    """Return the bytes of the file ``rel`` of the tiles directory ``directory``.
+
+    Raises:
+        NotFoundError: ``missing``, if there is no such file.
+        StorageError: if it cannot be read.
+    """
+    try:
+        return (directory / rel).read_bytes()
+    except FileNotFoundError as e:
+        raise NotFoundError(missing) from e
+    except OSError as e:
+        raise StorageError(f"cannot read {directory / rel}: {e.strerror}") from e
+
+
 class TileReader:
     """Serve the nodes of the tree of ``size`` leaves from a tiles directory (a NodeReader).
 
@@ -179,12 +195,7 @@ class TileReader:
         if index > full or width == 0:
             raise NotFoundError(f"tile {level}/{index} is outside the tree of size {self.size}")
         rel = tile_path(level, index, width)
-        try:
-            data = (self.directory / rel).read_bytes()
-        except FileNotFoundError as e:
-            raise NotFoundError(f"tile {rel} is missing from {self.directory}") from e
-        except OSError as e:
-            raise StorageError(f"cannot read {self.directory / rel}: {e.strerror}") from e
+        data = read_tile_file(self.directory, rel, f"tile {rel} is missing from {self.directory}")
         if len(data) != width * HASH_SIZE:
             raise DecodeError(f"tile {rel} is {len(data)} bytes, expected {width * HASH_SIZE}")
         if len(self._cache) > 4096:

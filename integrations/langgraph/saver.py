@@ -25,7 +25,6 @@ import base64
 import builtins
 import contextlib
 import json
-import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from os import PathLike
 from typing import TYPE_CHECKING, Any, Final
@@ -46,8 +45,8 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from memroot.integrations.langgraph import _index
-from memroot.integrations.langgraph._strict import verified_entry
-from memroot.ledger.entries import CANONICAL_BRANCH, Entry, EventInput, OpInput
+from memroot.integrations.langgraph._ledger import LedgerTables
+from memroot.ledger.entries import CANONICAL_BRANCH, Entry
 from memroot.ledger.errors import IntegrityError
 from memroot.ledger.ledger import Ledger
 
@@ -94,7 +93,7 @@ def _version_key(version: Any) -> str:
     return json.dumps(version)
 
 
-class MemrootSaver(BaseCheckpointSaver[int]):
+class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
     """A ``BaseCheckpointSaver`` on a memroot ledger (see the module docstring).
 
     ``ledger`` is an open ``Ledger`` (opened with ``memroot.memory.ledger_hooks()``) or a
@@ -103,6 +102,11 @@ class MemrootSaver(BaseCheckpointSaver[int]):
     saver may be used from several threads or tasks; the async ones run the sync ones in a
     worker thread.
     """
+
+    _NAME = "saver"
+    _TYPES = _TYPES
+    _SCHEMA = _SCHEMA
+    _TABLES = ("lg_checkpoints", "lg_blobs", "lg_writes")
 
     def __init__(
         self,
@@ -116,16 +120,7 @@ class MemrootSaver(BaseCheckpointSaver[int]):
     ) -> None:
         """Wrap an open ledger; prefer ``MemrootSaver.from_conn_string``."""
         super().__init__(serde=serde)
-        self.ledger: Ledger = ledger if isinstance(ledger, Ledger) else ledger.ledger
-        self.branch = branch
-        self.actor = actor
-        self.actor_type = actor_type
-        self.namespace = namespace
-        self._lock = threading.RLock()
-        with self.ledger.store.write() as db:
-            for stmt in _SCHEMA.split(";"):
-                if stmt.strip():
-                    db.execute(stmt)
+        self._open(ledger, branch=branch, actor=actor, actor_type=actor_type, namespace=namespace)
 
     @classmethod
     @contextlib.contextmanager
@@ -147,15 +142,8 @@ class MemrootSaver(BaseCheckpointSaver[int]):
 
     # -- the index -----------------------------------------------------------------------------
 
-    def _fold(self, db: apsw.Connection, entry: Entry, content: dict[str, Any] | None) -> None:
+    def _fold_event(self, db: apsw.Connection, entry: Entry, content: dict[str, Any]) -> None:
         b = entry.branch
-        if content is None:
-            payload = entry.body.get("payload") or {}
-            target = payload.get("target_event_id") if isinstance(payload, dict) else None
-            if isinstance(target, str):
-                for table in ("lg_checkpoints", "lg_blobs", "lg_writes"):
-                    db.execute(f"DELETE FROM {table} WHERE event = ?", (target,))
-            return
         eid = entry.body["id"]
         t, ns = content["thread_id"], content["checkpoint_ns"]
         if _index.event_type(entry) == CHECKPOINT_TYPE:
@@ -195,17 +183,13 @@ class MemrootSaver(BaseCheckpointSaver[int]):
                 ),
             )
 
-    def _sync(self) -> None:
-        _index.catch_up(self.ledger, "saver", self.branch, self._fold, _TYPES)
-
     def _content(self, seq: int) -> dict[str, Any]:
         """Return the checked content of an entry the index points to.
 
         Raises:
             IntegrityError: the entry is tampered, or erased although the index names it.
         """
-        entry, text = verified_entry(self.ledger, self.branch, seq)
-        content = _index.content_json(entry, None if text is None else text.encode("utf-8"))
+        entry, content = self._checked(seq)
         if content is None or _index.event_type(entry) not in _TYPES:
             raise IntegrityError(
                 f"the index points at entry {self.branch}:{seq}, which is not a live "
@@ -214,21 +198,6 @@ class MemrootSaver(BaseCheckpointSaver[int]):
                 seq=seq,
             )
         return content
-
-    def _write(self, items: Sequence[EventInput | OpInput]) -> None:
-        from memroot.memory_root import Roots
-
-        if not items:
-            return
-        with self.ledger.store.write():
-            Roots(self.ledger).append_batch(items, branch=self.branch)
-            self._sync()
-        self.ledger.checkpoint(self.branch)
-
-    def _event(self, kind: str, content: dict[str, Any]) -> EventInput:
-        return _index.event(
-            kind, content, actor=self.actor, actor_type=self.actor_type, namespace=self.namespace
-        )
 
     # -- reads ---------------------------------------------------------------------------------
 
@@ -512,15 +481,7 @@ class MemrootSaver(BaseCheckpointSaver[int]):
                         (self.branch, thread),
                     ).fetchall()
                 ]
-            self._write(
-                _index.tombstones(
-                    events,
-                    reason,
-                    actor=self.actor,
-                    actor_type=self.actor_type,
-                    namespace=self.namespace,
-                )
-            )
+            self._write(self._tombstones(events, reason))
 
     def delete_thread(self, thread_id: str) -> None:
         """Erase every checkpoint and write of a thread (``TOMBSTONE``s; the chain verifies)."""
@@ -573,7 +534,7 @@ class MemrootSaver(BaseCheckpointSaver[int]):
             ]
             items = []
             for seq in seqs:
-                entry, _ = verified_entry(self.ledger, self.branch, seq)
+                entry, _ = self._checked(seq)
                 content = {**self._content(seq), "thread_id": dst}
                 kind = _index.event_type(entry)
                 assert kind is not None  # _content checked it

@@ -18,7 +18,6 @@ import asyncio
 import builtins
 import datetime as dt
 import json
-import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final
 
@@ -37,7 +36,7 @@ from langgraph.store.base import (
 )
 
 from memroot.integrations.langgraph import _index
-from memroot.integrations.langgraph._strict import verified_entry
+from memroot.integrations.langgraph._ledger import LedgerTables
 from memroot.ledger.entries import CANONICAL_BRANCH, Entry, now_us
 from memroot.ledger.errors import IntegrityError, ValidationError
 from memroot.ledger.ledger import Ledger
@@ -110,10 +109,16 @@ def _path_matches(cond: MatchCondition, ns: tuple[str, ...]) -> bool:
     return all(p == "*" or k == p for k, p in zip(ns, path, strict=False))
 
 
-class MemrootStore(BaseStore):
+# mypy calls the bases disjoint (both have __slots__); CPython allows it, since BaseStore's
+# only slot is __weakref__.
+class MemrootStore(BaseStore, LedgerTables):  # type: ignore[misc]
     """A LangGraph ``BaseStore`` on a memroot ledger (see the module docstring)."""
 
-    __slots__ = ("_lock", "actor", "actor_type", "branch", "ledger", "namespace")
+    __slots__ = ()  # the attributes are LedgerTables' slots
+    _NAME = "store"
+    _TYPES = _TYPES
+    _SCHEMA = _SCHEMA
+    _TABLES = ("lg_store", "lg_store_versions")
 
     def __init__(
         self,
@@ -125,27 +130,11 @@ class MemrootStore(BaseStore):
         namespace: str = "langgraph",
     ) -> None:
         """Wrap an open ledger (or ``Memory``); entries go to ``branch`` as ``actor``."""
-        self.ledger: Ledger = ledger if isinstance(ledger, Ledger) else ledger.ledger
-        self.branch = branch
-        self.actor = actor
-        self.actor_type = actor_type
-        self.namespace = namespace
-        self._lock = threading.RLock()
-        with self.ledger.store.write() as db:
-            for stmt in _SCHEMA.split(";"):
-                if stmt.strip():
-                    db.execute(stmt)
+        self._open(ledger, branch=branch, actor=actor, actor_type=actor_type, namespace=namespace)
 
     # -- the index -----------------------------------------------------------------------------
 
-    def _fold(self, db: apsw.Connection, entry: Entry, content: dict[str, Any] | None) -> None:
-        if content is None:
-            payload = entry.body.get("payload") or {}
-            target = payload.get("target_event_id") if isinstance(payload, dict) else None
-            if isinstance(target, str):
-                db.execute("DELETE FROM lg_store WHERE event = ?", (target,))
-                db.execute("DELETE FROM lg_store_versions WHERE event = ?", (target,))
-            return
+    def _fold_event(self, db: apsw.Connection, entry: Entry, content: dict[str, Any]) -> None:
         ns = _ns_text(tuple(content["namespace"]))
         eid = entry.body["id"]
         db.execute(
@@ -165,13 +154,9 @@ class MemrootStore(BaseStore):
             (eid, entry.branch, ns, content["key"], entry.seq),
         )
 
-    def _sync(self) -> None:
-        _index.catch_up(self.ledger, "store", self.branch, self._fold, _TYPES)
-
     def _item(self, row: tuple[Any, ...]) -> Item:
         ns_text, key, seq = str(row[0]), str(row[1]), int(row[2])
-        entry, text = verified_entry(self.ledger, self.branch, seq)
-        content = _index.content_json(entry, None if text is None else text.encode("utf-8"))
+        entry, content = self._checked(seq)
         namespace = tuple(json.loads(ns_text))
         if (
             content is None
@@ -265,13 +250,7 @@ class MemrootStore(BaseStore):
                         (self.branch, ns, op.key),
                     ).fetchall()
                 ]
-                items += _index.tombstones(
-                    events,
-                    "langgraph store delete",
-                    actor=self.actor,
-                    actor_type=self.actor_type,
-                    namespace=self.namespace,
-                )
+                items += self._tombstones(events, "langgraph store delete")
                 continue
             if not isinstance(op.value, dict):
                 raise ValidationError(
@@ -291,26 +270,13 @@ class MemrootStore(BaseStore):
                 "updated_at": now,
             }
             try:
-                event = _index.event(
-                    PUT_TYPE,
-                    content,
-                    actor=self.actor,
-                    actor_type=self.actor_type,
-                    namespace=self.namespace,
-                )
+                event = self._event(PUT_TYPE, content)
             except (TypeError, ValueError) as e:
                 raise ValidationError(
                     f"the value of {op.namespace}/{op.key} is not JSON: {e}", field="value"
                 ) from e
             items.append(event)
-        if not items:
-            return
-        from memroot.memory_root import Roots
-
-        with self.ledger.store.write():
-            Roots(self.ledger).append_batch(items, branch=self.branch)
-            self._sync()
-        self.ledger.checkpoint(self.branch)
+        self._write(items)
 
     def batch(self, ops: Iterable[Op]) -> builtins.list[Result]:
         """Run the operations: reads see the store before the batch; puts then land together.

@@ -9,12 +9,11 @@ checks that the untouched ledger verifies, so a test cannot pass because verify 
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import random
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from memroot.cli.main import cli
-from memroot.ledger import _backend, encoding
+from memroot.ledger import _backend
 from memroot.ledger.entries import Entry, Kind, build_entry
 from memroot.ledger.errors import IntegrityError, StorageError
 from memroot.ledger.hashing import content_digest, leaf_hash
@@ -33,7 +32,7 @@ from memroot.ledger.ledger import Ledger
 from memroot.ledger.merkle import CompactRange
 from memroot.ledger.note import Checkpoint, parse_checkpoint, sign_checkpoint, vkey_of
 from memroot.ledger.signing import Ed25519Signer
-from memroot.ledger.store import entry_key, node_key
+from memroot.ledger.store import node_key
 from memroot.ledger.trust import TrustedState
 from memroot.ledger.verify import AuditReport, Finding, verify_path
 
@@ -41,36 +40,7 @@ MAIN = "main"
 MAIN_NO = 1  # branches.no of the canonical branch
 ORIGIN = "example.org/memroot-test"
 
-# -- raw file access (what an attacker with disk access does) ----------------------------------
-
-
-@contextlib.contextmanager
-def raw_db(path: Path) -> Iterator[apsw.Connection]:
-    """Open the ledger file with plain apsw and edit it in one transaction."""
-    db = apsw.Connection(str(path))
-    try:
-        db.execute("BEGIN IMMEDIATE")
-        yield db
-        db.execute("COMMIT")
-    finally:
-        db.close()
-
-
-def k(seq: int) -> int:
-    return entry_key(MAIN_NO, seq)
-
-
-def stored(db: apsw.Connection, seq: int) -> dict[str, Any]:
-    r = db.execute(
-        "SELECT hash, data, digest, salt, content, erased_by FROM entries WHERE k = ?", (k(seq),)
-    ).fetchone()
-    assert r is not None, f"no stored entry {seq}"
-    return dict(zip(("hash", "data", "digest", "salt", "content", "erased_by"), r, strict=True))
-
-
-def size_of(path: Path) -> int:
-    with raw_db(path) as db:
-        return int(db.execute("SELECT size FROM branches WHERE no = ?", (MAIN_NO,)).fetchone()[0])
+# -- raw file access: the `raw` fixture (tests/conftest.py, RawLedger); lookups --------------
 
 
 def seqs_where(path: Path, pred: Callable[[Entry], bool]) -> list[int]:
@@ -81,54 +51,6 @@ def seqs_where(path: Path, pred: Callable[[Entry], bool]) -> list[int]:
 
 def is_event(e: Entry) -> bool:
     return e.kind is Kind.EVENT
-
-
-def put_data(db: apsw.Connection, seq: int, data: bytes, *, fix_hash: bool) -> None:
-    if fix_hash:
-        db.execute(
-            "UPDATE entries SET data = ?, hash = ? WHERE k = ?", (data, leaf_hash(data), k(seq))
-        )
-    else:
-        db.execute("UPDATE entries SET data = ? WHERE k = ?", (data, k(seq)))
-
-
-def reencode(data: bytes, **change: Any) -> bytes:
-    """Re-encode entry bytes canonically with header fields or body keys changed."""
-    v, prev, seq, branch, ts, kind, type_, body = encoding.decode(data)
-    header = {"prev": prev, "seq": seq, "branch": branch, "ts": ts}
-    body = dict(body)
-    for name, value in change.items():
-        if name in header:
-            header[name] = value
-        else:
-            body[name] = value
-    return encoding.encode(
-        [v, header["prev"], header["seq"], header["branch"], header["ts"], kind, type_, body]
-    )
-
-
-def rebuild_caches(db: apsw.Connection) -> None:
-    """Recompute leaf hashes, every tree node and the chain head from the stored entry bytes.
-
-    This is what a careful attacker does after editing rows, so that only the signed
-    checkpoints and the verifier's trusted state are left to disagree.
-    """
-    compact = CompactRange()
-    last = None
-    db.execute("DELETE FROM nodes WHERE k >> 48 = ?", (MAIN_NO,))
-    rows = db.execute(
-        "SELECT k, data FROM entries WHERE k >> 40 = ? ORDER BY k", (MAIN_NO,)
-    ).fetchall()
-    for key, data in rows:
-        h = leaf_hash(bytes(data))
-        db.execute("UPDATE entries SET hash = ? WHERE k = ?", (h, key))
-        for level, index, node in compact.append(h):
-            db.execute(
-                "INSERT INTO nodes(k, h) VALUES(?, ?)", (node_key(MAIN_NO, level, index), node)
-            )
-        last = h
-    assert last is not None
-    db.execute("UPDATE branches SET size = ?, head = ? WHERE no = ?", (len(rows), last, MAIN_NO))
 
 
 def roots_by_size(db: apsw.Connection) -> dict[int, bytes]:
@@ -153,15 +75,6 @@ def resign_checkpoints(db: apsw.Connection, key_path: Path) -> None:
             "UPDATE checkpoints SET root = ?, note = ? WHERE branch = ? AND size = ?",
             (roots[size], new, MAIN_NO, size),
         )
-
-
-def truncate(db: apsw.Connection, new_size: int, *, drop_checkpoints: bool) -> None:
-    """Delete every entry from ``new_size`` on and tidy up the caches (and checkpoints)."""
-    db.execute("DELETE FROM entries WHERE k >= ? AND k >> 40 = ?", (k(new_size), MAIN_NO))
-    db.execute("DELETE FROM event_ids WHERE k >= ? AND k >> 40 = ?", (k(new_size), MAIN_NO))
-    if drop_checkpoints:
-        db.execute("DELETE FROM checkpoints WHERE branch = ? AND size > ?", (MAIN_NO, new_size))
-    rebuild_caches(db)
 
 
 # -- verification from both sides --------------------------------------------------------------
@@ -237,27 +150,27 @@ def ledger_path(tmp_path: Path, make_ledger: Callable[..., Path]) -> Path:
 # -- 1. content and metadata -------------------------------------------------------------------
 
 
-def test_content_edited(ledger_path: Path, trusted: Path) -> None:
+def test_content_edited(ledger_path: Path, trusted: Path, raw: Any) -> None:
     """Editing an event's stored content (even with its content address fixed) is step 4."""
     assert_clean(ledger_path, trusted)
     seq = seqs_where(ledger_path, is_event)[5]
-    with raw_db(ledger_path) as db:
-        content = bytes(stored(db, seq)["content"]).replace(b"message", b"massage")
+    with raw.db(ledger_path) as db:
+        content = bytes(raw.row(db, seq)["content"]).replace(b"message", b"massage")
         db.execute(
             "UPDATE entries SET content = ?, digest = ? WHERE k = ?",
-            (content, content_digest(content), k(seq)),
+            (content, content_digest(content), raw.k(seq)),
         )
     report = assert_reported(ledger_path, trusted, 4, seq)
     assert any("commitment" in f.message for f in matching(report.findings, 4, seq, MAIN))
 
 
-def test_content_edited_address_stale(ledger_path: Path, trusted: Path) -> None:
+def test_content_edited_address_stale(ledger_path: Path, trusted: Path, raw: Any) -> None:
     """Editing content without touching its stored address is reported twice under step 4."""
     assert_clean(ledger_path, trusted)
     seq = seqs_where(ledger_path, is_event)[2]
-    with raw_db(ledger_path) as db:
+    with raw.db(ledger_path) as db:
         db.execute(
-            "UPDATE entries SET content = CAST(content || X'20' AS BLOB) WHERE k = ?", (k(seq),)
+            "UPDATE entries SET content = CAST(content || X'20' AS BLOB) WHERE k = ?", (raw.k(seq),)
         )
     report = assert_reported(ledger_path, trusted, 4, seq)
     assert len(matching(report.findings, 4, seq, MAIN)) == 2
@@ -268,17 +181,19 @@ def test_content_edited_address_stale(ledger_path: Path, trusted: Path) -> None:
     [{"actor_id": "mallory"}, {"role": "SYSTEM"}, {"ts": 1}],
     ids=["actor", "role", "ts"],
 )
-def test_metadata_edited(ledger_path: Path, trusted: Path, change: dict[str, Any]) -> None:
+def test_metadata_edited(
+    ledger_path: Path, trusted: Path, change: dict[str, Any], raw: Any
+) -> None:
     """Re-encoding an entry with another actor, role or ts (valid CBOR) breaks its link."""
     assert_clean(ledger_path, trusted)
     seq = seqs_where(ledger_path, is_event)[4]
-    with raw_db(ledger_path) as db:
-        before = stored(db, seq)
+    with raw.db(ledger_path) as db:
+        before = raw.row(db, seq)
         if "role" in change and Entry.from_bytes(before["data"]).body["role"] == "SYSTEM":
             change = {"role": "USER"}
-        forged = reencode(bytes(before["data"]), **change)
+        forged = raw.reencode(bytes(before["data"]), **change)
         Entry.from_bytes(forged)  # still a well-formed entry: step 1 has nothing to say
-        put_data(db, seq, forged, fix_hash=False)
+        raw.put_data(db, seq, forged, fix_hash=False)
     # The stale leaf hash cache is step 5 at the entry itself; the next entry's prev still
     # names the original hash (step 3); the signed root at the end no longer matches (step 5).
     assert_reported(ledger_path, trusted, 5, seq)
@@ -286,17 +201,17 @@ def test_metadata_edited(ledger_path: Path, trusted: Path, change: dict[str, Any
     link = matching(report.findings, 3, seq + 1, MAIN)[0]
     assert link.actual == bytes(before["hash"]).hex()
     assert link.expected == leaf_hash(forged).hex()
-    assert matching(report.findings, 5, size_of(ledger_path) - 1, MAIN)
+    assert matching(report.findings, 5, raw.size_of(ledger_path) - 1, MAIN)
 
 
-def test_metadata_edited_hash_fixed(ledger_path: Path, trusted: Path) -> None:
+def test_metadata_edited_hash_fixed(ledger_path: Path, trusted: Path, raw: Any) -> None:
     """Editing an actor and fixing the leaf hash cache still breaks the next prev link."""
     assert_clean(ledger_path, trusted)
     seq = seqs_where(ledger_path, is_event)[3]
-    with raw_db(ledger_path) as db:
-        original = bytes(stored(db, seq)["hash"])
-        forged = reencode(bytes(stored(db, seq)["data"]), actor_id="mallory")
-        put_data(db, seq, forged, fix_hash=True)
+    with raw.db(ledger_path) as db:
+        original = bytes(raw.row(db, seq)["hash"])
+        forged = raw.reencode(bytes(raw.row(db, seq)["data"]), actor_id="mallory")
+        raw.put_data(db, seq, forged, fix_hash=True)
     report = assert_reported(ledger_path, trusted, 3, seq + 1)
     assert matching(report.findings, 3, seq + 1, MAIN)[0].actual == original.hex()
     assert any(f.step == 5 and "tree node" in f.message for f in report.findings)
@@ -305,42 +220,42 @@ def test_metadata_edited_hash_fixed(ledger_path: Path, trusted: Path) -> None:
 # -- 2. deletion, truncation, reordering, insertion ------------------------------------------------
 
 
-def test_middle_deleted(ledger_path: Path, trusted: Path) -> None:
+def test_middle_deleted(ledger_path: Path, trusted: Path, raw: Any) -> None:
     """Deleting an entry in the middle is a seq gap (step 2) and a broken link (step 3)."""
     assert_clean(ledger_path, trusted)
     gone = 30
-    with raw_db(ledger_path) as db:
-        db.execute("DELETE FROM entries WHERE k = ?", (k(gone),))
+    with raw.db(ledger_path) as db:
+        db.execute("DELETE FROM entries WHERE k = ?", (raw.k(gone),))
     report = assert_reported(ledger_path, trusted, 2, gone + 1)
     gap = matching(report.findings, 2, gone + 1, MAIN)[0]
     assert (gap.expected, gap.actual) == (str(gone), str(gone + 1))
     assert matching(report.findings, 3, gone + 1, MAIN)
 
 
-def test_middle_deleted_caches_rebuilt(ledger_path: Path, trusted: Path) -> None:
+def test_middle_deleted_caches_rebuilt(ledger_path: Path, trusted: Path, raw: Any) -> None:
     """Deleting an entry and rebuilding every cache is still a gap, and the root is wrong."""
     assert_clean(ledger_path, trusted)
-    size = size_of(ledger_path)
-    with raw_db(ledger_path) as db:
-        db.execute("DELETE FROM entries WHERE k = ?", (k(10),))
-        rebuild_caches(db)
+    size = raw.size_of(ledger_path)
+    with raw.db(ledger_path) as db:
+        db.execute("DELETE FROM entries WHERE k = ?", (raw.k(10),))
+        raw.rebuild_caches(db)
     report = assert_reported(ledger_path, trusted, 2, 11)
     assert matching(report.findings, 5, size - 1, MAIN)  # the signed root at the end
 
 
-def test_chain_truncated(ledger_path: Path, trusted: Path) -> None:
+def test_chain_truncated(ledger_path: Path, trusted: Path, raw: Any) -> None:
     """Cutting the tail below a signed checkpoint (caches tidied) is step 5 at the cut."""
     assert_clean(ledger_path, trusted)
-    size = size_of(ledger_path)
+    size = raw.size_of(ledger_path)
     cut = size - 7
-    with raw_db(ledger_path) as db:
-        truncate(db, cut, drop_checkpoints=False)
+    with raw.db(ledger_path) as db:
+        raw.truncate(db, cut, drop_checkpoints=False)
     report = assert_reported(ledger_path, trusted, 5, cut)
     f = matching(report.findings, 5, cut, MAIN)[0]
     assert (f.expected, f.actual) == (str(size), str(cut))
 
 
-def test_tail_truncation_checkpoints_dropped(ledger_path: Path, trusted: Path) -> None:
+def test_tail_truncation_checkpoints_dropped(ledger_path: Path, trusted: Path, raw: Any) -> None:
     """Cutting the tail and the head checkpoints leaves entries no signature covers (step 6).
 
     Every append is sealed by a head checkpoint, and superseded heads are dropped: after the
@@ -348,10 +263,10 @@ def test_tail_truncation_checkpoints_dropped(ledger_path: Path, trusted: Path) -
     remembered state sees the unsigned tail.
     """
     assert_clean(ledger_path, trusted)
-    size = size_of(ledger_path)
+    size = raw.size_of(ledger_path)
     cut = size - 20
-    with raw_db(ledger_path) as db:
-        truncate(db, cut, drop_checkpoints=True)
+    with raw.db(ledger_path) as db:
+        raw.truncate(db, cut, drop_checkpoints=True)
         covered = int(db.execute("SELECT max(size) FROM checkpoints").fetchone()[0])
     report = assert_reported(ledger_path, trusted, 6, covered)
     f = matching(report.findings, 6, covered, MAIN)[0]
@@ -360,17 +275,17 @@ def test_tail_truncation_checkpoints_dropped(ledger_path: Path, trusted: Path) -
 
 
 def test_chain_truncated_checkpoints_dropped(
-    tmp_path: Path, make_ledger: Callable[..., Path], trusted: Path, inputs: Any
+    tmp_path: Path, make_ledger: Callable[..., Path], trusted: Path, inputs: Any, raw: Any
 ) -> None:
     """A cut exactly at a kept checkpoint is caught only by the trusted state (step 10)."""
     path = make_ledger(tmp_path, 40)  # ends with an explicit (kept) checkpoint at 41
     with Ledger.open(path) as ledger:
         ledger.append_batch(inputs.mixed(20, seed=3))
     assert_clean(path, trusted, remember=True)
-    size = size_of(path)
+    size = raw.size_of(path)
     cut = 41
-    with raw_db(path) as db:
-        truncate(db, cut, drop_checkpoints=True)
+    with raw.db(path) as db:
+        raw.truncate(db, cut, drop_checkpoints=True)
     # Without remembered state the shorter ledger is self-consistent: the attack needs step 10.
     assert library_report(path).ok
     report = assert_reported(path, trusted, 10, cut)
@@ -378,37 +293,24 @@ def test_chain_truncated_checkpoints_dropped(
     assert (f.expected, f.actual) == (str(size), str(cut))
 
 
-def test_entries_reordered(ledger_path: Path, trusted: Path) -> None:
+def test_entries_reordered(ledger_path: Path, trusted: Path, raw: Any) -> None:
     """Swapping two stored entries (all columns) is reported at both positions (step 2)."""
     assert_clean(ledger_path, trusted)
     a, b = 12, 40
-    cols = ("hash", "data", "digest", "salt", "content", "erased_by")
-    with raw_db(ledger_path) as db:
-        ra, rb = stored(db, a), stored(db, b)
-        sets = ", ".join(f"{c} = ?" for c in cols)
-        db.execute(f"UPDATE entries SET {sets} WHERE k = ?", (*(rb[c] for c in cols), k(a)))
-        db.execute(f"UPDATE entries SET {sets} WHERE k = ?", (*(ra[c] for c in cols), k(b)))
+    with raw.db(ledger_path) as db:
+        raw.swap(db, a, b)
     report = assert_reported(ledger_path, trusted, 2, a)
     assert matching(report.findings, 2, b, MAIN)
     assert matching(report.findings, 3, a, MAIN)
 
 
-def test_forged_insertion(ledger_path: Path, trusted: Path) -> None:
+def test_forged_insertion(ledger_path: Path, trusted: Path, raw: Any) -> None:
     """A valid new entry inserted mid-chain, later rows shifted up, breaks the next entry."""
     assert_clean(ledger_path, trusted)
     at = 25
-    with raw_db(ledger_path) as db:
-        keys = [
-            r[0]
-            for r in db.execute(
-                "SELECT k FROM entries WHERE k >= ? AND k >> 40 = ? ORDER BY k DESC",
-                (k(at), MAIN_NO),
-            )
-        ]
-        for key in keys:
-            db.execute("UPDATE entries SET k = ? WHERE k = ?", (key + 1, key))
-        db.execute("UPDATE event_ids SET k = k + 1 WHERE k >= ? AND k >> 40 = ?", (k(at), MAIN_NO))
-        before = Entry.from_bytes(bytes(stored(db, at - 1)["data"]))
+    with raw.db(ledger_path) as db:
+        raw.shift_up(db, at)
+        before = Entry.from_bytes(bytes(raw.row(db, at - 1)["data"]))
         forged = build_entry(
             before.hash,
             at,
@@ -425,10 +327,7 @@ def test_forged_insertion(ledger_path: Path, trusted: Path) -> None:
                 "policy_version": "p/1",
             },
         )
-        db.execute(
-            "INSERT INTO entries(k, hash, data) VALUES(?, ?, ?)", (k(at), forged.hash, forged.raw)
-        )
-        rebuild_caches(db)
+        raw.plant(db, forged)
     report = assert_reported(ledger_path, trusted, 2, at + 1)
     shifted = matching(report.findings, 2, at + 1, MAIN)[0]
     assert shifted.actual == f"{MAIN}:{at}"
@@ -437,25 +336,25 @@ def test_forged_insertion(ledger_path: Path, trusted: Path) -> None:
 
 @pytest.mark.parametrize("where", ["in_place", "appended"])
 def test_entry_replayed_from_other_ledger(
-    tmp_path: Path, make_ledger: Callable[..., Path], trusted: Path, where: str
+    tmp_path: Path, make_ledger: Callable[..., Path], trusted: Path, where: str, raw: Any
 ) -> None:
     """A genuine entry of another ledger (with its content) does not link into this chain."""
     victim = make_ledger(tmp_path, 40, name="victim.db")
     donor = make_ledger(tmp_path, 60, name="donor.db", seed=7)
     assert_clean(victim, trusted)
-    size = size_of(victim)
+    size = raw.size_of(victim)
     seq = 20 if where == "in_place" else size
-    with raw_db(donor) as db:
-        row = stored(db, seq)
-    with raw_db(victim) as db:
+    with raw.db(donor) as db:
+        row = raw.row(db, seq)
+    with raw.db(victim) as db:
         cols = ("hash", "data", "digest", "salt", "content")
         if where == "in_place":
-            db.execute("DELETE FROM entries WHERE k = ?", (k(seq),))
+            db.execute("DELETE FROM entries WHERE k = ?", (raw.k(seq),))
         db.execute(
             f"INSERT INTO entries(k, {', '.join(cols)}) VALUES(?, ?, ?, ?, ?, ?)",
-            (k(seq), *(row[c] for c in cols)),
+            (raw.k(seq), *(row[c] for c in cols)),
         )
-        rebuild_caches(db)
+        raw.rebuild_caches(db)
     report = assert_reported(victim, trusted, 3, seq)
     assert (
         matching(report.findings, 3, seq, MAIN)[0].actual
@@ -478,7 +377,7 @@ def copy_files(src: Path, dst_dir: Path) -> list[str]:
 
 
 def test_root_rollback(
-    tmp_path: Path, make_ledger: Callable[..., Path], trusted: Path, inputs: Any
+    tmp_path: Path, make_ledger: Callable[..., Path], trusted: Path, inputs: Any, raw: Any
 ) -> None:
     """Putting back an older complete copy (file + WAL) after newer, verified appends: step 10."""
     path = make_ledger(tmp_path, 30)
@@ -497,16 +396,16 @@ def test_root_rollback(
         Path(f"{path}{suffix}").unlink(missing_ok=True)
     for f in old.iterdir():
         shutil.copy2(f, path.parent / f.name)
-    assert size_of(path) == old_size
+    assert raw.size_of(path) == old_size
     assert library_report(path).ok  # the old copy is genuine and consistent on its own
     report = assert_reported(path, trusted, 10, old_size)
     f = matching(report.findings, 10, old_size, MAIN)[0]
     assert (f.expected, f.actual) == (str(new_size), str(old_size))
 
 
-def rewrite_history(path: Path, first: int, **change: Any) -> None:
+def rewrite_history(raw: Any, path: Path, first: int, **change: Any) -> None:
     """Change body keys of every event from ``first`` on and recompute every hash and link."""
-    with raw_db(path) as db:
+    with raw.db(path) as db:
         rows = db.execute(
             "SELECT k, data FROM entries WHERE k >> 40 = ? ORDER BY k", (MAIN_NO,)
         ).fetchall()
@@ -515,20 +414,20 @@ def rewrite_history(path: Path, first: int, **change: Any) -> None:
             e = Entry.from_bytes(bytes(data))
             if e.seq >= first:
                 body_change = change if e.kind is Kind.EVENT else {}
-                new = reencode(bytes(data), prev=prev, **body_change)
+                new = raw.reencode(bytes(data), prev=prev, **body_change)
                 db.execute("UPDATE entries SET data = ? WHERE k = ?", (new, key))
                 prev = leaf_hash(new)
             else:
                 prev = e.hash
-        rebuild_caches(db)
+        raw.rebuild_caches(db)
 
 
-def test_history_rewritten_resigned(ledger_path: Path, trusted: Path) -> None:
+def test_history_rewritten_resigned(ledger_path: Path, trusted: Path, raw: Any) -> None:
     """History rewritten with every hash, node, head and signature redone: step 10 only."""
     assert_clean(ledger_path, trusted, remember=True)
     remembered = TrustedState(trusted).get(ORIGIN)
-    rewrite_history(ledger_path, 5, actor_id="mallory")
-    with raw_db(ledger_path) as db:
+    rewrite_history(raw, ledger_path, 5, actor_id="mallory")
+    with raw.db(ledger_path) as db:
         resign_checkpoints(db, Path(f"{ledger_path}.key"))
     # A verifier with no memory and the ledger's own key sees a perfect ledger ...
     assert library_report(ledger_path, vkeys=tuple(remembered.vkeys)).ok
@@ -538,21 +437,21 @@ def test_history_rewritten_resigned(ledger_path: Path, trusted: Path) -> None:
     assert f.expected == remembered.root.hex()
 
 
-def test_history_rewritten_not_resigned(ledger_path: Path, trusted: Path) -> None:
+def test_history_rewritten_not_resigned(ledger_path: Path, trusted: Path, raw: Any) -> None:
     """History rewritten consistently but with the old signed checkpoints left: step 5."""
     assert_clean(ledger_path, trusted)
-    size = size_of(ledger_path)
-    rewrite_history(ledger_path, 5, actor_id="mallory")
+    size = raw.size_of(ledger_path)
+    rewrite_history(raw, ledger_path, 5, actor_id="mallory")
     report = assert_reported(ledger_path, trusted, 5, size - 1)
     assert not any(f.step in (1, 2, 3, 4) for f in report.findings)
 
 
-def test_history_rewritten_note_edited(ledger_path: Path, trusted: Path) -> None:
+def test_history_rewritten_note_edited(ledger_path: Path, trusted: Path, raw: Any) -> None:
     """A rewrite whose checkpoint notes carry the new root under the old signature: step 6."""
     assert_clean(ledger_path, trusted)
-    size = size_of(ledger_path)
-    rewrite_history(ledger_path, 5, actor_id="mallory")
-    with raw_db(ledger_path) as db:
+    size = raw.size_of(ledger_path)
+    rewrite_history(raw, ledger_path, 5, actor_id="mallory")
+    with raw.db(ledger_path) as db:
         roots = roots_by_size(db)
         note = db.execute("SELECT note FROM checkpoints WHERE size = ?", (size,)).fetchone()[0]
         body, sigs = note.split("\n\n")
@@ -580,12 +479,12 @@ def tombstoned_ledger(path: Path, inputs: Any) -> tuple[int, int]:
     return target.seq, tomb.seq
 
 
-def test_tombstone_erasure_verifies(tmp_path: Path, trusted: Path, inputs: Any) -> None:
+def test_tombstone_erasure_verifies(tmp_path: Path, trusted: Path, inputs: Any, raw: Any) -> None:
     """A TOMBSTONE erases content and salt; verify passes and notes "erased by entry N"."""
     path = tmp_path / "erased.db"
     target, tomb = tombstoned_ledger(path, inputs)
-    with raw_db(path) as db:
-        row = stored(db, target)
+    with raw.db(path) as db:
+        row = raw.row(db, target)
     assert (row["content"], row["salt"], row["digest"], row["erased_by"]) == (
         None,
         None,
@@ -605,23 +504,23 @@ def test_tombstone_erasure_verifies(tmp_path: Path, trusted: Path, inputs: Any) 
 
 @pytest.mark.parametrize("erased_by", [None, "self", "later"])
 def test_content_deleted_without_tombstone(
-    ledger_path: Path, trusted: Path, erased_by: str | None
+    ledger_path: Path, trusted: Path, erased_by: str | None, raw: Any
 ) -> None:
     """Content and salt removed with no TOMBSTONE (even with a forged erased_by) is step 4."""
     assert_clean(ledger_path, trusted)
     seq = seqs_where(ledger_path, is_event)[6]
     mark = {None: None, "self": seq, "later": seq + 3}[erased_by]
-    with raw_db(ledger_path) as db:
+    with raw.db(ledger_path) as db:
         db.execute(
             "UPDATE entries SET content = NULL, salt = NULL, digest = NULL, "
             "erased_by = ? WHERE k = ?",
-            (mark, k(seq)),
+            (mark, raw.k(seq)),
         )
     report = assert_reported(ledger_path, trusted, 4, seq)
     assert "no TOMBSTONE" in matching(report.findings, 4, seq, MAIN)[0].message
 
 
-def test_erased_content_restored(tmp_path: Path, trusted: Path, inputs: Any) -> None:
+def test_erased_content_restored(tmp_path: Path, trusted: Path, inputs: Any, raw: Any) -> None:
     """Content put back after its TOMBSTONE (from a backup, with its salt) is step 4."""
     path = tmp_path / "erased.db"
     backup = tmp_path / "backup.db"
@@ -633,34 +532,36 @@ def test_erased_content_restored(tmp_path: Path, trusted: Path, inputs: Any) -> 
         tomb = ledger.append(inputs.tombstone(target.id))
         ledger.checkpoint()
     assert_clean(path, trusted)
-    with raw_db(backup) as db:
-        kept = stored(db, target.seq)
-    with raw_db(path) as db:
+    with raw.db(backup) as db:
+        kept = raw.row(db, target.seq)
+    with raw.db(path) as db:
         db.execute(
             "UPDATE entries SET content = ?, salt = ?, digest = ?, erased_by = NULL WHERE k = ?",
-            (kept["content"], kept["salt"], kept["digest"], k(target.seq)),
+            (kept["content"], kept["salt"], kept["digest"], raw.k(target.seq)),
         )
     assert_reported(path, trusted, 4, tomb.seq)
 
 
-def test_erased_by_names_wrong_entry(tmp_path: Path, trusted: Path, inputs: Any) -> None:
+def test_erased_by_names_wrong_entry(tmp_path: Path, trusted: Path, inputs: Any, raw: Any) -> None:
     """An erased event whose erased_by does not name its TOMBSTONE is step 4."""
     path = tmp_path / "erased.db"
     target, tomb = tombstoned_ledger(path, inputs)
     assert_clean(path, trusted)
-    with raw_db(path) as db:
-        db.execute("UPDATE entries SET erased_by = ? WHERE k = ?", (tomb + 2, k(target)))
+    with raw.db(path) as db:
+        db.execute("UPDATE entries SET erased_by = ? WHERE k = ?", (tomb + 2, raw.k(target)))
     assert_reported(path, trusted, 4, target)
 
 
 @pytest.mark.parametrize("column", ["content", "salt", "digest", "erased_by"])
-def test_content_planted_on_operation(ledger_path: Path, trusted: Path, column: str) -> None:
+def test_content_planted_on_operation(
+    ledger_path: Path, trusted: Path, column: str, raw: Any
+) -> None:
     """Event columns filled in on an operation (committed by nothing) are step 4."""
     assert_clean(ledger_path, trusted)
     seq = seqs_where(ledger_path, lambda e: e.kind is Kind.OP)[2]
     value: Any = 3 if column == "erased_by" else b"planted"
-    with raw_db(ledger_path) as db:
-        db.execute(f"UPDATE entries SET {column} = ? WHERE k = ?", (value, k(seq)))
+    with raw.db(ledger_path) as db:
+        db.execute(f"UPDATE entries SET {column} = ? WHERE k = ?", (value, raw.k(seq)))
     if column == "content":
         with Ledger.open(ledger_path, strict=False) as ledger:
             assert ledger.content(seq) == "planted"  # what a non-strict reader is served
@@ -670,23 +571,23 @@ def test_content_planted_on_operation(ledger_path: Path, trusted: Path, column: 
     assert_reported(ledger_path, trusted, 4, seq)
 
 
-def test_erased_by_on_present_content(ledger_path: Path, trusted: Path) -> None:
+def test_erased_by_on_present_content(ledger_path: Path, trusted: Path, raw: Any) -> None:
     """An erasure mark on an event whose content is still there is step 4."""
     assert_clean(ledger_path, trusted)
     seq = seqs_where(ledger_path, is_event)[1]
-    with raw_db(ledger_path) as db:
-        db.execute("UPDATE entries SET erased_by = ? WHERE k = ?", (seq + 1, k(seq)))
+    with raw.db(ledger_path) as db:
+        db.execute("UPDATE entries SET erased_by = ? WHERE k = ?", (seq + 1, raw.k(seq)))
     assert_reported(ledger_path, trusted, 4, seq)
 
 
 # -- 5. caches, checkpoints and keys -------------------------------------------------------
 
 
-def test_tree_node_altered(ledger_path: Path, trusted: Path) -> None:
+def test_tree_node_altered(ledger_path: Path, trusted: Path, raw: Any) -> None:
     """A stored interior node that differs from the recomputed tree is step 5 (it serves proofs)."""
     assert_clean(ledger_path, trusted)
     level, index = 2, 3  # covers entries 12..15
-    with raw_db(ledger_path) as db:
+    with raw.db(ledger_path) as db:
         key = node_key(MAIN_NO, level, index)
         h = bytes(db.execute("SELECT h FROM nodes WHERE k = ?", (key,)).fetchone()[0])
         db.execute("UPDATE nodes SET h = ? WHERE k = ?", (bytes([h[0] ^ 1]) + h[1:], key))
@@ -694,36 +595,36 @@ def test_tree_node_altered(ledger_path: Path, trusted: Path) -> None:
     assert f"level {level}, index {index}" in matching(report.findings, 5, 15, MAIN)[0].message
 
 
-def test_tree_node_deleted(ledger_path: Path, trusted: Path) -> None:
+def test_tree_node_deleted(ledger_path: Path, trusted: Path, raw: Any) -> None:
     """A missing interior node is step 5."""
     assert_clean(ledger_path, trusted)
-    with raw_db(ledger_path) as db:
+    with raw.db(ledger_path) as db:
         db.execute("DELETE FROM nodes WHERE k = ?", (node_key(MAIN_NO, 3, 1),))
     report = assert_reported(ledger_path, trusted, 5, 15)
     assert matching(report.findings, 5, 15, MAIN)[0].actual == "missing"
 
 
-def test_leaf_hash_cache_altered(ledger_path: Path, trusted: Path) -> None:
+def test_leaf_hash_cache_altered(ledger_path: Path, trusted: Path, raw: Any) -> None:
     """A stored leaf hash that is not SHA-256(0x00 || data) is step 5 at that entry."""
     assert_clean(ledger_path, trusted)
-    with raw_db(ledger_path) as db:
-        db.execute("UPDATE entries SET hash = zeroblob(32) WHERE k = ?", (k(17),))
+    with raw.db(ledger_path) as db:
+        db.execute("UPDATE entries SET hash = zeroblob(32) WHERE k = ?", (raw.k(17),))
     assert_reported(ledger_path, trusted, 5, 17)
 
 
-def test_chain_head_altered(ledger_path: Path, trusted: Path) -> None:
+def test_chain_head_altered(ledger_path: Path, trusted: Path, raw: Any) -> None:
     """A stored chain head that does not describe the stored entries is step 3."""
     assert_clean(ledger_path, trusted)
-    with raw_db(ledger_path) as db:
+    with raw.db(ledger_path) as db:
         db.execute("UPDATE branches SET size = size + 1 WHERE no = ?", (MAIN_NO,))
     assert_reported(ledger_path, trusted, 3, None)
 
 
-def test_checkpoint_note_byte_flipped(ledger_path: Path, trusted: Path) -> None:
+def test_checkpoint_note_byte_flipped(ledger_path: Path, trusted: Path, raw: Any) -> None:
     """One flipped byte anywhere in a signed checkpoint note is step 6."""
     assert_clean(ledger_path, trusted)
-    size = size_of(ledger_path)
-    with raw_db(ledger_path) as db:
+    size = raw.size_of(ledger_path)
+    with raw.db(ledger_path) as db:
         note = db.execute("SELECT note FROM checkpoints WHERE size = ?", (size,)).fetchone()[0]
         raw = bytearray(note.encode())
         raw[len(raw) - 10] ^= 0x01  # inside the base64 signature
@@ -731,42 +632,42 @@ def test_checkpoint_note_byte_flipped(ledger_path: Path, trusted: Path) -> None:
     assert_reported(ledger_path, trusted, 6, size - 1)
 
 
-def test_checkpoint_root_index_altered(ledger_path: Path, trusted: Path) -> None:
+def test_checkpoint_root_index_altered(ledger_path: Path, trusted: Path, raw: Any) -> None:
     """The stored root beside a note must be the note's root (step 5)."""
     assert_clean(ledger_path, trusted)
-    size = size_of(ledger_path)
-    with raw_db(ledger_path) as db:
+    size = raw.size_of(ledger_path)
+    with raw.db(ledger_path) as db:
         db.execute("UPDATE checkpoints SET root = zeroblob(32) WHERE size = ?", (size,))
     assert_reported(ledger_path, trusted, 5, size - 1)
 
 
-def test_wrong_trusted_key(tmp_path: Path, ledger_path: Path, trusted: Path) -> None:
+def test_wrong_trusted_key(tmp_path: Path, ledger_path: Path, trusted: Path, raw: Any) -> None:
     """Checkpoints signed by a key other than the one the auditor trusts fail step 6."""
     assert_clean(ledger_path, trusted)
     other = vkey_of(Ed25519Signer.generate(ORIGIN))
-    size = size_of(ledger_path)
+    size = raw.size_of(ledger_path)
     report = assert_reported(ledger_path, trusted, 6, size - 1, vkeys=(other,))
     assert matching(report.findings, 6, 0, MAIN)  # the genesis checkpoint at size 1 too
     assert report.trusted["keys"] == "given"
 
 
-def test_trusted_state_never_moves_back(ledger_path: Path, trusted: Path) -> None:
+def test_trusted_state_never_moves_back(ledger_path: Path, trusted: Path, raw: Any) -> None:
     """Dropping newer checkpoints is an unsigned tail, and the trusted state keeps its size."""
     assert_clean(ledger_path, trusted, remember=True)
-    size = size_of(ledger_path)
-    with raw_db(ledger_path) as db:
+    size = raw.size_of(ledger_path)
+    with raw.db(ledger_path) as db:
         db.execute("DELETE FROM checkpoints WHERE branch = ? AND size > 1", (MAIN_NO,))
     # Every entry is still there, but after size 1 no signature covers them (step 6) ...
     assert_reported(ledger_path, trusted, 6, 1)
     assert not verify_path(ledger_path, trusted=TrustedState(trusted), update_trusted=True).ok
     assert TrustedState(trusted).get(ORIGIN).size == size  # ... and nothing is forgotten
-    with raw_db(ledger_path) as db:
-        truncate(db, size - 10, drop_checkpoints=True)
+    with raw.db(ledger_path) as db:
+        raw.truncate(db, size - 10, drop_checkpoints=True)
     assert_reported(ledger_path, trusted, 10, size - 10)
 
 
 @pytest.mark.parametrize("key", ["ledger_id", "snapshot_every", "origin"])
-def test_meta_altered(ledger_path: Path, trusted: Path, key: str) -> None:
+def test_meta_altered(ledger_path: Path, trusted: Path, key: str, raw: Any) -> None:
     """Meta values are copies of the genesis entry; a changed one is reported."""
     assert_clean(ledger_path, trusted)
     new: Any = {
@@ -774,7 +675,7 @@ def test_meta_altered(ledger_path: Path, trusted: Path, key: str) -> None:
         "snapshot_every": 7,
         "origin": "example.org/other",
     }[key]
-    with raw_db(ledger_path) as db:
+    with raw.db(ledger_path) as db:
         db.execute("UPDATE meta SET value = ? WHERE key = ?", (new, key))
     report = assert_reported(ledger_path, trusted, 5, 0)
     assert key in matching(report.findings, 5, 0, MAIN)[0].message
@@ -808,7 +709,7 @@ Golden = tuple[Path, str, list[tuple[str, str, str, Any]]]
 
 
 @pytest.fixture(scope="module")
-def golden(tmp_path_factory: pytest.TempPathFactory, inputs: Any) -> Golden:
+def golden(tmp_path_factory: pytest.TempPathFactory, inputs: Any, raw: Any) -> Golden:
     """A closed ledger holding every kind of row, its vkey, and its non-NULL cells."""
     path = tmp_path_factory.mktemp("golden") / "golden.db"
     with Ledger.init(path, origin=ORIGIN) as ledger:
@@ -821,7 +722,7 @@ def golden(tmp_path_factory: pytest.TempPathFactory, inputs: Any) -> Golden:
         ledger.checkpoint()
         vkey = ledger.vkey()
     cells = []
-    with raw_db(path) as db:
+    with raw.db(path) as db:
         for table, column, key in CELLS:
             for pk, value in db.execute(f"SELECT {key}, {column} FROM {table}"):
                 if value is not None:
@@ -868,14 +769,14 @@ def public_view(path: Path) -> Any:
 
 
 def detected_or_harmless(
-    golden: Golden, cell: tuple[str, str, str, Any], pos: int, xor: int, workdir: Path
+    raw: Any, golden: Golden, cell: tuple[str, str, str, Any], pos: int, xor: int, workdir: Path
 ) -> str:
     """Apply one byte change to a copy; return how it was caught, or fail if it was not."""
     path, vkey, _ = golden
     copy = workdir / "copy.db"
     shutil.copy2(path, copy)
     try:
-        with raw_db(copy) as db:
+        with raw.db(copy) as db:
             flip_byte(db, cell, pos, xor)
     except apsw.ConstraintError:
         return "refused by the schema"  # e.g. a checkpoint size now equal to another's key
@@ -892,16 +793,16 @@ def detected_or_harmless(
 
 
 def test_event_index_redirected_cannot_misdirect_erasure(
-    tmp_path: Path, trusted: Path, inputs: Any
+    tmp_path: Path, trusted: Path, inputs: Any, raw: Any
 ) -> None:
     """A TOMBSTONE through an event index pointed at another event erases nothing."""
     path = tmp_path / "index.db"
     with Ledger.init(path, origin=ORIGIN) as ledger:
         victim = ledger.append(inputs.event(random.Random(1), 1, content="keep me"))
         target = ledger.append(inputs.event(random.Random(2), 2, content="erase me"))
-    with raw_db(path) as db:
+    with raw.db(path) as db:
         raw_id = bytes.fromhex(target.id.replace("-", ""))
-        db.execute("UPDATE event_ids SET k = ? WHERE id = ?", (k(victim.seq), raw_id))
+        db.execute("UPDATE event_ids SET k = ? WHERE id = ?", (raw.k(victim.seq), raw_id))
     with Ledger.open(path) as ledger, pytest.raises(StorageError, match="index is damaged"):
         ledger.append(inputs.tombstone(target.id))
     with Ledger.open(path) as ledger:
@@ -918,13 +819,13 @@ def test_event_index_redirected_cannot_misdirect_erasure(
     ids=[f"{t}.{c}" for t, c, _ in CELLS],
 )
 def test_byte_flip_in_every_column(
-    golden: Golden, tmp_path: Path, table: str, column: str, key: str
+    golden: Golden, tmp_path: Path, table: str, column: str, key: str, raw: Any
 ) -> None:
     """A flipped byte in the first and last byte of every stored column of every row is caught."""
     outcomes = set()
     for cell in [c for c in golden[2] if c[:2] == (table, column)]:
         for pos in (0, -1):
-            outcomes.add(detected_or_harmless(golden, cell, pos, 0x01, tmp_path))
+            outcomes.add(detected_or_harmless(raw, golden, cell, pos, 0x01, tmp_path))
     assert outcomes <= {"reported", "refused at open", "refused by the schema"}, outcomes
 
 
@@ -932,7 +833,9 @@ def test_byte_flip_in_every_column(
     max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(data=st.data())
-def test_any_byte_change_is_reported_or_harmless(golden: Golden, data: st.DataObject) -> None:
+def test_any_byte_change_is_reported_or_harmless(
+    golden: Golden, data: st.DataObject, raw: Any
+) -> None:
     """Any single-byte change in a stored row is reported by verify or provably harmless.
 
     "Provably harmless" is narrow: verify reports nothing AND every value the ledger API
@@ -948,4 +851,4 @@ def test_any_byte_change_is_reported_or_harmless(golden: Golden, data: st.DataOb
     pos = data.draw(st.integers(0, 4096), label="byte")
     xor = data.draw(st.integers(1, 255), label="xor")
     with tempfile.TemporaryDirectory() as d:
-        event(detected_or_harmless(golden, cell, pos, xor, Path(d)))
+        event(detected_or_harmless(raw, golden, cell, pos, xor, Path(d)))

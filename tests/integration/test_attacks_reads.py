@@ -11,6 +11,9 @@ someone with disk access (but without the signing key) would, then asserts:
 - the Python API (``Ledger.open`` / ``entry`` / ``entries`` / ``content``) raises
   ``IntegrityError``;
 - ``--no-strict`` (forensics) still reads it and says so on stderr.
+
+The checks before and after are one context manager, ``attack``; a test's ``with`` body is
+its tampering.
 """
 
 from __future__ import annotations
@@ -19,21 +22,18 @@ import contextlib
 import json
 import shutil
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import apsw
 import pytest
 from click.testing import CliRunner, Result
 
 from memroot.cli.main import cli
-from memroot.ledger import encoding
 from memroot.ledger.entries import Entry, Kind, build_entry
 from memroot.ledger.errors import IntegrityError
-from memroot.ledger.hashing import content_digest, leaf_hash
+from memroot.ledger.hashing import content_digest
 from memroot.ledger.ledger import Ledger
-from memroot.ledger.merkle import CompactRange
-from memroot.ledger.store import entry_key, node_key
 from memroot.ledger.trust import TrustedState, default_trusted_path
 
 ORIGIN = "example.org/read-attacks"
@@ -134,53 +134,27 @@ def story(tmp_path: Path, golden: tuple[Path, dict[str, Any]]) -> tuple[Path, di
     return dst, ids
 
 
-# -- raw file access ---------------------------------------------------------------------------
+# -- forged entries (the file is edited with the `raw` fixture: tests/conftest.py, RawLedger) --
 
 
-@contextlib.contextmanager
-def raw_db(path: Path) -> Iterator[apsw.Connection]:
-    db = apsw.Connection(str(path))
-    try:
-        db.execute("BEGIN IMMEDIATE")
-        yield db
-        db.execute("COMMIT")
-    finally:
-        db.close()
-
-
-def k(seq: int) -> int:
-    return entry_key(MAIN_NO, seq)
-
-
-def row(db: apsw.Connection, seq: int) -> dict[str, Any]:
-    cols = ("hash", "data", "digest", "salt", "content", "erased_by")
-    r = db.execute(f"SELECT {', '.join(cols)} FROM entries WHERE k = ?", (k(seq),)).fetchone()
-    return dict(zip(cols, r, strict=True))
-
-
-def rebuild_caches(db: apsw.Connection) -> None:
-    """Recompute leaf hashes, tree nodes and the chain head from the stored entry bytes."""
-    compact = CompactRange()
-    db.execute("DELETE FROM nodes WHERE k >> 48 = ?", (MAIN_NO,))
-    rows = db.execute(
-        "SELECT k, data FROM entries WHERE k >> 40 = ? ORDER BY k", (MAIN_NO,)
-    ).fetchall()
-    last = b""
-    for key, data in rows:
-        h = leaf_hash(bytes(data))
-        db.execute("UPDATE entries SET hash = ? WHERE k = ?", (h, key))
-        for level, index, node in compact.append(h):
-            db.execute(
-                "INSERT INTO nodes(k, h) VALUES(?, ?)", (node_key(MAIN_NO, level, index), node)
-            )
-        last = h
-    db.execute("UPDATE branches SET size = ?, head = ? WHERE no = ?", (len(rows), last, MAIN_NO))
-
-
-def reencode(data: bytes, **change: Any) -> bytes:
-    v, prev, seq, branch, ts, kind, type_, body = encoding.decode(data)
-    body = {**body, **change}
-    return encoding.encode([v, prev, seq, branch, ts, kind, type_, body])
+def forged_entity(prev: Entry, event_id: str) -> Entry:
+    """A well-formed ENTITY_CREATE by mallory linked after ``prev``: no key signed it."""
+    return build_entry(
+        prev.hash,
+        prev.seq + 1,
+        "main",
+        prev.ts + 1,
+        Kind.OP,
+        "ENTITY_CREATE",
+        {
+            "actor_id": "mallory",
+            "actor_type": "HUMAN_USER",
+            "id": event_id,
+            "namespace_id": "alice",
+            "payload": {"entity_type": "PERSON", "canonical_name": "mallory", "aliases": []},
+            "policy_version": "p/1",
+        },
+    )
 
 
 # -- the read paths ----------------------------------------------------------------------------
@@ -256,124 +230,106 @@ def assert_forensics_reads(path: Path, seq: int) -> None:
 
 # -- the attacks ---------------------------------------------------------------------------
 
+Story = tuple[Path, dict[str, Any]]
 
-def test_content_edit(story: tuple[Path, dict[str, Any]]) -> None:
-    """The evidence event's content rewritten (content address fixed): step 4 everywhere."""
+
+@dataclass
+class Hit:
+    """An attack on the story's copy at ``path``: ``seq`` is the entry the reads are checked at
+    (the attack may move it, to a row it appends)."""
+
+    path: Path
+    ids: dict[str, Any]
+    seq: int
+
+
+@contextlib.contextmanager
+def attack(
+    story: Story,
+    seq: int,
+    *,
+    step: int,
+    secret: str | None = None,
+    paths: tuple[str, ...] = ("log", "show", "why", "query", "export"),
+    forensic_seq: int | None = None,
+) -> Iterator[Hit]:
+    """Every test's protocol around its tampering (the body of the ``with``).
+
+    Before: every read path works on the untouched copy (so a reader that always fails cannot
+    pass). After: every read path refuses and verify reports ``step``
+    (``assert_every_read_refuses``), and ``--no-strict`` still reads the entry
+    ``forensic_seq`` (default: the hit's).
+    """
     path, ids = story
-    seq = ids["event"]["seq"]
+    hit = Hit(path, ids, seq)
     assert_untouched_reads_work(path, ids, seq)
-    with raw_db(path) as db:
+    yield hit
+    assert_every_read_refuses(path, ids, hit.seq, step=step, secret=secret, paths=paths)
+    assert_forensics_reads(path, hit.seq if forensic_seq is None else forensic_seq)
+
+
+def test_content_edit(story: Story, raw: Any) -> None:
+    """The evidence event's content rewritten (content address fixed): step 4 everywhere."""
+    seq = story[1]["event"]["seq"]
+    with attack(story, seq, step=4, secret="FIVE") as hit, raw.db(hit.path) as db:
         forged = b"I take my tea with FIVE sugars"
         db.execute(
             "UPDATE entries SET content = ?, digest = ? WHERE k = ?",
-            (forged, content_digest(forged), k(seq)),
+            (forged, content_digest(forged), raw.k(seq)),
         )
-    assert_every_read_refuses(path, ids, seq, step=4, secret="FIVE")
-    assert_forensics_reads(path, seq)
 
 
-def test_middle_deletion(story: tuple[Path, dict[str, Any]]) -> None:
+def test_middle_deletion(story: Story, raw: Any) -> None:
     """The ASSERT row deleted: a gap in the signed tree (step 2) on every read."""
-    path, ids = story
-    seq = ids["tea"]["seq"]
-    assert_untouched_reads_work(path, ids, seq)
-    with raw_db(path) as db:
-        db.execute("DELETE FROM entries WHERE k = ?", (k(seq),))
-    assert_every_read_refuses(path, ids, seq, step=2)
-    assert_forensics_reads(path, seq + 1)
+    seq = story[1]["tea"]["seq"]
+    with attack(story, seq, step=2, forensic_seq=seq + 1) as hit, raw.db(hit.path) as db:
+        db.execute("DELETE FROM entries WHERE k = ?", (raw.k(seq),))
 
 
-def test_reorder(story: tuple[Path, dict[str, Any]]) -> None:
+def test_reorder(story: Story, raw: Any) -> None:
     """The ASSERT and the REINFORCE swapped (every column): step 2 on every read."""
-    path, ids = story
-    a, b = ids["tea"]["seq"], ids["reinforce"]["seq"]
-    assert_untouched_reads_work(path, ids, a)
-    cols = ("hash", "data", "digest", "salt", "content", "erased_by")
-    with raw_db(path) as db:
-        ra, rb = row(db, a), row(db, b)
-        sets = ", ".join(f"{c} = ?" for c in cols)
-        db.execute(f"UPDATE entries SET {sets} WHERE k = ?", (*(rb[c] for c in cols), k(a)))
-        db.execute(f"UPDATE entries SET {sets} WHERE k = ?", (*(ra[c] for c in cols), k(b)))
-    assert_every_read_refuses(path, ids, a, step=2)
-    assert_forensics_reads(path, a)
+    a, b = story[1]["tea"]["seq"], story[1]["reinforce"]["seq"]
+    with attack(story, a, step=2) as hit, raw.db(hit.path) as db:
+        raw.swap(db, a, b)
 
 
-def test_forged_insertion(story: tuple[Path, dict[str, Any]]) -> None:
-    """A well-formed entry inserted after the ASSERT, later rows shifted, caches rebuilt."""
-    path, ids = story
-    at = ids["tea"]["seq"] + 1
-    assert_untouched_reads_work(path, ids, at)
-    with raw_db(path) as db:
-        keys = [
-            r[0]
-            for r in db.execute(
-                "SELECT k FROM entries WHERE k >= ? AND k >> 40 = ? ORDER BY k DESC",
-                (k(at), MAIN_NO),
-            )
-        ]
-        for key in keys:
-            db.execute("UPDATE entries SET k = ? WHERE k = ?", (key + 1, key))
-        db.execute("UPDATE event_ids SET k = k + 1 WHERE k >= ? AND k >> 40 = ?", (k(at), MAIN_NO))
-        before = Entry.from_bytes(bytes(row(db, at - 1)["data"]))
-        forged = build_entry(
-            before.hash,
-            at,
-            "main",
-            before.ts + 1,
-            Kind.OP,
-            "ENTITY_CREATE",
-            {
-                "actor_id": "mallory",
-                "actor_type": "HUMAN_USER",
-                "id": "01900000-0000-7000-8000-0000000000ff",
-                "namespace_id": "alice",
-                "payload": {"entity_type": "PERSON", "canonical_name": "mallory", "aliases": []},
-                "policy_version": "p/1",
-            },
-        )
-        db.execute(
-            "INSERT INTO entries(k, hash, data) VALUES(?, ?, ?)", (k(at), forged.hash, forged.raw)
-        )
-        rebuild_caches(db)
-    # verify: the shifted entry records another position (step 2); the reads refuse at open,
-    # since the stored tree no longer has the signed size and root.
-    assert_every_read_refuses(path, ids, at, step=2)
-    assert_forensics_reads(path, at)
+def test_forged_insertion(story: Story, raw: Any) -> None:
+    """A well-formed entry inserted after the ASSERT, later rows shifted, caches rebuilt.
+
+    verify: the shifted entry records another position (step 2); the reads refuse at open,
+    since the stored tree no longer has the signed size and root.
+    """
+    at = story[1]["tea"]["seq"] + 1
+    with attack(story, at, step=2) as hit, raw.db(hit.path) as db:
+        raw.shift_up(db, at)
+        before = Entry.from_bytes(bytes(raw.row(db, at - 1)["data"]))
+        raw.plant(db, forged_entity(before, "01900000-0000-7000-8000-0000000000ff"))
 
 
-def test_cross_context_replay(story: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+def test_cross_context_replay(story: Story, tmp_path: Path, raw: Any) -> None:
     """A genuine event of another ledger (same story, same seq) swapped in, caches rebuilt."""
-    path, ids = story
-    seq = ids["event"]["seq"]
-    assert_untouched_reads_work(path, ids, seq)
-    other = tmp_path / "other" / "agent.ledger"
-    other.parent.mkdir()
-    build(other, fillers=0)
-    with raw_db(other) as db:
-        donor = row(db, seq)
-    with raw_db(path) as db:
-        sets = ", ".join(f"{c} = ?" for c in ("data", "digest", "salt", "content"))
-        db.execute(
-            f"UPDATE entries SET {sets} WHERE k = ?",
-            (*(donor[c] for c in ("data", "digest", "salt", "content")), k(seq)),
-        )
-        rebuild_caches(db)
-    assert_every_read_refuses(path, ids, seq, step=3)
-    assert_forensics_reads(path, seq)
+    seq = story[1]["event"]["seq"]
+    with attack(story, seq, step=3) as hit:
+        other = tmp_path / "other" / "agent.ledger"
+        other.parent.mkdir()
+        build(other, fillers=0)
+        with raw.db(other) as db:
+            donor = raw.row(db, seq)
+        with raw.db(hit.path) as db:
+            sets = ", ".join(f"{c} = ?" for c in ("data", "digest", "salt", "content"))
+            db.execute(
+                f"UPDATE entries SET {sets} WHERE k = ?",
+                (*(donor[c] for c in ("data", "digest", "salt", "content")), raw.k(seq)),
+            )
+            raw.rebuild_caches(db)
 
 
-def test_metadata_edit(story: tuple[Path, dict[str, Any]]) -> None:
+def test_metadata_edit(story: Story, raw: Any) -> None:
     """The ASSERT's actor rewritten (valid CBOR, leaf hash cache fixed): step 5 on reads."""
-    path, ids = story
-    seq = ids["tea"]["seq"]
-    assert_untouched_reads_work(path, ids, seq)
-    with raw_db(path) as db:
-        forged = reencode(bytes(row(db, seq)["data"]), actor_id="mallory")
-        db.execute(
-            "UPDATE entries SET data = ?, hash = ? WHERE k = ?", (forged, leaf_hash(forged), k(seq))
-        )
-    assert_every_read_refuses(path, ids, seq, step=3, secret="mallory")
-    assert_forensics_reads(path, seq)
+    seq = story[1]["tea"]["seq"]
+    with attack(story, seq, step=3, secret="mallory") as hit, raw.db(hit.path) as db:
+        forged = raw.reencode(bytes(raw.row(db, seq)["data"]), actor_id="mallory")
+        raw.put_data(db, seq, forged, fix_hash=True)
 
 
 def _older_copy(path: Path, ids: dict[str, Any]) -> tuple[Path, int]:
@@ -387,101 +343,59 @@ def _older_copy(path: Path, ids: dict[str, Any]) -> tuple[Path, int]:
     return old / path.name, ids["reinforce"]["seq"]
 
 
-def test_restored_older_copy(story: tuple[Path, dict[str, Any]]) -> None:
+def test_restored_older_copy(story: Story) -> None:
     """An older genuine copy of the file put back after verified appends: step 10 on reads."""
-    path, ids = story
-    seq = ids["tea"]["seq"]
-    assert_untouched_reads_work(path, ids, seq)
-    old, _ = _older_copy(path, ids)
-    for suffix in ("-wal", "-shm"):
-        Path(f"{path}{suffix}").unlink(missing_ok=True)
-    shutil.copy2(old, path)
-    assert_every_read_refuses(path, ids, seq, step=10)
-    assert_forensics_reads(path, seq)
+    with attack(story, story[1]["tea"]["seq"], step=10) as hit:
+        old, _ = _older_copy(hit.path, hit.ids)
+        for suffix in ("-wal", "-shm"):
+            Path(f"{hit.path}{suffix}").unlink(missing_ok=True)
+        shutil.copy2(old, hit.path)
 
 
-def test_rollback_replay(story: tuple[Path, dict[str, Any]]) -> None:
+def test_rollback_replay(story: Story, raw: Any) -> None:
     """History rolled back to an older kept checkpoint (newer rows and checkpoints deleted)."""
-    path, ids = story
-    seq = ids["tea"]["seq"]
-    assert_untouched_reads_work(path, ids, seq)
-    kept = ok(memroot(path, "checkpoint", "--json"))["size"]  # asked for: kept for good
-    _older_copy(path, ids)
-    with raw_db(path) as db:
-        db.execute("DELETE FROM entries WHERE k >= ? AND k >> 40 = ?", (k(kept), MAIN_NO))
-        db.execute("DELETE FROM event_ids WHERE k >= ? AND k >> 40 = ?", (k(kept), MAIN_NO))
-        db.execute("DELETE FROM checkpoints WHERE branch = ? AND size > ?", (MAIN_NO, kept))
-        rebuild_caches(db)
-    assert_every_read_refuses(path, ids, seq, step=10)
-    assert_forensics_reads(path, seq)
+    with attack(story, story[1]["tea"]["seq"], step=10) as hit:
+        kept = ok(memroot(hit.path, "checkpoint", "--json"))["size"]  # asked for: kept for good
+        _older_copy(hit.path, hit.ids)
+        with raw.db(hit.path) as db:
+            raw.truncate(db, kept, drop_checkpoints=True)
 
 
-def test_unsigned_append(story: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+def test_unsigned_append(story: Story, tmp_path: Path, raw: Any) -> None:
     """Without the key an append is refused; a row added behind memroot's back is unsigned."""
-    path, ids = story
-    seq = ids["tea"]["seq"]
-    assert_untouched_reads_work(path, ids, seq)
-    Path(f"{path}.key").rename(tmp_path / "elsewhere.key")
-    refused = memroot(path, "append", json.dumps(event("appended without the key")))
-    assert refused.exit_code == 5 and "needs its signing key" in refused.stderr
-    with raw_db(path) as db:  # nothing was written: every stored entry is still signed
-        size = int(db.execute("SELECT size FROM branches WHERE no = 1").fetchone()[0])
-    assert size == len(ok(memroot(path, "log", "--json", "--limit", "1000")))
-    with raw_db(path) as db:  # the attacker writes the row the library refused to write
-        last = Entry.from_bytes(bytes(row(db, size - 1)["data"]))
-        forged = build_entry(
-            last.hash,
-            size,
-            "main",
-            last.ts + 1,
-            Kind.OP,
-            "ENTITY_CREATE",
-            {
-                "actor_id": "mallory",
-                "actor_type": "HUMAN_USER",
-                "id": "01900000-0000-7000-8000-0000000000fe",
-                "namespace_id": "alice",
-                "payload": {"entity_type": "PERSON", "canonical_name": "mallory", "aliases": []},
-                "policy_version": "p/1",
-            },
-        )
-        db.execute(
-            "INSERT INTO entries(k, hash, data) VALUES(?, ?, ?)",
-            (k(size), forged.hash, forged.raw),
-        )
-        rebuild_caches(db)
-    assert_every_read_refuses(path, ids, size, step=6, secret="mallory")
-    assert_forensics_reads(path, size)
+    with attack(story, story[1]["tea"]["seq"], step=6, secret="mallory") as hit:
+        path = hit.path
+        Path(f"{path}.key").rename(tmp_path / "elsewhere.key")
+        refused = memroot(path, "append", json.dumps(event("appended without the key")))
+        assert refused.exit_code == 5 and "needs its signing key" in refused.stderr
+        size = raw.size_of(path)  # nothing was written: every stored entry is still signed
+        assert size == len(ok(memroot(path, "log", "--json", "--limit", "1000")))
+        with raw.db(path) as db:  # the attacker writes the row the library refused to write
+            last = Entry.from_bytes(bytes(raw.row(db, size - 1)["data"]))
+            raw.plant(db, forged_entity(last, "01900000-0000-7000-8000-0000000000fe"))
+        hit.seq = size  # the reads are checked at the planted row
 
 
-def test_tail_truncation(story: tuple[Path, dict[str, Any]]) -> None:
+def test_tail_truncation(story: Story, raw: Any) -> None:
     """The last rows deleted with their head checkpoint, caches tidied: an unsigned tail."""
-    path, ids = story
-    seq = ids["tea"]["seq"]
-    assert_untouched_reads_work(path, ids, seq)
-    with raw_db(path) as db:
-        size = int(db.execute("SELECT size FROM branches WHERE no = 1").fetchone()[0])
-        cut = size - 3
-        db.execute("DELETE FROM entries WHERE k >= ? AND k >> 40 = ?", (k(cut), MAIN_NO))
-        db.execute("DELETE FROM event_ids WHERE k >= ? AND k >> 40 = ?", (k(cut), MAIN_NO))
-        db.execute("DELETE FROM checkpoints WHERE branch = ? AND size > ?", (MAIN_NO, cut))
-        rebuild_caches(db)
-    assert_every_read_refuses(path, ids, seq, step=6)
-    assert_forensics_reads(path, seq)
+    with attack(story, story[1]["tea"]["seq"], step=6) as hit:
+        cut = raw.size_of(hit.path) - 3
+        with raw.db(hit.path) as db:
+            raw.truncate(db, cut, drop_checkpoints=True)
 
 
-def test_tail_truncation_checkpoint_kept(story: tuple[Path, dict[str, Any]]) -> None:
+def test_tail_truncation_checkpoint_kept(story: Story, raw: Any) -> None:
     """The last rows deleted but the head checkpoint left: shorter than signed (step 5)."""
-    path, ids = story
-    seq = ids["tea"]["seq"]
-    with raw_db(path) as db:
-        size = int(db.execute("SELECT size FROM branches WHERE no = 1").fetchone()[0])
-        db.execute("DELETE FROM entries WHERE k >= ? AND k >> 40 = ?", (k(size - 2), MAIN_NO))
-        rebuild_caches(db)
-    assert_every_read_refuses(path, ids, seq, step=5)
+    with attack(story, story[1]["tea"]["seq"], step=5) as hit:
+        size = raw.size_of(hit.path)
+        with raw.db(hit.path) as db:
+            db.execute(
+                "DELETE FROM entries WHERE k >= ? AND k >> 40 = ?", (raw.k(size - 2), MAIN_NO)
+            )
+            raw.rebuild_caches(db)
 
 
-def test_derived_row_edit(story: tuple[Path, dict[str, Any]]) -> None:
+def test_derived_row_edit(story: Story, raw: Any) -> None:
     """The object's value and confidence edited in the derived table: query and why refuse.
 
     log, show and export serve no derived rows (export carries the entries, from which an
@@ -489,13 +403,14 @@ def test_derived_row_edit(story: tuple[Path, dict[str, Any]]) -> None:
     """
     path, ids = story
     seq = ids["reinforce"]["seq"]
-    assert_untouched_reads_work(path, ids, seq)
-    with raw_db(path) as db:
+    with (
+        attack(story, seq, step=9, secret="FIVE", paths=("why", "query")),
+        raw.db(path) as db,
+    ):
         db.execute(
             "UPDATE mem_objects SET value = ?, confidence = ? WHERE id = ?",
             ("Alice takes FIVE sugars", 0.99, ids["tea"]["id"]),
         )
-    assert_every_read_refuses(path, ids, seq, step=9, secret="FIVE", paths=("why", "query"))
     from memroot.projections.query import Query, query
     from memroot.projections.strict_rows import check_objects
 

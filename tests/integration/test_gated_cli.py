@@ -4,25 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-
-from click.testing import CliRunner
-
-from memroot.cli.main import cli
-
-EVENT = {
-    "kind": "event",
-    "stream": "chat",
-    "actor_id": "alice",
-    "actor_type": "HUMAN_USER",
-    "role": "USER",
-    "namespace_id": "ns",
-}
-
-
-def run(path: Path, *args: str) -> dict | list:
-    result = CliRunner().invoke(cli, ["-l", str(path), *args, "--json"], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
+from typing import Any
 
 
 def op(op_type: str, payload: dict, target: str | None = None) -> str:
@@ -55,35 +37,44 @@ def fact(value: str, event: str) -> str:
     )
 
 
-def test_edit_then_switch_back_through_the_cli(tmp_path: Path):
+def _two_replies(cmd: Any, path: Path, first: str, second: str) -> tuple[str, str, str]:
+    """Init ``path``, append a root turn "hi" and two replies to it; return the three ids."""
+    cmd.json_at(path, "init")
+
+    def say(content: str, *anchor: str) -> str:
+        turn = json.dumps({**cmd.CHAT_EVENT, "content": content})
+        return str(cmd.json_at(path, "append", turn, *anchor)[0]["id"])
+
+    root = say("hi")
+    return root, say(first, "--anchor", root), say(second, "--anchor", root)
+
+
+def test_edit_then_switch_back_through_the_cli(tmp_path: Path, cmd: Any):
     """query/why --anchor read the gated state; verify is clean and rebuild identical."""
     path = tmp_path / "g.ledger"
-    run(path, "init")
-    root = run(path, "append", json.dumps({**EVENT, "content": "hi"}))[0]["id"]
-    a = run(path, "append", json.dumps({**EVENT, "content": "Chengdu"}), "--anchor", root)[0]["id"]
-    b = run(path, "append", json.dumps({**EVENT, "content": "Hangzhou"}), "--anchor", root)[0]["id"]
-    f1 = run(path, "append", fact("moving to Chengdu", a))[0]["id"]
-    f2 = run(path, "append", fact("moving to Hangzhou", b))[0]["id"]
-    run(path, "append", op("SUPERSEDE", {"new_object_id": f2, "reason": "edited"}, f1))
-    at_a = run(path, "query", "--anchor", a)
-    at_b = run(path, "query", "--anchor", b)
+    _, a, b = _two_replies(cmd, path, "Chengdu", "Hangzhou")
+    f1 = cmd.json_at(path, "append", fact("moving to Chengdu", a))[0]["id"]
+    f2 = cmd.json_at(path, "append", fact("moving to Hangzhou", b))[0]["id"]
+    cmd.json_at(path, "append", op("SUPERSEDE", {"new_object_id": f2, "reason": "edited"}, f1))
+    at_a = cmd.json_at(path, "query", "--anchor", a)
+    at_b = cmd.json_at(path, "query", "--anchor", b)
     assert [r["value"] for r in at_a] == ["moving to Chengdu"]
     assert [r["value"] for r in at_b] == ["moving to Hangzhou"]
-    assert [r["value"] for r in run(path, "query")] == ["moving to Hangzhou"]
-    w = run(path, "why", f1, "--anchor", a)
+    assert [r["value"] for r in cmd.json_at(path, "query")] == ["moving to Hangzhou"]
+    w = cmd.json_at(path, "why", f1, "--anchor", a)
     assert w["at_anchor"]["object"]["lifecycle_state"] == "ACTIVE"
     sup = [s for s in w["at_anchor"]["operations"] if s["op_type"] == "SUPERSEDE"]
     assert sup and not sup[0]["applies"] and "not on this path" in sup[0]["reason"]
-    human = CliRunner().invoke(cli, ["-l", str(path), "why", f1, "--anchor", a])
+    human = cmd.at(path, "why", f1, "--anchor", a)
     assert human.exit_code == 0 and f"at anchor {a}: ASSERTED ACTIVE" in human.output
     assert "SUPERSEDE            does not apply: its provenance is not on this path" in human.output
-    hidden = CliRunner().invoke(cli, ["-l", str(path), "why", f1, "--anchor", b])
+    hidden = cmd.at(path, "why", f1, "--anchor", b)
     assert f"at anchor {b}: not visible" in hidden.output
-    report = run(path, "verify", "--no-update")
+    report = cmd.json_at(path, "verify", "--no-update")
     assert report["ok"], report
-    rebuilt = run(path, "rebuild")
+    rebuilt = cmd.json_at(path, "rebuild")
     assert rebuilt["identical"] is True and rebuilt["gated"]["main"]["digest_after"]
-    bad = CliRunner().invoke(cli, ["-l", str(path), "why", f1, "--anchor", "nope"])
+    bad = cmd.at(path, "why", f1, "--anchor", "nope")
     assert bad.exit_code != 0 and "anchor" in bad.output + bad.stderr
 
 
@@ -106,18 +97,17 @@ def test_a_read_receipt_of_an_anchored_recall_verifies(tmp_path: Path):
         m.close()
 
 
-def test_strict_query_at_an_anchor_accepts_an_object_its_ops_change_elsewhere(tmp_path: Path):
+def test_strict_query_at_an_anchor_accepts_an_object_its_ops_change_elsewhere(
+    tmp_path: Path, cmd: Any
+):
     """A transition off the anchor's path: the strict read checks the stored row, not refuses."""
     path = tmp_path / "s.ledger"
-    run(path, "init")
-    root = run(path, "append", json.dumps({**EVENT, "content": "hi"}))[0]["id"]
-    a = run(path, "append", json.dumps({**EVENT, "content": "a"}), "--anchor", root)[0]["id"]
-    b = run(path, "append", json.dumps({**EVENT, "content": "b"}), "--anchor", root)[0]["id"]
-    f = run(path, "append", fact("likes jazz", root))[0]["id"]
+    root, a, b = _two_replies(cmd, path, "a", "b")
+    f = cmd.json_at(path, "append", fact("likes jazz", root))[0]["id"]
     move = {"from_type": "ASSERTED", "to_type": "OBSERVED", "reason": "seen", "evidence_ids": [b]}
-    run(path, "append", op("EPISTEMIC_TRANSITION", move, f))
-    run(path, "checkpoint")
-    at_a = run(path, "query", "--anchor", a)
-    at_b = run(path, "query", "--anchor", b)
+    cmd.json_at(path, "append", op("EPISTEMIC_TRANSITION", move, f))
+    cmd.json_at(path, "checkpoint")
+    at_a = cmd.json_at(path, "query", "--anchor", a)
+    at_b = cmd.json_at(path, "query", "--anchor", b)
     assert [(r["epistemic_type"], r["version"]) for r in at_a] == [("ASSERTED", 1)]
     assert [(r["epistemic_type"], r["version"]) for r in at_b] == [("OBSERVED", 2)]

@@ -111,13 +111,19 @@ def _checkpoint_key(path: Path) -> int:
     return int(no) << 40 | int(seq)  # the entries.k of that entry (ledger/store.py)
 
 
-def test_checkpoint_content_tampered_is_refused(tmp_path: Path) -> None:
-    """Content changed in the file: get_tuple raises IntegrityError (step 4) instead of serving."""
+def _saved_once(tmp_path: Path, count: int) -> tuple[Path, Any, int]:
+    """One graph run from ``count`` on thread t1 of a new ledger, closed: its path, the
+    thread's config and the entries.k of the newest checkpoint's entry."""
     path = tmp_path / "g.ledger"
     cfg: Any = {"configurable": {"thread_id": "t1"}}
     with MemrootSaver.from_conn_string(path) as saver:
-        _graph(saver).invoke({"count": 41, "log": []}, cfg)
-    k = _checkpoint_key(path)
+        _graph(saver).invoke({"count": count, "log": []}, cfg)
+    return path, cfg, _checkpoint_key(path)
+
+
+def test_checkpoint_content_tampered_is_refused(tmp_path: Path) -> None:
+    """Content changed in the file: get_tuple raises IntegrityError (step 4) instead of serving."""
+    path, cfg, k = _saved_once(tmp_path, 41)
     _tamper(
         path,
         "UPDATE entries SET content = CAST(REPLACE(CAST(content AS TEXT), 'checkpoint_ns', "
@@ -132,11 +138,7 @@ def test_checkpoint_content_tampered_is_refused(tmp_path: Path) -> None:
 
 def test_checkpoint_entry_bytes_tampered_is_refused(tmp_path: Path) -> None:
     """Entry bytes rewritten (hash column too): the proof against the signed tree fails."""
-    path = tmp_path / "g.ledger"
-    cfg: Any = {"configurable": {"thread_id": "t1"}}
-    with MemrootSaver.from_conn_string(path) as saver:
-        _graph(saver).invoke({"count": 1, "log": []}, cfg)
-    k = _checkpoint_key(path)
+    path, cfg, k = _saved_once(tmp_path, 1)
     db = apsw.Connection(str(path))
     data = bytes(db.execute("SELECT data FROM entries WHERE k = ?", (k,)).fetchone()[0])
     db.close()

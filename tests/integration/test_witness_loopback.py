@@ -17,32 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 
-from memroot.cli.main import cli
 from memroot.ledger.cosignature import WitnessKey, cosignatures
 from memroot.ledger.note import split_note
 
 ORIGIN = "example.org/agent-witnessed"
 WITNESS = "witness.example.org/w1"
-EVENT = {
-    "kind": "event",
-    "stream": "s1",
-    "actor_id": "alice",
-    "actor_type": "HUMAN_USER",
-    "role": "USER",
-    "content": "I take tea without sugar",
-    "namespace_id": "alice",
-}
-
-
-def run(*args: str) -> Result:
-    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
-
-
-def ok(result: Result) -> Result:
-    assert result.exit_code == 0, result.output
-    return result
 
 
 class Server:
@@ -85,32 +66,34 @@ class Server:
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> Iterator[dict[str, Any]]:
+def world(tmp_path: Path, cmd: Any) -> Iterator[dict[str, Any]]:
     """A ledger, a witness process following it, and the witness configured on the ledger."""
     ledger = tmp_path / "agent.ledger"
-    ok(run("-l", str(ledger), "init", "--origin", ORIGIN))
-    vkey = ok(run("-l", str(ledger), "vkey")).stdout.strip()
+    cmd.ok(cmd.at(ledger, "init", "--origin", ORIGIN))
+    vkey = cmd.ok(cmd.at(ledger, "vkey")).stdout.strip()
     wdir = tmp_path / "wdir"
-    wvkey = ok(run("witness", "init", str(wdir), "--name", WITNESS, "--log", vkey)).stdout.strip()
+    wvkey = cmd.ok(
+        cmd.run("witness", "init", str(wdir), "--name", WITNESS, "--log", vkey)
+    ).stdout.strip()
     server = Server(wdir)
-    ok(run("-l", str(ledger), "witness", "add", server.url, wvkey))
+    cmd.ok(cmd.at(ledger, "witness", "add", server.url, wvkey))
     try:
         yield {"ledger": ledger, "vkey": vkey, "wvkey": wvkey, "server": server, "tmp": tmp_path}
     finally:
         server.stop()
 
 
-def append(ledger: Path, n: int) -> None:
+def append(cmd: Any, ledger: Path, n: int) -> None:
     """Append ``n`` events and sign a checkpoint covering them."""
     for i in range(n):
-        ok(run("-l", str(ledger), "append", json.dumps({**EVENT, "content": f"m{i}"})))
-    ok(run("-l", str(ledger), "checkpoint"))
+        cmd.ok(cmd.at(ledger, "append", json.dumps({**cmd.EVENT, "content": f"m{i}"})))
+    cmd.ok(cmd.at(ledger, "checkpoint"))
 
 
-def fresh_verify(w: dict[str, Any], *extra: str) -> Result:
+def fresh_verify(cmd: Any, w: dict[str, Any], *extra: str) -> Result:
     """`verify` by an auditor with no trusted state of their own (a new, empty file)."""
     trusted = w["tmp"] / f"fresh-{time.monotonic_ns()}.json"
-    return run(
+    return cmd.run(
         "-l",
         str(w["ledger"]),
         "verify",
@@ -125,40 +108,41 @@ def fresh_verify(w: dict[str, Any], *extra: str) -> Result:
     )
 
 
-def test_every_checkpoint_is_cosigned_and_kept_in_its_note(world: dict[str, Any]) -> None:
+def test_every_checkpoint_is_cosigned_and_kept_in_its_note(world: dict[str, Any], cmd: Any) -> None:
     """After appends and a checkpoint, the stored note carries the witness's cosignature."""
-    append(world["ledger"], 3)
-    note = ok(run("-l", str(world["ledger"]), "checkpoint")).stdout
+    append(cmd, world["ledger"], 3)
+    note = cmd.ok(cmd.at(world["ledger"], "checkpoint")).stdout
     [c] = cosignatures(note, [WitnessKey.from_vkey(world["wvkey"])])
     assert c.witness == WITNESS
-    status = json.loads(ok(run("-l", str(world["ledger"]), "witness", "list", "--json")).stdout)
+    status = cmd.ok_json(cmd.at(world["ledger"], "witness", "list", "--json"))
     assert [(s["cosigned_size"], s["pending"]) for s in status] == [(4, 0)]
-    report = json.loads(ok(fresh_verify(world, "--witness", world["server"].url)).stdout)
+    report = cmd.ok_json(fresh_verify(cmd, world, "--witness", world["server"].url))
     assert report["ok"] and report["trusted"]["witnesses"]["newest_cosigned_size"] == 4
 
 
 def test_a_restored_older_copy_is_caught_by_a_fresh_auditor_and_refused_by_the_witness(
     world: dict[str, Any],
+    cmd: Any,
 ) -> None:
     """Roll the ledger back to an older copy: a verifier with no state of its own fails it
     (step 10, from the witness), and the witness refuses what the old copy signs next."""
     ledger: Path = world["ledger"]
-    append(ledger, 2)
+    append(cmd, ledger, 2)
     backup = world["tmp"] / "backup"
     backup.mkdir()
     for suffix in ("", ".key"):
         shutil.copy(f"{ledger}{suffix}", backup / f"agent.ledger{suffix}")
-    append(ledger, 3)
-    assert ok(fresh_verify(world, "--witness", world["server"].url))
+    append(cmd, ledger, 3)
+    assert cmd.ok(fresh_verify(cmd, world, "--witness", world["server"].url))
     # The operator (or an attacker) puts the older copy back.
     for suffix in ("", ".key"):
         shutil.copy(backup / f"agent.ledger{suffix}", f"{ledger}{suffix}")
     for suffix in ("-wal", "-shm"):
         Path(f"{ledger}{suffix}").unlink(missing_ok=True)
     # Without the witness, a fresh auditor cannot tell: the old copy is self-consistent.
-    alone = fresh_verify(world)
+    alone = fresh_verify(cmd, world)
     assert alone.exit_code == 0, alone.output
-    caught = fresh_verify(world, "--witness", world["server"].url)
+    caught = fresh_verify(cmd, world, "--witness", world["server"].url)
     assert caught.exit_code == 1
     report = json.loads(caught.stdout)
     [finding] = report["findings"]
@@ -166,12 +150,12 @@ def test_a_restored_older_copy_is_caught_by_a_fresh_auditor_and_refused_by_the_w
     assert (finding["expected"], finding["actual"]) == ("6", "3")
     # The old copy grows on: the witness refuses to cosign its fork.
     for i in range(4):
-        ok(run("-l", str(ledger), "append", json.dumps({**EVENT, "content": f"fork {i}"})))
-    signed = run("-l", str(ledger), "checkpoint")
+        cmd.ok(cmd.at(ledger, "append", json.dumps({**cmd.EVENT, "content": f"fork {i}"})))
+    signed = cmd.at(ledger, "checkpoint")
     assert signed.exit_code == 0  # the checkpoint is committed and kept
     assert "warning: witness" in signed.stderr and "refused" in signed.stderr
     assert len(split_note(signed.stdout)[1]) == 1  # the log's signature only
-    retried = run("-l", str(ledger), "witness", "submit", "--json")
+    retried = cmd.at(ledger, "witness", "submit", "--json")
     assert retried.exit_code == 1
     [sub] = json.loads(retried.stdout)
     assert sub["status"] == "conflict" and sub["pending"] == 1
@@ -182,44 +166,44 @@ def test_a_restored_older_copy_is_caught_by_a_fresh_auditor_and_refused_by_the_w
     assert evidence and all(ORIGIN in line for line in evidence)
 
 
-def test_a_down_witness_is_queued_reported_and_retried(world: dict[str, Any]) -> None:
+def test_a_down_witness_is_queued_reported_and_retried(world: dict[str, Any], cmd: Any) -> None:
     """With the witness down, the checkpoint is still signed and kept (exit 0, a warning);
     `witness submit` exits 4 while it is down; once it is back, the queue drains."""
     ledger: Path = world["ledger"]
     world["server"].stop()
     for i in range(2):
         # Every append signs its own checkpoint and submits it: each one warns, none fails.
-        appended = ok(run("-l", str(ledger), "append", json.dumps({**EVENT, "content": f"d{i}"})))
+        appended = cmd.ok(cmd.at(ledger, "append", json.dumps({**cmd.EVENT, "content": f"d{i}"})))
         assert "unreachable" in appended.stderr
-    signed = run("-l", str(ledger), "checkpoint", "--json")
+    signed = cmd.at(ledger, "checkpoint", "--json")
     assert signed.exit_code == 0
     assert "unreachable" in signed.stderr and "pending" in signed.stderr
     assert json.loads(signed.stdout)["size"] == 3
-    down = run("-l", str(ledger), "witness", "submit")
+    down = cmd.at(ledger, "witness", "submit")
     assert down.exit_code == 4 and "unreachable" in down.stderr
-    [row] = json.loads(ok(run("-l", str(ledger), "witness", "list", "--json")).stdout)
+    [row] = cmd.ok_json(cmd.at(ledger, "witness", "list", "--json"))
     # Tried by the two appends, the checkpoint and the submit.
     assert row["pending"] == 1 and row["failed_attempts"] == 4 and row["last_error"]
-    strict = fresh_verify(world)
+    strict = fresh_verify(cmd, world)
     assert strict.exit_code == 1  # the newest checkpoint lacks its cosignature
     assert "0 valid witness cosignature(s), 1 required" in strict.stdout
     world["server"] = Server(world["server"].directory, world["server"].port)
-    ok(run("-l", str(ledger), "witness", "submit"))
-    [row] = json.loads(ok(run("-l", str(ledger), "witness", "list", "--json")).stdout)
+    cmd.ok(cmd.at(ledger, "witness", "submit"))
+    [row] = cmd.ok_json(cmd.at(ledger, "witness", "list", "--json"))
     assert (row["pending"], row["cosigned_size"], row["last_error"]) == (0, 3, None)
-    assert ok(fresh_verify(world, "--witness", world["server"].url))
+    assert cmd.ok(fresh_verify(cmd, world, "--witness", world["server"].url))
 
 
-def test_a_bundle_carries_the_cosignatures(world: dict[str, Any]) -> None:
+def test_a_bundle_carries_the_cosignatures(world: dict[str, Any], cmd: Any) -> None:
     """An exported bundle audits with --witness-vkey; a quorum above the keys is refused."""
-    append(world["ledger"], 2)
+    append(cmd, world["ledger"], 2)
     out = world["tmp"] / "bundle"
-    ok(run("-l", str(world["ledger"]), "export", str(out)))
+    cmd.ok(cmd.at(world["ledger"], "export", str(out)))
     trusted = str(world["tmp"] / "t.json")
     args = ["audit", str(out), "--vkey", world["vkey"], "--trusted", trusted]
-    audited = run(*args, "--witness-vkey", world["wvkey"], "--witness", world["server"].url)
+    audited = cmd.run(*args, "--witness-vkey", world["wvkey"], "--witness", world["server"].url)
     assert audited.exit_code == 0, audited.output
-    too_many = run(*args, "--witness-vkey", world["wvkey"], "--quorum", "2")
+    too_many = cmd.run(*args, "--witness-vkey", world["wvkey"], "--quorum", "2")
     assert too_many.exit_code == 3 and "--quorum 2" in too_many.stderr
-    no_key = run(*args, "--witness", world["server"].url)
+    no_key = cmd.run(*args, "--witness", world["server"].url)
     assert no_key.exit_code == 3 and "--witness-vkey" in no_key.stderr

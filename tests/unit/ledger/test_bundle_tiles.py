@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from memroot.ledger.entries import OpInput
 from memroot.ledger.errors import RefusedError
 from memroot.ledger.hashing import leaf_hash
 from memroot.ledger.ledger import Ledger
@@ -153,19 +152,12 @@ def test_a_stale_tile_of_another_tree_is_never_overwritten(
     assert planted.read_bytes() == bytes(8192)
 
 
-def test_entries_over_65535_bytes_are_refused(tmp_path: Path, make_ledger: Any) -> None:
+def test_entries_over_65535_bytes_are_refused(
+    tmp_path: Path, make_ledger: Any, inputs: Any
+) -> None:
     """tlog-tiles bundles use uint16 lengths: a larger entry is refused, naming it."""
     path = make_ledger(tmp_path, 3, origin=ORIGIN)
     with Ledger.open(path, hooks=()) as ledger:
-        big = ledger.append(
-            OpInput(
-                op_type="ASSERT",
-                actor_id="a",
-                actor_type="AI_AGENT",
-                namespace_id="ns",
-                payload={"value": "x" * 70_000},
-                policy_version="p/1",
-            )
-        )
+        big = ledger.append(inputs.oversized())
         with pytest.raises(RefusedError, match=f"entry {big.seq} "):
             write_tiles(ledger, tmp_path / "log")

@@ -150,23 +150,24 @@ def _steps(out: Path, vkey: str) -> set[int]:
     return {f.step for f in report.findings}
 
 
+def _flip_bit(path: Path, at: int) -> None:
+    """Flip the low bit of byte ``at`` of a published file."""
+    data = bytearray(path.read_bytes())
+    data[at] ^= 1
+    path.write_bytes(bytes(data))
+
+
 def test_a_changed_leaf_tile_is_found(tmp_path: Path, grown: Path) -> None:
     """A level-0 hash that is not its entry's hash fails step 5."""
     out, vkey = _published(tmp_path, grown)
-    tile = out / "tile/0/001"
-    data = bytearray(tile.read_bytes())
-    data[40] ^= 1
-    tile.write_bytes(bytes(data))
+    _flip_bit(out / "tile/0/001", 40)
     assert 5 in _steps(out, vkey)
 
 
 def test_a_changed_entry_is_found(tmp_path: Path, grown: Path) -> None:
     """An entry bundle byte flipped breaks decoding, the chain or the roots."""
     out, vkey = _published(tmp_path, grown)
-    bundle = out / "tile/entries/000"
-    data = bytearray(bundle.read_bytes())
-    data[300] ^= 1
-    bundle.write_bytes(bytes(data))
+    _flip_bit(out / "tile/entries/000", 300)
     assert _steps(out, vkey) & {1, 3, 5}
 
 

@@ -87,16 +87,7 @@ def test_a_publication_failure_is_a_warning_not_a_failed_checkpoint(
     """An entry too large for tiles stops the automatic publication with a warning only."""
     ledger = Ledger.init(tmp_path / "l.db", origin=ORIGIN, hooks=())
     set_publish(ledger, tmp_path / "www", ["main"])
-    ledger.append(
-        OpInput(
-            op_type="ASSERT",
-            actor_id="a",
-            actor_type="AI_AGENT",
-            namespace_id="ns",
-            payload={"value": "x" * 70_000},
-            policy_version="p/1",
-        )
-    )
+    ledger.append(inputs.oversized())
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", WitnessWarning)
         signed = ledger.checkpoint()
