@@ -566,6 +566,7 @@ def vkey(ctx: Context, as_json: bool) -> None:
     help="Prove that tree SIZE1 is a prefix of tree SIZE2.",
 )
 @branch_option
+@strict_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
 def prove(
@@ -574,16 +575,26 @@ def prove(
     size: int | None,
     consistency: tuple[int, int] | None,
     branch: str,
+    no_strict: bool,
     as_json: bool,
 ) -> None:
     """Print an inclusion proof (C2SP tlog-proof@v1) or a consistency proof.
+
+    A tlog-proof carries the signed checkpoint it proves against, so --size must be the size
+    of a kept checkpoint (the error lists them; `memroot checkpoint` keeps one of the current
+    tree). The branch's stored tree is first checked against its newest signed checkpoint
+    (strict read, one read transaction); a tampered ledger prints nothing and exits 1.
 
     Example: memroot -l agent.ledger prove --index 5 > entry5.proof
     Example: memroot -l agent.ledger prove --consistency 10 20 --json
     """
     if (index is None) == (not consistency):
         raise click.UsageError("give exactly one of --index I or --consistency N1 N2")
-    with open_ledger(ctx) as ledger:
+    with open_reader(ctx, no_strict) as ledger, ledger.store.read():
+        if ledger.strict:
+            ledger.check_heads()
+        if index is not None and size is not None:
+            _check_kept_size(ledger, size, branch)
         if consistency:
             n1, n2 = consistency
             proof = ledger.consistency_proof(n1, n2, branch)
@@ -599,6 +610,30 @@ def prove(
         assert index is not None
         text = ledger.tlog_proof(index, size, branch)
     emit({"index": index, "tlog_proof": text}, as_json, lambda: click.echo(text, nl=False))
+
+
+MAX_LISTED_SIZES = 20
+
+
+def _check_kept_size(ledger: Ledger, size: int, branch: str) -> None:
+    """Refuse ``prove --size`` for a size no kept checkpoint has, naming the kept sizes.
+
+    Raises:
+        NotFoundError: naming the kept sizes (the newest ones when there are many).
+    """
+    kept = [s for s, _, _ in ledger.store.checkpoints(ledger.store.branch(branch).no)]
+    if size in kept:
+        return
+    shown = ", ".join(str(s) for s in kept[-MAX_LISTED_SIZES:])
+    more = (
+        f" (the newest {MAX_LISTED_SIZES} of {len(kept)})" if len(kept) > MAX_LISTED_SIZES else ""
+    )
+    raise NotFoundError(
+        f"no checkpoint of size {size} is kept on branch {branch!r}; kept sizes{more}: "
+        f"{shown or 'none'}. A tlog-proof needs a signed checkpoint of its size: prove "
+        "against the newest one (omit --size), and `memroot prove --consistency "
+        f"{size} N` links size {size} to it"
+    )
 
 
 def print_report(report: AuditReport, as_json: bool) -> None:

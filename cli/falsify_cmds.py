@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from memroot.cli.commands import jsonable, open_ledger
+from memroot.cli.commands import jsonable, open_ledger, open_reader
 from memroot.cli.main import Context, branch_option, cli, emit, pass_ctx
 from memroot.ledger.ledger import Ledger
 from memroot.memory_root.falsify import (
@@ -432,12 +432,16 @@ def object_states(ledger: Ledger, object_id: str) -> tuple[list[dict[str, Any]],
     return [{**c.to_dict(), "entry_hash": h.hex()} for c, h in history], lines
 
 
-def item_why(ctx: Context, item_id: str, branch: str, as_json: bool) -> None:
+def item_why(ctx: Context, item_id: str, branch: str, as_json: bool, no_strict: bool) -> None:
     """Print ``memroot why`` for a root, summary item or SelfModel snapshot.
+
+    Strict unless ``no_strict`` (``open_reader``), in one read transaction.
 
     Raises:
         ValidationError, NotFoundError: for an id that names no item on the branch.
     """
-    with open_ledger(ctx) as ledger:
+    with open_reader(ctx, no_strict) as ledger, ledger.store.read():
+        if ledger.strict:
+            ledger.check_heads()
         w = Falsifier(ledger).why(item_id, branch)
     emit(jsonable(w.to_dict()), as_json, lambda: _print_why(w))
