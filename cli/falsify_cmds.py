@@ -14,6 +14,7 @@ import click
 
 from memroot.cli.commands import jsonable, open_ledger, open_reader
 from memroot.cli.main import Context, branch_option, cli, emit, pass_ctx
+from memroot.ledger.errors import IntegrityError
 from memroot.ledger.ledger import Ledger
 from memroot.memory_root.falsify import (
     CascadeResult,
@@ -432,6 +433,29 @@ def object_states(ledger: Ledger, object_id: str) -> tuple[list[dict[str, Any]],
     return [{**c.to_dict(), "entry_hash": h.hex()} for c, h in history], lines
 
 
+def _check_item_entry(ledger: Ledger, w: ItemWhy) -> None:
+    """Read the entry that recorded an item strictly; a root or SelfModel must be in it.
+
+    A cascade's re-snapshot root is recomputed, not recorded (left to verify step 9).
+
+    Raises:
+        IntegrityError: the entry fails its strict read, or does not record the item.
+    """
+    assert w.located is not None
+    at = w.located
+    entry = ledger.read_many([at.seq], at.branch)[at.seq].entry
+    recorded = w.item.kind in ("memory_root", "selfmodel") and w.replaces is None
+    if recorded and bytes.fromhex(w.item.id) not in entry.raw:
+        raise IntegrityError(
+            f"strict read refused: branch {at.branch} entry {at.seq}: step 9: {w.item.kind} "
+            f"{w.item.id} is not the one this entry records (derived state edited); run "
+            "`memroot verify`",
+            branch=at.branch,
+            seq=at.seq,
+            step=9,
+        )
+
+
 def item_why(ctx: Context, item_id: str, branch: str, as_json: bool, no_strict: bool) -> None:
     """Print ``memroot why`` for a root, summary item or SelfModel snapshot.
 
@@ -444,4 +468,6 @@ def item_why(ctx: Context, item_id: str, branch: str, as_json: bool, no_strict: 
         if ledger.strict:
             ledger.check_heads()
         w = Falsifier(ledger).why(item_id, branch)
+        if ledger.strict and w.located is not None:
+            _check_item_entry(ledger, w)
     emit(jsonable(w.to_dict()), as_json, lambda: _print_why(w))
