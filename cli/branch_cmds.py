@@ -5,13 +5,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+from collections.abc import Iterator
 from typing import Any, Final
 
 import click
 
-from memroot.cli.commands import open_ledger
+from memroot.cli.commands import open_ledger, open_reader, strict_option
 from memroot.cli.main import Context, cli, emit, pass_ctx
+from memroot.ledger.ledger import Ledger
 from memroot.ledger.vocab import ActorType, BranchType
 from memroot.memory_root.branches import (
     DEFAULT_EXPIRY_DAYS,
@@ -27,6 +30,8 @@ from memroot.memory_root.branches import (
 )
 from memroot.memory_root.divergence import diff_branch, divergence
 from memroot.memory_root.merge import STRATEGIES, merge_branch
+from memroot.projections.hook import sync
+from memroot.projections.strict_rows import check_objects
 
 __all__ = ["branch"]
 
@@ -45,6 +50,23 @@ def _when(us: int | None) -> str:
         return dt.datetime.fromtimestamp(us / 1e6, dt.UTC).isoformat(timespec="seconds")
     except (OverflowError, ValueError, OSError):
         return f"{us} us (outside the calendar)"  # a record from before the bounds
+
+
+@contextlib.contextmanager
+def _reading(ctx: Context, no_strict: bool, *, catch_up: bool = False) -> Iterator[Ledger]:
+    """Open the ledger for a branch read command: one read transaction, every head checked.
+
+    Strict unless ``--no-strict`` (``open_reader``): every branch's stored head is checked
+    against its newest signed checkpoint before anything is printed. ``catch_up`` first
+    brings the derived memory state up to date (the only write; before the read begins).
+    """
+    with open_reader(ctx, no_strict) as ledger:
+        if catch_up:
+            sync(ledger)
+        with ledger.store.read():
+            if ledger.strict:
+                ledger.check_heads()
+            yield ledger
 
 
 def _info_json(ctx_ledger: Any, info: BranchInfo) -> dict[str, Any]:
@@ -151,14 +173,15 @@ def create(
     type=click.Choice(["OPEN", "CLOSED", "DISCARDED", "ARCHIVED"]),
     help="Only branches in this state.",
 )
+@strict_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
-def list_(ctx: Context, state: str | None, as_json: bool) -> None:
+def list_(ctx: Context, state: str | None, no_strict: bool, as_json: bool) -> None:
     """List branches with type, state, size and expiry.
 
     Example: memroot -l agent.ledger branch list --state OPEN
     """
-    with open_ledger(ctx) as ledger:
+    with _reading(ctx, no_strict) as ledger:
         rows = [_info_json(ledger, b) for b in list_branches(ledger, state=state)]
     emit(
         rows,
@@ -174,14 +197,15 @@ def list_(ctx: Context, state: str | None, as_json: bool) -> None:
 
 @branch.command("show")
 @click.argument("branch_id")
+@strict_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
-def show(ctx: Context, branch_id: str, as_json: bool) -> None:
+def show(ctx: Context, branch_id: str, no_strict: bool, as_json: bool) -> None:
     """Show a branch: its policy, state, fork point, head and latest checkpoint.
 
     Example: memroot -l agent.ledger branch show sim-0123abcd --json
     """
-    with open_ledger(ctx) as ledger:
+    with _reading(ctx, no_strict) as ledger:
         info = get_branch(ledger, branch_id)
         data = _info_json(ledger, info)
         row = ledger.branch_row(branch_id)
@@ -340,9 +364,10 @@ def merge(
 
 @branch.command("divergence")
 @click.argument("branch_id")
+@strict_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
-def divergence_cmd(ctx: Context, branch_id: str, as_json: bool) -> None:
+def divergence_cmd(ctx: Context, branch_id: str, no_strict: bool, as_json: bool) -> None:
     """Measure how far a branch and its parent have moved apart since the fork (RFC-0012 s9).
 
     divergence_score = 1 - same / (|branch| + |parent| - same) over the objects each side
@@ -350,7 +375,7 @@ def divergence_cmd(ctx: Context, branch_id: str, as_json: bool) -> None:
 
     Example: memroot -l agent.ledger branch divergence simu-0123 --json
     """
-    with open_ledger(ctx) as ledger:
+    with _reading(ctx, no_strict, catch_up=True) as ledger:
         d = divergence(ledger, branch_id)
     data = d.to_json()
 
@@ -365,15 +390,18 @@ def divergence_cmd(ctx: Context, branch_id: str, as_json: bool) -> None:
 
 @branch.command("diff")
 @click.argument("branch_id")
+@strict_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
-def diff_cmd(ctx: Context, branch_id: str, as_json: bool) -> None:
+def diff_cmd(ctx: Context, branch_id: str, no_strict: bool, as_json: bool) -> None:
     """List the objects a branch created or modified, against its parent at the fork.
 
     Example: memroot -l agent.ledger branch diff simu-0123 --json
     """
-    with open_ledger(ctx) as ledger:
+    with _reading(ctx, no_strict, catch_up=True) as ledger:
         d = diff_branch(ledger, branch_id)
+        # Each object served re-derived from its own operations (strict read of derived rows).
+        check_objects(ledger, [c.after for c in (*d.created, *d.modified)], branch_id)
 
     def human() -> None:
         click.echo(f"{d.branch_id} forked from {d.parent} after entry {d.fork_seq}")

@@ -17,12 +17,16 @@ from memroot.cli.main import Context, cli, emit, pass_ctx, progress_bar
 from memroot.ledger.audit import TilesSource, WitnessPolicy, audit_bundle, audit_tiles, open_bundle
 from memroot.ledger.bundle import export_bundle
 from memroot.ledger.bundle_import import import_bundle
-from memroot.ledger.errors import DecodeError, NotFoundError
+from memroot.ledger.errors import DecodeError, NotFoundError, ProofError
 from memroot.ledger.keys import rotate_key
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.note import Verifier, open_checkpoint
 from memroot.ledger.tiles import write_tiles
 from memroot.ledger.trust import TrustedState, default_trusted_path
 
 __all__: list[str] = []
+
+_BUNDLE = 256  # entries per tlog-tiles entry bundle (C2SP tlog-tiles)
 
 _TRUSTED_HELP = (
     "Trusted-state file (default $MEMROOT_TRUSTED or ~/.local/state/memroot/trusted.json)."
@@ -219,21 +223,48 @@ def import_bundle_cmd(
     )
 
 
+def _published_size(out: Path, ledger: Ledger) -> int:
+    """Return where ``tiles`` starts writing entry bundles into ``out`` (0 if unsure).
+
+    The size of the checkpoint ``out`` publishes, rounded down to a whole entry bundle; 0 when
+    there is none or it does not open (``write_tiles`` then refuses or starts afresh).
+    """
+    try:
+        keys = [Verifier.from_vkey(k) for k in ledger.genesis_vkeys()]
+        size = open_checkpoint((out / "checkpoint").read_bytes(), keys).checkpoint.size
+    except (OSError, DecodeError, ProofError):
+        return 0
+    return (size // _BUNDLE) * _BUNDLE
+
+
 @cli.command("tiles")
 @click.argument("out", type=click.Path(path_type=Path))
 @click.option("--branch", default="main", show_default=True, help="The branch to publish.")
 @click.option("--no-sign", is_flag=True, help="Publish the newest checkpoint without signing.")
+@strict_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
-def tiles_cmd(ctx: Context, out: Path, branch: str, no_sign: bool, as_json: bool) -> None:
+def tiles_cmd(
+    ctx: Context, out: Path, branch: str, no_sign: bool, no_strict: bool, as_json: bool
+) -> None:
     """Write or extend a C2SP tlog-tiles directory (checkpoint, tiles, entry bundles).
 
     Serve OUT from any static host; re-run after new checkpoints to publish the growth.
+    Every entry published is first proven in the branch's newest signed checkpoint (strict
+    read, one read transaction); a tampered ledger writes nothing and exits 1.
 
     Example: memroot -l agent.ledger tiles /srv/www/log
     """
-    with open_ledger(ctx) as ledger:
-        t = write_tiles(ledger, out, branch=branch, sign=not no_sign)
+    with open_reader(ctx, no_strict) as ledger:
+        if not no_sign:
+            ledger.checkpoint(branch)  # the only write (none when the sealed head is current)
+        with ledger.store.read():
+            if ledger.strict:
+                # The head checked, and every entry published proven in it first.
+                ledger.check_heads()
+                for _ in ledger.entries(_published_size(out, ledger), None, branch):
+                    pass
+            t = write_tiles(ledger, out, branch=branch, sign=False)
     data = {
         "directory": str(t.directory),
         "origin": t.origin,

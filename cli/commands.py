@@ -17,6 +17,7 @@ from typing import Any, BinaryIO
 import click
 
 from memroot.cli.main import Context, branch_option, cli, emit, pass_ctx, progress_bar
+from memroot.ledger import merkle
 from memroot.ledger.audit import WitnessPolicy
 from memroot.ledger.entries import (
     MAX_SEQ,
@@ -29,8 +30,16 @@ from memroot.ledger.entries import (
     parse_input,
     parse_json,
 )
-from memroot.ledger.errors import DecodeError, NotFoundError, RefusedError, ValidationError
+from memroot.ledger.errors import (
+    DecodeError,
+    IntegrityError,
+    NotFoundError,
+    RefusedError,
+    ValidationError,
+)
+from memroot.ledger.hashing import leaf_hash
 from memroot.ledger.ledger import Appended, Ledger
+from memroot.ledger.note import Verifier, open_checkpoint, parse_tlog_proof
 from memroot.ledger.store import Store
 from memroot.ledger.strict import relaxed
 from memroot.ledger.trust import TrustedState, default_trusted_path
@@ -566,6 +575,7 @@ def vkey(ctx: Context, as_json: bool) -> None:
     help="Prove that tree SIZE1 is a prefix of tree SIZE2.",
 )
 @branch_option
+@strict_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
 def prove(
@@ -574,19 +584,32 @@ def prove(
     size: int | None,
     consistency: tuple[int, int] | None,
     branch: str,
+    no_strict: bool,
     as_json: bool,
 ) -> None:
     """Print an inclusion proof (C2SP tlog-proof@v1) or a consistency proof.
+
+    A tlog-proof carries the signed checkpoint it proves against, so --size must be the size
+    of a kept checkpoint (the error lists them; `memroot checkpoint` keeps one of the current
+    tree). The branch's stored tree is first checked against its newest signed checkpoint
+    (strict read, one read transaction); a tampered ledger prints nothing and exits 1.
 
     Example: memroot -l agent.ledger prove --index 5 > entry5.proof
     Example: memroot -l agent.ledger prove --consistency 10 20 --json
     """
     if (index is None) == (not consistency):
         raise click.UsageError("give exactly one of --index I or --consistency N1 N2")
-    with open_ledger(ctx) as ledger:
+    with open_reader(ctx, no_strict) as ledger, ledger.store.read():
+        if ledger.strict:
+            ledger.check_heads()
+        if index is not None and size is not None:
+            _check_kept_size(ledger, size, branch)
         if consistency:
             n1, n2 = consistency
             proof = ledger.consistency_proof(n1, n2, branch)
+            if ledger.strict:
+                for n in (n1, n2):
+                    _check_prefix_root(ledger, n, branch)
             data = {
                 "size1": n1,
                 "size2": n2,
@@ -598,7 +621,98 @@ def prove(
             return
         assert index is not None
         text = ledger.tlog_proof(index, size, branch)
+        if ledger.strict:
+            _check_tlog_proof(ledger, text, branch)
     emit({"index": index, "tlog_proof": text}, as_json, lambda: click.echo(text, nl=False))
+
+
+MAX_LISTED_SIZES = 20
+
+
+def _proof_refused(branch: str, seq: int | None, what: str) -> IntegrityError:
+    return IntegrityError(
+        f"strict read refused: branch {branch}"
+        + (f" entry {seq}" if seq is not None else "")
+        + f": step 5: {what} (run `memroot verify` for the full report; --no-strict prints it "
+        "anyway)",
+        branch=branch,
+        seq=seq,
+        step=5,
+    )
+
+
+def _check_prefix_root(ledger: Ledger, size: int, branch: str) -> bytes:
+    """Return the stored tree's root at ``size``, proven a prefix of the signed head.
+
+    Raises:
+        IntegrityError: step 5, if the stored nodes do not give a prefix of the signed tree.
+    """
+    head = ledger.head_checkpoint(branch)
+    if head is None:  # pragma: no cover - a strict ledger's branches all have a head
+        raise _proof_refused(branch, None, "no signed checkpoint covers this branch")
+    signed = head.checkpoint
+    root = bytes(ledger.root(size, branch))
+    try:
+        if size == signed.size:
+            ok = root == signed.root
+        else:
+            link = ledger.consistency_proof(size, signed.size, branch) if size else []
+            if size:
+                merkle.verify_consistency(size, signed.size, link, root, signed.root)
+            ok = True
+    except IntegrityError:
+        ok = False
+    if not ok:
+        raise _proof_refused(
+            branch, None, f"the stored tree at size {size} is not a prefix of the signed one"
+        )
+    return root
+
+
+def _check_tlog_proof(ledger: Ledger, text: str, branch: str) -> None:
+    """Check a tlog-proof before it is printed: the entry read strictly, its path verified.
+
+    The entry's leaf (its bytes proven by the strict read) must reach, along the printed
+    path, the root of the printed checkpoint, itself a prefix of the signed head.
+
+    Raises:
+        IntegrityError: step 5, naming the entry.
+    """
+    tp = parse_tlog_proof(text)
+    cp = open_checkpoint(
+        tp.checkpoint_note, [Verifier.from_vkey(k) for k in ledger.genesis_vkeys()]
+    )
+    size = cp.checkpoint.size
+    root = _check_prefix_root(ledger, size, branch)
+    leaf = leaf_hash(ledger.entry(tp.index, branch).raw)
+    try:
+        merkle.verify_inclusion(leaf, tp.index, size, list(tp.proof), root)
+        ok = bytes(cp.checkpoint.root) == root
+    except IntegrityError:
+        ok = False
+    if not ok:
+        raise _proof_refused(branch, tp.index, "the stored tree cannot prove this entry")
+
+
+def _check_kept_size(ledger: Ledger, size: int, branch: str) -> None:
+    """Refuse ``prove --size`` for a size no kept checkpoint has, naming the kept sizes.
+
+    Raises:
+        NotFoundError: naming the kept sizes (the newest ones when there are many).
+    """
+    kept = [s for s, _, _ in ledger.store.checkpoints(ledger.store.branch(branch).no)]
+    if size in kept:
+        return
+    shown = ", ".join(str(s) for s in kept[-MAX_LISTED_SIZES:])
+    more = (
+        f" (the newest {MAX_LISTED_SIZES} of {len(kept)})" if len(kept) > MAX_LISTED_SIZES else ""
+    )
+    raise NotFoundError(
+        f"no checkpoint of size {size} is kept on branch {branch!r}; kept sizes{more}: "
+        f"{shown or 'none'}. A tlog-proof needs a signed checkpoint of its size: prove "
+        "against the newest one (omit --size), and `memroot prove --consistency "
+        f"{size} N` links size {size} to it"
+    )
 
 
 def print_report(report: AuditReport, as_json: bool) -> None:

@@ -12,8 +12,9 @@ from typing import Any
 
 import click
 
-from memroot.cli.commands import jsonable, open_ledger
+from memroot.cli.commands import jsonable, open_ledger, open_reader
 from memroot.cli.main import Context, branch_option, cli, emit, pass_ctx
+from memroot.ledger.errors import IntegrityError
 from memroot.ledger.ledger import Ledger
 from memroot.memory_root.falsify import (
     CascadeResult,
@@ -432,12 +433,41 @@ def object_states(ledger: Ledger, object_id: str) -> tuple[list[dict[str, Any]],
     return [{**c.to_dict(), "entry_hash": h.hex()} for c, h in history], lines
 
 
-def item_why(ctx: Context, item_id: str, branch: str, as_json: bool) -> None:
+def _check_item_entry(ledger: Ledger, w: ItemWhy) -> None:
+    """Read the entry that recorded an item strictly; a root or SelfModel must be in it.
+
+    A cascade's re-snapshot root is recomputed, not recorded (left to verify step 9).
+
+    Raises:
+        IntegrityError: the entry fails its strict read, or does not record the item.
+    """
+    assert w.located is not None
+    at = w.located
+    entry = ledger.read_many([at.seq], at.branch)[at.seq].entry
+    recorded = w.item.kind in ("memory_root", "selfmodel") and w.replaces is None
+    if recorded and bytes.fromhex(w.item.id) not in entry.raw:
+        raise IntegrityError(
+            f"strict read refused: branch {at.branch} entry {at.seq}: step 9: {w.item.kind} "
+            f"{w.item.id} is not the one this entry records (derived state edited); run "
+            "`memroot verify`",
+            branch=at.branch,
+            seq=at.seq,
+            step=9,
+        )
+
+
+def item_why(ctx: Context, item_id: str, branch: str, as_json: bool, no_strict: bool) -> None:
     """Print ``memroot why`` for a root, summary item or SelfModel snapshot.
+
+    Strict unless ``no_strict`` (``open_reader``), in one read transaction.
 
     Raises:
         ValidationError, NotFoundError: for an id that names no item on the branch.
     """
-    with open_ledger(ctx) as ledger:
+    with open_reader(ctx, no_strict) as ledger, ledger.store.read():
+        if ledger.strict:
+            ledger.check_heads()
         w = Falsifier(ledger).why(item_id, branch)
+        if ledger.strict and w.located is not None:
+            _check_item_entry(ledger, w)
     emit(jsonable(w.to_dict()), as_json, lambda: _print_why(w))

@@ -199,7 +199,7 @@ def why_cmd(
     if len(object_id) != 36 or object_id.count("-") != 4:
         if anchor is not None:
             raise click.UsageError("--anchor explains memory objects only")
-        item_why(ctx, object_id, branch, as_json)
+        item_why(ctx, object_id, branch, as_json, no_strict)
         return
     if anchor is not None:
         check_uuid(anchor, "--anchor")

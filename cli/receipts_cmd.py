@@ -6,7 +6,7 @@ import datetime as dt
 
 import click
 
-from memroot.cli.commands import open_ledger
+from memroot.cli.commands import open_reader, strict_option
 from memroot.cli.main import Context, cli, emit, pass_ctx
 
 __all__ = ["receipts_cmd"]
@@ -14,20 +14,23 @@ __all__ = ["receipts_cmd"]
 
 @cli.command("receipts")
 @click.option("--run", "run_id", help="Only the receipts of this run id.")
+@strict_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
-def receipts_cmd(ctx: Context, run_id: str | None, as_json: bool) -> None:
+def receipts_cmd(ctx: Context, run_id: str | None, no_strict: bool, as_json: bool) -> None:
     """List read receipts: run, query, memory root in force, every object and version returned.
 
     A receipt is appended by a recall with a run id (the Python API's
     recall(..., receipt=RUN), the MCP recall tool). `memroot verify` checks that each named
-    version was current, with the state named, when the receipt was written.
+    version was current, with the state named, when the receipt was written. Every entry
+    read is proven in its branch's newest signed checkpoint first (strict read); a tampered
+    ledger prints nothing and exits 1.
 
     Example: memroot -l agent.ledger receipts --run run-2026-12-01-a --json
     """
     from memroot.receipts import receipts
 
-    with open_ledger(ctx) as ledger:
+    with open_reader(ctx, no_strict) as ledger, ledger.store.read():
         found = receipts(ledger, run=run_id)
 
     def human() -> None:

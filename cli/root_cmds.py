@@ -4,17 +4,26 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import click
 
-from memroot.cli.commands import jsonable, open_ledger
+from memroot.cli.commands import jsonable, open_ledger, open_reader, strict_option
 from memroot.cli.main import Context, branch_option, cli, emit, pass_ctx
 from memroot.ledger.entries import check_uuid
-from memroot.ledger.errors import DecodeError, NotFoundError
+from memroot.ledger.errors import DecodeError, IntegrityError, NotFoundError
 from memroot.ledger.ledger import Ledger
-from memroot.memory_root import RootDiff, RootRecord, Roots, RootView, SelfModel, SelfModelView
+from memroot.memory_root import (
+    RootDiff,
+    RootRecord,
+    Roots,
+    RootView,
+    SelfModel,
+    SelfModelRecord,
+    SelfModelView,
+)
 
 __all__ = ["root", "roots_cmd", "selfmodel", "snapshot"]
 
@@ -29,6 +38,61 @@ def _anchor_event(ledger: Ledger, anchor: str) -> tuple[str, int]:
     if found is None:
         raise NotFoundError(f"no event {anchor} in the ledger")
     return found
+
+
+def _check_served(
+    ledger: Ledger,
+    roots: Sequence[RootRecord] = (),
+    selfmodels: Sequence[SelfModelRecord] = (),
+) -> None:
+    """On a strict ledger, check every root or SelfModel about to be printed against its entry.
+
+    The records come from derived tables (a cache anyone with write access can edit); each
+    names the entry that wrote it (its SNAPSHOT, CASCADE or SELFMODEL_SNAPSHOT) and a root's
+    high-water names an entry too. Those entries are read strictly (proven in the signed
+    tree, one multi-leaf proof per branch) and must carry what is served: a SNAPSHOT root's
+    (or the SelfModel's) 32 bytes and body, the high-water entry's hash. The decoded
+    summaries of ``root show``, the states and a cascade's re-snapshot roots (which its
+    CASCADE entry does not record) are left to ``memroot verify`` (step 9 re-derives them).
+
+    Raises:
+        IntegrityError: naming the entry, branch and step of the first one that disagrees.
+    """
+    if not ledger.strict:
+        return
+    ledger.check_heads()
+    want: dict[str, set[int]] = {}
+    for r in roots:
+        want.setdefault(r.cascade_branch or r.branch, set()).add(r.seq)
+        want.setdefault(r.branch, set()).add(r.high_water.seq)
+    for m in selfmodels:
+        want.setdefault(m.branch, set()).add(m.seq)
+    read = {
+        (b, seq): row.entry
+        for b, seqs in want.items()
+        for seq, row in ledger.read_many(sorted(seqs), b).items()
+    }
+
+    def refuse(branch: str, seq: int, what: str) -> IntegrityError:
+        return IntegrityError(
+            f"strict read refused: branch {branch} entry {seq}: step 9: {what} (derived state "
+            "edited); run `memroot verify`, or `memroot rebuild` to re-derive it",
+            branch=branch,
+            seq=seq,
+            step=9,
+        )
+
+    for r in roots:
+        at = r.cascade_branch or r.branch
+        # A re-snapshot's root is recomputed, not recorded, by its CASCADE (verify step 9).
+        if r.replaces is None and bytes(r.root) not in read[(at, r.seq)].raw:
+            raise refuse(at, r.seq, f"memory root {r.root.hex()} is not the one this entry records")
+        if read[(r.branch, r.high_water.seq)].hash != r.high_water.entry_hash:
+            raise refuse(r.branch, r.high_water.seq, "a root's high-water names another entry")
+    for m in selfmodels:
+        e = read[(m.branch, m.seq)]
+        if m.selfmodel_root not in e.raw or m.body not in e.raw:
+            raise refuse(m.branch, m.seq, "the SelfModel served is not the one this entry records")
 
 
 def _record_json(r: RootRecord) -> dict[str, Any]:
@@ -159,9 +223,12 @@ def snapshot(ctx: Context, branch: str, anchor: str | None, as_json: bool) -> No
     "--anchor",
     help="Only roots that commit to this event (on its branch, high-water at or after it).",
 )
+@strict_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
-def roots_cmd(ctx: Context, branch: str, anchor: str | None, as_json: bool) -> None:
+def roots_cmd(
+    ctx: Context, branch: str, anchor: str | None, no_strict: bool, as_json: bool
+) -> None:
     """List the branch's memory roots along the parent chain, newest first, with states.
 
     Columns: SNAPSHOT seq, memory_root, state, high-water seq, parent (prefix). A root a
@@ -172,7 +239,7 @@ def roots_cmd(ctx: Context, branch: str, anchor: str | None, as_json: bool) -> N
 
     Example: memroot -l agent.ledger roots --json
     """
-    with open_ledger(ctx) as ledger:
+    with open_reader(ctx, no_strict) as ledger, ledger.store.read():
         if anchor is not None:
             branch, at = _anchor_event(ledger, anchor)
             chain = [
@@ -182,6 +249,7 @@ def roots_cmd(ctx: Context, branch: str, anchor: str | None, as_json: bool) -> N
             ]
         else:
             chain = Roots(ledger).chain(branch=branch)
+        _check_served(ledger, chain)
 
     def human() -> None:
         if not chain:
@@ -202,17 +270,19 @@ def root() -> None:
 
 @root.command("show")
 @click.argument("root_id", metavar="ROOT")
+@strict_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
-def root_show(ctx: Context, root_id: str, as_json: bool) -> None:
+def root_show(ctx: Context, root_id: str, no_strict: bool, as_json: bool) -> None:
     """Show one memory_root: high-water mark, parent, state and every summary decoded.
 
     ROOT is a memory_root in hex (a unique prefix of 4 or more digits will do).
 
     Example: memroot -l agent.ledger root show 3fa2c1d0 --json
     """
-    with open_ledger(ctx) as ledger:
+    with open_reader(ctx, no_strict) as ledger, ledger.store.read():
         view = Roots(ledger).show(root_id)
+        _check_served(ledger, [view.record])
     data = _view_json(view)
 
     def human() -> None:
@@ -234,9 +304,10 @@ def root_show(ctx: Context, root_id: str, as_json: bool) -> None:
 @root.command("diff")
 @click.argument("root1", metavar="ROOT1")
 @click.argument("root2", metavar="ROOT2")
+@strict_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
-def root_diff(ctx: Context, root1: str, root2: str, as_json: bool) -> None:
+def root_diff(ctx: Context, root1: str, root2: str, no_strict: bool, as_json: bool) -> None:
     """Compare two memory roots projection by projection and item by item.
 
     Lines: "=" same summary, "~" changed (then "+" added, "-" removed, "~" changed items),
@@ -244,8 +315,9 @@ def root_diff(ctx: Context, root1: str, root2: str, as_json: bool) -> None:
 
     Example: memroot -l agent.ledger root diff 3fa2c1d0 9be01f44
     """
-    with open_ledger(ctx) as ledger:
+    with open_reader(ctx, no_strict) as ledger, ledger.store.read():
         diff = Roots(ledger).diff(root1, root2)
+        _check_served(ledger, [diff.a, diff.b])
     data = _diff_json(diff)
 
     def human() -> None:
@@ -281,15 +353,18 @@ def selfmodel() -> None:
 
 @selfmodel.command("show")
 @branch_option
+@strict_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
-def selfmodel_show(ctx: Context, branch: str, as_json: bool) -> None:
+def selfmodel_show(ctx: Context, branch: str, no_strict: bool, as_json: bool) -> None:
     """Show the newest SelfModel snapshot and the memory_root it cites (with its state).
 
     Example: memroot -l agent.ledger selfmodel show
     """
-    with open_ledger(ctx) as ledger:
+    with open_reader(ctx, no_strict) as ledger, ledger.store.read():
         view = Roots(ledger).selfmodel(branch)
+        if view is not None:
+            _check_served(ledger, selfmodels=[view.record])
     if view is None:
         emit(None, as_json, "no SelfModel snapshot yet")
         return
