@@ -577,7 +577,7 @@ def audit_source(
                             len(pending_nodes),
                             8192 - done % 8192,
                         )
-                        if _N is not None
+                        if _N is not None and _native_size(next_target)
                         else (0, [])
                     )
                     if n == 0:
@@ -1008,6 +1008,15 @@ def _chunks(rows: Iterable[RowLike]) -> Iterator[list[RowLike]]:
         raise
     if buf:
         yield buf
+
+
+def _native_size(size: int | None) -> bool:
+    """True when ``size`` (a stored checkpoint size, so possibly tampered) fits the native call.
+
+    A size outside 0..2^63-1 (a flipped byte in a stored checkpoint) takes the reference
+    path, which reports it as the finding it is.
+    """
+    return size is None or 0 <= size < 1 << 63
 
 
 def _native_rows(

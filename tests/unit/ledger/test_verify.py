@@ -340,3 +340,22 @@ def test_audit_never_raises_on_garbage_rows(small: Path, data: st.DataObject) ->
         except StorageError:
             return
         json.dumps(report.to_json())
+
+
+@pytest.mark.parametrize("size", [-9223372036854775807, -1, 1 << 63])
+def test_an_out_of_range_stored_checkpoint_size_is_a_finding(
+    small: Path, tmp_path: Path, size: int
+) -> None:
+    """A stored checkpoint size edited to a value no tree can have (negative, or past 2^63) is
+    reported as a violation, on either backend, never a crash of the verifier."""
+    path = fresh_copy(small, tmp_path)
+    db = apsw.Connection(str(path))
+    (largest,) = db.execute("SELECT max(size) FROM checkpoints").fetchone()
+    # SQLite integers stop at 2^63-1: "past 2^63" is stored as the wrapped negative value.
+    stored = size if size < 1 << 63 else size - (1 << 64)
+    db.execute("UPDATE checkpoints SET size = ? WHERE size = ?", (stored, largest))
+    assert db.changes() == 1
+    db.close()
+    report = verify_path(path, trusted=TrustedState(tmp_path / "t.json"), update_trusted=False)
+    assert not report.ok
+    assert any(f.step in (5, 6) for f in report.findings), [str(f) for f in report.findings]
