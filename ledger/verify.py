@@ -1011,7 +1011,7 @@ def _chunks(rows: Iterable[RowLike]) -> Iterator[list[RowLike]]:
 
 
 def _native_size(size: int | None) -> bool:
-    """True when ``size`` (a stored checkpoint size, so possibly tampered) fits the native call.
+    """Tell whether ``size`` (a stored checkpoint size, so possibly tampered) fits native code.
 
     A size outside 0..2^63-1 (a flipped byte in a stored checkpoint) takes the reference
     path, which reports it as the finding it is.
