@@ -228,18 +228,29 @@ def test_the_falsification_layer_refuses_in_the_own_view_by_itself(chat: Chat) -
     rebuild all skip it for the own view's reason.
     """
     _, a, b, f = _two_lines(chat)
-    a2 = chat.say("yes, I moved", a)
     chat.f.falsify(f, "moved", [a])
     chat.f.falsify(f, "moved", [b])
     chat.f.restore(f, "typo", [b])
     chat.ledger.close()
     bare = Ledger.open(chat.path, hooks=())
-    payload = {"reason": "moved", "evidence_ids": [a2]}
-    bare.append(_falsify_input(f, payload))
+    a2 = bare.append(
+        EventInput(
+            stream="chat",
+            actor_id="alice",
+            actor_type="HUMAN_USER",
+            role="USER",
+            content="yes, I moved",
+            namespace_id="ns",
+            parent_event_id=a,
+        )
+    ).id
+    bare.append(_falsify_input(f, {"reason": "moved", "evidence_ids": [a2]}))
     bare.close()
     chat.ledger = Ledger.open(chat.path)
     chat.db = chat.ledger.store.db
     chat.f = Falsifier(chat.ledger)
+    # The falsification layer catches up first: it folds the memory model (which has not
+    # seen a2 yet) as far, so a2's line is known when the FALSIFY is decided.
     chat.f.sync()
     skipped = chat.db.execute("SELECT op_type, reason FROM fz_skipped").fetchall()
     assert len(skipped) == 1 and skipped[0][0] == "FALSIFY"
