@@ -389,7 +389,8 @@ class Run:
                 if r.object.id in objects
             }
             assert set(audit) == set(want), (anchor, set(audit) ^ set(want))
-        for oid, st in self.global_state.items():
+        for oid in objects:  # this tree's objects (a tree's ops touch only its own)
+            st = self.global_state.get(oid, "live")
             assert self.falsify.state(oid) == st == get_object(self.db, oid).state, oid
             for oid, s in want.items():
                 o = audit[oid].object
