@@ -14,8 +14,9 @@ recomputed: the entries' lists are applied as they are (a note says so).
 
 A memory object's state operation with evidence is validated in its own view (``_core``),
 which needs the memory model's gated bookkeeping as of each entry: the check folds the
-memory model alongside (a ``MemoryReplayCheck`` it feeds itself, or the audit's own one,
-listed before it), so the append path, step 9 and ``rebuild`` decide alike.
+memory model alongside (a ``MemoryReplayCheck`` it feeds itself, or the audit's own one:
+an entry's own view needs only the entries before it), so the append path, step 9 and
+``rebuild`` decide alike.
 
 ``rebuild`` drops the falsification tables and replays them from the log, then sets every
 stored memory root's ``state``; run it after the memory model's and the roots' rebuilds
@@ -41,6 +42,8 @@ from memroot.memory_root.falsify import _core, deps, states
 from memroot.memory_root.falsify._core import FalsifyCore, has_table, ledger_core, set_head
 from memroot.memory_root.falsify.deps import ROOT, ItemRef
 from memroot.memory_root.falsify.states import LIVE
+from memroot.projections import tables
+from memroot.projections.hook import catch_up as memory_catch_up
 from memroot.projections.registry import Registry, default_registry
 from memroot.projections.replay import MemoryReplayCheck
 
@@ -125,8 +128,8 @@ class FalsifyReplayCheck:
 
         ``registry`` must know the projections the roots were built with (default: built-ins
         and plugins), so cascades are recomputed the way they were planned. ``memory`` is
-        the audit's memory-model replay, fed each entry before this check (it gives
-        operations their own views); without it this check folds its own.
+        the audit's memory-model replay, which the audit feeds too (it gives operations
+        their own views); without it this check folds its own.
 
         Raises:
             StorageError: if the file cannot be opened read-only.
@@ -369,7 +372,8 @@ class RebuildResult:
 def rebuild(ledger: Ledger, registry: Registry | None = None) -> RebuildResult:
     """Drop the falsification tables and replay them from the log; set root states.
 
-    Runs after the memory model's and the roots' rebuilds (it reads the stored summaries).
+    Runs after the memory model's and the roots' rebuilds (it reads the stored summaries,
+    and the memory model's gated bookkeeping for own views, folding what it lacks first).
 
     Raises:
         DecodeError: if a stored entry does not decode (nothing is changed).
@@ -387,6 +391,10 @@ def rebuild(ledger: Ledger, registry: Registry | None = None) -> RebuildResult:
             db.execute("UPDATE memory_roots SET state = 'live'")
             records.clear_resnapshots(db)
         core = ledger_core(ledger, reg)
+        if tables.installed(db):
+            # Own views read the memory model as of each entry: it must cover the log.
+            for b in ledger.store.branches():
+                memory_catch_up(db, ledger, b.name, b.size)
         for b in ledger.store.branches():
             for r in ledger.store.iter_entry_rows(b.no, 0, b.size):
                 core.apply(Entry.from_bytes(bytes(r.data)), strict=False)
