@@ -30,6 +30,9 @@ a conversation tree (no recorded parent or child: a flat log), the operation is 
 against the global state, as before. The global state (reads without an anchor, memory roots,
 ``state_digest``) folds every accepted operation in ledger order and skips the ones it does
 not allow (``mem_gated.applied`` = 0): reads without an anchor are what they always were.
+The falsification layer (``memroot.memory_root.falsify``) decides the memory-object
+``FALSIFY`` / ``MARK_STALE`` / ``RESTORE`` it validates the same way, reading the state this
+module folds (``own_view_state``).
 
 **Bookkeeping** (``mem_gated``, in the append's transaction): from an object's first operation
 with provenance on, one row per operation that changed it (with or without provenance):
