@@ -41,10 +41,12 @@ def replay_checks(ledger: Ledger, *, restricted: bool = False) -> list[ReplayChe
     from memroot.projections.replay import MemoryReplayCheck
     from memroot.receipts import ReceiptsCheck
 
+    memory = MemoryReplayCheck(ledger.path, restricted=restricted)
     return [
         RootsReplayCheck(ledger.path, restricted=restricted),
-        MemoryReplayCheck(ledger.path, restricted=restricted),
-        FalsifyReplayCheck(ledger.path),
+        memory,
+        # Its own views read the memory model's replay: shared, not folded twice.
+        FalsifyReplayCheck(ledger.path, memory=memory),
         ReceiptsCheck(ledger.path),
         ErasureCheck(ledger.path, restricted=restricted),
     ]

@@ -30,6 +30,9 @@ a conversation tree (no recorded parent or child: a flat log), the operation is 
 against the global state, as before. The global state (reads without an anchor, memory roots,
 ``state_digest``) folds every accepted operation in ledger order and skips the ones it does
 not allow (``mem_gated.applied`` = 0): reads without an anchor are what they always were.
+The falsification layer (``memroot.memory_root.falsify``) decides the memory-object
+``FALSIFY`` / ``MARK_STALE`` / ``RESTORE`` it validates the same way, reading the state this
+module folds (``own_view_state``).
 
 **Bookkeeping** (``mem_gated``, in the append's transaction): from an object's first operation
 with provenance on, one row per operation that changed it (with or without provenance):
@@ -79,6 +82,7 @@ __all__ = [
     "gated_rows",
     "object_at",
     "on_event",
+    "own_view_state",
     "path_as_of",
     "run",
 ]
@@ -810,6 +814,36 @@ def run(eng: Engine, handler: Callable[[Engine, Op], None], op: Op) -> None:
                 None if had else _S.of(old).to_json(),
             ),
         )
+
+
+def own_view_state(
+    db: apsw.Connection, branch: str, seq: int, object_id: str, provenance: Sequence[str]
+) -> str | None:
+    """Return an object's falsification state in the own view of an operation at ``seq``.
+
+    The view is ``D(provenance)`` as the memory state had it before entry ``seq`` of
+    ``branch`` (the operation's own rows, if already folded, are not in it): exactly the
+    state ``run`` checks a ``FALSIFY`` / ``MARK_STALE`` / ``RESTORE`` with ``evidence_ids``
+    against. None when such an operation is checked against the global state instead: no
+    provenance, an object without gated rows, a provenance linked to no conversation tree
+    (a flat log), or a branch the memory state has not folded.
+    """
+    if not provenance or seq < 1:
+        return None
+    try:
+        view = view_of(db, branch, seq - 1)
+    except NotFoundError:
+        return None
+    folder = Folder(db, view)
+    if not folder.rows_of(object_id):
+        return None
+    down = _Down(db, view, tuple(sorted(set(provenance))))
+    if not down.linked():
+        return None
+    mine = Folder(db, view, down.admits)
+    mine.share(folder)
+    s, _ = mine.fold(object_id)
+    return None if s is None else s.state
 
 
 # -- a past read at an anchor (verifying read receipts) -------------------------------------------

@@ -7,6 +7,13 @@ had before it and records the changes. ``strict`` (the append hook) raises on a 
 rules refuse, so nothing is written; otherwise (replay) the entry is skipped and recorded in
 ``fz_skipped``, exactly as the stored state skipped it.
 
+A ``FALSIFY`` / ``MARK_STALE`` / ``RESTORE`` of a memory object with ``evidence_ids`` is
+validated in its own view (invalidation gated by provenance, docs/FORMAT.md §12.3): against
+the object's falsification state at the events of its evidence and their ancestors, as the
+memory model's gated bookkeeping (``memroot.projections.gated``) gives it. The global state
+(``fz_states``) then records the change only when it allows it too; otherwise the entry is
+accepted and listed in ``fz_unapplied`` (the ``applied`` = 0 of ``mem_gated``).
+
 ``install`` creates every falsification table; ``ledger_core`` builds the core over a
 ledger's file (its entries, summaries and fold-state cache). The four operations' formats are
 in docs/FORMAT.md §8.
@@ -54,6 +61,7 @@ from memroot.memory_root.falsify.deps import (
 )
 from memroot.memory_root.falsify.states import FALSIFIED, LIVE, STALE
 from memroot.memory_root.root import RootPreimage
+from memroot.projections.gated import own_view_state
 from memroot.projections.projection import Projection
 from memroot.projections.registry import Registry
 from memroot.projections.rules import RuleError
@@ -81,6 +89,12 @@ EVENTS_MAX: Final = 1000
 _MAX_TEXT: Final = 4096
 _HEX64: Final = re.compile(r"[0-9a-f]{64}\Z")
 _STATE_KEYS: Final = frozenset({"reason", "evidence_ids"})
+_UNAPPLIED: Final = """
+CREATE TABLE IF NOT EXISTS fz_unapplied(
+    branch TEXT NOT NULL, seq INTEGER NOT NULL, op_type TEXT NOT NULL, kind TEXT NOT NULL,
+    id TEXT NOT NULL, reason TEXT NOT NULL,
+    PRIMARY KEY(branch, seq)) STRICT, WITHOUT ROWID;
+"""
 _CASCADE_KEYS: Final = frozenset(
     {"max_depth", "max_items", "kinds", "reason", "touched", "beyond", "resnapshots"}
 )
@@ -93,6 +107,7 @@ def install(db: apsw.Connection) -> None:
     """Create every falsification table if missing: the index, the states, the fold cache."""
     deps.install(db)
     states.install(db)
+    db.execute(_UNAPPLIED)
     _fold_cache.install(db)
 
 
@@ -159,12 +174,17 @@ def _payload(entry: Entry, allowed: frozenset[str]) -> Mapping[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class Validated:
-    """A state operation that passed: the item, its new state, reason and evidence."""
+    """A state operation that passed: the item, its new state, reason and evidence.
+
+    ``unapplied`` says why the global state cannot take a change its own view allows
+    (None: the global state applies it).
+    """
 
     item: ItemRef
     state: str
     reason: str | None
     evidence: tuple[str, ...]
+    unapplied: str | None = None
 
 
 class FalsifyCore:
@@ -181,6 +201,7 @@ class FalsifyCore:
         find_event: EventFinder | None,
         root_states: bool,
         checkpoint: FoldCheckpoint | None = None,
+        gated_db: apsw.Connection | None = None,
     ) -> None:
         """Apply entries to ``db``.
 
@@ -188,7 +209,11 @@ class FalsifyCore:
         re-snapshots), ``state_replay`` replays the memory model for state projections,
         ``find_event`` locates evidence events; each may be None when the data is not at hand
         (an auditor's bundle), and what needs it is then not checked. ``root_states`` also
-        sets the ``state`` column of the stored memory_root records.
+        sets the ``state`` column of the stored memory_root records. ``gated_db`` holds the
+        memory model's state folded at least up to each entry applied (its gated
+        bookkeeping, ``mem_gated`` and ``mem_conv``): with it, a memory object's state
+        operation with evidence is validated in its own view; without it (None, or a
+        database without those tables) against the global state.
         """
         self.db = db
         self.registry = registry
@@ -200,6 +225,8 @@ class FalsifyCore:
         self.find_event = find_event
         self.root_states = root_states
         self.checkpoint = checkpoint
+        self.gated_db = gated_db
+        self._gated = False
 
     def head(self, branch: str) -> int:
         """Return how many entries of ``branch`` the tables have folded."""
@@ -232,9 +259,22 @@ class FalsifyCore:
                 elif entry.type == _RESTORE and _has_cascade_part(entry):
                     self._restore_cascade(entry)
                 else:
-                    v = self.validate(entry)
-                    states.record(self.db, entry, v.item, v.state, v.reason, v.evidence)
-                    self._root_state(entry, [v.item], v.state)
+                    v = self.validate(entry, own_view=True)
+                    if v.unapplied is None:
+                        states.record(self.db, entry, v.item, v.state, v.reason, v.evidence)
+                        self._root_state(entry, [v.item], v.state)
+                    else:
+                        self.db.execute(
+                            "INSERT OR REPLACE INTO fz_unapplied VALUES(?,?,?,?,?,?)",
+                            (
+                                entry.branch,
+                                entry.seq,
+                                entry.type,
+                                v.item.kind,
+                                v.item.id,
+                                v.unapplied,
+                            ),
+                        )
             except RefusedError as e:
                 self.db.execute("ROLLBACK TO fz_op")
                 self.db.execute("RELEASE fz_op")
@@ -279,23 +319,50 @@ class FalsifyCore:
             raise NotFoundError(f"no {item.kind} {item.id} on branch {entry.branch!r}")
         return item, graph
 
-    def validate(self, entry: Entry) -> Validated:
+    def validate(self, entry: Entry, *, own_view: bool = False) -> Validated:
         """Check a FALSIFY / MARK_STALE / RESTORE against the state before it.
+
+        With ``own_view``, a memory object's operation with evidence is checked in its own
+        view (see the module docstring) when the gated bookkeeping gives one; the global
+        state's verdict is then ``Validated.unapplied``.
 
         Raises:
             ValidationError: a malformed payload or target (naming the field).
             NotFoundError: the item or an evidence event does not exist on the branch.
-            RuleError: the item's state does not allow the operation.
+            RuleError: the item's state does not allow the operation (in its own view).
         """
         p = _payload(entry, _STATE_KEYS | ({"cascade"} if entry.type == _RESTORE else set()))
         reason = _text(p.get("reason"), "reason", required=True)
         evidence = self._evidence(entry, p.get("evidence_ids"))
         item, graph = self._target(entry)
         now = states.current(self.db, graph.view, item)
-        state = check_state_change(
-            entry.type, f"{item.kind} {item.id}", LIVE if now is None else now.state
-        )
+        what = f"{item.kind} {item.id}"
+        globally = LIVE if now is None else now.state
+        own = self._own_view_state(entry, item, evidence) if own_view else None
+        if own is None:
+            return Validated(item, check_state_change(entry.type, what, globally), reason, evidence)
+        try:
+            state = check_state_change(entry.type, what, own)
+        except RuleError as e:
+            raise RuleError(
+                FALSIFICATION, f"{str(e).partition(': ')[2]} in the view of its evidence_ids"
+            ) from None
+        try:
+            check_state_change(entry.type, what, globally)
+        except RuleError as e:
+            return Validated(item, state, reason, evidence, str(e))
         return Validated(item, state, reason, evidence)
+
+    def _own_view_state(self, entry: Entry, item: ItemRef, evidence: tuple[str, ...]) -> str | None:
+        """Return a memory object's state in the op's own view (None: check it globally)."""
+        db = self.gated_db
+        if item.kind != OBJECT or not evidence or db is None:
+            return None
+        if not self._gated:
+            if not has_table(db, "mem_gated"):
+                return None
+            self._gated = True
+        return own_view_state(db, entry.branch, entry.seq, item.id, evidence)
 
     def _evidence(self, entry: Entry, value: Any) -> tuple[str, ...]:
         if value is None:
@@ -685,11 +752,17 @@ def state_replay_of(index: apsw.Connection, source: EntrySource) -> StateReplay:
 
 
 def ledger_core(
-    ledger: Ledger, registry: Registry, *, db: apsw.Connection | None = None
+    ledger: Ledger,
+    registry: Registry,
+    *,
+    db: apsw.Connection | None = None,
+    gated_db: apsw.Connection | None = None,
 ) -> FalsifyCore:
     """Return the falsification core over a ledger's file (reading its entries and summaries).
 
-    ``db`` holds the tables (default: the ledger's own connection).
+    ``db`` holds the tables (default: the ledger's own connection, whose memory model state
+    then gives operations their own views); with ``db``, ``gated_db`` holds the memory
+    model's state (None: every operation is checked against the global state).
     """
     index = ledger.store.db if db is None else db
     source = entry_source(ledger)
@@ -703,4 +776,5 @@ def ledger_core(
         find_event=ledger.find_event,
         root_states=has_roots and db is None,
         checkpoint=_fold_cache.fold_checkpoint_of(ledger.store.db) if db is None else None,
+        gated_db=ledger.store.db if db is None else gated_db,
     )

@@ -5,7 +5,9 @@ Inside every append transaction it keeps the dependency index and the states, an
 a restore of a live item, a cascade from a live item, a bound of zero, or a ``CASCADE`` whose
 lists are not what the cascade gives. Install it after ``MemoryHook`` (which keeps objects'
 ``state`` column) and before ``RootsHook``. Entries appended without it are folded in later
-(``catch_up``), by the same rules (``_core.FalsifyCore``).
+(``catch_up``), by the same rules (``_core.FalsifyCore``). A memory object's state operation
+with evidence is decided in its own view, read from the memory model's gated bookkeeping in
+the same file, so ``catch_up`` first brings the memory model up to the same entry.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from memroot.ledger.vocab import OpType
 from memroot.memory_root.falsify import _core, _fold_cache
 from memroot.memory_root.falsify._core import FalsifyCore, ledger_core, set_head
 from memroot.memory_root.falsify.cascade import Plan
+from memroot.projections import tables
+from memroot.projections.hook import catch_up as memory_catch_up
 from memroot.projections.registry import Registry, default_registry
 
 __all__ = ["FalsifyHook"]
@@ -81,6 +85,9 @@ class FalsifyHook:
                 f"falsification state of branch {branch!r} covers {head} entries, the branch "
                 f"has {stop}: run `memroot rebuild`"
             )
+        if head < stop and core.gated_db is ledger.store.db and tables.installed(core.db):
+            # Own views are read from the memory model as of each entry: fold it that far.
+            memory_catch_up(core.db, ledger, branch, stop)
         for r in ledger.store.iter_entry_rows(ledger.store.branch(branch).no, head, stop):
             e = Entry.from_bytes(bytes(r.data))
             core.apply(e, strict=False)

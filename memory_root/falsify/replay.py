@@ -12,8 +12,15 @@ refuse (appended without the hook) are skipped by both sides and reported as not
 Without the ledger file (an auditor's bundle carries no summaries) cascade plans are not
 recomputed: the entries' lists are applied as they are (a note says so).
 
+A memory object's state operation with evidence is validated in its own view (``_core``),
+which needs the memory model's gated bookkeeping as of each entry: the check folds the
+memory model alongside (a ``MemoryReplayCheck`` it feeds itself, or the audit's own one:
+an entry's own view needs only the entries before it), so the append path, step 9 and
+``rebuild`` decide alike.
+
 ``rebuild`` drops the falsification tables and replays them from the log, then sets every
-stored memory root's ``state``; run it after the memory model's and the roots' rebuilds.
+stored memory root's ``state``; run it after the memory model's and the roots' rebuilds
+(its own views read the rebuilt memory model, as of each entry).
 """
 
 from __future__ import annotations
@@ -35,7 +42,10 @@ from memroot.memory_root.falsify import _core, deps, states
 from memroot.memory_root.falsify._core import FalsifyCore, has_table, ledger_core, set_head
 from memroot.memory_root.falsify.deps import ROOT, ItemRef
 from memroot.memory_root.falsify.states import LIVE
+from memroot.projections import tables
+from memroot.projections.hook import catch_up as memory_catch_up
 from memroot.projections.registry import Registry, default_registry
+from memroot.projections.replay import MemoryReplayCheck
 
 __all__ = ["STEP", "TABLES", "FalsifyReplayCheck", "RebuildResult", "rebuild"]
 
@@ -77,6 +87,7 @@ TABLES: Final = (
         ),
     ),
     ("fz_skipped", ("branch", "seq", "op_type", "reason")),
+    ("fz_unapplied", ("branch", "seq", "op_type", "kind", "id", "reason")),
     ("fz_cascades", ("branch", "seq", "origin_kind", "origin_id", "kind", "id", "depth")),
 )
 """The falsification tables and their columns (``fz_heads`` is bookkeeping)."""
@@ -106,11 +117,19 @@ class FalsifyReplayCheck:
 
     steps: tuple[int, ...] = (STEP,)
 
-    def __init__(self, path: Path | None = None, registry: Registry | None = None) -> None:
+    def __init__(
+        self,
+        path: Path | None = None,
+        registry: Registry | None = None,
+        *,
+        memory: MemoryReplayCheck | None = None,
+    ) -> None:
         """Check the ledger file at ``path`` (None: replay only, as for a bundle).
 
         ``registry`` must know the projections the roots were built with (default: built-ins
-        and plugins), so cascades are recomputed the way they were planned.
+        and plugins), so cascades are recomputed the way they were planned. ``memory`` is
+        the audit's memory-model replay, which the audit feeds too (it gives operations
+        their own views); without it this check folds its own.
 
         Raises:
             StorageError: if the file cannot be opened read-only.
@@ -121,9 +140,12 @@ class FalsifyReplayCheck:
         self.db.execute("BEGIN")
         reg = registry if registry is not None else default_registry()
         self.file: Ledger | None = None
+        self._feeds_memory = memory is None
+        # Only its fold is used (``feed``); its ``finish`` compares, which is not ours to do.
+        self.memory = memory if memory is not None else MemoryReplayCheck(self.path or Path())
         if self.path is not None:
             self.file = Ledger.open(self.path, readonly=True)
-            self.core = ledger_core(self.file, reg, db=self.db)
+            self.core = ledger_core(self.file, reg, db=self.db, gated_db=self.memory.db)
         else:
             self.core = FalsifyCore(
                 self.db,
@@ -133,12 +155,15 @@ class FalsifyReplayCheck:
                 state_replay=None,
                 find_event=None,
                 root_states=False,
+                gated_db=self.memory.db,
             )
         self.sizes: dict[str, int] = {}
         self._noted_plans = False
 
     def feed(self, branch: str, entry: Entry, report: AuditReport) -> None:
         """Replay one entry; note a state operation the rules refuse."""
+        if self._feeds_memory:
+            self.memory.feed(branch, entry, report)
         try:
             skipped = self.core.apply(entry, strict=False)
         except (ValueError, TypeError, KeyError, apsw.Error, DecodeError) as e:
@@ -177,6 +202,8 @@ class FalsifyReplayCheck:
         finally:
             self.db.execute("ROLLBACK")
             self.db.close()
+            if self._feeds_memory:
+                self.memory.db.close()
             if self.file is not None:
                 self.file.close()
 
@@ -345,7 +372,8 @@ class RebuildResult:
 def rebuild(ledger: Ledger, registry: Registry | None = None) -> RebuildResult:
     """Drop the falsification tables and replay them from the log; set root states.
 
-    Runs after the memory model's and the roots' rebuilds (it reads the stored summaries).
+    Runs after the memory model's and the roots' rebuilds (it reads the stored summaries,
+    and the memory model's gated bookkeeping for own views, folding what it lacks first).
 
     Raises:
         DecodeError: if a stored entry does not decode (nothing is changed).
@@ -363,6 +391,10 @@ def rebuild(ledger: Ledger, registry: Registry | None = None) -> RebuildResult:
             db.execute("UPDATE memory_roots SET state = 'live'")
             records.clear_resnapshots(db)
         core = ledger_core(ledger, reg)
+        if tables.installed(db):
+            # Own views read the memory model as of each entry: it must cover the log.
+            for b in ledger.store.branches():
+                memory_catch_up(db, ledger, b.name, b.size)
         for b in ledger.store.branches():
             for r in ledger.store.iter_entry_rows(b.no, 0, b.size):
                 core.apply(Entry.from_bytes(bytes(r.data)), strict=False)

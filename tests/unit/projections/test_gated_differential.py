@@ -15,6 +15,13 @@ that the reference hides, a wrong hide the reverse. The AUDIT read at the same a
 also give every visible object the reference's lifecycle state, superseded_by, confidence,
 salience, epistemic type, evidence and falsification state, and its conflicts.
 
+The falsification layer (``FalsifyHook``) is installed too, and every FALSIFY / MARK_STALE /
+RESTORE is also checked against the reference's own verdict: with evidence linked into the
+tree, accepted exactly when the object's state in the operation's own view (its evidence and
+their ancestors, replayed as above) allows it, otherwise when the global state does; the
+global state of both layers (``fz_states`` and the objects' ``state``) must be the reference's
+fold of every accepted one that the global state allowed, in ledger order.
+
 The suite runs ``MEMROOT_GATED_DECISIONS`` decisions (default 120,000); the full count of the
 issue is ``MEMROOT_GATED_DECISIONS=1000000`` (about ten times the wall time).
 """
@@ -33,6 +40,7 @@ import pytest
 from memroot.ledger.entries import EventInput, OpInput, new_uuid
 from memroot.ledger.errors import RefusedError
 from memroot.ledger.ledger import Ledger
+from memroot.memory_root.falsify import Falsifier, FalsifyHook
 from memroot.projections import requests as rq
 from memroot.projections.anchors import ConversationTree
 from memroot.projections.epistemic import RetrievalMode
@@ -44,6 +52,12 @@ AGENT = rq.Actor("agent", "AI_AGENT", "ns")
 EPS = 1e-9
 RFC_LIFECYCLE = {("ACTIVE", "DEPRECATED"), ("ACTIVE", "SUPERSEDED"), ("ACTIVE", "ARCHIVED")}
 RFC_LIFECYCLE |= {("DEPRECATED", "ARCHIVED")}
+FALSIFICATION = {
+    "FALSIFY": ("live", "stale"),
+    "MARK_STALE": ("live",),
+    "RESTORE": ("stale", "falsified"),
+}
+TO = {"FALSIFY": "falsified", "MARK_STALE": "stale", "RESTORE": "live"}
 
 
 @dataclass
@@ -64,6 +78,9 @@ class Op:
     target: str
     prov: tuple[str, ...]
     args: dict[str, Any] = field(default_factory=dict)
+
+    def prov_in(self, events: set[str]) -> bool:
+        return all(e in events for e in self.prov)
 
 
 @dataclass
@@ -150,6 +167,11 @@ class Run:
         self.decisions = 0
         self.refused = 0
         self.gated_not_global = 0
+        self.falsify = Falsifier(ledger)
+        self.global_state: dict[str, str] = {}
+        """The reference's global falsification state of each object."""
+        self.own_not_global = 0
+        """Falsification ops the global state would take but their own view refuses."""
 
     def append(self, item: EventInput | OpInput) -> str | None:
         try:
@@ -236,6 +258,7 @@ class Run:
             return
         target = objects[rng.choice(list(objects))]
         cur = get_object(self.db, target.id)
+        self.global_state.setdefault(target.id, "live")
         with_ev = rng.random() < 0.6
         mine = tuple(self.evidence(parent, arrived)) if with_ev else ()
         kind = rng.choice(
@@ -290,11 +313,52 @@ class Run:
             item = OpInput(
                 kind, "agent", "AI_AGENT", "ns", payload, "memroot/1", target.id, "memory_object"
             )
+            self.falsification(kind, target.id, mine, parent, arrived, ops, item)
+            return
         if self.append(item) is not None:
             if kind == "CONTRADICT":
                 # A contradiction's provenance is both objects' evidence.
                 prov = tuple(sorted(set(target.evidence) | set(objects[args["other"]].evidence)))
             ops.append(Op(kind, target.id, tuple(prov), args))
+
+    def falsification(
+        self,
+        kind: str,
+        target: str,
+        prov: tuple[str, ...],
+        parent: dict[str, str | None],
+        arrived: list[str],
+        ops: list[Op],
+        item: OpInput,
+    ) -> None:
+        """Append a FALSIFY / MARK_STALE / RESTORE; accepted exactly as the reference says."""
+        seen = set(arrived)
+        linked = any(parent[e] is not None for e in prov) or any(parent[n] in prov for n in arrived)
+        globally = self.global_state[target]
+        if prov and linked:
+            down: set[str] = set()
+            for e in prov:
+                node: str | None = e
+                while node is not None and node in seen and node not in down:
+                    down.add(node)
+                    node = parent[node]
+            own = "live"
+            for op in ops:
+                on_path = op.target == target and op.kind in TO and op.prov_in(down)
+                if on_path and own in FALSIFICATION[op.kind]:
+                    own = TO[op.kind]
+        else:
+            own = globally
+        want = own in FALSIFICATION[kind]
+        got = self.append(item) is not None
+        assert got == want, (kind, target, prov, own, globally)
+        if not got:
+            if globally in FALSIFICATION[kind]:
+                self.own_not_global += 1
+            return
+        ops.append(Op(kind, target, prov))
+        if globally in FALSIFICATION[kind]:
+            self.global_state[target] = TO[kind]
 
     def check(
         self,
@@ -325,6 +389,9 @@ class Run:
                 if r.object.id in objects
             }
             assert set(audit) == set(want), (anchor, set(audit) ^ set(want))
+        for oid in objects:  # this tree's objects (a tree's ops touch only its own)
+            st = self.global_state.get(oid, "live")
+            assert self.falsify.state(oid) == st == get_object(self.db, oid).state, oid
             for oid, s in want.items():
                 o = audit[oid].object
                 assert (
@@ -341,7 +408,7 @@ class Run:
 @pytest.fixture
 def run(tmp_path: Path) -> Iterator[Run]:
     path = tmp_path / "d.ledger"
-    ledger = Ledger.init(path, hooks=[ConversationTree(), MemoryHook()])
+    ledger = Ledger.init(path, hooks=[ConversationTree(), MemoryHook(), FalsifyHook()])
     ledger.store.db.execute("PRAGMA synchronous=OFF")
     try:
         yield Run(ledger, random.Random(20261201))
@@ -359,4 +426,7 @@ def test_gated_state_matches_brute_force_reference(run: Run) -> None:
     # The random histories do exercise what this is about: ops accepted in their own view
     # that the global state could not apply, and ops refused.
     assert gated_off_global > 0 and run.refused > 0
+    # ... in the falsification layer too, both ways.
+    unapplied = run.db.execute("SELECT count(*) FROM fz_unapplied").fetchone()[0]
+    assert unapplied > 0 and run.own_not_global > 0
     assert run.decisions >= DECISIONS
