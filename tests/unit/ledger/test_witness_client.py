@@ -84,10 +84,15 @@ def test_cosignatures_land_in_the_stored_note(
 def test_a_publication_failure_is_a_warning_not_a_failed_checkpoint(
     tmp_path: Path, inputs: Any
 ) -> None:
-    """An entry too large for tiles stops the automatic publication with a warning only."""
+    """An entry too large for tiles stops the automatic publication with a warning only: the
+    append (which signs its own checkpoint) and a checkpoint on request both commit."""
     ledger = Ledger.init(tmp_path / "l.db", origin=ORIGIN, hooks=())
     set_publish(ledger, tmp_path / "www", ["main"])
-    ledger.append(inputs.oversized())
+    with warnings.catch_warnings(record=True) as on_append:
+        warnings.simplefilter("always", WitnessWarning)
+        ledger.append(inputs.oversized())
+    assert any("publishing tiles failed" in str(w.message) for w in on_append)
+    assert ledger.size() == 2
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", WitnessWarning)
         signed = ledger.checkpoint()
