@@ -52,11 +52,12 @@ from memroot.bench.results import (
     MemrootBatched,
     MemrootProofs,
     PymerkleProofs,
+    ReferenceBackend,
     Throughput,
     VerifyResult,
 )
 from memroot.bench.targets import targets
-from memroot.ledger import merkle
+from memroot.ledger import _backend, merkle
 from memroot.ledger.entries import EventInput
 from memroot.ledger.errors import IntegrityError, MemrootError
 from memroot.ledger.ledger import Ledger
@@ -386,8 +387,11 @@ def proofs_pymerkle(pymerkle: ModuleType, path: Path, count: int) -> PymerklePro
 # -- phase 4: full verify in a child -----------------------------------------------------------
 
 
-def full_verify(path: Path) -> VerifyResult:
+def full_verify(path: Path, *, backend: str | None = None) -> VerifyResult:
     """Run the full verify in a child process and return its rate and peak RSS.
+
+    ``backend`` (``"python"`` or ``"native"``) sets the child's ``MEMROOT_BACKEND``; by
+    default the child inherits this process's environment.
 
     The peak RSS is the child's ``VmHWM`` (``/proc/self/status``). ``RUSAGE_CHILDREN``'s
     ``ru_maxrss`` is reported beside it but is not used for the target: on Linux a child's
@@ -400,11 +404,13 @@ def full_verify(path: Path) -> VerifyResult:
         MemrootError: if the child fails.
     """
     t0 = time.perf_counter()
+    env = None if backend is None else {**os.environ, "MEMROOT_BACKEND": backend}
     proc = subprocess.run(
         [sys.executable, "-m", "memroot.bench._verify_child", str(path)],
         capture_output=True,
         text=True,
         check=False,
+        env=env,
     )
     wall = time.perf_counter() - t0
     children_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
@@ -529,6 +535,10 @@ def run(
 
         say(f"[5/5] append rate at {largest:,} against an empty ledger")
         growth = append_growth(largest_batches, largest)
+        reference = None
+        if _backend.BACKEND == "native":
+            say(f"[+] the pure-Python reference at {largest:,}: batched append and full verify")
+            reference = reference_backend(root / "reference", largest, batched[-1], verify)
     machine["loadavg_end"] = list(os.getloadavg())
     notes.extend(_notes(machine, largest, verify))
     result: LedgerBench = {
@@ -547,6 +557,7 @@ def run(
         "inclusion_proofs": inclusion,
         "verify": verify,
         "append_growth": growth,
+        "reference_backend": reference,
         "targets": [],
         "notes": notes,
         "elapsed_s": 0.0,
@@ -554,6 +565,33 @@ def run(
     result["targets"] = targets(result)
     result["elapsed_s"] = time.perf_counter() - started
     return result
+
+
+def reference_backend(
+    work: Path, n: int, native: BatchedAppend, native_verify: VerifyResult
+) -> ReferenceBackend:
+    """Measure the pure-Python reference beside the native figures of the same run.
+
+    Batched append of ``n`` events with the native calls switched off in this process
+    (``_backend.reference()``), then the full verify of that ledger in a child with
+    ``MEMROOT_BACKEND=python``.
+
+    Raises:
+        IntegrityError, MemrootError: as ``full_verify``.
+    """
+    work.mkdir()
+    with _backend.reference():
+        ref, _ = batched_memroot(work / "memroot.ledger", n)
+    ref_verify = full_verify(work / "memroot.ledger", backend="python")
+    append_rate = ref["entries_per_s"]
+    verify_rate = ref_verify["entries_per_s"]
+    return {
+        "size": n,
+        "batched_append_per_s": append_rate,
+        "verify_per_s": verify_rate,
+        "ratio_append_native_reference": _ratio(native["memroot"]["entries_per_s"], append_rate),
+        "ratio_verify_native_reference": _ratio(native_verify["entries_per_s"], verify_rate),
+    }
 
 
 def _notes(machine: MachineInfo, largest: int, verify: VerifyResult) -> list[str]:

@@ -77,6 +77,16 @@ def _rows(r: LedgerBench) -> list[Row]:
     rows.append((f"  last {w}", at, _num(g["last_per_s"]), "", ""))
     rows.append(("  ratio last / first", at, _num(g["ratio_last_first"], "ratio"),
                  *status(GROWTH, g["size"])))  # fmt: skip
+    ref = r.get("reference_backend")
+    if ref is not None:
+        at = f"{ref['size']:,}"
+        rows.append(("pure-Python reference, batched append", at,
+                     _num(ref["batched_append_per_s"]), "", ""))  # fmt: skip
+        rows.append(("  native / reference", at,
+                     _num(ref["ratio_append_native_reference"], "ratio"), "", ""))  # fmt: skip
+        rows.append(("pure-Python reference, full verify", at, _num(ref["verify_per_s"]), "", ""))
+        rows.append(("  native / reference", at,
+                     _num(ref["ratio_verify_native_reference"], "ratio"), "", ""))  # fmt: skip
     return rows
 
 

@@ -156,6 +156,16 @@ class TargetJSON(TypedDict):
     met: bool | None
 
 
+class ReferenceBackend(TypedDict):
+    """The pure-Python reference measured in the same run as the native core, at one size."""
+
+    size: int
+    batched_append_per_s: float | None
+    verify_per_s: float | None
+    ratio_append_native_reference: float | None
+    ratio_verify_native_reference: float | None
+
+
 class LedgerBench(TypedDict):
     """The whole ``memroot bench --json`` document.
 
@@ -170,6 +180,7 @@ class LedgerBench(TypedDict):
     inclusion_proofs: InclusionProofs
     verify: VerifyResult
     append_growth: Growth
+    reference_backend: ReferenceBackend | None
     targets: list[TargetJSON]
     notes: list[str]
     elapsed_s: float

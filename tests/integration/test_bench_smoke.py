@@ -67,6 +67,16 @@ def test_bench_json_has_every_phase_machine_and_command(tmp_path: Path) -> None:
     assert growth["size"] == 1000
     assert growth["ratio_last_first"] is None  # 1,000 entries are too few for two windows
 
+    ref = data["reference_backend"]
+    if data["machine"]["backend"] == "native":
+        # The pure-Python reference is measured in the same run, beside the native figures.
+        assert ref["size"] == 1000
+        assert _positive(ref["batched_append_per_s"]) and _positive(ref["verify_per_s"])
+        assert _positive(ref["ratio_append_native_reference"])
+        assert _positive(ref["ratio_verify_native_reference"])
+    else:
+        assert data["machine"]["backend"] == "python" and ref is None
+
     names = {t["name"] for t in data["targets"]}
     assert len(names) == 6
     for t in data["targets"]:
