@@ -529,20 +529,6 @@ def on_event(eng: Engine, entry: Entry) -> None:
     )
 
 
-def _conv_cond(view: View, alias: str) -> tuple[str, list[Any]]:
-    """Return the SQL condition for ``mem_conv`` rows of events the branch view holds."""
-    parts: list[str] = []
-    params: list[Any] = []
-    for branch, bound in view.levels:
-        if bound is None:
-            parts.append(f"({alias}.branch = ?)")
-            params.append(branch)
-        else:
-            parts.append(f"({alias}.branch = ? AND {alias}.seq <= ?)")
-            params += [branch, bound]
-    return (parts[0] if len(parts) == 1 else "(" + " OR ".join(parts) + ")"), params
-
-
 class _Down:
     """``D(P)``: the provenance events and all their ancestors, as recorded before the op.
 
@@ -556,7 +542,8 @@ class _Down:
     def __init__(self, db: apsw.Connection, view: View, prov: Sequence[str]) -> None:
         self.db = db
         self.prov = prov
-        self.cond, self.params = _conv_cond(view, "c")
+        # mem_conv rows carry (branch, seq) like mem_events: the view's event condition serves.
+        self.cond, self.params = view.events("c")
         self.levels = dict(view.levels)
         self.seen: set[str] = set()
         self.frontier: list[str] = list(prov)
