@@ -53,6 +53,7 @@ from memroot.ledger.note import Verifier, open_checkpoint
 
 if TYPE_CHECKING:
     from memroot.ledger.ledger import Ledger
+    from memroot.ledger.store import Store
 
 __all__ = [
     "CHECKPOINTS_DIR",
@@ -289,58 +290,92 @@ def write_tiles(
                 raise RefusedError(
                     f"{out} holds tiles of a different tree (the root at size {start} differs)"
                 )
-        levels, bundle, compact = _seed(out, start)
-        retained = checkpoints_after(store, b.no, -1 if backfill else start)
-        notes = {s: n for s, _, n in retained}
-        sizes = sorted(s for s in notes if s > start)
-        for s in sorted(x for x in notes if x <= start):
-            _backfill(writer, out, s, start)
-            if not (out / checkpoint_path(s)).exists():
-                writer.put(checkpoint_path(s), notes[s].encode("utf-8"))
-        next_i = 0
         with store.read():
-            for row in store.iter_entry_rows(b.no, start, size):
-                data = bytes(row.data)
-                if len(data) > MAX_TILE_ENTRY:
-                    raise RefusedError(
-                        f"entry {row.seq} of {branch!r} is {len(data)} bytes; tlog-tiles entry "
-                        f"bundles hold entries of at most {MAX_TILE_ENTRY} bytes"
-                    )
-                bundle.append(len(data).to_bytes(2, "big") + data)
-                h = leaf_hash(data)
-                for level, index, node in [(0, row.seq, h), *compact.append(h)]:
-                    if level % TILE_HEIGHT:
-                        continue
-                    tl = level // TILE_HEIGHT
-                    if tl == len(levels):
-                        levels.append([])
-                    levels[tl].append(node)
-                    if len(levels[tl]) == TILE_WIDTH:
-                        writer.put(tile_path(tl, index // TILE_WIDTH), b"".join(levels[tl]))
-                        levels[tl].clear()
-                if len(bundle) == TILE_WIDTH:
-                    writer.put(tile_path("entries", row.seq // TILE_WIDTH), b"".join(bundle))
-                    bundle.clear()
-                while next_i < len(sizes) and sizes[next_i] == compact.size:
-                    _partials(writer, sizes[next_i], levels, bundle)
-                    writer.put(
-                        checkpoint_path(sizes[next_i]),
-                        notes[sizes[next_i]].encode("utf-8"),
-                        replace=True,
-                    )
-                    next_i += 1
-        if compact.size != size or compact.root() != root:
-            raise RefusedError(
-                f"the entries of {branch!r} do not recompute the signed root at size {size}; "
-                "run `memroot verify` before publishing"
-            )
+            # Recompute the signed root over what is to be published before a file is
+            # written: a tampered entry must not reach a public directory, even partly.
+            _check_entries(store, b.no, branch, start, size, root, _seed(out, start)[2])
+            _write_growth(writer, out, store, b.no, start, size, backfill)
         # Read the new edge back from the files: what a tile client will compute.
         if merkle.tree_root(size, TileReader(out, size)) != root:
             raise RefusedError(f"the tiles written to {out} do not give the signed root")
         writer.put("checkpoint", note.encode("utf-8"), replace=True)
     except OSError as e:
         raise StorageError(f"cannot write tiles to {out}: {e}") from e
-    return Tiles(out, origin, size, bytes(root), writer.written, writer.kept, start, len(sizes))
+    return Tiles(
+        out, origin, size, bytes(root), writer.written, writer.kept, start, writer.checkpoints
+    )
+
+
+def _check_entries(
+    store: Store,
+    branch_no: int,
+    branch: str,
+    start: int,
+    size: int,
+    root: bytes,
+    compact: merkle.CompactRange,
+) -> None:
+    """Refuse unless entries ``start..size`` extend ``compact`` to the signed ``root``."""
+    for row in store.iter_entry_rows(branch_no, start, size):
+        data = bytes(row.data)
+        if len(data) > MAX_TILE_ENTRY:
+            raise RefusedError(
+                f"entry {row.seq} of {branch!r} is {len(data)} bytes; tlog-tiles entry "
+                f"bundles hold entries of at most {MAX_TILE_ENTRY} bytes"
+            )
+        compact.append(leaf_hash(data))
+    if compact.size != size or compact.root() != root:
+        raise RefusedError(
+            f"the entries of {branch!r} do not recompute the signed root at size {size}; "
+            "run `memroot verify` before publishing (nothing was written)"
+        )
+
+
+def _write_growth(
+    writer: _TileWriter,
+    out: Path,
+    store: Store,
+    branch_no: int,
+    start: int,
+    size: int,
+    backfill: bool,
+) -> None:
+    """Write the tiles, bundles and checkpoint notes of entries ``start..size`` (checked)."""
+    levels, bundle, compact = _seed(out, start)
+    retained = checkpoints_after(store, branch_no, -1 if backfill else start)
+    notes = {s: n for s, _, n in retained}
+    sizes = sorted(s for s in notes if s > start)
+    for s in sorted(x for x in notes if x <= start):
+        _backfill(writer, out, s, start)
+        if not (out / checkpoint_path(s)).exists():
+            writer.put(checkpoint_path(s), notes[s].encode("utf-8"))
+    next_i = 0
+    for row in store.iter_entry_rows(branch_no, start, size):
+        data = bytes(row.data)
+        bundle.append(len(data).to_bytes(2, "big") + data)
+        h = leaf_hash(data)
+        for level, index, node in [(0, row.seq, h), *compact.append(h)]:
+            if level % TILE_HEIGHT:
+                continue
+            tl = level // TILE_HEIGHT
+            if tl == len(levels):
+                levels.append([])
+            levels[tl].append(node)
+            if len(levels[tl]) == TILE_WIDTH:
+                writer.put(tile_path(tl, index // TILE_WIDTH), b"".join(levels[tl]))
+                levels[tl].clear()
+        if len(bundle) == TILE_WIDTH:
+            writer.put(tile_path("entries", row.seq // TILE_WIDTH), b"".join(bundle))
+            bundle.clear()
+        while next_i < len(sizes) and sizes[next_i] == compact.size:
+            _partials(writer, sizes[next_i], levels, bundle)
+            writer.put(
+                checkpoint_path(sizes[next_i]),
+                notes[sizes[next_i]].encode("utf-8"),
+                replace=True,
+            )
+            next_i += 1
+    writer.checkpoints = len(sizes)
 
 
 def _seed(out: Path, size: int) -> tuple[list[list[bytes]], list[bytes], merkle.CompactRange]:
@@ -417,6 +452,7 @@ class _TileWriter:
         self.root = root
         self.written = 0
         self.kept = 0
+        self.checkpoints = 0  # checkpoints newly published (after the published size)
 
     def put(self, rel: str, data: bytes, *, replace: bool = False) -> None:
         path = self.root / rel

@@ -8,13 +8,17 @@ import json
 from pathlib import Path
 from typing import Any
 
+import apsw
 import pytest
 from click.testing import CliRunner
 
 from memroot.cli.main import cli
+from memroot.ledger import encoding
 from memroot.ledger.audit import audit_tiles
+from memroot.ledger.errors import RefusedError
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.note import Verifier, open_checkpoint, split_note
+from memroot.ledger.store import entry_key
 from memroot.ledger.tiles import publish_configured, set_publish, tile_path, write_tiles
 
 ORIGIN = "example.org/published"
@@ -100,10 +104,53 @@ def test_publishing_again_reads_only_the_new_entries(
 
         monkeypatch.setattr(ledger.store, "iter_entry_rows", spy)
         t = write_tiles(ledger, out)
-    assert starts == [517] and t.previous_size == 517 and t.size == 817
+    # one pass recomputes the signed root before anything is written, one writes
+    assert starts == [517, 517] and t.previous_size == 517 and t.size == 817
     changed = [p for p, m in before.items() if p.stat().st_mtime_ns != m]
     assert changed == [out / "checkpoint"]
     assert plain_client_root(out, 817) == t.root
+
+
+def _rewrite_entry(path: Path, seq: int) -> None:
+    """Attack: change one entry's body on disk (hashes, nodes and checkpoints left alone)."""
+    db = apsw.Connection(str(path))
+    try:
+        with db:
+            k = entry_key(1, seq)  # main is branch 1
+            (data,) = db.execute("SELECT data FROM entries WHERE k = ?", (k,)).fetchone()
+            v, prev, s, b, ts, kind, type_, body = encoding.decode(bytes(data))
+            new = encoding.encode([v, prev, s, b, ts, kind, type_, {**body, "actor_id": "mallory"}])
+            db.execute("UPDATE entries SET data = ? WHERE k = ?", (new, k))
+    finally:
+        db.close()
+
+
+def _files(out: Path) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} if out.exists() else {}
+
+
+def test_publishing_a_rewritten_entry_writes_nothing(
+    tmp_path: Path, grown: Path, inputs: Any
+) -> None:
+    """A tampered entry never reaches the public directory, not even its bundle."""
+    fresh, out = tmp_path / "fresh", tmp_path / "log"
+    with Ledger.open(grown) as ledger:
+        write_tiles(ledger, out)
+        ledger.append_batch(inputs.mixed(300, seed=7))
+        ledger.checkpoint()
+    before = _files(out)
+    _rewrite_entry(grown, 600)  # in the growth not yet published
+    with Ledger.open(grown, strict=False) as ledger:
+        with pytest.raises(RefusedError, match="nothing was written"):
+            write_tiles(ledger, out, sign=False)
+        with pytest.raises(RefusedError, match="do not recompute the signed root"):
+            write_tiles(ledger, fresh, sign=False)
+    assert _files(out) == before
+    assert not fresh.exists()
+    # and the CLI: exit 3, the message on stderr, nothing written
+    result = CliRunner().invoke(cli, ["-l", str(grown), "publish", str(fresh), "--no-sign"])
+    assert result.exit_code == 3 and "nothing was written" in result.stderr
+    assert not fresh.exists()
 
 
 def test_the_ledger_setting_publishes_every_checkpoint(tmp_path: Path, inputs: Any) -> None:
