@@ -16,7 +16,7 @@ from memroot.ledger.ledger import Ledger
 from memroot.ledger.verify import STEPS, AuditReport
 from memroot.memory_root.records import RootRecord
 
-__all__ = ["ReportData", "gather", "render"]
+__all__ = ["ReportData", "gather", "refusal", "render"]
 
 STATE_OPS: Final = ("FALSIFY", "MARK_STALE", "RESTORE", "CASCADE")
 LATEST: Final = 40
@@ -52,6 +52,8 @@ class ReportData:
     latest: list[tuple[Entry, str]]
     generated: int
     receipts: list[dict[str, Any]] = field(default_factory=list)
+    unchecked: bool = False  # read with --no-strict: a banner says so
+    withheld: str | None = None  # the strict read was refused: only the verification shows
 
 
 def _when(us: int) -> str:
@@ -85,8 +87,29 @@ def _summary(ledger: Ledger, e: Entry) -> str:
     return f"{b.get('actor_id')} · {str(target)[:80]}"
 
 
-def gather(ledger: Ledger, audit: AuditReport, now: int) -> ReportData:
-    """Read what the report shows from ``ledger``; ``audit`` is the verify result."""
+def refusal(path: str, audit: AuditReport, reason: str, now: int) -> ReportData:
+    """Return the page of a ledger whose strict read was refused: its verification, ``reason``."""
+    return ReportData(
+        path=path,
+        ledger_id="",
+        origin=path,
+        vkeys=[],
+        checkpoints={},
+        audit=audit,
+        lanes=[],
+        roots={},
+        state_ops=[],
+        latest=[],
+        generated=now,
+        withheld=reason,
+    )
+
+
+def gather(ledger: Ledger, audit: AuditReport, now: int, *, unchecked: bool = False) -> ReportData:
+    """Read what the report shows from ``ledger``; ``audit`` is the verify result.
+
+    ``unchecked``: ``ledger`` was opened with ``strict=False`` (the page says so).
+    """
     from memroot.memory_root import Roots
     from memroot.memory_root.branches import list_branches
 
@@ -173,6 +196,7 @@ def gather(ledger: Ledger, audit: AuditReport, now: int) -> ReportData:
         latest=sorted(latest, key=lambda x: (x[0].ts, x[0].branch, x[0].seq), reverse=True),
         generated=now,
         receipts=receipts,
+        unchecked=unchecked,
     )
 
 
@@ -461,11 +485,30 @@ def render(d: ReportData) -> str:
         f"<header><h1>memroot report</h1><div class='sub'>{_e(d.origin)} · generated "
         f"{_e(_when(d.generated))}</div></header><main>"
         + _verify(d)
-        + _identity(d)
-        + _roots(d)
-        + _branches(d)
-        + _states(d)
-        + _receipts(d)
-        + _latest(d)
+        + _read(d)
+        + ("" if d.withheld is not None else _body(d))
         + "</main></body></html>\n"
     )
+
+
+def _read(d: ReportData) -> str:
+    """Return the banner of a refused or unchecked read (nothing when the read was strict)."""
+    if d.withheld is not None:
+        return (
+            '<section id="withheld"><h2>Ledger data withheld</h2>'
+            f"<p>{_badge('strict read refused', 'fail')} {_e(d.withheld)}</p>"
+            '<p class="muted">No entry, root or branch of this ledger is shown: they did not '
+            "check against its signed checkpoints. <code>memroot report --no-strict</code> "
+            "shows them unchecked (forensics).</p></section>"
+        )
+    if d.unchecked:
+        return (
+            '<section id="unchecked"><p>'
+            f"{_badge('UNCHECKED', 'fail')} read with <code>--no-strict</code>: what follows "
+            "was NOT checked against the signed checkpoints (forensics only).</p></section>"
+        )
+    return ""
+
+
+def _body(d: ReportData) -> str:
+    return _identity(d) + _roots(d) + _branches(d) + _states(d) + _receipts(d) + _latest(d)

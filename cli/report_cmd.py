@@ -12,10 +12,12 @@ from pathlib import Path
 
 import click
 
+from memroot.cli.commands import strict_option
 from memroot.cli.main import Context, cli, emit, pass_ctx
 from memroot.ledger.entries import now_us
-from memroot.ledger.errors import StorageError
+from memroot.ledger.errors import IntegrityError, StorageError
 from memroot.ledger.ledger import Ledger
+from memroot.ledger.strict import relaxed
 from memroot.ledger.trust import TrustedState, default_trusted_path
 from memroot.ledger.verify import verify_path
 
@@ -31,10 +33,16 @@ __all__ = ["report_cmd"]
     help="Trusted-state file verification compares with (read only; default as `verify`).",
 )
 @click.option("--vkey", "vkeys", multiple=True, help="Trust this verifier key (repeatable).")
+@strict_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (where the page went, ok).")
 @pass_ctx
 def report_cmd(
-    ctx: Context, out: Path, trusted_path: Path | None, vkeys: tuple[str, ...], as_json: bool
+    ctx: Context,
+    out: Path,
+    trusted_path: Path | None,
+    vkeys: tuple[str, ...],
+    no_strict: bool,
+    as_json: bool,
 ) -> None:
     """Write a self-contained HTML report of the ledger (no server, no external assets).
 
@@ -43,32 +51,56 @@ def report_cmd(
     falsifications and cascades, and the latest entries. Exit 1 when verification fails
     (the page is written anyway, showing why).
 
+    The ledger data on the page is read strictly: when that read is refused (a tampered
+    entry, a head that disagrees with its checkpoint) the page shows the verification and
+    the refusal, and no entry, root or branch; ``--no-strict`` shows them unchecked, under a
+    banner that says so.
+
     Example: memroot -l agent.ledger report agent-report.html
     """
     from memroot.cli import hooks
-    from memroot.cli._report_html import gather, render
+    from memroot.cli._report_html import gather, refusal, render
 
     path = ctx.path()
-    with Ledger.open(path, readonly=True) as ledger:
-        checks = hooks.replay_checks(ledger)
-    audit = verify_path(
-        path,
-        trusted=TrustedState(trusted_path or default_trusted_path()),
-        vkeys=vkeys,
-        checks=checks,
-        update_trusted=False,
-    )
-    with Ledger.open(path, readonly=True) as ledger:
-        page = render(gather(ledger, audit, now_us()))
+    if no_strict:
+        click.echo(
+            "warning: --no-strict: the page shows entries and content NOT checked against the "
+            "signed checkpoints (forensics only)",
+            err=True,
+        )
+    # Verification reads the file as it is, to report on it (as `memroot verify`).
+    with relaxed():
+        with Ledger.open(path, readonly=True) as ledger:
+            checks = hooks.replay_checks(ledger)
+        audit = verify_path(
+            path,
+            trusted=TrustedState(trusted_path or default_trusted_path()),
+            vkeys=vkeys,
+            checks=checks,
+            update_trusted=False,
+        )
+    refused: str | None = None
+    try:
+        with Ledger.open(path, readonly=True, strict=not no_strict) as ledger:
+            page = render(gather(ledger, audit, now_us(), unchecked=no_strict))
+    except IntegrityError as e:
+        refused = str(e)
+        page = render(refusal(str(path), audit, refused, now_us()))
     try:
         out.write_text(page, encoding="utf-8")
     except OSError as e:
         raise StorageError(f"cannot write {out}: {e}") from e
     emit(
-        {"report": str(out), "ok": audit.ok, "bytes": len(page.encode())},
+        {
+            "report": str(out),
+            "ok": audit.ok and refused is None,
+            "bytes": len(page.encode()),
+            "strict_read_refused": refused,
+        },
         as_json,
         f"wrote {out} ({len(page.encode())} bytes); verification "
-        + ("ok" if audit.ok else f"FAILED ({len(audit.findings)} violation(s))"),
+        + ("ok" if audit.ok else f"FAILED ({len(audit.findings)} violation(s))")
+        + ("" if refused is None else f"; ledger data withheld: {refused}"),
     )
-    if not audit.ok:
+    if not audit.ok or refused is not None:
         raise click.exceptions.Exit(1)

@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from memroot.cli.commands import open_ledger
+from memroot.cli.commands import open_ledger, open_reader, strict_option
 from memroot.cli.main import Context, cli, emit, pass_ctx
 from memroot.ledger.errors import IntegrityError, RefusedError, StorageError
 from memroot.ledger.note import Verifier
@@ -181,14 +181,17 @@ def remove_cmd(ctx: Context, name: str) -> None:
 
 
 @witness.command("list")
+@strict_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
-def list_cmd(ctx: Context, as_json: bool) -> None:
+def list_cmd(ctx: Context, no_strict: bool, as_json: bool) -> None:
     """List the ledger's witnesses: cosigned size, pending checkpoints, last error.
+
+    Read strictly (the head checked against its signed checkpoint) unless --no-strict.
 
     Example: memroot -l agent.ledger witness list --json
     """
-    with open_ledger(ctx) as ledger:
+    with open_reader(ctx, no_strict) as ledger:
         rows = witness_status(ledger)
 
     def human() -> None:

@@ -13,6 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from memroot.cli.main import cli
+from memroot.ledger import encoding
+from memroot.ledger.store import entry_key
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -70,6 +72,42 @@ def test_report_of_a_tampered_ledger_shows_the_failure(tmp_path: Path) -> None:
     page = (tmp_path / "r.html").read_text(encoding="utf-8")
     assert 'data-ok="false"' in page
     assert re.search(r'data-step="4"><td>4</td><td>[^<]*</td><td><span class="badge fail">', page)
+
+
+def _rewrite_head(path: Path) -> None:
+    """Attack: change main's newest entry in place (no key; hashes and nodes left alone)."""
+    db = apsw.Connection(str(path))
+    try:
+        with db:
+            no, size = db.execute("SELECT no, size FROM branches WHERE name = 'main'").fetchone()
+            k = entry_key(no, size - 1)
+            (data,) = db.execute("SELECT data FROM entries WHERE k = ?", (k,)).fetchone()
+            v, prev, seq, b, ts, kind, type_, body = encoding.decode(bytes(data))
+            forged = {**body, "actor_id": "mallory"}
+            db.execute(
+                "UPDATE entries SET data = ? WHERE k = ?",
+                (encoding.encode([v, prev, seq, b, ts, kind, type_, forged]), k),
+            )
+    finally:
+        db.close()
+
+
+def test_report_of_a_rewritten_entry_withholds_the_ledger_data(tmp_path: Path) -> None:
+    """The strict read is refused: the page shows the verification and why, no entry."""
+    ledger = _example(tmp_path)
+    _rewrite_head(ledger)
+    code, output = _report(ledger, tmp_path / "r.html")
+    assert code == 1 and "ledger data withheld: strict read refused" in output
+    page = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert 'data-ok="false"' in page and 'id="withheld"' in page
+    # (verify's own findings may quote the forged field; the served sections are absent)
+    assert 'id="entries"' not in page and 'id="roots"' not in page and 'class="lane"' not in page
+    assert re.search(r'data-step="5"><td>5</td><td>[^<]*</td><td><span class="badge fail">', page)
+    # forensics: --no-strict shows the data, unchecked, under a banner
+    code, output = _report(ledger, tmp_path / "f.html", "--no-strict")
+    assert code == 1 and "--no-strict" in output
+    page = (tmp_path / "f.html").read_text(encoding="utf-8")
+    assert 'id="unchecked"' in page and 'id="entries"' in page and 'class="lane"' in page
 
 
 def _browser() -> str | None:
