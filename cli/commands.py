@@ -6,8 +6,10 @@ import base64
 import contextlib
 import dataclasses
 import datetime as dt
+import itertools
 import json
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -35,6 +37,7 @@ from memroot.ledger.errors import (
     IntegrityError,
     NotFoundError,
     RefusedError,
+    StorageError,
     ValidationError,
 )
 from memroot.ledger.hashing import leaf_hash
@@ -262,11 +265,14 @@ def append(ctx: Context, entry: str | None, branch: str, anchor: str | None, as_
     _print_appended([rows], as_json)
 
 
-def _read_lines(f: BinaryIO) -> Iterator[tuple[int, str]]:
+def _read_lines(f: BinaryIO, read: list[int] | None = None) -> Iterator[tuple[int, str]]:
+    """Yield ``(line number, text)`` of each non-blank line; ``read[0]`` counts bytes read."""
     # Bytes decoded line by line: a text-mode file raises UnicodeDecodeError (a traceback,
     # and for a whole buffered chunk, so with no usable line number) on bytes that are not
     # UTF-8.
     for number, raw in enumerate(f, 1):
+        if read is not None:
+            read[0] += len(raw)
         if len(raw) > MAX_JSON_LINE:
             raise DecodeError(f"line {number}: longer than {MAX_JSON_LINE} bytes")
         try:
@@ -275,6 +281,36 @@ def _read_lines(f: BinaryIO) -> Iterator[tuple[int, str]]:
             raise DecodeError(f"line {number}: not UTF-8 text ({e.reason})") from e
         if line.strip():
             yield number, line
+
+
+@contextlib.contextmanager
+def _rereadable(file: BinaryIO) -> Iterator[BinaryIO]:
+    """Yield ``file``, or a temporary copy on disk when it cannot be read twice (a pipe).
+
+    The import streams the file (its lines are never all in memory); naming the line a
+    refusal came from reads it a second time.
+    """
+    try:
+        seekable = file.seekable()
+    except (OSError, ValueError):
+        seekable = False
+    if seekable:
+        yield file
+        return
+    with tempfile.TemporaryFile() as spool:
+        try:
+            shutil.copyfileobj(file, spool, 1 << 20)
+        except OSError as e:
+            raise StorageError(f"cannot copy the import to a temporary file: {e}") from e
+        spool.seek(0)
+        yield spool
+
+
+def _size_of(file: BinaryIO) -> int:
+    try:
+        return max(0, os.fstat(file.fileno()).st_size - file.tell())
+    except (OSError, ValueError, AttributeError):
+        return 0
 
 
 @cli.command("import")
@@ -303,36 +339,60 @@ def import_(
     The whole file lands in one transaction: a bad line (named by its number) leaves the
     ledger exactly as it was. Use - to read stdin. With --anchor, the file's events that name
     no parent continue the conversation from that event, each the child of the one before.
+    The file is read a batch at a time (memory stays flat however long it is); input from a
+    pipe is first copied to a temporary file.
 
     Example: memroot -l agent.ledger import events.jsonl --json
     """
-    lines = list(_read_lines(file))
-    out: list[Appended] = []
-    with open_ledger(ctx) as ledger:
-        try:
-            _import_lines(ledger, lines, batch_size, branch, anchor, out)
-        except RefusedError as e:
-            if str(e).startswith("line "):
-                raise  # a malformed line, already named
-            n = _refused_line(ledger, lines, branch, anchor)
-            if n is None:
-                raise
-            if isinstance(e, ValidationError):
-                raise ValidationError(f"line {n}: {e}", field=e.field) from e
-            raise RefusedError(f"line {n}: {e}") from e
-        _sign_pending(ledger, branch)  # after the commit: only durable entries are signed
+    with _rereadable(file) as source:
+        origin = source.tell()
+        done = _Imported(keep=as_json)
+        with open_ledger(ctx) as ledger:
+            try:
+                _import_lines(ledger, source, batch_size, branch, anchor, done)
+            except RefusedError as e:
+                if str(e).startswith("line "):
+                    raise  # a malformed line, already named
+                source.seek(origin)
+                n = _refused_line(ledger, source, branch, anchor)
+                if n is None:
+                    raise
+                if isinstance(e, ValidationError):
+                    raise ValidationError(f"line {n}: {e}", field=e.field) from e
+                raise RefusedError(f"line {n}: {e}") from e
+            _sign_pending(ledger, branch)  # after the commit: only durable entries are signed
     if as_json:
-        _print_appended(out, True)
+        _print_appended(done.rows, True)
     else:
         click.echo(
-            f"imported {len(lines)} entries" + (f" ({out[0].seq}..{out[-1].seq})" if out else "")
+            f"imported {done.lines} entries"
+            + (f" ({done.first.seq}..{done.last.seq})" if done.first and done.last else "")
         )
-        if out:
-            click.echo(f"last: {out[-1].seq}\t{out[-1].entry_hash.hex()}")
+        if done.last is not None:
+            click.echo(f"last: {done.last.seq}\t{done.last.entry_hash.hex()}")
+
+
+@dataclasses.dataclass
+class _Imported:
+    """What an import appended: every row only when they are all printed (``--json``)."""
+
+    keep: bool
+    lines: int = 0
+    first: Appended | None = None
+    last: Appended | None = None
+    rows: list[Appended] = dataclasses.field(default_factory=list)
+
+    def add(self, rows: list[Appended], lines: int) -> None:
+        self.lines += lines
+        if rows:
+            self.first = self.first or rows[0]
+            self.last = rows[-1]
+        if self.keep:
+            self.rows.extend(rows)
 
 
 def _import_items(
-    lines: list[tuple[int, str]], anchor: str | None
+    lines: Iterator[tuple[int, str]], anchor: str | None
 ) -> Iterator[tuple[int, EventInput | OpInput]]:
     """Yield each line's request (events chained from ``anchor`` when given)."""
     for n, text in lines:
@@ -348,9 +408,7 @@ class _Undo(Exception):
     """Raised to roll back the rehearsal of ``_refused_line``."""
 
 
-def _refused_line(
-    ledger: Ledger, lines: list[tuple[int, str]], branch: str, anchor: str | None
-) -> int | None:
+def _refused_line(ledger: Ledger, source: BinaryIO, branch: str, anchor: str | None) -> int | None:
     """Return the number of the first line the ledger refuses, appending one by one.
 
     Runs after a refused import, in a transaction that is always rolled back, so the error
@@ -359,7 +417,7 @@ def _refused_line(
     found: int | None = None
     try:
         with ledger.store.write():
-            for n, item in _import_items(lines, anchor):
+            for n, item in _import_items(_read_lines(source), anchor):
                 try:
                     ledger.append(item, branch=branch)
                 except RefusedError:
@@ -373,20 +431,21 @@ def _refused_line(
 
 def _import_lines(
     ledger: Ledger,
-    lines: list[tuple[int, str]],
+    source: BinaryIO,
     batch_size: int,
     branch: str,
     anchor: str | None,
-    out: list[Appended],
+    done: _Imported,
 ) -> None:
-    """Append every line in one transaction (all or nothing), in batches."""
-    items = list(_import_items(lines, anchor))
+    """Append every line in one transaction (all or nothing), a batch at a time."""
+    total = _size_of(source)
+    read = [0]
+    items = _import_items(_read_lines(source, read), anchor)
     with ledger.bulk():
-        for update in progress_bar(len(items), "importing"):
-            for start in range(0, len(items), batch_size):
-                chunk = [item for _, item in items[start : start + batch_size]]
-                out.extend(ledger.append_batch(chunk, branch=branch))
-                update(start + len(chunk), len(items))
+        for update in progress_bar(total, "importing"):
+            while chunk := [item for _, item in itertools.islice(items, batch_size)]:
+                done.add(ledger.append_batch(chunk, branch=branch), len(chunk))
+                update(min(read[0], total), total)
 
 
 def _entry_summary(e: Entry) -> dict[str, Any]:

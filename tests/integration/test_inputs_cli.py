@@ -119,6 +119,56 @@ def test_import_refuses_a_reserved_operation_and_writes_nothing(
     assert _size(ledger) == size
 
 
+def _assert_line(evidence: str) -> str:
+    payload = {
+        "object_type": "FACT",
+        "epistemic_type": "OBSERVED",
+        "source_type": "USER_STATED",
+        "evidence_ids": [evidence],
+        "value": "v",
+        "confidence": 0.9,
+        "salience": 0.5,
+    }
+    return _op("ASSERT", payload, actor_type="AI_AGENT")
+
+
+def test_import_from_a_pipe_names_the_refused_line_and_writes_nothing(ledger: Path) -> None:
+    """stdin is a real pipe (not seekable): the refused line is still named, nothing lands.
+
+    The import reads a batch at a time; naming the line re-reads the input, so a pipe is
+    first copied to a temporary file.
+    """
+    import subprocess
+    import sys
+
+    events = [json.dumps({**EVENT, "content": f"e{i}"}) for i in range(7)]
+    unknown = "01900000-0000-7000-8000-000000000000"  # evidence that is no event of the ledger
+    text = "\n".join([*events, "", _assert_line(unknown), json.dumps(EVENT)]) + "\n"
+    size = _size(ledger)
+    exe = Path(sys.executable).parent / "memroot"
+    done = subprocess.run(
+        [str(exe), "-l", str(ledger), "import", "-", "--batch-size", "3"],
+        input=text.encode(),
+        capture_output=True,
+        timeout=120,
+    )
+    assert done.returncode == 3, done.stderr
+    assert b"line 9:" in done.stderr and b"Traceback" not in done.stderr
+    assert _size(ledger) == size
+    # the same input without the bad line imports whole, in batches of 3
+    good = "\n".join(events) + "\n"
+    done = subprocess.run(
+        [str(exe), "-l", str(ledger), "import", "-", "--batch-size", "3", "--json"],
+        input=good.encode(),
+        capture_output=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)
+    assert len(rows) == 7 and [r["seq"] for r in rows] == list(range(size, size + 7))
+    assert _size(ledger) == size + 7
+
+
 def test_the_library_still_writes_its_own_reserved_operations(ledger: Path) -> None:
     """snapshot, rotate-key and branch create/close write SNAPSHOT, KEY_ROTATE, BRANCH_*."""
     _event_id(ledger)
