@@ -48,7 +48,7 @@ def report_cmd(
     from memroot.cli import hooks
     from memroot.cli._report_html import gather, render
 
-    path = ctx.path()
+    path = ctx.file("report")
     with Ledger.open(path, readonly=True) as ledger:
         checks = hooks.replay_checks(ledger)
     audit = verify_path(
