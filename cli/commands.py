@@ -12,7 +12,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Final
 
 import click
 
@@ -52,11 +52,54 @@ MAX_JSON_LINE = 32 * 1024 * 1024
 MAX_LOG_LIMIT = 100_000
 
 
+PG_COMMANDS: Final = frozenset(
+    {
+        "init",
+        "append",
+        "import",
+        "log",
+        "show",
+        "checkpoint",
+        "prove",
+        "vkey",
+        "verify",
+        "export",
+        "audit",
+        "rotate-key",
+        "tiles",
+        "publish",
+        "witness",
+        "receipts",
+    }
+)
+"""The commands that run on a PostgreSQL ledger: the ledger core's (docs/postgresql.md)."""
+
+
+def _check_pg_command(target: Path | str) -> None:
+    """Refuse, before anything is read, a command of the layers above on a PostgreSQL ledger.
+
+    Raises:
+        RefusedError: naming the command, for a PostgreSQL ledger.
+    """
+    if not is_url(target):
+        return
+    current = click.get_current_context(silent=True)
+    words = current.command_path.split() if current is not None else []
+    name = words[1] if len(words) > 1 else ""
+    if name not in PG_COMMANDS:
+        raise RefusedError(
+            f"`memroot {name}` needs the layers above the ledger (memory model, roots, "
+            "falsification, branches), which do not run on a PostgreSQL ledger yet; the "
+            "ledger's own commands do (docs/postgresql.md)"
+        )
+
+
 def open_ledger(ctx: Context) -> Ledger:
     """Open the ledger named by -l/--ledger (with the memory model's hooks when present)."""
     from memroot.cli import hooks
 
     target = ctx.path()
+    _check_pg_command(target)
     if is_url(target):
         # The layers above the ledger do not run on PostgreSQL yet: the bare ledger, whose
         # commands that need them fail naming their missing tables (docs/postgresql.md).
@@ -94,6 +137,7 @@ def open_reader(ctx: Context, no_strict: bool) -> Ledger:
             err=True,
         )
     path = ctx.path()
+    _check_pg_command(path)
     trusted_path = default_trusted_path()
     trusted = TrustedState(trusted_path) if not no_strict and trusted_path.exists() else None
     if isinstance(path, str):  # PostgreSQL: the server decides who may write
