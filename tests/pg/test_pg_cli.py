@@ -127,3 +127,42 @@ def test_cli_errors(tmp_path: Path, pg_url: str, pg_key: Path) -> None:
     bad = _run("-l", "postgresql://u:pw@h/db?nonsense=1", "log")
     assert bad.exit_code == 4 and "pw" not in bad.output
     assert json.loads(_ok("-l", pg_url, "log", "--json").stdout)[0]["seq"] == 0
+
+
+def test_witness_on_postgres(tmp_path: Path, pg_url: str, pg_key: Path) -> None:
+    """A loopback witness cosigns a PostgreSQL ledger's checkpoints; verify requires them.
+
+    The witness tables go through the ledger layer's SQLite-dialect SQL (``INSERT OR
+    REPLACE``, ``CAST(note AS BLOB)``, ``sqlite_master``), translated by ``PgConnection``.
+    """
+    import select
+    import subprocess
+    import sys
+
+    base = ["-l", pg_url, "--key", str(pg_key)]
+    _ok(*base, "init", "--origin", "example.org/pgw")
+    vkey = _ok(*base, "vkey").stdout.strip()
+    wdir = tmp_path / "witness"
+    made = _ok("witness", "init", str(wdir), "--name", "witness.example.org/w1", "--log", vkey)
+    wvkey = next(w for w in made.stdout.split() if w.startswith("witness.example.org/w1+"))
+    serve = ["witness", "serve", str(wdir), "--listen", "127.0.0.1:0", "--quiet"]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from memroot.cli.main import main; main()", *serve],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], 60)
+        line = proc.stdout.readline() if ready else ""
+        assert line.startswith("listening on http://127.0.0.1:"), line
+        url = line.split(" ")[-1].strip()
+        _ok(*base, "witness", "add", url, wvkey)
+        _ok(*base, "append", json.dumps(EVENT))
+        listed = _ok(*base, "witness", "list", "--json").stdout
+        assert '"pending": 0' in listed
+        report = json.loads(_ok(*base, "verify", "--witness-vkey", wvkey, "--json").stdout)
+        assert report["ok"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
