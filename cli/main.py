@@ -192,6 +192,7 @@ def _add_ledger_option(command: click.Command) -> None:
         click.Option(
             ["-l", "--ledger"],
             type=LedgerTarget(),
+            metavar="PATH",
             envvar=LEDGER_ENVVAR,
             expose_value=False,
             callback=_take_ledger,
@@ -257,6 +258,7 @@ class _Group(click.Group):
     "-l",
     "--ledger",
     type=LedgerTarget(),
+    metavar="PATH",
     envvar=LEDGER_ENVVAR,
     help=f"{_LEDGER_HELP[:-1]}; also accepted after the subcommand.",
 )
