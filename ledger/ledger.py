@@ -383,8 +383,9 @@ class Ledger:
         """
         if self._signer is None:
             if not self._key_given:
+                where = self.store.where if isinstance(self.store, PgStore) else self.path
                 raise KeyFileError(
-                    f"{self.store.path}: a PostgreSQL ledger keeps no key file beside it: name "
+                    f"{where}: a PostgreSQL ledger keeps no key file beside it: name "
                     "its signing key (--key PATH, MEMROOT_KEY, key_path=)"
                 )
             self._signer = Ed25519Signer.load(self.key_path)
