@@ -174,11 +174,12 @@ import json, sys
 from pathlib import Path
 from memroot.ledger.entries import EventInput
 from memroot.ledger.ledger import Ledger
-url, key, n, batches, batch = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:])
+url, key, n, batches, batch = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6])
+branch = sys.argv[6] if len(sys.argv) > 6 else "main"
 ids = []
 with Ledger.open(url, key_path=Path(key)) as ledger:
     for b in range(batches):
-        done = ledger.append_batch([
+        done = ledger.append_batch(branch=branch, items=[
             EventInput(stream=f"w{n}", actor_id="a", actor_type="AI_AGENT", role="USER",
                        content=f"writer {n} item {i}", namespace_id="ns")
             for i in range(b * batch, (b + 1) * batch)
@@ -219,6 +220,41 @@ def test_eight_writers_one_gap_free_chain(tmp_path: Path, pg_url: str, pg_key: P
         assert len({streams[i] for i in range(0, len(streams), 25)}) == 8
     report = verify_path(pg_url)
     assert report.ok, report.findings
+
+
+def test_writers_of_two_branches(tmp_path: Path, pg_url: str, pg_key: Path) -> None:
+    """Writers of main and of a fork at once: each branch one gap-free chain; all verifies."""
+    with Ledger.init(pg_url, origin=ORIGIN, key_path=pg_key) as ledger:
+        create = OpInput(
+            op_type="BRANCH_CREATE",
+            actor_id="planner",
+            actor_type="AI_AGENT",
+            namespace_id="ns",
+            payload={"branch_id": "sim-1"},
+            policy_version="policy/1",
+        )
+        ledger.fork(create, genesis={"branch_type": "SIMULATION"})
+        main_size = ledger.size()
+    script = tmp_path / "writer.py"
+    script.write_text(_WRITER)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), pg_url, str(pg_key), str(n), "4", "20", branch],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for n, branch in enumerate(["main", "sim-1", "main", "sim-1"])
+    ]
+    for p in procs:
+        p.communicate(timeout=300)
+        assert p.returncode == 0
+    with Ledger.open(pg_url, key_path=pg_key) as ledger:
+        assert ledger.size() == main_size + 2 * 4 * 20
+        assert ledger.size("sim-1") == 1 + 2 * 4 * 20
+        for branch in ("main", "sim-1"):
+            seqs = [e.seq for e in ledger.entries(branch=branch)]
+            assert seqs == list(range(ledger.size(branch)))
+    assert verify_path(pg_url).ok
 
 
 _KILLED_WRITER = """
