@@ -18,6 +18,8 @@ run and on the same server (best of ``--repeat``, wall and CPU time of this proc
    Beside it the same ledger copied (``PgStore.copy_snapshot``, what ``memroot verify``
    does before checking) and verified as a SQLite file.
 4. For scale: the same batched append into a SQLite ledger file (no hooks) in the same run.
+5. ``--durable N`` (default 200): ``N`` single appends (one committed transaction each) after
+   phase 1, beside ``N`` single-row ``INSERT`` transactions of the same rows.
 
 CPU time is this process's only (the server's work is in the wall time).
 
@@ -93,7 +95,24 @@ def _raw_copy(raw: Any, rows: list[tuple[Any, ...]], batch: int) -> None:
                 cp.write_row(row)
 
 
-def _one(db_url: str, items: list[EventInput], batch: int, keep: Callable[..., None]) -> None:
+def _singles(ledger: Ledger, items: list[EventInput]) -> None:
+    for item in items:
+        ledger.append(item)
+
+
+def _raw_singles(raw: Any, rows: list[tuple[Any, ...]]) -> None:
+    for row in rows:
+        with raw.transaction():
+            raw.execute(
+                "INSERT INTO raw_single(k, hash, data, digest, salt, content) "
+                "VALUES(%s, %s, %s, %s, %s, %s)",
+                row,
+            )
+
+
+def _one(
+    db_url: str, items: list[EventInput], batch: int, durable: int, keep: Callable[..., None]
+) -> None:
     """One repeat on the fresh database ``db_url``: every phase, figures to ``keep``."""
     with tempfile.TemporaryDirectory(prefix="memroot-bench-pg-") as tmp:
         key = Path(tmp) / "ledger.key"
@@ -104,12 +123,20 @@ def _one(db_url: str, items: list[EventInput], batch: int, keep: Callable[..., N
                 (r.seq, r.hash, r.data, r.digest, r.salt, r.content)
                 for r in ledger.store.iter_entry_rows(ledger.branch_row().no, 1)
             ]
+            if durable:
+                keep("memroot_single", *_timed(lambda: _singles(ledger, items[:durable])))
         with psycopg.connect(db_url, autocommit=True) as raw:
             raw.execute(
                 "CREATE TABLE raw_entries(k BIGINT PRIMARY KEY, hash BYTEA NOT NULL, "
                 "data BYTEA NOT NULL, digest BYTEA, salt BYTEA, content BYTEA)"
             )
             keep("raw_copy", *_timed(lambda: _raw_copy(raw, rows, batch)))
+            if durable:
+                raw.execute(
+                    "CREATE TABLE raw_single(k BIGINT PRIMARY KEY, hash BYTEA NOT NULL, "
+                    "data BYTEA NOT NULL, digest BYTEA, salt BYTEA, content BYTEA)"
+                )
+                keep("raw_single", *_timed(lambda: _raw_singles(raw, rows[:durable])))
         report: list[Any] = []
         keep("memroot_verify", *_timed(lambda: report.append(verify_path(db_url))))
         assert report[0].ok, report[0].findings
@@ -124,7 +151,7 @@ def _one(db_url: str, items: list[EventInput], batch: int, keep: Callable[..., N
             keep("sqlite_append", *_timed(lambda: _append(lite, items, batch)))
 
 
-def run(url: str, entries: int, batch: int, repeat: int) -> dict[str, Any]:
+def run(url: str, entries: int, batch: int, repeat: int, durable: int = 0) -> dict[str, Any]:
     """Run every phase ``repeat`` times on fresh databases; return the best figures."""
     best: dict[str, dict[str, float]] = {}
 
@@ -138,12 +165,13 @@ def run(url: str, entries: int, batch: int, repeat: int) -> dict[str, Any]:
         with psycopg.connect(url, autocommit=True) as admin:
             admin.execute(f"CREATE DATABASE {name}")
         try:
-            _one(_database(url, name), items, batch, keep)
+            _one(_database(url, name), items, batch, durable, keep)
         finally:
             with psycopg.connect(url, autocommit=True) as admin:
                 admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-    for fig in best.values():
-        fig["entries_per_s"] = entries / fig["wall_s"]
+    for key, fig in best.items():
+        n = durable if key.endswith("_single") else entries
+        fig["entries_per_s"] = n / fig["wall_s"]
     with psycopg.connect(url) as conn:
         version = conn.execute("SHOW server_version").fetchone()
         sync = conn.execute("SHOW synchronous_commit").fetchone()
@@ -151,6 +179,7 @@ def run(url: str, entries: int, batch: int, repeat: int) -> dict[str, Any]:
     return {
         "entries": entries,
         "batch": batch,
+        "durable": durable,
         "repeat": repeat,
         "best": best,
         "append_vs_copy": best["memroot_append"]["wall_s"] / best["raw_copy"]["wall_s"],
@@ -176,12 +205,13 @@ def main() -> None:
     p.add_argument("--entries", type=int, default=20_000)
     p.add_argument("--batch", type=int, default=1_000)
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--durable", type=int, default=200, help="single appends (0: none)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     if not args.url:
         p.error("no server: give --url postgresql://... or set MEMROOT_TEST_PG_URL")
     load = os.getloadavg()
-    out = run(args.url, args.entries, args.batch, args.repeat)
+    out = run(args.url, args.entries, args.batch, args.repeat, args.durable)
     out["machine"]["loadavg_start"] = load
     if args.json:
         print(json.dumps(out, indent=2))
