@@ -248,6 +248,12 @@ class Ledger:
                 "a PostgreSQL ledger keeps no key file beside it: name one (--key PATH, "
                 "MEMROOT_KEY, key_path=)"
             )
+        if url is not None and hooks:
+            raise StorageError(
+                "the layers above the ledger (memory model, roots, falsification, branches) "
+                "do not run on a PostgreSQL ledger yet: create it with hooks=() "
+                "(docs/postgresql.md)"
+            )
         path = Path(path)
         key_path = key_path or default_key_path(path)
         ledger_id = new_uuid()

@@ -354,10 +354,22 @@ def test_errors_are_clear(tmp_path: Path, pg_url: str, pg_key: Path) -> None:
         with pytest.raises(KeyFileError):
             ledger.append(_event(1))
         assert ledger.size() == 1
-    with pytest.raises(StorageError, match="do not run on a PostgreSQL ledger"):
-        from memroot.memory_root.stack import default_hooks
+    from memroot.memory_root.stack import default_hooks
 
+    with pytest.raises(StorageError, match="do not run on a PostgreSQL ledger"):
         Ledger.open(pg_url, key_path=pg_key, hooks=default_hooks())
+
+
+def test_init_with_hooks_is_refused_before_anything_is_made(
+    tmp_path: Path, pg_url: str, pg_key: Path
+) -> None:
+    from memroot.memory_root.stack import default_hooks
+
+    with pytest.raises(StorageError, match="do not run on a PostgreSQL ledger"):
+        Ledger.init(pg_url, origin=ORIGIN, key_path=pg_key, hooks=default_hooks())
+    assert not pg_key.exists()
+    with Ledger.init(pg_url, origin=ORIGIN, key_path=pg_key) as ledger:  # nothing was left
+        assert ledger.size() == 1
 
 
 def test_server_down_and_bad_url(tmp_path: Path) -> None:
