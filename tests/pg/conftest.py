@@ -94,6 +94,7 @@ def pg_server() -> Iterator[str]:
     finally:
         if stop:
             subprocess.run(stop, capture_output=True, cwd="/")
+            shutil.rmtree(urlsplit(url).query.removeprefix("host="), ignore_errors=True)
 
 
 def with_database(url: str, dbname: str) -> str:
