@@ -202,7 +202,7 @@ def import_bundle_cmd(
     from memroot.cli import hooks
 
     trusted = TrustedState(trusted_path or default_trusted_path())
-    done = import_bundle(bundle, ctx.path(), vkeys=vkeys, trusted=trusted)
+    done = import_bundle(bundle, ctx.file("import-bundle"), vkeys=vkeys, trusted=trusted)
     with open_ledger(ctx) as ledger:  # installs the layers' tables
         hooks.rebuild_derived(ledger)  # and replays their state from the imported entries
     data = {

@@ -14,7 +14,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Final
 
 import click
 
@@ -43,7 +43,7 @@ from memroot.ledger.errors import (
 from memroot.ledger.hashing import leaf_hash
 from memroot.ledger.ledger import Appended, Ledger
 from memroot.ledger.note import Verifier, open_checkpoint, parse_tlog_proof
-from memroot.ledger.store import Store
+from memroot.ledger.pg import is_url, open_store, redact
 from memroot.ledger.strict import relaxed
 from memroot.ledger.trust import TrustedState, default_trusted_path
 from memroot.ledger.verify import STEPS, AuditReport, Finding, verify_path
@@ -55,11 +55,59 @@ MAX_JSON_LINE = 32 * 1024 * 1024
 MAX_LOG_LIMIT = 100_000
 
 
+PG_COMMANDS: Final = frozenset(
+    {
+        "init",
+        "append",
+        "import",
+        "log",
+        "show",
+        "checkpoint",
+        "prove",
+        "vkey",
+        "verify",
+        "export",
+        "audit",
+        "rotate-key",
+        "tiles",
+        "publish",
+        "witness",
+        "receipts",
+    }
+)
+"""The commands that run on a PostgreSQL ledger: the ledger core's (docs/postgresql.md)."""
+
+
+def _check_pg_command(target: Path | str) -> None:
+    """Refuse, before anything is read, a command of the layers above on a PostgreSQL ledger.
+
+    Raises:
+        RefusedError: naming the command, for a PostgreSQL ledger.
+    """
+    if not is_url(target):
+        return
+    current = click.get_current_context(silent=True)
+    words = current.command_path.split() if current is not None else []
+    name = words[1] if len(words) > 1 else ""
+    if name not in PG_COMMANDS:
+        raise RefusedError(
+            f"`memroot {name}` needs the layers above the ledger (memory model, roots, "
+            "falsification, branches), which do not run on a PostgreSQL ledger yet; the "
+            "ledger's own commands do (docs/postgresql.md)"
+        )
+
+
 def open_ledger(ctx: Context) -> Ledger:
     """Open the ledger named by -l/--ledger (with the memory model's hooks when present)."""
     from memroot.cli import hooks
 
-    return Ledger.open(ctx.path(), hooks=hooks.default_hooks())
+    target = ctx.path()
+    _check_pg_command(target)
+    if is_url(target):
+        # The layers above the ledger do not run on PostgreSQL yet: the bare ledger, whose
+        # commands that need them fail naming their missing tables (docs/postgresql.md).
+        return Ledger.open(target, key_path=ctx.key_path, hooks=())
+    return Ledger.open(target, key_path=ctx.key_path, hooks=hooks.default_hooks())
 
 
 strict_option = click.option(
@@ -92,10 +140,15 @@ def open_reader(ctx: Context, no_strict: bool) -> Ledger:
             err=True,
         )
     path = ctx.path()
+    _check_pg_command(path)
     trusted_path = default_trusted_path()
     trusted = TrustedState(trusted_path) if not no_strict and trusted_path.exists() else None
+    if isinstance(path, str):  # PostgreSQL: the server decides who may write
+        return Ledger.open(path, key_path=ctx.key_path, strict=not no_strict, trusted=trusted)
     writable = os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
-    return Ledger.open(path, readonly=not writable, strict=not no_strict, trusted=trusted)
+    return Ledger.open(
+        path, key_path=ctx.key_path, readonly=not writable, strict=not no_strict, trusted=trusted
+    )
 
 
 def _sign_pending(ledger: Ledger, branch: str) -> None:
@@ -220,15 +273,16 @@ def init(
     """
     from memroot.cli import hooks
 
+    target = ctx.path()
     with Ledger.init(
-        ctx.path(),
+        target,
         origin=origin,
         snapshot_every=snapshot_every,
-        key_path=key_path,
-        hooks=hooks.default_hooks(),
+        key_path=key_path or ctx.key_path,
+        hooks=() if is_url(target) else hooks.default_hooks(),
     ) as ledger:
         data = {
-            "ledger": str(ledger.path),
+            "ledger": redact(target) if isinstance(target, str) else str(ledger.path),
             "ledger_id": ledger.ledger_id,
             "origin": ledger.origin,
             "vkey": ledger.vkey(),
@@ -866,15 +920,18 @@ def verify_cmd(
 
 
 @contextlib.contextmanager
-def snapshot_of(path: Path) -> Iterator[Path]:
+def snapshot_of(path: Path | str) -> Iterator[Path]:
     """Yield a private copy of the ledger at ``path`` as one read transaction saw it.
+
+    A PostgreSQL ledger is copied, as one REPEATABLE READ transaction sees it, into a
+    SQLite file (``PgStore.copy_snapshot``): the same rows, verified like any ledger file.
 
     Raises:
         StorageError: if the ledger cannot be opened or copied; IntegrityError if corrupt.
     """
     with tempfile.TemporaryDirectory(prefix="memroot-verify-") as tmp:
         copy = Path(tmp) / "ledger.db"
-        store = Store(path, readonly=True)
+        store = open_store(path, readonly=True)
         try:
             store.copy_snapshot(copy)
         finally:

@@ -39,6 +39,7 @@ from memroot.ledger.errors import (
     RefusedError,
     StorageError,
 )
+from memroot.ledger.pg import is_url
 
 __all__ = [
     "Context",
@@ -77,16 +78,43 @@ def _exit_code(error: MemrootError) -> int:
 
 
 class Context:
-    """What every command gets: the ledger path and how to open it."""
+    """What every command gets: the ledger (a file path or a PostgreSQL URL) and its key."""
 
-    def __init__(self, ledger: Path | None) -> None:
+    def __init__(self, ledger: Path | str | None, key_path: Path | None = None) -> None:
         self.ledger_path = ledger
+        self.key_path = key_path
 
-    def path(self) -> Path:
-        """Return the ledger path or fail with a usage error naming the option."""
+    def path(self) -> Path | str:
+        """Return the ledger path (or ``postgresql://`` URL), or fail naming the option."""
         if self.ledger_path is None:
             raise click.UsageError("no ledger given: use -l/--ledger PATH or set MEMROOT_LEDGER")
         return self.ledger_path
+
+    def file(self, what: str) -> Path:
+        """Return the ledger path of a command that needs a ledger file (not PostgreSQL).
+
+        Raises:
+            click.UsageError: for a PostgreSQL ledger, naming the command.
+        """
+        target = self.path()
+        if isinstance(target, str):
+            raise click.UsageError(
+                f"{what} needs a ledger file; it does not run on a PostgreSQL ledger yet "
+                "(docs/postgresql.md)"
+            )
+        return target
+
+
+class LedgerTarget(click.ParamType):  # type: ignore[type-arg]
+    """A ledger file path, or a ``postgresql://`` URL kept as written (a str)."""
+
+    name = "ledger"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        """Return a ``str`` URL for a PostgreSQL ledger, else a ``Path``."""
+        if isinstance(value, Path | str) and is_url(str(value)):
+            return str(value)
+        return Path(value)
 
 
 pass_ctx = click.make_pass_decorator(Context)
@@ -135,10 +163,11 @@ def progress_bar(total: int, label: str) -> Iterator[Callable[[int, int], None]]
 
 
 LEDGER_ENVVAR = "MEMROOT_LEDGER"
-_LEDGER_HELP = "The ledger file (env MEMROOT_LEDGER)."
+KEY_ENVVAR = "MEMROOT_KEY"
+_LEDGER_HELP = "The ledger file, or a postgresql:// URL (env MEMROOT_LEDGER)."
 
 
-def _take_ledger(ctx: click.Context, param: click.Parameter, value: Path | None) -> None:
+def _take_ledger(ctx: click.Context, param: click.Parameter, value: Path | str | None) -> None:
     """Record ``-l`` given after a (sub)command in the shared ``Context``.
 
     The value on the command line wins over the one of an enclosing group, because this
@@ -162,7 +191,8 @@ def _add_ledger_option(command: click.Command) -> None:
     command.params.append(
         click.Option(
             ["-l", "--ledger"],
-            type=click.Path(path_type=Path),
+            type=LedgerTarget(),
+            metavar="PATH",
             envvar=LEDGER_ENVVAR,
             expose_value=False,
             callback=_take_ledger,
@@ -227,20 +257,29 @@ class _Group(click.Group):
 @click.option(
     "-l",
     "--ledger",
-    type=click.Path(path_type=Path),
+    type=LedgerTarget(),
+    metavar="PATH",
     envvar=LEDGER_ENVVAR,
     help=f"{_LEDGER_HELP[:-1]}; also accepted after the subcommand.",
+)
+@click.option(
+    "--key",
+    "key_path",
+    type=click.Path(path_type=Path),
+    envvar=KEY_ENVVAR,
+    help="The signing key file (env MEMROOT_KEY); needed for a PostgreSQL ledger, whose "
+    "key is not kept beside a file (default for a ledger file: LEDGER.key).",
 )
 @click.version_option(
     package_name="memroot", message=f"%(prog)s %(version)s, backend: {_backend.describe()}"
 )
 @click.pass_context
-def cli(ctx: click.Context, ledger: Path | None) -> None:
+def cli(ctx: click.Context, ledger: Path | str | None, key_path: Path | None) -> None:
     """memroot: a hash-chained, Merkle-committed audit ledger for AI-agent memory.
 
     Example: memroot -l agent.ledger init && memroot -l agent.ledger verify
     """
-    ctx.obj = Context(ledger)
+    ctx.obj = Context(ledger, key_path)
     store_module.lock_wait_notice = _lock_wait_notice
 
 

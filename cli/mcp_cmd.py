@@ -275,5 +275,6 @@ def mcp_cmd(
         ) from e
     from memroot.memory import open_memory
 
-    with open_memory(ctx.path(), actor=actor, actor_type=actor_type, namespace=namespace) as mem:
+    path = ctx.file("mcp")
+    with open_memory(path, actor=actor, actor_type=actor_type, namespace=namespace) as mem:
         build_server(mem, trusted_path).run("stdio")

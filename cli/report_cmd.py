@@ -61,7 +61,7 @@ def report_cmd(
     from memroot.cli import hooks
     from memroot.cli._report_html import gather, refusal, render
 
-    path = ctx.path()
+    path = ctx.file("report")
     if no_strict:
         click.echo(
             "warning: --no-strict: the page shows entries and content NOT checked against the "

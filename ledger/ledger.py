@@ -68,6 +68,7 @@ from memroot.ledger.note import (
     sign_checkpoint,
     vkey_of,
 )
+from memroot.ledger.pg import PgStore, is_url
 from memroot.ledger.signing import Ed25519Signer, Signer
 from memroot.ledger.store import BranchRow, Store, entry_key, node_key
 from memroot.ledger.strict import CheckedRow, SignedHead, StrictReader, default_strict
@@ -181,6 +182,8 @@ class Ledger:
         """Wrap an open store; prefer ``Ledger.open`` / ``Ledger.init``."""
         self.store = store
         self.path = store.path
+        # A PostgreSQL ledger has no file to keep its key beside: the key is always named.
+        self._key_given = key_path is not None or not isinstance(store, PgStore)
         self.key_path = key_path or default_key_path(store.path)
         self.hooks = list(hooks)
         self._signer: Signer | None = None
@@ -204,6 +207,12 @@ class Ledger:
             store, self.origin, vkeys=tuple(vkeys), trusted=trusted, own_from=self._own_from
         )
         store.on_commit(self._seal, self._unseal, self._sealed_committed)
+        if self.hooks and isinstance(store, PgStore):
+            raise StorageError(
+                f"{store.where}: the layers above the ledger (memory model, roots, "
+                "falsification, branches) do not run on a PostgreSQL ledger yet; open it "
+                "with hooks=() (docs/postgresql.md)"
+            )
         if self.hooks and not store.readonly:
             with store.write() as db:
                 for hook in self.hooks:
@@ -214,7 +223,7 @@ class Ledger:
     @classmethod
     def init(
         cls,
-        path: Path,
+        path: Path | str,
         *,
         origin: str | None = None,
         snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
@@ -223,6 +232,9 @@ class Ledger:
     ) -> Ledger:
         """Create a ledger file, its Ed25519 key, the genesis entry and a first checkpoint.
 
+        ``path`` may be a ``postgresql://`` URL (``memroot.ledger.pg``): the tables are made
+        in that database, ``key_path`` is then required, and ``hooks`` must be None or ``()``.
+
         ``hooks`` as in ``open``: None installs the default hooks, ``()`` none.
 
         Raises:
@@ -230,6 +242,18 @@ class Ledger:
             KeyFileError: if the key file exists or cannot be written.
             ValidationError: for a bad origin or snapshot cadence.
         """
+        url = str(path) if is_url(path) else None
+        if url is not None and key_path is None:
+            raise KeyFileError(
+                "a PostgreSQL ledger keeps no key file beside it: name one (--key PATH, "
+                "MEMROOT_KEY, key_path=)"
+            )
+        if url is not None and hooks:
+            raise StorageError(
+                "the layers above the ledger (memory model, roots, falsification, branches) "
+                "do not run on a PostgreSQL ledger yet: create it with hooks=() "
+                "(docs/postgresql.md)"
+            )
         path = Path(path)
         key_path = key_path or default_key_path(path)
         ledger_id = new_uuid()
@@ -244,12 +268,17 @@ class Ledger:
                 f"snapshot_every must be an integer from 1 to {MAX_SNAPSHOT_EVERY}",
                 field="snapshot_every",
             )
-        if path.exists():
+        if url is None and path.exists():
             raise StorageError(f"{path} already exists; refusing to overwrite a ledger")
         if key_path.exists():
             raise KeyFileError(f"key file {key_path} already exists; refusing to overwrite it")
         signer = Ed25519Signer.generate(origin)
-        store = Store(path, create=True)
+        if url is not None:
+            if hooks is None:
+                hooks = ()
+            store: Store = PgStore(url, create=True)
+        else:
+            store = Store(path, create=True)
         try:
             with store.write():
                 store.set_meta("ledger_id", ledger_id)
@@ -258,6 +287,9 @@ class Ledger:
                 store.add_branch(CANONICAL_BRANCH, ZERO_HASH)
             signer.save(key_path)
         except BaseException:
+            if isinstance(store, PgStore):
+                store.drop()
+                raise
             store.close()
             path.unlink(missing_ok=True)
             for suffix in ("-wal", "-shm"):
@@ -283,7 +315,7 @@ class Ledger:
     @classmethod
     def open(
         cls,
-        path: Path,
+        path: Path | str,
         *,
         key_path: Path | None = None,
         hooks: Sequence[AppendHook] | None = None,
@@ -292,7 +324,10 @@ class Ledger:
         trusted: TrustedState | None = None,
         vkeys: Sequence[str] = (),
     ) -> Ledger:
-        """Open an existing ledger file.
+        """Open an existing ledger file (or, for a ``postgresql://`` URL, database).
+
+        A PostgreSQL ledger needs ``key_path`` to append, and runs the bare ledger: ``hooks``
+        None installs none there, and hooks given are refused (docs/postgresql.md).
 
         ``strict`` (default True, see ``memroot.ledger.strict``) checks the canonical branch's
         stored head against its newest signed checkpoint now, and every entry and content
@@ -310,7 +345,12 @@ class Ledger:
             IntegrityError: if ``strict`` and the head does not agree with a signed checkpoint
                 (or the trusted state), naming the step; or the file is a corrupt SQLite file.
         """
-        store = Store(Path(path), readonly=readonly)
+        if is_url(path):
+            # The layers above the ledger do not run on PostgreSQL yet: the bare ledger.
+            hooks = () if hooks is None else hooks
+            store: Store = PgStore(str(path), readonly=readonly)
+        else:
+            store = Store(Path(path), readonly=readonly)
         try:
             ledger = cls(
                 store,
@@ -348,6 +388,12 @@ class Ledger:
             KeyFileError: if the key file is missing, malformed or readable by others.
         """
         if self._signer is None:
+            if not self._key_given:
+                where = self.store.where if isinstance(self.store, PgStore) else self.path
+                raise KeyFileError(
+                    f"{where}: a PostgreSQL ledger keeps no key file beside it: name "
+                    "its signing key (--key PATH, MEMROOT_KEY, key_path=)"
+                )
             self._signer = Ed25519Signer.load(self.key_path)
         return self._signer
 

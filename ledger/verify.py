@@ -1404,11 +1404,15 @@ def _remember(
     trusted.save()
 
 
-def verify_path(path: Path, **kwargs: Any) -> AuditReport:
-    """Open the ledger at ``path`` read-only and ``audit`` it (``kwargs`` as for audit)."""
-    from memroot.ledger.store import Store
+def verify_path(path: Path | str, **kwargs: Any) -> AuditReport:
+    """Open the ledger at ``path`` read-only and ``audit`` it (``kwargs`` as for audit).
 
-    store = Store(path, readonly=True)
+    ``path`` may be a ``postgresql://`` URL: the audit then reads one REPEATABLE READ
+    snapshot of the database (``PgStore.read``).
+    """
+    from memroot.ledger.pg import open_store
+
+    store = open_store(path, readonly=True)
     try:
         # An auditor who knows which log to expect says so (``origin=``): a ledger rewritten
         # under another origin then fails its checkpoints (step 6) instead of being trusted
