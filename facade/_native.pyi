@@ -9,7 +9,9 @@ from typing import Any
 
 __all__ = [
     "Reject",
+    "build_events",
     "compact_append",
+    "compact_append_rows",
     "content_commitment",
     "content_digest",
     "decode",
@@ -113,3 +115,31 @@ def uuid_bytes(ids: list[str]) -> list[bytes | None]:
 
 def mismatches(keys: list[Any], want: list[Any], found: dict[Any, Any]) -> list[int]:
     """Return the positions ``i`` where ``found.get(keys[i]) != want[i]``."""
+
+def build_events(
+    queue: list[Any],
+    event_type: type,
+    appended_type: type,
+    event_kind: Any,
+    branch: str,
+    branch_no: int,
+    seq: int,
+    prev: bytes,
+    last_ts: int | None,
+    now: int,
+    max_raw: int,
+    rand: bytes,
+) -> tuple[
+    int,
+    list[tuple[int, bytes, bytes, bytes | None, bytes | None, bytes | None]],
+    list[tuple[bytes, int]],
+    list[bytes],
+    list[Any],
+    int | None,
+]:
+    """Build the plain events on top of an append queue in one call (``_append_locked``)."""
+
+def compact_append_rows(
+    branch_no: int, size: int, hashes: list[bytes], leaves: list[bytes]
+) -> tuple[list[bytes], list[tuple[int, bytes]]]:
+    """Fold leaves into a compact range; the new hashes and the ``nodes`` rows completed."""

@@ -7,6 +7,7 @@
 //! with its own message (`memroot.ledger._backend`). The GIL is released around the work on
 //! whole chunks of rows.
 
+pub mod append;
 pub mod cbor;
 pub mod entry;
 pub mod hash;
@@ -448,6 +449,232 @@ fn mismatches(
     Ok(out)
 }
 
+/// An exact `str` attribute of an input, borrowed; None for anything else.
+fn attr_str<'py>(
+    obj: &Bound<'py, PyAny>,
+    name: &Bound<'py, PyString>,
+) -> Option<Bound<'py, PyString>> {
+    obj.getattr(name)
+        .ok()?
+        .downcast_into_exact::<PyString>()
+        .ok()
+}
+
+/// The canonical encoding of an optional map attribute: `Some(None)` when it is None.
+fn attr_map(obj: &Bound<'_, PyAny>, name: &Bound<'_, PyString>) -> Option<Option<Vec<u8>>> {
+    let v = obj.getattr(name).ok()?;
+    if v.is_none() {
+        return Some(None);
+    }
+    let d = v.downcast_exact::<PyDict>().ok()?;
+    let mut out = Vec::with_capacity(64);
+    py::encode(d.as_any(), 2, &mut out).ok()?;
+    Some(Some(out))
+}
+
+fn now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// The plain events on top of an append queue, built in one call (`Ledger._append_locked`).
+///
+/// `queue` is the append queue with its next item last. Builds, from the top down, every
+/// item that is an exact `event_type` with neither `id` nor `parent_event_id`, whose `ts`
+/// (the clock when None) passes the append window against `last_ts` and `now`, and whose
+/// entry is at most `max_raw` bytes; stops before the first other item (the reference
+/// takes it). `rand` holds `RAND_PER_EVENT` random bytes per item. Returns `(count, rows,
+/// events, leaves, appended, last_ts)`: the `entries` rows `(k, hash, data, digest, salt,
+/// content)`, the event index rows `(id bytes, k)`, the leaf hashes and an `appended_type`
+/// tuple `(branch, seq, hash, id, kind, "EVENT")` per event, `kind` being `event_kind`.
+#[pyfunction]
+#[pyo3(signature = (queue, event_type, appended_type, event_kind, branch, branch_no, seq,
+    prev, last_ts, now, max_raw, rand))]
+#[allow(clippy::too_many_arguments)]
+fn build_events<'py>(
+    py: Python<'py>,
+    queue: &Bound<'py, PyList>,
+    event_type: &Bound<'py, PyAny>,
+    appended_type: &Bound<'py, PyAny>,
+    event_kind: &Bound<'py, PyAny>,
+    branch: &Bound<'py, PyString>,
+    branch_no: u64,
+    seq: u64,
+    prev: &[u8],
+    last_ts: Option<u64>,
+    now: u64,
+    max_raw: usize,
+    rand: &[u8],
+) -> PyResult<Bound<'py, PyTuple>> {
+    let mut prev = hash32(prev, "prev")?;
+    if branch_no >= 1 << 23 {
+        return reject("branch number out of range");
+    }
+    let branch_text = branch.to_str()?;
+    let tuple_new = py.get_type::<PyTuple>().getattr(intern!(py, "__new__"))?;
+    let rows = PyList::empty(py);
+    let events = PyList::empty(py);
+    let leaves = PyList::empty(py);
+    let appended = PyList::empty(py);
+    let event_text = PyString::new(py, "EVENT");
+    let ms = now_us() / 1000;
+    let mut last_ts = last_ts;
+    let mut count = 0usize;
+    let chunks = rand.chunks_exact(append::RAND_PER_EVENT);
+    for (i, (pos, r)) in (0..queue.len()).rev().zip(chunks).enumerate() {
+        let seq = seq + i as u64;
+        let item = queue.get_item(pos)?;
+        if !item.get_type().is(event_type) {
+            break;
+        }
+        if !item.getattr(intern!(py, "id"))?.is_none()
+            || !item.getattr(intern!(py, "parent_event_id"))?.is_none()
+        {
+            break;
+        }
+        let ts_obj = item.getattr(intern!(py, "ts"))?;
+        let ts = if ts_obj.is_none() {
+            now_us()
+        } else {
+            match ts_obj.extract::<u64>() {
+                Ok(t) => t,
+                Err(_) => break,
+            }
+        };
+        if !append::ts_ok(ts, last_ts, now) || seq >= 1 << 40 {
+            break;
+        }
+        let (Some(stream), Some(actor_id), Some(actor_type), Some(role), Some(ns), Some(content)) = (
+            attr_str(&item, intern!(py, "stream")),
+            attr_str(&item, intern!(py, "actor_id")),
+            attr_str(&item, intern!(py, "actor_type")),
+            attr_str(&item, intern!(py, "role")),
+            attr_str(&item, intern!(py, "namespace_id")),
+            attr_str(&item, intern!(py, "content")),
+        ) else {
+            break;
+        };
+        let (Some(metadata), Some(context)) = (
+            attr_map(&item, intern!(py, "metadata")),
+            attr_map(&item, intern!(py, "context")),
+        ) else {
+            break;
+        };
+        let (Ok(stream), Ok(actor_id), Ok(actor_type), Ok(role), Ok(ns), Ok(content)) = (
+            stream.to_str(),
+            actor_id.to_str(),
+            actor_type.to_str(),
+            role.to_str(),
+            ns.to_str(),
+            content.to_str(),
+        ) else {
+            break;
+        };
+        let ev = append::Event {
+            stream,
+            actor_id,
+            actor_type,
+            role,
+            namespace_id: ns,
+            content: content.as_bytes(),
+            metadata: metadata.as_deref(),
+            context: context.as_deref(),
+        };
+        let r: &[u8; append::RAND_PER_EVENT] = r.try_into().or_else(|_| reject("rand"))?;
+        let built = append::build_event(&ev, &prev, seq, branch_text, ts, ms, r);
+        if built.raw.len() > max_raw {
+            break;
+        }
+        let k = branch_no << 40 | seq;
+        let leaf = PyBytes::new(py, &built.leaf);
+        let id = PyString::new(py, &built.id);
+        rows.append((
+            k,
+            &leaf,
+            PyBytes::new(py, &built.raw),
+            PyBytes::new(py, &built.digest),
+            PyBytes::new(py, &built.salt),
+            PyBytes::new(py, ev.content),
+        ))?;
+        events.append((PyBytes::new(py, &built.raw_id), k))?;
+        leaves.append(&leaf)?;
+        let fields = PyTuple::new(
+            py,
+            [
+                branch.as_any(),
+                &seq.into_pyobject(py)?.into_any(),
+                leaf.as_any(),
+                id.as_any(),
+                event_kind,
+                event_text.as_any(),
+            ],
+        )?;
+        appended.append(tuple_new.call1((appended_type, fields))?)?;
+        prev = built.leaf;
+        last_ts = Some(ts);
+        count = i + 1;
+    }
+    PyTuple::new(
+        py,
+        [
+            count.into_pyobject(py)?.into_any(),
+            rows.into_any(),
+            events.into_any(),
+            leaves.into_any(),
+            appended.into_any(),
+            last_ts.into_pyobject(py)?.into_any(),
+        ],
+    )
+}
+
+type NodeRows<'py> = Vec<(u64, Bound<'py, PyBytes>)>;
+
+/// Fold leaf hashes into a compact range and return the new hashes and the `nodes` rows
+/// `(nodes.k, hash)` of the interior nodes completed on branch `branch_no`
+/// (`CompactRange.append_many` and `store.node_key`).
+#[pyfunction]
+fn compact_append_rows<'py>(
+    py: Python<'py>,
+    branch_no: u64,
+    size: u64,
+    hashes: &Bound<'py, PyList>,
+    leaves: &Bound<'py, PyList>,
+) -> PyResult<(Vec<Bound<'py, PyBytes>>, NodeRows<'py>)> {
+    if branch_no >= 1 << 15 {
+        return reject("branch number out of range");
+    }
+    let mut cr = merkle::CompactRange {
+        size,
+        hashes: hashes32(hashes, "subtree hash")?,
+    };
+    if u64::try_from(cr.hashes.len()).ok() != Some(u64::from(size.count_ones())) {
+        return reject("hash count does not match the size");
+    }
+    let leaves = hashes32(leaves, "leaf hash")?;
+    if size
+        .checked_add(leaves.len() as u64)
+        .is_none_or(|s| s > 1 << 42)
+    {
+        return reject("tree too large for node keys");
+    }
+    let mut nodes = Vec::with_capacity(leaves.len());
+    for leaf in leaves {
+        cr.append(leaf, &mut nodes);
+    }
+    let out = cr.hashes.iter().map(|h| PyBytes::new(py, h)).collect();
+    let rows = nodes
+        .iter()
+        .map(|(level, index, h)| {
+            (
+                branch_no << 48 | u64::from(*level) << 42 | index,
+                PyBytes::new(py, h),
+            )
+        })
+        .collect();
+    Ok((out, rows))
+}
+
 /// The native core of memroot (see the module docs in Rust and `memroot/_native.pyi`).
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -470,5 +697,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(node_keys, m)?)?;
     m.add_function(wrap_pyfunction!(uuid_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(mismatches, m)?)?;
+    m.add_function(wrap_pyfunction!(build_events, m)?)?;
+    m.add_function(wrap_pyfunction!(compact_append_rows, m)?)?;
     Ok(())
 }
