@@ -19,6 +19,10 @@ __all__ = [
     "domain_hash",
     "encode",
     "encode_leaf",
+    "event_id_span",
+    "event_index_check",
+    "inclusion_from_rows",
+    "inclusion_keys",
     "leaf_hash",
     "mismatches",
     "node_hash",
@@ -143,3 +147,27 @@ def compact_append_rows(
     branch_no: int, size: int, hashes: list[bytes], leaves: list[bytes]
 ) -> tuple[list[bytes], list[tuple[int, bytes]]]:
     """Fold leaves into a compact range; the new hashes and the ``nodes`` rows completed."""
+
+def event_id_span(events: list[tuple[str, int]]) -> tuple[bytes, bytes]:
+    """Return the smallest and largest 16-byte id of ``(event id, seq)`` pairs."""
+
+def event_index_check(
+    events: list[tuple[str, int]], base: int, found: list[tuple[bytes, int]]
+) -> list[tuple[str, int, int | None]]:
+    """``(event id, seq, indexed key)`` of the events not indexed at ``base + seq``."""
+
+def inclusion_keys(
+    branch_no: int, index: int, size: int, cache: dict[int, bytes]
+) -> tuple[list[int], list[int]]:
+    """Return the ``entries`` and ``nodes`` keys of an audit path that ``cache`` lacks."""
+
+def inclusion_from_rows(
+    branch_no: int,
+    index: int,
+    size: int,
+    cache: dict[int, bytes],
+    rows: list[tuple[int, int, bytes]],
+    cache_min_level: int,
+    cache_max: int,
+) -> list[bytes]:
+    """Return the inclusion proof of leaf ``index`` from the cache and the rows read."""

@@ -71,7 +71,14 @@ from memroot.ledger.note import (
     vkey_of,
 )
 from memroot.ledger.signing import Ed25519Signer, Signer
-from memroot.ledger.store import BranchRow, Store, entry_key, node_key
+from memroot.ledger.store import (
+    NODE_CACHE_MAX,
+    NODE_CACHE_MIN_LEVEL,
+    BranchRow,
+    Store,
+    entry_key,
+    node_key,
+)
 from memroot.ledger.strict import CheckedRow, SignedHead, StrictReader, default_strict
 from memroot.ledger.trust import TrustedState
 from memroot.ledger.vocab import ActorType, BranchType, OpType
@@ -600,6 +607,17 @@ class Ledger:
         _check_size(size, row.size)
         if not 0 <= index < size:
             raise RefusedError(f"index {index} is not in a tree of size {size}")
+        if _N is not None and isinstance(self.store, Store):
+            # Natively: the path's keys, one query for those the node cache lacks, the fold.
+            cache = self.store.node_cache
+            try:
+                leaves, inner = _N.inclusion_keys(row.no, index, size, cache)
+                rows = self.store.tree_rows(leaves, inner)
+                return _N.inclusion_from_rows(
+                    row.no, index, size, cache, rows, NODE_CACHE_MIN_LEVEL, NODE_CACHE_MAX
+                )
+            except _N.Reject:
+                pass  # a missing or damaged node: the reference says which
         return merkle.inclusion_proof(index, size, self._reader(row.no))
 
     def consistency_proof(
