@@ -755,6 +755,7 @@ class Ledger:
         event_rows: list[tuple[bytes, int]] = []
         erasures: list[tuple[int, int]] = []  # this call's only
         batch_events: dict[bytes, int] = {}
+        unindexed: list[tuple[bytes, int]] = []  # native events not yet in batch_events
         out: list[Appended] = []
         salts = b""  # read at the first event the reference loop builds
         ids: Iterator[str] = iter(())  # UUIDv7s, made at the first id the reference assigns
@@ -791,7 +792,7 @@ class Ledger:
                     rows += n_rows
                     leaves += n_leaves
                     event_rows += n_events
-                    batch_events.update(n_events)
+                    unindexed += n_events
                     out += n_out
                     prev = EntryHash(n_leaves[-1])
                     seq += k
@@ -799,6 +800,9 @@ class Ledger:
                     last_ts = n_ts
                     continue
             item = queue.pop()
+            if unindexed:  # the reference checks ids, parents and targets against the batch
+                batch_events.update(unindexed)
+                unindexed = []
             ts = item.ts if item.ts is not None else now_us()
             check_ts(ts, last_ts, now)
             last_ts = ts

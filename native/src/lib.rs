@@ -518,7 +518,7 @@ fn now_us() -> u64 {
 /// entry is at most `max_raw` bytes; stops before the first other item (the reference
 /// takes it). `rand` holds `RAND_PER_EVENT` random bytes per item. Returns `(count, rows,
 /// events, leaves, appended, last_ts)`: the `entries` rows `(k, hash, data, digest, salt,
-/// content)`, the event index rows `(id bytes, k)`, the leaf hashes and an `appended_type`
+/// content)`, the event index rows `(id bytes, k)` in id order, the leaf hashes and an `appended_type`
 /// tuple `(branch, seq, hash, id, kind, "EVENT")` per event, `kind` being `event_kind`.
 #[pyfunction]
 #[pyo3(signature = (queue, event_type, appended_type, event_kind, branch, branch_no, seq,
@@ -546,7 +546,7 @@ fn build_events<'py>(
     let branch_text = branch.to_str()?;
     let tuple_new = py.get_type::<PyTuple>().getattr(intern!(py, "__new__"))?;
     let rows = PyList::empty(py);
-    let events = PyList::empty(py);
+    let mut ids: Vec<([u8; 16], u64)> = Vec::new();
     let leaves = PyList::empty(py);
     let appended = PyList::empty(py);
     let event_text = PyString::new(py, "EVENT");
@@ -629,7 +629,7 @@ fn build_events<'py>(
             PyBytes::new(py, &built.salt),
             PyBytes::new(py, ev.content),
         ))?;
-        events.append((PyBytes::new(py, &built.raw_id), k))?;
+        ids.push((built.raw_id, k));
         leaves.append(&leaf)?;
         let fields = PyTuple::new(
             py,
@@ -647,6 +647,13 @@ fn build_events<'py>(
         last_ts = Some(ts);
         count = i + 1;
     }
+    // In id order: the UUIDv7s of one millisecond then append to the index in order (the
+    // order of the rows inserted changes nothing stored).
+    ids.sort_unstable();
+    let events = PyList::empty(py);
+    for (raw_id, k) in ids {
+        events.append((PyBytes::new(py, &raw_id), k))?;
+    }
     PyTuple::new(
         py,
         [
@@ -663,7 +670,7 @@ fn build_events<'py>(
 type NodeRows<'py> = Vec<(u64, Bound<'py, PyBytes>)>;
 
 /// Fold leaf hashes into a compact range and return the new hashes and the `nodes` rows
-/// `(nodes.k, hash)` of the interior nodes completed on branch `branch_no`
+/// `(nodes.k, hash)`, in key order, of the interior nodes completed on branch `branch_no`
 /// (`CompactRange.append_many` and `store.node_key`).
 #[pyfunction]
 fn compact_append_rows<'py>(
@@ -695,14 +702,16 @@ fn compact_append_rows<'py>(
         cr.append(leaf, &mut nodes);
     }
     let out = cr.hashes.iter().map(|h| PyBytes::new(py, h)).collect();
-    let rows = nodes
+    let mut keyed: Vec<(u64, &Hash)> = nodes
         .iter()
-        .map(|(level, index, h)| {
-            (
-                branch_no << 48 | u64::from(*level) << 42 | index,
-                PyBytes::new(py, h),
-            )
-        })
+        .map(|(level, index, h)| (branch_no << 48 | u64::from(*level) << 42 | index, h))
+        .collect();
+    // In key order, the rows of each level append at the end of that level's key range
+    // (the order of the rows inserted changes nothing stored).
+    keyed.sort_unstable_by_key(|(k, _)| *k);
+    let rows = keyed
+        .into_iter()
+        .map(|(k, h)| (k, PyBytes::new(py, h)))
         .collect();
     Ok((out, rows))
 }

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from memroot.ledger import _backend
 from memroot.ledger import ledger as ledger_module
-from memroot.ledger.entries import TS_MAX_AHEAD_US, EventInput, OpInput, now_us
+from memroot.ledger.entries import TS_MAX_AHEAD_US, EventInput, OpInput, new_uuid, now_us
 from memroot.ledger.errors import ValidationError
 from memroot.ledger.ledger import Ledger
 
@@ -59,8 +59,26 @@ def pair(tmp_path: Path) -> tuple[Path, Path]:
     return make_pair(tmp_path)
 
 
-def replay_reference(path: Path, batches: list[list[EventInput | OpInput]], done: Ledger) -> Ledger:
-    """Append ``batches`` to ``path`` with the reference, with the ids, ts and salts of ``done``."""
+def salts_of(ledger: Ledger) -> dict[int, bytes]:
+    """The commitment salt of every event not erased, by seq."""
+    return {
+        r.seq: bytes(r.salt)
+        for r in ledger.store.iter_entry_rows(ledger.branch_row().no)
+        if r.salt is not None
+    }
+
+
+def replay_reference(
+    path: Path,
+    batches: list[list[EventInput | OpInput]],
+    done: Ledger,
+    salts: dict[int, bytes] | None = None,
+) -> Ledger:
+    """Append ``batches`` to ``path`` with the reference, with the ids, ts and salts of ``done``.
+
+    ``salts`` holds the salts of events erased since (taken before the erasure).
+    """
+    salts = {**(salts or {}), **salts_of(done)}
     rows = list(done.store.iter_entry_rows(done.branch_row().no, 1))
     entries = [done.entry(r.seq) for r in rows]
     ref = Ledger.open(path, hooks=())
@@ -68,14 +86,15 @@ def replay_reference(path: Path, batches: list[list[EventInput | OpInput]], done
     with _backend.reference():
         for batch in batches:
             fixed: list[EventInput | OpInput] = []
-            salts = b""
+            given = b""
             for item in batch:
                 e, r = entries[pos], rows[pos]
                 pos += 1
                 fixed.append(dataclasses.replace(item, id=e.body["id"], ts=e.ts))
-                salts += r.salt or bytes(32)  # the reference takes the n-th salt for item n
+                given += salts.get(r.seq, bytes(32))  # the reference takes salt n for item n
             saved = ledger_module.os
-            ledger_module.os = types.SimpleNamespace(urandom=lambda n, s=salts: s[:n])  # type: ignore[assignment]
+            fake = types.SimpleNamespace(urandom=lambda n, s=given: s[:n])
+            ledger_module.os = fake  # type: ignore[assignment]
             try:
                 ref.append_batch(fixed)
             finally:
@@ -96,6 +115,8 @@ def test_native_batches_store_the_reference_bytes(inputs: Any, seed: int, sizes:
         a, b = make_pair(Path(where))
         rng = random.Random(seed)
         batches: list[list[EventInput | OpInput]] = []
+        known: list[str] = []  # ids given by the requests, not yet erased
+        earlier: list[str] = []  # those of them appended by an earlier batch
         base = now_us() - 10_000_000
         for size in sizes:
             batch = inputs.mixed(size, seed=rng.randrange(1 << 30))
@@ -104,11 +125,24 @@ def test_native_batches_store_the_reference_bytes(inputs: Any, seed: int, sizes:
             for i, item in enumerate(batch):
                 if rng.random() < 0.1:
                     batch[i] = dataclasses.replace(item, ts=base + i)
+                if isinstance(item, EventInput) and rng.random() < 0.1:
+                    # An id of its own, and a parent named by id: the reference loop takes
+                    # both and checks them against the events of the batch.
+                    parent = rng.choice(known) if known and rng.random() < 0.5 else None
+                    batch[i] = dataclasses.replace(batch[i], id=new_uuid(), parent_event_id=parent)
+                    known.append(batch[i].id)
+            if earlier and rng.random() < 0.5:  # erase an event of an earlier batch
+                target = earlier.pop(0)
+                known.remove(target)
+                batch.append(inputs.tombstone(target))
+            earlier = list(known)
             batches.append(batch)
         with Ledger.open(a, hooks=()) as native:
+            salts: dict[int, bytes] = {}
             for batch in batches:
                 native.append_batch(batch)
-            with replay_reference(b, batches, native) as ref:
+                salts.update(salts_of(native))
+            with replay_reference(b, batches, native, salts) as ref:
                 assert dump(native) == dump(ref)
                 assert native.root() == ref.root()
 
