@@ -360,7 +360,9 @@ class _StoreSource:
         store, a second connection reads the next chunks in a thread while this one checks
         (SQLite and the native checks both run with the GIL released), provided it sees the
         same state of the file: the same branch heads as this connection's transaction (every
-        change to the entries table moves a head). Otherwise this connection reads them.
+        change memroot makes to the entries table moves a head; an edit made outside memroot
+        in between is read as the file holds it, and reported). Otherwise this connection
+        reads them.
         """
         from memroot.ledger.store import BRANCH_SHIFT, entry_key
 
