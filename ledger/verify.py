@@ -402,6 +402,10 @@ def _row_chunks(db: Any, lo: int, hi: int) -> Iterator[list[Any]]:
         lo = rows[-1][0] + 1
 
 
+_READER_CACHE_KIB: Final = 2048
+"""Page cache of the reader thread's connection (a sequential scan needs few pages)."""
+
+
 class _ChunkReader:
     """Read row chunks ahead in a thread, with a second connection to the same file.
 
@@ -442,6 +446,9 @@ class _ChunkReader:
 
         try:
             twin = Store(self._path, readonly=True)
+            # It reads each page once, in key order: a small page cache, so the process's
+            # memory stays what one connection takes.
+            twin.db.execute(f"PRAGMA cache_size=-{_READER_CACHE_KIB}")
         except BaseException:  # no second connection: the auditor reads for itself
             self._put(False)
             return
