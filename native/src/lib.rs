@@ -182,11 +182,8 @@ fn root_from_subtrees<'py>(
     Ok(PyBytes::new(py, &merkle::root_from_subtrees(&hs)))
 }
 
-/// Rows read out of Python for the first native slice of `verify_rows`; each further slice of
-/// the call is twice as large, up to `MAX_SLICE` (a call that stops early has prepared at most
-/// about as many rows as it checked, see `verify::check_run`).
-const SLICE: usize = 64;
-const MAX_SLICE: usize = 2048;
+/// Rows read out of Python per native slice of `verify_rows`.
+const SLICE: usize = 256;
 
 type NodeList<'py> = Vec<(u32, u64, Bound<'py, PyBytes>)>;
 
@@ -377,12 +374,10 @@ fn verify_rows<'py>(
     let entries = PyList::empty(py);
     let end = rows.len().min(start.saturating_add(max_rows));
     let mut pos = start;
-    let mut slice = SLICE;
     // Slices of rows: only rows about to be checked are read out of their Python objects
     // (a call often stops after a few rows, where audit_source has work to do).
     while pos < end {
-        let stop = end.min(pos + slice);
-        slice = (slice * 2).min(MAX_SLICE);
+        let stop = end.min(pos + SLICE);
         let mut objs: Vec<RowObj<'py>> = Vec::with_capacity(stop - pos);
         for i in pos..stop {
             match row_obj(py, &rows.get_item(i)?) {

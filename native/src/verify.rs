@@ -6,10 +6,6 @@
 //! (a genesis, a branch, key or erasure operation, an erased event, any violation) is left to
 //! the reference, which then reports it with its own message. So the native path never
 //! decides a finding; it only skips rows that have none.
-//!
-//! The hashes of each row on its own (the leaf hash, the content commitment and address) are
-//! computed first for a whole slice of rows, half of them in a second thread (`prepare`); the
-//! decoding and the checks against the running state then follow in order.
 
 use crate::cbor::Value;
 use crate::entry;
@@ -59,49 +55,6 @@ pub struct Checked<'a> {
     pub event_id: Option<&'a str>,
 }
 
-/// The hashes of a row on its own, before the run's state is consulted: its leaf hash and,
-/// for a stored content, the keyed commitment and the content address. Computed for many
-/// rows at once, in two threads (nothing is allocated, so nothing is freed across threads).
-struct Pre {
-    leaf: Hash,
-    commitment: Option<Hash>,
-    digest: Option<Hash>,
-}
-
-fn pre(row: &Row<'_>, caches: bool) -> Pre {
-    let salt: Option<&Hash> = row.salt.and_then(|s| s.try_into().ok());
-    Pre {
-        leaf: leaf_hash(row.data),
-        commitment: match (row.content, salt) {
-            (Some(c), Some(s)) => Some(content_commitment(s, c)),
-            _ => None,
-        },
-        digest: row.content.filter(|_| caches).map(content_digest),
-    }
-}
-
-/// Rows below this many are prepared in the calling thread alone.
-const PARALLEL_MIN: usize = 64;
-
-/// Prepare `rows` (hashes, decoding, commitments); with enough of them, the second half in a
-/// second thread (the caller has released the GIL; nothing here touches Python).
-fn prepare(rows: &[Row<'_>], caches: bool) -> Vec<Pre> {
-    if rows.len() < PARALLEL_MIN {
-        return rows.iter().map(|r| pre(r, caches)).collect();
-    }
-    let (first, second) = rows.split_at(rows.len() / 2);
-    std::thread::scope(|scope| {
-        let other = scope.spawn(|| second.iter().map(|r| pre(r, caches)).collect::<Vec<_>>());
-        let mut out: Vec<Pre> = first.iter().map(|r| pre(r, caches)).collect();
-        match other.join() {
-            Ok(rest) => out.extend(rest),
-            // A panic in the helper thread: prepare its rows here instead.
-            Err(_) => out.extend(second.iter().map(|r| pre(r, caches))),
-        }
-        out
-    })
-}
-
 /// Check rows in order while they are plain and no limit is reached; return what each gave
 /// and whether the run must stop here (a row that is not plain, or a limit). The run state is
 /// advanced past the rows checked, and the interior nodes they completed are pushed on `nodes`
@@ -113,9 +66,8 @@ pub fn check_run<'a>(
     nodes: &mut Vec<NewNode>,
 ) -> (Vec<Checked<'a>>, bool) {
     let mut out: Vec<Checked<'a>> = Vec::with_capacity(rows.len());
-    let prepared = prepare(rows, run.caches);
-    for (row, p) in rows.iter().zip(prepared) {
-        let Some(checked) = plain_row(run, row, p) else {
+    for row in rows {
+        let Some(checked) = plain_row(run, row) else {
             return (out, true);
         };
         let before = nodes.len();
@@ -142,11 +94,11 @@ pub fn check_run<'a>(
 }
 
 /// The row's checks when it is plain, else None (the reference takes it from there).
-fn plain_row<'a>(run: &Run<'_>, row: &Row<'a>, p: Pre) -> Option<Checked<'a>> {
+fn plain_row<'a>(run: &Run<'_>, row: &Row<'a>) -> Option<Checked<'a>> {
     if row.seq != run.expected_seq || row.seq == 0 {
         return None;
     }
-    let leaf = p.leaf;
+    let leaf = leaf_hash(row.data);
     if row.hash.is_some_and(|h| h != leaf) {
         return None;
     }
@@ -158,7 +110,7 @@ fn plain_row<'a>(run: &Run<'_>, row: &Row<'a>, p: Pre) -> Option<Checked<'a>> {
         // An event of another type (a forged BRANCH_CREATE, say) takes the reference path,
         // which registers what such types register.
         "event" if fields.type_ == "EVENT" => {
-            let event_id = plain_event(run, row, &fields, p.commitment, p.digest)?;
+            let event_id = plain_event(run, row, &fields)?;
             Some(Checked {
                 leaf,
                 fields,
@@ -184,30 +136,23 @@ fn plain_row<'a>(run: &Run<'_>, row: &Row<'a>, p: Pre) -> Option<Checked<'a>> {
     }
 }
 
-/// Step 4 for an event whose content is stored and matches; returns its id. `commitment`
-/// and `digest` are the keyed commitment and the address of the stored content.
-fn plain_event<'a>(
-    run: &Run<'_>,
-    row: &Row<'a>,
-    fields: &entry::Fields<'a>,
-    commitment: Option<Hash>,
-    digest: Option<Hash>,
-) -> Option<&'a str> {
+/// Step 4 for an event whose content is stored and matches; returns its id.
+fn plain_event<'a>(run: &Run<'_>, row: &Row<'a>, fields: &entry::Fields<'a>) -> Option<&'a str> {
     let Some(Value::Text(id)) = fields.body.get("id") else {
         return None;
     };
-    let Some(Value::Bytes(committed)) = fields.body.get("content_commitment") else {
+    let Some(Value::Bytes(commitment)) = fields.body.get("content_commitment") else {
         return None;
     };
     if row.erased_by_set || !run.no_tombstones {
         return None;
     }
-    row.content?;
-    let _: &Hash = row.salt?.try_into().ok()?;
-    if commitment? != **committed {
+    let content = row.content?;
+    let salt: &Hash = row.salt?.try_into().ok()?;
+    if content_commitment(salt, content) != **commitment {
         return None;
     }
-    if run.caches && row.digest != digest.as_ref().map(|d| &d[..]) {
+    if run.caches && row.digest != Some(&content_digest(content)[..]) {
         return None;
     }
     Some(id)
@@ -293,41 +238,5 @@ mod tests {
             done.is_empty(),
             "a broken prev link is left to the reference"
         );
-    }
-
-    #[test]
-    fn a_long_slice_is_prepared_in_two_threads_and_stops_at_the_first_bad_row() {
-        let salt = [3u8; 32];
-        let content = b"content".to_vec();
-        let commitment = content_commitment(&salt, &content);
-        let digest = content_digest(&content);
-        let genesis = [1u8; 32];
-        let mut datas = Vec::new();
-        let mut prev = genesis;
-        for seq in 1..=200u64 {
-            let e = event(&prev, seq, "x", &commitment);
-            prev = leaf_hash(&e);
-            datas.push(e);
-        }
-        let bad = b"edited".to_vec();
-        let rows: Vec<Row<'_>> = datas
-            .iter()
-            .enumerate()
-            .map(|(i, d)| Row {
-                seq: i as u64 + 1,
-                hash: None,
-                data: d,
-                digest: Some(&digest),
-                salt: Some(&salt),
-                content: Some(if i == 150 { &bad } else { &content }),
-                erased_by_set: false,
-            })
-            .collect();
-        let mut r = run(genesis);
-        let (done, stopped) = check_run(&mut r, &rows, &mut Vec::new());
-        assert!(stopped);
-        assert_eq!(done.len(), 150);
-        assert_eq!(r.expected_seq, 151);
-        assert_eq!(r.compact.size, 150);
     }
 }
