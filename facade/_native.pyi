@@ -9,7 +9,9 @@ from typing import Any
 
 __all__ = [
     "Reject",
+    "build_events",
     "compact_append",
+    "compact_append_rows",
     "content_commitment",
     "content_digest",
     "decode",
@@ -17,6 +19,10 @@ __all__ = [
     "domain_hash",
     "encode",
     "encode_leaf",
+    "event_id_span",
+    "event_index_check",
+    "inclusion_from_rows",
+    "inclusion_keys",
     "leaf_hash",
     "mismatches",
     "node_hash",
@@ -113,3 +119,55 @@ def uuid_bytes(ids: list[str]) -> list[bytes | None]:
 
 def mismatches(keys: list[Any], want: list[Any], found: dict[Any, Any]) -> list[int]:
     """Return the positions ``i`` where ``found.get(keys[i]) != want[i]``."""
+
+def build_events(
+    queue: list[Any],
+    event_type: type,
+    appended_type: type,
+    event_kind: Any,
+    branch: str,
+    branch_no: int,
+    seq: int,
+    prev: bytes,
+    last_ts: int | None,
+    now: int,
+    max_raw: int,
+    rand: bytes,
+) -> tuple[
+    int,
+    list[tuple[int, bytes, bytes, bytes | None, bytes | None, bytes | None]],
+    list[tuple[bytes, int]],
+    list[bytes],
+    list[Any],
+    int | None,
+]:
+    """Build the plain events on top of an append queue in one call (``_append_locked``)."""
+
+def compact_append_rows(
+    branch_no: int, size: int, hashes: list[bytes], leaves: list[bytes]
+) -> tuple[list[bytes], list[tuple[int, bytes]]]:
+    """Fold leaves into a compact range; the new hashes and the ``nodes`` rows completed."""
+
+def event_id_span(events: list[tuple[str, int]]) -> tuple[bytes, bytes]:
+    """Return the smallest and largest 16-byte id of ``(event id, seq)`` pairs."""
+
+def event_index_check(
+    events: list[tuple[str, int]], base: int, found: list[tuple[bytes, int]]
+) -> list[tuple[str, int, int | None]]:
+    """``(event id, seq, indexed key)`` of the events not indexed at ``base + seq``."""
+
+def inclusion_keys(
+    branch_no: int, index: int, size: int, cache: dict[int, bytes]
+) -> tuple[list[int], list[int]]:
+    """Return the ``entries`` and ``nodes`` keys of an audit path that ``cache`` lacks."""
+
+def inclusion_from_rows(
+    branch_no: int,
+    index: int,
+    size: int,
+    cache: dict[int, bytes],
+    rows: list[tuple[int, int, bytes]],
+    cache_min_level: int,
+    cache_max: int,
+) -> list[bytes]:
+    """Return the inclusion proof of leaf ``index`` from the cache and the rows read."""

@@ -27,9 +27,11 @@ from typing import Any, Final, NamedTuple, Protocol
 import apsw
 
 from memroot.ledger import merkle
+from memroot.ledger._backend import NATIVE as _N
 from memroot.ledger.entries import (
     CANONICAL_BRANCH,
     FORMAT_VERSION,
+    MAX_BODY_BYTES,
     MAX_SNAPSHOT_EVERY,
     ZERO_HASH,
     Entry,
@@ -70,7 +72,14 @@ from memroot.ledger.note import (
 )
 from memroot.ledger.pg import PgStore, is_url
 from memroot.ledger.signing import Ed25519Signer, Signer
-from memroot.ledger.store import BranchRow, Store, entry_key, node_key
+from memroot.ledger.store import (
+    NODE_CACHE_MAX,
+    NODE_CACHE_MIN_LEVEL,
+    BranchRow,
+    Store,
+    entry_key,
+    node_key,
+)
 from memroot.ledger.strict import CheckedRow, SignedHead, StrictReader, default_strict
 from memroot.ledger.trust import TrustedState
 from memroot.ledger.vocab import ActorType, BranchType, OpType
@@ -92,6 +101,10 @@ CHECKPOINT_KEEP_EVERY: Final = 1000
 _TRANSIENT_META: Final = "transient_checkpoint/"
 """Meta key prefix (+ branch no): the size of the branch's head checkpoint when the next seal
 may drop it (it is kept by no retention rule)."""
+_MAX_ENTRY_BYTES: Final = MAX_BODY_BYTES + 1024
+"""The largest entry ``build_entry`` accepts (the native event builder stops before one)."""
+_N_RAND: Final = 42
+"""Random bytes the native event builder takes per event: the salt and 10 for the UUIDv7."""
 _KEEP_TYPES: Final = frozenset({OpType.SNAPSHOT.value, OpType.KEY_ROTATE.value, "GENESIS"})
 SYSTEM_ACTOR: Final = "memroot"
 SYSTEM_NAMESPACE: Final = "system"
@@ -640,6 +653,17 @@ class Ledger:
         _check_size(size, row.size)
         if not 0 <= index < size:
             raise RefusedError(f"index {index} is not in a tree of size {size}")
+        if _N is not None and isinstance(self.store, Store):
+            # Natively: the path's keys, one query for those the node cache lacks, the fold.
+            cache = self.store.node_cache
+            try:
+                leaves, inner = _N.inclusion_keys(row.no, index, size, cache)
+                rows = self.store.tree_rows(leaves, inner)
+                return _N.inclusion_from_rows(
+                    row.no, index, size, cache, rows, NODE_CACHE_MIN_LEVEL, NODE_CACHE_MAX
+                )
+            except _N.Reject:
+                pass  # a missing or damaged node: the reference says which
         return merkle.inclusion_proof(index, size, self._reader(row.no))
 
     def consistency_proof(
@@ -768,35 +792,78 @@ class Ledger:
         if branch not in self._txn:
             self._txn[branch] = _Seal(start, bytes(head.compact.root()))
         seal = self._txn[branch]
-        compact = _copy(head.compact)
+        no = head.row.no
         seq = start
-        entries: list[Entry] = []
-        extras: list[tuple[bytes | None, bytes | None, bytes | None]] = []
+        # What _write_rows inserts: the entries rows (k, hash, data, digest, salt, content),
+        # their leaf hashes, the event index rows and the erasures (entry key, erasing seq).
+        rows: list[tuple[int, bytes, bytes, bytes | None, bytes | None, bytes | None]] = []
+        leaves: list[bytes] = []
         event_rows: list[tuple[bytes, int]] = []
-        erasures: list[tuple[int, int]] = []  # (entry key, erasing seq), this call's only
+        erasures: list[tuple[int, int]] = []  # this call's only
         batch_events: dict[bytes, int] = {}
+        unindexed: list[tuple[bytes, int]] = []  # native events not yet in batch_events
         out: list[Appended] = []
-        salts = os.urandom(SALT_SIZE * len(items))
-        ids = iter(new_uuids(len(items)))
+        salts = b""  # read at the first event the reference loop builds
+        ids: Iterator[str] = iter(())  # UUIDv7s, made at the first id the reference assigns
+        fresh_ids = True
         queue: list[EventInput | OpInput | _Genesis] = list(reversed(items))
         n = 0
         now = now_us()
         last_ts = self._last_ts(head)
+        # The native core builds the plain events on top of the queue in one call (no hook
+        # to feed them to one by one); anything else takes the reference loop below.
+        native = _N is not None and not self.hooks
         while queue:
+            if native and type(queue[-1]) is EventInput:
+                assert _N is not None
+                try:
+                    k, n_rows, n_events, n_leaves, n_out, n_ts = _N.build_events(
+                        queue,
+                        EventInput,
+                        Appended,
+                        Kind.EVENT,
+                        branch,
+                        no,
+                        seq,
+                        prev,
+                        last_ts,
+                        now,
+                        _MAX_ENTRY_BYTES,
+                        os.urandom(_N_RAND * len(queue)),
+                    )
+                except _N.Reject:
+                    k = 0
+                if k:
+                    del queue[len(queue) - k :]
+                    rows += n_rows
+                    leaves += n_leaves
+                    event_rows += n_events
+                    unindexed += n_events
+                    out += n_out
+                    prev = EntryHash(n_leaves[-1])
+                    seq += k
+                    n += k
+                    last_ts = n_ts
+                    continue
             item = queue.pop()
+            if unindexed:  # the reference checks ids, parents and targets against the batch
+                batch_events.update(unindexed)
+                unindexed = []
             ts = item.ts if item.ts is not None else now_us()
             check_ts(ts, last_ts, now)
             last_ts = ts
             content: str | None = None
+            extra: tuple[bytes | None, bytes | None, bytes | None] = (None, None, None)
             if isinstance(item, _Genesis):
                 if seq != 0:
                     raise RefusedError(f"branch {branch!r} already has a genesis entry")
                 item_id = item.id
                 entry = build_entry(prev, seq, branch, ts, Kind.GENESIS, "GENESIS", item.body)
-                extras.append((None, None, None))
             elif isinstance(item, EventInput):
                 if item.id is None:
                     # UUIDv7: 74 random bits, no lookup needed
+                    if fresh_ids:
+                        ids, fresh_ids = iter(new_uuids(len(items))), False
                     item_id = next(ids, None) or new_uuid()
                     raw_id = _uuid_bytes(item_id)
                 else:
@@ -811,6 +878,8 @@ class Ledger:
                         raise NotFoundError(
                             f"parent_event_id {parent_id} names no event in this ledger"
                         )
+                if not salts:
+                    salts = os.urandom(SALT_SIZE * len(items))
                 if n < len(items):
                     salt = salts[n * SALT_SIZE : (n + 1) * SALT_SIZE]
                 else:
@@ -821,9 +890,9 @@ class Ledger:
                 entry = build_entry(
                     prev, seq, branch, ts, Kind.EVENT, "EVENT", body, plain=item.plain
                 )
-                extras.append((content_digest(data), salt, data))
-                batch_events[raw_id] = entry_key(head.row.no, seq)
-                event_rows.append((raw_id, entry_key(head.row.no, seq)))
+                extra = (content_digest(data), salt, data)
+                batch_events[raw_id] = entry_key(no, seq)
+                event_rows.append((raw_id, entry_key(no, seq)))
             else:
                 if seq == 0:
                     raise RefusedError(f"branch {branch!r} has no genesis entry")
@@ -833,23 +902,22 @@ class Ledger:
                         "which also starts the branch's chain"
                     )
                 refuse_reserved(item)
+                if item.id is None and fresh_ids:
+                    ids, fresh_ids = iter(new_uuids(len(items))), False
                 item_id = item.id or next(ids, None) or new_uuid()
                 body = item.body(item_id)
                 entry = build_entry(
                     prev, seq, branch, ts, Kind.OP, item.op_type, body, plain=item.plain
                 )
-                extras.append((None, None, None))
                 if item.op_type == OpType.TOMBSTONE:
                     erasures.append(
-                        (
-                            self._tombstone(head.row.no, entry, batch_events, extras, start),
-                            entry.seq,
-                        )
+                        (self._tombstone(no, entry, batch_events, rows, start), entry.seq)
                     )
             n += 1
             if entry.type in _KEEP_TYPES:
                 seal.keep = True
-            entries.append(entry)
+            rows.append((entry_key(no, seq), entry.hash, entry.raw, *extra))
+            leaves.append(entry.hash)
             follow: list[OpInput] = []
             for hook in self.hooks:
                 follow.extend(hook.apply(db, self, entry, content))
@@ -857,7 +925,7 @@ class Ledger:
             out.append(Appended(branch, seq, entry.hash, item_id, entry.kind, entry.type))
             prev = entry.hash
             seq += 1
-        self._write_rows(head, compact, entries, extras, event_rows, erasures)
+        self._write_rows(head, rows, leaves, event_rows, erasures, last_ts)
         return out
 
     def append_system(
@@ -910,13 +978,13 @@ class Ledger:
         branch_no: int,
         entry: Entry,
         batch_events: dict[bytes, int],
-        extras: list[tuple[bytes | None, bytes | None, bytes | None]],
+        rows: list[tuple[int, bytes, bytes, bytes | None, bytes | None, bytes | None]],
         start: int,
     ) -> int:
         """Validate a TOMBSTONE; return the entry key of the event whose content it erases.
 
-        A target appended earlier in the same batch has its content dropped from ``extras``
-        here; either way the returned key gets ``erased_by`` when the rows are written.
+        A target appended earlier in the same batch has its content dropped from its ``rows``
+        row here; either way the returned key gets ``erased_by`` when the rows are written.
         """
         payload = entry.body["payload"]
         for name in ("target_event_id", "reason", "policy_ref"):
@@ -927,9 +995,9 @@ class Ledger:
         k = batch_events.get(raw)
         if k is not None:
             i = (k & ((1 << 40) - 1)) - start
-            if extras[i][2] is None:
+            if rows[i][5] is None:
                 raise RefusedError(f"event {target} was already erased")
-            extras[i] = (None, None, None)
+            rows[i] = (*rows[i][:3], None, None, None)
             return k
         k = self.store.event_key(raw)
         if k is None or k >> 40 != branch_no:
@@ -950,35 +1018,43 @@ class Ledger:
     def _write_rows(
         self,
         head: _Head,
-        compact: merkle.CompactRange,
-        entries: list[Entry],
-        extras: list[tuple[bytes | None, bytes | None, bytes | None]],
+        rows: list[tuple[int, bytes, bytes, bytes | None, bytes | None, bytes | None]],
+        leaves: list[bytes],
         event_rows: list[tuple[bytes, int]],
         erasures: list[tuple[int, int]],
+        last_ts: int | None,
     ) -> None:
         """Insert entries, their completed tree nodes, erasures and the new head (in the txn).
 
+        ``rows`` are the ``entries`` rows in seq order and ``leaves`` their hashes.
         Everything written comes from the arguments: nothing outlives a rolled-back call.
         """
         no = head.row.no
-        nodes: list[tuple[int, bytes]] = []
-        for level, index, h in compact.append_many([e.hash for e in entries]):
-            nodes.append((node_key(no, level, index), h))
-        base = entry_key(no, 0)
-        self.store.insert_entries(
-            (base + e.seq, e.hash, e.raw, x[0], x[1], x[2])
-            for e, x in zip(entries, extras, strict=True)
-        )
+        compact = head.compact
+        if _N is not None:
+            try:
+                hashes, nodes = _N.compact_append_rows(
+                    no, compact.size, list(compact.hashes), leaves
+                )
+            except _N.Reject:
+                pass  # the reference below
+            else:
+                compact = merkle.CompactRange.from_hashes(compact.size + len(leaves), hashes)
+        if compact is head.compact:
+            compact = _copy(compact)
+            nodes = [(node_key(no, lvl, i), h) for lvl, i, h in compact.append_many(leaves)]
+        self.store.insert_entries(rows)
         if event_rows:
             self.store.insert_event_ids(event_rows)
         for k, by in erasures:
             self.store.erase_content(k, by)
         self.store.insert_nodes(nodes)
-        last = entries[-1]
-        self.store.set_head(no, last.seq + 1, last.hash)
-        head.row = BranchRow(no, head.row.name, last.seq + 1, last.hash)
+        size = head.row.size + len(rows)
+        last = EntryHash(leaves[-1])
+        self.store.set_head(no, size, last)
+        head.row = BranchRow(no, head.row.name, size, last)
         head.compact = compact
-        head.last_ts = last.ts
+        head.last_ts = last_ts
 
     def _last_ts(self, head: _Head) -> int | None:
         """Return the ts of the branch's newest entry (None when it has none yet)."""

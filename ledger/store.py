@@ -35,6 +35,8 @@ from memroot.ledger.errors import IntegrityError, NotFoundError, StorageError
 
 __all__ = [
     "BRANCH_SHIFT",
+    "NODE_CACHE_MAX",
+    "NODE_CACHE_MIN_LEVEL",
     "SCHEMA_VERSION",
     "BranchRow",
     "EntryRow",
@@ -59,6 +61,10 @@ None by default (the library says nothing); the CLI sets it to a notice on stder
 """
 _CACHE_MIN_LEVEL: Final = 3
 _CACHE_MAX: Final = 1 << 18  # cached node hashes (~30 MB at most)
+NODE_CACHE_MIN_LEVEL: Final = _CACHE_MIN_LEVEL
+"""Nodes of this level and above are kept in ``Store.node_cache``."""
+NODE_CACHE_MAX: Final = _CACHE_MAX
+"""``Store.node_cache`` is cleared when it holds this many hashes."""
 _SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 
 _SCHEMA: Final = """
@@ -698,6 +704,28 @@ class Store:
                         cache.clear()
                     cache[k] = h
         return out  # type: ignore[return-value]
+
+    @property
+    def node_cache(self) -> dict[int, bytes]:
+        """The bounded cache of node hashes ``read_nodes`` keeps (the native proofs share it)."""
+        return self._node_cache
+
+    def tree_rows(
+        self, leaf_keys: Sequence[int], node_keys: Sequence[int]
+    ) -> list[tuple[int, int, bytes]]:
+        """Return ``(0, k, hash)`` per ``entries`` row and ``(1, k, h)`` per ``nodes`` row asked.
+
+        One query for an audit path's leaves and nodes (at most 500 keys of each; rows that
+        do not exist are absent).
+        """
+        if len(leaf_keys) > 500 or len(node_keys) > 500:
+            raise ValueError("tree_rows reads at most 500 keys of each kind")
+        sql = (
+            f"SELECT 0, k, hash FROM entries WHERE k IN ({','.join('?' * len(leaf_keys))}) "
+            f"UNION ALL SELECT 1, k, h FROM nodes WHERE k IN ({','.join('?' * len(node_keys))})"
+        )
+        rows: list[Any] = self.db.execute(sql, [*leaf_keys, *node_keys]).fetchall()
+        return rows
 
     # -- checkpoints ---------------------------------------------------------------------------
 

@@ -322,6 +322,15 @@ class _StoreSource:
     ) -> list[tuple[str, int, int | None]]:
         from memroot.ledger.store import entry_key
 
+        base = entry_key(branch_no, 0)  # seq < 2**40: entry_key(no, seq) == base + seq
+        if _N is not None and events:
+            try:
+                lo, hi = _N.event_id_span(list(events))
+            except _N.Reject:
+                pass  # an id that is not canonical UUID text, or a repeat: the reference
+            else:
+                found_rows = _event_id_rows(self.store, lo, hi, len(events), events)
+                return _N.event_index_check(list(events), base, found_rows)
         wanted: dict[bytes, tuple[str, int]] = {}
         raws = _N.uuid_bytes([e for e, _ in events]) if _N is not None else [None] * len(events)
         for (event_id, seq), raw in zip(events, raws, strict=True):
@@ -334,7 +343,6 @@ class _StoreSource:
                 continue  # not a UUID: step 1/4 report the entry itself
         found = {bytes(raw): int(k) for raw, k in _event_ids_by_span(self.store, wanted).items()}
         out = []
-        base = entry_key(branch_no, 0)  # seq < 2**40: entry_key(no, seq) == base + seq
         for raw, (event_id, seq) in wanted.items():
             if found.get(raw) != base + seq:
                 out.append((event_id, seq, found.get(raw)))
@@ -343,6 +351,141 @@ class _StoreSource:
     def event_index_size(self) -> int:
         row: Any = self.store.db.execute("SELECT count(*) FROM event_ids").fetchone()
         return int(row[0])
+
+    def row_chunks(self, branch_no: int) -> Iterator[list[Any]]:
+        """Yield the branch's rows in seq order, in chunks, as the store's query returns them.
+
+        Each row is the tuple ``(k, hash, data, digest, salt, content, erased_by)``
+        (``as_row`` makes an ``EntryRow`` of one). With the native core and a read-only
+        store, a second connection reads the next chunks in a thread while this one checks
+        (SQLite and the native checks both run with the GIL released), provided it sees the
+        same state of the file: the same branch heads as this connection's transaction (every
+        change memroot makes to the entries table moves a head; an edit made outside memroot
+        in between is read as the file holds it, and reported). Otherwise this connection
+        reads them.
+        """
+        from memroot.ledger.store import BRANCH_SHIFT, entry_key
+
+        lo, hi = entry_key(branch_no, 0), entry_key(branch_no, (1 << BRANCH_SHIFT) - 1)
+        if _N is not None and self.store.readonly:
+            reader = _ChunkReader(self.store, lo, hi)
+            try:
+                if reader.same_state():
+                    yield from reader
+                    return
+            finally:
+                reader.close()
+        yield from _row_chunks(self.store.db, lo, hi)
+
+    @staticmethod
+    def as_row(raw: Any) -> RowLike:
+        """Return the ``EntryRow`` of a row tuple from ``row_chunks``."""
+        from memroot.ledger.store import BRANCH_SHIFT, EntryRow
+
+        return EntryRow(raw[0] & ((1 << BRANCH_SHIFT) - 1), *raw[1:])
+
+
+_ROWS_SQL: Final = (
+    "SELECT k, hash, data, digest, salt, content, erased_by FROM entries "
+    "WHERE k >= ? AND k < ? ORDER BY k LIMIT ?"
+)
+
+
+def _row_chunks(db: Any, lo: int, hi: int) -> Iterator[list[Any]]:
+    """Yield the ``entries`` rows with ``lo <= k < hi`` in key order, ``_CHUNK`` at a time."""
+    while True:
+        rows: list[Any] = db.execute(_ROWS_SQL, (lo, hi, _CHUNK)).fetchall()
+        if rows:
+            yield rows
+        if len(rows) < _CHUNK:
+            return
+        lo = rows[-1][0] + 1
+
+
+_READER_CACHE_KIB: Final = 2048
+"""Page cache of the reader thread's connection (a sequential scan needs few pages)."""
+
+
+class _ChunkReader:
+    """Read row chunks ahead in a thread, with a second connection to the same file.
+
+    The thread's connection opens its read transaction and compares the branch heads with
+    the auditing connection's; only when they agree (``same_state``) are its chunks used.
+    Any error in the thread is raised in the auditor's thread, where it would have come
+    from. ``close`` stops the thread and waits for it.
+    """
+
+    _END: Final = object()
+
+    def __init__(self, store: Store, lo: int, hi: int) -> None:
+        import queue
+        import threading
+
+        self._want = [(b.no, b.size, bytes(b.head)) for b in store.branches()]
+        self._path = store.path
+        self._lo, self._hi = lo, hi
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=2)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="memroot-verify-reader")
+        self._thread.daemon = True
+        self._thread.start()
+
+    def _put(self, item: Any) -> bool:
+        import queue
+
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self) -> None:
+        from memroot.ledger.store import Store
+
+        try:
+            twin = Store(self._path, readonly=True)
+            # It reads each page once, in key order: a small page cache, so the process's
+            # memory stays what one connection takes.
+            twin.db.execute(f"PRAGMA cache_size=-{_READER_CACHE_KIB}")
+        except BaseException:  # no second connection: the auditor reads for itself
+            self._put(False)
+            return
+        try:
+            with twin.read():
+                have = [(b.no, b.size, bytes(b.head)) for b in twin.branches()]
+                if have != self._want:
+                    self._put(False)
+                    return
+                if not self._put(True):
+                    return
+                for rows in _row_chunks(twin.db, self._lo, self._hi):
+                    if not self._put(rows):
+                        return
+            self._put(self._END)
+        except BaseException as e:
+            self._put(e)
+        finally:
+            twin.close()
+
+    def same_state(self) -> bool:
+        """Tell whether the thread's connection sees the auditor's state of the file."""
+        return self._queue.get() is True
+
+    def __iter__(self) -> Iterator[list[Any]]:
+        while True:
+            item = self._queue.get()
+            if item is self._END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def close(self) -> None:
+        """Stop the thread (it may be waiting to hand over a chunk) and wait for it."""
+        self._stop.set()
+        self._thread.join()
 
 
 def _nodes_by_runs(store: Store, keys: list[int]) -> dict[int, bytes]:
@@ -369,6 +512,24 @@ def _nodes_by_runs(store: Store, keys: list[int]) -> dict[int, bytes]:
             )
         i = j + 1
     return found
+
+
+def _event_id_rows(
+    store: Store, lo: bytes, hi: bytes, count: int, events: Sequence[tuple[str, int]]
+) -> list[tuple[bytes, int]]:
+    """Return ``(id, k)`` index rows covering the ``count`` events whose ids span ``[lo, hi]``.
+
+    As ``_event_ids_by_span``: one range scan when the span is narrow, else the ``IN``
+    look-up of the events' own ids. Rows of other ids may be among them.
+    """
+    limit = 2 * count + 64
+    rows: list[Any] = store.db.execute(
+        "SELECT id, k FROM event_ids WHERE id >= ? AND id <= ? LIMIT ?", (lo, hi, limit)
+    ).fetchall()
+    if len(rows) < limit:
+        return rows
+    raws = [bytes.fromhex(e.replace("-", "")) for e, _ in events]
+    return list(store.lookup("event_ids", "id", "k", raws).items())
 
 
 def _event_ids_by_span(store: Store, wanted: dict[bytes, Any]) -> dict[bytes, int]:
@@ -560,7 +721,12 @@ def audit_source(
             next_target = next(t_iter, None)
         pending_nodes: list[tuple[int, int, bytes]] = []
         try:
-            for chunk in _chunks(store.iter_entry_rows(b.no)):
+            if isinstance(store, _StoreSource):
+                chunks: Iterable[list[Any]] = store.row_chunks(b.no)
+                as_row: Callable[[Any], RowLike] | None = store.as_row
+            else:
+                chunks, as_row = _chunks(store.iter_entry_rows(b.no)), None
+            for chunk in chunks:
                 i = 0
                 while i < len(chunk):
                     # The native core takes the plain rows of a run at once, stopping where
@@ -581,7 +747,8 @@ def audit_source(
                         else (0, [])
                     )
                     if n == 0:
-                        leaf = _check_row(run, b.name, chunk[i], report, checks)
+                        row = chunk[i] if as_row is None else as_row(chunk[i])
+                        leaf = _check_row(run, b.name, row, report, checks)
                         new_nodes = run.compact.append(leaf)
                         n = 1
                     i += n
@@ -1077,12 +1244,17 @@ def _native_rows(
                 kinds[kind],
                 type_,
                 body,
-                row.data,
+                _row_data(row),
                 EntryHash(h),
             )
             for check in checks:
                 check.feed(branch, entry, report)
     return n, nodes
+
+
+def _row_data(row: Any) -> bytes:
+    """Return the entry bytes of a store row tuple (``row_chunks``) or of a ``RowLike``."""
+    return row[2] if type(row) is tuple else row.data  # type: ignore[no-any-return]
 
 
 def _check_row(

@@ -29,6 +29,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import warnings
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
@@ -108,14 +109,32 @@ class WitnessConfig:
     branches: tuple[str, ...]
 
 
+_TABLES_SEEN: weakref.WeakKeyDictionary[Store, tuple[int, bool]] = weakref.WeakKeyDictionary()
+"""Per open store: SQLite's ``data_version`` when the witness tables were looked up, and
+whether they exist (every sealed append asks; see ``_has_tables``)."""
+
+
 def _has_tables(store: Store) -> bool:
+    """Tell whether the ledger has the witness tables (any witness was ever configured).
+
+    Cached per connection: the answer changes only when a connection creates the tables.
+    Another connection's commit changes SQLite's ``data_version`` (which is then read again);
+    this connection's own ``add_witness`` forgets the cached answer.
+    """
+    version = store.db.execute("PRAGMA data_version").fetchone()
+    cached = _TABLES_SEEN.get(store)
+    if cached is not None and version is not None and cached[0] == version[0]:
+        return cached[1]
     with store.read() as db:
-        return (
+        found = (
             db.execute(
                 "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'witnesses'"
             ).fetchone()
             is not None
         )
+    if version is not None:
+        _TABLES_SEEN[store] = (int(version[0]), found)
+    return found
 
 
 def list_witnesses(store: Store) -> list[WitnessConfig]:
@@ -167,13 +186,17 @@ def add_witness(
         raise RefusedError("a witness needs at least one branch to witness")
     for b in branches:
         ledger.store.branch(b)  # NotFoundError names a branch that does not exist
-    with ledger.store.write() as db:
-        db.execute(_SCHEMA)
-        db.execute(
-            "INSERT OR REPLACE INTO witnesses(name, url, vkey, branches) VALUES(?, ?, ?, ?)",
-            (key.name, url, key.vkey(), json.dumps(sorted(set(branches)))),
-        )
-        db.execute("DELETE FROM witness_state WHERE witness = ?", (key.name,))
+    _TABLES_SEEN.pop(ledger.store, None)
+    try:
+        with ledger.store.write() as db:
+            db.execute(_SCHEMA)
+            db.execute(
+                "INSERT OR REPLACE INTO witnesses(name, url, vkey, branches) VALUES(?, ?, ?, ?)",
+                (key.name, url, key.vkey(), json.dumps(sorted(set(branches)))),
+            )
+            db.execute("DELETE FROM witness_state WHERE witness = ?", (key.name,))
+    finally:
+        _TABLES_SEEN.pop(ledger.store, None)  # created (or not): look again
     return WitnessConfig(key.name, url, key, tuple(sorted(set(branches))))
 
 

@@ -7,6 +7,7 @@
 //! with its own message (`memroot.ledger._backend`). The GIL is released around the work on
 //! whole chunks of rows.
 
+pub mod append;
 pub mod cbor;
 pub mod entry;
 pub mod hash;
@@ -275,7 +276,37 @@ fn opt_bytes<'py>(
     Some(Some(v.downcast_into_exact::<PyBytes>().ok()?))
 }
 
+/// An optional bytes item of a row tuple: `Some(None)` for None, `None` for any other type.
+fn opt_item<'py>(t: &Bound<'py, PyTuple>, i: usize) -> Option<Option<Bound<'py, PyBytes>>> {
+    let v = t.get_item(i).ok()?;
+    if v.is_none() {
+        return Some(None);
+    }
+    Some(Some(v.downcast_into_exact::<PyBytes>().ok()?))
+}
+
+/// A row as the store's query returns it: `(k, hash, data, digest, salt, content,
+/// erased_by)` with `seq = k & (2**40 - 1)`.
+fn row_tuple<'py>(t: &Bound<'py, PyTuple>) -> Option<RowObj<'py>> {
+    if t.len() != 7 {
+        return None;
+    }
+    let k: u64 = t.get_item(0).ok()?.extract().ok()?;
+    Some(RowObj {
+        seq: k & ((1 << 40) - 1),
+        hash: opt_item(t, 1)?,
+        data: opt_item(t, 2)??,
+        digest: opt_item(t, 3)?,
+        salt: opt_item(t, 4)?,
+        content: opt_item(t, 5)?,
+        erased_by_set: !t.get_item(6).ok()?.is_none(),
+    })
+}
+
 fn row_obj<'py>(py: Python<'py>, row: &Bound<'py, PyAny>) -> Option<RowObj<'py>> {
+    if let Ok(t) = row.downcast_exact::<PyTuple>() {
+        return row_tuple(t);
+    }
     Some(RowObj {
         seq: row.getattr(intern!(py, "seq")).ok()?.extract().ok()?,
         hash: opt_bytes(row, intern!(py, "hash"))?,
@@ -289,7 +320,9 @@ fn row_obj<'py>(py: Python<'py>, row: &Bound<'py, PyAny>) -> Option<RowObj<'py>>
 
 /// The steps 1-5 of a chunk of rows in one call (`verify._check_row` on each plain row).
 ///
-/// Checks `rows[start:]`, at most `max_rows`, while every row is plain (see `verify.rs`) and
+/// A row is an object with the attributes of `verify.RowLike`, or an exact tuple `(k, hash,
+/// data, digest, salt, content, erased_by)` as the store's query gives it (`seq` is then
+/// `k & (2**40 - 1)`). Checks `rows[start:]`, at most `max_rows`, while every row is plain (see `verify.rs`) and
 /// no limit is reached: the compact range reaching `stop_size`, `node_room` completed nodes
 /// (with caches), `event_room` listed events (with caches). Returns `(count, prev,
 /// compact_hashes, nodes, events, entries)`: the new chain head and right edge, the completed
@@ -448,6 +481,420 @@ fn mismatches(
     Ok(out)
 }
 
+/// An exact `str` attribute of an input, borrowed; None for anything else.
+fn attr_str<'py>(
+    obj: &Bound<'py, PyAny>,
+    name: &Bound<'py, PyString>,
+) -> Option<Bound<'py, PyString>> {
+    obj.getattr(name)
+        .ok()?
+        .downcast_into_exact::<PyString>()
+        .ok()
+}
+
+/// The canonical encoding of an optional map attribute: `Some(None)` when it is None.
+fn attr_map(obj: &Bound<'_, PyAny>, name: &Bound<'_, PyString>) -> Option<Option<Vec<u8>>> {
+    let v = obj.getattr(name).ok()?;
+    if v.is_none() {
+        return Some(None);
+    }
+    let d = v.downcast_exact::<PyDict>().ok()?;
+    let mut out = Vec::with_capacity(64);
+    py::encode(d.as_any(), 2, &mut out).ok()?;
+    Some(Some(out))
+}
+
+fn now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// The plain events on top of an append queue, built in one call (`Ledger._append_locked`).
+///
+/// `queue` is the append queue with its next item last. Builds, from the top down, every
+/// item that is an exact `event_type` with neither `id` nor `parent_event_id`, whose `ts`
+/// (the clock when None) passes the append window against `last_ts` and `now`, and whose
+/// entry is at most `max_raw` bytes; stops before the first other item (the reference
+/// takes it). `rand` holds `RAND_PER_EVENT` random bytes per item. Returns `(count, rows,
+/// events, leaves, appended, last_ts)`: the `entries` rows `(k, hash, data, digest, salt,
+/// content)`, the event index rows `(id bytes, k)` in id order, the leaf hashes and an `appended_type`
+/// tuple `(branch, seq, hash, id, kind, "EVENT")` per event, `kind` being `event_kind`.
+#[pyfunction]
+#[pyo3(signature = (queue, event_type, appended_type, event_kind, branch, branch_no, seq,
+    prev, last_ts, now, max_raw, rand))]
+#[allow(clippy::too_many_arguments)]
+fn build_events<'py>(
+    py: Python<'py>,
+    queue: &Bound<'py, PyList>,
+    event_type: &Bound<'py, PyAny>,
+    appended_type: &Bound<'py, PyAny>,
+    event_kind: &Bound<'py, PyAny>,
+    branch: &Bound<'py, PyString>,
+    branch_no: u64,
+    seq: u64,
+    prev: &[u8],
+    last_ts: Option<u64>,
+    now: u64,
+    max_raw: usize,
+    rand: &[u8],
+) -> PyResult<Bound<'py, PyTuple>> {
+    let mut prev = hash32(prev, "prev")?;
+    if branch_no >= 1 << 23 {
+        return reject("branch number out of range");
+    }
+    let branch_text = branch.to_str()?;
+    let tuple_new = py.get_type::<PyTuple>().getattr(intern!(py, "__new__"))?;
+    let rows = PyList::empty(py);
+    let mut ids: Vec<([u8; 16], u64)> = Vec::new();
+    let leaves = PyList::empty(py);
+    let appended = PyList::empty(py);
+    let event_text = PyString::new(py, "EVENT");
+    let ms = now_us() / 1000;
+    let mut last_ts = last_ts;
+    let mut count = 0usize;
+    let chunks = rand.chunks_exact(append::RAND_PER_EVENT);
+    for (i, (pos, r)) in (0..queue.len()).rev().zip(chunks).enumerate() {
+        let seq = seq + i as u64;
+        let item = queue.get_item(pos)?;
+        if !item.get_type().is(event_type) {
+            break;
+        }
+        if !item.getattr(intern!(py, "id"))?.is_none()
+            || !item.getattr(intern!(py, "parent_event_id"))?.is_none()
+        {
+            break;
+        }
+        let ts_obj = item.getattr(intern!(py, "ts"))?;
+        let ts = if ts_obj.is_none() {
+            now_us()
+        } else {
+            match ts_obj.extract::<u64>() {
+                Ok(t) => t,
+                Err(_) => break,
+            }
+        };
+        if !append::ts_ok(ts, last_ts, now) || seq >= 1 << 40 {
+            break;
+        }
+        let (Some(stream), Some(actor_id), Some(actor_type), Some(role), Some(ns), Some(content)) = (
+            attr_str(&item, intern!(py, "stream")),
+            attr_str(&item, intern!(py, "actor_id")),
+            attr_str(&item, intern!(py, "actor_type")),
+            attr_str(&item, intern!(py, "role")),
+            attr_str(&item, intern!(py, "namespace_id")),
+            attr_str(&item, intern!(py, "content")),
+        ) else {
+            break;
+        };
+        let (Some(metadata), Some(context)) = (
+            attr_map(&item, intern!(py, "metadata")),
+            attr_map(&item, intern!(py, "context")),
+        ) else {
+            break;
+        };
+        let (Ok(stream), Ok(actor_id), Ok(actor_type), Ok(role), Ok(ns), Ok(content)) = (
+            stream.to_str(),
+            actor_id.to_str(),
+            actor_type.to_str(),
+            role.to_str(),
+            ns.to_str(),
+            content.to_str(),
+        ) else {
+            break;
+        };
+        let ev = append::Event {
+            stream,
+            actor_id,
+            actor_type,
+            role,
+            namespace_id: ns,
+            content: content.as_bytes(),
+            metadata: metadata.as_deref(),
+            context: context.as_deref(),
+        };
+        let r: &[u8; append::RAND_PER_EVENT] = r.try_into().or_else(|_| reject("rand"))?;
+        let built = append::build_event(&ev, &prev, seq, branch_text, ts, ms, r);
+        if built.raw.len() > max_raw {
+            break;
+        }
+        let k = branch_no << 40 | seq;
+        let leaf = PyBytes::new(py, &built.leaf);
+        let id = PyString::new(py, &built.id);
+        rows.append((
+            k,
+            &leaf,
+            PyBytes::new(py, &built.raw),
+            PyBytes::new(py, &built.digest),
+            PyBytes::new(py, &built.salt),
+            PyBytes::new(py, ev.content),
+        ))?;
+        ids.push((built.raw_id, k));
+        leaves.append(&leaf)?;
+        let fields = PyTuple::new(
+            py,
+            [
+                branch.as_any(),
+                &seq.into_pyobject(py)?.into_any(),
+                leaf.as_any(),
+                id.as_any(),
+                event_kind,
+                event_text.as_any(),
+            ],
+        )?;
+        appended.append(tuple_new.call1((appended_type, fields))?)?;
+        prev = built.leaf;
+        last_ts = Some(ts);
+        count = i + 1;
+    }
+    // In id order: the UUIDv7s of one millisecond then append to the index in order (the
+    // order of the rows inserted changes nothing stored).
+    ids.sort_unstable();
+    let events = PyList::empty(py);
+    for (raw_id, k) in ids {
+        events.append((PyBytes::new(py, &raw_id), k))?;
+    }
+    PyTuple::new(
+        py,
+        [
+            count.into_pyobject(py)?.into_any(),
+            rows.into_any(),
+            events.into_any(),
+            leaves.into_any(),
+            appended.into_any(),
+            last_ts.into_pyobject(py)?.into_any(),
+        ],
+    )
+}
+
+type NodeRows<'py> = Vec<(u64, Bound<'py, PyBytes>)>;
+
+/// Fold leaf hashes into a compact range and return the new hashes and the `nodes` rows
+/// `(nodes.k, hash)`, in key order, of the interior nodes completed on branch `branch_no`
+/// (`CompactRange.append_many` and `store.node_key`).
+#[pyfunction]
+fn compact_append_rows<'py>(
+    py: Python<'py>,
+    branch_no: u64,
+    size: u64,
+    hashes: &Bound<'py, PyList>,
+    leaves: &Bound<'py, PyList>,
+) -> PyResult<(Vec<Bound<'py, PyBytes>>, NodeRows<'py>)> {
+    if branch_no >= 1 << 15 {
+        return reject("branch number out of range");
+    }
+    let mut cr = merkle::CompactRange {
+        size,
+        hashes: hashes32(hashes, "subtree hash")?,
+    };
+    if u64::try_from(cr.hashes.len()).ok() != Some(u64::from(size.count_ones())) {
+        return reject("hash count does not match the size");
+    }
+    let leaves = hashes32(leaves, "leaf hash")?;
+    if size
+        .checked_add(leaves.len() as u64)
+        .is_none_or(|s| s > 1 << 42)
+    {
+        return reject("tree too large for node keys");
+    }
+    let mut nodes = Vec::with_capacity(leaves.len());
+    for leaf in leaves {
+        cr.append(leaf, &mut nodes);
+    }
+    let out = cr.hashes.iter().map(|h| PyBytes::new(py, h)).collect();
+    let mut keyed: Vec<(u64, &Hash)> = nodes
+        .iter()
+        .map(|(level, index, h)| (branch_no << 48 | u64::from(*level) << 42 | index, h))
+        .collect();
+    // In key order, the rows of each level append at the end of that level's key range
+    // (the order of the rows inserted changes nothing stored).
+    keyed.sort_unstable_by_key(|(k, _)| *k);
+    let rows = keyed
+        .into_iter()
+        .map(|(k, h)| (k, PyBytes::new(py, h)))
+        .collect();
+    Ok((out, rows))
+}
+
+/// The 16-byte ids of `(event id, seq)` pairs, in order; `Reject` if one is not canonical
+/// UUID text or an id repeats (the reference then decides).
+fn event_raws(events: &Bound<'_, PyList>) -> PyResult<Vec<([u8; 16], u64)>> {
+    let mut out = Vec::with_capacity(events.len());
+    let mut seen = std::collections::HashSet::with_capacity(events.len());
+    for item in events.iter() {
+        let (id, seq): (Bound<'_, PyString>, u64) = item.extract()?;
+        let Some(raw) = uuid::parse(id.to_str()?) else {
+            return reject("not a canonical UUID");
+        };
+        if !seen.insert(raw) {
+            return reject("an event id repeats");
+        }
+        out.push((raw, seq));
+    }
+    Ok(out)
+}
+
+/// The smallest and largest 16-byte id of `(event id, seq)` pairs (`verify`'s event index
+/// span); `Reject` for no pairs, an id that is not canonical UUID text, or a repeated id.
+#[pyfunction]
+fn event_id_span<'py>(
+    py: Python<'py>,
+    events: &Bound<'py, PyList>,
+) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+    let raws = event_raws(events)?;
+    let (Some(lo), Some(hi)) = (
+        raws.iter().map(|(r, _)| r).min(),
+        raws.iter().map(|(r, _)| r).max(),
+    ) else {
+        return reject("no events");
+    };
+    Ok((PyBytes::new(py, lo), PyBytes::new(py, hi)))
+}
+
+type Misplaced<'py> = Vec<(Bound<'py, PyAny>, u64, Option<i64>)>;
+
+/// The events the index misplaces or lacks: `(event id, seq, indexed key or None)` for each
+/// `(event id, seq)` whose id is not at `base + seq` among the `found` `(id bytes, k)` rows,
+/// in the order given (`_StoreSource.event_index_mismatches`); `Reject` as `event_id_span`.
+#[pyfunction]
+fn event_index_check<'py>(
+    events: &Bound<'py, PyList>,
+    base: u64,
+    found: &Bound<'py, PyList>,
+) -> PyResult<Misplaced<'py>> {
+    let raws = event_raws(events)?;
+    let mut stored: std::collections::HashMap<[u8; 16], i64> =
+        std::collections::HashMap::with_capacity(found.len());
+    for item in found.iter() {
+        let (raw, k): (Bound<'_, PyAny>, i64) = item.extract()?;
+        let Ok(raw) = raw.downcast_exact::<PyBytes>() else {
+            return reject("an indexed id is not bytes");
+        };
+        if let Ok(r) = <[u8; 16]>::try_from(raw.as_bytes()) {
+            stored.insert(r, k);
+        }
+    }
+    let mut out = Vec::new();
+    for (i, (raw, seq)) in raws.iter().enumerate() {
+        let got = stored.get(raw).copied();
+        let want = base.checked_add(*seq).and_then(|w| i64::try_from(w).ok());
+        if got.is_none() || got != want {
+            let (id, _): (Bound<'py, PyAny>, u64) = events.get_item(i)?.extract()?;
+            out.push((id, *seq, got));
+        }
+    }
+    Ok(out)
+}
+
+/// The `entries.k` (level 0) or `nodes.k` of a complete subtree on branch `branch_no`.
+fn tree_key(branch_no: u64, (level, index): merkle::NodeId) -> u64 {
+    if level == 0 {
+        branch_no << 40 | index
+    } else {
+        branch_no << 48 | u64::from(level) << 42 | index
+    }
+}
+
+fn checked_plan(branch_no: u64, index: u64, size: u64) -> PyResult<Vec<merkle::NodeId>> {
+    if index >= size || size > 1 << 40 || branch_no >= 1 << 15 {
+        return reject("no such leaf, or a tree too large for the store's keys");
+    }
+    let (siblings, left, right) = merkle::path_plan(index, size);
+    Ok([siblings, left, right].concat())
+}
+
+/// The store keys of the audit path of leaf `index` in a tree of `size` leaves that the node
+/// cache `cache` (`{nodes.k: hash}`) lacks: `(entries keys, nodes keys)` to read.
+#[pyfunction]
+fn inclusion_keys(
+    branch_no: u64,
+    index: u64,
+    size: u64,
+    cache: &Bound<'_, PyDict>,
+) -> PyResult<(Vec<u64>, Vec<u64>)> {
+    let (mut leaves, mut inner) = (Vec::new(), Vec::new());
+    for id in checked_plan(branch_no, index, size)? {
+        let k = tree_key(branch_no, id);
+        if id.0 == 0 {
+            leaves.push(k);
+        } else if cache.get_item(k)?.is_none() {
+            inner.push(k);
+        }
+    }
+    Ok((leaves, inner))
+}
+
+/// The RFC 9162 inclusion proof of leaf `index` in a tree of `size` leaves from the node
+/// cache and the `(table, k, hash)` rows read (`table` 0 for `entries`, 1 for `nodes`), as
+/// `merkle.inclusion_proof` assembles it. Nodes read at level `cache_min_level` or above go
+/// into the cache (cleared first when it holds `cache_max`), as `Store.read_nodes` does.
+/// `Reject` when a node is missing or not 32 bytes (the reference then says which).
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn inclusion_from_rows<'py>(
+    py: Python<'py>,
+    branch_no: u64,
+    index: u64,
+    size: u64,
+    cache: &Bound<'py, PyDict>,
+    rows: &Bound<'py, PyList>,
+    cache_min_level: u32,
+    cache_max: usize,
+) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+    let (siblings, left, right) = {
+        checked_plan(branch_no, index, size)?;
+        merkle::path_plan(index, size)
+    };
+    let mut read: std::collections::HashMap<(u8, u64), Bound<'py, PyBytes>> =
+        std::collections::HashMap::with_capacity(rows.len());
+    for row in rows.iter() {
+        let (table, k, h): (u8, u64, Bound<'py, PyAny>) = row.extract()?;
+        let Ok(h) = h.downcast_into_exact::<PyBytes>() else {
+            return reject("a stored hash is not bytes");
+        };
+        read.insert((table, k), h);
+    }
+    // Every hash is resolved before the cache changes (a full cache is cleared).
+    let mut resolved = Vec::with_capacity(siblings.len() + left.len() + right.len());
+    let mut fresh = Vec::new();
+    for &id in siblings.iter().chain(&left).chain(&right) {
+        let k = tree_key(branch_no, id);
+        let h = if id.0 == 0 {
+            read.get(&(0, k)).cloned()
+        } else if let Some(h) = read.get(&(1, k)) {
+            if id.0 >= cache_min_level {
+                fresh.push((k, h.clone()));
+            }
+            Some(h.clone())
+        } else {
+            cache
+                .get_item(k)?
+                .and_then(|h| h.downcast_into_exact::<PyBytes>().ok())
+        };
+        match h {
+            Some(h) if h.as_bytes().len() == 32 => resolved.push(h),
+            _ => return reject("a tree node is missing or not 32 bytes"),
+        }
+    }
+    for (k, h) in fresh {
+        if cache.len() >= cache_max {
+            cache.clear();
+        }
+        cache.set_item(k, h)?;
+    }
+    let (n_sib, n_left) = (siblings.len(), left.len());
+    let mut proof: Vec<Bound<'py, PyBytes>> = resolved[..n_sib].to_vec();
+    if !right.is_empty() {
+        let mut hs = Vec::with_capacity(right.len());
+        for h in &resolved[n_sib + n_left..] {
+            hs.push(hash32(h.as_bytes(), "node")?);
+        }
+        proof.push(PyBytes::new(py, &merkle::root_from_subtrees(&hs)));
+    }
+    proof.extend_from_slice(&resolved[n_sib..n_sib + n_left]);
+    Ok(proof)
+}
+
 /// The native core of memroot (see the module docs in Rust and `memroot/_native.pyi`).
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -470,5 +917,11 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(node_keys, m)?)?;
     m.add_function(wrap_pyfunction!(uuid_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(mismatches, m)?)?;
+    m.add_function(wrap_pyfunction!(build_events, m)?)?;
+    m.add_function(wrap_pyfunction!(inclusion_keys, m)?)?;
+    m.add_function(wrap_pyfunction!(inclusion_from_rows, m)?)?;
+    m.add_function(wrap_pyfunction!(event_id_span, m)?)?;
+    m.add_function(wrap_pyfunction!(event_index_check, m)?)?;
+    m.add_function(wrap_pyfunction!(compact_append_rows, m)?)?;
     Ok(())
 }

@@ -57,6 +57,38 @@ pub fn root_from_subtrees(hashes: &[Hash]) -> Hash {
     h
 }
 
+/// A complete subtree `(level, index)`: leaves `[index << level, (index + 1) << level)`.
+pub type NodeId = (u32, u64);
+
+/// The complete subtrees covering `[start, start + count)`, largest first (`_subtrees_from`;
+/// `start` is a multiple of a power of two above `count`).
+#[must_use]
+pub fn subtrees_from(mut start: u64, mut count: u64) -> Vec<NodeId> {
+    let mut out = Vec::new();
+    while count != 0 {
+        let level = 63 - count.leading_zeros();
+        out.push((level, start >> level));
+        start += 1 << level;
+        count ^= 1 << level;
+    }
+    out
+}
+
+/// The audit path of leaf `index` in a tree of `size` leaves, as `merkle._path_plan` plans
+/// it: the siblings up to the fork, the complete subtrees left of the fork (lowest first)
+/// and those right of it (largest first), whose fold is one proof hash.
+#[must_use]
+pub fn path_plan(index: u64, size: u64) -> (Vec<NodeId>, Vec<NodeId>, Vec<NodeId>) {
+    let x = index ^ size;
+    let inner = 63 - x.leading_zeros();
+    let siblings = (0..inner).map(|i| (i, (index >> i) ^ 1)).collect();
+    let begin = (index >> inner) << inner;
+    let end = begin + (1 << inner);
+    let mut left = subtrees_from(0, begin);
+    left.reverse();
+    (siblings, left, subtrees_from(end, size - end))
+}
+
 /// Why a proof does not verify; Python reports the reference module's message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProofFail {
@@ -149,6 +181,19 @@ pub fn roots_from_consistency_proof(
         return Err(ProofFail::WrongLength);
     }
     Ok((fr, sr))
+}
+
+#[cfg(test)]
+mod plan_tests {
+    use super::*;
+
+    #[test]
+    fn the_path_of_a_leaf() {
+        assert_eq!(subtrees_from(0, 6), vec![(2, 0), (1, 2)]);
+        // size 7, leaf 4: sibling leaf 5, then the fold of [6, 7), then the subtree [0, 4).
+        assert_eq!(path_plan(4, 7), (vec![(0, 5)], vec![(2, 0)], vec![(0, 6)]));
+        assert_eq!(path_plan(0, 1), (vec![], vec![], vec![]));
+    }
 }
 
 #[cfg(test)]

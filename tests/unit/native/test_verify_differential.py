@@ -199,3 +199,33 @@ def test_event_index_with_imported_ids_verifies_identically(tmp_path: Path, inpu
     db.close()
     report = both(path, vkeys=(vkey,))
     assert [f["step"] for f in report["findings"]] == [5]
+
+
+def test_the_reader_thread_is_used_only_on_the_auditors_state(tmp_path: Path, inputs: Any) -> None:
+    from memroot.ledger.store import Store, entry_key
+    from memroot.ledger.verify import _ChunkReader, _row_chunks
+
+    path = tmp_path / "l.ledger"
+    with Ledger.init(path, hooks=()) as ledger:
+        ledger.append_batch(inputs.mixed(5000, seed=5))
+        store = Store(path, readonly=True)
+        try:
+            lo, hi = entry_key(1, 0), entry_key(1, (1 << 40) - 1)
+            with store.read():
+                reader = _ChunkReader(store, lo, hi)
+                try:
+                    assert reader.same_state()
+                    assert list(reader) == list(_row_chunks(store.db, lo, hi))
+                finally:
+                    reader.close()
+                ledger.append(inputs.event(random.Random(1), 1))  # commits after our snapshot
+                reader = _ChunkReader(store, lo, hi)
+                try:
+                    assert not reader.same_state()
+                finally:
+                    reader.close()
+                # An audit of this snapshot reads its rows itself and sees 5001 entries.
+            report = both(path)
+            assert report["entries"] == 5002
+        finally:
+            store.close()

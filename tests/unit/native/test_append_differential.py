@@ -1,0 +1,209 @@
+"""The native batch append against the reference append loop, on copies of one ledger.
+
+A ledger is created once and copied; one copy is appended to with the native core (which
+builds runs of plain events in one call, ``native.build_events``), the other with the
+reference (``_backend.reference()``), given the ids, timestamps and salts the native run
+chose. Every stored byte must then be the same: entries (data, hash, digest, salt, content),
+the event index, the tree nodes and the chain head. Refusals must be the reference's, with
+nothing written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import shutil
+import tempfile
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memroot.ledger import _backend
+from memroot.ledger import ledger as ledger_module
+from memroot.ledger.entries import TS_MAX_AHEAD_US, EventInput, OpInput, new_uuid, now_us
+from memroot.ledger.errors import ValidationError
+from memroot.ledger.ledger import Ledger
+
+pytest.importorskip("memroot._native", reason="the native core is not built")
+if _backend.NATIVE is None:
+    pytestmark = pytest.mark.skip(reason="MEMROOT_BACKEND=python: nothing native to compare")
+
+TABLES = (
+    "SELECT k, hash, data, digest, salt, content, erased_by FROM entries ORDER BY k",
+    "SELECT id, k FROM event_ids ORDER BY id",
+    "SELECT k, h FROM nodes ORDER BY k",
+    "SELECT no, name, size, head FROM branches ORDER BY no",
+)
+
+
+def dump(ledger: Ledger) -> list[list[Any]]:
+    return [list(ledger.store.db.execute(q)) for q in TABLES]
+
+
+def make_pair(where: Path) -> tuple[Path, Path]:
+    """Two copies of one fresh ledger (same genesis and key)."""
+    a, b = where / "a.ledger", where / "b.ledger"
+    Ledger.init(a, hooks=()).close()
+    shutil.copy(a, b)
+    shutil.copy(f"{a}.key", f"{b}.key")
+    return a, b
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> tuple[Path, Path]:
+    """Two copies of one fresh ledger (same genesis and key)."""
+    return make_pair(tmp_path)
+
+
+def salts_of(ledger: Ledger) -> dict[int, bytes]:
+    """The commitment salt of every event not erased, by seq."""
+    return {
+        r.seq: bytes(r.salt)
+        for r in ledger.store.iter_entry_rows(ledger.branch_row().no)
+        if r.salt is not None
+    }
+
+
+def replay_reference(
+    path: Path,
+    batches: list[list[EventInput | OpInput]],
+    done: Ledger,
+    salts: dict[int, bytes] | None = None,
+) -> Ledger:
+    """Append ``batches`` to ``path`` with the reference, with the ids, ts and salts of ``done``.
+
+    ``salts`` holds the salts of events erased since (taken before the erasure).
+    """
+    salts = {**(salts or {}), **salts_of(done)}
+    rows = list(done.store.iter_entry_rows(done.branch_row().no, 1))
+    entries = [done.entry(r.seq) for r in rows]
+    ref = Ledger.open(path, hooks=())
+    pos = 0
+    with _backend.reference():
+        for batch in batches:
+            fixed: list[EventInput | OpInput] = []
+            given = b""
+            for item in batch:
+                e, r = entries[pos], rows[pos]
+                pos += 1
+                fixed.append(dataclasses.replace(item, id=e.body["id"], ts=e.ts))
+                given += salts.get(r.seq, bytes(32))  # the reference takes salt n for item n
+            saved = ledger_module.os
+            fake = types.SimpleNamespace(urandom=lambda n, s=given: s[:n])
+            ledger_module.os = fake  # type: ignore[assignment]
+            try:
+                ref.append_batch(fixed)
+            finally:
+                ledger_module.os = saved
+    return ref
+
+
+def test_native_loop_is_in_use() -> None:
+    assert ledger_module._N is not None
+    with _backend.reference():
+        assert ledger_module._N is None
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 1 << 30), sizes=st.lists(st.integers(1, 300), min_size=1, max_size=4))
+def test_native_batches_store_the_reference_bytes(inputs: Any, seed: int, sizes: list[int]) -> None:
+    with tempfile.TemporaryDirectory() as where:
+        a, b = make_pair(Path(where))
+        rng = random.Random(seed)
+        batches: list[list[EventInput | OpInput]] = []
+        known: list[str] = []  # ids given by the requests, not yet erased
+        earlier: list[str] = []  # those of them appended by an earlier batch
+        base = now_us() - 10_000_000
+        for size in sizes:
+            batch = inputs.mixed(size, seed=rng.randrange(1 << 30))
+            # Some requests carry their own ts: the native run stops there and the reference
+            # loop takes that item, then the native run resumes.
+            for i, item in enumerate(batch):
+                if rng.random() < 0.1:
+                    batch[i] = dataclasses.replace(item, ts=base + i)
+                if isinstance(item, EventInput) and rng.random() < 0.1:
+                    # An id of its own, and a parent named by id: the reference loop takes
+                    # both and checks them against the events of the batch.
+                    parent = rng.choice(known) if known and rng.random() < 0.5 else None
+                    batch[i] = dataclasses.replace(batch[i], id=new_uuid(), parent_event_id=parent)
+                    known.append(batch[i].id)
+            if earlier and rng.random() < 0.5:  # erase an event of an earlier batch
+                target = earlier.pop(0)
+                known.remove(target)
+                batch.append(inputs.tombstone(target))
+            earlier = list(known)
+            batches.append(batch)
+        with Ledger.open(a, hooks=()) as native:
+            salts: dict[int, bytes] = {}
+            for batch in batches:
+                native.append_batch(batch)
+                salts.update(salts_of(native))
+            with replay_reference(b, batches, native, salts) as ref:
+                assert dump(native) == dump(ref)
+                assert native.root() == ref.root()
+
+
+def test_unicode_floats_and_nested_maps_match(pair: tuple[Path, Path], inputs: Any) -> None:
+    a, b = pair
+    rng = random.Random(7)
+    batch: list[EventInput | OpInput] = [
+        inputs.event(
+            rng,
+            i,
+            content="héllo \u2603 " * i,
+            stream="s\u00e9ssion",
+            metadata={
+                "f": 1.5,
+                "big": 2**64 - 1,
+                "neg": -(2**64),
+                "z": {"b": [1.1, None, b"x"], "a": ""},
+            },
+            context={"k": 1e300, "kk": -0.0},
+        )
+        for i in range(20)
+    ]
+    with Ledger.open(a, hooks=()) as native:
+        native.append_batch(batch)
+        with replay_reference(b, [batch], native) as ref:
+            assert dump(native) == dump(ref)
+
+
+@pytest.mark.parametrize("backend", ["native", "reference"])
+def test_a_refused_event_after_plain_ones_writes_nothing(
+    tmp_path: Path, inputs: Any, backend: str
+) -> None:
+    rng = random.Random(3)
+    late = inputs.event(rng, 9, ts=now_us() + TS_MAX_AHEAD_US + 60_000_000)
+    with Ledger.init(tmp_path / "l.ledger", hooks=()) as ledger:
+        before = dump(ledger)
+        with (
+            _backend.reference() if backend == "reference" else _nothing(),
+            pytest.raises(ValidationError, match="ahead of the clock") as info,
+        ):
+            ledger.append_batch([inputs.event(rng, i) for i in range(5)] + [late])
+        assert info.value.field == "ts"
+        assert dump(ledger) == before
+        # The cached right edge is still the stored one: the next append lands after it.
+        ledger.append(inputs.event(rng, 10))
+        assert ledger.size() == 2
+
+
+def test_an_oversized_event_is_refused_by_the_reference(tmp_path: Path, inputs: Any) -> None:
+    rng = random.Random(4)
+    huge = inputs.event(rng, 1, metadata={"blob": "x" * (1024 * 1024 + 2000)})
+    with Ledger.init(tmp_path / "l.ledger", hooks=()) as ledger:
+        with pytest.raises(ValidationError, match="limit is"):
+            ledger.append_batch([inputs.event(rng, 0), huge])
+        assert ledger.size() == 1
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None

@@ -1,0 +1,84 @@
+"""Inclusion proofs assembled natively from one query against the reference (issue 12).
+
+``Ledger.inclusion_proof`` reads an audit path's leaves and the nodes its cache lacks with
+one query and folds them natively (``native.inclusion_keys``/``inclusion_from_rows``); the
+reference is ``merkle.inclusion_proof`` over ``Store.read_nodes``. Both must give the same
+hashes for every leaf and tree size, keep the same node cache, and a damaged node store
+must get the reference's error.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memroot.ledger import _backend, merkle
+from memroot.ledger import ledger as ledger_module
+from memroot.ledger import store as store_module
+from memroot.ledger.errors import StorageError
+from memroot.ledger.ledger import Ledger
+
+native = pytest.importorskip("memroot._native", reason="the native core is not built")
+if _backend.NATIVE is None:
+    pytestmark = pytest.mark.skip(reason="MEMROOT_BACKEND=python: nothing native to compare")
+
+
+@pytest.fixture(scope="module")
+def ledger_path(tmp_path_factory: pytest.TempPathFactory, inputs: Any) -> Path:
+    path = tmp_path_factory.mktemp("proofs") / "l.ledger"
+    with Ledger.init(path, hooks=()) as ledger:
+        for i in range(7):
+            ledger.append_batch(inputs.mixed(37 + 11 * i, seed=i))
+    return path
+
+
+def test_every_leaf_at_every_size_matches_the_reference(ledger_path: Path) -> None:
+    with Ledger.open(ledger_path, hooks=(), readonly=True) as mine:
+        n = mine.size()
+        root_checks = 0
+        for size in [*range(1, 40), 64, 65, 127, 128, 129, n - 1, n]:
+            for index in range(0, size, max(1, size // 23)):
+                got = mine.inclusion_proof(index, size)
+                with _backend.reference():
+                    want = mine.inclusion_proof(index, size)
+                assert got == want, (index, size)
+                leaf = bytes(mine.store.entry_row(mine.branch_row().no, index).hash)
+                merkle.verify_inclusion(leaf, index, size, got, mine.root(size))
+                root_checks += 1
+        assert root_checks > 300
+
+
+@pytest.mark.parametrize("cache_max", [5, store_module.NODE_CACHE_MAX])
+def test_the_node_cache_is_filled_and_cleared_alike(
+    ledger_path: Path, monkeypatch: pytest.MonkeyPatch, cache_max: int
+) -> None:
+    monkeypatch.setattr(store_module, "_CACHE_MAX", cache_max)  # read_nodes (the reference)
+    monkeypatch.setattr(ledger_module, "NODE_CACHE_MAX", cache_max)  # the native path
+    with (
+        Ledger.open(ledger_path, hooks=(), readonly=True) as mine,
+        Ledger.open(ledger_path, hooks=(), readonly=True) as ref,
+    ):
+        n = mine.size()
+        for index in [*range(0, n, 7), *range(n - 1, 0, -13)]:
+            p1 = mine.inclusion_proof(index, n)
+            with _backend.reference():
+                p2 = ref.inclusion_proof(index, n)
+            assert p1 == p2
+            assert mine.store.node_cache == ref.store.node_cache
+        assert mine.store.node_cache
+        assert len(mine.store.node_cache) <= cache_max
+
+
+def test_a_missing_node_gets_the_reference_error(tmp_path: Path, inputs: Any) -> None:
+    path = tmp_path / "l.ledger"
+    with Ledger.init(path, hooks=()) as ledger:
+        ledger.append_batch(inputs.mixed(40, seed=3))
+        ledger.store.db.execute("DELETE FROM nodes")  # damage: the node cache is gone
+    with Ledger.open(path, hooks=(), readonly=True, strict=False) as damaged:
+        with pytest.raises(StorageError, match=r"tree node \(1, \d+\) is missing") as mine:
+            damaged.inclusion_proof(0, 40)
+        with _backend.reference(), pytest.raises(StorageError) as ref:
+            damaged.inclusion_proof(0, 40)
+        assert str(mine.value) == str(ref.value)
