@@ -448,6 +448,10 @@ class PgStore(Store):
         ).fetchall()
         return {str(r[0]) for r in rows}
 
+    def data_version(self) -> int | None:
+        """Return None: PostgreSQL has no per-connection commit counter (nothing is cached)."""
+        return None
+
     def close(self) -> None:
         """Close the connection (idempotent)."""
         self.db.close()

@@ -335,6 +335,16 @@ class Store:
                 with contextlib.suppress(OSError):
                     p.unlink()
 
+    def data_version(self) -> int | None:
+        """Return SQLite's ``data_version``: it changes when another connection commits.
+
+        A cache of something stored may keep its answer while this number stays the same
+        (the engine's own commits are the caller's to track); None when the engine has no
+        such number (then nothing may be cached).
+        """
+        row = self.db.execute("PRAGMA data_version").fetchone()
+        return None if row is None else int(row[0])
+
     def close(self) -> None:
         """Close the connection (idempotent)."""
         self.db.close()

@@ -121,9 +121,9 @@ def _has_tables(store: Store) -> bool:
     Another connection's commit changes SQLite's ``data_version`` (which is then read again);
     this connection's own ``add_witness`` forgets the cached answer.
     """
-    version = store.db.execute("PRAGMA data_version").fetchone()
+    version = store.data_version()
     cached = _TABLES_SEEN.get(store)
-    if cached is not None and version is not None and cached[0] == version[0]:
+    if cached is not None and version is not None and cached[0] == version:
         return cached[1]
     with store.read() as db:
         found = (
@@ -133,7 +133,7 @@ def _has_tables(store: Store) -> bool:
             is not None
         )
     if version is not None:
-        _TABLES_SEEN[store] = (int(version[0]), found)
+        _TABLES_SEEN[store] = (version, found)
     return found
 
 
