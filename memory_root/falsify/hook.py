@@ -49,6 +49,10 @@ class FalsifyHook:
         self._cores: dict[int, FalsifyCore] = {}
         self._memo: tuple[str, bytes, Plan] | None = None
         self._last: dict[tuple[int, str], tuple[int, bytes]] = {}
+        # Heads moved by events of the batch being appended, written by ``end_batch``: an
+        # event adds nothing to the index or the states (``deps.fold`` ignores it).
+        self._heads: dict[str, int] = {}
+        self._heads_db: apsw.Connection | None = None
 
     def core(self, ledger: Ledger) -> FalsifyCore:
         """Return the core over ``ledger`` (made once per open ledger)."""
@@ -105,9 +109,22 @@ class FalsifyHook:
         """
         core = self.core(ledger)
         key = (id(ledger), entry.branch)
+        follows = self._last.get(key) == (entry.seq, entry.prev)
+        if entry.kind is Kind.EVENT and follows and self._heads_db in (None, db):
+            self._heads_db = db
+            self._heads[entry.branch] = entry.seq + 1
+            self._last[key] = (entry.seq + 1, entry.hash)
+            self._memo = None  # a plan is for the CASCADE right after its prev
+            return []
+        if follows:
+            self.end_batch(db)
+        else:
+            # Heads buffered for a batch that did not land (it ended in an error) are dropped.
+            self._heads.clear()
+            self._heads_db = None
         # The stored head is read only when this entry does not follow the last one applied
         # here (first append, a rolled-back transaction, another writer).
-        if self._last.get(key) != (entry.seq, entry.prev) and core.head(entry.branch) != entry.seq:
+        if not follows and core.head(entry.branch) != entry.seq:
             self.catch_up(ledger, entry.branch, entry.seq)
         memo = None
         if self._memo is not None:
@@ -132,3 +149,11 @@ class FalsifyHook:
         core.apply(entry, strict=True, memo=memo)  # it moves the head past the entry
         self._last[key] = (entry.seq + 1, entry.hash)
         return []
+
+    def end_batch(self, db: apsw.Connection) -> None:
+        """Write the heads the batch's events moved (the ledger calls it after each batch)."""
+        if self._heads and self._heads_db is db:
+            for branch, size in self._heads.items():
+                set_head(db, branch, size)
+        self._heads.clear()
+        self._heads_db = None
