@@ -227,9 +227,24 @@ class FalsifyCore:
         self.checkpoint = checkpoint
         self.gated_db = gated_db
         self._gated = False
+        # Heads moved by events since the last other entry, written by ``flush_heads``: an
+        # event adds nothing to the index or the states (``deps.fold`` ignores it).
+        self._heads: dict[str, int] = {}
+
+    def flush_heads(self) -> None:
+        """Write the heads events moved (``apply`` does before any other entry)."""
+        if self._heads:
+            for branch, size in self._heads.items():
+                set_head(self.db, branch, size)
+            self._heads.clear()
+
+    def discard_heads(self) -> None:
+        """Drop the heads events moved (their batch did not land)."""
+        self._heads.clear()
 
     def head(self, branch: str) -> int:
         """Return how many entries of ``branch`` the tables have folded."""
+        self.flush_heads()
         row = self.db.execute("SELECT size FROM fz_heads WHERE branch = ?", (branch,)).fetchone()
         return 0 if row is None else int(row[0])
 
@@ -249,6 +264,10 @@ class FalsifyCore:
             RefusedError: (``strict`` only) the state operation breaks a rule; nothing of it
                 is written (the caller's transaction rolls back).
         """
+        if entry.kind is Kind.EVENT:
+            self._heads[entry.branch] = entry.seq + 1
+            return None
+        self.flush_heads()
         deps.fold(self.db, entry, self.rules)
         skipped = None
         if entry.kind is Kind.OP and entry.type in STATE_OPS:

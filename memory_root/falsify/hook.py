@@ -49,10 +49,6 @@ class FalsifyHook:
         self._cores: dict[int, FalsifyCore] = {}
         self._memo: tuple[str, bytes, Plan] | None = None
         self._last: dict[tuple[int, str], tuple[int, bytes]] = {}
-        # Heads moved by events of the batch being appended, written by ``end_batch``: an
-        # event adds nothing to the index or the states (``deps.fold`` ignores it).
-        self._heads: dict[str, int] = {}
-        self._heads_db: apsw.Connection | None = None
 
     def core(self, ledger: Ledger) -> FalsifyCore:
         """Return the core over ``ledger`` (made once per open ledger)."""
@@ -93,8 +89,10 @@ class FalsifyHook:
             # Own views are read from the memory model as of each entry: fold it that far.
             memory_catch_up(core.db, ledger, branch, stop)
         for r in ledger.store.iter_entry_rows(ledger.store.branch(branch).no, head, stop):
-            e = Entry.from_bytes(bytes(r.data))
-            core.apply(e, strict=False)
+            if r.digest is not None or r.erased_by is not None:
+                continue  # an event (known by its content columns): nothing to fold
+            core.apply(Entry.from_bytes(bytes(r.data)), strict=False)
+        core.flush_heads()
         set_head(core.db, branch, stop)
         return stop - head
 
@@ -109,23 +107,19 @@ class FalsifyHook:
         """
         core = self.core(ledger)
         key = (id(ledger), entry.branch)
-        follows = self._last.get(key) == (entry.seq, entry.prev)
-        if entry.kind is Kind.EVENT and follows and self._heads_db in (None, db):
-            self._heads_db = db
-            self._heads[entry.branch] = entry.seq + 1
-            self._last[key] = (entry.seq + 1, entry.hash)
-            self._memo = None  # a plan is for the CASCADE right after its prev
-            return []
-        if follows:
-            self.end_batch(db)
-        else:
-            # Heads buffered for a batch that did not land (it ended in an error) are dropped.
-            self._heads.clear()
-            self._heads_db = None
         # The stored head is read only when this entry does not follow the last one applied
         # here (first append, a rolled-back transaction, another writer).
-        if not follows and core.head(entry.branch) != entry.seq:
-            self.catch_up(ledger, entry.branch, entry.seq)
+        if self._last.get(key) != (entry.seq, entry.prev):
+            # Heads events moved in a batch that did not land (it ended in an error) go.
+            core.discard_heads()
+            if core.head(entry.branch) != entry.seq:
+                self.catch_up(ledger, entry.branch, entry.seq)
+        if entry.kind is Kind.EVENT:
+            # Only the head moves, written at the end of the batch (``end_batch``).
+            self._memo = None  # a plan is for the CASCADE right after its prev
+            core.apply(entry, strict=True)
+            self._last[key] = (entry.seq + 1, entry.hash)
+            return []
         memo = None
         if self._memo is not None:
             branch, prev, plan = self._memo
@@ -152,8 +146,6 @@ class FalsifyHook:
 
     def end_batch(self, db: apsw.Connection) -> None:
         """Write the heads the batch's events moved (the ledger calls it after each batch)."""
-        if self._heads and self._heads_db is db:
-            for branch, size in self._heads.items():
-                set_head(db, branch, size)
-        self._heads.clear()
-        self._heads_db = None
+        for core in self._cores.values():
+            if core.db is db:
+                core.flush_heads()
