@@ -42,7 +42,8 @@ class _BatchState(SqlState):
     """``SqlState`` that holds a batch's event rows and heads in memory until ``flush``.
 
     Events are most of a log and write only their ``mem_events`` row and the head: those are
-    buffered and written with one ``executemany`` each. Whatever reads them goes through
+    buffered and written with one ``executemany`` each (an operation writes its own rows as
+    it goes, after what is buffered; its head is buffered too). Whatever reads them goes through
     ``flush`` first (``MemoryHook`` flushes before any entry that is not an event, at the end
     of every batch, and ``catch_up``/``flush_pending`` for other readers), so the tables are
     exactly as if every entry had been written on its own. Permissions an event checks are
@@ -122,7 +123,7 @@ class MemoryHook:
     """The ``AppendHook`` that keeps the memory model's derived state (see module doc).
 
     A batch's events are written together at its end (``end_batch``; see ``_BatchState``);
-    any other entry is folded on its own, after what the batch buffered so far is written.
+    any other entry is folded on its own, after the events the batch buffered so far.
     """
 
     def __init__(self) -> None:
@@ -179,12 +180,14 @@ class MemoryHook:
                 # A branch reads its parent as of the fork: the parent must be folded that far.
                 catch_up(db, ledger, entry.branch, entry.seq)
         elif entry.kind is not Kind.EVENT:
-            state.flush()
+            if state.events:
+                state.flush()  # an operation reads the events before it (its evidence)
+            state.perms.clear()
         self._expect = None
         Engine(state).apply(entry)
         state.set_head(entry.branch, entry.seq + 1)
         if entry.kind is not Kind.EVENT:
-            state.flush()
+            state.perms.clear()  # an operation may have changed policy
         self._expect = (entry.branch, entry.seq + 1, version)
         return []
 
