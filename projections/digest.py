@@ -121,7 +121,8 @@ def _float_free(db: apsw.Connection, name: str) -> bool:
 def _table_digest(db: apsw.Connection, t: _Table, branch: str, as_of: int | None) -> bytes:
     chunks: list[bytes] = []
     count = 0
-    rows = _rows(db, t, branch, as_of)
+    sql, params = _select(t, branch, as_of)
+    rows = db.execute(sql, params)
     # Rows of a table that holds no float are already canonical: a chunk is taken whole.
     plain = _float_free(db, t.name)
     while block := list(itertools.islice(rows, CHUNK)):
