@@ -11,8 +11,10 @@ replay from its entries.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +36,12 @@ from memroot.memory_root.falsify.replay import rebuild as rebuild_states
 from memroot.memory_root.replay import RootsReplayCheck
 from memroot.memory_root.replay import rebuild as rebuild_roots
 from memroot.projections import requests as rq
+from memroot.projections import tables
 from memroot.projections.anchors import ConversationTree
+from memroot.projections.backends import MemState
 from memroot.projections.builtins import MemoryStateDigest, builtin_projections
+from memroot.projections.digest import state_digest
+from memroot.projections.engine import Engine
 from memroot.projections.gitctx import GitContextHook
 from memroot.projections.hook import MemoryHook
 from memroot.projections.registry import Registry
@@ -307,3 +313,29 @@ def test_a_refused_batch_leaves_no_buffered_rows_behind(tmp_path: Path) -> None:
         _check_replay(ledger)
     finally:
         ledger.close()
+
+
+@settings(max_examples=5, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_a_replay_that_writes_its_events_out_early_folds_the_same_state(seed: int) -> None:
+    """``MemState`` writes its events to ``mem_events`` every ``flush_every`` (bounded memory):
+    evidence and TOMBSTONE targets among the written events are found, the state is equal."""
+    with tempfile.TemporaryDirectory() as tmp:
+        ledger = Ledger.init(Path(tmp) / "l.ledger", hooks=[MemoryHook()])
+        try:
+            for item in _history(seed, 80, now_us()):
+                with contextlib.suppress(RefusedError):
+                    ledger.append(item)
+            db = apsw.Connection(":memory:")
+            db.execute("BEGIN")
+            tables.install(db, fts=False, indexes=False)
+            state = MemState(db, flush_every=3)
+            engine = Engine(state)
+            for entry in ledger.entries():
+                engine.fold(entry)
+            state.finish()
+            assert state_digest(db) == state_digest(ledger.store.db)
+            names = [t for t in _memory_tables(db) if t != "mem_meta"]  # the text index mark
+            assert _dump(db, names) == _dump(ledger.store.db, names)
+        finally:
+            ledger.close()
