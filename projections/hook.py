@@ -26,6 +26,7 @@ import apsw
 from memroot.ledger.entries import CANONICAL_BRANCH, Entry, Kind, OpInput
 from memroot.ledger.errors import RefusedError, StorageError
 from memroot.ledger.ledger import Ledger
+from memroot.ledger.store import Store
 from memroot.projections import tables
 from memroot.projections.backends import _EV_INS, MemState, SqlState
 from memroot.projections.engine import Engine
@@ -160,14 +161,15 @@ class MemoryHook:
         # known without reading it: set after each fold, so a rollback (the next entry then
         # has a lower seq) or another connection's commit (data_version moves) misses it.
         self._expect: tuple[str, int, int] | None = None
-        self._stores: set[int] = set()  # stores whose rollbacks drop what is buffered
+        # Stores whose rollbacks drop what is buffered (weak: an id could be reused).
+        self._stores: weakref.WeakSet[Store] = weakref.WeakSet()
 
     def _bound(self, db: apsw.Connection, ledger: Ledger) -> _BatchState:
         if self._state is None or self._state.db is not db:
             self._state = _BatchState(db)
             _BUFFERS.add(self._state)
-        if id(ledger.store) not in self._stores:
-            self._stores.add(id(ledger.store))
+        if ledger.store not in self._stores:
+            self._stores.add(ledger.store)
             ledger.store.on_commit(_nothing, self._rolled_back)
         return self._state
 
