@@ -34,6 +34,10 @@ _CASCADE: Final = OpType.CASCADE.value
 _SNAPSHOT: Final = OpType.SNAPSHOT.value
 
 
+def _nothing() -> None:
+    """Nothing to do before a commit: every batch wrote its heads at its end."""
+
+
 class FalsifyHook:
     """The ``AppendHook`` of falsification (see the module docstring)."""
 
@@ -55,6 +59,8 @@ class FalsifyHook:
         core = self._cores.get(id(ledger))
         if core is None or core.db is not ledger.store.db:
             core = self._cores[id(ledger)] = ledger_core(ledger, self.registry)
+            # Heads buffered by a transaction that rolls back are dropped with it.
+            ledger.store.on_commit(_nothing, core.discard_heads)
         return core
 
     def install(self, db: apsw.Connection) -> None:
