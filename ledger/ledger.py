@@ -129,7 +129,10 @@ class AppendHook(Protocol):
     ``apply`` sees every new entry in order, with the event content when there is one. It may
     refuse the entry by raising ``RefusedError`` (the whole transaction rolls back, nothing is
     written) and may return follow-up operations that the ledger appends right after it, in the
-    same transaction (e.g. a SNAPSHOT every N entries).
+    same transaction (e.g. a SNAPSHOT every N entries). A hook may also define
+    ``end_batch(db)``: the ledger calls it once after the last entry of every ``append_batch``
+    (before it writes the entries), so a hook may buffer its rows for the batch and write them
+    there in a few statements (``memroot.projections.hook.MemoryHook`` does).
     """
 
     def install(self, db: apsw.Connection) -> None:
@@ -925,6 +928,11 @@ class Ledger:
             out.append(Appended(branch, seq, entry.hash, item_id, entry.kind, entry.type))
             prev = entry.hash
             seq += 1
+        for hook in self.hooks:
+            # Hooks that buffer their writes for the batch (``end_batch``) write them now.
+            end_batch = getattr(hook, "end_batch", None)
+            if end_batch is not None:
+                end_batch(db)
         self._write_rows(head, rows, leaves, event_rows, erasures, last_ts)
         return out
 

@@ -54,6 +54,7 @@ from memroot.memory_root.selfmodel import (
     selfmodel_payload,
 )
 from memroot.projections.builtins import check_payload
+from memroot.projections.hook import flush_pending
 from memroot.projections.projection import (
     Projection,
     Summary,
@@ -95,6 +96,7 @@ class RootsHook:
     def _read_state(self, projection: Projection, branch: str, as_of: int) -> Summary:
         """Summarise a state projection from the derived tables of the ledger being written."""
         assert self._db is not None
+        flush_pending(self._db)  # the memory model's rows of the batch so far
         return read_state(projection, self._db, branch, as_of)
 
     def install(self, db: apsw.Connection) -> None:

@@ -463,6 +463,7 @@ class MemState:
         self._ins: dict[str, list[tuple[Any, ...]]] = {k: [] for k in "oxeng"}
         self._close: dict[str, list[tuple[int, int]]] = {k: [] for k in ("o", "e", "g")}
         self._pending = 0
+        self._events_written = False  # some events are in mem_events, not in ``events``
 
     def _next(self, kind: str) -> int:
         self._rid[kind] += 1
@@ -492,16 +493,22 @@ class MemState:
                 self._close[key].clear()
         self._pending = 0
 
-    def finish(self) -> None:
-        """Write everything still held: queued rows, events, heads and skipped entries."""
-        self.flush()
+    def _write_events(self) -> None:
+        """Write the events held in memory to ``mem_events`` and let them go."""
+        # OR REPLACE: a (tampered) log repeating an event id keeps its last, as the dict did.
         self.db.executemany(
-            _EV_INS,
+            _EV_INS.replace("INSERT", "INSERT OR REPLACE", 1),
             (
                 (e.id, e.branch, e.seq, e.ts, e.namespace_id, e.actor_id, e.erased_by)
                 for e in self.events.values()
             ),
         )
+        self.events.clear()
+
+    def finish(self) -> None:
+        """Write everything still held: queued rows, events, heads and skipped entries."""
+        self.flush()
+        self._write_events()
         self.db.executemany("INSERT INTO mem_heads VALUES(?, ?)", self.heads.items())
         self.db.executemany(_SKIP_INS, self.skipped)
 
@@ -510,15 +517,27 @@ class MemState:
     def event(self, branch: str, event_id: str) -> EventRef | None:
         """Return the event with this id on ``branch``, or None."""
         e = self.events.get(event_id)
+        if e is None and self._events_written:
+            r = self.db.execute(
+                f"SELECT {', '.join(EVENT_COLS)} FROM mem_events WHERE id = ?", (event_id,)
+            ).fetchone()
+            e = None if r is None else event_from_row(r)
         return None if e is None or e.branch != branch else e
 
     def add_event(self, event: EventRef) -> None:
-        """Record a new event."""
+        """Record a new event (every ``flush_every`` events, those held are written out)."""
         self.events[event.id] = event
+        if len(self.events) >= self.flush_every:
+            # Events are most of a log: memory stays bounded (a replay of 10^6 entries).
+            self._write_events()
+            self._events_written = True
 
     def erase_event(self, event_id: str, seq: int) -> None:
         """Record that entry ``seq`` erased the event's content."""
-        e = self.events[event_id]
+        e = self.events.get(event_id)
+        if e is None:
+            self.db.execute("UPDATE mem_events SET erased_by = ? WHERE id = ?", (seq, event_id))
+            return
         self.events[event_id] = EventRef(
             e.id, e.branch, e.seq, e.ts, e.namespace_id, e.actor_id, seq
         )

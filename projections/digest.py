@@ -24,6 +24,7 @@ seq.
 
 from __future__ import annotations
 
+import itertools
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -108,17 +109,24 @@ def _canonical(row: Sequence[Any]) -> list[Any]:
     return [_PACK(v) if type(v) is float else v for v in row]
 
 
+def _float_free(db: apsw.Connection, name: str) -> bool:
+    """Return True when no column of table ``name`` can hold a float (STRICT, no REAL/ANY)."""
+    row = db.execute("SELECT strict FROM pragma_table_list WHERE name = ?", (name,)).fetchone()
+    if row is None or not row[0]:
+        return False
+    types: Any = db.execute("SELECT type FROM pragma_table_xinfo(?)", (name,)).fetchall()
+    return all(str(r[0]).upper() not in ("REAL", "ANY") for r in types)
+
+
 def _table_digest(db: apsw.Connection, t: _Table, branch: str, as_of: int | None) -> bytes:
     chunks: list[bytes] = []
-    chunk: list[list[Any]] = []
     count = 0
-    for row in _rows(db, t, branch, as_of):
-        chunk.append(_canonical(row))
-        if len(chunk) == CHUNK:
-            chunks.append(sha256(encoding.encode(chunk)))
-            count += len(chunk)
-            chunk = []
-    if chunk:
+    sql, params = _select(t, branch, as_of)
+    rows = db.execute(sql, params)
+    # Rows of a table that holds no float are already canonical: a chunk is taken whole.
+    plain = _float_free(db, t.name)
+    while block := list(itertools.islice(rows, CHUNK)):
+        chunk = list(map(list, block)) if plain else [_canonical(r) for r in block]
         chunks.append(sha256(encoding.encode(chunk)))
         count += len(chunk)
     return sha256(encoding.encode([t.name, count, b"".join(chunks)]))

@@ -17,35 +17,166 @@ against its view (its own state over its parent's at the fork, ``memroot.project
 from __future__ import annotations
 
 import itertools
+import weakref
 from collections.abc import Iterable
+from typing import Any, Final
 
 import apsw
 
-from memroot.ledger.entries import CANONICAL_BRANCH, Entry, OpInput
+from memroot.ledger.entries import CANONICAL_BRANCH, Entry, Kind, OpInput
 from memroot.ledger.errors import RefusedError, StorageError
 from memroot.ledger.ledger import Ledger
+from memroot.ledger.store import Store
 from memroot.projections import tables
-from memroot.projections.backends import MemState, SqlState
+from memroot.projections.backends import _EV_INS, MemState, SqlState
 from memroot.projections.engine import Engine
+from memroot.projections.model import EventRef, Grant, Namespace
+from memroot.projections.views import Fork
 
-__all__ = ["MemoryHook", "catch_up", "fold_entries", "sync"]
+__all__ = ["MemoryHook", "catch_up", "flush_pending", "fold_entries", "sync"]
+
+_HEAD_UPSERT: Final = (
+    "INSERT INTO mem_heads VALUES(?, ?) ON CONFLICT(branch) DO UPDATE SET size = excluded.size"
+)
+
+
+class _BatchState(SqlState):
+    """``SqlState`` that holds a batch's event rows and heads in memory until ``flush``.
+
+    Events are most of a log and write only their ``mem_events`` row and the head: those are
+    buffered and written with one ``executemany`` each (an operation writes its own rows as
+    it goes, after what is buffered; its head is buffered too). Whatever reads them goes through
+    ``flush`` first (``MemoryHook`` flushes before any entry that is not an event, at the end
+    of every batch, and ``catch_up``/``flush_pending`` for other readers), so the tables are
+    exactly as if every entry had been written on its own. Permissions are remembered for
+    the batch, and forgotten when a policy (namespace, grant) or a fork is recorded.
+    """
+
+    def __init__(self, db: apsw.Connection) -> None:
+        super().__init__(db)
+        self.events: list[tuple[Any, ...]] = []
+        self.heads: dict[str, int] = {}
+        self.perms: dict[tuple[str, str, str], frozenset[str] | None] = {}
+
+    def add_event(self, event: EventRef) -> None:
+        """Buffer a new event's row (written by ``flush``)."""
+        self.events.append(
+            (
+                event.id,
+                event.branch,
+                event.seq,
+                event.ts,
+                event.namespace_id,
+                event.actor_id,
+                event.erased_by,
+            )
+        )
+
+    def set_head(self, branch: str, size: int) -> None:
+        """Buffer the branch's head (written by ``flush``)."""
+        self.heads[branch] = size
+
+    def head(self, branch: str) -> int:
+        """Return the head, the buffered one first."""
+        size = self.heads.get(branch)
+        return super().head(branch) if size is None else size
+
+    def permissions(self, branch: str, namespace_id: str, actor_id: str) -> frozenset[str] | None:
+        """Return the actor's permissions (remembered until ``forget``)."""
+        key = (branch, namespace_id, actor_id)
+        try:
+            return self.perms[key]
+        except KeyError:
+            found = self.perms[key] = super().permissions(branch, namespace_id, actor_id)
+            return found
+
+    def add_namespace(self, namespace: Namespace) -> None:
+        """Record a namespace policy (what was remembered of permissions is forgotten)."""
+        self.perms.clear()
+        super().add_namespace(namespace)
+
+    def add_grant(self, grant: Grant) -> None:
+        """Record a new grant (what was remembered of permissions is forgotten)."""
+        self.perms.clear()
+        super().add_grant(grant)
+
+    def close_grant(
+        self, branch: str, namespace_id: str, actor_id: str, permission: str, seq: int
+    ) -> None:
+        """End a grant (what was remembered of permissions is forgotten)."""
+        self.perms.clear()
+        super().close_grant(branch, namespace_id, actor_id, permission, seq)
+
+    def add_fork(self, fork: Fork) -> None:
+        """Record a fork (a branch's view changes: permissions are read again)."""
+        self.perms.clear()
+        super().add_fork(fork)
+
+    def write_events(self) -> None:
+        """Write the buffered event rows (an operation reads the events before it)."""
+        if self.events:
+            self.db.executemany(_EV_INS, self.events)
+            self.events.clear()
+
+    def flush(self) -> None:
+        """Write the buffered rows and heads; forget the remembered permissions."""
+        self.perms.clear()
+        self.write_events()
+        if self.heads:
+            self.db.executemany(_HEAD_UPSERT, list(self.heads.items()))
+            self.heads.clear()
+
+    def discard(self) -> None:
+        """Drop what is buffered (its batch never landed)."""
+        self.events.clear()
+        self.heads.clear()
+        self.perms.clear()
+
+
+# The hooks' buffered states, so a reader of the same connection can have them written first.
+_BUFFERS: weakref.WeakSet[_BatchState] = weakref.WeakSet()
+
+
+def flush_pending(db: apsw.Connection) -> None:
+    """Write what memory hooks on ``db`` hold for the batch being appended (if anything).
+
+    Call before reading the memory tables from inside an append (another hook's reads).
+    """
+    for state in list(_BUFFERS):
+        if state.db is db:
+            state.flush()
 
 
 class MemoryHook:
-    """The ``AppendHook`` that keeps the memory model's derived state (see module doc)."""
+    """The ``AppendHook`` that keeps the memory model's derived state (see module doc).
+
+    A batch's events are written together at its end (``end_batch``; see ``_BatchState``);
+    any other entry is folded on its own, after the events the batch buffered so far.
+    """
 
     def __init__(self) -> None:
         """Start without a connection; ``apply`` binds to the ledger's."""
-        self._state: SqlState | None = None
+        self._state: _BatchState | None = None
         # (branch, seq, data_version) the next entry must have for the stored head to be
         # known without reading it: set after each fold, so a rollback (the next entry then
         # has a lower seq) or another connection's commit (data_version moves) misses it.
         self._expect: tuple[str, int, int] | None = None
+        # Stores whose rollbacks drop what is buffered (weak: an id could be reused).
+        self._stores: weakref.WeakSet[Store] = weakref.WeakSet()
 
-    def _bound(self, db: apsw.Connection) -> SqlState:
+    def _bound(self, db: apsw.Connection, ledger: Ledger) -> _BatchState:
         if self._state is None or self._state.db is not db:
-            self._state = SqlState(db)
+            self._state = _BatchState(db)
+            _BUFFERS.add(self._state)
+        if ledger.store not in self._stores:
+            self._stores.add(ledger.store)
+            ledger.store.on_commit(_nothing, self._rolled_back)
         return self._state
+
+    def _rolled_back(self) -> None:
+        if self._state is not None:
+            self._state.discard()
+        self._expect = None
 
     def install(self, db: apsw.Connection) -> None:
         """Create the memory tables if missing (runs at open, inside a write transaction)."""
@@ -62,9 +193,11 @@ class MemoryHook:
                 policy: ``PermissionRefused`` names actor, namespace and permission).
             StorageError: the derived state is ahead of the ledger (run ``memroot rebuild``).
         """
-        state = self._bound(db)
+        state = self._bound(db, ledger)
         version = db.data_version()
         if self._expect != (entry.branch, entry.seq, version):
+            # What is buffered belongs to a batch that did not land (it ended in an error).
+            state.discard()
             head = state.head(entry.branch)
             if head > entry.seq:
                 raise StorageError(
@@ -75,11 +208,22 @@ class MemoryHook:
             if head < entry.seq or (entry.seq == 0 and entry.branch != CANONICAL_BRANCH):
                 # A branch reads its parent as of the fork: the parent must be folded that far.
                 catch_up(db, ledger, entry.branch, entry.seq)
+        elif entry.kind is not Kind.EVENT:
+            state.write_events()  # an operation reads the events before it (its evidence)
         self._expect = None
         Engine(state).apply(entry)
         state.set_head(entry.branch, entry.seq + 1)
         self._expect = (entry.branch, entry.seq + 1, version)
         return []
+
+    def end_batch(self, db: apsw.Connection) -> None:
+        """Write the batch's buffered event rows and heads (the ledger calls it)."""
+        if self._state is not None and self._state.db is db:
+            self._state.flush()
+
+
+def _nothing() -> None:
+    """Nothing to do before a commit: every batch wrote its rows at its end."""
 
 
 def catch_up(db: apsw.Connection, ledger: Ledger, branch: str, upto: int) -> int:
@@ -93,6 +237,7 @@ def catch_up(db: apsw.Connection, ledger: Ledger, branch: str, upto: int) -> int
         DecodeError: if a stored entry does not decode.
         StorageError: if the derived state is ahead of the ledger.
     """
+    flush_pending(db)
     parent, anchor = ledger.store.branch_parent(branch)
     n = 0
     if parent is not None and anchor is not None:

@@ -227,9 +227,24 @@ class FalsifyCore:
         self.checkpoint = checkpoint
         self.gated_db = gated_db
         self._gated = False
+        # Heads ``apply`` moved, written by ``flush_heads`` (once per batch or replay): an
+        # event adds nothing else to the index or the states (``deps.fold`` ignores it).
+        self._heads: dict[str, int] = {}
+
+    def flush_heads(self) -> None:
+        """Write the heads ``apply`` moved (``head`` does first)."""
+        if self._heads:
+            for branch, size in self._heads.items():
+                set_head(self.db, branch, size)
+            self._heads.clear()
+
+    def discard_heads(self) -> None:
+        """Drop the heads ``apply`` moved (their batch did not land)."""
+        self._heads.clear()
 
     def head(self, branch: str) -> int:
         """Return how many entries of ``branch`` the tables have folded."""
+        self.flush_heads()
         row = self.db.execute("SELECT size FROM fz_heads WHERE branch = ?", (branch,)).fetchone()
         return 0 if row is None else int(row[0])
 
@@ -249,6 +264,10 @@ class FalsifyCore:
             RefusedError: (``strict`` only) the state operation breaks a rule; nothing of it
                 is written (the caller's transaction rolls back).
         """
+        # The head is written by ``flush_heads`` (``head``, the batch end, a replay's end).
+        self._heads[entry.branch] = entry.seq + 1
+        if entry.kind is Kind.EVENT:
+            return None
         deps.fold(self.db, entry, self.rules)
         skipped = None
         if entry.kind is Kind.OP and entry.type in STATE_OPS:
@@ -284,7 +303,6 @@ class FalsifyCore:
                 states.skip(self.db, entry, skipped)
             else:
                 self.db.execute("RELEASE fz_op")
-        set_head(self.db, entry.branch, entry.seq + 1)
         return skipped
 
     def _root_state(self, entry: Entry, items: list[ItemRef], state: str) -> None:

@@ -34,6 +34,10 @@ _CASCADE: Final = OpType.CASCADE.value
 _SNAPSHOT: Final = OpType.SNAPSHOT.value
 
 
+def _nothing() -> None:
+    """Nothing to do before a commit: every batch wrote its heads at its end."""
+
+
 class FalsifyHook:
     """The ``AppendHook`` of falsification (see the module docstring)."""
 
@@ -55,6 +59,8 @@ class FalsifyHook:
         core = self._cores.get(id(ledger))
         if core is None or core.db is not ledger.store.db:
             core = self._cores[id(ledger)] = ledger_core(ledger, self.registry)
+            # Heads buffered by a transaction that rolls back are dropped with it.
+            ledger.store.on_commit(_nothing, core.discard_heads)
         return core
 
     def install(self, db: apsw.Connection) -> None:
@@ -89,8 +95,10 @@ class FalsifyHook:
             # Own views are read from the memory model as of each entry: fold it that far.
             memory_catch_up(core.db, ledger, branch, stop)
         for r in ledger.store.iter_entry_rows(ledger.store.branch(branch).no, head, stop):
-            e = Entry.from_bytes(bytes(r.data))
-            core.apply(e, strict=False)
+            if r.digest is not None or r.erased_by is not None:
+                continue  # an event (known by its content columns): nothing to fold
+            core.apply(Entry.from_bytes(bytes(r.data)), strict=False)
+        core.flush_heads()
         set_head(core.db, branch, stop)
         return stop - head
 
@@ -107,8 +115,17 @@ class FalsifyHook:
         key = (id(ledger), entry.branch)
         # The stored head is read only when this entry does not follow the last one applied
         # here (first append, a rolled-back transaction, another writer).
-        if self._last.get(key) != (entry.seq, entry.prev) and core.head(entry.branch) != entry.seq:
-            self.catch_up(ledger, entry.branch, entry.seq)
+        if self._last.get(key) != (entry.seq, entry.prev):
+            # Heads events moved in a batch that did not land (it ended in an error) go.
+            core.discard_heads()
+            if core.head(entry.branch) != entry.seq:
+                self.catch_up(ledger, entry.branch, entry.seq)
+        if entry.kind is Kind.EVENT:
+            # Only the head moves, written at the end of the batch (``end_batch``).
+            self._memo = None  # a plan is for the CASCADE right after its prev
+            core.apply(entry, strict=True)
+            self._last[key] = (entry.seq + 1, entry.hash)
+            return []
         memo = None
         if self._memo is not None:
             branch, prev, plan = self._memo
@@ -132,3 +149,9 @@ class FalsifyHook:
         core.apply(entry, strict=True, memo=memo)  # it moves the head past the entry
         self._last[key] = (entry.seq + 1, entry.hash)
         return []
+
+    def end_batch(self, db: apsw.Connection) -> None:
+        """Write the heads the batch's events moved (the ledger calls it after each batch)."""
+        for core in self._cores.values():
+            if core.db is db:
+                core.flush_heads()
