@@ -14,6 +14,10 @@ __all__ = [
     "BatchedAppend",
     "DurableAppend",
     "Growth",
+    "HookedBench",
+    "HookedRebuild",
+    "HookedRun",
+    "HookedVerify",
     "InclusionProofs",
     "LedgerBench",
     "MachineInfo",
@@ -21,6 +25,7 @@ __all__ = [
     "MemrootProofs",
     "Params",
     "PymerkleProofs",
+    "ReferenceBackend",
     "TargetJSON",
     "Throughput",
     "VerifyResult",
@@ -127,11 +132,56 @@ class VerifyResult(TypedDict):
     entries: int
     seconds: float
     entries_per_s: float | None
+    cpu_s: float
+    entries_per_cpu_s: float | None
     child_wall_s: float
     peak_rss_mb: float
     rss_source: str
     ru_maxrss_children_mb: float
     bench_process_maxrss_mb: float
+
+
+class HookedRun(TypedDict):
+    """One hooked measurement (phases 6-8), timed inside its own child process.
+
+    ``seconds`` and ``cpu_s`` are the command's wall and CPU time (the child's start-up and
+    imports excluded: ``child_wall_s`` includes them); ``peak_rss_mb`` is the child's VmHWM
+    (``None`` without /proc).
+    """
+
+    entries: int
+    seconds: float
+    cpu_s: float
+    entries_per_s: float | None
+    entries_per_cpu_s: float | None
+    peak_rss_mb: float | None
+    child_wall_s: float
+
+
+class HookedVerify(HookedRun):
+    """``memroot verify`` of a hooked ledger: ``entries`` is every entry verified."""
+
+    ok: bool
+    steps_checked: list[int]
+
+
+class HookedRebuild(HookedRun):
+    """``memroot rebuild``: ``entries`` replayed; ``identical``: the same state digest after."""
+
+    identical: bool
+
+
+class HookedBench(TypedDict):
+    """Phases 6-8 on one backend: the CLI's import, the mixed history, verify and rebuild."""
+
+    size: int
+    batch: int
+    mix_per_100: dict[str, int]
+    import_events: HookedRun
+    verify_import: HookedVerify
+    mixed_append: HookedRun
+    verify_mixed: HookedVerify
+    rebuild: HookedRebuild
 
 
 class Params(TypedDict):
@@ -143,6 +193,7 @@ class Params(TypedDict):
     durable: int
     proofs: int
     pymerkle_proofs: int
+    hooked_size: int | None
 
 
 class TargetJSON(TypedDict):
@@ -164,6 +215,12 @@ class ReferenceBackend(TypedDict):
     verify_per_s: float | None
     ratio_append_native_reference: float | None
     ratio_verify_native_reference: float | None
+    hooked: HookedBench | None
+    ratio_import_native_reference: float | None
+    ratio_verify_import_native_reference: float | None
+    ratio_mixed_append_native_reference: float | None
+    ratio_verify_mixed_native_reference: float | None
+    ratio_rebuild_native_reference: float | None
 
 
 class LedgerBench(TypedDict):
@@ -181,6 +238,7 @@ class LedgerBench(TypedDict):
     verify: VerifyResult
     append_growth: Growth
     reference_backend: ReferenceBackend | None
+    hooked: HookedBench | None
     targets: list[TargetJSON]
     notes: list[str]
     elapsed_s: float

@@ -30,8 +30,8 @@ def test_bench_json_has_every_phase_machine_and_command(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     data, stderr = _run(["--out", str(out)])
     assert json.loads(out.read_text(encoding="utf-8")) == data
-    for phase in ("[1/5]", "[2/5]", "[3/5]", "[4/5]", "[5/5]"):
-        assert phase in stderr
+    for k in range(1, 9):
+        assert f"[{k}/8]" in stderr
 
     machine = data["machine"]
     for key in ("nproc", "cpu_model", "python", "sqlite_apsw", "apsw"):
@@ -77,32 +77,95 @@ def test_bench_json_has_every_phase_machine_and_command(tmp_path: Path) -> None:
     else:
         assert data["machine"]["backend"] == "python" and ref is None
 
+    hooked = data["hooked"]
+    _check_hooked(hooked, 1000)
+    assert data["params"]["hooked_size"] == 1000
+    if ref is not None:
+        # Phases 6-8 on the reference, in the same run, with the ratios of the rates.
+        _check_hooked(ref["hooked"], 1000)
+        for key, ratio in (
+            ("import_events", "ratio_import_native_reference"),
+            ("verify_import", "ratio_verify_import_native_reference"),
+            ("mixed_append", "ratio_mixed_append_native_reference"),
+            ("verify_mixed", "ratio_verify_mixed_native_reference"),
+            ("rebuild", "ratio_rebuild_native_reference"),
+        ):
+            native, python = hooked[key]["entries_per_s"], ref["hooked"][key]["entries_per_s"]
+            assert ref[ratio] == pytest.approx(native / python)
+
     names = {t["name"] for t in data["targets"]}
-    assert len(names) == 6
+    assert len(names) == len(data["targets"]) == 16
     for t in data["targets"]:
         assert set(t) == {"name", "at", "value", "unit", "target", "met"}
         assert t["met"] in (True, False, None)
+    by_name = {t["name"]: t for t in data["targets"]}
+    mixed = by_name["mixed history append, every hook"]
+    assert mixed["value"] == hooked["mixed_append"]["entries_per_s"]
+    assert mixed["target"] == ">= 30,000/s" and mixed["at"] == 1000
+    assert by_name["memroot rebuild, mixed history"]["target"] == ">= 100,000/s"
+    assert by_name["memroot import of events, every CLI hook"]["target"] == ">= 60,000/s"
+    ratio = by_name["native / reference, rebuild"]
+    assert ratio["target"] == ">= 5.00"
+    assert (ratio["met"] is None) == (ref is None)
+
+
+def _check_hooked(h: dict[str, Any], n: int) -> None:
+    """Phases 6-8 at ``n`` entries: every figure present, positive and consistent."""
+    assert h["size"] == n and h["batch"] == 1000
+    assert sum(h["mix_per_100"].values()) == 100 and h["mix_per_100"]["EVENT"] == 90
+    for key in ("import_events", "verify_import", "mixed_append", "verify_mixed", "rebuild"):
+        run = h[key]
+        for field in ("seconds", "cpu_s", "entries_per_s", "entries_per_cpu_s", "peak_rss_mb"):
+            assert _positive(run[field]), (key, field)
+        assert run["entries_per_s"] == pytest.approx(run["entries"] / run["seconds"])
+        assert run["entries_per_cpu_s"] == pytest.approx(run["entries"] / run["cpu_s"])
+        assert run["child_wall_s"] >= run["seconds"]  # start-up and imports on top
+    assert h["import_events"]["entries"] == n
+    assert h["mixed_append"]["entries"] == n
+    # Verify counts every entry: the genesis, the n appended, the automatic snapshots.
+    for key in ("verify_import", "verify_mixed"):
+        assert h[key]["ok"] is True
+        assert h[key]["steps_checked"] == list(range(1, 11))
+        assert n + 1 < h[key]["entries"] <= n + 1 + n // 1000 + 1
+    assert h["rebuild"]["identical"] is True
+    assert h["rebuild"]["entries"] == h["verify_mixed"]["entries"]
 
 
 def test_bench_human_table_puts_targets_beside_figures() -> None:
     """Without --json the report is a table with each target and whether it was met."""
     result = CliRunner().invoke(
         cli,
-        ["bench", "--sizes", "1000", "--durable", "10", "--proofs", "50"],
+        ["bench", "--sizes", "1000", "--durable", "10", "--proofs", "50", "--hooked-size", "500"],
         catch_exceptions=False,
     )
     assert result.exit_code == 0, result.output
     text = result.stdout
     for needle in (">= 100,000/s", ">= 0.80", ">= 10,000/s", ">= 200,000/s", "< 150 MB"):
         assert needle in text
+    for needle in (">= 60,000/s", ">= 30,000/s", "memroot rebuild, mixed history"):
+        assert needle in text  # issue 12's targets for the hooked phases
     assert "met" in text or "UNMET" in text
     assert "raw apsw" in text
+    assert "memroot bench --sizes 1000 --durable 10 --proofs 50 --hooked-size 500" in text
+    (row,) = [line for line in text.splitlines() if line.startswith("mixed history append")]
+    assert " 500 " in row  # the hooked phases ran at --hooked-size
+
+
+def test_bench_no_hooked_leaves_out_phases_6_to_8() -> None:
+    """--no-hooked measures the core alone; the hooked targets say they were not measured."""
+    data, stderr = _run(["--no-hooked"])
+    assert data["hooked"] is None and data["params"]["hooked_size"] is None
+    assert "[6/8]" not in stderr
+    assert data["equivalent_command"].endswith("--no-hooked --json")
+    by_name = {t["name"]: t for t in data["targets"]}
+    for name in ("mixed history append, every hook", "memroot rebuild, mixed history"):
+        assert by_name[name]["value"] is None and by_name[name]["met"] is None
 
 
 def test_bench_without_pymerkle_says_so_and_skips_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """When pymerkle is not installed the run still completes and names what it skipped."""
     monkeypatch.setattr(bench_ledger, "_import_pymerkle", lambda: None)
-    data, _ = _run([])
+    data, _ = _run(["--no-hooked"])
     assert data["batched_append"][0]["pymerkle"] is None
     assert data["batched_append"][0]["ratio_memroot_pymerkle"] is None
     assert data["inclusion_proofs"]["pymerkle"] is None
