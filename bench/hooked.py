@@ -169,9 +169,14 @@ def mixed_history(n: int, batch: int = BATCH) -> Iterator[EventInput | OpInput]:
 
 
 def run_child(
-    args: list[str], *, backend: str | None, label: str, progress: Progress
+    args: list[str],
+    *,
+    backend: str | None,
+    label: str,
+    progress: Progress,
+    module: str = "memroot.bench._hooked_child",
 ) -> dict[str, Any]:
-    """Run ``python -m memroot.bench._hooked_child ARGS`` and return its JSON line.
+    """Run ``python -m MODULE ARGS`` (default ``memroot.bench._hooked_child``); return its JSON.
 
     ``backend`` sets the child's ``MEMROOT_BACKEND`` (``None``: inherited). The child's
     ``progress ...`` lines on stderr are passed to ``progress`` as they come; a child silent
@@ -183,7 +188,7 @@ def run_child(
     env = None if backend is None else {**os.environ, "MEMROOT_BACKEND": backend}
     t0 = time.monotonic()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "memroot.bench._hooked_child", *args],
+        [sys.executable, "-m", module, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -223,7 +228,7 @@ def run_child(
     out = "".join(out_parts).strip()
     if proc.returncode != 0 or not out:
         tail = "".join(errors).strip()[-2000:]
-        raise MemrootError(f"the bench child {' '.join(args[:1])} failed: {tail}")
+        raise MemrootError(f"the bench child {module} {' '.join(args[:1])} failed: {tail}")
     line: dict[str, Any] = json.loads(out.splitlines()[-1])
     line["child_wall_s"] = wall
     return line

@@ -26,6 +26,9 @@ __all__ = [
     "Params",
     "PymerkleProofs",
     "ReferenceBackend",
+    "ScaleBench",
+    "ScaleParams",
+    "ScaleSize",
     "TargetJSON",
     "Throughput",
     "VerifyResult",
@@ -244,3 +247,64 @@ class LedgerBench(TypedDict):
     elapsed_s: float
     command: NotRequired[str]
     equivalent_command: NotRequired[str]
+
+
+class ScaleSize(TypedDict):
+    """``bench/bench_scale.py`` at one size: append and verify, each in its own child.
+
+    The append rate *at* the size is that of its last ``window`` appends (``window_per_s``);
+    ``append_per_s`` averages every append from the empty ledger. Ratios compare this size
+    with the first (smallest) size of the run: 1.0 for the first.
+    """
+
+    size: int
+    append_s: float
+    append_cpu_s: float
+    append_per_s: float | None
+    append_per_cpu_s: float | None
+    window: int
+    window_per_s: float | None
+    window_per_cpu_s: float | None
+    append_peak_rss_mb: float | None
+    db_mb: float
+    verify_entries: int
+    verify_s: float
+    verify_cpu_s: float
+    verify_per_s: float | None
+    verify_per_cpu_s: float | None
+    verify_peak_rss_mb: float | None
+    ratio_append_to_first: float | None
+    ratio_append_cpu_to_first: float | None
+    ratio_verify_to_first: float | None
+    ratio_verify_cpu_to_first: float | None
+    ratio_append_rss_to_first: float | None
+    ratio_verify_rss_to_first: float | None
+    loadavg_after: list[float]
+
+
+class ScaleParams(TypedDict):
+    """What ``bench/bench_scale.py`` measured with."""
+
+    sizes: list[int]
+    window: int
+    batch: int
+    content_bytes: int
+    tolerance: float
+
+
+class ScaleBench(TypedDict):
+    """The whole ``bench/bench_scale.py --json`` document.
+
+    ``checks`` holds, per size after the first, whether its append and verify rates stay
+    within ``tolerance`` of the first size's (wall clock and CPU time) and whether each
+    child's peak RSS does (memory flat).
+    """
+
+    machine: MachineInfo
+    params: ScaleParams
+    started: str
+    sizes: list[ScaleSize]
+    checks: list[TargetJSON]
+    notes: list[str]
+    elapsed_s: float
+    command: str

@@ -170,3 +170,47 @@ def test_bench_without_pymerkle_says_so_and_skips_it(monkeypatch: pytest.MonkeyP
     assert data["batched_append"][0]["ratio_memroot_pymerkle"] is None
     assert data["inclusion_proofs"]["pymerkle"] is None
     assert any("pymerkle is not installed" in note for note in data["notes"])
+
+
+def test_bench_scale_measures_each_size_in_its_own_children(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """bench_scale.py at two tiny sizes: append and verify per size, the checks (--keep)."""
+    from memroot.bench import bench_scale
+
+    out = tmp_path / "scale.json"
+    rc = bench_scale.main(
+        ["--sizes", "3000,2000", "--window", "1000", "--dir", str(tmp_path), "--keep",
+         "--json", "--out", str(out)]
+    )  # fmt: skip
+    assert rc == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert json.loads(out.read_text(encoding="utf-8")) == doc
+    assert doc["params"]["sizes"] == [2000, 3000]  # smallest first
+    first, second = doc["sizes"]
+    for s, n in ((first, 2000), (second, 3000)):
+        assert s["size"] == n and s["window"] == 1000
+        assert s["verify_entries"] == n + 1  # with the genesis entry
+        for key in ("append_per_s", "append_per_cpu_s", "window_per_s", "window_per_cpu_s",
+                    "verify_per_s", "verify_per_cpu_s", "append_peak_rss_mb",
+                    "verify_peak_rss_mb", "db_mb"):  # fmt: skip
+            assert _positive(s[key]), (n, key)
+        assert s["append_per_s"] == pytest.approx(n / s["append_s"])
+    assert first["ratio_append_to_first"] == first["ratio_verify_rss_to_first"] == 1.0
+    assert second["ratio_verify_to_first"] == pytest.approx(
+        second["verify_per_s"] / first["verify_per_s"]
+    )
+    assert {c["at"] for c in doc["checks"]} == {3000} and len(doc["checks"]) == 6
+    assert all(c["met"] in (True, False) for c in doc["checks"])
+    kept = sorted(p.name for p in (tmp_path / "memroot-scale-kept").glob("*.ledger"))
+    assert kept == ["scale-2000.ledger", "scale-3000.ledger"]
+
+
+def test_bench_scale_refuses_a_window_over_half_the_smallest_size(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A window the smallest size cannot hold twice is a usage error (exit 2), nothing is run."""
+    from memroot.bench import bench_scale
+
+    assert bench_scale.main(["--sizes", "1000", "--window", "600"]) == 2
+    assert "--window must be from 1 to half the smallest size (500)" in capsys.readouterr().err
