@@ -1,6 +1,7 @@
 """The ledger core measured beside raw apsw inserts and pymerkle (issue 2, ``memroot bench``).
 
-One ``run``, fresh temporary directories, five phases, each announced through ``progress``:
+One ``run``, fresh temporary directories, eight phases, each announced through ``progress``
+(phases 6-8, the CLI's hooked paths, are in ``memroot.bench.hooked``):
 
 1. Batched append (1,000 entries per transaction) at each size: memroot ``append_batch`` of
    prebuilt ``EventInput`` objects (``batched_memroot``), raw apsw ``executemany`` of the *same
@@ -16,9 +17,14 @@ One ``run``, fresh temporary directories, five phases, each announced through ``
 5. Append rate on the largest ledger against the rate on an empty one, from phase 1
    (``append_growth``).
 
+On the native core, the batched append and the full verify are repeated on the pure-Python
+reference (``reference_backend``). Phases 6-8 (``memroot.bench.hooked``): ``memroot import``,
+the mixed history and ``memroot verify`` (all ten steps) of each, ``memroot rebuild``, with
+every CLI hook, on this backend and on the reference.
+
 Each measurement is one function returning its ``TypedDict`` from ``memroot.bench.results``;
 ``run`` calls them in order and assembles the report (targets from ``memroot.bench.targets``).
-The memroot ledgers are the core alone (no memory-model hooks).
+The memroot ledgers of phases 1-5 are the core alone (no memory-model hooks).
 """
 
 from __future__ import annotations
@@ -78,6 +84,7 @@ __all__ = [
     "durable_appends",
     "events",
     "full_verify",
+    "planned_sizes",
     "proofs_memroot",
     "proofs_pymerkle",
     "run",
@@ -470,6 +477,11 @@ def _batched_at(
     return row, batches
 
 
+def planned_sizes(sizes: Sequence[int], full: bool) -> tuple[int, ...]:
+    """Return the sizes a run measures: sorted, once each, with ``FULL_SIZE`` if ``full``."""
+    return tuple(sorted(set(sizes) | ({FULL_SIZE} if full else set())))
+
+
 def run(
     sizes: Sequence[int],
     *,
@@ -496,7 +508,7 @@ def run(
     if hooked_size is not None and (type(hooked_size) is not int or hooked_size < 1):
         raise ValueError(f"hooked_size must be a positive integer, got {hooked_size!r}")
     config = BenchConfig(
-        tuple(sorted(set(sizes) | ({FULL_SIZE} if full else set()))),
+        planned_sizes(sizes, full),
         durable=durable,
         proofs=proofs,
         pymerkle_proofs=pymerkle_proofs,
