@@ -214,14 +214,19 @@ def run_child(
     readers = [threading.Thread(target=f, daemon=True) for f in (read_stderr, read_stdout)]
     for r in readers:
         r.start()
-    while True:
-        try:
-            proc.wait(timeout=1.0)
-            break
-        except subprocess.TimeoutExpired:
-            if time.monotonic() - last[0] >= HEARTBEAT_S:
-                progress(f"{label}: still running ({time.monotonic() - t0:.0f} s)")
-                last[0] = time.monotonic()
+    try:
+        while True:
+            try:
+                proc.wait(timeout=1.0)
+                break
+            except subprocess.TimeoutExpired:
+                if time.monotonic() - last[0] >= HEARTBEAT_S:
+                    progress(f"{label}: still running ({time.monotonic() - t0:.0f} s)")
+                    last[0] = time.monotonic()
+    finally:
+        if proc.poll() is None:  # interrupted (Ctrl-C): do not leave the child running
+            proc.kill()
+            proc.wait()
     for r in readers:
         r.join()
     wall = time.monotonic() - t0
