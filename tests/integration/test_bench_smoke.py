@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from memroot.bench import ledger as bench_ledger
+from memroot.bench import results
 from memroot.cli.main import cli
 
 _SMOKE = ["bench", "--sizes", "1000", "--durable", "20", "--proofs", "200", "--json"]
@@ -25,11 +26,46 @@ def _positive(value: Any) -> bool:
     return isinstance(value, int | float) and value > 0
 
 
+def _keys(obj: dict[str, Any], shape: Any) -> None:
+    """The JSON object has every required key of the TypedDict ``shape`` and no other."""
+    required, optional = set(shape.__required_keys__), set(shape.__optional_keys__)
+    assert required <= set(obj) <= required | optional, (shape.__name__, set(obj) ^ required)
+
+
+def _check_shapes(data: dict[str, Any]) -> None:
+    """results.py's TypedDicts are the JSON keys, for every object the run wrote."""
+    _keys(data, results.LedgerBench)
+    _keys(data["machine"], results.MachineInfo)
+    _keys(data["params"], results.Params)
+    _keys(data["verify"], results.VerifyResult)
+    _keys(data["durable_append"], results.DurableAppend)
+    _keys(data["append_growth"], results.Growth)
+    for b in data["batched_append"]:
+        _keys(b, results.BatchedAppend)
+        _keys(b["memroot"], results.MemrootBatched)
+    for t in data["targets"]:
+        _keys(t, results.TargetJSON)
+    hooked = [data["hooked"]]
+    if data["reference_backend"] is not None:
+        _keys(data["reference_backend"], results.ReferenceBackend)
+        hooked.append(data["reference_backend"]["hooked"])
+    for h in hooked:
+        if h is None:
+            continue
+        _keys(h, results.HookedBench)
+        _keys(h["import_events"], results.HookedRun)
+        _keys(h["mixed_append"], results.HookedRun)
+        _keys(h["verify_import"], results.HookedVerify)
+        _keys(h["verify_mixed"], results.HookedVerify)
+        _keys(h["rebuild"], results.HookedRebuild)
+
+
 def test_bench_json_has_every_phase_machine_and_command(tmp_path: Path) -> None:
     """The JSON carries the five phases, the machine, the command and a target per figure."""
     out = tmp_path / "bench.json"
     data, stderr = _run(["--out", str(out)])
     assert json.loads(out.read_text(encoding="utf-8")) == data
+    _check_shapes(data)
     for k in range(1, 9):
         assert f"[{k}/8]" in stderr
 
@@ -154,6 +190,7 @@ def test_bench_human_table_puts_targets_beside_figures() -> None:
 def test_bench_no_hooked_leaves_out_phases_6_to_8() -> None:
     """--no-hooked measures the core alone; the hooked targets say they were not measured."""
     data, stderr = _run(["--no-hooked"])
+    _check_shapes(data)
     assert data["hooked"] is None and data["params"]["hooked_size"] is None
     assert "[6/8]" not in stderr
     assert data["equivalent_command"].endswith("--no-hooked --json")
@@ -186,6 +223,10 @@ def test_bench_scale_measures_each_size_in_its_own_children(
     assert rc == 0
     doc = json.loads(capsys.readouterr().out)
     assert json.loads(out.read_text(encoding="utf-8")) == doc
+    _keys(doc, results.ScaleBench)
+    _keys(doc["params"], results.ScaleParams)
+    for s in doc["sizes"]:
+        _keys(s, results.ScaleSize)
     assert doc["params"]["sizes"] == [2000, 3000]  # smallest first
     first, second = doc["sizes"]
     for s, n in ((first, 2000), (second, 3000)):
