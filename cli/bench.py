@@ -117,8 +117,9 @@ def bench_cmd(
     history (90% events, 10% memory operations), verify with all ten steps and rebuild,
     through every CLI hook (issue 12's targets). On the native core each is measured on the
     pure-Python reference too, in the same run. Runs in fresh temp dirs (nothing is kept);
-    progress lines go to stderr. Default sizes take a minute or two on 2 cores; --full adds
-    10^6 entries (ten minutes or more). The ledger option is not used: every ledger is new.
+    progress lines go to stderr. Default sizes take two to three minutes on 2 cores
+    (--no-hooked: under one); --full adds 10^6 entries (15-20 minutes). The ledger option is
+    not used: every ledger is new.
 
     Example: memroot bench --sizes 10000,100000 --json --out bench.json
     """
