@@ -1,6 +1,7 @@
 """The ledger core measured beside raw apsw inserts and pymerkle (issue 2, ``memroot bench``).
 
-One ``run``, fresh temporary directories, five phases, each announced through ``progress``:
+One ``run``, fresh temporary directories, eight phases, each announced through ``progress``
+(phases 6-8, the CLI's hooked paths, are in ``memroot.bench.hooked``):
 
 1. Batched append (1,000 entries per transaction) at each size: memroot ``append_batch`` of
    prebuilt ``EventInput`` objects (``batched_memroot``), raw apsw ``executemany`` of the *same
@@ -16,9 +17,14 @@ One ``run``, fresh temporary directories, five phases, each announced through ``
 5. Append rate on the largest ledger against the rate on an empty one, from phase 1
    (``append_growth``).
 
+On the native core, the batched append and the full verify are repeated on the pure-Python
+reference (``reference_backend``). Phases 6-8 (``memroot.bench.hooked``): ``memroot import``,
+the mixed history and ``memroot verify`` (all ten steps) of each, ``memroot rebuild``, with
+every CLI hook, on this backend and on the reference.
+
 Each measurement is one function returning its ``TypedDict`` from ``memroot.bench.results``;
 ``run`` calls them in order and assembles the report (targets from ``memroot.bench.targets``).
-The memroot ledgers are the core alone (no memory-model hooks).
+The memroot ledgers of phases 1-5 are the core alone (no memory-model hooks).
 """
 
 from __future__ import annotations
@@ -37,15 +43,17 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Final, TypeVar
+from typing import Final, Literal, TypeVar
 
 import apsw
 
+from memroot.bench.hooked import hooked_phases
 from memroot.bench.machine import machine_info
 from memroot.bench.results import (
     BatchedAppend,
     DurableAppend,
     Growth,
+    HookedBench,
     InclusionProofs,
     LedgerBench,
     MachineInfo,
@@ -76,6 +84,7 @@ __all__ = [
     "durable_appends",
     "events",
     "full_verify",
+    "planned_sizes",
     "proofs_memroot",
     "proofs_pymerkle",
     "run",
@@ -103,7 +112,9 @@ _FILLER: Final = (
 T = TypeVar("T")
 
 Progress = Callable[[str], None]
-"""Receives one line per phase (``[k/5] ...``); the CLI prints it on stderr."""
+"""Receives one line per phase (``[k/8] ...``); the CLI prints it on stderr."""
+
+HookedKey = Literal["import_events", "verify_import", "mixed_append", "verify_mixed", "rebuild"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -422,10 +433,13 @@ def full_verify(path: Path, *, backend: str | None = None) -> VerifyResult:
     hwm_kb: int | None = out["vm_hwm_kb"]
     entries: int = out["entries"]
     seconds: float = out["seconds"]
+    cpu: float = out["cpu_s"]
     return {
         "entries": entries,
         "seconds": seconds,
         "entries_per_s": _rate(entries, seconds),
+        "cpu_s": cpu,
+        "entries_per_cpu_s": _rate(entries, cpu),
         "child_wall_s": wall,
         "peak_rss_mb": (hwm_kb if hwm_kb is not None else children_kb) / 1024,
         "rss_source": "child VmHWM" if hwm_kb is not None else "RUSAGE_CHILDREN",
@@ -442,13 +456,13 @@ def _batched_at(
 ) -> tuple[BatchedAppend, list[tuple[int, float]]]:
     """Phase 1 at one size: memroot, then raw apsw and pymerkle on the bytes memroot wrote."""
     source = work / "memroot.ledger"
-    progress(f"[1/5] batched append, {n:,} entries: memroot")
+    progress(f"[1/8] batched append, {n:,} entries: memroot")
     mem, batches = batched_memroot(source, n)
-    progress(f"[1/5] batched append, {n:,} entries: raw apsw")
+    progress(f"[1/8] batched append, {n:,} entries: raw apsw")
     raw = batched_raw_apsw(source, n, work / "raw.db")
     pm: Throughput | None = None
     if pymerkle is not None:
-        progress(f"[1/5] batched append, {n:,} entries: pymerkle")
+        progress(f"[1/8] batched append, {n:,} entries: pymerkle")
         pm = batched_pymerkle(pymerkle, source, n, work / "pymerkle.db")
     row: BatchedAppend = {
         "size": n,
@@ -463,6 +477,11 @@ def _batched_at(
     return row, batches
 
 
+def planned_sizes(sizes: Sequence[int], full: bool) -> tuple[int, ...]:
+    """Return the sizes a run measures: sorted, once each, with ``FULL_SIZE`` if ``full``."""
+    return tuple(sorted(set(sizes) | ({FULL_SIZE} if full else set())))
+
+
 def run(
     sizes: Sequence[int],
     *,
@@ -470,19 +489,26 @@ def run(
     durable: int = 1000,
     proofs: int = 20_000,
     pymerkle_proofs: int = 300,
+    hooked: bool = True,
+    hooked_size: int | None = None,
     progress: Progress | None = None,
 ) -> LedgerBench:
     """Run every phase once and return all figures (the ``--json`` document minus the command).
 
-    ``full`` adds ``FULL_SIZE`` to ``sizes``; the largest size is used for phases 2-5.
+    ``full`` adds ``FULL_SIZE`` to ``sizes``; the largest size is used for phases 2-5, and for
+    the hooked phases 6-8 (``memroot.bench.hooked``) unless ``hooked_size`` is given;
+    ``hooked=False`` leaves phases 6-8 out (``hooked`` is then ``None``). On the native core
+    every phase is also measured on the pure-Python reference (``reference_backend``).
 
     Raises:
         ValueError: if a size or count is not positive.
         IntegrityError: if the benchmark ledger does not verify.
         MemrootError: if the verify child fails.
     """
+    if hooked_size is not None and (type(hooked_size) is not int or hooked_size < 1):
+        raise ValueError(f"hooked_size must be a positive integer, got {hooked_size!r}")
     config = BenchConfig(
-        tuple(sorted(set(sizes) | ({FULL_SIZE} if full else set()))),
+        planned_sizes(sizes, full),
         durable=durable,
         proofs=proofs,
         pymerkle_proofs=pymerkle_proofs,
@@ -490,6 +516,7 @@ def run(
     say: Progress = progress or (lambda _msg: None)
     pymerkle = _import_pymerkle()
     largest = config.sizes[-1]
+    hooked_n = (hooked_size or largest) if hooked else None
     notes: list[str] = []
     started = time.perf_counter()
     started_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
@@ -517,30 +544,40 @@ def run(
 
         work = root / "durable"
         work.mkdir()
-        say(f"[2/5] one entry per fsync'd transaction, {config.durable:,} each")
+        say(f"[2/8] one entry per fsync'd transaction, {config.durable:,} each")
         durable_append = durable_appends(work, config.durable)
 
         largest_ledger = root / f"n{largest}" / "memroot.ledger"
-        say(f"[3/5] inclusion proof generate + verify at {largest:,}")
+        say(f"[3/8] inclusion proof generate + verify at {largest:,}")
         inclusion: InclusionProofs = {
             "memroot": proofs_memroot(largest_ledger, config.proofs),
             "pymerkle": None,
         }
         if pymerkle is not None and pm_proof_tree is not None:
-            say("[3/5] inclusion proofs: pymerkle")
+            say("[3/8] inclusion proofs: pymerkle")
             inclusion["pymerkle"] = proofs_pymerkle(pymerkle, pm_proof_tree, config.pymerkle_proofs)
 
-        say(f"[4/5] full verify at {largest:,} in a child process")
+        say(f"[4/8] full verify at {largest:,} in a child process")
         verify = full_verify(largest_ledger)
 
-        say(f"[5/5] append rate at {largest:,} against an empty ledger")
+        say(f"[5/8] append rate at {largest:,} against an empty ledger")
         growth = append_growth(largest_batches, largest)
         reference = None
         if _backend.BACKEND == "native":
             say(f"[+] the pure-Python reference at {largest:,}: batched append and full verify")
             reference = reference_backend(root / "reference", largest, batched[-1], verify)
+        hooked_runs: list[HookedBench] = []
+        if hooked_n is not None:
+            work = root / "hooked"
+            work.mkdir()
+            backends: list[tuple[str | None, str]] = [(None, _backend.BACKEND)]
+            if reference is not None:
+                backends.append(("python", "reference"))
+            hooked_runs = hooked_phases(work, hooked_n, backends, progress=say)
+            if reference is not None:
+                _add_hooked_reference(reference, hooked_runs[0], hooked_runs[1])
     machine["loadavg_end"] = list(os.getloadavg())
-    notes.extend(_notes(machine, largest, verify))
+    notes.extend(_notes(machine, largest, verify, hooked_n))
     result: LedgerBench = {
         "machine": machine,
         "params": {
@@ -550,6 +587,7 @@ def run(
             "durable": config.durable,
             "proofs": config.proofs,
             "pymerkle_proofs": config.pymerkle_proofs,
+            "hooked_size": hooked_n,
         },
         "started": started_at,
         "batched_append": batched,
@@ -558,6 +596,7 @@ def run(
         "verify": verify,
         "append_growth": growth,
         "reference_backend": reference,
+        "hooked": hooked_runs[0] if hooked_runs else None,
         "targets": [],
         "notes": notes,
         "elapsed_s": 0.0,
@@ -591,14 +630,36 @@ def reference_backend(
         "verify_per_s": verify_rate,
         "ratio_append_native_reference": _ratio(native["memroot"]["entries_per_s"], append_rate),
         "ratio_verify_native_reference": _ratio(native_verify["entries_per_s"], verify_rate),
+        "hooked": None,
+        "ratio_import_native_reference": None,
+        "ratio_verify_import_native_reference": None,
+        "ratio_mixed_append_native_reference": None,
+        "ratio_verify_mixed_native_reference": None,
+        "ratio_rebuild_native_reference": None,
     }
 
 
-def _notes(machine: MachineInfo, largest: int, verify: VerifyResult) -> list[str]:
+def _add_hooked_reference(ref: ReferenceBackend, native: HookedBench, python: HookedBench) -> None:
+    """Put the reference's phases 6-8 and the native / reference ratios into ``ref``."""
+    ref["hooked"] = python
+
+    def ratio(key: HookedKey) -> float | None:
+        return _ratio(native[key]["entries_per_s"], python[key]["entries_per_s"])
+
+    ref["ratio_import_native_reference"] = ratio("import_events")
+    ref["ratio_verify_import_native_reference"] = ratio("verify_import")
+    ref["ratio_mixed_append_native_reference"] = ratio("mixed_append")
+    ref["ratio_verify_mixed_native_reference"] = ratio("verify_mixed")
+    ref["ratio_rebuild_native_reference"] = ratio("rebuild")
+
+
+def _notes(
+    machine: MachineInfo, largest: int, verify: VerifyResult, hooked_n: int | None
+) -> list[str]:
     """Return the notes that say how this run measured and what bounds its figures."""
     notes = [
-        "memroot is the ledger core alone (no memory-model hooks); every ledger is new, in a "
-        f"fresh temp dir under {machine.get('tmpdir')}",
+        "phases 1-5: memroot is the ledger core alone (no memory-model hooks); every ledger "
+        f"is new, in a fresh temp dir under {machine.get('tmpdir')}",
         "batched append: memroot inputs (EventInput, ~100-byte content) are built outside the "
         "timing; the 'incl. construction' figure adds the time to build them",
         "memroot writes per entry: the entry row with its content, digest and salt, the event "
@@ -617,6 +678,19 @@ def _notes(machine: MachineInfo, largest: int, verify: VerifyResult) -> list[str
             f"child: that is the bench process's own peak "
             f"({verify['bench_process_maxrss_mb']:.0f} MB), which Linux carries into a child "
             "at exec; the child's VmHWM is its real peak"
+        )
+    if hooked_n is not None:
+        notes.append(
+            "phases 6-8 run the CLI with every hook, each measurement in its own child "
+            "process (its peak RSS is its own), timed around the command (start-up and imports "
+            "excluded; the per-CPU-second figure is the child's CPU time): memroot import of a "
+            "JSON Lines file of events (one transaction), the mixed history appended in "
+            "batches of 1,000 (one sealed transaction each, automatic snapshots signed after "
+            "each batch), memroot verify --no-update (all ten steps) and memroot rebuild"
+        )
+        notes.append(
+            "mixed history: per 100 entries 90 events, 7 ASSERT, 1 SUPERSEDE, 1 DEPRECATE, "
+            "1 FALSIFY; its ledger also holds the automatic SNAPSHOT entries (one every 1,000)"
         )
     if largest < FULL_SIZE:
         notes.append(

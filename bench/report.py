@@ -2,12 +2,32 @@
 
 from __future__ import annotations
 
-from memroot.bench.results import LedgerBench
-from memroot.bench.targets import BATCHED, DURABLE, GROWTH, PROOFS, VERIFY, VERIFY_RSS
+from collections.abc import Callable
+
+from memroot.bench.results import HookedBench, HookedRun, LedgerBench
+from memroot.bench.targets import (
+    BATCHED,
+    DURABLE,
+    GROWTH,
+    IMPORT,
+    MIXED,
+    PROOFS,
+    RATIO_APPEND,
+    RATIO_MIXED,
+    RATIO_REBUILD,
+    RATIO_VERIFY,
+    RATIO_VERIFY_MIXED,
+    REBUILD,
+    VERIFY,
+    VERIFY_MIXED,
+    VERIFY_MIXED_RSS,
+    VERIFY_RSS,
+)
 
 __all__ = ["render_human"]
 
 Row = tuple[str, str, str, str, str]
+Status = Callable[[str, "int | None"], tuple[str, str]]
 
 
 def _num(value: float | None, unit: str = "") -> str:
@@ -79,14 +99,57 @@ def _rows(r: LedgerBench) -> list[Row]:
                  *status(GROWTH, g["size"])))  # fmt: skip
     ref = r.get("reference_backend")
     if ref is not None:
-        at = f"{ref['size']:,}"
+        n = ref["size"]
+        at = f"{n:,}"
         rows.append(("pure-Python reference, batched append", at,
                      _num(ref["batched_append_per_s"]), "", ""))  # fmt: skip
         rows.append(("  native / reference", at,
-                     _num(ref["ratio_append_native_reference"], "ratio"), "", ""))  # fmt: skip
+                     _num(ref["ratio_append_native_reference"], "ratio"),
+                     *status(RATIO_APPEND, n)))  # fmt: skip
         rows.append(("pure-Python reference, full verify", at, _num(ref["verify_per_s"]), "", ""))
         rows.append(("  native / reference", at,
-                     _num(ref["ratio_verify_native_reference"], "ratio"), "", ""))  # fmt: skip
+                     _num(ref["ratio_verify_native_reference"], "ratio"),
+                     *status(RATIO_VERIFY, n)))  # fmt: skip
+    h = r.get("hooked")
+    if h is not None:
+        rows.extend(_hooked_rows(h, r, status))
+    return rows
+
+
+def _hooked_rows(h: HookedBench, r: LedgerBench, status: Status) -> list[Row]:
+    """Return the rows of phases 6-8: each figure, its CPU-time rate, the reference beside it."""
+    n = h["size"]
+    at = f"{n:,}"
+    ref = r.get("reference_backend")
+    rh = ref["hooked"] if ref is not None else None
+    backend = r["machine"]["backend"]
+    measures: list[tuple[str, HookedRun, HookedRun | None, float | None, str | None,
+                         str | None]] = [
+        ("memroot import of events, every CLI hook", h["import_events"],
+         rh["import_events"] if rh else None,
+         ref["ratio_import_native_reference"] if ref else None, IMPORT, None),
+        ("memroot verify (all ten steps), imported ledger", h["verify_import"],
+         rh["verify_import"] if rh else None,
+         ref["ratio_verify_import_native_reference"] if ref else None, None, None),
+        (MIXED, h["mixed_append"], rh["mixed_append"] if rh else None,
+         ref["ratio_mixed_append_native_reference"] if ref else None, MIXED, RATIO_MIXED),
+        (VERIFY_MIXED, h["verify_mixed"], rh["verify_mixed"] if rh else None,
+         ref["ratio_verify_mixed_native_reference"] if ref else None, VERIFY_MIXED,
+         RATIO_VERIFY_MIXED),
+        (REBUILD, h["rebuild"], rh["rebuild"] if rh else None,
+         ref["ratio_rebuild_native_reference"] if ref else None, REBUILD, RATIO_REBUILD),
+    ]  # fmt: skip
+    rows: list[Row] = []
+    for label, run, ref_run, ratio, target, ratio_target in measures:
+        target_cells = status(target, n) if target else ("", "")
+        rows.append((f"{label} ({backend})", at, _num(run["entries_per_s"]), *target_cells))
+        rows.append(("  per CPU second", at, _num(run["entries_per_cpu_s"]), "", ""))
+        rss_cells = status(VERIFY_MIXED_RSS, n) if target == VERIFY_MIXED else ("", "")
+        rows.append(("  peak RSS (child, VmHWM)", at, _num(run["peak_rss_mb"], "MB"), *rss_cells))
+        if ref_run is not None:
+            rows.append(("  pure-Python reference", at, _num(ref_run["entries_per_s"]), "", ""))
+            ratio_cells = status(ratio_target, n) if ratio_target else ("", "")
+            rows.append(("  native / reference", at, _num(ratio, "ratio"), *ratio_cells))
     return rows
 
 

@@ -14,6 +14,10 @@ __all__ = [
     "BatchedAppend",
     "DurableAppend",
     "Growth",
+    "HookedBench",
+    "HookedRebuild",
+    "HookedRun",
+    "HookedVerify",
     "InclusionProofs",
     "LedgerBench",
     "MachineInfo",
@@ -21,6 +25,10 @@ __all__ = [
     "MemrootProofs",
     "Params",
     "PymerkleProofs",
+    "ReferenceBackend",
+    "ScaleBench",
+    "ScaleParams",
+    "ScaleSize",
     "TargetJSON",
     "Throughput",
     "VerifyResult",
@@ -127,11 +135,56 @@ class VerifyResult(TypedDict):
     entries: int
     seconds: float
     entries_per_s: float | None
+    cpu_s: float
+    entries_per_cpu_s: float | None
     child_wall_s: float
     peak_rss_mb: float
     rss_source: str
     ru_maxrss_children_mb: float
     bench_process_maxrss_mb: float
+
+
+class HookedRun(TypedDict):
+    """One hooked measurement (phases 6-8), timed inside its own child process.
+
+    ``seconds`` and ``cpu_s`` are the command's wall and CPU time (the child's start-up and
+    imports excluded: ``child_wall_s`` includes them); ``peak_rss_mb`` is the child's VmHWM
+    (``None`` without /proc).
+    """
+
+    entries: int
+    seconds: float
+    cpu_s: float
+    entries_per_s: float | None
+    entries_per_cpu_s: float | None
+    peak_rss_mb: float | None
+    child_wall_s: float
+
+
+class HookedVerify(HookedRun):
+    """``memroot verify`` of a hooked ledger: ``entries`` is every entry verified."""
+
+    ok: bool
+    steps_checked: list[int]
+
+
+class HookedRebuild(HookedRun):
+    """``memroot rebuild``: ``entries`` replayed; ``identical``: the same state digest after."""
+
+    identical: bool
+
+
+class HookedBench(TypedDict):
+    """Phases 6-8 on one backend: the CLI's import, the mixed history, verify and rebuild."""
+
+    size: int
+    batch: int
+    mix_per_100: dict[str, int]
+    import_events: HookedRun
+    verify_import: HookedVerify
+    mixed_append: HookedRun
+    verify_mixed: HookedVerify
+    rebuild: HookedRebuild
 
 
 class Params(TypedDict):
@@ -143,6 +196,7 @@ class Params(TypedDict):
     durable: int
     proofs: int
     pymerkle_proofs: int
+    hooked_size: int | None
 
 
 class TargetJSON(TypedDict):
@@ -164,6 +218,12 @@ class ReferenceBackend(TypedDict):
     verify_per_s: float | None
     ratio_append_native_reference: float | None
     ratio_verify_native_reference: float | None
+    hooked: HookedBench | None
+    ratio_import_native_reference: float | None
+    ratio_verify_import_native_reference: float | None
+    ratio_mixed_append_native_reference: float | None
+    ratio_verify_mixed_native_reference: float | None
+    ratio_rebuild_native_reference: float | None
 
 
 class LedgerBench(TypedDict):
@@ -181,8 +241,70 @@ class LedgerBench(TypedDict):
     verify: VerifyResult
     append_growth: Growth
     reference_backend: ReferenceBackend | None
+    hooked: HookedBench | None
     targets: list[TargetJSON]
     notes: list[str]
     elapsed_s: float
     command: NotRequired[str]
     equivalent_command: NotRequired[str]
+
+
+class ScaleSize(TypedDict):
+    """``bench/bench_scale.py`` at one size: append and verify, each in its own child.
+
+    The append rate *at* the size is that of its last ``window`` appends (``window_per_s``);
+    ``append_per_s`` averages every append from the empty ledger. Ratios compare this size
+    with the first (smallest) size of the run: 1.0 for the first.
+    """
+
+    size: int
+    append_s: float
+    append_cpu_s: float
+    append_per_s: float | None
+    append_per_cpu_s: float | None
+    window: int
+    window_per_s: float | None
+    window_per_cpu_s: float | None
+    append_peak_rss_mb: float | None
+    db_mb: float
+    verify_entries: int
+    verify_s: float
+    verify_cpu_s: float
+    verify_per_s: float | None
+    verify_per_cpu_s: float | None
+    verify_peak_rss_mb: float | None
+    ratio_append_to_first: float | None
+    ratio_append_cpu_to_first: float | None
+    ratio_verify_to_first: float | None
+    ratio_verify_cpu_to_first: float | None
+    ratio_append_rss_to_first: float | None
+    ratio_verify_rss_to_first: float | None
+    loadavg_after: list[float]
+
+
+class ScaleParams(TypedDict):
+    """What ``bench/bench_scale.py`` measured with."""
+
+    sizes: list[int]
+    window: int
+    batch: int
+    content_bytes: int
+    tolerance: float
+
+
+class ScaleBench(TypedDict):
+    """The whole ``bench/bench_scale.py --json`` document.
+
+    ``checks`` holds, per size after the first, whether its append and verify rates stay
+    within ``tolerance`` of the first size's (wall clock and CPU time) and whether each
+    child's peak RSS does (memory flat).
+    """
+
+    machine: MachineInfo
+    params: ScaleParams
+    started: str
+    sizes: list[ScaleSize]
+    checks: list[TargetJSON]
+    notes: list[str]
+    elapsed_s: float
+    command: str

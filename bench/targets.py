@@ -1,4 +1,10 @@
-"""Issue 2's speed targets, each put beside the figure a ``memroot bench`` run measured."""
+"""The speed targets, each put beside the figure a ``memroot bench`` run measured.
+
+Issue 2's targets for the ledger core (phases 1-5), and issue 12's for the hooked paths
+(phases 6-8) and for the native core against the pure-Python reference measured in the same
+run. A target whose figure was not measured (too small a run, no reference on a pure-Python
+install, phases 6-8 left out) has ``met`` None.
+"""
 
 from __future__ import annotations
 
@@ -10,14 +16,29 @@ __all__ = [
     "BATCHED",
     "DURABLE",
     "GROWTH",
+    "IMPORT",
+    "MIXED",
     "PROOFS",
+    "RATIO_APPEND",
+    "RATIO_MIXED",
+    "RATIO_REBUILD",
+    "RATIO_VERIFY",
+    "RATIO_VERIFY_MIXED",
+    "REBUILD",
     "TARGET_APPEND_PER_S",
     "TARGET_DURABLE_RATIO",
     "TARGET_GROWTH_RATIO",
+    "TARGET_IMPORT_PER_S",
+    "TARGET_MIXED_PER_S",
+    "TARGET_NATIVE_REFERENCE",
     "TARGET_PROOFS_PER_S",
+    "TARGET_REBUILD_PER_S",
+    "TARGET_VERIFY_MIXED_PER_S",
     "TARGET_VERIFY_PER_S",
     "TARGET_VERIFY_RSS_MB",
     "VERIFY",
+    "VERIFY_MIXED",
+    "VERIFY_MIXED_RSS",
     "VERIFY_RSS",
     "targets",
 ]
@@ -30,6 +51,13 @@ TARGET_VERIFY_PER_S: Final = 200_000
 TARGET_VERIFY_RSS_MB: Final = 150
 TARGET_GROWTH_RATIO: Final = 0.85
 
+# Targets of issue 12 ("Native speed"), point 4, on the same machine.
+TARGET_IMPORT_PER_S: Final = 60_000
+TARGET_MIXED_PER_S: Final = 30_000
+TARGET_VERIFY_MIXED_PER_S: Final = 100_000
+TARGET_REBUILD_PER_S: Final = 100_000
+TARGET_NATIVE_REFERENCE: Final = 5.0
+
 
 # The targets' names: the JSON's ``targets[].name`` and the keys the human table looks up.
 BATCHED: Final = "batched append (memroot, inputs prebuilt)"
@@ -38,13 +66,23 @@ PROOFS: Final = "inclusion proof generate + verify"
 VERIFY: Final = "full verify (steps 1-6, 10)"
 VERIFY_RSS: Final = "full verify peak RSS"
 GROWTH: Final = "append rate at size / empty"
+IMPORT: Final = "memroot import of events, every CLI hook"
+MIXED: Final = "mixed history append, every hook"
+VERIFY_MIXED: Final = "memroot verify (all ten steps), mixed history"
+VERIFY_MIXED_RSS: Final = "memroot verify (all ten steps), mixed, peak RSS"
+REBUILD: Final = "memroot rebuild, mixed history"
+RATIO_APPEND: Final = "native / reference, batched append"
+RATIO_VERIFY: Final = "native / reference, full verify (steps 1-6, 10)"
+RATIO_MIXED: Final = "native / reference, mixed history append"
+RATIO_VERIFY_MIXED: Final = "native / reference, all ten steps, mixed"
+RATIO_REBUILD: Final = "native / reference, rebuild"
 
 
 def _at_least(
     name: str, at: int | None, value: float | None, unit: str, bound: float
 ) -> TargetJSON:
     """Return the target ``value >= bound`` (``met`` is None when nothing was measured)."""
-    shown = f"{bound:.2f}" if unit == "ratio" else f"{bound:,}/s"
+    shown = f"{bound:.2f}" if unit == "ratio" else f"{bound:,.0f}/s"
     met = None if value is None else value >= bound
     return {
         "name": name,
@@ -80,4 +118,43 @@ def targets(r: LedgerBench) -> list[TargetJSON]:
                    met=rss < TARGET_VERIFY_RSS_MB)
     )  # fmt: skip
     out.append(_at_least(GROWTH, g["size"], g["ratio_last_first"], "ratio", TARGET_GROWTH_RATIO))
+    out.extend(_issue12(r))
+    return out
+
+
+def _below(name: str, at: int | None, value: float | None, bound: float) -> TargetJSON:
+    """Return the target ``value < bound`` MB (``met`` is None when nothing was measured)."""
+    met = None if value is None else value < bound
+    return {"name": name, "at": at, "value": value, "unit": "MB", "target": f"< {bound:,} MB",
+            "met": met}  # fmt: skip
+
+
+def _issue12(r: LedgerBench) -> list[TargetJSON]:
+    """Issue 12's targets: the hooked phases 6-8, and native / reference in the same run."""
+    h, ref = r.get("hooked"), r.get("reference_backend")
+    n = h["size"] if h is not None else None
+    mix = h["mixed_append"]["entries_per_s"] if h is not None else None
+    ver = h["verify_mixed"]["entries_per_s"] if h is not None else None
+    rss = h["verify_mixed"]["peak_rss_mb"] if h is not None else None
+    reb = h["rebuild"]["entries_per_s"] if h is not None else None
+    imp = h["import_events"]["entries_per_s"] if h is not None else None
+    out = [
+        _at_least(IMPORT, n, imp, "entries/s", TARGET_IMPORT_PER_S),
+        _at_least(MIXED, n, mix, "entries/s", TARGET_MIXED_PER_S),
+        _at_least(VERIFY_MIXED, n, ver, "entries/s", TARGET_VERIFY_MIXED_PER_S),
+        _below(VERIFY_MIXED_RSS, n, rss, TARGET_VERIFY_RSS_MB),
+        _at_least(REBUILD, n, reb, "entries/s", TARGET_REBUILD_PER_S),
+    ]
+    at = ref["size"] if ref is not None else None
+    core = [
+        (RATIO_APPEND, ref["ratio_append_native_reference"] if ref else None),
+        (RATIO_VERIFY, ref["ratio_verify_native_reference"] if ref else None),
+    ]
+    hooked = [
+        (RATIO_MIXED, ref["ratio_mixed_append_native_reference"] if ref else None),
+        (RATIO_VERIFY_MIXED, ref["ratio_verify_mixed_native_reference"] if ref else None),
+        (RATIO_REBUILD, ref["ratio_rebuild_native_reference"] if ref else None),
+    ]
+    out.extend(_at_least(k, at, v, "ratio", TARGET_NATIVE_REFERENCE) for k, v in core)
+    out.extend(_at_least(k, n, v, "ratio", TARGET_NATIVE_REFERENCE) for k, v in hooked)
     return out

@@ -46,10 +46,16 @@ class SizeList(click.ParamType):  # type: ignore[type-arg]
         return tuple(out)
 
 
-def _equivalent_command(sizes: Sequence[int], durable: int, proofs: int, as_json: bool) -> str:
+def _equivalent_command(
+    sizes: Sequence[int], durable: int, proofs: int, hooked_size: int | None, as_json: bool
+) -> str:
     """Return the ``memroot bench`` command line that repeats this run's parameters."""
     args = ["memroot", "bench", "--sizes", ",".join(str(n) for n in sizes)]
     args += ["--durable", str(durable), "--proofs", str(proofs)]
+    if hooked_size is None:
+        args.append("--no-hooked")
+    elif hooked_size != max(sizes):
+        args += ["--hooked-size", str(hooked_size)]
     if as_json:
         args.append("--json")
     return shlex.join(args)
@@ -80,6 +86,15 @@ def _equivalent_command(sizes: Sequence[int], durable: int, proofs: int, as_json
     show_default=True,
     help="Inclusion proofs to generate and verify (at most ~5 s of them).",
 )
+@click.option(
+    "--hooked-size",
+    type=click.IntRange(min=1),
+    help="Entries for the hooked phases 6-8 (import, mixed history, verify, rebuild; "
+    "default: the largest size).",
+)
+@click.option(
+    "--no-hooked", is_flag=True, help="Leave out phases 6-8 (the ledger core only, faster)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print every figure as JSON.")
 @click.option(
     "--out",
@@ -91,14 +106,20 @@ def bench_cmd(
     full: bool,
     durable: int,
     proofs: int,
+    hooked_size: int | None,
+    no_hooked: bool,
     as_json: bool,
     out: Path | None,
 ) -> None:
-    """Measure the ledger core beside raw apsw inserts and pymerkle, with issue 2's targets.
+    """Measure the ledger core beside raw apsw and pymerkle, and the CLI's hooked paths.
 
-    Runs in fresh temp dirs (nothing is kept); a progress line per phase goes to stderr.
-    Default sizes take under a minute on 2 cores; --full adds 10^6 entries (several minutes).
-    The ledger option is not used: every ledger is new.
+    Phases 1-5: the ledger core (issue 2's targets). Phases 6-8: memroot import, a mixed
+    history (90% events, 10% memory operations), verify with all ten steps and rebuild,
+    through every CLI hook (issue 12's targets). On the native core each is measured on the
+    pure-Python reference too, in the same run. Runs in fresh temp dirs (nothing is kept);
+    progress lines go to stderr. Default sizes take two to three minutes on 2 cores
+    (--no-hooked: under one); --full adds 10^6 entries (15-20 minutes). The ledger option is
+    not used: every ledger is new.
 
     Example: memroot bench --sizes 10000,100000 --json --out bench.json
     """
@@ -107,11 +128,13 @@ def bench_cmd(
         full=full,
         durable=durable,
         proofs=proofs,
+        hooked=not no_hooked,
+        hooked_size=hooked_size,
         progress=lambda msg: click.echo(f"bench {msg}", err=True),
     )
     result["command"] = shlex.join(sys.argv)
     result["equivalent_command"] = _equivalent_command(
-        result["params"]["sizes"], durable, proofs, as_json
+        result["params"]["sizes"], durable, proofs, result["params"]["hooked_size"], as_json
     )
     if out is not None:
         out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n", encoding="utf-8")

@@ -52,3 +52,16 @@ def test_events_are_distinct_and_about_100_bytes() -> None:
     contents = [e.content for e in items]
     assert len(set(contents)) == 3
     assert all(len(c) == bench_ledger.CONTENT_BYTES for c in contents)
+
+
+def test_full_adds_one_million_entries_to_the_sizes() -> None:
+    """--full adds 10^6 to the sizes (sorted, once); the largest drives phases 2-8."""
+    assert bench_ledger.planned_sizes([100_000, 10_000], full=True) == (10_000, 100_000, 1_000_000)
+    assert bench_ledger.planned_sizes([1_000_000, 10], full=True) == (10, 1_000_000)
+    assert bench_ledger.planned_sizes([5, 5], full=False) == (5,)
+
+
+def test_run_rejects_a_zero_hooked_size() -> None:
+    """A hooked size below 1 is refused before anything runs."""
+    with pytest.raises(ValueError, match="hooked_size"):
+        bench_ledger.run([10], hooked_size=0)
