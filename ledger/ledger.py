@@ -209,6 +209,7 @@ class Ledger:
         self._sealed: list[SignedHead] = []
         self._publish_pending = False
         self._forking = False
+        self._batch_events: dict[bytes, int] = {}  # of the batch being appended (find_event)
         self.strict = default_strict() if strict is None else strict
         self.ledger_id: str = str(store.meta("ledger_id"))
         self.origin: str = str(store.meta("origin"))
@@ -613,8 +614,15 @@ class Ledger:
         return open_checkpoint(note, [Verifier.from_vkey(k) for k in self.genesis_vkeys()])
 
     def find_event(self, event_id: str) -> tuple[str, int] | None:
-        """Return ``(branch, seq)`` of the event with this id, or None."""
-        k = self.store.event_key(_uuid_bytes(event_id))
+        """Return ``(branch, seq)`` of the event with this id, or None.
+
+        An event appended earlier in the batch being appended counts (its index row is
+        written with the batch).
+        """
+        raw = _uuid_bytes(event_id)
+        k = self._batch_events.get(raw)
+        if k is None:
+            k = self.store.event_key(raw)
         if k is None:
             return None
         no, seq = k >> 40, k & ((1 << 40) - 1)
@@ -789,6 +797,22 @@ class Ledger:
     def _append_locked(
         self, db: apsw.Connection, head: _Head, items: Sequence[EventInput | OpInput | _Genesis]
     ) -> list[Appended]:
+        # The batch's own events, by id (entry keys): ``find_event`` sees them while the
+        # hooks judge a later entry of the same batch, before the event index is written.
+        outer = self._batch_events
+        self._batch_events = {}
+        try:
+            return self._append_run(db, head, items, self._batch_events)
+        finally:
+            self._batch_events = outer
+
+    def _append_run(
+        self,
+        db: apsw.Connection,
+        head: _Head,
+        items: Sequence[EventInput | OpInput | _Genesis],
+        batch_events: dict[bytes, int],
+    ) -> list[Appended]:
         branch = head.row.name
         start = head.row.size
         prev = head.row.head
@@ -803,7 +827,6 @@ class Ledger:
         leaves: list[bytes] = []
         event_rows: list[tuple[bytes, int]] = []
         erasures: list[tuple[int, int]] = []  # this call's only
-        batch_events: dict[bytes, int] = {}
         unindexed: list[tuple[bytes, int]] = []  # native events not yet in batch_events
         out: list[Appended] = []
         salts = b""  # read at the first event the reference loop builds

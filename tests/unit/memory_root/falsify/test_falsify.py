@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -201,6 +202,46 @@ def test_bad_requests_are_refused_and_write_nothing(world: World) -> None:
     _refused(w, lambda: w.f.mark_stale(o, "x"), RuleError, "only a live item")
     _refused(w, lambda: w.f.falsify(root, "x", [unknown_obj]), NotFoundError, "evidence event")
     _refused(w, lambda: w.f.falsify(root, ""), ValidationError, "reason")
+
+
+def test_evidence_appended_earlier_in_the_same_batch_is_found(world: World) -> None:
+    """One batch: the event that shows an object false, then the FALSIFY citing it."""
+    w = world
+    o = w.obj("Alice takes sugar")
+    said = EventInput(
+        stream="s",
+        actor_id="alice",
+        actor_type="HUMAN_USER",
+        role="USER",
+        content="no sugar, ever",
+        namespace_id="ns",
+        id="01900000-0000-7000-8000-0000000000aa",
+    )
+    falsify = OpInput(
+        op_type="FALSIFY",
+        actor_id="alice",
+        actor_type="HUMAN_USER",
+        namespace_id="ns",
+        payload={"reason": "she said so", "evidence_ids": [said.id]},
+        policy_version="p/1",
+        target_id=o,
+        target_type=OBJECT,
+    )
+    made = w.ledger.append_batch([said, falsify])
+    assert [a.type for a in made[:2]] == ["EVENT", "FALSIFY"]
+    assert w.f.state(o) == "falsified"
+    # cited before it is appended (a later entry of the batch), it is still unknown
+    size = w.size()
+    later = dataclasses.replace(said, id="01900000-0000-7000-8000-0000000000bb")
+    early = dataclasses.replace(
+        falsify,
+        op_type="RESTORE",
+        payload={"reason": "r", "evidence_ids": [later.id]},
+    )
+    with pytest.raises(NotFoundError, match="evidence event"):
+        w.ledger.append_batch([early, later])
+    assert w.size() == size
+    assert _verify(w).ok
 
 
 def _raw(target_type: str, target_id: str, payload: dict[str, Any], op: str = "FALSIFY") -> OpInput:
