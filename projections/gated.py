@@ -59,11 +59,13 @@ from memroot.ledger.entries import CANONICAL_BRANCH, Entry
 from memroot.ledger.errors import NotFoundError, StorageError
 from memroot.ledger.hashing import domain_hash
 from memroot.ledger.vocab import LifecycleState, OpType
+from memroot.projections.backends import SqlState
 from memroot.projections.epistemic import check_transition
 from memroot.projections.lifecycle import is_allowed
 from memroot.projections.model import Edge, Entity, EventRef, Grant, MemoryObject, Namespace, evolve
 from memroot.projections.rules import RuleError
 from memroot.projections.states import OBJECT_TARGET, check_state_change
+from memroot.projections.tables import OBJECT_COLS, object_from_row
 from memroot.projections.views import Fork, View, view_of
 
 if TYPE_CHECKING:
@@ -542,23 +544,30 @@ class _Down:
     def __init__(self, db: apsw.Connection, view: View, prov: Sequence[str]) -> None:
         self.db = db
         self.prov = prov
-        # mem_conv rows carry (branch, seq) like mem_events: the view's event condition serves.
-        self.cond, self.params = view.events("c")
+        self.view = view
         self.levels = dict(view.levels)
         self.seen: set[str] = set()
+        self.parent: dict[str, str | None] = {}
+        """The recorded parent of every event of ``seen``."""
         self.frontier: list[str] = list(prov)
+        self._steps = 0
 
     def linked(self) -> bool:
         """Return True when a provenance event has a recorded parent or child in the view."""
-        arg = json.dumps(list(self.prov))
-        c, params = self.cond, self.params
-        p_cond = c.replace("c.", "p.")
+        # Two steps hold every provenance event the view holds and every held parent of one.
+        while self._steps < 2 and self.frontier:
+            self._step()
+        held = [e for e in dict.fromkeys(self.prov) if e in self.seen]
+        if not held:
+            return False
+        if any(self.parent[e] in self.seen for e in held):
+            return True
+        # mem_conv rows carry (branch, seq) like mem_events: the view's event condition serves.
+        cond, params = self.view.events("c")
         row = self.db.execute(
-            f"SELECT 1 FROM mem_conv c JOIN mem_conv p ON p.id = c.parent "
-            f"WHERE c.id IN (SELECT value FROM json_each(?)) AND {c} AND {p_cond} "
-            f"UNION ALL SELECT 1 FROM mem_conv c JOIN mem_conv p ON c.parent = p.id "
-            f"WHERE p.id IN (SELECT value FROM json_each(?)) AND {c} AND {p_cond} LIMIT 1",
-            (arg, *params, *params, arg, *params, *params),
+            f"SELECT 1 FROM mem_conv c WHERE c.parent IN (SELECT value FROM json_each(?)) "
+            f"AND {cond} LIMIT 1",
+            (json.dumps(held), *params),
         ).fetchone()
         return row is not None
 
@@ -577,9 +586,11 @@ class _Down:
             if bound is not None and row[2] > bound:
                 continue
             self.seen.add(node)
+            self.parent[node] = row[0]
             if row[0] is not None:
                 nxt.append(row[0])
         self.frontier = nxt
+        self._steps += 1
 
     def __contains__(self, event_id: str) -> bool:
         while event_id not in self.seen and self.frontier:
@@ -714,10 +725,75 @@ def _global(
     return rec
 
 
+_OBJ_ROWS: Final = (
+    f"SELECT {', '.join(OBJECT_COLS)}, EXISTS(SELECT 1 FROM mem_gated g "
+    "WHERE g.object_id = ?1 AND g.branch = ?2) "
+    "FROM mem_objects WHERE id = ?1 AND branch = ?2 AND vto IS NULL"
+)
+"""An object's current version in a one-level view, and whether it has gated rows there."""
+
+
+class _Gate:
+    """What ``run`` knows of one operation's objects: their versions and whether they have rows.
+
+    In a view of one level (``main``, read now) one statement per object gives both the version
+    the handler reads (kept in the global run's read cache, so the handler does not read it
+    again) and whether the object has ``mem_gated`` rows; elsewhere (a branch, or a store
+    that is not the SQL tables) the rows are loaded by a ``Folder`` as needed.
+    """
+
+    def __init__(self, eng: Engine, op: Op, rec: _Delegate) -> None:
+        self.db = _db(eng)
+        self.branch = op.branch
+        self.view = view_of(self.db, op.branch)
+        self.rec = rec
+        self.known: dict[str, bool] = {}
+        self._folder: Folder | None = None
+        self._direct = (
+            type(eng.state) is SqlState
+            and len(self.view.levels) == 1
+            and self.view.levels[0][1] is None
+        )
+
+    def read(self, ids: Iterable[str]) -> None:
+        """Read the objects' versions and whether they have rows (one statement each)."""
+        if not self._direct:
+            self.folder().preload(ids)
+            return
+        for i in ids:
+            if i in self.known:
+                continue
+            r = self.db.execute(_OBJ_ROWS, (i, self.branch)).fetchone()
+            if r is not None:
+                self.rec.read[(self.branch, i)] = object_from_row(r[:-1])
+                self.known[i] = bool(r[-1])
+
+    def folder(self) -> Folder:
+        """Return the folder of the branch's view (created on first use)."""
+        if self._folder is None:
+            self._folder = Folder(self.db, self.view)
+        return self._folder
+
+    def has_rows(self, object_id: str) -> bool:
+        """Return True when the object has gated rows in the view."""
+        known = self.known.get(object_id)
+        if known is not None:
+            return known
+        return bool(self.folder().rows_of(object_id))
+
+    def creation_evidence(self, obj: MemoryObject) -> tuple[str, ...]:
+        """Return the evidence the object's ASSERT gave it (``Folder.creation_evidence``)."""
+        if not self.has_rows(obj.id):
+            return obj.evidence_ids
+        return self.folder().creation_evidence(obj)
+
+
 def run(eng: Engine, handler: Callable[[Engine, Op], None], op: Op) -> None:
     """Run ``handler`` for ``op`` with invalidation gated by provenance (see the module doc).
 
-    Operations that change no object's state run as they are.
+    Operations that change no object's state run as they are. An operation whose objects
+    have no gated rows, or whose own view gives them their global state, runs once (that
+    one run checks both views); only one whose own view differs runs in both.
 
     Raises:
         RuleError, ValidationError: what the handler raises in the operation's own view
@@ -727,8 +803,6 @@ def run(eng: Engine, handler: Callable[[Engine, Op], None], op: Op) -> None:
     if t not in GATED_OPS or (t in _STATE and op.target_type != OBJECT_TARGET):
         handler(eng, op)
         return
-    db = _db(eng)
-    folder = Folder(db, view_of(db, op.branch))
     explicit: tuple[str, ...] = ()
     if t in EVIDENCE_OPS and t not in _STATE:
         explicit = tuple(op.p.get("evidence_ids") or ())
@@ -747,45 +821,61 @@ def run(eng: Engine, handler: Callable[[Engine, Op], None], op: Op) -> None:
     )
     if cited is not None:
         involved.append(cited)
-    folder.preload(i for i in involved if isinstance(i, str))  # one query for all of them
+    ids = [i for i in dict.fromkeys(involved) if isinstance(i, str)]
     rec = _Delegate(eng.state)  # the global run's store: what is read here is read once
+    gate = _Gate(eng, op, rec)
+    gate.read(ids)
     if cited is not None:
         other = rec.obj(op.branch, cited)
         if other is not None:
-            prov.update(folder.creation_evidence(other))
+            prov.update(gate.creation_evidence(other))
     provenance = tuple(sorted(prov))
     applied = True
-    if not provenance or not any(folder.rows_of(i) for i in involved if isinstance(i, str)):
+    if not provenance or not any(gate.has_rows(i) for i in ids):
         # No provenance, or no object the handler reads has gated rows: its own view then
         # holds exactly the global state of those objects, so one run checks both.
         writes = _global(eng, handler, op, rec).writes
     else:
+        db, folder = gate.db, gate.folder()
+        folder.preload(ids)
         down = _Down(db, folder.view, provenance)
         if not down.linked():
             writes = _global(eng, handler, op, rec).writes
         else:
             view_folder = Folder(db, folder.view, down.admits)
             view_folder.share(folder)
-            overlay = _Overlay(eng.state, view_folder)
-            handler(type(eng)(overlay), op)
-            writes = overlay.writes
-            db.execute("SAVEPOINT mem_gate")
-            try:
-                _global(eng, handler, op, rec)
-            except RuleError:
-                # Valid in its own view, not in the global state (which keeps what it had).
-                db.execute("ROLLBACK TO mem_gate")
-                applied = False
-            db.execute("RELEASE mem_gate")
+            if all(
+                cur is None or view_folder.state(cur) == cur
+                for cur in (rec.obj(op.branch, i) for i in ids)
+            ):
+                # The own view gives every object the handler reads its global state: one
+                # run again checks both (and the global state applies it).
+                writes = _global(eng, handler, op, rec).writes
+            else:
+                overlay = _Overlay(eng.state, view_folder)
+                handler(type(eng)(overlay), op)
+                writes = overlay.writes
+                db.execute("SAVEPOINT mem_gate")
+                try:
+                    _global(eng, handler, op, rec)
+                except RuleError:
+                    # Valid in its own view, not in the global state (which keeps what it had).
+                    db.execute("ROLLBACK TO mem_gate")
+                    applied = False
+                db.execute("RELEASE mem_gate")
     if not writes:
         return
     intent = _canonical(_intent(op))
     prov_text = ",".join(provenance)
+    written = [new.id for _, new in writes if new.id not in gate.known]
+    if written:
+        gate.folder().preload(written)  # objects the handler changed beyond those it cited
+    insert = gate.db.execute
     for n, (old, new) in enumerate(writes):
-        had = bool(folder.rows_of(new.id))
+        had = gate.has_rows(new.id)
         if not provenance and not had:
             continue  # no provenance on an object without rows: global state everywhere
-        db.execute(
+        insert(
             "INSERT INTO mem_gated VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 op.branch,
