@@ -65,7 +65,7 @@ from memroot.projections.lifecycle import is_allowed
 from memroot.projections.model import Edge, Entity, EventRef, Grant, MemoryObject, Namespace, evolve
 from memroot.projections.rules import RuleError
 from memroot.projections.states import OBJECT_TARGET, check_state_change
-from memroot.projections.tables import OBJECT_COLS, object_from_row
+from memroot.projections.tables import EVENT_COLS, OBJECT_COLS, event_from_row, object_from_row
 from memroot.projections.views import Fork, View, view_of
 
 if TYPE_CHECKING:
@@ -395,7 +395,8 @@ class Folder:
         else:
             sql_in, args = "g.object_id IN (SELECT value FROM json_each(?))", [json.dumps(missing)]
         level = self._level
-        for r in self.db.execute(
+        for r in _rare(
+            self.db,
             f"SELECT {_COLS} FROM mem_gated g WHERE {sql_in} AND {self._cond}",
             (*args, *self._params),
         ):
@@ -531,14 +532,35 @@ def on_event(eng: Engine, entry: Entry) -> None:
     )
 
 
+_WALK: Final = (
+    "WITH RECURSIVE up(id, parent, branch, seq, d) AS ("
+    "SELECT id, parent, branch, seq, 0 FROM mem_conv WHERE id = ?1 "
+    "UNION ALL SELECT c.id, c.parent, c.branch, c.seq, up.d + 1 FROM mem_conv c "
+    "JOIN up ON c.id = up.parent WHERE up.d < ?2) "
+    "SELECT id, parent, branch, seq FROM up ORDER BY d"
+)
+"""Up to ``?2 + 1`` events from ``?1`` up the conversation tree, nearest first (one statement)."""
+_CHUNK: Final = 32
+_CHUNK_MAX: Final = 1024
+
+
+def _rare(db: apsw.Connection, sql: str, params: Sequence[Any] = ()) -> apsw.Cursor:
+    """Execute a statement the append path runs rarely, outside the statement cache.
+
+    apsw's cache keeps the statements of the last 100 executions: a rarely run one would be
+    prepared again anyway, and caching it would evict one the append path runs often.
+    """
+    return db.execute(sql, params, can_cache=False)
+
+
 class _Down:
     """``D(P)``: the provenance events and all their ancestors, as recorded before the op.
 
     An event counts once the branch's view holds it (its ``mem_conv`` row is of a level of
     the view, within its bound), so a replay walks the same tree the append did: every row
-    there was written by an earlier entry. Walked lazily, one step at a time, only as far as
-    a row's provenance needs (an event near the provenance is found in a few steps; only an
-    event off the path costs the whole walk).
+    there was written by an earlier entry. Walked lazily, only as far as a row's provenance
+    needs, a chunk of ancestors per statement (32, then twice as many each time, up to 1024):
+    an event near the provenance costs one statement; only one off the path the whole walk.
     """
 
     def __init__(self, db: apsw.Connection, view: View, prov: Sequence[str]) -> None:
@@ -550,13 +572,17 @@ class _Down:
         self.parent: dict[str, str | None] = {}
         """The recorded parent of every event of ``seen``."""
         self.frontier: list[str] = list(prov)
+        self._chunk = _CHUNK
         self._steps = 0
+
+    def _held(self, branch: str, seq: int) -> bool:
+        bound = self.levels.get(branch, -1)
+        return bound is None or -1 < seq <= bound
 
     def linked(self) -> bool:
         """Return True when a provenance event has a recorded parent or child in the view."""
-        # Two steps hold every provenance event the view holds and every held parent of one.
-        while self._steps < 2 and self.frontier:
-            self._step()
+        if not self._steps:
+            self._step()  # every provenance event the view holds, with >= 32 of its ancestors
         held = [e for e in dict.fromkeys(self.prov) if e in self.seen]
         if not held:
             return False
@@ -564,7 +590,8 @@ class _Down:
             return True
         # mem_conv rows carry (branch, seq) like mem_events: the view's event condition serves.
         cond, params = self.view.events("c")
-        row = self.db.execute(
+        row = _rare(
+            self.db,
             f"SELECT 1 FROM mem_conv c WHERE c.parent IN (SELECT value FROM json_each(?)) "
             f"AND {cond} LIMIT 1",
             (json.dumps(held), *params),
@@ -572,24 +599,31 @@ class _Down:
         return row is not None
 
     def _step(self) -> None:
-        """Advance every walk by one event (a walk ends at a root, an event not held, a loop)."""
+        """Advance every walk by a chunk (a walk ends at a root, an event not held, a loop)."""
         nxt: list[str] = []
+        chunk = self._chunk
         for node in self.frontier:
             if node in self.seen:
                 continue  # walked already (shared ancestors, or links that loop)
-            row = self.db.execute(
-                "SELECT parent, branch, seq FROM mem_conv WHERE id = ?", (node,)
-            ).fetchone()
-            if row is None or row[1] not in self.levels:
-                continue
-            bound = self.levels[row[1]]
-            if bound is not None and row[2] > bound:
-                continue
-            self.seen.add(node)
-            self.parent[node] = row[0]
-            if row[0] is not None:
-                nxt.append(row[0])
+            rows = cast(
+                "list[tuple[str, str | None, str, int]]",
+                _rare(self.db, _WALK, (node, chunk)).fetchall(),
+            )
+            last: str | None = None
+            for event_id, parent, branch, seq in rows:
+                if event_id in self.seen or not self._held(branch, seq):
+                    last = None
+                    break
+                self.seen.add(event_id)
+                self.parent[event_id] = parent
+                last = parent
+            else:
+                if len(rows) <= chunk:
+                    last = None  # the walk reached a root or an event not recorded
+            if last is not None:
+                nxt.append(last)
         self.frontier = nxt
+        self._chunk = min(chunk * 2, _CHUNK_MAX)
         self._steps += 1
 
     def __contains__(self, event_id: str) -> bool:
@@ -609,8 +643,13 @@ class _Delegate:
         self.inner = inner
         self.writes: list[tuple[MemoryObject, MemoryObject]] = []
         self.read: dict[tuple[str, str], MemoryObject] = {}
+        self.events: dict[tuple[str, str], EventRef | None] = {}
+        """Events already read (``_Gate.read``); events do not change during an operation."""
 
     def event(self, branch: str, event_id: str) -> EventRef | None:
+        key = (branch, event_id)
+        if key in self.events:
+            return self.events[key]
         return self.inner.event(branch, event_id)
 
     def add_event(self, event: EventRef) -> None:
@@ -727,10 +766,14 @@ def _global(
 
 _OBJ_ROWS: Final = (
     f"SELECT {', '.join(OBJECT_COLS)}, EXISTS(SELECT 1 FROM mem_gated g "
-    "WHERE g.object_id = ?1 AND g.branch = ?2) "
+    "WHERE g.object_id = ?1 AND g.branch = ?2), (SELECT json_array("
+    f"{', '.join(EVENT_COLS)}) FROM mem_events WHERE id = ?3) "
     "FROM mem_objects WHERE id = ?1 AND branch = ?2 AND vto IS NULL"
 )
-"""An object's current version in a one-level view, and whether it has gated rows there."""
+"""An object's current version in a one-level view, whether it has gated rows there, and
+(``?3``, may be NULL) the event the operation cites as evidence: one statement text for every
+read, so that apsw's statement cache keeps it."""
+_N_OBJ: Final = len(OBJECT_COLS)
 
 
 class _Gate:
@@ -755,18 +798,31 @@ class _Gate:
             and self.view.levels[0][1] is None
         )
 
-    def read(self, ids: Iterable[str]) -> None:
-        """Read the objects' versions and whether they have rows (one statement each)."""
+    def read(self, ids: Sequence[str], evidence: str | None = None) -> None:
+        """Read the objects' versions and whether they have rows (one statement each).
+
+        ``evidence`` (an event the operation cites) is read with the first object: the
+        handler's check of it then needs no statement of its own.
+        """
         if not self._direct:
             self.folder().preload(ids)
             return
-        for i in ids:
+        branch, n = self.branch, _N_OBJ
+        for k, i in enumerate(ids):
             if i in self.known:
                 continue
-            r = self.db.execute(_OBJ_ROWS, (i, self.branch)).fetchone()
-            if r is not None:
-                self.rec.read[(self.branch, i)] = object_from_row(r[:-1])
-                self.known[i] = bool(r[-1])
+            cite = evidence if k == 0 else None
+            r = self.db.execute(_OBJ_ROWS, (i, branch, cite)).fetchone()
+            if r is None:
+                continue
+            self.rec.read[(branch, i)] = object_from_row(r[:n])
+            self.known[i] = bool(r[n])
+            if cite is not None:
+                ev = None if r[n + 1] is None else json.loads(r[n + 1])
+                # As SqlState.event in main: an event of another branch is not seen there.
+                self.rec.events[(branch, cite)] = (
+                    event_from_row(ev) if ev is not None and ev[1] == branch else None
+                )
 
     def folder(self) -> Folder:
         """Return the folder of the branch's view (created on first use)."""
@@ -806,10 +862,9 @@ def run(eng: Engine, handler: Callable[[Engine, Op], None], op: Op) -> None:
     explicit: tuple[str, ...] = ()
     if t in EVIDENCE_OPS and t not in _STATE:
         explicit = tuple(op.p.get("evidence_ids") or ())
-        if explicit and t in _NEW_EVIDENCE:
-            eng._evidence(op, explicit)
     elif t in _STATE and isinstance(op.p.get("evidence_ids"), tuple):
         explicit = op.p["evidence_ids"]
+    check = bool(explicit) and t in _NEW_EVIDENCE
     involved = [op.target_id, *(op.p["merged_ids"] if t == _O.DEDUP_RESOLVED else ())]
     prov = set(explicit)
     cited = (
@@ -824,7 +879,9 @@ def run(eng: Engine, handler: Callable[[Engine, Op], None], op: Op) -> None:
     ids = [i for i in dict.fromkeys(involved) if isinstance(i, str)]
     rec = _Delegate(eng.state)  # the global run's store: what is read here is read once
     gate = _Gate(eng, op, rec)
-    gate.read(ids)
+    gate.read(ids, explicit[0] if check and len(explicit) == 1 else None)
+    if check:
+        type(eng)(rec)._evidence(op, explicit)  # the new field is checked as ASSERT evidence
     if cited is not None:
         other = rec.obj(op.branch, cited)
         if other is not None:
@@ -855,14 +912,14 @@ def run(eng: Engine, handler: Callable[[Engine, Op], None], op: Op) -> None:
                 overlay = _Overlay(eng.state, view_folder)
                 handler(type(eng)(overlay), op)
                 writes = overlay.writes
-                db.execute("SAVEPOINT mem_gate")
+                _rare(db, "SAVEPOINT mem_gate")
                 try:
                     _global(eng, handler, op, rec)
                 except RuleError:
                     # Valid in its own view, not in the global state (which keeps what it had).
-                    db.execute("ROLLBACK TO mem_gate")
+                    _rare(db, "ROLLBACK TO mem_gate")
                     applied = False
-                db.execute("RELEASE mem_gate")
+                _rare(db, "RELEASE mem_gate")
     if not writes:
         return
     intent = _canonical(_intent(op))
