@@ -164,6 +164,37 @@ def _intent(op: Op) -> dict[str, Any]:
     return {"k": "C"}  # CASCADE: live -> stale
 
 
+def _intent_text(op: Op) -> str:
+    """Return ``_intent(op)`` as canonical JSON (sorted keys, no spaces): FORMAT.md §12.4."""
+    t = op.op_type
+    if t == _O.SUPERSEDE:
+        return '{"by":' + _canonical(op.p["new_object_id"]) + ',"k":"L","to":"SUPERSEDED"}'
+    if t == _O.DEPRECATE:
+        return '{"k":"L","to":"DEPRECATED"}'
+    if t == _O.ARCHIVE:
+        return '{"k":"L","to":"ARCHIVED"}'
+    return _canonical(_intent(op))
+
+
+def _base_text(o: MemoryObject) -> str:
+    """Return ``_S.of(o).to_json()`` (an object's state before its first row)."""
+    return _dumps(
+        [
+            o.lifecycle_state,
+            o.superseded_by,
+            o.valid_from,
+            o.valid_to,
+            o.confidence,
+            o.salience,
+            o.epistemic_type,
+            list(o.evidence_ids),
+            o.state,
+            o.version,
+            o.last_modified_at,
+        ]
+    )
+
+
 @dataclass(slots=True)
 class _S:
     """An object's mutable fields during a fold (the rest never change)."""
@@ -537,10 +568,10 @@ _WALK: Final = (
     "SELECT id, parent, branch, seq, 0 FROM mem_conv WHERE id = ?1 "
     "UNION ALL SELECT c.id, c.parent, c.branch, c.seq, up.d + 1 FROM mem_conv c "
     "JOIN up ON c.id = up.parent WHERE up.d < ?2) "
-    "SELECT id, parent, branch, seq FROM up ORDER BY d"
+    "SELECT id, parent, branch, seq FROM up"
 )
-"""Up to ``?2 + 1`` events from ``?1`` up the conversation tree, nearest first (one statement)."""
-_CHUNK: Final = 32
+"""The ``mem_conv`` rows of up to ``?2 + 1`` events from ``?1`` up the tree (one statement)."""
+_CHUNK: Final = 8
 _CHUNK_MAX: Final = 1024
 
 
@@ -559,8 +590,9 @@ class _Down:
     An event counts once the branch's view holds it (its ``mem_conv`` row is of a level of
     the view, within its bound), so a replay walks the same tree the append did: every row
     there was written by an earlier entry. Walked lazily, only as far as a row's provenance
-    needs, a chunk of ancestors per statement (32, then twice as many each time, up to 1024):
-    an event near the provenance costs one statement; only one off the path the whole walk.
+    needs, a chunk of ancestors per statement (8, then 8 times as many each time, up to
+    1024): an event near the provenance costs one statement; only one off the path the whole
+    walk.
     """
 
     def __init__(self, db: apsw.Connection, view: View, prov: Sequence[str]) -> None:
@@ -582,7 +614,7 @@ class _Down:
     def linked(self) -> bool:
         """Return True when a provenance event has a recorded parent or child in the view."""
         if not self._steps:
-            self._step()  # every provenance event the view holds, with >= 32 of its ancestors
+            self._step()  # every provenance event the view holds, with >= 8 of its ancestors
         held = [e for e in dict.fromkeys(self.prov) if e in self.seen]
         if not held:
             return False
@@ -604,26 +636,28 @@ class _Down:
         chunk = self._chunk
         for node in self.frontier:
             if node in self.seen:
-                continue  # walked already (shared ancestors, or links that loop)
-            rows = cast(
+                continue  # walked already
+            got = cast(
                 "list[tuple[str, str | None, str, int]]",
                 _rare(self.db, _WALK, (node, chunk)).fetchall(),
             )
-            last: str | None = None
-            for event_id, parent, branch, seq in rows:
-                if event_id in self.seen or not self._held(branch, seq):
-                    last = None
+            rows = {r[0]: r for r in got}  # the chain, in whatever order the rows came
+            cur: str | None = node
+            for _ in range(chunk + 1):
+                if cur is None or cur in self.seen:
+                    cur = None  # a root, or walked already (shared ancestors, links that loop)
                     break
-                self.seen.add(event_id)
-                self.parent[event_id] = parent
-                last = parent
-            else:
-                if len(rows) <= chunk:
-                    last = None  # the walk reached a root or an event not recorded
-            if last is not None:
-                nxt.append(last)
+                row = rows.get(cur)
+                if row is None or not self._held(row[2], row[3]):
+                    cur = None  # an event not recorded, or not held by the view
+                    break
+                self.seen.add(cur)
+                self.parent[cur] = row[1]
+                cur = row[1]
+            if cur is not None:
+                nxt.append(cur)  # the chunk ended before the walk did
         self.frontier = nxt
-        self._chunk = min(chunk * 2, _CHUNK_MAX)
+        self._chunk = min(chunk * 8, _CHUNK_MAX)
         self._steps += 1
 
     def __contains__(self, event_id: str) -> bool:
@@ -922,7 +956,7 @@ def run(eng: Engine, handler: Callable[[Engine, Op], None], op: Op) -> None:
                 _rare(db, "RELEASE mem_gate")
     if not writes:
         return
-    intent = _canonical(_intent(op))
+    intent = _intent_text(op)
     prov_text = ",".join(provenance)
     written = [new.id for _, new in writes if new.id not in gate.known]
     if written:
@@ -945,7 +979,7 @@ def run(eng: Engine, handler: Callable[[Engine, Op], None], op: Op) -> None:
                 prov_text,
                 intent,
                 int(applied),
-                None if had else _S.of(old).to_json(),
+                None if had else _base_text(old),
             ),
         )
 
