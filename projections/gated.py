@@ -798,22 +798,27 @@ def _global(
     return rec
 
 
-_OBJ_ROWS: Final = (
-    f"SELECT {', '.join(OBJECT_COLS)}, EXISTS(SELECT 1 FROM mem_gated g "
-    "WHERE g.object_id = ?1 AND g.branch = ?2), (SELECT json_array("
-    f"{', '.join(EVENT_COLS)}) FROM mem_events WHERE id = ?3) "
-    "FROM mem_objects WHERE id = ?1 AND branch = ?2 AND vto IS NULL"
-)
-"""An object's current version in a one-level view, whether it has gated rows there, and
-(``?3``, may be NULL) the event the operation cites as evidence: one statement text for every
-read, so that apsw's statement cache keeps it."""
+def _obj_rows(n: int) -> str:
+    return (
+        f"SELECT {', '.join('o.' + c for c in OBJECT_COLS)}, EXISTS(SELECT 1 FROM mem_gated g "
+        "WHERE g.object_id = o.id AND g.branch = ?1), (SELECT json_array("
+        f"{', '.join(EVENT_COLS)}) FROM mem_events WHERE id = ?2) FROM mem_objects o "
+        f"WHERE o.id IN ({', '.join(f'?{3 + k}' for k in range(n))}) AND o.branch = ?1 "
+        "AND o.vto IS NULL"
+    )
+
+
+_OBJ_ROWS: Final = (_obj_rows(1), _obj_rows(2))
+"""Objects' current versions in a one-level view, whether each has gated rows there, and
+(``?2``, may be NULL) the event the operation cites as evidence: one statement for the one
+or two objects an operation reads (two texts, both run often enough for apsw's cache)."""
 _N_OBJ: Final = len(OBJECT_COLS)
 
 
 class _Gate:
     """What ``run`` knows of one operation's objects: their versions and whether they have rows.
 
-    In a view of one level (``main``, read now) one statement per object gives both the version
+    In a view of one level (``main``, read now) one statement per operation gives the version
     the handler reads (kept in the global run's read cache, so the handler does not read it
     again) and whether the object has ``mem_gated`` rows; elsewhere (a branch, or a store
     that is not the SQL tables) the rows are loaded by a ``Folder`` as needed.
@@ -833,30 +838,31 @@ class _Gate:
         )
 
     def read(self, ids: Sequence[str], evidence: str | None = None) -> None:
-        """Read the objects' versions and whether they have rows (one statement each).
+        """Read the objects' versions and whether they have rows (one statement for two).
 
-        ``evidence`` (an event the operation cites) is read with the first object: the
+        ``evidence`` (an event the operation cites) is read in the same statement: the
         handler's check of it then needs no statement of its own.
         """
         if not self._direct:
             self.folder().preload(ids)
             return
         branch, n = self.branch, _N_OBJ
-        for k, i in enumerate(ids):
-            if i in self.known:
-                continue
-            cite = evidence if k == 0 else None
-            r = self.db.execute(_OBJ_ROWS, (i, branch, cite)).fetchone()
-            if r is None:
-                continue
-            self.rec.read[(branch, i)] = object_from_row(r[:n])
-            self.known[i] = bool(r[n])
-            if cite is not None:
-                ev = None if r[n + 1] is None else json.loads(r[n + 1])
-                # As SqlState.event in main: an event of another branch is not seen there.
-                self.rec.events[(branch, cite)] = (
-                    event_from_row(ev) if ev is not None and ev[1] == branch else None
-                )
+        todo = [i for i in ids if i not in self.known]
+        if not todo:
+            return
+        chunks = [todo] if len(todo) <= 2 else [[i] for i in todo]
+        got: list[Any] = []
+        for chunk in chunks:
+            got += self.db.execute(_OBJ_ROWS[len(chunk) - 1], (branch, evidence, *chunk))
+        for r in got:
+            self.rec.read[(branch, r[0])] = object_from_row(r[:n])
+            self.known[r[0]] = bool(r[n])
+        if evidence is not None and got:
+            ev = None if got[0][n + 1] is None else json.loads(got[0][n + 1])
+            # As SqlState.event in main: an event of another branch is not seen there.
+            self.rec.events[(branch, evidence)] = (
+                event_from_row(ev) if ev is not None and ev[1] == branch else None
+            )
 
     def folder(self) -> Folder:
         """Return the folder of the branch's view (created on first use)."""
