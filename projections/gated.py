@@ -418,20 +418,31 @@ class Folder:
         missing = [i for i in dict.fromkeys(ids) if i not in self._rows]
         if not missing:
             return
-        for i in missing:
-            self._rows[i] = []
         args: list[Any]
         if len(missing) <= 64:
             sql_in, args = f"g.object_id IN ({', '.join('?' * len(missing))})", missing
         else:
             sql_in, args = "g.object_id IN (SELECT value FROM json_each(?))", [json.dumps(missing)]
+        self.load(
+            _rare(
+                self.db,
+                f"SELECT {_COLS} FROM mem_gated g WHERE {sql_in} AND {self._cond}",
+                (*args, *self._params),
+            ),
+            missing,
+        )
+
+    def load(self, rows: Iterable[Sequence[Any]], ids: Iterable[str]) -> None:
+        """Keep ``rows`` (``mem_gated`` rows of the view, columns as ``_COLS``) of ``ids``.
+
+        Every object of ``ids`` is then loaded (with no rows if ``rows`` has none of it).
+        """
         level = self._level
-        for r in _rare(
-            self.db,
-            f"SELECT {_COLS} FROM mem_gated g WHERE {sql_in} AND {self._cond}",
-            (*args, *self._params),
-        ):
-            self._rows[r[3]].append(
+        got = self._rows
+        for i in ids:
+            got.setdefault(i, [])
+        for r in rows:
+            got[r[3]].append(
                 GatedOp(
                     r[0],
                     r[1],
@@ -447,9 +458,9 @@ class Folder:
                     (level[r[0]], r[1], r[2]),
                 )
             )
-        for i in missing:
-            if len(self._rows[i]) > 1:
-                self._rows[i].sort(key=lambda g: g.key)
+        for i in ids:
+            if len(got[i]) > 1:
+                got[i].sort(key=lambda g: g.key)
 
     def rows_of(self, object_id: str) -> list[GatedOp]:
         """Return the object's rows in the view, in ledger order (empty: it has none)."""
@@ -764,12 +775,19 @@ class _Delegate:
 class _Overlay(_Delegate):
     """The state of an operation's own view: objects folded there; records writes, keeps none."""
 
-    def __init__(self, inner: StateStore, folder: Folder) -> None:
+    def __init__(
+        self,
+        inner: StateStore,
+        folder: Folder,
+        current: dict[tuple[str, str], MemoryObject] | None = None,
+    ) -> None:
         super().__init__(inner)
         self.folder = folder
+        self.current = {} if current is None else current
+        """Current (global) versions already read: nothing is written before this runs."""
 
     def obj(self, branch: str, object_id: str) -> MemoryObject | None:
-        cur = self.inner.obj(branch, object_id)
+        cur = self.current.get((branch, object_id)) or self.inner.obj(branch, object_id)
         found = None if cur is None else self.folder.state(cur)
         if found is not None:
             self.read.setdefault((branch, object_id), found)
@@ -800,8 +818,10 @@ def _global(
 
 def _obj_rows(n: int) -> str:
     return (
-        f"SELECT {', '.join('o.' + c for c in OBJECT_COLS)}, EXISTS(SELECT 1 FROM mem_gated g "
-        "WHERE g.object_id = o.id AND g.branch = ?1), (SELECT json_array("
+        f"SELECT {', '.join('o.' + c for c in OBJECT_COLS)}, CASE WHEN EXISTS(SELECT 1 FROM "
+        "mem_gated g WHERE g.object_id = o.id AND g.branch = ?1) THEN (SELECT "
+        f"json_group_array(json_array({_COLS})) FROM mem_gated g WHERE g.object_id = o.id "
+        "AND g.branch = ?1) END, (SELECT json_array("
         f"{', '.join(EVENT_COLS)}) FROM mem_events WHERE id = ?2) FROM mem_objects o "
         f"WHERE o.id IN ({', '.join(f'?{3 + k}' for k in range(n))}) AND o.branch = ?1 "
         "AND o.vto IS NULL"
@@ -809,9 +829,10 @@ def _obj_rows(n: int) -> str:
 
 
 _OBJ_ROWS: Final = (_obj_rows(1), _obj_rows(2))
-"""Objects' current versions in a one-level view, whether each has gated rows there, and
-(``?2``, may be NULL) the event the operation cites as evidence: one statement for the one
-or two objects an operation reads (two texts, both run often enough for apsw's cache)."""
+"""Objects' current versions in a one-level view, each one's gated rows there (a JSON array;
+NULL when it has none), and (``?2``, may be NULL) the event the operation cites as evidence:
+one statement for the one or two objects an operation reads (two texts, both run often
+enough for apsw's cache)."""
 _N_OBJ: Final = len(OBJECT_COLS)
 
 
@@ -856,7 +877,9 @@ class _Gate:
             got += self.db.execute(_OBJ_ROWS[len(chunk) - 1], (branch, evidence, *chunk))
         for r in got:
             self.rec.read[(branch, r[0])] = object_from_row(r[:n])
-            self.known[r[0]] = bool(r[n])
+            self.known[r[0]] = r[n] is not None
+            if r[n] is not None:
+                self.folder().load(json.loads(r[n]), [r[0]])
         if evidence is not None and got:
             ev = None if got[0][n + 1] is None else json.loads(got[0][n + 1])
             # As SqlState.event in main: an event of another branch is not seen there.
@@ -934,7 +957,8 @@ def run(eng: Engine, handler: Callable[[Engine, Op], None], op: Op) -> None:
         writes = _global(eng, handler, op, rec).writes
     else:
         db, folder = gate.db, gate.folder()
-        folder.preload(ids)
+        folder.load((), [i for i in ids if gate.known.get(i) is False])  # read: no rows
+        folder.preload(ids)  # (those not read with their rows)
         down = _Down(db, folder.view, provenance)
         if not down.linked():
             writes = _global(eng, handler, op, rec).writes
@@ -949,7 +973,7 @@ def run(eng: Engine, handler: Callable[[Engine, Op], None], op: Op) -> None:
                 # run again checks both (and the global state applies it).
                 writes = _global(eng, handler, op, rec).writes
             else:
-                overlay = _Overlay(eng.state, view_folder)
+                overlay = _Overlay(eng.state, view_folder, dict(rec.read))
                 handler(type(eng)(overlay), op)
                 writes = overlay.writes
                 _rare(db, "SAVEPOINT mem_gate")
