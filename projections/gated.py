@@ -48,8 +48,10 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 import apsw
@@ -122,6 +124,7 @@ _COLS: Final = (
 )
 
 
+_enc_str: Final = encode_basestring_ascii
 _dumps: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True).encode
 _canonical: Final = json.JSONEncoder(separators=(",", ":"), sort_keys=True).encode
 
@@ -177,22 +180,31 @@ def _intent_text(op: Op) -> str:
 
 
 def _base_text(o: MemoryObject) -> str:
-    """Return ``_S.of(o).to_json()`` (an object's state before its first row)."""
-    return _dumps(
-        [
-            o.lifecycle_state,
-            o.superseded_by,
-            o.valid_from,
-            o.valid_to,
-            o.confidence,
-            o.salience,
-            o.epistemic_type,
-            list(o.evidence_ids),
-            o.state,
-            o.version,
-            o.last_modified_at,
-        ]
-    )
+    """Return ``_S.of(o).to_json()`` (an object's state before its first row).
+
+    Written directly when every number has its usual type (what the JSON encoder writes: an
+    int's and a finite float's ``repr``, strings as ``encode_basestring_ascii``); else by
+    the encoder itself.
+    """
+    c, s, to = o.confidence, o.salience, o.valid_to
+    if (
+        type(c) is float
+        and type(s) is float
+        and math.isfinite(c)
+        and math.isfinite(s)
+        and type(o.valid_from) is int
+        and type(o.version) is int
+        and type(o.last_modified_at) is int
+        and (to is None or type(to) is int)
+    ):
+        q = _enc_str
+        by = "null" if o.superseded_by is None else q(o.superseded_by)
+        return (
+            f"[{q(o.lifecycle_state)},{by},{o.valid_from},{'null' if to is None else to},"
+            f"{c!r},{s!r},{q(o.epistemic_type)},[{','.join(map(q, o.evidence_ids))}],"
+            f"{q(o.state)},{o.version},{o.last_modified_at}]"
+        )
+    return _S.of(o).to_json()
 
 
 @dataclass(slots=True)
@@ -848,15 +860,19 @@ class _Gate:
     def __init__(self, eng: Engine, op: Op, rec: _Delegate) -> None:
         self.db = _db(eng)
         self.branch = op.branch
-        self.view = view_of(self.db, op.branch)
         self.rec = rec
         self.known: dict[str, bool] = {}
         self._folder: Folder | None = None
-        self._direct = (
-            type(eng.state) is SqlState
-            and len(self.view.levels) == 1
-            and self.view.levels[0][1] is None
-        )
+        self._view: View | None = None
+        # main's view is itself, read now: no other level to look through.
+        self._direct = op.branch == CANONICAL_BRANCH and type(eng.state) is SqlState
+
+    @property
+    def view(self) -> View:
+        """The view of the operation's branch (computed on first use)."""
+        if self._view is None:
+            self._view = view_of(self.db, self.branch)
+        return self._view
 
     def read(self, ids: Sequence[str], evidence: str | None = None) -> None:
         """Read the objects' versions and whether they have rows (one statement for two).
