@@ -660,9 +660,10 @@ class _Down:
         for node in self.frontier:
             if node in self.seen:
                 continue  # walked already
+            # Cached: a walk's next chunk finds it prepared (a statement is one cache slot).
             got = cast(
                 "list[tuple[str, str | None, str, int]]",
-                _rare(self.db, _WALK, (node, chunk)).fetchall(),
+                self.db.execute(_WALK, (node, chunk)).fetchall(),
             )
             rows = {r[0]: r for r in got}  # the chain, in whatever order the rows came
             cur: str | None = node
@@ -840,18 +841,17 @@ def _obj_rows(n: int) -> str:
     )
 
 
-_OBJ_ROWS: Final = (_obj_rows(1), _obj_rows(2))
+_OBJ_ROWS: Final = _obj_rows(1)
 """Objects' current versions in a one-level view, each one's gated rows there (a JSON array;
 NULL when it has none), and (``?2``, may be NULL) the event the operation cites as evidence:
-one statement for the one or two objects an operation reads (two texts, both run often
-enough for apsw's cache)."""
+one statement text for every read, so that apsw's statement cache keeps it."""
 _N_OBJ: Final = len(OBJECT_COLS)
 
 
 class _Gate:
     """What ``run`` knows of one operation's objects: their versions and whether they have rows.
 
-    In a view of one level (``main``, read now) one statement per operation gives the version
+    In a view of one level (``main``, read now) one statement per object gives the version
     the handler reads (kept in the global run's read cache, so the handler does not read it
     again) and whether the object has ``mem_gated`` rows; elsewhere (a branch, or a store
     that is not the SQL tables) the rows are loaded by a ``Folder`` as needed.
@@ -875,7 +875,7 @@ class _Gate:
         return self._view
 
     def read(self, ids: Sequence[str], evidence: str | None = None) -> None:
-        """Read the objects' versions and whether they have rows (one statement for two).
+        """Read the objects' versions and whether they have rows (one statement each).
 
         ``evidence`` (an event the operation cites) is read in the same statement: the
         handler's check of it then needs no statement of its own.
@@ -884,24 +884,23 @@ class _Gate:
             self.folder().preload(ids)
             return
         branch, n = self.branch, _N_OBJ
-        todo = [i for i in ids if i not in self.known]
-        if not todo:
-            return
-        chunks = [todo] if len(todo) <= 2 else [[i] for i in todo]
-        got: list[Any] = []
-        for chunk in chunks:
-            got += self.db.execute(_OBJ_ROWS[len(chunk) - 1], (branch, evidence, *chunk))
-        for r in got:
-            self.rec.read[(branch, r[0])] = object_from_row(r[:n])
-            self.known[r[0]] = r[n] is not None
+        for k, i in enumerate(ids):
+            if i in self.known:
+                continue
+            cite = evidence if k == 0 else None
+            r = self.db.execute(_OBJ_ROWS, (branch, cite, i)).fetchone()
+            if r is None:
+                continue
+            self.rec.read[(branch, i)] = object_from_row(r[:n])
+            self.known[i] = r[n] is not None
             if r[n] is not None:
-                self.folder().load(json.loads(r[n]), [r[0]])
-        if evidence is not None and got:
-            ev = None if got[0][n + 1] is None else json.loads(got[0][n + 1])
-            # As SqlState.event in main: an event of another branch is not seen there.
-            self.rec.events[(branch, evidence)] = (
-                event_from_row(ev) if ev is not None and ev[1] == branch else None
-            )
+                self.folder().load(json.loads(r[n]), [i])
+            if cite is not None:
+                ev = None if r[n + 1] is None else json.loads(r[n + 1])
+                # As SqlState.event in main: an event of another branch is not seen there.
+                self.rec.events[(branch, cite)] = (
+                    event_from_row(ev) if ev is not None and ev[1] == branch else None
+                )
 
     def folder(self) -> Folder:
         """Return the folder of the branch's view (created on first use)."""
