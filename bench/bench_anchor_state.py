@@ -188,7 +188,8 @@ def build(directory: Path, items: list[Any], *, gate: bool) -> tuple[Ledger, flo
     """Append ``items`` to a new ledger; return it, the CPU seconds it took, accepted, refused.
 
     CPU time of this process (``time.process_time``): on a shared machine wall time mostly
-    measures the neighbours.
+    measures the neighbours. (The ledger's ``store.db.cache_stats()`` then says how often
+    apsw had to prepare a statement again: its cache keeps those of the last 100 runs.)
     """
     path = directory / f"{new_uuid()}.ledger"
     ledger = Ledger.init(path, hooks=[ConversationTree(), MemoryHook()])
@@ -258,12 +259,14 @@ def main() -> None:
         d = Path(tmp)
         best = {True: float("inf"), False: float("inf")}
         counts: dict[bool, tuple[int, int]] = {}
+        misses: dict[bool, int] = {}
         ledger: Ledger | None = None
         for r in range(args.repeat):
             for gate in (False, True):
                 led, secs, acc, ref = build(d, items, gate=gate)
                 best[gate] = min(best[gate], secs)
                 counts[gate] = (acc, ref)
+                misses[gate] = led.store.db.cache_stats()["misses"]
                 log(f"append gate={gate} run {r}: {secs:.1f}s ({acc} accepted, {ref} refused)")
                 if gate and ledger is None:
                     ledger = led
@@ -282,6 +285,8 @@ def main() -> None:
             "plain_per_s": round(len(items) / best[False]),
             "gated_per_s": round(len(items) / best[True]),
             "overhead": round(best[True] / best[False] - 1, 3),
+            "statement_cache_misses_plain": misses[False],
+            "statement_cache_misses_gated": misses[True],
             "accepted_plain": counts[False][0],
             "accepted_gated": counts[True][0],
             "gated_rows": rows,

@@ -24,6 +24,8 @@ from memroot.memory_root.falsify import (
     StateChange,
     parse_kinds,
 )
+from memroot.memory_root.falsify import deps as _deps
+from memroot.memory_root.falsify._core import has_table
 
 __all__ = [
     "cascade_cmd",
@@ -33,7 +35,69 @@ __all__ = [
     "object_states",
     "restore_cmd",
     "state_lines",
+    "unapplied",
+    "unapplied_lines",
 ]
+
+
+def unapplied(
+    ledger: Ledger,
+    object_id: str | None,
+    branch: str = "main",
+    *,
+    at: tuple[str, int] | None = None,
+) -> list[dict[str, Any]]:
+    """Return the state operations accepted in their own view that the global state left out.
+
+    These are the rows of ``fz_unapplied`` (docs/FORMAT.md §8.2, §12.3) that ``branch``'s view
+    sees: of the memory object ``object_id`` (None: any item), or only the entry ``at``
+    (branch, seq). Each has ``branch``, ``seq``, ``op_type``, ``type``, ``id``,
+    ``entry_hash`` and ``reason`` (why the global state could not take it). Empty on a
+    ledger without falsification state.
+    """
+    db = ledger.store.db
+    if not has_table(db, "fz_unapplied"):
+        return []
+    view = _deps.view_of(db, branch)
+    where = "1"
+    params: list[Any] = []
+    if object_id is not None:
+        where, params = "kind = 'memory_object' AND id = ?", [object_id]
+    if at is not None:
+        where, params = f"{where} AND branch = ? AND seq = ?", [*params, *at]
+    out = []
+    for b, seq, op_type, kind, item_id, reason in db.execute(
+        f"SELECT branch, seq, op_type, kind, id, reason FROM fz_unapplied WHERE {where} "
+        "ORDER BY seq, branch",
+        params,
+    ):
+        if not any(b == lb and (bound is None or seq <= bound) for lb, bound in view):
+            continue
+        out.append(
+            {
+                "branch": b,
+                "seq": seq,
+                "op_type": op_type,
+                "type": kind,
+                "id": item_id,
+                "entry_hash": ledger.entry(seq, b).hash.hex(),
+                "reason": reason,
+            }
+        )
+    return out
+
+
+def unapplied_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Return ``unapplied`` rows as lines to print (nothing when there are none)."""
+    if not rows:
+        return []
+    out = ["accepted in their own view, not applied globally (fz_unapplied):"]
+    for r in rows:
+        out.append(
+            f"  seq {r['seq']:<6} {r['entry_hash'][:16]}  {r['op_type']:<10} on {r['branch']}: "
+            f"{r['reason']}"
+        )
+    return out
 
 
 def _state_options(f: Any) -> Any:
@@ -98,6 +162,8 @@ def _state_cmd(
             namespace=namespace,
         )
         state = f.state(ref, branch)
+        left_out = unapplied(ledger, None, a.branch, at=(a.branch, a.seq))
+    why_not = left_out[0]["reason"] if left_out else None
     data = {
         "type": ref.kind,
         "id": ref.id,
@@ -106,12 +172,17 @@ def _state_cmd(
         "seq": a.seq,
         "entry_hash": a.entry_hash.hex(),
         "op_id": a.id,
+        "applied": why_not is None,
+        "unapplied": why_not,
     }
+    where = f"{a.type} entry {a.seq} on {a.branch}, {a.entry_hash.hex()[:16]}"
     emit(
         data,
         as_json,
-        f"{ref.kind} {ref.id} is now {state} ({a.type} entry {a.seq} on {a.branch}, "
-        f"{a.entry_hash.hex()[:16]})",
+        f"{ref.kind} {ref.id} is now {state} ({where})"
+        if why_not is None
+        else f"{ref.kind} {ref.id} stays {state} globally ({where}): accepted in the view of its "
+        f"evidence_ids, not applied globally: {why_not}",
     )
 
 
@@ -234,6 +305,8 @@ def restore_cmd(
             )
             p, a = done.plan, done.appended[0]
         state = f.state(p.origin, branch)
+        left_out = [] if a is None else unapplied(ledger, None, a.branch, at=(a.branch, a.seq))
+    why_not = left_out[0]["reason"] if left_out else None
     data: dict[str, Any] = {
         "type": p.origin.kind,
         "id": p.origin.id,
@@ -244,6 +317,7 @@ def restore_cmd(
     }
     if a is not None:
         data["entry"] = {"branch": a.branch, "seq": a.seq, "entry_hash": a.entry_hash.hex()}
+        data["applied"], data["unapplied"] = why_not is None, why_not
 
     def human() -> None:
         verb = "would restore" if a is None else "restored"
@@ -263,6 +337,11 @@ def restore_cmd(
             click.echo("dry run: nothing was written")
         else:
             click.echo(f"RESTORE entry {a.seq} on {a.branch} ({a.entry_hash.hex()[:16]})")
+        if why_not is not None:
+            click.echo(
+                "accepted in the view of its evidence_ids, not applied globally (none of the "
+                f"above took effect there): {why_not}"
+            )
 
     emit(data, as_json, human)
 
@@ -424,12 +503,17 @@ def _print_why(w: ItemWhy) -> None:
 
 
 def object_states(ledger: Ledger, object_id: str) -> tuple[list[dict[str, Any]], list[str]]:
-    """Return an object's falsification states on main: as JSON, and as lines to print."""
+    """Return an object's falsification states on main: as JSON, and as lines to print.
+
+    The lines end with the state operations on it that were accepted in their own view and
+    that the global state left out (``unapplied``).
+    """
     f = Falsifier(ledger)
     f.sync()
     history = [(c, bytes(ledger.entry(c.seq, c.branch).hash)) for c in f.history(object_id)]
     lines = ["states:" if history else "states: live (never falsified, staled or restored)"]
     lines.extend(state_lines(history))
+    lines.extend(unapplied_lines(unapplied(ledger, object_id)))
     return [{**c.to_dict(), "entry_hash": h.hex()} for c, h in history], lines
 
 

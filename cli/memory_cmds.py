@@ -194,7 +194,7 @@ def why_cmd(
 
     Example: memroot -l agent.ledger why 0190f3c2-7c1d-7d4e-8a9b-1c2d3e4f5a6b --json
     """
-    from memroot.cli.falsify_cmds import item_why, object_states
+    from memroot.cli.falsify_cmds import item_why, object_states, unapplied
 
     if len(object_id) != 36 or object_id.count("-") != 4:
         if anchor is not None:
@@ -210,8 +210,14 @@ def why_cmd(
         with ledger.store.read():
             w = why_object(ledger, object_id, branch=branch, anchor=anchor)
             states = object_states(ledger, object_id)
+            left_out = unapplied(ledger, object_id, branch)
             read_by = readers(ledger, object_id)
-    data = {**w.to_dict(), "states": states[0], "read_by": read_by}
+    data = {**w.to_dict(), "states": states[0], "unapplied": left_out, "read_by": read_by}
+    if w.at_anchor is not None:
+        # A falsification op accepted in its own view that the global state left out.
+        why_not = {(u["branch"], u["seq"]): u["reason"] for u in left_out}
+        for st in w.at_anchor.steps:
+            st["unapplied"] = why_not.get((st["branch"], st["seq"]))
 
     def human() -> None:
         o = w.object
@@ -267,8 +273,14 @@ def why_cmd(
                 )
             for st in a.steps:
                 verdict = "applies" if st["applies"] else "does not apply"
+                left = (
+                    ""
+                    if st.get("unapplied") is None
+                    else f" (globally not applied: {st['unapplied']})"
+                )
                 click.echo(
-                    f"  seq {st['seq']:<6} {st['op_type']:<20} {verdict}: {st['reason'] or 'ok'}"
+                    f"  seq {st['seq']:<6} {st['op_type']:<20} {verdict}: "
+                    f"{st['reason'] or 'ok'}{left}"
                 )
 
     emit(data, as_json, human)

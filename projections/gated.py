@@ -48,8 +48,10 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 import apsw
@@ -59,11 +61,13 @@ from memroot.ledger.entries import CANONICAL_BRANCH, Entry
 from memroot.ledger.errors import NotFoundError, StorageError
 from memroot.ledger.hashing import domain_hash
 from memroot.ledger.vocab import LifecycleState, OpType
+from memroot.projections.backends import SqlState
 from memroot.projections.epistemic import check_transition
 from memroot.projections.lifecycle import is_allowed
 from memroot.projections.model import Edge, Entity, EventRef, Grant, MemoryObject, Namespace, evolve
 from memroot.projections.rules import RuleError
 from memroot.projections.states import OBJECT_TARGET, check_state_change
+from memroot.projections.tables import EVENT_COLS, OBJECT_COLS, event_from_row, object_from_row
 from memroot.projections.views import Fork, View, view_of
 
 if TYPE_CHECKING:
@@ -120,6 +124,7 @@ _COLS: Final = (
 )
 
 
+_enc_str: Final = encode_basestring_ascii
 _dumps: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True).encode
 _canonical: Final = json.JSONEncoder(separators=(",", ":"), sort_keys=True).encode
 
@@ -160,6 +165,46 @@ def _intent(op: Op) -> dict[str, Any]:
     if t in _STATE:
         return {"k": "F", "op": t}
     return {"k": "C"}  # CASCADE: live -> stale
+
+
+def _intent_text(op: Op) -> str:
+    """Return ``_intent(op)`` as canonical JSON (sorted keys, no spaces): FORMAT.md §12.4."""
+    t = op.op_type
+    if t == _O.SUPERSEDE:
+        return '{"by":' + _canonical(op.p["new_object_id"]) + ',"k":"L","to":"SUPERSEDED"}'
+    if t == _O.DEPRECATE:
+        return '{"k":"L","to":"DEPRECATED"}'
+    if t == _O.ARCHIVE:
+        return '{"k":"L","to":"ARCHIVED"}'
+    return _canonical(_intent(op))
+
+
+def _base_text(o: MemoryObject) -> str:
+    """Return ``_S.of(o).to_json()`` (an object's state before its first row).
+
+    Written directly when every number has its usual type (what the JSON encoder writes: an
+    int's and a finite float's ``repr``, strings as ``encode_basestring_ascii``); else by
+    the encoder itself.
+    """
+    c, s, to = o.confidence, o.salience, o.valid_to
+    if (
+        type(c) is float
+        and type(s) is float
+        and math.isfinite(c)
+        and math.isfinite(s)
+        and type(o.valid_from) is int
+        and type(o.version) is int
+        and type(o.last_modified_at) is int
+        and (to is None or type(to) is int)
+    ):
+        q = _enc_str
+        by = "null" if o.superseded_by is None else q(o.superseded_by)
+        return (
+            f"[{q(o.lifecycle_state)},{by},{o.valid_from},{'null' if to is None else to},"
+            f"{c!r},{s!r},{q(o.epistemic_type)},[{','.join(map(q, o.evidence_ids))}],"
+            f"{q(o.state)},{o.version},{o.last_modified_at}]"
+        )
+    return _S.of(o).to_json()
 
 
 @dataclass(slots=True)
@@ -385,19 +430,31 @@ class Folder:
         missing = [i for i in dict.fromkeys(ids) if i not in self._rows]
         if not missing:
             return
-        for i in missing:
-            self._rows[i] = []
         args: list[Any]
         if len(missing) <= 64:
             sql_in, args = f"g.object_id IN ({', '.join('?' * len(missing))})", missing
         else:
             sql_in, args = "g.object_id IN (SELECT value FROM json_each(?))", [json.dumps(missing)]
+        self.load(
+            _rare(
+                self.db,
+                f"SELECT {_COLS} FROM mem_gated g WHERE {sql_in} AND {self._cond}",
+                (*args, *self._params),
+            ),
+            missing,
+        )
+
+    def load(self, rows: Iterable[Sequence[Any]], ids: Iterable[str]) -> None:
+        """Keep ``rows`` (``mem_gated`` rows of the view, columns as ``_COLS``) of ``ids``.
+
+        Every object of ``ids`` is then loaded (with no rows if ``rows`` has none of it).
+        """
         level = self._level
-        for r in self.db.execute(
-            f"SELECT {_COLS} FROM mem_gated g WHERE {sql_in} AND {self._cond}",
-            (*args, *self._params),
-        ):
-            self._rows[r[3]].append(
+        got = self._rows
+        for i in ids:
+            got.setdefault(i, [])
+        for r in rows:
+            got[r[3]].append(
                 GatedOp(
                     r[0],
                     r[1],
@@ -413,9 +470,9 @@ class Folder:
                     (level[r[0]], r[1], r[2]),
                 )
             )
-        for i in missing:
-            if len(self._rows[i]) > 1:
-                self._rows[i].sort(key=lambda g: g.key)
+        for i in ids:
+            if len(got[i]) > 1:
+                got[i].sort(key=lambda g: g.key)
 
     def rows_of(self, object_id: str) -> list[GatedOp]:
         """Return the object's rows in the view, in ledger order (empty: it has none)."""
@@ -529,57 +586,103 @@ def on_event(eng: Engine, entry: Entry) -> None:
     )
 
 
+_WALK: Final = (
+    "WITH RECURSIVE up(id, parent, branch, seq, d) AS ("
+    "SELECT id, parent, branch, seq, 0 FROM mem_conv WHERE id = ?1 "
+    "UNION ALL SELECT c.id, c.parent, c.branch, c.seq, up.d + 1 FROM mem_conv c "
+    "JOIN up ON c.id = up.parent WHERE up.d < ?2) "
+    "SELECT id, parent, branch, seq FROM up"
+)
+"""The ``mem_conv`` rows of up to ``?2 + 1`` events from ``?1`` up the tree (one statement)."""
+_CHUNK: Final = 8
+_CHUNK_MAX: Final = 1024
+
+
+def _rare(db: apsw.Connection, sql: str, params: Sequence[Any] = ()) -> apsw.Cursor:
+    """Execute a statement the append path runs rarely, outside the statement cache.
+
+    apsw's cache keeps the statements of the last 100 executions: a rarely run one would be
+    prepared again anyway, and caching it would evict one the append path runs often.
+    """
+    return db.execute(sql, params, can_cache=False)
+
+
 class _Down:
     """``D(P)``: the provenance events and all their ancestors, as recorded before the op.
 
     An event counts once the branch's view holds it (its ``mem_conv`` row is of a level of
     the view, within its bound), so a replay walks the same tree the append did: every row
-    there was written by an earlier entry. Walked lazily, one step at a time, only as far as
-    a row's provenance needs (an event near the provenance is found in a few steps; only an
-    event off the path costs the whole walk).
+    there was written by an earlier entry. Walked lazily, only as far as a row's provenance
+    needs, a chunk of ancestors per statement (8, then 8 times as many each time, up to
+    1024): an event near the provenance costs one statement; only one off the path the whole
+    walk.
     """
 
     def __init__(self, db: apsw.Connection, view: View, prov: Sequence[str]) -> None:
         self.db = db
         self.prov = prov
-        # mem_conv rows carry (branch, seq) like mem_events: the view's event condition serves.
-        self.cond, self.params = view.events("c")
+        self.view = view
         self.levels = dict(view.levels)
         self.seen: set[str] = set()
+        self.parent: dict[str, str | None] = {}
+        """The recorded parent of every event of ``seen``."""
         self.frontier: list[str] = list(prov)
+        self._chunk = _CHUNK
+        self._steps = 0
+
+    def _held(self, branch: str, seq: int) -> bool:
+        bound = self.levels.get(branch, -1)
+        return bound is None or -1 < seq <= bound
 
     def linked(self) -> bool:
         """Return True when a provenance event has a recorded parent or child in the view."""
-        arg = json.dumps(list(self.prov))
-        c, params = self.cond, self.params
-        p_cond = c.replace("c.", "p.")
-        row = self.db.execute(
-            f"SELECT 1 FROM mem_conv c JOIN mem_conv p ON p.id = c.parent "
-            f"WHERE c.id IN (SELECT value FROM json_each(?)) AND {c} AND {p_cond} "
-            f"UNION ALL SELECT 1 FROM mem_conv c JOIN mem_conv p ON c.parent = p.id "
-            f"WHERE p.id IN (SELECT value FROM json_each(?)) AND {c} AND {p_cond} LIMIT 1",
-            (arg, *params, *params, arg, *params, *params),
+        if not self._steps:
+            self._step()  # every provenance event the view holds, with >= 8 of its ancestors
+        held = [e for e in dict.fromkeys(self.prov) if e in self.seen]
+        if not held:
+            return False
+        if any(self.parent[e] in self.seen for e in held):
+            return True
+        # mem_conv rows carry (branch, seq) like mem_events: the view's event condition serves.
+        cond, params = self.view.events("c")
+        row = _rare(
+            self.db,
+            f"SELECT 1 FROM mem_conv c WHERE c.parent IN (SELECT value FROM json_each(?)) "
+            f"AND {cond} LIMIT 1",
+            (json.dumps(held), *params),
         ).fetchone()
         return row is not None
 
     def _step(self) -> None:
-        """Advance every walk by one event (a walk ends at a root, an event not held, a loop)."""
+        """Advance every walk by a chunk (a walk ends at a root, an event not held, a loop)."""
         nxt: list[str] = []
+        chunk = self._chunk
         for node in self.frontier:
             if node in self.seen:
-                continue  # walked already (shared ancestors, or links that loop)
-            row = self.db.execute(
-                "SELECT parent, branch, seq FROM mem_conv WHERE id = ?", (node,)
-            ).fetchone()
-            if row is None or row[1] not in self.levels:
-                continue
-            bound = self.levels[row[1]]
-            if bound is not None and row[2] > bound:
-                continue
-            self.seen.add(node)
-            if row[0] is not None:
-                nxt.append(row[0])
+                continue  # walked already
+            # Cached: a walk's next chunk finds it prepared (a statement is one cache slot).
+            got = cast(
+                "list[tuple[str, str | None, str, int]]",
+                self.db.execute(_WALK, (node, chunk)).fetchall(),
+            )
+            rows = {r[0]: r for r in got}  # the chain, in whatever order the rows came
+            cur: str | None = node
+            for _ in range(chunk + 1):
+                if cur is None or cur in self.seen:
+                    cur = None  # a root, or walked already (shared ancestors, links that loop)
+                    break
+                row = rows.get(cur)
+                if row is None or not self._held(row[2], row[3]):
+                    cur = None  # an event not recorded, or not held by the view
+                    break
+                self.seen.add(cur)
+                self.parent[cur] = row[1]
+                cur = row[1]
+            if cur is not None:
+                nxt.append(cur)  # the chunk ended before the walk did
         self.frontier = nxt
+        self._chunk = min(chunk * 8, _CHUNK_MAX)
+        self._steps += 1
 
     def __contains__(self, event_id: str) -> bool:
         while event_id not in self.seen and self.frontier:
@@ -598,8 +701,13 @@ class _Delegate:
         self.inner = inner
         self.writes: list[tuple[MemoryObject, MemoryObject]] = []
         self.read: dict[tuple[str, str], MemoryObject] = {}
+        self.events: dict[tuple[str, str], EventRef | None] = {}
+        """Events already read (``_Gate.read``); events do not change during an operation."""
 
     def event(self, branch: str, event_id: str) -> EventRef | None:
+        key = (branch, event_id)
+        if key in self.events:
+            return self.events[key]
         return self.inner.event(branch, event_id)
 
     def add_event(self, event: EventRef) -> None:
@@ -680,12 +788,19 @@ class _Delegate:
 class _Overlay(_Delegate):
     """The state of an operation's own view: objects folded there; records writes, keeps none."""
 
-    def __init__(self, inner: StateStore, folder: Folder) -> None:
+    def __init__(
+        self,
+        inner: StateStore,
+        folder: Folder,
+        current: dict[tuple[str, str], MemoryObject] | None = None,
+    ) -> None:
         super().__init__(inner)
         self.folder = folder
+        self.current = {} if current is None else current
+        """Current (global) versions already read: nothing is written before this runs."""
 
     def obj(self, branch: str, object_id: str) -> MemoryObject | None:
-        cur = self.inner.obj(branch, object_id)
+        cur = self.current.get((branch, object_id)) or self.inner.obj(branch, object_id)
         found = None if cur is None else self.folder.state(cur)
         if found is not None:
             self.read.setdefault((branch, object_id), found)
@@ -714,10 +829,105 @@ def _global(
     return rec
 
 
+def _obj_rows(n: int) -> str:
+    return (
+        f"SELECT {', '.join('o.' + c for c in OBJECT_COLS)}, CASE WHEN EXISTS(SELECT 1 FROM "
+        "mem_gated g WHERE g.object_id = o.id AND g.branch = ?1) THEN (SELECT "
+        f"json_group_array(json_array({_COLS})) FROM mem_gated g WHERE g.object_id = o.id "
+        "AND g.branch = ?1) END, (SELECT json_array("
+        f"{', '.join(EVENT_COLS)}) FROM mem_events WHERE id = ?2) FROM mem_objects o "
+        f"WHERE o.id IN ({', '.join(f'?{3 + k}' for k in range(n))}) AND o.branch = ?1 "
+        "AND o.vto IS NULL"
+    )
+
+
+_OBJ_ROWS: Final = _obj_rows(1)
+"""Objects' current versions in a one-level view, each one's gated rows there (a JSON array;
+NULL when it has none), and (``?2``, may be NULL) the event the operation cites as evidence:
+one statement text for every read, so that apsw's statement cache keeps it."""
+_N_OBJ: Final = len(OBJECT_COLS)
+
+
+class _Gate:
+    """What ``run`` knows of one operation's objects: their versions and whether they have rows.
+
+    In a view of one level (``main``, read now) one statement per object gives the version
+    the handler reads (kept in the global run's read cache, so the handler does not read it
+    again) and whether the object has ``mem_gated`` rows; elsewhere (a branch, or a store
+    that is not the SQL tables) the rows are loaded by a ``Folder`` as needed.
+    """
+
+    def __init__(self, eng: Engine, op: Op, rec: _Delegate) -> None:
+        self.db = _db(eng)
+        self.branch = op.branch
+        self.rec = rec
+        self.known: dict[str, bool] = {}
+        self._folder: Folder | None = None
+        self._view: View | None = None
+        # main's view is itself, read now: no other level to look through.
+        self._direct = op.branch == CANONICAL_BRANCH and type(eng.state) is SqlState
+
+    @property
+    def view(self) -> View:
+        """The view of the operation's branch (computed on first use)."""
+        if self._view is None:
+            self._view = view_of(self.db, self.branch)
+        return self._view
+
+    def read(self, ids: Sequence[str], evidence: str | None = None) -> None:
+        """Read the objects' versions and whether they have rows (one statement each).
+
+        ``evidence`` (an event the operation cites) is read in the same statement: the
+        handler's check of it then needs no statement of its own.
+        """
+        if not self._direct:
+            self.folder().preload(ids)
+            return
+        branch, n = self.branch, _N_OBJ
+        for k, i in enumerate(ids):
+            if i in self.known:
+                continue
+            cite = evidence if k == 0 else None
+            r = self.db.execute(_OBJ_ROWS, (branch, cite, i)).fetchone()
+            if r is None:
+                continue
+            self.rec.read[(branch, i)] = object_from_row(r[:n])
+            self.known[i] = r[n] is not None
+            if r[n] is not None:
+                self.folder().load(json.loads(r[n]), [i])
+            if cite is not None:
+                ev = None if r[n + 1] is None else json.loads(r[n + 1])
+                # As SqlState.event in main: an event of another branch is not seen there.
+                self.rec.events[(branch, cite)] = (
+                    event_from_row(ev) if ev is not None and ev[1] == branch else None
+                )
+
+    def folder(self) -> Folder:
+        """Return the folder of the branch's view (created on first use)."""
+        if self._folder is None:
+            self._folder = Folder(self.db, self.view)
+        return self._folder
+
+    def has_rows(self, object_id: str) -> bool:
+        """Return True when the object has gated rows in the view."""
+        known = self.known.get(object_id)
+        if known is not None:
+            return known
+        return bool(self.folder().rows_of(object_id))
+
+    def creation_evidence(self, obj: MemoryObject) -> tuple[str, ...]:
+        """Return the evidence the object's ASSERT gave it (``Folder.creation_evidence``)."""
+        if not self.has_rows(obj.id):
+            return obj.evidence_ids
+        return self.folder().creation_evidence(obj)
+
+
 def run(eng: Engine, handler: Callable[[Engine, Op], None], op: Op) -> None:
     """Run ``handler`` for ``op`` with invalidation gated by provenance (see the module doc).
 
-    Operations that change no object's state run as they are.
+    Operations that change no object's state run as they are. An operation whose objects
+    have no gated rows, or whose own view gives them their global state, runs once (that
+    one run checks both views); only one whose own view differs runs in both.
 
     Raises:
         RuleError, ValidationError: what the handler raises in the operation's own view
@@ -727,15 +937,12 @@ def run(eng: Engine, handler: Callable[[Engine, Op], None], op: Op) -> None:
     if t not in GATED_OPS or (t in _STATE and op.target_type != OBJECT_TARGET):
         handler(eng, op)
         return
-    db = _db(eng)
-    folder = Folder(db, view_of(db, op.branch))
     explicit: tuple[str, ...] = ()
     if t in EVIDENCE_OPS and t not in _STATE:
         explicit = tuple(op.p.get("evidence_ids") or ())
-        if explicit and t in _NEW_EVIDENCE:
-            eng._evidence(op, explicit)
     elif t in _STATE and isinstance(op.p.get("evidence_ids"), tuple):
         explicit = op.p["evidence_ids"]
+    check = bool(explicit) and t in _NEW_EVIDENCE
     involved = [op.target_id, *(op.p["merged_ids"] if t == _O.DEDUP_RESOLVED else ())]
     prov = set(explicit)
     cited = (
@@ -747,45 +954,64 @@ def run(eng: Engine, handler: Callable[[Engine, Op], None], op: Op) -> None:
     )
     if cited is not None:
         involved.append(cited)
-    folder.preload(i for i in involved if isinstance(i, str))  # one query for all of them
+    ids = [i for i in dict.fromkeys(involved) if isinstance(i, str)]
     rec = _Delegate(eng.state)  # the global run's store: what is read here is read once
+    gate = _Gate(eng, op, rec)
+    gate.read(ids, explicit[0] if check and len(explicit) == 1 else None)
+    if check:
+        type(eng)(rec)._evidence(op, explicit)  # the new field is checked as ASSERT evidence
     if cited is not None:
         other = rec.obj(op.branch, cited)
         if other is not None:
-            prov.update(folder.creation_evidence(other))
+            prov.update(gate.creation_evidence(other))
     provenance = tuple(sorted(prov))
     applied = True
-    if not provenance or not any(folder.rows_of(i) for i in involved if isinstance(i, str)):
+    if not provenance or not any(gate.has_rows(i) for i in ids):
         # No provenance, or no object the handler reads has gated rows: its own view then
         # holds exactly the global state of those objects, so one run checks both.
         writes = _global(eng, handler, op, rec).writes
     else:
+        db, folder = gate.db, gate.folder()
+        folder.load((), [i for i in ids if gate.known.get(i) is False])  # read: no rows
+        folder.preload(ids)  # (those not read with their rows)
         down = _Down(db, folder.view, provenance)
         if not down.linked():
             writes = _global(eng, handler, op, rec).writes
         else:
             view_folder = Folder(db, folder.view, down.admits)
             view_folder.share(folder)
-            overlay = _Overlay(eng.state, view_folder)
-            handler(type(eng)(overlay), op)
-            writes = overlay.writes
-            db.execute("SAVEPOINT mem_gate")
-            try:
-                _global(eng, handler, op, rec)
-            except RuleError:
-                # Valid in its own view, not in the global state (which keeps what it had).
-                db.execute("ROLLBACK TO mem_gate")
-                applied = False
-            db.execute("RELEASE mem_gate")
+            if all(
+                cur is None or view_folder.state(cur) == cur
+                for cur in (rec.obj(op.branch, i) for i in ids)
+            ):
+                # The own view gives every object the handler reads its global state: one
+                # run again checks both (and the global state applies it).
+                writes = _global(eng, handler, op, rec).writes
+            else:
+                overlay = _Overlay(eng.state, view_folder, dict(rec.read))
+                handler(type(eng)(overlay), op)
+                writes = overlay.writes
+                _rare(db, "SAVEPOINT mem_gate")
+                try:
+                    _global(eng, handler, op, rec)
+                except RuleError:
+                    # Valid in its own view, not in the global state (which keeps what it had).
+                    _rare(db, "ROLLBACK TO mem_gate")
+                    applied = False
+                _rare(db, "RELEASE mem_gate")
     if not writes:
         return
-    intent = _canonical(_intent(op))
+    intent = _intent_text(op)
     prov_text = ",".join(provenance)
+    written = [new.id for _, new in writes if new.id not in gate.known]
+    if written:
+        gate.folder().preload(written)  # objects the handler changed beyond those it cited
+    insert = gate.db.execute
     for n, (old, new) in enumerate(writes):
-        had = bool(folder.rows_of(new.id))
+        had = gate.has_rows(new.id)
         if not provenance and not had:
             continue  # no provenance on an object without rows: global state everywhere
-        db.execute(
+        insert(
             "INSERT INTO mem_gated VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 op.branch,
@@ -798,7 +1024,7 @@ def run(eng: Engine, handler: Callable[[Engine, Op], None], op: Op) -> None:
                 prov_text,
                 intent,
                 int(applied),
-                None if had else _S.of(old).to_json(),
+                None if had else _base_text(old),
             ),
         )
 

@@ -283,17 +283,7 @@ class FalsifyCore:
                         states.record(self.db, entry, v.item, v.state, v.reason, v.evidence)
                         self._root_state(entry, [v.item], v.state)
                     else:
-                        self.db.execute(
-                            "INSERT OR REPLACE INTO fz_unapplied VALUES(?,?,?,?,?,?)",
-                            (
-                                entry.branch,
-                                entry.seq,
-                                entry.type,
-                                v.item.kind,
-                                v.item.id,
-                                v.unapplied,
-                            ),
-                        )
+                        self._unapplied(entry, v)
             except RefusedError as e:
                 self.db.execute("ROLLBACK TO fz_op")
                 self.db.execute("RELEASE fz_op")
@@ -304,6 +294,13 @@ class FalsifyCore:
             else:
                 self.db.execute("RELEASE fz_op")
         return skipped
+
+    def _unapplied(self, entry: Entry, v: Validated) -> None:
+        """List an operation its own view accepted and the global state did not apply."""
+        self.db.execute(
+            "INSERT OR REPLACE INTO fz_unapplied VALUES(?,?,?,?,?,?)",
+            (entry.branch, entry.seq, entry.type, v.item.kind, v.item.id, v.unapplied),
+        )
 
     def _root_state(self, entry: Entry, items: list[ItemRef], state: str) -> None:
         if not self.root_states:
@@ -622,7 +619,9 @@ class FalsifyCore:
         return restore_plan(origin, max_depth, marked, replacements, live)
 
     def _restore_cascade(self, entry: Entry) -> None:
-        v = self.validate(entry)
+        # Checked in its own view like any RESTORE (docs/FORMAT.md §8.2, §12.3); the cascade
+        # part is always the plan of the global state, which applies all of it or nothing.
+        v = self.validate(entry, own_view=True)
         part = entry.body["payload"]["cascade"]
         if type(part) is not dict:
             raise ValidationError("payload.cascade must be a map", field="payload.cascade")
@@ -643,6 +642,9 @@ class FalsifyCore:
                 "`memroot restore --cascade --dry-run`)",
                 field=f"payload.cascade.{field}",
             )
+        if v.unapplied is not None:
+            self._unapplied(entry, v)  # the origin and its cascade part stay as they are
+            return
         states.record(self.db, entry, v.item, v.state, v.reason, v.evidence)
         self._root_state(entry, [v.item], v.state)
         back = [s.item for s in p.restored]

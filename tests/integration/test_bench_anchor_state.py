@@ -24,4 +24,5 @@ def test_bench_anchor_state_reports_both_phases() -> None:
     append = report["append"]
     assert append["accepted_gated"] == append["accepted_plain"] == append["entries"]
     assert append["gated_rows"] > 0
+    assert all(isinstance(append[f"statement_cache_misses_{k}"], int) for k in ("plain", "gated"))
     assert report["query"]["results_median"] > 0

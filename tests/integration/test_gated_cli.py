@@ -111,3 +111,46 @@ def test_strict_query_at_an_anchor_accepts_an_object_its_ops_change_elsewhere(
     at_b = cmd.json_at(path, "query", "--anchor", b)
     assert [(r["epistemic_type"], r["version"]) for r in at_a] == [("ASSERTED", 1)]
     assert [(r["epistemic_type"], r["version"]) for r in at_b] == [("OBSERVED", 2)]
+
+
+def test_falsification_readers_show_what_the_global_state_left_out(tmp_path: Path, cmd: Any):
+    """falsify / mark-stale / restore --cascade and why (with and without --anchor) show
+    an operation accepted in its own view that the global state could not take
+    (fz_unapplied), with why."""
+    path = tmp_path / "f.ledger"
+    root, a, b = _two_replies(cmd, path, "I moved away", "(edited) I still live here")
+    f = cmd.json_at(path, "append", fact("lives in Chengdu", root))[0]["id"]
+    done = cmd.json_at(path, "falsify", f, "--reason", "moved", "--evidence", a)
+    assert (done["state"], done["applied"], done["unapplied"]) == ("falsified", True, None)
+    # From B's line, where f is live: valid there, but the global state is falsified.
+    human = cmd.ok(cmd.at(path, "mark-stale", f, "--reason", "re-check", "--evidence", b))
+    assert f"memory_object {f} stays falsified globally" in human.output
+    assert "not applied globally: " in human.output and "marked stale" in human.output
+    w = cmd.json_at(path, "why", f)
+    assert [(u["op_type"], u["branch"]) for u in w["unapplied"]] == [("MARK_STALE", "main")]
+    assert "only a live item can be marked stale" in w["unapplied"][0]["reason"]
+    assert len(w["unapplied"][0]["entry_hash"]) == 64
+    text = cmd.ok(cmd.at(path, "why", f)).output
+    assert "accepted in their own view, not applied globally (fz_unapplied):" in text
+    at_b = cmd.json_at(path, "why", f, "--anchor", b)
+    stale = [s for s in at_b["at_anchor"]["operations"] if s["op_type"] == "MARK_STALE"]
+    assert stale[0]["applies"] and not stale[0]["applied_globally"]
+    assert "only a live item can be marked stale" in stale[0]["unapplied"]
+    assert at_b["at_anchor"]["object"]["state"] == "stale"
+    fz = [s for s in at_b["at_anchor"]["operations"] if s["op_type"] == "FALSIFY"]
+    assert fz[0]["unapplied"] is None and not fz[0]["applies"]
+    text = cmd.ok(cmd.at(path, "why", f, "--anchor", b)).output
+    assert "MARK_STALE           applies: ok (globally not applied: " in text
+    # RESTORE from A: live again globally; B's line is still stale, so a RESTORE --cascade
+    # from B is valid there and left out globally (nothing of it applies there).
+    cmd.json_at(path, "restore", f, "--reason", "typo", "--evidence", a)
+    back = cmd.json_at(
+        path, "restore", f, "--reason", "fine", "--evidence", b, "--cascade", "--max-depth", "1"
+    )
+    assert back["state"] == "live" and back["applied"] is False
+    assert "there is nothing to restore" in back["unapplied"]
+    assert [u["op_type"] for u in cmd.json_at(path, "why", f)["unapplied"]] == [
+        "MARK_STALE",
+        "RESTORE",
+    ]
+    assert cmd.json_at(path, "verify", "--no-update")["ok"]

@@ -281,3 +281,66 @@ def test_step_9_finds_a_tampered_unapplied_row(chat: Chat) -> None:
         db.execute("UPDATE fz_unapplied SET reason = 'made up'")
     report = verify_path(chat.path, checks=[FalsifyReplayCheck(chat.path)])
     assert any("fz_unapplied" in x.message for x in report.findings)
+
+
+def test_restore_cascade_is_validated_in_its_own_view(chat: Chat) -> None:
+    """RESTORE --cascade from line A, where the fact is still falsified: accepted there.
+
+    Globally the fact is live again (B's RESTORE), so the global state applies nothing of it
+    (neither the origin nor its cascade part) and fz_unapplied lists it.
+    """
+    _, a, b, f = _two_lines(chat)
+    chat.f.falsify(f, "moved", [a])
+    chat.f.falsify(f, "moved", [b])
+    chat.f.restore(f, "typo", [b])
+    a2 = chat.say("no wait, I never moved", a)
+    history = chat.f.history(f)
+    result = chat.f.restore_cascade(f, "back on line A", 3, [a2])  # was refused: live globally
+    assert result.appended[-1].type == "RESTORE"
+    assert (chat.state_at(a2, f), chat.state_at(a, f), chat.state_at(b, f)) == (
+        "live",
+        "falsified",
+        "live",
+    )
+    assert chat.globally(f) == "live" and chat.f.history(f) == history
+    assert chat.unapplied() == [("FALSIFY", f), ("RESTORE", f)]
+    why = chat.db.execute("SELECT reason FROM fz_unapplied WHERE op_type = 'RESTORE'").fetchone()
+    assert "is live: there is nothing to restore" in why[0]
+    before = chat.tables()
+    assert not verify_path(chat.path, checks=[FalsifyReplayCheck(chat.path)]).findings
+    rebuild(chat.ledger)
+    assert chat.tables() == before
+
+
+def test_restore_cascade_refused_in_its_own_view_by_the_falsification_layer(chat: Chat) -> None:
+    """Appended without hooks, a RESTORE --cascade from a line where the fact is live.
+
+    Globally the fact is falsified (the global state would take it); on line C it never
+    was: the layer skips it for the own view's reason, at catch-up, step 9 and rebuild.
+    """
+    root, a, _, f = _two_lines(chat)
+    chat.f.falsify(f, "moved", [a])
+    c = chat.say("(another edit) I still live there", root)
+    part = chat.f.plan_restore(f, 2).payload()
+    chat.ledger.close()
+    bare = Ledger.open(chat.path, hooks=())
+    payload = {"reason": "fine", "evidence_ids": [c], "cascade": part}
+    bare.append(
+        OpInput("RESTORE", "agent", "AI_AGENT", "ns", payload, "memroot/1", f, "memory_object")
+    )
+    bare.close()
+    chat.ledger = Ledger.open(chat.path)
+    chat.db = chat.ledger.store.db
+    chat.f = Falsifier(chat.ledger)
+    chat.f.sync()
+    skipped = chat.db.execute("SELECT op_type, reason FROM fz_skipped").fetchall()
+    assert len(skipped) == 1 and skipped[0][0] == "RESTORE"
+    assert skipped[0][1].endswith(
+        "is live: there is nothing to restore in the view of its evidence_ids"
+    )
+    assert chat.globally(f) == "falsified"
+    before = chat.tables()
+    report = verify_path(chat.path, checks=[FalsifyReplayCheck(chat.path)])
+    assert not report.findings
+    rebuild(chat.ledger)
+    assert chat.tables() == before

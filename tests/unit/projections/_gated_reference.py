@@ -1,0 +1,792 @@
+"""The append path of ``memroot.projections.gated`` as of commit 0ed44e4 (a test reference).
+
+A frozen copy of the implementation before the bookkeeping was made cheaper (BENCHMARKS.md,
+issue 15, third pass): ``test_gated_equivalence`` appends the same random histories through
+it and through the current module and compares every derived table byte for byte.
+
+Original module docstring follows.
+
+Invalidation gated by provenance: an object's state at a conversation anchor (seed 001).
+
+Provenance-only visibility (``memroot.projections.anchors``) gates the *creation* of derived
+memory: an object is visible at anchor ``E`` when every one of its evidence events lies on
+``E``'s ancestor path. This module gates what happens to it afterwards. Every operation that
+changes an object's state has a **provenance**, a set of event ids:
+
+- ``SUPERSEDE``: the new object's evidence; ``DEDUP_RESOLVED``: the primary's;
+- ``DEPRECATE``, ``ARCHIVE``, ``EPISTEMIC_TRANSITION``, ``DECAY_APPLIED``, ``REINFORCE``,
+  ``PENALTY``, ``FALSIFY``, ``MARK_STALE``, ``RESTORE``: their ``payload.evidence_ids``;
+- plus, for any operation, the evidence of every object it cites (an object's evidence is the
+  one its ``ASSERT`` gave it). ``CONTRADICTION_NOTED`` cites both objects: at an anchor a
+  ``CONTRADICTS`` edge counts only when both ends are visible there.
+
+An operation with an empty provenance (``TOMBSTONE``'s dependents, ``CASCADE``, a ``DEPRECATE``
+without ``evidence_ids``...) applies everywhere, as before.
+
+**State at an anchor** ``E`` is replay through ``E``'s path: an object's lifecycle state,
+confidence, salience, epistemic type (and added evidence) and falsification state are what its
+operations give when only those whose provenance lies entirely on ``E``'s ancestor path are
+applied, in ledger order, each checked against the state the replay has reached (an operation
+the state no longer allows there, e.g. a SUPERSEDE of an object already superseded on this
+path, does not apply). So the RFC-0001 state machine holds in every view by construction.
+
+**Validation in the operation's own view.** An operation with provenance ``P`` is checked, at
+append, against the state at the view ``D(P)``: the events of ``P`` with all their ancestors
+(as the ledger had recorded them before the operation). A ``SUPERSEDE`` of F1 from branch B
+needs F1 ACTIVE on B's path, whatever happened on A's. When no event of ``P`` is linked into
+a conversation tree (no recorded parent or child: a flat log), the operation is checked
+against the global state, as before. The global state (reads without an anchor, memory roots,
+``state_digest``) folds every accepted operation in ledger order and skips the ones it does
+not allow (``mem_gated.applied`` = 0): reads without an anchor are what they always were.
+The falsification layer (``memroot.memory_root.falsify``) decides the memory-object
+``FALSIFY`` / ``MARK_STALE`` / ``RESTORE`` it validates the same way, reading the state this
+module folds (``own_view_state``).
+
+**Bookkeeping** (``mem_gated``, in the append's transaction): from an object's first operation
+with provenance on, one row per operation that changed it (with or without provenance):
+branch, seq, op id and type, timestamp, provenance, the operation's intent (JSON) and whether
+the global state applied it. The first row of an object in a branch's view carries ``base``,
+the object's state before it (so a replay never needs the object's older versions). An
+object without rows is in its global state at every anchor where it is visible, so a read
+at an anchor folds only the objects that have rows. ``mem_conv`` records every event's
+conversation parent with its branch and seq, for the as-of walks of validation.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, Protocol, cast
+
+import apsw
+
+from memroot.ledger.entries import Entry
+from memroot.ledger.errors import NotFoundError, StorageError
+from memroot.ledger.vocab import LifecycleState, OpType
+from memroot.projections.epistemic import check_transition
+from memroot.projections.lifecycle import is_allowed
+from memroot.projections.model import Edge, Entity, EventRef, Grant, MemoryObject, Namespace, evolve
+from memroot.projections.rules import RuleError
+from memroot.projections.states import OBJECT_TARGET, check_state_change
+from memroot.projections.views import Fork, View, view_of
+
+if TYPE_CHECKING:
+    from memroot.projections.backends import StateStore
+    from memroot.projections.engine import Engine, Op
+
+__all__ = ["on_event", "own_view_state", "run"]
+
+DIGEST_TAG: Final = "memroot/gated-state/v1"
+
+_O = OpType
+EVIDENCE_OPS: Final = frozenset(
+    {
+        _O.DEPRECATE,
+        _O.ARCHIVE,
+        _O.EPISTEMIC_TRANSITION,
+        _O.DECAY_APPLIED,
+        _O.REINFORCE,
+        _O.PENALTY,
+        _O.FALSIFY,
+        _O.MARK_STALE,
+        _O.RESTORE,
+    }
+)
+"""Operations whose ``payload.evidence_ids`` is (part of) their provenance."""
+_NEW_EVIDENCE: Final = frozenset(
+    {_O.DEPRECATE, _O.ARCHIVE, _O.DECAY_APPLIED, _O.REINFORCE, _O.PENALTY}
+)
+_STATE: Final = frozenset({_O.FALSIFY, _O.MARK_STALE, _O.RESTORE})
+GATED_OPS: Final = EVIDENCE_OPS | {_O.SUPERSEDE, _O.DEDUP_RESOLVED, _O.TOMBSTONE, _O.CASCADE}
+"""Operations that change memory objects' state, and so are kept in ``mem_gated``."""
+
+_ACTIVE: Final = LifecycleState.ACTIVE.value
+_SUPERSEDED: Final = LifecycleState.SUPERSEDED.value
+_EPS: Final = 1e-9
+_COLS: Final = (
+    "g.branch, g.seq, g.n, g.object_id, g.op_id, g.op_type, g.ts, g.prov, g.intent, g.applied, "
+    "g.base"
+)
+
+
+_dumps: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True).encode
+_canonical: Final = json.JSONEncoder(separators=(",", ":"), sort_keys=True).encode
+
+
+class _HasDb(Protocol):
+    db: apsw.Connection
+
+
+def _db(eng: Engine) -> apsw.Connection:
+    return cast(_HasDb, eng.state).db
+
+
+# -- what an operation does to an object ---------------------------------------------------------
+
+
+def _intent(op: Op) -> dict[str, Any]:
+    """Return the operation's effect on each object it changes, replayable in any view."""
+    t, p = op.op_type, op.p
+    if t in (_O.DEPRECATE, _O.ARCHIVE, _O.TOMBSTONE):
+        if t == _O.TOMBSTONE:
+            to = "DEPRECATED" if p.get("on_dependents") == "DEPRECATE" else "ARCHIVED"
+        else:
+            to = "DEPRECATED" if t == _O.DEPRECATE else "ARCHIVED"
+        return {"k": "L", "to": to}
+    if t in (_O.SUPERSEDE, _O.DEDUP_RESOLVED):
+        by = p["new_object_id"] if t == _O.SUPERSEDE else p["primary_id"]
+        return {"k": "L", "to": _SUPERSEDED, "by": by}
+    if t == _O.EPISTEMIC_TRANSITION:
+        return {"k": "E", "from": p["from_type"], "to": p["to_type"], "ev": list(p["evidence_ids"])}
+    if t == _O.DECAY_APPLIED:
+        c, s, d, sign = p["new_confidence"], p["new_salience"], p["decay_delta"], -1
+        return {"k": "S", "c": c, "s": s, "d": d, "dir": sign}
+    if t == _O.REINFORCE:
+        c, s, d, sign = p["new_confidence"], p["new_salience"], p["delta"], 1
+        return {"k": "S", "c": c, "s": s, "d": d, "dir": sign}
+    if t == _O.PENALTY:
+        return {"k": "S", "c": p["new_confidence"], "s": None, "d": p["delta"], "dir": -1}
+    if t in _STATE:
+        return {"k": "F", "op": t}
+    return {"k": "C"}  # CASCADE: live -> stale
+
+
+@dataclass(slots=True)
+class _S:
+    """An object's mutable fields during a fold (the rest never change)."""
+
+    lifecycle_state: str
+    superseded_by: str | None
+    valid_from: int
+    valid_to: int | None
+    confidence: float
+    salience: float
+    epistemic_type: str
+    evidence_ids: tuple[str, ...]
+    state: str
+    version: int
+    last_modified_at: int
+
+    @classmethod
+    def of(cls, o: MemoryObject) -> _S:
+        return cls(
+            o.lifecycle_state,
+            o.superseded_by,
+            o.valid_from,
+            o.valid_to,
+            o.confidence,
+            o.salience,
+            o.epistemic_type,
+            o.evidence_ids,
+            o.state,
+            o.version,
+            o.last_modified_at,
+        )
+
+    def to_json(self) -> str:
+        return _dumps(
+            [
+                self.lifecycle_state,
+                self.superseded_by,
+                self.valid_from,
+                self.valid_to,
+                self.confidence,
+                self.salience,
+                self.epistemic_type,
+                list(self.evidence_ids),
+                self.state,
+                self.version,
+                self.last_modified_at,
+            ]
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> _S:
+        v = json.loads(text)
+        v[7] = tuple(v[7])
+        return cls(*v)
+
+    def on(self, o: MemoryObject) -> MemoryObject:
+        """Return ``o`` (a stored version) with this state's fields."""
+        return cast(
+            MemoryObject,
+            evolve(
+                o,
+                lifecycle_state=self.lifecycle_state,
+                superseded_by=self.superseded_by,
+                valid_to=self.valid_to,
+                confidence=self.confidence,
+                salience=self.salience,
+                epistemic_type=self.epistemic_type,
+                evidence_ids=self.evidence_ids,
+                state=self.state,
+                version=self.version,
+                last_modified_at=self.last_modified_at,
+            ),
+        )
+
+
+Key = tuple[int, int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class GatedOp:
+    """One row of ``mem_gated``: an operation's change of one object, with its provenance."""
+
+    branch: str
+    seq: int
+    n: int
+    object_id: str
+    op_id: str
+    op_type: str
+    ts: int
+    prov: tuple[str, ...]
+    intent: str
+    """The operation's effect (JSON, ``_intent``), decoded when a fold reaches it."""
+    applied: bool
+    base: str | None
+    key: Key
+
+
+def _bump(s: _S, ts: int) -> None:
+    s.version += 1
+    s.last_modified_at = max(s.last_modified_at, ts)
+
+
+def _step(s: _S, row: GatedOp, active: Callable[[str], bool]) -> str | None:
+    """Apply ``row`` to ``s`` when the state allows it; else return why not (``s`` unchanged)."""
+    it = json.loads(row.intent)
+    kind = it["k"]
+    if kind == "L":
+        to, by = it["to"], it.get("by")
+        if not is_allowed(s.lifecycle_state, to):
+            return f"the object is {s.lifecycle_state} here, which cannot become {to}"
+        if by is not None and not active(by):
+            return f"the superseding object {by} is not ACTIVE here"
+        s.lifecycle_state = to
+        if to == _SUPERSEDED:
+            s.superseded_by = by
+            if s.valid_to is None:
+                s.valid_to = max(row.ts, s.valid_from)
+        _bump(s, row.ts)
+        return None
+    if kind in ("E", "S") and s.lifecycle_state != _ACTIVE:
+        return f"the object is {s.lifecycle_state} here; {row.op_type} needs it ACTIVE"
+    if kind == "E":
+        if it["from"] != s.epistemic_type:
+            return f"the object is {s.epistemic_type} here, not {it['from']}"
+        try:
+            check_transition(row.object_id, s.epistemic_type, it["to"])
+        except RuleError as e:
+            return str(e)
+        s.epistemic_type = it["to"]
+        s.evidence_ids = s.evidence_ids + tuple(e for e in it["ev"] if e not in s.evidence_ids)
+        _bump(s, row.ts)
+        return None
+    if kind == "S":
+        sign, delta = it["dir"], it["d"]
+        conf = it["c"]
+        sal = s.salience if it["s"] is None else it["s"]
+        for name, old, new in (("confidence", s.confidence, conf), ("salience", s.salience, sal)):
+            moved = (new - old) * sign
+            if moved < -_EPS or moved > delta + _EPS:
+                return f"{name} is {old} here; {row.op_type} to {new} breaks its delta {delta}"
+        s.confidence, s.salience = conf, sal
+        _bump(s, row.ts)
+        return None
+    if kind == "F":
+        try:
+            s.state = check_state_change(it["op"], f"object {row.object_id}", s.state)
+        except RuleError as e:
+            return str(e)
+        return None
+    if s.state != "live":
+        return f"the object is {s.state} here; a cascade marks only live objects stale"
+    s.state = "stale"
+    return None
+
+
+# -- reading the rows of a view -------------------------------------------------------------------
+
+
+def _level_cond(view: View) -> tuple[str, list[Any]]:
+    # Unary + keeps SQLite on the primary key's object prefix.
+    parts: list[str] = []
+    params: list[Any] = []
+    for branch, bound in view.levels:
+        if bound is None:
+            parts.append("(+g.branch = ?)")
+            params.append(branch)
+        else:
+            parts.append("(+g.branch = ? AND +g.seq <= ?)")
+            params += [branch, bound]
+    return (parts[0] if len(parts) == 1 else "(" + " OR ".join(parts) + ")"), params
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One operation of an object at a view: whether it applies there, and if not, why."""
+
+    op: GatedOp
+    applies: bool
+    reason: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-ready dict."""
+        return {
+            "branch": self.op.branch,
+            "seq": self.op.seq,
+            "op_id": self.op.op_id,
+            "op_type": self.op.op_type,
+            "provenance": list(self.op.prov),
+            "applied_globally": self.op.applied,
+            "applies": self.applies,
+            "reason": self.reason,
+        }
+
+
+class Folder:
+    """Folds objects' ``mem_gated`` rows in a branch view, admitting rows by provenance.
+
+    ``admit(row)`` says whether a row's provenance lies in the view (an anchor's path, or an
+    operation's own view); rows are loaded once per object and folded on demand.
+    """
+
+    def __init__(
+        self, db: apsw.Connection, view: View, admit: Callable[[GatedOp], bool] | None = None
+    ) -> None:
+        """Fold rows of ``view``'s levels (each as of its bound)."""
+        self.db = db
+        self.view = view
+        self.admit: Callable[[GatedOp], bool] = admit or (lambda _row: True)
+        self._rows: dict[str, list[GatedOp]] = {}
+        self._memo: dict[tuple[str, Key | None], _S | None] = {}
+        n = len(view.levels)
+        self._level = {b: n - 1 - i for i, (b, _) in enumerate(view.levels)}
+        self._cond, self._params = _level_cond(view)
+
+    def share(self, other: Folder) -> None:
+        """Use ``other``'s loaded rows (same view; rows do not change during an append)."""
+        self._rows = other._rows
+
+    def preload(self, ids: Iterable[str]) -> None:
+        """Load the rows of every object in ``ids`` not loaded yet (one query)."""
+        missing = [i for i in dict.fromkeys(ids) if i not in self._rows]
+        if not missing:
+            return
+        for i in missing:
+            self._rows[i] = []
+        args: list[Any]
+        if len(missing) <= 64:
+            sql_in, args = f"g.object_id IN ({', '.join('?' * len(missing))})", missing
+        else:
+            sql_in, args = "g.object_id IN (SELECT value FROM json_each(?))", [json.dumps(missing)]
+        level = self._level
+        for r in self.db.execute(
+            f"SELECT {_COLS} FROM mem_gated g WHERE {sql_in} AND {self._cond}",
+            (*args, *self._params),
+        ):
+            self._rows[r[3]].append(
+                GatedOp(
+                    r[0],
+                    r[1],
+                    r[2],
+                    r[3],
+                    r[4],
+                    r[5],
+                    r[6],
+                    tuple(r[7].split(",")) if r[7] else (),
+                    r[8],
+                    bool(r[9]),
+                    r[10],
+                    (level[r[0]], r[1], r[2]),
+                )
+            )
+        for i in missing:
+            if len(self._rows[i]) > 1:
+                self._rows[i].sort(key=lambda g: g.key)
+
+    def rows_of(self, object_id: str) -> list[GatedOp]:
+        """Return the object's rows in the view, in ledger order (empty: it has none)."""
+        if object_id not in self._rows:
+            self.preload([object_id])
+        return self._rows[object_id]
+
+    def base(self, object_id: str) -> _S | None:
+        """Return the object's state before its first row (None: it has no rows)."""
+        rows = self.rows_of(object_id)
+        if not rows:
+            return None
+        base = rows[0].base
+        if base is None:
+            raise StorageError(
+                f"the gated state of object {object_id} has no base row in branch "
+                f"{self.view.branch}: run memroot rebuild"
+            )
+        return _S.from_json(base)
+
+    def fold(self, object_id: str, until: Key | None = None) -> tuple[_S | None, list[Step]]:
+        """Return the object's state in the view (before ``until``) and every row's outcome.
+
+        None when the object has no rows: it is then in its global state.
+        """
+        base = self.base(object_id)
+        if base is None:
+            return None, []
+        s = base
+        steps: list[Step] = []
+        for row in self._rows[object_id]:
+            if until is not None and row.key >= until:
+                break
+            if not self.admit(row):
+                steps.append(Step(row, False, "its provenance is not on this path"))
+                continue
+            why = _step(s, row, functools.partial(self._active_before, key=row.key))
+            steps.append(Step(row, why is None, why))
+        return s, steps
+
+    def _active_before(self, object_id: str, key: Key) -> bool:
+        """Return whether the object was ACTIVE in the view right before the row at ``key``.
+
+        An object with no rows before then was in its global state, and the operation citing
+        it was accepted, so it was ACTIVE.
+        """
+        rows = self.rows_of(object_id)
+        if not rows or rows[0].key >= key:
+            return True  # its base is the state after ungated operations that came later
+        memo_key = (object_id, key)
+        if memo_key not in self._memo:
+            self._memo[memo_key] = self.fold(object_id, key)[0]
+        s = self._memo[memo_key]
+        return s is None or s.lifecycle_state == _ACTIVE
+
+    def state(self, obj: MemoryObject) -> MemoryObject:
+        """Return ``obj`` (its version in the view) with the state the view gives it."""
+        s, _ = self.fold(obj.id)
+        return obj if s is None else s.on(obj)
+
+    def creation_evidence(self, obj: MemoryObject) -> tuple[str, ...]:
+        """Return the evidence the object's ASSERT gave it (later transitions may add more)."""
+        rows = self.rows_of(obj.id)
+        if not rows or rows[0].base is None:
+            return obj.evidence_ids
+        # The base is [lifecycle, superseded_by, valid_from, ..., evidence_ids (8th), ...].
+        return tuple(json.loads(rows[0].base)[7])
+
+
+# -- the gate in the append path ------------------------------------------------------------------
+
+
+def on_event(eng: Engine, entry: Entry) -> None:
+    """Record an event's conversation parent with where it was appended (``mem_conv``)."""
+    parent = entry.body.get("parent_event_id")
+    _db(eng).execute(
+        "INSERT OR IGNORE INTO mem_conv VALUES(?, ?, ?, ?)",
+        (entry.body["id"], parent if isinstance(parent, str) else None, entry.branch, entry.seq),
+    )
+
+
+class _Down:
+    """``D(P)``: the provenance events and all their ancestors, as recorded before the op.
+
+    An event counts once the branch's view holds it (its ``mem_conv`` row is of a level of
+    the view, within its bound), so a replay walks the same tree the append did: every row
+    there was written by an earlier entry. Walked lazily, one step at a time, only as far as
+    a row's provenance needs (an event near the provenance is found in a few steps; only an
+    event off the path costs the whole walk).
+    """
+
+    def __init__(self, db: apsw.Connection, view: View, prov: Sequence[str]) -> None:
+        self.db = db
+        self.prov = prov
+        # mem_conv rows carry (branch, seq) like mem_events: the view's event condition serves.
+        self.cond, self.params = view.events("c")
+        self.levels = dict(view.levels)
+        self.seen: set[str] = set()
+        self.frontier: list[str] = list(prov)
+
+    def linked(self) -> bool:
+        """Return True when a provenance event has a recorded parent or child in the view."""
+        arg = json.dumps(list(self.prov))
+        c, params = self.cond, self.params
+        p_cond = c.replace("c.", "p.")
+        row = self.db.execute(
+            f"SELECT 1 FROM mem_conv c JOIN mem_conv p ON p.id = c.parent "
+            f"WHERE c.id IN (SELECT value FROM json_each(?)) AND {c} AND {p_cond} "
+            f"UNION ALL SELECT 1 FROM mem_conv c JOIN mem_conv p ON c.parent = p.id "
+            f"WHERE p.id IN (SELECT value FROM json_each(?)) AND {c} AND {p_cond} LIMIT 1",
+            (arg, *params, *params, arg, *params, *params),
+        ).fetchone()
+        return row is not None
+
+    def _step(self) -> None:
+        """Advance every walk by one event (a walk ends at a root, an event not held, a loop)."""
+        nxt: list[str] = []
+        for node in self.frontier:
+            if node in self.seen:
+                continue  # walked already (shared ancestors, or links that loop)
+            row = self.db.execute(
+                "SELECT parent, branch, seq FROM mem_conv WHERE id = ?", (node,)
+            ).fetchone()
+            if row is None or row[1] not in self.levels:
+                continue
+            bound = self.levels[row[1]]
+            if bound is not None and row[2] > bound:
+                continue
+            self.seen.add(node)
+            if row[0] is not None:
+                nxt.append(row[0])
+        self.frontier = nxt
+
+    def __contains__(self, event_id: str) -> bool:
+        while event_id not in self.seen and self.frontier:
+            self._step()
+        return event_id in self.seen
+
+    def admits(self, row: GatedOp) -> bool:
+        """Return True when the row's provenance lies in ``D(P)``."""
+        return all(e in self for e in row.prov)
+
+
+class _Delegate:
+    """A ``StateStore`` passing everything to another one (subclasses override)."""
+
+    def __init__(self, inner: StateStore) -> None:
+        self.inner = inner
+        self.writes: list[tuple[MemoryObject, MemoryObject]] = []
+        self.read: dict[tuple[str, str], MemoryObject] = {}
+
+    def event(self, branch: str, event_id: str) -> EventRef | None:
+        return self.inner.event(branch, event_id)
+
+    def add_event(self, event: EventRef) -> None:
+        self.inner.add_event(event)
+
+    def erase_event(self, event_id: str, seq: int) -> None:
+        self.inner.erase_event(event_id, seq)
+
+    def obj(self, branch: str, object_id: str) -> MemoryObject | None:
+        # Objects change only through put_object, which updates this cache: within one
+        # operation a second read of an object needs no query.
+        key = (branch, object_id)
+        found = self.read.get(key)
+        if found is None:
+            found = self.inner.obj(branch, object_id)
+            if found is not None:
+                self.read[key] = found
+        return found
+
+    def put_object(self, obj: MemoryObject, *, new: bool) -> None:
+        key = (obj.branch, obj.id)
+        if not new:
+            # Handlers read an object before they change it.
+            old = self.obj(obj.branch, obj.id)
+            if old is not None:
+                self.writes.append((old, obj))
+        self.inner.put_object(obj, new=new)
+        self.read[key] = obj
+
+    def used(self, branch: str, node_id: str) -> bool:
+        return self.inner.used(branch, node_id)
+
+    def citing(self, branch: str, event_id: str) -> list[str]:
+        return self.inner.citing(branch, event_id)
+
+    def entity(self, branch: str, entity_id: str) -> Entity | None:
+        return self.inner.entity(branch, entity_id)
+
+    def put_entity(self, entity: Entity, *, new: bool) -> None:
+        self.inner.put_entity(entity, new=new)
+
+    def add_edge(self, edge: Edge) -> None:
+        self.inner.add_edge(edge)
+
+    def namespace(self, branch: str, namespace_id: str) -> Namespace | None:
+        return self.inner.namespace(branch, namespace_id)
+
+    def add_namespace(self, namespace: Namespace) -> None:
+        self.inner.add_namespace(namespace)
+
+    def permissions(self, branch: str, namespace_id: str, actor_id: str) -> frozenset[str] | None:
+        return self.inner.permissions(branch, namespace_id, actor_id)
+
+    def admins(self, branch: str, namespace_id: str) -> int:
+        return self.inner.admins(branch, namespace_id)
+
+    def add_grant(self, grant: Grant) -> None:
+        self.inner.add_grant(grant)
+
+    def close_grant(
+        self, branch: str, namespace_id: str, actor_id: str, permission: str, seq: int
+    ) -> None:
+        self.inner.close_grant(branch, namespace_id, actor_id, permission, seq)
+
+    def head(self, branch: str) -> int:
+        return self.inner.head(branch)
+
+    def set_head(self, branch: str, size: int) -> None:
+        self.inner.set_head(branch, size)
+
+    def skip(self, branch: str, seq: int, op_type: str, reason: str) -> None:
+        self.inner.skip(branch, seq, op_type, reason)
+
+    def add_fork(self, fork: Fork) -> None:
+        self.inner.add_fork(fork)
+
+
+class _Overlay(_Delegate):
+    """The state of an operation's own view: objects folded there; records writes, keeps none."""
+
+    def __init__(self, inner: StateStore, folder: Folder) -> None:
+        super().__init__(inner)
+        self.folder = folder
+
+    def obj(self, branch: str, object_id: str) -> MemoryObject | None:
+        cur = self.inner.obj(branch, object_id)
+        found = None if cur is None else self.folder.state(cur)
+        if found is not None:
+            self.read.setdefault((branch, object_id), found)
+        return found
+
+    def put_object(self, obj: MemoryObject, *, new: bool) -> None:
+        if not new:
+            old = self.read.get((obj.branch, obj.id)) or self.obj(obj.branch, obj.id)
+            if old is not None:
+                self.writes.append((old, obj))
+
+    def erase_event(self, event_id: str, seq: int) -> None:
+        pass
+
+    def put_entity(self, entity: Entity, *, new: bool) -> None:
+        pass
+
+    def add_edge(self, edge: Edge) -> None:
+        pass
+
+
+def _global(
+    eng: Engine, handler: Callable[[Engine, Op], None], op: Op, rec: _Delegate
+) -> _Delegate:
+    handler(type(eng)(rec), op)
+    return rec
+
+
+def run(eng: Engine, handler: Callable[[Engine, Op], None], op: Op) -> None:
+    """Run ``handler`` for ``op`` with invalidation gated by provenance (see the module doc).
+
+    Operations that change no object's state run as they are.
+
+    Raises:
+        RuleError, ValidationError: what the handler raises in the operation's own view
+            (or, without provenance, in the global state); nothing is written then.
+    """
+    t = op.op_type
+    if t not in GATED_OPS or (t in _STATE and op.target_type != OBJECT_TARGET):
+        handler(eng, op)
+        return
+    db = _db(eng)
+    folder = Folder(db, view_of(db, op.branch))
+    explicit: tuple[str, ...] = ()
+    if t in EVIDENCE_OPS and t not in _STATE:
+        explicit = tuple(op.p.get("evidence_ids") or ())
+        if explicit and t in _NEW_EVIDENCE:
+            eng._evidence(op, explicit)
+    elif t in _STATE and isinstance(op.p.get("evidence_ids"), tuple):
+        explicit = op.p["evidence_ids"]
+    involved = [op.target_id, *(op.p["merged_ids"] if t == _O.DEDUP_RESOLVED else ())]
+    prov = set(explicit)
+    cited = (
+        op.p["new_object_id"]
+        if t == _O.SUPERSEDE
+        else op.p["primary_id"]
+        if t == _O.DEDUP_RESOLVED
+        else None
+    )
+    if cited is not None:
+        involved.append(cited)
+    folder.preload(i for i in involved if isinstance(i, str))  # one query for all of them
+    rec = _Delegate(eng.state)  # the global run's store: what is read here is read once
+    if cited is not None:
+        other = rec.obj(op.branch, cited)
+        if other is not None:
+            prov.update(folder.creation_evidence(other))
+    provenance = tuple(sorted(prov))
+    applied = True
+    if not provenance or not any(folder.rows_of(i) for i in involved if isinstance(i, str)):
+        # No provenance, or no object the handler reads has gated rows: its own view then
+        # holds exactly the global state of those objects, so one run checks both.
+        writes = _global(eng, handler, op, rec).writes
+    else:
+        down = _Down(db, folder.view, provenance)
+        if not down.linked():
+            writes = _global(eng, handler, op, rec).writes
+        else:
+            view_folder = Folder(db, folder.view, down.admits)
+            view_folder.share(folder)
+            overlay = _Overlay(eng.state, view_folder)
+            handler(type(eng)(overlay), op)
+            writes = overlay.writes
+            db.execute("SAVEPOINT mem_gate")
+            try:
+                _global(eng, handler, op, rec)
+            except RuleError:
+                # Valid in its own view, not in the global state (which keeps what it had).
+                db.execute("ROLLBACK TO mem_gate")
+                applied = False
+            db.execute("RELEASE mem_gate")
+    if not writes:
+        return
+    intent = _canonical(_intent(op))
+    prov_text = ",".join(provenance)
+    for n, (old, new) in enumerate(writes):
+        had = bool(folder.rows_of(new.id))
+        if not provenance and not had:
+            continue  # no provenance on an object without rows: global state everywhere
+        db.execute(
+            "INSERT INTO mem_gated VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                op.branch,
+                op.seq,
+                n,
+                new.id,
+                op.id,
+                t,
+                op.ts,
+                prov_text,
+                intent,
+                int(applied),
+                None if had else _S.of(old).to_json(),
+            ),
+        )
+
+
+def own_view_state(
+    db: apsw.Connection, branch: str, seq: int, object_id: str, provenance: Sequence[str]
+) -> str | None:
+    """Return an object's falsification state in the own view of an operation at ``seq``.
+
+    The view is ``D(provenance)`` as the memory state had it before entry ``seq`` of
+    ``branch`` (the operation's own rows, if already folded, are not in it): exactly the
+    state ``run`` checks a ``FALSIFY`` / ``MARK_STALE`` / ``RESTORE`` with ``evidence_ids``
+    against. None when such an operation is checked against the global state instead: no
+    provenance, an object without gated rows, a provenance linked to no conversation tree
+    (a flat log), or a branch the memory state has not folded.
+    """
+    if not provenance or seq < 1:
+        return None
+    try:
+        view = view_of(db, branch, seq - 1)
+    except NotFoundError:
+        return None
+    folder = Folder(db, view)
+    if not folder.rows_of(object_id):
+        return None
+    down = _Down(db, view, tuple(sorted(set(provenance))))
+    if not down.linked():
+        return None
+    mine = Folder(db, view, down.admits)
+    mine.share(folder)
+    s, _ = mine.fold(object_id)
+    return None if s is None else s.state
