@@ -452,10 +452,6 @@ class PgStore(Store):
         """Return None: PostgreSQL has no per-connection commit counter (nothing is cached)."""
         return None
 
-    def close(self) -> None:
-        """Close the connection (idempotent)."""
-        self.db.close()
-
     def drop(self) -> None:
         """Drop the ledger's tables and close: undo a ``memroot init`` that failed half-way."""
         with contextlib.suppress(Exception):
@@ -592,10 +588,6 @@ class PgStore(Store):
             (key, kind, raw),
         )
 
-    def delete_meta(self, key: str) -> None:
-        """Remove a meta value (inside a write transaction)."""
-        self.db.execute("DELETE FROM meta WHERE key = ?", (key,))
-
     def branch(self, name: str) -> BranchRow:
         """Return the stored head of branch ``name``; inside a write, lock it (FOR UPDATE).
 
@@ -647,12 +639,6 @@ class PgStore(Store):
         if row is None:
             raise NotFoundError(f"no branch named {name!r}")
         return row[0], None if row[1] is None else int(row[1])
-
-    def set_head(self, branch_no: int, size: int, head: bytes) -> None:
-        """Move a branch's chain head (inside the write transaction that added the entries)."""
-        self.db.execute(
-            "UPDATE branches SET size = ?, head = ? WHERE no = ?", (size, head, branch_no)
-        )
 
     # -- entries -------------------------------------------------------------------------------
 
@@ -722,19 +708,6 @@ class PgStore(Store):
                 return
             lo = int(rows[-1][0]) + 1
 
-    def event_key(self, event_id: bytes) -> int | None:
-        """Return the entry key of an event id, or None."""
-        row = self.db.execute("SELECT k FROM event_ids WHERE id = ?", (event_id,)).fetchone()
-        return None if row is None else int(row[0])
-
-    def erase_content(self, k: int, erased_by: int) -> None:
-        """Erase an event's content and salt (a TOMBSTONE), inside a write transaction."""
-        self.db.execute(
-            "UPDATE entries SET digest = NULL, salt = NULL, content = NULL, erased_by = ? "
-            "WHERE k = ?",
-            (erased_by, k),
-        )
-
     def lookup(self, table: str, key: str, value: str, keys: Sequence[Any]) -> dict[Any, Any]:
         """Return ``{key: value}`` for the rows of ``table`` whose ``key`` is in ``keys``.
 
@@ -757,17 +730,6 @@ class PgStore(Store):
         return found
 
     # -- checkpoints ---------------------------------------------------------------------------
-
-    def insert_checkpoint(self, branch_no: int, size: int, root: bytes, note: str) -> None:
-        """Store a signed checkpoint note (inside a write transaction)."""
-        self.db.execute(
-            "INSERT INTO checkpoints(branch, size, root, note) VALUES(?, ?, ?, ?)",
-            (branch_no, size, root, note),
-        )
-
-    def delete_checkpoint(self, branch_no: int, size: int) -> None:
-        """Drop a superseded head checkpoint (retention, inside a write transaction)."""
-        self.db.execute("DELETE FROM checkpoints WHERE branch = ? AND size = ?", (branch_no, size))
 
     def checkpoints(self, branch_no: int) -> list[tuple[int, bytes, str]]:
         """Return ``(size, root, note)`` of every stored checkpoint of a branch, by size."""
