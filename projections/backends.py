@@ -205,18 +205,7 @@ class SqlState:
 
     def add_event(self, event: EventRef) -> None:
         """Record a new event."""
-        self.db.execute(
-            _EV_INS,
-            (
-                event.id,
-                event.branch,
-                event.seq,
-                event.ts,
-                event.namespace_id,
-                event.actor_id,
-                event.erased_by,
-            ),
-        )
+        self.db.execute(_EV_INS, event.row())
 
     def erase_event(self, event_id: str, seq: int) -> None:
         """Record that entry ``seq`` erased the event's content."""

@@ -60,17 +60,7 @@ class _BatchState(SqlState):
 
     def add_event(self, event: EventRef) -> None:
         """Buffer a new event's row (written by ``flush``)."""
-        self.events.append(
-            (
-                event.id,
-                event.branch,
-                event.seq,
-                event.ts,
-                event.namespace_id,
-                event.actor_id,
-                event.erased_by,
-            )
-        )
+        self.events.append(event.row())
 
     def set_head(self, branch: str, size: int) -> None:
         """Buffer the branch's head (written by ``flush``)."""

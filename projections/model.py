@@ -405,6 +405,18 @@ class EventRef:
         """Return the serialised (JSON-ready) form."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
+    def row(self) -> tuple[str, str, int, int, str, str, int | None]:
+        """Return the ``mem_events`` row (columns in table order)."""
+        return (
+            self.id,
+            self.branch,
+            self.seq,
+            self.ts,
+            self.namespace_id,
+            self.actor_id,
+            self.erased_by,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Namespace:
