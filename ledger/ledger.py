@@ -937,7 +937,7 @@ class Ledger:
                 )
                 if item.op_type == OpType.TOMBSTONE:
                     erasures.append(
-                        (self._tombstone(no, entry, batch_events, rows, start), entry.seq)
+                        (self._tombstone(no, entry, batch_events, rows, start, erasures), entry.seq)
                     )
             n += 1
             if entry.type in _KEEP_TYPES:
@@ -1011,11 +1011,14 @@ class Ledger:
         batch_events: dict[bytes, int],
         rows: list[tuple[int, bytes, bytes, bytes | None, bytes | None, bytes | None]],
         start: int,
+        erasures: Sequence[tuple[int, int]],
     ) -> int:
         """Validate a TOMBSTONE; return the entry key of the event whose content it erases.
 
         A target appended earlier in the same batch has its content dropped from its ``rows``
         row here; either way the returned key gets ``erased_by`` when the rows are written.
+        ``erasures`` are the batch's earlier ones (entry key, erasing seq): a second TOMBSTONE
+        of one event is refused alike whether the first is in this batch or stored.
         """
         payload = entry.body["payload"]
         for name in ("target_event_id", "reason", "policy_ref"):
@@ -1024,15 +1027,19 @@ class Ledger:
         target = check_uuid(payload["target_event_id"], "payload.target_event_id")
         raw = _uuid_bytes(target)
         k = batch_events.get(raw)
-        if k is not None:
+        if k is None:
+            k = self.store.event_key(raw)
+            if k is None or k >> 40 != branch_no:
+                raise NotFoundError(f"TOMBSTONE target event {target} is not on this branch")
+        by = next((seq for key, seq in erasures if key == k), None)
+        if by is not None:
+            raise RefusedError(f"event {target} was already erased by entry {by}")
+        if raw in batch_events:
             i = (k & ((1 << 40) - 1)) - start
             if rows[i][5] is None:
                 raise RefusedError(f"event {target} was already erased")
             rows[i] = (*rows[i][:3], None, None, None)
             return k
-        k = self.store.event_key(raw)
-        if k is None or k >> 40 != branch_no:
-            raise NotFoundError(f"TOMBSTONE target event {target} is not on this branch")
         row = self.store.entry_row(branch_no, k & ((1 << 40) - 1))
         found = Entry.from_bytes(row.data)
         if found.kind is not Kind.EVENT or found.body.get("id") != target:
