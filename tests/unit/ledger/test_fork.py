@@ -173,3 +173,48 @@ def test_refused_tombstone_never_erases_later(tmp_path: Path):
         ledger.append(_event(2))
         assert ledger.content(kept.seq) == "event 1"
         assert ledger.store.entry_row(ledger.branch_row().no, kept.seq).erased_by is None
+
+
+@pytest.mark.parametrize("stored", [True, False], ids=["target stored", "target in the batch"])
+def test_a_second_tombstone_in_one_batch_is_refused_naming_the_first(
+    tmp_path: Path, stored: bool
+) -> None:
+    """Two TOMBSTONEs of one event in a batch: refused whole, naming the first erasure, alike
+    whether the event was stored before or appended earlier in the same batch."""
+
+    def tombstone_input(event_id: str) -> OpInput:
+        payload = {"target_event_id": event_id, "reason": "r", "policy_ref": "p"}
+        return OpInput(
+            op_type="TOMBSTONE",
+            actor_id="a",
+            actor_type="HUMAN_USER",
+            namespace_id="ns",
+            policy_version="p/1",
+            payload=payload,
+        )
+
+    path = tmp_path / "t.ledger"
+    with Ledger.init(path, origin="example.org/fork", hooks=()) as ledger:
+        event = EventInput(
+            stream="s",
+            actor_id="a",
+            actor_type="HUMAN_USER",
+            role="USER",
+            content="erase me",
+            namespace_id="ns",
+            id="01900000-0000-7000-8000-0000000000e1",
+        )
+        assert event.id is not None
+        before: list[EventInput | OpInput] = []
+        if stored:
+            ledger.append(event)
+        else:
+            before = [event]
+        size = ledger.size()
+        first = size + len(before)
+        batch = [*before, tombstone_input(event.id), tombstone_input(event.id)]
+        with pytest.raises(RefusedError, match=f"already erased by entry {first}$"):
+            ledger.append_batch(batch)
+        assert ledger.size() == size
+        if stored:
+            assert ledger.content(size - 1) == "erase me"
