@@ -201,6 +201,15 @@ class RawLedger:
         return dict(zip(cols, r, strict=True))
 
     @staticmethod
+    def rewrite(path: Path, seq: int | None = None) -> None:
+        """Attack: set entry ``seq``'s ``actor_id`` to ``mallory`` in place (default: the newest
+        entry of main); its leaf hash, the tree nodes, the head and checkpoints are left alone."""
+        at = RawLedger.size_of(path) - 1 if seq is None else seq
+        with RawLedger.db(path) as db:
+            data = bytes(RawLedger.row(db, at)["data"])
+            RawLedger.put_data(db, at, RawLedger.reencode(data, actor_id="mallory"), fix_hash=False)
+
+    @staticmethod
     def size_of(path: Path) -> int:
         """The branch size the file records."""
         with RawLedger.db(path) as db:

@@ -166,33 +166,14 @@ def test_branches_over_mcp(tmp_path: Path) -> None:
     assert merged["items"][0]["outcome"] == "IMPORTED"
 
 
-def _rewrite(path: Path, seq: int) -> None:
-    """Attack: change one entry of main in place (no key; hashes and nodes left alone)."""
-    import apsw
-
-    from memroot.ledger import encoding
-    from memroot.ledger.store import entry_key
-
-    db = apsw.Connection(str(path))
-    try:
-        with db:
-            k = entry_key(1, seq)  # main is branch 1
-            (data,) = db.execute("SELECT data FROM entries WHERE k = ?", (k,)).fetchone()
-            v, prev, s, b, ts, kind, type_, body = encoding.decode(bytes(data))
-            forged = [v, prev, s, b, ts, kind, type_, {**body, "actor_id": "mallory"}]
-            db.execute("UPDATE entries SET data = ? WHERE k = ?", (encoding.encode(forged), k))
-    finally:
-        db.close()
-
-
-def test_a_rewritten_evidence_event_is_refused_to_the_agent(tmp_path: Path) -> None:
+def test_a_rewritten_evidence_event_is_refused_to_the_agent(tmp_path: Path, raw: Any) -> None:
     """`why` over MCP reads strictly: a rewritten evidence event is a tool error, not served."""
     path = tmp_path / "mcp.ledger"
     with memroot.open(path, actor="agent-7", namespace="alice") as mem:
         said = mem.record(content="I take tea")
         oid = mem.remember("Alice takes tea", evidence=[said.id]).id
         mem.record(content="and more")
-    _rewrite(path, said.seq)
+    raw.rewrite(path, said.seq)
 
     async def session(c: Any) -> Any:
         return await c.call_tool("why", {"item_id": oid})
@@ -202,14 +183,14 @@ def test_a_rewritten_evidence_event_is_refused_to_the_agent(tmp_path: Path) -> N
     assert "mallory" not in json.dumps(why.structured_content or {})
 
 
-def test_a_rewritten_head_stops_the_server_before_it_serves(tmp_path: Path) -> None:
+def test_a_rewritten_head_stops_the_server_before_it_serves(tmp_path: Path, raw: Any) -> None:
     """The head disagrees with its signed checkpoint: the server exits 1, naming why."""
     import subprocess
 
     path = tmp_path / "mcp.ledger"
     with memroot.open(path, actor="agent-7", namespace="alice") as mem:
         mem.record(content="I take tea")
-    _rewrite(path, 1)
+    raw.rewrite(path)
     params = _params(tmp_path)
     done = subprocess.run(
         [params.command, *params.args], input="", capture_output=True, text=True, timeout=60

@@ -7,14 +7,13 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import apsw
 import pytest
 from click.testing import CliRunner
 
 from memroot.cli.main import cli
-from memroot.ledger import encoding
-from memroot.ledger.store import entry_key
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -74,28 +73,10 @@ def test_report_of_a_tampered_ledger_shows_the_failure(tmp_path: Path) -> None:
     assert re.search(r'data-step="4"><td>4</td><td>[^<]*</td><td><span class="badge fail">', page)
 
 
-def _rewrite_head(path: Path) -> None:
-    """Attack: change main's newest entry in place (no key; hashes and nodes left alone)."""
-    db = apsw.Connection(str(path))
-    try:
-        with db:
-            no, size = db.execute("SELECT no, size FROM branches WHERE name = 'main'").fetchone()
-            k = entry_key(no, size - 1)
-            (data,) = db.execute("SELECT data FROM entries WHERE k = ?", (k,)).fetchone()
-            v, prev, seq, b, ts, kind, type_, body = encoding.decode(bytes(data))
-            forged = {**body, "actor_id": "mallory"}
-            db.execute(
-                "UPDATE entries SET data = ? WHERE k = ?",
-                (encoding.encode([v, prev, seq, b, ts, kind, type_, forged]), k),
-            )
-    finally:
-        db.close()
-
-
-def test_report_of_a_rewritten_entry_withholds_the_ledger_data(tmp_path: Path) -> None:
+def test_report_of_a_rewritten_entry_withholds_the_ledger_data(tmp_path: Path, raw: Any) -> None:
     """The strict read is refused: the page shows the verification and why, no entry."""
     ledger = _example(tmp_path)
-    _rewrite_head(ledger)
+    raw.rewrite(ledger)
     code, output = _report(ledger, tmp_path / "r.html")
     assert code == 1 and "ledger data withheld: strict read refused" in output
     page = (tmp_path / "r.html").read_text(encoding="utf-8")

@@ -8,17 +8,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-import apsw
 import pytest
 from click.testing import CliRunner
 
 from memroot.cli.main import cli
-from memroot.ledger import encoding
 from memroot.ledger.audit import audit_tiles
 from memroot.ledger.errors import RefusedError
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.note import Verifier, open_checkpoint, split_note
-from memroot.ledger.store import entry_key
 from memroot.ledger.tiles import publish_configured, set_publish, tile_path, write_tiles
 
 ORIGIN = "example.org/published"
@@ -111,26 +108,12 @@ def test_publishing_again_reads_only_the_new_entries(
     assert plain_client_root(out, 817) == t.root
 
 
-def _rewrite_entry(path: Path, seq: int) -> None:
-    """Attack: change one entry's body on disk (hashes, nodes and checkpoints left alone)."""
-    db = apsw.Connection(str(path))
-    try:
-        with db:
-            k = entry_key(1, seq)  # main is branch 1
-            (data,) = db.execute("SELECT data FROM entries WHERE k = ?", (k,)).fetchone()
-            v, prev, s, b, ts, kind, type_, body = encoding.decode(bytes(data))
-            new = encoding.encode([v, prev, s, b, ts, kind, type_, {**body, "actor_id": "mallory"}])
-            db.execute("UPDATE entries SET data = ? WHERE k = ?", (new, k))
-    finally:
-        db.close()
-
-
 def _files(out: Path) -> dict[Path, bytes]:
     return {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} if out.exists() else {}
 
 
 def test_publishing_a_rewritten_entry_writes_nothing(
-    tmp_path: Path, grown: Path, inputs: Any
+    tmp_path: Path, grown: Path, inputs: Any, raw: Any
 ) -> None:
     """A tampered entry never reaches the public directory, not even its bundle."""
     fresh, out = tmp_path / "fresh", tmp_path / "log"
@@ -139,7 +122,7 @@ def test_publishing_a_rewritten_entry_writes_nothing(
         ledger.append_batch(inputs.mixed(300, seed=7))
         ledger.checkpoint()
     before = _files(out)
-    _rewrite_entry(grown, 600)  # in the growth not yet published
+    raw.rewrite(grown, 600)  # in the growth not yet published
     with Ledger.open(grown, strict=False) as ledger:
         with pytest.raises(RefusedError, match="nothing was written"):
             write_tiles(ledger, out, sign=False)
