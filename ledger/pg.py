@@ -627,19 +627,6 @@ class PgStore(Store):
         )
         return self.branch(name)
 
-    def branch_parent(self, name: str) -> tuple[str | None, int | None]:
-        """Return ``(parent, anchor seq)`` of a branch (None, None for main).
-
-        Raises:
-            NotFoundError: if there is no such branch.
-        """
-        row = self.db.execute(
-            "SELECT parent, anchor FROM branches WHERE name = ?", (name,)
-        ).fetchone()
-        if row is None:
-            raise NotFoundError(f"no branch named {name!r}")
-        return row[0], None if row[1] is None else int(row[1])
-
     # -- entries -------------------------------------------------------------------------------
 
     def _copy_in(self, table: str, cols: str, rows: Iterable[Sequence[Any]]) -> None:
