@@ -7,6 +7,7 @@ from collections.abc import Callable
 from memroot.bench.results import HookedBench, HookedRun, LedgerBench
 from memroot.bench.targets import (
     BATCHED,
+    CORE,
     DURABLE,
     GROWTH,
     IMPORT,
@@ -113,6 +114,12 @@ def _rows(r: LedgerBench) -> list[Row]:
     h = r.get("hooked")
     if h is not None:
         rows.extend(_hooked_rows(h, r, status))
+    for t in r["targets"]:
+        if t["name"] in CORE:
+            shown_at = "-" if t["at"] is None else f"{t['at']:,}"
+            rows.append(
+                (t["name"], shown_at, _num(t["value"], t["unit"]), *status(t["name"], t["at"]))
+            )
     return rows
 
 
