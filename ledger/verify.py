@@ -404,6 +404,11 @@ def _row_chunks(db: Any, lo: int, hi: int) -> Iterator[list[Any]]:
 
 _READER_CACHE_KIB: Final = 2048
 """Page cache of the reader thread's connection (a sequential scan needs few pages)."""
+_AUDITOR_CACHE_KIB: Final = 8192
+"""Page cache of ``verify_path``'s own connection. The store's default (64 MiB) made the
+auditor's memory grow with the file until it was full (62 MB at 10^5 entries, 121 MB at 10^6);
+the checks read each page about once, so 8 MiB costs no time (measured: same CPU time at 10^6,
+59 MB)."""
 
 
 class _ChunkReader:
@@ -1582,10 +1587,12 @@ def verify_path(path: Path | str, **kwargs: Any) -> AuditReport:
     ``path`` may be a ``postgresql://`` URL: the audit then reads one REPEATABLE READ
     snapshot of the database (``PgStore.read``).
     """
-    from memroot.ledger.pg import open_store
+    from memroot.ledger.pg import is_url, open_store
 
     store = open_store(path, readonly=True)
     try:
+        if not is_url(path):
+            store.db.execute(f"PRAGMA cache_size=-{_AUDITOR_CACHE_KIB}")
         # An auditor who knows which log to expect says so (``origin=``): a ledger rewritten
         # under another origin then fails its checkpoints (step 6) instead of being trusted
         # under the name it claims.
