@@ -19,7 +19,7 @@ import importlib
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, NamedTuple, Protocol
@@ -826,7 +826,7 @@ class Ledger:
         rows: list[tuple[int, bytes, bytes, bytes | None, bytes | None, bytes | None]] = []
         leaves: list[bytes] = []
         event_rows: list[tuple[bytes, int]] = []
-        erasures: list[tuple[int, int]] = []  # this call's only
+        erasures: dict[int, int] = {}  # entry key -> erasing seq, this call's only
         unindexed: list[tuple[bytes, int]] = []  # native events not yet in batch_events
         out: list[Appended] = []
         salts = b""  # read at the first event the reference loop builds
@@ -936,9 +936,8 @@ class Ledger:
                     prev, seq, branch, ts, Kind.OP, item.op_type, body, plain=item.plain
                 )
                 if item.op_type == OpType.TOMBSTONE:
-                    erasures.append(
-                        (self._tombstone(no, entry, batch_events, rows, start, erasures), entry.seq)
-                    )
+                    target = self._tombstone(no, entry, batch_events, rows, start, erasures)
+                    erasures[target] = entry.seq
             n += 1
             if entry.type in _KEEP_TYPES:
                 seal.keep = True
@@ -1011,13 +1010,13 @@ class Ledger:
         batch_events: dict[bytes, int],
         rows: list[tuple[int, bytes, bytes, bytes | None, bytes | None, bytes | None]],
         start: int,
-        erasures: Sequence[tuple[int, int]],
+        erasures: Mapping[int, int],
     ) -> int:
         """Validate a TOMBSTONE; return the entry key of the event whose content it erases.
 
         A target appended earlier in the same batch has its content dropped from its ``rows``
         row here; either way the returned key gets ``erased_by`` when the rows are written.
-        ``erasures`` are the batch's earlier ones (entry key, erasing seq): a second TOMBSTONE
+        ``erasures`` are the batch's earlier ones (entry key -> erasing seq): a second TOMBSTONE
         of one event is refused alike whether the first is in this batch or stored.
         """
         payload = entry.body["payload"]
@@ -1031,7 +1030,7 @@ class Ledger:
             k = self.store.event_key(raw)
             if k is None or k >> 40 != branch_no:
                 raise NotFoundError(f"TOMBSTONE target event {target} is not on this branch")
-        by = next((seq for key, seq in erasures if key == k), None)
+        by = erasures.get(k)
         if by is not None:
             raise RefusedError(f"event {target} was already erased by entry {by}")
         if raw in batch_events:
@@ -1059,7 +1058,7 @@ class Ledger:
         rows: list[tuple[int, bytes, bytes, bytes | None, bytes | None, bytes | None]],
         leaves: list[bytes],
         event_rows: list[tuple[bytes, int]],
-        erasures: list[tuple[int, int]],
+        erasures: Mapping[int, int],
         last_ts: int | None,
     ) -> None:
         """Insert entries, their completed tree nodes, erasures and the new head (in the txn).
@@ -1084,7 +1083,7 @@ class Ledger:
         self.store.insert_entries(rows)
         if event_rows:
             self.store.insert_event_ids(event_rows)
-        for k, by in erasures:
+        for k, by in erasures.items():
             self.store.erase_content(k, by)
         self.store.insert_nodes(nodes)
         size = head.row.size + len(rows)
