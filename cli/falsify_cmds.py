@@ -15,7 +15,7 @@ import click
 from memroot.cli.commands import jsonable, open_ledger, open_reader
 from memroot.cli.main import Context, branch_option, cli, emit, pass_ctx
 from memroot.ledger.errors import IntegrityError
-from memroot.ledger.ledger import Ledger
+from memroot.ledger.ledger import Appended, Ledger
 from memroot.memory_root.falsify import (
     CascadeResult,
     Falsifier,
@@ -85,6 +85,12 @@ def unapplied(
             }
         )
     return out
+
+
+def _why_unapplied(ledger: Ledger, a: Appended) -> str | None:
+    """Return why the global state left out the operation just appended (None: it applied)."""
+    left_out = unapplied(ledger, None, a.branch, at=(a.branch, a.seq))
+    return str(left_out[0]["reason"]) if left_out else None
 
 
 def unapplied_lines(rows: list[dict[str, Any]]) -> list[str]:
@@ -162,8 +168,7 @@ def _state_cmd(
             namespace=namespace,
         )
         state = f.state(ref, branch)
-        left_out = unapplied(ledger, None, a.branch, at=(a.branch, a.seq))
-    why_not = left_out[0]["reason"] if left_out else None
+        why_not = _why_unapplied(ledger, a)
     data = {
         "type": ref.kind,
         "id": ref.id,
@@ -305,8 +310,7 @@ def restore_cmd(
             )
             p, a = done.plan, done.appended[0]
         state = f.state(p.origin, branch)
-        left_out = [] if a is None else unapplied(ledger, None, a.branch, at=(a.branch, a.seq))
-    why_not = left_out[0]["reason"] if left_out else None
+        why_not = None if a is None else _why_unapplied(ledger, a)
     data: dict[str, Any] = {
         "type": p.origin.kind,
         "id": p.origin.id,
