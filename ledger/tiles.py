@@ -290,11 +290,13 @@ def write_tiles(
                 raise RefusedError(
                     f"{out} holds tiles of a different tree (the root at size {start} differs)"
                 )
+        levels, bundle, compact = _seed(out, start)
         with store.read():
             # Recompute the signed root over what is to be published before a file is
             # written: a tampered entry must not reach a public directory, even partly.
-            _check_entries(store, b.no, branch, start, size, root, _seed(out, start)[2])
-            _write_growth(writer, out, store, b.no, start, size, backfill)
+            edge = merkle.CompactRange.from_hashes(compact.size, compact.hashes)
+            _check_entries(store, b.no, branch, start, size, root, edge)
+            _write_growth(writer, out, store, b.no, start, size, backfill, levels, bundle, compact)
         # Read the new edge back from the files: what a tile client will compute.
         if merkle.tree_root(size, TileReader(out, size)) != root:
             raise RefusedError(f"the tiles written to {out} do not give the signed root")
@@ -339,9 +341,15 @@ def _write_growth(
     start: int,
     size: int,
     backfill: bool,
+    levels: list[list[bytes]],
+    bundle: list[bytes],
+    compact: merkle.CompactRange,
 ) -> None:
-    """Write the tiles, bundles and checkpoint notes of entries ``start..size`` (checked)."""
-    levels, bundle, compact = _seed(out, start)
+    """Write the tiles, bundles and checkpoint notes of entries ``start..size`` (checked).
+
+    ``levels``, ``bundle`` and ``compact`` are the right edge ``_seed`` read back from the
+    published tiles; they are extended in place.
+    """
     retained = checkpoints_after(store, branch_no, -1 if backfill else start)
     notes = {s: n for s, _, n in retained}
     sizes = sorted(s for s in notes if s > start)
