@@ -15,7 +15,7 @@ import click
 from memroot.cli.commands import jsonable, open_ledger, open_reader
 from memroot.cli.main import Context, branch_option, cli, emit, pass_ctx
 from memroot.ledger.errors import IntegrityError
-from memroot.ledger.ledger import Appended, Ledger
+from memroot.ledger.ledger import CANONICAL_BRANCH, Appended, Ledger
 from memroot.memory_root.falsify import (
     CascadeResult,
     Falsifier,
@@ -506,18 +506,21 @@ def _print_why(w: ItemWhy) -> None:
         click.echo(f"  {d.kind:<14} {d.id}")
 
 
-def object_states(ledger: Ledger, object_id: str) -> tuple[list[dict[str, Any]], list[str]]:
-    """Return an object's falsification states on main: as JSON, and as lines to print.
+def object_states(
+    ledger: Ledger, object_id: str, branch: str = CANONICAL_BRANCH
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Return an object's falsification states in ``branch``'s view: JSON, and lines to print.
 
-    The lines end with the state operations on it that were accepted in their own view and
-    that the global state left out (``unapplied``).
+    The view is the branch's own operations after those of its ancestors up to each fork
+    point. The lines end with the state operations on it that were accepted in their own
+    view and that the global state left out (``unapplied``).
     """
     f = Falsifier(ledger)
     f.sync()
-    history = [(c, bytes(ledger.entry(c.seq, c.branch).hash)) for c in f.history(object_id)]
+    history = [(c, bytes(ledger.entry(c.seq, c.branch).hash)) for c in f.history(object_id, branch)]
     lines = ["states:" if history else "states: live (never falsified, staled or restored)"]
     lines.extend(state_lines(history))
-    lines.extend(unapplied_lines(unapplied(ledger, object_id)))
+    lines.extend(unapplied_lines(unapplied(ledger, object_id, branch)))
     return [{**c.to_dict(), "entry_hash": h.hex()} for c, h in history], lines
 
 

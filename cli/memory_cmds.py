@@ -209,7 +209,7 @@ def why_cmd(
         sync(ledger, branch)
         with ledger.store.read():
             w = why_object(ledger, object_id, branch=branch, anchor=anchor)
-            states = object_states(ledger, object_id)
+            states = object_states(ledger, object_id, branch)
             left_out = unapplied(ledger, object_id, branch)
             read_by = readers(ledger, object_id)
     data = {**w.to_dict(), "states": states[0], "unapplied": left_out, "read_by": read_by}

@@ -82,3 +82,53 @@ def test_why_in_a_branch_proves_each_step_in_its_own_tree(tmp_path: Path):
         )
     missing = CliRunner().invoke(cli, ["-l", str(path), "why", made["id"]], catch_exceptions=False)
     assert missing.exit_code == 3  # the branch's object is not on main
+
+
+def test_why_in_a_branch_shows_the_branch_s_falsification_states(tmp_path: Path):
+    """A falsification on a branch is in `why --branch`'s states, not in main's."""
+    path = tmp_path / "w.ledger"
+    run(path, "init")
+    event = run(
+        path,
+        "append",
+        json.dumps(
+            {
+                "kind": "event",
+                "stream": "s",
+                "actor_id": "alice",
+                "actor_type": "HUMAN_USER",
+                "role": "USER",
+                "content": "I live in Chengdu",
+                "namespace_id": "ns",
+            }
+        ),
+    )[0]
+    made = run(
+        path,
+        "append",
+        json.dumps(
+            {
+                "kind": "op",
+                "op_type": "ASSERT",
+                "actor_id": "agent",
+                "actor_type": "AI_AGENT",
+                "namespace_id": "ns",
+                "policy_version": "p/1",
+                "payload": {
+                    "object_type": "FACT",
+                    "epistemic_type": "OBSERVED",
+                    "source_type": "USER_STATED",
+                    "evidence_ids": [event["id"]],
+                    "value": "Alice lives in Chengdu",
+                    "confidence": None,
+                    "salience": 0.5,
+                },
+            }
+        ),
+    )[0]
+    bid = run(path, "branch", "create", "--type", "SIMULATION", "--purpose", "what if")["branch_id"]
+    run(path, "falsify", made["id"], "-b", bid, "--reason", "not in this world")
+    on_branch = run(path, "why", made["id"], "--branch", bid)
+    assert [s["state"] for s in on_branch["states"]] == ["falsified"]
+    assert on_branch["states"][0]["branch"] == bid
+    assert run(path, "why", made["id"])["states"] == []
