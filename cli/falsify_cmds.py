@@ -14,8 +14,9 @@ import click
 
 from memroot.cli.commands import jsonable, open_ledger, open_reader
 from memroot.cli.main import Context, branch_option, cli, emit, pass_ctx
+from memroot.ledger.entries import CANONICAL_BRANCH
 from memroot.ledger.errors import IntegrityError
-from memroot.ledger.ledger import CANONICAL_BRANCH, Appended, Ledger
+from memroot.ledger.ledger import Appended, Ledger
 from memroot.memory_root.falsify import (
     CascadeResult,
     Falsifier,
