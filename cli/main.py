@@ -18,6 +18,7 @@ The option is added to every command and group by the classes ``_Group`` hands o
 from __future__ import annotations
 
 import base64
+import importlib
 import json
 import sys
 import warnings
@@ -220,11 +221,68 @@ class LedgerGroup(click.Group):
         _add_ledger_option(self)
 
 
+COMMAND_MODULES: dict[str, str] = {
+    "append": "commands",
+    "audit": "bundle_cmds",
+    "bench": "bench",
+    "branch": "branch_cmds",
+    "cascade": "falsify_cmds",
+    "checkpoint": "commands",
+    "demo": "demo",
+    "export": "bundle_cmds",
+    "falsify": "falsify_cmds",
+    "gc": "branch_cmds",
+    "import": "commands",
+    "import-bundle": "bundle_cmds",
+    "init": "commands",
+    "log": "commands",
+    "mark-stale": "falsify_cmds",
+    "mcp": "mcp_cmd",
+    "prove": "commands",
+    "publish": "witness_cmds",
+    "query": "memory_cmds",
+    "rebuild": "memory_cmds",
+    "receipts": "receipts_cmd",
+    "report": "report_cmd",
+    "restore": "falsify_cmds",
+    "root": "root_cmds",
+    "roots": "root_cmds",
+    "rotate-key": "bundle_cmds",
+    "selfmodel": "root_cmds",
+    "show": "commands",
+    "snapshot": "root_cmds",
+    "tiles": "bundle_cmds",
+    "verify": "commands",
+    "vkey": "commands",
+    "why": "memory_cmds",
+    "witness": "witness_cmds",
+}
+"""Each subcommand's module in ``memroot.cli``: imported when the command runs (or for help).
+
+A CLI call imports only its own command's module (and what that module needs), not every
+layer's: ``memroot append`` does not pay for the benchmark harness or the report renderer.
+"""
+
+
 class _Group(click.Group):
-    """The root group: maps library errors to exit codes; its commands take ``-l`` too."""
+    """The root group: maps library errors to exit codes; its commands take ``-l`` too.
+
+    Subcommands are loaded on first use from ``COMMAND_MODULES``.
+    """
 
     command_class = LedgerCommand
     group_class = LedgerGroup
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        """Return every subcommand's name (without importing their modules)."""
+        return sorted(set(COMMAND_MODULES) | set(self.commands))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """Return the subcommand, importing the module that registers it the first time."""
+        module = COMMAND_MODULES.get(cmd_name)
+        if module is not None and cmd_name not in self.commands:
+            importlib.import_module(f"memroot.cli.{module}")
+        return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
         """Run the command; map ``MemrootError`` through ``_exit_code``.
@@ -292,16 +350,7 @@ def main() -> None:
     cli(prog_name="memroot")
 
 
-# Importing the command modules registers their commands on the group.
-from memroot.cli import bench as _bench  # noqa: E402, F401
-from memroot.cli import branch_cmds as _branch_cmds  # noqa: E402, F401
-from memroot.cli import bundle_cmds as _bundle_cmds  # noqa: E402, F401
-from memroot.cli import commands as _commands  # noqa: E402, F401
-from memroot.cli import demo as _demo  # noqa: E402, F401
-from memroot.cli import falsify_cmds as _falsify_cmds  # noqa: E402, F401
-from memroot.cli import mcp_cmd as _mcp_cmd  # noqa: E402, F401
-from memroot.cli import memory_cmds as _memory_cmds  # noqa: E402, F401
-from memroot.cli import receipts_cmd as _receipts_cmd  # noqa: E402, F401
-from memroot.cli import report_cmd as _report_cmd  # noqa: E402, F401
-from memroot.cli import root_cmds as _root_cmds  # noqa: E402, F401
-from memroot.cli import witness_cmds as _witness_cmds  # noqa: E402, F401
+def load_all_commands() -> None:
+    """Import every subcommand's module (``cli.commands`` then holds them all)."""
+    for module in sorted(set(COMMAND_MODULES.values())):
+        importlib.import_module(f"memroot.cli.{module}")

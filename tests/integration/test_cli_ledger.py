@@ -8,6 +8,8 @@ import json
 import os
 import random
 import stat
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 
-from memroot.cli.main import cli
+from memroot.cli.main import COMMAND_MODULES, cli, load_all_commands
 from memroot.ledger.entries import Entry, now_us
 from memroot.ledger.hashing import leaf_hash
 from memroot.ledger.ledger import Ledger
@@ -435,8 +437,46 @@ def all_commands() -> list[tuple[str, ...]]:
             if isinstance(cmd, click.Group):
                 walk(cmd, (*prefix, name))
 
+    load_all_commands()
     walk(cli, ())
     return out
+
+
+def test_every_command_is_loaded_on_demand_from_its_module() -> None:
+    """COMMAND_MODULES names every registered command's module, and nothing else.
+
+    A command registered by a module the map does not name would be missing from a CLI call
+    that has not imported that module; one the map names that no module registers would fail
+    on use.
+    """
+    load_all_commands()
+    registered = {
+        name: cmd.callback.__module__ for name, cmd in cli.commands.items() if cmd.callback
+    }
+    assert {n: f"memroot.cli.{m}" for n, m in COMMAND_MODULES.items()} == registered
+
+
+def test_a_cli_call_imports_only_its_own_command_module() -> None:
+    """`memroot --version` imports no command module; `--help` still lists every command."""
+    code = (
+        "import sys\n"
+        "from memroot.cli.main import main\n"
+        "sys.argv = ['memroot', '--version']\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith('memroot.cli.')))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    loaded = out.strip().splitlines()[-1]
+    for module in set(COMMAND_MODULES.values()):
+        assert f"'memroot.cli.{module}'" not in loaded
+    listed = CliRunner().invoke(cli, ["--help"], catch_exceptions=False).output
+    for name in COMMAND_MODULES:
+        assert name in listed
 
 
 LEDGER_COMMANDS = {

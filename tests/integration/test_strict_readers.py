@@ -27,7 +27,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 import memroot
-from memroot.cli.main import cli
+from memroot.cli.main import cli, load_all_commands
 from memroot.ledger import encoding
 from memroot.ledger.store import entry_key, node_key
 
@@ -390,6 +390,7 @@ def _commands(group: click.Group, prefix: str = "") -> dict[str, click.Command]:
 
 
 def test_every_read_command_lists_no_strict_in_its_help() -> None:
+    load_all_commands()
     commands = _commands(cli)
     readers = sorted(set(commands) - NOT_READERS - STRICT_ONLY)
     assert {"roots", "root show", "branch list", "prove", "tiles", "receipts", "report"} <= set(
