@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 import warnings
 import weakref
 from collections.abc import Sequence
@@ -259,6 +257,9 @@ class _Unavailable(Exception):
 
 def _post(url: str, body: bytes, timeout: float) -> tuple[int, str, str]:
     """POST and return ``(status, content type, text)``; raise _Unavailable when unreachable."""
+    import urllib.error
+    import urllib.request  # here, not at the top: every append imports this module (40 ms)
+
     request = urllib.request.Request(
         url, data=body, method="POST", headers={"Content-Type": "text/plain; charset=utf-8"}
     )
@@ -549,6 +550,9 @@ def fetch_latest(url: str, origin: str, timeout: float = _TIMEOUT) -> str | None
         StorageError: if the witness cannot be reached or answers anything else.
 
     """
+    import urllib.error
+    import urllib.request
+
     target = _check_url(url) + "/checkpoint?" + urllib.parse.urlencode({"origin": origin})
     try:
         with urllib.request.urlopen(target, timeout=timeout) as response:
