@@ -171,3 +171,16 @@ def inclusion_from_rows(
     cache_max: int,
 ) -> list[bytes]:
     """Return the inclusion proof of leaf ``index`` from the cache and the rows read."""
+
+class Ed25519Key:
+    """An Ed25519 signing key made from its 32-byte seed (``Reject`` for another size)."""
+
+    def __init__(self, seed: bytes) -> None: ...
+    def public_key(self) -> bytes:
+        """Return the raw 32-byte public key."""
+
+    def sign(self, message: bytes) -> bytes:
+        """Return the 64-byte RFC 8032 signature of ``message``."""
+
+def ed25519_verify_strict(public_key: bytes, message: bytes, signature: bytes) -> bool:
+    """Return whether the signature verifies by the strict rules (False for wrong sizes)."""

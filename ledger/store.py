@@ -201,6 +201,9 @@ class Store:
         self.path = Path(path)
         self.readonly = readonly
         self._write_depth = 0
+        self.changes_at_begin = -1
+        """This connection's ``total_changes()`` when the open outermost write began: with
+        ``data_version``, a writer tells whether anything changed the file since its last commit."""
         self._node_cache: dict[int, bytes] = {}
         self._before_commit: list[Callable[[], None]] = []
         self._after_rollback: list[Callable[[], None]] = []
@@ -377,6 +380,7 @@ class Store:
             self._begin_immediate()
         except apsw.Error as e:
             raise _storage_error(e, self.path) from e
+        self.changes_at_begin = self.db.total_changes()
         self._write_depth = 1
         try:
             yield self.db
