@@ -215,6 +215,7 @@ class Ledger:
         self._signer: Signer | None = None
         self._key_checked: Signer | None = None  # the loaded key, once found to be ours
         self._heads: dict[str, _Head] = {}
+        self._branch_nos: dict[str, int] = {}  # branch name -> its number (never changes)
         self._txn: dict[str, _Seal] = {}
         self._sealed: list[SignedHead] = []
         # What the last committed seals left per branch no, valid while ``_seal_token`` is
@@ -676,7 +677,12 @@ class Ledger:
         Raises:
             RefusedError: if ``index >= size`` or ``size`` exceeds the branch's size.
         """
+        if size is not None and _N is not None and isinstance(self.store, Store):
+            proof = self._native_proof(index, size, branch)
+            if proof is not None:
+                return proof
         row = self.store.branch(branch)
+        self._branch_nos[branch] = row.no
         size = row.size if size is None else size
         _check_size(size, row.size)
         if not 0 <= index < size:
@@ -693,6 +699,37 @@ class Ledger:
             except _N.Reject:
                 pass  # a missing or damaged node: the reference says which
         return merkle.inclusion_proof(index, size, self._reader(row.no))
+
+    def _native_proof(self, index: int, size: int, branch: str) -> list[bytes] | None:
+        """Return the inclusion proof from one statement: the path rows and the branch size.
+
+        The path's keys need the branch's number, which never changes for a name (it is
+        remembered from an earlier proof, and the branch row read with the path must agree);
+        the size is checked against the row read in the same statement. None when the
+        number is not known yet or anything is off: the caller's path then decides.
+
+        Raises:
+            RefusedError: if ``size`` exceeds the branch's size or ``index`` is not in it.
+        """
+        assert _N is not None and isinstance(self.store, Store)
+        no = self._branch_nos.get(branch)
+        if no is None or not 0 <= index < size:
+            return None
+        cache = self.store.node_cache
+        try:
+            leaves, inner = _N.inclusion_keys(no, index, size, cache)
+        except _N.Reject:
+            return None
+        have, rows = self.store.tree_rows_of(branch, leaves, inner)
+        if have is None or have[1] != no:
+            return None
+        _check_size(size, have[0])
+        try:
+            return _N.inclusion_from_rows(
+                no, index, size, cache, rows, NODE_CACHE_MIN_LEVEL, NODE_CACHE_MAX
+            )
+        except _N.Reject:
+            return None
 
     def consistency_proof(
         self, size1: int, size2: int | None = None, branch: str = CANONICAL_BRANCH
