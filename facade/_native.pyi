@@ -182,5 +182,9 @@ class Ed25519Key:
     def sign(self, message: bytes) -> bytes:
         """Return the 64-byte RFC 8032 signature of ``message``."""
 
-def ed25519_verify_strict(public_key: bytes, message: bytes, signature: bytes) -> bool:
-    """Return whether the signature verifies by the strict rules (False for wrong sizes)."""
+class Ed25519Verifier:
+    """An Ed25519 public key decoded once (``Reject`` if it is not one)."""
+
+    def __init__(self, public_key: bytes) -> None: ...
+    def verify_strict(self, message: bytes, signature: bytes) -> bool:
+        """Return whether the signature verifies by the strict rules (False for wrong sizes)."""

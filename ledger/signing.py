@@ -147,8 +147,19 @@ def check_own_signature(public_key: bytes, message: bytes, signature: bytes) -> 
     :func:`verify_signature`. Never raises; a failure is ``False``.
     """
     if _N is not None:
-        return _N.ed25519_verify_strict(bytes(public_key), bytes(message), bytes(signature))
+        verifier = _native_verifier(bytes(public_key))
+        return verifier is not None and verifier.verify_strict(bytes(message), bytes(signature))
     return verify_signature(public_key, message, signature)
+
+
+@functools.lru_cache(maxsize=64)
+def _native_verifier(raw: bytes) -> Any:
+    """Return the native verifier of a public key (decoded once), or None if it is not one."""
+    assert _N is not None
+    try:
+        return _N.Ed25519Verifier(raw)
+    except _N.Reject:
+        return None
 
 
 @functools.lru_cache(maxsize=64)

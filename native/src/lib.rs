@@ -925,6 +925,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(event_index_check, m)?)?;
     m.add_function(wrap_pyfunction!(compact_append_rows, m)?)?;
     m.add_class::<sign::Ed25519Key>()?;
-    m.add_function(wrap_pyfunction!(sign::py_verify_strict, m)?)?;
+    m.add_class::<sign::Ed25519Verifier>()?;
     Ok(())
 }

@@ -61,11 +61,34 @@ pub fn verify_strict(public_key: &[u8], message: &[u8], signature: &[u8]) -> boo
         .is_ok()
 }
 
-/// `verify_strict` for Python.
-#[pyfunction]
-#[pyo3(name = "ed25519_verify_strict")]
-pub fn py_verify_strict(public_key: &[u8], message: &[u8], signature: &[u8]) -> bool {
-    verify_strict(public_key, message, signature)
+/// An Ed25519 public key decoded once (a signer checks every seal against the same key).
+#[pyclass(module = "memroot._native", frozen)]
+pub struct Ed25519Verifier {
+    key: VerifyingKey,
+}
+
+#[pymethods]
+impl Ed25519Verifier {
+    #[new]
+    fn new(public_key: &[u8]) -> PyResult<Self> {
+        let Ok(pk) = <[u8; 32]>::try_from(public_key) else {
+            return crate::reject("an Ed25519 public key is 32 bytes");
+        };
+        match VerifyingKey::from_bytes(&pk) {
+            Ok(key) => Ok(Self { key }),
+            Err(_) => crate::reject("not an Ed25519 public key"),
+        }
+    }
+
+    /// `verify_strict` of `signature` over `message` under this key.
+    fn verify_strict(&self, message: &[u8], signature: &[u8]) -> bool {
+        let Ok(sig) = <[u8; 64]>::try_from(signature) else {
+            return false;
+        };
+        self.key
+            .verify_strict(message, &Signature::from_bytes(&sig))
+            .is_ok()
+    }
 }
 
 #[cfg(test)]

@@ -70,6 +70,9 @@ def test_the_native_self_check_refuses_what_the_reference_refuses(
     other = Ed25519Signer.from_seed("k", bytes(31) + b"\x01").public_key
     assert not check_own_signature(other, message, good)
     assert not check_own_signature(signer.public_key[:31], message, good)
+    not_a_point = bytes([2]) + bytes(31)  # no curve point has this encoding
+    assert not verify_signature(not_a_point, message, good)
+    assert not check_own_signature(not_a_point, message, good)
     assert not check_own_signature(signer.public_key, message, good[:63])
 
 
