@@ -5,9 +5,11 @@ its pure-Python reference in ``memroot.ledger`` computes; where the reference ra
 raise ``Reject`` and the caller re-runs the reference for its error and message.
 """
 
-from typing import Any
+from typing import Any, final
 
 __all__ = [
+    "Ed25519Key",
+    "Ed25519Verifier",
     "Reject",
     "build_events",
     "compact_append",
@@ -171,3 +173,22 @@ def inclusion_from_rows(
     cache_max: int,
 ) -> list[bytes]:
     """Return the inclusion proof of leaf ``index`` from the cache and the rows read."""
+
+@final
+class Ed25519Key:
+    """An Ed25519 signing key made from its 32-byte seed (``Reject`` for another size)."""
+
+    def __new__(cls, seed: bytes) -> Ed25519Key: ...
+    def public_key(self) -> bytes:
+        """Return the raw 32-byte public key."""
+
+    def sign(self, message: bytes) -> bytes:
+        """Return the 64-byte RFC 8032 signature of ``message``."""
+
+@final
+class Ed25519Verifier:
+    """An Ed25519 public key decoded once (``Reject`` if it is not one)."""
+
+    def __new__(cls, public_key: bytes) -> Ed25519Verifier: ...
+    def verify_strict(self, message: bytes, signature: bytes) -> bool:
+        """Return whether the signature verifies by the strict rules (False for wrong sizes)."""

@@ -173,6 +173,16 @@ class _Seal:
     keep: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class _SealState:
+    """What a branch's last seal left in the file: its head checkpoint and retention marker."""
+
+    last: tuple[int, bytes, str] | None
+    """``(size, root, note)`` of the newest stored checkpoint, as ``latest_checkpoint``."""
+    marker: Any
+    """The ``_TRANSIENT_META`` value of the branch (None when the row is absent)."""
+
+
 @dataclass(slots=True)
 class _Head:
     """In-memory right edge of one branch's tree, valid while the stored head matches."""
@@ -205,8 +215,16 @@ class Ledger:
         self._signer: Signer | None = None
         self._key_checked: Signer | None = None  # the loaded key, once found to be ours
         self._heads: dict[str, _Head] = {}
+        self._branch_nos: dict[str, int] = {}  # branch name -> its number (never changes)
         self._txn: dict[str, _Seal] = {}
         self._sealed: list[SignedHead] = []
+        # What the last committed seals left per branch no, valid while ``_seal_token`` is
+        # (data_version, total_changes) of this connection when a write begins: nothing, not
+        # another connection and not this one, changed the file since (``_seal_states``).
+        self._seal_known: dict[int, _SealState] = {}
+        self._seal_next: dict[int, _SealState] = {}
+        self._seal_token: tuple[int, int] | None = None
+        self._seal_version: int | None = None
         self._publish_pending = False
         self._forking = False
         self._batch_events: dict[bytes, int] = {}  # of the batch being appended (find_event)
@@ -659,7 +677,12 @@ class Ledger:
         Raises:
             RefusedError: if ``index >= size`` or ``size`` exceeds the branch's size.
         """
+        if size is not None and _N is not None and isinstance(self.store, Store):
+            proof = self._native_proof(index, size, branch)
+            if proof is not None:
+                return proof
         row = self.store.branch(branch)
+        self._branch_nos[branch] = row.no
         size = row.size if size is None else size
         _check_size(size, row.size)
         if not 0 <= index < size:
@@ -676,6 +699,37 @@ class Ledger:
             except _N.Reject:
                 pass  # a missing or damaged node: the reference says which
         return merkle.inclusion_proof(index, size, self._reader(row.no))
+
+    def _native_proof(self, index: int, size: int, branch: str) -> list[bytes] | None:
+        """Return the inclusion proof from one statement: the path rows and the branch size.
+
+        The path's keys need the branch's number, which never changes for a name (it is
+        remembered from an earlier proof, and the branch row read with the path must agree);
+        the size is checked against the row read in the same statement. None when the
+        number is not known yet or anything is off: the caller's path then decides.
+
+        Raises:
+            RefusedError: if ``size`` exceeds the branch's size or ``index`` is not in it.
+        """
+        assert _N is not None and isinstance(self.store, Store)
+        no = self._branch_nos.get(branch)
+        if no is None or not 0 <= index < size:
+            return None
+        cache = self.store.node_cache
+        try:
+            leaves, inner = _N.inclusion_keys(no, index, size, cache)
+        except _N.Reject:
+            return None
+        have, rows = self.store.tree_rows_of(branch, leaves, inner)
+        if have is None or have[1] != no:
+            return None
+        _check_size(size, have[0])
+        try:
+            return _N.inclusion_from_rows(
+                no, index, size, cache, rows, NODE_CACHE_MIN_LEVEL, NODE_CACHE_MAX
+            )
+        except _N.Reject:
+            return None
 
     def consistency_proof(
         self, size1: int, size2: int | None = None, branch: str = CANONICAL_BRANCH
@@ -1135,8 +1189,9 @@ class Ledger:
         if not pending:
             return
         signer = self._require_key()
+        known = self._seal_states()
         for branch, seal in pending.items():
-            self._sealed.append(self._sign_head(branch, seal, signer))
+            self._sealed.append(self._sign_head(branch, seal, signer, known))
         for head in self._sealed:
             self._reader_checks.trust_head(head)
         self._sealed.clear()
@@ -1146,6 +1201,12 @@ class Ledger:
         """After a sealing COMMIT: hand the new checkpoints to the witnesses and tiles."""
         if not self._publish_pending:
             return
+        if self._seal_version is not None:
+            # What this transaction's seals wrote is now the file's state: the next seal may
+            # take it from memory while nothing else writes (taken before the witnesses write).
+            self._seal_known.update(self._seal_next)
+            self._seal_token = (self._seal_version, self.store.db.total_changes())
+        self._seal_next = {}
         self._publish_pending = False
         from memroot.ledger.witness import after_commit
 
@@ -1159,14 +1220,52 @@ class Ledger:
         self._sealed.clear()
         self._publish_pending = False
         self._reader_checks.forget()
+        self._forget_seal_states()
 
-    def _sign_head(self, branch: str, seal: _Seal, signer: Signer) -> SignedHead:
+    def _forget_seal_states(self) -> None:
+        """Drop what the seals remember: the next one reads the checkpoints and marker."""
+        self._seal_known = {}
+        self._seal_next = {}
+        self._seal_token = None
+        self._seal_version = None
+
+    def _seal_states(self) -> dict[int, _SealState]:
+        """Return what the last seals left per branch no, when it is still the file's state.
+
+        Valid when neither another connection (SQLite's ``data_version``) nor this one
+        (``total_changes`` when this write began) changed the file since the last sealing
+        commit: then the newest checkpoint and the retention marker of a branch are the ones
+        that seal wrote (or read), and reading them again would return the same rows. Else
+        (and always on PostgreSQL, which has no such counter) nothing is known: the seal
+        reads them.
+        """
+        self._seal_next = {}
+        store = self.store
+        version = store.data_version() if isinstance(store, Store) else None
+        self._seal_version = version
+        if version is None:
+            self._seal_known = {}
+            return {}
+        assert isinstance(store, Store)
+        if self._seal_token != (version, store.changes_at_begin):
+            self._seal_known = {}
+        return self._seal_known
+
+    def _sign_head(
+        self, branch: str, seal: _Seal, signer: Signer, known: Mapping[int, _SealState]
+    ) -> SignedHead:
         # The right edge this transaction's appends left (``_write_rows`` keeps it in step).
         cached = self._heads[branch]
         row = cached.row
         read = self._reader(row.no)
         root = bytes(cached.compact.root())
-        last = self.store.latest_checkpoint(row.no)
+        marker = f"{_TRANSIENT_META}{row.no}"
+        state = known.get(row.no)
+        if state is None:
+            last = self.store.latest_checkpoint(row.no)
+            marked = self.store.meta(marker) if last is not None else None
+        else:
+            last, marked = state.last, state.marker
         if last is not None:
             last_size, last_root, _ = last
             if last_size > row.size:
@@ -1181,12 +1280,12 @@ class Ledger:
                     "signed checkpoint (history was rewritten); refusing to append"
                 )
             if last_size == row.size:  # nothing landed (a refused append inside a bulk)
+                self._seal_next[row.no] = _SealState(last, marked)
                 return SignedHead(branch, row.no, row.size, root, last[2])
         cp = Checkpoint(branch_origin(self.origin, branch), row.size, TreeRoot(root))
         note = sign_checkpoint(cp, [signer])
         self.store.insert_checkpoint(row.no, row.size, root, note)
-        marker = f"{_TRANSIENT_META}{row.no}"
-        if last is not None and last[0] < row.size and self.store.meta(marker) == last[0]:
+        if last is not None and last[0] < row.size and marked == last[0]:
             self.store.delete_checkpoint(row.no, last[0])
         before = 0 if last is None else last[0]
         keep = (
@@ -1198,6 +1297,7 @@ class Ledger:
             self.store.delete_meta(marker)
         else:
             self.store.set_meta(marker, row.size)
+        self._seal_next[row.no] = _SealState((row.size, root, note), None if keep else row.size)
         return SignedHead(branch, row.no, row.size, root, note)
 
     # -- checkpoints ---------------------------------------------------------------------------
@@ -1229,6 +1329,9 @@ class Ledger:
                 f"key file {self.key_path} holds key {vkey_of(signer)}, which is not a key of "
                 "this ledger (its genesis or a KEY_ROTATE); use the ledger's own key file"
             )
+        # It writes checkpoints and the marker outside any seal (perhaps inside an open bulk,
+        # before that transaction's seal): what the seals remember no longer holds.
+        self._forget_seal_states()
         with self.store.write():
             row = self.store.branch(branch)
             read = self._reader(row.no)

@@ -39,6 +39,7 @@ from memroot.ledger.signing import (
     KEY_ID_SIZE,
     PUBLIC_KEY_SIZE,
     Signer,
+    check_own_signature,
     is_valid_key_name,
     key_hash,
     verify_signature,
@@ -504,7 +505,7 @@ def sign_note(text: str, signers: Sequence[Signer]) -> str:
         signature = signer.sign(message)
         # Check our own signature before publishing it: a faulty signer (or a fault during
         # signing) must not put a note out that its own vkey cannot open.
-        if not verify_signature(signer.public_key, message, signature):
+        if not check_own_signature(signer.public_key, message, signature):
             raise ValueError(f"signer {name} produced a signature that does not verify")
         lines.append(f"{_SIG_PREFIX}{name} {_b64encode(key_id + signature)}\n")
     note = text + "\n" + "".join(lines)

@@ -5,6 +5,12 @@ This module owns the key material and the raw signature primitive; ``memroot.led
 note, vkey, checkpoint and proof text formats and calls :func:`verify_signature` and a
 :class:`Signer` for the cryptography.
 
+With the native core, an ``Ed25519Signer`` signs with a native copy of its key and a signer's
+check of its own signature (:func:`check_own_signature`) runs natively: every commit signs its
+seal, and OpenSSL's Ed25519 was most of a durable append's CPU time. RFC 8032 signatures are
+deterministic, so both sign the same bytes. Opening notes (:func:`verify_signature`) always
+uses ``cryptography``, so what verifies does not depend on the backend.
+
 A signing key is stored in the private key format of Go's ``golang.org/x/mod/sumdb/note``,
 so the same file works with the Go tooling (``note.NewSigner``)::
 
@@ -23,7 +29,7 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import NoReturn, Protocol
+from typing import Any, NoReturn, Protocol
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
@@ -32,6 +38,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
 
+from memroot.ledger._backend import NATIVE as _N
 from memroot.ledger._fs import fsync_dir
 from memroot.ledger.errors import KeyFileError
 from memroot.ledger.hashing import sha256
@@ -44,6 +51,7 @@ __all__ = [
     "SIGNATURE_SIZE",
     "Ed25519Signer",
     "Signer",
+    "check_own_signature",
     "is_valid_key_name",
     "key_hash",
     "verify_signature",
@@ -122,12 +130,46 @@ def verify_signature(public_key: bytes, message: bytes, signature: bytes) -> boo
     if len(public_key) != PUBLIC_KEY_SIZE or len(signature) != SIGNATURE_SIZE:
         return False
     try:
-        Ed25519PublicKey.from_public_bytes(bytes(public_key)).verify(
-            bytes(signature), bytes(message)
-        )
+        _public_key(bytes(public_key)).verify(bytes(signature), bytes(message))
     except (InvalidSignature, ValueError, TypeError):
         return False
     return True
+
+
+def check_own_signature(public_key: bytes, message: bytes, signature: bytes) -> bool:
+    """Return whether a signature a signer just made verifies, before it is published.
+
+    The signer's self-check (``note.sign_note``): a faulty signer, or a fault during
+    signing, must not put out a note its own vkey cannot open. With the native core the
+    check uses the strict rules of RFC 8032 verification (canonical encodings, no
+    small-order key or ``R``), which accept a signature only where :func:`verify_signature`
+    accepts it too; every signature of a sound key passes both. Without it, this is
+    :func:`verify_signature`. Never raises; a failure is ``False``.
+    """
+    if _N is not None:
+        verifier = _native_verifier(bytes(public_key))
+        return verifier is not None and verifier.verify_strict(bytes(message), bytes(signature))
+    return verify_signature(public_key, message, signature)
+
+
+@functools.lru_cache(maxsize=64)
+def _native_verifier(raw: bytes) -> Any:
+    """Return the native verifier of a public key (decoded once), or None if it is not one."""
+    assert _N is not None
+    try:
+        return _N.Ed25519Verifier(raw)
+    except _N.Reject:
+        return None
+
+
+@functools.lru_cache(maxsize=64)
+def _public_key(raw: bytes) -> Ed25519PublicKey:
+    """Return the key object of 32 raw bytes (memoised: a writer checks every seal with one key).
+
+    Raises:
+        ValueError: if the bytes are not an Ed25519 public key (not cached then).
+    """
+    return Ed25519PublicKey.from_public_bytes(raw)
 
 
 class Signer(Protocol):
@@ -160,7 +202,7 @@ class Ed25519Signer:
     :meth:`load`; write it with :meth:`save`.
     """
 
-    __slots__ = ("_key", "_key_id", "_name", "_public_key")
+    __slots__ = ("_key", "_key_id", "_name", "_native", "_public_key")
 
     def __init__(self, name: str, private_key: Ed25519PrivateKey) -> None:
         """Wrap ``private_key`` under the key name ``name``.
@@ -177,6 +219,7 @@ class Ed25519Signer:
             serialization.Encoding.Raw, serialization.PublicFormat.Raw
         )
         self._key_id = key_hash(name, self._public_key)
+        self._native: Any = None  # the native copy of the key, made at the first native sign
 
     @classmethod
     def generate(cls, name: str) -> Ed25519Signer:
@@ -334,12 +377,7 @@ class Ed25519Signer:
 
     def private_key_text(self) -> str:
         """Return the secret ``PRIVATE+KEY+...`` text; whoever holds it can sign as this key."""
-        seed = self._key.private_bytes(
-            serialization.Encoding.Raw,
-            serialization.PrivateFormat.Raw,
-            serialization.NoEncryption(),
-        )
-        key64 = base64.b64encode(bytes([ALG_ED25519]) + seed).decode("ascii")
+        key64 = base64.b64encode(bytes([ALG_ED25519]) + self._seed()).decode("ascii")
         return f"{_PRIVATE_PREFIX}{self._name}+{self._key_id.hex()}+{key64}"
 
     @property
@@ -358,8 +396,27 @@ class Ed25519Signer:
         return self._public_key
 
     def sign(self, message: bytes) -> bytes:
-        """Return the 64-byte Ed25519 signature of ``message`` (RFC 8032, deterministic)."""
-        return self._key.sign(bytes(message))
+        """Return the 64-byte Ed25519 signature of ``message`` (RFC 8032, deterministic).
+
+        With the native core the signature is made natively, from a copy of the key that
+        stays inside the extension; it is the same 64 bytes (RFC 8032 is deterministic).
+        """
+        if _N is None:
+            return self._key.sign(bytes(message))
+        native = self._native
+        if native is None:
+            native = _N.Ed25519Key(self._seed())
+            if native.public_key() != self._public_key:  # pragma: no cover - a broken build
+                raise ValueError("the native Ed25519 key does not match the key it was made of")
+            self._native = native
+        return bytes(native.sign(bytes(message)))
+
+    def _seed(self) -> bytes:
+        return self._key.private_bytes(
+            serialization.Encoding.Raw,
+            serialization.PrivateFormat.Raw,
+            serialization.NoEncryption(),
+        )
 
     def __repr__(self) -> str:
         return f"Ed25519Signer(name={self._name!r}, key_id={self._key_id.hex()})"

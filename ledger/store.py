@@ -99,6 +99,10 @@ CREATE TABLE IF NOT EXISTS checkpoints(
 """
 
 
+_TREE_ROWS_OF: dict[tuple[int, int], str] = {}
+"""The statement of ``Store.tree_rows_of`` by key counts (a proof path has at most ~130)."""
+
+
 def entry_key(branch_no: int, seq: int) -> int:
     """Return the ``entries.k`` of entry ``seq`` on branch ``branch_no``."""
     return branch_no << BRANCH_SHIFT | seq
@@ -201,6 +205,9 @@ class Store:
         self.path = Path(path)
         self.readonly = readonly
         self._write_depth = 0
+        self.changes_at_begin = -1
+        """This connection's ``total_changes()`` when the open outermost write began: with
+        ``data_version``, a writer tells whether anything changed the file since its last commit."""
         self._node_cache: dict[int, bytes] = {}
         self._before_commit: list[Callable[[], None]] = []
         self._after_rollback: list[Callable[[], None]] = []
@@ -377,6 +384,7 @@ class Store:
             self._begin_immediate()
         except apsw.Error as e:
             raise _storage_error(e, self.path) from e
+        self.changes_at_begin = self.db.total_changes()
         self._write_depth = 1
         try:
             yield self.db
@@ -736,6 +744,33 @@ class Store:
         )
         rows: list[Any] = self.db.execute(sql, [*leaf_keys, *node_keys]).fetchall()
         return rows
+
+    def tree_rows_of(
+        self, branch: str, leaf_keys: Sequence[int], node_keys: Sequence[int]
+    ) -> tuple[tuple[int, int] | None, list[tuple[int, int, bytes]]]:
+        """Return ``(size, no)`` of branch ``branch`` (None if absent) and ``tree_rows``.
+
+        One statement: an inclusion proof reads the branch's size and its path together.
+        """
+        if len(leaf_keys) > 500 or len(node_keys) > 500:
+            raise ValueError("tree_rows_of reads at most 500 keys of each kind")
+        sql = _TREE_ROWS_OF.get((len(leaf_keys), len(node_keys)))
+        if sql is None:
+            sql = (
+                "SELECT 2, size, no FROM branches WHERE name = ? "
+                f"UNION ALL SELECT 0, k, hash FROM entries WHERE k IN "
+                f"({','.join('?' * len(leaf_keys))}) "
+                f"UNION ALL SELECT 1, k, h FROM nodes WHERE k IN ({','.join('?' * len(node_keys))})"
+            )
+            _TREE_ROWS_OF[(len(leaf_keys), len(node_keys))] = sql
+        rows: list[Any] = self.db.execute(sql, [branch, *leaf_keys, *node_keys]).fetchall()
+        have = None
+        for i, r in enumerate(rows):
+            if r[0] == 2:
+                have = (r[1], r[2])
+                del rows[i]
+                break
+        return have, rows
 
     # -- checkpoints ---------------------------------------------------------------------------
 

@@ -290,6 +290,12 @@ class _StoreSource:
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        # The stored nodes the reader thread read ahead (``row_chunks``), of one branch:
+        # every node whose subtree ends at or before leaf ``_covered`` is in ``_read_ahead``
+        # or missing from the file. Checked nodes are dropped from it.
+        self._read_ahead: dict[int, bytes] = {}
+        self._ahead_branch: int | None = None
+        self._covered = 0
         self.branches = store.branches
         self.branch = store.branch
         self.iter_entry_rows = store.iter_entry_rows
@@ -306,9 +312,20 @@ class _StoreSource:
 
         if _N is not None:
             keys = _N.node_keys(branch_no, list(nodes))
-            found = _nodes_by_runs(self.store, keys)
+            last_level, last_index, _ = nodes[-1] if nodes else (0, 0, b"")
+            ahead = (
+                branch_no == self._ahead_branch and (last_index + 1) << last_level <= self._covered
+            )
+            # Nodes complete in order of the leaf that ends them: when the last one was read
+            # ahead, every one was (a node absent from the read-ahead is absent from the file).
+            found = self._read_ahead if ahead else _nodes_by_runs(self.store, keys)
             bad = _N.mismatches(keys, [h for _, _, h in nodes], found)
-            return [(*nodes[i][:2], nodes[i][2], found.get(keys[i])) for i in bad]
+            out = [(*nodes[i][:2], nodes[i][2], found.get(keys[i])) for i in bad]
+            if ahead:
+                pop = found.pop
+                for k in keys:
+                    pop(k, None)
+            return out
         keys = [node_key(branch_no, level, index) for level, index, _ in nodes]
         stored = {k: bytes(h) for k, h in _nodes_by_runs(self.store, keys).items()}
         return [
@@ -367,14 +384,20 @@ class _StoreSource:
         from memroot.ledger.store import BRANCH_SHIFT, entry_key
 
         lo, hi = entry_key(branch_no, 0), entry_key(branch_no, (1 << BRANCH_SHIFT) - 1)
+        self._read_ahead, self._ahead_branch, self._covered = {}, None, 0
         if _N is not None and self.store.readonly:
-            reader = _ChunkReader(self.store, lo, hi)
+            reader = _ChunkReader(self.store, lo, hi, branch_no)
             try:
                 if reader.same_state():
-                    yield from reader
+                    self._ahead_branch = branch_no
+                    for rows, nodes, covered in reader:
+                        self._read_ahead.update(nodes)
+                        self._covered = covered
+                        yield rows
                     return
             finally:
                 reader.close()
+                self._read_ahead, self._ahead_branch, self._covered = {}, None, 0
         yield from _row_chunks(self.store.db, lo, hi)
 
     @staticmethod
@@ -411,24 +434,64 @@ the checks read each page about once, so 8 MiB costs no time (measured: same CPU
 59 MB)."""
 
 
+def _node_ranges(branch_no: int, start: int, stop: int) -> list[int]:
+    """Return ``[lo, hi, ...]``: the ``nodes`` key ranges of the subtrees leaves complete.
+
+    Leaves ``start`` to ``stop - 1`` complete, on level ``L`` >= 1, the subtrees with
+    indexes ``start >> L`` to ``(stop >> L) - 1``.
+    """
+    from memroot.ledger.store import node_key
+
+    out: list[int] = []
+    level = 1
+    while stop >> level > start >> level:
+        out += (
+            node_key(branch_no, level, start >> level),
+            node_key(branch_no, level, stop >> level),
+        )
+        level += 1
+    return out
+
+
+_NODE_RANGES_SQL: dict[int, str] = {}
+
+
+def _nodes_in_ranges(db: Any, ranges: list[int]) -> list[tuple[int, bytes]]:
+    """Return the ``(k, h)`` rows of ``nodes`` in the key ranges ``[lo, hi)``, one statement."""
+    if not ranges:
+        return []
+    sql = _NODE_RANGES_SQL.get(len(ranges))
+    if sql is None:
+        sql = " UNION ALL ".join(
+            ["SELECT k, h FROM nodes WHERE k >= ? AND k < ?"] * (len(ranges) // 2)
+        )
+        _NODE_RANGES_SQL[len(ranges)] = sql
+    rows: list[tuple[int, bytes]] = db.execute(sql, ranges).fetchall()
+    return rows
+
+
 class _ChunkReader:
     """Read row chunks ahead in a thread, with a second connection to the same file.
 
     The thread's connection opens its read transaction and compares the branch heads with
     the auditing connection's; only when they agree (``same_state``) are its chunks used.
-    Any error in the thread is raised in the auditor's thread, where it would have come
-    from. ``close`` stops the thread and waits for it.
+    With each chunk it reads the stored nodes the chunk's leaves complete (by position in
+    the scan: the n-th row read is leaf n of the tree the auditor rebuilds), so the node
+    check reads nothing itself; it yields ``(rows, {k: h}, leaves so far)``. Any error in
+    the thread is raised in the auditor's thread, where it would have come from. ``close``
+    stops the thread and waits for it.
     """
 
     _END: Final = object()
 
-    def __init__(self, store: Store, lo: int, hi: int) -> None:
+    def __init__(self, store: Store, lo: int, hi: int, branch_no: int) -> None:
         import queue
         import threading
 
         self._want = [(b.no, b.size, bytes(b.head)) for b in store.branches()]
         self._path = store.path
         self._lo, self._hi = lo, hi
+        self._no = branch_no
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=2)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="memroot-verify-reader")
@@ -465,8 +528,12 @@ class _ChunkReader:
                     return
                 if not self._put(True):
                     return
+                done = 0
                 for rows in _row_chunks(twin.db, self._lo, self._hi):
-                    if not self._put(rows):
+                    ranges = _node_ranges(self._no, done, done + len(rows))
+                    nodes = dict(_nodes_in_ranges(twin.db, ranges))
+                    done += len(rows)
+                    if not self._put((rows, nodes, done)):
                         return
             self._put(self._END)
         except BaseException as e:
@@ -478,7 +545,7 @@ class _ChunkReader:
         """Tell whether the thread's connection sees the auditor's state of the file."""
         return self._queue.get() is True
 
-    def __iter__(self) -> Iterator[list[Any]]:
+    def __iter__(self) -> Iterator[tuple[list[Any], dict[int, bytes], int]]:
         while True:
             item = self._queue.get()
             if item is self._END:

@@ -13,6 +13,7 @@ pub mod entry;
 pub mod hash;
 pub mod merkle;
 pub mod py;
+pub mod sign;
 pub mod uuid;
 pub mod verify;
 
@@ -31,7 +32,7 @@ create_exception!(
     "The native core refuses the input; the Python reference says why."
 );
 
-fn reject<T>(what: &str) -> PyResult<T> {
+pub(crate) fn reject<T>(what: &str) -> PyResult<T> {
     Err(Reject::new_err(what.to_owned()))
 }
 
@@ -923,5 +924,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(event_id_span, m)?)?;
     m.add_function(wrap_pyfunction!(event_index_check, m)?)?;
     m.add_function(wrap_pyfunction!(compact_append_rows, m)?)?;
+    m.add_class::<sign::Ed25519Key>()?;
+    m.add_class::<sign::Ed25519Verifier>()?;
     Ok(())
 }

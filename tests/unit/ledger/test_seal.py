@@ -12,6 +12,7 @@ from memroot.ledger import keys
 from memroot.ledger.errors import IntegrityError, KeyFileError, RefusedError
 from memroot.ledger.ledger import CHECKPOINT_KEEP_EVERY, Ledger
 from memroot.ledger.signing import Ed25519Signer
+from memroot.ledger.store import Store
 from memroot.ledger.strict import relaxed
 from memroot.ledger.verify import audit
 
@@ -208,4 +209,49 @@ def test_a_refused_append_inside_bulk_seals_only_what_landed(ledger: Ledger, inp
         with pytest.raises(RefusedError):
             ledger.append(bad)
     assert head_size(ledger) == ledger.size() == 2
+    assert audit(ledger.store, origin=ORIGIN, update_trusted=False).ok
+
+
+def test_another_connections_rewrite_is_caught_by_the_next_seal(
+    ledger: Ledger, inputs: Any
+) -> None:
+    """The seal remembers its own head checkpoint only while nothing else wrote the file."""
+    ledger.append(inputs.event(random.Random(1), 0))
+    size = ledger.size()
+    other = Store(ledger.path)
+    try:
+        with other.write():
+            other.db.execute("UPDATE checkpoints SET root = zeroblob(32) WHERE size = ?", (size,))
+    finally:
+        other.close()
+    with pytest.raises(RefusedError, match="history was rewritten"):
+        ledger.append(inputs.event(random.Random(2), 1))
+    assert ledger.size() == size and head_size(ledger) == size
+
+
+def test_another_writers_checkpoint_on_request_is_kept(ledger: Ledger, inputs: Any) -> None:
+    """A head another process asked for (no new size: only the marker goes) is kept."""
+    ledger.append(inputs.event(random.Random(1), 0))
+    ledger.append(inputs.event(random.Random(2), 1))
+    asked = ledger.size()
+    with Ledger.open(ledger.path, hooks=()) as second:
+        assert second.checkpoint().checkpoint.size == asked
+    ledger.append(inputs.event(random.Random(3), 2))
+    ledger.append(inputs.event(random.Random(4), 3))
+    assert sizes(ledger) == [1, asked, ledger.size()]
+
+
+def test_a_checkpoint_on_request_inside_bulk_then_more_appends(ledger: Ledger, inputs: Any) -> None:
+    """checkpoint() writes a head outside the seal: the seal after it reads the file again."""
+    ledger.append(inputs.event(random.Random(1), 0))
+    with ledger.bulk():
+        ledger.append(inputs.event(random.Random(2), 1))
+        ledger.append(inputs.event(random.Random(3), 2))
+    with ledger.bulk():
+        ledger.append(inputs.event(random.Random(4), 3))
+        asked = ledger.checkpoint().checkpoint.size
+        ledger.append(inputs.event(random.Random(5), 4))
+    ledger.append(inputs.event(random.Random(6), 5))
+    # The head of the first bulk (size 4) stays too: checkpoint() took its marker away.
+    assert sizes(ledger) == [1, 4, asked, ledger.size()]
     assert audit(ledger.store, origin=ORIGIN, update_trusted=False).ok

@@ -82,3 +82,48 @@ def test_a_missing_node_gets_the_reference_error(tmp_path: Path, inputs: Any) ->
         with _backend.reference(), pytest.raises(StorageError) as ref:
             damaged.inclusion_proof(0, 40)
         assert str(mine.value) == str(ref.value)
+
+
+def test_the_one_statement_path_refuses_what_the_reference_refuses(ledger_path: Path) -> None:
+    """Once the branch's number is known a proof is one statement; the refusals stay."""
+    from memroot.ledger.errors import NotFoundError, RefusedError
+
+    with Ledger.open(ledger_path, hooks=(), readonly=True) as mine:
+        n = mine.size()
+        mine.inclusion_proof(0, n)  # learns the branch's number
+        assert mine._branch_nos == {"main": mine.branch_row().no}
+        for index, size in ((0, n + 1), (n, n), (-1, n), (5, 0)):
+            with pytest.raises(RefusedError) as got:
+                mine.inclusion_proof(index, size)
+            with _backend.reference(), pytest.raises(RefusedError) as want:
+                mine.inclusion_proof(index, size)
+            assert str(got.value) == str(want.value)
+        with pytest.raises(NotFoundError, match="no branch named 'nope'"):
+            mine.inclusion_proof(0, 1, branch="nope")
+        mine._branch_nos["nope"] = 1  # a stale number: the branch row read with it disagrees
+        with pytest.raises(NotFoundError, match="no branch named 'nope'"):
+            mine.inclusion_proof(0, 1, branch="nope")
+
+
+def test_a_grown_tree_is_proved_at_its_new_size(tmp_path: Path, inputs: Any) -> None:
+    """The size is checked against the branch row read with the path, not a remembered one."""
+    from memroot.ledger.errors import RefusedError
+
+    path = tmp_path / "l.ledger"
+    with Ledger.init(path, hooks=()) as writer:
+        writer.append_batch(inputs.mixed(10, seed=1))
+        with Ledger.open(path, hooks=(), readonly=True) as reader:
+            n = reader.size()
+            reader.inclusion_proof(3, n)
+            with pytest.raises(RefusedError):
+                reader.inclusion_proof(3, n + 5)
+            writer.append_batch(inputs.mixed(5, seed=2))
+            got = reader.inclusion_proof(3, n + 5)
+            assert got == writer.inclusion_proof(3, n + 5)
+            merkle.verify_inclusion(
+                bytes(writer.store.entry_row(writer.branch_row().no, 3).hash),
+                3,
+                n + 5,
+                got,
+                writer.root(n + 5),
+            )

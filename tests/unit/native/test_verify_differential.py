@@ -8,6 +8,7 @@ attack fixtures of tests/integration/test_attacks.py are compared the same way t
 
 from __future__ import annotations
 
+import itertools
 import random
 import shutil
 from pathlib import Path
@@ -212,14 +213,25 @@ def test_the_reader_thread_is_used_only_on_the_auditors_state(tmp_path: Path, in
         try:
             lo, hi = entry_key(1, 0), entry_key(1, (1 << 40) - 1)
             with store.read():
-                reader = _ChunkReader(store, lo, hi)
+                reader = _ChunkReader(store, lo, hi, 1)
                 try:
                     assert reader.same_state()
-                    assert list(reader) == list(_row_chunks(store.db, lo, hi))
+                    got = list(reader)
+                    assert [rows for rows, _, _ in got] == list(_row_chunks(store.db, lo, hi))
+                    # With each chunk, the stored nodes its leaves complete (by position).
+                    assert [done for _, _, done in got] == list(
+                        itertools.accumulate(len(rows) for rows, _, _ in got)
+                    )
+                    read_ahead: dict[int, bytes] = {}
+                    for _, nodes, _ in got:
+                        assert not read_ahead.keys() & nodes.keys()
+                        read_ahead.update(nodes)
+                    stored = dict(store.db.execute("SELECT k, h FROM nodes WHERE k >> 48 = 1"))
+                    assert read_ahead == stored and len(stored) == 5001 - (5001).bit_count()
                 finally:
                     reader.close()
                 ledger.append(inputs.event(random.Random(1), 1))  # commits after our snapshot
-                reader = _ChunkReader(store, lo, hi)
+                reader = _ChunkReader(store, lo, hi, 1)
                 try:
                     assert not reader.same_state()
                 finally:
