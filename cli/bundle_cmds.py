@@ -61,7 +61,7 @@ def export_cmd(ctx: Context, out: Path, no_sign: bool, no_strict: bool, as_json:
                 head = ledger.head_checkpoint(b.name)
                 if head is None or head.checkpoint.size != b.size:
                     ledger.checkpoint(b.name)  # a ledger written before every append was sealed
-        with ledger.store.read():
+        with ledger.reading():
             if ledger.strict:
                 ledger.check_all()
             manifest = export_bundle(
@@ -258,7 +258,7 @@ def tiles_cmd(
     with open_reader(ctx, no_strict) as ledger:
         if not no_sign:
             ledger.checkpoint(branch)  # the only write (none when the sealed head is current)
-        with ledger.store.read():
+        with ledger.reading():
             if ledger.strict:
                 # The head checked, and every entry published proven in it first.
                 ledger.check_heads()

@@ -127,7 +127,7 @@ class Memory:
         from memroot.ledger.errors import KeyFileError
 
         try:
-            if not self.ledger.store.db.readonly("main"):
+            if not self.ledger.derived.db.readonly("main"):
                 self.close_pending()
         except KeyFileError:
             pass
@@ -298,7 +298,7 @@ class Memory:
             )
         sync(self.ledger)
         if receipt is None:
-            with self.ledger.store.read() as db:
+            with self.ledger.reading() as db:
                 return memq.query(db, q)
         from memroot.receipts import receipt_op
 
@@ -314,7 +314,7 @@ class Memory:
             "limit": limit,
         }
         # One transaction: the receipt lands right after the state it describes.
-        with self.ledger.store.write() as db:
+        with self.ledger.write() as db:
             results = memq.query(db, q)
             op = receipt_op(
                 self.ledger,

@@ -57,10 +57,10 @@ class FalsifyHook:
     def core(self, ledger: Ledger) -> FalsifyCore:
         """Return the core over ``ledger`` (made once per open ledger)."""
         core = self._cores.get(id(ledger))
-        if core is None or core.db is not ledger.store.db:
+        if core is None or core.db is not ledger.derived.db:
             core = self._cores[id(ledger)] = ledger_core(ledger, self.registry)
             # Heads buffered by a transaction that rolls back are dropped with it.
-            ledger.store.on_commit(_nothing, core.discard_heads)
+            ledger.derived.on_commit(_nothing, core.discard_heads)
         return core
 
     def install(self, db: apsw.Connection) -> None:
@@ -91,7 +91,7 @@ class FalsifyHook:
                 f"falsification state of branch {branch!r} covers {head} entries, the branch "
                 f"has {stop}: run `memroot rebuild`"
             )
-        if head < stop and core.gated_db is ledger.store.db and tables.installed(core.db):
+        if head < stop and core.gated_db is ledger.derived.db and tables.installed(core.db):
             # Own views are read from the memory model as of each entry: fold it that far.
             memory_catch_up(core.db, ledger, branch, stop)
         for r in ledger.store.iter_entry_rows(ledger.store.branch(branch).no, head, stop):

@@ -1,0 +1,375 @@
+"""The layers above the ledger on PostgreSQL: the derived state lives in a local cache file.
+
+The same commands give the same output on a PostgreSQL ledger as on a ledger file; two hosts
+(two cache files) appending to one ledger each see what the other appended before
+validating; a deleted cache is rebuilt, a foreign or stale one is detected and rebuilt, and a
+cache commit lost after PostgreSQL's commit is replayed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import apsw
+import pytest
+from click.testing import CliRunner
+
+from memroot.cli.main import cli
+from memroot.ledger import entries as entries_module
+from memroot.ledger import ledger as ledger_module
+from memroot.ledger.entries import EventInput, OpInput
+from memroot.ledger.errors import RefusedError, StorageError
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.pg import DerivedCache
+from memroot.ledger.signing import Ed25519Signer
+from memroot.memory_root import divergence as divergence_module
+
+ORIGIN = "example.org/pg-derived"
+NS = "team"
+
+Run = Callable[..., Any]
+
+
+@pytest.fixture
+def deterministic(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
+    """Make ids, timestamps, salts and keys a function of call order (reset by calling it)."""
+
+    def reset() -> None:
+        clock = itertools.count(1_780_000_000_000_000, 1000)
+        ids = itertools.count(1)
+        seeds = itertools.count(1)
+        salt = itertools.count(1)
+
+        def new_uuid() -> str:
+            return str(uuid.UUID(int=(0x0190 << 112) | (7 << 76) | (2 << 62) | next(ids)))
+
+        monkeypatch.setattr(ledger_module, "now_us", lambda: next(clock))
+        monkeypatch.setattr(entries_module, "now_us", lambda: next(clock))
+        monkeypatch.setattr(divergence_module, "now_us", lambda: next(clock))
+        monkeypatch.setattr(ledger_module.os, "urandom", lambda n: bytes([next(salt) % 251]) * n)
+        for module in (ledger_module, entries_module):
+            monkeypatch.setattr(module, "new_uuid", new_uuid)
+            monkeypatch.setattr(module, "new_uuids", lambda n: [new_uuid() for _ in range(n)])
+        monkeypatch.setattr(
+            Ed25519Signer,
+            "generate",
+            classmethod(lambda cls, name: cls.from_seed(name, bytes([next(seeds)]) * 32)),
+        )
+
+    return reset
+
+
+def _runner(target: Path | str, key: Path) -> Run:
+    base = ["-l", str(target), "--key", str(key)]
+
+    def run(*args: str, code: int = 0) -> Any:
+        result = CliRunner().invoke(cli, [*base, *args], catch_exceptions=True)
+        assert result.exception is None or isinstance(result.exception, SystemExit), (
+            args,
+            result.output,
+            result.exception,
+        )
+        assert result.exit_code == code, (args, result.output)
+        return json.loads(result.stdout) if "--json" in args and code == 0 else result.output
+
+    return run
+
+
+def _op(op_type: str, payload: dict[str, Any], actor: str = "agent", **extra: Any) -> str:
+    return json.dumps(
+        {
+            "kind": "op",
+            "op_type": op_type,
+            "actor_id": actor,
+            "actor_type": "AI_AGENT",
+            "namespace_id": NS,
+            "policy_version": "p/1",
+            "payload": payload,
+            **extra,
+        }
+    )
+
+
+def _event(content: str) -> str:
+    return json.dumps(
+        {
+            "kind": "event",
+            "stream": "s",
+            "actor_id": "agent",
+            "actor_type": "AI_AGENT",
+            "role": "USER",
+            "content": content,
+            "namespace_id": NS,
+        }
+    )
+
+
+def _fact(evidence: list[str], value: str = "v", city: str | None = None) -> str:
+    payload: dict[str, Any] = {
+        "object_type": "FACT",
+        "epistemic_type": "ASSERTED",
+        "source_type": "USER_STATED",
+        "evidence_ids": evidence,
+        "value": value,
+        "confidence": None,
+        "salience": 0.5,
+    }
+    if city is not None:
+        payload["structured_value"] = {"attribute": "city", "value": city}
+    return _op("ASSERT", payload)
+
+
+def _id(out: Any) -> str:
+    return str(out[0]["id"])
+
+
+def _story(run: Run) -> list[Any]:
+    """One history through the CLI, and what every derived command prints about it."""
+    out: list[Any] = []
+    run("init", "--origin", ORIGIN, "--snapshot-every", "6")
+    run("append", _op("NAMESPACE_CREATE", {"namespace_type": "PROJECT"}, actor="admin"))
+    for who, perms in (("admin", "WRITE ASSERT DEPRECATE READ"), ("agent", "WRITE ASSERT")):
+        for perm in perms.split():
+            run("append", _op("GRANT", {"actor_id": who, "permission": perm}, actor="admin"))
+    e1 = _id(run("append", "--json", _event("tea without sugar")))
+    f1 = _id(run("append", "--json", _fact([e1], "no sugar")))
+    e2 = _id(run("append", "--json", _event("two sugars")))
+    f2 = _id(run("append", "--json", _fact([e2], "two sugars", city="Paris")))
+    out.append(run("snapshot", "--json"))
+    b = run("branch", "create", "--type", "SIMULATION", "--purpose", "p", "--parent", "main")
+    b = b.strip()
+    eb = _id(run("append", "-b", b, "--json", _event("on the branch")))
+    mine = _id(run("append", "-b", b, "--json", _fact([eb], "b", city="Rome")))
+    out.append(run("branch", "list", "--json"))
+    out.append(
+        run(
+            "branch", "merge", b, "--objects", mine, "--strategy", "PRESERVE_BOTH",
+            "--actor", "admin", "--json",
+        )
+    )  # fmt: skip
+    out.append(run("falsify", f1, "--reason", "wrong", "--evidence", e2, "--json"))
+    out.append(run("cascade", f1, "--max-depth", "1", "--dry-run", "--json"))
+    out.append(run("snapshot", "--json"))
+    out.append(run("query", "--mode", "AUDIT", "--json"))
+    out.append(run("query", "--text", "sugar", "--json"))
+    out.append(run("why", f2, "--json"))
+    out.append(run("why", f1, "--json"))
+    out.append(run("roots", "--json"))
+    out.append(run("rebuild", "--json"))
+    report = run("verify", "--json")
+    assert report["ok"], report
+    out.append({k: v for k, v in report.items() if k not in ("ledger", "path")})
+    out.append(run("log", "--json"))
+    return out
+
+
+_CLOCK_FIELDS = ("seconds", "elapsed")
+
+
+def _plain(value: Any) -> Any:
+    """``value`` without wall-clock readings (when a command ran, how long it took)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items() if k not in _CLOCK_FIELDS}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, str):
+        return re.sub(r"in \d+\.\d+s", "in Ns", value)
+    return value
+
+
+def test_derived_commands_match_a_ledger_file(
+    tmp_path: Path,
+    pg_url: str,
+    pg_key: Path,
+    deterministic: Callable[[], None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """query, why, roots, snapshot, branch create/list/merge, falsify, cascade, rebuild and
+    verify print the same on PostgreSQL (derived state in the cache) as on a ledger file."""
+    deterministic()
+    monkeypatch.setenv("MEMROOT_TRUSTED", str(tmp_path / "t1.json"))
+    on_file = _story(_runner(tmp_path / "a.ledger", tmp_path / "a.key"))
+    deterministic()
+    monkeypatch.setenv("MEMROOT_TRUSTED", str(tmp_path / "t2.json"))
+    on_pg = _story(_runner(pg_url, pg_key))
+    assert len(on_pg) == len(on_file)
+    for i, (a, b) in enumerate(zip(on_file, on_pg, strict=True)):
+        if _plain(a) != _plain(b):
+            print("DIFF", i, json.dumps(_plain(a), sort_keys=True))
+            print("PGPG", json.dumps(_plain(b), sort_keys=True))
+        assert _plain(a) == _plain(b), i
+    assert Path(f"{pg_key}.cache").exists()  # the default place: beside the key
+
+
+# -- the Python API: two hosts, lost and foreign caches ---------------------------------------
+
+
+def _ev(content: str) -> EventInput:
+    return EventInput(
+        stream="s",
+        actor_id="agent",
+        actor_type="AI_AGENT",
+        role="USER",
+        content=content,
+        namespace_id=NS,
+    )
+
+
+def _assert(evidence: str, value: str) -> OpInput:
+    return OpInput(
+        op_type="ASSERT",
+        actor_id="agent",
+        actor_type="AI_AGENT",
+        namespace_id=NS,
+        policy_version="p/1",
+        payload={
+            "object_type": "FACT",
+            "epistemic_type": "ASSERTED",
+            "source_type": "USER_STATED",
+            "evidence_ids": [evidence],
+            "value": value,
+            "confidence": None,
+            "salience": 0.5,
+        },
+    )
+
+
+def _supersede(target: str, new_object: str) -> OpInput:
+    return OpInput(
+        op_type="SUPERSEDE",
+        actor_id="agent",
+        actor_type="AI_AGENT",
+        namespace_id=NS,
+        policy_version="p/1",
+        target_id=target,
+        payload={"new_object_id": new_object, "reason": "corrected"},
+    )
+
+
+def _objects(ledger: Ledger) -> dict[str, str]:
+    """Object id -> lifecycle state, read from the ledger's derived tables."""
+    with ledger.reading() as db:
+        return {
+            str(i): str(s)
+            for i, s in db.execute(
+                "SELECT id, lifecycle_state FROM mem_objects WHERE branch = 'main' AND vto IS NULL"
+            )
+        }
+
+
+def _host(pg_url: str, key: Path, cache: Path) -> Ledger:
+    return Ledger.open(pg_url, key_path=key, cache_path=cache)
+
+
+def test_two_hosts_see_each_others_entries_before_validating(
+    tmp_path: Path, pg_url: str, pg_key: Path
+) -> None:
+    """Host B supersedes an object host A asserted; A then sees it superseded, and a second
+    SUPERSEDE of the same object is refused on either host (each cache caught up first)."""
+    Ledger.init(pg_url, origin=ORIGIN, key_path=pg_key, cache_path=tmp_path / "a.cache").close()
+    a = _host(pg_url, pg_key, tmp_path / "a.cache")
+    b = _host(pg_url, pg_key, tmp_path / "b.cache")
+    try:
+        ev = a.append(_ev("it is blue")).id
+        obj = a.append(_assert(ev, "blue")).id
+        assert _objects(b)[obj] == "ACTIVE"  # B's cache caught up with A's entries
+        ev2 = b.append(_ev("no, it is green")).id
+        green = b.append(_assert(ev2, "green")).id
+        new = b.append(_supersede(obj, green))
+        red = a.append(_assert(ev2, "red")).id  # A's cache has B's entries: no id clash
+        with pytest.raises(RefusedError):
+            a.append(_supersede(obj, red))  # A validates against B's SUPERSEDE
+        states = _objects(a)
+        assert states[obj] == "SUPERSEDED" and states[green] == states[red] == "ACTIVE"
+        assert _objects(b) == states
+        assert a.size() == b.size() == new.seq + 2
+    finally:
+        a.close()
+        b.close()
+    # Both caches hold what a ledger file rebuilt from the same entries holds.
+    with Ledger.open(pg_url, key_path=pg_key, cache_path=tmp_path / "fresh.cache") as c:
+        assert _objects(c) == states
+
+
+def _memory_digest(ledger: Ledger) -> str:
+    from memroot.projections.digest import state_digest
+
+    with ledger.reading() as db:
+        return state_digest(db).hex()
+
+
+def test_deleted_cache_is_rebuilt_and_foreign_cache_is_replaced(
+    tmp_path: Path, pg_url: str, pg_key: Path
+) -> None:
+    cache = tmp_path / "host.cache"
+    with Ledger.init(pg_url, origin=ORIGIN, key_path=pg_key, cache_path=cache) as ledger:
+        ev = ledger.append(_ev("x")).id
+        ledger.append(_assert(ev, "x"))
+        digest = _memory_digest(ledger)
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{cache}{suffix}").unlink(missing_ok=True)
+    with Ledger.open(pg_url, key_path=pg_key, cache_path=cache) as ledger:
+        assert _memory_digest(ledger) == digest
+    # Another ledger's cache at that path: replaced, never trusted.
+    other = tmp_path / "other.ledger"
+    Ledger.init(other, origin="example.org/other").close()
+    foreign = tmp_path / "foreign.cache"
+    DerivedCache(foreign, "some-other-ledger-id").close()
+    with Ledger.open(pg_url, key_path=pg_key, cache_path=foreign) as ledger:
+        assert _memory_digest(ledger) == digest
+        assert DerivedCache.stored_id(ledger.derived) == ledger.ledger_id  # type: ignore[arg-type]
+
+
+def test_stale_cache_is_detected_and_rebuilt(tmp_path: Path, pg_url: str, pg_key: Path) -> None:
+    """A cache ahead of the ledger, or whose head hash differs, is rebuilt at open; inside a
+    transaction it is refused (nothing written)."""
+    cache = tmp_path / "host.cache"
+    with Ledger.init(pg_url, origin=ORIGIN, key_path=pg_key, cache_path=cache) as ledger:
+        ev = ledger.append(_ev("x")).id
+        ledger.append(_assert(ev, "x"))
+        digest = _memory_digest(ledger)
+        size = ledger.size()
+    db = apsw.Connection(str(cache))
+    db.execute("UPDATE cache_heads SET head = zeroblob(32) WHERE branch = 'main'")
+    db.close()
+    with Ledger.open(pg_url, key_path=pg_key, cache_path=cache) as ledger:
+        assert _memory_digest(ledger) == digest
+        # Ahead of the ledger while open (a rollback of the database, say): refused.
+        ledger.derived.db.execute("UPDATE cache_heads SET size = size + 5 WHERE branch = 'main'")
+        ledger._applied = None
+        with pytest.raises(StorageError, match="does not match branch 'main'"):
+            ledger.append(_ev("y"))
+        assert ledger.size() == size
+    with Ledger.open(pg_url, key_path=pg_key, cache_path=cache) as ledger:
+        assert _memory_digest(ledger) == digest
+        ledger.append(_ev("y"))
+
+
+def test_lost_cache_commit_is_replayed(tmp_path: Path, pg_url: str, pg_key: Path) -> None:
+    """PostgreSQL committed, the cache's commit did not happen (a crash between the two):
+    the next catch-up applies the entries to the cache."""
+    cache = tmp_path / "host.cache"
+    with Ledger.init(pg_url, origin=ORIGIN, key_path=pg_key, cache_path=cache) as ledger:
+        ev = ledger.append(_ev("x")).id
+    with Ledger.open(pg_url, key_path=pg_key, cache_path=cache) as ledger:
+        assert isinstance(ledger.derived, DerivedCache)
+
+        def crash() -> None:
+            raise KeyboardInterrupt("killed between the two commits")
+
+        # Runs after PostgreSQL's COMMIT, before the cache's: the cache rolls back.
+        ledger.store.on_commit(lambda: None, lambda: None, crash)
+        with pytest.raises(KeyboardInterrupt):
+            ledger.append(_assert(ev, "x"))
+        ledger.store._after_commit.clear()
+        assert ledger.size() == 3
+        assert DerivedCache.heads(ledger.derived)["main"][0] == 2  # type: ignore[arg-type]
+    with Ledger.open(pg_url, key_path=pg_key, cache_path=cache) as ledger:
+        assert list(_objects(ledger).values()) == ["ACTIVE"]
+        assert ledger.derived.db.execute("SELECT size FROM cache_heads").fetchall() == [(3,)]
