@@ -373,3 +373,52 @@ def test_lost_cache_commit_is_replayed(tmp_path: Path, pg_url: str, pg_key: Path
     with Ledger.open(pg_url, key_path=pg_key, cache_path=cache) as ledger:
         assert list(_objects(ledger).values()) == ["ACTIVE"]
         assert ledger.derived.db.execute("SELECT size FROM cache_heads").fetchall() == [(3,)]
+
+
+# -- report, import-bundle and the Memory facade (MCP's) on PostgreSQL ------------------------
+
+
+def test_report_and_import_bundle_on_postgres(
+    tmp_path: Path, pg_url: str, pg_key: Path, pg_server: str
+) -> None:
+    """``report`` reads a caught-up snapshot and names the URL; a bundle exported from a file
+    imports into an empty database, whose derived state then answers as the file's."""
+    src = _runner(tmp_path / "src.ledger", tmp_path / "src.ledger.key")
+    src("init", "--origin", ORIGIN)
+    ev = _id(src("append", "--json", _event("tea without sugar")))
+    fact = _id(src("append", "--json", _fact([ev], "no sugar")))
+    src("snapshot")
+    src("export", str(tmp_path / "bundle"))
+    vkey = src("vkey").strip()
+    pg = _runner(pg_url, pg_key)
+    done = pg("import-bundle", str(tmp_path / "bundle"), "--vkey", vkey, "--json")
+    assert done["entries"] == 4 and "postgresql://" in done["ledger"]
+    for args in (
+        ["query", "--mode", "AUDIT", "--json"],
+        ["roots", "--json"],
+        ["why", fact, "--json"],
+    ):
+        assert _plain(pg(*args)) == _plain(src(*args)), args
+    assert pg("verify", "--json")["steps"]["9"]["violations"] == 0
+    page = tmp_path / "r.html"
+    assert pg("report", str(page), "--json")["ok"]
+    html = page.read_text()
+    assert pg_url.split("?")[0] in html and "memroot-verify-" not in html
+    # Into a database that already holds a ledger: refused, nothing changed.
+    again = pg("import-bundle", str(tmp_path / "bundle"), "--vkey", vkey, code=4)
+    assert "already holds memroot tables" in again
+
+
+def test_memory_facade_on_postgres(tmp_path: Path, pg_url: str, pg_key: Path) -> None:
+    """``open_memory(url)`` (what ``memroot mcp`` serves): record, remember, recall, verify."""
+    from memroot.memory import open_memory
+
+    Ledger.init(pg_url, origin=ORIGIN, key_path=pg_key).close()
+    with open_memory(pg_url, key_path=pg_key, namespace=NS) as mem:
+        ev = mem.record(content="the sky is blue").id
+        obj = mem.remember("sky: blue", evidence=[ev]).id
+        assert [r.object.id for r in mem.recall("blue")] == [obj]
+        report = mem.verify()
+        assert report.ok and report.entries == 3
+    with open_memory(pg_url, key_path=pg_key, namespace=NS) as mem:  # from the cache
+        assert [r.object.id for r in mem.recall("blue")] == [obj]
