@@ -422,3 +422,40 @@ def test_memory_facade_on_postgres(tmp_path: Path, pg_url: str, pg_key: Path) ->
         assert report.ok and report.entries == 3
     with open_memory(pg_url, key_path=pg_key, namespace=NS) as mem:  # from the cache
         assert [r.object.id for r in mem.recall("blue")] == [obj]
+
+
+def test_langgraph_saver_on_postgres(tmp_path: Path, pg_url: str, pg_key: Path) -> None:
+    """A LangGraph graph checkpoints into a PostgreSQL ledger, resumes, and verify passes."""
+    pytest.importorskip("langgraph", reason="langgraph is not installed (memroot[langgraph])")
+    from typing import TypedDict
+
+    from langgraph.graph import END, START, StateGraph
+
+    from memroot.integrations.langgraph import MemrootSaver
+    from memroot.memory import open_memory
+
+    class State(TypedDict):
+        count: int
+        log: list[str]
+
+    def step(state: State) -> dict[str, Any]:
+        return {"count": state["count"] + 1, "log": [*state["log"], f"step {state['count']}"]}
+
+    def graph(saver: MemrootSaver) -> Any:
+        builder = StateGraph(State)
+        builder.add_node("step", step)
+        builder.add_edge(START, "step")
+        builder.add_edge("step", END)
+        return builder.compile(checkpointer=saver)
+
+    Ledger.init(pg_url, origin=ORIGIN, key_path=pg_key).close()
+    cfg: Any = {"configurable": {"thread_id": "t1"}}
+    with open_memory(pg_url, key_path=pg_key, actor="langgraph") as mem:
+        assert graph(MemrootSaver(mem)).invoke({"count": 0, "log": []}, cfg)["count"] == 1
+    with open_memory(pg_url, key_path=pg_key, actor="langgraph") as mem:
+        saver = MemrootSaver(mem)
+        state = graph(saver).get_state(cfg)
+        assert state.values["count"] == 1
+        out = graph(saver).invoke(dict(state.values), cfg)
+        assert out["log"] == ["step 0", "step 1"]
+    assert _runner(pg_url, pg_key)("verify", "--json")["ok"]
