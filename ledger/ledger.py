@@ -132,7 +132,10 @@ class AppendHook(Protocol):
     same transaction (e.g. a SNAPSHOT every N entries). A hook may also define
     ``end_batch(db)``: the ledger calls it once after the last entry of every ``append_batch``
     (before it writes the entries), so a hook may buffer its rows for the batch and write them
-    there in a few statements (``memroot.projections.hook.MemoryHook`` does).
+    there in a few statements (``memroot.projections.hook.MemoryHook`` does). A hook that
+    folds missing entries on its own (the memory model, falsification) may define
+    ``folded(db, ledger, branch) -> int``, how many entries of ``branch`` it holds: a
+    PostgreSQL ledger's cache catch-up then skips it for those (``Ledger._replay``).
     """
 
     def install(self, db: apsw.Connection) -> None:
@@ -589,6 +592,9 @@ class Ledger:
         self._replaying = True
         n = 0
         try:
+            # A hook that folded some of these on its own (reading the ledger's newest size
+            # while another host appended) is not given them again.
+            done = [_folded(hook, db, self, b.name) for hook in self.hooks]
             prev = applied.get(b.name, (0, b""))[1]
             for row in real.iter_entry_rows(b.no, start, b.size):
                 e = Entry.from_bytes(row.data)
@@ -600,8 +606,9 @@ class Ledger:
                 rows[b.name] = BranchRow(b.no, b.name, row.seq, e.prev)
                 content = None if row.content is None else bytes(row.content).decode("utf-8")
                 try:
-                    for hook in self.hooks:
-                        hook.apply(db, self, e, content)
+                    for hook, folded in zip(self.hooks, done, strict=True):
+                        if row.seq >= folded:
+                            hook.apply(db, self, e, content)
                 except (RefusedError, ValidationError) as err:
                     raise StorageError(
                         f"the derived-state cache {self.derived.path} cannot apply entry "
@@ -1573,6 +1580,12 @@ class _StaleCache(StorageError):
 
 def _nothing() -> None:
     """No bookkeeping to do."""
+
+
+def _folded(hook: AppendHook, db: apsw.Connection, ledger: Ledger, branch: str) -> int:
+    """Return how many entries of ``branch`` ``hook`` says it holds (0: it does not say)."""
+    folded = getattr(hook, "folded", None)
+    return 0 if folded is None else int(folded(db, ledger, branch))
 
 
 def _end_batch(hooks: Sequence[AppendHook], db: apsw.Connection) -> None:

@@ -206,6 +206,10 @@ class MemoryHook:
         self._expect = (entry.branch, entry.seq + 1, version)
         return []
 
+    def folded(self, db: apsw.Connection, ledger: Ledger, branch: str) -> int:
+        """Return how many entries of ``branch`` the memory tables hold (``catch_up`` too)."""
+        return self._bound(db, ledger).head(branch)
+
     def end_batch(self, db: apsw.Connection) -> None:
         """Write the batch's buffered event rows and heads (the ledger calls it)."""
         if self._state is not None and self._state.db is db:

@@ -150,6 +150,10 @@ class FalsifyHook:
         self._last[key] = (entry.seq + 1, entry.hash)
         return []
 
+    def folded(self, db: apsw.Connection, ledger: Ledger, branch: str) -> int:
+        """Return how many entries of ``branch`` the falsification tables hold."""
+        return self.core(ledger).head(branch)
+
     def end_batch(self, db: apsw.Connection) -> None:
         """Write the heads the batch's events moved (the ledger calls it after each batch)."""
         for core in self._cores.values():

@@ -459,3 +459,65 @@ def test_langgraph_saver_on_postgres(tmp_path: Path, pg_url: str, pg_key: Path) 
         out = graph(saver).invoke(dict(state.values), cfg)
         assert out["log"] == ["step 0", "step 1"]
     assert _runner(pg_url, pg_key)("verify", "--json")["ok"]
+
+
+def _conv_parents(ledger: Ledger) -> int:
+    with ledger.reading() as db:
+        return int(db.execute("SELECT count(*) FROM conv_parents").fetchone()[0])
+
+
+def test_a_layer_folded_ahead_of_the_cache_is_not_fed_twice(
+    tmp_path: Path, pg_url: str, pg_key: Path
+) -> None:
+    """The memory model folds entries on its own when it reads a newer ledger size than the
+    cache applied (another host appended in between): the catch-up then gives those entries
+    to the other hooks only, and the state is what a fresh cache rebuilds."""
+    from memroot.projections.hook import catch_up
+
+    Ledger.init(pg_url, origin=ORIGIN, key_path=pg_key, cache_path=tmp_path / "a.cache").close()
+    a = _host(pg_url, pg_key, tmp_path / "a.cache")
+    b = _host(pg_url, pg_key, tmp_path / "b.cache")
+    try:
+        ev = b.append(_ev("from B")).id
+        b.append(_assert(ev, "B's fact"))
+        with a.derived.write() as db:  # only the memory model sees B's entries
+            catch_up(db, a, "main", a.store.branch("main").size)
+        a.append(_ev("from A"))
+        digest, parents = _memory_digest(a), _conv_parents(a)
+    finally:
+        a.close()
+        b.close()
+    with Ledger.open(pg_url, key_path=pg_key, cache_path=tmp_path / "fresh.cache") as c:
+        assert (_memory_digest(c), _conv_parents(c)) == (digest, parents) and parents == 2
+
+
+def test_two_hosts_and_a_fork(tmp_path: Path, pg_url: str, pg_key: Path) -> None:
+    """Host A forks a branch; host B appends to it (B's cache replays the fork first)."""
+    from memroot.memory_root.branches import create_branch
+
+    Ledger.init(pg_url, origin=ORIGIN, key_path=pg_key, cache_path=tmp_path / "a.cache").close()
+    a = _host(pg_url, pg_key, tmp_path / "a.cache")
+    b = _host(pg_url, pg_key, tmp_path / "b.cache")
+    try:
+        ev = a.append(_ev("on main")).id
+        name = "sim-1"
+        create_branch(
+            a,
+            branch_type="SIMULATION",
+            purpose="p",
+            actor_id="agent",
+            namespace_id=NS,
+            expiry_days=7,
+            branch_id=name,
+        )
+        evb = b.append(_ev("on the fork"), branch=name).id
+        obj = b.append(_assert(evb, "forked fact"), branch=name).id
+        a.append(_assert(ev, "main fact"))
+        with a.reading() as db:
+            on_fork = db.execute(
+                "SELECT id FROM mem_objects WHERE branch = ? AND vto IS NULL", (name,)
+            ).fetchall()
+        assert on_fork == [(obj,)]
+    finally:
+        a.close()
+        b.close()
