@@ -253,7 +253,7 @@ class PgConnection:
     ``execute`` / ``executemany`` take the SQLite dialect of the ledger layer's own SQL
     (witnesses, tiles, key rotation, verify) and run its PostgreSQL form (``_translate``,
     cached per statement). The layers above the ledger (memory model, roots, falsification)
-    are not run here: ``Ledger`` refuses to install their hooks (see docs/postgresql.md).
+    do not run their SQL here: their tables live in the host's ``DerivedCache``.
     """
 
     def __init__(self, conn: Any, where: str) -> None:
@@ -401,8 +401,9 @@ class PgStore(Store):
     Not thread-safe: one PgStore per thread or process, like ``Store``.
 
     ``db`` is a ``PgConnection``: the part of apsw's ``Connection`` API the ledger layer's
-    own SQL uses. The layers above annotate ``apsw.Connection`` and are refused on this store
-    (``Ledger`` installs no hooks here), hence the override of the attribute's type.
+    own SQL uses. The layers above annotate ``apsw.Connection``; their tables are in the
+    ledger's ``derived`` store (a ``DerivedCache``), never here, hence the override of the
+    attribute's type.
     """
 
     db: PgConnection  # type: ignore[assignment]

@@ -521,3 +521,46 @@ def test_two_hosts_and_a_fork(tmp_path: Path, pg_url: str, pg_key: Path) -> None
     finally:
         a.close()
         b.close()
+
+
+def test_an_erasure_reaches_a_branch_object_another_host_asserted(
+    tmp_path: Path, pg_url: str, pg_key: Path
+) -> None:
+    """Host A erases an event that a fact host B asserted on a branch cites: A's cache has
+    B's fact before it validates the TOMBSTONE, so the erasure is refused without
+    ``on_dependents`` and with ARCHIVE lands an ARCHIVE on the branch; both hosts agree."""
+
+    def host(cache: str) -> Run:
+        base = ["-l", pg_url, "--key", str(pg_key)]
+        env = {"MEMROOT_CACHE": str(tmp_path / cache)}
+
+        def run(*args: str, code: int = 0) -> Any:
+            result = CliRunner().invoke(cli, [*base, *args], env=env, catch_exceptions=True)
+            assert result.exit_code == code, (args, result.output)
+            return json.loads(result.stdout) if "--json" in args and code == 0 else result.output
+
+        return run
+
+    a, b = host("a.cache"), host("b.cache")
+    a("init", "--origin", ORIGIN)
+    ev = _id(a("append", "--json", _event("my address is 1 Main St")))
+    branch = a("branch", "create", "--type", "SIMULATION", "--purpose", "what if").strip()
+    fact = _id(b("append", "-b", branch, "--json", _fact([ev], "lives at 1 Main St")))
+    tomb = {
+        "kind": "op",
+        "op_type": "TOMBSTONE",
+        "actor_id": "alice",
+        "actor_type": "HUMAN_USER",
+        "namespace_id": NS,
+        "policy_version": "p/1",
+        "target_id": ev,
+        "payload": {"target_event_id": ev, "reason": "erasure", "policy_ref": "gdpr-17"},
+    }
+    refused = a("append", json.dumps(tomb), code=3)
+    assert repr(branch) in refused and fact in refused
+    tomb["payload"]["on_dependents"] = "ARCHIVE"  # type: ignore[index]
+    a("append", json.dumps(tomb))
+    for run in (a, b):
+        rows = {r["id"]: r for r in run("query", "-b", branch, "--mode", "AUDIT", "--json")}
+        assert rows[fact]["lifecycle_state"] == "ARCHIVED"
+        assert run("verify", "--json")["ok"]
