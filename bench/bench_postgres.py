@@ -25,7 +25,9 @@ run and on the same server (best of ``--repeat``, wall and CPU time of this proc
    ``Ledger.open(url)`` install), on PostgreSQL (derived state in this host's cache file)
    and on a SQLite ledger file, in the same run; then ``cold_cache_open``: a second host
    (an empty cache file) opening that PostgreSQL ledger, which replays every entry into its
-   cache through the hooks.
+   cache through the hooks; then ``two_hosts_alternating``: two hosts (two cache files) on a
+   fresh database appending the same ``N`` events in alternate batches, so that every
+   append first replays the other host's last batch into its own cache.
 
 CPU time is this process's only (the server's work is in the wall time).
 
@@ -186,6 +188,27 @@ def _hooked(
     finally:
         with psycopg.connect(db_url, autocommit=True) as admin:
             admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    name = f"memroot_bench_2_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(db_url, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    url = _database(db_url, name)
+    try:
+        key = tmp / "two.key"
+        Ledger.init(url, origin="example.org/bench-2", key_path=key).close()
+        hosts = [Ledger.open(url, key_path=key, cache_path=tmp / f"host-{h}.cache") for h in "ab"]
+
+        def alternate() -> None:
+            for i, start in enumerate(range(0, len(items), batch)):
+                hosts[i % 2].append_batch(items[start : start + batch])
+
+        try:
+            keep("two_hosts_alternating", *_timed(alternate))
+        finally:
+            for h in hosts:
+                h.close()
+    finally:
+        with psycopg.connect(db_url, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 def run(
@@ -213,7 +236,7 @@ def run(
             durable
             if key.endswith("_single")
             else min(hooked, entries)
-            if key.endswith("_hooked_append") or key == "cold_cache_open"
+            if key.endswith("_hooked_append") or key in ("cold_cache_open", "two_hosts_alternating")
             else entries
         )
         fig["entries_per_s"] = n / fig["wall_s"]
