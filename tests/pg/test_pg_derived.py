@@ -564,3 +564,61 @@ def test_an_erasure_reaches_a_branch_object_another_host_asserted(
         rows = {r["id"]: r for r in run("query", "-b", branch, "--mode", "AUDIT", "--json")}
         assert rows[fact]["lifecycle_state"] == "ARCHIVED"
         assert run("verify", "--json")["ok"]
+
+
+_KILLED_BETWEEN_COMMITS = """
+import os, signal, sys
+from pathlib import Path
+from memroot.ledger.entries import EventInput, OpInput
+from memroot.ledger.ledger import Ledger
+ledger = Ledger.open(sys.argv[1], key_path=Path(sys.argv[2]), cache_path=Path(sys.argv[3]))
+ev = ledger.append(EventInput(stream="s", actor_id="agent", actor_type="AI_AGENT", role="USER",
+                              content="before the kill", namespace_id="team")).id
+# After PostgreSQL's COMMIT, before the cache's: the process dies there.
+ledger.store.on_commit(lambda: None, lambda: None, lambda: os.kill(os.getpid(), signal.SIGKILL))
+ledger.append(OpInput(op_type="ASSERT", actor_id="agent", actor_type="AI_AGENT",
+    namespace_id="team", policy_version="p/1", payload={"object_type": "FACT",
+    "epistemic_type": "ASSERTED", "source_type": "USER_STATED", "evidence_ids": [ev],
+    "value": "lost in the cache", "confidence": None, "salience": 0.5}))
+print("not killed", flush=True)
+"""
+
+
+def test_process_killed_between_the_two_commits(tmp_path: Path, pg_url: str, pg_key: Path) -> None:
+    """SIGKILL after PostgreSQL committed an append and before the cache did: the entry is
+    in the ledger, the cache lacks it, and the next open replays it (the cache then equals
+    a fresh one)."""
+    import subprocess
+    import sys
+
+    cache = tmp_path / "host.cache"
+    Ledger.init(pg_url, origin=ORIGIN, key_path=pg_key, cache_path=cache).close()
+    script = tmp_path / "killed.py"
+    script.write_text(_KILLED_BETWEEN_COMMITS)
+    done = subprocess.run(
+        [sys.executable, str(script), pg_url, str(pg_key), str(cache)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == -9 and "not killed" not in done.stdout, done.stderr
+    db = apsw.Connection(str(cache))
+    assert db.execute("SELECT size FROM cache_heads").fetchall() == [(2,)]  # the event only
+    db.close()
+    with Ledger.open(pg_url, key_path=pg_key, cache_path=cache) as ledger:
+        assert ledger.size() == 3
+        assert list(_objects(ledger).values()) == ["ACTIVE"]
+        digest = _memory_digest(ledger)
+    with Ledger.open(pg_url, key_path=pg_key, cache_path=tmp_path / "fresh.cache") as fresh:
+        assert _memory_digest(fresh) == digest
+
+
+def test_default_cache_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """$MEMROOT_CACHE, else beside the key, else the XDG cache directory by ledger id."""
+    from memroot.ledger.pg import default_cache_path
+
+    key = tmp_path / "k.key"
+    assert default_cache_path("id-1", key) == Path(f"{key}.cache")
+    assert default_cache_path("id-1", None) == tmp_path / "xdg-cache" / "memroot" / "id-1.cache"
+    monkeypatch.setenv("MEMROOT_CACHE", str(tmp_path / "named.cache"))
+    assert default_cache_path("id-1", key) == tmp_path / "named.cache"
