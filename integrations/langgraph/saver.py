@@ -125,16 +125,24 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
     @classmethod
     @contextlib.contextmanager
     def from_conn_string(
-        cls, path: str | PathLike[str], *, branch: str = CANONICAL_BRANCH, **kwargs: Any
+        cls,
+        path: str | PathLike[str],
+        *,
+        branch: str = CANONICAL_BRANCH,
+        key_path: str | PathLike[str] | None = None,
+        **kwargs: Any,
     ) -> Iterator[MemrootSaver]:
         """Open (or create) the ledger at ``path`` and yield a saver on it; close it after.
+
+        ``path`` may be a ``postgresql://`` URL; ``key_path`` names the signing key (needed
+        for such a ledger, whose key is not kept beside a file).
 
         Raises:
             StorageError, KeyFileError: the ledger or its key cannot be opened.
         """
         from memroot.memory import open_memory
 
-        mem = open_memory(path, actor=kwargs.get("actor", "langgraph"))
+        mem = open_memory(path, key_path=key_path, actor=kwargs.get("actor", "langgraph"))
         try:
             yield cls(mem, branch=branch, **kwargs)
         finally:

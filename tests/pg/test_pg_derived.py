@@ -450,8 +450,8 @@ def test_langgraph_saver_on_postgres(tmp_path: Path, pg_url: str, pg_key: Path) 
 
     Ledger.init(pg_url, origin=ORIGIN, key_path=pg_key).close()
     cfg: Any = {"configurable": {"thread_id": "t1"}}
-    with open_memory(pg_url, key_path=pg_key, actor="langgraph") as mem:
-        assert graph(MemrootSaver(mem)).invoke({"count": 0, "log": []}, cfg)["count"] == 1
+    with MemrootSaver.from_conn_string(pg_url, key_path=pg_key) as saver:
+        assert graph(saver).invoke({"count": 0, "log": []}, cfg)["count"] == 1
     with open_memory(pg_url, key_path=pg_key, actor="langgraph") as mem:
         saver = MemrootSaver(mem)
         state = graph(saver).get_state(cfg)
@@ -622,3 +622,52 @@ def test_default_cache_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert default_cache_path("id-1", None) == tmp_path / "xdg-cache" / "memroot" / "id-1.cache"
     monkeypatch.setenv("MEMROOT_CACHE", str(tmp_path / "named.cache"))
     assert default_cache_path("id-1", key) == tmp_path / "named.cache"
+
+
+def test_mcp_server_on_postgres(tmp_path: Path, pg_url: str, pg_key: Path) -> None:
+    """``memroot -l postgresql://... mcp``: a whole tool session over stdio, then verify."""
+    pytest.importorskip("mcp", reason="the mcp SDK is not installed (memroot[mcp])")
+    import asyncio
+    import sys
+
+    from mcp import Client, StdioServerParameters
+
+    Ledger.init(pg_url, origin=ORIGIN, key_path=pg_key).close()
+    exe = Path(sys.executable).parent / "memroot"
+    command = [str(exe)] if exe.exists() else [sys.executable, "-m", "memroot.cli.main"]
+    params = StdioServerParameters(
+        command=command[0],
+        args=[
+            *command[1:],
+            "-l",
+            pg_url,
+            "--key",
+            str(pg_key),
+            "mcp",
+            "--actor",
+            "agent-7",
+            "--namespace",
+            "alice",
+            "--trusted",
+            str(tmp_path / "trusted.json"),
+        ],
+    )
+
+    async def session() -> dict[str, Any]:
+        async with Client(params) as c:
+            out: dict[str, Any] = {}
+            made = await c.call_tool("remember", {"value": "Alice takes tea", "source": "tea"})
+            oid = made.structured_content["object_id"]
+            out["recall"] = (await c.call_tool("recall", {"text": "tea"})).structured_content
+            out["why"] = (await c.call_tool("why", {"item_id": oid})).structured_content
+            out["snapshot"] = (await c.call_tool("snapshot", {})).structured_content
+            await c.call_tool("falsify", {"item_id": oid, "reason": "she switched"})
+            await c.call_tool("cascade", {"item_id": oid, "apply": True})
+            out["verify"] = (await c.call_tool("verify", {})).structured_content
+            return out
+
+    out = asyncio.run(session())
+    assert [r["value"] for r in out["recall"]["results"]] == ["Alice takes tea"]
+    assert out["why"]["evidence"][0]["content"] == "tea"
+    assert out["verify"]["ok"] is True, out["verify"]
+    assert _runner(pg_url, pg_key)("verify", "--json")["ok"]
