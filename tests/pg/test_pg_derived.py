@@ -134,7 +134,10 @@ def _story(run: Run) -> list[Any]:
     out: list[Any] = []
     run("init", "--origin", ORIGIN, "--snapshot-every", "6")
     run("append", _op("NAMESPACE_CREATE", {"namespace_type": "PROJECT"}, actor="admin"))
-    for who, perms in (("admin", "WRITE ASSERT DEPRECATE READ"), ("agent", "WRITE ASSERT")):
+    for who, perms in (
+        ("admin", "WRITE ASSERT DEPRECATE READ"),
+        ("agent", "WRITE ASSERT DEPRECATE"),
+    ):
         for perm in perms.split():
             run("append", _op("GRANT", {"actor_id": who, "permission": perm}, actor="admin"))
     e1 = _id(run("append", "--json", _event("tea without sugar")))
@@ -156,6 +159,15 @@ def _story(run: Run) -> list[Any]:
     out.append(run("falsify", f1, "--reason", "wrong", "--evidence", e2, "--json"))
     out.append(run("cascade", f1, "--max-depth", "1", "--dry-run", "--json"))
     out.append(run("snapshot", "--json"))
+    # Gated state: two replies to one turn, an edit on one path only.
+    hi = _id(run("append", "--json", _event("hi")))
+    a = _id(run("append", "--json", _event("Chengdu"), "--anchor", hi))
+    h = _id(run("append", "--json", _event("Hangzhou"), "--anchor", hi))
+    g1 = _id(run("append", "--json", _fact([a], "moving to Chengdu")))
+    g2 = _id(run("append", "--json", _fact([h], "moving to Hangzhou")))
+    run("append", _op("SUPERSEDE", {"new_object_id": g2, "reason": "edited"}, target_id=g1))
+    out.append(run("query", "--anchor", a, "--json"))
+    out.append(run("why", g1, "--anchor", a, "--json"))
     out.append(run("query", "--mode", "AUDIT", "--json"))
     out.append(run("query", "--text", "sugar", "--json"))
     out.append(run("why", f2, "--json"))
