@@ -683,3 +683,20 @@ def test_mcp_server_on_postgres(tmp_path: Path, pg_url: str, pg_key: Path) -> No
     assert out["why"]["evidence"][0]["content"] == "tea"
     assert out["verify"]["ok"] is True, out["verify"]
     assert _runner(pg_url, pg_key)("verify", "--json")["ok"]
+
+
+def test_verify_checks_this_hosts_cache(tmp_path: Path, pg_url: str, pg_key: Path) -> None:
+    """Steps 8-9 of ``memroot verify`` replay the snapshot and compare the host's cache: a
+    cache whose derived rows were changed (its heads intact) is reported."""
+    run = _runner(pg_url, pg_key)
+    run("init", "--origin", ORIGIN)
+    ev = _id(run("append", "--json", _event("tea")))
+    run("append", _fact([ev], "no sugar"))
+    run("snapshot")
+    assert run("verify", "--json")["ok"]
+    db = apsw.Connection(str(Path(f"{pg_key}.cache")))
+    db.execute("UPDATE mem_objects SET value = 'two sugars'")
+    db.close()
+    report = json.loads(run("verify", "--json", code=1))
+    assert not report["ok"] and report["steps"]["9"]["violations"] >= 1, report["steps"]
+    assert all(f["step"] == 9 for f in report["findings"])
