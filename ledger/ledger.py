@@ -476,9 +476,12 @@ class Ledger:
             return
         for _ in range(20):
             self._catch_up()
-            # The cache's read transaction first: it then holds nothing newer than the
-            # snapshot PostgreSQL's read transaction sees (the cache commits after it).
-            with self.derived.read(), self.store.read():
+            # The cache's snapshot first (SQLite takes it at the first read), then
+            # PostgreSQL's (at its first query, in _behind): the cache then holds nothing
+            # newer than what PostgreSQL's snapshot sees (the cache commits after it).
+            with self.derived.read() as db, self.store.read():
+                db.execute("SELECT count(*) FROM cache_heads").fetchall()
+                self._applied = None  # the cache's heads as this snapshot sees them
                 if not self._behind():
                     self.store.copy_snapshot(dst, self.derived)
                     return
