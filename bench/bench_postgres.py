@@ -20,6 +20,14 @@ run and on the same server (best of ``--repeat``, wall and CPU time of this proc
 4. For scale: the same batched append into a SQLite ledger file (no hooks) in the same run.
 5. ``--durable N`` (default 200): ``N`` single appends (one committed transaction each) after
    phase 1, beside ``N`` single-row ``INSERT`` transactions of the same rows.
+6. ``--hooked N`` (default 5000): ``N`` events in batches of ``--batch`` with the default hooks
+   (memory model, roots, falsification, branches: what ``memroot append`` and
+   ``Ledger.open(url)`` install), on PostgreSQL (derived state in this host's cache file)
+   and on a SQLite ledger file, in the same run; then ``cold_cache_open``: a second host
+   (an empty cache file) opening that PostgreSQL ledger, which replays every entry into its
+   cache through the hooks; then ``two_hosts_alternating``: two hosts (two cache files) on a
+   fresh database appending the same ``N`` events in alternate batches, so that every
+   append first replays the other host's last batch into its own cache.
 
 CPU time is this process's only (the server's work is in the wall time).
 
@@ -111,12 +119,17 @@ def _raw_singles(raw: Any, rows: list[tuple[Any, ...]]) -> None:
 
 
 def _one(
-    db_url: str, items: list[EventInput], batch: int, durable: int, keep: Callable[..., None]
+    db_url: str,
+    items: list[EventInput],
+    batch: int,
+    durable: int,
+    keep: Callable[..., None],
+    hooked: int = 0,
 ) -> None:
     """One repeat on the fresh database ``db_url``: every phase, figures to ``keep``."""
     with tempfile.TemporaryDirectory(prefix="memroot-bench-pg-") as tmp:
         key = Path(tmp) / "ledger.key"
-        with Ledger.init(db_url, origin="example.org/bench", key_path=key) as ledger:
+        with Ledger.init(db_url, origin="example.org/bench", key_path=key, hooks=()) as ledger:
             keep("memroot_append", *_timed(lambda: _append(ledger, items, batch)))
             assert ledger.size() == len(items) + 1
             rows = [
@@ -149,9 +162,58 @@ def _one(
         keep("verify_sqlite_copy", *_timed(lambda: verify_path(copy_path)))
         with Ledger.init(Path(tmp) / "file.ledger", origin="example.org/bench", hooks=()) as lite:
             keep("sqlite_append", *_timed(lambda: _append(lite, items, batch)))
+        if hooked:
+            _hooked(db_url, Path(tmp), items[:hooked], batch, keep)
 
 
-def run(url: str, entries: int, batch: int, repeat: int, durable: int = 0) -> dict[str, Any]:
+def _hooked(
+    db_url: str, tmp: Path, items: list[EventInput], batch: int, keep: Callable[..., None]
+) -> None:
+    """Phase 6: hooked appends on PostgreSQL (a cache file) and on SQLite; a cold cache."""
+    name = f"memroot_bench_h_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(db_url, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    url = _database(db_url, name)
+    try:
+        key = tmp / "hooked.key"
+        with Ledger.init(url, origin="example.org/bench-h", key_path=key) as ledger:
+            keep("pg_hooked_append", *_timed(lambda: _append(ledger, items, batch)))
+        with Ledger.init(tmp / "hooked.ledger", origin="example.org/bench-h") as lite:
+            keep("sqlite_hooked_append", *_timed(lambda: _append(lite, items, batch)))
+
+        def cold() -> None:
+            Ledger.open(url, key_path=key, cache_path=tmp / "second-host.cache").close()
+
+        keep("cold_cache_open", *_timed(cold))
+    finally:
+        with psycopg.connect(db_url, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    name = f"memroot_bench_2_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(db_url, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    url = _database(db_url, name)
+    try:
+        key = tmp / "two.key"
+        Ledger.init(url, origin="example.org/bench-2", key_path=key).close()
+        hosts = [Ledger.open(url, key_path=key, cache_path=tmp / f"host-{h}.cache") for h in "ab"]
+
+        def alternate() -> None:
+            for i, start in enumerate(range(0, len(items), batch)):
+                hosts[i % 2].append_batch(items[start : start + batch])
+
+        try:
+            keep("two_hosts_alternating", *_timed(alternate))
+        finally:
+            for h in hosts:
+                h.close()
+    finally:
+        with psycopg.connect(db_url, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def run(
+    url: str, entries: int, batch: int, repeat: int, durable: int = 0, hooked: int = 0
+) -> dict[str, Any]:
     """Run every phase ``repeat`` times on fresh databases; return the best figures."""
     best: dict[str, dict[str, float]] = {}
 
@@ -165,12 +227,18 @@ def run(url: str, entries: int, batch: int, repeat: int, durable: int = 0) -> di
         with psycopg.connect(url, autocommit=True) as admin:
             admin.execute(f"CREATE DATABASE {name}")
         try:
-            _one(_database(url, name), items, batch, durable, keep)
+            _one(_database(url, name), items, batch, durable, keep, hooked)
         finally:
             with psycopg.connect(url, autocommit=True) as admin:
                 admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
     for key, fig in best.items():
-        n = durable if key.endswith("_single") else entries
+        n = (
+            durable
+            if key.endswith("_single")
+            else min(hooked, entries)
+            if key.endswith("_hooked_append") or key in ("cold_cache_open", "two_hosts_alternating")
+            else entries
+        )
         fig["entries_per_s"] = n / fig["wall_s"]
     with psycopg.connect(url) as conn:
         version = conn.execute("SHOW server_version").fetchone()
@@ -180,9 +248,15 @@ def run(url: str, entries: int, batch: int, repeat: int, durable: int = 0) -> di
         "entries": entries,
         "batch": batch,
         "durable": durable,
+        "hooked": hooked,
         "repeat": repeat,
         "best": best,
         "append_vs_copy": best["memroot_append"]["wall_s"] / best["raw_copy"]["wall_s"],
+        "hooked_pg_vs_sqlite": (
+            best["pg_hooked_append"]["wall_s"] / best["sqlite_hooked_append"]["wall_s"]
+            if hooked
+            else None
+        ),
         "server": {
             "version": version[0] if version else None,
             "synchronous_commit": sync[0] if sync else None,
@@ -206,12 +280,13 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=1_000)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--durable", type=int, default=200, help="single appends (0: none)")
+    p.add_argument("--hooked", type=int, default=5_000, help="hooked appends (0: none)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     if not args.url:
         p.error("no server: give --url postgresql://... or set MEMROOT_TEST_PG_URL")
     load = os.getloadavg()
-    out = run(args.url, args.entries, args.batch, args.repeat, args.durable)
+    out = run(args.url, args.entries, args.batch, args.repeat, args.durable, args.hooked)
     out["machine"]["loadavg_start"] = load
     if args.json:
         print(json.dumps(out, indent=2))
@@ -228,6 +303,8 @@ def main() -> None:
             f"{fig['entries_per_s']:10,.0f} entries/s"
         )
     print(f"  memroot append / raw COPY (wall): {out['append_vs_copy']:.2f}x")
+    if out["hooked_pg_vs_sqlite"] is not None:
+        print(f"  hooked append PostgreSQL / SQLite (wall): {out['hooked_pg_vs_sqlite']:.2f}x")
 
 
 if __name__ == "__main__":

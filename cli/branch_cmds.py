@@ -63,7 +63,7 @@ def _reading(ctx: Context, no_strict: bool, *, catch_up: bool = False) -> Iterat
     with open_reader(ctx, no_strict) as ledger:
         if catch_up:
             sync(ledger)
-        with ledger.store.read():
+        with ledger.reading():
             if ledger.strict:
                 ledger.check_heads()
             yield ledger
@@ -144,7 +144,7 @@ def create(
         if expiry_days is not None or max_events is not None or on_expiry != "ARCHIVE_BRANCH":
             from memroot.memory_root.branches import default_expiry_days
 
-            days = expiry_days or default_expiry_days(ledger.store.db, namespace, branch_type)
+            days = expiry_days or default_expiry_days(ledger.derived.db, namespace, branch_type)
             if days is not None:
                 expiry = Expiry(days, on_expiry, max_events)
         made, genesis = create_branch(

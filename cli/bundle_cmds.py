@@ -21,6 +21,7 @@ from memroot.ledger.errors import DecodeError, NotFoundError, ProofError
 from memroot.ledger.keys import rotate_key
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.note import Verifier, open_checkpoint
+from memroot.ledger.pg import redact
 from memroot.ledger.tiles import write_tiles
 from memroot.ledger.trust import TrustedState, default_trusted_path
 
@@ -61,7 +62,7 @@ def export_cmd(ctx: Context, out: Path, no_sign: bool, no_strict: bool, as_json:
                 head = ledger.head_checkpoint(b.name)
                 if head is None or head.checkpoint.size != b.size:
                     ledger.checkpoint(b.name)  # a ledger written before every append was sealed
-        with ledger.store.read():
+        with ledger.reading():
             if ledger.strict:
                 ledger.check_all()
             manifest = export_bundle(
@@ -194,19 +195,21 @@ def import_bundle_cmd(
 ) -> None:
     """Rebuild a ledger (-l, a new file) from a bundle, after verifying every step.
 
-    The new ledger has the same entries, roots and checkpoints, and the layers' derived state
-    (memory objects, memory_root records) is replayed from its entries. It has no signing key.
+    -l may also name a PostgreSQL database that holds no memroot tables. The new ledger has
+    the same entries, roots and checkpoints, and the layers' derived state (memory objects,
+    memory_root records) is replayed from its entries. It has no signing key.
 
     Example: memroot -l restored.ledger import-bundle audit-2026-05 --vkey "$(cat agent.vkey)"
     """
     from memroot.cli import hooks
 
     trusted = TrustedState(trusted_path or default_trusted_path())
-    done = import_bundle(bundle, ctx.file("import-bundle"), vkeys=vkeys, trusted=trusted)
+    target = ctx.path()
+    done = import_bundle(bundle, target, vkeys=vkeys, trusted=trusted)
     with open_ledger(ctx) as ledger:  # installs the layers' tables
         hooks.rebuild_derived(ledger)  # and replays their state from the imported entries
     data = {
-        "ledger": str(done.path),
+        "ledger": redact(target) if isinstance(target, str) else str(done.path),
         "origin": done.origin,
         "ledger_id": done.ledger_id,
         "entries": done.entries,
@@ -218,7 +221,7 @@ def import_bundle_cmd(
         data,
         as_json,
         f"imported {done.entries} entries on {done.branches} branch(es) and "
-        f"{done.checkpoints} checkpoint(s) into {done.path} (bundle verified; keys: "
+        f"{done.checkpoints} checkpoint(s) into {data['ledger']} (bundle verified; keys: "
         f"{data['keys']})\nthe new ledger has no signing key: it reads, proves and verifies",
     )
 
@@ -258,7 +261,7 @@ def tiles_cmd(
     with open_reader(ctx, no_strict) as ledger:
         if not no_sign:
             ledger.checkpoint(branch)  # the only write (none when the sealed head is current)
-        with ledger.store.read():
+        with ledger.reading():
             if ledger.strict:
                 # The head checked, and every entry published proven in it first.
                 ledger.check_heads()

@@ -14,7 +14,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, Final
+from typing import Any, BinaryIO
 
 import click
 
@@ -43,7 +43,7 @@ from memroot.ledger.errors import (
 from memroot.ledger.hashing import leaf_hash
 from memroot.ledger.ledger import Appended, Ledger
 from memroot.ledger.note import Verifier, open_checkpoint, parse_tlog_proof
-from memroot.ledger.pg import is_url, open_store, redact
+from memroot.ledger.pg import open_store, redact
 from memroot.ledger.strict import relaxed
 from memroot.ledger.trust import TrustedState, default_trusted_path
 from memroot.ledger.verify import STEPS, AuditReport, Finding, verify_path
@@ -55,58 +55,13 @@ MAX_JSON_LINE = 32 * 1024 * 1024
 MAX_LOG_LIMIT = 100_000
 
 
-PG_COMMANDS: Final = frozenset(
-    {
-        "init",
-        "append",
-        "import",
-        "log",
-        "show",
-        "checkpoint",
-        "prove",
-        "vkey",
-        "verify",
-        "export",
-        "audit",
-        "rotate-key",
-        "tiles",
-        "publish",
-        "witness",
-        "receipts",
-    }
-)
-"""The commands that run on a PostgreSQL ledger: the ledger core's (docs/postgresql.md)."""
-
-
-def _check_pg_command(target: Path | str) -> None:
-    """Refuse, before anything is read, a command of the layers above on a PostgreSQL ledger.
-
-    Raises:
-        RefusedError: naming the command, for a PostgreSQL ledger.
-    """
-    if not is_url(target):
-        return
-    current = click.get_current_context(silent=True)
-    words = current.command_path.split() if current is not None else []
-    name = words[1] if len(words) > 1 else ""
-    if name not in PG_COMMANDS:
-        raise RefusedError(
-            f"`memroot {name}` needs the layers above the ledger (memory model, roots, "
-            "falsification, branches), which do not run on a PostgreSQL ledger yet; the "
-            "ledger's own commands do (docs/postgresql.md)"
-        )
-
-
 def open_ledger(ctx: Context) -> Ledger:
     """Open the ledger named by -l/--ledger (with the memory model's hooks when present)."""
     from memroot.cli import hooks
 
     target = ctx.path()
-    _check_pg_command(target)
-    if is_url(target):
-        # The layers above the ledger do not run on PostgreSQL yet: the bare ledger, whose
-        # commands that need them fail naming their missing tables (docs/postgresql.md).
-        return Ledger.open(target, key_path=ctx.key_path, hooks=())
+    # On a PostgreSQL ledger the hooks keep their state in this host's cache file
+    # ($MEMROOT_CACHE, else beside the key; docs/postgresql.md).
     return Ledger.open(target, key_path=ctx.key_path, hooks=hooks.default_hooks())
 
 
@@ -140,7 +95,6 @@ def open_reader(ctx: Context, no_strict: bool) -> Ledger:
             err=True,
         )
     path = ctx.path()
-    _check_pg_command(path)
     trusted_path = default_trusted_path()
     trusted = TrustedState(trusted_path) if not no_strict and trusted_path.exists() else None
     if isinstance(path, str):  # PostgreSQL: the server decides who may write
@@ -279,7 +233,7 @@ def init(
         origin=origin,
         snapshot_every=snapshot_every,
         key_path=key_path or ctx.key_path,
-        hooks=() if is_url(target) else hooks.default_hooks(),
+        hooks=hooks.default_hooks(),
     ) as ledger:
         data = {
             "ledger": redact(target) if isinstance(target, str) else str(ledger.path),
@@ -470,7 +424,7 @@ def _refused_line(ledger: Ledger, source: BinaryIO, branch: str, anchor: str | N
     """
     found: int | None = None
     try:
-        with ledger.store.write():
+        with ledger.write():
             for n, item in _import_items(_read_lines(source), anchor):
                 try:
                     ledger.append(item, branch=branch)
@@ -554,7 +508,7 @@ def log(
     Example: memroot -l agent.ledger log --tail 20 --type ASSERT --type FALSIFY
     """
     wanted = {t.upper() for t in types}
-    with open_reader(ctx, no_strict) as ledger, ledger.store.read():
+    with open_reader(ctx, no_strict) as ledger, ledger.reading():
         # Each entry read is checked in full, its content too, before anything is printed.
         size = ledger.size(branch)
         if tail is not None and not wanted:
@@ -621,7 +575,7 @@ def show(ctx: Context, entry: str, branch: str, no_strict: bool, as_json: bool) 
 
     Example: memroot -l agent.ledger show 3 --json
     """
-    with open_reader(ctx, no_strict) as ledger, ledger.store.read():
+    with open_reader(ctx, no_strict) as ledger, ledger.reading():
         branch, seq = _find_entry(ledger, entry, branch)
         row = ledger.read(seq, branch)
         e = row.entry
@@ -712,7 +666,7 @@ def prove(
     """
     if (index is None) == (not consistency):
         raise click.UsageError("give exactly one of --index I or --consistency N1 N2")
-    with open_reader(ctx, no_strict) as ledger, ledger.store.read():
+    with open_reader(ctx, no_strict) as ledger, ledger.reading():
         if ledger.strict:
             ledger.check_heads()
         if index is not None and size is not None:
@@ -909,7 +863,7 @@ def verify_cmd(
     # One state of the file for the whole run: every step and every layer's check reads a
     # copy taken in one read transaction, so appends committed meanwhile never show up as
     # findings. Read-only and without hooks: verifying never writes to the audited file.
-    with relaxed(), snapshot_of(ctx.path()) as path:
+    with relaxed(), snapshot_of(ctx.path(), ctx.key_path) as path:
         report = _verify_snapshot(path, trusted, vkeys, no_update, origin, branch, policy)
         path_ok = True
         if anchor is not None:
@@ -920,22 +874,32 @@ def verify_cmd(
 
 
 @contextlib.contextmanager
-def snapshot_of(path: Path | str) -> Iterator[Path]:
+def snapshot_of(path: Path | str, key_path: Path | None = None) -> Iterator[Path]:
     """Yield a private copy of the ledger at ``path`` as one read transaction saw it.
 
     A PostgreSQL ledger is copied, as one REPEATABLE READ transaction sees it, into a
-    SQLite file (``PgStore.copy_snapshot``): the same rows, verified like any ledger file.
+    SQLite file (``Ledger.copy_snapshot``): the same rows, verified like any ledger file,
+    with this host's derived-state cache (``key_path`` locates it by default) caught up to
+    that snapshot, so steps 8-9 check it.
 
     Raises:
         StorageError: if the ledger cannot be opened or copied; IntegrityError if corrupt.
     """
+    from memroot.cli import hooks
+
     with tempfile.TemporaryDirectory(prefix="memroot-verify-") as tmp:
         copy = Path(tmp) / "ledger.db"
-        store = open_store(path, readonly=True)
-        try:
-            store.copy_snapshot(copy)
-        finally:
-            store.close()
+        if isinstance(path, str):
+            with Ledger.open(
+                path, key_path=key_path, readonly=True, strict=False, hooks=hooks.default_hooks()
+            ) as ledger:
+                ledger.copy_snapshot(copy)
+        else:
+            store = open_store(path, readonly=True)
+            try:
+                store.copy_snapshot(copy)
+            finally:
+                store.close()
         yield copy
 
 

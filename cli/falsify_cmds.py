@@ -56,7 +56,7 @@ def unapplied(
     ``entry_hash`` and ``reason`` (why the global state could not take it). Empty on a
     ledger without falsification state.
     """
-    db = ledger.store.db
+    db = ledger.derived.db
     if not has_table(db, "fz_unapplied"):
         return []
     view = _deps.view_of(db, branch)
@@ -556,7 +556,7 @@ def item_why(ctx: Context, item_id: str, branch: str, as_json: bool, no_strict: 
     Raises:
         ValidationError, NotFoundError: for an id that names no item on the branch.
     """
-    with open_reader(ctx, no_strict) as ledger, ledger.store.read():
+    with open_reader(ctx, no_strict) as ledger, ledger.reading():
         if ledger.strict:
             ledger.check_heads()
         w = Falsifier(ledger).why(item_id, branch)

@@ -91,20 +91,6 @@ class Context:
             raise click.UsageError("no ledger given: use -l/--ledger PATH or set MEMROOT_LEDGER")
         return self.ledger_path
 
-    def file(self, what: str) -> Path:
-        """Return the ledger path of a command that needs a ledger file (not PostgreSQL).
-
-        Raises:
-            click.UsageError: for a PostgreSQL ledger, naming the command.
-        """
-        target = self.path()
-        if isinstance(target, str):
-            raise click.UsageError(
-                f"{what} needs a ledger file; it does not run on a PostgreSQL ledger yet "
-                "(docs/postgresql.md)"
-            )
-        return target
-
 
 class LedgerTarget(click.ParamType):  # type: ignore[type-arg]
     """A ledger file path, or a ``postgresql://`` URL kept as written (a str)."""

@@ -275,6 +275,8 @@ def mcp_cmd(
         ) from e
     from memroot.memory import open_memory
 
-    path = ctx.file("mcp")
-    with open_memory(path, actor=actor, actor_type=actor_type, namespace=namespace) as mem:
+    path = ctx.path()  # a file (created if missing) or a PostgreSQL URL
+    with open_memory(
+        path, key_path=ctx.key_path, actor=actor, actor_type=actor_type, namespace=namespace
+    ) as mem:
         build_server(mem, trusted_path).run("stdio")

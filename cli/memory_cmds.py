@@ -136,7 +136,7 @@ def query_cmd(
                 f"--as-of {as_of} is past the last entry of {branch} ({size - 1})", field="as_of"
             )
         sync(ledger)
-        with ledger.store.read() as db:
+        with ledger.reading() as db:
             if ledger.strict:
                 ledger.check_heads()
             results = memq.query(db, q)
@@ -207,7 +207,7 @@ def why_cmd(
 
     with open_reader(ctx, no_strict) as ledger:
         sync(ledger, branch)
-        with ledger.store.read():
+        with ledger.reading():
             w = why_object(ledger, object_id, branch=branch, anchor=anchor)
             states = object_states(ledger, object_id, branch)
             left_out = unapplied(ledger, object_id, branch)

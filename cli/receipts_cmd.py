@@ -30,7 +30,7 @@ def receipts_cmd(ctx: Context, run_id: str | None, no_strict: bool, as_json: boo
     """
     from memroot.receipts import receipts
 
-    with open_reader(ctx, no_strict) as ledger, ledger.store.read():
+    with open_reader(ctx, no_strict) as ledger, ledger.reading():
         found = receipts(ledger, run=run_id)
 
     def human() -> None:

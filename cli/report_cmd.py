@@ -8,18 +8,21 @@ nothing: open it from disk, mail it, attach it to a ticket.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 from pathlib import Path
 
 import click
 
-from memroot.cli.commands import strict_option
+from memroot.cli.commands import snapshot_of, strict_option
 from memroot.cli.main import Context, cli, emit, pass_ctx
 from memroot.ledger.entries import now_us
 from memroot.ledger.errors import IntegrityError, StorageError
 from memroot.ledger.ledger import Ledger
+from memroot.ledger.pg import redact
 from memroot.ledger.strict import relaxed
 from memroot.ledger.trust import TrustedState, default_trusted_path
-from memroot.ledger.verify import verify_path
+from memroot.ledger.verify import AuditReport, verify_path
 
 __all__ = ["report_cmd"]
 
@@ -58,10 +61,44 @@ def report_cmd(
 
     Example: memroot -l agent.ledger report agent-report.html
     """
+    target = ctx.path()
+    with contextlib.ExitStack() as stack:
+        # A PostgreSQL ledger: one snapshot of it, with this host's caught-up derived state,
+        # copied to a file (as `verify` reads it); the page names the URL, not the copy.
+        path = (
+            stack.enter_context(snapshot_of(target, ctx.key_path))
+            if isinstance(target, str)
+            else target
+        )
+        shown = redact(target) if isinstance(target, str) else str(target)
+        html, refused, audit = _page(path, shown, trusted_path, vkeys, no_strict)
+    try:
+        out.write_text(html, encoding="utf-8")
+    except OSError as e:
+        raise StorageError(f"cannot write {out}: {e}") from e
+    emit(
+        {
+            "report": str(out),
+            "ok": audit.ok and refused is None,
+            "bytes": len(html.encode()),
+            "strict_read_refused": refused,
+        },
+        as_json,
+        f"wrote {out} ({len(html.encode())} bytes); verification "
+        + ("ok" if audit.ok else f"FAILED ({len(audit.findings)} violation(s))")
+        + ("" if refused is None else f"; ledger data withheld: {refused}"),
+    )
+    if not audit.ok or refused is not None:
+        raise click.exceptions.Exit(1)
+
+
+def _page(
+    path: Path, shown: str, trusted_path: Path | None, vkeys: tuple[str, ...], no_strict: bool
+) -> tuple[str, str | None, AuditReport]:
+    """Verify the ledger file at ``path`` and render its page (``shown`` names the ledger)."""
     from memroot.cli import hooks
     from memroot.cli._report_html import gather, refusal, render
 
-    path = ctx.file("report")
     if no_strict:
         click.echo(
             "warning: --no-strict: the page shows entries and content NOT checked against the "
@@ -82,25 +119,9 @@ def report_cmd(
     refused: str | None = None
     try:
         with Ledger.open(path, readonly=True, strict=not no_strict) as ledger:
-            page = render(gather(ledger, audit, now_us(), unchecked=no_strict))
+            data = gather(ledger, audit, now_us(), unchecked=no_strict)
+            page = render(dataclasses.replace(data, path=shown))
     except IntegrityError as e:
         refused = str(e)
-        page = render(refusal(str(path), audit, refused, now_us()))
-    try:
-        out.write_text(page, encoding="utf-8")
-    except OSError as e:
-        raise StorageError(f"cannot write {out}: {e}") from e
-    emit(
-        {
-            "report": str(out),
-            "ok": audit.ok and refused is None,
-            "bytes": len(page.encode()),
-            "strict_read_refused": refused,
-        },
-        as_json,
-        f"wrote {out} ({len(page.encode())} bytes); verification "
-        + ("ok" if audit.ok else f"FAILED ({len(audit.findings)} violation(s))")
-        + ("" if refused is None else f"; ledger data withheld: {refused}"),
-    )
-    if not audit.ok or refused is not None:
-        raise click.exceptions.Exit(1)
+        page = render(refusal(shown, audit, refused, now_us()))
+    return page, refused, audit

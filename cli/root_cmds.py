@@ -239,7 +239,7 @@ def roots_cmd(
 
     Example: memroot -l agent.ledger roots --json
     """
-    with open_reader(ctx, no_strict) as ledger, ledger.store.read():
+    with open_reader(ctx, no_strict) as ledger, ledger.reading():
         if anchor is not None:
             branch, at = _anchor_event(ledger, anchor)
             chain = [
@@ -280,7 +280,7 @@ def root_show(ctx: Context, root_id: str, no_strict: bool, as_json: bool) -> Non
 
     Example: memroot -l agent.ledger root show 3fa2c1d0 --json
     """
-    with open_reader(ctx, no_strict) as ledger, ledger.store.read():
+    with open_reader(ctx, no_strict) as ledger, ledger.reading():
         view = Roots(ledger).show(root_id)
         _check_served(ledger, [view.record])
     data = _view_json(view)
@@ -315,7 +315,7 @@ def root_diff(ctx: Context, root1: str, root2: str, no_strict: bool, as_json: bo
 
     Example: memroot -l agent.ledger root diff 3fa2c1d0 9be01f44
     """
-    with open_reader(ctx, no_strict) as ledger, ledger.store.read():
+    with open_reader(ctx, no_strict) as ledger, ledger.reading():
         diff = Roots(ledger).diff(root1, root2)
         _check_served(ledger, [diff.a, diff.b])
     data = _diff_json(diff)
@@ -361,7 +361,7 @@ def selfmodel_show(ctx: Context, branch: str, no_strict: bool, as_json: bool) ->
 
     Example: memroot -l agent.ledger selfmodel show
     """
-    with open_reader(ctx, no_strict) as ledger, ledger.store.read():
+    with open_reader(ctx, no_strict) as ledger, ledger.reading():
         view = Roots(ledger).selfmodel(branch)
         if view is not None:
             _check_served(ledger, selfmodels=[view.record])

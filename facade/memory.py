@@ -20,6 +20,7 @@ when one is raised.
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Final
 from memroot.ledger.entries import CANONICAL_BRANCH, EventInput, OpInput, parse_input
 from memroot.ledger.errors import NotFoundError, ValidationError
 from memroot.ledger.ledger import Appended, Ledger
+from memroot.ledger.pg import is_url
 
 if TYPE_CHECKING:
     from memroot.ledger.verify import AuditReport
@@ -127,7 +129,7 @@ class Memory:
         from memroot.ledger.errors import KeyFileError
 
         try:
-            if not self.ledger.store.db.readonly("main"):
+            if not self.ledger.derived.db.readonly("main"):
                 self.close_pending()
         except KeyFileError:
             pass
@@ -298,7 +300,7 @@ class Memory:
             )
         sync(self.ledger)
         if receipt is None:
-            with self.ledger.store.read() as db:
+            with self.ledger.reading() as db:
                 return memq.query(db, q)
         from memroot.receipts import receipt_op
 
@@ -314,7 +316,7 @@ class Memory:
             "limit": limit,
         }
         # One transaction: the receipt lands right after the state it describes.
-        with self.ledger.store.write() as db:
+        with self.ledger.write() as db:
             results = memq.query(db, q)
             op = receipt_op(
                 self.ledger,
@@ -504,14 +506,22 @@ class Memory:
         from memroot.ledger.verify import verify_path
 
         self.close_pending()
-        checks = replay_checks(self.ledger)
-        return verify_path(
-            self.path,
-            trusted=TrustedState(Path(trusted) if trusted is not None else default_trusted_path()),
-            vkeys=vkeys,
-            checks=checks,
-            update_trusted=update_trusted,
-        )
+        state = TrustedState(Path(trusted) if trusted is not None else default_trusted_path())
+        if self.ledger.derived is self.ledger.store:
+            checks = replay_checks(self.ledger)
+            return verify_path(
+                self.path, trusted=state, vkeys=vkeys, checks=checks, update_trusted=update_trusted
+            )
+        # A PostgreSQL ledger: one snapshot with this host's derived state, copied to a file
+        # (as `memroot verify` does).
+        with tempfile.TemporaryDirectory(prefix="memroot-verify-") as tmp:
+            copy = Path(tmp) / "ledger.db"
+            self.ledger.copy_snapshot(copy)
+            with Ledger.open(copy, readonly=True, strict=False) as snapshot:
+                checks = replay_checks(snapshot)
+            return verify_path(
+                copy, trusted=state, vkeys=vkeys, checks=checks, update_trusted=update_trusted
+            )
 
     def close_pending(self) -> None:
         """Sign the checkpoints automatic snapshots still need (verify checks them)."""
@@ -536,6 +546,9 @@ def open_memory(
 ) -> Memory:
     """Open (or, with ``create``, create) the ledger at ``path`` and return its ``Memory``.
 
+    ``path`` may be a ``postgresql://`` URL of a ledger made with ``memroot init`` (never
+    created here); ``key_path`` then names its signing key.
+
     A new ledger gets its Ed25519 key beside it (``PATH.key``, mode 0600) as with
     ``memroot init``; ``origin`` and ``snapshot_every`` apply only then.
 
@@ -545,9 +558,13 @@ def open_memory(
     """
     from memroot.ledger.ledger import DEFAULT_SNAPSHOT_EVERY
 
-    p = Path(path)
     key = None if key_path is None else Path(key_path)
-    if p.exists():
+    p = Path(path)
+    if is_url(path):
+        # A PostgreSQL ledger (made by `memroot init`): its derived state lives in this
+        # host's cache file (docs/postgresql.md).
+        ledger = Ledger.open(str(path), key_path=key, hooks=ledger_hooks())
+    elif p.exists():
         ledger = Ledger.open(p, key_path=key, hooks=ledger_hooks())
     elif create:
         ledger = Ledger.init(

@@ -217,7 +217,7 @@ class ReceiptsCheck:
         from memroot.projections.query import get_object
 
         with Ledger.open(self.path, readonly=True) as ledger:
-            db = ledger.store.db
+            db = ledger.derived.db
             f = Falsifier(ledger)
             for entry in self.found:
                 where = (entry.branch, entry.seq)

@@ -21,6 +21,7 @@ from memroot.ledger.bundle import BundleReader
 from memroot.ledger.entries import CANONICAL_BRANCH, ZERO_HASH, Entry, Kind
 from memroot.ledger.errors import DecodeError, IntegrityError, StorageError
 from memroot.ledger.hashing import content_digest, leaf_hash
+from memroot.ledger.pg import PgStore, is_url, redact
 from memroot.ledger.store import Store, entry_key, node_key
 from memroot.ledger.trust import TrustedState
 from memroot.ledger.verify import AuditReport
@@ -45,12 +46,15 @@ class Imported:
 
 def import_bundle(
     bundle: Path | BundleReader,
-    path: Path,
+    path: Path | str,
     *,
     vkeys: Sequence[str] = (),
     trusted: TrustedState | None = None,
 ) -> Imported:
     """Verify ``bundle`` (every auditor step) and rebuild it as a new ledger file at ``path``.
+
+    ``path`` may be a ``postgresql://`` URL of a database without memroot tables: the
+    ledger is rebuilt there (``Imported.path`` then names the URL, password hidden).
 
     Nothing is written unless the audit finds no violation; the file is written in one
     transaction and removed again if anything fails, so ``path`` holds a whole ledger or none.
@@ -61,8 +65,9 @@ def import_bundle(
         NotFoundError, DecodeError: if there is no readable bundle.
     """
     reader = bundle if isinstance(bundle, BundleReader) else BundleReader(Path(bundle))
-    path = Path(path)
-    if path.exists():
+    url = str(path) if is_url(path) else None
+    path = Path(redact(url)) if url is not None else Path(path)
+    if url is None and path.exists():
         raise StorageError(f"{path} already exists; refusing to overwrite a ledger")
     report = audit_bundle(reader, vkeys=vkeys, trusted=trusted, update_trusted=False)
     if not report.ok:
@@ -75,7 +80,8 @@ def import_bundle(
             expected=f.expected,
             actual=f.actual,
         )
-    store = Store(path, create=True)
+    # A PostgreSQL database (its tables made here) or a new file.
+    store = PgStore(url, create=True) if url is not None else Store(path, create=True)
     try:
         with store.write():
             m = reader.manifest
@@ -90,6 +96,9 @@ def import_bundle(
                     store.insert_checkpoint(no, size, root, note)
                     checkpoints += 1
     except BaseException:
+        if isinstance(store, PgStore):
+            store.drop()
+            raise
         store.close()
         for suffix in ("", "-wal", "-shm"):
             Path(f"{path}{suffix}").unlink(missing_ok=True)

@@ -81,7 +81,7 @@ def rotate_key(ledger: Ledger) -> Rotation:
     if new_vkey in rotated:
         seq = _rotation_seq(ledger, new_vkey)
     else:
-        with store.write():
+        with ledger.write():
             rotate = ledger.system_op(
                 OpType.KEY_ROTATE, {"new_vkey": new_vkey, "old_vkey": old_vkey}
             )

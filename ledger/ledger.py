@@ -70,7 +70,7 @@ from memroot.ledger.note import (
     sign_checkpoint,
     vkey_of,
 )
-from memroot.ledger.pg import PgStore, is_url
+from memroot.ledger.pg import DerivedCache, PgStore, StoreView, default_cache_path, is_url
 from memroot.ledger.signing import Ed25519Signer, Signer
 from memroot.ledger.store import (
     NODE_CACHE_MAX,
@@ -132,7 +132,10 @@ class AppendHook(Protocol):
     same transaction (e.g. a SNAPSHOT every N entries). A hook may also define
     ``end_batch(db)``: the ledger calls it once after the last entry of every ``append_batch``
     (before it writes the entries), so a hook may buffer its rows for the batch and write them
-    there in a few statements (``memroot.projections.hook.MemoryHook`` does).
+    there in a few statements (``memroot.projections.hook.MemoryHook`` does). A hook that
+    folds missing entries on its own (the memory model, falsification) may define
+    ``folded(db, ledger, branch) -> int``, how many entries of ``branch`` it holds: a
+    PostgreSQL ledger's cache catch-up then skips it for those (``Ledger._replay``).
     """
 
     def install(self, db: apsw.Connection) -> None:
@@ -204,9 +207,20 @@ class Ledger:
         strict: bool | None = None,
         trusted: TrustedState | None = None,
         vkeys: Sequence[str] = (),
+        cache_path: Path | None = None,
     ) -> None:
-        """Wrap an open store; prefer ``Ledger.open`` / ``Ledger.init``."""
+        """Wrap an open store; prefer ``Ledger.open`` / ``Ledger.init``.
+
+        A PostgreSQL ledger with hooks keeps their derived state in a local SQLite cache
+        (``derived``; ``cache_path``, default ``memroot.ledger.pg.default_cache_path``).
+        """
         self.store = store
+        self.derived: Store = store
+        """Where the layers above keep their derived tables: the ledger file itself, or for a
+        PostgreSQL ledger this host's cache file (``memroot.ledger.pg.DerivedCache``)."""
+        self._applied: dict[str, tuple[int, bytes]] | None = None  # the cache's heads
+        self._applied_version: int | None = None  # the cache's data_version when read
+        self._replaying = False
         self.path = store.path
         # A PostgreSQL ledger has no file to keep its key beside: the key is always named.
         self._key_given = key_path is not None or not isinstance(store, PgStore)
@@ -241,15 +255,17 @@ class Ledger:
         self._reader_checks = StrictReader(
             store, self.origin, vkeys=tuple(vkeys), trusted=trusted, own_from=self._own_from
         )
-        store.on_commit(self._seal, self._unseal, self._sealed_committed)
         if self.hooks and isinstance(store, PgStore):
-            raise StorageError(
-                f"{store.where}: the layers above the ledger (memory model, roots, "
-                "falsification, branches) do not run on a PostgreSQL ledger yet; open it "
-                "with hooks=() (docs/postgresql.md)"
+            self.derived = DerivedCache(
+                cache_path or default_cache_path(self.ledger_id, key_path), self.ledger_id
             )
-        if self.hooks and not store.readonly:
-            with store.write() as db:
+            self._view = StoreView(store)
+            # Before the seal (which forgets the grown branches): what the cache applied.
+            store.on_commit(self._record_applied, _nothing)
+            self.derived.on_commit(_nothing, self._forget_applied)
+        store.on_commit(self._seal, self._unseal, self._sealed_committed)
+        if self.hooks and not self.derived.readonly:
+            with self.derived.write() as db:
                 for hook in self.hooks:
                     hook.install(db)
 
@@ -264,11 +280,13 @@ class Ledger:
         snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
         key_path: Path | None = None,
         hooks: Sequence[AppendHook] | None = None,
+        cache_path: Path | None = None,
     ) -> Ledger:
         """Create a ledger file, its Ed25519 key, the genesis entry and a first checkpoint.
 
         ``path`` may be a ``postgresql://`` URL (``memroot.ledger.pg``): the tables are made
-        in that database, ``key_path`` is then required, and ``hooks`` must be None or ``()``.
+        in that database and ``key_path`` is then required; the hooks' derived state is kept
+        in a local cache file (``cache_path``, see ``Ledger.open``).
 
         ``hooks`` as in ``open``: None installs the default hooks, ``()`` none.
 
@@ -282,12 +300,6 @@ class Ledger:
             raise KeyFileError(
                 "a PostgreSQL ledger keeps no key file beside it: name one (--key PATH, "
                 "MEMROOT_KEY, key_path=)"
-            )
-        if url is not None and hooks:
-            raise StorageError(
-                "the layers above the ledger (memory model, roots, falsification, branches) "
-                "do not run on a PostgreSQL ledger yet: create it with hooks=() "
-                "(docs/postgresql.md)"
             )
         path = Path(path)
         key_path = key_path or default_key_path(path)
@@ -309,8 +321,6 @@ class Ledger:
             raise KeyFileError(f"key file {key_path} already exists; refusing to overwrite it")
         signer = Ed25519Signer.generate(origin)
         if url is not None:
-            if hooks is None:
-                hooks = ()
             store: Store = PgStore(url, create=True)
         else:
             store = Store(path, create=True)
@@ -330,7 +340,13 @@ class Ledger:
             for suffix in ("-wal", "-shm"):
                 Path(f"{path}{suffix}").unlink(missing_ok=True)
             raise
-        ledger = cls(store, key_path=key_path, hooks=_hooks(hooks, readonly=False), strict=False)
+        ledger = cls(
+            store,
+            key_path=key_path,
+            hooks=_hooks(hooks, readonly=False),
+            strict=False,
+            cache_path=cache_path,
+        )
         ledger._signer = signer
         genesis = {
             "branch_type": BranchType.CANONICAL.value,
@@ -340,7 +356,7 @@ class Ledger:
             "origin": origin,
             "snapshot_every": snapshot_every,
         }
-        with store.write() as db:
+        with ledger.write() as db:
             ledger._append_locked(
                 db, ledger._head(CANONICAL_BRANCH), [_Genesis(genesis, ledger_id)]
             )
@@ -358,11 +374,15 @@ class Ledger:
         strict: bool | None = None,
         trusted: TrustedState | None = None,
         vkeys: Sequence[str] = (),
+        cache_path: Path | None = None,
     ) -> Ledger:
         """Open an existing ledger file (or, for a ``postgresql://`` URL, database).
 
-        A PostgreSQL ledger needs ``key_path`` to append, and runs the bare ledger: ``hooks``
-        None installs none there, and hooks given are refused (docs/postgresql.md).
+        A PostgreSQL ledger needs ``key_path`` to append. Its hooks (the default ones even
+        when ``readonly``: the cache is this host's) keep their derived state in a local
+        SQLite file, ``cache_path`` (default: ``$MEMROOT_CACHE``, else ``KEY.cache`` beside
+        the key, else ``~/.cache/memroot/LEDGER_ID.cache``), brought up to date with the
+        ledger on open and inside every transaction (docs/postgresql.md).
 
         ``strict`` (default True, see ``memroot.ledger.strict``) checks the canonical branch's
         stored head against its newest signed checkpoint now, and every entry and content
@@ -381,31 +401,254 @@ class Ledger:
                 (or the trusted state), naming the step; or the file is a corrupt SQLite file.
         """
         if is_url(path):
-            # The layers above the ledger do not run on PostgreSQL yet: the bare ledger.
-            hooks = () if hooks is None else hooks
             store: Store = PgStore(str(path), readonly=readonly)
+            chosen = _hooks(hooks, readonly=False)  # the cache is this host's: kept even so
         else:
             store = Store(Path(path), readonly=readonly)
+            chosen = _hooks(hooks, readonly=readonly)
+        ledger: Ledger | None = None
         try:
             ledger = cls(
                 store,
                 key_path=key_path,
-                hooks=_hooks(hooks, readonly=readonly),
+                hooks=chosen,
                 strict=strict,
                 trusted=trusted,
                 vkeys=vkeys,
+                cache_path=cache_path,
             )
             if ledger.strict:
                 with store.read():
                     ledger._reader_checks.check_head(CANONICAL_BRANCH)
+            if ledger.derived is not store:
+                ledger._open_cache()
         except BaseException:
             store.close()
+            if ledger is not None and ledger.derived is not store:
+                ledger.derived.close()
             raise
         return ledger
 
     def close(self) -> None:
-        """Close the underlying file."""
+        """Close the underlying file (and the derived-state cache, if any)."""
         self.store.close()
+        if self.derived is not self.store:
+            self.derived.close()
+
+    # -- transactions over the ledger and its derived state -------------------------------------
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[apsw.Connection]:
+        """Run the body as one write transaction of the ledger and its derived state.
+
+        Yields the connection of the derived tables (the hooks' ``db``). For a ledger file
+        it is the file's one transaction. For a PostgreSQL ledger the cache's transaction is
+        opened first (so writers on one host never wait for each other's PostgreSQL locks
+        while holding the cache), then PostgreSQL's; the cache catches up with what other
+        hosts appended, PostgreSQL commits, then the cache. A cache commit lost after
+        PostgreSQL's is replayed by the next catch-up; a failed PostgreSQL commit rolls the
+        cache back.
+
+        Raises:
+            StorageError: if either store fails; nothing is written then.
+        """
+        if self.derived is self.store:
+            with self.store.write() as db:
+                yield db
+            return
+        with self.derived.write() as db, self.store.write():
+            self._catch_up()
+            yield db
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[apsw.Connection]:
+        """Run the body on one snapshot of the ledger and of its derived state; yield the latter.
+
+        For a PostgreSQL ledger the cache is first brought up to the snapshot PostgreSQL's
+        read transaction sees (committed entries other hosts appended are applied).
+
+        Raises:
+            StorageError: if either store fails.
+        """
+        if self.derived is self.store:
+            with self.store.read() as db:
+                yield db
+            return
+        # Before the snapshot: the cache may then lag it a little (never run ahead of it).
+        # Inside an open snapshot another process may have applied newer entries: allowed.
+        self._catch_up(ahead_ok=self.store.db.in_transaction)
+        with self.store.read(), self.derived.read() as db:
+            yield db
+
+    def copy_snapshot(self, dst: Path) -> None:
+        """Copy the ledger and its derived state, as one snapshot, to a new SQLite file ``dst``.
+
+        For a PostgreSQL ledger the derived state is this host's cache, caught up to the
+        snapshot copied (so ``verify`` checks it, steps 8-9); without hooks, the entries only.
+
+        Raises:
+            StorageError: if the ledger cannot be read or the copy cannot be written.
+        """
+        if not isinstance(self.store, PgStore) or self.derived is self.store:
+            self.store.copy_snapshot(dst)
+            return
+        for _ in range(20):
+            self._catch_up()
+            # The cache's snapshot first (SQLite takes it at the first read), then
+            # PostgreSQL's (at its first query, in _behind): the cache then holds nothing
+            # newer than what PostgreSQL's snapshot sees (the cache commits after it).
+            with self.derived.read() as db, self.store.read():
+                db.execute("SELECT count(*) FROM cache_heads").fetchall()
+                self._applied = None  # the cache's heads as this snapshot sees them
+                if not self._behind():
+                    self.store.copy_snapshot(dst, self.derived)
+                    return
+        raise StorageError(
+            f"{self.store.where} kept growing while its derived-state cache was copied; try again"
+        )
+
+    # -- the derived-state cache of a PostgreSQL ledger -----------------------------------------
+
+    def _open_cache(self) -> None:
+        """Check the cache is of this ledger's history (else start it afresh), catch it up."""
+        assert isinstance(self.derived, DerivedCache)
+        try:
+            self._catch_up()
+        except _StaleCache:
+            self.derived.reset()
+            self._applied = None
+            with self.derived.write() as db:
+                db.execute(
+                    "INSERT OR IGNORE INTO cache_meta VALUES('ledger_id', ?)", (self.ledger_id,)
+                )
+                for hook in self.hooks:
+                    hook.install(db)
+            self._catch_up()
+
+    def _forget_applied(self) -> None:
+        self._applied = None
+
+    def _applied_heads(self) -> dict[str, tuple[int, bytes]]:
+        """Return what the cache has applied (read again once another process committed)."""
+        assert isinstance(self.derived, DerivedCache)
+        version = self.derived.data_version()
+        if self._applied is None or version != self._applied_version:
+            self._applied = self.derived.heads()
+            self._applied_version = version
+        return self._applied
+
+    def _record_applied(self) -> None:
+        """Before PostgreSQL's COMMIT: record in the cache the heads this transaction grew."""
+        if not self._txn:
+            return
+        assert isinstance(self.derived, DerivedCache)
+        applied = self._applied_heads()
+        rows = []
+        for branch in self._txn:
+            row = self._heads[branch].row
+            applied[branch] = (row.size, bytes(row.head))
+            rows.append((branch, row.size, bytes(row.head)))
+        self.derived.set_heads(rows)
+
+    def _catch_up(self, *, ahead_ok: bool = False) -> int:
+        """Apply to the cache the committed entries it has not seen yet; return how many.
+
+        Every branch in creation order (parents before their forks), each entry through the
+        hooks as a live append would have (``_replay``). Runs inside a transaction of the
+        ledger store; opens the cache's own write transaction when there is something to do.
+
+        Raises:
+            StorageError: if the cache is of another history (``_StaleCache``) or a hook
+                refuses a committed entry.
+        """
+        if self.derived is self.store or self._replaying or not self._behind(ahead_ok):
+            return 0
+        with self.derived.write() as db:
+            # Again under the cache's lock: another process may have caught it up meanwhile.
+            return sum(self._replay(db, b, start) for b, start in self._behind(ahead_ok))
+
+    def _behind(self, ahead_ok: bool = False) -> list[tuple[BranchRow, int]]:
+        """Return the branches the cache lags behind, with the size it has applied of each.
+
+        ``ahead_ok``: the branch heads are read in an older snapshot than the cache (another
+        process applied newer entries): a cache ahead of them is not taken for stale.
+
+        Raises:
+            _StaleCache: if the cache is ahead of a branch or its head is not the ledger's.
+        """
+        applied = self._applied_heads()
+        todo: list[tuple[BranchRow, int]] = []
+        for b in self.store.branches():
+            if b.name in self._txn:
+                continue  # caught up before this transaction appended to it: the rest is ours
+            size, head = applied.get(b.name, (0, b""))
+            if size > b.size and ahead_ok:
+                continue
+            if size > b.size or (size and size == b.size and head != bytes(b.head)):
+                raise _StaleCache(self.derived.path, b.name)
+            if size < b.size:
+                if size and bytes(self.store.entry_row(b.no, size - 1).hash) != head:
+                    raise _StaleCache(self.derived.path, b.name)
+                todo.append((b, size))
+        return todo
+
+    def _replay(self, db: apsw.Connection, b: BranchRow, start: int) -> int:
+        """Apply entries ``start..`` of branch ``b`` to the cache through the hooks.
+
+        The hooks see ``ledger.store`` as the cache knows the ledger (``StoreView``): the
+        entry applied is the next one of its branch; the follow-ups they return, and what
+        they would append, are already in the log and are not appended again.
+        """
+        assert isinstance(self.derived, DerivedCache)
+        applied = self._applied_heads()
+        real = self.store
+        view = self._view
+        rows = {
+            r.name: BranchRow(r.no, r.name, applied[r.name][0], applied[r.name][1])
+            for r in real.branches()
+            if r.name in applied
+        }
+        view.rows = rows
+        self.store = view  # type: ignore[assignment]
+        self._replaying = True
+        n = 0
+        try:
+            # A hook that folded some of these on its own (reading the ledger's newest size
+            # while another host appended) is not given them again.
+            done = [_folded(hook, db, self, b.name) for hook in self.hooks]
+            prev = applied.get(b.name, (0, b""))[1]
+            for row in real.iter_entry_rows(b.no, start, b.size):
+                e = Entry.from_bytes(row.data)
+                if row.seq and e.prev != prev:
+                    raise StorageError(
+                        f"entry {row.seq} of branch {b.name!r} does not link to the entry "
+                        "before it: run `memroot verify`"
+                    )
+                rows[b.name] = BranchRow(b.no, b.name, row.seq, e.prev)
+                content = None if row.content is None else bytes(row.content).decode("utf-8")
+                try:
+                    for hook, folded in zip(self.hooks, done, strict=True):
+                        if row.seq >= folded:
+                            hook.apply(db, self, e, content)
+                except (RefusedError, ValidationError) as err:
+                    raise StorageError(
+                        f"the derived-state cache {self.derived.path} cannot apply entry "
+                        f"{row.seq} of branch {b.name!r} ({err}): was it appended without "
+                        "the hooks? Nothing was changed"
+                    ) from err
+                prev = bytes(row.hash)
+                n += 1
+                if n % 4096 == 0:
+                    _end_batch(self.hooks, db)
+            _end_batch(self.hooks, db)
+        finally:
+            self.store = real
+            view.rows = None
+            self._replaying = False
+        size = start + n
+        applied[b.name] = (size, prev)
+        self.derived.set_heads([(b.name, size, prev)])
+        return n
 
     def __enter__(self) -> Ledger:
         return self
@@ -775,10 +1018,11 @@ class Ledger:
             StorageError: the file could not be written; nothing was written.
         """
         items = list(items)
-        if not items:
+        if not items or self._replaying:
+            # Replaying committed entries into the cache: what a hook appends is in the log.
             return []
         self._require_key()
-        with self.store.write() as db:
+        with self.write() as db:
             # A rolled-back transaction leaves the cached right edge untouched (it is only
             # replaced in _write_rows), and _head() re-validates it against the stored head.
             return self._append_locked(db, self._head(branch), items)
@@ -809,7 +1053,7 @@ class Ledger:
                 "letter or digit)",
                 field="payload.branch_id",
             )
-        with self.store.write() as db:
+        with self.write() as db:
             if any(b.name == name for b in self.store.branches()):
                 raise RefusedError(f"a branch named {name!r} already exists")
             head = self._head(parent)
@@ -845,7 +1089,7 @@ class Ledger:
         Raises:
             StorageError: if the transaction cannot be opened or committed.
         """
-        with self.store.write():
+        with self.write():
             yield
 
     def _append_locked(
@@ -1160,6 +1404,8 @@ class Ledger:
         Must run inside a transaction so the stored head cannot move underneath.
         """
         row = self.store.branch(branch)
+        if self.derived is not self.store:
+            self._catch_up()  # under the branch's row lock: what others appended first
         cached = self._heads.get(branch)
         if cached is not None and cached.row == row:
             return cached
@@ -1425,6 +1671,34 @@ DEFAULT_HOOKS: Final = "memroot.memory_root.stack:default_hooks"
 Named here and imported only when a ledger is opened, so the ledger layer does not import
 the layers above it (SPEC "Layers"); the factory is the one list the CLI installs too.
 """
+
+
+class _StaleCache(StorageError):
+    """The derived-state cache is ahead of, or diverges from, the ledger: not trusted."""
+
+    def __init__(self, path: Path, branch: str) -> None:
+        super().__init__(
+            f"the derived-state cache {path} does not match branch {branch!r} of the ledger "
+            "(another ledger's, or the ledger was rolled back): reopen the ledger to rebuild "
+            "it, or delete the file"
+        )
+
+
+def _nothing() -> None:
+    """No bookkeeping to do."""
+
+
+def _folded(hook: AppendHook, db: apsw.Connection, ledger: Ledger, branch: str) -> int:
+    """Return how many entries of ``branch`` ``hook`` says it holds (0: it does not say)."""
+    folded = getattr(hook, "folded", None)
+    return 0 if folded is None else int(folded(db, ledger, branch))
+
+
+def _end_batch(hooks: Sequence[AppendHook], db: apsw.Connection) -> None:
+    for hook in hooks:
+        end_batch = getattr(hook, "end_batch", None)
+        if end_batch is not None:
+            end_batch(db)
 
 
 def _hooks(hooks: Sequence[AppendHook] | None, *, readonly: bool) -> Sequence[AppendHook]:

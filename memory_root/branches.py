@@ -389,7 +389,7 @@ class BranchRegistry:
         key = (ledger.ledger_id, entry.branch)
         cached = self._bytes.get(key)
         if cached is None or cached[0] != entry.seq:
-            used = _branch_bytes(db, entry.branch)
+            used = _branch_bytes(ledger.store.db, entry.branch)
         else:
             used = cached[1]
         used += len(entry.raw) + (0 if content is None else len(content.encode("utf-8")))
@@ -499,7 +499,7 @@ class BranchRegistry:
                 f"(max_concurrent_branches_per_system = "
                 f"{self.limits.per_system})" + hint
             )
-        used = sum(_branch_bytes(db, r[0]) for r in mine)
+        used = sum(_branch_bytes(ledger.store.db, r[0]) for r in mine)
         if used >= self.limits.storage_mb_per_user * 1024 * 1024:
             raise RefusedError(
                 f"limit reached: {actor}'s open branches hold "
@@ -629,7 +629,7 @@ def create_branch(
     if expiry is None:
         days = expiry_days
         if days is None:
-            days = default_expiry_days(ledger.store.db, namespace_id, branch_type)
+            days = default_expiry_days(ledger.derived.db, namespace_id, branch_type)
         if days is None:
             raise ValidationError(
                 f"no expiry policy for a {branch_type} branch in namespace {namespace_id!r}: "
@@ -671,7 +671,7 @@ def _latest_root(ledger: Ledger, branch: str) -> bytes | None:
 
     if not any(isinstance(h, RootsHook) for h in ledger.hooks):
         return None
-    record = latest_root(ledger.store.db, branch)
+    record = latest_root(ledger.derived.db, branch)
     return None if record is None else record.root
 
 
@@ -737,7 +737,7 @@ def get_branch(ledger: Ledger, branch_id: str) -> BranchInfo:
     Raises:
         NotFoundError: if there is no such branch.
     """
-    row = ledger.store.db.execute(
+    row = ledger.derived.db.execute(
         f"SELECT {_COLUMNS} FROM branch_meta WHERE branch_id = ?", (branch_id,)
     ).fetchone()
     if row is None:
@@ -752,7 +752,7 @@ def list_branches(ledger: Ledger, *, state: str | None = None) -> list[BranchInf
     if state is not None:
         sql += " WHERE state = ?"
         args = (state,)
-    return [_info(r) for r in ledger.store.db.execute(sql + " ORDER BY created_at", args)]
+    return [_info(r) for r in ledger.derived.db.execute(sql + " ORDER BY created_at", args)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -831,7 +831,7 @@ def gc(
     and returns what would be done.
     """
     t = clock() if now is None else now
-    rows = ledger.store.db.execute(
+    rows = ledger.derived.db.execute(
         f"SELECT {_COLUMNS} FROM branch_meta WHERE state = 'OPEN' ORDER BY created_at"
     ).fetchall()
     parents = {str(r[0]): str(r[1]) for r in rows}
@@ -850,7 +850,7 @@ def gc(
             continue
         action, reason = due
         if dry_run:
-            waiting = [c for c in open_children(ledger.store.db, branch_id) if c not in closing]
+            waiting = [c for c in open_children(ledger.derived.db, branch_id) if c not in closing]
             if waiting:
                 error = f"open child branches: {', '.join(waiting)}"
                 done.append(GcAction(branch_id, action, reason, None, error, dry_run=True))

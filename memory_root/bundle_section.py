@@ -47,7 +47,7 @@ class RootsSection:
 
 
 def _iter_records(ledger: Ledger) -> Iterator[dict[str, Any]]:
-    db = ledger.store.db
+    db = ledger.derived.db
     if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'memory_roots'").fetchall():
         return
     roots = [bytes(r[0]) for r in db.execute("SELECT root FROM memory_roots ORDER BY branch, seq")]

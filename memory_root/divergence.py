@@ -192,7 +192,7 @@ def divergence(ledger: Ledger, branch: str, *, now: int | None = None) -> Diverg
     """
     ledger.store.branch(branch)
     sync(ledger)
-    with ledger.store.read() as db:
+    with ledger.reading() as db:
         return measure(db, ledger, branch, now=now)
 
 
@@ -252,7 +252,7 @@ def diff_branch(ledger: Ledger, branch: str) -> BranchDiff:
     sync(ledger)
     created: list[ObjectChange] = []
     modified: list[ObjectChange] = []
-    with ledger.store.read() as db:
+    with ledger.reading() as db:
         fork = fork_point(db, branch)
         for object_id in _local_ids(db, branch):
             after = get_object(db, object_id, branch=branch)

@@ -196,7 +196,7 @@ class RootsHook:
         Raises:
             StorageError: if the stored roots cannot be read.
         """
-        self._db = ledger.store.db
+        self._db = ledger.derived.db
         row = ledger.store.branch(branch)
         fold = self._folds.get((ledger.ledger_id, branch))
         if fold is None or fold.next_seq != row.size or fold.last_hash != row.head:
@@ -213,7 +213,7 @@ class RootsHook:
         Raises:
             StorageError: if the stored state cannot be brought up to ``entry``.
         """
-        self._db = ledger.store.db
+        self._db = ledger.derived.db
         key = (ledger.ledger_id, branch)
         fold = self._folds.get(key)
         if fold is not None and fold.follows(entry):
@@ -255,7 +255,7 @@ class RootsHook:
         """Rebuild a branch's fold from the latest stored root and the entries after it."""
         store = ledger.store
         row = store.branch(branch)
-        db = store.db
+        db = ledger.derived.db
         latest = records.latest_root(db, branch)
         saved = {
             s.rule: s.fold_state

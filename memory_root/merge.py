@@ -321,7 +321,7 @@ def merge_branch(
         raise RefusedError(f"branch {branch!r} is {info.state}: it no longer merges")
     sync(ledger)
     with ledger.bulk():
-        db = ledger.store.db
+        db = ledger.derived.db
         fork = fork_point(db, branch)
         target = fork.parent
         div = measure(db, ledger, branch, now=now)

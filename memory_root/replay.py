@@ -476,7 +476,7 @@ def rebuild(ledger: Ledger, registry: Registry) -> int:
             does not replay; nothing is changed then.
     """
     n = 0
-    with ledger.store.write() as db:
+    with ledger.write() as db:
         records.install(db)
         records.clear_resnapshots(db)  # the falsification layer's rebuild writes them again
         db.execute(

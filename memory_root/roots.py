@@ -158,11 +158,11 @@ class Roots:
         self._hook = found[0] if found else None
         if (
             self._hook is None
-            and not ledger.store.db.execute(
+            and not ledger.derived.db.execute(
                 "SELECT 1 FROM sqlite_master WHERE name = 'memory_roots'"
             ).fetchall()
         ):
-            with ledger.store.write() as db:
+            with ledger.write() as db:
                 records.install(db)
 
     @property
@@ -193,7 +193,7 @@ class Roots:
         hook = self.hook
         ledger = self.ledger
         try:
-            with ledger.store.write():
+            with ledger.write():
                 prepared = hook.prepare_head(ledger, branch)
                 if prepared is not None:
                     ledger.append(
@@ -226,7 +226,10 @@ class Roots:
             RefusedError, StorageError: as ``Ledger.append_batch``.
         """
         out = self.ledger.append_batch(items, branch=branch)
-        if any(a.type == OpType.SNAPSHOT for a in out) and not self.ledger.store.db.in_transaction:
+        if (
+            any(a.type == OpType.SNAPSHOT for a in out)
+            and not self.ledger.derived.db.in_transaction
+        ):
             self.ledger.checkpoint(branch)
         return out
 
@@ -263,12 +266,12 @@ class Roots:
         Raises:
             RefusedError, StorageError: if the append is refused or cannot be written.
         """
-        with self.ledger.store.write() as db:
+        with self.ledger.write() as db:
             live = records.latest_root(db, branch, live_only=True)
             payload = selfmodel_payload(model, None if live is None else live.root, branch)
             op = _library_op(Ledger.system_op(OpType.SELFMODEL_SNAPSHOT, payload))
             self.ledger.append(op, branch=branch)
-        record = records.latest_selfmodel(self.ledger.store.db, branch)
+        record = records.latest_selfmodel(self.ledger.derived.db, branch)
         assert record is not None
         return record
 
@@ -292,7 +295,7 @@ class Roots:
         self, branch: str = CANONICAL_BRANCH, *, live_only: bool = False
     ) -> RootRecord | None:
         """Return the newest root of ``branch`` (newest live one with ``live_only``)."""
-        return records.latest_root(self.ledger.store.db, branch, live_only=live_only)
+        return records.latest_root(self.ledger.derived.db, branch, live_only=live_only)
 
     def get(self, root: bytes | str) -> RootRecord:
         """Return a root by its bytes or its hex (a unique prefix of 4+ digits will do).
@@ -301,7 +304,7 @@ class Roots:
             NotFoundError: if no (or more than one) stored root matches.
             ValidationError: if the text is not hex.
         """
-        db = self.ledger.store.db
+        db = self.ledger.derived.db
         if isinstance(root, bytes):
             found = records.get_resnapshot(db, root)
             return records.get_root(db, root) if found is None else found
@@ -328,7 +331,7 @@ class Roots:
         Raises:
             NotFoundError: if ``root`` is not stored.
         """
-        db = self.ledger.store.db
+        db = self.ledger.derived.db
         own: list[RootRecord] = []
         if root is None:
             latest = self.latest(branch)
@@ -379,7 +382,7 @@ class Roots:
             NotFoundError, ValidationError: as ``get``.
         """
         record = self.get(root)
-        return RootView(record, _views(self.ledger.store.db, record))
+        return RootView(record, _views(self.ledger.derived.db, record))
 
     def diff(self, a: bytes | str, b: bytes | str) -> RootDiff:
         """Compare two roots projection by projection, item by item.
@@ -425,7 +428,7 @@ class Roots:
 
     def selfmodel(self, branch: str = CANONICAL_BRANCH) -> SelfModelView | None:
         """Return the newest SelfModel snapshot of ``branch``, decoded, or None."""
-        db = self.ledger.store.db
+        db = self.ledger.derived.db
         record = records.latest_selfmodel(db, branch)
         if record is None:
             return None
@@ -454,7 +457,7 @@ class Roots:
         folder = Folder(self.hook.registry.projections())
         parent = None
         if branch != CANONICAL_BRANCH:
-            parent = RootsHook.fork_root(ledger.store.db, ledger.entry(0, branch), ledger)
+            parent = RootsHook.fork_root(ledger.derived.db, ledger.entry(0, branch), ledger)
         for e in ledger.entries(0, hw_seq + 1, branch):
             folder.fold(e)
             claimed = e.body.get("payload", {}).get("memory_root") if e.type == "SNAPSHOT" else None
@@ -462,7 +465,7 @@ class Roots:
         hw = HighWater(
             hw_seq, ledger.entry(hw_seq, branch).hash, hw_seq + 1, ledger.root(hw_seq + 1, branch)
         )
-        db = ledger.store.db
+        db = ledger.derived.db
         outputs = folder.outputs(
             writer=False, read_state=lambda p: read_state(p, db, branch, hw_seq)
         )

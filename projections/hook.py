@@ -158,9 +158,9 @@ class MemoryHook:
         if self._state is None or self._state.db is not db:
             self._state = _BatchState(db)
             _BUFFERS.add(self._state)
-        if ledger.store not in self._stores:
-            self._stores.add(ledger.store)
-            ledger.store.on_commit(_nothing, self._rolled_back)
+        if ledger.derived not in self._stores:
+            self._stores.add(ledger.derived)
+            ledger.derived.on_commit(_nothing, self._rolled_back)
         return self._state
 
     def _rolled_back(self) -> None:
@@ -205,6 +205,10 @@ class MemoryHook:
         state.set_head(entry.branch, entry.seq + 1)
         self._expect = (entry.branch, entry.seq + 1, version)
         return []
+
+    def folded(self, db: apsw.Connection, ledger: Ledger, branch: str) -> int:
+        """Return how many entries of ``branch`` the memory tables hold (``catch_up`` too)."""
+        return self._bound(db, ledger).head(branch)
 
     def end_batch(self, db: apsw.Connection) -> None:
         """Write the batch's buffered event rows and heads (the ledger calls it)."""
@@ -311,11 +315,11 @@ def sync(ledger: Ledger, branch: str | None = None) -> int:
             (and the state is behind).
         NotFoundError: if ``branch`` does not exist.
     """
-    with ledger.store.read() as db:
+    with ledger.reading() as db:
         # Most calls find nothing to do: answer them without taking the write lock.
         if tables.installed(db) and not _behind(ledger, db) and tables.text_index_current(db):
             return 0
-    with ledger.store.write() as db:
+    with ledger.write() as db:
         if not tables.installed(db):
             tables.install(db)
         names = (

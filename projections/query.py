@@ -1,6 +1,6 @@
 """Reading memory: objects, entities and edges, now or as of any earlier entry.
 
-Every read takes the ledger file's SQLite connection (``ledger.store.db``) and an optional
+Every read takes the ledger file's SQLite connection (``ledger.derived.db``) and an optional
 ``as_of`` seq: the state right after that entry was appended (versions with ``vfrom <= as_of``
 and ``vto`` NULL or later), answered from indexed versioned rows, never by replay.
 

@@ -124,7 +124,7 @@ def rebuild(ledger: Ledger, branch: str = CANONICAL_BRANCH) -> RebuildReport:
         StorageError: if the file cannot be written (nothing is changed).
     """
     t0 = time.perf_counter()
-    with ledger.store.write() as db:
+    with ledger.write() as db:
         others = [b.name for b in ledger.store.branches() if b.name != branch]
         had = tables.installed(db)
         before = state_digest(db, branch=branch) if had else None

@@ -137,7 +137,7 @@ def check_objects(
     """
     if not ledger.strict or not objects:
         return
-    db = ledger.store.db
+    db = ledger.derived.db
     wanted: set[tuple[str, int]] = set()
     evidence: set[str] = set()
     histories = _histories(db, [o.id for o in objects], branch)

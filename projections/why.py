@@ -194,8 +194,8 @@ def why(
             tree; ``memroot verify`` says more).
     """
     sync(ledger, branch)
-    db = ledger.store.db
-    with ledger.store.read():
+    db = ledger.derived.db
+    with ledger.reading():
         versions = object_history(db, object_id, branch=branch)
         if not versions:
             raise NotFoundError(f"no memory object {object_id} on branch {branch}")
@@ -266,7 +266,7 @@ def why(
         cps[branch] = _checkpoint(ledger, branch)
     at_anchor = None
     if anchor is not None:
-        with ledger.store.read():
+        with ledger.reading():
             at_anchor = _at_anchor(ledger, object_id, branch, anchor, ops)
     return Why(
         versions[-1],
@@ -283,7 +283,7 @@ def _at_anchor(
     ledger: Ledger, object_id: str, branch: str, anchor: str, ops: list[OperationStep]
 ) -> AnchorWhy:
     """Replay the object's operations through the anchor's path and say what applies there."""
-    db = ledger.store.db
+    db = ledger.derived.db
     view = view_of(db, branch)
     path = anchor_path_of(db, view, anchor)
     current = get_object(db, object_id, branch=branch)

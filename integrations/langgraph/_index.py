@@ -83,10 +83,10 @@ def catch_up(ledger: Ledger, name: str, branch: str, fold: Folder, types: frozen
     Raises:
         IntegrityError: a content row that does not match its commitment.
     """
-    db = ledger.store.db
+    db = ledger.derived.db
     if not db.in_transaction:
         # Most calls find nothing to fold: answer them without taking the write lock.
-        with ledger.store.read():
+        with ledger.reading():
             try:
                 row = db.execute(
                     "SELECT seq FROM lg_heads WHERE name = ? AND branch = ?", (name, branch)
@@ -95,7 +95,7 @@ def catch_up(ledger: Ledger, name: str, branch: str, fold: Folder, types: frozen
                 row = None
             if row is not None and int(row[0]) >= ledger.size(branch):
                 return 0
-    with ledger.store.write():
+    with ledger.write():
         db.execute(_HEADS)
         row = db.execute(
             "SELECT seq FROM lg_heads WHERE name = ? AND branch = ?", (name, branch)

@@ -63,7 +63,7 @@ class LedgerTables:
         self.actor_type = actor_type
         self.namespace = namespace
         self._lock = threading.RLock()
-        with self.ledger.store.write() as db:
+        with self.ledger.write() as db:
             for stmt in self._SCHEMA.split(";"):
                 if stmt.strip():
                     db.execute(stmt)
@@ -119,7 +119,7 @@ class LedgerTables:
 
         if not items:
             return
-        with self.ledger.store.write():
+        with self.ledger.write():
             Roots(self.ledger).append_batch(items, branch=self.branch)
             self._sync()
         self.ledger.checkpoint(self.branch)

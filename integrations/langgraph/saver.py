@@ -125,16 +125,24 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
     @classmethod
     @contextlib.contextmanager
     def from_conn_string(
-        cls, path: str | PathLike[str], *, branch: str = CANONICAL_BRANCH, **kwargs: Any
+        cls,
+        path: str | PathLike[str],
+        *,
+        branch: str = CANONICAL_BRANCH,
+        key_path: str | PathLike[str] | None = None,
+        **kwargs: Any,
     ) -> Iterator[MemrootSaver]:
         """Open (or create) the ledger at ``path`` and yield a saver on it; close it after.
+
+        ``path`` may be a ``postgresql://`` URL; ``key_path`` names the signing key (needed
+        for such a ledger, whose key is not kept beside a file).
 
         Raises:
             StorageError, KeyFileError: the ledger or its key cannot be opened.
         """
         from memroot.memory import open_memory
 
-        mem = open_memory(path, actor=kwargs.get("actor", "langgraph"))
+        mem = open_memory(path, key_path=key_path, actor=kwargs.get("actor", "langgraph"))
         try:
             yield cls(mem, branch=branch, **kwargs)
         finally:
@@ -218,7 +226,7 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
             if typ != "empty"
         }
         metadata: CheckpointMetadata = self.serde.loads_typed(_unb64(c["metadata"]))
-        writes = self.ledger.store.db.execute(
+        writes = self.ledger.derived.db.execute(
             "SELECT task_id, seq, pos FROM lg_writes WHERE branch = ? AND thread = ? AND ns = ? "
             "AND checkpoint = ? ORDER BY task_path, task_id, idx",
             (self.branch, thread, ns, checkpoint_id),
@@ -260,7 +268,7 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
         checkpoint_id = get_checkpoint_id(config)
         with self._lock:
             self._sync()
-            db = self.ledger.store.db
+            db = self.ledger.derived.db
             if checkpoint_id:
                 row = db.execute(
                     "SELECT id, parent, seq FROM lg_checkpoints WHERE branch = ? AND thread = ? "
@@ -306,7 +314,7 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
             args.append(get_checkpoint_id(before))
         with self._lock:
             self._sync()
-            rows = self.ledger.store.db.execute(
+            rows = self.ledger.derived.db.execute(
                 "SELECT thread, ns, id, parent, seq FROM lg_checkpoints WHERE "
                 + " AND ".join(where)
                 + " ORDER BY thread, ns, id DESC",
@@ -392,7 +400,7 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
         self, thread: str, ns: str, channel: str, key: str, seen: dict[int, dict[str, Any]]
     ) -> builtins.list[str] | None:
         """Return the stored ``[type, base64]`` of a channel version, or None (``seen``: cache)."""
-        row = self.ledger.store.db.execute(
+        row = self.ledger.derived.db.execute(
             "SELECT seq FROM lg_blobs WHERE branch = ? AND thread = ? AND ns = ? AND channel = ? "
             "AND version = ?",
             (self.branch, thread, ns, channel, key),
@@ -426,7 +434,7 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
             self._sync()
             have = {
                 int(r[0])
-                for r in self.ledger.store.db.execute(
+                for r in self.ledger.derived.db.execute(
                     "SELECT idx FROM lg_writes WHERE branch = ? AND thread = ? AND ns = ? "
                     "AND checkpoint = ? AND task_id = ?",
                     (self.branch, thread, ns, checkpoint_id, task_id),
@@ -458,7 +466,7 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
         """TOMBSTONE the events of the matched checkpoints, their writes, ``threads``' writes."""
         with self._lock:
             self._sync()
-            db = self.ledger.store.db
+            db = self.ledger.derived.db
             found = db.execute(
                 f"SELECT thread, ns, id, event FROM lg_checkpoints WHERE branch = ? AND {where}",
                 (self.branch, *args),
@@ -523,7 +531,7 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
         src, dst = str(source_thread_id), str(target_thread_id)
         with self._lock:
             self._sync()
-            db = self.ledger.store.db
+            db = self.ledger.derived.db
             seqs = [
                 int(r[0])
                 for r in db.execute(

@@ -181,7 +181,7 @@ class MemrootStore(BaseStore, LedgerTables):  # type: ignore[misc]
     # -- operations ----------------------------------------------------------------------------
 
     def _get(self, op: GetOp) -> Item | None:
-        row = self.ledger.store.db.execute(
+        row = self.ledger.derived.db.execute(
             "SELECT ns, key, seq FROM lg_store WHERE branch = ? AND ns = ? AND key = ?",
             (self.branch, _ns_text(op.namespace), op.key),
         ).fetchone()
@@ -190,7 +190,7 @@ class MemrootStore(BaseStore, LedgerTables):  # type: ignore[misc]
     def _search(self, op: SearchOp) -> builtins.list[SearchItem]:
         prefix = tuple(op.namespace_prefix)
         words = [w.casefold() for w in (op.query or "").split()]
-        rows = self.ledger.store.db.execute(
+        rows = self.ledger.derived.db.execute(
             "SELECT ns, key, seq FROM lg_store WHERE branch = ? ORDER BY updated DESC, ns, key",
             (self.branch,),
         ).fetchall()
@@ -226,7 +226,7 @@ class MemrootStore(BaseStore, LedgerTables):  # type: ignore[misc]
     def _list_namespaces(self, op: ListNamespacesOp) -> builtins.list[tuple[str, ...]]:
         found = {
             tuple(json.loads(str(r[0])))
-            for r in self.ledger.store.db.execute(
+            for r in self.ledger.derived.db.execute(
                 "SELECT DISTINCT ns FROM lg_store WHERE branch = ?", (self.branch,)
             ).fetchall()
         }
@@ -237,7 +237,7 @@ class MemrootStore(BaseStore, LedgerTables):  # type: ignore[misc]
         return sorted(found)[op.offset : op.offset + op.limit]
 
     def _put(self, ops: builtins.list[PutOp]) -> None:
-        db = self.ledger.store.db
+        db = self.ledger.derived.db
         items: builtins.list[Any] = []
         for op in ops:
             ns = _ns_text(op.namespace)

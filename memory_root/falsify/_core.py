@@ -784,17 +784,17 @@ def ledger_core(
     then gives operations their own views); with ``db``, ``gated_db`` holds the memory
     model's state (None: every operation is checked against the global state).
     """
-    index = ledger.store.db if db is None else db
+    index = ledger.derived.db if db is None else db
     source = entry_source(ledger)
-    has_roots = has_table(ledger.store.db, "memory_roots")
+    has_roots = has_table(ledger.derived.db, "memory_roots")
     return FalsifyCore(
         index,
         registry,
-        summary_keys=summary_keys_of(ledger.store.db),
+        summary_keys=summary_keys_of(ledger.derived.db),
         source=source,
         state_replay=state_replay_of(index, source),
         find_event=ledger.find_event,
         root_states=has_roots and db is None,
-        checkpoint=_fold_cache.fold_checkpoint_of(ledger.store.db) if db is None else None,
-        gated_db=ledger.store.db if db is None else gated_db,
+        checkpoint=_fold_cache.fold_checkpoint_of(ledger.derived.db) if db is None else None,
+        gated_db=ledger.derived.db if db is None else gated_db,
     )

@@ -136,10 +136,10 @@ class Falsifier:
         found = [h for h in ledger.hooks if isinstance(h, FalsifyHook)]
         self._hook = found[0] if found else None
         self._reader = self._hook if self._hook is not None else FalsifyHook()
-        if not has_table(ledger.store.db, "fz_states"):
-            if ledger.store.db.readonly("main"):
+        if not has_table(ledger.derived.db, "fz_states"):
+            if ledger.derived.db.readonly("main"):
                 raise NotFoundError("this ledger holds no falsification state")
-            with ledger.store.write() as db:
+            with ledger.write() as db:
                 self._reader.install(db)
 
     @property
@@ -160,11 +160,11 @@ class Falsifier:
 
     def sync(self, branch: str = CANONICAL_BRANCH) -> int:
         """Fold entries appended without the hook, so reads are current; return how many."""
-        if self.ledger.store.db.readonly("main") or self.core.head(branch) == self.ledger.size(
+        if self.ledger.derived.db.readonly("main") or self.core.head(branch) == self.ledger.size(
             branch
         ):
             return 0
-        with self.ledger.store.write():
+        with self.ledger.write():
             return self._reader.catch_up(self.ledger, branch)
 
     # -- naming items ------------------------------------------------------------------------
@@ -197,14 +197,14 @@ class Falsifier:
                 field="id",
             )
         prefix = text.lower()
-        view = deps.view_of(self.ledger.store.db, branch)
+        view = deps.view_of(self.ledger.derived.db, branch)
         found = []
         for kind in kinds:
-            for (item_id,) in self.ledger.store.db.execute(
+            for (item_id,) in self.ledger.derived.db.execute(
                 "SELECT DISTINCT id FROM fz_items WHERE kind = ? AND id >= ? AND id <= ? LIMIT 3",
                 (kind, prefix, prefix + "g"),
             ):
-                if deps.locate(self.ledger.store.db, view, kind, str(item_id)) is not None:
+                if deps.locate(self.ledger.derived.db, view, kind, str(item_id)) is not None:
                     found.append(ItemRef(kind, str(item_id)))
         if not found:
             raise NotFoundError(
@@ -224,7 +224,7 @@ class Falsifier:
         """
         ref = self.resolve(item, branch)
         change = states.current(
-            self.ledger.store.db, deps.view_of(self.ledger.store.db, branch), ref
+            self.ledger.derived.db, deps.view_of(self.ledger.derived.db, branch), ref
         )
         return LIVE if change is None else change.state
 
@@ -235,7 +235,9 @@ class Falsifier:
             ValidationError, NotFoundError: as ``resolve``.
         """
         ref = self.resolve(item, branch)
-        return states.history(self.ledger.store.db, deps.view_of(self.ledger.store.db, branch), ref)
+        return states.history(
+            self.ledger.derived.db, deps.view_of(self.ledger.derived.db, branch), ref
+        )
 
     def dependents(self, item: str | ItemRef, branch: str = CANONICAL_BRANCH) -> list[ItemRef]:
         """Return what was built on the item (one step), sorted by ``(id, kind)``.
@@ -268,7 +270,7 @@ class Falsifier:
         graph = self.core.graph(branch)
         if not graph.exists(ref):
             raise NotFoundError(f"no {ref.kind} {ref.id} on branch {branch!r}")
-        db = self.ledger.store.db
+        db = self.ledger.derived.db
         changes = states.history(db, graph.view, ref)
         hist = tuple((c, bytes(self.ledger.entry(c.seq, c.branch).hash)) for c in changes)
         located = None if ref.kind == SUMMARY else deps.locate(db, graph.view, ref.kind, ref.id)
@@ -318,7 +320,10 @@ class Falsifier:
     ) -> OpInput:
         if namespace is None:
             at = deps.locate(
-                self.ledger.store.db, deps.view_of(self.ledger.store.db, branch), item.kind, item.id
+                self.ledger.derived.db,
+                deps.view_of(self.ledger.derived.db, branch),
+                item.kind,
+                item.id,
             )
             namespace = at.namespace if at is not None and item.kind == OBJECT else "system"
         return OpInput(
@@ -347,7 +352,7 @@ class Falsifier:
         if evidence:
             payload["evidence_ids"] = list(evidence)
         self.hook  # noqa: B018 - raises without a hook, before anything is written
-        with self.ledger.store.write():
+        with self.ledger.write():
             ref = self.resolve(item, branch)
             op = self._op(op_type, ref, payload, actor, actor_type, namespace, branch)
             appended = self.ledger.append_batch([op], branch=branch)
@@ -472,7 +477,7 @@ class Falsifier:
             RuleError: the item is live.
         """
         self.hook  # noqa: B018 - raises without a hook, before anything is written
-        with self.ledger.store.write():
+        with self.ledger.write():
             plan = self.plan_restore(item, max_depth, branch=branch)
             payload: dict[str, Any] = {"reason": reason, "cascade": plan.payload()}
             if evidence:
@@ -555,7 +560,7 @@ class Falsifier:
         """
         hook = self.hook
         ledger = self.ledger
-        with ledger.store.write():
+        with ledger.write():
             self.sync(branch)
             request = self.request(item, max_depth, max_items, kinds, reason, branch)
             plan = self.core.plan(branch, request, resnapshots=True)

@@ -57,10 +57,10 @@ class FalsifyHook:
     def core(self, ledger: Ledger) -> FalsifyCore:
         """Return the core over ``ledger`` (made once per open ledger)."""
         core = self._cores.get(id(ledger))
-        if core is None or core.db is not ledger.store.db:
+        if core is None or core.db is not ledger.derived.db:
             core = self._cores[id(ledger)] = ledger_core(ledger, self.registry)
             # Heads buffered by a transaction that rolls back are dropped with it.
-            ledger.store.on_commit(_nothing, core.discard_heads)
+            ledger.derived.on_commit(_nothing, core.discard_heads)
         return core
 
     def install(self, db: apsw.Connection) -> None:
@@ -91,7 +91,7 @@ class FalsifyHook:
                 f"falsification state of branch {branch!r} covers {head} entries, the branch "
                 f"has {stop}: run `memroot rebuild`"
             )
-        if head < stop and core.gated_db is ledger.store.db and tables.installed(core.db):
+        if head < stop and core.gated_db is ledger.derived.db and tables.installed(core.db):
             # Own views are read from the memory model as of each entry: fold it that far.
             memory_catch_up(core.db, ledger, branch, stop)
         for r in ledger.store.iter_entry_rows(ledger.store.branch(branch).no, head, stop):
@@ -149,6 +149,10 @@ class FalsifyHook:
         core.apply(entry, strict=True, memo=memo)  # it moves the head past the entry
         self._last[key] = (entry.seq + 1, entry.hash)
         return []
+
+    def folded(self, db: apsw.Connection, ledger: Ledger, branch: str) -> int:
+        """Return how many entries of ``branch`` the falsification tables hold."""
+        return self.core(ledger).head(branch)
 
     def end_batch(self, db: apsw.Connection) -> None:
         """Write the heads the batch's events moved (the ledger calls it after each batch)."""

@@ -209,7 +209,7 @@ class FalsifyReplayCheck:
 
     def _compare(self, report: AuditReport) -> None:
         assert self.file is not None
-        fdb = self.file.store.db
+        fdb = self.file.derived.db
         if not has_table(fdb, "fz_heads"):
             report.add(
                 Finding(
@@ -381,7 +381,7 @@ def rebuild(ledger: Ledger, registry: Registry | None = None) -> RebuildResult:
     """
     reg = registry if registry is not None else default_registry()
     n = 0
-    with ledger.store.write() as db:
+    with ledger.write() as db:
         for table, _ in TABLES:
             db.execute(f"DROP TABLE IF EXISTS {table}")
         db.execute("DROP TABLE IF EXISTS fz_heads")

@@ -125,3 +125,10 @@ def pg_url(pg_server: str) -> Iterator[str]:
 def pg_key(tmp_path: Path) -> Path:
     """Where the test's PostgreSQL ledger keeps its signing key (not created yet)."""
     return tmp_path / "pg.key"
+
+
+@pytest.fixture(autouse=True)
+def _private_cache_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Derived-state caches of ledgers opened without a key land in the test's directory."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    monkeypatch.delenv("MEMROOT_CACHE", raising=False)

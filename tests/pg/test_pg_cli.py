@@ -1,5 +1,5 @@
-"""Every CLI command on a PostgreSQL ledger: the ledger's own commands work, the layers above
-are refused by name, and bad URLs, a server that is down or a wrong key exit cleanly."""
+"""Every CLI command on a PostgreSQL ledger: the ledger's own commands and those of the layers
+above work, and bad URLs, a server that is down or a wrong key exit cleanly."""
 
 from __future__ import annotations
 
@@ -82,26 +82,25 @@ def test_core_commands_on_postgres(tmp_path: Path, pg_url: str, pg_key: Path) ->
         ["falsify", "x", "--reason", "r"],
         ["mark-stale", "x", "--reason", "r"],
         ["restore", "x", "--reason", "r"],
+        ["selfmodel", "show"],
     ],
 )
-def test_layers_above_are_refused_by_name(
+def test_layers_above_run_as_on_a_file(
     args: list[str], pg_url: str, pg_key: Path, tmp_path: Path
 ) -> None:
-    base = ["-l", pg_url, "--key", str(pg_key)]
-    _ok(*base, "init", "--origin", "example.org/pgcli")
-    result = _run(*base, *args)
-    assert result.exit_code == 3
-    assert f"`memroot {args[0]}` needs the layers above the ledger" in result.output
-    from memroot.cli.commands import PG_COMMANDS
-
-    assert args[0] not in PG_COMMANDS
-
-
-def test_file_only_commands_say_so(pg_url: str, pg_key: Path, tmp_path: Path) -> None:
-    base = ["-l", pg_url, "--key", str(pg_key)]
-    _ok(*base, "init", "--origin", "example.org/pgcli")
-    result = _run(*base, "report", str(tmp_path / "r.html"))
-    assert result.exit_code == 2 and "needs a ledger file" in result.output
+    """The commands of the layers above exit as they do on a ledger file, with the same
+    message (the derived state lives in the cache file beside the key)."""
+    results = []
+    for target, key in ((pg_url, pg_key), (str(tmp_path / "f.ledger"), tmp_path / "f.key")):
+        base = ["-l", target, "--key", str(key)]
+        _ok(*base, "init", "--origin", "example.org/pgcli")
+        _ok(*base, "append", json.dumps(EVENT))
+        results.append(_run(*base, *args))
+    on_pg, on_file = results
+    assert on_pg.exit_code == on_file.exit_code, (on_pg.output, on_file.output)
+    assert "PostgreSQL" not in on_pg.output
+    if on_pg.exit_code:
+        assert on_pg.output == on_file.output
 
 
 def test_cli_errors(tmp_path: Path, pg_url: str, pg_key: Path) -> None:

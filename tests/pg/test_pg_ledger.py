@@ -184,7 +184,7 @@ with Ledger.open(url, key_path=Path(key)) as ledger:
                        content=f"writer {n} item {i}", namespace_id="ns")
             for i in range(b * batch, (b + 1) * batch)
         ])
-        ids += [a.id for a in done]
+        ids += [a.id for a in done if a.type == "EVENT"]  # not the automatic SNAPSHOT
 print(json.dumps(ids))
 """
 
@@ -209,15 +209,22 @@ def test_eight_writers_one_gap_free_chain(tmp_path: Path, pg_url: str, pg_key: P
         assert p.returncode == 0
         results[n] = json.loads(out)
     with Ledger.open(pg_url, key_path=pg_key) as ledger:
-        assert ledger.size() == 1 + 8 * 6 * 25
+        # With the default hooks (their state in the writers' one cache file): the
+        # events, and the automatic SNAPSHOT the memory roots take every 1000 entries.
+        kinds = [e.type for e in ledger.entries()]
+        assert kinds.count("EVENT") == 8 * 6 * 25 and kinds.count("SNAPSHOT") == 1
+        assert ledger.size() == 1 + 8 * 6 * 25 + 1
         seen = [e.seq for e in ledger.entries()]
         assert seen == list(range(ledger.size()))
         for n, ids in results.items():
             assert len(ids) == 150
             assert all(ledger.find_event(i) is not None for i in ids), n
         # the batches interleaved: more than one writer's batch between two of another's
-        streams = [e.body.get("stream") for e in ledger.entries() if e.seq > 0]
+        streams = [e.body.get("stream") for e in ledger.entries() if e.type == "EVENT"]
         assert len({streams[i] for i in range(0, len(streams), 25)}) == 8
+        with ledger.reading() as db:  # the cache applied every entry, in chain order
+            assert db.execute("SELECT count(*) FROM mem_events").fetchone() == (1200,)
+            assert db.execute("SELECT size FROM mem_heads").fetchall() == [(ledger.size(),)]
     report = verify_path(pg_url)
     assert report.ok, report.findings
 
@@ -230,7 +237,12 @@ def test_writers_of_two_branches(tmp_path: Path, pg_url: str, pg_key: Path) -> N
             actor_id="planner",
             actor_type="AI_AGENT",
             namespace_id="ns",
-            payload={"branch_id": "sim-1"},
+            payload={
+                "branch_id": "sim-1",
+                "branch_type": "SIMULATION",
+                "purpose": "load",
+                "expiry": {"max_age_days": 7},
+            },
             policy_version="policy/1",
         )
         ledger.fork(create, genesis={"branch_type": "SIMULATION"})
@@ -354,20 +366,14 @@ def test_errors_are_clear(tmp_path: Path, pg_url: str, pg_key: Path) -> None:
         with pytest.raises(KeyFileError):
             ledger.append(_event(1))
         assert ledger.size() == 1
-    from memroot.memory_root.stack import default_hooks
-
-    with pytest.raises(StorageError, match="do not run on a PostgreSQL ledger"):
-        Ledger.open(pg_url, key_path=pg_key, hooks=default_hooks())
+    with pytest.raises(StorageError, match="derived-state cache"):
+        Ledger.open(pg_url, key_path=pg_key, cache_path=tmp_path)  # a directory: no cache
 
 
-def test_init_with_hooks_is_refused_before_anything_is_made(
-    tmp_path: Path, pg_url: str, pg_key: Path
-) -> None:
-    from memroot.memory_root.stack import default_hooks
-
-    with pytest.raises(StorageError, match="do not run on a PostgreSQL ledger"):
-        Ledger.init(pg_url, origin=ORIGIN, key_path=pg_key, hooks=default_hooks())
-    assert not pg_key.exists()
+def test_init_failing_leaves_nothing(tmp_path: Path, pg_url: str, pg_key: Path) -> None:
+    """A key file that cannot be written: no tables, no key, no cache left behind."""
+    with pytest.raises(KeyFileError):
+        Ledger.init(pg_url, origin=ORIGIN, key_path=tmp_path / "no" / "such" / "dir" / "k")
     with Ledger.init(pg_url, origin=ORIGIN, key_path=pg_key) as ledger:  # nothing was left
         assert ledger.size() == 1
 
