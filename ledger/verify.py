@@ -59,6 +59,7 @@ __all__ = [
     "RowLike",
     "audit",
     "audit_source",
+    "bound_cache",
     "verify",
 ]
 
@@ -1581,6 +1582,15 @@ def _remember(
     trusted.save()
 
 
+def bound_cache(store: Store) -> None:
+    """Give an auditor's connection to ``store`` a small page cache (``_AUDITOR_CACHE_KIB``).
+
+    The steps and the layers' checks read each page about once; the store's own cache would
+    only make the auditor's memory grow with the file.
+    """
+    store.db.execute(f"PRAGMA cache_size=-{_AUDITOR_CACHE_KIB}")
+
+
 def verify_path(path: Path | str, **kwargs: Any) -> AuditReport:
     """Open the ledger at ``path`` read-only and ``audit`` it (``kwargs`` as for audit).
 
@@ -1592,7 +1602,7 @@ def verify_path(path: Path | str, **kwargs: Any) -> AuditReport:
     store = open_store(path, readonly=True)
     try:
         if not is_url(path):
-            store.db.execute(f"PRAGMA cache_size=-{_AUDITOR_CACHE_KIB}")
+            bound_cache(store)
         # An auditor who knows which log to expect says so (``origin=``): a ledger rewritten
         # under another origin then fails its checkpoints (step 6) instead of being trusted
         # under the name it claims.

@@ -191,13 +191,18 @@ class MemoryReplayCheck:
 
     steps: tuple[int, ...] = (9,)
 
-    def __init__(self, path: Path, *, restricted: bool = False) -> None:
+    def __init__(
+        self, path: Path, *, restricted: bool = False, ledger: Ledger | None = None
+    ) -> None:
         """Check the derived state stored in the ledger file at ``path``.
 
         Every branch fed is compared. Unless ``restricted`` (an audit of some branches only,
         ``verify --branch``), stored state of a branch the audit never fed is a finding.
+        ``ledger``: the open ledger whose read transaction the audit runs in; ``finish``
+        reads its connection instead of opening ``path`` (one snapshot for every check).
         """
-        self.path = Path(path)
+        self.shared = ledger
+        self.path = Path(path if ledger is None else ledger.path)
         self.restricted = restricted
         # A private temporary file, not ":memory:": SQLite spills its pages to disk, so a
         # replay of 10^6 entries does not hold the whole replayed state in memory.
@@ -271,13 +276,20 @@ class MemoryReplayCheck:
                     severity="note",
                 )
             )
+        own = self.shared is None
         try:
-            stored = apsw.Connection(str(self.path), flags=apsw.SQLITE_OPEN_READONLY)
+            stored = (
+                apsw.Connection(str(self.path), flags=apsw.SQLITE_OPEN_READONLY)
+                if self.shared is None
+                else self.shared.store.db
+            )
         except apsw.Error as e:
+            self.db.execute("COMMIT")
             report.add(Finding(9, f"cannot open {self.path} to compare derived state: {e}"))
             return
         try:
-            stored.execute("BEGIN")
+            if own:
+                stored.execute("BEGIN")
             try:
                 if not tables.installed(stored):
                     report.add(
@@ -306,11 +318,13 @@ class MemoryReplayCheck:
                                 )
                             )
             finally:
-                stored.execute("COMMIT")
+                if own:
+                    stored.execute("COMMIT")
         except apsw.Error as e:
             report.add(Finding(9, f"the stored derived memory state cannot be read: {e}"))
         finally:
-            stored.close()
+            if own:
+                stored.close()
             self.db.execute("COMMIT")
 
     def _compare_gated(
