@@ -136,7 +136,7 @@ def rebuild(ledger: Ledger, branch: str = CANONICAL_BRANCH) -> RebuildReport:
         gated_before = {b: gated_digest(db, b) for b in names} if _has_gated(db) else {}
         tables.drop(db)
         tables.install(db, indexes=False)
-        n = fold_entries(db, _all_entries(ledger), fresh=True)
+        n = _refold(db, _all_entries(ledger))
         tables.create_indexes(db)
         after = state_digest(db, branch=branch)
         report = RebuildReport(
@@ -155,6 +155,32 @@ def rebuild(ledger: Ledger, branch: str = CANONICAL_BRANCH) -> RebuildReport:
             gated_after={b: gated_digest(db, b) for b in names},
         )
     return report
+
+
+def _refold(db: apsw.Connection, entries: Iterable[Entry]) -> int:
+    """``fold_entries(db, entries, fresh=True)`` with the canonical branch in bounded memory.
+
+    The canonical branch is folded in a ``_BoundedMemState`` (the same rows as ``MemState``,
+    with at most ``_OBJECTS_HELD`` objects held); the branches after it through SQL, as
+    ``fold_entries`` does. Returns how many entries were folded.
+    """
+    it = iter(entries)
+    mem = _BoundedMemState(db, flush_every=_FLUSH_EVERY, held=_OBJECTS_HELD)
+    engine = Engine(mem)
+    n = 0
+    rest: Entry | None = None
+    for entry in it:
+        if entry.branch != CANONICAL_BRANCH:
+            rest = entry
+            break
+        engine.fold(entry)
+        n += 1
+    mem.finish()
+    if rest is not None:
+        tables.create_indexes(db)
+        n += fold_entries(db, itertools.chain([rest], it), fresh=False)
+    tables.index_text(db)
+    return n
 
 
 def _has_gated(db: apsw.Connection) -> bool:
