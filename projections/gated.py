@@ -63,6 +63,7 @@ from memroot.ledger.errors import NotFoundError, StorageError
 from memroot.ledger.hashing import sha256_stream
 from memroot.ledger.vocab import LifecycleState, OpType
 from memroot.projections.backends import SqlState
+from memroot.projections.digest import array_head, encode_rows
 from memroot.projections.epistemic import check_transition
 from memroot.projections.lifecycle import is_allowed
 from memroot.projections.model import Edge, Entity, EventRef, Grant, MemoryObject, Namespace, evolve
@@ -1102,10 +1103,11 @@ def object_at(
 
 
 _GATED_SQL: Final = (
-    ("g", "SELECT seq, n, object_id, op_id, op_type, ts, prov, intent, applied, base "
-     "FROM mem_gated WHERE branch = ? AND seq <= ? ORDER BY seq, n"),
-    ("c", "SELECT seq, id, parent FROM mem_conv WHERE branch = ? AND seq <= ? ORDER BY seq"),
-)  # fmt: skip
+    "SELECT 'g', seq, n, object_id, op_id, op_type, ts, prov, intent, applied, base "
+    "FROM mem_gated WHERE branch = ?1 AND seq <= ?2 ORDER BY seq, n",
+    "SELECT 'c', seq, id, parent FROM mem_conv WHERE branch = ?1 AND seq <= ?2 ORDER BY seq",
+)
+"""The rows of ``gated_rows``, each led by its table's tag."""
 _GATED_COUNT: Final = (
     "SELECT (SELECT count(*) FROM mem_gated WHERE branch = ?1 AND seq <= ?2) + "
     "(SELECT count(*) FROM mem_conv WHERE branch = ?1 AND seq <= ?2)"
@@ -1113,14 +1115,19 @@ _GATED_COUNT: Final = (
 _DIGEST_CHUNK: Final = 1024
 
 
+def _gated_cursors(db: apsw.Connection, branch: str, as_of: int | None) -> Iterable[Any]:
+    bound = 2**63 - 1 if as_of is None else as_of
+    for sql in _GATED_SQL:
+        yield db.execute(sql, (branch, bound))
+
+
 def iter_gated_rows(
     db: apsw.Connection, branch: str, as_of: int | None = None
 ) -> Iterable[list[Any]]:
     """Yield the rows of ``gated_rows`` one at a time (nothing is held but the cursor)."""
-    bound = 2**63 - 1 if as_of is None else as_of
-    for tag, sql in _GATED_SQL:
-        for r in db.execute(sql, (branch, bound)):
-            yield [tag, *r]
+    for cursor in _gated_cursors(db, branch, as_of):
+        for r in cursor:
+            yield list(r)
 
 
 def gated_rows(db: apsw.Connection, branch: str, as_of: int | None = None) -> list[list[Any]]:
@@ -1129,16 +1136,6 @@ def gated_rows(db: apsw.Connection, branch: str, as_of: int | None = None) -> li
     Each row is tagged with its table (``"g"`` or ``"c"``), in seq order.
     """
     return list(iter_gated_rows(db, branch, as_of))
-
-
-def _array_head(n: int) -> bytes:
-    """Return the canonical CBOR head of an array of ``n`` items (major type 4)."""
-    if n < 24:
-        return bytes([0x80 | n])
-    for code, size in ((0x98, 1), (0x99, 2), (0x9A, 4)):
-        if n < 1 << (8 * size):
-            return bytes([code]) + n.to_bytes(size, "big")
-    return b"\x9b" + n.to_bytes(8, "big")
 
 
 def gated_digest(db: apsw.Connection, branch: str, as_of: int | None = None) -> bytes:
@@ -1154,12 +1151,12 @@ def gated_digest(db: apsw.Connection, branch: str, as_of: int | None = None) -> 
     count = int(found)
     h = sha256_stream()
     h.update(DIGEST_TAG.encode("ascii") + b"\x00")
-    h.update(_array_head(3) + encoding.encode(1) + encoding.encode(branch) + _array_head(count))
-    rows = iter(iter_gated_rows(db, branch, as_of))
+    h.update(array_head(3) + encoding.encode(1) + encoding.encode(branch) + array_head(count))
     seen = 0
-    while chunk := list(itertools.islice(rows, _DIGEST_CHUNK)):
-        h.update(encoding.encode(chunk)[len(_array_head(len(chunk))) :])
-        seen += len(chunk)
+    for cursor in _gated_cursors(db, branch, as_of):
+        while block := list(itertools.islice(cursor, _DIGEST_CHUNK)):
+            h.update(encode_rows(block)[len(array_head(len(block))) :])
+            seen += len(block)
     if seen != count:  # cannot happen inside one transaction; never hash a wrong head
         raise StorageError(f"gated rows of {branch!r} changed while they were digested")
     digest: bytes = h.digest()

@@ -13,6 +13,7 @@ pub mod entry;
 pub mod hash;
 pub mod merkle;
 pub mod py;
+pub mod rows;
 pub mod uuid;
 pub mod verify;
 
@@ -923,5 +924,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(event_id_span, m)?)?;
     m.add_function(wrap_pyfunction!(event_index_check, m)?)?;
     m.add_function(wrap_pyfunction!(compact_append_rows, m)?)?;
+    m.add_function(wrap_pyfunction!(rows::encode_rows, m)?)?;
     Ok(())
 }

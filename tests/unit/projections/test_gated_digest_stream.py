@@ -12,7 +12,8 @@ from memroot.ledger.hashing import domain_hash
 from memroot.ledger.ledger import Ledger
 from memroot.projections import requests as rq
 from memroot.projections.anchors import ConversationTree
-from memroot.projections.gated import DIGEST_TAG, _array_head, gated_digest, gated_rows
+from memroot.projections.digest import array_head as _array_head
+from memroot.projections.gated import DIGEST_TAG, gated_digest, gated_rows
 from memroot.projections.hook import MemoryHook
 
 AGENT = rq.Actor("agent", "AI_AGENT", "ns")
