@@ -207,7 +207,7 @@ def replay(entries: Iterable[Entry], *, fts: bool = False) -> apsw.Connection:
     return db
 
 
-_OBJECTS_HELD: Final = 16384
+_OBJECTS_HELD: Final = 8192
 _OBJECT_INDEX: Final = (
     # tables._INDEXES's own index (IF NOT EXISTS: create_indexes later leaves it be)
     "CREATE UNIQUE INDEX IF NOT EXISTS mem_objects_id ON mem_objects(id, branch, vfrom)"
