@@ -1583,10 +1583,11 @@ def _remember(
 
 
 def bound_cache(store: Store) -> None:
-    """Give an auditor's connection to ``store`` a small page cache (``_AUDITOR_CACHE_KIB``).
+    """Give ``store``'s connection a small page cache (``_AUDITOR_CACHE_KIB``).
 
-    The steps and the layers' checks read each page about once; the store's own cache would
-    only make the auditor's memory grow with the file.
+    For a connection that reads (or rewrites) the whole ledger about once: an audit, whose
+    steps and layers' checks read each page about once, or ``memroot rebuild``. The store's
+    own cache would only make the process's memory grow with the file.
     """
     store.db.execute(f"PRAGMA cache_size=-{_AUDITOR_CACHE_KIB}")
 
