@@ -22,6 +22,7 @@ from memroot.ledger.entries import CANONICAL_BRANCH, Entry
 from memroot.ledger.errors import RefusedError
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.verify import AuditReport, Finding
+from memroot.ledger.vocab import EdgeType
 from memroot.projections import tables
 from memroot.projections.backends import MemState, SqlState
 from memroot.projections.digest import first_difference, state_digest
@@ -208,9 +209,15 @@ def replay(entries: Iterable[Entry], *, fts: bool = False) -> apsw.Connection:
 
 
 _OBJECTS_HELD: Final = 8192
-_OBJECT_INDEX: Final = (
-    # tables._INDEXES's own index (IF NOT EXISTS: create_indexes later leaves it be)
-    "CREATE UNIQUE INDEX IF NOT EXISTS mem_objects_id ON mem_objects(id, branch, vfrom)"
+_SPILL_INDEXES: Final = (
+    # tables._INDEXES's own indexes (IF NOT EXISTS: create_indexes later leaves them be)
+    "CREATE UNIQUE INDEX IF NOT EXISTS mem_objects_id ON mem_objects(id, branch, vfrom);"
+    "CREATE INDEX IF NOT EXISTS mem_edges_target ON mem_edges(target_id, type)"
+)
+_DERIVED: Final = EdgeType.DERIVED_FROM.value
+_CITING: Final = (
+    "SELECT source_id FROM mem_edges WHERE target_id = ? AND type = ? AND branch = ? "
+    "AND rid <= ? ORDER BY rid"
 )
 _CURRENT_OBJECT: Final = (
     f"SELECT rid, oid, {', '.join(tables.OBJECT_COLS)} FROM mem_objects "
@@ -221,27 +228,33 @@ _CURRENT_OBJECT: Final = (
 class _BoundedMemState(MemState):
     """A ``MemState`` that holds at most about ``held`` current objects in memory.
 
-    ``MemState`` keeps the current version of every object it ever saw; a replay of 10^6
-    entries of which 7% create objects held ~100 MB of them. Past ``held``, every queued row
-    is written and the older half of the objects is let go: their current versions are then
-    read back from the rows just written (``obj``, ``put_object``, ``used``), through the
-    table's id index (created at the first spill). The rows written are exactly the ones
-    ``MemState`` writes, so the replayed state, and its digest, are the same.
+    ``MemState`` keeps the current version of every object it ever saw, and every
+    DERIVED_FROM edge by event; a replay of 10^6 entries of which 7% create objects held
+    ~100 MB of them. Past ``held`` objects, every queued row is written, the older half of
+    the objects is let go and so is every edge: objects are then read back from the rows
+    just written (``obj``, ``put_object``, ``used``), and an event's citing objects are the
+    edges written up to the last spill followed by those held since (``citing``, in the
+    order ``MemState`` lists them), through the tables' indexes (created at the first
+    spill). The rows written are exactly the ones ``MemState`` writes, so the replayed
+    state, and its digest, are the same.
     """
 
     def __init__(self, db: apsw.Connection, *, flush_every: int, held: int) -> None:
         super().__init__(db, flush_every=flush_every)
         self.held = held
         self.spilled = False
+        self.edges_spilled = 0  # edges with a row id up to this are read from mem_edges
 
     def _spill(self) -> None:
-        self.flush()  # the rows of every object let go are in mem_objects from here on
+        self.flush()  # the rows of every object and edge let go are written from here on
         if not self.spilled:
-            self.db.execute(_OBJECT_INDEX)
+            self.db.execute(_SPILL_INDEXES)
             self.spilled = True
         drop = list(itertools.islice(self.objects, len(self.objects) // 2))
         for key in drop:
             del self.objects[key]
+        self.cites.clear()
+        self.edges_spilled = self._rid["x"]
 
     def _load(self, branch: str, object_id: str) -> tuple[MemoryObject, int, int] | None:
         cur = self.objects.get((branch, object_id))
@@ -266,6 +279,14 @@ class _BoundedMemState(MemState):
         super().put_object(obj, new=new)
         if len(self.objects) > self.held:
             self._spill()
+
+    def citing(self, branch: str, event_id: str) -> list[str]:
+        """Return the ids of objects with a current DERIVED_FROM edge to the event."""
+        held = super().citing(branch, event_id)
+        if not self.edges_spilled:
+            return held
+        params = (event_id, _DERIVED, branch, self.edges_spilled)
+        return [str(r[0]) for r in self.db.execute(_CITING, params)] + held
 
     def used(self, branch: str, node_id: str) -> bool:
         """Return True when an object or entity ever had this id on ``branch``."""

@@ -37,6 +37,34 @@ def mixed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def erased(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The mixed history, then TOMBSTONEs of cited events (dependents deprecated or
+    archived): erasures look up citing objects after objects and edges were let go."""
+    from click.testing import CliRunner
+
+    from memroot.cli.main import cli
+    from memroot.projections import requests as rq
+
+    tmp = tmp_path_factory.mktemp("erased")
+    path, src = tmp / "erased.ledger", tmp / "erased.jsonl"
+    lines = gen_history.lines("mixed", 3000, seed=7)
+    cited = [x["id"] for x in lines if x["kind"] == "event" and "id" in x]
+    agent = rq.Actor("agent-1", "AI_AGENT", "bench")
+    out: list[dict[str, Any]] = list(lines)
+    for k, eid in enumerate(cited[5::9]):
+        mode = "DEPRECATE" if k % 2 else "ARCHIVE"
+        out.append(gen_history._op(rq.tombstone(agent, eid, "gdpr", "p/1", mode)))
+    src.write_text("".join(json.dumps(x) + "\n" for x in out))
+    for args in (["init"], ["import", str(src)]):
+        r = CliRunner().invoke(cli, ["-l", str(path), *args], catch_exceptions=False)
+        assert r.exit_code == 0, r.output
+    with Ledger.open(path, readonly=True) as led:
+        n = led.store.db.execute("SELECT count(*) FROM mem_events WHERE erased_by IS NOT NULL")
+        assert n.fetchall()[0][0] > 10
+    return path
+
+
 def _replayed(path: Path, held: int, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
     monkeypatch.setattr(replay, "_OBJECTS_HELD", held)
     with relaxed(), Ledger.open(path, readonly=True, strict=False) as led:
@@ -52,15 +80,18 @@ def _replayed(path: Path, held: int, monkeypatch: pytest.MonkeyPatch) -> tuple[A
         return out
 
 
+@pytest.mark.parametrize("history", ["mixed", "erased"])
 def test_spilled_objects_replay_to_the_same_state(
-    mixed: Path, monkeypatch: pytest.MonkeyPatch
+    history: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Objects let go and read back (at most 2 held) give the digests of holding them all."""
-    whole = _replayed(mixed, 10**9, monkeypatch)
-    spilled = _replayed(mixed, 2, monkeypatch)
+    """Objects and edges let go and read back (at most 2 objects held) give the digests of
+    holding them all."""
+    path: Path = request.getfixturevalue(history)
+    whole = _replayed(path, 10**9, monkeypatch)
+    spilled = _replayed(path, 2, monkeypatch)
     assert whole[2] is False and spilled[2] is True
     assert spilled[:2] == whole[:2]
-    with Ledger.open(mixed, readonly=True) as led:
+    with Ledger.open(path, readonly=True) as led:
         assert state_digest(led.store.db) == whole[0]  # and both are the stored state
 
 
