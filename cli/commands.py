@@ -43,10 +43,10 @@ from memroot.ledger.errors import (
 from memroot.ledger.hashing import leaf_hash
 from memroot.ledger.ledger import Appended, Ledger
 from memroot.ledger.note import Verifier, open_checkpoint, parse_tlog_proof
-from memroot.ledger.pg import open_store, redact
+from memroot.ledger.pg import is_url, open_store, redact
 from memroot.ledger.strict import relaxed
 from memroot.ledger.trust import TrustedState, default_trusted_path
-from memroot.ledger.verify import STEPS, AuditReport, Finding, verify_path
+from memroot.ledger.verify import STEPS, AuditReport, Finding, audit, bound_cache
 
 __all__ = ["jsonable", "open_ledger", "open_reader", "strict_option", "witness_options"]
 
@@ -860,17 +860,41 @@ def verify_cmd(
     """
     trusted = TrustedState(trusted_path or default_trusted_path())
     policy = WitnessPolicy.from_options(witness_vkeys, quorum, witnesses)
-    # One state of the file for the whole run: every step and every layer's check reads a
-    # copy taken in one read transaction, so appends committed meanwhile never show up as
-    # findings. Read-only and without hooks: verifying never writes to the audited file.
-    with relaxed(), snapshot_of(ctx.path(), ctx.key_path) as path:
-        report = _verify_snapshot(path, trusted, vkeys, no_update, origin, branch, policy)
+    # One state of the file for the whole run: every step and every layer's check reads
+    # through one connection inside one read transaction, so appends committed meanwhile
+    # never show up as findings. Read-only: verifying never writes to the audited file.
+    with relaxed(), _audited(ctx.path(), ctx.key_path) as ledger, ledger.store.read():
+        report = _verify_ledger(ledger, trusted, vkeys, no_update, origin, branch, policy)
         path_ok = True
         if anchor is not None:
-            path_ok = _verify_anchor(path, anchor, vkeys, report)
+            path_ok = _verify_anchor(ledger, anchor, vkeys, report)
     print_report(report, as_json)
     if not report.ok or not path_ok:
         raise click.exceptions.Exit(1)
+
+
+@contextlib.contextmanager
+def _audited(path: Path | str, key_path: Path | None = None) -> Iterator[Ledger]:
+    """Open the ledger at ``path`` read-only for ``verify`` (a PostgreSQL one as a copy).
+
+    A SQLite file is read in place: the caller holds one read transaction of the returned
+    ledger's connection for the whole audit (no copy of the file is made). A PostgreSQL
+    ledger is first copied into a private SQLite file with this host's derived-state cache
+    (``snapshot_of``; ``key_path`` locates the key and, by default, the cache).
+
+    Raises:
+        StorageError: if the ledger cannot be opened or copied; IntegrityError if corrupt.
+    """
+    if not is_url(path):
+        with Ledger.open(Path(path), readonly=True, strict=False) as ledger:
+            bound_cache(ledger.store)
+            yield ledger
+        return
+    with (
+        snapshot_of(path, key_path) as copy,
+        Ledger.open(copy, readonly=True, strict=False) as ledger,
+    ):
+        yield ledger
 
 
 @contextlib.contextmanager
@@ -903,8 +927,8 @@ def snapshot_of(path: Path | str, key_path: Path | None = None) -> Iterator[Path
         yield copy
 
 
-def _verify_snapshot(
-    path: Path,
+def _verify_ledger(
+    ledger: Ledger,
     trusted: TrustedState,
     vkeys: tuple[str, ...],
     no_update: bool,
@@ -912,37 +936,41 @@ def _verify_snapshot(
     branch: str | None,
     policy: WitnessPolicy | None,
 ) -> AuditReport:
+    """Audit ``ledger`` with every layer's check, inside the caller's read transaction."""
     from memroot.cli import hooks
 
     wnotes: list[str] = []
     trusted_state: TrustedState | None = trusted
-    with Ledger.open(path, readonly=True, strict=False) as ledger:
-        if branch is not None:
-            ledger.store.branch(branch)  # NotFoundError names a branch that does not exist
-        total = sum(b.size for b in ledger.store.branches())
-        checks = hooks.replay_checks(ledger, restricted=branch is not None)
-        if policy is not None:
-            trusted_state = policy.trusted(
-                trusted, ledger.store, origin or ledger.origin, vkeys, wnotes
-            )
+    if branch is not None:
+        ledger.store.branch(branch)  # NotFoundError names a branch that does not exist
+    total = sum(b.size for b in ledger.store.branches())
+    checks = hooks.replay_checks(ledger, restricted=branch is not None, share=True)
+    if policy is not None:
+        trusted_state = policy.trusted(
+            trusted, ledger.store, origin or ledger.origin, vkeys, wnotes
+        )
+    # An auditor who knows which log to expect says so (``--origin``): a ledger rewritten
+    # under another origin then fails its checkpoints (step 6).
+    audited_origin = origin or str(ledger.store.meta("origin"))
     for update in progress_bar(total, "verifying"):
-        report = verify_path(
-            path,
+        report = audit(
+            ledger.store,
+            origin=audited_origin,
             trusted=trusted_state,
             vkeys=vkeys,
             checks=checks,
             progress=update,
             update_trusted=not no_update,
-            origin=origin,
             branch=branch,
         )
     if policy is not None:
-        with Ledger.open(path, readonly=True, strict=False) as ledger:
-            policy.check(report, ledger.store, origin or ledger.origin, wnotes)
+        policy.check(report, ledger.store, origin or ledger.origin, wnotes)
     return report
 
 
-def _verify_anchor(path: Path, anchor: str, vkeys: tuple[str, ...], report: AuditReport) -> bool:
+def _verify_anchor(
+    ledger: Ledger, anchor: str, vkeys: tuple[str, ...], report: AuditReport
+) -> bool:
     """Prove the anchor's conversation path; add its findings to ``report``; True when sound.
 
     A missing ancestor (not arrived yet) or one newer than the last checkpoint is a note; a
@@ -951,8 +979,7 @@ def _verify_anchor(path: Path, anchor: str, vkeys: tuple[str, ...], report: Audi
     from memroot.projections.anchors import prove_path
 
     check_uuid(anchor, "--anchor")
-    with Ledger.open(path, readonly=True) as ledger:
-        steps = prove_path(ledger, anchor, vkeys)
+    steps = prove_path(ledger, anchor, vkeys)
     report.trusted["anchor_path"] = [s.to_json() for s in steps]
     sound = True
     for i, s in enumerate(steps):

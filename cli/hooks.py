@@ -30,25 +30,31 @@ def default_hooks() -> list[AppendHook]:
     return stack()
 
 
-def replay_checks(ledger: Ledger, *, restricted: bool = False) -> list[ReplayCheck]:
+def replay_checks(
+    ledger: Ledger, *, restricted: bool = False, share: bool = False
+) -> list[ReplayCheck]:
     """Return the checks of steps 7-9 that ``verify`` runs over a ledger.
 
-    ``restricted``: the audit covers some branches only (``verify --branch``).
+    ``restricted``: the audit covers some branches only (``verify --branch``). ``share``:
+    the checks read ``ledger``'s own connection (the caller audits inside one read
+    transaction of it, so every check sees the snapshot the steps see) instead of opening
+    the file again each.
     """
+    on = ledger if share else None
     from memroot.memory_root.erasure import ErasureCheck
     from memroot.memory_root.falsify.replay import FalsifyReplayCheck
     from memroot.memory_root.replay import RootsReplayCheck
     from memroot.projections.replay import MemoryReplayCheck
     from memroot.receipts import ReceiptsCheck
 
-    memory = MemoryReplayCheck(ledger.path, restricted=restricted)
+    memory = MemoryReplayCheck(ledger.path, restricted=restricted, ledger=on)
     return [
-        RootsReplayCheck(ledger.path, restricted=restricted),
+        RootsReplayCheck(ledger.path, restricted=restricted, ledger=on),
         memory,
         # Its own views read the memory model's replay: shared, not folded twice.
-        FalsifyReplayCheck(ledger.path, memory=memory),
-        ReceiptsCheck(ledger.path),
-        ErasureCheck(ledger.path, restricted=restricted),
+        FalsifyReplayCheck(ledger.path, memory=memory, ledger=on),
+        ReceiptsCheck(ledger.path, ledger=on),
+        ErasureCheck(ledger.path, restricted=restricted, ledger=on),
     ]
 
 

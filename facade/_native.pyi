@@ -21,6 +21,7 @@ __all__ = [
     "domain_hash",
     "encode",
     "encode_leaf",
+    "encode_rows",
     "event_id_span",
     "event_index_check",
     "inclusion_from_rows",
@@ -45,6 +46,9 @@ def encode(value: Any) -> bytes:
 
 def encode_leaf(value: Any) -> tuple[bytes, bytes]:
     """Canonical CBOR of ``value`` and the RFC 9162 leaf hash of those bytes."""
+
+def encode_rows(rows: list[Any], floats_as_bytes: bool) -> bytes:
+    """Canonical CBOR of the array of ``rows`` (tuples or lists), floats optionally as bytes."""
 
 def decode(data: bytes) -> Any:
     """Strict canonical CBOR decoding (``encoding.decode``)."""

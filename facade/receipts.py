@@ -11,6 +11,7 @@ root in force was that branch's newest live root.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -198,9 +199,14 @@ class ReceiptsCheck:
 
     steps: tuple[int, ...] = (9,)
 
-    def __init__(self, path: Path) -> None:
-        """Check the receipts of the ledger file at ``path``."""
-        self.path = Path(path)
+    def __init__(self, path: Path, *, ledger: Ledger | None = None) -> None:
+        """Check the receipts of the ledger file at ``path``.
+
+        ``ledger``: the open ledger whose read transaction the audit runs in, read instead
+        of opening ``path`` (one snapshot for every check) and left open.
+        """
+        self.path = Path(path if ledger is None else ledger.path)
+        self.shared = ledger
         self.found: list[Entry] = []
 
     def feed(self, branch: str, entry: Entry, report: AuditReport) -> None:
@@ -216,7 +222,11 @@ class ReceiptsCheck:
         from memroot.projections.gated import object_at
         from memroot.projections.query import get_object
 
-        with Ledger.open(self.path, readonly=True) as ledger:
+        with (
+            contextlib.nullcontext(self.shared)
+            if self.shared is not None
+            else Ledger.open(self.path, readonly=True)
+        ) as ledger:
             db = ledger.derived.db
             f = Falsifier(ledger)
             for entry in self.found:

@@ -126,6 +126,13 @@ def leaves_root(
     """
     positions = sorted(known)
     need: list[tuple[int, int]] = []
+    # A contiguous run (a strict read of consecutive entries): a subtree inside it is
+    # recomputed from its leaves in one native call, not node by node.
+    first, end = (positions[0], positions[-1] + 1) if positions else (0, 0)
+    run = end - first == len(positions)
+
+    def inside(lo: int, hi: int) -> bool:
+        return run and first <= lo and hi <= end
 
     def holds(lo: int, hi: int) -> bool:
         i = bisect.bisect_left(positions, lo)
@@ -135,7 +142,7 @@ def leaves_root(
         lo = index << level
         if not holds(lo, lo + (1 << level)):
             need.append((level, index))
-        elif level > 0:
+        elif level > 0 and not inside(lo, lo + (1 << level)):
             plan(level - 1, 2 * index)
             plan(level - 1, 2 * index + 1)
 
@@ -153,6 +160,12 @@ def leaves_root(
             return found
         if level == 0:
             return known[index]
+        lo = index << level
+        if inside(lo, lo + (1 << level)):
+            # RFC 9162: the root of 2^level leaves is the hash of that perfect subtree.
+            whole = merkle.CompactRange()
+            whole.append_many([known[i] for i in range(lo, lo + (1 << level))])
+            return bytes(whole.root())
         return node_hash(node(level - 1, 2 * index), node(level - 1, 2 * index + 1))
 
     return merkle.root_from_subtrees([node(level, index) for level, index in tops])

@@ -59,6 +59,7 @@ __all__ = [
     "RowLike",
     "audit",
     "audit_source",
+    "bound_cache",
     "verify",
 ]
 
@@ -1648,6 +1649,16 @@ def _remember(
     trusted.save()
 
 
+def bound_cache(store: Store) -> None:
+    """Give ``store``'s connection a small page cache (``_AUDITOR_CACHE_KIB``).
+
+    For a connection that reads (or rewrites) the whole ledger about once: an audit, whose
+    steps and layers' checks read each page about once, or ``memroot rebuild``. The store's
+    own cache would only make the process's memory grow with the file.
+    """
+    store.db.execute(f"PRAGMA cache_size=-{_AUDITOR_CACHE_KIB}")
+
+
 def verify_path(path: Path | str, **kwargs: Any) -> AuditReport:
     """Open the ledger at ``path`` read-only and ``audit`` it (``kwargs`` as for audit).
 
@@ -1659,7 +1670,7 @@ def verify_path(path: Path | str, **kwargs: Any) -> AuditReport:
     store = open_store(path, readonly=True)
     try:
         if not is_url(path):
-            store.db.execute(f"PRAGMA cache_size=-{_AUDITOR_CACHE_KIB}")
+            bound_cache(store)
         # An auditor who knows which log to expect says so (``origin=``): a ledger rewritten
         # under another origin then fails its checkpoints (step 6) instead of being trusted
         # under the name it claims.

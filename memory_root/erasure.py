@@ -243,11 +243,18 @@ class ErasureCheck:
 
     steps: tuple[int, ...] = (STEP,)
 
-    def __init__(self, path: Path | None = None, *, restricted: bool = False) -> None:
+    def __init__(
+        self, path: Path | None = None, *, restricted: bool = False, ledger: Ledger | None = None
+    ) -> None:
         """Check the stored memory state of the ledger at ``path`` (None: nothing to check).
 
-        ``restricted`` (``verify --branch``): only the branches fed are reported.
+        ``restricted`` (``verify --branch``): only the branches fed are reported. ``ledger``:
+        the open ledger whose read transaction the audit runs in, read instead of opening
+        ``path`` (one snapshot for every check) and left open.
         """
+        self.shared = ledger
+        if ledger is not None:
+            path = ledger.path
         self.path = None if path is None else Path(path)
         self.restricted = restricted
         self._fed: set[str] = set()
@@ -260,7 +267,11 @@ class ErasureCheck:
         """Report the stranded objects."""
         if self.path is None:
             return
-        db = apsw.Connection(str(self.path), flags=apsw.SQLITE_OPEN_READONLY)
+        db = (
+            apsw.Connection(str(self.path), flags=apsw.SQLITE_OPEN_READONLY)
+            if self.shared is None
+            else self.shared.store.db
+        )
         try:
             if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'mem_events'").fetchall():
                 return
@@ -305,4 +316,5 @@ class ErasureCheck:
                         )
                     )
         finally:
-            db.close()
+            if self.shared is None:
+                db.close()

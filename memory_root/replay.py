@@ -295,15 +295,21 @@ class RootsReplayCheck:
         snapshot_every: int | None = None,
         *,
         restricted: bool = False,
+        ledger: Ledger | None = None,
     ) -> None:
         """Check with ``registry`` (default: built-ins + plugins).
 
         ``snapshot_every`` defaults to the canonical genesis's value. ``restricted`` (an audit
         of some branches only, ``verify --branch``): stored records of branches never fed are
-        not reported.
+        not reported. ``ledger``: the open ledger whose read transaction the audit runs in;
+        its connection is read instead of opening ``path`` (one snapshot for every check),
+        and left open.
         """
         self.restricted = restricted
         self._fed: set[str] = set()
+        self._shared = ledger
+        if ledger is not None:
+            path = ledger.path
         self.path = None if path is None else Path(path)
         self.replay = RootsReplay(
             registry if registry is not None else default_registry(),
@@ -318,12 +324,17 @@ class RootsReplayCheck:
     def _records(self) -> apsw.Connection | None:
         """Return a read-only connection to the stored records, or None (no file, no tables)."""
         if self._db is None and self.path is not None:
-            db = apsw.Connection(str(self.path), flags=apsw.SQLITE_OPEN_READONLY)
+            db = (
+                apsw.Connection(str(self.path), flags=apsw.SQLITE_OPEN_READONLY)
+                if self._shared is None
+                else self._shared.store.db
+            )
             found = db.execute(
                 "SELECT count(*) FROM sqlite_master WHERE name = 'memory_roots'"
             ).fetchall()[0][0]
             if not found:
-                db.close()
+                if self._shared is None:
+                    db.close()
                 self.path = None
                 return None
             self._db = db
@@ -461,7 +472,8 @@ class RootsReplayCheck:
                         )
                     )
         finally:
-            db.close()
+            if self._shared is None:
+                db.close()
             self._db = None
 
 

@@ -33,6 +33,7 @@ from typing import Any, Final
 import apsw
 
 from memroot.ledger import encoding
+from memroot.ledger._backend import NATIVE as _N
 from memroot.ledger.entries import CANONICAL_BRANCH
 from memroot.ledger.hashing import domain_hash, sha256
 from memroot.projections.tables import (
@@ -44,7 +45,16 @@ from memroot.projections.tables import (
     OBJECT_COLS,
 )
 
-__all__ = ["CHUNK", "DIGEST_TAG", "TABLES", "Difference", "first_difference", "state_digest"]
+__all__ = [
+    "CHUNK",
+    "DIGEST_TAG",
+    "TABLES",
+    "Difference",
+    "array_head",
+    "encode_rows",
+    "first_difference",
+    "state_digest",
+]
 
 DIGEST_TAG: Final = "memroot/memory-state/v1"
 CHUNK: Final = 1024
@@ -118,6 +128,34 @@ def _float_free(db: apsw.Connection, name: str) -> bool:
     return all(str(r[0]).upper() not in ("REAL", "ANY") for r in types)
 
 
+def array_head(n: int) -> bytes:
+    """Return the canonical CBOR head of an array of ``n`` items (major type 4)."""
+    if n < 24:
+        return bytes([0x80 | n])
+    for code, size in ((0x98, 1), (0x99, 2), (0x9A, 4)):
+        if n < 1 << (8 * size):
+            return bytes([code]) + n.to_bytes(size, "big")
+    return b"\x9b" + n.to_bytes(8, "big")
+
+
+def encode_rows(rows: list[Sequence[Any]], *, floats_as_bytes: bool = False) -> bytes:
+    """Return the canonical CBOR of the list of ``rows``, each row as an array.
+
+    With ``floats_as_bytes`` a float value is encoded as the 8 bytes of its IEEE 754
+    binary64 big-endian form (the digest's encoding of REAL columns). The native core
+    encodes the rows as SQLite returns them (tuples); the reference builds the lists.
+
+    Raises:
+        TypeError, ValueError: if a value is outside the CBOR data model.
+    """
+    if _N is not None:
+        try:
+            return _N.encode_rows(rows, floats_as_bytes)
+        except _N.Reject:
+            pass  # the reference raises the error
+    return encoding.encode([_canonical(r) if floats_as_bytes else list(r) for r in rows])
+
+
 def _table_digest(db: apsw.Connection, t: _Table, branch: str, as_of: int | None) -> bytes:
     chunks: list[bytes] = []
     count = 0
@@ -126,9 +164,8 @@ def _table_digest(db: apsw.Connection, t: _Table, branch: str, as_of: int | None
     # Rows of a table that holds no float are already canonical: a chunk is taken whole.
     plain = _float_free(db, t.name)
     while block := list(itertools.islice(rows, CHUNK)):
-        chunk = list(map(list, block)) if plain else [_canonical(r) for r in block]
-        chunks.append(sha256(encoding.encode(chunk)))
-        count += len(chunk)
+        chunks.append(sha256(encode_rows(block, floats_as_bytes=not plain)))
+        count += len(block)
     return sha256(encoding.encode([t.name, count, b"".join(chunks)]))
 
 

@@ -47,6 +47,7 @@ conversation parent with its branch and seq, for the as-of walks of validation.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import math
 from collections.abc import Callable, Iterable, Sequence
@@ -59,9 +60,10 @@ import apsw
 from memroot.ledger import encoding
 from memroot.ledger.entries import CANONICAL_BRANCH, Entry
 from memroot.ledger.errors import NotFoundError, StorageError
-from memroot.ledger.hashing import domain_hash
+from memroot.ledger.hashing import sha256_stream
 from memroot.ledger.vocab import LifecycleState, OpType
 from memroot.projections.backends import SqlState
+from memroot.projections.digest import array_head, encode_rows
 from memroot.projections.epistemic import check_transition
 from memroot.projections.lifecycle import is_allowed
 from memroot.projections.model import Edge, Entity, EventRef, Grant, MemoryObject, Namespace, evolve
@@ -84,6 +86,7 @@ __all__ = [
     "Step",
     "gated_digest",
     "gated_rows",
+    "iter_gated_rows",
     "object_at",
     "on_event",
     "own_view_state",
@@ -1099,34 +1102,62 @@ def object_at(
 # -- digest (step 9, rebuild) ---------------------------------------------------------------------
 
 
+_GATED_SQL: Final = (
+    "SELECT 'g', seq, n, object_id, op_id, op_type, ts, prov, intent, applied, base "
+    "FROM mem_gated WHERE branch = ?1 AND seq <= ?2 ORDER BY seq, n",
+    "SELECT 'c', seq, id, parent FROM mem_conv WHERE branch = ?1 AND seq <= ?2 ORDER BY seq",
+)
+"""The rows of ``gated_rows``, each led by its table's tag."""
+_GATED_COUNT: Final = (
+    "SELECT (SELECT count(*) FROM mem_gated WHERE branch = ?1 AND seq <= ?2) + "
+    "(SELECT count(*) FROM mem_conv WHERE branch = ?1 AND seq <= ?2)"
+)
+_DIGEST_CHUNK: Final = 1024
+
+
+def _gated_cursors(db: apsw.Connection, branch: str, as_of: int | None) -> Iterable[Any]:
+    bound = 2**63 - 1 if as_of is None else as_of
+    for sql in _GATED_SQL:
+        yield db.execute(sql, (branch, bound))
+
+
+def iter_gated_rows(
+    db: apsw.Connection, branch: str, as_of: int | None = None
+) -> Iterable[list[Any]]:
+    """Yield the rows of ``gated_rows`` one at a time (nothing is held but the cursor)."""
+    for cursor in _gated_cursors(db, branch, as_of):
+        for r in cursor:
+            yield list(r)
+
+
 def gated_rows(db: apsw.Connection, branch: str, as_of: int | None = None) -> list[list[Any]]:
     """Return the rows of ``mem_gated`` then ``mem_conv`` of ``branch`` (entries <= ``as_of``).
 
     Each row is tagged with its table (``"g"`` or ``"c"``), in seq order.
     """
-    bound = 2**63 - 1 if as_of is None else as_of
-    out: list[list[Any]] = [
-        ["g", *r]
-        for r in db.execute(
-            "SELECT seq, n, object_id, op_id, op_type, ts, prov, intent, applied, base "
-            "FROM mem_gated WHERE branch = ? AND seq <= ? ORDER BY seq, n",
-            (branch, bound),
-        )
-    ]
-    out += [
-        ["c", *r]
-        for r in db.execute(
-            "SELECT seq, id, parent FROM mem_conv WHERE branch = ? AND seq <= ? ORDER BY seq",
-            (branch, bound),
-        )
-    ]
-    return out
+    return list(iter_gated_rows(db, branch, as_of))
 
 
 def gated_digest(db: apsw.Connection, branch: str, as_of: int | None = None) -> bytes:
     """Return ``SHA-256("memroot/gated-state/v1" || 0x00 || cbor([1, branch, rows]))``.
 
     ``rows`` are ``gated_rows``: the gated bookkeeping of ``branch``, which a replay of the
-    ledger reproduces exactly (step 9 and ``rebuild`` compare it).
+    ledger reproduces exactly (step 9 and ``rebuild`` compare it). Streamed: the rows are
+    counted first, then hashed a chunk at a time (a canonical CBOR array is its head and its
+    items' encodings, one after another), so memory does not grow with the ledger.
     """
-    return domain_hash(DIGEST_TAG, encoding.encode([1, branch, gated_rows(db, branch, as_of)]))
+    bound = 2**63 - 1 if as_of is None else as_of
+    found: Any = db.execute(_GATED_COUNT, (branch, bound)).fetchall()[0][0]
+    count = int(found)
+    h = sha256_stream()
+    h.update(DIGEST_TAG.encode("ascii") + b"\x00")
+    h.update(array_head(3) + encoding.encode(1) + encoding.encode(branch) + array_head(count))
+    seen = 0
+    for cursor in _gated_cursors(db, branch, as_of):
+        while block := list(itertools.islice(cursor, _DIGEST_CHUNK)):
+            h.update(encode_rows(block)[len(array_head(len(block))) :])
+            seen += len(block)
+    if seen != count:  # cannot happen inside one transaction; never hash a wrong head
+        raise StorageError(f"gated rows of {branch!r} changed while they were digested")
+    digest: bytes = h.digest()
+    return digest

@@ -9,6 +9,7 @@ first differing row when they disagree.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -21,16 +22,19 @@ from memroot.ledger.entries import CANONICAL_BRANCH, Entry
 from memroot.ledger.errors import RefusedError
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.verify import AuditReport, Finding
+from memroot.ledger.vocab import EdgeType
 from memroot.projections import tables
 from memroot.projections.backends import MemState, SqlState
 from memroot.projections.digest import first_difference, state_digest
 from memroot.projections.engine import Engine
 from memroot.projections.gated import gated_digest, gated_rows
 from memroot.projections.hook import fold_entries
+from memroot.projections.model import MemoryObject
 
 __all__ = ["MemoryReplayCheck", "RebuildReport", "rebuild", "replay"]
 
 MAX_SKIP_NOTES: Final = 20
+_FLUSH_EVERY: Final = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +137,7 @@ def rebuild(ledger: Ledger, branch: str = CANONICAL_BRANCH) -> RebuildReport:
         gated_before = {b: gated_digest(db, b) for b in names} if _has_gated(db) else {}
         tables.drop(db)
         tables.install(db, indexes=False)
-        n = fold_entries(db, _all_entries(ledger), fresh=True)
+        n = _refold(db, _all_entries(ledger))
         tables.create_indexes(db)
         after = state_digest(db, branch=branch)
         report = RebuildReport(
@@ -152,6 +156,32 @@ def rebuild(ledger: Ledger, branch: str = CANONICAL_BRANCH) -> RebuildReport:
             gated_after={b: gated_digest(db, b) for b in names},
         )
     return report
+
+
+def _refold(db: apsw.Connection, entries: Iterable[Entry]) -> int:
+    """``fold_entries(db, entries, fresh=True)`` with the canonical branch in bounded memory.
+
+    The canonical branch is folded in a ``_BoundedMemState`` (the same rows as ``MemState``,
+    with at most ``_OBJECTS_HELD`` objects held); the branches after it through SQL, as
+    ``fold_entries`` does. Returns how many entries were folded.
+    """
+    it = iter(entries)
+    mem = _BoundedMemState(db, flush_every=_FLUSH_EVERY, held=_OBJECTS_HELD)
+    engine = Engine(mem)
+    n = 0
+    rest: Entry | None = None
+    for entry in it:
+        if entry.branch != CANONICAL_BRANCH:
+            rest = entry
+            break
+        engine.fold(entry)
+        n += 1
+    mem.finish()
+    if rest is not None:
+        tables.create_indexes(db)
+        n += fold_entries(db, itertools.chain([rest], it), fresh=False)
+    tables.index_text(db)
+    return n
 
 
 def _has_gated(db: apsw.Connection) -> bool:
@@ -178,6 +208,99 @@ def replay(entries: Iterable[Entry], *, fts: bool = False) -> apsw.Connection:
     return db
 
 
+_OBJECTS_HELD: Final = 8192
+_SPILL_INDEXES: Final = (
+    # tables._INDEXES's own indexes (IF NOT EXISTS: create_indexes later leaves them be)
+    "CREATE UNIQUE INDEX IF NOT EXISTS mem_objects_id ON mem_objects(id, branch, vfrom);"
+    "CREATE INDEX IF NOT EXISTS mem_edges_target ON mem_edges(target_id, type)"
+)
+_DERIVED: Final = EdgeType.DERIVED_FROM.value
+_CITING: Final = (
+    "SELECT source_id FROM mem_edges WHERE target_id = ? AND type = ? AND branch = ? "
+    "AND rid <= ? ORDER BY rid"
+)
+_CURRENT_OBJECT: Final = (
+    f"SELECT rid, oid, {', '.join(tables.OBJECT_COLS)} FROM mem_objects "
+    "WHERE id = ? AND branch = ? AND vto IS NULL"
+)
+
+
+class _BoundedMemState(MemState):
+    """A ``MemState`` that holds at most about ``held`` current objects in memory.
+
+    ``MemState`` keeps the current version of every object it ever saw, and every
+    DERIVED_FROM edge by event; a replay of 10^6 entries of which 7% create objects held
+    ~100 MB of them. Past ``held`` objects, every queued row is written, the older half of
+    the objects is let go and so is every edge: objects are then read back from the rows
+    just written (``obj``, ``put_object``, ``used``), and an event's citing objects are the
+    edges written up to the last spill followed by those held since (``citing``, in the
+    order ``MemState`` lists them), through the tables' indexes (created at the first
+    spill). The rows written are exactly the ones ``MemState`` writes, so the replayed
+    state, and its digest, are the same.
+    """
+
+    def __init__(self, db: apsw.Connection, *, flush_every: int, held: int) -> None:
+        super().__init__(db, flush_every=flush_every)
+        self.held = held
+        self.spilled = False
+        self.edges_spilled = 0  # edges with a row id up to this are read from mem_edges
+
+    def _spill(self) -> None:
+        self.flush()  # the rows of every object and edge let go are written from here on
+        if not self.spilled:
+            self.db.execute(_SPILL_INDEXES)
+            self.spilled = True
+        drop = list(itertools.islice(self.objects, len(self.objects) // 2))
+        for key in drop:
+            del self.objects[key]
+        self.cites.clear()
+        self.edges_spilled = self._rid["x"]
+
+    def _load(self, branch: str, object_id: str) -> tuple[MemoryObject, int, int] | None:
+        cur = self.objects.get((branch, object_id))
+        if cur is not None or not self.spilled:
+            return cur
+        row = self.db.execute(_CURRENT_OBJECT, (object_id, branch)).fetchone()
+        if row is None:
+            return None
+        cur = (tables.object_from_row(row[2:]), int(row[0]), int(row[1]))
+        self.objects[(branch, object_id)] = cur
+        return cur
+
+    def obj(self, branch: str, object_id: str) -> MemoryObject | None:
+        """Return the current version of a memory object, or None."""
+        cur = self._load(branch, object_id)
+        return None if cur is None else cur[0]
+
+    def put_object(self, obj: MemoryObject, *, new: bool) -> None:
+        """Open a version of an object (closing the current one unless ``new``)."""
+        if not new:
+            self._load(obj.branch, obj.id)
+        super().put_object(obj, new=new)
+        if len(self.objects) > self.held:
+            self._spill()
+
+    def citing(self, branch: str, event_id: str) -> list[str]:
+        """Return the ids of objects with a current DERIVED_FROM edge to the event."""
+        held = super().citing(branch, event_id)
+        if not self.edges_spilled:
+            return held
+        params = (event_id, _DERIVED, branch, self.edges_spilled)
+        return [str(r[0]) for r in self.db.execute(_CITING, params)] + held
+
+    def used(self, branch: str, node_id: str) -> bool:
+        """Return True when an object or entity ever had this id on ``branch``."""
+        if super().used(branch, node_id):
+            return True
+        return self.spilled and (
+            self.db.execute(
+                "SELECT 1 FROM mem_objects WHERE id = ? AND branch = ? LIMIT 1",
+                (node_id, branch),
+            ).fetchone()
+            is not None
+        )
+
+
 class MemoryReplayCheck:
     """Step 9: replay derived state and compare it with what the ledger file materialised.
 
@@ -191,20 +314,27 @@ class MemoryReplayCheck:
 
     steps: tuple[int, ...] = (9,)
 
-    def __init__(self, path: Path, *, restricted: bool = False) -> None:
+    def __init__(
+        self, path: Path, *, restricted: bool = False, ledger: Ledger | None = None
+    ) -> None:
         """Check the derived state stored in the ledger file at ``path``.
 
         Every branch fed is compared. Unless ``restricted`` (an audit of some branches only,
         ``verify --branch``), stored state of a branch the audit never fed is a finding.
+        ``ledger``: the open ledger whose read transaction the audit runs in; ``finish``
+        reads its connection instead of opening ``path`` (one snapshot for every check).
         """
-        self.path = Path(path)
+        self.shared = ledger
+        self.path = Path(path if ledger is None else ledger.path)
         self.restricted = restricted
         # A private temporary file, not ":memory:": SQLite spills its pages to disk, so a
         # replay of 10^6 entries does not hold the whole replayed state in memory.
         self.db = apsw.Connection("")
         self.db.execute("BEGIN")
         tables.install(self.db, fts=False, indexes=False)
-        self.state = MemState(self.db)
+        # Events and queued rows are written out every _FLUSH_EVERY (not MemState's 50,000):
+        # what the replay holds in memory stays small whatever the ledger's size.
+        self.state = _BoundedMemState(self.db, flush_every=_FLUSH_EVERY, held=_OBJECTS_HELD)
         self.engine = Engine(self.state)
         self.sql: SqlState | None = None
         self.sizes: dict[str, int] = {}
@@ -271,13 +401,20 @@ class MemoryReplayCheck:
                     severity="note",
                 )
             )
+        own = self.shared is None
         try:
-            stored = apsw.Connection(str(self.path), flags=apsw.SQLITE_OPEN_READONLY)
+            stored = (
+                apsw.Connection(str(self.path), flags=apsw.SQLITE_OPEN_READONLY)
+                if self.shared is None
+                else self.shared.store.db
+            )
         except apsw.Error as e:
+            self.db.execute("COMMIT")
             report.add(Finding(9, f"cannot open {self.path} to compare derived state: {e}"))
             return
         try:
-            stored.execute("BEGIN")
+            if own:
+                stored.execute("BEGIN")
             try:
                 if not tables.installed(stored):
                     report.add(
@@ -306,11 +443,13 @@ class MemoryReplayCheck:
                                 )
                             )
             finally:
-                stored.execute("COMMIT")
+                if own:
+                    stored.execute("COMMIT")
         except apsw.Error as e:
             report.add(Finding(9, f"the stored derived memory state cannot be read: {e}"))
         finally:
-            stored.close()
+            if own:
+                stored.close()
             self.db.execute("COMMIT")
 
     def _compare_gated(

@@ -13,6 +13,7 @@ pub mod entry;
 pub mod hash;
 pub mod merkle;
 pub mod py;
+pub mod rows;
 pub mod sign;
 pub mod uuid;
 pub mod verify;
@@ -926,5 +927,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(compact_append_rows, m)?)?;
     m.add_class::<sign::Ed25519Key>()?;
     m.add_class::<sign::Ed25519Verifier>()?;
+    m.add_function(wrap_pyfunction!(rows::encode_rows, m)?)?;
     Ok(())
 }
