@@ -297,15 +297,16 @@ def rebuild_cmd(ctx: Context, as_json: bool) -> None:
 
     Example: memroot -l agent.ledger rebuild --json
     """
-    from memroot.ledger.store import Store
+    from memroot.ledger.pg import PgStore
     from memroot.ledger.verify import bound_cache
     from memroot.memory_root.falsify.replay import rebuild as rebuild_states
 
     with open_ledger(ctx) as ledger:
-        if isinstance(ledger.store, Store):
-            # Each page is rewritten about once: the store's 64 MiB cache only grew the
+        if not isinstance(ledger.derived, PgStore):
+            # Each page of the derived state (the ledger file, or a PostgreSQL ledger's
+            # cache file) is rewritten about once: the store's 64 MiB cache only grew the
             # process (239 MB at 10^6 entries; 110 MB with 8 MiB, in the same CPU time).
-            bound_cache(ledger.store)
+            bound_cache(ledger.derived)
         report = rebuild_state(ledger)
         states = rebuild_states(ledger)
     data = {
