@@ -29,6 +29,7 @@ from memroot.ledger.entries import (
     OpInput,
     check_uuid,
     new_uuid,
+    parse_event_lines,
     parse_input,
     parse_json,
 )
@@ -51,6 +52,8 @@ from memroot.ledger.verify import STEPS, AuditReport, Finding, verify_path
 __all__ = ["jsonable", "open_ledger", "open_reader", "strict_option", "witness_options"]
 
 IMPORT_BATCH = 1000
+_PARSE_CHUNK: Final = 1000
+"""Lines ``import`` parses per call of the native line parser."""
 MAX_JSON_LINE = 32 * 1024 * 1024
 MAX_LOG_LIMIT = 100_000
 
@@ -448,14 +451,35 @@ class _Imported:
 def _import_items(
     lines: Iterator[tuple[int, str]], anchor: str | None
 ) -> Iterator[tuple[int, EventInput | OpInput]]:
-    """Yield each line's request (events chained from ``anchor`` when given)."""
-    for n, text in lines:
-        item = _at_anchor(_parse_json_line(text, f"line {n}"), anchor)
-        if anchor is not None and isinstance(item, EventInput):
-            if item.id is None:
-                item = dataclasses.replace(item, id=new_uuid())
-            anchor = item.id
-        yield n, item
+    """Yield each line's request (events chained from ``anchor`` when given).
+
+    Lines are parsed ``_PARSE_CHUNK`` at a time: the common event line in one native call
+    (``parse_event_lines``), every other line by ``_parse_json_line``, in line order, so the
+    first bad line is the one named, with the reference's message.
+    """
+    while True:
+        chunk: list[tuple[int, str]] = []
+        unreadable: DecodeError | None = None
+        try:
+            for pair in lines:
+                chunk.append(pair)
+                if len(chunk) == _PARSE_CHUNK:
+                    break
+        except DecodeError as e:  # a line that is not text: after the lines before it
+            unreadable = e
+        fast = parse_event_lines([text for _, text in chunk])
+        for (n, text), parsed in zip(chunk, fast, strict=True):
+            item = parsed if parsed is not None else _parse_json_line(text, f"line {n}")
+            item = _at_anchor(item, anchor)
+            if anchor is not None and isinstance(item, EventInput):
+                if item.id is None:
+                    item = dataclasses.replace(item, id=new_uuid())
+                anchor = item.id
+            yield n, item
+        if unreadable is not None:
+            raise unreadable
+        if len(chunk) < _PARSE_CHUNK:
+            return
 
 
 class _Undo(Exception):

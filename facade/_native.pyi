@@ -171,3 +171,13 @@ def inclusion_from_rows(
     cache_max: int,
 ) -> list[bytes]:
     """Return the inclusion proof of leaf ``index`` from the cache and the rows read."""
+
+def event_inputs(
+    lines: list[str],
+    cls: type,
+    setattr: Any,
+    actor_types: list[str],
+    roles: list[str],
+    max_content: int,
+) -> list[Any]:
+    """Each line's ``EventInput`` when it is a flat, valid event request; None otherwise."""

@@ -11,6 +11,7 @@ pub mod append;
 pub mod cbor;
 pub mod entry;
 pub mod hash;
+pub mod jsonl;
 pub mod merkle;
 pub mod py;
 pub mod uuid;
@@ -923,5 +924,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(event_id_span, m)?)?;
     m.add_function(wrap_pyfunction!(event_index_check, m)?)?;
     m.add_function(wrap_pyfunction!(compact_append_rows, m)?)?;
+    m.add_function(wrap_pyfunction!(jsonl::event_inputs, m)?)?;
     Ok(())
 }
