@@ -411,12 +411,14 @@ def import_(
                 if str(e).startswith("line "):
                     raise  # a malformed line, already named
                 source.seek(origin)
-                n = _refused_line(ledger, source, branch, anchor)
-                if n is None:
+                found = _refused_line(ledger, source, branch, anchor)
+                if found is None:
                     raise
-                if isinstance(e, ValidationError):
-                    raise ValidationError(f"line {n}: {e}", field=e.field) from e
-                raise RefusedError(f"line {n}: {e}") from e
+                # The line's own refusal: a batch breaking two rules may report either.
+                n, why = found
+                if isinstance(why, ValidationError):
+                    raise ValidationError(f"line {n}: {why}", field=why.field) from e
+                raise RefusedError(f"line {n}: {why}") from e
             _sign_pending(ledger, branch)  # after the commit: only durable entries are signed
     if as_json:
         _print_appended(done.rows, True)
@@ -486,20 +488,22 @@ class _Undo(Exception):
     """Raised to roll back the rehearsal of ``_refused_line``."""
 
 
-def _refused_line(ledger: Ledger, source: BinaryIO, branch: str, anchor: str | None) -> int | None:
-    """Return the number of the first line the ledger refuses, appending one by one.
+def _refused_line(
+    ledger: Ledger, source: BinaryIO, branch: str, anchor: str | None
+) -> tuple[int, RefusedError] | None:
+    """Return the number of the first line the ledger refuses and its error, one by one.
 
     Runs after a refused import, in a transaction that is always rolled back, so the error
     can name the line; returns None if no single line is refused (nothing is kept).
     """
-    found: int | None = None
+    found: tuple[int, RefusedError] | None = None
     try:
         with ledger.store.write():
             for n, item in _import_items(_read_lines(source), anchor):
                 try:
                     ledger.append(item, branch=branch)
-                except RefusedError:
-                    found = n
+                except RefusedError as e:
+                    found = (n, e)
                     break
             raise _Undo
     except _Undo:

@@ -133,6 +133,7 @@ def build_events(
     now: int,
     max_raw: int,
     rand: bytes,
+    entry_type: type | None = None,
 ) -> tuple[
     int,
     list[tuple[int, bytes, bytes, bytes | None, bytes | None, bytes | None]],
@@ -140,8 +141,13 @@ def build_events(
     list[bytes],
     list[Any],
     int | None,
+    list[Any] | None,
+    list[str] | None,
 ]:
-    """Build the plain events on top of an append queue in one call (``_append_locked``)."""
+    """Build the plain events on top of an append queue in one call (``_append_locked``).
+
+    With ``entry_type``, also each event's ``Entry`` and content (for the hooks).
+    """
 
 def compact_append_rows(
     branch_no: int, size: int, hashes: list[bytes], leaves: list[bytes]

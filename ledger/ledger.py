@@ -133,6 +133,16 @@ class AppendHook(Protocol):
     ``end_batch(db)``: the ledger calls it once after the last entry of every ``append_batch``
     (before it writes the entries), so a hook may buffer its rows for the batch and write them
     there in a few statements (``memroot.projections.hook.MemoryHook`` does).
+
+    Two more methods are optional, for the native batch path: ``apply_events(db, ledger,
+    entries, contents)`` folds a run of plain events of one branch (consecutive entries of
+    kind EVENT, built by the native core) exactly as ``apply`` on each in turn would, and
+    returns the follow-ups of the run; ``event_run(ledger, branch, seq, prev)`` bounds how
+    many events from ``seq`` (after the entry hashed ``prev``) a run may hold, so that a
+    follow-up only ever comes after a run's last event (no bound without it). When every
+    installed hook has ``apply_events``, each hook folds a whole run in one call, one hook
+    after the other (a batch that breaks two rules is refused with either hook's error);
+    otherwise each event is handed to every hook in turn, as the reference loop does.
     """
 
     def install(self, db: apsw.Connection) -> None:
@@ -180,6 +190,19 @@ class _Head:
     row: BranchRow
     compact: merkle.CompactRange
     last_ts: int | None = None  # ts of the entry at row.size - 1, read when first needed
+
+
+_NativeRun = tuple[
+    int,
+    list[tuple[int, bytes, bytes, bytes | None, bytes | None, bytes | None]],
+    list[tuple[bytes, int]],
+    list[bytes],
+    list[Any],
+    int | None,
+    list[Any] | None,
+    list[str] | None,
+]
+"""What ``native.build_events`` returns (see ``Ledger._build_run``)."""
 
 
 class Ledger:
@@ -836,40 +859,62 @@ class Ledger:
         n = 0
         now = now_us()
         last_ts = self._last_ts(head)
-        # The native core builds the plain events on top of the queue in one call (no hook
-        # to feed them to one by one); anything else takes the reference loop below.
-        native = _N is not None and not self.hooks
+        # The native core builds the plain events on top of the queue in one call; with hooks,
+        # a run the hooks fold in one ``apply_events`` each (``_event_run``), or one event at
+        # a time when a hook has no ``apply_events``. Anything else takes the reference loop.
+        hooks = self.hooks
+        runs = all(hasattr(h, "apply_events") for h in hooks)
         while queue:
-            if native and type(queue[-1]) is EventInput:
-                assert _N is not None
-                try:
-                    k, n_rows, n_events, n_leaves, n_out, n_ts = _N.build_events(
-                        queue,
-                        EventInput,
-                        Appended,
-                        Kind.EVENT,
-                        branch,
-                        no,
-                        seq,
-                        prev,
-                        last_ts,
-                        now,
-                        _MAX_ENTRY_BYTES,
-                        os.urandom(_N_RAND * len(queue)),
-                    )
-                except _N.Reject:
-                    k = 0
+            if _N is not None and type(queue[-1]) is EventInput:
+                # The run: the events on top of the queue, as many as the hooks take at once.
+                most = len(queue)
+                if hooks:
+                    most = min(most, self._event_run(branch, seq, prev) if runs else 1)
+                top = len(queue) - 1
+                while top >= len(queue) - most and type(queue[top]) is EventInput:
+                    top -= 1
+                most = len(queue) - 1 - top
+                built = self._build_run(queue, most, branch, no, seq, prev, last_ts, now)
+                k = 0 if built is None else built[0]
+                if k and any(queue[-1 - i].id is not None for i in range(k)):
+                    # Ids of the requests' own: the run ends before the first one taken, which
+                    # the reference loop then refuses (after the events before it).
+                    if unindexed:
+                        batch_events.update(unindexed)
+                        unindexed = []
+                    taken = self._first_taken([queue[-1 - i] for i in range(k)], batch_events)
+                    if taken is not None:
+                        built = None
+                        if taken:
+                            built = self._build_run(
+                                queue, taken, branch, no, seq, prev, last_ts, now
+                            )
+                        k = 0 if built is None else built[0]
                 if k:
+                    assert built is not None
+                    _, n_rows, n_events, n_leaves, n_out, n_ts, n_entries, n_contents = built
                     del queue[len(queue) - k :]
                     rows += n_rows
                     leaves += n_leaves
                     event_rows += n_events
-                    unindexed += n_events
                     out += n_out
                     prev = EntryHash(n_leaves[-1])
                     seq += k
                     n += k
                     last_ts = n_ts
+                    if not hooks:
+                        unindexed += n_events
+                        continue
+                    # The hooks may look the batch's events up (``find_event``).
+                    batch_events.update(n_events)
+                    assert n_entries is not None and n_contents is not None
+                    follow: list[OpInput] = []
+                    for hook in hooks:
+                        if runs:
+                            follow.extend(hook.apply_events(db, self, n_entries, n_contents))  # type: ignore[attr-defined]
+                        else:
+                            follow.extend(hook.apply(db, self, n_entries[0], n_contents[0]))
+                    queue.extend(reversed(follow))
                     continue
             item = queue.pop()
             if unindexed:  # the reference checks ids, parents and targets against the batch
@@ -943,7 +988,7 @@ class Ledger:
                 seal.keep = True
             rows.append((entry_key(no, seq), entry.hash, entry.raw, *extra))
             leaves.append(entry.hash)
-            follow: list[OpInput] = []
+            follow = []
             for hook in self.hooks:
                 follow.extend(hook.apply(db, self, entry, content))
             queue.extend(reversed(follow))
@@ -957,6 +1002,70 @@ class Ledger:
                 end_batch(db)
         self._write_rows(head, rows, leaves, event_rows, erasures, last_ts)
         return out
+
+    def _build_run(
+        self,
+        queue: list[Any],
+        most: int,
+        branch: str,
+        no: int,
+        seq: int,
+        prev: bytes,
+        last_ts: int | None,
+        now: int,
+    ) -> _NativeRun | None:
+        """Build up to ``most`` plain events from the top of ``queue`` natively (None: none).
+
+        With hooks installed, each event's ``Entry`` and content come too.
+        """
+        assert _N is not None
+        try:
+            return _N.build_events(
+                queue,
+                EventInput,
+                Appended,
+                Kind.EVENT,
+                branch,
+                no,
+                seq,
+                prev,
+                last_ts,
+                now,
+                _MAX_ENTRY_BYTES,
+                os.urandom(_N_RAND * most),  # one event per 42 bytes: at most ``most``
+                Entry if self.hooks else None,
+            )
+        except _N.Reject:
+            return None
+
+    def _first_taken(
+        self, run: Sequence[EventInput | OpInput | _Genesis], batch_events: Mapping[bytes, int]
+    ) -> int | None:
+        """Return the position of the first event of ``run`` whose own id is taken, or None.
+
+        Taken: by an event stored, of the batch (``batch_events``) or earlier in ``run``.
+        """
+        seen: set[bytes] = set()
+        for i, item in enumerate(run):
+            if item.id is not None:
+                raw = _uuid_bytes(item.id)
+                if raw in seen or raw in batch_events or self.store.event_key(raw) is not None:
+                    return i
+                seen.add(raw)
+        return None
+
+    def _event_run(self, branch: str, seq: int, prev: bytes) -> int:
+        """How many plain events from ``seq`` every hook folds as one run (at least 1).
+
+        A hook's ``event_run(ledger, branch, seq, prev)`` bounds it (no bound without one):
+        its follow-ups (e.g. an automatic snapshot) may only come after a run's last event.
+        """
+        most = 1 << 62
+        for hook in self.hooks:
+            bound = getattr(hook, "event_run", None)
+            if bound is not None:
+                most = min(most, bound(self, branch, seq, prev))
+        return max(1, most)
 
     def append_system(
         self,

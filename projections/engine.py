@@ -163,6 +163,22 @@ class Engine:
                 )
             self.state.add_fork(fork)
 
+    def apply_events(self, entries: Iterable[Entry]) -> None:
+        """Validate and fold a run of events, as ``apply`` on each in turn.
+
+        Raises:
+            RuleError: an event breaks a rule (namespace policy: ``PermissionRefused``).
+        """
+        require = self.require
+        add_event = self.state.add_event
+        on_event = gated.on_event
+        for entry in entries:
+            b = entry.body
+            actor, namespace = b["actor_id"], b["namespace_id"]
+            require(entry.branch, actor, namespace, _P.WRITE, "append an event")
+            add_event(EventRef(b["id"], entry.branch, entry.seq, entry.ts, namespace, actor))
+            on_event(self, entry)
+
     def fold(self, entry: Entry) -> None:
         """Apply an entry already in the ledger; record it as skipped if the rules refuse it.
 

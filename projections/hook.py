@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
 import apsw
@@ -204,6 +204,30 @@ class MemoryHook:
         Engine(state).apply(entry)
         state.set_head(entry.branch, entry.seq + 1)
         self._expect = (entry.branch, entry.seq + 1, version)
+        return []
+
+    def apply_events(
+        self, db: apsw.Connection, ledger: Ledger, entries: Sequence[Entry], contents: Sequence[str]
+    ) -> list[OpInput]:
+        """Validate and fold a run of events of one branch, as ``apply`` on each in turn.
+
+        The first is applied on its own (it checks the stored head and catches up); the rest
+        follow it in one call (``Engine.apply_events``).
+
+        Raises:
+            RuleError, StorageError: as ``apply``.
+        """
+        first = entries[0]
+        self.apply(db, ledger, first, contents[0])
+        if len(entries) == 1:
+            return []
+        assert self._state is not None and self._expect is not None
+        state, version = self._state, self._expect[2]
+        self._expect = None
+        Engine(state).apply_events(entries[1:])
+        last = entries[-1]
+        state.set_head(last.branch, last.seq + 1)
+        self._expect = (last.branch, last.seq + 1, version)
         return []
 
     def end_batch(self, db: apsw.Connection) -> None:

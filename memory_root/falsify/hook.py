@@ -12,6 +12,7 @@ the same file, so ``catch_up`` first brings the memory model up to the same entr
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final
 
 import apsw
@@ -148,6 +149,14 @@ class FalsifyHook:
         self._last.pop(key, None)
         core.apply(entry, strict=True, memo=memo)  # it moves the head past the entry
         self._last[key] = (entry.seq + 1, entry.hash)
+        return []
+
+    def apply_events(
+        self, db: apsw.Connection, ledger: Ledger, entries: Sequence[Entry], contents: Sequence[str]
+    ) -> list[OpInput]:
+        """Fold a run of events (the ledger's native batch path), as ``apply`` on each."""
+        for entry, content in zip(entries, contents, strict=True):
+            self.apply(db, ledger, entry, content)
         return []
 
     def end_batch(self, db: apsw.Connection) -> None:
