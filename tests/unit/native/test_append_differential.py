@@ -32,7 +32,7 @@ from memroot.ledger.entries import (
     new_uuid,
     now_us,
 )
-from memroot.ledger.errors import ValidationError
+from memroot.ledger.errors import RefusedError, ValidationError
 from memroot.ledger.ledger import Ledger
 
 pytest.importorskip("memroot._native", reason="the native core is not built")
@@ -340,3 +340,29 @@ def test_a_hook_without_apply_events_sees_every_event_in_turn(tmp_path: Path, in
     with Ledger.open(tmp_path / "l.ledger", hooks=[_RunRecorder(log, "r")]) as led:
         led.append_batch([inputs.event(rng, i, metadata=None, context=None) for i in range(3)])
     assert log == [("r-run", 3)]
+
+
+@pytest.mark.parametrize("backend", ["native", "reference"])
+@pytest.mark.parametrize("hooks", [(), None])
+def test_an_own_id_taken_is_refused_after_the_events_before_it(
+    tmp_path: Path, inputs: Any, backend: str, hooks: tuple[()] | None
+) -> None:
+    rng = random.Random(8)
+    stored, fresh = new_uuid(), new_uuid()
+    Ledger.init(tmp_path / "l.ledger", hooks=hooks).close()
+    with (
+        _backend.reference() if backend == "reference" else _nothing(),
+        Ledger.open(tmp_path / "l.ledger", hooks=hooks) as ledger,
+    ):
+        ledger.append(inputs.event(rng, 0, id=stored))
+        before = dump(ledger)
+        for batch in (
+            [inputs.event(rng, 1), inputs.event(rng, 2, id=fresh), inputs.event(rng, 3, id=stored)],
+            [inputs.event(rng, 4, id=fresh), inputs.event(rng, 5), inputs.event(rng, 6, id=fresh)],
+        ):
+            taken = batch[-1].id
+            with pytest.raises(RefusedError, match=f"an event with id {taken} already exists"):
+                ledger.append_batch(batch)
+            assert dump(ledger) == before
+        done = ledger.append_batch([inputs.event(rng, 7, id=fresh), inputs.event(rng, 8)])
+        assert done[0].id == fresh and ledger.find_event(fresh) == ("main", 2)
