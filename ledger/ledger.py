@@ -105,6 +105,8 @@ _MAX_ENTRY_BYTES: Final = MAX_BODY_BYTES + 1024
 """The largest entry ``build_entry`` accepts (the native event builder stops before one)."""
 _N_RAND: Final = 42
 """Random bytes the native event builder takes per event: the salt and 10 for the UUIDv7."""
+_ID_LOOKUP: Final = 500
+"""Event ids looked up in the index per statement (``Ledger._stored_ids``)."""
 _KEEP_TYPES: Final = frozenset({OpType.SNAPSHOT.value, OpType.KEY_ROTATE.value, "GENESIS"})
 SYSTEM_ACTOR: Final = "memroot"
 SYSTEM_NAMESPACE: Final = "system"
@@ -1045,14 +1047,30 @@ class Ledger:
 
         Taken: by an event stored, of the batch (``batch_events``) or earlier in ``run``.
         """
+        own = [(i, _uuid_bytes(item.id)) for i, item in enumerate(run) if item.id is not None]
+        stored = self._stored_ids([raw for _, raw in own])
         seen: set[bytes] = set()
-        for i, item in enumerate(run):
-            if item.id is not None:
-                raw = _uuid_bytes(item.id)
-                if raw in seen or raw in batch_events or self.store.event_key(raw) is not None:
-                    return i
-                seen.add(raw)
+        for i, raw in own:
+            if raw in seen or raw in batch_events or raw in stored:
+                return i
+            seen.add(raw)
         return None
+
+    def _stored_ids(self, raws: list[bytes]) -> set[bytes]:
+        """Return those of the event ids ``raws`` (16 bytes each) the event index holds."""
+        if isinstance(self.store, PgStore):
+            return {raw for raw in raws if self.store.event_key(raw) is not None}
+        found: set[bytes] = set()
+        for i in range(0, len(raws), _ID_LOOKUP):
+            part = raws[i : i + _ID_LOOKUP]
+            # Outside the statement cache: its text changes with the count.
+            rows = self.store.db.execute(
+                f"SELECT id FROM event_ids WHERE id IN ({','.join('?' * len(part))})",
+                part,
+                can_cache=False,
+            )
+            found.update(bytes(r[0]) for r in rows)
+        return found
 
     def _event_run(self, branch: str, seq: int, prev: bytes) -> int:
         """How many plain events from ``seq`` every hook folds as one run (at least 1).
