@@ -105,7 +105,7 @@ _MAX_ENTRY_BYTES: Final = MAX_BODY_BYTES + 1024
 """The largest entry ``build_entry`` accepts (the native event builder stops before one)."""
 _N_RAND: Final = 42
 """Random bytes the native event builder takes per event: the salt and 10 for the UUIDv7."""
-_ID_LOOKUP: Final = 500
+_ID_LOOKUP: Final = 512
 """Event ids looked up in the index per statement (``Ledger._stored_ids``)."""
 _KEEP_TYPES: Final = frozenset({OpType.SNAPSHOT.value, OpType.KEY_ROTATE.value, "GENESIS"})
 SYSTEM_ACTOR: Final = "memroot"
@@ -884,7 +884,10 @@ class Ledger:
                     if unindexed:
                         batch_events.update(unindexed)
                         unindexed = []
-                    taken = self._first_taken([queue[-1 - i] for i in range(k)], batch_events)
+                    assert built is not None
+                    taken = None
+                    if not self._all_new(built[2], batch_events):  # then find the first one
+                        taken = self._first_taken([queue[-1 - i] for i in range(k)], batch_events)
                     if taken is not None:
                         built = None
                         if taken:
@@ -1040,6 +1043,13 @@ class Ledger:
         except _N.Reject:
             return None
 
+    def _all_new(self, events: list[tuple[bytes, int]], batch_events: Mapping[bytes, int]) -> bool:
+        """Whether no id of a run's events (``(id bytes, k)``) is stored, in the batch or twice."""
+        raws = [raw for raw, _ in events]
+        if len(set(raws)) != len(raws) or any(raw in batch_events for raw in raws):
+            return False
+        return not self._stored_ids(raws)
+
     def _first_taken(
         self, run: Sequence[EventInput | OpInput | _Genesis], batch_events: Mapping[bytes, int]
     ) -> int | None:
@@ -1063,11 +1073,12 @@ class Ledger:
         found: set[bytes] = set()
         for i in range(0, len(raws), _ID_LOOKUP):
             part = raws[i : i + _ID_LOOKUP]
-            # Outside the statement cache: its text changes with the count.
+            # A power of two of placeholders (the last id repeated): few statement texts,
+            # each prepared once (apsw's statement cache).
+            width = 1 << (len(part) - 1).bit_length()
+            part += [part[-1]] * (width - len(part))
             rows = self.store.db.execute(
-                f"SELECT id FROM event_ids WHERE id IN ({','.join('?' * len(part))})",
-                part,
-                can_cache=False,
+                f"SELECT id FROM event_ids WHERE id IN ({','.join('?' * width)})", part
             )
             found.update(bytes(r[0]) for r in rows)
         return found

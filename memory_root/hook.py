@@ -136,10 +136,19 @@ class RootsHook:
     def apply_events(
         self, db: apsw.Connection, ledger: Ledger, entries: Sequence[Entry], contents: Sequence[str]
     ) -> list[OpInput]:
-        """Fold a run of events (the ledger's native batch path), as ``apply`` on each."""
+        """Fold a run of events (the ledger's native batch path), as ``apply`` on each.
+
+        An event is never the genesis nor an operation: it is only folded (``advance``),
+        which may make an automatic snapshot due (``event_run`` ends the run there).
+        """
+        fold = self.fold_for(ledger, entries[0].branch, entries[0])
         follow: list[OpInput] = []
-        for entry, content in zip(entries, contents, strict=True):
-            follow.extend(self.apply(db, ledger, entry, content))
+        for entry in entries:
+            if fold.advance(entry):
+                assert fold.pending is not None
+                follow.append(
+                    _library_op(Ledger.system_op(OpType.SNAPSHOT, fold.pending.preimage.payload()))
+                )
         return follow
 
     def event_run(self, ledger: Ledger, branch: str, seq: int, prev: bytes) -> int:
