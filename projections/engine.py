@@ -169,15 +169,24 @@ class Engine:
         Raises:
             RuleError: an event breaks a rule (namespace policy: ``PermissionRefused``).
         """
-        require = self.require
-        add_event = self.state.add_event
-        on_event = gated.on_event
+        entries = list(entries)
+        # Events change no policy: an actor's permission is the same for the whole run.
+        allowed: set[tuple[str, str, str]] = set()
+        rows = []
         for entry in entries:
             b = entry.body
             actor, namespace = b["actor_id"], b["namespace_id"]
-            require(entry.branch, actor, namespace, _P.WRITE, "append an event")
-            add_event(EventRef(b["id"], entry.branch, entry.seq, entry.ts, namespace, actor))
-            on_event(self, entry)
+            if (entry.branch, actor, namespace) not in allowed:
+                self.require(entry.branch, actor, namespace, _P.WRITE, "append an event")
+                allowed.add((entry.branch, actor, namespace))
+            rows.append(EventRef(b["id"], entry.branch, entry.seq, entry.ts, namespace, actor))
+        add_events = getattr(self.state, "add_events", None)
+        if add_events is not None:
+            add_events(rows)
+        else:
+            for event in rows:
+                self.state.add_event(event)
+        gated.on_events(self, entries)
 
     def fold(self, entry: Entry) -> None:
         """Apply an entry already in the ledger; record it as skipped if the rules refuse it.
