@@ -855,8 +855,7 @@ class Ledger:
         unindexed: list[tuple[bytes, int]] = []  # native events not yet in batch_events
         out: list[Appended] = []
         salts = b""  # read at the first event the reference loop builds
-        ids: Iterator[str] = iter(())  # UUIDv7s, made at the first id the reference assigns
-        fresh_ids = True
+        ids = _fresh_ids()  # UUIDv7s for the reference loop, made as it takes them
         queue: list[EventInput | OpInput | _Genesis] = list(reversed(items))
         n = 0
         now = now_us()
@@ -938,9 +937,7 @@ class Ledger:
             elif isinstance(item, EventInput):
                 if item.id is None:
                     # UUIDv7: 74 random bits, no lookup needed
-                    if fresh_ids:
-                        ids, fresh_ids = iter(new_uuids(len(items))), False
-                    item_id = next(ids, None) or new_uuid()
+                    item_id = next(ids)
                     raw_id = _uuid_bytes(item_id)
                 else:
                     item_id = item.id
@@ -978,9 +975,7 @@ class Ledger:
                         "which also starts the branch's chain"
                     )
                 refuse_reserved(item)
-                if item.id is None and fresh_ids:
-                    ids, fresh_ids = iter(new_uuids(len(items))), False
-                item_id = item.id or next(ids, None) or new_uuid()
+                item_id = item.id or next(ids)
                 body = item.body(item_id)
                 entry = build_entry(
                     prev, seq, branch, ts, Kind.OP, item.op_type, body, plain=item.plain
@@ -1471,6 +1466,18 @@ def _hooks(hooks: Sequence[AppendHook] | None, *, readonly: bool) -> Sequence[Ap
     module, _, name = DEFAULT_HOOKS.partition(":")
     factory = getattr(importlib.import_module(module), name)
     return list(factory())
+
+
+def _fresh_ids() -> Iterator[str]:
+    """Yield new UUIDv7s, a few at first and more as they are taken (a clock read a chunk).
+
+    A batch's reference loop assigns ids to only some entries (its operations, the automatic
+    snapshots): making one per item up front cost more than the ids it used.
+    """
+    n = 16
+    while True:
+        yield from new_uuids(n)
+        n = min(4 * n, 1024)
 
 
 def _copy(compact: merkle.CompactRange) -> merkle.CompactRange:
