@@ -865,6 +865,7 @@ class Ledger:
         # a time when a hook has no ``apply_events``. Anything else takes the reference loop.
         hooks = self.hooks
         runs = all(hasattr(h, "apply_events") for h in hooks)
+        stored: set[bytes] | None = None  # of the requests' own event ids, those stored
         while queue:
             if _N is not None and type(queue[-1]) is EventInput:
                 # The run: the events on top of the queue, as many as the hooks take at once.
@@ -884,9 +885,12 @@ class Ledger:
                         batch_events.update(unindexed)
                         unindexed = []
                     assert built is not None
+                    if stored is None:  # the batch's own event ids the index holds: one lookup
+                        stored = self._stored_ids(_own_ids(items))
                     taken = None
-                    if not self._all_new(built[2], batch_events):  # then find the first one
-                        taken = self._first_taken([queue[-1 - i] for i in range(k)], batch_events)
+                    if not _all_new(built[2], batch_events, stored):  # then find the first one
+                        run = [queue[-1 - i] for i in range(k)]
+                        taken = _first_taken(run, batch_events, stored)
                     if taken is not None:
                         built = None
                         if taken:
@@ -1038,31 +1042,10 @@ class Ledger:
         except _N.Reject:
             return None
 
-    def _all_new(self, events: list[tuple[bytes, int]], batch_events: Mapping[bytes, int]) -> bool:
-        """Whether no id of a run's events (``(id bytes, k)``) is stored, in the batch or twice."""
-        raws = [raw for raw, _ in events]
-        if len(set(raws)) != len(raws) or any(raw in batch_events for raw in raws):
-            return False
-        return not self._stored_ids(raws)
-
-    def _first_taken(
-        self, run: Sequence[EventInput | OpInput | _Genesis], batch_events: Mapping[bytes, int]
-    ) -> int | None:
-        """Return the position of the first event of ``run`` whose own id is taken, or None.
-
-        Taken: by an event stored, of the batch (``batch_events``) or earlier in ``run``.
-        """
-        own = [(i, _uuid_bytes(item.id)) for i, item in enumerate(run) if item.id is not None]
-        stored = self._stored_ids([raw for _, raw in own])
-        seen: set[bytes] = set()
-        for i, raw in own:
-            if raw in seen or raw in batch_events or raw in stored:
-                return i
-            seen.add(raw)
-        return None
-
     def _stored_ids(self, raws: list[bytes]) -> set[bytes]:
         """Return those of the event ids ``raws`` (16 bytes each) the event index holds."""
+        if not raws:
+            return set()
         if isinstance(self.store, PgStore):
             return {raw for raw in raws if self.store.event_key(raw) is not None}
         found: set[bytes] = set()
@@ -1466,6 +1449,44 @@ def _hooks(hooks: Sequence[AppendHook] | None, *, readonly: bool) -> Sequence[Ap
     module, _, name = DEFAULT_HOOKS.partition(":")
     factory = getattr(importlib.import_module(module), name)
     return list(factory())
+
+
+def _own_ids(items: Sequence[EventInput | OpInput | _Genesis]) -> list[bytes]:
+    """Return the 16 bytes of each event request's own (canonical) id."""
+    texts = [it.id for it in items if type(it) is EventInput and it.id is not None]
+    if _N is not None:
+        return [raw for raw in _N.uuid_bytes(texts) if raw is not None]
+    return [_uuid_bytes(t) for t in texts]
+
+
+def _all_new(
+    events: list[tuple[bytes, int]], batch_events: Mapping[bytes, int], stored: set[bytes]
+) -> bool:
+    """Whether no id of a run's events (``(id bytes, k)``) is stored, in the batch or twice."""
+    raws = [raw for raw, _ in events]
+    if len(set(raws)) != len(raws):
+        return False
+    return not any(raw in batch_events or raw in stored for raw in raws)
+
+
+def _first_taken(
+    run: Sequence[EventInput | OpInput | _Genesis],
+    batch_events: Mapping[bytes, int],
+    stored: set[bytes],
+) -> int | None:
+    """Return the position of the first event of ``run`` whose own id is taken, or None.
+
+    Taken: by an event stored (``stored``: those of the batch's own ids the index held when
+    it began), of the batch (``batch_events``) or earlier in ``run``.
+    """
+    seen: set[bytes] = set()
+    for i, item in enumerate(run):
+        if item.id is not None:
+            raw = _uuid_bytes(item.id)
+            if raw in seen or raw in batch_events or raw in stored:
+                return i
+            seen.add(raw)
+    return None
 
 
 def _fresh_ids() -> Iterator[str]:
