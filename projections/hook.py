@@ -190,18 +190,7 @@ class MemoryHook:
         state = self._bound(db, ledger)
         version = db.data_version()
         if self._expect != (entry.branch, entry.seq, version):
-            # What is buffered belongs to a batch that did not land (it ended in an error).
-            state.discard()
-            head = state.head(entry.branch)
-            if head > entry.seq:
-                raise StorageError(
-                    f"the derived memory state has folded {head} entries of branch "
-                    f"{entry.branch!r} but the ledger has {entry.seq}; it belongs to another "
-                    "ledger or history: run memroot rebuild"
-                )
-            if head < entry.seq or (entry.seq == 0 and entry.branch != CANONICAL_BRANCH):
-                # A branch reads its parent as of the fork: the parent must be folded that far.
-                catch_up(db, ledger, entry.branch, entry.seq)
+            self._reload(db, ledger, state, entry)
         elif entry.kind is not Kind.EVENT:
             state.write_events()  # an operation reads the events before it (its evidence)
         self._expect = None
@@ -210,25 +199,41 @@ class MemoryHook:
         self._expect = (entry.branch, entry.seq + 1, version)
         return []
 
+    def _reload(
+        self, db: apsw.Connection, ledger: Ledger, state: _BatchState, entry: Entry
+    ) -> None:
+        """Check the stored head before ``entry`` (not the one expected); catch up to it."""
+        # What is buffered belongs to a batch that did not land (it ended in an error).
+        state.discard()
+        head = state.head(entry.branch)
+        if head > entry.seq:
+            raise StorageError(
+                f"the derived memory state has folded {head} entries of branch "
+                f"{entry.branch!r} but the ledger has {entry.seq}; it belongs to another "
+                "ledger or history: run memroot rebuild"
+            )
+        if head < entry.seq or (entry.seq == 0 and entry.branch != CANONICAL_BRANCH):
+            # A branch reads its parent as of the fork: the parent must be folded that far.
+            catch_up(db, ledger, entry.branch, entry.seq)
+
     def apply_events(
         self, db: apsw.Connection, ledger: Ledger, entries: Sequence[Entry], contents: Sequence[str]
     ) -> list[OpInput]:
         """Validate and fold a run of events of one branch, as ``apply`` on each in turn.
 
-        The first is applied on its own (it checks the stored head and catches up); the rest
-        follow it in one call (``Engine.apply_events``).
+        The stored head is checked before the first (as ``apply`` does); the run is folded in
+        one call (``Engine.apply_events``).
 
         Raises:
             RuleError, StorageError: as ``apply``.
         """
         first = entries[0]
-        self.apply(db, ledger, first, contents[0])
-        if len(entries) == 1:
-            return []
-        assert self._state is not None and self._expect is not None
-        state, version = self._state, self._expect[2]
+        state = self._bound(db, ledger)
+        version = db.data_version()
+        if self._expect != (first.branch, first.seq, version):
+            self._reload(db, ledger, state, first)
         self._expect = None
-        Engine(state).apply_events(entries[1:])
+        Engine(state).apply_events(entries)
         last = entries[-1]
         state.set_head(last.branch, last.seq + 1)
         self._expect = (last.branch, last.seq + 1, version)
