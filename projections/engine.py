@@ -172,20 +172,21 @@ class Engine:
         entries = list(entries)
         # Events change no policy: an actor's permission is the same for the whole run.
         allowed: set[tuple[str, str, str]] = set()
-        rows = []
+        # ``EventRef.row()`` of each event, built as tuples (no EventRef per event).
+        rows: list[tuple[str, str, int, int, str, str, None]] = []
         for entry in entries:
             b = entry.body
             actor, namespace = b["actor_id"], b["namespace_id"]
             if (entry.branch, actor, namespace) not in allowed:
                 self.require(entry.branch, actor, namespace, _P.WRITE, "append an event")
                 allowed.add((entry.branch, actor, namespace))
-            rows.append(EventRef(b["id"], entry.branch, entry.seq, entry.ts, namespace, actor))
-        add_events = getattr(self.state, "add_events", None)
-        if add_events is not None:
-            add_events(rows)
+            rows.append((b["id"], entry.branch, entry.seq, entry.ts, namespace, actor, None))
+        add_event_rows = getattr(self.state, "add_event_rows", None)
+        if add_event_rows is not None:
+            add_event_rows(rows)
         else:
-            for event in rows:
-                self.state.add_event(event)
+            for row in rows:
+                self.state.add_event(EventRef(*row))
         gated.on_events(self, entries)
 
     def fold(self, entry: Entry) -> None:

@@ -62,9 +62,9 @@ class _BatchState(SqlState):
         """Buffer a new event's row (written by ``flush``)."""
         self.events.append(event.row())
 
-    def add_events(self, events: Iterable[EventRef]) -> None:
-        """Buffer new events' rows, in order (``Engine.apply_events``)."""
-        self.events.extend(e.row() for e in events)
+    def add_event_rows(self, rows: Iterable[tuple[Any, ...]]) -> None:
+        """Buffer new events' ``EventRef.row()`` tuples, in order (``Engine.apply_events``)."""
+        self.events.extend(rows)
 
     def set_head(self, branch: str, size: int) -> None:
         """Buffer the branch's head (written by ``flush``)."""
