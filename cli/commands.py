@@ -29,6 +29,7 @@ from memroot.ledger.entries import (
     OpInput,
     check_uuid,
     new_uuid,
+    parse_event_lines,
     parse_input,
     parse_json,
 )
@@ -51,6 +52,8 @@ from memroot.ledger.verify import STEPS, AuditReport, Finding, audit, bound_cach
 __all__ = ["jsonable", "open_ledger", "open_reader", "strict_option", "witness_options"]
 
 IMPORT_BATCH = 1000
+_PARSE_CHUNK: Final = 1000
+"""Lines ``import`` parses per call of the native line parser."""
 MAX_JSON_LINE = 32 * 1024 * 1024
 MAX_LOG_LIMIT = 100_000
 
@@ -362,12 +365,14 @@ def import_(
                 if str(e).startswith("line "):
                     raise  # a malformed line, already named
                 source.seek(origin)
-                n = _refused_line(ledger, source, branch, anchor)
-                if n is None:
+                found = _refused_line(ledger, source, branch, anchor)
+                if found is None:
                     raise
-                if isinstance(e, ValidationError):
-                    raise ValidationError(f"line {n}: {e}", field=e.field) from e
-                raise RefusedError(f"line {n}: {e}") from e
+                # The line's own refusal: a batch breaking two rules may report either.
+                n, why = found
+                if isinstance(why, ValidationError):
+                    raise ValidationError(f"line {n}: {why}", field=why.field) from e
+                raise RefusedError(f"line {n}: {why}") from e
             _sign_pending(ledger, branch)  # after the commit: only durable entries are signed
     if as_json:
         _print_appended(done.rows, True)
@@ -402,34 +407,57 @@ class _Imported:
 def _import_items(
     lines: Iterator[tuple[int, str]], anchor: str | None
 ) -> Iterator[tuple[int, EventInput | OpInput]]:
-    """Yield each line's request (events chained from ``anchor`` when given)."""
-    for n, text in lines:
-        item = _at_anchor(_parse_json_line(text, f"line {n}"), anchor)
-        if anchor is not None and isinstance(item, EventInput):
-            if item.id is None:
-                item = dataclasses.replace(item, id=new_uuid())
-            anchor = item.id
-        yield n, item
+    """Yield each line's request (events chained from ``anchor`` when given).
+
+    Lines are parsed ``_PARSE_CHUNK`` at a time: the common event line in one native call
+    (``parse_event_lines``), every other line by ``_parse_json_line``, in line order, so the
+    first bad line is the one named, with the reference's message.
+    """
+    while True:
+        chunk: list[tuple[int, str]] = []
+        unreadable: DecodeError | None = None
+        try:
+            for pair in lines:
+                chunk.append(pair)
+                if len(chunk) == _PARSE_CHUNK:
+                    break
+        except DecodeError as e:  # a line that is not text: after the lines before it
+            unreadable = e
+        fast = parse_event_lines([text for _, text in chunk])
+        for (n, text), parsed in zip(chunk, fast, strict=True):
+            item = parsed if parsed is not None else _parse_json_line(text, f"line {n}")
+            item = _at_anchor(item, anchor)
+            if anchor is not None and isinstance(item, EventInput):
+                if item.id is None:
+                    item = dataclasses.replace(item, id=new_uuid())
+                anchor = item.id
+            yield n, item
+        if unreadable is not None:
+            raise unreadable
+        if len(chunk) < _PARSE_CHUNK:
+            return
 
 
 class _Undo(Exception):
     """Raised to roll back the rehearsal of ``_refused_line``."""
 
 
-def _refused_line(ledger: Ledger, source: BinaryIO, branch: str, anchor: str | None) -> int | None:
-    """Return the number of the first line the ledger refuses, appending one by one.
+def _refused_line(
+    ledger: Ledger, source: BinaryIO, branch: str, anchor: str | None
+) -> tuple[int, RefusedError] | None:
+    """Return the number of the first line the ledger refuses and its error, one by one.
 
     Runs after a refused import, in a transaction that is always rolled back, so the error
     can name the line; returns None if no single line is refused (nothing is kept).
     """
-    found: int | None = None
+    found: tuple[int, RefusedError] | None = None
     try:
         with ledger.write():
             for n, item in _import_items(_read_lines(source), anchor):
                 try:
                     ledger.append(item, branch=branch)
-                except RefusedError:
-                    found = n
+                except RefusedError as e:
+                    found = (n, e)
                     break
             raise _Undo
     except _Undo:

@@ -139,6 +139,7 @@ def build_events(
     now: int,
     max_raw: int,
     rand: bytes,
+    entry_type: type | None = None,
 ) -> tuple[
     int,
     list[tuple[int, bytes, bytes, bytes | None, bytes | None, bytes | None]],
@@ -146,8 +147,13 @@ def build_events(
     list[bytes],
     list[Any],
     int | None,
+    list[Any] | None,
+    list[str] | None,
 ]:
-    """Build the plain events on top of an append queue in one call (``_append_locked``)."""
+    """Build the plain events on top of an append queue in one call (``_append_locked``).
+
+    With ``entry_type``, also each event's ``Entry`` and content (for the hooks).
+    """
 
 def compact_append_rows(
     branch_no: int, size: int, hashes: list[bytes], leaves: list[bytes]
@@ -196,3 +202,13 @@ class Ed25519Verifier:
     def __new__(cls, public_key: bytes) -> Ed25519Verifier: ...
     def verify_strict(self, message: bytes, signature: bytes) -> bool:
         """Return whether the signature verifies by the strict rules (False for wrong sizes)."""
+
+def event_inputs(
+    lines: list[str],
+    cls: type,
+    setattr: Any,
+    actor_types: list[str],
+    roles: list[str],
+    max_content: int,
+) -> list[Any]:
+    """Each line's ``EventInput`` when it is a flat, valid event request; None otherwise."""

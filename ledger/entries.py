@@ -57,6 +57,7 @@ __all__ = [
     "new_uuid",
     "new_uuids",
     "now_us",
+    "parse_event_lines",
     "parse_input",
     "parse_json",
     "refuse_reserved",
@@ -651,3 +652,24 @@ def parse_input(obj: Any) -> EventInput | OpInput:
         _no_extra(obj, _OP_FIELDS, "an operation")
         return OpInput(**{**dict.fromkeys(_OP_INPUT_FIELDS), **fields})
     raise ValidationError(f"kind must be 'event' or 'op', got {kind!r}", field="kind")
+
+
+_ACTOR_TYPES: Final = [m.value for m in ActorType]
+_ROLES: Final = [m.value for m in Role]
+
+
+def parse_event_lines(lines: list[str]) -> list[EventInput | None]:
+    """Parse the common JSON Lines event request natively: each line's ``EventInput`` or None.
+
+    A line gets its ``EventInput`` (equal to ``parse_input(parse_json(line))``) when it is a
+    flat event object the native core validates in full: string, integer and null values, no
+    duplicate key, no ``metadata`` or ``context``. Every other line gets None, and the caller
+    parses it with ``parse_json`` and ``parse_input``, which accept it or raise their own error.
+    All None on the pure-Python reference.
+    """
+    if _N is None:
+        return [None] * len(lines)
+    out: list[EventInput | None] = _N.event_inputs(
+        lines, EventInput, object.__setattr__, _ACTOR_TYPES, _ROLES, MAX_CONTENT_BYTES
+    )
+    return out

@@ -105,6 +105,8 @@ _MAX_ENTRY_BYTES: Final = MAX_BODY_BYTES + 1024
 """The largest entry ``build_entry`` accepts (the native event builder stops before one)."""
 _N_RAND: Final = 42
 """Random bytes the native event builder takes per event: the salt and 10 for the UUIDv7."""
+_ID_LOOKUP: Final = 512
+"""Event ids looked up in the index per statement (``Ledger._stored_ids``)."""
 _KEEP_TYPES: Final = frozenset({OpType.SNAPSHOT.value, OpType.KEY_ROTATE.value, "GENESIS"})
 SYSTEM_ACTOR: Final = "memroot"
 SYSTEM_NAMESPACE: Final = "system"
@@ -136,6 +138,16 @@ class AppendHook(Protocol):
     folds missing entries on its own (the memory model, falsification) may define
     ``folded(db, ledger, branch) -> int``, how many entries of ``branch`` it holds: a
     PostgreSQL ledger's cache catch-up then skips it for those (``Ledger._replay``).
+
+    Two more methods are optional, for the native batch path: ``apply_events(db, ledger,
+    entries, contents)`` folds a run of plain events of one branch (consecutive entries of
+    kind EVENT, built by the native core) exactly as ``apply`` on each in turn would, and
+    returns the follow-ups of the run; ``event_run(ledger, branch, seq, prev)`` bounds how
+    many events from ``seq`` (after the entry hashed ``prev``) a run may hold, so that a
+    follow-up only ever comes after a run's last event (no bound without it). When every
+    installed hook has ``apply_events``, each hook folds a whole run in one call, one hook
+    after the other (a batch that breaks two rules is refused with either hook's error);
+    otherwise each event is handed to every hook in turn, as the reference loop does.
     """
 
     def install(self, db: apsw.Connection) -> None:
@@ -193,6 +205,19 @@ class _Head:
     row: BranchRow
     compact: merkle.CompactRange
     last_ts: int | None = None  # ts of the entry at row.size - 1, read when first needed
+
+
+_NativeRun = tuple[
+    int,
+    list[tuple[int, bytes, bytes, bytes | None, bytes | None, bytes | None]],
+    list[tuple[bytes, int]],
+    list[bytes],
+    list[Any],
+    int | None,
+    list[Any] | None,
+    list[str] | None,
+]
+"""What ``native.build_events`` returns (see ``Ledger._build_run``)."""
 
 
 class Ledger:
@@ -1128,46 +1153,74 @@ class Ledger:
         unindexed: list[tuple[bytes, int]] = []  # native events not yet in batch_events
         out: list[Appended] = []
         salts = b""  # read at the first event the reference loop builds
-        ids: Iterator[str] = iter(())  # UUIDv7s, made at the first id the reference assigns
-        fresh_ids = True
+        ids = _fresh_ids()  # UUIDv7s for the reference loop, made as it takes them
         queue: list[EventInput | OpInput | _Genesis] = list(reversed(items))
         n = 0
         now = now_us()
         last_ts = self._last_ts(head)
-        # The native core builds the plain events on top of the queue in one call (no hook
-        # to feed them to one by one); anything else takes the reference loop below.
-        native = _N is not None and not self.hooks
+        # The native core builds the plain events on top of the queue in one call; with hooks,
+        # a run the hooks fold in one ``apply_events`` each (``_event_run``), or one event at
+        # a time when a hook has no ``apply_events``. Anything else takes the reference loop.
+        hooks = self.hooks
+        runs = all(hasattr(h, "apply_events") for h in hooks)
+        stored: set[bytes] | None = None  # of the requests' own event ids, those stored
         while queue:
-            if native and type(queue[-1]) is EventInput:
-                assert _N is not None
-                try:
-                    k, n_rows, n_events, n_leaves, n_out, n_ts = _N.build_events(
-                        queue,
-                        EventInput,
-                        Appended,
-                        Kind.EVENT,
-                        branch,
-                        no,
-                        seq,
-                        prev,
-                        last_ts,
-                        now,
-                        _MAX_ENTRY_BYTES,
-                        os.urandom(_N_RAND * len(queue)),
-                    )
-                except _N.Reject:
-                    k = 0
+            if _N is not None and type(queue[-1]) is EventInput:
+                # The run: the events on top of the queue, as many as the hooks take at once.
+                most = len(queue)
+                if hooks:
+                    most = min(most, self._event_run(branch, seq, prev) if runs else 1)
+                top = len(queue) - 1
+                while top >= len(queue) - most and type(queue[top]) is EventInput:
+                    top -= 1
+                most = len(queue) - 1 - top
+                built = self._build_run(queue, most, branch, no, seq, prev, last_ts, now)
+                k = 0 if built is None else built[0]
+                if k and any(queue[-1 - i].id is not None for i in range(k)):
+                    # Ids of the requests' own: the run ends before the first one taken, which
+                    # the reference loop then refuses (after the events before it).
+                    if unindexed:
+                        batch_events.update(unindexed)
+                        unindexed = []
+                    assert built is not None
+                    if stored is None:  # the batch's own event ids the index holds: one lookup
+                        stored = self._stored_ids(_own_ids(items))
+                    taken = None
+                    if not _all_new(built[2], batch_events, stored):  # then find the first one
+                        run = [queue[-1 - i] for i in range(k)]
+                        taken = _first_taken(run, batch_events, stored)
+                    if taken is not None:
+                        built = None
+                        if taken:
+                            built = self._build_run(
+                                queue, taken, branch, no, seq, prev, last_ts, now
+                            )
+                        k = 0 if built is None else built[0]
                 if k:
+                    assert built is not None
+                    _, n_rows, n_events, n_leaves, n_out, n_ts, n_entries, n_contents = built
                     del queue[len(queue) - k :]
                     rows += n_rows
                     leaves += n_leaves
                     event_rows += n_events
-                    unindexed += n_events
                     out += n_out
                     prev = EntryHash(n_leaves[-1])
                     seq += k
                     n += k
                     last_ts = n_ts
+                    if not hooks:
+                        unindexed += n_events
+                        continue
+                    # The hooks may look the batch's events up (``find_event``).
+                    batch_events.update(n_events)
+                    assert n_entries is not None and n_contents is not None
+                    follow: list[OpInput] = []
+                    for hook in hooks:
+                        if runs:
+                            follow.extend(hook.apply_events(db, self, n_entries, n_contents))  # type: ignore[attr-defined]
+                        else:
+                            follow.extend(hook.apply(db, self, n_entries[0], n_contents[0]))
+                    queue.extend(reversed(follow))
                     continue
             item = queue.pop()
             if unindexed:  # the reference checks ids, parents and targets against the batch
@@ -1186,9 +1239,7 @@ class Ledger:
             elif isinstance(item, EventInput):
                 if item.id is None:
                     # UUIDv7: 74 random bits, no lookup needed
-                    if fresh_ids:
-                        ids, fresh_ids = iter(new_uuids(len(items))), False
-                    item_id = next(ids, None) or new_uuid()
+                    item_id = next(ids)
                     raw_id = _uuid_bytes(item_id)
                 else:
                     item_id = item.id
@@ -1226,9 +1277,7 @@ class Ledger:
                         "which also starts the branch's chain"
                     )
                 refuse_reserved(item)
-                if item.id is None and fresh_ids:
-                    ids, fresh_ids = iter(new_uuids(len(items))), False
-                item_id = item.id or next(ids, None) or new_uuid()
+                item_id = item.id or next(ids)
                 body = item.body(item_id)
                 entry = build_entry(
                     prev, seq, branch, ts, Kind.OP, item.op_type, body, plain=item.plain
@@ -1241,7 +1290,7 @@ class Ledger:
                 seal.keep = True
             rows.append((entry_key(no, seq), entry.hash, entry.raw, *extra))
             leaves.append(entry.hash)
-            follow: list[OpInput] = []
+            follow = []
             for hook in self.hooks:
                 follow.extend(hook.apply(db, self, entry, content))
             queue.extend(reversed(follow))
@@ -1255,6 +1304,73 @@ class Ledger:
                 end_batch(db)
         self._write_rows(head, rows, leaves, event_rows, erasures, last_ts)
         return out
+
+    def _build_run(
+        self,
+        queue: list[Any],
+        most: int,
+        branch: str,
+        no: int,
+        seq: int,
+        prev: bytes,
+        last_ts: int | None,
+        now: int,
+    ) -> _NativeRun | None:
+        """Build up to ``most`` plain events from the top of ``queue`` natively (None: none).
+
+        With hooks installed, each event's ``Entry`` and content come too.
+        """
+        assert _N is not None
+        try:
+            return _N.build_events(
+                queue,
+                EventInput,
+                Appended,
+                Kind.EVENT,
+                branch,
+                no,
+                seq,
+                prev,
+                last_ts,
+                now,
+                _MAX_ENTRY_BYTES,
+                os.urandom(_N_RAND * most),  # one event per 42 bytes: at most ``most``
+                Entry if self.hooks else None,
+            )
+        except _N.Reject:
+            return None
+
+    def _stored_ids(self, raws: list[bytes]) -> set[bytes]:
+        """Return those of the event ids ``raws`` (16 bytes each) the event index holds."""
+        if not raws:
+            return set()
+        if isinstance(self.store, PgStore):
+            return {raw for raw in raws if self.store.event_key(raw) is not None}
+        found: set[bytes] = set()
+        for i in range(0, len(raws), _ID_LOOKUP):
+            part = raws[i : i + _ID_LOOKUP]
+            # A power of two of placeholders (the last id repeated): few statement texts,
+            # each prepared once (apsw's statement cache).
+            width = 1 << (len(part) - 1).bit_length()
+            part += [part[-1]] * (width - len(part))
+            rows = self.store.db.execute(
+                f"SELECT id FROM event_ids WHERE id IN ({','.join('?' * width)})", part
+            )
+            found.update(bytes(r[0]) for r in rows)
+        return found
+
+    def _event_run(self, branch: str, seq: int, prev: bytes) -> int:
+        """How many plain events from ``seq`` every hook folds as one run (at least 1).
+
+        A hook's ``event_run(ledger, branch, seq, prev)`` bounds it (no bound without one):
+        its follow-ups (e.g. an automatic snapshot) may only come after a run's last event.
+        """
+        most = 1 << 62
+        for hook in self.hooks:
+            bound = getattr(hook, "event_run", None)
+            if bound is not None:
+                most = min(most, bound(self, branch, seq, prev))
+        return max(1, most)
 
     def append_system(
         self,
@@ -1710,6 +1826,56 @@ def _hooks(hooks: Sequence[AppendHook] | None, *, readonly: bool) -> Sequence[Ap
     module, _, name = DEFAULT_HOOKS.partition(":")
     factory = getattr(importlib.import_module(module), name)
     return list(factory())
+
+
+def _own_ids(items: Sequence[EventInput | OpInput | _Genesis]) -> list[bytes]:
+    """Return the 16 bytes of each event request's own (canonical) id."""
+    texts = [it.id for it in items if type(it) is EventInput and it.id is not None]
+    if _N is not None:
+        return [raw for raw in _N.uuid_bytes(texts) if raw is not None]
+    return [_uuid_bytes(t) for t in texts]
+
+
+def _all_new(
+    events: list[tuple[bytes, int]], batch_events: Mapping[bytes, int], stored: set[bytes]
+) -> bool:
+    """Whether no id of a run's events (``(id bytes, k)``) is stored, in the batch or twice."""
+    raws = [raw for raw, _ in events]
+    if len(set(raws)) != len(raws):
+        return False
+    return not any(raw in batch_events or raw in stored for raw in raws)
+
+
+def _first_taken(
+    run: Sequence[EventInput | OpInput | _Genesis],
+    batch_events: Mapping[bytes, int],
+    stored: set[bytes],
+) -> int | None:
+    """Return the position of the first event of ``run`` whose own id is taken, or None.
+
+    Taken: by an event stored (``stored``: those of the batch's own ids the index held when
+    it began), of the batch (``batch_events``) or earlier in ``run``.
+    """
+    seen: set[bytes] = set()
+    for i, item in enumerate(run):
+        if item.id is not None:
+            raw = _uuid_bytes(item.id)
+            if raw in seen or raw in batch_events or raw in stored:
+                return i
+            seen.add(raw)
+    return None
+
+
+def _fresh_ids() -> Iterator[str]:
+    """Yield new UUIDv7s, a few at first and more as they are taken (a clock read a chunk).
+
+    A batch's reference loop assigns ids to only some entries (its operations, the automatic
+    snapshots): making one per item up front cost more than the ids it used.
+    """
+    n = 16
+    while True:
+        yield from new_uuids(n)
+        n = min(4 * n, 1024)
 
 
 def _copy(compact: merkle.CompactRange) -> merkle.CompactRange:

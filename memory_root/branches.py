@@ -331,6 +331,18 @@ class BranchRegistry:
         """Create the branch tables if missing."""
         db.execute(_SCHEMA)
 
+    def apply_events(
+        self, db: apsw.Connection, ledger: Ledger, entries: Sequence[Entry], contents: Sequence[str]
+    ) -> list[OpInput]:
+        """Check a run of events (the ledger's native batch path), as ``apply`` on each.
+
+        Events on ``main`` have nothing to check (no state, no limits).
+        """
+        if entries[0].branch != CANONICAL_BRANCH:
+            for entry, content in zip(entries, contents, strict=True):
+                self.apply(db, ledger, entry, content)
+        return []
+
     def apply(
         self, db: apsw.Connection, ledger: Ledger, entry: Entry, content: str | None
     ) -> list[OpInput]:

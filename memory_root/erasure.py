@@ -28,6 +28,7 @@ TOMBSTONE is folded by all of them before the other branches' entries are append
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -86,6 +87,12 @@ class ErasureHook:
 
     def install(self, db: apsw.Connection) -> None:
         """Nothing to create: it reads the memory model's and the branch registry's tables."""
+
+    def apply_events(
+        self, db: apsw.Connection, ledger: Ledger, entries: Sequence[Entry], contents: Sequence[str]
+    ) -> list[OpInput]:
+        """Nothing to do for events (the ledger's native batch path): only a TOMBSTONE acts."""
+        return []
 
     def apply(
         self, db: apsw.Connection, ledger: Ledger, entry: Entry, content: str | None

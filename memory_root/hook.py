@@ -133,6 +133,33 @@ class RootsHook:
             )
         return follow
 
+    def apply_events(
+        self, db: apsw.Connection, ledger: Ledger, entries: Sequence[Entry], contents: Sequence[str]
+    ) -> list[OpInput]:
+        """Fold a run of events (the ledger's native batch path), as ``apply`` on each.
+
+        An event is never the genesis nor an operation: it is only folded (``advance``),
+        which may make an automatic snapshot due (``event_run`` ends the run there).
+        """
+        fold = self.fold_for(ledger, entries[0].branch, entries[0])
+        follow: list[OpInput] = []
+        for entry in entries:
+            if fold.advance(entry):
+                assert fold.pending is not None
+                follow.append(
+                    _library_op(Ledger.system_op(OpType.SNAPSHOT, fold.pending.preimage.payload()))
+                )
+        return follow
+
+    def event_run(self, ledger: Ledger, branch: str, seq: int, prev: bytes) -> int:
+        """How many events from ``seq`` may be one run: through the next automatic snapshot."""
+        fold = self._folds.get((ledger.ledger_id, branch))
+        if fold is None or fold.next_seq != seq or fold.last_hash != prev:
+            return 1  # the first event loads the fold; the next run knows the cadence
+        if fold.pending_seq is not None:
+            return 1 << 62  # a snapshot is already due: no event makes another one due
+        return fold.last_snapshot_seq + fold.every - seq + 1
+
     # -- snapshots -----------------------------------------------------------------------------
 
     def _snapshot(self, db: apsw.Connection, fold: BranchFold, entry: Entry) -> list[OpInput]:

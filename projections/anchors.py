@@ -57,6 +57,16 @@ class ConversationTree:
         """Create ``conv_parents`` if missing."""
         db.execute(_SCHEMA)
 
+    def apply_events(
+        self, db: apsw.Connection, ledger: Ledger, entries: Sequence[Entry], contents: Sequence[str]
+    ) -> list[OpInput]:
+        """Record the parent links of a run of events (the ledger's native batch path)."""
+        db.executemany(
+            "INSERT OR IGNORE INTO conv_parents VALUES(?, ?)",
+            [(e.body["id"], e.body.get("parent_event_id")) for e in entries],
+        )
+        return []
+
     def apply(
         self, db: apsw.Connection, ledger: Ledger, entry: Entry, content: str | None
     ) -> list[OpInput]:

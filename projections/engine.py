@@ -163,6 +163,32 @@ class Engine:
                 )
             self.state.add_fork(fork)
 
+    def apply_events(self, entries: Iterable[Entry]) -> None:
+        """Validate and fold a run of events, as ``apply`` on each in turn.
+
+        Raises:
+            RuleError: an event breaks a rule (namespace policy: ``PermissionRefused``).
+        """
+        entries = list(entries)
+        # Events change no policy: an actor's permission is the same for the whole run.
+        allowed: set[tuple[str, str, str]] = set()
+        # ``EventRef.row()`` of each event, built as tuples (no EventRef per event).
+        rows: list[tuple[str, str, int, int, str, str, None]] = []
+        for entry in entries:
+            b = entry.body
+            actor, namespace = b["actor_id"], b["namespace_id"]
+            if (entry.branch, actor, namespace) not in allowed:
+                self.require(entry.branch, actor, namespace, _P.WRITE, "append an event")
+                allowed.add((entry.branch, actor, namespace))
+            rows.append((b["id"], entry.branch, entry.seq, entry.ts, namespace, actor, None))
+        add_event_rows = getattr(self.state, "add_event_rows", None)
+        if add_event_rows is not None:
+            add_event_rows(rows)
+        else:
+            for row in rows:
+                self.state.add_event(EventRef(*row))
+        gated.on_events(self, entries)
+
     def fold(self, entry: Entry) -> None:
         """Apply an entry already in the ledger; record it as skipped if the rules refuse it.
 

@@ -24,7 +24,7 @@ With no current branch the score is the base score, unchanged.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -147,6 +147,15 @@ class GitContextHook:
     def install(self, db: apsw.Connection) -> None:
         """Create ``git_context`` if missing."""
         db.execute(_SCHEMA)
+
+    def apply_events(
+        self, db: apsw.Connection, ledger: Ledger, entries: Sequence[Entry], contents: Sequence[str]
+    ) -> list[OpInput]:
+        """Record the git contexts of a run of events (the ledger's native batch path)."""
+        for entry in entries:
+            if "context" in entry.body:
+                self.apply(db, ledger, entry, None)
+        return []
 
     def apply(
         self, db: apsw.Connection, ledger: Ledger, entry: Entry, content: str | None

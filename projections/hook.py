@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
 import apsw
@@ -61,6 +61,10 @@ class _BatchState(SqlState):
     def add_event(self, event: EventRef) -> None:
         """Buffer a new event's row (written by ``flush``)."""
         self.events.append(event.row())
+
+    def add_event_rows(self, rows: Iterable[tuple[Any, ...]]) -> None:
+        """Buffer new events' ``EventRef.row()`` tuples, in order (``Engine.apply_events``)."""
+        self.events.extend(rows)
 
     def set_head(self, branch: str, size: int) -> None:
         """Buffer the branch's head (written by ``flush``)."""
@@ -186,18 +190,7 @@ class MemoryHook:
         state = self._bound(db, ledger)
         version = db.data_version()
         if self._expect != (entry.branch, entry.seq, version):
-            # What is buffered belongs to a batch that did not land (it ended in an error).
-            state.discard()
-            head = state.head(entry.branch)
-            if head > entry.seq:
-                raise StorageError(
-                    f"the derived memory state has folded {head} entries of branch "
-                    f"{entry.branch!r} but the ledger has {entry.seq}; it belongs to another "
-                    "ledger or history: run memroot rebuild"
-                )
-            if head < entry.seq or (entry.seq == 0 and entry.branch != CANONICAL_BRANCH):
-                # A branch reads its parent as of the fork: the parent must be folded that far.
-                catch_up(db, ledger, entry.branch, entry.seq)
+            self._reload(db, ledger, state, entry)
         elif entry.kind is not Kind.EVENT:
             state.write_events()  # an operation reads the events before it (its evidence)
         self._expect = None
@@ -209,6 +202,46 @@ class MemoryHook:
     def folded(self, db: apsw.Connection, ledger: Ledger, branch: str) -> int:
         """Return how many entries of ``branch`` the memory tables hold (``catch_up`` too)."""
         return self._bound(db, ledger).head(branch)
+
+    def _reload(
+        self, db: apsw.Connection, ledger: Ledger, state: _BatchState, entry: Entry
+    ) -> None:
+        """Check the stored head before ``entry`` (not the one expected); catch up to it."""
+        # What is buffered belongs to a batch that did not land (it ended in an error).
+        state.discard()
+        head = state.head(entry.branch)
+        if head > entry.seq:
+            raise StorageError(
+                f"the derived memory state has folded {head} entries of branch "
+                f"{entry.branch!r} but the ledger has {entry.seq}; it belongs to another "
+                "ledger or history: run memroot rebuild"
+            )
+        if head < entry.seq or (entry.seq == 0 and entry.branch != CANONICAL_BRANCH):
+            # A branch reads its parent as of the fork: the parent must be folded that far.
+            catch_up(db, ledger, entry.branch, entry.seq)
+
+    def apply_events(
+        self, db: apsw.Connection, ledger: Ledger, entries: Sequence[Entry], contents: Sequence[str]
+    ) -> list[OpInput]:
+        """Validate and fold a run of events of one branch, as ``apply`` on each in turn.
+
+        The stored head is checked before the first (as ``apply`` does); the run is folded in
+        one call (``Engine.apply_events``).
+
+        Raises:
+            RuleError, StorageError: as ``apply``.
+        """
+        first = entries[0]
+        state = self._bound(db, ledger)
+        version = db.data_version()
+        if self._expect != (first.branch, first.seq, version):
+            self._reload(db, ledger, state, first)
+        self._expect = None
+        Engine(state).apply_events(entries)
+        last = entries[-1]
+        state.set_head(last.branch, last.seq + 1)
+        self._expect = (last.branch, last.seq + 1, version)
+        return []
 
     def end_batch(self, db: apsw.Connection) -> None:
         """Write the batch's buffered event rows and heads (the ledger calls it)."""

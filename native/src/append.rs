@@ -37,6 +37,8 @@ pub struct Built {
     pub leaf: Hash,
     pub digest: Hash,
     pub salt: Hash,
+    /// The salted content commitment the body holds (`content_commitment`).
+    pub commitment: Hash,
 }
 
 /// Whether `ts` passes the append window (`entries.check_ts`) given the clock and the
@@ -89,6 +91,8 @@ fn nibble(c: u8) -> u8 {
 
 /// Build one event entry: `[1, prev, seq, branch, ts, "event", "EVENT", body]` with the body
 /// keys in the canonical order `EventInput.body` writes them (length first, then bytewise).
+/// `given` is the request's own id (its text and 16 bytes); without it a UUIDv7 is made from
+/// `ms` and the last 10 bytes of `rand`.
 #[must_use]
 #[allow(clippy::too_many_arguments)]
 pub fn build_event(
@@ -99,12 +103,17 @@ pub fn build_event(
     ts: u64,
     ms: u64,
     rand: &[u8; RAND_PER_EVENT],
+    given: Option<(&str, [u8; 16])>,
 ) -> Built {
     let mut salt = [0u8; 32];
     salt.copy_from_slice(&rand[..32]);
-    let mut id_rand = [0u8; 10];
-    id_rand.copy_from_slice(&rand[32..]);
-    let (id, raw_id) = uuid7(ms, &id_rand);
+    let (id, raw_id) = if let Some((text, raw)) = given {
+        (text.to_owned(), raw)
+    } else {
+        let mut id_rand = [0u8; 10];
+        id_rand.copy_from_slice(&rand[32..]);
+        uuid7(ms, &id_rand)
+    };
     let commitment = content_commitment(&salt, ev.content);
     let digest = content_digest(ev.content);
     let mut out = Vec::with_capacity(
@@ -153,6 +162,7 @@ pub fn build_event(
         leaf,
         digest,
         salt,
+        commitment,
     }
 }
 
@@ -190,10 +200,33 @@ mod tests {
             metadata: None,
             context: None,
         };
-        let b = build_event(&ev, &[0u8; 32], 3, "main", 7, 1, &[0u8; RAND_PER_EVENT]);
+        let b = build_event(
+            &ev,
+            &[0u8; 32],
+            3,
+            "main",
+            7,
+            1,
+            &[0u8; RAND_PER_EVENT],
+            None,
+        );
         let f = crate::entry::decode(&b.raw).expect("entry");
         assert_eq!((f.seq, f.ts, f.kind, f.type_), (3, 7, "event", "EVENT"));
         assert_eq!(b.leaf, leaf_hash(&b.raw));
         assert_eq!(f.body.get("id"), Some(&cbor::Value::Text(&b.id)));
+        let id = "0190a1b2-c3d4-7fff-bfff-ffffffffffff";
+        let raw = crate::uuid::parse(id).expect("uuid");
+        let given = build_event(
+            &ev,
+            &[0u8; 32],
+            3,
+            "main",
+            7,
+            1,
+            &[0u8; RAND_PER_EVENT],
+            Some((id, raw)),
+        );
+        assert_eq!((given.id.as_str(), given.raw_id), (id, raw));
+        assert_ne!(given.raw, b.raw);
     }
 }

@@ -11,6 +11,7 @@ pub mod append;
 pub mod cbor;
 pub mod entry;
 pub mod hash;
+pub mod jsonl;
 pub mod merkle;
 pub mod py;
 pub mod rows;
@@ -494,16 +495,20 @@ fn attr_str<'py>(
         .ok()
 }
 
-/// The canonical encoding of an optional map attribute: `Some(None)` when it is None.
-fn attr_map(obj: &Bound<'_, PyAny>, name: &Bound<'_, PyString>) -> Option<Option<Vec<u8>>> {
+/// An optional map attribute: its canonical encoding and the map itself (None: no map).
+type MapAttr<'py> = (Option<Vec<u8>>, Option<Bound<'py, PyDict>>);
+
+/// The canonical encoding of an optional map attribute and the map: `Some((None, None))`
+/// when it is None.
+fn attr_map<'py>(obj: &Bound<'py, PyAny>, name: &Bound<'py, PyString>) -> Option<MapAttr<'py>> {
     let v = obj.getattr(name).ok()?;
     if v.is_none() {
-        return Some(None);
+        return Some((None, None));
     }
-    let d = v.downcast_exact::<PyDict>().ok()?;
+    let d = v.downcast_into_exact::<PyDict>().ok()?;
     let mut out = Vec::with_capacity(64);
     py::encode(d.as_any(), 2, &mut out).ok()?;
-    Some(Some(out))
+    Some((Some(out), Some(d)))
 }
 
 fn now_us() -> u64 {
@@ -515,16 +520,22 @@ fn now_us() -> u64 {
 /// The plain events on top of an append queue, built in one call (`Ledger._append_locked`).
 ///
 /// `queue` is the append queue with its next item last. Builds, from the top down, every
-/// item that is an exact `event_type` with neither `id` nor `parent_event_id`, whose `ts`
+/// item that is an exact `event_type` with no `parent_event_id` and an `id` that is None (a
+/// new UUIDv7 is made) or canonical UUID text (the caller checks it is new), whose `ts`
 /// (the clock when None) passes the append window against `last_ts` and `now`, and whose
 /// entry is at most `max_raw` bytes; stops before the first other item (the reference
 /// takes it). `rand` holds `RAND_PER_EVENT` random bytes per item. Returns `(count, rows,
 /// events, leaves, appended, last_ts)`: the `entries` rows `(k, hash, data, digest, salt,
 /// content)`, the event index rows `(id bytes, k)` in id order, the leaf hashes and an `appended_type`
 /// tuple `(branch, seq, hash, id, kind, "EVENT")` per event, `kind` being `event_kind`.
+///
+/// With `entry_type` (`entries.Entry`, for the append hooks) two more: each event's entry
+/// `(1, prev, seq, branch, ts, kind, "EVENT", body, raw, hash)`, its body the map
+/// `EventInput.body` builds (same keys, same order, the input's own map objects), and each
+/// event's content (the input's `str`). Without it, those two are None.
 #[pyfunction]
 #[pyo3(signature = (queue, event_type, appended_type, event_kind, branch, branch_no, seq,
-    prev, last_ts, now, max_raw, rand))]
+    prev, last_ts, now, max_raw, rand, entry_type=None))]
 #[allow(clippy::too_many_arguments)]
 fn build_events<'py>(
     py: Python<'py>,
@@ -540,8 +551,14 @@ fn build_events<'py>(
     now: u64,
     max_raw: usize,
     rand: &[u8],
+    entry_type: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyTuple>> {
+    let prev_obj = PyBytes::new(py, prev);
     let mut prev = hash32(prev, "prev")?;
+    let mut prev_obj = prev_obj.into_any();
+    let entries = entry_type.map(|_| PyList::empty(py));
+    let contents = entry_type.map(|_| PyList::empty(py));
+    let one = 1u8.into_pyobject(py)?.into_any();
     if branch_no >= 1 << 23 {
         return reject("branch number out of range");
     }
@@ -562,11 +579,24 @@ fn build_events<'py>(
         if !item.get_type().is(event_type) {
             break;
         }
-        if !item.getattr(intern!(py, "id"))?.is_none()
-            || !item.getattr(intern!(py, "parent_event_id"))?.is_none()
-        {
+        if !item.getattr(intern!(py, "parent_event_id"))?.is_none() {
             break;
         }
+        // The request's own id, when it is canonical UUID text (the caller checks that no
+        // event has it yet); otherwise a new UUIDv7.
+        let given_obj = item.getattr(intern!(py, "id"))?;
+        let given_id = if given_obj.is_none() {
+            None
+        } else {
+            let Ok(text) = given_obj.downcast_exact::<PyString>() else {
+                break;
+            };
+            let Some((text, raw)) = text.to_str().ok().and_then(|t| Some((t, uuid::parse(t)?)))
+            else {
+                break;
+            };
+            Some((text.to_owned(), raw))
+        };
         let ts_obj = item.getattr(intern!(py, "ts"))?;
         let ts = if ts_obj.is_none() {
             now_us()
@@ -579,29 +609,37 @@ fn build_events<'py>(
         if !append::ts_ok(ts, last_ts, now) || seq >= 1 << 40 {
             break;
         }
-        let (Some(stream), Some(actor_id), Some(actor_type), Some(role), Some(ns), Some(content)) = (
+        let (
+            Some(stream_obj),
+            Some(actor_id_obj),
+            Some(actor_type_obj),
+            Some(role_obj),
+            Some(ns_obj),
+            Some(content_obj),
+        ) = (
             attr_str(&item, intern!(py, "stream")),
             attr_str(&item, intern!(py, "actor_id")),
             attr_str(&item, intern!(py, "actor_type")),
             attr_str(&item, intern!(py, "role")),
             attr_str(&item, intern!(py, "namespace_id")),
             attr_str(&item, intern!(py, "content")),
-        ) else {
+        )
+        else {
             break;
         };
-        let (Some(metadata), Some(context)) = (
+        let (Some((metadata, metadata_obj)), Some((context, context_obj))) = (
             attr_map(&item, intern!(py, "metadata")),
             attr_map(&item, intern!(py, "context")),
         ) else {
             break;
         };
         let (Ok(stream), Ok(actor_id), Ok(actor_type), Ok(role), Ok(ns), Ok(content)) = (
-            stream.to_str(),
-            actor_id.to_str(),
-            actor_type.to_str(),
-            role.to_str(),
-            ns.to_str(),
-            content.to_str(),
+            stream_obj.to_str(),
+            actor_id_obj.to_str(),
+            actor_type_obj.to_str(),
+            role_obj.to_str(),
+            ns_obj.to_str(),
+            content_obj.to_str(),
         ) else {
             break;
         };
@@ -616,17 +654,19 @@ fn build_events<'py>(
             context: context.as_deref(),
         };
         let r: &[u8; append::RAND_PER_EVENT] = r.try_into().or_else(|_| reject("rand"))?;
-        let built = append::build_event(&ev, &prev, seq, branch_text, ts, ms, r);
+        let given = given_id.as_ref().map(|(t, raw)| (t.as_str(), *raw));
+        let built = append::build_event(&ev, &prev, seq, branch_text, ts, ms, r, given);
         if built.raw.len() > max_raw {
             break;
         }
         let k = branch_no << 40 | seq;
         let leaf = PyBytes::new(py, &built.leaf);
         let id = PyString::new(py, &built.id);
+        let raw = PyBytes::new(py, &built.raw);
         rows.append((
             k,
             &leaf,
-            PyBytes::new(py, &built.raw),
+            &raw,
             PyBytes::new(py, &built.digest),
             PyBytes::new(py, &built.salt),
             PyBytes::new(py, ev.content),
@@ -645,6 +685,45 @@ fn build_events<'py>(
             ],
         )?;
         appended.append(tuple_new.call1((appended_type, fields))?)?;
+        if let (Some(entry_type), Some(entries), Some(contents)) = (entry_type, &entries, &contents)
+        {
+            // Keys in `EventInput.body`'s order (canonical: length first, then bytewise).
+            let body = PyDict::new(py);
+            body.set_item(intern!(py, "id"), &id)?;
+            body.set_item(intern!(py, "role"), &role_obj)?;
+            body.set_item(intern!(py, "stream"), &stream_obj)?;
+            if let Some(c) = &context_obj {
+                body.set_item(intern!(py, "context"), c)?;
+            }
+            body.set_item(intern!(py, "actor_id"), &actor_id_obj)?;
+            if let Some(m) = &metadata_obj {
+                body.set_item(intern!(py, "metadata"), m)?;
+            }
+            body.set_item(intern!(py, "actor_type"), &actor_type_obj)?;
+            body.set_item(intern!(py, "namespace_id"), &ns_obj)?;
+            body.set_item(
+                intern!(py, "content_commitment"),
+                PyBytes::new(py, &built.commitment),
+            )?;
+            let fields = PyTuple::new(
+                py,
+                [
+                    one.clone(),
+                    prev_obj.clone(),
+                    seq.into_pyobject(py)?.into_any(),
+                    branch.as_any().clone(),
+                    ts.into_pyobject(py)?.into_any(),
+                    event_kind.clone(),
+                    event_text.as_any().clone(),
+                    body.into_any(),
+                    raw.clone().into_any(),
+                    leaf.as_any().clone(),
+                ],
+            )?;
+            entries.append(tuple_new.call1((entry_type, fields))?)?;
+            contents.append(&content_obj)?;
+        }
+        prev_obj = leaf.into_any();
         prev = built.leaf;
         last_ts = Some(ts);
         count = i + 1;
@@ -665,6 +744,8 @@ fn build_events<'py>(
             leaves.into_any(),
             appended.into_any(),
             last_ts.into_pyobject(py)?.into_any(),
+            entries.map_or_else(|| py.None().into_bound(py), Bound::into_any),
+            contents.map_or_else(|| py.None().into_bound(py), Bound::into_any),
         ],
     )
 }
@@ -928,5 +1009,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<sign::Ed25519Key>()?;
     m.add_class::<sign::Ed25519Verifier>()?;
     m.add_function(wrap_pyfunction!(rows::encode_rows, m)?)?;
+    m.add_function(wrap_pyfunction!(jsonl::event_inputs, m)?)?;
     Ok(())
 }

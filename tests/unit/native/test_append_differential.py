@@ -24,8 +24,15 @@ from hypothesis import strategies as st
 
 from memroot.ledger import _backend
 from memroot.ledger import ledger as ledger_module
-from memroot.ledger.entries import TS_MAX_AHEAD_US, EventInput, OpInput, new_uuid, now_us
-from memroot.ledger.errors import ValidationError
+from memroot.ledger.entries import (
+    MAX_SNAPSHOT_EVERY,
+    TS_MAX_AHEAD_US,
+    EventInput,
+    OpInput,
+    new_uuid,
+    now_us,
+)
+from memroot.ledger.errors import RefusedError, ValidationError
 from memroot.ledger.ledger import Ledger
 
 pytest.importorskip("memroot._native", reason="the native core is not built")
@@ -73,6 +80,7 @@ def replay_reference(
     batches: list[list[EventInput | OpInput]],
     done: Ledger,
     salts: dict[int, bytes] | None = None,
+    hooks: tuple[()] | None = (),
 ) -> Ledger:
     """Append ``batches`` to ``path`` with the reference, with the ids, ts and salts of ``done``.
 
@@ -81,7 +89,7 @@ def replay_reference(
     salts = {**(salts or {}), **salts_of(done)}
     rows = list(done.store.iter_entry_rows(done.branch_row().no, 1))
     entries = [done.entry(r.seq) for r in rows]
-    ref = Ledger.open(path, hooks=())
+    ref = Ledger.open(path, hooks=hooks)
     pos = 0
     with _backend.reference():
         for batch in batches:
@@ -207,3 +215,154 @@ class _nothing:
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+
+# -- with the append hooks: the native runs handed to every hook (``apply_events``) ------------
+
+# Derived tables whose rows hold nothing random (no salt, signature or clock of their own):
+# every table but the ledger's signed checkpoints and meta.
+_UNCOMPARED = frozenset({"checkpoints", "meta"})
+
+
+def dump_all(ledger: Ledger) -> dict[str, list[Any]]:
+    db = ledger.store.db
+    names = [
+        r[0]
+        for r in db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
+            "AND sql NOT LIKE 'CREATE VIRTUAL%' ORDER BY name"
+        )
+    ]
+    return {
+        n: sorted(map(tuple, db.execute(f'SELECT * FROM "{n}"')), key=repr)
+        for n in names
+        if n not in _UNCOMPARED
+    }
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 1 << 30), sizes=st.lists(st.integers(1, 300), min_size=1, max_size=3))
+def test_hooked_native_batches_store_the_reference_bytes(
+    inputs: Any, seed: int, sizes: list[int]
+) -> None:
+    with tempfile.TemporaryDirectory() as where:
+        a, b = Path(where) / "a.ledger", Path(where) / "b.ledger"
+        # No automatic snapshot (its id and ts are the clock's): every entry is a request's.
+        Ledger.init(a, snapshot_every=MAX_SNAPSHOT_EVERY).close()
+        shutil.copy(a, b)
+        shutil.copy(f"{a}.key", f"{b}.key")
+        rng = random.Random(seed)
+        batches: list[list[EventInput | OpInput]] = []
+        known: list[str] = []
+        earlier: list[str] = []
+        base = now_us() - 10_000_000
+        for size in sizes:
+            batch = inputs.mixed(size, seed=rng.randrange(1 << 30))
+            for i, item in enumerate(batch):
+                if rng.random() < 0.05:
+                    batch[i] = dataclasses.replace(item, ts=base + i)
+                if isinstance(item, EventInput) and rng.random() < 0.1:
+                    parent = rng.choice(known) if known and rng.random() < 0.5 else None
+                    batch[i] = dataclasses.replace(batch[i], id=new_uuid(), parent_event_id=parent)
+                    known.append(batch[i].id)
+            if earlier and rng.random() < 0.5:
+                target = earlier.pop(0)
+                known.remove(target)
+                batch.append(inputs.tombstone(target))
+            earlier = list(known)
+            batches.append(batch)
+        with Ledger.open(a) as native:
+            assert native.hooks and all(hasattr(h, "apply_events") for h in native.hooks)
+            salts: dict[int, bytes] = {}
+            for batch in batches:
+                native.append_batch(batch)
+                salts.update(salts_of(native))
+            with replay_reference(b, batches, native, salts, hooks=None) as ref:
+                assert dump(native) == dump(ref)
+                assert dump_all(native) == dump_all(ref)
+                assert native.root() == ref.root()
+
+
+def test_runs_end_where_the_reference_takes_its_automatic_snapshots(
+    tmp_path: Path, inputs: Any
+) -> None:
+    rng = random.Random(5)
+    kinds = {}
+    for backend in ("native", "reference"):
+        with (
+            _backend.reference() if backend == "reference" else _nothing(),
+            Ledger.init(tmp_path / f"{backend}.ledger", snapshot_every=5) as ledger,
+        ):
+            ledger.append_batch([inputs.event(rng, i) for i in range(23)])
+            ledger.append_batch([inputs.event(rng, i, namespace_id="ns-a") for i in range(3)])
+            kinds[backend] = [
+                (e.type, e.body["payload"]["high_water"]["seq"] if e.type == "SNAPSHOT" else None)
+                for e in ledger.entries(0, ledger.size())
+            ]
+    assert kinds["native"] == kinds["reference"]
+    assert [k for k in kinds["native"] if k[0] == "SNAPSHOT"]
+
+
+class _Recorder:
+    """A hook that records what it is handed; with ``batch``, it takes runs of events."""
+
+    def __init__(self, log: list[tuple[str, int]], name: str) -> None:
+        self.log, self.name = log, name
+
+    def install(self, db: Any) -> None:
+        pass
+
+    def apply(self, db: Any, ledger: Ledger, entry: Any, content: str | None) -> list[OpInput]:
+        self.log.append((self.name, entry.seq))
+        return []
+
+
+class _RunRecorder(_Recorder):
+    def apply_events(
+        self, db: Any, ledger: Ledger, entries: list[Any], contents: list[str]
+    ) -> list[OpInput]:
+        assert [type(c) for c in contents] == [str] * len(entries)
+        self.log.append((self.name + "-run", len(entries)))
+        return []
+
+
+def test_a_hook_without_apply_events_sees_every_event_in_turn(tmp_path: Path, inputs: Any) -> None:
+    rng = random.Random(6)
+    Ledger.init(tmp_path / "l.ledger", hooks=()).close()
+    log: list[tuple[str, int]] = []
+    with Ledger.open(
+        tmp_path / "l.ledger", hooks=[_RunRecorder(log, "r"), _Recorder(log, "p")]
+    ) as led:
+        led.append_batch([inputs.event(rng, i, metadata=None, context=None) for i in range(3)])
+    # One event at a time to every hook, in hook order, as the reference loop does.
+    assert log == [("r", 1), ("p", 1), ("r", 2), ("p", 2), ("r", 3), ("p", 3)]
+    log.clear()
+    with Ledger.open(tmp_path / "l.ledger", hooks=[_RunRecorder(log, "r")]) as led:
+        led.append_batch([inputs.event(rng, i, metadata=None, context=None) for i in range(3)])
+    assert log == [("r-run", 3)]
+
+
+@pytest.mark.parametrize("backend", ["native", "reference"])
+@pytest.mark.parametrize("hooks", [(), None])
+def test_an_own_id_taken_is_refused_after_the_events_before_it(
+    tmp_path: Path, inputs: Any, backend: str, hooks: tuple[()] | None
+) -> None:
+    rng = random.Random(8)
+    stored, fresh = new_uuid(), new_uuid()
+    Ledger.init(tmp_path / "l.ledger", hooks=hooks).close()
+    with (
+        _backend.reference() if backend == "reference" else _nothing(),
+        Ledger.open(tmp_path / "l.ledger", hooks=hooks) as ledger,
+    ):
+        ledger.append(inputs.event(rng, 0, id=stored))
+        before = dump(ledger)
+        for batch in (
+            [inputs.event(rng, 1), inputs.event(rng, 2, id=fresh), inputs.event(rng, 3, id=stored)],
+            [inputs.event(rng, 4, id=fresh), inputs.event(rng, 5), inputs.event(rng, 6, id=fresh)],
+        ):
+            taken = batch[-1].id
+            with pytest.raises(RefusedError, match=f"an event with id {taken} already exists"):
+                ledger.append_batch(batch)
+            assert dump(ledger) == before
+        done = ledger.append_batch([inputs.event(rng, 7, id=fresh), inputs.event(rng, 8)])
+        assert done[0].id == fresh and ledger.find_event(fresh) == ("main", 2)
