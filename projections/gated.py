@@ -864,8 +864,16 @@ class _Gate:
         self.known: dict[str, bool] = {}
         self._folder: Folder | None = None
         self._view: View | None = None
-        # main's view is itself, read now: no other level to look through.
-        self._direct = op.branch == CANONICAL_BRANCH and type(eng.state) is SqlState
+        # main's view is itself, read now: no other level to look through. The tables are
+        # read directly only where the store reads them as they are (a subclass such as the
+        # batched hook's store is one, unless it answers objects or events from memory).
+        kind = type(eng.state)
+        self._direct = (
+            op.branch == CANONICAL_BRANCH
+            and issubclass(kind, SqlState)
+            and kind.obj is SqlState.obj
+            and kind.event is SqlState.event
+        )
 
     @property
     def view(self) -> View:
