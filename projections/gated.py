@@ -49,6 +49,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii
@@ -81,6 +82,7 @@ __all__ = [
     "AnchorState",
     "Folder",
     "GatedOp",
+    "Pending",
     "Step",
     "gated_digest",
     "gated_rows",
@@ -430,6 +432,7 @@ class Folder:
         missing = [i for i in dict.fromkeys(ids) if i not in self._rows]
         if not missing:
             return
+        _settle(self.db)
         args: list[Any]
         if len(missing) <= 64:
             sql_in, args = f"g.object_id IN ({', '.join('?' * len(missing))})", missing
@@ -577,13 +580,74 @@ class AnchorState:
 # -- the gate in the append path ------------------------------------------------------------------
 
 
+_CONV_INS: Final = "INSERT OR IGNORE INTO mem_conv VALUES(?, ?, ?, ?)"
+_GATED_INS: Final = "INSERT INTO mem_gated VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+
+
+class Pending:
+    """The ``mem_conv`` and ``mem_gated`` rows of the batch being appended, until ``flush``.
+
+    A store that folds a batch (``memroot.projections.hook``'s) holds one as its ``gated``
+    attribute: ``on_event`` and ``run`` then add their rows here instead of inserting each
+    with a statement of its own, and the store writes them with one ``executemany`` per table
+    when the batch ends (or drops them when it does not land). Every read of the two tables
+    in this module writes them first (``_settle``; an operation's read of an object with
+    rows held here too), so a later operation of the same batch sees exactly the tables it
+    would have seen had every entry been appended on its own.
+    """
+
+    __slots__ = ("__weakref__", "conv", "db", "gated", "objects")
+
+    def __init__(self, db: apsw.Connection) -> None:
+        """Hold rows for ``db`` (written there by ``flush``)."""
+        self.db = db
+        self.conv: list[tuple[str, str | None, str, int]] = []
+        self.gated: list[tuple[Any, ...]] = []
+        self.objects: set[str] = set()
+        """The objects ``gated`` holds rows of."""
+        _PENDING.add(self)
+
+    def flush(self) -> None:
+        """Write the rows held (in the order they came) and forget them."""
+        if self.conv:
+            self.db.executemany(_CONV_INS, self.conv)
+            self.conv.clear()
+        if self.gated:
+            self.db.executemany(_GATED_INS, self.gated)
+            self.gated.clear()
+            self.objects.clear()
+
+    def discard(self) -> None:
+        """Drop the rows held (their batch never landed)."""
+        self.conv.clear()
+        self.gated.clear()
+        self.objects.clear()
+
+
+_PENDING: weakref.WeakSet[Pending] = weakref.WeakSet()
+
+
+def _settle(db: apsw.Connection) -> None:
+    """Write the rows held for ``db`` (before a read of ``mem_conv`` or ``mem_gated``)."""
+    for pending in _PENDING:
+        if pending.db is db and (pending.conv or pending.gated):
+            pending.flush()
+
+
+def _pending_of(state: object) -> Pending | None:
+    found = getattr(state, "gated", None)
+    return found if type(found) is Pending else None
+
+
 def on_event(eng: Engine, entry: Entry) -> None:
     """Record an event's conversation parent with where it was appended (``mem_conv``)."""
     parent = entry.body.get("parent_event_id")
-    _db(eng).execute(
-        "INSERT OR IGNORE INTO mem_conv VALUES(?, ?, ?, ?)",
-        (entry.body["id"], parent if isinstance(parent, str) else None, entry.branch, entry.seq),
-    )
+    row = (entry.body["id"], parent if isinstance(parent, str) else None, entry.branch, entry.seq)
+    pending = _pending_of(eng.state)
+    if pending is None:
+        _db(eng).execute(_CONV_INS, row)
+    else:
+        pending.conv.append(row)
 
 
 _WALK: Final = (
@@ -645,6 +709,7 @@ class _Down:
             return True
         # mem_conv rows carry (branch, seq) like mem_events: the view's event condition serves.
         cond, params = self.view.events("c")
+        _settle(self.db)
         row = _rare(
             self.db,
             f"SELECT 1 FROM mem_conv c WHERE c.parent IN (SELECT value FROM json_each(?)) "
@@ -657,6 +722,7 @@ class _Down:
         """Advance every walk by a chunk (a walk ends at a root, an event not held, a loop)."""
         nxt: list[str] = []
         chunk = self._chunk
+        _settle(self.db)
         for node in self.frontier:
             if node in self.seen:
                 continue  # walked already
@@ -861,6 +927,7 @@ class _Gate:
         self.db = _db(eng)
         self.branch = op.branch
         self.rec = rec
+        self.pending = _pending_of(eng.state)
         self.known: dict[str, bool] = {}
         self._folder: Folder | None = None
         self._view: View | None = None
@@ -892,6 +959,9 @@ class _Gate:
             self.folder().preload(ids)
             return
         branch, n = self.branch, _N_OBJ
+        pending = self.pending
+        if pending is not None and not pending.objects.isdisjoint(ids):
+            pending.flush()  # an object's rows from earlier in the batch: read them too
         for k, i in enumerate(ids):
             if i in self.known:
                 continue
@@ -999,6 +1069,7 @@ def run(eng: Engine, handler: Callable[[Engine, Op], None], op: Op) -> None:
                 overlay = _Overlay(eng.state, view_folder, dict(rec.read))
                 handler(type(eng)(overlay), op)
                 writes = overlay.writes
+                _settle(db)  # nothing held is written inside the savepoint (a rollback there)
                 _rare(db, "SAVEPOINT mem_gate")
                 try:
                     _global(eng, handler, op, rec)
@@ -1014,27 +1085,29 @@ def run(eng: Engine, handler: Callable[[Engine, Op], None], op: Op) -> None:
     written = [new.id for _, new in writes if new.id not in gate.known]
     if written:
         gate.folder().preload(written)  # objects the handler changed beyond those it cited
-    insert = gate.db.execute
+    pending = gate.pending
     for n, (old, new) in enumerate(writes):
         had = gate.has_rows(new.id)
         if not provenance and not had:
             continue  # no provenance on an object without rows: global state everywhere
-        insert(
-            "INSERT INTO mem_gated VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                op.branch,
-                op.seq,
-                n,
-                new.id,
-                op.id,
-                t,
-                op.ts,
-                prov_text,
-                intent,
-                int(applied),
-                None if had else _base_text(old),
-            ),
+        row = (
+            op.branch,
+            op.seq,
+            n,
+            new.id,
+            op.id,
+            t,
+            op.ts,
+            prov_text,
+            intent,
+            int(applied),
+            None if had else _base_text(old),
         )
+        if pending is None:
+            gate.db.execute(_GATED_INS, row)
+        else:
+            pending.gated.append(row)
+            pending.objects.add(new.id)
 
 
 def own_view_state(
@@ -1113,6 +1186,7 @@ def gated_rows(db: apsw.Connection, branch: str, as_of: int | None = None) -> li
     Each row is tagged with its table (``"g"`` or ``"c"``), in seq order.
     """
     bound = 2**63 - 1 if as_of is None else as_of
+    _settle(db)
     out: list[list[Any]] = [
         ["g", *r]
         for r in db.execute(
