@@ -49,7 +49,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii
@@ -178,7 +177,35 @@ def _intent_text(op: Op) -> str:
         return '{"k":"L","to":"DEPRECATED"}'
     if t == _O.ARCHIVE:
         return '{"k":"L","to":"ARCHIVED"}'
+    p = op.p
+    if t in _SCORES:
+        # Keys sorted: c, d, dir, k, s. Written directly when every number is a plain int or
+        # a finite float (what the encoder writes is then its repr); else by the encoder.
+        c, d = p["new_confidence"], p[_SCORES[t]]
+        sal = None if t == _O.PENALTY else p["new_salience"]
+        if _plain_number(c) and _plain_number(d) and (sal is None or _plain_number(sal)):
+            return (
+                f'{{"c":{c!r},"d":{d!r},"dir":{-1 if t != _O.REINFORCE else 1},"k":"S",'
+                f'"s":{"null" if sal is None else repr(sal)}}}'
+            )
+    elif t == _O.EPISTEMIC_TRANSITION:
+        ev, frm, to = p["evidence_ids"], p["from_type"], p["to_type"]
+        if type(frm) is str and type(to) is str and all(type(e) is str for e in ev):
+            q = _enc_str
+            return f'{{"ev":[{",".join(map(q, ev))}],"from":{q(frm)},"k":"E","to":{q(to)}}}'
     return _canonical(_intent(op))
+
+
+_SCORES: Final[dict[str, str]] = {
+    _O.DECAY_APPLIED: "decay_delta",
+    _O.REINFORCE: "delta",
+    _O.PENALTY: "delta",
+}
+"""Score operations, and the payload field of each one's bound on the change."""
+
+
+def _plain_number(x: object) -> bool:
+    return type(x) is int or (type(x) is float and math.isfinite(x))
 
 
 def _base_text(o: MemoryObject) -> str:
@@ -596,7 +623,7 @@ class Pending:
     would have seen had every entry been appended on its own.
     """
 
-    __slots__ = ("__weakref__", "conv", "db", "gated", "objects")
+    __slots__ = ("conv", "db", "gated", "held", "objects")
 
     def __init__(self, db: apsw.Connection) -> None:
         """Hold rows for ``db`` (written there by ``flush``)."""
@@ -605,7 +632,14 @@ class Pending:
         self.gated: list[tuple[Any, ...]] = []
         self.objects: set[str] = set()
         """The objects ``gated`` holds rows of."""
-        _PENDING.add(self)
+        self.held = False
+        """True while rows are held (the holder is then listed for ``_settle``)."""
+
+    def hold(self) -> None:
+        """List this holder for ``_settle`` (call when adding the first row)."""
+        if not self.held:
+            self.held = True
+            _HELD.append(self)
 
     def flush(self) -> None:
         """Write the rows held (in the order they came) and forget them."""
@@ -616,21 +650,29 @@ class Pending:
             self.db.executemany(_GATED_INS, self.gated)
             self.gated.clear()
             self.objects.clear()
+        self._release()
 
     def discard(self) -> None:
         """Drop the rows held (their batch never landed)."""
         self.conv.clear()
         self.gated.clear()
         self.objects.clear()
+        self._release()
+
+    def _release(self) -> None:
+        if self.held:
+            self.held = False
+            _HELD.remove(self)
 
 
-_PENDING: weakref.WeakSet[Pending] = weakref.WeakSet()
+_HELD: list[Pending] = []
+"""The holders holding rows now (rows are held only within an append's transaction)."""
 
 
 def _settle(db: apsw.Connection) -> None:
     """Write the rows held for ``db`` (before a read of ``mem_conv`` or ``mem_gated``)."""
-    for pending in _PENDING:
-        if pending.db is db and (pending.conv or pending.gated):
+    if _HELD:
+        for pending in [p for p in _HELD if p.db is db]:
             pending.flush()
 
 
@@ -648,6 +690,7 @@ def on_event(eng: Engine, entry: Entry) -> None:
         _db(eng).execute(_CONV_INS, row)
     else:
         pending.conv.append(row)
+        pending.hold()
 
 
 _WALK: Final = (
@@ -914,6 +957,10 @@ one statement text for every read, so that apsw's statement cache keeps it."""
 _N_OBJ: Final = len(OBJECT_COLS)
 
 
+_DIRECT: dict[type, bool] = {}
+"""Per store class: whether it reads objects and events from the SQL tables as they are."""
+
+
 class _Gate:
     """What ``run`` knows of one operation's objects: their versions and whether they have rows.
 
@@ -935,12 +982,14 @@ class _Gate:
         # read directly only where the store reads them as they are (a subclass such as the
         # batched hook's store is one, unless it answers objects or events from memory).
         kind = type(eng.state)
-        self._direct = (
-            op.branch == CANONICAL_BRANCH
-            and issubclass(kind, SqlState)
-            and kind.obj is SqlState.obj
-            and kind.event is SqlState.event
-        )
+        direct = _DIRECT.get(kind)
+        if direct is None:
+            direct = _DIRECT[kind] = (
+                issubclass(kind, SqlState)
+                and kind.obj is SqlState.obj
+                and kind.event is SqlState.event
+            )
+        self._direct = direct and op.branch == CANONICAL_BRANCH
 
     @property
     def view(self) -> View:
@@ -1108,6 +1157,7 @@ def run(eng: Engine, handler: Callable[[Engine, Op], None], op: Op) -> None:
         else:
             pending.gated.append(row)
             pending.objects.add(new.id)
+            pending.hold()
 
 
 def own_view_state(
