@@ -41,7 +41,9 @@ the global state applied it. The first row of an object in a branch's view carri
 the object's state before it (so a replay never needs the object's older versions). An
 object without rows is in its global state at every anchor where it is visible, so a read
 at an anchor folds only the objects that have rows. ``mem_conv`` records every event's
-conversation parent with its branch and seq, for the as-of walks of validation.
+conversation parent with its branch and seq, for the as-of walks of validation. Under the
+batched memory hook both tables' rows are held for the batch (``Pending``) and written when
+it ends, or as soon as anything in the batch reads the tables.
 """
 
 from __future__ import annotations
