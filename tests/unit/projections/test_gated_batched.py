@@ -196,9 +196,10 @@ def test_an_event_and_the_operation_citing_it_in_one_batch(tmp_path: Path) -> No
         a,
         b,
         f1,
-        rq.reinforce(AGENT, oid, "confirmed", 0.1, 0.9, 0.6, "reply", evidence_ids=[str(a.id)]),
+        rq.reinforce(
+            AGENT, oid, "confirmed", 0.1, 0.9, 0.6, "reply", evidence_ids=[str(a.id)], ts=ts + 4
+        ),
     ]
-    first[-1] = _at(first[-1], ts + 4)
     c = _event("yes, sure", str(b.id), ts + 5)
     second: list[EventInput | OpInput] = [
         c,
@@ -209,11 +210,6 @@ def test_an_event_and_the_operation_citing_it_in_one_batch(tmp_path: Path) -> No
         assert _gated(ledger.store.db) == [("REINFORCE", 1, 1), ("PENALTY", 0, 0)]
     finally:
         ledger.close()
-
-
-def _at(item: EventInput | OpInput, ts: int) -> OpInput:
-    assert isinstance(item, OpInput)
-    return dataclasses.replace(item, ts=ts)
 
 
 def test_a_refused_batch_leaves_no_held_gated_rows(tmp_path: Path) -> None:
@@ -263,7 +259,8 @@ def test_a_refused_batch_leaves_no_held_gated_rows(tmp_path: Path) -> None:
 
 
 def _history(rng: random.Random, ts: int) -> list[EventInput | OpInput]:
-    """Random conversation trees (shuffled arrival) and gated operations on their objects.
+    """A random conversation (each event's parent one of the six before it, so lines
+    interleave, and a few new roots) and gated operations on its objects.
 
     Many operations cite events of their own line appended just before them, and objects
     are changed again soon after, so in batches most of them read rows held for the batch.
@@ -272,30 +269,30 @@ def _history(rng: random.Random, ts: int) -> list[EventInput | OpInput]:
     items: list[EventInput | OpInput] = []
     events: list[str] = []
     parent: dict[str, str | None] = {}
-    objects: list[tuple[str, tuple[str, ...]]] = []
+    objects: list[str] = []
     for _ in range(rng.randrange(40, 70)):
         ts += 10
-        node = new_uuid()
         up = None if not events or rng.random() < 0.05 else rng.choice(events[-6:])
+        event = _event("turn", up, ts)
+        node = str(event.id)
         parent[node] = up
         events.append(node)
-        items.append(_event("turn", up, ts))
-        items[-1] = dataclasses.replace(items[-1], id=node)  # type: ignore[arg-type]
+        items.append(event)
         for _ in range(rng.randrange(0, 4)):
             ts += 1
             line = [node] if parent[node] is None or rng.random() < 0.5 else [up, node]
             evidence = [e for e in line if e is not None]
             if not objects or rng.random() < 0.3:
                 fact = _fact("f", evidence, ts)
-                objects.append((str(fact.target_id), tuple(evidence)))
+                objects.append(str(fact.target_id))
                 items.append(fact)
                 continue
-            oid = rng.choice(objects[-8:])[0]
+            oid = rng.choice(objects[-8:])
             mine = evidence if rng.random() < 0.8 else []
             k = rng.randrange(8)
             item: OpInput
             if k == 0:
-                item = rq.supersede(AGENT, oid, rng.choice(objects[-8:])[0], "fixed", ts=ts)
+                item = rq.supersede(AGENT, oid, rng.choice(objects[-8:]), "fixed", ts=ts)
             elif k == 1:
                 item = rq.deprecate(AGENT, oid, "wrong", evidence_ids=mine, ts=ts)
             elif k == 2:
@@ -311,7 +308,7 @@ def _history(rng: random.Random, ts: int) -> list[EventInput | OpInput]:
             elif k == 5:
                 item = rq.transition(AGENT, oid, "ASSERTED", "OBSERVED", "seen", mine, ts=ts)
             elif k == 6:
-                other = rng.choice(objects)[0]
+                other = rng.choice(objects)
                 item = rq.contradiction(AGENT, oid, other, "clash", ts=ts)
             else:
                 kind = rng.choice(["FALSIFY", "MARK_STALE", "RESTORE"])
