@@ -561,8 +561,15 @@ class Folder:
         return s is None or s.lifecycle_state == _ACTIVE
 
     def state(self, obj: MemoryObject) -> MemoryObject:
-        """Return ``obj`` (its version in the view) with the state the view gives it."""
-        s, _ = self.fold(obj.id)
+        """Return ``obj`` (its version in the view) with the state the view gives it.
+
+        Folded once per object (rows do not change while a folder is in use).
+        """
+        key = (obj.id, None)
+        if key in self._memo:
+            s = self._memo[key]
+        else:
+            s = self._memo[key] = self.fold(obj.id)[0]
         return obj if s is None else s.on(obj)
 
     def creation_evidence(self, obj: MemoryObject) -> tuple[str, ...]:
