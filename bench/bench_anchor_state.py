@@ -21,6 +21,14 @@ random earlier parent (paths of ~10).
 2. Anchored query. On the gated ledger, ``query(Query(anchor=E))`` (DEFAULT, limit 50) at
    ``--runs`` random anchors: median and 95th percentile (first run excluded). Also AUDIT
    reads and ``why --anchor``-style explanations. Target: median < 50 ms.
+
+``--single plain|gated|none`` builds the workload and appends it once (``none``: not at all),
+after a warm-up append of its first 50 entries, and prints the CPU seconds: a run to count
+instructions, which a shared machine does not disturb (the bookkeeping's cost is
+``gated - plain`` over ``plain - none``)::
+
+    PYTHONHASHSEED=0 valgrind --tool=callgrind python bench/bench_anchor_state.py \
+        --events 1000 --objects 10000 --ops 3000 --single gated
 """
 
 from __future__ import annotations
@@ -235,6 +243,18 @@ def timed(fn: Callable[[], Any], runs: int) -> dict[str, float]:
     }
 
 
+def single(events: int, objects: int, ops: int, shape: str, mode: str) -> None:
+    """Build the workload and append it once in ``mode`` (see the module doc)."""
+    items, _ = workload(events, objects, ops, shape)
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp)
+        build(d, items[:50], gate=True)[0].close()  # imports and first statements
+        if mode != "none":
+            ledger, seconds, _, refused = build(d, items, gate=mode == "gated")
+            ledger.close()
+            print(f"{mode}: {len(items)} entries, {seconds:.2f} s CPU, {refused} refused")
+
+
 def main() -> None:
     """Run both phases and print (or ``--json``) the figures."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
@@ -245,7 +265,11 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--runs", type=int, default=40)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--single", choices=("plain", "gated", "none"))
     args = ap.parse_args()
+    if args.single is not None:
+        single(args.events, args.objects, args.ops, args.shape, args.single)
+        return
     out: dict[str, Any] = {
         "python": platform.python_version(),
         "shape": args.shape,

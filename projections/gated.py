@@ -41,7 +41,9 @@ the global state applied it. The first row of an object in a branch's view carri
 the object's state before it (so a replay never needs the object's older versions). An
 object without rows is in its global state at every anchor where it is visible, so a read
 at an anchor folds only the objects that have rows. ``mem_conv`` records every event's
-conversation parent with its branch and seq, for the as-of walks of validation.
+conversation parent with its branch and seq, for the as-of walks of validation. Under the
+batched memory hook both tables' rows are held for the batch (``Pending``) and written when
+it ends, or as soon as anything in the batch reads the tables.
 """
 
 from __future__ import annotations
@@ -83,6 +85,7 @@ __all__ = [
     "AnchorState",
     "Folder",
     "GatedOp",
+    "Pending",
     "Step",
     "gated_digest",
     "gated_rows",
@@ -179,7 +182,35 @@ def _intent_text(op: Op) -> str:
         return '{"k":"L","to":"DEPRECATED"}'
     if t == _O.ARCHIVE:
         return '{"k":"L","to":"ARCHIVED"}'
+    p = op.p
+    if t in _SCORES:
+        # Keys sorted: c, d, dir, k, s. Written directly when every number is a plain int or
+        # a finite float (what the encoder writes is then its repr); else by the encoder.
+        c, d = p["new_confidence"], p[_SCORES[t]]
+        sal = None if t == _O.PENALTY else p["new_salience"]
+        if _plain_number(c) and _plain_number(d) and (sal is None or _plain_number(sal)):
+            return (
+                f'{{"c":{c!r},"d":{d!r},"dir":{-1 if t != _O.REINFORCE else 1},"k":"S",'
+                f'"s":{"null" if sal is None else repr(sal)}}}'
+            )
+    elif t == _O.EPISTEMIC_TRANSITION:
+        ev, frm, to = p["evidence_ids"], p["from_type"], p["to_type"]
+        if type(frm) is str and type(to) is str and all(type(e) is str for e in ev):
+            q = _enc_str
+            return f'{{"ev":[{",".join(map(q, ev))}],"from":{q(frm)},"k":"E","to":{q(to)}}}'
     return _canonical(_intent(op))
+
+
+_SCORES: Final[dict[str, str]] = {
+    _O.DECAY_APPLIED: "decay_delta",
+    _O.REINFORCE: "delta",
+    _O.PENALTY: "delta",
+}
+"""Score operations, and the payload field of each one's bound on the change."""
+
+
+def _plain_number(x: object) -> bool:
+    return type(x) is int or (type(x) is float and math.isfinite(x))
 
 
 def _base_text(o: MemoryObject) -> str:
@@ -433,6 +464,7 @@ class Folder:
         missing = [i for i in dict.fromkeys(ids) if i not in self._rows]
         if not missing:
             return
+        _settle(self.db)
         args: list[Any]
         if len(missing) <= 64:
             sql_in, args = f"g.object_id IN ({', '.join('?' * len(missing))})", missing
@@ -532,8 +564,15 @@ class Folder:
         return s is None or s.lifecycle_state == _ACTIVE
 
     def state(self, obj: MemoryObject) -> MemoryObject:
-        """Return ``obj`` (its version in the view) with the state the view gives it."""
-        s, _ = self.fold(obj.id)
+        """Return ``obj`` (its version in the view) with the state the view gives it.
+
+        Folded once per object (rows do not change while a folder is in use).
+        """
+        key = (obj.id, None)
+        if key in self._memo:
+            s = self._memo[key]
+        else:
+            s = self._memo[key] = self.fold(obj.id)[0]
         return obj if s is None else s.on(obj)
 
     def creation_evidence(self, obj: MemoryObject) -> tuple[str, ...]:
@@ -588,14 +627,99 @@ def _conv_row(entry: Entry) -> tuple[Any, str | None, str, int]:
     return (entry.body["id"], parent if isinstance(parent, str) else None, entry.branch, entry.seq)
 
 
+_GATED_INS: Final = "INSERT INTO mem_gated VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+
+
+class Pending:
+    """The ``mem_conv`` and ``mem_gated`` rows of the batch being appended, until ``flush``.
+
+    A store that folds a batch (``memroot.projections.hook``'s) holds one as its ``gated``
+    attribute: ``on_event`` and ``run`` then add their rows here instead of inserting each
+    with a statement of its own, and the store writes them with one ``executemany`` per table
+    when the batch ends (or drops them when it does not land). Every read of the two tables
+    in this module writes them first (``_settle``; an operation's read of an object with
+    rows held here too), so a later operation of the same batch sees exactly the tables it
+    would have seen had every entry been appended on its own.
+    """
+
+    __slots__ = ("conv", "db", "gated", "held", "objects")
+
+    def __init__(self, db: apsw.Connection) -> None:
+        """Hold rows for ``db`` (written there by ``flush``)."""
+        self.db = db
+        self.conv: list[tuple[str, str | None, str, int]] = []
+        self.gated: list[tuple[Any, ...]] = []
+        self.objects: set[str] = set()
+        """The objects ``gated`` holds rows of."""
+        self.held = False
+        """True while rows are held (the holder is then listed for ``_settle``)."""
+
+    def hold(self) -> None:
+        """List this holder for ``_settle`` (call when adding the first row)."""
+        if not self.held:
+            self.held = True
+            _HELD.append(self)
+
+    def flush(self) -> None:
+        """Write the rows held (in the order they came) and forget them."""
+        if self.conv:
+            self.db.executemany(_CONV_INS, self.conv)
+            self.conv.clear()
+        if self.gated:
+            self.db.executemany(_GATED_INS, self.gated)
+            self.gated.clear()
+            self.objects.clear()
+        self._release()
+
+    def discard(self) -> None:
+        """Drop the rows held (their batch never landed)."""
+        self.conv.clear()
+        self.gated.clear()
+        self.objects.clear()
+        self._release()
+
+    def _release(self) -> None:
+        if self.held:
+            self.held = False
+            _HELD.remove(self)
+
+
+_HELD: list[Pending] = []
+"""The holders holding rows now (rows are held only within an append's transaction)."""
+
+
+def _settle(db: apsw.Connection) -> None:
+    """Write the rows held for ``db`` (before a read of ``mem_conv`` or ``mem_gated``)."""
+    if _HELD:
+        for pending in [p for p in _HELD if p.db is db]:
+            pending.flush()
+
+
+def _pending_of(state: object) -> Pending | None:
+    found = getattr(state, "gated", None)
+    return found if type(found) is Pending else None
+
+
 def on_event(eng: Engine, entry: Entry) -> None:
     """Record an event's conversation parent with where it was appended (``mem_conv``)."""
-    _db(eng).execute(_CONV_INS, _conv_row(entry))
+    row = _conv_row(entry)
+    pending = _pending_of(eng.state)
+    if pending is None:
+        _db(eng).execute(_CONV_INS, row)
+    else:
+        pending.conv.append(row)
+        pending.hold()
 
 
 def on_events(eng: Engine, entries: Iterable[Entry]) -> None:
     """``on_event`` for a run of events, in one statement (the ledger's native batch path)."""
-    _db(eng).executemany(_CONV_INS, [_conv_row(e) for e in entries])
+    rows = [_conv_row(e) for e in entries]
+    pending = _pending_of(eng.state)
+    if pending is None:
+        _db(eng).executemany(_CONV_INS, rows)
+    elif rows:
+        pending.conv.extend(rows)
+        pending.hold()
 
 
 _WALK: Final = (
@@ -657,6 +781,7 @@ class _Down:
             return True
         # mem_conv rows carry (branch, seq) like mem_events: the view's event condition serves.
         cond, params = self.view.events("c")
+        _settle(self.db)
         row = _rare(
             self.db,
             f"SELECT 1 FROM mem_conv c WHERE c.parent IN (SELECT value FROM json_each(?)) "
@@ -669,6 +794,7 @@ class _Down:
         """Advance every walk by a chunk (a walk ends at a root, an event not held, a loop)."""
         nxt: list[str] = []
         chunk = self._chunk
+        _settle(self.db)
         for node in self.frontier:
             if node in self.seen:
                 continue  # walked already
@@ -860,6 +986,10 @@ one statement text for every read, so that apsw's statement cache keeps it."""
 _N_OBJ: Final = len(OBJECT_COLS)
 
 
+_DIRECT: dict[type, bool] = {}
+"""Per store class: whether it reads objects and events from the SQL tables as they are."""
+
+
 class _Gate:
     """What ``run`` knows of one operation's objects: their versions and whether they have rows.
 
@@ -873,11 +1003,22 @@ class _Gate:
         self.db = _db(eng)
         self.branch = op.branch
         self.rec = rec
+        self.pending = _pending_of(eng.state)
         self.known: dict[str, bool] = {}
         self._folder: Folder | None = None
         self._view: View | None = None
-        # main's view is itself, read now: no other level to look through.
-        self._direct = op.branch == CANONICAL_BRANCH and type(eng.state) is SqlState
+        # main's view is itself, read now: no other level to look through. The tables are
+        # read directly only where the store reads them as they are (a subclass such as the
+        # batched hook's store is one, unless it answers objects or events from memory).
+        kind = type(eng.state)
+        direct = _DIRECT.get(kind)
+        if direct is None:
+            direct = _DIRECT[kind] = (
+                issubclass(kind, SqlState)
+                and kind.obj is SqlState.obj
+                and kind.event is SqlState.event
+            )
+        self._direct = direct and op.branch == CANONICAL_BRANCH
 
     @property
     def view(self) -> View:
@@ -896,6 +1037,9 @@ class _Gate:
             self.folder().preload(ids)
             return
         branch, n = self.branch, _N_OBJ
+        pending = self.pending
+        if pending is not None and not pending.objects.isdisjoint(ids):
+            pending.flush()  # an object's rows from earlier in the batch: read them too
         for k, i in enumerate(ids):
             if i in self.known:
                 continue
@@ -1003,6 +1147,7 @@ def run(eng: Engine, handler: Callable[[Engine, Op], None], op: Op) -> None:
                 overlay = _Overlay(eng.state, view_folder, dict(rec.read))
                 handler(type(eng)(overlay), op)
                 writes = overlay.writes
+                _settle(db)  # nothing held is written inside the savepoint (a rollback there)
                 _rare(db, "SAVEPOINT mem_gate")
                 try:
                     _global(eng, handler, op, rec)
@@ -1018,27 +1163,30 @@ def run(eng: Engine, handler: Callable[[Engine, Op], None], op: Op) -> None:
     written = [new.id for _, new in writes if new.id not in gate.known]
     if written:
         gate.folder().preload(written)  # objects the handler changed beyond those it cited
-    insert = gate.db.execute
+    pending = gate.pending
     for n, (old, new) in enumerate(writes):
         had = gate.has_rows(new.id)
         if not provenance and not had:
             continue  # no provenance on an object without rows: global state everywhere
-        insert(
-            "INSERT INTO mem_gated VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                op.branch,
-                op.seq,
-                n,
-                new.id,
-                op.id,
-                t,
-                op.ts,
-                prov_text,
-                intent,
-                int(applied),
-                None if had else _base_text(old),
-            ),
+        row = (
+            op.branch,
+            op.seq,
+            n,
+            new.id,
+            op.id,
+            t,
+            op.ts,
+            prov_text,
+            intent,
+            int(applied),
+            None if had else _base_text(old),
         )
+        if pending is None:
+            gate.db.execute(_GATED_INS, row)
+        else:
+            pending.gated.append(row)
+            pending.objects.add(new.id)
+            pending.hold()
 
 
 def own_view_state(
@@ -1125,6 +1273,7 @@ _DIGEST_CHUNK: Final = 1024
 
 
 def _gated_cursors(db: apsw.Connection, branch: str, as_of: int | None) -> Iterable[Any]:
+    _settle(db)  # the rows a batch holds are part of the tables read
     bound = 2**63 - 1 if as_of is None else as_of
     for sql in _GATED_SQL:
         yield db.execute(sql, (branch, bound))
@@ -1156,6 +1305,7 @@ def gated_digest(db: apsw.Connection, branch: str, as_of: int | None = None) -> 
     items' encodings, one after another), so memory does not grow with the ledger.
     """
     bound = 2**63 - 1 if as_of is None else as_of
+    _settle(db)
     found: Any = db.execute(_GATED_COUNT, (branch, bound)).fetchall()[0][0]
     count = int(found)
     h = sha256_stream()

@@ -27,7 +27,7 @@ from memroot.ledger.entries import CANONICAL_BRANCH, Entry, Kind, OpInput
 from memroot.ledger.errors import RefusedError, StorageError
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.store import Store
-from memroot.projections import tables
+from memroot.projections import gated, tables
 from memroot.projections.backends import _EV_INS, MemState, SqlState
 from memroot.projections.engine import Engine
 from memroot.projections.model import EventRef, Grant, Namespace
@@ -57,6 +57,8 @@ class _BatchState(SqlState):
         self.events: list[tuple[Any, ...]] = []
         self.heads: dict[str, int] = {}
         self.perms: dict[tuple[str, str, str], frozenset[str] | None] = {}
+        self.gated = gated.Pending(db)
+        """The batch's gated-invalidation rows (``gated.Pending``), written by ``flush``."""
 
     def add_event(self, event: EventRef) -> None:
         """Buffer a new event's row (written by ``flush``)."""
@@ -116,6 +118,7 @@ class _BatchState(SqlState):
         """Write the buffered rows and heads; forget the remembered permissions."""
         self.perms.clear()
         self.write_events()
+        self.gated.flush()
         if self.heads:
             self.db.executemany(_HEAD_UPSERT, list(self.heads.items()))
             self.heads.clear()
@@ -125,6 +128,7 @@ class _BatchState(SqlState):
         self.events.clear()
         self.heads.clear()
         self.perms.clear()
+        self.gated.discard()
 
 
 # The hooks' buffered states, so a reader of the same connection can have them written first.

@@ -26,3 +26,12 @@ def test_bench_anchor_state_reports_both_phases() -> None:
     assert append["gated_rows"] > 0
     assert all(isinstance(append[f"statement_cache_misses_{k}"], int) for k in ("plain", "gated"))
     assert report["query"]["results_median"] > 0
+
+
+def test_bench_anchor_state_single_build() -> None:
+    """--single appends the workload once, in the mode named, and says so."""
+    args = ["--events", "30", "--objects", "150", "--ops", "45", "--single", "gated"]
+    out = subprocess.run(
+        [sys.executable, str(BENCH), *args], capture_output=True, text=True, check=True, timeout=600
+    )
+    assert out.stdout.startswith("gated: ") and out.stdout.rstrip().endswith(" 0 refused")
