@@ -33,6 +33,7 @@ from memroot.ledger.errors import NotFoundError, StorageError
 from memroot.ledger.store import (
     BRANCH_SHIFT,
     SCHEMA_VERSION,
+    WRITER_STATEMENT_CACHE,
     BranchRow,
     EntryRow,
     Store,
@@ -902,7 +903,7 @@ class DerivedCache(Store):
         import apsw
 
         for attempt in range(2):
-            db = apsw.Connection(str(self.path))
+            db = apsw.Connection(str(self.path), statementcachesize=WRITER_STATEMENT_CACHE)
             try:
                 db.set_busy_timeout(60_000)
                 db.execute("PRAGMA journal_mode=WAL")

@@ -28,7 +28,9 @@ from memroot.ledger.errors import RefusedError, StorageError
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.pg import DerivedCache
 from memroot.ledger.signing import Ed25519Signer
+from memroot.memory_root import branches as branches_module
 from memroot.memory_root import divergence as divergence_module
+from memroot.memory_root import merge as merge_module
 
 ORIGIN = "example.org/pg-derived"
 NS = "team"
@@ -56,6 +58,10 @@ def deterministic(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
         for module in (ledger_module, entries_module):
             monkeypatch.setattr(module, "new_uuid", new_uuid)
             monkeypatch.setattr(module, "new_uuids", lambda n: [new_uuid() for _ in range(n)])
+        # Modules that bind ``new_uuid`` by name (imported here, not only when a CLI command
+        # first needs them: the result must not depend on which tests ran before).
+        for module in (branches_module, merge_module):
+            monkeypatch.setattr(module, "new_uuid", new_uuid)
         monkeypatch.setattr(
             Ed25519Signer,
             "generate",
