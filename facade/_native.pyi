@@ -24,6 +24,7 @@ __all__ = [
     "encode_rows",
     "event_id_span",
     "event_index_check",
+    "event_inputs",
     "inclusion_from_rows",
     "inclusion_keys",
     "leaf_hash",
