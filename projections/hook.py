@@ -281,16 +281,18 @@ def catch_up(db: apsw.Connection, ledger: Ledger, branch: str, upto: int) -> int
     return n + fold_entries(db, ledger.entries(head, upto, branch), fresh=fresh)
 
 
-def fold_entries(db: apsw.Connection, entries: Iterable[Entry], *, fresh: bool) -> int:
+def fold_entries(
+    db: apsw.Connection, entries: Iterable[Entry], *, fresh: bool, memory: MemState | None = None
+) -> int:
     """Fold entries that are already in the ledger, skipping (and recording) refused ones.
 
-    With ``fresh`` the tables must be empty and the fast in-memory store folds the canonical
-    branch; at the first entry of another branch it writes what it holds and the rest is
-    folded through SQL (a branch reads its parent as of the fork, which needs the parent's
-    versioned rows; branches must come after their parents, as ``Store.branches`` lists
-    them). Otherwise each entry is folded through SQL inside a savepoint, so a refused one
-    leaves no trace but its ``mem_skipped`` row. Returns how many entries were folded. Run
-    inside a write transaction.
+    With ``fresh`` the tables must be empty and the fast in-memory store (``memory``, by
+    default a ``MemState`` of ``db``) folds the canonical branch; at the first entry of
+    another branch it writes what it holds and the rest is folded through SQL (a branch reads
+    its parent as of the fork, which needs the parent's versioned rows; branches must come
+    after their parents, as ``Store.branches`` lists them). Otherwise each entry is folded
+    through SQL inside a savepoint, so a refused one leaves no trace but its ``mem_skipped``
+    row. Returns how many entries were folded. Run inside a write transaction.
 
     Raises:
         DecodeError: if a stored entry does not decode.
@@ -298,7 +300,7 @@ def fold_entries(db: apsw.Connection, entries: Iterable[Entry], *, fresh: bool) 
     n = 0
     it = iter(entries)
     if fresh:
-        mem = MemState(db)
+        mem = MemState(db) if memory is None else memory
         engine = Engine(mem)
         rest: Entry | None = None
         for entry in it:

@@ -165,23 +165,8 @@ def _refold(db: apsw.Connection, entries: Iterable[Entry]) -> int:
     with at most ``_OBJECTS_HELD`` objects held); the branches after it through SQL, as
     ``fold_entries`` does. Returns how many entries were folded.
     """
-    it = iter(entries)
-    mem = _BoundedMemState(db, flush_every=_FLUSH_EVERY, held=_OBJECTS_HELD)
-    engine = Engine(mem)
-    n = 0
-    rest: Entry | None = None
-    for entry in it:
-        if entry.branch != CANONICAL_BRANCH:
-            rest = entry
-            break
-        engine.fold(entry)
-        n += 1
-    mem.finish()
-    if rest is not None:
-        tables.create_indexes(db)
-        n += fold_entries(db, itertools.chain([rest], it), fresh=False)
-    tables.index_text(db)
-    return n
+    memory = _BoundedMemState(db, flush_every=_FLUSH_EVERY, held=_OBJECTS_HELD)
+    return fold_entries(db, entries, fresh=True, memory=memory)
 
 
 def _has_gated(db: apsw.Connection) -> bool:
