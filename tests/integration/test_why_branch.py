@@ -18,51 +18,53 @@ def run(path: Path, *args: str) -> dict | list:
     return json.loads(result.stdout)
 
 
+def _event(content: str) -> str:
+    """A user's event request, as `memroot append` takes it."""
+    return json.dumps(
+        {
+            "kind": "event",
+            "stream": "s",
+            "actor_id": "alice",
+            "actor_type": "HUMAN_USER",
+            "role": "USER",
+            "content": content,
+            "namespace_id": "ns",
+        }
+    )
+
+
+def _assert(event_id: str, epistemic: str, value: str) -> str:
+    """An agent's ASSERT of a fact citing ``event_id``, as `memroot append` takes it."""
+    return json.dumps(
+        {
+            "kind": "op",
+            "op_type": "ASSERT",
+            "actor_id": "agent",
+            "actor_type": "AI_AGENT",
+            "namespace_id": "ns",
+            "policy_version": "p/1",
+            "payload": {
+                "object_type": "FACT",
+                "epistemic_type": epistemic,
+                "source_type": "USER_STATED",
+                "evidence_ids": [event_id],
+                "value": value,
+                "confidence": None,
+                "salience": 0.5,
+            },
+        }
+    )
+
+
 def test_why_in_a_branch_proves_each_step_in_its_own_tree(tmp_path: Path):
     """Evidence from before the fork is proven in main's tree, the branch's ASSERT in its own."""
     path = tmp_path / "w.ledger"
     vkey = run(path, "init")["vkey"]
-    event = run(
-        path,
-        "append",
-        json.dumps(
-            {
-                "kind": "event",
-                "stream": "s",
-                "actor_id": "alice",
-                "actor_type": "HUMAN_USER",
-                "role": "USER",
-                "content": "I might move to Hangzhou",
-                "namespace_id": "ns",
-            }
-        ),
-    )[0]
+    event = run(path, "append", _event("I might move to Hangzhou"))[0]
     branch = run(path, "branch", "create", "--type", "SIMULATION", "--purpose", "move?")
     bid = branch["branch_id"]
     made = run(
-        path,
-        "append",
-        "-b",
-        bid,
-        json.dumps(
-            {
-                "kind": "op",
-                "op_type": "ASSERT",
-                "actor_id": "agent",
-                "actor_type": "AI_AGENT",
-                "namespace_id": "ns",
-                "policy_version": "p/1",
-                "payload": {
-                    "object_type": "FACT",
-                    "epistemic_type": "HYPOTHETICAL",
-                    "source_type": "USER_STATED",
-                    "evidence_ids": [event["id"]],
-                    "value": "Alice moves to Hangzhou",
-                    "confidence": None,
-                    "salience": 0.5,
-                },
-            }
-        ),
+        path, "append", "-b", bid, _assert(event["id"], "HYPOTHETICAL", "Alice moves to Hangzhou")
     )[0]
     data = run(path, "why", made["id"], "--branch", bid)
     assert data["object"]["id"] == made["id"]
@@ -88,44 +90,8 @@ def test_why_in_a_branch_shows_the_branch_s_falsification_states(tmp_path: Path)
     """A falsification on a branch is in `why --branch`'s states, not in main's."""
     path = tmp_path / "w.ledger"
     run(path, "init")
-    event = run(
-        path,
-        "append",
-        json.dumps(
-            {
-                "kind": "event",
-                "stream": "s",
-                "actor_id": "alice",
-                "actor_type": "HUMAN_USER",
-                "role": "USER",
-                "content": "I live in Chengdu",
-                "namespace_id": "ns",
-            }
-        ),
-    )[0]
-    made = run(
-        path,
-        "append",
-        json.dumps(
-            {
-                "kind": "op",
-                "op_type": "ASSERT",
-                "actor_id": "agent",
-                "actor_type": "AI_AGENT",
-                "namespace_id": "ns",
-                "policy_version": "p/1",
-                "payload": {
-                    "object_type": "FACT",
-                    "epistemic_type": "OBSERVED",
-                    "source_type": "USER_STATED",
-                    "evidence_ids": [event["id"]],
-                    "value": "Alice lives in Chengdu",
-                    "confidence": None,
-                    "salience": 0.5,
-                },
-            }
-        ),
-    )[0]
+    event = run(path, "append", _event("I live in Chengdu"))[0]
+    made = run(path, "append", _assert(event["id"], "OBSERVED", "Alice lives in Chengdu"))[0]
     bid = run(path, "branch", "create", "--type", "SIMULATION", "--purpose", "what if")["branch_id"]
     run(path, "falsify", made["id"], "-b", bid, "--reason", "not in this world")
     on_branch = run(path, "why", made["id"], "--branch", bid)
