@@ -77,10 +77,13 @@ def world(tmp_path: Path, cmd: Any) -> Iterator[dict[str, Any]]:
     ).stdout.strip()
     server = Server(wdir)
     cmd.ok(cmd.at(ledger, "witness", "add", server.url, wvkey))
+    world = {"ledger": ledger, "vkey": vkey, "wvkey": wvkey, "server": server, "tmp": tmp_path}
     try:
-        yield {"ledger": ledger, "vkey": vkey, "wvkey": wvkey, "server": server, "tmp": tmp_path}
+        yield world
     finally:
         server.stop()
+        if world["server"] is not server:  # a test restarted the witness: stop that one too
+            world["server"].stop()
 
 
 def append(cmd: Any, ledger: Path, n: int) -> None:
