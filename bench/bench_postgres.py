@@ -38,6 +38,7 @@ The figures depend on the server's fsync (``synchronous_commit``, disk), the rou
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -46,7 +47,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -84,6 +85,22 @@ def _timed(fn: Callable[[], Any]) -> tuple[float, float]:
 
 def _database(url: str, name: str) -> str:
     return urlunsplit(urlsplit(url)._replace(path=f"/{name}"))
+
+
+@contextlib.contextmanager
+def _scratch_database(url: str, prefix: str) -> Iterator[str]:
+    """Yield the URL of a new database on ``url``'s server, named ``prefix`` and a suffix.
+
+    The database is dropped afterwards, connections still open to it included.
+    """
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    try:
+        yield _database(url, name)
+    finally:
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 def _append(ledger: Ledger, items: list[EventInput], batch: int) -> None:
@@ -170,11 +187,7 @@ def _hooked(
     db_url: str, tmp: Path, items: list[EventInput], batch: int, keep: Callable[..., None]
 ) -> None:
     """Phase 6: hooked appends on PostgreSQL (a cache file) and on SQLite; a cold cache."""
-    name = f"memroot_bench_h_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(db_url, autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {name}")
-    url = _database(db_url, name)
-    try:
+    with _scratch_database(db_url, "memroot_bench_h") as url:
         key = tmp / "hooked.key"
         with Ledger.init(url, origin="example.org/bench-h", key_path=key) as ledger:
             keep("pg_hooked_append", *_timed(lambda: _append(ledger, items, batch)))
@@ -185,14 +198,7 @@ def _hooked(
             Ledger.open(url, key_path=key, cache_path=tmp / "second-host.cache").close()
 
         keep("cold_cache_open", *_timed(cold))
-    finally:
-        with psycopg.connect(db_url, autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-    name = f"memroot_bench_2_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(db_url, autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {name}")
-    url = _database(db_url, name)
-    try:
+    with _scratch_database(db_url, "memroot_bench_2") as url:
         key = tmp / "two.key"
         Ledger.init(url, origin="example.org/bench-2", key_path=key).close()
         hosts = [Ledger.open(url, key_path=key, cache_path=tmp / f"host-{h}.cache") for h in "ab"]
@@ -206,9 +212,6 @@ def _hooked(
         finally:
             for h in hosts:
                 h.close()
-    finally:
-        with psycopg.connect(db_url, autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 def run(
@@ -223,14 +226,8 @@ def run(
 
     items = [_event(i) for i in range(entries)]
     for _ in range(repeat):
-        name = f"memroot_bench_{uuid.uuid4().hex[:10]}"
-        with psycopg.connect(url, autocommit=True) as admin:
-            admin.execute(f"CREATE DATABASE {name}")
-        try:
-            _one(_database(url, name), items, batch, durable, keep, hooked)
-        finally:
-            with psycopg.connect(url, autocommit=True) as admin:
-                admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        with _scratch_database(url, "memroot_bench") as db_url:
+            _one(db_url, items, batch, durable, keep, hooked)
     for key, fig in best.items():
         n = (
             durable
