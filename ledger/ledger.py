@@ -105,8 +105,6 @@ _MAX_ENTRY_BYTES: Final = MAX_BODY_BYTES + 1024
 """The largest entry ``build_entry`` accepts (the native event builder stops before one)."""
 _N_RAND: Final = 42
 """Random bytes the native event builder takes per event: the salt and 10 for the UUIDv7."""
-_ID_LOOKUP: Final = 512
-"""Event ids looked up in the index per statement (``Ledger._stored_ids``)."""
 _KEEP_TYPES: Final = frozenset({OpType.SNAPSHOT.value, OpType.KEY_ROTATE.value, "GENESIS"})
 SYSTEM_ACTOR: Final = "memroot"
 SYSTEM_NAMESPACE: Final = "system"
@@ -1342,22 +1340,7 @@ class Ledger:
 
     def _stored_ids(self, raws: list[bytes]) -> set[bytes]:
         """Return those of the event ids ``raws`` (16 bytes each) the event index holds."""
-        if not raws:
-            return set()
-        if isinstance(self.store, PgStore):
-            return {raw for raw in raws if self.store.event_key(raw) is not None}
-        found: set[bytes] = set()
-        for i in range(0, len(raws), _ID_LOOKUP):
-            part = raws[i : i + _ID_LOOKUP]
-            # A power of two of placeholders (the last id repeated): few statement texts,
-            # each prepared once (apsw's statement cache).
-            width = 1 << (len(part) - 1).bit_length()
-            part += [part[-1]] * (width - len(part))
-            rows = self.store.db.execute(
-                f"SELECT id FROM event_ids WHERE id IN ({','.join('?' * width)})", part
-            )
-            found.update(bytes(r[0]) for r in rows)
-        return found
+        return {bytes(raw) for raw in self.store.lookup("event_ids", "id", "k", raws)}
 
     def _event_run(self, branch: str, seq: int, prev: bytes) -> int:
         """How many plain events from ``seq`` every hook folds as one run (at least 1).

@@ -679,14 +679,18 @@ class Store:
     def lookup(self, table: str, key: str, value: str, keys: Sequence[Any]) -> dict[Any, Any]:
         """Return ``{key: value}`` for the rows of ``table`` whose ``key`` is in ``keys``.
 
-        One ``IN`` query per 500 keys (SQLite's bound on parameters stays far away). ``table``
-        and the column names are the store's own, never caller data.
+        One ``IN`` query per 500 keys (SQLite's bound on parameters stays far away), with a
+        power of two of placeholders (the last key repeated): few statement texts, each
+        prepared once (apsw's statement cache). ``table`` and the column names are the
+        store's own, never caller data.
         """
         found: dict[Any, Any] = {}
         keys = list(keys)
         for part in range(0, len(keys), 500):
             chunk = keys[part : part + 500]
-            marks = ",".join("?" * len(chunk))
+            width = 1 << (len(chunk) - 1).bit_length()
+            chunk += [chunk[-1]] * (width - len(chunk))
+            marks = ",".join("?" * width)
             for k, v in self.db.execute(
                 f"SELECT {key}, {value} FROM {table} WHERE {key} IN ({marks})", chunk
             ):
