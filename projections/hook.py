@@ -35,6 +35,8 @@ from memroot.projections.views import Fork
 
 __all__ = ["MemoryHook", "catch_up", "flush_pending", "fold_entries", "sync"]
 
+_RUN: Final = 1024
+"""Events folded together by a replay (``Engine.fold_events``): a bound on what it holds."""
 _HEAD_UPSERT: Final = (
     "INSERT INTO mem_heads VALUES(?, ?) ON CONFLICT(branch) DO UPDATE SET size = excluded.size"
 )
@@ -303,12 +305,24 @@ def fold_entries(
         mem = MemState(db) if memory is None else memory
         engine = Engine(mem)
         rest: Entry | None = None
+        run: list[Entry] = []  # consecutive events, folded together (``Engine.fold_events``)
         for entry in it:
             if entry.branch != CANONICAL_BRANCH:
                 rest = entry
                 break
-            engine.fold(entry)
             n += 1
+            if entry.kind is Kind.EVENT:
+                run.append(entry)
+                if len(run) >= _RUN:
+                    engine.fold_events(run)
+                    run = []
+                continue
+            if run:
+                engine.fold_events(run)
+                run = []
+            engine.fold(entry)
+        if run:
+            engine.fold_events(run)
         mem.finish()
         if rest is None:
             tables.index_text(db)

@@ -27,7 +27,7 @@ from memroot.projections import tables
 from memroot.projections.backends import MemState, SqlState
 from memroot.projections.digest import first_difference, state_digest
 from memroot.projections.engine import Engine
-from memroot.projections.gated import gated_digest, gated_rows
+from memroot.projections.gated import Pending, gated_digest, gated_rows
 from memroot.projections.hook import fold_entries
 from memroot.projections.model import MemoryObject
 
@@ -229,6 +229,19 @@ class _BoundedMemState(MemState):
         self.held = held
         self.spilled = False
         self.edges_spilled = 0  # edges with a row id up to this are read from mem_edges
+        self.gated = Pending(db)
+        """The events' ``mem_conv`` rows and the operations' ``mem_gated`` rows, held and
+        written with one statement each (``gated.Pending``: every read of those tables writes
+        them first), at the latest with the events (every ``flush_every``) and at ``finish``."""
+
+    def _write_events(self) -> None:
+        self.gated.flush()
+        super()._write_events()
+
+    def finish(self) -> None:
+        """Write everything still held (``MemState.finish``), the gated rows first."""
+        self.gated.flush()
+        super().finish()
 
     def _spill(self) -> None:
         self.flush()  # the rows of every object and edge let go are written from here on
