@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
 import apsw
@@ -284,7 +284,12 @@ def catch_up(db: apsw.Connection, ledger: Ledger, branch: str, upto: int) -> int
 
 
 def fold_entries(
-    db: apsw.Connection, entries: Iterable[Entry], *, fresh: bool, memory: MemState | None = None
+    db: apsw.Connection,
+    entries: Iterable[Entry],
+    *,
+    fresh: bool,
+    memory: MemState | None = None,
+    after: Callable[[Entry], None] | None = None,
 ) -> int:
     """Fold entries that are already in the ledger, skipping (and recording) refused ones.
 
@@ -294,7 +299,9 @@ def fold_entries(
     its parent as of the fork, which needs the parent's versioned rows; branches must come
     after their parents, as ``Store.branches`` lists them). Otherwise each entry is folded
     through SQL inside a savepoint, so a refused one leaves no trace but its ``mem_skipped``
-    row. Returns how many entries were folded. Run inside a write transaction.
+    row. ``after(entry)`` is called once each entry is folded, in order (another layer's
+    replay in the same pass: it sees the state of every entry up to this one). Returns how
+    many entries were folded. Run inside a write transaction.
 
     Raises:
         DecodeError: if a stored entry does not decode.
@@ -314,15 +321,17 @@ def fold_entries(
             if entry.kind is Kind.EVENT:
                 run.append(entry)
                 if len(run) >= _RUN:
-                    engine.fold_events(run)
+                    _fold_run(engine, run, after)
                     run = []
                 continue
             if run:
-                engine.fold_events(run)
+                _fold_run(engine, run, after)
                 run = []
             engine.fold(entry)
+            if after is not None:
+                after(entry)
         if run:
-            engine.fold_events(run)
+            _fold_run(engine, run, after)
         mem.finish()
         if rest is None:
             tables.index_text(db)
@@ -346,9 +355,18 @@ def fold_entries(
         db.execute("RELEASE mem_fold")
         state.set_head(entry.branch, entry.seq + 1)
         n += 1
+        if after is not None:
+            after(entry)
     if fresh:
         tables.index_text(db)
     return n
+
+
+def _fold_run(engine: Engine, run: list[Entry], after: Callable[[Entry], None] | None) -> None:
+    engine.fold_events(run)
+    if after is not None:
+        for entry in run:
+            after(entry)
 
 
 def _behind(ledger: Ledger, db: apsw.Connection) -> bool:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import apsw
 
@@ -31,7 +31,7 @@ from memroot.projections.gated import Pending, gated_digest, gated_rows
 from memroot.projections.hook import fold_entries
 from memroot.projections.model import MemoryObject
 
-__all__ = ["MemoryReplayCheck", "RebuildReport", "rebuild", "replay"]
+__all__ = ["MemoryReplayCheck", "RebuildReport", "Refold", "rebuild", "replay"]
 
 MAX_SKIP_NOTES: Final = 20
 _FLUSH_EVERY: Final = 4096
@@ -116,12 +116,33 @@ def _all_entries(ledger: Ledger) -> Iterator[Entry]:
         yield from ledger.entries(branch=b.name)
 
 
-def rebuild(ledger: Ledger, branch: str = CANONICAL_BRANCH) -> RebuildReport:
+class Refold(Protocol):
+    """Another layer's derived state, replayed in the same pass as the memory model's.
+
+    ``rebuild`` calls ``start`` inside its transaction before the first entry, ``feed``
+    with each entry once the memory model has folded it (so the layer reads the memory
+    model as of that entry), and ``finish`` after the last, before it commits.
+    """
+
+    def start(self, db: apsw.Connection) -> None:
+        """Drop and recreate the layer's tables in ``db`` (the rebuild's transaction)."""
+
+    def feed(self, entry: Entry) -> None:
+        """Replay one entry (branches in ``Store.branches`` order, each in seq order)."""
+
+    def finish(self) -> None:
+        """Write what is still held."""
+
+
+def rebuild(
+    ledger: Ledger, branch: str = CANONICAL_BRANCH, *, also: Sequence[Refold] = ()
+) -> RebuildReport:
     """Drop the derived memory tables and replay the whole ledger into them, atomically.
 
     Every branch is replayed (the canonical one in memory, then each fork through SQL, parents
     first). ``before``/``after`` digest ``branch``; ``branches_before``/``branches_after``
-    digest every other branch.
+    digest every other branch. The layers in ``also`` are replayed in the same pass, over
+    the same entries read once (``Refold``), in the same transaction.
 
     Raises:
         DecodeError: if a stored entry does not decode (nothing is changed).
@@ -137,7 +158,9 @@ def rebuild(ledger: Ledger, branch: str = CANONICAL_BRANCH) -> RebuildReport:
         gated_before = {b: gated_digest(db, b) for b in names} if _has_gated(db) else {}
         tables.drop(db)
         tables.install(db, indexes=False)
-        n = _refold(db, _all_entries(ledger))
+        for layer in also:
+            layer.start(db)
+        n = _refold(db, _all_entries(ledger), _feeder(also))
         tables.create_indexes(db)
         after = state_digest(db, branch=branch)
         report = RebuildReport(
@@ -155,18 +178,37 @@ def rebuild(ledger: Ledger, branch: str = CANONICAL_BRANCH) -> RebuildReport:
             gated_before=gated_before,
             gated_after={b: gated_digest(db, b) for b in names},
         )
+        for layer in also:
+            layer.finish()
     return report
 
 
-def _refold(db: apsw.Connection, entries: Iterable[Entry]) -> int:
+def _feeder(layers: Sequence[Refold]) -> Callable[[Entry], None] | None:
+    """Return what ``fold_entries`` calls after each entry: every layer's ``feed``."""
+    if not layers:
+        return None
+    if len(layers) == 1:
+        return layers[0].feed
+    feeds = [layer.feed for layer in layers]
+
+    def feed(entry: Entry) -> None:
+        for f in feeds:
+            f(entry)
+
+    return feed
+
+
+def _refold(
+    db: apsw.Connection, entries: Iterable[Entry], after: Callable[[Entry], None] | None = None
+) -> int:
     """``fold_entries(db, entries, fresh=True)`` with the canonical branch in bounded memory.
 
     The canonical branch is folded in a ``_BoundedMemState`` (the same rows as ``MemState``,
     with at most ``_OBJECTS_HELD`` objects held); the branches after it through SQL, as
-    ``fold_entries`` does. Returns how many entries were folded.
+    ``fold_entries`` does; ``after`` as there. Returns how many entries were folded.
     """
     memory = _BoundedMemState(db, flush_every=_FLUSH_EVERY, held=_OBJECTS_HELD)
-    return fold_entries(db, entries, fresh=True, memory=memory)
+    return fold_entries(db, entries, fresh=True, memory=memory, after=after)
 
 
 def _has_gated(db: apsw.Connection) -> bool:
