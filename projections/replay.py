@@ -401,6 +401,17 @@ class MemoryReplayCheck:
             self._fold_sql(entry)
         self.sizes[branch] = max(self.sizes.get(branch, 0), entry.seq + 1)
 
+    def feed_events(self, branch: str, events: Sequence[Entry], report: AuditReport) -> None:
+        """Fold a run of consecutive events of ``branch`` (as ``feed`` on each; no finding)."""
+        if branch != CANONICAL_BRANCH or self.sql is not None:
+            for entry in events:
+                self.feed(branch, entry, report)
+            return
+        run = [e for e in events if e.branch == branch]
+        if run:
+            self.engine.fold_events(run)
+            self.sizes[branch] = max(self.sizes.get(branch, 0), run[-1].seq + 1)
+
     def _fold_sql(self, entry: Entry) -> None:
         assert self.sql is not None
         self.db.execute("SAVEPOINT mem_fold")

@@ -25,7 +25,7 @@ stored memory root's ``state``; run it after the memory model's and the roots' r
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -202,6 +202,15 @@ class FalsifyReplayCheck:
                     severity="note",
                 )
             )
+
+    def feed_events(self, branch: str, events: Sequence[Entry], report: AuditReport) -> None:
+        """Replay a run of consecutive events (as ``feed`` on each: only the head moves)."""
+        if self._feeds_memory:
+            self.memory.feed_events(branch, events, report)
+        if events:
+            last = events[-1]
+            self.core.apply(last, strict=False)  # an event: nothing but its head to fold
+            self.sizes[branch] = last.seq + 1
 
     def finish(self, report: AuditReport) -> None:
         """Compare the stored tables and root states with the replay (with the file)."""

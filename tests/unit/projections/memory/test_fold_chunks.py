@@ -8,14 +8,15 @@ from pathlib import Path
 
 import apsw
 
-from memroot.ledger.entries import EventInput, OpInput, new_uuid
+from memroot.ledger.entries import EventInput, Kind, OpInput, new_uuid
 from memroot.ledger.ledger import Ledger
+from memroot.ledger.verify import AuditReport
 from memroot.projections import requests as rq
 from memroot.projections import tables
 from memroot.projections.digest import state_digest
 from memroot.projections.gated import gated_rows
 from memroot.projections.hook import fold_entries
-from memroot.projections.replay import replay
+from memroot.projections.replay import MemoryReplayCheck, replay
 
 ADMIN = rq.Actor("alice", "HUMAN_USER", "team")
 
@@ -96,3 +97,40 @@ def test_runs_of_events_fold_as_each_event_on_its_own(tmp_path: Path) -> None:
     assert state_digest(chunked) == state_digest(reference)
     assert gated_rows(chunked, "main", None) == gated_rows(reference, "main", None)
     assert chunked.execute("SELECT count(*) FROM mem_conv").fetchone()[0] > 1500
+
+
+def test_step9_fed_runs_of_events_replays_what_it_replays_fed_each_entry(tmp_path: Path) -> None:
+    """``MemoryReplayCheck.feed_events`` (the audit's runs) folds as ``feed`` on each event."""
+    with Ledger.init(tmp_path / "bare.ledger", hooks=()) as ledger:
+        ledger.store.db.execute("PRAGMA synchronous=OFF")
+        parent = None
+        for i in range(1200):
+            if i == 300:
+                ledger.append(rq.namespace_create(ADMIN, "PROJECT"))
+                continue
+            ev = _event("bob" if i % 3 else "alice", "team" if i % 2 else "other", parent)
+            parent = str(ev.id)
+            ledger.append(ev)
+        entries = list(ledger.entries())
+        one, runs = (MemoryReplayCheck(ledger.path) for _ in range(2))
+        report = AuditReport()
+        for e in entries:
+            one.feed("main", e, report)
+        runs.feed("main", entries[0], report)
+        for k in range(1, len(entries), 97):
+            part = [e for e in entries[k : k + 97] if e.kind is Kind.EVENT]
+            ops = [e for e in entries[k : k + 97] if e.kind is not Kind.EVENT]
+            assert len(ops) <= 1 and (not ops or ops[0].seq == 301)
+            if ops:  # the namespace policy: fed on its own, between its events
+                runs.feed_events("main", [e for e in part if e.seq < 301], report)
+                runs.feed("main", ops[0], report)
+                runs.feed_events("main", [e for e in part if e.seq > 301], report)
+            else:
+                runs.feed_events("main", part, report)
+        assert not report.findings
+        for check in (one, runs):
+            check.state.finish()
+        assert state_digest(one.db) == state_digest(runs.db)
+        assert _skipped(one.db) == _skipped(runs.db) and len(_skipped(one.db)) > 200
+        assert gated_rows(one.db, "main") == gated_rows(runs.db, "main")
+        assert one.size == runs.size == len(entries)
