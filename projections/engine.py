@@ -215,7 +215,8 @@ class Engine:
         if not entries:
             return
         state = self.state
-        add_event = state.add_event
+        # ``EventRef.row()`` of each event kept, built as tuples (``add_event_rows``)
+        rows: list[tuple[str, str, int, int, str, str, None]] = []
         # (branch, actor, namespace) -> the refusal, or None when the actor may write
         refused: dict[tuple[str, str, str], PermissionRefused | None] = {}
         kept: list[Entry] = []
@@ -235,8 +236,14 @@ class Engine:
             if why is not None:
                 state.skip(entry.branch, entry.seq, entry.type, str(why))
                 continue
-            add_event(EventRef(b["id"], entry.branch, entry.seq, entry.ts, namespace, actor))
+            rows.append((b["id"], entry.branch, entry.seq, entry.ts, namespace, actor, None))
             kept.append(entry)
+        add_event_rows = getattr(state, "add_event_rows", None)
+        if add_event_rows is not None:
+            add_event_rows(rows)
+        else:
+            for row in rows:
+                state.add_event(EventRef(*row))
         gated.on_events(self, kept)
         last = entries[-1]
         state.set_head(last.branch, last.seq + 1)

@@ -24,12 +24,12 @@ from memroot.ledger.ledger import Ledger
 from memroot.ledger.verify import AuditReport, Finding
 from memroot.ledger.vocab import EdgeType
 from memroot.projections import tables
-from memroot.projections.backends import MemState, SqlState
+from memroot.projections.backends import _EV_INS, MemState, SqlState
 from memroot.projections.digest import first_difference, state_digest
 from memroot.projections.engine import Engine
 from memroot.projections.gated import Pending, gated_digest, gated_rows
 from memroot.projections.hook import fold_entries
-from memroot.projections.model import MemoryObject
+from memroot.projections.model import EventRef, MemoryObject
 
 __all__ = ["MemoryReplayCheck", "RebuildReport", "Refold", "rebuild", "replay"]
 
@@ -236,6 +236,7 @@ def replay(entries: Iterable[Entry], *, fts: bool = False) -> apsw.Connection:
 
 
 _OBJECTS_HELD: Final = 8192
+_EV_REPLACE: Final = _EV_INS.replace("INSERT", "INSERT OR REPLACE", 1)
 _SPILL_INDEXES: Final = (
     # tables._INDEXES's own indexes (IF NOT EXISTS: create_indexes later leaves them be)
     "CREATE UNIQUE INDEX IF NOT EXISTS mem_objects_id ON mem_objects(id, branch, vfrom);"
@@ -276,9 +277,44 @@ class _BoundedMemState(MemState):
         written with one statement each (``gated.Pending``: every read of those tables writes
         them first), at the latest with the events (every ``flush_every``) and at ``finish``."""
 
+        self.rows: dict[str, tuple[Any, ...]] = {}
+        """The events held, as their ``mem_events`` rows (``MemState.events`` stays empty:
+        an ``EventRef`` is built only for an event an operation reads)."""
+
     def _write_events(self) -> None:
         self.gated.flush()
-        super()._write_events()
+        super()._write_events()  # none (held as rows)
+        # OR REPLACE: a (tampered) log repeating an event id keeps its last, as MemState.
+        self.db.executemany(_EV_REPLACE, self.rows.values())
+        self.rows.clear()
+
+    def add_event(self, event: EventRef) -> None:
+        """Record a new event (every ``flush_every`` events, those held are written out)."""
+        self.add_event_rows((event.row(),))
+
+    def add_event_rows(self, rows: Iterable[tuple[Any, ...]]) -> None:
+        """Record new events by their ``EventRef.row()`` tuples, in order."""
+        held = self.rows
+        for row in rows:
+            held[row[0]] = row
+            if len(held) >= self.flush_every:
+                self._write_events()
+                self._events_written = True
+
+    def event(self, branch: str, event_id: str) -> EventRef | None:
+        """Return the event with this id on ``branch``, or None."""
+        row = self.rows.get(event_id)
+        if row is None:
+            return super().event(branch, event_id)  # written out (or none)
+        return EventRef(*row) if row[1] == branch else None
+
+    def erase_event(self, event_id: str, seq: int) -> None:
+        """Record that entry ``seq`` erased the event's content."""
+        row = self.rows.get(event_id)
+        if row is None:
+            super().erase_event(event_id, seq)
+        else:
+            self.rows[event_id] = (*row[:6], seq)
 
     def finish(self) -> None:
         """Write everything still held (``MemState.finish``), the gated rows first."""
