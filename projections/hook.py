@@ -289,7 +289,7 @@ def fold_entries(
     *,
     fresh: bool,
     memory: MemState | None = None,
-    after: Callable[[Entry], None] | None = None,
+    after: Callable[[Sequence[Entry]], None] | None = None,
 ) -> int:
     """Fold entries that are already in the ledger, skipping (and recording) refused ones.
 
@@ -299,9 +299,10 @@ def fold_entries(
     its parent as of the fork, which needs the parent's versioned rows; branches must come
     after their parents, as ``Store.branches`` lists them). Otherwise each entry is folded
     through SQL inside a savepoint, so a refused one leaves no trace but its ``mem_skipped``
-    row. ``after(entry)`` is called once each entry is folded, in order (another layer's
-    replay in the same pass: it sees the state of every entry up to this one). Returns how
-    many entries were folded. Run inside a write transaction.
+    row. ``after(entries)`` is called once entries are folded, with each in order (one
+    entry, or a run of events folded together): another layer's replay in the same pass,
+    which then sees the state of every entry up to the last given. Returns how many entries
+    were folded. Run inside a write transaction.
 
     Raises:
         DecodeError: if a stored entry does not decode.
@@ -329,7 +330,7 @@ def fold_entries(
                 run = []
             engine.fold(entry)
             if after is not None:
-                after(entry)
+                after((entry,))
         if run:
             _fold_run(engine, run, after)
         mem.finish()
@@ -356,17 +357,18 @@ def fold_entries(
         state.set_head(entry.branch, entry.seq + 1)
         n += 1
         if after is not None:
-            after(entry)
+            after((entry,))
     if fresh:
         tables.index_text(db)
     return n
 
 
-def _fold_run(engine: Engine, run: list[Entry], after: Callable[[Entry], None] | None) -> None:
+def _fold_run(
+    engine: Engine, run: list[Entry], after: Callable[[Sequence[Entry]], None] | None
+) -> None:
     engine.fold_events(run)
     if after is not None:
-        for entry in run:
-            after(entry)
+        after(run)
 
 
 def _behind(ledger: Ledger, db: apsw.Connection) -> bool:

@@ -127,8 +127,11 @@ class Refold(Protocol):
     def start(self, db: apsw.Connection) -> None:
         """Drop and recreate the layer's tables in ``db`` (the rebuild's transaction)."""
 
-    def feed(self, entry: Entry) -> None:
-        """Replay one entry (branches in ``Store.branches`` order, each in seq order)."""
+    def feed(self, entries: Sequence[Entry]) -> None:
+        """Replay entries the memory model folded: one, or a run of events of one branch.
+
+        Branches come in ``Store.branches`` order, each in seq order.
+        """
 
     def finish(self) -> None:
         """Write what is still held."""
@@ -183,23 +186,25 @@ def rebuild(
     return report
 
 
-def _feeder(layers: Sequence[Refold]) -> Callable[[Entry], None] | None:
-    """Return what ``fold_entries`` calls after each entry: every layer's ``feed``."""
+def _feeder(layers: Sequence[Refold]) -> Callable[[Sequence[Entry]], None] | None:
+    """Return what ``fold_entries`` calls after entries are folded: every layer's ``feed``."""
     if not layers:
         return None
     if len(layers) == 1:
         return layers[0].feed
     feeds = [layer.feed for layer in layers]
 
-    def feed(entry: Entry) -> None:
+    def feed(entries: Sequence[Entry]) -> None:
         for f in feeds:
-            f(entry)
+            f(entries)
 
     return feed
 
 
 def _refold(
-    db: apsw.Connection, entries: Iterable[Entry], after: Callable[[Entry], None] | None = None
+    db: apsw.Connection,
+    entries: Iterable[Entry],
+    after: Callable[[Sequence[Entry]], None] | None = None,
 ) -> int:
     """``fold_entries(db, entries, fresh=True)`` with the canonical branch in bounded memory.
 

@@ -423,16 +423,22 @@ class StatesRebuild:
         self._db = db
         self._core = ledger_core(self.ledger, self.registry)
 
-    def feed(self, entry: Entry) -> None:
-        """Replay one entry (an event only counts: nothing of falsification folds it)."""
-        if entry.branch != self._branch:
+    def feed(self, entries: Sequence[Entry]) -> None:
+        """Replay entries, one or a run of events (an event only counts: nothing folds it)."""
+        if not entries:
+            return
+        first = entries[0]
+        if first.branch != self._branch:
             self._end_branch()
-            self._branch, self._next = entry.branch, 0
+            self._branch, self._next = first.branch, 0
+        if len(entries) > 1 or first.kind is Kind.EVENT:  # a run of events of the branch
+            self._n += len(entries)
+            self._next = entries[-1].seq + 1
+            return
         self._n += 1
-        self._next = entry.seq + 1
-        if entry.kind is not Kind.EVENT:
-            assert self._core is not None
-            self._core.apply(entry, strict=False)
+        self._next = first.seq + 1
+        assert self._core is not None
+        self._core.apply(first, strict=False)
 
     def _end_branch(self) -> None:
         """Replay the branch's stored entries past those fed (unsigned ones); write its head."""
