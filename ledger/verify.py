@@ -185,8 +185,10 @@ class ReplayCheck(Protocol):
 
         A check may also take a run of consecutive events of ``branch`` in one call,
         ``feed_events(branch, events, report)``, which must do what ``feed`` on each would
-        and add no finding (the audit then gives it the runs between other entries; the
-        other checks still see each event through ``feed``, in order).
+        (findings included, in order). The audit gives each run to the checks that take
+        runs first, then event by event to the others: findings keep their order as long as
+        only one check of those that take runs reports on events (the roots' replay; the
+        memory and falsification replays report at ``finish``), before any other does.
         """
 
     def finish(self, report: AuditReport) -> None:
@@ -1362,9 +1364,8 @@ def _feed_run(
     events: list[Entry],
     report: AuditReport,
 ) -> None:
-    # The checks that take runs report nothing on an event (their notes come at ``finish``):
-    # the others see the run entry by entry, interleaved as before, so findings keep their
-    # order.
+    # The checks that take runs go first (see ``ReplayCheck.feed``); the others see the run
+    # entry by entry, interleaved as before.
     rest = [c for c, feed_events in zip(checks, runs, strict=True) if feed_events is None]
     for feed_events in runs:
         if feed_events is not None:
