@@ -299,7 +299,7 @@ def rebuild_cmd(ctx: Context, as_json: bool) -> None:
     """
     from memroot.ledger.pg import PgStore
     from memroot.ledger.verify import bound_cache
-    from memroot.memory_root.falsify.replay import rebuild as rebuild_states
+    from memroot.memory_root.falsify.replay import StatesRebuild
 
     with open_ledger(ctx) as ledger:
         if not isinstance(ledger.derived, PgStore):
@@ -307,8 +307,11 @@ def rebuild_cmd(ctx: Context, as_json: bool) -> None:
             # cache file) is rewritten about once: the store's 64 MiB cache only grew the
             # process (239 MB at 10^6 entries; 110 MB with 8 MiB, in the same CPU time).
             bound_cache(ledger.derived)
-        report = rebuild_state(ledger)
-        states = rebuild_states(ledger)
+        # The falsification states (and each root's state) are replayed in the same pass.
+        replayed = StatesRebuild(ledger)
+        report = rebuild_state(ledger, also=[replayed])
+        states = replayed.result
+        assert states is not None
     data = {
         **report.to_dict(),
         "falsification": {"state_changes": states.changes, "skipped": states.skipped},

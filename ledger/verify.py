@@ -181,7 +181,15 @@ class ReplayCheck(Protocol):
     """The auditor's steps this check performs (reported as checked)."""
 
     def feed(self, branch: str, entry: Entry, report: AuditReport) -> None:
-        """See one strictly decoded entry."""
+        """See one strictly decoded entry.
+
+        A check may also take a run of consecutive events of ``branch`` in one call,
+        ``feed_events(branch, events, report)``, which must do what ``feed`` on each would
+        (findings included, in order). The audit gives each run to the checks that take
+        runs first, then event by event to the others: findings keep their order as long as
+        only one check of those that take runs reports on events (the roots' replay; the
+        memory and falsification replays report at ``finish``), before any other does.
+        """
 
     def finish(self, report: AuditReport) -> None:
         """Compare what was replayed with what is stored; add findings to ``report``."""
@@ -1305,10 +1313,8 @@ def _native_rows(
     run.event_count += len(events)
     if entries:
         kinds = _KIND_OF
-        for (v, e_prev, seq, name, ts, kind, type_, body, h), row in zip(
-            entries, chunk[start : start + n], strict=True
-        ):
-            entry = Entry(
+        built = [
+            Entry(
                 v,
                 EntryHash(e_prev),
                 seq,
@@ -1320,9 +1326,54 @@ def _native_rows(
                 _row_data(row),
                 EntryHash(h),
             )
-            for check in checks:
-                check.feed(branch, entry, report)
+            for (v, e_prev, seq, name, ts, kind, type_, body, h), row in zip(
+                entries, chunk[start : start + n], strict=True
+            )
+        ]
+        _feed_checks(checks, branch, built, report)
     return n, nodes
+
+
+def _feed_checks(
+    checks: Sequence[ReplayCheck], branch: str, entries: list[Entry], report: AuditReport
+) -> None:
+    """Feed ``entries`` to every check, in order.
+
+    Each run of events goes in one call to a check that takes runs (``feed_events``); every
+    other entry to each check in turn.
+    """
+    runs = [getattr(c, "feed_events", None) for c in checks]
+    event = Kind.EVENT
+    first = 0  # the start of the run of events being gathered
+    for i, entry in enumerate(entries):
+        if entry.kind is event:
+            continue
+        if first < i:
+            _feed_run(checks, runs, branch, entries[first:i], report)
+        for check in checks:
+            check.feed(branch, entry, report)
+        first = i + 1
+    if first < len(entries):
+        _feed_run(checks, runs, branch, entries[first:], report)
+
+
+def _feed_run(
+    checks: Sequence[ReplayCheck],
+    runs: list[Any],
+    branch: str,
+    events: list[Entry],
+    report: AuditReport,
+) -> None:
+    # The checks that take runs go first (see ``ReplayCheck.feed``); the others see the run
+    # entry by entry, interleaved as before.
+    rest = [c for c, feed_events in zip(checks, runs, strict=True) if feed_events is None]
+    for feed_events in runs:
+        if feed_events is not None:
+            feed_events(branch, events, report)
+    if rest:
+        for entry in events:
+            for check in rest:
+                check.feed(branch, entry, report)
 
 
 def _row_data(row: Any) -> bytes:

@@ -14,7 +14,7 @@ hidden, every entry is still in the log.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
@@ -358,12 +358,13 @@ class RootsReplayCheck:
             ).fetchall()
         )
 
-    def feed(self, branch: str, entry: Entry, report: AuditReport) -> None:
-        """Replay one entry; report a SNAPSHOT or SELFMODEL_SNAPSHOT that does not hold."""
-        self._fed.add(branch)
-        try:
-            r = self.replay.feed(entry)
-        except SnapshotMismatch as e:
+    def _failed(self, e: Exception, branch: str, entry: Entry, report: AuditReport) -> None:
+        """Report why ``entry`` does not replay.
+
+        ``e`` is a ``SnapshotMismatch``, a ``ValidationError``, or a state projection's
+        ``ValueError``/``TypeError``/``apsw.Error``.
+        """
+        if isinstance(e, SnapshotMismatch):
             report.add(
                 Finding(
                     STEP,
@@ -374,16 +375,36 @@ class RootsReplayCheck:
                     actual=e.actual,
                 )
             )
-            return
-        except ValidationError as e:
+        elif isinstance(e, ValidationError):
             report.add(
                 Finding(STEP, f"{entry.type} is malformed: {e} ({e.field})", branch, entry.seq)
             )
-            return
-        except (ValueError, TypeError, apsw.Error) as e:
+        else:
             report.add(
                 Finding(STEP, f"a state projection cannot be replayed: {e}", branch, entry.seq)
             )
+
+    def feed_events(self, branch: str, events: Sequence[Entry], report: AuditReport) -> None:
+        """Replay a run of consecutive events (as ``feed`` on each, findings included)."""
+        self._fed.add(branch)
+        folds = self.replay.folds
+        for entry in events:
+            fold = folds.get(entry.branch)
+            if fold is None:
+                self.feed(branch, entry, report)
+                continue
+            try:
+                fold.advance(entry)  # what ``RootsReplay.feed`` does with an event
+            except (ValidationError, ValueError, TypeError, apsw.Error) as e:
+                self._failed(e, branch, entry, report)
+
+    def feed(self, branch: str, entry: Entry, report: AuditReport) -> None:
+        """Replay one entry; report a SNAPSHOT or SELFMODEL_SNAPSHOT that does not hold."""
+        self._fed.add(branch)
+        try:
+            r = self.replay.feed(entry)
+        except (ValidationError, ValueError, TypeError, apsw.Error) as e:
+            self._failed(e, branch, entry, report)
             return
         if r is None:
             return

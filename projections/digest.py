@@ -53,6 +53,7 @@ __all__ = [
     "array_head",
     "encode_rows",
     "first_difference",
+    "rows_digest",
     "state_digest",
 ]
 
@@ -154,6 +155,26 @@ def encode_rows(rows: list[Sequence[Any]], *, floats_as_bytes: bool = False) -> 
         except _N.Reject:
             pass  # the reference raises the error
     return encoding.encode([_canonical(r) if floats_as_bytes else list(r) for r in rows])
+
+
+def rows_digest(db: apsw.Connection, table: str, cols: Sequence[str]) -> bytes | None:
+    """Return a digest of every row of ``table`` (``cols``, ordered by them), or None.
+
+    Two tables with equal digests hold equal rows in that order (as Python compares them).
+    None when the table may hold a float (an equal digest would then not say so: NaN) or a
+    value outside the CBOR data model: compare row by row then.
+    """
+    if not _float_free(db, table):
+        return None
+    names = ", ".join(cols)
+    rows = db.execute(f"SELECT {names} FROM {table} ORDER BY {names}")
+    chunks: list[bytes] = []
+    try:
+        while block := list(itertools.islice(rows, CHUNK)):
+            chunks.append(sha256(encode_rows(block)))
+    except (TypeError, ValueError):
+        return None
+    return sha256(b"".join(chunks))
 
 
 def _table_digest(db: apsw.Connection, t: _Table, branch: str, as_of: int | None) -> bytes:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
 import apsw
@@ -35,6 +35,8 @@ from memroot.projections.views import Fork
 
 __all__ = ["MemoryHook", "catch_up", "flush_pending", "fold_entries", "sync"]
 
+_RUN: Final = 1024
+"""Events folded together by a replay (``Engine.fold_events``): a bound on what it holds."""
 _HEAD_UPSERT: Final = (
     "INSERT INTO mem_heads VALUES(?, ?) ON CONFLICT(branch) DO UPDATE SET size = excluded.size"
 )
@@ -282,7 +284,12 @@ def catch_up(db: apsw.Connection, ledger: Ledger, branch: str, upto: int) -> int
 
 
 def fold_entries(
-    db: apsw.Connection, entries: Iterable[Entry], *, fresh: bool, memory: MemState | None = None
+    db: apsw.Connection,
+    entries: Iterable[Entry],
+    *,
+    fresh: bool,
+    memory: MemState | None = None,
+    after: Callable[[Sequence[Entry]], None] | None = None,
 ) -> int:
     """Fold entries that are already in the ledger, skipping (and recording) refused ones.
 
@@ -292,7 +299,10 @@ def fold_entries(
     its parent as of the fork, which needs the parent's versioned rows; branches must come
     after their parents, as ``Store.branches`` lists them). Otherwise each entry is folded
     through SQL inside a savepoint, so a refused one leaves no trace but its ``mem_skipped``
-    row. Returns how many entries were folded. Run inside a write transaction.
+    row. ``after(entries)`` is called once entries are folded, with each in order (one
+    entry, or a run of events folded together): another layer's replay in the same pass,
+    which then sees the state of every entry up to the last given. Returns how many entries
+    were folded. Run inside a write transaction.
 
     Raises:
         DecodeError: if a stored entry does not decode.
@@ -303,12 +313,26 @@ def fold_entries(
         mem = MemState(db) if memory is None else memory
         engine = Engine(mem)
         rest: Entry | None = None
+        run: list[Entry] = []  # consecutive events, folded together (``Engine.fold_events``)
         for entry in it:
             if entry.branch != CANONICAL_BRANCH:
                 rest = entry
                 break
-            engine.fold(entry)
             n += 1
+            if entry.kind is Kind.EVENT:
+                run.append(entry)
+                if len(run) >= _RUN:
+                    _fold_run(engine, run, after)
+                    run = []
+                continue
+            if run:
+                _fold_run(engine, run, after)
+                run = []
+            engine.fold(entry)
+            if after is not None:
+                after((entry,))
+        if run:
+            _fold_run(engine, run, after)
         mem.finish()
         if rest is None:
             tables.index_text(db)
@@ -332,9 +356,19 @@ def fold_entries(
         db.execute("RELEASE mem_fold")
         state.set_head(entry.branch, entry.seq + 1)
         n += 1
+        if after is not None:
+            after((entry,))
     if fresh:
         tables.index_text(db)
     return n
+
+
+def _fold_run(
+    engine: Engine, run: list[Entry], after: Callable[[Sequence[Entry]], None] | None
+) -> None:
+    engine.fold_events(run)
+    if after is not None:
+        after(run)
 
 
 def _behind(ledger: Ledger, db: apsw.Connection) -> bool:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import apsw
 
@@ -24,14 +24,14 @@ from memroot.ledger.ledger import Ledger
 from memroot.ledger.verify import AuditReport, Finding
 from memroot.ledger.vocab import EdgeType
 from memroot.projections import tables
-from memroot.projections.backends import MemState, SqlState
+from memroot.projections.backends import _EV_INS, MemState, SqlState
 from memroot.projections.digest import first_difference, state_digest
 from memroot.projections.engine import Engine
-from memroot.projections.gated import gated_digest, gated_rows
+from memroot.projections.gated import Pending, gated_digest, gated_rows
 from memroot.projections.hook import fold_entries
-from memroot.projections.model import MemoryObject
+from memroot.projections.model import EventRef, MemoryObject
 
-__all__ = ["MemoryReplayCheck", "RebuildReport", "rebuild", "replay"]
+__all__ = ["MemoryReplayCheck", "RebuildReport", "Refold", "rebuild", "replay"]
 
 MAX_SKIP_NOTES: Final = 20
 _FLUSH_EVERY: Final = 4096
@@ -116,12 +116,36 @@ def _all_entries(ledger: Ledger) -> Iterator[Entry]:
         yield from ledger.entries(branch=b.name)
 
 
-def rebuild(ledger: Ledger, branch: str = CANONICAL_BRANCH) -> RebuildReport:
+class Refold(Protocol):
+    """Another layer's derived state, replayed in the same pass as the memory model's.
+
+    ``rebuild`` calls ``start`` inside its transaction before the first entry, ``feed``
+    with each entry once the memory model has folded it (so the layer reads the memory
+    model as of that entry), and ``finish`` after the last, before it commits.
+    """
+
+    def start(self, db: apsw.Connection) -> None:
+        """Drop and recreate the layer's tables in ``db`` (the rebuild's transaction)."""
+
+    def feed(self, entries: Sequence[Entry]) -> None:
+        """Replay entries the memory model folded: one, or a run of events of one branch.
+
+        Branches come in ``Store.branches`` order, each in seq order.
+        """
+
+    def finish(self) -> None:
+        """Write what is still held."""
+
+
+def rebuild(
+    ledger: Ledger, branch: str = CANONICAL_BRANCH, *, also: Sequence[Refold] = ()
+) -> RebuildReport:
     """Drop the derived memory tables and replay the whole ledger into them, atomically.
 
     Every branch is replayed (the canonical one in memory, then each fork through SQL, parents
     first). ``before``/``after`` digest ``branch``; ``branches_before``/``branches_after``
-    digest every other branch.
+    digest every other branch. The layers in ``also`` are replayed in the same pass, over
+    the same entries read once (``Refold``), in the same transaction.
 
     Raises:
         DecodeError: if a stored entry does not decode (nothing is changed).
@@ -137,7 +161,9 @@ def rebuild(ledger: Ledger, branch: str = CANONICAL_BRANCH) -> RebuildReport:
         gated_before = {b: gated_digest(db, b) for b in names} if _has_gated(db) else {}
         tables.drop(db)
         tables.install(db, indexes=False)
-        n = _refold(db, _all_entries(ledger))
+        for layer in also:
+            layer.start(db)
+        n = _refold(db, _all_entries(ledger), _feeder(also))
         tables.create_indexes(db)
         after = state_digest(db, branch=branch)
         report = RebuildReport(
@@ -155,18 +181,39 @@ def rebuild(ledger: Ledger, branch: str = CANONICAL_BRANCH) -> RebuildReport:
             gated_before=gated_before,
             gated_after={b: gated_digest(db, b) for b in names},
         )
+        for layer in also:
+            layer.finish()
     return report
 
 
-def _refold(db: apsw.Connection, entries: Iterable[Entry]) -> int:
+def _feeder(layers: Sequence[Refold]) -> Callable[[Sequence[Entry]], None] | None:
+    """Return what ``fold_entries`` calls after entries are folded: every layer's ``feed``."""
+    if not layers:
+        return None
+    if len(layers) == 1:
+        return layers[0].feed
+    feeds = [layer.feed for layer in layers]
+
+    def feed(entries: Sequence[Entry]) -> None:
+        for f in feeds:
+            f(entries)
+
+    return feed
+
+
+def _refold(
+    db: apsw.Connection,
+    entries: Iterable[Entry],
+    after: Callable[[Sequence[Entry]], None] | None = None,
+) -> int:
     """``fold_entries(db, entries, fresh=True)`` with the canonical branch in bounded memory.
 
     The canonical branch is folded in a ``_BoundedMemState`` (the same rows as ``MemState``,
     with at most ``_OBJECTS_HELD`` objects held); the branches after it through SQL, as
-    ``fold_entries`` does. Returns how many entries were folded.
+    ``fold_entries`` does; ``after`` as there. Returns how many entries were folded.
     """
     memory = _BoundedMemState(db, flush_every=_FLUSH_EVERY, held=_OBJECTS_HELD)
-    return fold_entries(db, entries, fresh=True, memory=memory)
+    return fold_entries(db, entries, fresh=True, memory=memory, after=after)
 
 
 def _has_gated(db: apsw.Connection) -> bool:
@@ -194,6 +241,7 @@ def replay(entries: Iterable[Entry], *, fts: bool = False) -> apsw.Connection:
 
 
 _OBJECTS_HELD: Final = 8192
+_EV_REPLACE: Final = _EV_INS.replace("INSERT", "INSERT OR REPLACE", 1)
 _SPILL_INDEXES: Final = (
     # tables._INDEXES's own indexes (IF NOT EXISTS: create_indexes later leaves them be)
     "CREATE UNIQUE INDEX IF NOT EXISTS mem_objects_id ON mem_objects(id, branch, vfrom);"
@@ -229,6 +277,54 @@ class _BoundedMemState(MemState):
         self.held = held
         self.spilled = False
         self.edges_spilled = 0  # edges with a row id up to this are read from mem_edges
+        self.gated = Pending(db)
+        """The events' ``mem_conv`` rows and the operations' ``mem_gated`` rows, held and
+        written with one statement each (``gated.Pending``: every read of those tables writes
+        them first), at the latest with the events (every ``flush_every``) and at ``finish``."""
+
+        self.rows: dict[str, tuple[Any, ...]] = {}
+        """The events held, as their ``mem_events`` rows (``MemState.events`` stays empty:
+        an ``EventRef`` is built only for an event an operation reads)."""
+
+    def _write_events(self) -> None:
+        self.gated.flush()
+        super()._write_events()  # none (held as rows)
+        # OR REPLACE: a (tampered) log repeating an event id keeps its last, as MemState.
+        self.db.executemany(_EV_REPLACE, self.rows.values())
+        self.rows.clear()
+
+    def add_event(self, event: EventRef) -> None:
+        """Record a new event (every ``flush_every`` events, those held are written out)."""
+        self.add_event_rows((event.row(),))
+
+    def add_event_rows(self, rows: Iterable[tuple[Any, ...]]) -> None:
+        """Record new events by their ``EventRef.row()`` tuples, in order."""
+        held = self.rows
+        for row in rows:
+            held[row[0]] = row
+            if len(held) >= self.flush_every:
+                self._write_events()
+                self._events_written = True
+
+    def event(self, branch: str, event_id: str) -> EventRef | None:
+        """Return the event with this id on ``branch``, or None."""
+        row = self.rows.get(event_id)
+        if row is None:
+            return super().event(branch, event_id)  # written out (or none)
+        return EventRef(*row) if row[1] == branch else None
+
+    def erase_event(self, event_id: str, seq: int) -> None:
+        """Record that entry ``seq`` erased the event's content."""
+        row = self.rows.get(event_id)
+        if row is None:
+            super().erase_event(event_id, seq)
+        else:
+            self.rows[event_id] = (*row[:6], seq)
+
+    def finish(self) -> None:
+        """Write everything still held (``MemState.finish``), the gated rows first."""
+        self.gated.flush()
+        super().finish()
 
     def _spill(self) -> None:
         self.flush()  # the rows of every object and edge let go are written from here on
@@ -345,6 +441,17 @@ class MemoryReplayCheck:
                 self.engine = Engine(self.sql)
             self._fold_sql(entry)
         self.sizes[branch] = max(self.sizes.get(branch, 0), entry.seq + 1)
+
+    def feed_events(self, branch: str, events: Sequence[Entry], report: AuditReport) -> None:
+        """Fold a run of consecutive events of ``branch`` (as ``feed`` on each; no finding)."""
+        if branch != CANONICAL_BRANCH or self.sql is not None:
+            for entry in events:
+                self.feed(branch, entry, report)
+            return
+        run = [e for e in events if e.branch == branch]
+        if run:
+            self.engine.fold_events(run)
+            self.sizes[branch] = max(self.sizes.get(branch, 0), run[-1].seq + 1)
 
     def _fold_sql(self, entry: Entry) -> None:
         assert self.sql is not None

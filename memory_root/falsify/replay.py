@@ -25,14 +25,14 @@ stored memory root's ``state``; run it after the memory model's and the roots' r
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 import apsw
 
-from memroot.ledger.entries import Entry
+from memroot.ledger.entries import Entry, Kind
 from memroot.ledger.errors import DecodeError
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.verify import AuditReport, Finding
@@ -43,11 +43,12 @@ from memroot.memory_root.falsify._core import FalsifyCore, has_table, ledger_cor
 from memroot.memory_root.falsify.deps import ROOT, ItemRef
 from memroot.memory_root.falsify.states import LIVE
 from memroot.projections import tables
+from memroot.projections.digest import rows_digest
 from memroot.projections.hook import catch_up as memory_catch_up
 from memroot.projections.registry import Registry, default_registry
 from memroot.projections.replay import MemoryReplayCheck
 
-__all__ = ["STEP", "TABLES", "FalsifyReplayCheck", "RebuildResult", "rebuild"]
+__all__ = ["STEP", "TABLES", "FalsifyReplayCheck", "RebuildResult", "StatesRebuild", "rebuild"]
 
 STEP: Final = 9
 TABLES: Final = (
@@ -203,6 +204,15 @@ class FalsifyReplayCheck:
                 )
             )
 
+    def feed_events(self, branch: str, events: Sequence[Entry], report: AuditReport) -> None:
+        """Replay a run of consecutive events (as ``feed`` on each: only the head moves)."""
+        if self._feeds_memory:
+            self.memory.feed_events(branch, events, report)
+        if events:
+            last = events[-1]
+            self.core.apply(last, strict=False)  # an event: nothing but its head to fold
+            self.sizes[branch] = last.seq + 1
+
     def finish(self, report: AuditReport) -> None:
         """Compare the stored tables and root states with the replay (with the file)."""
         try:
@@ -266,8 +276,15 @@ class FalsifyReplayCheck:
         heads: dict[str, int],
         report: AuditReport,
     ) -> None:
+        if not has_table(fdb, table):
+            theirs: Iterator[tuple[Any, ...]] = iter(())
+        else:
+            # Equal tables (every row, in order) are equal below each head: nothing to walk.
+            want = rows_digest(self.db, table, cols)
+            if want is not None and want == rows_digest(fdb, table, cols):
+                return
+            theirs = _rows(fdb, table, cols, heads)
         mine = _rows(self.db, table, cols, heads)
-        theirs = _rows(fdb, table, cols, heads) if has_table(fdb, table) else iter(())
         while True:
             a, b = next(mine, None), next(theirs, None)
             if a is None and b is None:
@@ -378,19 +395,31 @@ class RebuildResult:
     skipped: int
 
 
-def rebuild(ledger: Ledger, registry: Registry | None = None) -> RebuildResult:
-    """Drop the falsification tables and replay them from the log; set root states.
+class StatesRebuild:
+    """The falsification tables replayed from the log, entry by entry (``rebuild``).
 
-    Runs after the memory model's and the roots' rebuilds (it reads the stored summaries,
-    and the memory model's gated bookkeeping for own views, folding what it lacks first).
-
-    Raises:
-        DecodeError: if a stored entry does not decode (nothing is changed).
-        StorageError: if the file cannot be written (nothing is changed).
+    A ``memroot.projections.replay.Refold``: ``memroot rebuild`` feeds it the entries of
+    the memory model's own rebuild pass (one read of the log), each once the memory model
+    has folded it, so an operation's own view reads the memory model as of that entry, as
+    the append hook did. ``start`` drops and recreates the tables, ``feed`` replays one
+    entry, ``finish`` writes the heads; ``result`` is then what was replayed.
     """
-    reg = registry if registry is not None else default_registry()
-    n = 0
-    with ledger.write() as db:
+
+    def __init__(self, ledger: Ledger, registry: Registry | None = None) -> None:
+        """Replay into ``ledger``'s file with ``registry`` (default: built-ins and plugins)."""
+        self.ledger = ledger
+        self.registry = registry if registry is not None else default_registry()
+        self.result: RebuildResult | None = None
+        self._sizes = {b.name: b.size for b in ledger.store.branches()}
+        self._branch: str | None = None
+        self._next = 0  # the seq of the branch's next entry
+        self._ended: set[str] = set()
+        self._n = 0
+        self._db: apsw.Connection | None = None
+        self._core: FalsifyCore | None = None
+
+    def start(self, db: apsw.Connection) -> None:
+        """Drop the falsification tables, recreate them, reset every root's state."""
         for table, _ in TABLES:
             db.execute(f"DROP TABLE IF EXISTS {table}")
         db.execute("DROP TABLE IF EXISTS fz_heads")
@@ -399,19 +428,79 @@ def rebuild(ledger: Ledger, registry: Registry | None = None) -> RebuildResult:
         if has_table(db, "memory_roots"):
             db.execute("UPDATE memory_roots SET state = 'live'")
             records.clear_resnapshots(db)
-        core = ledger_core(ledger, reg)
+        self._db = db
+        self._core = ledger_core(self.ledger, self.registry)
+
+    def feed(self, entries: Sequence[Entry]) -> None:
+        """Replay entries, one or a run of events (an event only counts: nothing folds it)."""
+        if not entries:
+            return
+        first = entries[0]
+        if first.branch != self._branch:
+            self._end_branch()
+            self._branch, self._next = first.branch, 0
+        if len(entries) > 1 or first.kind is Kind.EVENT:  # a run of events of the branch
+            self._n += len(entries)
+            self._next = entries[-1].seq + 1
+            return
+        self._n += 1
+        self._next = first.seq + 1
+        assert self._core is not None
+        self._core.apply(first, strict=False)
+
+    def _end_branch(self) -> None:
+        """Replay the branch's stored entries past those fed (unsigned ones); write its head."""
+        branch = self._branch
+        if branch is None:
+            return
+        core, db = self._core, self._db
+        assert core is not None and db is not None
+        size = self._sizes.get(branch, self._next)
+        if self._next < size:
+            for r in self.ledger.store.iter_entry_rows(
+                self.ledger.store.branch(branch).no, self._next, size
+            ):
+                self._n += 1
+                if r.digest is not None or r.erased_by is not None:
+                    continue  # an event (known by its content columns): nothing to fold
+                core.apply(Entry.from_bytes(bytes(r.data)), strict=False)
+        core.flush_heads()
+        set_head(db, branch, size)
+        self._ended.add(branch)
+        self._branch = None
+
+    def finish(self) -> None:
+        """Write the heads of every branch; set ``result``."""
+        self._end_branch()
+        db = self._db
+        assert db is not None
+        for name in self._sizes:
+            if name not in self._ended:  # a branch no entry was fed of (none stored)
+                self._branch, self._next = name, 0
+                self._end_branch()
+        changes: Any = db.execute("SELECT count(*) FROM fz_states").fetchall()[0][0]
+        skipped: Any = db.execute("SELECT count(*) FROM fz_skipped").fetchall()[0][0]
+        self.result = RebuildResult(self._n, int(changes), int(skipped))
+
+
+def rebuild(ledger: Ledger, registry: Registry | None = None) -> RebuildResult:
+    """Drop the falsification tables and replay them from the log; set root states.
+
+    Runs after the memory model's and the roots' rebuilds (it reads the stored summaries,
+    and the memory model's gated bookkeeping for own views, folding what it lacks first).
+    ``memroot rebuild`` replays it in the memory model's pass instead (``StatesRebuild``).
+
+    Raises:
+        DecodeError: if a stored entry does not decode (nothing is changed).
+        StorageError: if the file cannot be written (nothing is changed).
+    """
+    states = StatesRebuild(ledger, registry)
+    with ledger.write() as db:
+        states.start(db)
         if tables.installed(db):
             # Own views read the memory model as of each entry: it must cover the log.
             for b in ledger.store.branches():
                 memory_catch_up(db, ledger, b.name, b.size)
-        for b in ledger.store.branches():
-            for r in ledger.store.iter_entry_rows(b.no, 0, b.size):
-                n += 1
-                if r.digest is not None or r.erased_by is not None:
-                    continue  # an event (known by its content columns): nothing to fold
-                core.apply(Entry.from_bytes(bytes(r.data)), strict=False)
-            core.flush_heads()
-            set_head(db, b.name, b.size)
-        changes: Any = db.execute("SELECT count(*) FROM fz_states").fetchall()[0][0]
-        skipped: Any = db.execute("SELECT count(*) FROM fz_skipped").fetchall()[0][0]
-    return RebuildResult(n, int(changes), int(skipped))
+        states.finish()  # every branch's stored entries, read from its rows
+    assert states.result is not None
+    return states.result
