@@ -14,7 +14,6 @@ __all__ = [
     "bundle_checks",
     "bundle_sections",
     "default_hooks",
-    "rebuild_derived",
     "replay_checks",
 ]
 
@@ -72,15 +71,3 @@ def bundle_checks(bundle: BundleReader) -> list[ReplayCheck]:
     from memroot.memory_root.replay import RootsReplayCheck
 
     return [RootsReplayCheck(), RootsSectionCheck(bundle), FalsifyReplayCheck()]
-
-
-def rebuild_derived(ledger: Ledger) -> None:
-    """Replay the layers' derived state from the entries (after ``import-bundle``)."""
-    from memroot.memory_root.falsify.replay import rebuild as rebuild_states
-    from memroot.memory_root.replay import rebuild as rebuild_roots
-    from memroot.projections.registry import default_registry
-    from memroot.projections.replay import rebuild as rebuild_memory
-
-    rebuild_memory(ledger)
-    rebuild_roots(ledger, default_registry())
-    rebuild_states(ledger, default_registry())
