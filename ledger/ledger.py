@@ -638,6 +638,28 @@ class Ledger:
         self.derived.set_heads([(b.name, size, prev)])
         return n
 
+    @property
+    def replaying(self) -> bool:
+        """True while committed entries are folded through the hooks again.
+
+        A PostgreSQL cache's catch-up, ``replay_hooks`` and a check that replays
+        (``folding_committed``) fold each branch whole, parents before their forks: the
+        order across branches is not the live one (entries of a fork appended before its
+        parent closed it come after the close). A hook skips the append-time rules that
+        depend on that order or on sizes at the time (a branch's state and limits): the
+        entries passed them when they were appended. Nothing is appended meanwhile.
+        """
+        return self._replaying
+
+    @contextlib.contextmanager
+    def folding_committed(self) -> Iterator[None]:
+        """Mark the body as folding committed entries (``replaying`` is True in it)."""
+        was, self._replaying = self._replaying, True
+        try:
+            yield
+        finally:
+            self._replaying = was
+
     def replay_hooks(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Fold every committed entry of a ledger file through its hooks; return how many.
 
@@ -693,7 +715,7 @@ class Ledger:
         view = getattr(self, "_view", None) or StoreView(real)
         view.rows = rows
         self.store = view  # type: ignore[assignment]
-        self._replaying = True
+        was, self._replaying = self._replaying, True
         n = 0
         try:
             # A hook that folded some of these on its own (reading the ledger's newest size
@@ -729,7 +751,7 @@ class Ledger:
         finally:
             self.store = real
             view.rows = None
-            self._replaying = False
+            self._replaying = was
         rows[b.name] = BranchRow(b.no, b.name, start + n, prev)
         return n, prev
 

@@ -347,7 +347,10 @@ class BranchRegistry:
         self, db: apsw.Connection, ledger: Ledger, entry: Entry, content: str | None
     ) -> list[OpInput]:
         """Validate and fold one entry (see the class docstring)."""
-        if entry.branch != CANONICAL_BRANCH:
+        # Folding committed entries again (``Ledger.replaying``), a fork is folded whole
+        # after its parent, past the parent's BRANCH_CLOSE of it, with the sizes of today:
+        # its entries passed the state and limit rules when they were appended.
+        if entry.branch != CANONICAL_BRANCH and not ledger.replaying:
             row = db.execute(
                 "SELECT state, max_events, max_storage_mb FROM branch_meta WHERE branch_id = ?",
                 (entry.branch,),
@@ -363,7 +366,7 @@ class BranchRegistry:
         if entry.type == OpType.BRANCH_CREATE:
             self._create(db, ledger, entry)
         elif entry.type == OpType.BRANCH_CLOSE:
-            self._close(db, entry)
+            self._close(db, entry, replaying=ledger.replaying)
         elif entry.type == OpType.BRANCH_POLICY:
             self._policy(db, entry)
         elif entry.type == OpType.BRANCH_MERGE:
@@ -463,7 +466,8 @@ class BranchRegistry:
             raise ValidationError("a branch needs a purpose", field="payload.purpose")
         expiry = Expiry.from_payload(p.get("expiry"))
         actor = entry.body["actor_id"]
-        self._check_limits(db, ledger, actor)
+        if not ledger.replaying:
+            self._check_limits(db, ledger, actor)
         fork = p.get("fork", {})
         db.execute(
             f"INSERT INTO branch_meta({_COLUMNS}) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -519,7 +523,7 @@ class BranchRegistry:
                 f"{self.limits.storage_mb_per_user})" + hint
             )
 
-    def _close(self, db: apsw.Connection, entry: Entry) -> None:
+    def _close(self, db: apsw.Connection, entry: Entry, *, replaying: bool) -> None:
         p = entry.body["payload"]
         branch_id, action = p.get("branch_id"), p.get("action")
         if action not in _STATE_AFTER:
@@ -536,7 +540,8 @@ class BranchRegistry:
             raise RefusedError(f"branch {branch_id!r} is already {row[0]}")
         if row[1] != entry.branch:
             raise RefusedError(f"BRANCH_CLOSE of {branch_id!r} belongs in its parent {row[1]!r}")
-        children = open_children(db, str(branch_id))
+        # Replaying, the children's own BRANCH_CLOSE entries (in this branch) come later.
+        children = [] if replaying else open_children(db, str(branch_id))
         if children:
             # A child of a closed branch could go on growing from a parent nobody can append
             # to or merge into any more: its children end first.

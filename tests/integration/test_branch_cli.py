@@ -346,10 +346,11 @@ def _tables(path: Path) -> dict[str, Any]:
 
 
 def test_import_bundle_restores_every_layers_state(path: Path, tmp_path: Path):
-    """A bundle of a ledger with forks, a merge, conversation parents, git context and a
-    falsification imports into a file whose derived state equals the exporter's: the branch
-    registry, the conversation tree and the git index too, not only the memory model (only
-    those three were replayed before, and the imported ledger listed no branch)."""
+    """A bundle of a ledger with forks, a merge, closed branches, conversation parents, git
+    context and a falsification imports into a file whose derived state equals the
+    exporter's: the branch registry, the conversation tree and the git index too, not only
+    the memory model (only that, roots and states were replayed before, and the imported
+    ledger listed no branch)."""
     b, mine, theirs = _pair(path)
     first = event(path, git="feature/x")
     event(path, parent=first, git="feature/x")
@@ -359,6 +360,11 @@ def test_import_bundle_restores_every_layers_state(path: Path, tmp_path: Path):
     ok(path, *merged, "--actor", "admin")
     falsified = memroot(path, "falsify", theirs, "--reason", "wrong city", "--actor", "admin")
     assert falsified.exit_code == 0, falsified.output
+    # Closed inner branch first, then its parent: the import folds each branch whole, main
+    # first, so it meets both closes before the entries they came after.
+    for closed in (nested, b):
+        assert memroot(path, "branch", "close", closed, "--reason", "done").exit_code == 0
+    event(path)
     assert memroot(path, "export", str(tmp_path / "bundle")).exit_code == 0
     vkey = str(ok(path, "vkey")["vkey"])
     copy = tmp_path / "copy.ledger"

@@ -541,6 +541,38 @@ def test_two_hosts_and_a_fork(tmp_path: Path, pg_url: str, pg_key: Path) -> None
         b.close()
 
 
+def test_a_new_host_catches_up_past_a_closed_branch(
+    tmp_path: Path, pg_url: str, pg_key: Path
+) -> None:
+    """A cache folds each branch whole, main first: it meets main's BRANCH_CLOSE of a fork
+    (and the fork's of its own child) before the entries they came after, and still
+    catches up (it refused the fork's first entry, "is CLOSED", before)."""
+    from memroot.memory_root.branches import close_branch, create_branch, list_branches
+
+    Ledger.init(pg_url, origin=ORIGIN, key_path=pg_key, cache_path=tmp_path / "a.cache").close()
+    with _host(pg_url, pg_key, tmp_path / "a.cache") as a:
+        a.append(_ev("on main"))
+        for name, parent in (("sim-1", "main"), ("sim-2", "sim-1")):
+            create_branch(
+                a,
+                branch_type="SIMULATION",
+                purpose="p",
+                actor_id="agent",
+                namespace_id=NS,
+                expiry_days=7,
+                branch_id=name,
+                parent=parent,
+            )
+            a.append(_ev(f"on {name}"), branch=name)
+        for name in ("sim-2", "sim-1"):
+            close_branch(a, name, reason="done", actor_id="agent")
+        a.append(_ev("after"))
+        before = [(b.branch_id, b.state) for b in list_branches(a)]
+    with _host(pg_url, pg_key, tmp_path / "fresh.cache") as b:
+        assert [(i.branch_id, i.state) for i in list_branches(b)] == before
+    assert before == [("sim-1", "CLOSED"), ("sim-2", "CLOSED")]
+
+
 def test_an_erasure_reaches_a_branch_object_another_host_asserted(
     tmp_path: Path, pg_url: str, pg_key: Path
 ) -> None:
