@@ -43,6 +43,7 @@ def replay_checks(
     from memroot.memory_root.erasure import ErasureCheck
     from memroot.memory_root.falsify.replay import FalsifyReplayCheck
     from memroot.memory_root.replay import RootsReplayCheck
+    from memroot.memory_root.tables_check import LayerTablesCheck
     from memroot.projections.replay import MemoryReplayCheck
     from memroot.receipts import ReceiptsCheck
 
@@ -54,6 +55,7 @@ def replay_checks(
         FalsifyReplayCheck(ledger.path, memory=memory, ledger=on),
         ReceiptsCheck(ledger.path, ledger=on),
         ErasureCheck(ledger.path, restricted=restricted, ledger=on),
+        LayerTablesCheck(ledger.path, restricted=restricted, ledger=on),
     ]
 
 
