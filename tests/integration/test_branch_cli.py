@@ -463,3 +463,35 @@ def test_attack_on_a_layer_table_is_reported_by_verify(
     _edit(rich, *statements)
     [finding] = _step9(rich)
     assert finding.startswith(f"{table} (") and "differs from a replay" in finding, attack
+
+
+@pytest.mark.parametrize(
+    ("attack", "statement"),
+    [
+        ("branch_purpose_rewritten", "UPDATE branch_meta SET purpose = 'nothing to see'"),
+        ("branch_expiry_extended", "UPDATE branch_meta SET max_age_days = 3650"),
+        ("branch_reparented", "UPDATE branch_meta SET parent = 'elsewhere'"),
+        ("branch_forged", _FORGED_BRANCH),
+        ("branch_create_seq_moved", "UPDATE branch_meta SET create_seq = create_seq - 1"),
+    ],
+)
+def test_attack_on_the_branch_registry_is_refused_by_reads(rich: Path, attack: str, statement: str):
+    """`branch list` and `branch show` refuse a registry row its BRANCH_CREATE did not make
+    (exit 1, nothing of the data printed); --no-strict shows it; verify reports it."""
+    shown = "ghost" if attack == "branch_forged" else ok(rich, "branch", "list")[0]["branch_id"]
+    _edit(rich, statement)
+    for args in (["branch", "list"], ["branch", "show", shown]):
+        refused = memroot(rich, *args, "--json")
+        assert refused.exit_code == 1, (attack, args, refused.output)
+        assert "strict read refused" in refused.stderr and "step 9" in refused.stderr
+        assert refused.stdout == ""
+    assert ok(rich, "branch", "list", "--no-strict")
+    assert _step9(rich)
+
+
+def test_branch_state_edit_is_left_to_verify(rich: Path):
+    """A reopened branch (state OPEN again) is not located by a read: verify reports it."""
+    _edit(rich, "UPDATE branch_meta SET state = 'OPEN' WHERE state = 'CLOSED'")
+    assert memroot(rich, "branch", "list").exit_code == 0
+    [finding] = _step9(rich)
+    assert finding.startswith("branch_meta (")
