@@ -660,7 +660,12 @@ class Ledger:
         finally:
             self._replaying = was
 
-    def replay_hooks(self, progress: Callable[[int, int], None] | None = None) -> int:
+    def replay_hooks(
+        self,
+        progress: Callable[[int, int], None] | None = None,
+        *,
+        hooks: Sequence[AppendHook] | None = None,
+    ) -> int:
         """Fold every committed entry of a ledger file through its hooks; return how many.
 
         For a file whose entries were written without the hooks (``import_bundle`` copies a
@@ -674,10 +679,13 @@ class Ledger:
         A PostgreSQL ledger's cache does the same fold on its own when the ledger opens (and
         at every write and read): for one, this applies what is still missing, if anything.
 
+        ``hooks``: fold every entry through these instead (installed, their tables emptied by
+        the caller: ``memroot rebuild`` re-derives some layers so), on either backend.
+
         Raises:
             StorageError: if a hook refuses a committed entry (nothing is written then).
         """
-        if self.derived is not self.store:
+        if hooks is None and self.derived is not self.store:
             return self._catch_up()
         rows: dict[str, BranchRow] = {}
         done = 0
@@ -692,7 +700,9 @@ class Ledger:
                     progress(done, total)
 
             for b in branches:
-                self._fold_committed(db, b, 0, b"", rows, f"the derived state of {self.path}", tick)
+                self._fold_committed(
+                    db, b, 0, b"", rows, f"the derived state of {self.path}", tick, hooks
+                )
         return done
 
     def _fold_committed(
@@ -704,13 +714,15 @@ class Ledger:
         rows: dict[str, BranchRow],
         where: str,
         progress: Callable[[int], None] | None = None,
+        hooks: Sequence[AppendHook] | None = None,
     ) -> tuple[int, bytes]:
         """Fold committed entries ``start..`` of ``b`` through the hooks into ``db``.
 
         ``rows`` holds the heads the hooks are shown (``StoreView``) and is updated as the
-        entries are folded; ``prev`` is the hash of entry ``start - 1``. Returns how many
-        entries were folded and the hash of the last one.
+        entries are folded; ``prev`` is the hash of entry ``start - 1``; ``hooks`` replaces
+        the ledger's own. Returns how many entries were folded and the hash of the last one.
         """
+        hooks = self.hooks if hooks is None else hooks
         real = self.store
         view = getattr(self, "_view", None) or StoreView(real)
         view.rows = rows
@@ -720,7 +732,7 @@ class Ledger:
         try:
             # A hook that folded some of these on its own (reading the ledger's newest size
             # while another host appended) is not given them again.
-            done = [_folded(hook, db, self, b.name) for hook in self.hooks]
+            done = [_folded(hook, db, self, b.name) for hook in hooks]
             for row in real.iter_entry_rows(b.no, start, b.size):
                 e = Entry.from_bytes(row.data)
                 if row.seq and e.prev != prev:
@@ -731,7 +743,7 @@ class Ledger:
                 rows[b.name] = BranchRow(b.no, b.name, row.seq, e.prev)
                 content = None if row.content is None else bytes(row.content).decode("utf-8")
                 try:
-                    for hook, folded in zip(self.hooks, done, strict=True):
+                    for hook, folded in zip(hooks, done, strict=True):
                         if row.seq >= folded:
                             hook.apply(db, self, e, content)
                 except (RefusedError, ValidationError) as err:
@@ -742,10 +754,10 @@ class Ledger:
                 prev = bytes(row.hash)
                 n += 1
                 if n % 4096 == 0:
-                    _end_batch(self.hooks, db)
+                    _end_batch(hooks, db)
                     if progress is not None:
                         progress(4096)
-            _end_batch(self.hooks, db)
+            _end_batch(hooks, db)
             if progress is not None and n % 4096:
                 progress(n % 4096)
         finally:

@@ -36,7 +36,7 @@ from memroot.memory_root.branches import BranchRegistry
 from memroot.projections.anchors import ConversationTree
 from memroot.projections.gitctx import GitContextHook
 
-__all__ = ["LayerTablesCheck"]
+__all__ = ["LayerTablesCheck", "rebuild_layer_tables"]
 
 STEP: Final = 9
 EXACT_TABLES: Final = ("branch_meta", "branch_merges", "branch_policy", "git_context")
@@ -52,6 +52,25 @@ _WHAT: Final = {
     "git_context": "the git index",
     DIGESTED_TABLE: "the conversation tree",
 }
+
+
+def rebuild_layer_tables(ledger: Ledger) -> int:
+    """Empty the branch registry, conversation tree and git index and replay them.
+
+    One transaction; returns how many entries were folded. What ``memroot rebuild`` does for
+    these layers (the memory model, roots and states have their own rebuilds); on a
+    PostgreSQL ledger, in this host's cache.
+
+    Raises:
+        StorageError: if a hook refuses a committed entry (nothing is changed then).
+    """
+    hooks = (BranchRegistry(), ConversationTree(), GitContextHook())
+    with ledger.write() as db:
+        for hook in hooks:
+            hook.install(db)
+        for table in (*EXACT_TABLES, DIGESTED_TABLE):
+            db.execute(f"DELETE FROM {table}")
+        return ledger.replay_hooks(hooks=hooks)
 
 
 class _Committed:
