@@ -14,6 +14,7 @@ import click
 
 from memroot.cli.commands import open_ledger, open_reader, strict_option
 from memroot.cli.main import Context, cli, emit, pass_ctx
+from memroot.ledger.errors import NotFoundError
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.vocab import ActorType, BranchType
 from memroot.memory_root.branches import (
@@ -22,6 +23,7 @@ from memroot.memory_root.branches import (
     MAX_EXPIRY_EVENTS,
     BranchInfo,
     Expiry,
+    check_branches,
     close_branch,
     create_branch,
     gc,
@@ -71,7 +73,10 @@ def _reading(ctx: Context, no_strict: bool, *, catch_up: bool = False) -> Iterat
 
 def _info_json(ctx_ledger: Any, info: BranchInfo) -> dict[str, Any]:
     data = info.to_json()
-    data["size"] = ctx_ledger.size(info.branch_id)
+    try:
+        data["size"] = ctx_ledger.size(info.branch_id)
+    except NotFoundError:  # a registry row of no branch, shown by --no-strict (forensics)
+        data["size"] = None
     data["expires"] = _when(info.expires_at)
     return data
 
@@ -182,7 +187,9 @@ def list_(ctx: Context, state: str | None, no_strict: bool, as_json: bool) -> No
     Example: memroot -l agent.ledger branch list --state OPEN
     """
     with _reading(ctx, no_strict) as ledger:
-        rows = [_info_json(ledger, b) for b in list_branches(ledger, state=state)]
+        infos = list_branches(ledger, state=state)
+        check_branches(ledger, infos)  # strict: each row is what its BRANCH_CREATE made
+        rows = [_info_json(ledger, b) for b in infos]
     emit(
         rows,
         as_json,
@@ -207,6 +214,7 @@ def show(ctx: Context, branch_id: str, no_strict: bool, as_json: bool) -> None:
     """
     with _reading(ctx, no_strict) as ledger:
         info = get_branch(ledger, branch_id)
+        check_branches(ledger, [info])
         data = _info_json(ledger, info)
         row = ledger.branch_row(branch_id)
         data["head"] = bytes(row.head).hex()

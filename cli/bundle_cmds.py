@@ -196,18 +196,20 @@ def import_bundle_cmd(
     """Rebuild a ledger (-l, a new file) from a bundle, after verifying every step.
 
     -l may also name a PostgreSQL database that holds no memroot tables. The new ledger has
-    the same entries, roots and checkpoints, and the layers' derived state (memory objects,
-    memory_root records) is replayed from its entries. It has no signing key.
+    the same entries, roots and checkpoints, and every imported entry is folded through the
+    layers' hooks as the live appends were, so their derived state (memory objects, roots,
+    falsification, the branch registry, conversation tree, git index) is the exporter's. It
+    has no signing key.
 
     Example: memroot -l restored.ledger import-bundle audit-2026-05 --vkey "$(cat agent.vkey)"
     """
-    from memroot.cli import hooks
-
     trusted = TrustedState(trusted_path or default_trusted_path())
     target = ctx.path()
     done = import_bundle(bundle, target, vkeys=vkeys, trusted=trusted)
     with open_ledger(ctx) as ledger:  # installs the layers' tables
-        hooks.rebuild_derived(ledger)  # and replays their state from the imported entries
+        # and folds every imported entry through the hooks, as the live appends did
+        for update in progress_bar(done.entries, "replaying"):
+            ledger.replay_hooks(update)
     data = {
         "ledger": redact(target) if isinstance(target, str) else str(done.path),
         "origin": done.origin,

@@ -14,7 +14,6 @@ __all__ = [
     "bundle_checks",
     "bundle_sections",
     "default_hooks",
-    "rebuild_derived",
     "replay_checks",
 ]
 
@@ -44,6 +43,7 @@ def replay_checks(
     from memroot.memory_root.erasure import ErasureCheck
     from memroot.memory_root.falsify.replay import FalsifyReplayCheck
     from memroot.memory_root.replay import RootsReplayCheck
+    from memroot.memory_root.tables_check import LayerTablesCheck
     from memroot.projections.replay import MemoryReplayCheck
     from memroot.receipts import ReceiptsCheck
 
@@ -55,6 +55,7 @@ def replay_checks(
         FalsifyReplayCheck(ledger.path, memory=memory, ledger=on),
         ReceiptsCheck(ledger.path, ledger=on),
         ErasureCheck(ledger.path, restricted=restricted, ledger=on),
+        LayerTablesCheck(ledger.path, restricted=restricted, ledger=on),
     ]
 
 
@@ -72,15 +73,3 @@ def bundle_checks(bundle: BundleReader) -> list[ReplayCheck]:
     from memroot.memory_root.replay import RootsReplayCheck
 
     return [RootsReplayCheck(), RootsSectionCheck(bundle), FalsifyReplayCheck()]
-
-
-def rebuild_derived(ledger: Ledger) -> None:
-    """Replay the layers' derived state from the entries (after ``import-bundle``)."""
-    from memroot.memory_root.falsify.replay import rebuild as rebuild_states
-    from memroot.memory_root.replay import rebuild as rebuild_roots
-    from memroot.projections.registry import default_registry
-    from memroot.projections.replay import rebuild as rebuild_memory
-
-    rebuild_memory(ledger)
-    rebuild_roots(ledger, default_registry())
-    rebuild_states(ledger, default_registry())

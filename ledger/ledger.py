@@ -19,7 +19,7 @@ import importlib
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, NamedTuple, Protocol
@@ -624,22 +624,115 @@ class Ledger:
         """
         assert isinstance(self.derived, DerivedCache)
         applied = self._applied_heads()
-        real = self.store
-        view = self._view
         rows = {
             r.name: BranchRow(r.no, r.name, applied[r.name][0], applied[r.name][1])
-            for r in real.branches()
+            for r in self.store.branches()
             if r.name in applied
         }
+        prev = applied.get(b.name, (0, b""))[1]
+        n, prev = self._fold_committed(
+            db, b, start, prev, rows, f"the derived-state cache {self.derived.path}"
+        )
+        size = start + n
+        applied[b.name] = (size, prev)
+        self.derived.set_heads([(b.name, size, prev)])
+        return n
+
+    @property
+    def replaying(self) -> bool:
+        """True while committed entries are folded through the hooks again.
+
+        A PostgreSQL cache's catch-up, ``replay_hooks`` and a check that replays
+        (``folding_committed``) fold each branch whole, parents before their forks: the
+        order across branches is not the live one (entries of a fork appended before its
+        parent closed it come after the close). A hook skips the append-time rules that
+        depend on that order or on sizes at the time (a branch's state and limits): the
+        entries passed them when they were appended. Nothing is appended meanwhile.
+        """
+        return self._replaying
+
+    @contextlib.contextmanager
+    def folding_committed(self) -> Iterator[None]:
+        """Mark the body as folding committed entries (``replaying`` is True in it)."""
+        was, self._replaying = self._replaying, True
+        try:
+            yield
+        finally:
+            self._replaying = was
+
+    def replay_hooks(
+        self,
+        progress: Callable[[int, int], None] | None = None,
+        *,
+        hooks: Sequence[AppendHook] | None = None,
+    ) -> int:
+        """Fold every committed entry of a ledger file through its hooks; return how many.
+
+        For a file whose entries were written without the hooks (``import_bundle`` copies a
+        bundle's entries and checkpoints as they are): every branch in creation order, each
+        entry as a live append would have applied it, in one write transaction, so the
+        layers' derived state (memory model, roots, falsification, branch registry,
+        conversation tree, ...) is what the exporting ledger had. Nothing is appended: the
+        follow-ups the hooks return are already in the log. ``progress(done, total)`` is
+        called every few thousand entries.
+
+        A PostgreSQL ledger's cache does the same fold on its own when the ledger opens (and
+        at every write and read): for one, this applies what is still missing, if anything.
+
+        ``hooks``: fold every entry through these instead (installed, their tables emptied by
+        the caller: ``memroot rebuild`` re-derives some layers so), on either backend.
+
+        Raises:
+            StorageError: if a hook refuses a committed entry (nothing is written then).
+        """
+        if hooks is None and self.derived is not self.store:
+            return self._catch_up()
+        rows: dict[str, BranchRow] = {}
+        done = 0
+        with self.write() as db:
+            branches = self.store.branches()
+            total = sum(b.size for b in branches)
+
+            def tick(n: int) -> None:
+                nonlocal done
+                done += n
+                if progress is not None:
+                    progress(done, total)
+
+            for b in branches:
+                self._fold_committed(
+                    db, b, 0, b"", rows, f"the derived state of {self.path}", tick, hooks
+                )
+        return done
+
+    def _fold_committed(
+        self,
+        db: apsw.Connection,
+        b: BranchRow,
+        start: int,
+        prev: bytes,
+        rows: dict[str, BranchRow],
+        where: str,
+        progress: Callable[[int], None] | None = None,
+        hooks: Sequence[AppendHook] | None = None,
+    ) -> tuple[int, bytes]:
+        """Fold committed entries ``start..`` of ``b`` through the hooks into ``db``.
+
+        ``rows`` holds the heads the hooks are shown (``StoreView``) and is updated as the
+        entries are folded; ``prev`` is the hash of entry ``start - 1``; ``hooks`` replaces
+        the ledger's own. Returns how many entries were folded and the hash of the last one.
+        """
+        hooks = self.hooks if hooks is None else hooks
+        real = self.store
+        view = getattr(self, "_view", None) or StoreView(real)
         view.rows = rows
         self.store = view  # type: ignore[assignment]
-        self._replaying = True
+        was, self._replaying = self._replaying, True
         n = 0
         try:
             # A hook that folded some of these on its own (reading the ledger's newest size
             # while another host appended) is not given them again.
-            done = [_folded(hook, db, self, b.name) for hook in self.hooks]
-            prev = applied.get(b.name, (0, b""))[1]
+            done = [_folded(hook, db, self, b.name) for hook in hooks]
             for row in real.iter_entry_rows(b.no, start, b.size):
                 e = Entry.from_bytes(row.data)
                 if row.seq and e.prev != prev:
@@ -650,28 +743,29 @@ class Ledger:
                 rows[b.name] = BranchRow(b.no, b.name, row.seq, e.prev)
                 content = None if row.content is None else bytes(row.content).decode("utf-8")
                 try:
-                    for hook, folded in zip(self.hooks, done, strict=True):
+                    for hook, folded in zip(hooks, done, strict=True):
                         if row.seq >= folded:
                             hook.apply(db, self, e, content)
                 except (RefusedError, ValidationError) as err:
                     raise StorageError(
-                        f"the derived-state cache {self.derived.path} cannot apply entry "
-                        f"{row.seq} of branch {b.name!r} ({err}): was it appended without "
-                        "the hooks? Nothing was changed"
+                        f"{where} cannot apply entry {row.seq} of branch {b.name!r} ({err}): "
+                        "was it appended without the hooks? Nothing was changed"
                     ) from err
                 prev = bytes(row.hash)
                 n += 1
                 if n % 4096 == 0:
-                    _end_batch(self.hooks, db)
-            _end_batch(self.hooks, db)
+                    _end_batch(hooks, db)
+                    if progress is not None:
+                        progress(4096)
+            _end_batch(hooks, db)
+            if progress is not None and n % 4096:
+                progress(n % 4096)
         finally:
             self.store = real
             view.rows = None
-            self._replaying = False
-        size = start + n
-        applied[b.name] = (size, prev)
-        self.derived.set_heads([(b.name, size, prev)])
-        return n
+            self._replaying = was
+        rows[b.name] = BranchRow(b.no, b.name, start + n, prev)
+        return n, prev
 
     def __enter__(self) -> Ledger:
         return self

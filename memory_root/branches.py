@@ -40,7 +40,13 @@ from memroot.ledger.entries import (
     new_uuid,
     now_us,
 )
-from memroot.ledger.errors import MemrootError, NotFoundError, RefusedError, ValidationError
+from memroot.ledger.errors import (
+    IntegrityError,
+    MemrootError,
+    NotFoundError,
+    RefusedError,
+    ValidationError,
+)
 from memroot.ledger.ledger import Appended, Ledger
 from memroot.ledger.store import BRANCH_SHIFT
 from memroot.ledger.vocab import ActorType, BranchType, OpType
@@ -59,6 +65,7 @@ __all__ = [
     "BranchRegistry",
     "Expiry",
     "GcAction",
+    "check_branches",
     "close_branch",
     "create_branch",
     "gc",
@@ -347,7 +354,10 @@ class BranchRegistry:
         self, db: apsw.Connection, ledger: Ledger, entry: Entry, content: str | None
     ) -> list[OpInput]:
         """Validate and fold one entry (see the class docstring)."""
-        if entry.branch != CANONICAL_BRANCH:
+        # Folding committed entries again (``Ledger.replaying``), a fork is folded whole
+        # after its parent, past the parent's BRANCH_CLOSE of it, with the sizes of today:
+        # its entries passed the state and limit rules when they were appended.
+        if entry.branch != CANONICAL_BRANCH and not ledger.replaying:
             row = db.execute(
                 "SELECT state, max_events, max_storage_mb FROM branch_meta WHERE branch_id = ?",
                 (entry.branch,),
@@ -363,7 +373,7 @@ class BranchRegistry:
         if entry.type == OpType.BRANCH_CREATE:
             self._create(db, ledger, entry)
         elif entry.type == OpType.BRANCH_CLOSE:
-            self._close(db, entry)
+            self._close(db, entry, replaying=ledger.replaying)
         elif entry.type == OpType.BRANCH_POLICY:
             self._policy(db, entry)
         elif entry.type == OpType.BRANCH_MERGE:
@@ -463,7 +473,8 @@ class BranchRegistry:
             raise ValidationError("a branch needs a purpose", field="payload.purpose")
         expiry = Expiry.from_payload(p.get("expiry"))
         actor = entry.body["actor_id"]
-        self._check_limits(db, ledger, actor)
+        if not ledger.replaying:
+            self._check_limits(db, ledger, actor)
         fork = p.get("fork", {})
         db.execute(
             f"INSERT INTO branch_meta({_COLUMNS}) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -519,7 +530,7 @@ class BranchRegistry:
                 f"{self.limits.storage_mb_per_user})" + hint
             )
 
-    def _close(self, db: apsw.Connection, entry: Entry) -> None:
+    def _close(self, db: apsw.Connection, entry: Entry, *, replaying: bool) -> None:
         p = entry.body["payload"]
         branch_id, action = p.get("branch_id"), p.get("action")
         if action not in _STATE_AFTER:
@@ -536,7 +547,8 @@ class BranchRegistry:
             raise RefusedError(f"branch {branch_id!r} is already {row[0]}")
         if row[1] != entry.branch:
             raise RefusedError(f"BRANCH_CLOSE of {branch_id!r} belongs in its parent {row[1]!r}")
-        children = open_children(db, str(branch_id))
+        # Replaying, the children's own BRANCH_CLOSE entries (in this branch) come later.
+        children = [] if replaying else open_children(db, str(branch_id))
         if children:
             # A child of a closed branch could go on growing from a parent nobody can append
             # to or merge into any more: its children end first.
@@ -765,6 +777,75 @@ def list_branches(ledger: Ledger, *, state: str | None = None) -> list[BranchInf
         sql += " WHERE state = ?"
         args = (state,)
     return [_info(r) for r in ledger.derived.db.execute(sql + " ORDER BY created_at", args)]
+
+
+_KEPT: Final = 12
+"""``branch_meta`` columns a BRANCH_CREATE sets for good (all but state, closed_at/_reason);
+``create_seq`` is the 16th and is checked by where the entry is read."""
+
+
+def _edited_branch(info: BranchInfo, what: str) -> IntegrityError:
+    return IntegrityError(
+        f"strict read refused: branch {info.parent} entry {info.create_seq}: step 9: the "
+        f"stored registry row of branch {info.branch_id} {what} (derived state edited); run "
+        "`memroot verify` for the full report",
+        branch=info.parent,
+        seq=info.create_seq,
+        step=9,
+    )
+
+
+def check_branches(ledger: Ledger, infos: Sequence[BranchInfo]) -> None:
+    """Check, on a strict ledger, that each served registry row is what its entry made.
+
+    Each branch must be a branch of the ledger, and its row's policy columns (parent, type,
+    purpose, creator, namespace, creation time, fork size, expiry) must be what its
+    ``BRANCH_CREATE`` (read and proven at ``create_seq`` of the parent, one multi-leaf proof
+    per parent) gives when folded again. The state (OPEN, CLOSED, ...) comes from
+    BRANCH_CLOSE entries the row does not locate: it is left to verify step 9, which replays
+    the whole registry. Run inside the read transaction the rows were read in; a non-strict
+    ledger is not checked.
+
+    Raises:
+        IntegrityError: step 9, naming the branch and its BRANCH_CREATE entry, or the step
+            of an entry that fails its strict read.
+    """
+    if not ledger.strict or not infos:
+        return
+    known = {b.name for b in ledger.store.branches()}
+    by_parent: dict[str, list[BranchInfo]] = {}
+    for info in infos:
+        if info.branch_id not in known:
+            raise _edited_branch(info, "names no branch of the ledger")
+        by_parent.setdefault(info.parent, []).append(info)
+    replay = apsw.Connection(":memory:")
+    registry = BranchRegistry()
+    registry.install(replay)
+    try:
+        for parent, group in by_parent.items():
+            try:
+                read = ledger.read_many([i.create_seq for i in group], parent, links=False)
+            except NotFoundError:
+                raise _edited_branch(group[0], "cites an entry its parent lacks") from None
+            for info in group:
+                entry = read[info.create_seq].entry
+                if entry.kind is not Kind.OP or entry.type != OpType.BRANCH_CREATE:
+                    raise _edited_branch(info, f"cites a {entry.type} entry")
+                try:
+                    with ledger.folding_committed():
+                        registry._create(replay, ledger, entry)
+                except MemrootError:
+                    raise _edited_branch(info, "cites a BRANCH_CREATE that makes no row") from None
+                want = replay.execute(
+                    f"SELECT {_COLUMNS} FROM branch_meta WHERE branch_id = ?", (info.branch_id,)
+                ).fetchone()
+                stored = ledger.derived.db.execute(
+                    f"SELECT {_COLUMNS} FROM branch_meta WHERE branch_id = ?", (info.branch_id,)
+                ).fetchone()
+                if want is None or stored is None or want[:_KEPT] != stored[:_KEPT]:
+                    raise _edited_branch(info, "is not what its BRANCH_CREATE gives")
+    finally:
+        replay.close()
 
 
 @dataclass(frozen=True, slots=True)

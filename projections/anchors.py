@@ -61,21 +61,20 @@ class ConversationTree:
         self, db: apsw.Connection, ledger: Ledger, entries: Sequence[Entry], contents: Sequence[str]
     ) -> list[OpInput]:
         """Record the parent links of a run of events (the ledger's native batch path)."""
-        db.executemany(
-            "INSERT OR IGNORE INTO conv_parents VALUES(?, ?)",
-            [(e.body["id"], e.body.get("parent_event_id")) for e in entries],
-        )
+        db.executemany("INSERT OR IGNORE INTO conv_parents VALUES(?, ?)", self.rows(entries))
         return []
+
+    @staticmethod
+    def rows(events: Iterable[Entry]) -> list[tuple[str, str | None]]:
+        """Return the ``conv_parents`` rows of some events: (event id, parent event id)."""
+        return [(e.body["id"], e.body.get("parent_event_id")) for e in events]
 
     def apply(
         self, db: apsw.Connection, ledger: Ledger, entry: Entry, content: str | None
     ) -> list[OpInput]:
         """Record an event's parent link (every event, so that roots are known too)."""
         if entry.kind is Kind.EVENT:
-            parent = entry.body.get("parent_event_id")
-            db.execute(
-                "INSERT OR IGNORE INTO conv_parents VALUES(?, ?)", (entry.body["id"], parent)
-            )
+            db.execute("INSERT OR IGNORE INTO conv_parents VALUES(?, ?)", self.rows([entry])[0])
         return []
 
 

@@ -316,3 +316,182 @@ def test_a_branch_created_with_max_events_2_refuses_the_third_append(path: Path)
     assert codes == [0, 0, 3, 3, 3]
     assert ok(path, "branch", "show", b)["size"] == 3
     assert memroot(path, "verify").exit_code == 0
+
+
+def _tables(path: Path) -> dict[str, Any]:
+    """A ledger file's state as an exporter and an importer must agree on it.
+
+    Every table as its sorted rows, but for the memory model's tables (``mem_*``), whose
+    surrogate row ids follow the order the entries were folded in (branch by branch on an
+    import, interleaved live): those are compared by the memory model's own digest of each
+    branch (what verify's step 9 compares). ``meta`` leaves out the signer's transient head
+    checkpoints, which a bundle does not carry (it has the retained ones).
+    """
+    from memroot.projections.digest import state_digest
+
+    db = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        names = [n for (n,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        out: dict[str, Any] = {
+            n: sorted(db.execute(f'SELECT * FROM "{n}"').fetchall(), key=repr)
+            for n in names
+            if not n.startswith("mem_")
+        }
+        out["meta"] = [r for r in out["meta"] if not r[0].startswith("transient_checkpoint/")]
+        branches = [name for (name,) in db.execute("SELECT name FROM branches ORDER BY no")]
+        out["memory digests"] = [state_digest(db, branch=b) for b in branches]
+        return out
+    finally:
+        db.close()
+
+
+def test_import_bundle_restores_every_layers_state(path: Path, tmp_path: Path):
+    """A bundle of a ledger with forks, a merge, closed branches, conversation parents, git
+    context and a falsification imports into a file whose derived state equals the
+    exporter's: the branch registry, the conversation tree and the git index too, not only
+    the memory model (only that, roots and states were replayed before, and the imported
+    ledger listed no branch)."""
+    b, mine, theirs = _pair(path)
+    first = event(path, git="feature/x")
+    event(path, parent=first, git="feature/x")
+    nested = branch(path, "PLANNING", parent=b)
+    fact(path, [event(path, nested)], nested)
+    merged = ("branch", "merge", b, "--objects", mine, "--strategy", "PREFER_BRANCH")
+    ok(path, *merged, "--actor", "admin")
+    falsified = memroot(path, "falsify", theirs, "--reason", "wrong city", "--actor", "admin")
+    assert falsified.exit_code == 0, falsified.output
+    # Closed inner branch first, then its parent: the import folds each branch whole, main
+    # first, so it meets both closes before the entries they came after.
+    for closed in (nested, b):
+        assert memroot(path, "branch", "close", closed, "--reason", "done").exit_code == 0
+    event(path)
+    assert memroot(path, "export", str(tmp_path / "bundle")).exit_code == 0
+    vkey = str(ok(path, "vkey")["vkey"])
+    copy = tmp_path / "copy.ledger"
+    ok(copy, "import-bundle", str(tmp_path / "bundle"), "--vkey", vkey)
+    before, after = _tables(path), _tables(copy)
+    assert before["branch_meta"] and before["conv_parents"]
+    assert before.keys() == after.keys()
+    assert [n for n in before if before[n] != after[n]] == []
+    listed = [r["branch_id"] for r in ok(path, "branch", "list")]
+    assert [r["branch_id"] for r in ok(copy, "branch", "list")] == listed and len(listed) == 2
+    assert ok(copy, "verify", "--vkey", vkey, "--no-update")["ok"]
+
+
+@pytest.fixture
+def rich(path: Path) -> Path:
+    """A ledger whose branch registry, conversation tree and git index all hold rows."""
+    b, mine, _ = _pair(path)
+    first = event(path, git="feature/x")
+    event(path, parent=first, git="feature/x")
+    ok(path, "branch", "merge", b, "--objects", mine, "--actor", "admin")
+    assert memroot(path, "branch", "close", branch(path), "--reason", "done").exit_code == 0
+    return path
+
+
+def _edit(path: Path, *statements: str) -> None:
+    db = apsw.Connection(str(path))
+    with db:
+        for sql in statements:
+            db.execute(sql)
+            assert db.changes() >= 1, sql
+    db.close()
+
+
+_FORGED_BRANCH = (
+    "INSERT INTO branch_meta SELECT 'ghost', parent, type, purpose, created_by, namespace_id, "
+    "created_at, fork_size, max_age_days, max_events, max_storage_mb, on_expiry, state, "
+    "closed_at, closed_reason, create_seq FROM branch_meta LIMIT 1"
+)
+
+
+def _step9(path: Path) -> list[str]:
+    result = memroot(path, "verify", "--no-update", "--json")
+    report = json.loads(result.stdout)
+    assert result.exit_code == (0 if report["ok"] else 1)
+    return [f["message"] for f in report["findings"] if f["step"] == 9]
+
+
+def test_layer_tables_of_a_clean_ledger_replay_equal(rich: Path):
+    """verify step 9 replays the registry, conversation tree and git index: no finding."""
+    db = apsw.Connection(str(rich), flags=apsw.SQLITE_OPEN_READONLY)
+    for table in ("branch_meta", "branch_merges", "conv_parents", "git_context"):
+        assert db.execute(f"SELECT count(*) FROM {table}").fetchone()[0] > 0, table
+    db.close()
+    assert _step9(rich) == []
+    # verify --branch covers some branches only: the check (which spans them) is not run
+    report = ok(rich, "verify", "--no-update", "--branch", "main")
+    assert report["ok"]
+
+
+@pytest.mark.parametrize(
+    ("attack", "statements", "table"),
+    [
+        (
+            "branch_reopened",
+            ["UPDATE branch_meta SET state = 'OPEN' WHERE state = 'CLOSED'"],
+            "branch_meta",
+        ),
+        (
+            "branch_purpose_rewritten",
+            ["UPDATE branch_meta SET purpose = 'nothing to see'"],
+            "branch_meta",
+        ),
+        (
+            "branch_forged",
+            [_FORGED_BRANCH],
+            "branch_meta",
+        ),
+        ("merge_record_deleted", ["DELETE FROM branch_merges"], "branch_merges"),
+        (
+            "conversation_parent_rewritten",
+            ["UPDATE conv_parents SET parent = NULL WHERE parent IS NOT NULL"],
+            "conv_parents",
+        ),
+        (
+            "conversation_link_deleted",
+            ["DELETE FROM conv_parents WHERE id = (SELECT min(id) FROM conv_parents)"],
+            "conv_parents",
+        ),
+        ("git_context_rewritten", ["UPDATE git_context SET git_branch = 'main'"], "git_context"),
+    ],
+)
+def test_attack_on_a_layer_table_is_reported_by_verify(
+    rich: Path, attack: str, statements: list[str], table: str
+):
+    """A derived row changed, forged or removed behind the ledger's back: step 9 names it."""
+    _edit(rich, *statements)
+    [finding] = _step9(rich)
+    assert finding.startswith(f"{table} (") and "differs from a replay" in finding, attack
+
+
+@pytest.mark.parametrize(
+    ("attack", "statement"),
+    [
+        ("branch_purpose_rewritten", "UPDATE branch_meta SET purpose = 'nothing to see'"),
+        ("branch_expiry_extended", "UPDATE branch_meta SET max_age_days = 3650"),
+        ("branch_reparented", "UPDATE branch_meta SET parent = 'elsewhere'"),
+        ("branch_forged", _FORGED_BRANCH),
+        ("branch_create_seq_moved", "UPDATE branch_meta SET create_seq = create_seq - 1"),
+    ],
+)
+def test_attack_on_the_branch_registry_is_refused_by_reads(rich: Path, attack: str, statement: str):
+    """`branch list` and `branch show` refuse a registry row its BRANCH_CREATE did not make
+    (exit 1, nothing of the data printed); --no-strict shows it; verify reports it."""
+    shown = "ghost" if attack == "branch_forged" else ok(rich, "branch", "list")[0]["branch_id"]
+    _edit(rich, statement)
+    for args in (["branch", "list"], ["branch", "show", shown]):
+        refused = memroot(rich, *args, "--json")
+        assert refused.exit_code == 1, (attack, args, refused.output)
+        assert "strict read refused" in refused.stderr and "step 9" in refused.stderr
+        assert refused.stdout == ""
+    assert ok(rich, "branch", "list", "--no-strict")
+    assert _step9(rich)
+
+
+def test_branch_state_edit_is_left_to_verify(rich: Path):
+    """A reopened branch (state OPEN again) is not located by a read: verify reports it."""
+    _edit(rich, "UPDATE branch_meta SET state = 'OPEN' WHERE state = 'CLOSED'")
+    assert memroot(rich, "branch", "list").exit_code == 0
+    [finding] = _step9(rich)
+    assert finding.startswith("branch_meta (")

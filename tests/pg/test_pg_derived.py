@@ -509,9 +509,24 @@ def test_a_layer_folded_ahead_of_the_cache_is_not_fed_twice(
         assert (_memory_digest(c), _conv_parents(c)) == (digest, parents) and parents == 2
 
 
+def _fork(ledger: Ledger, name: str, parent: str = "main") -> None:
+    """Fork SIMULATION branch ``name`` from ``parent`` (created by agent, 7 days)."""
+    from memroot.memory_root.branches import create_branch
+
+    create_branch(
+        ledger,
+        branch_type="SIMULATION",
+        purpose="p",
+        actor_id="agent",
+        namespace_id=NS,
+        expiry_days=7,
+        branch_id=name,
+        parent=parent,
+    )
+
+
 def test_two_hosts_and_a_fork(tmp_path: Path, pg_url: str, pg_key: Path) -> None:
     """Host A forks a branch; host B appends to it (B's cache replays the fork first)."""
-    from memroot.memory_root.branches import create_branch
 
     Ledger.init(pg_url, origin=ORIGIN, key_path=pg_key, cache_path=tmp_path / "a.cache").close()
     a = _host(pg_url, pg_key, tmp_path / "a.cache")
@@ -519,15 +534,7 @@ def test_two_hosts_and_a_fork(tmp_path: Path, pg_url: str, pg_key: Path) -> None
     try:
         ev = a.append(_ev("on main")).id
         name = "sim-1"
-        create_branch(
-            a,
-            branch_type="SIMULATION",
-            purpose="p",
-            actor_id="agent",
-            namespace_id=NS,
-            expiry_days=7,
-            branch_id=name,
-        )
+        _fork(a, name)
         evb = b.append(_ev("on the fork"), branch=name).id
         obj = b.append(_assert(evb, "forked fact"), branch=name).id
         a.append(_assert(ev, "main fact"))
@@ -539,6 +546,29 @@ def test_two_hosts_and_a_fork(tmp_path: Path, pg_url: str, pg_key: Path) -> None
     finally:
         a.close()
         b.close()
+
+
+def test_a_new_host_catches_up_past_a_closed_branch(
+    tmp_path: Path, pg_url: str, pg_key: Path
+) -> None:
+    """A cache folds each branch whole, main first: it meets main's BRANCH_CLOSE of a fork
+    (and the fork's of its own child) before the entries they came after, and still
+    catches up (it refused the fork's first entry, "is CLOSED", before)."""
+    from memroot.memory_root.branches import close_branch, list_branches
+
+    Ledger.init(pg_url, origin=ORIGIN, key_path=pg_key, cache_path=tmp_path / "a.cache").close()
+    with _host(pg_url, pg_key, tmp_path / "a.cache") as a:
+        a.append(_ev("on main"))
+        for name, parent in (("sim-1", "main"), ("sim-2", "sim-1")):
+            _fork(a, name, parent)
+            a.append(_ev(f"on {name}"), branch=name)
+        for name in ("sim-2", "sim-1"):
+            close_branch(a, name, reason="done", actor_id="agent")
+        a.append(_ev("after"))
+        before = [(b.branch_id, b.state) for b in list_branches(a)]
+    with _host(pg_url, pg_key, tmp_path / "fresh.cache") as b:
+        assert [(i.branch_id, i.state) for i in list_branches(b)] == before
+    assert before == [("sim-1", "CLOSED"), ("sim-2", "CLOSED")]
 
 
 def test_an_erasure_reaches_a_branch_object_another_host_asserted(
