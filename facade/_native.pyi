@@ -10,6 +10,7 @@ from typing import Any, final
 __all__ = [
     "Ed25519Key",
     "Ed25519Verifier",
+    "IndexSpan",
     "Reject",
     "build_events",
     "compact_append",
@@ -24,6 +25,8 @@ __all__ = [
     "encode_rows",
     "event_id_span",
     "event_index_check",
+    "event_index_check_ahead",
+    "event_index_span",
     "event_inputs",
     "inclusion_from_rows",
     "inclusion_keys",
@@ -34,6 +37,7 @@ __all__ = [
     "root_from_inclusion_proof",
     "root_from_subtrees",
     "roots_from_consistency_proof",
+    "row_event_ids",
     "sha256",
     "uuid_bytes",
     "verify_rows",
@@ -168,6 +172,21 @@ def event_index_check(
     events: list[tuple[str, int]], base: int, found: list[tuple[bytes, int]]
 ) -> list[tuple[str, int, int | None]]:
     """``(event id, seq, indexed key)`` of the events not indexed at ``base + seq``."""
+
+@final
+class IndexSpan:
+    """Every event index row whose id lies in a span, read ahead (``event_index_span``)."""
+
+def event_index_span(lo: bytes, hi: bytes, found: list[tuple[bytes, int]]) -> IndexSpan:
+    """Return the ``IndexSpan`` of ``found``: every index row with an id in ``[lo, hi]``."""
+
+def event_index_check_ahead(
+    events: list[tuple[str, int]], base: int, ahead: list[IndexSpan]
+) -> list[tuple[str, int, int | None]] | None:
+    """``event_index_check`` against index spans read ahead; None if one does not cover it."""
+
+def row_event_ids(rows: list[Any]) -> tuple[int, bytes, bytes] | None:
+    """``(count, smallest, largest)`` 16-byte id of the events among store row tuples."""
 
 def inclusion_keys(
     branch_no: int, index: int, size: int, cache: dict[int, bytes]

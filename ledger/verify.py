@@ -45,6 +45,7 @@ from memroot.ledger.trust import TrustedLog, TrustedState
 from memroot.ledger.vocab import OpType
 
 if TYPE_CHECKING:
+    from memroot._native import IndexSpan
     from memroot.ledger.store import Store
 
 __all__ = [
@@ -297,6 +298,10 @@ class _StoreSource:
         self._read_ahead: dict[int, bytes] = {}
         self._ahead_branch: int | None = None
         self._covered = 0
+        # The event index rows the reader thread read ahead, one span per chunk: every index
+        # row whose id lies in the span. Spans of chunks whose events were all checked are
+        # dropped.
+        self._ahead_events: list[IndexSpan] = []
         self.branches = store.branches
         self.branch = store.branch
         self.iter_entry_rows = store.iter_entry_rows
@@ -341,6 +346,13 @@ class _StoreSource:
         from memroot.ledger.store import entry_key
 
         base = entry_key(branch_no, 0)  # seq < 2**40: entry_key(no, seq) == base + seq
+        if _N is not None and events and branch_no == self._ahead_branch:
+            ahead = _N.event_index_check_ahead(list(events), base, self._ahead_events)
+            # The caller checks every event it has listed so far: the events of the chunks
+            # before the current one are done.
+            del self._ahead_events[:-1]
+            if ahead is not None:
+                return ahead
         if _N is not None and events:
             try:
                 lo, hi = _N.event_id_span(list(events))
@@ -386,19 +398,23 @@ class _StoreSource:
 
         lo, hi = entry_key(branch_no, 0), entry_key(branch_no, (1 << BRANCH_SHIFT) - 1)
         self._read_ahead, self._ahead_branch, self._covered = {}, None, 0
+        self._ahead_events = []
         if _N is not None and self.store.readonly:
             reader = _ChunkReader(self.store, lo, hi, branch_no)
             try:
                 if reader.same_state():
                     self._ahead_branch = branch_no
-                    for rows, nodes, covered in reader:
+                    for rows, nodes, covered, events in reader:
                         self._read_ahead.update(nodes)
                         self._covered = covered
+                        if events is not None:
+                            self._ahead_events.append(events)
                         yield rows
                     return
             finally:
                 reader.close()
                 self._read_ahead, self._ahead_branch, self._covered = {}, None, 0
+                self._ahead_events = []
         yield from _row_chunks(self.store.db, lo, hi)
 
     @staticmethod
@@ -471,6 +487,27 @@ def _nodes_in_ranges(db: Any, ranges: list[int]) -> list[tuple[int, bytes]]:
     return rows
 
 
+_EVENT_SPAN_SQL: Final = "SELECT id, k FROM event_ids WHERE id >= ? AND id <= ? LIMIT ?"
+
+
+def _event_rows_ahead(db: Any, rows: list[Any]) -> IndexSpan | None:
+    """Read the event index rows of the events among a chunk of row tuples, by one scan.
+
+    The ids of the chunk's events (decoded natively, the GIL released) span ``[lo, hi]``;
+    the index rows in that span are read when they are few (ids memroot assigns are UUIDv7,
+    so a chunk's events lie in a narrow span), else nothing is read ahead (None), and the
+    check reads the index itself (``_event_id_rows``).
+    """
+    assert _N is not None
+    span = _N.row_event_ids(rows)
+    if span is None:
+        return None
+    count, lo, hi = span
+    limit = 2 * count + 64
+    found: list[tuple[bytes, int]] = db.execute(_EVENT_SPAN_SQL, (lo, hi, limit)).fetchall()
+    return _N.event_index_span(lo, hi, found) if len(found) < limit else None
+
+
 class _ChunkReader:
     """Read row chunks ahead in a thread, with a second connection to the same file.
 
@@ -478,7 +515,9 @@ class _ChunkReader:
     the auditing connection's; only when they agree (``same_state``) are its chunks used.
     With each chunk it reads the stored nodes the chunk's leaves complete (by position in
     the scan: the n-th row read is leaf n of the tree the auditor rebuilds), so the node
-    check reads nothing itself; it yields ``(rows, {k: h}, leaves so far)``. Any error in
+    check reads nothing itself, and the event index rows of the chunk's events
+    (``_event_rows_ahead``), so the event index check mostly reads nothing either; it yields
+    ``(rows, {k: h}, leaves so far, event index span or None)``. Any error in
     the thread is raised in the auditor's thread, where it would have come from. ``close``
     stops the thread and waits for it.
     """
@@ -533,8 +572,9 @@ class _ChunkReader:
                 for rows in _row_chunks(twin.db, self._lo, self._hi):
                     ranges = _node_ranges(self._no, done, done + len(rows))
                     nodes = dict(_nodes_in_ranges(twin.db, ranges))
+                    events = _event_rows_ahead(twin.db, rows)
                     done += len(rows)
-                    if not self._put((rows, nodes, done)):
+                    if not self._put((rows, nodes, done, events)):
                         return
             self._put(self._END)
         except BaseException as e:
@@ -546,7 +586,7 @@ class _ChunkReader:
         """Tell whether the thread's connection sees the auditor's state of the file."""
         return self._queue.get() is True
 
-    def __iter__(self) -> Iterator[tuple[list[Any], dict[int, bytes], int]]:
+    def __iter__(self) -> Iterator[tuple[list[Any], dict[int, bytes], int, IndexSpan | None]]:
         while True:
             item = self._queue.get()
             if item is self._END:
@@ -596,9 +636,7 @@ def _event_id_rows(
     look-up of the events' own ids. Rows of other ids may be among them.
     """
     limit = 2 * count + 64
-    rows: list[Any] = store.db.execute(
-        "SELECT id, k FROM event_ids WHERE id >= ? AND id <= ? LIMIT ?", (lo, hi, limit)
-    ).fetchall()
+    rows: list[Any] = store.db.execute(_EVENT_SPAN_SQL, (lo, hi, limit)).fetchall()
     if len(rows) < limit:
         return rows
     raws = [bytes.fromhex(e.replace("-", "")) for e, _ in events]

@@ -836,18 +836,12 @@ fn event_id_span<'py>(
 
 type Misplaced<'py> = Vec<(Bound<'py, PyAny>, u64, Option<i64>)>;
 
-/// The events the index misplaces or lacks: `(event id, seq, indexed key or None)` for each
-/// `(event id, seq)` whose id is not at `base + seq` among the `found` `(id bytes, k)` rows,
-/// in the order given (`_StoreSource.event_index_mismatches`); `Reject` as `event_id_span`.
-#[pyfunction]
-fn event_index_check<'py>(
-    events: &Bound<'py, PyList>,
-    base: u64,
-    found: &Bound<'py, PyList>,
-) -> PyResult<Misplaced<'py>> {
-    let raws = event_raws(events)?;
-    let mut stored: std::collections::HashMap<[u8; 16], i64> =
-        std::collections::HashMap::with_capacity(found.len());
+/// Add the `(id bytes, k)` index rows of `found` to `stored` (ids not 16 bytes long are
+/// skipped: no event id parses to them); `Reject` for an id that is not bytes.
+fn index_rows(
+    found: &Bound<'_, PyList>,
+    stored: &mut std::collections::HashMap<[u8; 16], i64>,
+) -> PyResult<()> {
     for item in found.iter() {
         let (raw, k): (Bound<'_, PyAny>, i64) = item.extract()?;
         let Ok(raw) = raw.downcast_exact::<PyBytes>() else {
@@ -857,6 +851,16 @@ fn event_index_check<'py>(
             stored.insert(r, k);
         }
     }
+    Ok(())
+}
+
+/// The `(event id, seq, indexed key or None)` of each event not indexed at `base + seq`.
+fn misplaced<'py>(
+    events: &Bound<'py, PyList>,
+    raws: &[([u8; 16], u64)],
+    base: u64,
+    stored: &std::collections::HashMap<[u8; 16], i64>,
+) -> PyResult<Misplaced<'py>> {
     let mut out = Vec::new();
     for (i, (raw, seq)) in raws.iter().enumerate() {
         let got = stored.get(raw).copied();
@@ -867,6 +871,133 @@ fn event_index_check<'py>(
         }
     }
     Ok(out)
+}
+
+/// The events the index misplaces or lacks: `(event id, seq, indexed key or None)` for each
+/// `(event id, seq)` whose id is not at `base + seq` among the `found` `(id bytes, k)` rows,
+/// in the order given (`_StoreSource.event_index_mismatches`); `Reject` as `event_id_span`.
+#[pyfunction]
+fn event_index_check<'py>(
+    events: &Bound<'py, PyList>,
+    base: u64,
+    found: &Bound<'py, PyList>,
+) -> PyResult<Misplaced<'py>> {
+    let raws = event_raws(events)?;
+    let mut stored = std::collections::HashMap::with_capacity(found.len());
+    index_rows(found, &mut stored)?;
+    misplaced(events, &raws, base, &stored)
+}
+
+/// Every event index row whose id lies in `[lo, hi]`, read ahead by `verify._ChunkReader`
+/// (`event_index_span`), sorted by id.
+#[pyclass(module = "memroot._native", frozen)]
+pub struct IndexSpan {
+    lo: [u8; 16],
+    hi: [u8; 16],
+    rows: Vec<([u8; 16], i64)>,
+}
+
+/// The `IndexSpan` of the `(id bytes, k)` rows `found`: all the index rows with ids in
+/// `[lo, hi]`. `Reject` for bounds that are not 16 bytes or an id that is not bytes.
+#[pyfunction]
+fn event_index_span(lo: &[u8], hi: &[u8], found: &Bound<'_, PyList>) -> PyResult<IndexSpan> {
+    let (Ok(lo), Ok(hi)) = (<[u8; 16]>::try_from(lo), <[u8; 16]>::try_from(hi)) else {
+        return reject("span bounds are not 16 bytes");
+    };
+    let mut stored = std::collections::HashMap::with_capacity(found.len());
+    index_rows(found, &mut stored)?;
+    let mut rows: Vec<([u8; 16], i64)> = stored.into_iter().collect();
+    rows.sort_unstable();
+    Ok(IndexSpan { lo, hi, rows })
+}
+
+/// `event_index_check` against index rows read ahead (`verify._ChunkReader`). None (the
+/// caller then reads the index itself) when an event's id lies in no span of `ahead`, is not
+/// canonical UUID text, or repeats.
+#[pyfunction]
+fn event_index_check_ahead<'py>(
+    events: &Bound<'py, PyList>,
+    base: u64,
+    ahead: Vec<Bound<'py, IndexSpan>>,
+) -> PyResult<Option<Misplaced<'py>>> {
+    let mut raws = Vec::with_capacity(events.len());
+    for item in events.iter() {
+        let (id, seq): (Bound<'_, PyString>, u64) = item.extract()?;
+        let Some(raw) = uuid::parse(id.to_str()?) else {
+            return Ok(None);
+        };
+        raws.push((raw, seq));
+    }
+    let mut sorted: Vec<[u8; 16]> = raws.iter().map(|(r, _)| *r).collect();
+    sorted.sort_unstable();
+    if sorted.windows(2).any(|w| w[0] == w[1]) {
+        return Ok(None);
+    }
+    let spans: Vec<&IndexSpan> = ahead.iter().map(Bound::get).collect();
+    let mut out = Vec::new();
+    for (i, (raw, seq)) in raws.iter().enumerate() {
+        let Some(span) = spans.iter().find(|s| s.lo <= *raw && *raw <= s.hi) else {
+            return Ok(None);
+        };
+        let got = span
+            .rows
+            .binary_search_by(|(id, _)| id.cmp(raw))
+            .ok()
+            .map(|at| span.rows[at].1);
+        let want = base.checked_add(*seq).and_then(|w| i64::try_from(w).ok());
+        if got.is_none() || got != want {
+            let (id, _): (Bound<'py, PyAny>, u64) = events.get_item(i)?.extract()?;
+            out.push((id, *seq, got));
+        }
+    }
+    Ok(Some(out))
+}
+
+/// `(count, smallest id, largest id)` of events (`row_event_ids`).
+type IdSpan<'py> = (usize, Bound<'py, PyBytes>, Bound<'py, PyBytes>);
+
+/// The span of the event ids among store row tuples `(k, hash, data, ...)`: `(count,
+/// smallest, largest)` of the 16-byte ids of the rows whose entry decodes strictly to an
+/// event with a canonical UUID id, None when there is none. The entries are decoded with the
+/// GIL released; other rows (and items that are not such tuples) are skipped.
+#[pyfunction]
+fn row_event_ids<'py>(py: Python<'py>, rows: &Bound<'py, PyList>) -> PyResult<Option<IdSpan<'py>>> {
+    let mut datas: Vec<Bound<'py, PyBytes>> = Vec::with_capacity(rows.len());
+    for row in rows.iter() {
+        let Ok(t) = row.downcast_exact::<PyTuple>() else {
+            continue;
+        };
+        if t.len() != 7 {
+            continue;
+        }
+        if let Ok(d) = t.get_item(2)?.downcast_into_exact::<PyBytes>() {
+            datas.push(d);
+        }
+    }
+    let slices: Vec<&[u8]> = datas.iter().map(|d| d.as_bytes()).collect();
+    let span = py.allow_threads(|| {
+        let mut span: Option<(usize, [u8; 16], [u8; 16])> = None;
+        for data in &slices {
+            let Ok(fields) = entry::decode(data) else {
+                continue;
+            };
+            if fields.kind != "event" {
+                continue;
+            }
+            let Some(cbor::Value::Text(id)) = fields.body.get("id") else {
+                continue;
+            };
+            let Some(raw) = uuid::parse(id) else {
+                continue;
+            };
+            span = Some(match span {
+                None => (1, raw, raw),
+                Some((n, lo, hi)) => (n + 1, lo.min(raw), hi.max(raw)),
+            });
+        }
+        span
+    });
+    Ok(span.map(|(n, lo, hi)| (n, PyBytes::new(py, &lo), PyBytes::new(py, &hi))))
 }
 
 /// The `entries.k` (level 0) or `nodes.k` of a complete subtree on branch `branch_no`.
@@ -1005,6 +1136,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(inclusion_from_rows, m)?)?;
     m.add_function(wrap_pyfunction!(event_id_span, m)?)?;
     m.add_function(wrap_pyfunction!(event_index_check, m)?)?;
+    m.add_function(wrap_pyfunction!(event_index_check_ahead, m)?)?;
+    m.add_function(wrap_pyfunction!(row_event_ids, m)?)?;
+    m.add_function(wrap_pyfunction!(event_index_span, m)?)?;
+    m.add_class::<IndexSpan>()?;
     m.add_function(wrap_pyfunction!(compact_append_rows, m)?)?;
     m.add_class::<sign::Ed25519Key>()?;
     m.add_class::<sign::Ed25519Verifier>()?;

@@ -217,17 +217,30 @@ def test_the_reader_thread_is_used_only_on_the_auditors_state(tmp_path: Path, in
                 try:
                     assert reader.same_state()
                     got = list(reader)
-                    assert [rows for rows, _, _ in got] == list(_row_chunks(store.db, lo, hi))
+                    assert [rows for rows, _, _, _ in got] == list(_row_chunks(store.db, lo, hi))
                     # With each chunk, the stored nodes its leaves complete (by position).
-                    assert [done for _, _, done in got] == list(
-                        itertools.accumulate(len(rows) for rows, _, _ in got)
+                    assert [done for _, _, done, _ in got] == list(
+                        itertools.accumulate(len(rows) for rows, _, _, _ in got)
                     )
                     read_ahead: dict[int, bytes] = {}
-                    for _, nodes, _ in got:
+                    for _, nodes, _, _ in got:
                         assert not read_ahead.keys() & nodes.keys()
                         read_ahead.update(nodes)
                     stored = dict(store.db.execute("SELECT k, h FROM nodes WHERE k >> 48 = 1"))
                     assert read_ahead == stored and len(stored) == 5001 - (5001).bit_count()
+                    # And the event index rows of each chunk's events: the check of a chunk's
+                    # events finds every one where the index has it, reading nothing.
+                    assert _backend.NATIVE is not None
+                    for rows, _, _, span in got:
+                        assert span is not None
+                        events = _chunk_events(rows)
+                        assert (
+                            _backend.NATIVE.event_index_check_ahead(events, entry_key(1, 0), [span])
+                            == _backend.NATIVE.event_index_check(
+                                events, entry_key(1, 0), _index_rows(store)
+                            )
+                            == []
+                        )
                 finally:
                     reader.close()
                 ledger.append(inputs.event(random.Random(1), 1))  # commits after our snapshot
@@ -241,3 +254,76 @@ def test_the_reader_thread_is_used_only_on_the_auditors_state(tmp_path: Path, in
             assert report["entries"] == 5002
         finally:
             store.close()
+
+
+def _chunk_events(rows: list[Any]) -> list[tuple[str, int]]:
+    """The ``(event id, seq)`` of the events among store row tuples, by the reference."""
+    out = []
+    for k, _, data, *_ in rows:
+        value = encoding.decode(data)
+        if value[5] == "event":
+            out.append((value[7]["id"], k & ((1 << 40) - 1)))
+    return out
+
+
+def _index_rows(store: Any) -> list[tuple[bytes, int]]:
+    return store.db.execute("SELECT id, k FROM event_ids").fetchall()  # type: ignore[no-any-return]
+
+
+def test_the_event_index_read_ahead_answers_only_what_it_covers(
+    tmp_path: Path, inputs: Any
+) -> None:
+    """``event_index_check_ahead`` gives ``event_index_check``'s answer or, if unsure, None.
+
+    None for an event whose id lies outside every span read ahead, an id that is not
+    canonical UUID text, or an id that repeats (the reference's look-up decides those); a
+    misplaced, missing or foreign index row inside a span is reported as the reference does.
+    """
+    from memroot.ledger.store import Store, entry_key
+
+    native = _backend.NATIVE
+    assert native is not None
+    path = tmp_path / "l.ledger"
+    with Ledger.init(path, hooks=()) as ledger:
+        ledger.append_batch(inputs.mixed(300, seed=3))
+    store = Store(path, readonly=True)
+    try:
+        rows = store.db.execute(
+            "SELECT k, hash, data, digest, salt, content, erased_by FROM entries ORDER BY k"
+        ).fetchall()
+        events = _chunk_events(rows)
+        index = _index_rows(store)
+    finally:
+        store.close()
+    base = entry_key(1, 0)
+    assert native.row_event_ids(rows[:1]) is None  # the genesis only: no event
+    count, lo, hi = native.row_event_ids(rows)
+    raws = sorted(bytes.fromhex(e.replace("-", "")) for e, _ in events)
+    assert (count, lo, hi) == (len(events), raws[0], raws[-1])
+    span = native.event_index_span(lo, hi, index)
+    first, second = events[: len(events) // 2], events[len(events) // 2 :]
+    half = native.event_index_span(*_span_of(first), index)
+    assert native.event_index_check_ahead(events, base, [span]) == []
+    assert native.event_index_check_ahead(events, base, [half]) is None  # not covered
+    assert native.event_index_check_ahead(first, base, [half]) == []
+    assert native.event_index_check_ahead(second, base, [half, span]) == []
+    assert native.event_index_check_ahead([*events, events[0]], base, [span]) is None
+    odd = [(events[0][0].upper(), events[0][1])]
+    assert native.event_index_check_ahead(odd, base, [span]) is None
+    # Damaged index rows: moved, missing, and one left out of a span that claims it all.
+    moved = [(i, k + 1) if i == raws[3] else (i, k) for i, k in index]
+    missing = [(i, k) for i, k in index if i != raws[5]]
+    for damaged in (moved, missing):
+        want = native.event_index_check(events, base, damaged)
+        assert want
+        assert (
+            native.event_index_check_ahead(events, base, [native.event_index_span(lo, hi, damaged)])
+            == want
+        )
+    with pytest.raises(native.Reject):
+        native.event_index_span(lo[:8], hi, index)
+
+
+def _span_of(events: list[tuple[str, int]]) -> tuple[bytes, bytes]:
+    raws = [bytes.fromhex(e.replace("-", "")) for e, _ in events]
+    return min(raws), max(raws)
