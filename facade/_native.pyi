@@ -17,6 +17,7 @@ __all__ = [
     "compact_append_rows",
     "content_commitment",
     "content_digest",
+    "content_digests_ok",
     "decode",
     "decode_entry",
     "domain_hash",
@@ -112,6 +113,7 @@ def verify_rows(
     node_room: int,
     event_room: int,
     want_entries: bool,
+    digests_ok: bytes | None = None,
 ) -> tuple[
     int,
     bytes,
@@ -184,6 +186,9 @@ def event_index_check_ahead(
     events: list[tuple[str, int]], base: int, ahead: list[IndexSpan]
 ) -> list[tuple[str, int, int | None]] | None:
     """``event_index_check`` against index spans read ahead; None if one does not cover it."""
+
+def content_digests_ok(rows: list[Any]) -> bytes:
+    """One byte a store row tuple: 1 when its ``digest`` is the BLAKE3 of its ``content``."""
 
 def row_event_ids(rows: list[Any]) -> tuple[int, bytes, bytes] | None:
     """``(count, smallest, largest)`` 16-byte id of the events among store row tuples."""

@@ -302,6 +302,9 @@ class _StoreSource:
         # row whose id lies in the span. Spans of chunks whose events were all checked are
         # dropped.
         self._ahead_events: list[IndexSpan] = []
+        # The chunk the reader thread yielded last and its content address flags
+        # (``content_digests_ok``), computed there.
+        self._digests: tuple[list[Any], bytes] | None = None
         self.branches = store.branches
         self.branch = store.branch
         self.iter_entry_rows = store.iter_entry_rows
@@ -404,18 +407,25 @@ class _StoreSource:
             try:
                 if reader.same_state():
                     self._ahead_branch = branch_no
-                    for rows, nodes, covered, events in reader:
+                    for rows, nodes, covered, events, digests in reader:
                         self._read_ahead.update(nodes)
                         self._covered = covered
                         if events is not None:
                             self._ahead_events.append(events)
+                        self._digests = (rows, digests)
                         yield rows
                     return
             finally:
                 reader.close()
                 self._read_ahead, self._ahead_branch, self._covered = {}, None, 0
-                self._ahead_events = []
+                self._ahead_events, self._digests = [], None
         yield from _row_chunks(self.store.db, lo, hi)
+
+    def digests_ok(self, chunk: list[Any]) -> bytes | None:
+        """Return the reader thread's content address flags of ``chunk``, if it read it."""
+        if self._digests is not None and self._digests[0] is chunk:
+            return self._digests[1]
+        return None
 
     @staticmethod
     def as_row(raw: Any) -> RowLike:
@@ -516,8 +526,9 @@ class _ChunkReader:
     With each chunk it reads the stored nodes the chunk's leaves complete (by position in
     the scan: the n-th row read is leaf n of the tree the auditor rebuilds), so the node
     check reads nothing itself, and the event index rows of the chunk's events
-    (``_event_rows_ahead``), so the event index check mostly reads nothing either; it yields
-    ``(rows, {k: h}, leaves so far, event index span or None)``. Any error in
+    (``_event_rows_ahead``), so the event index check mostly reads nothing either; and it
+    checks the rows' content addresses (``content_digests_ok``, one flag a row). It yields
+    ``(rows, {k: h}, leaves so far, event index span or None, flags)``. Any error in
     the thread is raised in the auditor's thread, where it would have come from. ``close``
     stops the thread and waits for it.
     """
@@ -573,8 +584,9 @@ class _ChunkReader:
                     ranges = _node_ranges(self._no, done, done + len(rows))
                     nodes = dict(_nodes_in_ranges(twin.db, ranges))
                     events = _event_rows_ahead(twin.db, rows)
+                    digests = _N.content_digests_ok(rows)
                     done += len(rows)
-                    if not self._put((rows, nodes, done, events)):
+                    if not self._put((rows, nodes, done, events, digests)):
                         return
             self._put(self._END)
         except BaseException as e:
@@ -586,7 +598,9 @@ class _ChunkReader:
         """Tell whether the thread's connection sees the auditor's state of the file."""
         return self._queue.get() is True
 
-    def __iter__(self) -> Iterator[tuple[list[Any], dict[int, bytes], int, IndexSpan | None]]:
+    def __iter__(
+        self,
+    ) -> Iterator[tuple[list[Any], dict[int, bytes], int, IndexSpan | None, bytes]]:
         while True:
             item = self._queue.get()
             if item is self._END:
@@ -835,9 +849,12 @@ def audit_source(
             if isinstance(store, _StoreSource):
                 chunks: Iterable[list[Any]] = store.row_chunks(b.no)
                 as_row: Callable[[Any], RowLike] | None = store.as_row
+                digests_of: Callable[[list[Any]], bytes | None] | None = store.digests_ok
             else:
                 chunks, as_row = _chunks(store.iter_entry_rows(b.no)), None
+                digests_of = None
             for chunk in chunks:
+                digests = digests_of(chunk) if digests_of is not None else None
                 i = 0
                 while i < len(chunk):
                     # The native core takes the plain rows of a run at once, stopping where
@@ -853,6 +870,7 @@ def audit_source(
                             next_target,
                             len(pending_nodes),
                             8192 - done % 8192,
+                            digests,
                         )
                         if _N is not None and _native_size(next_target)
                         else (0, [])
@@ -1307,6 +1325,7 @@ def _native_rows(
     stop_size: int | None,
     pending_nodes: int,
     max_rows: int,
+    digests: bytes | None = None,
 ) -> tuple[int, list[merkle.NewNode]]:
     """Check the plain rows from ``chunk[start]`` on natively; return how many and their nodes.
 
@@ -1314,7 +1333,8 @@ def _native_rows(
     state on (native/src/verify.rs). The native call stops after the row where the caller has
     work (a checkpoint size, a full batch of nodes or events, a progress tick) and before any
     row that is not plain, which the caller then checks with ``_check_row``. Steps 7-9 see the
-    same entries, in the same order.
+    same entries, in the same order. ``digests``: the content address flags of ``chunk``
+    the reader thread computed (``_StoreSource.digests_ok``), if any.
     """
     assert _N is not None
     n, prev, hashes, nodes, events, entries = _N.verify_rows(
@@ -1332,6 +1352,7 @@ def _native_rows(
         4096 - pending_nodes,
         4096 - len(run.events),
         bool(checks),
+        digests,
     )
     if n == 0:
         return 0, []

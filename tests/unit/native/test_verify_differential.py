@@ -217,13 +217,13 @@ def test_the_reader_thread_is_used_only_on_the_auditors_state(tmp_path: Path, in
                 try:
                     assert reader.same_state()
                     got = list(reader)
-                    assert [rows for rows, _, _, _ in got] == list(_row_chunks(store.db, lo, hi))
+                    assert [rows for rows, *_ in got] == list(_row_chunks(store.db, lo, hi))
                     # With each chunk, the stored nodes its leaves complete (by position).
-                    assert [done for _, _, done, _ in got] == list(
-                        itertools.accumulate(len(rows) for rows, _, _, _ in got)
+                    assert [done for _, _, done, *_ in got] == list(
+                        itertools.accumulate(len(rows) for rows, *_ in got)
                     )
                     read_ahead: dict[int, bytes] = {}
-                    for _, nodes, _, _ in got:
+                    for _, nodes, *_ in got:
                         assert not read_ahead.keys() & nodes.keys()
                         read_ahead.update(nodes)
                     stored = dict(store.db.execute("SELECT k, h FROM nodes WHERE k >> 48 = 1"))
@@ -231,8 +231,10 @@ def test_the_reader_thread_is_used_only_on_the_auditors_state(tmp_path: Path, in
                     # And the event index rows of each chunk's events: the check of a chunk's
                     # events finds every one where the index has it, reading nothing.
                     assert _backend.NATIVE is not None
-                    for rows, _, _, span in got:
+                    for rows, _, _, span, digests in got:
                         assert span is not None
+                        assert digests == _backend.NATIVE.content_digests_ok(rows)
+                        assert digests.count(1) == sum(r[5] is not None for r in rows)
                         events = _chunk_events(rows)
                         assert (
                             _backend.NATIVE.event_index_check_ahead(events, entry_key(1, 0), [span])
@@ -322,6 +324,37 @@ def test_the_event_index_read_ahead_answers_only_what_it_covers(
         )
     with pytest.raises(native.Reject):
         native.event_index_span(lo[:8], hi, index)
+
+
+def test_the_content_address_flags_read_ahead(tmp_path: Path, inputs: Any) -> None:
+    """``content_digests_ok``: 1 exactly where a row's digest is the BLAKE3 of its content."""
+    from memroot.ledger.hashing import content_digest
+
+    native = _backend.NATIVE
+    assert native is not None
+    path = tmp_path / "l.ledger"
+    with Ledger.init(path, hooks=()) as ledger:
+        ledger.append_batch(inputs.mixed(50, seed=4))
+    db = apsw.Connection(str(path))
+    rows = db.execute(
+        "SELECT k, hash, data, digest, salt, content, erased_by FROM entries ORDER BY k"
+    ).fetchall()
+    db.close()
+    events = [i for i, r in enumerate(rows) if r[5] is not None]
+    assert len(events) > 3
+    a, b, c = events[:3]
+    rows[a] = (*rows[a][:5], rows[a][5] + b"!", rows[a][6])  # content edited
+    rows[b] = (*rows[b][:3], None, *rows[b][4:])  # no stored address
+    rows[c] = list(rows[c])  # not a row tuple
+    want = bytes(
+        i not in (a, b, c)
+        and isinstance(r[3], bytes)
+        and isinstance(r[5], bytes)
+        and content_digest(r[5]) == r[3]
+        for i, r in enumerate(rows)
+    )
+    assert native.content_digests_ok(rows) == want
+    assert want.count(1) == len(events) - 3
 
 
 def _span_of(events: list[tuple[str, int]]) -> tuple[bytes, bytes]:
