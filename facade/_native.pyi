@@ -35,6 +35,7 @@ __all__ = [
     "mismatches",
     "node_hash",
     "node_keys",
+    "node_mismatches_ahead",
     "root_from_inclusion_proof",
     "root_from_subtrees",
     "roots_from_consistency_proof",
@@ -132,6 +133,11 @@ def uuid_bytes(ids: list[str]) -> list[bytes | None]:
 
 def mismatches(keys: list[Any], want: list[Any], found: dict[Any, Any]) -> list[int]:
     """Return the positions ``i`` where ``found.get(keys[i]) != want[i]``."""
+
+def node_mismatches_ahead(
+    branch_no: int, nodes: list[tuple[int, int, bytes]], found: dict[int, bytes]
+) -> list[tuple[int, bytes | None]]:
+    """``(position, stored)`` of the nodes ``found`` lacks or differs on; takes them out of it."""
 
 def build_events(
     queue: list[Any],

@@ -320,21 +320,19 @@ class _StoreSource:
         from memroot.ledger.store import node_key
 
         if _N is not None:
-            keys = _N.node_keys(branch_no, list(nodes))
             last_level, last_index, _ = nodes[-1] if nodes else (0, 0, b"")
             ahead = (
                 branch_no == self._ahead_branch and (last_index + 1) << last_level <= self._covered
             )
             # Nodes complete in order of the leaf that ends them: when the last one was read
             # ahead, every one was (a node absent from the read-ahead is absent from the file).
-            found = self._read_ahead if ahead else _nodes_by_runs(self.store, keys)
+            if ahead:  # and checked nodes are taken out of the read-ahead
+                bad_ahead = _N.node_mismatches_ahead(branch_no, list(nodes), self._read_ahead)
+                return [(*nodes[i][:2], nodes[i][2], stored) for i, stored in bad_ahead]
+            keys = _N.node_keys(branch_no, list(nodes))
+            found = _nodes_by_runs(self.store, keys)
             bad = _N.mismatches(keys, [h for _, _, h in nodes], found)
-            out = [(*nodes[i][:2], nodes[i][2], found.get(keys[i])) for i in bad]
-            if ahead:
-                pop = found.pop
-                for k in keys:
-                    pop(k, None)
-            return out
+            return [(*nodes[i][:2], nodes[i][2], found.get(keys[i])) for i in bad]
         keys = [node_key(branch_no, level, index) for level, index, _ in nodes]
         stored = {k: bytes(h) for k, h in _nodes_by_runs(self.store, keys).items()}
         return [

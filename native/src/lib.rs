@@ -457,6 +457,48 @@ fn node_keys(branch_no: u64, nodes: Vec<(u64, u64, Bound<'_, PyAny>)>) -> PyResu
         .collect()
 }
 
+/// `mismatches` of nodes against the nodes read ahead, taking them out of `found`.
+///
+/// For each `(level, index, hash)` of `nodes` on branch `branch_no`, looks its key
+/// (`node_keys`) up in `found` (`{k: h}`) and removes it; returns `(position, stored hash or
+/// None)` for each node whose stored hash differs or is missing. `Reject` as `node_keys`.
+#[pyfunction]
+fn node_mismatches_ahead<'py>(
+    branch_no: u64,
+    nodes: &Bound<'py, PyList>,
+    found: &Bound<'py, PyDict>,
+) -> PyResult<Vec<(usize, Option<Bound<'py, PyAny>>)>> {
+    let mut wanted = Vec::with_capacity(nodes.len());
+    for item in nodes.iter() {
+        let (level, index, hash): (u64, u64, Bound<'py, PyAny>) = item.extract()?;
+        if branch_no >= 1 << 15 || level >= 1 << 6 || index >= 1 << 42 {
+            return reject("node key out of range");
+        }
+        wanted.push((branch_no << 48 | level << 42 | index, hash));
+    }
+    let mut out = Vec::new();
+    let mut present = Vec::with_capacity(wanted.len());
+    for (i, (k, hash)) in wanted.iter().enumerate() {
+        match found.get_item(k)? {
+            Some(v) if v.eq(hash)? => present.push(*k),
+            Some(v) => {
+                present.push(*k);
+                out.push((i, Some(v)));
+            }
+            None => out.push((i, None)),
+        }
+    }
+    for k in present {
+        if let Err(e) = found.del_item(k) {
+            // A node listed twice: its key is gone already.
+            if !e.is_instance_of::<pyo3::exceptions::PyKeyError>(found.py()) {
+                return Err(e);
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// The 16 bytes of each canonical (lowercase, hyphenated) UUID text, None for any other text.
 #[pyfunction]
 fn uuid_bytes<'py>(
@@ -1181,6 +1223,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(node_keys, m)?)?;
     m.add_function(wrap_pyfunction!(uuid_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(mismatches, m)?)?;
+    m.add_function(wrap_pyfunction!(node_mismatches_ahead, m)?)?;
     m.add_function(wrap_pyfunction!(build_events, m)?)?;
     m.add_function(wrap_pyfunction!(inclusion_keys, m)?)?;
     m.add_function(wrap_pyfunction!(inclusion_from_rows, m)?)?;
