@@ -399,7 +399,7 @@ class _StoreSource:
 
         lo, hi = entry_key(branch_no, 0), entry_key(branch_no, (1 << BRANCH_SHIFT) - 1)
         self._read_ahead, self._ahead_branch, self._covered = {}, None, 0
-        self._ahead_events = []
+        self._ahead_events, self._digests = [], None
         if _N is not None and self.store.readonly:
             reader = _ChunkReader(self.store, lo, hi, branch_no)
             try:
