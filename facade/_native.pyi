@@ -10,12 +10,14 @@ from typing import Any, final
 __all__ = [
     "Ed25519Key",
     "Ed25519Verifier",
+    "IndexSpan",
     "Reject",
     "build_events",
     "compact_append",
     "compact_append_rows",
     "content_commitment",
     "content_digest",
+    "content_digests_ok",
     "decode",
     "decode_entry",
     "domain_hash",
@@ -24,6 +26,8 @@ __all__ = [
     "encode_rows",
     "event_id_span",
     "event_index_check",
+    "event_index_check_ahead",
+    "event_index_span",
     "event_inputs",
     "inclusion_from_rows",
     "inclusion_keys",
@@ -31,9 +35,11 @@ __all__ = [
     "mismatches",
     "node_hash",
     "node_keys",
+    "node_mismatches_ahead",
     "root_from_inclusion_proof",
     "root_from_subtrees",
     "roots_from_consistency_proof",
+    "row_event_ids",
     "sha256",
     "uuid_bytes",
     "verify_rows",
@@ -108,6 +114,7 @@ def verify_rows(
     node_room: int,
     event_room: int,
     want_entries: bool,
+    digests_ok: bytes | None = None,
 ) -> tuple[
     int,
     bytes,
@@ -126,6 +133,11 @@ def uuid_bytes(ids: list[str]) -> list[bytes | None]:
 
 def mismatches(keys: list[Any], want: list[Any], found: dict[Any, Any]) -> list[int]:
     """Return the positions ``i`` where ``found.get(keys[i]) != want[i]``."""
+
+def node_mismatches_ahead(
+    branch_no: int, nodes: list[tuple[int, int, bytes]], found: dict[int, bytes]
+) -> list[tuple[int, bytes | None]]:
+    """``(position, stored)`` of the nodes ``found`` lacks or differs on; takes them out of it."""
 
 def build_events(
     queue: list[Any],
@@ -168,6 +180,24 @@ def event_index_check(
     events: list[tuple[str, int]], base: int, found: list[tuple[bytes, int]]
 ) -> list[tuple[str, int, int | None]]:
     """``(event id, seq, indexed key)`` of the events not indexed at ``base + seq``."""
+
+@final
+class IndexSpan:
+    """Every event index row whose id lies in a span, read ahead (``event_index_span``)."""
+
+def event_index_span(lo: bytes, hi: bytes, found: list[tuple[bytes, int]]) -> IndexSpan:
+    """Return the ``IndexSpan`` of ``found``: every index row with an id in ``[lo, hi]``."""
+
+def event_index_check_ahead(
+    events: list[tuple[str, int]], base: int, ahead: list[IndexSpan]
+) -> list[tuple[str, int, int | None]] | None:
+    """``event_index_check`` against index spans read ahead; None if one does not cover it."""
+
+def content_digests_ok(rows: list[Any]) -> bytes:
+    """One byte a store row tuple: 1 when its ``digest`` is the BLAKE3 of its ``content``."""
+
+def row_event_ids(rows: list[Any]) -> tuple[int, bytes, bytes] | None:
+    """``(count, smallest, largest)`` 16-byte id of the events among store row tuples."""
 
 def inclusion_keys(
     branch_no: int, index: int, size: int, cache: dict[int, bytes]

@@ -45,6 +45,7 @@ from memroot.ledger.trust import TrustedLog, TrustedState
 from memroot.ledger.vocab import OpType
 
 if TYPE_CHECKING:
+    from memroot._native import IndexSpan
     from memroot.ledger.store import Store
 
 __all__ = [
@@ -305,6 +306,13 @@ class _StoreSource:
         self._read_ahead: dict[int, bytes] = {}
         self._ahead_branch: int | None = None
         self._covered = 0
+        # The event index rows the reader thread read ahead, one span per chunk: every index
+        # row whose id lies in the span. Spans of chunks whose events were all checked are
+        # dropped.
+        self._ahead_events: list[IndexSpan] = []
+        # The chunk the reader thread yielded last and its content address flags
+        # (``content_digests_ok``), computed there.
+        self._digests: tuple[list[Any], bytes] | None = None
         self.branches = store.branches
         self.branch = store.branch
         self.iter_entry_rows = store.iter_entry_rows
@@ -320,21 +328,19 @@ class _StoreSource:
         from memroot.ledger.store import node_key
 
         if _N is not None:
-            keys = _N.node_keys(branch_no, list(nodes))
             last_level, last_index, _ = nodes[-1] if nodes else (0, 0, b"")
             ahead = (
                 branch_no == self._ahead_branch and (last_index + 1) << last_level <= self._covered
             )
             # Nodes complete in order of the leaf that ends them: when the last one was read
             # ahead, every one was (a node absent from the read-ahead is absent from the file).
-            found = self._read_ahead if ahead else _nodes_by_runs(self.store, keys)
+            if ahead:  # and checked nodes are taken out of the read-ahead
+                bad_ahead = _N.node_mismatches_ahead(branch_no, list(nodes), self._read_ahead)
+                return [(*nodes[i][:2], nodes[i][2], stored) for i, stored in bad_ahead]
+            keys = _N.node_keys(branch_no, list(nodes))
+            found = _nodes_by_runs(self.store, keys)
             bad = _N.mismatches(keys, [h for _, _, h in nodes], found)
-            out = [(*nodes[i][:2], nodes[i][2], found.get(keys[i])) for i in bad]
-            if ahead:
-                pop = found.pop
-                for k in keys:
-                    pop(k, None)
-            return out
+            return [(*nodes[i][:2], nodes[i][2], found.get(keys[i])) for i in bad]
         keys = [node_key(branch_no, level, index) for level, index, _ in nodes]
         stored = {k: bytes(h) for k, h in _nodes_by_runs(self.store, keys).items()}
         return [
@@ -349,6 +355,13 @@ class _StoreSource:
         from memroot.ledger.store import entry_key
 
         base = entry_key(branch_no, 0)  # seq < 2**40: entry_key(no, seq) == base + seq
+        if _N is not None and events and branch_no == self._ahead_branch:
+            ahead = _N.event_index_check_ahead(list(events), base, self._ahead_events)
+            # The caller checks every event it has listed so far: the events of the chunks
+            # before the current one are done.
+            del self._ahead_events[:-1]
+            if ahead is not None:
+                return ahead
         if _N is not None and events:
             try:
                 lo, hi = _N.event_id_span(list(events))
@@ -394,20 +407,31 @@ class _StoreSource:
 
         lo, hi = entry_key(branch_no, 0), entry_key(branch_no, (1 << BRANCH_SHIFT) - 1)
         self._read_ahead, self._ahead_branch, self._covered = {}, None, 0
+        self._ahead_events, self._digests = [], None
         if _N is not None and self.store.readonly:
             reader = _ChunkReader(self.store, lo, hi, branch_no)
             try:
                 if reader.same_state():
                     self._ahead_branch = branch_no
-                    for rows, nodes, covered in reader:
+                    for rows, nodes, covered, events, digests in reader:
                         self._read_ahead.update(nodes)
                         self._covered = covered
+                        if events is not None:
+                            self._ahead_events.append(events)
+                        self._digests = (rows, digests)
                         yield rows
                     return
             finally:
                 reader.close()
                 self._read_ahead, self._ahead_branch, self._covered = {}, None, 0
+                self._ahead_events, self._digests = [], None
         yield from _row_chunks(self.store.db, lo, hi)
+
+    def digests_ok(self, chunk: list[Any]) -> bytes | None:
+        """Return the reader thread's content address flags of ``chunk``, if it read it."""
+        if self._digests is not None and self._digests[0] is chunk:
+            return self._digests[1]
+        return None
 
     @staticmethod
     def as_row(raw: Any) -> RowLike:
@@ -479,6 +503,27 @@ def _nodes_in_ranges(db: Any, ranges: list[int]) -> list[tuple[int, bytes]]:
     return rows
 
 
+_EVENT_SPAN_SQL: Final = "SELECT id, k FROM event_ids WHERE id >= ? AND id <= ? LIMIT ?"
+
+
+def _event_rows_ahead(db: Any, rows: list[Any]) -> IndexSpan | None:
+    """Read the event index rows of the events among a chunk of row tuples, by one scan.
+
+    The ids of the chunk's events (decoded natively, the GIL released) span ``[lo, hi]``;
+    the index rows in that span are read when they are few (ids memroot assigns are UUIDv7,
+    so a chunk's events lie in a narrow span), else nothing is read ahead (None), and the
+    check reads the index itself (``_event_id_rows``).
+    """
+    assert _N is not None
+    span = _N.row_event_ids(rows)
+    if span is None:
+        return None
+    count, lo, hi = span
+    limit = 2 * count + 64
+    found: list[tuple[bytes, int]] = db.execute(_EVENT_SPAN_SQL, (lo, hi, limit)).fetchall()
+    return _N.event_index_span(lo, hi, found) if len(found) < limit else None
+
+
 class _ChunkReader:
     """Read row chunks ahead in a thread, with a second connection to the same file.
 
@@ -486,7 +531,10 @@ class _ChunkReader:
     the auditing connection's; only when they agree (``same_state``) are its chunks used.
     With each chunk it reads the stored nodes the chunk's leaves complete (by position in
     the scan: the n-th row read is leaf n of the tree the auditor rebuilds), so the node
-    check reads nothing itself; it yields ``(rows, {k: h}, leaves so far)``. Any error in
+    check reads nothing itself, and the event index rows of the chunk's events
+    (``_event_rows_ahead``), so the event index check mostly reads nothing either; and it
+    checks the rows' content addresses (``content_digests_ok``, one flag a row). It yields
+    ``(rows, {k: h}, leaves so far, event index span or None, flags)``. Any error in
     the thread is raised in the auditor's thread, where it would have come from. ``close``
     stops the thread and waits for it.
     """
@@ -541,8 +589,10 @@ class _ChunkReader:
                 for rows in _row_chunks(twin.db, self._lo, self._hi):
                     ranges = _node_ranges(self._no, done, done + len(rows))
                     nodes = dict(_nodes_in_ranges(twin.db, ranges))
+                    events = _event_rows_ahead(twin.db, rows)
+                    digests = _N.content_digests_ok(rows)
                     done += len(rows)
-                    if not self._put((rows, nodes, done)):
+                    if not self._put((rows, nodes, done, events, digests)):
                         return
             self._put(self._END)
         except BaseException as e:
@@ -554,7 +604,9 @@ class _ChunkReader:
         """Tell whether the thread's connection sees the auditor's state of the file."""
         return self._queue.get() is True
 
-    def __iter__(self) -> Iterator[tuple[list[Any], dict[int, bytes], int]]:
+    def __iter__(
+        self,
+    ) -> Iterator[tuple[list[Any], dict[int, bytes], int, IndexSpan | None, bytes]]:
         while True:
             item = self._queue.get()
             if item is self._END:
@@ -604,9 +656,7 @@ def _event_id_rows(
     look-up of the events' own ids. Rows of other ids may be among them.
     """
     limit = 2 * count + 64
-    rows: list[Any] = store.db.execute(
-        "SELECT id, k FROM event_ids WHERE id >= ? AND id <= ? LIMIT ?", (lo, hi, limit)
-    ).fetchall()
+    rows: list[Any] = store.db.execute(_EVENT_SPAN_SQL, (lo, hi, limit)).fetchall()
     if len(rows) < limit:
         return rows
     raws = [bytes.fromhex(e.replace("-", "")) for e, _ in events]
@@ -805,9 +855,12 @@ def audit_source(
             if isinstance(store, _StoreSource):
                 chunks: Iterable[list[Any]] = store.row_chunks(b.no)
                 as_row: Callable[[Any], RowLike] | None = store.as_row
+                digests_of: Callable[[list[Any]], bytes | None] | None = store.digests_ok
             else:
                 chunks, as_row = _chunks(store.iter_entry_rows(b.no)), None
+                digests_of = None
             for chunk in chunks:
+                digests = digests_of(chunk) if digests_of is not None else None
                 i = 0
                 while i < len(chunk):
                     # The native core takes the plain rows of a run at once, stopping where
@@ -823,6 +876,7 @@ def audit_source(
                             next_target,
                             len(pending_nodes),
                             8192 - done % 8192,
+                            digests,
                         )
                         if _N is not None and _native_size(next_target)
                         else (0, [])
@@ -1277,6 +1331,7 @@ def _native_rows(
     stop_size: int | None,
     pending_nodes: int,
     max_rows: int,
+    digests: bytes | None = None,
 ) -> tuple[int, list[merkle.NewNode]]:
     """Check the plain rows from ``chunk[start]`` on natively; return how many and their nodes.
 
@@ -1284,7 +1339,8 @@ def _native_rows(
     state on (native/src/verify.rs). The native call stops after the row where the caller has
     work (a checkpoint size, a full batch of nodes or events, a progress tick) and before any
     row that is not plain, which the caller then checks with ``_check_row``. Steps 7-9 see the
-    same entries, in the same order.
+    same entries, in the same order. ``digests``: the content address flags of ``chunk``
+    the reader thread computed (``_StoreSource.digests_ok``), if any.
     """
     assert _N is not None
     n, prev, hashes, nodes, events, entries = _N.verify_rows(
@@ -1302,6 +1358,7 @@ def _native_rows(
         4096 - pending_nodes,
         4096 - len(run.events),
         bool(checks),
+        digests,
     )
     if n == 0:
         return 0, []

@@ -331,9 +331,12 @@ fn row_obj<'py>(py: Python<'py>, row: &Bound<'py, PyAny>) -> Option<RowObj<'py>>
 /// compact_hashes, nodes, events, entries)`: the new chain head and right edge, the completed
 /// nodes, the `(event id, seq)` of each event and, when `want_entries`, each row's decoded
 /// entry as `decode_entry` gives it. Rows are hashed and decoded with the GIL released.
+/// `digests_ok`, one byte a row of `rows` (`content_digests_ok`), saves recomputing the
+/// content addresses.
 #[pyfunction]
 #[pyo3(signature = (rows, start, max_rows, branch, expected_seq, prev, compact_size,
-    compact_hashes, caches, no_tombstones, stop_size, node_room, event_room, want_entries))]
+    compact_hashes, caches, no_tombstones, stop_size, node_room, event_room, want_entries,
+    digests_ok=None))]
 #[allow(clippy::too_many_arguments)]
 fn verify_rows<'py>(
     py: Python<'py>,
@@ -351,8 +354,11 @@ fn verify_rows<'py>(
     node_room: usize,
     event_room: usize,
     want_entries: bool,
+    digests_ok: Option<&[u8]>,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let hashes = hashes32(compact_hashes, "subtree hash")?;
+    // One flag a row, computed ahead (`content_digests_ok`); of another length: unused.
+    let digests_ok = digests_ok.filter(|d| d.len() == rows.len());
     let mut run = verify::Run {
         branch,
         expected_seq,
@@ -391,7 +397,8 @@ fn verify_rows<'py>(
         let odd = objs.len() < stop - pos;
         let refs: Vec<verify::Row<'_>> = objs
             .iter()
-            .map(|o| verify::Row {
+            .enumerate()
+            .map(|(i, o)| verify::Row {
                 seq: o.seq,
                 hash: o.hash.as_ref().map(|b| b.as_bytes()),
                 data: o.data.as_bytes(),
@@ -399,6 +406,7 @@ fn verify_rows<'py>(
                 salt: o.salt.as_ref().map(|b| b.as_bytes()),
                 content: o.content.as_ref().map(|b| b.as_bytes()),
                 erased_by_set: o.erased_by_set,
+                digest_ok: digests_ok.map(|d| d[pos + i] != 0),
             })
             .collect();
         let (checked, stopped) =
@@ -447,6 +455,48 @@ fn node_keys(branch_no: u64, nodes: Vec<(u64, u64, Bound<'_, PyAny>)>) -> PyResu
             Ok(branch_no << 48 | level << 42 | index)
         })
         .collect()
+}
+
+/// `mismatches` of nodes against the nodes read ahead, taking them out of `found`.
+///
+/// For each `(level, index, hash)` of `nodes` on branch `branch_no`, looks its key
+/// (`node_keys`) up in `found` (`{k: h}`) and removes it; returns `(position, stored hash or
+/// None)` for each node whose stored hash differs or is missing. `Reject` as `node_keys`.
+#[pyfunction]
+fn node_mismatches_ahead<'py>(
+    branch_no: u64,
+    nodes: &Bound<'py, PyList>,
+    found: &Bound<'py, PyDict>,
+) -> PyResult<Vec<(usize, Option<Bound<'py, PyAny>>)>> {
+    let mut wanted = Vec::with_capacity(nodes.len());
+    for item in nodes.iter() {
+        let (level, index, hash): (u64, u64, Bound<'py, PyAny>) = item.extract()?;
+        if branch_no >= 1 << 15 || level >= 1 << 6 || index >= 1 << 42 {
+            return reject("node key out of range");
+        }
+        wanted.push((branch_no << 48 | level << 42 | index, hash));
+    }
+    let mut out = Vec::new();
+    let mut present = Vec::with_capacity(wanted.len());
+    for (i, (k, hash)) in wanted.iter().enumerate() {
+        match found.get_item(k)? {
+            Some(v) if v.eq(hash)? => present.push(*k),
+            Some(v) => {
+                present.push(*k);
+                out.push((i, Some(v)));
+            }
+            None => out.push((i, None)),
+        }
+    }
+    for k in present {
+        if let Err(e) = found.del_item(k) {
+            // A node listed twice: its key is gone already.
+            if !e.is_instance_of::<pyo3::exceptions::PyKeyError>(found.py()) {
+                return Err(e);
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// The 16 bytes of each canonical (lowercase, hyphenated) UUID text, None for any other text.
@@ -836,18 +886,12 @@ fn event_id_span<'py>(
 
 type Misplaced<'py> = Vec<(Bound<'py, PyAny>, u64, Option<i64>)>;
 
-/// The events the index misplaces or lacks: `(event id, seq, indexed key or None)` for each
-/// `(event id, seq)` whose id is not at `base + seq` among the `found` `(id bytes, k)` rows,
-/// in the order given (`_StoreSource.event_index_mismatches`); `Reject` as `event_id_span`.
-#[pyfunction]
-fn event_index_check<'py>(
-    events: &Bound<'py, PyList>,
-    base: u64,
-    found: &Bound<'py, PyList>,
-) -> PyResult<Misplaced<'py>> {
-    let raws = event_raws(events)?;
-    let mut stored: std::collections::HashMap<[u8; 16], i64> =
-        std::collections::HashMap::with_capacity(found.len());
+/// Add the `(id bytes, k)` index rows of `found` to `stored` (ids not 16 bytes long are
+/// skipped: no event id parses to them); `Reject` for an id that is not bytes.
+fn index_rows(
+    found: &Bound<'_, PyList>,
+    stored: &mut std::collections::HashMap<[u8; 16], i64>,
+) -> PyResult<()> {
     for item in found.iter() {
         let (raw, k): (Bound<'_, PyAny>, i64) = item.extract()?;
         let Ok(raw) = raw.downcast_exact::<PyBytes>() else {
@@ -857,6 +901,16 @@ fn event_index_check<'py>(
             stored.insert(r, k);
         }
     }
+    Ok(())
+}
+
+/// The `(event id, seq, indexed key or None)` of each event not indexed at `base + seq`.
+fn misplaced<'py>(
+    events: &Bound<'py, PyList>,
+    raws: &[([u8; 16], u64)],
+    base: u64,
+    stored: &std::collections::HashMap<[u8; 16], i64>,
+) -> PyResult<Misplaced<'py>> {
     let mut out = Vec::new();
     for (i, (raw, seq)) in raws.iter().enumerate() {
         let got = stored.get(raw).copied();
@@ -867,6 +921,175 @@ fn event_index_check<'py>(
         }
     }
     Ok(out)
+}
+
+/// The events the index misplaces or lacks: `(event id, seq, indexed key or None)` for each
+/// `(event id, seq)` whose id is not at `base + seq` among the `found` `(id bytes, k)` rows,
+/// in the order given (`_StoreSource.event_index_mismatches`); `Reject` as `event_id_span`.
+#[pyfunction]
+fn event_index_check<'py>(
+    events: &Bound<'py, PyList>,
+    base: u64,
+    found: &Bound<'py, PyList>,
+) -> PyResult<Misplaced<'py>> {
+    let raws = event_raws(events)?;
+    let mut stored = std::collections::HashMap::with_capacity(found.len());
+    index_rows(found, &mut stored)?;
+    misplaced(events, &raws, base, &stored)
+}
+
+/// Every event index row whose id lies in `[lo, hi]`, read ahead by `verify._ChunkReader`
+/// (`event_index_span`), sorted by id.
+#[pyclass(module = "memroot._native", frozen)]
+pub struct IndexSpan {
+    lo: [u8; 16],
+    hi: [u8; 16],
+    rows: Vec<([u8; 16], i64)>,
+}
+
+/// The `IndexSpan` of the `(id bytes, k)` rows `found`: all the index rows with ids in
+/// `[lo, hi]`. `Reject` for bounds that are not 16 bytes or an id that is not bytes.
+#[pyfunction]
+fn event_index_span(lo: &[u8], hi: &[u8], found: &Bound<'_, PyList>) -> PyResult<IndexSpan> {
+    let (Ok(lo), Ok(hi)) = (<[u8; 16]>::try_from(lo), <[u8; 16]>::try_from(hi)) else {
+        return reject("span bounds are not 16 bytes");
+    };
+    let mut rows: Vec<([u8; 16], i64)> = Vec::with_capacity(found.len());
+    for item in found.iter() {
+        let (raw, k): (Bound<'_, PyAny>, i64) = item.extract()?;
+        let Ok(raw) = raw.downcast_exact::<PyBytes>() else {
+            return reject("an indexed id is not bytes");
+        };
+        if let Ok(r) = <[u8; 16]>::try_from(raw.as_bytes()) {
+            rows.push((r, k));
+        }
+    }
+    // The index scan gives them in id order, each id once; a later row of an id wins, as
+    // in `index_rows`.
+    rows.sort_by_key(|row| row.0);
+    let mut out: Vec<([u8; 16], i64)> = Vec::with_capacity(rows.len());
+    for row in rows {
+        match out.last_mut() {
+            Some(last) if last.0 == row.0 => *last = row,
+            _ => out.push(row),
+        }
+    }
+    Ok(IndexSpan { lo, hi, rows: out })
+}
+
+/// `event_index_check` against index rows read ahead (`verify._ChunkReader`). None (the
+/// caller then reads the index itself) when an event's id lies in no span of `ahead`, is not
+/// canonical UUID text, or repeats.
+#[pyfunction]
+fn event_index_check_ahead<'py>(
+    events: &Bound<'py, PyList>,
+    base: u64,
+    ahead: Vec<Bound<'py, IndexSpan>>,
+) -> PyResult<Option<Misplaced<'py>>> {
+    let mut raws = Vec::with_capacity(events.len());
+    for item in events.iter() {
+        let (id, seq): (Bound<'_, PyString>, u64) = item.extract()?;
+        let Some(raw) = uuid::parse(id.to_str()?) else {
+            return Ok(None);
+        };
+        raws.push((raw, seq));
+    }
+    let spans: Vec<&IndexSpan> = ahead.iter().map(Bound::get).collect();
+    // A repeated id: seen at the same row of a span, or among the ids no span holds.
+    let mut seen: Vec<Vec<bool>> = spans.iter().map(|s| vec![false; s.rows.len()]).collect();
+    let mut absent = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for (i, (raw, seq)) in raws.iter().enumerate() {
+        let Some(at) = spans.iter().position(|s| s.lo <= *raw && *raw <= s.hi) else {
+            return Ok(None);
+        };
+        let got = match spans[at].rows.binary_search_by(|(id, _)| id.cmp(raw)) {
+            Ok(row) => {
+                if std::mem::replace(&mut seen[at][row], true) {
+                    return Ok(None);
+                }
+                Some(spans[at].rows[row].1)
+            }
+            Err(_) => {
+                if !absent.insert(*raw) {
+                    return Ok(None);
+                }
+                None
+            }
+        };
+        let want = base.checked_add(*seq).and_then(|w| i64::try_from(w).ok());
+        if got.is_none() || got != want {
+            let (id, _): (Bound<'py, PyAny>, u64) = events.get_item(i)?.extract()?;
+            out.push((id, *seq, got));
+        }
+    }
+    Ok(Some(out))
+}
+
+/// One byte a store row tuple `(k, hash, data, digest, salt, content, erased_by)`: 1 when
+/// its `digest` is the BLAKE3 content address of its `content`, else 0 (both must be bytes;
+/// any other item gives 0). Computed with the GIL released, for `verify_rows`.
+#[pyfunction]
+fn content_digests_ok<'py>(py: Python<'py>, rows: &Bound<'py, PyList>) -> Bound<'py, PyBytes> {
+    let mut cols: Vec<Option<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>> =
+        Vec::with_capacity(rows.len());
+    for row in rows.iter() {
+        let pair = row.downcast_exact::<PyTuple>().ok().and_then(|t| {
+            if t.len() != 7 {
+                return None;
+            }
+            let digest = t.get_item(3).ok()?.downcast_into_exact::<PyBytes>().ok()?;
+            let content = t.get_item(5).ok()?.downcast_into_exact::<PyBytes>().ok()?;
+            Some((digest, content))
+        });
+        cols.push(pair);
+    }
+    let pairs: Vec<Option<(&[u8], &[u8])>> = cols
+        .iter()
+        .map(|c| c.as_ref().map(|(d, c)| (d.as_bytes(), c.as_bytes())))
+        .collect();
+    let flags: Vec<u8> = py.allow_threads(|| {
+        pairs
+            .iter()
+            .map(|p| u8::from(p.is_some_and(|(d, c)| verify::digest_matches(Some(d), c))))
+            .collect()
+    });
+    PyBytes::new(py, &flags)
+}
+
+/// `(count, smallest id, largest id)` of events (`row_event_ids`).
+type IdSpan<'py> = (usize, Bound<'py, PyBytes>, Bound<'py, PyBytes>);
+
+/// The span of the event ids among store row tuples `(k, hash, data, ...)`: `(count,
+/// smallest, largest)` of the 16-byte ids of the rows whose entry reads as an event with a
+/// canonical UUID id (`verify::event_id_hint`, the GIL released), None when there is none.
+/// Other rows (and items that are not such tuples) are skipped.
+#[pyfunction]
+fn row_event_ids<'py>(py: Python<'py>, rows: &Bound<'py, PyList>) -> PyResult<Option<IdSpan<'py>>> {
+    let mut datas: Vec<Bound<'py, PyBytes>> = Vec::with_capacity(rows.len());
+    for row in rows.iter() {
+        let Ok(t) = row.downcast_exact::<PyTuple>() else {
+            continue;
+        };
+        if t.len() != 7 {
+            continue;
+        }
+        if let Ok(d) = t.get_item(2)?.downcast_into_exact::<PyBytes>() {
+            datas.push(d);
+        }
+    }
+    let slices: Vec<&[u8]> = datas.iter().map(|d| d.as_bytes()).collect();
+    let span = py.allow_threads(|| {
+        let mut span: Option<(usize, [u8; 16], [u8; 16])> = None;
+        for raw in slices.iter().filter_map(|data| verify::event_id_hint(data)) {
+            span = Some(match span {
+                None => (1, raw, raw),
+                Some((n, lo, hi)) => (n + 1, lo.min(raw), hi.max(raw)),
+            });
+        }
+        span
+    });
+    Ok(span.map(|(n, lo, hi)| (n, PyBytes::new(py, &lo), PyBytes::new(py, &hi))))
 }
 
 /// The `entries.k` (level 0) or `nodes.k` of a complete subtree on branch `branch_no`.
@@ -1000,11 +1223,17 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(node_keys, m)?)?;
     m.add_function(wrap_pyfunction!(uuid_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(mismatches, m)?)?;
+    m.add_function(wrap_pyfunction!(node_mismatches_ahead, m)?)?;
     m.add_function(wrap_pyfunction!(build_events, m)?)?;
     m.add_function(wrap_pyfunction!(inclusion_keys, m)?)?;
     m.add_function(wrap_pyfunction!(inclusion_from_rows, m)?)?;
     m.add_function(wrap_pyfunction!(event_id_span, m)?)?;
     m.add_function(wrap_pyfunction!(event_index_check, m)?)?;
+    m.add_function(wrap_pyfunction!(event_index_check_ahead, m)?)?;
+    m.add_function(wrap_pyfunction!(row_event_ids, m)?)?;
+    m.add_function(wrap_pyfunction!(content_digests_ok, m)?)?;
+    m.add_function(wrap_pyfunction!(event_index_span, m)?)?;
+    m.add_class::<IndexSpan>()?;
     m.add_function(wrap_pyfunction!(compact_append_rows, m)?)?;
     m.add_class::<sign::Ed25519Key>()?;
     m.add_class::<sign::Ed25519Verifier>()?;

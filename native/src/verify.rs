@@ -19,6 +19,9 @@ pub struct Row<'a> {
     pub hash: Option<&'a [u8]>,
     pub data: &'a [u8],
     pub digest: Option<&'a [u8]>,
+    /// Whether `digest` is the content address of `content`, when the reader thread has
+    /// already computed it (`content_digests_ok`); None: compute it here.
+    pub digest_ok: Option<bool>,
     pub salt: Option<&'a [u8]>,
     pub content: Option<&'a [u8]>,
     pub erased_by_set: bool,
@@ -152,10 +155,104 @@ fn plain_event<'a>(run: &Run<'_>, row: &Row<'a>, fields: &entry::Fields<'a>) -> 
     if content_commitment(salt, content) != **commitment {
         return None;
     }
-    if run.caches && row.digest != Some(&content_digest(content)[..]) {
+    if run.caches
+        && !row
+            .digest_ok
+            .unwrap_or_else(|| digest_matches(row.digest, content))
+    {
         return None;
     }
     Some(id)
+}
+
+/// Whether a stored content address is the BLAKE3 of the content (step 4, with caches).
+#[must_use]
+pub fn digest_matches(digest: Option<&[u8]>, content: &[u8]) -> bool {
+    digest == Some(&content_digest(content)[..])
+}
+
+/// A forward reader of CBOR heads that checks bounds only (`event_id_hint`).
+struct Scan<'a> {
+    data: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Scan<'a> {
+    fn head(&mut self) -> Option<(u8, u64)> {
+        let b = *self.data.get(self.pos)?;
+        self.pos += 1;
+        let (major, info) = (b >> 5, b & 0x1f);
+        let arg = match info {
+            0..=23 => u64::from(info),
+            24..=27 => {
+                let raw = self.take(1 << (info - 24))?;
+                raw.iter().fold(0u64, |acc, b| acc << 8 | u64::from(*b))
+            }
+            _ => return None,
+        };
+        Some((major, arg))
+    }
+
+    fn take(&mut self, n: u64) -> Option<&'a [u8]> {
+        let end = self.pos.checked_add(usize::try_from(n).ok()?)?;
+        let out = self.data.get(self.pos..end)?;
+        self.pos = end;
+        Some(out)
+    }
+
+    fn text(&mut self) -> Option<&'a [u8]> {
+        match self.head()? {
+            (3, n) => self.take(n),
+            _ => None,
+        }
+    }
+
+    /// Step over one value (each item takes at least a byte, so a claimed count cannot
+    /// loop past the end of the input).
+    fn skip(&mut self, depth: usize) -> Option<()> {
+        if depth > crate::cbor::MAX_DEPTH {
+            return None;
+        }
+        match self.head()? {
+            (0 | 1 | 7, _) => Some(()),
+            (2 | 3, n) => self.take(n).map(|_| ()),
+            (4, n) => (0..n).try_for_each(|_| self.skip(depth + 1)),
+            (5, n) => (0..n).try_for_each(|_| {
+                self.skip(depth + 1)?;
+                self.skip(depth + 1)
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// The 16 bytes of the `id` of an event entry, found by stepping over the entry's CBOR
+/// without decoding or checking it; None for anything else. Only a hint, for choosing which
+/// event index rows to read ahead: the index check itself compares the ids of the strictly
+/// decoded events.
+#[must_use]
+pub fn event_id_hint(raw: &[u8]) -> Option<[u8; 16]> {
+    let mut s = Scan { data: raw, pos: 0 };
+    if s.head()? != (4, 8) {
+        return None;
+    }
+    for _ in 0..5 {
+        s.skip(1)?; // v, prev, seq, branch, ts
+    }
+    if s.text()? != b"event" {
+        return None;
+    }
+    s.skip(1)?; // type
+    let (5, n) = s.head()? else {
+        return None;
+    };
+    for _ in 0..n {
+        if s.text()? == b"id" {
+            return crate::uuid::parse(std::str::from_utf8(s.text()?).ok()?);
+        }
+        s.skip(2)?;
+    }
+    None
 }
 
 #[cfg(test)]
@@ -196,6 +293,32 @@ mod tests {
     }
 
     #[test]
+    fn the_event_id_hint_is_the_decoded_id() {
+        let id = "0190a8f2-7b3c-7def-8123-456789abcdef";
+        let e = event(&[3u8; 32], 5, id, &[4u8; 32]);
+        let want = crate::uuid::parse(id);
+        assert!(want.is_some());
+        assert_eq!(event_id_hint(&e), want);
+        // The same entry with kind "genesis" (the kind is the sixth item): no event id.
+        let at = e.windows(6).position(|w| w == b"\x65event").unwrap_or(0);
+        let mut genesis = e[..at].to_vec();
+        cbor::write_text(&mut genesis, "genesis");
+        genesis.extend_from_slice(&e[at + 6..]);
+        assert_eq!(event_id_hint(&genesis), None);
+        // Cut anywhere before the id's end: nothing (the bytes after it are not looked at).
+        let id_end = e.windows(36).position(|w| w == id.as_bytes()).unwrap_or(0) + 36;
+        for cut in 0..id_end {
+            assert_eq!(event_id_hint(&e[..cut]), None, "truncated at {cut}");
+        }
+        assert_eq!(event_id_hint(&e[..id_end]), want);
+        assert_eq!(event_id_hint(b""), None);
+        assert_eq!(
+            event_id_hint(&[0x9b, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]),
+            None
+        );
+    }
+
+    #[test]
     fn plain_events_pass_and_a_tampered_one_stops_the_run() {
         let salt = [7u8; 32];
         let content = b"hello".to_vec();
@@ -215,6 +338,7 @@ mod tests {
                 salt: Some(&salt),
                 content: Some(&content),
                 erased_by_set: false,
+                digest_ok: None,
             },
             Row {
                 seq: 2,
@@ -224,6 +348,7 @@ mod tests {
                 salt: Some(&salt),
                 content: Some(&edited),
                 erased_by_set: false,
+                digest_ok: None,
             },
         ];
         let mut r = run(genesis);

@@ -217,17 +217,32 @@ def test_the_reader_thread_is_used_only_on_the_auditors_state(tmp_path: Path, in
                 try:
                     assert reader.same_state()
                     got = list(reader)
-                    assert [rows for rows, _, _ in got] == list(_row_chunks(store.db, lo, hi))
+                    assert [rows for rows, *_ in got] == list(_row_chunks(store.db, lo, hi))
                     # With each chunk, the stored nodes its leaves complete (by position).
-                    assert [done for _, _, done in got] == list(
-                        itertools.accumulate(len(rows) for rows, _, _ in got)
+                    assert [done for _, _, done, *_ in got] == list(
+                        itertools.accumulate(len(rows) for rows, *_ in got)
                     )
                     read_ahead: dict[int, bytes] = {}
-                    for _, nodes, _ in got:
+                    for _, nodes, *_ in got:
                         assert not read_ahead.keys() & nodes.keys()
                         read_ahead.update(nodes)
                     stored = dict(store.db.execute("SELECT k, h FROM nodes WHERE k >> 48 = 1"))
                     assert read_ahead == stored and len(stored) == 5001 - (5001).bit_count()
+                    # And the event index rows of each chunk's events: the check of a chunk's
+                    # events finds every one where the index has it, reading nothing.
+                    assert _backend.NATIVE is not None
+                    for rows, _, _, span, digests in got:
+                        assert span is not None
+                        assert digests == _backend.NATIVE.content_digests_ok(rows)
+                        assert digests.count(1) == sum(r[5] is not None for r in rows)
+                        events = _chunk_events(rows)
+                        assert (
+                            _backend.NATIVE.event_index_check_ahead(events, entry_key(1, 0), [span])
+                            == _backend.NATIVE.event_index_check(
+                                events, entry_key(1, 0), _index_rows(store)
+                            )
+                            == []
+                        )
                 finally:
                     reader.close()
                 ledger.append(inputs.event(random.Random(1), 1))  # commits after our snapshot
@@ -241,3 +256,125 @@ def test_the_reader_thread_is_used_only_on_the_auditors_state(tmp_path: Path, in
             assert report["entries"] == 5002
         finally:
             store.close()
+
+
+def _chunk_events(rows: list[Any]) -> list[tuple[str, int]]:
+    """The ``(event id, seq)`` of the events among store row tuples, by the reference."""
+    out = []
+    for k, _, data, *_ in rows:
+        value = encoding.decode(data)
+        if value[5] == "event":
+            out.append((value[7]["id"], k & ((1 << 40) - 1)))
+    return out
+
+
+def _index_rows(store: Any) -> list[tuple[bytes, int]]:
+    return store.db.execute("SELECT id, k FROM event_ids").fetchall()  # type: ignore[no-any-return]
+
+
+def test_the_event_index_read_ahead_answers_only_what_it_covers(
+    tmp_path: Path, inputs: Any
+) -> None:
+    """``event_index_check_ahead`` gives ``event_index_check``'s answer or, if unsure, None.
+
+    None for an event whose id lies outside every span read ahead, an id that is not
+    canonical UUID text, or an id that repeats (the reference's look-up decides those); a
+    misplaced, missing or foreign index row inside a span is reported as the reference does.
+    """
+    from memroot.ledger.store import Store, entry_key
+
+    native = _backend.NATIVE
+    assert native is not None
+    path = tmp_path / "l.ledger"
+    with Ledger.init(path, hooks=()) as ledger:
+        ledger.append_batch(inputs.mixed(300, seed=3))
+    store = Store(path, readonly=True)
+    try:
+        rows = store.db.execute(
+            "SELECT k, hash, data, digest, salt, content, erased_by FROM entries ORDER BY k"
+        ).fetchall()
+        events = _chunk_events(rows)
+        index = _index_rows(store)
+    finally:
+        store.close()
+    base = entry_key(1, 0)
+    assert native.row_event_ids(rows[:1]) is None  # the genesis only: no event
+    count, lo, hi = native.row_event_ids(rows)
+    raws = sorted(bytes.fromhex(e.replace("-", "")) for e, _ in events)
+    assert (count, lo, hi) == (len(events), raws[0], raws[-1])
+    span = native.event_index_span(lo, hi, index)
+    first, second = events[: len(events) // 2], events[len(events) // 2 :]
+    half = native.event_index_span(*_span_of(first), index)
+    assert native.event_index_check_ahead(events, base, [span]) == []
+    assert native.event_index_check_ahead(events, base, [half]) is None  # not covered
+    assert native.event_index_check_ahead(first, base, [half]) == []
+    assert native.event_index_check_ahead(second, base, [half, span]) == []
+    assert native.event_index_check_ahead([*events, events[0]], base, [span]) is None
+    odd = [(events[0][0].upper(), events[0][1])]
+    assert native.event_index_check_ahead(odd, base, [span]) is None
+    # Damaged index rows: moved, missing, and one left out of a span that claims it all.
+    moved = [(i, k + 1) if i == raws[3] else (i, k) for i, k in index]
+    missing = [(i, k) for i, k in index if i != raws[5]]
+    for damaged in (moved, missing):
+        want = native.event_index_check(events, base, damaged)
+        assert want
+        assert (
+            native.event_index_check_ahead(events, base, [native.event_index_span(lo, hi, damaged)])
+            == want
+        )
+    with pytest.raises(native.Reject):
+        native.event_index_span(lo[:8], hi, index)
+
+
+def test_the_content_address_flags_read_ahead(tmp_path: Path, inputs: Any) -> None:
+    """``content_digests_ok``: 1 exactly where a row's digest is the BLAKE3 of its content."""
+    from memroot.ledger.hashing import content_digest
+
+    native = _backend.NATIVE
+    assert native is not None
+    path = tmp_path / "l.ledger"
+    with Ledger.init(path, hooks=()) as ledger:
+        ledger.append_batch(inputs.mixed(50, seed=4))
+    db = apsw.Connection(str(path))
+    rows = db.execute(
+        "SELECT k, hash, data, digest, salt, content, erased_by FROM entries ORDER BY k"
+    ).fetchall()
+    db.close()
+    events = [i for i, r in enumerate(rows) if r[5] is not None]
+    assert len(events) > 3
+    a, b, c = events[:3]
+    rows[a] = (*rows[a][:5], rows[a][5] + b"!", rows[a][6])  # content edited
+    rows[b] = (*rows[b][:3], None, *rows[b][4:])  # no stored address
+    rows[c] = list(rows[c])  # not a row tuple
+    want = bytes(
+        i not in (a, b, c)
+        and isinstance(r[3], bytes)
+        and isinstance(r[5], bytes)
+        and content_digest(r[5]) == r[3]
+        for i, r in enumerate(rows)
+    )
+    assert native.content_digests_ok(rows) == want
+    assert want.count(1) == len(events) - 3
+
+
+def _span_of(events: list[tuple[str, int]]) -> tuple[bytes, bytes]:
+    raws = [bytes.fromhex(e.replace("-", "")) for e, _ in events]
+    return min(raws), max(raws)
+
+
+def test_the_node_check_against_the_read_ahead_takes_the_nodes_out() -> None:
+    """``node_mismatches_ahead`` is ``mismatches`` on ``node_keys``, then pops what it checked."""
+    native = _backend.NATIVE
+    assert native is not None
+    nodes = [(1, i, bytes([i]) * 32) for i in range(6)] + [(2, 1, b"\x09" * 32)]
+    keys = native.node_keys(3, nodes)
+    found = {k: h for k, (_, _, h) in zip(keys, nodes, strict=True)}
+    found[keys[2]] = b"\x00" * 32  # a stored node that differs
+    del found[keys[4]]  # and one missing
+    found[12345] = b"other"  # a node read ahead for later leaves
+    want = [(i, found.get(keys[i])) for i in native.mismatches(keys, [h for *_, h in nodes], found)]
+    assert want == [(2, b"\x00" * 32), (4, None)]
+    assert native.node_mismatches_ahead(3, [*nodes, nodes[0]], found) == want
+    assert found == {12345: b"other"}
+    with pytest.raises(native.Reject):
+        native.node_mismatches_ahead(1 << 15, nodes, found)
