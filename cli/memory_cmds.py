@@ -293,13 +293,15 @@ def rebuild_cmd(ctx: Context, as_json: bool) -> None:
     """Drop the derived memory state and replay the ledger into it (one transaction).
 
     Prints the state digest before and after: a healthy ledger rebuilds to the same digest.
-    The falsification states (and each root's state) are replayed after it.
+    The falsification states (and each root's state), the branch registry, the conversation
+    tree and the git index are replayed in the same pass.
 
     Example: memroot -l agent.ledger rebuild --json
     """
     from memroot.ledger.pg import PgStore
     from memroot.ledger.verify import bound_cache
     from memroot.memory_root.falsify.replay import StatesRebuild
+    from memroot.memory_root.tables_check import LayerTablesRebuild
 
     with open_ledger(ctx) as ledger:
         if not isinstance(ledger.derived, PgStore):
@@ -307,14 +309,17 @@ def rebuild_cmd(ctx: Context, as_json: bool) -> None:
             # cache file) is rewritten about once: the store's 64 MiB cache only grew the
             # process (239 MB at 10^6 entries; 110 MB with 8 MiB, in the same CPU time).
             bound_cache(ledger.derived)
-        # The falsification states (and each root's state) are replayed in the same pass.
+        # The falsification states (and each root's state), the branch registry, the
+        # conversation tree and the git index are replayed in the same pass.
         replayed = StatesRebuild(ledger)
-        report = rebuild_state(ledger, also=[replayed])
+        layers = LayerTablesRebuild(ledger)
+        report = rebuild_state(ledger, also=[replayed, layers])
         states = replayed.result
         assert states is not None
     data = {
         **report.to_dict(),
         "falsification": {"state_changes": states.changes, "skipped": states.skipped},
+        "branches_conversation_git": {"entries": layers.entries, "skipped": layers.skipped},
     }
 
     def human() -> None:
@@ -333,6 +338,10 @@ def rebuild_cmd(ctx: Context, as_json: bool) -> None:
             )
         click.echo(
             f"falsification: {states.changes} state changes replayed, {states.skipped} skipped"
+        )
+        click.echo(
+            f"branch registry, conversation tree, git index: {layers.entries} entries "
+            f"replayed, {layers.skipped} skipped"
         )
 
     emit(data, as_json, human)

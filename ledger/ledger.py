@@ -660,12 +660,7 @@ class Ledger:
         finally:
             self._replaying = was
 
-    def replay_hooks(
-        self,
-        progress: Callable[[int, int], None] | None = None,
-        *,
-        hooks: Sequence[AppendHook] | None = None,
-    ) -> int:
+    def replay_hooks(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Fold every committed entry of a ledger file through its hooks; return how many.
 
         For a file whose entries were written without the hooks (``import_bundle`` copies a
@@ -679,13 +674,10 @@ class Ledger:
         A PostgreSQL ledger's cache does the same fold on its own when the ledger opens (and
         at every write and read): for one, this applies what is still missing, if anything.
 
-        ``hooks``: fold every entry through these instead (installed, their tables emptied by
-        the caller: ``memroot rebuild`` re-derives some layers so), on either backend.
-
         Raises:
             StorageError: if a hook refuses a committed entry (nothing is written then).
         """
-        if hooks is None and self.derived is not self.store:
+        if self.derived is not self.store:
             return self._catch_up()
         rows: dict[str, BranchRow] = {}
         done = 0
@@ -700,9 +692,7 @@ class Ledger:
                     progress(done, total)
 
             for b in branches:
-                self._fold_committed(
-                    db, b, 0, b"", rows, f"the derived state of {self.path}", tick, hooks
-                )
+                self._fold_committed(db, b, 0, b"", rows, f"the derived state of {self.path}", tick)
         return done
 
     def _fold_committed(
@@ -714,15 +704,14 @@ class Ledger:
         rows: dict[str, BranchRow],
         where: str,
         progress: Callable[[int], None] | None = None,
-        hooks: Sequence[AppendHook] | None = None,
     ) -> tuple[int, bytes]:
         """Fold committed entries ``start..`` of ``b`` through the hooks into ``db``.
 
         ``rows`` holds the heads the hooks are shown (``StoreView``) and is updated as the
-        entries are folded; ``prev`` is the hash of entry ``start - 1``; ``hooks`` replaces
-        the ledger's own. Returns how many entries were folded and the hash of the last one.
+        entries are folded; ``prev`` is the hash of entry ``start - 1``. Returns how many
+        entries were folded and the hash of the last one.
         """
-        hooks = self.hooks if hooks is None else hooks
+        hooks = self.hooks
         real = self.store
         view = getattr(self, "_view", None) or StoreView(real)
         view.rows = rows

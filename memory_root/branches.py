@@ -788,7 +788,7 @@ def _edited_branch(info: BranchInfo, what: str) -> IntegrityError:
     return IntegrityError(
         f"strict read refused: branch {info.parent} entry {info.create_seq}: step 9: the "
         f"stored registry row of branch {info.branch_id} {what} (derived state edited); run "
-        "`memroot verify` for the full report",
+        "`memroot verify`, or `memroot rebuild` to re-derive it",
         branch=info.parent,
         seq=info.create_seq,
         step=9,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Final, cast
 
@@ -36,7 +36,7 @@ from memroot.memory_root.branches import BranchRegistry
 from memroot.projections.anchors import ConversationTree
 from memroot.projections.gitctx import GitContextHook
 
-__all__ = ["LayerTablesCheck", "rebuild_layer_tables"]
+__all__ = ["LayerTablesCheck", "LayerTablesRebuild"]
 
 STEP: Final = 9
 EXACT_TABLES: Final = ("branch_meta", "branch_merges", "branch_policy", "git_context")
@@ -54,23 +54,93 @@ _WHAT: Final = {
 }
 
 
-def rebuild_layer_tables(ledger: Ledger) -> int:
-    """Empty the branch registry, conversation tree and git index and replay them.
+class LayerTablesRebuild:
+    """The branch registry, conversation tree and git index replayed by ``memroot rebuild``.
 
-    One transaction; returns how many entries were folded. What ``memroot rebuild`` does for
-    these layers (the memory model, roots and states have their own rebuilds); on a
-    PostgreSQL ledger, in this host's cache.
-
-    Raises:
-        StorageError: if a hook refuses a committed entry (nothing is changed then).
+    A ``memroot.projections.replay.Refold``: fed the entries of the memory model's rebuild
+    pass (one read of the log), it empties the three layers' tables at ``start`` and folds
+    each entry through their hooks as committed entries (``Ledger.folding_committed``:
+    the order across branches is not the live one); the entries of a branch past those fed
+    (an unsigned tail the strict read does not yield) are read from their rows at the
+    branch's end. An entry a hook refuses (one appended without the hooks) is skipped and
+    counted, as the memory model's rebuild does; verify step 9 reports it.
     """
-    hooks = (BranchRegistry(), ConversationTree(), GitContextHook())
-    with ledger.write() as db:
-        for hook in hooks:
+
+    def __init__(self, ledger: Ledger) -> None:
+        """Replay into ``ledger``'s derived state (the file, or a PostgreSQL ledger's cache)."""
+        self.ledger = ledger
+        self.entries = 0
+        self.skipped = 0
+        self._conv = ConversationTree()
+        self._hooks = (BranchRegistry(), GitContextHook())
+        self._sizes = {b.name: b.size for b in ledger.store.branches()}
+        self._branch: str | None = None
+        self._next = 0
+        self._ended: set[str] = set()
+        self._db: apsw.Connection | None = None
+
+    def start(self, db: apsw.Connection) -> None:
+        """Install the three layers' tables if missing and empty them."""
+        for hook in (self._conv, *self._hooks):
             hook.install(db)
         for table in (*EXACT_TABLES, DIGESTED_TABLE):
             db.execute(f"DELETE FROM {table}")
-        return ledger.replay_hooks(hooks=hooks)
+        self._db = db
+
+    def feed(self, entries: Sequence[Entry]) -> None:
+        """Fold entries the memory model folded: one, or a run of events of one branch."""
+        if not entries:
+            return
+        if entries[0].branch != self._branch:
+            self._end_branch()
+            self._branch, self._next = entries[0].branch, 0
+        self._fold(entries)
+        self._next = entries[-1].seq + 1
+
+    def _fold(self, entries: Sequence[Entry]) -> None:
+        db, ledger = self._db, self.ledger
+        assert db is not None
+        with ledger.folding_committed():
+            events = [e for e in entries if e.kind is Kind.EVENT]
+            if events:
+                self._conv.apply_events(db, ledger, events, [])
+            for entry in entries:
+                if not _recorded(entry):
+                    continue
+                try:
+                    with db:  # a savepoint: a refused entry leaves nothing behind
+                        for hook in self._hooks:
+                            hook.apply(db, ledger, entry, None)
+                except MemrootError:
+                    self.skipped += 1
+        self.entries += len(entries)
+
+    def _end_branch(self) -> None:
+        branch, size = self._branch, self._sizes.get(self._branch or "", 0)
+        if branch is not None and self._next < size:
+            store = self.ledger.store
+            rows = store.iter_entry_rows(store.branch(branch).no, self._next, size)
+            self._fold([Entry.from_bytes(bytes(r.data)) for r in rows])
+        if branch is not None:
+            self._ended.add(branch)
+        self._branch = None
+
+    def finish(self) -> None:
+        """Fold the unsigned tail of the last branch and of any branch none was fed of."""
+        self._end_branch()
+        for name in self._sizes:
+            if name not in self._ended:
+                self._branch, self._next = name, 0
+                self._end_branch()
+
+
+def _recorded(entry: Entry) -> bool:
+    """Whether the registry's or the git index's hook records anything of ``entry``.
+
+    Folding committed entries: a BRANCH_* operation, or an entry with a context (every other
+    entry they only check against rules skipped then, ``Ledger.replaying``).
+    """
+    return "context" in entry.body or (entry.kind is Kind.OP and entry.type.startswith("BRANCH_"))
 
 
 class _Committed:
@@ -148,8 +218,8 @@ class LayerTablesCheck:
             self._events.append(entry)
             if len(self._events) >= _CHUNK:
                 self._fold_events()
-            if "context" not in entry.body:
-                return
+        if not _recorded(entry):
+            return
         db = self._replay_db()
         try:
             for hook in self._hooks:

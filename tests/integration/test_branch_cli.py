@@ -495,3 +495,26 @@ def test_branch_state_edit_is_left_to_verify(rich: Path):
     assert memroot(rich, "branch", "list").exit_code == 0
     [finding] = _step9(rich)
     assert finding.startswith("branch_meta (")
+
+
+def test_rebuild_rederives_the_layer_tables(rich: Path):
+    """`memroot rebuild` replays the branch registry, conversation tree and git index too:
+    after an edit of each, rebuild restores what the entries say and verify holds again."""
+    before = _tables(rich)
+    _edit(
+        rich,
+        "UPDATE branch_meta SET state = 'OPEN', purpose = 'edited'",
+        "DELETE FROM conv_parents WHERE id = (SELECT min(id) FROM conv_parents)",
+        "UPDATE git_context SET git_branch = 'main'",
+        "DELETE FROM branch_merges",
+    )
+    assert len(_step9(rich)) == 4
+    done = ok(rich, "rebuild")
+    layers = done["branches_conversation_git"]
+    db = apsw.Connection(str(rich), flags=apsw.SQLITE_OPEN_READONLY)
+    (stored,) = db.execute("SELECT count(*) FROM entries").fetchone()
+    db.close()
+    assert layers == {"entries": stored, "skipped": 0}
+    assert _step9(rich) == []
+    after = _tables(rich)
+    assert [n for n in before if before[n] != after[n]] == []
