@@ -443,34 +443,53 @@ def _key_order(key: str) -> tuple[int, bytes]:
     return len(raw), raw
 
 
+_SORT_PENDING: Final = 256
+"""More new items than this since the last encoding are sorted in at once (a ``CASCADE``
+touching thousands), not inserted one by one into the sorted list."""
+
+
 class _Kind:
     """One target type's items, kept sorted in canonical key order with their encoded pairs."""
 
-    __slots__ = ("frags", "joined", "keys", "values")
+    __slots__ = ("frags", "joined", "keys", "pending", "values")
 
     def __init__(self) -> None:
-        self.keys: list[tuple[int, bytes]] = []  # canonical order of the target ids
-        self.frags: list[bytes] = []  # cbor(id) || cbor({"seq", "state"}), as ``keys``
+        self.keys: list[tuple[int, bytes]] = []  # canonical order of the placed items
+        self.frags: list[bytes] = []  # cbor(id) || cbor(value), as ``keys``
+        self.pending: dict[str, bytes] = {}  # new items (and their pairs) not placed yet
         self.values: dict[str, Any] = {}
-        self.joined: bytes | None = None  # b"".join(frags) while nothing changed
+        self.joined: bytes | None = None  # the map's encoding while nothing changed
 
     def set(self, item: str, value: Any) -> None:
-        """Set ``item``'s value and its encoded pair in its place."""
+        """Set ``item``'s value and its encoded pair."""
         # cbor([id, value]) is a 1-byte array head (0x82) and the two encodings.
         frag = encoding.encode([item, value])[1:]
-        key = _key_order(item)
-        i = bisect_left(self.keys, key)
-        if item in self.values:
-            self.frags[i] = frag
+        if item in self.values and item not in self.pending:
+            self.frags[bisect_left(self.keys, _key_order(item))] = frag
         else:
-            self.keys.insert(i, key)
-            self.frags.insert(i, frag)
+            self.pending[item] = frag
         self.values[item] = value
         self.joined = None
 
     def encoded(self) -> bytes:
         """Return the canonical encoding of the items as one map."""
         if self.joined is None:
+            if len(self.pending) > _SORT_PENDING:
+                pairs = sorted(
+                    [
+                        *zip(self.keys, self.frags, strict=True),
+                        *((_key_order(i), f) for i, f in self.pending.items()),
+                    ]
+                )  # keys are unique: the pairs never compare by their frags
+                self.keys = [k for k, _ in pairs]
+                self.frags = [f for _, f in pairs]
+            else:
+                for item, frag in self.pending.items():
+                    key = _key_order(item)
+                    i = bisect_left(self.keys, key)
+                    self.keys.insert(i, key)
+                    self.frags.insert(i, frag)
+            self.pending.clear()
             self.joined = _map_head(len(self.keys)) + b"".join(self.frags)
         return self.joined
 

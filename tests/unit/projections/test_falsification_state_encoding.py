@@ -68,6 +68,28 @@ def test_map_heads_at_every_width(n: int) -> None:
     assert len(states.to_value()["memory_object"]) == n
 
 
+@pytest.mark.parametrize("bulk", [3, 300, 2000])
+def test_many_new_items_at_once(bulk: int) -> None:
+    """A fold that names many items between two encodings (a large CASCADE) sorts them in."""
+    states = ItemStates()
+    ref: list[tuple[str, str, dict[str, Any]]] = []
+    for round_ in range(3):
+        for i in range(bulk):
+            # New ids interleave with the old ones; every 5th one names an item again.
+            item = f"o{(i * 7919 + round_) % (bulk * 2):06d}" if i % 5 else f"o{i:06d}"
+            value = {"state": "stale", "seq": round_ * bulk + i}
+            states.set("memory_object", item, value)
+            ref.append(("memory_object", item, value))
+        states.set("memory_root", f"r{round_}", {"state": "falsified", "seq": round_})
+        ref.append(("memory_root", f"r{round_}", {"state": "falsified", "seq": round_}))
+        assert states.encoded() == encoding.encode(_reference(ref))
+        # A placed item named again, before and after the next encoding.
+        states.set("memory_object", ref[0][1], {"state": "live", "seq": 10**6 + round_})
+        ref.append(("memory_object", ref[0][1], {"state": "live", "seq": 10**6 + round_}))
+        assert states.encoded() == encoding.encode(_reference(ref))
+    assert states.count == sum(len(v) for v in _reference(ref).values())
+
+
 @pytest.mark.parametrize("value", [[], {"memory_object": []}, {"memory_object": 1}, 7])
 def test_a_fold_state_that_is_not_maps_of_maps_is_refused(value: Any) -> None:
     """A stored fold state of another shape is refused (not silently re-encoded otherwise)."""
