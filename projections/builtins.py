@@ -36,13 +36,14 @@ at append by ``check_payload``:
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
 from memroot.ledger import encoding
 from memroot.ledger.entries import Entry, check_uuid
-from memroot.ledger.errors import ValidationError
+from memroot.ledger.errors import DecodeError, ValidationError
 from memroot.ledger.hashing import sha256
 from memroot.ledger.vocab import LifecycleState, OpType
 from memroot.projections.projection import Projection, Summary
@@ -55,6 +56,7 @@ __all__ = [
     "EpistemicDistribution",
     "FailureMotifs",
     "FalsificationState",
+    "ItemStates",
     "LifecycleCounts",
     "MemoryStateDigest",
     "builtin_projections",
@@ -160,8 +162,14 @@ def _summary(items: dict[str, Any], count: int | None = None) -> Summary:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Sliced:
-    """Shared parts of the built-ins: an id and the namespace slice."""
+    """Shared parts of the built-ins: an id and the namespace slice.
 
+    ``summary_is_canonical``: every summary is ``encoding.encode``'s output (``_summary``),
+    so the writer need not decode it to check it (``memory_root._fold.Folder.outputs``); a
+    subclass that makes its summary otherwise sets it False.
+    """
+
+    summary_is_canonical: ClassVar[bool] = True
     id: str
     namespaces: tuple[str, ...] = ()
     version: int = 1
@@ -419,6 +427,146 @@ _STATE_OF: Final = {
 }
 
 
+def _map_head(n: int) -> bytes:
+    """Return the canonical CBOR head of a map of ``n`` pairs (major type 5, shortest form)."""
+    if n < 24:
+        return bytes((0xA0 + n,))
+    for info, width in ((24, 1), (25, 2), (26, 4), (27, 8)):
+        if n < 1 << (8 * width):
+            return bytes((0xA0 + info,)) + n.to_bytes(width, "big")
+    raise ValueError(f"a map of {n} pairs is outside CBOR")  # pragma: no cover - 2**64 pairs
+
+
+def _key_order(key: str) -> tuple[int, bytes]:
+    """Canonical CBOR order of text map keys: shorter encodings first, then bytewise."""
+    raw = key.encode()
+    return len(raw), raw
+
+
+_SORT_PENDING: Final = 256
+"""More new items than this since the last encoding are sorted in at once (a ``CASCADE``
+touching thousands), not inserted one by one into the sorted list."""
+
+
+class _Kind:
+    """One target type's items, kept sorted in canonical key order with their encoded pairs."""
+
+    __slots__ = ("frags", "joined", "keys", "pending", "values")
+
+    def __init__(self) -> None:
+        self.keys: list[tuple[int, bytes]] = []  # canonical order of the placed items
+        self.frags: list[bytes] = []  # cbor(id) || cbor(value), as ``keys``
+        self.pending: dict[str, bytes] = {}  # new items (and their pairs) not placed yet
+        self.values: dict[str, Any] = {}
+        self.joined: bytes | None = None  # the map's encoding while nothing changed
+
+    def set(self, item: str, value: Any) -> None:
+        """Set ``item``'s value and its encoded pair."""
+        # cbor([id, value]) is a 1-byte array head (0x82) and the two encodings.
+        frag = encoding.encode([item, value])[1:]
+        if item in self.values and item not in self.pending:
+            self.frags[bisect_left(self.keys, _key_order(item))] = frag
+        else:
+            self.pending[item] = frag
+        self.values[item] = value
+        self.joined = None
+
+    def encoded(self) -> bytes:
+        """Return the canonical encoding of the items as one map."""
+        if self.joined is None:
+            if len(self.pending) > _SORT_PENDING:
+                pairs = sorted(
+                    [
+                        *zip(self.keys, self.frags, strict=True),
+                        *((_key_order(i), f) for i, f in self.pending.items()),
+                    ]
+                )  # keys are unique: the pairs never compare by their frags
+                self.keys = [k for k, _ in pairs]
+                self.frags = [f for _, f in pairs]
+            else:
+                for item, frag in self.pending.items():
+                    key = _key_order(item)
+                    i = bisect_left(self.keys, key)
+                    self.keys.insert(i, key)
+                    self.frags.insert(i, frag)
+            self.pending.clear()
+            self.joined = _map_head(len(self.keys)) + b"".join(self.frags)
+        return self.joined
+
+
+class ItemStates:
+    """``falsification-state``'s fold state: ``{target_type: {target_id: {"state", "seq"}}}``.
+
+    It keeps its canonical CBOR encoding up to date item by item, so a summary costs a join
+    of the encoded items (not an encoding of every item named so far, which every automatic
+    snapshot would pay). ``encoded()`` is exactly ``encoding.encode(self.to_value())``.
+    """
+
+    __slots__ = ("_encoded", "_kinds", "count")
+
+    def __init__(self) -> None:
+        """Start with no item."""
+        self._kinds: dict[str, _Kind] = {}
+        self._encoded: bytes | None = None
+        self.count = 0
+        """The number of items named."""
+
+    @classmethod
+    def from_value(cls, value: Any) -> ItemStates:
+        """Return the states of a decoded summary.
+
+        Raises:
+            DecodeError: if ``value`` is not a map of maps.
+        """
+        out = cls()
+        if type(value) is not dict or any(type(v) is not dict for v in value.values()):
+            raise DecodeError("a falsification-state fold state must be a map of maps")
+        for kind, items in value.items():
+            out._kinds[kind] = _Kind()
+            for item, v in items.items():
+                out.set(kind, item, v)
+        return out
+
+    def set(self, kind: str, item: str, value: Any) -> None:
+        """Set the value of ``item`` of type ``kind``."""
+        k = self._kinds.get(kind)
+        if k is None:
+            k = self._kinds[kind] = _Kind()
+        self.count += item not in k.values
+        k.set(item, value)
+        self._encoded = None
+
+    def __eq__(self, other: object) -> bool:
+        """States are equal when their canonical encodings are."""
+        if not isinstance(other, ItemStates):
+            return NotImplemented
+        return self.encoded() == other.encoded()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __repr__(self) -> str:
+        """Show the states as maps."""
+        return f"ItemStates({self.to_value()!r})"
+
+    def to_value(self) -> dict[str, dict[str, Any]]:
+        """Return the states as plain maps (in canonical key order; values not copied)."""
+        return {
+            kind: {item: k.values[item] for item in sorted(k.values, key=_key_order)}
+            for kind, k in sorted(self._kinds.items(), key=lambda x: _key_order(x[0]))
+        }
+
+    def encoded(self) -> bytes:
+        """Return the canonical CBOR encoding of the states."""
+        if self._encoded is None:
+            kinds = sorted(self._kinds.items(), key=lambda x: _key_order(x[0]))
+            parts = [_map_head(len(kinds))]
+            for kind, k in kinds:
+                parts.append(encoding.encode(kind))
+                parts.append(k.encoded())
+            self._encoded = b"".join(parts)
+        return self._encoded
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FalsificationState(_Sliced):
     """The state (live | stale | falsified) of every item a state operation named.
@@ -427,6 +575,7 @@ class FalsificationState(_Sliced):
     ``target_type`` and ``target_id``; ``CASCADE`` lists the items it touched in
     ``payload.touched`` as ``[{"type": ..., "id": ...}, ...]`` and marks them stale.
     Summary: ``{target_type: {target_id: {"state": s, "seq": n}}}``; count = items named.
+    The fold state is an ``ItemStates``, stored as the summary's own bytes.
     """
 
     id: str = "falsification-state"
@@ -439,13 +588,11 @@ class FalsificationState(_Sliced):
         """``{"namespaces": [...]}``."""
         return self._slice()
 
-    def initial(self) -> dict[str, dict[str, dict[str, Any]]]:
-        """Return ``{}``."""
-        return {}
+    def initial(self) -> ItemStates:
+        """Return no item."""
+        return ItemStates()
 
-    def fold(
-        self, state: dict[str, dict[str, dict[str, Any]]], entry: Entry
-    ) -> dict[str, dict[str, dict[str, Any]]]:
+    def fold(self, state: ItemStates, entry: Entry) -> ItemStates:
         """Set the state of the item(s) the operation names."""
         if not self._in_slice(entry):
             return state
@@ -464,12 +611,24 @@ class FalsificationState(_Sliced):
             return state
         for kind, item, new in targets:
             if type(kind) is str and type(item) is str:
-                state.setdefault(kind, {})[item] = {"state": new, "seq": entry.seq}
+                state.set(kind, item, {"state": new, "seq": entry.seq})
         return state
 
-    def summarize(self, state: dict[str, dict[str, dict[str, Any]]]) -> Summary:
+    def summarize(self, state: ItemStates) -> Summary:
         """Return the states by target type and id."""
-        return _summary(state, sum(len(v) for v in state.values()))
+        return Summary(state.encoded(), state.count)
+
+    def encode_state(self, state: ItemStates) -> bytes:
+        """Return the summary's bytes (the canonical encoding of the states as maps)."""
+        return state.encoded()
+
+    def decode_state(self, data: bytes) -> ItemStates:
+        """Return the states ``encode_state`` wrote.
+
+        Raises:
+            DecodeError: if ``data`` is not canonical CBOR.
+        """
+        return ItemStates.from_value(encoding.decode(data))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
