@@ -188,8 +188,11 @@ class Expiry:
         return out
 
     @classmethod
-    def from_payload(cls, value: Any) -> Expiry:
+    def from_payload(cls, value: Any, *, recorded: bool = False) -> Expiry:
         """Parse the expiry of a BRANCH_CREATE payload.
+
+        ``recorded``: the payload is a committed entry's, folded again: its values are taken
+        as they were accepted, even past today's bounds (``_stored_expiry``).
 
         Raises:
             ValidationError: if it is missing or malformed.
@@ -205,12 +208,13 @@ class Expiry:
             raise ValidationError(
                 f"unknown expiry field {sorted(extra)[0]!r}", field="payload.expiry"
             )
-        return cls(
+        args = (
             value["max_age_days"],
             value.get("on_expiry", "ARCHIVE_BRANCH"),
             value.get("max_events"),
             value.get("max_storage_mb"),
         )
+        return _stored_expiry(*args) if recorded else cls(*args)
 
 
 @dataclass(frozen=True, slots=True)
@@ -471,7 +475,9 @@ class BranchRegistry:
         purpose = p.get("purpose")
         if not isinstance(purpose, str) or not purpose.strip():
             raise ValidationError("a branch needs a purpose", field="payload.purpose")
-        expiry = Expiry.from_payload(p.get("expiry"))
+        # Folded again, a committed entry's expiry stands as accepted (bounds added later
+        # do not apply to it).
+        expiry = Expiry.from_payload(p.get("expiry"), recorded=ledger.replaying)
         actor = entry.body["actor_id"]
         if not ledger.replaying:
             self._check_limits(db, ledger, actor)
@@ -834,7 +840,7 @@ def check_branches(ledger: Ledger, infos: Sequence[BranchInfo]) -> None:
                 try:
                     with ledger.folding_committed():
                         registry._create(replay, ledger, entry)
-                except MemrootError:
+                except (MemrootError, apsw.Error):
                     raise _edited_branch(info, "cites a BRANCH_CREATE that makes no row") from None
                 want = replay.execute(
                     f"SELECT {_COLUMNS} FROM branch_meta WHERE branch_id = ?", (info.branch_id,)

@@ -111,7 +111,7 @@ class LayerTablesRebuild:
                     with db:  # a savepoint: a refused entry leaves nothing behind
                         for hook in self._hooks:
                             hook.apply(db, ledger, entry, None)
-                except MemrootError:
+                except (MemrootError, apsw.Error):
                     self.skipped += 1
         self.entries += len(entries)
 

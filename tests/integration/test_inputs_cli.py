@@ -396,4 +396,7 @@ def test_branch_list_survives_a_branch_recorded_before_expiry_had_bounds(
     r = run(ledger, "branch", "list")
     assert r.exit_code == 0 and genesis.branch in r.stdout
     assert run(ledger, "branch", "show", genesis.branch).exit_code == 0
+    # Folded again (verify step 9's registry replay, rebuild), its expiry stands as accepted.
+    assert run(ledger, "verify", "--no-update").exit_code == 0
+    assert run(ledger, "rebuild").exit_code == 0
     assert run(ledger, "branch", "close", genesis.branch, "--reason", "r").exit_code == 0
