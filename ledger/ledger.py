@@ -262,6 +262,10 @@ class Ledger:
         self._seal_next: dict[int, _SealState] = {}
         self._seal_token: tuple[int, int] | None = None
         self._seal_version: int | None = None
+        # The branches the last sealing commit grew: their cached heads are the stored rows
+        # while ``_seal_token`` holds (``_head`` then reads no branch row).
+        self._sealed_heads: frozenset[str] = frozenset()
+        self._sealing_heads: frozenset[str] = frozenset()
         self._publish_pending = False
         self._forking = False
         self._batch_events: dict[bytes, int] = {}  # of the batch being appended (find_event)
@@ -1500,12 +1504,22 @@ class Ledger:
     def _head(self, branch: str) -> _Head:
         """Return the branch's right edge, reloading it if another writer moved the head.
 
-        Must run inside a transaction so the stored head cannot move underneath.
+        Must run inside a transaction so the stored head cannot move underneath. When
+        nothing changed the file since this ledger's last sealing commit grew the branch (no
+        other connection committed: ``data_version``; nothing else written on this one:
+        ``total_changes``), the cached head is the stored row and none is read.
         """
+        cached = self._heads.get(branch)
+        if (
+            cached is not None
+            and branch in self._sealed_heads
+            and self._seal_token is not None
+            and self._seal_token == (self.store.data_version(), self.store.db.total_changes())
+        ):
+            return cached
         row = self.store.branch(branch)
         if self.derived is not self.store:
             self._catch_up()  # under the branch's row lock: what others appended first
-        cached = self._heads.get(branch)
         if cached is not None and cached.row == row:
             return cached
         ids = merkle.perfect_subtrees(row.size)
@@ -1533,6 +1547,7 @@ class Ledger:
         pending, self._txn = self._txn, {}
         if not pending:
             return
+        self._sealing_heads = frozenset(pending)
         signer = self._require_key()
         known = self._seal_states()
         for branch, seal in pending.items():
@@ -1551,7 +1566,9 @@ class Ledger:
             # take it from memory while nothing else writes (taken before the witnesses write).
             self._seal_known.update(self._seal_next)
             self._seal_token = (self._seal_version, self.store.db.total_changes())
+            self._sealed_heads = self._sealing_heads
         self._seal_next = {}
+        self._sealing_heads = frozenset()
         self._publish_pending = False
         from memroot.ledger.witness import after_commit
 
@@ -1573,6 +1590,8 @@ class Ledger:
         self._seal_next = {}
         self._seal_token = None
         self._seal_version = None
+        self._sealed_heads = frozenset()
+        self._sealing_heads = frozenset()
 
     def _seal_states(self) -> dict[int, _SealState]:
         """Return what the last seals left per branch no, when it is still the file's state.

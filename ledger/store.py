@@ -198,6 +198,15 @@ def _sniff(path: Path) -> None:
 class Store:
     """An open ledger file. Not thread-safe: use one Store per thread or process."""
 
+    # Class defaults, so the subclasses of ``memroot.ledger.pg`` (which set their own fields)
+    # have them too.
+    _write_open: bool = False  # from BEGIN IMMEDIATE to its COMMIT or ROLLBACK
+    _txn_version: int | None = None  # the ``data_version`` read in the open write
+    committed_version: int | None = None
+    """The ``data_version`` read inside this connection's last committed write (None when
+    that write read none or the last write rolled back): the file's number as of that COMMIT;
+    a later commit by another connection shows in the next write's own read."""
+
     def __init__(self, path: Path, *, create: bool = False, readonly: bool = False) -> None:
         """Open (or with ``create``, create) the SQLite file at ``path``.
 
@@ -361,8 +370,15 @@ class Store:
         (the engine's own commits are the caller's to track); None when the engine has no
         such number (then nothing may be cached).
         """
+        if self._write_open and self._txn_version is not None:
+            # Inside the write transaction nobody else can commit (we hold the write lock):
+            # the number read at its first call holds until COMMIT or ROLLBACK.
+            return self._txn_version
         row = self.db.execute("PRAGMA data_version").fetchone()
-        return None if row is None else int(row[0])
+        version = None if row is None else int(row[0])
+        if self._write_open:
+            self._txn_version = version
+        return version
 
     def close(self) -> None:
         """Close the connection (idempotent)."""
@@ -397,6 +413,9 @@ class Store:
         except apsw.Error as e:
             raise _storage_error(e, self.path) from e
         self.changes_at_begin = self.db.total_changes()
+        self._write_open = True
+        self._txn_version = None
+        self.committed_version = None
         self._write_depth = 1
         try:
             yield self.db
@@ -427,6 +446,8 @@ class Store:
             if isinstance(e, apsw.Error):
                 raise _storage_error(e, self.path) from e
             raise
+        self._write_open = False
+        self.committed_version = self._txn_version
         for callback in self._after_commit:
             callback()
 
@@ -471,6 +492,8 @@ class Store:
             self._after_commit.append(after)
 
     def _rolled_back(self) -> None:
+        self._write_open = False
+        self._txn_version = None
         for callback in self._after_rollback:
             callback()
 
