@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import importlib
 import json
+import operator
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -1172,13 +1173,16 @@ class Ledger:
                 most = len(queue)
                 if hooks:
                     most = min(most, self._event_run(branch, seq, prev) if runs else 1)
-                top = len(queue) - 1
-                while top >= len(queue) - most and type(queue[top]) is EventInput:
-                    top -= 1
-                most = len(queue) - 1 - top
+                if most < len(queue) or set(map(type, queue)) != _ONLY_EVENTS:
+                    # Bounded by the first item of another type (a whole queue of events, the
+                    # common batch, is told at C speed above).
+                    top = len(queue) - 1
+                    while top >= len(queue) - most and type(queue[top]) is EventInput:
+                        top -= 1
+                    most = len(queue) - 1 - top
                 built = self._build_run(queue, most, branch, no, seq, prev, last_ts, now)
                 k = 0 if built is None else built[0]
-                if k and any(queue[-1 - i].id is not None for i in range(k)):
+                if k and set(map(_ID, queue[len(queue) - k :])) != _NO_ID:
                     # Ids of the requests' own: the run ends before the first one taken, which
                     # the reference loop then refuses (after the events before it).
                     if unindexed:
@@ -1800,6 +1804,11 @@ class _StaleCache(StorageError):
             "(another ledger's, or the ledger was rolled back): reopen the ledger to rebuild "
             "it, or delete the file"
         )
+
+
+_ONLY_EVENTS: Final = {EventInput}
+_ID: Final = operator.attrgetter("id")
+_NO_ID: Final = {None}
 
 
 def _nothing() -> None:
