@@ -1167,15 +1167,16 @@ class Ledger:
         hooks = self.hooks
         runs = all(hasattr(h, "apply_events") for h in hooks)
         stored: set[bytes] | None = None  # of the requests' own event ids, those stored
+        only_events = set(map(type, queue)) == _ONLY_EVENTS  # until a hook queues a follow-up
         while queue:
             if _N is not None and type(queue[-1]) is EventInput:
                 # The run: the events on top of the queue, as many as the hooks take at once.
                 most = len(queue)
                 if hooks:
                     most = min(most, self._event_run(branch, seq, prev) if runs else 1)
-                if most < len(queue) or set(map(type, queue)) != _ONLY_EVENTS:
-                    # Bounded by the first item of another type (a whole queue of events, the
-                    # common batch, is told at C speed above).
+                if not only_events or most < len(queue):
+                    # Bounded by the first item of another type (a batch of events only, with
+                    # no follow-up queued yet, is told once, before the loop).
                     top = len(queue) - 1
                     while top >= len(queue) - most and type(queue[top]) is EventInput:
                         top -= 1
@@ -1226,7 +1227,9 @@ class Ledger:
                             follow.extend(hook.apply_events(db, self, n_entries, n_contents))  # type: ignore[attr-defined]
                         else:
                             follow.extend(hook.apply(db, self, n_entries[0], n_contents[0]))
-                    queue.extend(reversed(follow))
+                    if follow:
+                        only_events = False
+                        queue.extend(reversed(follow))
                     continue
             item = queue.pop()
             if unindexed:  # the reference checks ids, parents and targets against the batch
@@ -1299,7 +1302,9 @@ class Ledger:
             follow = []
             for hook in self.hooks:
                 follow.extend(hook.apply(db, self, entry, content))
-            queue.extend(reversed(follow))
+            if follow:
+                only_events = False
+                queue.extend(reversed(follow))
             out.append(Appended(branch, seq, entry.hash, item_id, entry.kind, entry.type))
             prev = entry.hash
             seq += 1
