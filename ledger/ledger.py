@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import importlib
 import json
+import operator
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -262,6 +263,10 @@ class Ledger:
         self._seal_next: dict[int, _SealState] = {}
         self._seal_token: tuple[int, int] | None = None
         self._seal_version: int | None = None
+        # The branches the last sealing commit grew: their cached heads are the stored rows
+        # while ``_seal_token`` holds (``_head`` then reads no branch row).
+        self._sealed_heads: frozenset[str] = frozenset()
+        self._sealing_heads: frozenset[str] = frozenset()
         self._publish_pending = False
         self._forking = False
         self._batch_events: dict[bytes, int] = {}  # of the batch being appended (find_event)
@@ -1245,19 +1250,23 @@ class Ledger:
         hooks = self.hooks
         runs = all(hasattr(h, "apply_events") for h in hooks)
         stored: set[bytes] | None = None  # of the requests' own event ids, those stored
+        only_events = set(map(type, queue)) == _ONLY_EVENTS  # until a hook queues a follow-up
         while queue:
             if _N is not None and type(queue[-1]) is EventInput:
                 # The run: the events on top of the queue, as many as the hooks take at once.
                 most = len(queue)
                 if hooks:
                     most = min(most, self._event_run(branch, seq, prev) if runs else 1)
-                top = len(queue) - 1
-                while top >= len(queue) - most and type(queue[top]) is EventInput:
-                    top -= 1
-                most = len(queue) - 1 - top
+                if not only_events or most < len(queue):
+                    # Bounded by the first item of another type (a batch of events only, with
+                    # no follow-up queued yet, is told once, before the loop).
+                    top = len(queue) - 1
+                    while top >= len(queue) - most and type(queue[top]) is EventInput:
+                        top -= 1
+                    most = len(queue) - 1 - top
                 built = self._build_run(queue, most, branch, no, seq, prev, last_ts, now)
                 k = 0 if built is None else built[0]
-                if k and any(queue[-1 - i].id is not None for i in range(k)):
+                if k and set(map(_ID, queue[len(queue) - k :])) != _NO_ID:
                     # Ids of the requests' own: the run ends before the first one taken, which
                     # the reference loop then refuses (after the events before it).
                     if unindexed:
@@ -1301,7 +1310,9 @@ class Ledger:
                             follow.extend(hook.apply_events(db, self, n_entries, n_contents))  # type: ignore[attr-defined]
                         else:
                             follow.extend(hook.apply(db, self, n_entries[0], n_contents[0]))
-                    queue.extend(reversed(follow))
+                    if follow:
+                        only_events = False
+                        queue.extend(reversed(follow))
                     continue
             item = queue.pop()
             if unindexed:  # the reference checks ids, parents and targets against the batch
@@ -1374,7 +1385,9 @@ class Ledger:
             follow = []
             for hook in self.hooks:
                 follow.extend(hook.apply(db, self, entry, content))
-            queue.extend(reversed(follow))
+            if follow:
+                only_events = False
+                queue.extend(reversed(follow))
             out.append(Appended(branch, seq, entry.hash, item_id, entry.kind, entry.type))
             prev = entry.hash
             seq += 1
@@ -1583,12 +1596,22 @@ class Ledger:
     def _head(self, branch: str) -> _Head:
         """Return the branch's right edge, reloading it if another writer moved the head.
 
-        Must run inside a transaction so the stored head cannot move underneath.
+        Must run inside a transaction so the stored head cannot move underneath. When
+        nothing changed the file since this ledger's last sealing commit grew the branch (no
+        other connection committed: ``data_version``; nothing else written on this one:
+        ``total_changes``), the cached head is the stored row and none is read.
         """
+        cached = self._heads.get(branch)
+        if (
+            cached is not None
+            and branch in self._sealed_heads
+            and self._seal_token is not None
+            and self._seal_token == (self.store.data_version(), self.store.db.total_changes())
+        ):
+            return cached
         row = self.store.branch(branch)
         if self.derived is not self.store:
             self._catch_up()  # under the branch's row lock: what others appended first
-        cached = self._heads.get(branch)
         if cached is not None and cached.row == row:
             return cached
         ids = merkle.perfect_subtrees(row.size)
@@ -1616,6 +1639,7 @@ class Ledger:
         pending, self._txn = self._txn, {}
         if not pending:
             return
+        self._sealing_heads = frozenset(pending)
         signer = self._require_key()
         known = self._seal_states()
         for branch, seal in pending.items():
@@ -1634,7 +1658,9 @@ class Ledger:
             # take it from memory while nothing else writes (taken before the witnesses write).
             self._seal_known.update(self._seal_next)
             self._seal_token = (self._seal_version, self.store.db.total_changes())
+            self._sealed_heads = self._sealing_heads
         self._seal_next = {}
+        self._sealing_heads = frozenset()
         self._publish_pending = False
         from memroot.ledger.witness import after_commit
 
@@ -1656,6 +1682,8 @@ class Ledger:
         self._seal_next = {}
         self._seal_token = None
         self._seal_version = None
+        self._sealed_heads = frozenset()
+        self._sealing_heads = frozenset()
 
     def _seal_states(self) -> dict[int, _SealState]:
         """Return what the last seals left per branch no, when it is still the file's state.
@@ -1864,6 +1892,11 @@ class _StaleCache(StorageError):
             "(another ledger's, or the ledger was rolled back): reopen the ledger to rebuild "
             "it, or delete the file"
         )
+
+
+_ONLY_EVENTS: Final = {EventInput}
+_ID: Final = operator.attrgetter("id")
+_NO_ID: Final = {None}
 
 
 def _nothing() -> None:

@@ -109,8 +109,35 @@ CREATE TABLE IF NOT EXISTS checkpoints(
 """
 
 
-_TREE_ROWS_OF: dict[tuple[int, int], str] = {}
-"""The statement of ``Store.tree_rows_of`` by key counts (a proof path has at most ~130)."""
+_TREE_ROWS_SQL: dict[tuple[int, int, bool], str] = {}
+"""The statements of ``Store.tree_rows``/``tree_rows_of`` by key counts (and branch row)."""
+_ARMS_MAX: Final = 64
+"""Up to this many keys, ``_tree_rows_sql`` looks each up in its own ``UNION ALL`` arm."""
+
+
+def _tree_rows_sql(leaves: int, nodes: int, *, branch: bool) -> str:
+    """Return the statement reading ``leaves`` entry hashes and ``nodes`` node hashes.
+
+    Rows come as ``(0, k, hash)`` and ``(1, k, h)``, after ``(2, size, no)`` of the branch
+    named by the first parameter when ``branch``. An audit path (a few dozen keys) is read
+    with one ``k = ?`` arm per key: an ``IN`` list makes SQLite build and sort a temporary
+    index of its values first, which cost a proof at 10^6 about 2 us of its ~6 us of SQL
+    with every page in the cache. Past ``_ARMS_MAX`` keys (SQLite allows 500 arms) the ``IN``
+    lists are used.
+    """
+    sql = _TREE_ROWS_SQL.get((leaves, nodes, branch))
+    if sql is not None:
+        return sql
+    arms = ["SELECT 2, size, no FROM branches WHERE name = ?"] if branch else []
+    if leaves + nodes <= _ARMS_MAX:
+        arms += ["SELECT 0, k, hash FROM entries WHERE k = ?"] * leaves
+        arms += ["SELECT 1, k, h FROM nodes WHERE k = ?"] * nodes
+    else:
+        arms.append(f"SELECT 0, k, hash FROM entries WHERE k IN ({','.join('?' * leaves)})")
+        arms.append(f"SELECT 1, k, h FROM nodes WHERE k IN ({','.join('?' * nodes)})")
+    sql = " UNION ALL ".join(arms) if arms else "SELECT 0, 0, 0 WHERE 0"
+    _TREE_ROWS_SQL[(leaves, nodes, branch)] = sql
+    return sql
 
 
 def entry_key(branch_no: int, seq: int) -> int:
@@ -197,6 +224,15 @@ def _sniff(path: Path) -> None:
 
 class Store:
     """An open ledger file. Not thread-safe: use one Store per thread or process."""
+
+    # Class defaults, so the subclasses of ``memroot.ledger.pg`` (which set their own fields)
+    # have them too.
+    _write_open: bool = False  # from BEGIN IMMEDIATE to its COMMIT or ROLLBACK
+    _txn_version: int | None = None  # the ``data_version`` read in the open write
+    committed_version: int | None = None
+    """The ``data_version`` read inside this connection's last committed write (None when
+    that write read none or the last write rolled back): the file's number as of that COMMIT;
+    a later commit by another connection shows in the next write's own read."""
 
     def __init__(self, path: Path, *, create: bool = False, readonly: bool = False) -> None:
         """Open (or with ``create``, create) the SQLite file at ``path``.
@@ -361,8 +397,15 @@ class Store:
         (the engine's own commits are the caller's to track); None when the engine has no
         such number (then nothing may be cached).
         """
+        if self._write_open and self._txn_version is not None:
+            # Inside the write transaction nobody else can commit (we hold the write lock):
+            # the number read at its first call holds until COMMIT or ROLLBACK.
+            return self._txn_version
         row = self.db.execute("PRAGMA data_version").fetchone()
-        return None if row is None else int(row[0])
+        version = None if row is None else int(row[0])
+        if self._write_open:
+            self._txn_version = version
+        return version
 
     def close(self) -> None:
         """Close the connection (idempotent)."""
@@ -397,6 +440,9 @@ class Store:
         except apsw.Error as e:
             raise _storage_error(e, self.path) from e
         self.changes_at_begin = self.db.total_changes()
+        self._write_open = True
+        self._txn_version = None
+        self.committed_version = None
         self._write_depth = 1
         try:
             yield self.db
@@ -427,6 +473,8 @@ class Store:
             if isinstance(e, apsw.Error):
                 raise _storage_error(e, self.path) from e
             raise
+        self._write_open = False
+        self.committed_version = self._txn_version
         for callback in self._after_commit:
             callback()
 
@@ -471,6 +519,8 @@ class Store:
             self._after_commit.append(after)
 
     def _rolled_back(self) -> None:
+        self._write_open = False
+        self._txn_version = None
         for callback in self._after_rollback:
             callback()
 
@@ -754,10 +804,7 @@ class Store:
         """
         if len(leaf_keys) > 500 or len(node_keys) > 500:
             raise ValueError("tree_rows reads at most 500 keys of each kind")
-        sql = (
-            f"SELECT 0, k, hash FROM entries WHERE k IN ({','.join('?' * len(leaf_keys))}) "
-            f"UNION ALL SELECT 1, k, h FROM nodes WHERE k IN ({','.join('?' * len(node_keys))})"
-        )
+        sql = _tree_rows_sql(len(leaf_keys), len(node_keys), branch=False)
         rows: list[Any] = self.db.execute(sql, [*leaf_keys, *node_keys]).fetchall()
         return rows
 
@@ -770,23 +817,13 @@ class Store:
         """
         if len(leaf_keys) > 500 or len(node_keys) > 500:
             raise ValueError("tree_rows_of reads at most 500 keys of each kind")
-        sql = _TREE_ROWS_OF.get((len(leaf_keys), len(node_keys)))
-        if sql is None:
-            sql = (
-                "SELECT 2, size, no FROM branches WHERE name = ? "
-                f"UNION ALL SELECT 0, k, hash FROM entries WHERE k IN "
-                f"({','.join('?' * len(leaf_keys))}) "
-                f"UNION ALL SELECT 1, k, h FROM nodes WHERE k IN ({','.join('?' * len(node_keys))})"
-            )
-            _TREE_ROWS_OF[(len(leaf_keys), len(node_keys))] = sql
+        sql = _tree_rows_sql(len(leaf_keys), len(node_keys), branch=True)
         rows: list[Any] = self.db.execute(sql, [branch, *leaf_keys, *node_keys]).fetchall()
-        have = None
-        for i, r in enumerate(rows):
+        for i, r in enumerate(rows):  # the first row, as SQLite runs the arms in order
             if r[0] == 2:
-                have = (r[1], r[2])
                 del rows[i]
-                break
-        return have, rows
+                return (r[1], r[2]), rows
+        return None, rows
 
     # -- checkpoints ---------------------------------------------------------------------------
 

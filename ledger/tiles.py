@@ -33,10 +33,11 @@ from __future__ import annotations
 
 import json
 import os
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from memroot.ledger import merkle
 from memroot.ledger._checkpoints import checkpoints_after
@@ -486,9 +487,31 @@ class _TileWriter:
 # --------------------------------------------------------------------------- ledger setting
 
 
-def publish_setting(ledger: Ledger) -> tuple[Path, tuple[str, ...]] | None:
-    """Return ``(directory, branches)`` when every checkpoint publishes, else None."""
-    raw = ledger.store.meta(PUBLISH_META)
+_SETTING_SEEN: weakref.WeakKeyDictionary[Any, tuple[int, str | None]] = weakref.WeakKeyDictionary()
+"""Per open store: the ``data_version`` under which the publish setting was read, and its raw
+value (every sealed append asks; see ``publish_setting``)."""
+
+
+def publish_setting(
+    ledger: Ledger, version: int | None = None
+) -> tuple[Path, tuple[str, ...]] | None:
+    """Return ``(directory, branches)`` when every checkpoint publishes, else None.
+
+    With ``version`` (the store's ``data_version`` the caller holds, as after a commit) the
+    stored value is cached per connection under it: another connection's change moves the
+    number, and ``set_publish``, the setting's one writer, forgets the cached value.
+
+    Raises:
+        DecodeError: if the stored setting is damaged.
+    """
+    store = ledger.store
+    cached = _SETTING_SEEN.get(store) if version is not None else None
+    if cached is not None and cached[0] == version:
+        raw: Any = cached[1]
+    else:
+        raw = store.meta(PUBLISH_META)
+        if version is not None and not store.db.in_transaction:
+            _SETTING_SEEN[store] = (version, raw if isinstance(raw, str) else None)
     if not isinstance(raw, str):
         return None
     try:
@@ -512,17 +535,24 @@ def set_publish(ledger: Ledger, out: Path | None, branches: Sequence[str] = ()) 
         if out is None
         else json.dumps({"dir": str(Path(out).resolve()), "branches": sorted(set(branches))})
     )
-    with ledger.store.write():
-        ledger.store.set_meta(PUBLISH_META, value)
+    _SETTING_SEEN.pop(ledger.store, None)
+    try:
+        with ledger.store.write():
+            ledger.store.set_meta(PUBLISH_META, value)
+    finally:
+        _SETTING_SEEN.pop(ledger.store, None)  # set (or not): read it again
 
 
-def publish_configured(ledger: Ledger) -> list[Tiles]:
+def publish_configured(ledger: Ledger, version: int | None = None) -> list[Tiles]:
     """Publish every configured branch (the ledger setting); nothing when it is not set.
+
+    ``version``: as :func:`publish_setting` (the witnesses' ``after_commit`` passes the one
+    the committed transaction read).
 
     Raises:
         RefusedError, StorageError: as :func:`write_tiles`.
     """
-    setting = publish_setting(ledger)
+    setting = publish_setting(ledger, version)
     if setting is None:
         return []
     out, branches = setting

@@ -112,14 +112,17 @@ _TABLES_SEEN: weakref.WeakKeyDictionary[Store, tuple[int, bool]] = weakref.WeakK
 whether they exist (every sealed append asks; see ``_has_tables``)."""
 
 
-def _has_tables(store: Store) -> bool:
+def _has_tables(store: Store, version: int | None = None) -> bool:
     """Tell whether the ledger has the witness tables (any witness was ever configured).
 
     Cached per connection: the answer changes only when a connection creates the tables.
     Another connection's commit changes SQLite's ``data_version`` (which is then read again);
-    this connection's own ``add_witness`` forgets the cached answer.
+    this connection's own ``add_witness`` forgets the cached answer. ``version``: the
+    ``data_version`` the caller already holds (``Store.committed_version`` right after a
+    commit), so that nothing is read while the answer is cached.
     """
-    version = store.data_version()
+    if version is None:
+        version = store.data_version()
     cached = _TABLES_SEEN.get(store)
     if cached is not None and version is not None and cached[0] == version:
         return cached[1]
@@ -441,11 +444,15 @@ def after_commit(ledger: Ledger) -> list[Submission]:
     The call the ledger makes after every append transaction that sealed a checkpoint (and
     ``after_checkpoint``'s first half). Never raises for a witness or publication problem:
     it warns with a ``WitnessWarning``. When no witness and no publication is configured it
-    costs two small reads.
+    reads nothing: both answers are cached per connection under the ``data_version`` the
+    committed transaction read (``Store.committed_version``), so another process's
+    ``memroot witness add`` or ``publish --every-checkpoint`` is seen at the next commit
+    after it (and this connection's own at once: they forget the cached answers).
     """
     out: list[Submission] = []
+    version = ledger.store.committed_version
     try:
-        if _has_tables(ledger.store):
+        if _has_tables(ledger.store, version):
             out = submit(ledger)
     except MemrootError as e:
         warnings.warn(WitnessWarning(f"witness submission failed: {e}"), stacklevel=2)
@@ -461,7 +468,7 @@ def after_commit(ledger: Ledger) -> list[Submission]:
     try:
         from memroot.ledger.tiles import publish_configured
 
-        publish_configured(ledger)
+        publish_configured(ledger, version)
     except MemrootError as e:
         warnings.warn(WitnessWarning(f"publishing tiles failed: {e}"), stacklevel=2)
     return out

@@ -259,3 +259,28 @@ def test_busy_writer_waits_then_sees_commit(tmp_path: Path) -> None:
     finally:
         first.close()
         second.close()
+
+
+@pytest.mark.parametrize("count", [0, 1, 3, 40, 200])
+def test_tree_rows_of_reads_the_branch_and_exactly_the_rows_that_exist(
+    store: Store, count: int
+) -> None:
+    """Few keys (one arm each) and many (IN lists) read the same rows; absent keys are absent."""
+    with store.write():
+        b = store.add_branch("main", bytes(32))
+        store.insert_entries(
+            [(entry_key(b.no, s), bytes([s]) * 32, b"x", None, None, None) for s in range(250)]
+        )
+        store.insert_nodes([(node_key(b.no, 1, i), bytes([i]) * 32) for i in range(125)])
+        store.set_head(b.no, 250, bytes(32))
+    leaves = [entry_key(b.no, s) for s in range(0, 2 * count, 2)]  # s >= 250 do not exist
+    nodes = [node_key(b.no, 1, i) for i in range(count)]  # i >= 125 do not exist
+    want = sorted(
+        [(0, k, bytes([k & 0xFF]) * 32) for k in leaves if k & 0xFFFF < 250]
+        + [(1, k, bytes([k & 0xFF]) * 32) for k in nodes if k & 0xFFFF < 125]
+    )
+    have, got = store.tree_rows_of("main", leaves, nodes)
+    assert have == (250, b.no)
+    assert sorted(got) == want
+    assert sorted(store.tree_rows(leaves, nodes)) == want
+    assert store.tree_rows_of("nope", leaves, nodes)[0] is None
