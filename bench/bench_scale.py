@@ -13,7 +13,7 @@ that is deleted before the next size (10^7 entries take several GB of disk):
    of 1,000; the rate *at* the size is that of the last ``--window`` appends, and the
    average over the whole build is beside it;
 2. verify: another child (``memroot.bench._verify_child``, ``memroot bench`` phase 4) runs
-   the full verify (steps 1-6 and 10).
+   the full verify (steps 1-7 and 10).
 
 Each child reports its wall and CPU time and its own peak RSS (VmHWM), so the sizes do not
 pollute each other's memory figures. Every size is then compared with the first: append

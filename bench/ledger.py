@@ -12,7 +12,7 @@ One ``run``, fresh temporary directories, eight phases, each announced through `
    same background load (``durable_appends``).
 3. Inclusion proof generate + verify at the largest size (``proofs_memroot``; pymerkle at
    10^5 or the largest size built for it, ``proofs_pymerkle``).
-4. Full verify (auditor's steps 1-6 and 10) in a child process: entries/s and its peak RSS
+4. Full verify (auditor's steps 1-7 and 10) in a child process: entries/s and its peak RSS
    (``full_verify``).
 5. Append rate on the largest ledger against the rate on an empty one, from phase 1
    (``append_growth``).
