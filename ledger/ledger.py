@@ -283,11 +283,13 @@ class Ledger:
         self._reader_checks = StrictReader(
             store, self.origin, vkeys=tuple(vkeys), trusted=trusted, own_from=self._own_from
         )
+        # What the hooks see as the store while committed entries are folded again
+        # (``_fold_committed``): the real store when ``rows`` is None.
+        self._view = StoreView(store)
         if self.hooks and isinstance(store, PgStore):
             self.derived = DerivedCache(
                 cache_path or default_cache_path(self.ledger_id, key_path), self.ledger_id
             )
-            self._view = StoreView(store)
             # Before the seal (which forgets the grown branches): what the cache applied.
             store.on_commit(self._record_applied, _nothing)
             self.derived.on_commit(_nothing, self._forget_applied)
@@ -716,9 +718,7 @@ class Ledger:
         entries are folded; ``prev`` is the hash of entry ``start - 1``. Returns how many
         entries were folded and the hash of the last one.
         """
-        hooks = self.hooks
-        real = self.store
-        view = getattr(self, "_view", None) or StoreView(real)
+        hooks, real, view = self.hooks, self.store, self._view
         view.rows = rows
         self.store = view  # type: ignore[assignment]
         was, self._replaying = self._replaying, True
