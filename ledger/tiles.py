@@ -33,14 +33,14 @@ from __future__ import annotations
 
 import json
 import os
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from memroot.ledger import merkle
 from memroot.ledger._checkpoints import checkpoints_after
+from memroot.ledger._versioned import VersionedCache
 from memroot.ledger.entries import CANONICAL_BRANCH
 from memroot.ledger.errors import (
     DecodeError,
@@ -487,9 +487,8 @@ class _TileWriter:
 # --------------------------------------------------------------------------- ledger setting
 
 
-_SETTING_SEEN: weakref.WeakKeyDictionary[Any, tuple[int, str | None]] = weakref.WeakKeyDictionary()
-"""Per open store: the ``data_version`` under which the publish setting was read, and its raw
-value (every sealed append asks; see ``publish_setting``)."""
+_SETTING_SEEN: VersionedCache[str | None] = VersionedCache()
+"""Per open store: the raw publish setting (every sealed append asks; see ``publish_setting``)."""
 
 
 def publish_setting(
@@ -505,14 +504,13 @@ def publish_setting(
         DecodeError: if the stored setting is damaged.
     """
     store = ledger.store
-    cached = _SETTING_SEEN.get(store) if version is not None else None
-    if cached is not None and cached[0] == version:
-        raw: Any = cached[1]
-    else:
+
+    def read() -> str | None:
         raw = store.meta(PUBLISH_META)
-        if version is not None and not store.db.in_transaction:
-            _SETTING_SEEN[store] = (version, raw if isinstance(raw, str) else None)
-    if not isinstance(raw, str):
+        return raw if isinstance(raw, str) else None
+
+    raw = _SETTING_SEEN.get(store, version, read)
+    if raw is None:
         return None
     try:
         obj = json.loads(raw)
@@ -535,12 +533,12 @@ def set_publish(ledger: Ledger, out: Path | None, branches: Sequence[str] = ()) 
         if out is None
         else json.dumps({"dir": str(Path(out).resolve()), "branches": sorted(set(branches))})
     )
-    _SETTING_SEEN.pop(ledger.store, None)
+    _SETTING_SEEN.forget(ledger.store)
     try:
         with ledger.store.write():
             ledger.store.set_meta(PUBLISH_META, value)
     finally:
-        _SETTING_SEEN.pop(ledger.store, None)  # set (or not): read it again
+        _SETTING_SEEN.forget(ledger.store)  # set (or not): read it again
 
 
 def publish_configured(ledger: Ledger, version: int | None = None) -> list[Tiles]:

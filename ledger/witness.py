@@ -27,12 +27,12 @@ import json
 import time
 import urllib.parse
 import warnings
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from memroot.ledger._checkpoints import checkpoint_at, checkpoints_after, count_after
+from memroot.ledger._versioned import VersionedCache
 from memroot.ledger.cosignature import (
     MAX_REQUEST,
     SIG_PREFIX,
@@ -107,9 +107,9 @@ class WitnessConfig:
     branches: tuple[str, ...]
 
 
-_TABLES_SEEN: weakref.WeakKeyDictionary[Store, tuple[int, bool]] = weakref.WeakKeyDictionary()
-"""Per open store: SQLite's ``data_version`` when the witness tables were looked up, and
-whether they exist (every sealed append asks; see ``_has_tables``)."""
+_TABLES_SEEN: VersionedCache[bool] = VersionedCache()
+"""Per open store: whether the witness tables exist (every sealed append asks; see
+``_has_tables``)."""
 
 
 def _has_tables(store: Store, version: int | None = None) -> bool:
@@ -121,21 +121,17 @@ def _has_tables(store: Store, version: int | None = None) -> bool:
     ``data_version`` the caller already holds (``Store.committed_version`` right after a
     commit), so that nothing is read while the answer is cached.
     """
-    if version is None:
-        version = store.data_version()
-    cached = _TABLES_SEEN.get(store)
-    if cached is not None and version is not None and cached[0] == version:
-        return cached[1]
-    with store.read() as db:
-        found = (
-            db.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'witnesses'"
-            ).fetchone()
-            is not None
-        )
-    if version is not None:
-        _TABLES_SEEN[store] = (version, found)
-    return found
+
+    def look() -> bool:
+        with store.read() as db:
+            return (
+                db.execute(
+                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'witnesses'"
+                ).fetchone()
+                is not None
+            )
+
+    return _TABLES_SEEN.get(store, store.data_version() if version is None else version, look)
 
 
 def list_witnesses(store: Store) -> list[WitnessConfig]:
@@ -187,7 +183,7 @@ def add_witness(
         raise RefusedError("a witness needs at least one branch to witness")
     for b in branches:
         ledger.store.branch(b)  # NotFoundError names a branch that does not exist
-    _TABLES_SEEN.pop(ledger.store, None)
+    _TABLES_SEEN.forget(ledger.store)
     try:
         with ledger.store.write() as db:
             db.execute(_SCHEMA)
@@ -197,7 +193,7 @@ def add_witness(
             )
             db.execute("DELETE FROM witness_state WHERE witness = ?", (key.name,))
     finally:
-        _TABLES_SEEN.pop(ledger.store, None)  # created (or not): look again
+        _TABLES_SEEN.forget(ledger.store)  # created (or not): look again
     return WitnessConfig(key.name, url, key, tuple(sorted(set(branches))))
 
 
