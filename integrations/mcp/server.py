@@ -1,282 +1,315 @@
-"""``memroot mcp``: a Model Context Protocol server over stdio (extra ``memroot[mcp]``).
+"""The memroot MCP server: the tools of ``tools`` over one ledger, for one client or many.
 
-Built on the official ``mcp`` SDK (``MCPServer``). The tools are thin calls into a
-``Memory`` (``memroot.open``) whose actor and namespace are fixed when the server starts
-(``--actor``, ``--namespace``): no tool takes them, so a client cannot write as someone
-else or read another namespace. Library errors come back as MCP tool errors (``is_error``
-results whose text names what was wrong); nothing is written when one is raised.
+Built on the official ``mcp`` SDK's low-level ``Server`` (extra ``memroot[mcp]``), so that
+every published schema is exactly what the server enforces: tool arguments are validated
+against their strict models before anything runs, results are built through their models.
 
-Tools: remember, recall, why, snapshot, falsify, cascade (a dry run unless ``apply``),
-verify, branch_create, branch_merge. Resources: ``memroot://root/latest`` (the newest memory
-root of main, JSON) and ``memroot://checkpoint`` (main's signed checkpoint of the current
-tree, signed on read when the head moved).
+Who a call acts as is never taken from the call:
+
+- over stdio (``serve_stdio``) the server has one client, whose actor and namespace are fixed
+  when it starts (``memroot mcp --actor A --namespace N``);
+- over streamable HTTP (``serve_http``) every request carries a bearer token
+  (``memroot.integrations.mcp.tokens``) bound to one actor and one namespace, checked on
+  every request by the SDK's auth middleware (a missing, unknown or revoked token gets 401
+  before any handler runs) and again when the call is dispatched.
+
+Each call then runs inside a ``Scope`` of that namespace (``memroot.integrations.mcp.scope``):
+another namespace's objects, events and branches are not found. Library errors come back as
+tool errors (``isError`` results naming what was wrong); nothing is written when one is
+raised. Calls are serialised on one lock: the ledger has one connection.
+
+Tools: remember, recall, why, snapshot, falsify, cascade, verify, branch_create,
+branch_merge. Resources: ``memroot://root/latest`` (the newest memory root of main, its
+commitment only) and ``memroot://checkpoint`` (main's signed checkpoint of the tree).
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
+import json
+import logging
+import sys
+import threading
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any
 
-import click
+import anyio
+import pydantic
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel.server import Server
+from mcp.types import (
+    INVALID_PARAMS,
+    CallToolRequestParams,
+    CallToolResult,
+    ListResourcesResult,
+    ListToolsResult,
+    PaginatedRequestParams,
+    ReadResourceRequestParams,
+    ReadResourceResult,
+    Resource,
+    TextContent,
+    TextResourceContents,
+    Tool,
+)
 
-from memroot.cli.commands import jsonable
-from memroot.cli.main import Context, cli, pass_ctx
+from memroot import __version__
+from memroot.ledger.entries import new_uuid
 from memroot.ledger.errors import MemrootError
 
-if TYPE_CHECKING:
-    from mcp.server.mcpserver import MCPServer
+from .scope import Scope
+from .tools import TOOLS, Call, ToolSpec, root_json
 
+if TYPE_CHECKING:
     from memroot.memory import Memory
 
-__all__ = ["build_server", "mcp_cmd"]
+    from .tokens import TokenStore
 
-F = TypeVar("F", bound=Callable[..., Any])
+__all__ = ["Identity", "MemrootMcp", "build_server"]
 
-Mode = Literal["DEFAULT", "EXPLICIT", "AUDIT"]
-BranchType = Literal["SIMULATION", "COUNTERFACTUAL", "PLANNING", "SANDBOX", "TEST"]
-Strategy = Literal["PRESERVE_BOTH", "PREFER_CANONICAL", "PREFER_BRANCH"]
-ObjectType = Literal["FACT", "PREFERENCE", "DECISION", "TASK", "INTENT"]
-Epistemic = Literal["OBSERVED", "ASSERTED", "INFERRED", "HYPOTHETICAL", "UNVERIFIED"]
-Source = Literal[
-    "USER_STATED", "USER_DEMONSTRATED", "SYSTEM_INFERRED", "EXTERNAL_DOCUMENT", "TOOL_OUTPUT"
-]
+log = logging.getLogger("memroot.mcp")
+
+ROOT_URI = "memroot://root/latest"
+CHECKPOINT_URI = "memroot://checkpoint"
 
 
-def _tool_errors(fn: F) -> F:
-    """Turn a library error into an MCP tool error naming what was wrong."""
-    from mcp.server.mcpserver.exceptions import ToolError
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who a call acts as: an actor inside one namespace (and the token that says so)."""
 
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    actor: str
+    actor_type: str
+    namespace: str
+    token_id: str | None = None
+
+
+class _Refused(Exception):
+    """A call refused before it reached the library (the text says why)."""
+
+
+def _explain(name: str, error: pydantic.ValidationError) -> str:
+    """Say, per argument, what is wrong with a call's arguments (no input values echoed)."""
+    parts = []
+    for e in error.errors(include_url=False, include_input=False):
+        where = ".".join(str(p) for p in e["loc"]) or "arguments"
+        message = str(e["msg"]).removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            message = "unknown argument (not in the tool's schema)"
+        parts.append(f"{where}: {message}")
+    return f"invalid arguments for {name}: " + "; ".join(parts)
+
+
+class MemrootMcp:
+    """The server over one open ``Memory``: one client (stdio) or token clients (HTTP).
+
+    ``tokens`` None: every call acts as ``mem``'s actor in ``mem``'s namespace. Otherwise
+    each call acts as the identity of the request's bearer token, read from ``tokens``
+    (re-read when the file changes, so a revocation holds from the next request).
+    """
+
+    def __init__(
+        self, mem: Memory, *, trusted: Path | None = None, tokens: TokenStore | None = None
+    ) -> None:
+        """Serve ``mem``; ``trusted`` is the trusted-state file the ``verify`` tool uses."""
+        self.mem = mem
+        self.trusted = trusted
+        self.tokens = tokens
+        self._lock = threading.Lock()
+        self._scopes: dict[Identity, Scope] = {}
+        self._runs: dict[Identity, str] = {}
+        if tokens is None:
+            who = f"actor {mem.actor!r} in namespace {mem.namespace!r}"
+        else:
+            who = "the actor and namespace of the client's bearer token"
+        self.server: Server[Any] = Server(
+            "memroot",
+            version=__version__,
+            title="memroot",
+            instructions=(
+                f"Audited memory of {who}: every write is a signed, hash-chained ledger "
+                "entry, and only that namespace's memory is visible. Remember facts with "
+                "their source, recall before answering, falsify what turns out wrong."
+            ),
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+            on_list_resources=self._list_resources,
+            on_read_resource=self._read_resource,
+            get_tool_input_schema=self._input_schema,
+        )
+
+    # -- who is calling ------------------------------------------------------------------------
+
+    def identity(self, ctx: ServerRequestContext[Any, Any]) -> Identity:
+        """Return who the request acts as.
+
+        Raises:
+            _Refused: an HTTP request without a valid, unrevoked token (the auth middleware
+                lets none through; checked again here so that no path skips it).
+        """
+        if self.tokens is None:
+            m = self.mem
+            return Identity(m.actor, m.actor_type, m.namespace)
+        request = ctx.request
+        user = None if request is None else getattr(request, "scope", {}).get("user")
+        if not isinstance(user, AuthenticatedUser):
+            raise _Refused("this server needs a bearer token (memroot mcp token add)")
+        record = self.tokens.find(user.access_token.token)
+        if record is None:
+            raise _Refused("the bearer token is unknown or revoked")
+        return Identity(record.actor, record.actor_type, record.namespace, record.id)
+
+    def scope(self, who: Identity) -> Scope:
+        """Return the ``Scope`` of an identity (one ``Memory`` view per identity)."""
+        from memroot.memory import Memory
+
+        found = self._scopes.get(who)
+        if found is None:
+            base = self.mem
+            found = Scope(
+                Memory(
+                    base.ledger,
+                    actor=who.actor,
+                    actor_type=who.actor_type,
+                    namespace=who.namespace,
+                    stream=base.stream,
+                    policy_version=base.policy_version,
+                )
+            )
+            self._scopes[who] = found
+            self._runs[who] = f"mcp-{new_uuid()}"
+        return found
+
+    # -- tools ---------------------------------------------------------------------------------
+
+    @staticmethod
+    def _tool(spec: ToolSpec) -> Tool:
+        return Tool(
+            name=spec.name,
+            title=spec.title,
+            description=spec.description,
+            input_schema=spec.args.model_json_schema(),
+            output_schema=spec.result.model_json_schema(),
+            annotations=spec.annotations,
+        )
+
+    def _input_schema(self, name: str) -> dict[str, Any] | None:
+        spec = TOOLS.get(name)
+        return None if spec is None else spec.args.model_json_schema()
+
+    async def _list_tools(
+        self, ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None
+    ) -> ListToolsResult:
+        return ListToolsResult(tools=[self._tool(t) for t in TOOLS.values()])
+
+    @staticmethod
+    def _error(text: str) -> CallToolResult:
+        return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
+
+    async def _call_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams
+    ) -> CallToolResult:
+        spec = TOOLS.get(params.name)
+        if spec is None:
+            return self._error(f"unknown tool {params.name!r}: see tools/list")
         try:
-            return fn(*args, **kwargs)
+            args = spec.args.model_validate(params.arguments or {})
+        except pydantic.ValidationError as e:
+            return self._error(_explain(spec.name, e))
+        try:
+            who = self.identity(ctx)
+        except _Refused as e:
+            return self._error(str(e))
+        try:
+            out = await anyio.to_thread.run_sync(self._run, spec, who, args)
         except MemrootError as e:
-            raise ToolError(f"{type(e).__name__}: {e}") from e
+            return self._error(f"{type(e).__name__}: {e}")
+        except Exception:
+            log.exception("tool %s failed", spec.name)
+            return self._error(f"{spec.name} failed inside the server (see its log); nothing "
+                               "was written")  # fmt: skip
+        return CallToolResult(
+            content=[TextContent(type="text", text=json.dumps(out, sort_keys=True))],
+            structured_content=out,
+        )
 
-    return wrapper  # type: ignore[return-value]
+    def _run(self, spec: ToolSpec, who: Identity, args: Any) -> dict[str, Any]:
+        with self._lock:
+            scope = self.scope(who)
+            raw = spec.body(Call(scope, self._runs[who], self.trusted), args)
+        return spec.result.model_validate(raw).model_dump(mode="json")
+
+    # -- resources -----------------------------------------------------------------------------
+
+    async def _list_resources(
+        self, ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None
+    ) -> ListResourcesResult:
+        return ListResourcesResult(
+            resources=[
+                Resource(
+                    uri=ROOT_URI,
+                    name="latest_root",
+                    description="The newest memory root of main (its commitment; null before "
+                    "the first snapshot).",
+                    mime_type="application/json",
+                ),
+                Resource(
+                    uri=CHECKPOINT_URI,
+                    name="checkpoint",
+                    description="Main's signed checkpoint of the current tree (a C2SP note).",
+                    mime_type="text/plain",
+                ),
+            ]
+        )
+
+    async def _read_resource(
+        self, ctx: ServerRequestContext[Any, Any], params: ReadResourceRequestParams
+    ) -> ReadResourceResult:
+        from mcp.shared.exceptions import MCPError
+
+        uri = str(params.uri)
+        if uri not in (ROOT_URI, CHECKPOINT_URI):
+            raise MCPError(code=INVALID_PARAMS, message=f"no resource {uri}")
+        try:
+            who = self.identity(ctx)
+            text, mime = await anyio.to_thread.run_sync(self._resource, uri, who)
+        except (_Refused, MemrootError) as e:
+            raise MCPError(code=INVALID_PARAMS, message=str(e)) from None
+        return ReadResourceResult(
+            contents=[TextResourceContents(uri=uri, text=text, mime_type=mime)]
+        )
+
+    def _resource(self, uri: str, who: Identity) -> tuple[str, str]:
+        from memroot.memory_root import Roots
+
+        with self._lock:
+            mem = self.scope(who).mem
+            if uri == ROOT_URI:
+                record = Roots(mem.ledger).latest()
+                body = None if record is None else root_json(record)
+                return json.dumps(body, sort_keys=True), "application/json"
+            return mem.ledger.checkpoint().note, "text/plain"
+
+    # -- transports ----------------------------------------------------------------------------
+
+    def run_stdio(self) -> None:
+        """Serve one client over stdin/stdout until it closes them."""
+        from mcp.server.stdio import stdio_server
+
+        async def main() -> None:
+            async with stdio_server() as (read, write):
+                await self.server.run(read, write, self.server.create_initialization_options())
+
+        anyio.run(main)
 
 
-def build_server(mem: Memory, trusted: Path | None = None) -> MCPServer:
-    """Return the MCP server over ``mem`` (its actor and namespace are the server's).
+def build_server(mem: Memory, trusted: Path | None = None) -> Server[Any]:
+    """Return the low-level MCP server of one stdio client: ``mem``'s actor and namespace.
 
     ``trusted`` is the trusted-state file ``verify`` uses (default as ``memroot verify``).
     """
-    from mcp.server.mcpserver import MCPServer
-
-    from memroot.cli.falsify_cmds import _plan_json
-    from memroot.cli.root_cmds import _record_json
-    from memroot.ledger.entries import new_uuid
-    from memroot.memory_root import Roots
-
-    session_run = f"mcp-{new_uuid()}"
-    server = MCPServer(
-        "memroot",
-        instructions=(
-            f"Audited memory of actor {mem.actor!r} in namespace {mem.namespace!r}: every "
-            "write is a signed, hash-chained ledger entry. Remember facts with their source, "
-            "recall before answering, falsify what turns out wrong."
-        ),
-    )
-
-    @server.tool()
-    @_tool_errors
-    def remember(
-        value: str,
-        source: str | None = None,
-        evidence: list[str] | None = None,
-        object_type: ObjectType = "FACT",
-        epistemic_type: Epistemic = "ASSERTED",
-        source_type: Source = "USER_STATED",
-        salience: float = 0.5,
-    ) -> dict[str, Any]:
-        """Remember a memory object, citing the events it was learned from.
-
-        evidence: ids of events already in the ledger. Without it, ``source`` (or the value
-        itself) is first recorded as an event, and the memory cites that event.
-        """
-        ids = list(evidence or [])
-        recorded = None
-        if not ids:
-            recorded = mem.record(content=source or value, role="USER")
-            ids = [recorded.id]
-        made = mem.remember(
-            value,
-            evidence=ids,
-            object_type=object_type,
-            epistemic_type=epistemic_type,
-            source_type=source_type,
-            salience=salience,
-        )
-        return {
-            "object_id": made.id,
-            "seq": made.seq,
-            "entry_hash": made.entry_hash.hex(),
-            "evidence_ids": ids,
-            "recorded_event": None if recorded is None else recorded.id,
-        }
-
-    @server.tool()
-    @_tool_errors
-    def recall(
-        text: str | None = None,
-        anchor: str | None = None,
-        branch: str | None = None,
-        as_of: int | None = None,
-        types: list[ObjectType] | None = None,
-        mode: Mode = "DEFAULT",
-        limit: int = 20,
-        run_id: str | None = None,
-        receipt: bool = True,
-    ) -> dict[str, Any]:
-        """Recall memory objects of this server's namespace, most recently changed first.
-
-        text: words to find; anchor: a conversation event (only memories derived from its
-        path); as_of: memory as it was right after that entry seq. Unless receipt is false,
-        a READ_RECEIPT entry records what was returned, under run_id (default: this server
-        session's run id).
-        """
-        results = mem.recall(
-            text,
-            anchor=anchor,
-            branch=branch,
-            as_of=as_of,
-            types=types or (),
-            namespaces=(mem.namespace,),
-            mode=mode,
-            limit=limit,
-            receipt=(run_id or session_run) if receipt else None,
-        )
-        return {
-            "results": [r.to_dict() for r in results],
-            "run_id": (run_id or session_run) if receipt else None,
-        }
-
-    @server.tool()
-    @_tool_errors
-    def why(item_id: str, branch: str | None = None) -> dict[str, Any]:
-        """Explain an item: its operations and evidence events, each with an inclusion proof.
-
-        item_id: a memory object's UUID, a memory root's hex, or ROOT:projection:key.
-        read_by lists the runs whose read receipts name it.
-        """
-        from memroot.receipts import readers
-
-        out = dict(jsonable(mem.why(item_id, branch=branch).to_dict()))
-        out["read_by"] = readers(mem.ledger, item_id)
-        return out
-
-    @server.tool()
-    @_tool_errors
-    def snapshot(branch: str | None = None) -> dict[str, Any]:
-        """Take a memory_root snapshot now and sign a checkpoint (no-op when nothing changed)."""
-        result = mem.snapshot(branch=branch)
-        return {**_record_json(result.record), "created": result.created}
-
-    @server.tool()
-    @_tool_errors
-    def falsify(item_id: str, reason: str, evidence: list[str] | None = None) -> dict[str, Any]:
-        """Mark one item falsified; nothing that depends on it changes until a cascade."""
-        a = mem.falsify(item_id, reason, evidence=evidence or ())
-        return {"item_id": item_id, "state": mem.state(item_id), "seq": a.seq,
-                "entry_hash": a.entry_hash.hex()}  # fmt: skip
-
-    @server.tool()
-    @_tool_errors
-    def cascade(
-        item_id: str,
-        max_depth: int = 3,
-        max_items: int = 1000,
-        reason: str | None = None,
-        apply: bool = False,
-    ) -> dict[str, Any]:
-        """Walk what depends on a falsified item within the bound (a dry run unless apply)."""
-        from memroot.memory_root.falsify import CascadeResult
-
-        out = mem.cascade(
-            item_id, max_depth=max_depth, max_items=max_items, reason=reason, dry_run=not apply
-        )
-        if isinstance(out, CascadeResult):
-            return dict(_plan_json(out.plan, out))
-        return dict(_plan_json(out, None))
-
-    @server.tool()
-    @_tool_errors
-    def verify() -> dict[str, Any]:
-        """Run every auditor step over the ledger; ok is false on any violation."""
-        report = mem.verify(trusted=trusted)
-        return {"ok": report.ok, **report.to_json()}
-
-    @server.tool()
-    @_tool_errors
-    def branch_create(
-        purpose: str, branch_type: BranchType = "SIMULATION", expiry_days: int | None = None
-    ) -> dict[str, Any]:
-        """Fork a branch of memory for simulation or planning; returns its id."""
-        return {"branch_id": mem.fork(purpose, branch_type=branch_type, expiry_days=expiry_days)}
-
-    @server.tool()
-    @_tool_errors
-    def branch_merge(
-        branch: str, objects: list[str], strategy: Strategy = "PRESERVE_BOTH",
-        reason: str | None = None,
-    ) -> dict[str, Any]:  # fmt: skip
-        """Merge the named objects of a branch into its parent (selective merge)."""
-        return dict(mem.merge(branch, objects, strategy=strategy, reason=reason).to_json())
-
-    @server.resource("memroot://root/latest", mime_type="application/json")
-    def latest_root() -> dict[str, Any] | None:
-        """Return the newest memory root of main (null before the first snapshot)."""
-        record = Roots(mem.ledger).latest()
-        return None if record is None else _record_json(record)
-
-    @server.resource("memroot://checkpoint", mime_type="text/plain")
-    def checkpoint() -> str:
-        """Return main's signed checkpoint of the current tree (a C2SP note; signed if needed)."""
-        return mem.ledger.checkpoint().note
-
-    return server
+    return MemrootMcp(mem, trusted=trusted).server
 
 
-@cli.command("mcp")
-@click.option("--actor", required=True, help="Who the server writes as (fixed for its life).")
-@click.option(
-    "--actor-type",
-    type=click.Choice(["AI_AGENT", "HUMAN_USER", "SYSTEM_PROCESS", "EXTERNAL_CONNECTOR"]),
-    default="AI_AGENT",
-    show_default=True,
-)
-@click.option("--namespace", required=True, help="The namespace it reads and writes (fixed).")
-@click.option(
-    "--trusted",
-    "trusted_path",
-    type=click.Path(path_type=Path),
-    help="Trusted-state file for the verify tool (default as `memroot verify`).",
-)
-@pass_ctx
-def mcp_cmd(
-    ctx: Context, actor: str, actor_type: str, namespace: str, trusted_path: Path | None
-) -> None:
-    """Serve the ledger to an MCP client over stdio (Model Context Protocol).
-
-    Tools: remember, recall, why, snapshot, falsify, cascade, verify, branch_create,
-    branch_merge; resources memroot://root/latest and memroot://checkpoint. The actor and
-    namespace are fixed here and never taken from a tool call. Creates the ledger if it
-    does not exist. Needs the extra: pip install 'memroot[mcp]'.
-
-    Example: memroot -l agent.ledger mcp --actor agent-7 --namespace alice
-    """
-    try:
-        import mcp  # noqa: F401
-    except ImportError as e:
-        raise click.UsageError(
-            "the MCP server needs the official SDK: pip install 'memroot[mcp]'"
-        ) from e
-    from memroot.memory import open_memory
-
-    path = ctx.path()  # a file (created if missing) or a PostgreSQL URL
-    with open_memory(
-        path, key_path=ctx.key_path, actor=actor, actor_type=actor_type, namespace=namespace
-    ) as mem:
-        build_server(mem, trusted_path).run("stdio")
+def _stderr(text: str) -> None:
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()

@@ -125,7 +125,7 @@ def test_errors_are_tool_errors_and_write_nothing(tmp_path: Path) -> None:
         ]
 
     bad_id, bad_evidence, bad_mode, ok = _run(tmp_path, session)
-    assert bad_id.is_error and "not an item id" in bad_id.content[0].text
+    assert bad_id.is_error and "item_id: 'nope' is not a UUID" in bad_id.content[0].text
     assert bad_evidence.is_error and "evidence" in bad_evidence.content[0].text
     assert bad_mode.is_error
     assert not ok.is_error
@@ -134,7 +134,7 @@ def test_errors_are_tool_errors_and_write_nothing(tmp_path: Path) -> None:
 
 
 def test_actor_cannot_be_chosen_by_a_client(tmp_path: Path) -> None:
-    """An actor or namespace passed in a tool call is not used: entries carry the server's."""
+    """An actor or namespace passed in a tool call is an unknown argument: refused, unwritten."""
 
     async def session(c: Any) -> Any:
         return await c.call_tool(
@@ -142,11 +142,12 @@ def test_actor_cannot_be_chosen_by_a_client(tmp_path: Path) -> None:
         )
 
     result = _run(tmp_path, session)
-    assert not result.is_error
+    assert result.is_error
+    text = result.content[0].text
+    for name in ("actor_id", "namespace_id", "actor"):
+        assert f"{name}: unknown argument" in text
     with memroot.open(tmp_path / "mcp.ledger") as mem:
-        bodies = [e.body for e in mem.ledger.entries(1)]
-        assert {b["actor_id"] for b in bodies} == {"agent-7"}
-        assert {b["namespace_id"] for b in bodies} == {"alice"}
+        assert mem.ledger.size() == 1  # the genesis only
 
 
 def test_branches_over_mcp(tmp_path: Path) -> None:
