@@ -99,6 +99,7 @@ def serve_http(server: MemrootMcp, host: str, port: int) -> None:
     except OSError as e:
         sock.close()
         raise StorageError(f"cannot listen on {host}:{port}: {e}") from None
+    sock.listen(128)  # connections queue from now on, before uvicorn starts accepting
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     if host not in _LOOPBACK:

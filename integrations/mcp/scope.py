@@ -129,14 +129,30 @@ class Scope:
     def object(self, object_id: str, branch: str) -> Why:
         """Return ``why`` of a memory object of this namespace on ``branch`` (a strict read).
 
+        The object's namespace is first taken from its stored row, only to refuse: an object
+        of another namespace is never read further (so no strict-read finding about it
+        reaches this client either). What is served comes from the strict ``why``, which
+        checks the row against its operations, so an edited namespace cannot let one in.
+
         Raises:
             NotFoundError: no such object, or one of another namespace (same words).
             IntegrityError: the object's rows or entries fail their strict read.
         """
+        from memroot.projections.hook import sync
+        from memroot.projections.query import get_object
         from memroot.projections.why import Why
 
+        ledger = self.mem.ledger
+        sync(ledger, branch)
+        with ledger.reading():
+            try:
+                row = get_object(ledger.derived.db, object_id.lower(), branch=branch)
+            except NotFoundError:
+                raise self._no_object(object_id, branch) from None
+        if row.namespace_id != self.namespace:
+            raise self._no_object(object_id, branch)
         try:
-            found = self.mem.why(object_id, branch=branch)
+            found = self.mem.why(object_id.lower(), branch=branch)
         except NotFoundError:
             raise self._no_object(object_id, branch) from None
         if not isinstance(found, Why) or found.object.namespace_id != self.namespace:

@@ -70,57 +70,57 @@ _UUID_SCHEMA: Final = {"pattern": _UUID_PATTERN}
 
 Value = Annotated[
     str,
-    _IS_TEXT,
     Field(min_length=1, max_length=MAX_VALUE, description="The memory's text.",
           json_schema_extra=_TEXT_SCHEMA),
+    _IS_TEXT,
 ]  # fmt: skip
 SourceText = Annotated[
     str,
-    _IS_TEXT,
     Field(min_length=1, max_length=MAX_VALUE, json_schema_extra=_TEXT_SCHEMA,
           description="What was said or seen; recorded as the evidence event."),
+    _IS_TEXT,
 ]  # fmt: skip
 QueryText = Annotated[
     str,
-    _IS_TEXT,
     Field(min_length=1, max_length=1000, json_schema_extra=_TEXT_SCHEMA,
           description="Words that must all occur in the value."),
+    _IS_TEXT,
 ]  # fmt: skip
 Reason = Annotated[
     str,
-    _IS_TEXT,
     Field(min_length=1, max_length=MAX_TEXT, json_schema_extra=_TEXT_SCHEMA,
           description="Why, in words (kept in the ledger)."),
+    _IS_TEXT,
 ]  # fmt: skip
 Purpose = Annotated[
     str,
-    _IS_TEXT,
     Field(min_length=1, max_length=MAX_TEXT, json_schema_extra=_TEXT_SCHEMA,
           description="What the branch is for."),
+    _IS_TEXT,
 ]  # fmt: skip
 BranchName = Annotated[
     str,
-    _IS_TEXT,
     Field(min_length=1, max_length=200, json_schema_extra=_TEXT_SCHEMA,
           description="A branch id (default main): main or a branch of this namespace."),
+    _IS_TEXT,
 ]  # fmt: skip
 ObjectId = Annotated[
     str,
-    _IS_UUID,
     Field(description="A memory object's id (UUID) in this server's namespace.",
           json_schema_extra=_UUID_SCHEMA),
+    _IS_UUID,
 ]  # fmt: skip
 EventId = Annotated[
     str,
-    _IS_UUID,
     Field(description="An event's id (UUID) in this server's namespace.",
           json_schema_extra=_UUID_SCHEMA),
+    _IS_UUID,
 ]  # fmt: skip
 AnchorId = Annotated[
     str,
-    _IS_UUID,
     Field(description="A conversation event of this namespace: only memories derived from "
           "its path.", json_schema_extra=_UUID_SCHEMA),
+    _IS_UUID,
 ]  # fmt: skip
 Unit = Annotated[float, Field(ge=0.0, le=1.0)]
 
@@ -152,7 +152,7 @@ Json = dict[str, Any]
 
 
 class RememberArgs(_Args):
-    """Arguments of ``remember``."""
+    """Arguments of the remember tool."""
 
     value: Value
     source: SourceText | None = None
@@ -172,7 +172,7 @@ class RememberArgs(_Args):
 
 
 class RecallArgs(_Args):
-    """Arguments of ``recall``."""
+    """Arguments of the recall tool."""
 
     text: QueryText | None = None
     anchor: AnchorId | None = None
@@ -197,20 +197,20 @@ class RecallArgs(_Args):
 
 
 class ItemArgs(_Args):
-    """Arguments of ``why``."""
+    """Arguments of the why tool."""
 
     item_id: ObjectId
     branch: BranchName | None = None
 
 
 class BranchArgs(_Args):
-    """Arguments of ``snapshot``."""
+    """Arguments of the snapshot tool."""
 
     branch: BranchName | None = None
 
 
 class FalsifyArgs(_Args):
-    """Arguments of ``falsify``."""
+    """Arguments of the falsify tool."""
 
     item_id: ObjectId
     reason: Reason
@@ -219,7 +219,7 @@ class FalsifyArgs(_Args):
 
 
 class CascadeArgs(_Args):
-    """Arguments of ``cascade``."""
+    """Arguments of the cascade tool."""
 
     item_id: ObjectId
     max_depth: Annotated[int, Field(ge=1, le=MAX_DEPTH)] = 3
@@ -234,7 +234,7 @@ class NoArgs(_Args):
 
 
 class BranchCreateArgs(_Args):
-    """Arguments of ``branch_create``."""
+    """Arguments of the branch_create tool."""
 
     purpose: Purpose
     branch_type: BranchType = "SIMULATION"
@@ -242,7 +242,7 @@ class BranchCreateArgs(_Args):
 
 
 class BranchMergeArgs(_Args):
-    """Arguments of ``branch_merge``."""
+    """Arguments of the branch_merge tool."""
 
     branch: BranchName
     objects: Annotated[list[ObjectId], Field(min_length=1, max_length=MAX_IDS)]
@@ -254,7 +254,7 @@ class BranchMergeArgs(_Args):
 
 
 class RememberResult(_Result):
-    """What ``remember`` wrote."""
+    """What remember wrote."""
 
     object_id: str
     branch: str
@@ -265,7 +265,7 @@ class RememberResult(_Result):
 
 
 class RecallResult(_Result):
-    """What ``recall`` found."""
+    """What recall found."""
 
     results: list[Json]
     run_id: str | None
