@@ -177,3 +177,35 @@ def test_reads_show_nothing_of_another_namespace(world: dict[str, Any], transpor
     root = json.loads(out["root"])
     assert set(root["projections"][0]) == {"id", "rule", "digest"}  # no per-namespace counts
     assert out["verify"]["ok"] is True and isinstance(out["verify"]["findings"], int)
+
+
+def test_a_cascade_reaching_another_namespace_is_refused(tmp_path: Path) -> None:
+    """Bob built on Alice's object: her cascade from it is refused, Bob's id unnamed, no write."""
+    from memroot.memory_root import Roots
+    from memroot.projections import requests
+
+    path = tmp_path / "shared.ledger"
+    with memroot.open(path, actor="agent-a", namespace="alice") as alice:
+        said = alice.record(content="the bridge is open")
+        hers = alice.remember("The bridge is open", evidence=[said.id]).id
+    with memroot.open(path, actor="agent-b", namespace="bob") as bob:
+        said = bob.record(content="I will drive over the bridge")
+        his = bob.remember("Bob drives over the bridge", evidence=[said.id]).id
+        by = requests.Actor("agent-b", "AI_AGENT", "bob", "memroot/1")
+        Roots(bob.ledger).append(requests.relate(by, "SUPPORTS", hers, his))
+    with memroot.open(path, actor="agent-a", namespace="alice") as alice:
+        alice.falsify(hers, "the bridge is closed")
+    before = _heads(path)
+
+    async def session(c: Any) -> list[Any]:
+        return [
+            await c.call_tool("cascade", {"item_id": hers}),
+            await c.call_tool("cascade", {"item_id": hers, "apply": True}),
+        ]
+
+    for r in _run(path, session, "stdio"):
+        assert r.is_error
+        text = r.content[0].text
+        assert "RefusedError: the cascade reaches 1 memory object(s) of other namespaces" in text
+        assert his not in text
+    assert _heads(path) == before
