@@ -35,12 +35,12 @@ CLIENT = textwrap.dedent(
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared._httpx_utils import create_mcp_http_client
 
-    url, token, calls = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+    url, token, calls, mode = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]
 
     async def main():
         http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
         out = []
-        async with Client(streamable_http_client(url, http_client=http)) as c:
+        async with Client(streamable_http_client(url, http_client=http), mode=mode) as c:
             for name, args in calls:
                 if name == "wait":  # block until the test says go on (one line on stdin)
                     print(json.dumps({"ready": out}), flush=True)
@@ -96,9 +96,10 @@ def server(ledger: Path) -> Iterator[str]:
         proc.wait(timeout=30)
 
 
-def _client(url: str, token: str, calls: list[Any]) -> subprocess.Popen[str]:
+def _client(url: str, token: str, calls: list[Any], mode: str = "auto") -> subprocess.Popen[str]:
+    """Start a client process; ``mode`` "legacy" speaks the 2025 handshake era, "auto" the new."""
     return subprocess.Popen(
-        [sys.executable, "-c", CLIENT, url, token, json.dumps(calls)],
+        [sys.executable, "-c", CLIENT, url, token, json.dumps(calls), mode],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
 
@@ -125,7 +126,7 @@ def test_two_clients_with_two_tokens_at_once_are_attributed_and_isolated(
         calls: list[Any] = [["remember", {"value": f"{who} fact {i}"}] for i in range(4)]
         return [*calls, ["recall", {"text": "fact", "limit": 50}]]
 
-    a = _client(server, alice["token"], work("alice"))
+    a = _client(server, alice["token"], work("alice"), "legacy")  # a session bound to her token
     b = _client(server, bob["token"], work("bob"))
     got_a, got_b = _finish(a), _finish(b)
     for got, who in ((got_a, "alice"), (got_b, "bob")):
@@ -140,7 +141,7 @@ def test_two_clients_with_two_tokens_at_once_are_attributed_and_isolated(
         return [["why", {"item_id": theirs}], ["falsify", {"item_id": theirs, "reason": "mine"}]]
 
     before = _heads(ledger)
-    a = _client(server, alice["token"], attack(ids_b[0]))
+    a = _client(server, alice["token"], attack(ids_b[0]), "legacy")
     b = _client(server, bob["token"], attack(ids_a[0]))
     for got, theirs in ((_finish(a), ids_b[0]), (_finish(b), ids_a[0])):
         assert [r["text"] for r in got] == [f"NotFoundError: no memory object {theirs} on branch "
@@ -220,6 +221,7 @@ def test_a_token_revoked_mid_session_is_refused_from_its_next_request(
         server,
         tok["token"],
         [["remember", {"value": "before"}], ["wait", {}], ["remember", {"value": "after"}]],
+        "legacy",  # a stateful session: it must not outlive the token
     )
     assert proc.stdout is not None and proc.stdin is not None
     ready = json.loads(proc.stdout.readline())["ready"]
