@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -308,8 +307,3 @@ def build_server(mem: Memory, trusted: Path | None = None) -> Server[Any]:
     ``trusted`` is the trusted-state file ``verify`` uses (default as ``memroot verify``).
     """
     return MemrootMcp(mem, trusted=trusted).server
-
-
-def _stderr(text: str) -> None:
-    sys.stderr.write(text + "\n")
-    sys.stderr.flush()

@@ -260,3 +260,21 @@ def test_tokens_are_stored_hashed_listed_without_secrets_and_revocable(ledger: P
     assert revoked.returncode == 0 and json.loads(revoked.stdout)["revoked_at"] is not None
     human = _cli("-l", str(ledger), "mcp", "token", "list")
     assert f"{tok['id']}\tagent-a\tAI_AGENT\talice\t" in human.stdout and "revoked" in human.stdout
+
+
+def test_bad_server_options_and_a_damaged_token_file_stop_before_listening(
+    ledger: Path,
+) -> None:
+    """A bad address, identity options with --http, or a damaged token file: a clear error."""
+    bad = _cli("-l", str(ledger), "mcp", "--http", "localhost")
+    assert bad.returncode == 3 and "'localhost' is not HOST:PORT" in bad.stderr
+    mixed = _cli("-l", str(ledger), "mcp", "--http", "127.0.0.1:0", "--actor", "a")
+    assert mixed.returncode == 2 and "--http takes the actor and namespace" in mixed.stderr
+    alone = _cli("-l", str(ledger), "mcp")
+    assert alone.returncode == 2 and "needs --actor and --namespace" in alone.stderr
+    Path(f"{ledger}.mcp-tokens").write_text("{not json")
+    damaged = _cli("-l", str(ledger), "mcp", "--http", "127.0.0.1:0")
+    assert damaged.returncode == 4 and "is damaged" in damaged.stderr
+    assert "serving" not in damaged.stderr
+    for r in (bad, mixed, alone, damaged):
+        assert "Traceback" not in r.stderr and r.stdout == ""
