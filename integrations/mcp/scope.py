@@ -169,6 +169,26 @@ class Scope:
             self.object(object_id, branch)
         return list(object_ids)
 
+    def mine(self, object_ids: Sequence[str], branch: str) -> list[str]:
+        """Return the ids (in order) that name objects of this namespace on ``branch``.
+
+        For filtering what a result mentions (e.g. ``conflicts_with``): an id is kept only
+        when its stored row says this namespace.
+        """
+        from memroot.projections.query import get_object
+
+        ledger = self.mem.ledger
+        kept = []
+        with ledger.reading():
+            for object_id in object_ids:
+                try:
+                    row = get_object(ledger.derived.db, object_id, branch=branch)
+                except NotFoundError:
+                    continue
+                if row.namespace_id == self.namespace:
+                    kept.append(object_id)
+        return kept
+
     def event_namespace(self, seq: int, branch: str) -> str:
         """Return the ``namespace_id`` of the entry at ``seq`` of ``branch`` (a strict read)."""
         return str(self.mem.ledger.entry(seq, branch).body.get("namespace_id"))

@@ -277,6 +277,7 @@ class WhyResult(_Result):
     object: Json
     versions: list[Json]
     operations: list[Json]
+    operations_outside_namespace: int
     evidence: list[Json]
     evidence_outside_namespace: int
     checkpoint: Json | None
@@ -439,7 +440,12 @@ def _recall(c: Call, a: RecallArgs) -> Json:
         limit=a.limit,
         receipt=run,
     )
-    return {"results": [r.to_dict() for r in results], "run_id": run}
+    out = []
+    for r in results:
+        d = r.to_dict()
+        d["conflicts_with"] = c.scope.mine(d["conflicts_with"], branch)
+        out.append(d)
+    return {"results": out, "run_id": run}
 
 
 def _why(c: Call, a: ItemArgs) -> Json:
@@ -449,7 +455,13 @@ def _why(c: Call, a: ItemArgs) -> Json:
     branch = scope.branch(a.branch)
     found = scope.object(a.item_id, branch)
     out = found.to_dict()
-    mine = [e for e in found.evidence if scope.event_namespace(e.seq, e.branch) == scope.namespace]
+    # Another namespace's operations on this object (a RELATE, say) and events it cites are
+    # counted, never shown.
+    ns = scope.namespace
+    ops = [o for o in found.operations if scope.event_namespace(o.seq, o.branch) == ns]
+    out["operations"] = [o.to_dict() for o in ops]
+    out["operations_outside_namespace"] = len(found.operations) - len(ops)
+    mine = [e for e in found.evidence if scope.event_namespace(e.seq, e.branch) == ns]
     out["evidence"] = [e.to_dict() for e in mine]
     out["evidence_outside_namespace"] = len(found.evidence) - len(mine)
     oid = found.object.id

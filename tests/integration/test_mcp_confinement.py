@@ -24,6 +24,8 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 import memroot
 from memroot.ledger.ledger import Ledger
+from memroot.memory_root import Roots
+from memroot.projections import requests
 
 MISSING_OBJECT = "01a23394-0000-7000-8000-00000000abcd"
 MISSING_EVENT = "01a23394-0000-7000-8000-00000000dcba"
@@ -59,6 +61,10 @@ def world(tmp_path: Path) -> dict[str, Any]:
         ).id
         w["alice_branch"] = alice.fork("alice's plan", branch_type="PLANNING", expiry_days=2)
         alice.snapshot()
+    with memroot.open(path, actor="agent-b", namespace="bob") as bob:
+        # Bob relates his object to Alice's: an operation of his namespace touching hers.
+        by = requests.Actor("agent-b", "AI_AGENT", "bob", "memroot/1")
+        Roots(bob.ledger).append(requests.relate(by, "SUPPORTS", w["alice_mixed"], w["bob_object"]))
     return w
 
 
@@ -172,6 +178,8 @@ def test_reads_show_nothing_of_another_namespace(world: dict[str, Any], transpor
     assert why["object"]["evidence_ids"] == [world["alice_event"], world["bob_event"]]
     assert [e["event_id"] for e in why["evidence"]] == [world["alice_event"]]
     assert why["evidence_outside_namespace"] == 1
+    assert why["operations_outside_namespace"] == 1  # Bob's RELATE: counted, not shown
+    assert [o["op_type"] for o in why["operations"]] == ["ASSERT"]
     served = json.dumps(out)
     assert "4711" not in served and "agent-b" not in served
     root = json.loads(out["root"])
@@ -181,9 +189,6 @@ def test_reads_show_nothing_of_another_namespace(world: dict[str, Any], transpor
 
 def test_a_cascade_reaching_another_namespace_is_refused(tmp_path: Path) -> None:
     """Bob built on Alice's object: her cascade from it is refused, Bob's id unnamed, no write."""
-    from memroot.memory_root import Roots
-    from memroot.projections import requests
-
     path = tmp_path / "shared.ledger"
     with memroot.open(path, actor="agent-a", namespace="alice") as alice:
         said = alice.record(content="the bridge is open")
