@@ -399,21 +399,23 @@ class Call:
 def _remember(c: Call, a: RememberArgs) -> Json:
     mem, branch = c.scope.mem, c.scope.branch(a.branch)
     recorded = None
-    if a.evidence:
-        ids = c.scope.events(a.evidence, branch)
-    else:
-        recorded = mem.record(content=a.source or a.value, role="USER", branch=branch)
-        ids = [recorded.id]
-    made = mem.remember(
-        a.value,
-        evidence=ids,
-        object_type=a.object_type,
-        epistemic_type=a.epistemic_type,
-        source_type=a.source_type,
-        confidence=a.confidence,
-        salience=a.salience,
-        branch=branch,
-    )
+    # One transaction: an assertion the rules refuse leaves no orphan evidence event behind.
+    with mem.ledger.write():
+        if a.evidence:
+            ids = c.scope.events(a.evidence, branch)
+        else:
+            recorded = mem.record(content=a.source or a.value, role="USER", branch=branch)
+            ids = [recorded.id]
+        made = mem.remember(
+            a.value,
+            evidence=ids,
+            object_type=a.object_type,
+            epistemic_type=a.epistemic_type,
+            source_type=a.source_type,
+            confidence=a.confidence,
+            salience=a.salience,
+            branch=branch,
+        )
     return {
         "object_id": made.id,
         "branch": made.branch,

@@ -121,13 +121,16 @@ def test_errors_are_tool_errors_and_write_nothing(tmp_path: Path) -> None:
             await c.call_tool("falsify", {"item_id": "nope", "reason": "x"}),
             await c.call_tool("remember", {"value": "x", "evidence": ["not-a-uuid"]}),
             await c.call_tool("recall", {"mode": "EVERYTHING"}),
+            await c.call_tool("remember", {"value": "x", "epistemic_type": "INFERRED"}),
             await c.call_tool("recall", {"receipt": False}),
         ]
 
-    bad_id, bad_evidence, bad_mode, ok = _run(tmp_path, session)
+    bad_id, bad_evidence, bad_mode, bad_rule, ok = _run(tmp_path, session)
     assert bad_id.is_error and "item_id: 'nope' is not a UUID" in bad_id.content[0].text
     assert bad_evidence.is_error and "evidence" in bad_evidence.content[0].text
     assert bad_mode.is_error
+    # Refused by the rules after its evidence event was appended: that event is undone too.
+    assert bad_rule.is_error and "INFERRED from a USER_STATED source" in bad_rule.content[0].text
     assert not ok.is_error
     with memroot.open(tmp_path / "mcp.ledger") as mem:
         assert mem.ledger.size() == 1  # the genesis only
