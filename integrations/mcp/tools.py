@@ -13,6 +13,7 @@ read derived tables themselves.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -534,22 +535,25 @@ def _cascade(c: Call, a: CascadeArgs) -> Json:
     scope = c.scope
     branch = scope.branch(a.branch)
     scope.object(a.item_id, branch)
-    plan = scope.mem.cascade(
-        a.item_id, max_depth=a.max_depth, max_items=a.max_items, dry_run=True, branch=branch
-    )
-    assert isinstance(plan, Plan)
-    scope.check_plan(plan)
     applied = None
-    if a.apply:
-        out = scope.mem.cascade(
-            a.item_id,
-            max_depth=a.max_depth,
-            max_items=a.max_items,
-            reason=a.reason,
-            branch=branch,
+    # One write transaction when applying: the plan checked is the plan written (no other
+    # writer can add a dependent between the check and the CASCADE).
+    with scope.mem.ledger.write() if a.apply else contextlib.nullcontext():
+        plan = scope.mem.cascade(
+            a.item_id, max_depth=a.max_depth, max_items=a.max_items, dry_run=True, branch=branch
         )
-        assert isinstance(out, Applied)
-        plan, applied = out.plan, out
+        assert isinstance(plan, Plan)
+        scope.check_plan(plan)
+        if a.apply:
+            out = scope.mem.cascade(
+                a.item_id,
+                max_depth=a.max_depth,
+                max_items=a.max_items,
+                reason=a.reason,
+                branch=branch,
+            )
+            assert isinstance(out, Applied)
+            plan, applied = out.plan, out
     r = plan.request
     entry = None
     if applied is not None:
