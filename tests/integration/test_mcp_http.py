@@ -278,3 +278,32 @@ def test_bad_server_options_and_a_damaged_token_file_stop_before_listening(
     assert "serving" not in damaged.stderr
     for r in (bad, mixed, alone, damaged):
         assert "Traceback" not in r.stderr and r.stdout == ""
+
+
+def test_another_token_cannot_ride_a_session(ledger: Path, server: str) -> None:
+    """Bob's token on Alice's session id is answered as an unknown session; nothing is done."""
+    alice = _token(ledger, "agent-a", "alice")
+    bob = _token(ledger, "agent-b", "bob")
+    opened = _initialize(server, {"Authorization": f"Bearer {alice['token']}"})
+    assert opened.status_code == 200
+    session = opened.headers["mcp-session-id"]
+    before = _heads(ledger)
+    call = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {"name": "remember", "arguments": {"value": "Bob writes as Alice"}},
+    }
+    ride = httpx2.post(
+        server,
+        json=call,
+        headers={
+            "Accept": "application/json, text/event-stream",
+            "Authorization": f"Bearer {bob['token']}",
+            "mcp-session-id": session,
+            "mcp-protocol-version": "2025-06-18",
+        },
+        timeout=30,
+    )
+    assert ride.status_code == 404
+    assert _heads(ledger) == before
