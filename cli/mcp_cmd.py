@@ -83,7 +83,7 @@ def mcp_cmd(
     tokens_path: Path | None,
     trusted_path: Path | None,
 ) -> None:
-    r"""Serve the ledger to MCP clients (Model Context Protocol).
+    """Serve the ledger to MCP clients (Model Context Protocol).
 
     Over stdio (one client): the actor and namespace are fixed here with --actor and
     --namespace. Over HTTP (--http HOST:PORT, many clients): every request acts as the actor
@@ -94,11 +94,13 @@ def mcp_cmd(
     Tools: remember, recall, why, snapshot, falsify, cascade, verify, branch_create,
     branch_merge; resources memroot://root/latest and memroot://checkpoint.
 
-    \b
-    Examples:
-      memroot -l agent.ledger mcp --actor agent-7 --namespace alice
-      memroot -l agent.ledger mcp token add --actor agent-7 --namespace alice
-      memroot -l agent.ledger mcp --http 127.0.0.1:8765
+    Examples (a stdio server; a token; an HTTP server):
+
+    memroot -l agent.ledger mcp --actor agent-7 --namespace alice
+
+    memroot -l agent.ledger mcp token add --actor agent-7 --namespace alice
+
+    memroot -l agent.ledger mcp --http 127.0.0.1:8765
     """
     if click_ctx.invoked_subcommand is not None:
         if actor or namespace or address:
