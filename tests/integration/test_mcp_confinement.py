@@ -170,7 +170,24 @@ def test_reads_show_nothing_of_another_namespace(world: dict[str, Any], transpor
             "why": (await c.call_tool("why", {"item_id": world["alice_mixed"]})).structured_content,
             "root": (await c.read_resource("memroot://root/latest")).contents[0].text,
             "verify": (await c.call_tool("verify", {})).structured_content,
-        }
+            # Her own ids pass the same checks (the controls of the refusals above).
+            "cites": (
+                await c.call_tool("remember", {"value": "tea", "evidence": [world["alice_event"]]})
+            ).structured_content,
+            "anchored": (
+                await c.call_tool("recall", {"anchor": world["alice_event"], "receipt": False})
+            ).structured_content,
+            "falsified": (
+                await c.call_tool(
+                    "falsify",
+                    {"item_id": world["alice_object"], "reason": "coffee now",
+                     "evidence": [world["alice_event"]]},
+                )
+            ).structured_content,
+            "on_branch": (
+                await c.call_tool("snapshot", {"branch": world["alice_branch"]})
+            ).structured_content,
+        }  # fmt: skip
 
     out = _run(world["path"], session, transport)
     assert [r["value"] for r in out["recall"]["results"]] == ["Alice and Bob share a vault"]
@@ -185,6 +202,10 @@ def test_reads_show_nothing_of_another_namespace(world: dict[str, Any], transpor
     root = json.loads(out["root"])
     assert set(root["projections"][0]) == {"id", "rule", "digest"}  # no per-namespace counts
     assert out["verify"]["ok"] is True and isinstance(out["verify"]["findings"], int)
+    assert out["cites"]["evidence_ids"] == [world["alice_event"]]
+    assert {r["id"] for r in out["anchored"]["results"]} >= {world["alice_object"]}
+    assert out["falsified"]["state"] == "falsified"
+    assert out["on_branch"]["branch"] == world["alice_branch"]
 
 
 def test_a_cascade_reaching_another_namespace_is_refused(tmp_path: Path) -> None:
