@@ -29,6 +29,15 @@ import apsw
 
 from memroot.ledger import merkle
 from memroot.ledger._backend import NATIVE as _N
+from memroot.ledger.backends.pg import DerivedCache, PgStore, StoreView, default_cache_path, is_url
+from memroot.ledger.backends.store import (
+    NODE_CACHE_MAX,
+    NODE_CACHE_MIN_LEVEL,
+    BranchRow,
+    Store,
+    entry_key,
+    node_key,
+)
 from memroot.ledger.entries import (
     CANONICAL_BRANCH,
     FORMAT_VERSION,
@@ -71,16 +80,7 @@ from memroot.ledger.note import (
     sign_checkpoint,
     vkey_of,
 )
-from memroot.ledger.pg import DerivedCache, PgStore, StoreView, default_cache_path, is_url
 from memroot.ledger.signing import Ed25519Signer, Signer
-from memroot.ledger.store import (
-    NODE_CACHE_MAX,
-    NODE_CACHE_MIN_LEVEL,
-    BranchRow,
-    Store,
-    entry_key,
-    node_key,
-)
 from memroot.ledger.strict import CheckedRow, SignedHead, StrictReader, default_strict
 from memroot.ledger.trust import TrustedState
 from memroot.ledger.vocab import ActorType, BranchType, OpType
@@ -236,12 +236,12 @@ class Ledger:
         """Wrap an open store; prefer ``Ledger.open`` / ``Ledger.init``.
 
         A PostgreSQL ledger with hooks keeps their derived state in a local SQLite cache
-        (``derived``; ``cache_path``, default ``memroot.ledger.pg.default_cache_path``).
+        (``derived``; ``cache_path``, default ``memroot.ledger.backends.pg.default_cache_path``).
         """
         self.store = store
         self.derived: Store = store
         """Where the layers above keep their derived tables: the ledger file itself, or for a
-        PostgreSQL ledger this host's cache file (``memroot.ledger.pg.DerivedCache``)."""
+        PostgreSQL ledger this host's cache file (``memroot.ledger.backends.pg.DerivedCache``)."""
         self._applied: dict[str, tuple[int, bytes]] | None = None  # the cache's heads
         self._applied_version: int | None = None  # the cache's data_version when read
         self._replaying = False
@@ -314,8 +314,8 @@ class Ledger:
     ) -> Ledger:
         """Create a ledger file, its Ed25519 key, the genesis entry and a first checkpoint.
 
-        ``path`` may be a ``postgresql://`` URL (``memroot.ledger.pg``): the tables are made
-        in that database and ``key_path`` is then required; the hooks' derived state is kept
+        ``path`` may be a ``postgresql://`` URL (``memroot.ledger.backends.pg``): the tables are
+        made in that database and ``key_path`` is then required; the hooks' derived state is kept
         in a local cache file (``cache_path``, see ``Ledger.open``).
 
         ``hooks`` as in ``open``: None installs the default hooks, ``()`` none.
@@ -1662,7 +1662,7 @@ class Ledger:
         self._seal_next = {}
         self._sealing_heads = frozenset()
         self._publish_pending = False
-        from memroot.ledger.witness import after_commit
+        from memroot.ledger.transparency.witness import after_commit
 
         after_commit(self)
 
@@ -1821,11 +1821,11 @@ class Ledger:
         """Hand a committed checkpoint to the witnesses and the tiles directory.
 
         Never raises for them: a witness that is down leaves it pending (see
-        ``memroot.ledger.witness``). Inside a write transaction nothing is sent yet.
+        ``memroot.ledger.transparency.witness``). Inside a write transaction nothing is sent yet.
         """
         if self.store.db.in_transaction:
             return signed
-        from memroot.ledger.witness import after_checkpoint
+        from memroot.ledger.transparency.witness import after_checkpoint
 
         return after_checkpoint(self, signed)
 

@@ -6,8 +6,8 @@ cosignatures cannot show one history to one auditor and another (or an older cop
 next: the witnesses would have to cosign both. docs/FORMAT.md section 9 is the normative text.
 
 This module is the log's client (``POST <url>/add-checkpoint``, C2SP tlog-witness) and the
-auditor's witness lookups; the cosignature format is ``memroot.ledger.cosignature``, the
-witness itself ``memroot.ledger.witness_server``.
+auditor's witness lookups; the cosignature format is ``memroot.ledger.transparency.cosignature``,
+the witness itself ``memroot.ledger.transparency.witness_server``.
 
 The ledger side keeps its witnesses and their progress in two tables of the ledger file
 (``witnesses``, ``witness_state``) and the cosignatures *in the checkpoint notes themselves*
@@ -31,19 +31,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from memroot.ledger._checkpoints import checkpoint_at, checkpoints_after, count_after
-from memroot.ledger._versioned import VersionedCache
-from memroot.ledger.cosignature import (
-    MAX_REQUEST,
-    SIG_PREFIX,
-    SIZE_CONTENT_TYPE,
-    Cosignature,
-    WitnessKey,
-    add_cosignature_lines,
-    cosignatures,
-    parse_size_body,
-    render_add_checkpoint,
-)
 from memroot.ledger.entries import CANONICAL_BRANCH
 from memroot.ledger.errors import (
     DecodeError,
@@ -55,10 +42,23 @@ from memroot.ledger.errors import (
     StorageError,
 )
 from memroot.ledger.note import SignedCheckpoint, Verifier, open_checkpoint
+from memroot.ledger.transparency._checkpoints import checkpoint_at, checkpoints_after, count_after
+from memroot.ledger.transparency._versioned import VersionedCache
+from memroot.ledger.transparency.cosignature import (
+    MAX_REQUEST,
+    SIG_PREFIX,
+    SIZE_CONTENT_TYPE,
+    Cosignature,
+    WitnessKey,
+    add_cosignature_lines,
+    cosignatures,
+    parse_size_body,
+    render_add_checkpoint,
+)
 
 if TYPE_CHECKING:
+    from memroot.ledger.backends.store import Store
     from memroot.ledger.ledger import Ledger
-    from memroot.ledger.store import Store
     from memroot.ledger.verify import AuditReport, BranchLike
 
 __all__ = [
@@ -462,7 +462,7 @@ def after_commit(ledger: Ledger) -> list[Submission]:
                 stacklevel=2,
             )
     try:
-        from memroot.ledger.tiles import publish_configured
+        from memroot.ledger.transparency.tiles import publish_configured
 
         publish_configured(ledger, version)
     except MemrootError as e:

@@ -23,9 +23,10 @@ entries in bounded chunks, so memory stays flat whatever the ledger's size. Step
 as ``ReplayCheck`` objects that see every entry in order.
 
 The steps read a ``LedgerSource``: a SQLite ``Store`` (``audit``), or an auditor's bundle
-(``memroot.ledger.audit``). This module imports no storage driver, so the offline verifier runs with
-the standard library, cbor2 and cryptography only; the checks of stored caches (leaf hashes,
-interior nodes, content addresses) apply to sources that keep such caches.
+(``memroot.ledger.bundle.audit``). This module imports no storage driver, so the offline
+verifier runs with the standard library, cbor2 and cryptography only; the checks of stored
+caches (leaf hashes, interior nodes, content addresses) apply to sources that keep such
+caches.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from memroot.ledger.vocab import OpType
 
 if TYPE_CHECKING:
     from memroot._native import IndexSpan
-    from memroot.ledger.store import Store
+    from memroot.ledger.backends.store import Store
 
 __all__ = [
     "MAX_FINDINGS",
@@ -325,7 +326,7 @@ class _StoreSource:
     def node_mismatches(
         self, branch_no: int, nodes: Sequence[tuple[int, int, bytes]]
     ) -> list[tuple[int, int, bytes, bytes | None]]:
-        from memroot.ledger.store import node_key
+        from memroot.ledger.backends.store import node_key
 
         if _N is not None:
             last_level, last_index, _ = nodes[-1] if nodes else (0, 0, b"")
@@ -352,7 +353,7 @@ class _StoreSource:
     def event_index_mismatches(
         self, branch_no: int, events: Sequence[tuple[str, int]]
     ) -> list[tuple[str, int, int | None]]:
-        from memroot.ledger.store import entry_key
+        from memroot.ledger.backends.store import entry_key
 
         base = entry_key(branch_no, 0)  # seq < 2**40: entry_key(no, seq) == base + seq
         if _N is not None and events and branch_no == self._ahead_branch:
@@ -403,7 +404,7 @@ class _StoreSource:
         in between is read as the file holds it, and reported). Otherwise this connection
         reads them.
         """
-        from memroot.ledger.store import BRANCH_SHIFT, entry_key
+        from memroot.ledger.backends.store import BRANCH_SHIFT, entry_key
 
         lo, hi = entry_key(branch_no, 0), entry_key(branch_no, (1 << BRANCH_SHIFT) - 1)
         self._read_ahead, self._ahead_branch, self._covered = {}, None, 0
@@ -436,7 +437,7 @@ class _StoreSource:
     @staticmethod
     def as_row(raw: Any) -> RowLike:
         """Return the ``EntryRow`` of a row tuple from ``row_chunks``."""
-        from memroot.ledger.store import BRANCH_SHIFT, EntryRow
+        from memroot.ledger.backends.store import BRANCH_SHIFT, EntryRow
 
         return EntryRow(raw[0] & ((1 << BRANCH_SHIFT) - 1), *raw[1:])
 
@@ -473,7 +474,7 @@ def _node_ranges(branch_no: int, start: int, stop: int) -> list[int]:
     Leaves ``start`` to ``stop - 1`` complete, on level ``L`` >= 1, the subtrees with
     indexes ``start >> L`` to ``(stop >> L) - 1``.
     """
-    from memroot.ledger.store import node_key
+    from memroot.ledger.backends.store import node_key
 
     out: list[int] = []
     level = 1
@@ -567,7 +568,7 @@ class _ChunkReader:
         return False
 
     def _run(self) -> None:
-        from memroot.ledger.store import Store
+        from memroot.ledger.backends.store import Store
 
         try:
             twin = Store(self._path, readonly=True)
@@ -1773,7 +1774,7 @@ def verify_path(path: Path | str, **kwargs: Any) -> AuditReport:
     ``path`` may be a ``postgresql://`` URL: the audit then reads one REPEATABLE READ
     snapshot of the database (``PgStore.read``).
     """
-    from memroot.ledger.pg import is_url, open_store
+    from memroot.ledger.backends.pg import is_url, open_store
 
     store = open_store(path, readonly=True)
     try:

@@ -23,10 +23,10 @@ from click.testing import CliRunner
 from memroot.cli.main import cli
 from memroot.ledger import entries as entries_module
 from memroot.ledger import ledger as ledger_module
+from memroot.ledger.backends.pg import DerivedCache
 from memroot.ledger.entries import EventInput, OpInput
 from memroot.ledger.errors import RefusedError, StorageError
 from memroot.ledger.ledger import Ledger
-from memroot.ledger.pg import DerivedCache
 from memroot.ledger.signing import Ed25519Signer
 from memroot.memory_root import branches as branches_module
 from memroot.memory_root import divergence as divergence_module
@@ -663,7 +663,7 @@ def test_process_killed_between_the_two_commits(tmp_path: Path, pg_url: str, pg_
 
 def test_default_cache_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """$MEMROOT_CACHE, else beside the key, else the XDG cache directory by ledger id."""
-    from memroot.ledger.pg import default_cache_path
+    from memroot.ledger.backends.pg import default_cache_path
 
     key = tmp_path / "k.key"
     assert default_cache_path("id-1", key) == Path(f"{key}.cache")

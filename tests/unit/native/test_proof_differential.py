@@ -16,7 +16,7 @@ import pytest
 
 from memroot.ledger import _backend, merkle
 from memroot.ledger import ledger as ledger_module
-from memroot.ledger import store as store_module
+from memroot.ledger.backends import store as store_module
 from memroot.ledger.errors import StorageError
 from memroot.ledger.ledger import Ledger
 
