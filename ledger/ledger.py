@@ -158,6 +158,26 @@ class AppendHook(Protocol):
         """Validate and fold one new entry; return follow-up operations to append."""
 
 
+class CommitObserver(Protocol):
+    """What is told of the checkpoints a ledger commits (``Ledger.on_commit``).
+
+    The ledger's default observer is transparency's (witness submission, tile publication:
+    ``DEFAULT_OBSERVERS``); the ledger owns this interface so that it imports none of them.
+    Neither method may raise for the observer's own trouble (a witness that is down): the
+    checkpoint is committed whatever the observer does.
+    """
+
+    def committed(self, ledger: Ledger) -> None:
+        """After an append transaction that sealed a checkpoint was committed."""
+
+    def checkpointed(self, ledger: Ledger, signed: SignedCheckpoint) -> SignedCheckpoint:
+        """After ``Ledger.checkpoint`` committed ``signed``: return it, with what was added.
+
+        What an observer may add is cosignatures (a witness's): the checkpoint it returns
+        is ``signed`` itself or the same checkpoint with more signature lines.
+        """
+
+
 class Appended(NamedTuple):
     """What an append wrote: where the entry sits and what identifies it (immutable)."""
 
@@ -268,6 +288,7 @@ class Ledger:
         self._sealed_heads: frozenset[str] = frozenset()
         self._sealing_heads: frozenset[str] = frozenset()
         self._publish_pending = False
+        self._observers: list[CommitObserver] | None = None  # DEFAULT_OBSERVERS, when first told
         self._forking = False
         self._batch_events: dict[bytes, int] = {}  # of the batch being appended (find_event)
         self.strict = default_strict() if strict is None else strict
@@ -1662,9 +1683,8 @@ class Ledger:
         self._seal_next = {}
         self._sealing_heads = frozenset()
         self._publish_pending = False
-        from memroot.ledger.transparency.witness import after_commit
-
-        after_commit(self)
+        for observer in self._commit_observers():
+            observer.committed(self)
 
     def _unseal(self) -> None:
         """After a rollback: forget what the transaction would have sealed."""
@@ -1818,16 +1838,31 @@ class Ledger:
         return self._published(open_checkpoint(note, self._verifiers()))
 
     def _published(self, signed: SignedCheckpoint) -> SignedCheckpoint:
-        """Hand a committed checkpoint to the witnesses and the tiles directory.
+        """Hand a committed checkpoint to the commit observers (the witnesses, the tiles).
 
-        Never raises for them: a witness that is down leaves it pending (see
-        ``memroot.ledger.transparency.witness``). Inside a write transaction nothing is sent yet.
+        They never raise for their own trouble: a witness that is down leaves it pending
+        (see ``memroot.ledger.transparency.witness``). Inside a write transaction nothing is
+        told yet.
         """
         if self.store.db.in_transaction:
             return signed
-        from memroot.ledger.transparency.witness import after_checkpoint
+        for observer in self._commit_observers():
+            signed = observer.checkpointed(self, signed)
+        return signed
 
-        return after_checkpoint(self, signed)
+    def on_commit(self, observer: CommitObserver) -> None:
+        """Tell ``observer`` of every checkpoint this ledger commits from now on.
+
+        After the default observers (``DEFAULT_OBSERVERS``: witnesses and tiles), in the
+        order registered.
+        """
+        self._commit_observers().append(observer)
+
+    def _commit_observers(self) -> list[CommitObserver]:
+        """Return the commit observers, the defaults imported at the first call."""
+        if self._observers is None:
+            self._observers = [_named(spec) for spec in DEFAULT_OBSERVERS]
+        return self._observers
 
     def _verifiers(self) -> list[Verifier]:
         """Every key this ledger ever signed with: checkpoints from before a rotation."""
@@ -1883,6 +1918,20 @@ the layers above it (SPEC "Layers"); the factory is the one list the CLI install
 """
 
 
+DEFAULT_OBSERVERS: Final = ("memroot.ledger.transparency.witness:COMMIT_OBSERVER",)
+"""The commit observers every ledger tells of its checkpoints (``CommitObserver``).
+
+Named here and imported at a ledger's first committed checkpoint, as ``DEFAULT_HOOKS`` is,
+so the log's core imports no transparency module: transparency imports the core.
+"""
+
+
+def _named(spec: str) -> Any:
+    """Return the object ``module:name`` names, importing its module."""
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
 class _StaleCache(StorageError):
     """The derived-state cache is ahead of, or diverges from, the ledger: not trusted."""
 
@@ -1922,9 +1971,7 @@ def _hooks(hooks: Sequence[AppendHook] | None, *, readonly: bool) -> Sequence[Ap
         return hooks
     if readonly:
         return ()
-    module, _, name = DEFAULT_HOOKS.partition(":")
-    factory = getattr(importlib.import_module(module), name)
-    return list(factory())
+    return list(_named(DEFAULT_HOOKS)())
 
 
 def _own_ids(items: Sequence[EventInput | OpInput | _Genesis]) -> list[bytes]:
