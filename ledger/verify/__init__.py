@@ -10,7 +10,8 @@ one: a bundle's auditor runs without a storage driver); never transparency, the 
 package or a layer above.
 """
 
-from memroot.ledger.verify.auditor import (
+from memroot.ledger.verify.auditor import audit, audit_source, verify, verify_path
+from memroot.ledger.verify.report import (
     MAX_FINDINGS,
     STEPS,
     AuditReport,
@@ -20,12 +21,8 @@ from memroot.ledger.verify.auditor import (
     Progress,
     ReplayCheck,
     RowLike,
-    audit,
-    audit_source,
-    bound_cache,
-    verify,
-    verify_path,
 )
+from memroot.ledger.verify.store_source import bound_cache
 
 __all__ = [
     "MAX_FINDINGS",

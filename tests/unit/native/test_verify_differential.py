@@ -204,7 +204,7 @@ def test_event_index_with_imported_ids_verifies_identically(tmp_path: Path, inpu
 
 def test_the_reader_thread_is_used_only_on_the_auditors_state(tmp_path: Path, inputs: Any) -> None:
     from memroot.ledger.backends.store import Store, entry_key
-    from memroot.ledger.verify.auditor import _ChunkReader, _row_chunks
+    from memroot.ledger.verify.store_source import _ChunkReader, _row_chunks
 
     path = tmp_path / "l.ledger"
     with Ledger.init(path, hooks=()) as ledger:
