@@ -21,6 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 from memroot.cli.main import cli
+from memroot.ledger import _appending as appending_module
 from memroot.ledger import entries as entries_module
 from memroot.ledger import ledger as ledger_module
 from memroot.ledger.backends.pg import DerivedCache
@@ -51,13 +52,14 @@ def deterministic(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
         def new_uuid() -> str:
             return str(uuid.UUID(int=(0x0190 << 112) | (7 << 76) | (2 << 62) | next(ids)))
 
-        monkeypatch.setattr(ledger_module, "now_us", lambda: next(clock))
+        monkeypatch.setattr(appending_module, "now_us", lambda: next(clock))
         monkeypatch.setattr(entries_module, "now_us", lambda: next(clock))
         monkeypatch.setattr(divergence_module, "now_us", lambda: next(clock))
-        monkeypatch.setattr(ledger_module.os, "urandom", lambda n: bytes([next(salt) % 251]) * n)
-        for module in (ledger_module, entries_module):
-            monkeypatch.setattr(module, "new_uuid", new_uuid)
+        monkeypatch.setattr(appending_module.os, "urandom", lambda n: bytes([next(salt) % 251]) * n)
+        monkeypatch.setattr(ledger_module, "new_uuid", new_uuid)
+        for module in (appending_module, entries_module):
             monkeypatch.setattr(module, "new_uuids", lambda n: [new_uuid() for _ in range(n)])
+        monkeypatch.setattr(entries_module, "new_uuid", new_uuid)
         # Modules that bind ``new_uuid`` by name (imported here, not only when a CLI command
         # first needs them: the result must not depend on which tests ran before).
         for module in (branches_module, merge_module):
