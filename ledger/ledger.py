@@ -51,9 +51,11 @@ from memroot.ledger.vocab import BranchType
 __all__ = [
     "CHECKPOINT_KEEP_EVERY",
     "DEFAULT_HOOKS",
+    "DEFAULT_OBSERVERS",
     "DEFAULT_SNAPSHOT_EVERY",
     "AppendHook",
     "Appended",
+    "CommitObserver",
     "Ledger",
     "branch_origin",
     "default_key_path",
