@@ -5,7 +5,7 @@ submits every sealed checkpoint and keeps the cosignatures (``witness``), a witn
 (``witness_server``) and tiles and their publication (``tiles``, C2SP tlog-tiles). It plugs
 into the ledger through the observer interface the ledger owns (``CommitObserver``,
 ``Ledger.on_commit``). This package may import the log's core (``memroot.ledger``'s entries,
-note, hashing, merkle, signing, errors, the ``Ledger``) and the storage backends; the core
-never imports it (the ledger names its default observer as a string, as it names its
-default hooks).
+note, hashing, merkle, signing, errors, the ``Ledger``), the storage backends and the
+auditor's findings (``memroot.ledger.verify``); the core never imports it (the ledger names
+its default observer as a string, as it names its default hooks).
 """
