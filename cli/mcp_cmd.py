@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from memroot.cli.main import Context, cli, emit, pass_ctx
-from memroot.ledger.pg import is_url
+from memroot.ledger.backends.pg import is_url
 
 if TYPE_CHECKING:
     from memroot.integrations.mcp import TokenStore
