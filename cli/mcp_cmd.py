@@ -94,13 +94,9 @@ def mcp_cmd(
     Tools: remember, recall, why, snapshot, falsify, cascade, verify, branch_create,
     branch_merge; resources memroot://root/latest and memroot://checkpoint.
 
-    Examples (a stdio server; a token; an HTTP server):
+    Example: memroot -l agent.ledger mcp --actor agent-7 --namespace alice
 
-    memroot -l agent.ledger mcp --actor agent-7 --namespace alice
-
-    memroot -l agent.ledger mcp token add --actor agent-7 --namespace alice
-
-    memroot -l agent.ledger mcp --http 127.0.0.1:8765
+    Example: memroot -l agent.ledger mcp --http 127.0.0.1:8765 (after `mcp token add`)
     """
     if click_ctx.invoked_subcommand is not None:
         if actor or namespace or address:
@@ -138,6 +134,8 @@ def token_group() -> None:
     """Bearer tokens of the HTTP server: each binds one actor and one namespace.
 
     Stored hashed in LEDGER.mcp-tokens (mode 0600); a token is shown once, when added.
+
+    Example: memroot -l agent.ledger mcp token add --actor agent-7 --namespace alice
     """
 
 
@@ -185,7 +183,10 @@ def token_add(
 @click.option("--json", "as_json", is_flag=True, help="Print the records as JSON.")
 @pass_ctx
 def token_list(ctx: Context, tokens_path: Path | None, as_json: bool) -> None:
-    """List the tokens: id, actor, namespace, created, revoked (never the tokens)."""
+    """List the tokens: id, actor, namespace, created, revoked (never the tokens).
+
+    Example: memroot -l agent.ledger mcp token list --json
+    """
     records = _store(ctx, tokens_path).records()
 
     def human() -> None:
@@ -207,7 +208,10 @@ def token_list(ctx: Context, tokens_path: Path | None, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the revoked record as JSON.")
 @pass_ctx
 def token_revoke(ctx: Context, token_id: str, tokens_path: Path | None, as_json: bool) -> None:
-    """Revoke a token by id: a running server refuses it from its next request."""
+    """Revoke a token by id: a running server refuses it from its next request.
+
+    Example: memroot -l agent.ledger mcp token revoke 0123456789abcdef
+    """
     record = _store(ctx, tokens_path).revoke(token_id)
     emit(record.public(), as_json, f"revoked token {record.id} ({record.actor} in "
                                    f"{record.namespace})")  # fmt: skip
