@@ -27,9 +27,8 @@ import contextlib
 import json
 from collections.abc import AsyncIterator, Iterator, Sequence
 from os import PathLike
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
-import apsw
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -45,38 +44,16 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from memroot.integrations.langgraph import _index
-from memroot.integrations.langgraph._ledger import LedgerTables
-from memroot.ledger.entries import CANONICAL_BRANCH, Entry
+from memroot.integrations.langgraph._ledger import LedgerTables, open_owned
+from memroot.integrations.langgraph._tables import CHECKPOINT_TYPE, SAVER, WRITES_TYPE
+from memroot.ledger.entries import CANONICAL_BRANCH
 from memroot.ledger.errors import IntegrityError
 from memroot.ledger.ledger import Ledger
 
 if TYPE_CHECKING:
     from memroot.memory import Memory
 
-__all__ = ["CHECKPOINT_TYPE", "WRITES_TYPE", "MemrootSaver"]
-
-CHECKPOINT_TYPE: Final = "langgraph.checkpoint"
-WRITES_TYPE: Final = "langgraph.writes"
-_TYPES: Final = frozenset({CHECKPOINT_TYPE, WRITES_TYPE})
-
-_SCHEMA: Final = """
-CREATE TABLE IF NOT EXISTS lg_checkpoints(
-    branch TEXT NOT NULL, thread TEXT NOT NULL, ns TEXT NOT NULL, id TEXT NOT NULL,
-    parent TEXT, run_id TEXT, seq INTEGER NOT NULL, event TEXT NOT NULL,
-    PRIMARY KEY(branch, thread, ns, id)) STRICT;
-CREATE INDEX IF NOT EXISTS lg_checkpoints_event ON lg_checkpoints(event);
-CREATE TABLE IF NOT EXISTS lg_blobs(
-    branch TEXT NOT NULL, thread TEXT NOT NULL, ns TEXT NOT NULL, channel TEXT NOT NULL,
-    version TEXT NOT NULL, seq INTEGER NOT NULL, event TEXT NOT NULL,
-    PRIMARY KEY(branch, thread, ns, channel, version)) STRICT;
-CREATE INDEX IF NOT EXISTS lg_blobs_event ON lg_blobs(event);
-CREATE TABLE IF NOT EXISTS lg_writes(
-    branch TEXT NOT NULL, thread TEXT NOT NULL, ns TEXT NOT NULL, checkpoint TEXT NOT NULL,
-    task_id TEXT NOT NULL, idx INTEGER NOT NULL, task_path TEXT NOT NULL,
-    seq INTEGER NOT NULL, pos INTEGER NOT NULL, event TEXT NOT NULL,
-    PRIMARY KEY(branch, thread, ns, checkpoint, task_id, idx)) STRICT;
-CREATE INDEX IF NOT EXISTS lg_writes_event ON lg_writes(event);
-"""
+__all__ = ["CHECKPOINT_TYPE", "WRITES_TYPE", "AsyncMemrootSaver", "MemrootSaver"]
 
 
 def _b64(typed: tuple[str, bytes]) -> list[str]:
@@ -103,10 +80,7 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
     worker thread.
     """
 
-    _NAME = "saver"
-    _TYPES = _TYPES
-    _SCHEMA = _SCHEMA
-    _TABLES = ("lg_checkpoints", "lg_blobs", "lg_writes")
+    _TABLES = SAVER
 
     def __init__(
         self,
@@ -139,57 +113,15 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
 
         Raises:
             StorageError, KeyFileError: the ledger or its key cannot be opened.
+            IntegrityError: an entry of the branch does not check out.
         """
-        from memroot.memory import open_memory
-
-        mem = open_memory(path, key_path=key_path, actor=kwargs.get("actor", "langgraph"))
+        saver = open_owned(cls, path, key_path, {"branch": branch, **kwargs})
         try:
-            yield cls(mem, branch=branch, **kwargs)
+            yield saver
         finally:
-            mem.close()
+            saver.close()
 
     # -- the index -----------------------------------------------------------------------------
-
-    def _fold_event(self, db: apsw.Connection, entry: Entry, content: dict[str, Any]) -> None:
-        b = entry.branch
-        eid = entry.body["id"]
-        t, ns = content["thread_id"], content["checkpoint_ns"]
-        if _index.event_type(entry) == CHECKPOINT_TYPE:
-            db.execute(
-                "INSERT OR REPLACE INTO lg_checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    b,
-                    t,
-                    ns,
-                    content["checkpoint_id"],
-                    content.get("parent_checkpoint_id"),
-                    content.get("run_id"),
-                    entry.seq,
-                    eid,
-                ),
-            )
-            for channel, version, *_ in content["channels"]:
-                db.execute(
-                    "INSERT OR REPLACE INTO lg_blobs VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (b, t, ns, channel, version, entry.seq, eid),
-                )
-            return
-        for pos, (idx, *_) in enumerate(content["writes"]):
-            db.execute(
-                "INSERT OR REPLACE INTO lg_writes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    b,
-                    t,
-                    ns,
-                    content["checkpoint_id"],
-                    content["task_id"],
-                    idx,
-                    content["task_path"],
-                    entry.seq,
-                    pos,
-                    eid,
-                ),
-            )
 
     def _content(self, seq: int) -> dict[str, Any]:
         """Return the checked content of an entry the index points to.
@@ -198,7 +130,7 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
             IntegrityError: the entry is tampered, or erased although the index names it.
         """
         entry, content = self._checked(seq)
-        if content is None or _index.event_type(entry) not in _TYPES:
+        if content is None or _index.event_type(entry) not in SAVER.types:
             raise IntegrityError(
                 f"the index points at entry {self.branch}:{seq}, which is not a live "
                 "LangGraph event (run the saver again to refold its tables)",
@@ -226,11 +158,11 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
             if typ != "empty"
         }
         metadata: CheckpointMetadata = self.serde.loads_typed(_unb64(c["metadata"]))
-        writes = self.ledger.derived.db.execute(
+        writes = self._rows(
             "SELECT task_id, seq, pos FROM lg_writes WHERE branch = ? AND thread = ? AND ns = ? "
             "AND checkpoint = ? ORDER BY task_path, task_id, idx",
             (self.branch, thread, ns, checkpoint_id),
-        ).fetchall()
+        )
         cache: dict[int, dict[str, Any]] = {}
         pending: list[PendingWrite] = []
         for task_id, wseq, pos in writes:
@@ -268,20 +200,19 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
         checkpoint_id = get_checkpoint_id(config)
         with self._lock:
             self._sync()
-            db = self.ledger.derived.db
             if checkpoint_id:
-                row = db.execute(
+                row = self._rows(
                     "SELECT id, parent, seq FROM lg_checkpoints WHERE branch = ? AND thread = ? "
                     "AND ns = ? AND id = ?",
                     (self.branch, thread, ns, checkpoint_id),
-                ).fetchone()
+                )[:1]
             else:
-                row = db.execute(
+                row = self._rows(
                     "SELECT id, parent, seq FROM lg_checkpoints WHERE branch = ? AND thread = ? "
                     "AND ns = ? ORDER BY id DESC LIMIT 1",
                     (self.branch, thread, ns),
-                ).fetchone()
-            return None if row is None else self._tuple(thread, ns, tuple(row))
+                )[:1]
+            return self._tuple(thread, ns, row[0]) if row else None
 
     def list(
         self,
@@ -314,12 +245,12 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
             args.append(get_checkpoint_id(before))
         with self._lock:
             self._sync()
-            rows = self.ledger.derived.db.execute(
+            rows = self._rows(
                 "SELECT thread, ns, id, parent, seq FROM lg_checkpoints WHERE "
                 + " AND ".join(where)
                 + " ORDER BY thread, ns, id DESC",
                 args,
-            ).fetchall()
+            )
             rows.sort(key=lambda r: str(r[2]), reverse=True)
             out: list[CheckpointTuple] = []
             for thread, ns, cid, parent, seq in rows:
@@ -400,14 +331,14 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
         self, thread: str, ns: str, channel: str, key: str, seen: dict[int, dict[str, Any]]
     ) -> builtins.list[str] | None:
         """Return the stored ``[type, base64]`` of a channel version, or None (``seen``: cache)."""
-        row = self.ledger.derived.db.execute(
+        row = self._rows(
             "SELECT seq FROM lg_blobs WHERE branch = ? AND thread = ? AND ns = ? AND channel = ? "
             "AND version = ?",
             (self.branch, thread, ns, channel, key),
-        ).fetchone()
-        if row is None:
+        )
+        if not row:
             return None
-        seq = int(row[0])
+        seq = int(row[0][0])
         if seq not in seen:
             seen[seq] = self._content(seq)
         for ch, v, typ, data in seen[seq]["channels"]:
@@ -434,7 +365,7 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
             self._sync()
             have = {
                 int(r[0])
-                for r in self.ledger.derived.db.execute(
+                for r in self._rows(
                     "SELECT idx FROM lg_writes WHERE branch = ? AND thread = ? AND ns = ? "
                     "AND checkpoint = ? AND task_id = ?",
                     (self.branch, thread, ns, checkpoint_id, task_id),
@@ -466,28 +397,27 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
         """TOMBSTONE the events of the matched checkpoints, their writes, ``threads``' writes."""
         with self._lock:
             self._sync()
-            db = self.ledger.derived.db
-            found = db.execute(
+            found = self._rows(
                 f"SELECT thread, ns, id, event FROM lg_checkpoints WHERE branch = ? AND {where}",
                 (self.branch, *args),
-            ).fetchall()
+            )
             events = [str(r[3]) for r in found]
             for thread, ns, cid, _ in found:
                 events += [
                     str(r[0])
-                    for r in db.execute(
+                    for r in self._rows(
                         "SELECT event FROM lg_writes WHERE branch = ? AND thread = ? AND ns = ? "
                         "AND checkpoint = ?",
                         (self.branch, thread, ns, cid),
-                    ).fetchall()
+                    )
                 ]
             for thread in threads:
                 events += [
                     str(r[0])
-                    for r in db.execute(
+                    for r in self._rows(
                         "SELECT event FROM lg_writes WHERE branch = ? AND thread = ?",
                         (self.branch, thread),
-                    ).fetchall()
+                    )
                 ]
             self._write(self._tombstones(events, reason))
 
@@ -531,10 +461,9 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
         src, dst = str(source_thread_id), str(target_thread_id)
         with self._lock:
             self._sync()
-            db = self.ledger.derived.db
             seqs = [
                 int(r[0])
-                for r in db.execute(
+                for r in self._rows(
                     "SELECT seq FROM lg_checkpoints WHERE branch = ? AND thread = ? UNION "
                     "SELECT seq FROM lg_writes WHERE branch = ? AND thread = ? ORDER BY 1",
                     (self.branch, src, self.branch, src),
@@ -605,3 +534,42 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Async ``copy_thread``."""
         await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+
+
+class AsyncMemrootSaver(MemrootSaver):
+    """``MemrootSaver`` opened and closed from ``asyncio``, like ``AsyncSqliteSaver``.
+
+    ``async with AsyncMemrootSaver.from_conn_string("agent.ledger") as saver:``; its async
+    methods run the sync ones in worker threads under the ledger's one lock, so concurrent
+    ``ainvoke`` calls on one saver (and a store on the same ledger) take turns; the sync
+    methods work too, from any thread.
+    """
+
+    # An async context manager in place of the sync one (AsyncSqliteSaver's API): the
+    # override is what this class is for.
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def from_conn_string(  # type: ignore[override]
+        cls,
+        path: str | PathLike[str],
+        *,
+        branch: str = CANONICAL_BRANCH,
+        key_path: str | PathLike[str] | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[AsyncMemrootSaver]:
+        """Open (or create) the ledger at ``path`` and yield a saver on it; close it after.
+
+        Raises:
+            StorageError, KeyFileError: the ledger or its key cannot be opened.
+            IntegrityError: an entry of the branch does not check out.
+        """
+        saver = await asyncio.to_thread(
+            open_owned, cls, path, key_path, {"branch": branch, **kwargs}
+        )
+        try:
+            yield saver
+        finally:
+            await asyncio.to_thread(saver.close)
+
+    async def setup(self) -> None:  # type: ignore[override]
+        """Do nothing: the tables were created on open (``AsyncSqliteSaver.setup``'s place)."""

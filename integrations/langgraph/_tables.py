@@ -1,0 +1,196 @@
+"""The saver's and the store's lookup tables: their schema and how an entry folds into them.
+
+Kept apart from ``saver``/``store`` (and free of LangGraph imports) because three readers fold
+the same entries the same way: the tables in the ledger file (kept by ``_index.catch_up``), the
+private in-memory copy every saver and store checks them against (``_ledger.LedgerTables``),
+and ``memroot verify`` / ``memroot rebuild`` (``_check``). One fold, so the three can only
+disagree when the file's tables were edited.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, Final
+
+import apsw
+
+from memroot.integrations.langgraph import _index
+from memroot.ledger.entries import Entry
+
+__all__ = [
+    "CHECKPOINT_TYPE",
+    "PUT_TYPE",
+    "SAVER",
+    "STORE",
+    "WRITES_TYPE",
+    "TableSet",
+    "ns_text",
+]
+
+CHECKPOINT_TYPE: Final = "langgraph.checkpoint"
+WRITES_TYPE: Final = "langgraph.writes"
+PUT_TYPE: Final = "langgraph.store.put"
+
+
+def ns_text(namespace: tuple[str, ...] | list[str]) -> str:
+    """Return a store namespace as the text its rows key it by (a compact JSON array)."""
+    return json.dumps(list(namespace), ensure_ascii=False, separators=(",", ":"))
+
+
+def _fold_saver(db: apsw.Connection, entry: Entry, content: dict[str, Any]) -> None:
+    b = entry.branch
+    eid = entry.body["id"]
+    t, ns = content["thread_id"], content["checkpoint_ns"]
+    if _index.event_type(entry) == CHECKPOINT_TYPE:
+        db.execute(
+            "INSERT OR REPLACE INTO lg_checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                b,
+                t,
+                ns,
+                content["checkpoint_id"],
+                content.get("parent_checkpoint_id"),
+                content.get("run_id"),
+                entry.seq,
+                eid,
+            ),
+        )
+        for channel, version, *_ in content["channels"]:
+            db.execute(
+                "INSERT OR REPLACE INTO lg_blobs VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (b, t, ns, channel, version, entry.seq, eid),
+            )
+        return
+    for pos, (idx, *_) in enumerate(content["writes"]):
+        db.execute(
+            "INSERT OR REPLACE INTO lg_writes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                b,
+                t,
+                ns,
+                content["checkpoint_id"],
+                content["task_id"],
+                idx,
+                content["task_path"],
+                entry.seq,
+                pos,
+                eid,
+            ),
+        )
+
+
+def _fold_store(db: apsw.Connection, entry: Entry, content: dict[str, Any]) -> None:
+    ns = ns_text(content["namespace"])
+    eid = entry.body["id"]
+    db.execute(
+        "INSERT OR REPLACE INTO lg_store VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (
+            entry.branch,
+            ns,
+            content["key"],
+            entry.seq,
+            eid,
+            int(content["created_at"]),
+            int(content["updated_at"]),
+        ),
+    )
+    db.execute(
+        "INSERT OR REPLACE INTO lg_store_versions VALUES (?, ?, ?, ?, ?)",
+        (eid, entry.branch, ns, content["key"], entry.seq),
+    )
+
+
+class TableSet:
+    """One set of lookup tables: its ``lg_heads`` name, event types, schema and fold."""
+
+    __slots__ = ("fold_event", "name", "schema", "tables", "types")
+
+    def __init__(
+        self,
+        name: str,
+        types: frozenset[str],
+        schema: str,
+        tables: tuple[str, ...],
+        fold_event: Callable[[apsw.Connection, Entry, dict[str, Any]], None],
+    ) -> None:
+        """Name the set; ``tables`` are those whose ``event`` rows a ``TOMBSTONE`` drops."""
+        self.name = name
+        self.types = types
+        self.schema = schema
+        self.tables = tables
+        self.fold_event = fold_event
+
+    def install(self, db: apsw.Connection) -> None:
+        """Create the tables if they are missing."""
+        for stmt in self.schema.split(";"):
+            if stmt.strip():
+                db.execute(stmt)
+
+    def fold(self, db: apsw.Connection, entry: Entry, content: dict[str, Any] | None) -> None:
+        """Fold one entry: an event of ``types`` (its parsed content), or a ``TOMBSTONE``."""
+        if content is None:  # a TOMBSTONE: its event's rows go
+            payload = entry.body.get("payload") or {}
+            target = payload.get("target_event_id") if isinstance(payload, dict) else None
+            if isinstance(target, str):
+                for table in self.tables:
+                    db.execute(f"DELETE FROM {table} WHERE event = ?", (target,))
+            return
+        self.fold_event(db, entry, content)
+
+    def rows(self, db: apsw.Connection, branch: str) -> dict[str, set[tuple[Any, ...]]]:
+        """Return every row of the set's tables on ``branch`` (empty when a table is missing)."""
+        out: dict[str, set[tuple[Any, ...]]] = {}
+        for table in self.tables:
+            try:
+                found = db.execute(f"SELECT * FROM {table} WHERE branch = ?", (branch,)).fetchall()
+            except apsw.SQLError:
+                found = []
+            out[table] = {tuple(r) for r in found}
+        return out
+
+
+SAVER: Final = TableSet(
+    "saver",
+    frozenset({CHECKPOINT_TYPE, WRITES_TYPE}),
+    """
+CREATE TABLE IF NOT EXISTS lg_checkpoints(
+    branch TEXT NOT NULL, thread TEXT NOT NULL, ns TEXT NOT NULL, id TEXT NOT NULL,
+    parent TEXT, run_id TEXT, seq INTEGER NOT NULL, event TEXT NOT NULL,
+    PRIMARY KEY(branch, thread, ns, id)) STRICT;
+CREATE INDEX IF NOT EXISTS lg_checkpoints_event ON lg_checkpoints(event);
+CREATE TABLE IF NOT EXISTS lg_blobs(
+    branch TEXT NOT NULL, thread TEXT NOT NULL, ns TEXT NOT NULL, channel TEXT NOT NULL,
+    version TEXT NOT NULL, seq INTEGER NOT NULL, event TEXT NOT NULL,
+    PRIMARY KEY(branch, thread, ns, channel, version)) STRICT;
+CREATE INDEX IF NOT EXISTS lg_blobs_event ON lg_blobs(event);
+CREATE TABLE IF NOT EXISTS lg_writes(
+    branch TEXT NOT NULL, thread TEXT NOT NULL, ns TEXT NOT NULL, checkpoint TEXT NOT NULL,
+    task_id TEXT NOT NULL, idx INTEGER NOT NULL, task_path TEXT NOT NULL,
+    seq INTEGER NOT NULL, pos INTEGER NOT NULL, event TEXT NOT NULL,
+    PRIMARY KEY(branch, thread, ns, checkpoint, task_id, idx)) STRICT;
+CREATE INDEX IF NOT EXISTS lg_writes_event ON lg_writes(event);
+""",
+    ("lg_checkpoints", "lg_blobs", "lg_writes"),
+    _fold_saver,
+)
+"""The saver's tables: checkpoints, the entry holding each channel version, pending writes."""
+
+STORE: Final = TableSet(
+    "store",
+    frozenset({PUT_TYPE}),
+    """
+CREATE TABLE IF NOT EXISTS lg_store(
+    branch TEXT NOT NULL, ns TEXT NOT NULL, key TEXT NOT NULL, seq INTEGER NOT NULL,
+    event TEXT NOT NULL, created INTEGER NOT NULL, updated INTEGER NOT NULL,
+    PRIMARY KEY(branch, ns, key)) STRICT;
+CREATE INDEX IF NOT EXISTS lg_store_event ON lg_store(event);
+CREATE TABLE IF NOT EXISTS lg_store_versions(
+    event TEXT PRIMARY KEY, branch TEXT NOT NULL, ns TEXT NOT NULL, key TEXT NOT NULL,
+    seq INTEGER NOT NULL) STRICT;
+CREATE INDEX IF NOT EXISTS lg_store_versions_key ON lg_store_versions(branch, ns, key);
+""",
+    ("lg_store", "lg_store_versions"),
+    _fold_store,
+)
+"""The store's tables: each item's newest entry, and every stored version (for deletes)."""
