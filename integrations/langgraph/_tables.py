@@ -9,6 +9,7 @@ disagree when the file's tables were edited.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 from typing import Any, Final
@@ -122,13 +123,40 @@ class TableSet:
         self.fold_event = fold_event
 
     def install(self, db: apsw.Connection) -> None:
-        """Create the tables if they are missing."""
+        """Create the tables if they are missing; refold those of another layout.
+
+        A table stored with another definition (an older version's) is dropped with the
+        set's ``lg_heads`` row: the tables are a cache, folded again from the entries.
+        """
+        stale = False
+        for stmt in self.schema.split(";"):
+            text = " ".join(stmt.split())
+            if not text.startswith("CREATE TABLE"):
+                continue
+            name = text.split()[5].split("(")[0]
+            row = db.execute(
+                "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
+            ).fetchone()
+            if row is not None and " ".join(str(row[0]).split()) != text.replace(
+                " IF NOT EXISTS", ""
+            ):
+                db.execute(f"DROP TABLE {name}")
+                stale = True
+        if stale:
+            with contextlib.suppress(apsw.SQLError):  # no lg_heads yet
+                db.execute("DELETE FROM lg_heads WHERE name = ?", (self.name,))
         for stmt in self.schema.split(";"):
             if stmt.strip():
                 db.execute(stmt)
 
     def fold(self, db: apsw.Connection, entry: Entry, content: dict[str, Any] | None) -> None:
-        """Fold one entry: an event of ``types`` (its parsed content), or a ``TOMBSTONE``."""
+        """Fold one entry: an event of ``types`` (its parsed content), or a ``TOMBSTONE``.
+
+        Every row is keyed by the event it came from, and a ``TOMBSTONE`` drops that event's
+        rows: the tables are the union of their live events' rows, whatever the order they
+        were folded in or erased (a fold from scratch, which skips erased events, gives the
+        same tables as one that folded them live). A lookup takes the newest row of a key.
+        """
         if content is None:  # a TOMBSTONE: its event's rows go
             payload = entry.body.get("payload") or {}
             target = payload.get("target_event_id") if isinstance(payload, dict) else None
@@ -157,18 +185,18 @@ SAVER: Final = TableSet(
 CREATE TABLE IF NOT EXISTS lg_checkpoints(
     branch TEXT NOT NULL, thread TEXT NOT NULL, ns TEXT NOT NULL, id TEXT NOT NULL,
     parent TEXT, run_id TEXT, seq INTEGER NOT NULL, event TEXT NOT NULL,
-    PRIMARY KEY(branch, thread, ns, id)) STRICT;
+    PRIMARY KEY(branch, thread, ns, id, event)) STRICT;
 CREATE INDEX IF NOT EXISTS lg_checkpoints_event ON lg_checkpoints(event);
 CREATE TABLE IF NOT EXISTS lg_blobs(
     branch TEXT NOT NULL, thread TEXT NOT NULL, ns TEXT NOT NULL, channel TEXT NOT NULL,
     version TEXT NOT NULL, seq INTEGER NOT NULL, event TEXT NOT NULL,
-    PRIMARY KEY(branch, thread, ns, channel, version)) STRICT;
+    PRIMARY KEY(branch, thread, ns, channel, version, event)) STRICT;
 CREATE INDEX IF NOT EXISTS lg_blobs_event ON lg_blobs(event);
 CREATE TABLE IF NOT EXISTS lg_writes(
     branch TEXT NOT NULL, thread TEXT NOT NULL, ns TEXT NOT NULL, checkpoint TEXT NOT NULL,
     task_id TEXT NOT NULL, idx INTEGER NOT NULL, task_path TEXT NOT NULL,
     seq INTEGER NOT NULL, pos INTEGER NOT NULL, event TEXT NOT NULL,
-    PRIMARY KEY(branch, thread, ns, checkpoint, task_id, idx)) STRICT;
+    PRIMARY KEY(branch, thread, ns, checkpoint, task_id, idx, event)) STRICT;
 CREATE INDEX IF NOT EXISTS lg_writes_event ON lg_writes(event);
 """,
     ("lg_checkpoints", "lg_blobs", "lg_writes"),
@@ -183,7 +211,7 @@ STORE: Final = TableSet(
 CREATE TABLE IF NOT EXISTS lg_store(
     branch TEXT NOT NULL, ns TEXT NOT NULL, key TEXT NOT NULL, seq INTEGER NOT NULL,
     event TEXT NOT NULL, created INTEGER NOT NULL, updated INTEGER NOT NULL,
-    PRIMARY KEY(branch, ns, key)) STRICT;
+    PRIMARY KEY(branch, ns, key, event)) STRICT;
 CREATE INDEX IF NOT EXISTS lg_store_event ON lg_store(event);
 CREATE TABLE IF NOT EXISTS lg_store_versions(
     event TEXT PRIMARY KEY, branch TEXT NOT NULL, ns TEXT NOT NULL, key TEXT NOT NULL,

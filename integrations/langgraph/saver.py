@@ -159,8 +159,9 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
         }
         metadata: CheckpointMetadata = self.serde.loads_typed(_unb64(c["metadata"]))
         writes = self._rows(
-            "SELECT task_id, seq, pos FROM lg_writes WHERE branch = ? AND thread = ? AND ns = ? "
-            "AND checkpoint = ? ORDER BY task_path, task_id, idx",
+            # The newest row of each (task, index): a special channel's later write replaces.
+            "SELECT task_id, MAX(seq), pos FROM lg_writes WHERE branch = ? AND thread = ? "
+            "AND ns = ? AND checkpoint = ? GROUP BY task_id, idx ORDER BY task_path, task_id, idx",
             (self.branch, thread, ns, checkpoint_id),
         )
         cache: dict[int, dict[str, Any]] = {}
@@ -203,13 +204,13 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
             if checkpoint_id:
                 row = self._rows(
                     "SELECT id, parent, seq FROM lg_checkpoints WHERE branch = ? AND thread = ? "
-                    "AND ns = ? AND id = ?",
+                    "AND ns = ? AND id = ? ORDER BY seq DESC LIMIT 1",
                     (self.branch, thread, ns, checkpoint_id),
                 )[:1]
             else:
                 row = self._rows(
                     "SELECT id, parent, seq FROM lg_checkpoints WHERE branch = ? AND thread = ? "
-                    "AND ns = ? ORDER BY id DESC LIMIT 1",
+                    "AND ns = ? ORDER BY id DESC, seq DESC LIMIT 1",
                     (self.branch, thread, ns),
                 )[:1]
             return self._tuple(thread, ns, row[0]) if row else None
@@ -246,9 +247,9 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
         with self._lock:
             self._sync()
             rows = self._rows(
-                "SELECT thread, ns, id, parent, seq FROM lg_checkpoints WHERE "
+                "SELECT thread, ns, id, parent, MAX(seq) FROM lg_checkpoints WHERE "
                 + " AND ".join(where)
-                + " ORDER BY thread, ns, id DESC",
+                + " GROUP BY thread, ns, id ORDER BY thread, ns, id DESC",
                 args,
             )
             rows.sort(key=lambda r: str(r[2]), reverse=True)
@@ -333,7 +334,7 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
         """Return the stored ``[type, base64]`` of a channel version, or None (``seen``: cache)."""
         row = self._rows(
             "SELECT seq FROM lg_blobs WHERE branch = ? AND thread = ? AND ns = ? AND channel = ? "
-            "AND version = ?",
+            "AND version = ? ORDER BY seq DESC LIMIT 1",
             (self.branch, thread, ns, channel, key),
         )
         if not row:

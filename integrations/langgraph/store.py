@@ -189,7 +189,8 @@ class MemrootStore(BaseStore, LedgerTables):  # type: ignore[misc]
 
     def _get(self, op: GetOp) -> Item | None:
         row = self._rows(
-            "SELECT ns, key, seq FROM lg_store WHERE branch = ? AND ns = ? AND key = ?",
+            "SELECT ns, key, seq FROM lg_store WHERE branch = ? AND ns = ? AND key = ? "
+            "ORDER BY seq DESC LIMIT 1",
             (self.branch, ns_text(op.namespace), op.key),
         )
         return self._item(row[0]) if row else None
@@ -198,7 +199,8 @@ class MemrootStore(BaseStore, LedgerTables):  # type: ignore[misc]
         prefix = tuple(op.namespace_prefix)
         words = [w.casefold() for w in (op.query or "").split()]
         rows = self._rows(
-            "SELECT ns, key, seq FROM lg_store WHERE branch = ? ORDER BY updated DESC, ns, key",
+            "SELECT ns, key, MAX(seq), updated FROM lg_store WHERE branch = ? GROUP BY ns, key "
+            "ORDER BY updated DESC, ns, key",
             (self.branch,),
         )
         out: builtins.list[SearchItem] = []
@@ -262,7 +264,8 @@ class MemrootStore(BaseStore, LedgerTables):  # type: ignore[misc]
                     field="value",
                 )
             have = self._rows(
-                "SELECT created FROM lg_store WHERE branch = ? AND ns = ? AND key = ?",
+                "SELECT created FROM lg_store WHERE branch = ? AND ns = ? AND key = ? "
+                "ORDER BY seq DESC LIMIT 1",
                 (self.branch, ns, op.key),
             )
             now = now_us()

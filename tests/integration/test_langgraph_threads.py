@@ -160,7 +160,9 @@ def test_async_from_conn_string_and_setup(tmp_path: Path) -> None:
             async with AsyncMemrootStore.from_conn_string(path) as store:
                 await store.setup()
                 graph = _async_graph(saver, store)
-                out = await graph.ainvoke({"n": 1, "seen": []}, {"configurable": {"thread_id": "t"}})
+                out = await graph.ainvoke(
+                    {"n": 1, "seen": []}, {"configurable": {"thread_id": "t"}}
+                )
                 assert out == {"n": 2, "seen": [1]}
                 got = await saver.aget_tuple({"configurable": {"thread_id": "t"}})
                 assert got is not None and got.checkpoint["channel_values"]["n"] == 2
@@ -186,9 +188,11 @@ def test_store_ttl_and_index_are_refused_and_nothing_written(tmp_path: Path) -> 
             store.put(("a",), "k", {"v": 1}, index=["v"])
         assert store.ledger.size() == size
         assert store.supports_ttl is False
-    with pytest.raises(NotImplementedError, match="TTL"):
-        with MemrootStore.from_conn_string(path, ttl={"default_ttl": 5}):
-            pass
+    with (
+        pytest.raises(NotImplementedError, match="TTL"),
+        MemrootStore.from_conn_string(path, ttl={"default_ttl": 5}),
+    ):
+        pass
 
 
 def test_use_after_close_is_a_memroot_error(tmp_path: Path) -> None:
