@@ -1,12 +1,12 @@
 """``memroot verify`` step 9 and ``memroot rebuild`` for the saver's and the store's tables.
 
-The lookup tables (``lg_checkpoints``, ``lg_blobs``, ``lg_writes``, ``lg_store``,
-``lg_store_versions``) are derived from the entries by one fold (``_tables``), up to the
-position each set records in ``lg_heads``. ``LangGraphTablesCheck`` folds the entries the
-audit reads the same way into a private in-memory database and compares the result with the
-file's tables, row by row: a row deleted (a thread rolled back to an older checkpoint), moved
-to another entry, or added behind the ledger's back is a violation naming the table.
-``LangGraphTablesRebuild`` re-derives them from the entries.
+The lookup tables (``lg_checkpoints``, ``lg_writes``, ``lg_store``) are derived from the
+entries by one fold (``_tables``), up to the position each set records in ``lg_heads``.
+``LangGraphTablesCheck`` folds the entries the audit reads the same way into a private
+in-memory database and compares the result with the file's tables, row by row: a row
+deleted (a thread rolled back to an older checkpoint), moved to another entry, or added
+behind the ledger's back is a violation naming the table. ``LangGraphTablesRebuild``
+re-derives them from the entries.
 
 No LangGraph import: a host without the ``langgraph`` extra still verifies and rebuilds a
 ledger a saver wrote.
@@ -54,18 +54,26 @@ def _content(raw: Any) -> dict[str, Any] | None:
 
 
 def _fold(
-    db: apsw.Connection, t: TableSet, entries: Sequence[tuple[Entry, Any]], upto: int
+    db: apsw.Connection,
+    t: TableSet,
+    entries: Sequence[tuple[Entry, Any]],
+    upto: int,
+    events: dict[str, tuple[str, int]],
 ) -> None:
-    """Fold ``(entry, stored content)`` pairs with ``seq < upto`` into ``t``'s tables."""
+    """Fold ``(entry, stored content)`` pairs with ``seq < upto`` into ``t``'s tables.
+
+    ``events``: where each integration event folded so far is (filled in as they come).
+    """
     for entry, raw in entries:
         if entry.seq >= upto:
             break
         if entry.kind is Kind.OP:
-            t.fold(db, entry, None)
+            t.fold(db, entry, None, events.get)
         elif _index.event_type(entry) in t.types:
+            events[str(entry.body["id"])] = (entry.branch, entry.seq)
             content = _content(raw)
             if content is not None:
-                t.fold(db, entry, content)
+                t.fold(db, entry, content, events.get)
 
 
 class LangGraphTablesCheck:
@@ -144,6 +152,7 @@ class LangGraphTablesCheck:
             if not any(n == t.name for n, _ in heads):
                 continue
             t.install(replayed)
+            events: dict[str, tuple[str, int]] = {}
             for (name, branch), upto in heads.items():
                 if name != t.name:
                     continue
@@ -163,7 +172,7 @@ class LangGraphTablesCheck:
                 ]
                 try:
                     with replayed:
-                        _fold(replayed, t, pairs, upto)
+                        _fold(replayed, t, pairs, upto, events)
                 except (ValueError, KeyError, TypeError, apsw.Error) as e:
                     report.add(
                         Finding(STEP, f"the {t.name}'s entries cannot be folded: {e}", branch)
@@ -245,6 +254,7 @@ class LangGraphTablesRebuild:
         if db is None or not self._sets:
             return
         store = self.ledger.store
+        events: dict[str, dict[str, tuple[str, int]]] = {t.name: {} for t in self._sets}
         for b in store.branches():
             pairs = []
             for r in store.iter_entry_rows(b.no, 0, b.size):
@@ -255,7 +265,7 @@ class LangGraphTablesRebuild:
                 for entry, raw in pairs:
                     try:
                         with db:
-                            _fold(db, t, [(entry, raw)], b.size)
+                            _fold(db, t, [(entry, raw)], b.size, events[t.name])
                     except (ValueError, KeyError, TypeError, apsw.Error):
                         self.skipped += 1
                 db.execute(

@@ -32,8 +32,12 @@ _HEADS: Final = (
     "seq INTEGER NOT NULL, PRIMARY KEY(name, branch)) STRICT"
 )
 
-Folder = Callable[[apsw.Connection, Entry, "dict[str, Any] | None"], None]
-"""Fold one entry into a table set: ``(db, entry, parsed content or None)``."""
+Folder = Callable[
+    [apsw.Connection, Entry, "dict[str, Any] | None", Callable[[str], "tuple[str, int] | None"]],
+    None,
+]
+"""Fold one entry into a table set: ``(db, entry, parsed content or None, locate)``, where
+``locate`` finds an event's ``(branch, seq)`` by its id (for a ``TOMBSTONE``)."""
 
 
 def event_type(entry: Entry) -> str | None:
@@ -123,9 +127,9 @@ def catch_up(ledger: Ledger, name: str, branch: str, fold: Folder, types: frozen
                         seq=entry.seq,
                         step=4,
                     )
-                fold(db, entry, content_json(entry, data))
+                fold(db, entry, content_json(entry, data), ledger.find_event)
             elif entry.kind is Kind.OP and entry.type == OpType.TOMBSTONE.value:
-                fold(db, entry, None)
+                fold(db, entry, None, ledger.find_event)
         db.execute(
             "INSERT INTO lg_heads(name, branch, seq) VALUES (?, ?, ?) "
             "ON CONFLICT(name, branch) DO UPDATE SET seq = excluded.seq",

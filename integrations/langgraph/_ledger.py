@@ -87,6 +87,7 @@ class LedgerTables:
         "_closed",
         "_contents",
         "_contents_token",
+        "_events",
         "_lock",
         "_mirror",
         "_mirror_pos",
@@ -116,6 +117,7 @@ class LedgerTables:
     _sync_token: tuple[int, int, int, int] | None
     _contents: dict[int, tuple[Entry, dict[str, Any] | None]]
     _contents_token: int | None
+    _events: dict[str, tuple[str, int]]
 
     def _open(
         self,
@@ -155,6 +157,7 @@ class LedgerTables:
         self._sync_token = None
         self._contents = {}
         self._contents_token = None
+        self._events = {}
         with self._lock:
             with self.ledger.write() as db:
                 self._TABLES.install(db)
@@ -239,10 +242,13 @@ class LedgerTables:
             for row in self.ledger.read_range(self._mirror_pos, size, self.branch):
                 e = row.entry
                 if _index.event_type(e) in t.types:
+                    # Where each event is, from the entries this process read itself (the
+                    # file's event index is not asked: it is as editable as these tables).
+                    self._events[str(e.body["id"])] = (e.branch, e.seq)
                     data = None if row.content is None else row.content.encode("utf-8")
-                    t.fold(db, e, _index.content_json(e, data))
+                    t.fold(db, e, _index.content_json(e, data), self._events.get)
                 elif e.type == OpType.TOMBSTONE.value:
-                    t.fold(db, e, None)
+                    t.fold(db, e, None, self._events.get)
         self._mirror_pos = size
 
     def _compare_tables(self) -> None:

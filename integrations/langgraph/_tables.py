@@ -40,72 +40,49 @@ def ns_text(namespace: tuple[str, ...] | list[str]) -> str:
 
 
 def _fold_saver(db: apsw.Connection, entry: Entry, content: dict[str, Any]) -> None:
-    b = entry.branch
-    eid = entry.body["id"]
     t, ns = content["thread_id"], content["checkpoint_ns"]
     if _index.event_type(entry) == CHECKPOINT_TYPE:
         db.execute(
-            "INSERT OR REPLACE INTO lg_checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO lg_checkpoints VALUES (?, ?, ?, ?, ?, ?, ?)",
             (
-                b,
+                entry.branch,
+                entry.seq,
                 t,
                 ns,
                 content["checkpoint_id"],
                 content.get("parent_checkpoint_id"),
                 content.get("run_id"),
-                entry.seq,
-                eid,
             ),
         )
-        for channel, version, *_ in content["channels"]:
-            db.execute(
-                "INSERT OR REPLACE INTO lg_blobs VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (b, t, ns, channel, version, entry.seq, eid),
-            )
         return
-    for pos, (idx, *_) in enumerate(content["writes"]):
-        db.execute(
-            "INSERT OR REPLACE INTO lg_writes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                b,
-                t,
-                ns,
-                content["checkpoint_id"],
-                content["task_id"],
-                idx,
-                content["task_path"],
-                entry.seq,
-                pos,
-                eid,
-            ),
-        )
+    db.execute(
+        "INSERT OR REPLACE INTO lg_writes VALUES (?, ?, ?, ?, ?, ?)",
+        (entry.branch, entry.seq, t, ns, content["checkpoint_id"], content["task_id"]),
+    )
 
 
 def _fold_store(db: apsw.Connection, entry: Entry, content: dict[str, Any]) -> None:
-    ns = ns_text(content["namespace"])
-    eid = entry.body["id"]
     db.execute(
-        "INSERT OR REPLACE INTO lg_store VALUES (?, ?, ?, ?, ?, ?, ?)",
+        "INSERT OR REPLACE INTO lg_store VALUES (?, ?, ?, ?, ?, ?)",
         (
             entry.branch,
-            ns,
-            content["key"],
             entry.seq,
-            eid,
+            ns_text(content["namespace"]),
+            content["key"],
             int(content["created_at"]),
             int(content["updated_at"]),
         ),
     )
-    db.execute(
-        "INSERT OR REPLACE INTO lg_store_versions VALUES (?, ?, ?, ?, ?)",
-        (eid, entry.branch, ns, content["key"], entry.seq),
-    )
+
+
+Locate = Callable[[str], "tuple[str, int] | None"]
+"""Where an event is: ``event id -> (branch, seq)``, None when unknown."""
 
 
 class TableSet:
     """One set of lookup tables: its ``lg_heads`` name, event types, schema and fold."""
 
-    __slots__ = ("fold_event", "name", "schema", "tables", "types")
+    __slots__ = ("fold_event", "name", "obsolete", "schema", "tables", "types")
 
     def __init__(
         self,
@@ -114,13 +91,19 @@ class TableSet:
         schema: str,
         tables: tuple[str, ...],
         fold_event: Callable[[apsw.Connection, Entry, dict[str, Any]], None],
+        *,
+        obsolete: tuple[str, ...] = (),
     ) -> None:
-        """Name the set; ``tables`` are those whose ``event`` rows a ``TOMBSTONE`` drops."""
+        """Name the set; ``tables`` are those whose ``event`` rows a ``TOMBSTONE`` drops.
+
+        ``obsolete``: tables an older version kept, dropped when found.
+        """
         self.name = name
         self.types = types
         self.schema = schema
         self.tables = tables
         self.fold_event = fold_event
+        self.obsolete = obsolete
 
     def install(self, db: apsw.Connection) -> None:
         """Create the tables if they are missing; refold those of another layout.
@@ -128,6 +111,8 @@ class TableSet:
         A table stored with another definition (an older version's) is dropped with the
         set's ``lg_heads`` row: the tables are a cache, folded again from the entries.
         """
+        for name in self.obsolete:
+            db.execute(f"DROP TABLE IF EXISTS {name}")
         stale = False
         for stmt in self.schema.split(";"):
             text = " ".join(stmt.split())
@@ -149,20 +134,28 @@ class TableSet:
             if stmt.strip():
                 db.execute(stmt)
 
-    def fold(self, db: apsw.Connection, entry: Entry, content: dict[str, Any] | None) -> None:
+    def fold(
+        self,
+        db: apsw.Connection,
+        entry: Entry,
+        content: dict[str, Any] | None,
+        locate: Locate,
+    ) -> None:
         """Fold one entry: an event of ``types`` (its parsed content), or a ``TOMBSTONE``.
 
-        Every row is keyed by the event it came from, and a ``TOMBSTONE`` drops that event's
-        rows: the tables are the union of their live events' rows, whatever the order they
-        were folded in or erased (a fold from scratch, which skips erased events, gives the
-        same tables as one that folded them live). A lookup takes the newest row of a key.
+        Every row is keyed by the entry it came from (``branch, seq``), and a ``TOMBSTONE``
+        drops that entry's row (``locate`` finds it from the event id): the tables are the
+        union of their live events' rows, whatever the order they were folded in or erased
+        (a fold from scratch, which skips erased events, gives the same tables as one that
+        folded them live). A lookup takes the newest row of a key.
         """
-        if content is None:  # a TOMBSTONE: its event's rows go
+        if content is None:  # a TOMBSTONE: its event's row goes
             payload = entry.body.get("payload") or {}
             target = payload.get("target_event_id") if isinstance(payload, dict) else None
-            if isinstance(target, str):
+            where = locate(target) if isinstance(target, str) else None
+            if where is not None:
                 for table in self.tables:
-                    db.execute(f"DELETE FROM {table} WHERE event = ?", (target,))
+                    db.execute(f"DELETE FROM {table} WHERE branch = ? AND seq = ?", where)
             return
         self.fold_event(db, entry, content)
 
@@ -183,42 +176,36 @@ SAVER: Final = TableSet(
     frozenset({CHECKPOINT_TYPE, WRITES_TYPE}),
     """
 CREATE TABLE IF NOT EXISTS lg_checkpoints(
-    branch TEXT NOT NULL, thread TEXT NOT NULL, ns TEXT NOT NULL, id TEXT NOT NULL,
-    parent TEXT, run_id TEXT, seq INTEGER NOT NULL, event TEXT NOT NULL,
-    PRIMARY KEY(branch, thread, ns, id, event)) STRICT;
-CREATE INDEX IF NOT EXISTS lg_checkpoints_event ON lg_checkpoints(event);
-CREATE TABLE IF NOT EXISTS lg_blobs(
-    branch TEXT NOT NULL, thread TEXT NOT NULL, ns TEXT NOT NULL, channel TEXT NOT NULL,
-    version TEXT NOT NULL, seq INTEGER NOT NULL, event TEXT NOT NULL,
-    PRIMARY KEY(branch, thread, ns, channel, version, event)) STRICT;
-CREATE INDEX IF NOT EXISTS lg_blobs_event ON lg_blobs(event);
+    branch TEXT NOT NULL, seq INTEGER NOT NULL, thread TEXT NOT NULL, ns TEXT NOT NULL,
+    id TEXT NOT NULL, parent TEXT, run_id TEXT,
+    PRIMARY KEY(branch, seq)) STRICT, WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS lg_checkpoints_id ON lg_checkpoints(branch, thread, ns, id);
 CREATE TABLE IF NOT EXISTS lg_writes(
-    branch TEXT NOT NULL, thread TEXT NOT NULL, ns TEXT NOT NULL, checkpoint TEXT NOT NULL,
-    task_id TEXT NOT NULL, idx INTEGER NOT NULL, task_path TEXT NOT NULL,
-    seq INTEGER NOT NULL, pos INTEGER NOT NULL, event TEXT NOT NULL,
-    PRIMARY KEY(branch, thread, ns, checkpoint, task_id, idx, event)) STRICT;
-CREATE INDEX IF NOT EXISTS lg_writes_event ON lg_writes(event);
+    branch TEXT NOT NULL, seq INTEGER NOT NULL, thread TEXT NOT NULL, ns TEXT NOT NULL,
+    checkpoint TEXT NOT NULL, task_id TEXT NOT NULL,
+    PRIMARY KEY(branch, seq)) STRICT, WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS lg_writes_checkpoint ON lg_writes(branch, thread, ns, checkpoint);
 """,
-    ("lg_checkpoints", "lg_blobs", "lg_writes"),
+    ("lg_checkpoints", "lg_writes"),
     _fold_saver,
+    obsolete=("lg_blobs",),
 )
-"""The saver's tables: checkpoints, the entry holding each channel version, pending writes."""
+"""The saver's tables: a row per checkpoint entry, and per pending-writes entry (the writes
+themselves are read from the entry). ``lg_blobs`` is gone: a new checkpoint copies unchanged
+channel values from its parent's entry."""
 
 STORE: Final = TableSet(
     "store",
     frozenset({PUT_TYPE}),
     """
 CREATE TABLE IF NOT EXISTS lg_store(
-    branch TEXT NOT NULL, ns TEXT NOT NULL, key TEXT NOT NULL, seq INTEGER NOT NULL,
-    event TEXT NOT NULL, created INTEGER NOT NULL, updated INTEGER NOT NULL,
-    PRIMARY KEY(branch, ns, key, event)) STRICT;
-CREATE INDEX IF NOT EXISTS lg_store_event ON lg_store(event);
-CREATE TABLE IF NOT EXISTS lg_store_versions(
-    event TEXT PRIMARY KEY, branch TEXT NOT NULL, ns TEXT NOT NULL, key TEXT NOT NULL,
-    seq INTEGER NOT NULL) STRICT;
-CREATE INDEX IF NOT EXISTS lg_store_versions_key ON lg_store_versions(branch, ns, key);
+    branch TEXT NOT NULL, seq INTEGER NOT NULL, ns TEXT NOT NULL, key TEXT NOT NULL,
+    created INTEGER NOT NULL, updated INTEGER NOT NULL,
+    PRIMARY KEY(branch, seq)) STRICT, WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS lg_store_key ON lg_store(branch, ns, key);
 """,
-    ("lg_store", "lg_store_versions"),
+    ("lg_store",),
     _fold_store,
+    obsolete=("lg_store_versions",),
 )
-"""The store's tables: each item's newest entry, and every stored version (for deletes)."""
+"""The store's table: a row per stored version of an item (the newest live one is served)."""

@@ -158,20 +158,12 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
             if typ != "empty"
         }
         metadata: CheckpointMetadata = self.serde.loads_typed(_unb64(c["metadata"]))
-        writes = self._rows(
-            # The newest row of each (task, index): a special channel's later write replaces.
-            "SELECT task_id, MAX(seq), pos FROM lg_writes WHERE branch = ? AND thread = ? "
-            "AND ns = ? AND checkpoint = ? GROUP BY task_id, idx ORDER BY task_path, task_id, idx",
-            (self.branch, thread, ns, checkpoint_id),
-        )
-        cache: dict[int, dict[str, Any]] = {}
-        pending: list[PendingWrite] = []
-        for task_id, wseq, pos in writes:
-            at = int(str(wseq))
-            if at not in cache:
-                cache[at] = self._content(at)
-            _idx, channel, typ, data = cache[at]["writes"][int(str(pos))]
-            pending.append((str(task_id), channel, self.serde.loads_typed(_unb64([typ, data]))))
+        pending: list[PendingWrite] = [
+            (task_id, channel, self.serde.loads_typed(_unb64([typ, data])))
+            for (_path, task_id, _idx), (channel, typ, data) in sorted(
+                self._writes(thread, ns, checkpoint_id).items()
+            )
+        ]
         config: RunnableConfig = {
             "configurable": {
                 "thread_id": thread,
@@ -189,6 +181,39 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
                 }
             }
         return CheckpointTuple(config, checkpoint, metadata, parent_config, pending)
+
+    def _writes(
+        self, thread: str, ns: str, checkpoint_id: str, task_id: str | None = None
+    ) -> dict[tuple[str, str, int], tuple[str, str, str]]:
+        """Return a checkpoint's pending writes (of one task), checked, by (path, task, index).
+
+        The newest entry's write of each (task, index) wins: a special channel's later write
+        replaces the earlier one.
+        """
+        rows = self._rows(
+            "SELECT seq FROM lg_writes WHERE branch = ? AND thread = ? AND ns = ? "
+            "AND checkpoint = ? ORDER BY seq",
+            (self.branch, thread, ns, checkpoint_id),
+        )
+        out: dict[tuple[str, str, int], tuple[str, str, str]] = {}
+        for (seq,) in rows:
+            c = self._content(int(seq))
+            if task_id is not None and c["task_id"] != task_id:
+                continue
+            if (c["thread_id"], c["checkpoint_ns"], c["checkpoint_id"]) != (
+                thread,
+                ns,
+                checkpoint_id,
+            ):
+                raise IntegrityError(
+                    f"entry {self.branch}:{seq} holds writes of another checkpoint than the "
+                    "index names",
+                    branch=self.branch,
+                    seq=int(seq),
+                )
+            for idx, channel, typ, data in c["writes"]:
+                out[(str(c["task_path"]), str(c["task_id"]), int(idx))] = (channel, typ, data)
+        return out
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Return the checkpoint ``config`` names (the thread's newest without an id).
@@ -275,26 +300,23 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
         """Append the checkpoint as one ``langgraph.checkpoint`` event; return its config.
 
         The event holds every channel value the checkpoint's versions name (those in
-        ``new_versions`` from ``checkpoint``, the others copied from the entry that stored
-        that version), so each checkpoint entry stands alone: erasing one never breaks
-        another.
+        ``new_versions`` from ``checkpoint``, the others copied, already serialized, from
+        the parent checkpoint's entry when it holds that version), so each checkpoint entry
+        stands alone: erasing one never breaks another.
         """
         conf = config["configurable"]
         thread, ns = str(conf["thread_id"]), str(conf.get("checkpoint_ns", ""))
         c: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = c.pop("channel_values", {})
         md = get_checkpoint_metadata(config, metadata)
+        parent_id = conf.get("checkpoint_id")
         with self._lock:
             self._sync()
+            inherited = {} if not parent_id else self._parent_values(thread, ns, str(parent_id))
             channels: list[list[Any]] = []
-            seen: dict[int, dict[str, Any]] = {}
             for channel, version in sorted(checkpoint["channel_versions"].items()):
                 key = _version_key(version)
-                stored = (
-                    None
-                    if channel in new_versions
-                    else self._stored_blob(thread, ns, channel, key, seen)
-                )
+                stored = None if channel in new_versions else inherited.get((channel, key))
                 if channel in new_versions:
                     typed = (
                         _b64(self.serde.dumps_typed(values[channel]))
@@ -313,7 +335,7 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
                 "thread_id": thread,
                 "checkpoint_ns": ns,
                 "checkpoint_id": checkpoint["id"],
-                "parent_checkpoint_id": conf.get("checkpoint_id"),
+                "parent_checkpoint_id": parent_id,
                 "run_id": None if run_id is None else str(run_id),
                 "checkpoint": _b64(self.serde.dumps_typed(c)),
                 "metadata": _b64(self.serde.dumps_typed(md)),
@@ -328,24 +350,24 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
             }
         }
 
-    def _stored_blob(
-        self, thread: str, ns: str, channel: str, key: str, seen: dict[int, dict[str, Any]]
-    ) -> builtins.list[str] | None:
-        """Return the stored ``[type, base64]`` of a channel version, or None (``seen``: cache)."""
+    def _parent_values(
+        self, thread: str, ns: str, parent_id: str
+    ) -> dict[tuple[str, str], builtins.list[str]]:
+        """Return the parent checkpoint's ``(channel, version) -> [type, base64]`` (checked).
+
+        Empty when the parent is not stored (or was erased): the values are then serialized
+        from the checkpoint itself.
+        """
         row = self._rows(
-            "SELECT seq FROM lg_blobs WHERE branch = ? AND thread = ? AND ns = ? AND channel = ? "
-            "AND version = ? ORDER BY seq DESC LIMIT 1",
-            (self.branch, thread, ns, channel, key),
+            "SELECT seq FROM lg_checkpoints WHERE branch = ? AND thread = ? AND ns = ? AND id = ? "
+            "ORDER BY seq DESC LIMIT 1",
+            (self.branch, thread, ns, parent_id),
         )
         if not row:
-            return None
-        seq = int(row[0][0])
-        if seq not in seen:
-            seen[seq] = self._content(seq)
-        for ch, v, typ, data in seen[seq]["channels"]:
-            if ch == channel and v == key:
-                return [typ, data]
-        return None
+            return {}
+        return {
+            (ch, v): [typ, data] for ch, v, typ, data in self._content(int(row[0][0]))["channels"]
+        }
 
     def put_writes(
         self,
@@ -364,14 +386,7 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
         checkpoint_id = str(conf["checkpoint_id"])
         with self._lock:
             self._sync()
-            have = {
-                int(r[0])
-                for r in self._rows(
-                    "SELECT idx FROM lg_writes WHERE branch = ? AND thread = ? AND ns = ? "
-                    "AND checkpoint = ? AND task_id = ?",
-                    (self.branch, thread, ns, checkpoint_id, task_id),
-                )
-            }
+            have = {idx for _, _, idx in self._writes(thread, ns, checkpoint_id, task_id)}
             rows = []
             for i, (channel, value) in enumerate(writes):
                 idx = WRITES_IDX_MAP.get(channel, i)
@@ -399,27 +414,29 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
         with self._lock:
             self._sync()
             found = self._rows(
-                f"SELECT thread, ns, id, event FROM lg_checkpoints WHERE branch = ? AND {where}",
+                f"SELECT thread, ns, id, seq FROM lg_checkpoints WHERE branch = ? AND {where}",
                 (self.branch, *args),
             )
-            events = [str(r[3]) for r in found]
+            seqs = [int(r[3]) for r in found]
             for thread, ns, cid, _ in found:
-                events += [
-                    str(r[0])
+                seqs += [
+                    int(r[0])
                     for r in self._rows(
-                        "SELECT event FROM lg_writes WHERE branch = ? AND thread = ? AND ns = ? "
+                        "SELECT seq FROM lg_writes WHERE branch = ? AND thread = ? AND ns = ? "
                         "AND checkpoint = ?",
                         (self.branch, thread, ns, cid),
                     )
                 ]
             for thread in threads:
-                events += [
-                    str(r[0])
+                seqs += [
+                    int(r[0])
                     for r in self._rows(
-                        "SELECT event FROM lg_writes WHERE branch = ? AND thread = ?",
+                        "SELECT seq FROM lg_writes WHERE branch = ? AND thread = ?",
                         (self.branch, thread),
                     )
                 ]
+            # The event ids from the entries themselves (checked), not from a table.
+            events = [str(self._checked(s)[0].body["id"]) for s in sorted(set(seqs))]
             self._write(self._tombstones(events, reason))
 
     def delete_thread(self, thread_id: str) -> None:

@@ -249,10 +249,9 @@ class MemrootStore(BaseStore, LedgerTables):  # type: ignore[misc]
             ns = ns_text(op.namespace)
             if op.value is None:
                 events = [
-                    str(r[0])
+                    str(self._checked(int(r[0]))[0].body["id"])
                     for r in self._rows(
-                        "SELECT event FROM lg_store_versions WHERE branch = ? AND ns = ? "
-                        "AND key = ?",
+                        "SELECT seq FROM lg_store WHERE branch = ? AND ns = ? AND key = ?",
                         (self.branch, ns, op.key),
                     )
                 ]

@@ -65,8 +65,9 @@ def delete_newest_checkpoint_row(db: apsw.Connection) -> dict[str, Any]:
 def point_newest_at_older_entry(db: apsw.Connection) -> dict[str, Any]:
     """Point the newest checkpoint's lookup row at the entry of the one before it."""
     rows = db.execute("SELECT id, seq FROM lg_checkpoints ORDER BY id DESC LIMIT 2").fetchall()
-    (new_id, _), (_, old_seq) = rows
-    db.execute("UPDATE lg_checkpoints SET seq = ? WHERE id = ?", (old_seq, new_id))
+    (new_id, new_seq), (_, old_seq) = rows
+    db.execute("DELETE FROM lg_checkpoints WHERE seq = ?", (new_seq,))
+    db.execute("UPDATE lg_checkpoints SET id = ? WHERE seq = ?", (new_id, old_seq))
     return {"moved": new_id, "to_seq": old_seq}
 
 

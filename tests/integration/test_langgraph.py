@@ -182,7 +182,7 @@ def test_index_refolds_from_the_ledger(tmp_path: Path) -> None:
         _graph(saver).invoke({"count": 7, "log": []}, cfg)
         before = saver.get_tuple(cfg)
     db = apsw.Connection(str(path))
-    for t in ("lg_checkpoints", "lg_blobs", "lg_writes", "lg_heads"):
+    for t in ("lg_checkpoints", "lg_writes", "lg_heads"):
         db.execute(f"DROP TABLE {t}")
     db.close()
     with MemrootSaver.from_conn_string(path) as saver:
