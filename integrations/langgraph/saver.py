@@ -27,7 +27,7 @@ import contextlib
 import json
 from collections.abc import AsyncIterator, Iterator, Sequence
 from os import PathLike
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -46,7 +46,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from memroot.integrations.langgraph import _index
 from memroot.integrations.langgraph._ledger import LedgerTables, open_owned
 from memroot.integrations.langgraph._tables import CHECKPOINT_TYPE, SAVER, WRITES_TYPE
-from memroot.ledger.entries import CANONICAL_BRANCH
+from memroot.ledger.entries import CANONICAL_BRANCH, EventInput
 from memroot.ledger.errors import IntegrityError
 from memroot.ledger.ledger import Ledger
 
@@ -54,6 +54,11 @@ if TYPE_CHECKING:
     from memroot.memory import Memory
 
 __all__ = ["CHECKPOINT_TYPE", "WRITES_TYPE", "AsyncMemrootSaver", "MemrootSaver"]
+
+
+_REF: Final = "ref"
+"""The type of a channel value held by an earlier checkpoint entry: ``[channel, version,
+"ref", seq]`` (docs/FORMAT.md §9)."""
 
 
 def _b64(typed: tuple[str, bytes]) -> list[str]:
@@ -154,7 +159,7 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
         checkpoint: Checkpoint = self.serde.loads_typed(_unb64(c["checkpoint"]))
         checkpoint["channel_values"] = {
             ch: self.serde.loads_typed(_unb64([typ, data]))
-            for ch, _version, typ, data in c["channels"]
+            for ch, typ, data in self._literals(seq, c)
             if typ != "empty"
         }
         metadata: CheckpointMetadata = self.serde.loads_typed(_unb64(c["metadata"]))
@@ -350,13 +355,12 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
             }
         }
 
-    def _parent_values(
-        self, thread: str, ns: str, parent_id: str
-    ) -> dict[tuple[str, str], builtins.list[str]]:
-        """Return the parent checkpoint's ``(channel, version) -> [type, base64]`` (checked).
+    def _parent_values(self, thread: str, ns: str, parent_id: str) -> dict[tuple[str, str], Any]:
+        """Return a reference to each of the parent checkpoint's ``(channel, version)`` values.
 
-        Empty when the parent is not stored (or was erased): the values are then serialized
-        from the checkpoint itself.
+        ``["ref", seq]``: the entry that holds the serialized value (the parent's, or the one
+        the parent refers to). Empty when the parent is not stored (or was erased): the values
+        are then serialized from the checkpoint itself.
         """
         row = self._rows(
             "SELECT seq FROM lg_checkpoints WHERE branch = ? AND thread = ? AND ns = ? AND id = ? "
@@ -365,8 +369,49 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
         )
         if not row:
             return {}
+        at = int(row[0][0])
         return {
-            (ch, v): [typ, data] for ch, v, typ, data in self._content(int(row[0][0]))["channels"]
+            (ch, v): [typ, data] if typ == _REF else [_REF, at]
+            for ch, v, typ, data in self._content(at)["channels"]
+        }
+
+    def _literals(self, seq: int, c: dict[str, Any]) -> builtins.list[tuple[str, str, str]]:
+        """Return ``(channel, type, base64)`` of checkpoint entry ``seq``, references resolved.
+
+        Raises:
+            IntegrityError: a reference to an entry that does not hold that value (checked).
+        """
+        out = []
+        for ch, v, typ, data in c["channels"]:
+            if typ != _REF:
+                out.append((ch, typ, data))
+                continue
+            held = self._content(int(data))
+            found = [
+                (t2, d2)
+                for c2, v2, t2, d2 in held.get("channels", ())
+                if c2 == ch and v2 == v and t2 != _REF
+            ]
+            if (held.get("thread_id"), held.get("checkpoint_ns")) != (
+                c["thread_id"],
+                c["checkpoint_ns"],
+            ) or len(found) != 1:
+                raise IntegrityError(
+                    f"checkpoint entry {self.branch}:{seq} takes channel {ch!r} version {v} from "
+                    f"entry {data}, which does not hold it",
+                    branch=self.branch,
+                    seq=seq,
+                )
+            out.append((ch, *found[0]))
+        return out
+
+    def _standalone(self, seq: int) -> dict[str, Any]:
+        """Return checkpoint entry ``seq``'s content with every reference replaced by its value."""
+        c = self._content(seq)
+        versions = {ch: v for ch, v, *_ in c["channels"]}
+        return {
+            **c,
+            "channels": [[ch, versions[ch], typ, data] for ch, typ, data in self._literals(seq, c)],
         }
 
     def put_writes(
@@ -410,14 +455,21 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
     def _erase(
         self, where: str, args: Sequence[Any], reason: str, threads: Sequence[str] = ()
     ) -> None:
-        """TOMBSTONE the events of the matched checkpoints, their writes, ``threads``' writes."""
+        """TOMBSTONE the events of the matched checkpoints, their writes, ``threads``' writes.
+
+        A checkpoint that stays but takes a channel value from an entry being erased is first
+        appended again whole (same id, every value in it), in the same batch, and its old
+        entry erased too: erasing never breaks a checkpoint that stays.
+        """
         with self._lock:
             self._sync()
             found = self._rows(
                 f"SELECT thread, ns, id, seq FROM lg_checkpoints WHERE branch = ? AND {where}",
                 (self.branch, *args),
             )
-            seqs = [int(r[3]) for r in found]
+            gone = {int(r[3]) for r in found}
+            copies = self._copies_before_erasing({(str(r[0]), str(r[1])) for r in found}, gone)
+            seqs = sorted(gone)
             for thread, ns, cid, _ in found:
                 seqs += [
                     int(r[0])
@@ -437,7 +489,33 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
                 ]
             # The event ids from the entries themselves (checked), not from a table.
             events = [str(self._checked(s)[0].body["id"]) for s in sorted(set(seqs))]
-            self._write(self._tombstones(events, reason))
+            self._write([*copies, *self._tombstones(events, reason)])
+
+    def _copies_before_erasing(
+        self, threads: set[tuple[str, str]], gone: set[int]
+    ) -> builtins.list[EventInput]:
+        """Return whole copies of the checkpoints that stay but take values from ``gone``.
+
+        Adds the copied checkpoints' entries to ``gone`` (until nothing else refers to them).
+        """
+        copies: builtins.list[EventInput] = []
+        changed = True
+        while changed:
+            changed = False
+            for thread, ns in sorted(threads):
+                for (s,) in self._rows(
+                    "SELECT seq FROM lg_checkpoints WHERE branch = ? AND thread = ? AND ns = ?",
+                    (self.branch, thread, ns),
+                ):
+                    at = int(s)
+                    if at in gone:
+                        continue
+                    c = self._content(at)
+                    if any(t == _REF and int(d) in gone for _, _, t, d in c["channels"]):
+                        copies.append(self._event(CHECKPOINT_TYPE, self._standalone(at)))
+                        gone.add(at)
+                        changed = True
+        return copies
 
     def delete_thread(self, thread_id: str) -> None:
         """Erase every checkpoint and write of a thread (``TOMBSTONE``s; the chain verifies)."""
@@ -490,10 +568,11 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
             items = []
             for seq in seqs:
                 entry, _ = self._checked(seq)
-                content = {**self._content(seq), "thread_id": dst}
                 kind = _index.event_type(entry)
+                # A copied checkpoint holds its values itself: the source may be erased later.
+                whole = self._standalone(seq) if kind == CHECKPOINT_TYPE else self._content(seq)
                 assert kind is not None  # _content checked it
-                items.append(self._event(kind, content))
+                items.append(self._event(kind, {**whole, "thread_id": dst}))
             self._write(items)
 
     # -- async ---------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -299,4 +300,45 @@ def test_readme_example_runs_and_verifies(tmp_path: Path) -> None:
     env = {**os.environ, "MEMROOT_TRUSTED": str(tmp_path / "trusted.json")}
     subprocess.run([sys.executable, "-c", m.group(1)], cwd=tmp_path, env=env, check=True)
     result = _verify(tmp_path / "graph.ledger")
+    assert result.exit_code == 0, result.output
+
+
+def _channel_types(saver: MemrootSaver, thread: str) -> list[str]:
+    """The stored type of every channel value of a thread's newest checkpoint entry."""
+    row = saver._rows(
+        "SELECT seq FROM lg_checkpoints WHERE thread = ? ORDER BY id DESC, seq DESC LIMIT 1",
+        (thread,),
+    )
+    return [typ for _ch, _v, typ, _d in saver._content(int(row[0][0]))["channels"]]
+
+
+def test_unchanged_channels_are_stored_once_and_erasing_keeps_what_stays(tmp_path: Path) -> None:
+    """A checkpoint refers to its parent's entry for unchanged values; prune, delete_for_runs
+    and deleting a copied thread's source leave every remaining checkpoint whole."""
+    path = tmp_path / "d.ledger"
+    cfg: Any = {"configurable": {"thread_id": "t1"}}
+    with MemrootSaver.from_conn_string(path) as saver:
+        graph = _graph(saver)
+        runs = [uuid.uuid4() for _ in range(3)]
+        for i, run in enumerate(runs):
+            graph.invoke(
+                {"count": i, "log": ["x" * 200]}, {**cfg, "metadata": {"run_id": str(run)}}
+            )
+        assert "ref" in _channel_types(saver, "t1")  # the end checkpoint repeats no value
+        want = saver.get_tuple(cfg)
+        assert want is not None
+        saver.copy_thread("t1", "t2")
+        assert "ref" not in _channel_types(saver, "t2")
+        assert str(runs[0]) in {str(t.metadata.get("run_id")) for t in saver.list(cfg)}
+        saver.delete_for_runs([str(runs[0])])
+        saver.prune(["t1"], strategy="keep_latest")
+        got = saver.get_tuple(cfg)
+        assert got is not None
+        assert got.checkpoint["channel_values"] == want.checkpoint["channel_values"]
+        assert [t.checkpoint["id"] for t in saver.list(cfg)] == [want.checkpoint["id"]]
+        saver.delete_thread("t1")
+        copied = saver.get_tuple({"configurable": {"thread_id": "t2"}})
+        assert copied is not None
+        assert copied.checkpoint["channel_values"] == want.checkpoint["channel_values"]
+    result = _verify(path)
     assert result.exit_code == 0, result.output
