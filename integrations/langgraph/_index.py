@@ -4,8 +4,8 @@ The saver and the store keep small tables in the ledger file (``lg_*``) so a loo
 thread or key does not scan the log. They are derived, never trusted: every row is folded
 from an entry (events of the ``langgraph.*`` types, and ``TOMBSTONE``s of them), each table
 set remembers how far it folded (``lg_heads``), catches up with entries appended by anyone
-before it is read, and every entry a row points to is re-checked when it is served
-(``_strict.verified_entry``). Dropping the tables loses nothing: they refold.
+before it is read, and is itself checked against a private fold of strictly read entries
+(``_ledger.LedgerTables``). Dropping the tables loses nothing: they refold.
 """
 
 from __future__ import annotations

@@ -3,13 +3,15 @@
 Every ``put`` appends one event of type ``langgraph.checkpoint`` and every ``put_writes``
 one of type ``langgraph.writes`` (docs/FORMAT.md, "LangGraph checkpoints"); their content
 is the serialized checkpoint (or writes), so it sits behind the entry's salted content
-commitment, in the Merkle tree, under a signed checkpoint (one is signed after every write
-call). Deleting (``delete_thread``, ``delete_for_runs``, ``prune``) appends ``TOMBSTONE``s:
+commitment, in the Merkle tree, under the signed checkpoint the append's own commit signs.
+A checkpoint stores the channel values that changed and refers to the entry that holds each
+unchanged one (docs/FORMAT.md §9). Deleting (``delete_thread``, ``delete_for_runs``, ``prune``) appends ``TOMBSTONE``s:
 the content is erased and ``memroot verify`` still passes ("erased by entry N").
 
 Reads are strict: ``get_tuple`` and ``list`` re-check every entry they serve against the
-signed tree and its content commitment, and raise ``IntegrityError`` instead of serving a
-tampered checkpoint.
+signed tree and its content commitment, look up checkpoints in a private index folded from
+those entries (the file's lookup tables are compared with it), and raise ``IntegrityError``
+instead of serving a tampered checkpoint or rolling a thread back. Reads never sign.
 
 Example::
 

@@ -287,19 +287,27 @@ def test_store_async_and_bad_value(tmp_path: Path) -> None:
         assert mem.ledger.size() == size
 
 
-def test_readme_example_runs_and_verifies(tmp_path: Path) -> None:
-    """The README's LangGraph example runs as written; `memroot verify` passes on its ledger."""
+@pytest.mark.parametrize(
+    ("marker", "ledger"),
+    [
+        ("langgraph", "graph.ledger"),
+        ("langgraph-store", "agent.ledger"),
+        ("langgraph-async", "async.ledger"),
+    ],
+)
+def test_readme_example_runs_and_verifies(tmp_path: Path, marker: str, ledger: str) -> None:
+    """Each README LangGraph example runs as written; `memroot verify` passes on its ledger."""
     import os
     import re
     import subprocess
     import sys
 
     text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    m = re.search(r"<!-- example: langgraph -->\n```python\n(.*?)```", text, re.S)
+    m = re.search(rf"<!-- example: {marker} -->\n```python\n(.*?)```", text, re.S)
     assert m is not None
     env = {**os.environ, "MEMROOT_TRUSTED": str(tmp_path / "trusted.json")}
     subprocess.run([sys.executable, "-c", m.group(1)], cwd=tmp_path, env=env, check=True)
-    result = _verify(tmp_path / "graph.ledger")
+    result = _verify(tmp_path / ledger)
     assert result.exit_code == 0, result.output
 
 
