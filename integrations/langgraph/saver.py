@@ -5,8 +5,9 @@ one of type ``langgraph.writes`` (docs/FORMAT.md, "LangGraph checkpoints"); thei
 is the serialized checkpoint (or writes), so it sits behind the entry's salted content
 commitment, in the Merkle tree, under the signed checkpoint the append's own commit signs.
 A checkpoint stores the channel values that changed and refers to the entry that holds each
-unchanged one (docs/FORMAT.md §9). Deleting (``delete_thread``, ``delete_for_runs``, ``prune``) appends ``TOMBSTONE``s:
-the content is erased and ``memroot verify`` still passes ("erased by entry N").
+unchanged one (docs/FORMAT.md §9). Deleting (``delete_thread``, ``delete_for_runs``,
+``prune``) appends ``TOMBSTONE``s: the content is erased and ``memroot verify`` still passes
+("erased by entry N").
 
 Reads are strict: ``get_tuple`` and ``list`` re-check every entry they serve against the
 signed tree and its content commitment, look up checkpoints in a private index folded from
