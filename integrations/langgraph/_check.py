@@ -25,6 +25,7 @@ import apsw
 from memroot.integrations.langgraph import _index
 from memroot.integrations.langgraph._tables import SAVER, STORE, TableSet
 from memroot.ledger.entries import Entry, Kind
+from memroot.ledger.errors import IntegrityError
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.verify import AuditReport, Finding
 from memroot.ledger.vocab import OpType
@@ -173,7 +174,7 @@ class LangGraphTablesCheck:
                 try:
                     with replayed:
                         _fold(replayed, t, pairs, upto, events)
-                except (ValueError, KeyError, TypeError, apsw.Error) as e:
+                except (ValueError, KeyError, TypeError, apsw.Error, IntegrityError) as e:
                     report.add(
                         Finding(STEP, f"the {t.name}'s entries cannot be folded: {e}", branch)
                     )
@@ -266,7 +267,7 @@ class LangGraphTablesRebuild:
                     try:
                         with db:
                             _fold(db, t, [(entry, raw)], b.size, events[t.name])
-                    except (ValueError, KeyError, TypeError, apsw.Error):
+                    except (ValueError, KeyError, TypeError, apsw.Error, IntegrityError):
                         self.skipped += 1
                 db.execute(
                     f"INSERT INTO {_HEADS_TABLE}(name, branch, seq) VALUES (?, ?, ?)",

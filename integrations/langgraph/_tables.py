@@ -18,6 +18,7 @@ import apsw
 
 from memroot.integrations.langgraph import _index
 from memroot.ledger.entries import Entry
+from memroot.ledger.errors import IntegrityError
 
 __all__ = [
     "CHECKPOINT_TYPE",
@@ -157,7 +158,16 @@ class TableSet:
                 for table in self.tables:
                     db.execute(f"DELETE FROM {table} WHERE branch = ? AND seq = ?", where)
             return
-        self.fold_event(db, entry, content)
+        try:
+            self.fold_event(db, entry, content)
+        except (KeyError, TypeError, ValueError) as e:
+            raise IntegrityError(
+                f"event {entry.branch}:{entry.seq} ({_index.event_type(entry)}) holds no "
+                f"well-formed {self.name} content (missing or wrong field: {e})",
+                branch=entry.branch,
+                seq=entry.seq,
+                step=4,
+            ) from e
 
     def rows(self, db: apsw.Connection, branch: str) -> dict[str, set[tuple[Any, ...]]]:
         """Return every row of the set's tables on ``branch`` (empty when a table is missing)."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import binascii
 import builtins
 import contextlib
 import json
@@ -150,6 +151,23 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
     # -- reads ---------------------------------------------------------------------------------
 
     def _tuple(self, thread: str, ns: str, row: tuple[Any, ...]) -> CheckpointTuple:
+        """Return the checkpoint of an index row, read and checked.
+
+        Raises:
+            IntegrityError: an entry is tampered, or holds no well-formed checkpoint.
+        """
+        try:
+            return self._read_tuple(thread, ns, row)
+        except (KeyError, TypeError, ValueError, binascii.Error) as e:
+            raise IntegrityError(
+                f"entry {self.branch}:{row[2]} holds no well-formed checkpoint of thread "
+                f"{thread!r} ({type(e).__name__}: {e})",
+                branch=self.branch,
+                seq=int(row[2]),
+                step=4,
+            ) from e
+
+    def _read_tuple(self, thread: str, ns: str, row: tuple[Any, ...]) -> CheckpointTuple:
         checkpoint_id, parent, seq = str(row[0]), row[1], int(row[2])
         c = self._content(seq)
         if (c["thread_id"], c["checkpoint_ns"], c["checkpoint_id"]) != (thread, ns, checkpoint_id):

@@ -350,3 +350,27 @@ def test_unchanged_channels_are_stored_once_and_erasing_keeps_what_stays(tmp_pat
         assert copied.checkpoint["channel_values"] == want.checkpoint["channel_values"]
     result = _verify(path)
     assert result.exit_code == 0, result.output
+
+
+def test_malformed_checkpoint_event_is_an_integrity_error(tmp_path: Path) -> None:
+    """A signed langgraph.checkpoint event without its fields: IntegrityError, no traceback."""
+    from memroot.integrations.langgraph import _index
+    from memroot.memory_root import Roots
+
+    path = tmp_path / "m.ledger"
+    with memroot.open(path) as mem:
+        bad = _index.event(
+            "langgraph.checkpoint",
+            {"thread_id": "t1"},
+            actor="someone",
+            actor_type="AI_AGENT",
+            namespace="langgraph",
+        )
+        with mem.ledger.write():
+            Roots(mem.ledger).append_batch([bad])
+    with pytest.raises(IntegrityError, match="well-formed"), MemrootSaver.from_conn_string(path):
+        pass
+    result = CliRunner().invoke(cli, ["-l", str(path), "verify"])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    rebuilt = CliRunner().invoke(cli, ["-l", str(path), "rebuild", "--json"])
+    assert rebuilt.exit_code == 0, rebuilt.output
