@@ -55,7 +55,8 @@ __all__ = ["LedgerTables", "ledger_lock", "open_owned"]
 _LOCKS: weakref.WeakKeyDictionary[Ledger, threading.RLock] = weakref.WeakKeyDictionary()
 _LOCKS_GUARD = threading.Lock()
 _CONTENTS_MAX: Final = 4096
-"""Checked entries (parsed) kept in memory per saver or store while nobody else writes."""
+"""Checked entries (parsed) kept in memory per saver or store while nobody else writes; what
+a saver derives from one (``_memo``: its decoded parts) is dropped with it."""
 
 
 def _ledger_of(ledger: Ledger | Memory) -> Ledger:
@@ -89,6 +90,7 @@ class LedgerTables:
         "_contents_token",
         "_events",
         "_lock",
+        "_memo",
         "_mirror",
         "_mirror_pos",
         "_owned",
@@ -118,6 +120,7 @@ class LedgerTables:
     _contents: dict[int, tuple[Entry, dict[str, Any] | None]]
     _contents_token: int | None
     _events: dict[str, tuple[str, int]]
+    _memo: dict[Any, Any]
 
     def _open(
         self,
@@ -158,6 +161,7 @@ class LedgerTables:
         self._contents = {}
         self._contents_token = None
         self._events = {}
+        self._memo = {}
         with self._lock:
             with self.ledger.write() as db:
                 self._TABLES.install(db)
@@ -206,6 +210,7 @@ class LedgerTables:
             entries = self.ledger.store.data_version()
             if entries is None or entries != self._contents_token:
                 self._contents.clear()
+                self._memo.clear()
                 self._contents_token = entries
             self._sync_token = self._token()
         except IntegrityError:
@@ -222,7 +227,10 @@ class LedgerTables:
         ``total_changes`` (this one wrote: another saver, store or ``Memory`` on it).
         """
         store, derived = self.ledger.store, self.ledger.derived
-        a, b = store.data_version(), derived.data_version()
+        a = store.data_version()
+        if derived is store:  # a ledger file: one connection holds both
+            return None if a is None else (a, store.db.total_changes(), a, 0)
+        b = derived.data_version()
         if a is None or b is None:
             return None
         return a, store.db.total_changes(), b, derived.db.total_changes()
@@ -311,6 +319,7 @@ class LedgerTables:
         found = row.entry, _index.content_json(row.entry, data)
         if len(self._contents) >= _CONTENTS_MAX:
             self._contents.clear()
+            self._memo.clear()
         self._contents[seq] = found
         return found
 
@@ -339,6 +348,7 @@ class LedgerTables:
         t = self._TABLES
         if any(isinstance(i, OpInput) for i in items):
             self._contents.clear()  # a TOMBSTONE erases content this process checked
+            self._memo.clear()
         with self.ledger.write():
             Roots(self.ledger).append_batch(items, branch=self.branch)
             _index.catch_up(self.ledger, t.name, self.branch, t.fold, t.types)

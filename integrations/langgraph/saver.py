@@ -177,15 +177,21 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
                 branch=self.branch,
                 seq=seq,
             )
-        checkpoint: Checkpoint = self.serde.loads_typed(_unb64(c["checkpoint"]))
-        checkpoint["channel_values"] = {
-            ch: self.serde.loads_typed(_unb64([typ, data]))
-            for ch, typ, data in self._literals(seq, c)
-            if typ != "empty"
-        }
-        metadata: CheckpointMetadata = self.serde.loads_typed(_unb64(c["metadata"]))
+        # The entry's serialized parts, base64-decoded once per checked state of the file.
+        decoded = self._memo.get(seq)
+        if decoded is None:
+            decoded = self._memo[seq] = (
+                _unb64(c["checkpoint"]),
+                _unb64(c["metadata"]),
+                [(ch, _unb64([t, d])) for ch, t, d in self._literals(seq, c) if t != "empty"],
+            )
+        typed_cp, typed_md, typed_values = decoded
+        loads = self.serde.loads_typed
+        checkpoint: Checkpoint = loads(typed_cp)
+        checkpoint["channel_values"] = {ch: loads(v) for ch, v in typed_values}
+        metadata: CheckpointMetadata = loads(typed_md)
         pending: list[PendingWrite] = [
-            (task_id, channel, self.serde.loads_typed(_unb64([typ, data])))
+            (task_id, channel, loads(_unb64([typ, data])))
             for (_path, task_id, _idx), (channel, typ, data) in sorted(
                 self._writes(thread, ns, checkpoint_id).items()
             )
