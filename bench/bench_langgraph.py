@@ -2,6 +2,7 @@
 
     python bench/bench_langgraph.py      # 200 invokes, 2,000 get_tuple, 500 store ops
     python bench/bench_langgraph.py --invokes 500 --json --out lg-bench.json
+    python bench/bench_langgraph.py --dir /dev/shm   # no disk fsync on either side (CPU only)
 
 One run measures both sides on the same graph, in fresh temporary files (removed after):
 
@@ -145,11 +146,17 @@ def _fresh(work: Path, name: str, file: str) -> Path:
     return work / name / file
 
 
-def run(invokes: int = 200, reads: int = 2000, store_ops: int = 500) -> dict[str, Any]:
-    """Measure both sides; return every figure (the ``--json`` document) as a dict."""
+def run(
+    invokes: int = 200, reads: int = 2000, store_ops: int = 500, where: Path | None = None
+) -> dict[str, Any]:
+    """Measure both sides; return every figure (the ``--json`` document) as a dict.
+
+    ``where``: the directory the temporary files go in (default: the system's temporary
+    directory; ``/dev/shm`` takes the disk's fsync out of both sides).
+    """
     from memroot.bench.machine import machine_info
 
-    with tempfile.TemporaryDirectory(prefix="memroot-lg-bench-") as d:
+    with tempfile.TemporaryDirectory(prefix="memroot-lg-bench-", dir=where) as d:
         work = Path(d)
         doc: dict[str, Any] = {"machine": dict(machine_info(work))}
         doc["saver"] = {
@@ -179,7 +186,12 @@ def run(invokes: int = 200, reads: int = 2000, store_ops: int = 500) -> dict[str
             doc["store"]["memroot"]["file_bytes"] / doc["store"]["sqlite"]["file_bytes"], 2
         ),
     }
-    doc["params"] = {"invokes": invokes, "reads": reads, "store_ops": store_ops}
+    doc["params"] = {
+        "invokes": invokes,
+        "reads": reads,
+        "store_ops": store_ops,
+        "dir": None if where is None else str(where),
+    }
     return doc
 
 
@@ -234,10 +246,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--invokes", type=int, default=200)
     p.add_argument("--reads", type=int, default=2000)
     p.add_argument("--store-ops", type=int, default=500)
+    p.add_argument("--dir", type=Path, help="where the temporary files go (e.g. /dev/shm)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--out", type=Path)
     a = p.parse_args(argv)
-    doc = run(a.invokes, a.reads, a.store_ops)
+    doc = run(a.invokes, a.reads, a.store_ops, a.dir)
     text = json.dumps(doc, indent=2, default=str)
     if a.out:
         a.out.write_text(text + "\n")
