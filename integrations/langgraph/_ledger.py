@@ -250,14 +250,19 @@ class LedgerTables:
             for row in self.ledger.read_range(self._mirror_pos, size, self.branch):
                 e = row.entry
                 if _index.event_type(e) in t.types:
-                    # Where each event is, from the entries this process read itself (the
-                    # file's event index is not asked: it is as editable as these tables).
-                    self._events[str(e.body["id"])] = (e.branch, e.seq)
                     data = None if row.content is None else row.content.encode("utf-8")
-                    t.fold(db, e, _index.content_json(e, data), self._events.get)
+                    self._fold_mirror(e, _index.content_json(e, data))
                 elif e.type == OpType.TOMBSTONE.value:
-                    t.fold(db, e, None, self._events.get)
+                    self._fold_mirror(e, None)
         self._mirror_pos = size
+
+    def _fold_mirror(self, e: Entry, content: dict[str, Any] | None) -> None:
+        """Fold one strictly read entry (an event of the set's types, or a ``TOMBSTONE``)."""
+        if e.type != OpType.TOMBSTONE.value:
+            # Where each event is, from the entries this process read itself (the file's
+            # event index is not asked: it is as editable as these tables).
+            self._events[str(e.body["id"])] = (e.branch, e.seq)
+        self._TABLES.fold(self._mirror, e, content, self._events.get)
 
     def _compare_tables(self) -> None:
         """Compare every row of the file's tables on the branch with the private copy.
@@ -349,9 +354,21 @@ class LedgerTables:
         if any(isinstance(i, OpInput) for i in items):
             self._contents.clear()  # a TOMBSTONE erases content this process checked
             self._memo.clear()
+        folded: list[tuple[Entry, dict[str, Any] | None]] = []
         with self.ledger.write():
             Roots(self.ledger).append_batch(items, branch=self.branch)
-            _index.catch_up(self.ledger, t.name, self.branch, t.fold, t.types)
+            start, end = _index.catch_up(
+                self.ledger, t.name, self.branch, t.fold, t.types, collect=folded
+            )
+        if start == self._mirror_pos:
+            # Committed: the private copy folds the entries the file's fold just read
+            # strictly (one read, two folds); otherwise _sync reads them for it.
+            with self._mirror:
+                for e, content in folded:
+                    self._fold_mirror(e, content)
+                    if content is not None and len(self._contents) < _CONTENTS_MAX:
+                        self._contents[e.seq] = (e, content)  # checked as it was folded
+            self._mirror_pos = end
         self._sync()
 
 
