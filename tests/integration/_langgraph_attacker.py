@@ -81,6 +81,14 @@ def forge_checkpoint(db: apsw.Connection) -> dict[str, Any]:
     return _forge_after(db, int(seq), edit)
 
 
+def remove_newest_checkpoint_content(db: apsw.Connection) -> dict[str, Any]:
+    """Remove the newest checkpoint's content as if erased, without any TOMBSTONE."""
+    no, _, _ = _main_branch(db)
+    (seq,) = db.execute("SELECT seq FROM lg_checkpoints ORDER BY id DESC LIMIT 1").fetchone()
+    db.execute("UPDATE entries SET content = NULL, salt = NULL WHERE k = ?", (no << 40 | int(seq),))
+    return {"emptied_seq": seq}
+
+
 def delete_newest_store_row(db: apsw.Connection) -> dict[str, Any]:
     """Delete the store's row of an item's newest version: its older value would show."""
     (seq,) = db.execute("SELECT MAX(seq) FROM lg_store").fetchone()
@@ -102,6 +110,7 @@ ACTIONS = {
     "delete-newest-checkpoint-row": delete_newest_checkpoint_row,
     "point-newest-at-older-entry": point_newest_at_older_entry,
     "forge-checkpoint": forge_checkpoint,
+    "remove-newest-checkpoint-content": remove_newest_checkpoint_content,
     "delete-newest-store-row": delete_newest_store_row,
     "forge-store-item": forge_store_item,
 }

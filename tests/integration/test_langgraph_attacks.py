@@ -117,6 +117,22 @@ def test_saver_lookup_row_edited_while_open_is_refused(tmp_path: Path, action: s
         assert got is not None and got.checkpoint["id"] == newest
 
 
+def test_saver_newest_content_removed_while_open_is_refused(tmp_path: Path) -> None:
+    """The newest checkpoint's content removed (no TOMBSTONE) under an open saver: refused."""
+    path = tmp_path / "g.ledger"
+    with MemrootSaver.from_conn_string(path) as saver:
+        _run_three(saver)
+        signed = _signed(path)
+        _attack("remove-newest-checkpoint-content", path)
+        with pytest.raises(IntegrityError, match="TOMBSTONE") as e:
+            saver.get_tuple(CFG)
+        assert e.value.step == 4
+        with pytest.raises(IntegrityError):
+            list(saver.list(CFG))
+        assert _signed(path) == signed
+    assert _cli(path, "verify").exit_code == 1
+
+
 def test_saver_lookup_row_deleted_fresh_saver_is_refused(tmp_path: Path) -> None:
     """The newest row deleted while no saver runs: the next saver refuses, never rolls back."""
     path = tmp_path / "g.ledger"
