@@ -217,3 +217,28 @@ def test_async_saver_passes_the_conformance_suite(tmp_path: Path) -> None:
     failures = {c: r.failures for c, r in report.results.items() if not r.detected or not r.passed}
     assert not failures, failures
     assert set(report.results) == {c.value for c in ALL_CAPABILITIES}
+
+
+def test_close_while_another_thread_reads_is_safe(tmp_path: Path) -> None:
+    """close() from one thread while another reads: the reader gets a MemrootError, not apsw's."""
+    import threading
+
+    errors: list[BaseException] = []
+    done = threading.Event()
+    with MemrootSaver.from_conn_string(tmp_path / "c.ledger") as saver:
+        cfg: Any = {"configurable": {"thread_id": "t"}}
+
+        def reader() -> None:
+            try:
+                while not done.is_set():
+                    saver.get_tuple(cfg)
+            except BaseException as e:
+                errors.append(e)
+
+        t = threading.Thread(target=reader)
+        t.start()
+        saver.close()
+        t.join(timeout=30)
+        done.set()
+    assert not t.is_alive()
+    assert len(errors) == 1 and isinstance(errors[0], MemrootError), errors
