@@ -43,7 +43,7 @@ import apsw
 from memroot.integrations.langgraph import _index
 from memroot.integrations.langgraph._tables import TableSet
 from memroot.ledger.entries import Entry, EventInput, OpInput
-from memroot.ledger.errors import IntegrityError, MemrootError, ValidationError
+from memroot.ledger.errors import IntegrityError, MemrootError, RefusedError, ValidationError
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.vocab import OpType
 
@@ -345,7 +345,12 @@ class LedgerTables:
         )
 
     def _write(self, items: Sequence[EventInput | OpInput]) -> None:
-        """Append ``items`` as one batch (its commit signs the new head) and fold them."""
+        """Append ``items`` as one batch (its commit signs the new head) and fold them.
+
+        Raises:
+            IntegrityError: the ledger refused to sign over what the file now holds, or an
+                entry does not check out; nothing is written.
+        """
         from memroot.memory_root import Roots
 
         if not items:
@@ -355,11 +360,18 @@ class LedgerTables:
             self._contents.clear()  # a TOMBSTONE erases content this process checked
             self._memo.clear()
         folded: list[tuple[Entry, dict[str, Any] | None]] = []
-        with self.ledger.write():
-            Roots(self.ledger).append_batch(items, branch=self.branch)
-            start, end = _index.catch_up(
-                self.ledger, t.name, self.branch, t.fold, t.types, collect=folded
-            )
+        try:
+            with self.ledger.write():
+                Roots(self.ledger).append_batch(items, branch=self.branch)
+                start, end = _index.catch_up(
+                    self.ledger, t.name, self.branch, t.fold, t.types, collect=folded
+                )
+        except RefusedError as refused:
+            # The seal refuses to sign a tree inconsistent with its signed checkpoints: the
+            # file was edited (truncated, rewritten) under this writer.
+            raise IntegrityError(
+                f"the ledger refused this {t.name}'s write: {refused}", branch=self.branch
+            ) from refused
         if start == self._mirror_pos:
             # Committed: the private copy folds the entries the file's fold just read
             # strictly (one read, two folds); otherwise _sync reads them for it.
