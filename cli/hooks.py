@@ -42,10 +42,10 @@ def replay_checks(
     on = ledger if share else None
     from memroot.memory_root.erasure import ErasureCheck
     from memroot.memory_root.falsify.replay import FalsifyReplayCheck
+    from memroot.memory_root.receipts import ReceiptsCheck
     from memroot.memory_root.replay import RootsReplayCheck
     from memroot.memory_root.tables_check import LayerTablesCheck
     from memroot.projections.replay import MemoryReplayCheck
-    from memroot.receipts import ReceiptsCheck
 
     memory = MemoryReplayCheck(ledger.path, restricted=restricted, ledger=on)
     return [

@@ -302,7 +302,7 @@ class Memory:
         if receipt is None:
             with self.ledger.reading() as db:
                 return memq.query(db, q)
-        from memroot.receipts import receipt_op
+        from memroot.memory_root.receipts import receipt_op
 
         asked = {
             "text": text,
