@@ -60,12 +60,12 @@ MAX_LOG_LIMIT = 100_000
 
 def open_ledger(ctx: Context) -> Ledger:
     """Open the ledger named by -l/--ledger (with the memory model's hooks when present)."""
-    from memroot.cli import hooks
+    from memroot.memory_root import stack
 
     target = ctx.path()
     # On a PostgreSQL ledger the hooks keep their state in this host's cache file
     # ($MEMROOT_CACHE, else beside the key; docs/postgresql.md).
-    return Ledger.open(target, key_path=ctx.key_path, hooks=hooks.default_hooks())
+    return Ledger.open(target, key_path=ctx.key_path, hooks=stack.default_hooks())
 
 
 strict_option = click.option(
@@ -228,7 +228,7 @@ def init(
 
     Example: memroot -l agent.ledger init --origin example.org/agent-7
     """
-    from memroot.cli import hooks
+    from memroot.memory_root import stack
 
     target = ctx.path()
     with Ledger.init(
@@ -236,7 +236,7 @@ def init(
         origin=origin,
         snapshot_every=snapshot_every,
         key_path=key_path or ctx.key_path,
-        hooks=hooks.default_hooks(),
+        hooks=stack.default_hooks(),
     ) as ledger:
         data = {
             "ledger": redact(target) if isinstance(target, str) else str(ledger.path),
@@ -937,13 +937,13 @@ def snapshot_of(path: Path | str, key_path: Path | None = None) -> Iterator[Path
     Raises:
         StorageError: if the ledger cannot be opened or copied; IntegrityError if corrupt.
     """
-    from memroot.cli import hooks
+    from memroot.memory_root import stack
 
     with tempfile.TemporaryDirectory(prefix="memroot-verify-") as tmp:
         copy = Path(tmp) / "ledger.db"
         if isinstance(path, str):
             with Ledger.open(
-                path, key_path=key_path, readonly=True, strict=False, hooks=hooks.default_hooks()
+                path, key_path=key_path, readonly=True, strict=False, hooks=stack.default_hooks()
             ) as ledger:
                 ledger.copy_snapshot(copy)
         else:
@@ -965,14 +965,14 @@ def _verify_ledger(
     policy: WitnessPolicy | None,
 ) -> AuditReport:
     """Audit ``ledger`` with every layer's check, inside the caller's read transaction."""
-    from memroot.cli import hooks
+    from memroot.memory_root import stack
 
     wnotes: list[str] = []
     trusted_state: TrustedState | None = trusted
     if branch is not None:
         ledger.store.branch(branch)  # NotFoundError names a branch that does not exist
     total = sum(b.size for b in ledger.store.branches())
-    checks = hooks.replay_checks(ledger, restricted=branch is not None, share=True)
+    checks = stack.replay_checks(ledger, restricted=branch is not None, share=True)
     if policy is not None:
         trusted_state = policy.trusted(
             trusted, ledger.store, origin or ledger.origin, vkeys, wnotes
