@@ -44,6 +44,12 @@ at an anchor folds only the objects that have rows. ``mem_conv`` records every e
 conversation parent with its branch and seq, for the as-of walks of validation. Under the
 batched memory hook both tables' rows are held for the batch (``Pending``) and written when
 it ends, or as soon as anything in the batch reads the tables.
+
+Kept whole: one mechanism, the provenance gate. Its three parts (the replay of a state at an
+anchor, ``Folder``/``AnchorState``; the validation in an operation's own view, ``run``; the
+bookkeeping and its digest) share one private model of a row (``_S``, ``_step``, the intent
+encoding) and the rows a batch holds (``_settle``); split, those would become an interface
+between modules that only make sense together.
 """
 
 from __future__ import annotations
