@@ -9,11 +9,11 @@ import click
 from memroot.cli.commands import (
     open_ledger,
     open_reader,
-    print_report,
     strict_option,
     witness_options,
 )
 from memroot.cli.main import Context, cli, emit, pass_ctx, progress_bar
+from memroot.cli.verify_cmds import print_report
 from memroot.ledger.audit import TilesSource, WitnessPolicy, audit_bundle, audit_tiles, open_bundle
 from memroot.ledger.bundle import export_bundle
 from memroot.ledger.bundle_import import import_bundle

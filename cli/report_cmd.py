@@ -14,8 +14,9 @@ from pathlib import Path
 
 import click
 
-from memroot.cli.commands import snapshot_of, strict_option
+from memroot.cli.commands import strict_option
 from memroot.cli.main import Context, cli, emit, pass_ctx
+from memroot.cli.verify_cmds import snapshot_of
 from memroot.ledger.entries import now_us
 from memroot.ledger.errors import IntegrityError, StorageError
 from memroot.ledger.ledger import Ledger
