@@ -19,6 +19,7 @@ from typing import Any, BinaryIO, Final
 import click
 
 from memroot.cli.main import Context, branch_option, cli, emit, pass_ctx, progress_bar
+from memroot.ledger.backends.pg import redact
 from memroot.ledger.entries import (
     MAX_SEQ,
     MAX_SNAPSHOT_EVERY,
@@ -39,7 +40,6 @@ from memroot.ledger.errors import (
     ValidationError,
 )
 from memroot.ledger.ledger import Appended, Ledger
-from memroot.ledger.pg import redact
 from memroot.ledger.trust import TrustedState, default_trusted_path
 
 __all__ = ["jsonable", "open_ledger", "open_reader", "strict_option", "witness_options"]

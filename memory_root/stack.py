@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from memroot.ledger.bundle import BundleReader, BundleSection
+    from memroot.ledger.bundle.export import BundleReader, BundleSection
     from memroot.ledger.ledger import AppendHook, Ledger
     from memroot.ledger.verify import ReplayCheck
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from memroot.ledger.backends.store import Store
 from memroot.ledger.ledger import Ledger
-from memroot.ledger.store import Store
 from memroot.ledger.strict import relaxed
 from memroot.ledger.verify import audit
 from memroot.memory_root import stack as hooks
