@@ -8,7 +8,8 @@ the integrations and the ``memroot`` command all take the same lists from here:
   ``memroot.ledger.ledger.DEFAULT_HOOKS`` and imports it only when it opens a ledger, so the
   ledger layer imports nothing above it); so do the facade (``memroot.memory.ledger_hooks``)
   and every CLI command, so the library and the command line validate an append identically.
-- ``replay_checks``: the checks of steps 7-9 that ``verify`` runs over a ledger.
+- ``replay_checks``: the checks of steps 7-9 that ``verify`` runs over a ledger (the
+  integrations' own, ``INTEGRATION_CHECKS``, named by string: they sit above).
 - ``bundle_sections`` / ``bundle_checks``: what ``export`` writes into a bundle for the layers
   above the ledger, and what ``audit`` checks in it.
 
@@ -17,14 +18,28 @@ the integrations and the ``memroot`` command all take the same lists from here:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import importlib
+from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from memroot.ledger.bundle.export import BundleReader, BundleSection
     from memroot.ledger.ledger import AppendHook, Ledger
     from memroot.ledger.verify import ReplayCheck
 
-__all__ = ["bundle_checks", "bundle_sections", "default_hooks", "replay_checks"]
+__all__ = [
+    "INTEGRATION_CHECKS",
+    "bundle_checks",
+    "bundle_sections",
+    "default_hooks",
+    "replay_checks",
+]
+
+INTEGRATION_CHECKS: Final = ("memroot.integrations.langgraph._check:LangGraphTablesCheck",)
+"""The replay checks of the integrations' own tables, run after the layers' (``replay_checks``).
+
+Named here and imported when ``verify`` runs: the integrations sit above this layer, which
+imports none of them (docs/architecture.md, "Late bindings").
+"""
 
 
 def default_hooks() -> list[AppendHook]:
@@ -71,7 +86,7 @@ def replay_checks(
     from memroot.projections.replay import MemoryReplayCheck
 
     memory = MemoryReplayCheck(ledger.path, restricted=restricted, ledger=on)
-    return [
+    checks: list[ReplayCheck] = [
         RootsReplayCheck(ledger.path, restricted=restricted, ledger=on),
         memory,
         # Its own views read the memory model's replay: shared, not folded twice.
@@ -80,6 +95,11 @@ def replay_checks(
         ErasureCheck(ledger.path, restricted=restricted, ledger=on),
         LayerTablesCheck(ledger.path, restricted=restricted, ledger=on),
     ]
+    for spec in INTEGRATION_CHECKS:
+        module, _, name = spec.partition(":")
+        check = getattr(importlib.import_module(module), name)
+        checks.append(check(ledger.path, restricted=restricted, ledger=on))
+    return checks
 
 
 def bundle_sections(ledger: Ledger) -> list[BundleSection]:
