@@ -110,6 +110,26 @@ def _is_import_call(node: ast.Call) -> bool:
     return name in ("import_module", "__import__")
 
 
+def _fstring_prefix(arg: ast.expr, module: str) -> str | None:
+    """Return the constant start of an f-string module name (``{__name__}`` is ``module``)."""
+    if not isinstance(arg, ast.JoinedStr) or not arg.values:
+        return None
+    prefix = ""
+    for part in arg.values:
+        if isinstance(part, ast.Constant):
+            prefix += str(part.value)
+        elif (
+            not prefix
+            and isinstance(part, ast.FormattedValue)
+            and isinstance(part.value, ast.Name)
+            and part.value.id == "__name__"
+        ):
+            prefix = module
+        else:
+            break
+    return prefix or None
+
+
 def _imports(
     module: str, path: Path, tree: ast.Module, modules: Mapping[str, Path], top: str
 ) -> Iterable[tuple[str, str | None, int]]:
@@ -134,13 +154,10 @@ def _imports(
             arg = node.args[0]
             if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
                 yield "import", _resolve(modules, arg.value), node.lineno
-            elif (
-                isinstance(arg, ast.JoinedStr)
-                and arg.values
-                and isinstance(arg.values[0], ast.Constant)
-                and str(arg.values[0].value).startswith(top + ".")
+            elif (prefix := _fstring_prefix(arg, module)) is not None and prefix.startswith(
+                top + "."
             ):
-                yield "late", str(arg.values[0].value).rstrip(".") + ".*", node.lineno
+                yield "late", prefix.rstrip(".") + ".*", node.lineno
             else:
                 yield "opaque", "?", node.lineno
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
@@ -379,7 +396,10 @@ def test_cli_hooks_reexports_the_stack() -> None:
     from memroot.cli import hooks
     from memroot.memory_root import stack
 
-    for name in stack.__all__:
+    assert {"default_hooks", "replay_checks", "bundle_sections", "bundle_checks"} <= set(
+        hooks.__all__
+    )
+    for name in hooks.__all__:
         assert getattr(hooks, name) is getattr(stack, name)
 
 
