@@ -452,7 +452,7 @@ def _recall(c: Call, a: RecallArgs) -> Json:
 
 
 def _why(c: Call, a: ItemArgs) -> Json:
-    from memroot.receipts import receipts
+    from memroot.memory_root.receipts import receipts
 
     scope = c.scope
     branch = scope.branch(a.branch)
