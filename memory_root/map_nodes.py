@@ -39,11 +39,18 @@ def install(db: apsw.Connection) -> None:
 
 
 class StoredNodes:
-    """The ``NodeSource`` of one derived-state connection, checking every node it reads."""
+    """The ``NodeSource`` of one derived-state connection, checking every node it reads.
 
-    def __init__(self, db: apsw.Connection) -> None:
-        """Read (and ``put``) nodes through ``db``."""
+    Nodes read (and checked) are kept in memory, up to ``cache`` of them: a node is known by
+    its own hash, so one that was checked once is that node for good, whatever happens to
+    its row later. The upper levels every path crosses are then read once, not per proof.
+    """
+
+    def __init__(self, db: apsw.Connection, *, cache: int = 1 << 16) -> None:
+        """Read (and ``put``) nodes through ``db``, keeping up to ``cache`` checked nodes."""
         self.db = db
+        self._cache: dict[bytes, Node] = {}
+        self._limit = cache
 
     def node(self, h: bytes) -> Node | None:
         """Return the node stored under ``h``, or None when there is none.
@@ -51,6 +58,9 @@ class StoredNodes:
         Raises:
             IntegrityError: if the stored row does not hash to ``h`` (an edited row).
         """
+        known = self._cache.get(h)
+        if known is not None:
+            return known
         try:
             row = self.db.execute(
                 "SELECT leaf, a, b FROM memory_map_nodes WHERE hash = ?", (h,)
@@ -74,6 +84,8 @@ class StoredNodes:
                 expected=h.hex(),
                 actual=got.hex(),
             )
+        if len(self._cache) < self._limit:
+            self._cache[h] = node
         return node
 
     def put(self, nodes: Mapping[bytes, Node]) -> int:

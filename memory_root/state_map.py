@@ -464,16 +464,7 @@ def prove_namespace(source: NodeSource, root: bytes, namespace: str) -> Namespac
     path = prove(source, root, nk)
     items: list[tuple[bytes, bytes]] = []
     if path.leaf is not None and path.leaf.key == nk:
-        stack = [path.leaf.value]
-        while stack:
-            h = stack.pop()
-            if h == EMPTY:
-                continue
-            node = _get(source, {}, h)
-            if isinstance(node, Leaf):
-                items.append((node.key, node.value))
-            else:
-                stack += (node.left, node.right)
+        items = [(x.key, x.value) for x in leaves_of(source, path.leaf.value)]
     return NamespaceProof(namespace, tuple(sorted(items)), path)
 
 
