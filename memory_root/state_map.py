@@ -274,8 +274,9 @@ def _update(
 def update(source: NodeSource, root: bytes, changes: Mapping[bytes, bytes | None]) -> Update:
     """Apply ``changes`` (key -> new value, None to remove) to the tree at ``root``.
 
-    Reads only the nodes on the changed paths; ``nodes`` holds the ones it created (already
-    stored ones are not repeated). The new root equals ``root_of`` of the changed set.
+    Reads only the nodes on the changed paths; ``nodes`` holds the nodes of the new paths
+    (a leaf that was only moved may be among them again: storing is idempotent). The new
+    root equals ``root_of`` of the changed set.
 
     Raises:
         IntegrityError: if a node the paths need is not in ``source``.
@@ -393,7 +394,9 @@ def proof_root(key: bytes, proof: MapProof) -> MapHash:
     Raises:
         IntegrityError: if the proof's leaf is another key that cannot sit on that path
             (it does not share the path's prefix with ``key``).
+        ValueError: if ``key`` is not 32 bytes.
     """
+    _check32(key, "a map key")
     depth = len(proof.siblings)
     if proof.leaf is None:
         h = EMPTY

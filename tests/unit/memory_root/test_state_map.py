@@ -177,3 +177,24 @@ def test_a_missing_stored_node_is_an_integrity_error():
     store.nodes.pop(root)
     with pytest.raises(IntegrityError, match="not stored"):
         mm.lookup(store, root, _key(1))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 40), st.data())
+def test_any_byte_changed_in_a_namespace_proof_is_refused(n, data):
+    """Changing one byte of any listed item or of the namespace path is refused."""
+    store = Nodes()
+    items = {mm.item_key("object", f"i{i}"): _val(i) for i in range(n)}
+    root = store.apply(mm.update_map(store, mm.EMPTY, {"ns": items, "other": {_key(1): _val(1)}}))
+    proof = mm.prove_namespace(store, root, "ns")
+    flat = [bytearray(b) for pair in proof.items for b in pair] + [
+        bytearray(s) for s in proof.path.siblings
+    ]
+    which = data.draw(st.integers(0, len(flat) - 1))
+    at = data.draw(st.integers(0, 31))
+    flat[which][at] ^= 1 + data.draw(st.integers(0, 254))
+    k = 2 * len(proof.items)
+    pairs = tuple((bytes(flat[i]), bytes(flat[i + 1])) for i in range(0, k, 2))
+    path = mm.MapProof(tuple(bytes(s) for s in flat[k:]), proof.path.leaf)
+    with pytest.raises(IntegrityError):
+        mm.verify_namespace(root, mm.NamespaceProof("ns", tuple(sorted(pairs)), path))
