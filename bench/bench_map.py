@@ -50,9 +50,11 @@ def _value(i: int, version: int) -> bytes:
 
 def _file_bytes(db: apsw.Connection) -> int:
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    pages = db.execute("PRAGMA page_count").fetchall()[0][0]
-    size = db.execute("PRAGMA page_size").fetchall()[0][0]
-    return int(pages * size)
+    ((pages, size),) = db.execute(
+        "SELECT page_count, page_size FROM pragma_page_count(), pragma_page_size()"
+    ).fetchall()
+    assert type(pages) is int and type(size) is int
+    return pages * size
 
 
 def _proof_bytes(p: mm.MapProof) -> int:
