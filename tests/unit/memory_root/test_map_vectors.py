@@ -171,3 +171,11 @@ def test_bit_flip_in_a_vector_proof_is_refused_by_the_auditor(where):
         bad = dict(inc[where], siblings=[*inc[where]["siblings"][:i], raw.hex(),
                                          *inc[where]["siblings"][i + 1 :]])  # fmt: skip
         assert _walk(key, bad)[0].hex() != want
+
+
+def test_format_md_shows_the_vectors_constants():
+    """docs/FORMAT.md §6.12 quotes EMPTY and the map root exactly as the vectors give them."""
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "FORMAT.md").read_text("utf-8")
+    section = doc[doc.index("### 6.12 The memory map") : doc.index("### 6.13")]
+    assert f"`{V['empty']}`" in section
+    assert f"`{V['map_root']}`" in section
