@@ -335,3 +335,32 @@ def test_merged_objects_join_main_where_the_branch_line_continued(ledger: Path) 
         assert {r.object.id for r in mem.recall(anchor=later)} == {new[x], new[y]}
         assert {r.object.id for r in mem.recall(anchor=s)} == {new[y]}
     verified(ledger)
+
+
+def test_a_fork_cannot_cite_an_event_its_parent_erased_after_the_fork(ledger: Path) -> None:
+    """The fork's frozen view still lists the event, but its content is gone: ASSERT refused."""
+    e = event(ledger)
+    b = fork(ledger)
+    tomb = {
+        "target_event_id": e,
+        "reason": "asked",
+        "policy_ref": "gdpr",
+        "on_dependents": "DEPRECATE",
+    }
+    append(ledger, op("TOMBSTONE", tomb, target_id=e, target_type="EVENT"))
+    size = len(ok(ledger, "log", "-b", b))
+    payload = {
+        "object_type": "FACT",
+        "epistemic_type": "ASSERTED",
+        "source_type": "USER_STATED",
+        "evidence_ids": [e],
+        "value": "v",
+        "confidence": None,
+        "salience": 0.5,
+    }
+    result = run(ledger, "append", "-b", b, json.dumps(op("ASSERT", payload)))
+    assert result.exit_code == 3, result.output
+    assert f"evidence event {e} was erased" in result.output
+    assert len(ok(ledger, "log", "-b", b)) == size
+    assert served(ledger, "--mode", "AUDIT", "--branch", b) == {}
+    verified(ledger)
