@@ -28,7 +28,7 @@ from typing import Any, Final
 import apsw
 
 from memroot.ledger.entries import CANONICAL_BRANCH, Entry, Kind
-from memroot.ledger.errors import IntegrityError
+from memroot.ledger.errors import IntegrityError, NotFoundError
 from memroot.ledger.ledger import Ledger
 from memroot.projections import tables
 from memroot.projections.backends import MemState
@@ -261,8 +261,19 @@ def _edited(o: MemoryObject) -> IntegrityError:
     )
 
 
-def _replayed_version(db: apsw.Connection, o: MemoryObject) -> MemoryObject | None:
-    """Return the replay's row of ``o``'s version (the same object, branch and entry)."""
+def _replayed(
+    db: apsw.Connection, o: MemoryObject, branch: str, current: bool
+) -> MemoryObject | None:
+    """Return the replay's version of ``o``: the view's current one, or the same entry's.
+
+    A read now serves each object's current version on the branch's view; one as of an
+    earlier entry serves the version that entry's view held, found by the entry that made it.
+    """
+    if current:
+        try:
+            return get_object(db, o.id, branch=branch)
+        except NotFoundError:
+            return None
     row = db.execute(
         f"SELECT {', '.join(OBJECT_COLS)} FROM mem_objects WHERE id = ? AND branch = ? "
         "AND vfrom = ?",
@@ -271,9 +282,11 @@ def _replayed_version(db: apsw.Connection, o: MemoryObject) -> MemoryObject | No
     return None if row is None else object_from_row(row)
 
 
-def _differs(db: apsw.Connection, objects: Sequence[MemoryObject]) -> list[MemoryObject]:
-    """Return the served objects whose version the replay ``db`` does not give as served."""
-    return [o for o in objects if _replayed_version(db, o) != o]
+def _differs(
+    db: apsw.Connection, objects: Sequence[MemoryObject], branch: str, current: bool
+) -> list[MemoryObject]:
+    """Return the served objects the replay ``db`` does not give as served."""
+    return [o for o in objects if _replayed(db, o, branch, current) != o]
 
 
 def _whole(ledger: Ledger) -> list[Entry]:
@@ -285,11 +298,17 @@ def _whole(ledger: Ledger) -> list[Entry]:
 
 
 def check_objects(
-    ledger: Ledger, objects: Sequence[MemoryObject], branch: str = CANONICAL_BRANCH
+    ledger: Ledger,
+    objects: Sequence[MemoryObject],
+    branch: str = CANONICAL_BRANCH,
+    *,
+    as_of: int | None = None,
 ) -> None:
     """Check, on a strict ledger, that each served object equals the replay of its operations.
 
-    ``objects`` are versions read on ``branch`` (now or as of an earlier entry). Run inside
+    ``objects`` are versions read on ``branch`` now (each must be the replay's current
+    version there: an older version served as current is refused too) or, with ``as_of``,
+    as of that entry (each must be the replay's version made by the same entry). Run inside
     the read transaction the objects were read in. A non-strict ledger is not checked.
     Every object is checked: from the entries of its closure (``_Closure``), and when that
     replay refuses one of them and leaves an object unexplained, from the whole ledger.
@@ -302,24 +321,28 @@ def check_objects(
     if not ledger.strict or not objects:
         return
     db = ledger.derived.db
+    current = as_of is None
     closure = _Closure(ledger, db, branch)
     closure.grow(o.id for o in objects)
     closure._fetch()  # the genesis entries of the view's levels
     entries = closure.entries()
     if branch == CANONICAL_BRANCH and all(e.branch == CANONICAL_BRANCH for e in entries):
         mains = _replay_main(entries, [o.id for o in objects])
-        # The fast path gives each object's newest version; an older one served (as of an
-        # earlier entry) is compared on the SQL replay below.
-        if mains is not None and all(
-            mains.get(o.id) is not None and mains[o.id].version == o.version for o in objects
+        # The fast path gives each object's newest version; an older one served as of an
+        # earlier entry is compared on the SQL replay below.
+        if mains is not None and (
+            current
+            or all(
+                mains.get(o.id) is not None and mains[o.id].version == o.version for o in objects
+            )
         ):
             for o in objects:
-                if mains[o.id] != o:
+                if mains.get(o.id) != o:
                     raise _edited(o)
             return
     replayed = _replay(entries)
     try:
-        wrong = _differs(replayed, objects)
+        wrong = _differs(replayed, objects, branch, current)
         skipped = replayed.execute("SELECT count(*) FROM mem_skipped").fetchall()[0][0]
     finally:
         replayed.close()
@@ -328,7 +351,7 @@ def check_objects(
         # did not hold): the whole ledger decides, as verify step 9 would.
         replayed = _replay(_whole(ledger))
         try:
-            wrong = _differs(replayed, wrong)
+            wrong = _differs(replayed, wrong, branch, current)
         finally:
             replayed.close()
     if wrong:
@@ -351,4 +374,4 @@ def check_results(ledger: Ledger, results: Sequence[Result], q: Query) -> None:
     if q.anchor is not None:
         db = ledger.derived.db
         served = [get_object(db, o.id, as_of=q.as_of, branch=q.branch) for o in served]
-    check_objects(ledger, served, q.branch)
+    check_objects(ledger, served, q.branch, as_of=q.as_of)

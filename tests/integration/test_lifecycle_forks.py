@@ -391,3 +391,33 @@ def test_a_fork_cannot_cite_an_event_its_parent_erased_after_the_fork(ledger: Pa
     assert len(ok(ledger, "log", "-b", b)) == size
     assert served(ledger, "--mode", "AUDIT", "--branch", b) == {}
     verified(ledger)
+
+
+_ROLL_BACK = """
+import sys, apsw
+db = apsw.Connection(sys.argv[1])
+with db:
+    db.execute("UPDATE mem_objects SET vto = NULL WHERE id = ? AND version = 1", (sys.argv[2],))
+"""
+
+
+def test_derived_row_rolled_back_to_an_older_version_is_refused(ledger: Path) -> None:
+    """An older, honest version reopened as current (a deprecation undone) is refused.
+
+    (Deleting the newer row as well is not caught here: a strict read learns an object's
+    operations from its rows; that completeness is issue 23's.)
+    """
+    e = event(ledger)
+    o = fact(ledger, [e], "Alice takes sugar")
+    append(ledger, op("DEPRECATE", {"reason": "wrong", "deprecated_by": "agent"}, target_id=o))
+    b = fork(ledger)
+    assert served(ledger) == {}
+    subprocess.run([sys.executable, "-c", _ROLL_BACK, str(ledger), o], check=True)
+    for args in (("query",), ("query", "--branch", b)):
+        result = run(ledger, *args)
+        assert result.exit_code == 1, (args, result.output)
+        assert "step 9" in result.output and "Alice takes sugar" not in result.stdout
+    # why shows the newest version, which is honest: DEPRECATED (nothing tampered served).
+    assert ok(ledger, "why", o, "--branch", b)["object"]["lifecycle_state"] == "DEPRECATED"
+    # As of the ASSERT, version 1 is what the ledger held: that read is honest and served.
+    assert served(ledger, "--as-of", "2", "--mode", "AUDIT")[o]["version"] == 1
