@@ -16,10 +16,10 @@ import click
 
 from memroot.cli.commands import snapshot_of, strict_option
 from memroot.cli.main import Context, cli, emit, pass_ctx
+from memroot.ledger.backends.pg import redact
 from memroot.ledger.entries import now_us
 from memroot.ledger.errors import IntegrityError, StorageError
 from memroot.ledger.ledger import Ledger
-from memroot.ledger.pg import redact
 from memroot.ledger.strict import relaxed
 from memroot.ledger.trust import TrustedState, default_trusted_path
 from memroot.ledger.verify import AuditReport, verify_path

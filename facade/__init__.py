@@ -8,7 +8,7 @@ projections), ``memroot.memory_root`` (snapshots, roots, falsification, branches
 
 ``memroot.open(path, ...) -> Memory`` is the API an agent runtime calls (``memroot.memory``).
 It is loaded on first use: ``import memroot`` itself imports nothing else, so the offline
-auditor (``memroot.ledger.audit``) runs without the ledger's own dependencies.
+auditor (``memroot.ledger.bundle.audit``) runs without the ledger's own dependencies.
 """
 
 from __future__ import annotations
