@@ -173,6 +173,7 @@ class _Closure:
         self.wanted: set[tuple[str, int]] = {(b, 0) for b in self.levels if b != CANONICAL_BRANCH}
         self.read: dict[tuple[str, int], Entry] = {}
         self.seen: set[str] = set()
+        self.events: set[str] = set()
 
     def grow(self, ids: Iterable[str]) -> None:
         """Take ``ids`` (objects, entities or events) and everything they need, transitively.
@@ -205,8 +206,11 @@ class _Closure:
                     if b in self.levels:
                         self.wanted.add((b, seq))
             events |= todo - found
+            events = _ancestors(self.db, events - self.events) - self.events
+            self.events |= events
+            self.seen |= events  # an event id names no object: not looked up again
             raw: dict[bytes, str] = {}
-            for e in _ancestors(self.db, events):
+            for e in events:
                 try:
                     raw[bytes.fromhex(e.replace("-", ""))] = e
                 except ValueError:
