@@ -333,12 +333,10 @@ def check_objects(
     if branch == CANONICAL_BRANCH and all(e.branch == CANONICAL_BRANCH for e in entries):
         mains = _replay_main(entries, [o.id for o in objects])
         # The fast path gives each object's newest version; an older one served as of an
-        # earlier entry is compared on the SQL replay below.
+        # earlier entry (another entry's row: a FALSIFY makes a row without a new version
+        # number) is compared on the SQL replay below.
         if mains is not None and (
-            current
-            or all(
-                mains.get(o.id) is not None and mains[o.id].version == o.version for o in objects
-            )
+            current or all((m := mains.get(o.id)) is not None and m.seq == o.seq for o in objects)
         ):
             for o in objects:
                 if mains.get(o.id) != o:
