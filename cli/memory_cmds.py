@@ -15,7 +15,7 @@ from memroot.projections import query as memq
 from memroot.projections.epistemic import RetrievalMode
 from memroot.projections.hook import sync
 from memroot.projections.replay import rebuild as rebuild_state
-from memroot.projections.strict_rows import check_objects
+from memroot.projections.strict_rows import check_results
 from memroot.projections.why import why as why_object
 
 __all__ = ["query_cmd", "rebuild_cmd", "why_cmd"]
@@ -140,13 +140,7 @@ def query_cmd(
             if ledger.strict:
                 ledger.check_heads()
             results = memq.query(db, q)
-            served = [r.object for r in results]
-            if anchor is not None:
-                # At an anchor an object is served in the state its gated operations give
-                # there; what is checked is the stored version it was derived from (the gated
-                # bookkeeping itself is checked by verify step 9).
-                served = [memq.get_object(db, o.id, as_of=as_of, branch=branch) for o in served]
-            check_objects(ledger, served, branch)
+            check_results(ledger, results, q)
 
     def human() -> None:
         for r in results:

@@ -272,10 +272,13 @@ class Memory:
 
         Raises:
             ValidationError: a bad filter, mode, run id, or an ``as_of`` past the head.
+            IntegrityError: a served object's stored row is not what its own operations
+                give (derived state edited; strict ledgers).
         """
         from memroot.projections import query as memq
         from memroot.projections.epistemic import RetrievalMode
         from memroot.projections.hook import sync
+        from memroot.projections.strict_rows import check_results
 
         branch = branch or self.branch
         try:
@@ -302,7 +305,9 @@ class Memory:
         sync(self.ledger)
         if receipt is None:
             with self.ledger.reading() as db:
-                return memq.query(db, q)
+                results = memq.query(db, q)
+                check_results(self.ledger, results, q)  # strict: each row what its ops give
+                return results
         from memroot.memory_root.receipts import receipt_op
 
         asked = {
@@ -319,6 +324,7 @@ class Memory:
         # One transaction: the receipt lands right after the state it describes.
         with self.ledger.write() as db:
             results = memq.query(db, q)
+            check_results(self.ledger, results, q)
             op = receipt_op(
                 self.ledger,
                 receipt,

@@ -54,6 +54,8 @@ STEP: Final = 9
 _TOMBSTONE: Final = OpType.TOMBSTONE.value
 _ACTIVE: Final = LifecycleState.ACTIVE.value
 _OPS: Final = {"DEPRECATE": OpType.DEPRECATE.value, "ARCHIVE": OpType.ARCHIVE.value}
+_CITING: Final = frozenset({OpType.ASSERT.value, OpType.EPISTEMIC_TRANSITION.value})
+"""Operations whose ``evidence_ids`` become an object's evidence."""
 
 
 def _open(db: apsw.Connection, branch: str) -> bool:
@@ -82,6 +84,38 @@ def _erased(db: apsw.Connection, event_id: str) -> bool:
     return row is not None and row[0] is not None
 
 
+def _refuse_erased_evidence(db: apsw.Connection, entry: Entry) -> None:
+    """Refuse a branch operation that gives an object evidence whose content was erased.
+
+    A branch reads its parent frozen at the fork, so the memory model takes a parent event
+    erased after the fork as evidence there; but its content is gone for the whole ledger,
+    and nothing would carry the erasure to the new object (``ErasureCheck`` would report it
+    resting on erased evidence). Main refuses such evidence by the RFC-0001 evidence rule;
+    this holds a branch to the same.
+
+    Raises:
+        RuleError: naming the event and the entry that erased it.
+    """
+    p = entry.body.get("payload")
+    ids = p.get("evidence_ids") if type(p) is dict else None
+    if not isinstance(ids, list):
+        return
+    for e in ids:
+        if not isinstance(e, str):
+            continue
+        row = db.execute(
+            "SELECT erased_by, branch FROM mem_events WHERE id = ? AND erased_by IS NOT NULL",
+            (e,),
+        ).fetchone()
+        if row is not None:
+            raise RuleError(
+                rules.EVIDENCE,
+                f"evidence event {e} was erased by entry {row[0]} (event of branch {row[1]}): "
+                f"its content is gone for the whole ledger, so branch {entry.branch} cannot "
+                "cite it",
+            )
+
+
 class ErasureHook:
     """The ``AppendHook`` that carries a TOMBSTONE to the other branches (module docstring)."""
 
@@ -99,12 +133,17 @@ class ErasureHook:
     ) -> list[OpInput]:
         """On a TOMBSTONE, append its consequences on every other open branch.
 
+        On a branch, an ``ASSERT`` or ``EPISTEMIC_TRANSITION`` citing an event erased
+        anywhere is refused (``_refuse_erased_evidence``).
+
         Raises:
             RuleError: no ``on_dependents`` while another branch holds ACTIVE objects citing
                 the event, or ``KEEP`` would leave one of them without evidence; or the
                 memory model refuses one of the entries (e.g. the actor lacks DEPRECATE on
                 that branch). The whole append rolls back: nothing is written.
         """
+        if entry.kind is Kind.OP and entry.type in _CITING and entry.branch != CANONICAL_BRANCH:
+            _refuse_erased_evidence(db, entry)
         if entry.kind is not Kind.OP or entry.type != _TOMBSTONE:
             return []
         body = entry.body

@@ -7,7 +7,9 @@ objects of a branch into its parent as new entries of the parent, in one transac
    COUNTERFACTUAL, SANDBOX or TEST branch (they never merge: not into canonical, and not into
    a parent that could carry them there); a discarded or archived branch; an object that is
    not the branch's own (absent, or inherited and unchanged); one that is not ACTIVE, or whose
-   epistemic type is DEPRECATED; one already imported by an earlier merge; HYPOTHETICAL
+   epistemic type is DEPRECATED; one falsified or stale in the branch (an import starts live:
+   it would revive what the branch knows to be wrong or to re-check; restore it there
+   first); one already imported by an earlier merge; HYPOTHETICAL
    objects (named: the merging actor reclassifies them with EPISTEMIC_TRANSITION in the
    branch first), and objects reclassified out of HYPOTHETICAL by someone other than the
    merging actor; PREFER_BRANCH without an ADMIN grant (RFC-0004) on every namespace involved.
@@ -64,7 +66,7 @@ from memroot.memory_root.divergence import Divergence, fork_point, measure
 from memroot.projections.backends import SqlState
 from memroot.projections.hook import MemoryHook, sync
 from memroot.projections.model import Entity, MemoryObject
-from memroot.projections.query import edges_of, object_history
+from memroot.projections.query import LIVE, edges_of, object_history
 from memroot.projections.rules import NAMESPACE_POLICY, PermissionRefused, RuleError
 from memroot.projections.views import view_of
 
@@ -292,7 +294,8 @@ def merge_branch(
         ValidationError: no objects named, a malformed id, or an unknown strategy.
         NotFoundError: no such branch, or an object the branch does not hold.
         RefusedError: the branch type never merges, the branch is discarded or archived, an
-            object is not the branch's own, not ACTIVE, already imported, HYPOTHETICAL or
+            object is not the branch's own, not ACTIVE, falsified or stale, already imported,
+            HYPOTHETICAL or
             reclassified by another actor (the message names every such object).
         PermissionRefused: PREFER_BRANCH without ADMIN, or a namespace policy refusing an
             entry of the merge (nothing is written).
@@ -424,6 +427,14 @@ def _plan(
             ).append(obj.id)
         elif obj.epistemic_type == EpistemicType.DEPRECATED:
             problems.setdefault("epistemically DEPRECATED", []).append(obj.id)
+        elif obj.state != LIVE:
+            # SPEC 7: a falsified object is known to be wrong and a stale one is to be
+            # re-checked; an import starts live, so merging either would revive it.
+            problems.setdefault(
+                "falsified or stale in the branch (an import would be live): re-check it "
+                "and `memroot restore` it there first",
+                [],
+            ).append(f"{obj.id} ({obj.state})")
         else:
             others = _reclassified_by(ledger, db, obj.id, branch) - {actor_id}
             if others:

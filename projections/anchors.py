@@ -30,6 +30,7 @@ from memroot.ledger.entries import Entry, Kind, OpInput
 from memroot.ledger.errors import MemrootError
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.note import Checkpoint, Verifier, open_checkpoint
+from memroot.projections.views import View
 
 __all__ = [
     "MAX_PATH",
@@ -40,6 +41,7 @@ __all__ = [
     "filter_visible",
     "prove_path",
     "visible",
+    "with_merged",
 ]
 
 MAX_PATH: Final = 1_000_000  # a cycle guard: parent links come from callers
@@ -105,6 +107,56 @@ def _walk(parent_of: Callable[[str], str | None], anchor: str) -> set[str]:
         path.add(node)
         node = parent_of(node)
     return path
+
+
+def with_merged(db: apsw.Connection, view: View, path: set[str]) -> set[str]:
+    """Return ``path`` with the source-branch evidence of merged objects that join it.
+
+    A merge import keeps the evidence it had in its branch: events the view does not hold,
+    on no path of the target's conversations. On the target, each such event stands where
+    its branch's line left the target's conversation tree: at its nearest ancestor the view
+    holds (the event the branch's conversation continued from). It is on ``path`` when that
+    ancestor is; an event whose line never joins the view's events (a conversation started
+    in the branch) joins every path. So an import is visible at the target's anchors on the
+    line the branch continued, and its later operations are gated the same way.
+    """
+    cond, params = view.versions("o", "mem_objects")
+    imported = {
+        e
+        for (ev,) in db.execute(
+            f"SELECT o.evidence_ids FROM mem_objects o WHERE o.source_type = 'IMPORTED' AND {cond}",
+            params,
+        )
+        for e in str(ev).split(",")
+        if e and e not in path
+    }
+    if not imported:
+        return path
+    e_cond, e_params = view.events("ev")
+
+    def held(event_id: str) -> bool:
+        row = db.execute(
+            f"SELECT 1 FROM mem_events ev WHERE ev.id = ? AND {e_cond}", (event_id, *e_params)
+        ).fetchone()
+        return row is not None
+
+    def parent_of(event_id: str) -> str | None:
+        row: Any = db.execute(
+            "SELECT parent FROM conv_parents WHERE id = ?", (event_id,)
+        ).fetchone()
+        return None if row is None else row[0]
+
+    out = set(path)
+    for e in imported:
+        if held(e):
+            continue  # an event of the view: the usual rule
+        node, seen = parent_of(e), {e}
+        while node is not None and node not in seen and not held(node):
+            seen.add(node)
+            node = parent_of(node)
+        if node is None or node in seen or node in path:
+            out.add(e)
+    return out
 
 
 def visible(evidence_ids: Iterable[str], path: set[str] | None) -> bool:

@@ -36,7 +36,7 @@ import apsw
 from memroot.ledger.entries import CANONICAL_BRANCH, check_uuid
 from memroot.ledger.errors import NotFoundError, StorageError, ValidationError
 from memroot.ledger.vocab import EdgeType, EpistemicType, LifecycleState, MemoryType, Permission
-from memroot.projections.anchors import ancestor_path
+from memroot.projections.anchors import ancestor_path, with_merged
 from memroot.projections.epistemic import (
     DEFAULT_ALWAYS,
     UNVERIFIED_THRESHOLD,
@@ -454,6 +454,9 @@ def _where(db: apsw.Connection, q: Query, view: View) -> tuple[list[str], list[A
 def anchor_path_of(db: apsw.Connection, view: View, anchor: str) -> set[str]:
     """Return the anchor's ancestor path, after checking the anchor is an event the view sees.
 
+    The path holds the source-branch evidence of merged objects whose branch line continued
+    from it too (``anchors.with_merged``).
+
     Raises:
         NotFoundError: if it is not (or no conversation tree is recorded).
     """
@@ -467,7 +470,7 @@ def anchor_path_of(db: apsw.Connection, view: View, anchor: str) -> set[str]:
     if known is None or tree is None:
         where = "no conversation tree is recorded" if tree is None else f"branch {view.branch}"
         raise NotFoundError(f"anchor event {anchor} is not an event of {where}")
-    return ancestor_path(db, anchor)
+    return with_merged(db, view, ancestor_path(db, anchor))
 
 
 def query(db: apsw.Connection, q: Query) -> list[Result]:
@@ -625,7 +628,8 @@ def object_at(
         obj = get_object(db, object_id, as_of=as_of, branch=branch)
     except NotFoundError:
         return None
-    return AnchorState(db, view, path_as_of(db, view, anchor)).explain(obj)[1]
+    path = with_merged(db, view, path_as_of(db, view, anchor))  # merge imports' evidence
+    return AnchorState(db, view, path).explain(obj)[1]
 
 
 def _git_score(

@@ -9,21 +9,25 @@ checked against its commitment) and replayed into an empty in-memory model, and 
 the replay gives must equal the one served. The cost is O(the objects' histories), never a
 replay of the whole ledger.
 
-An object whose operations need other objects the replay does not hold (a ``SUPERSEDE``, a
-merge or a summary names other objects; the replay then refuses that operation) cannot be
-re-derived from its own operations alone: its operations and evidence are still read
-strictly, and its derived fields are left to ``memroot verify`` (step 9), which replays
-everything.
+An object whose operations need other objects (a ``SUPERSEDE``'s new object, a merge's
+primary, a summary's sources, a ``DEPRECATE``'s evidence events, the conversation ancestors an
+operation's own view is validated in) is re-derived with those too: the replay takes the
+closure of what the served objects' operations name (``_Closure``), read strictly the same
+way. On a branch, each level's genesis joins the replay (it records the fork), whether or not
+the served versions are the branch's own. Every served object is checked: when the closure's
+replay refuses an entry the ledger took and leaves an object unexplained, the whole ledger is
+replayed (as verify step 9 does) before anything is refused.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Final
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
 
 import apsw
 
-from memroot.ledger.entries import CANONICAL_BRANCH, Entry
+from memroot.ledger.entries import CANONICAL_BRANCH, Entry, Kind
 from memroot.ledger.errors import IntegrityError, NotFoundError
 from memroot.ledger.ledger import Ledger
 from memroot.projections import tables
@@ -31,14 +35,16 @@ from memroot.projections.backends import MemState
 from memroot.projections.engine import Engine
 from memroot.projections.hook import fold_entries
 from memroot.projections.model import MemoryObject
-from memroot.projections.query import get_object
+from memroot.projections.query import Query, Result, get_object
 from memroot.projections.tables import OBJECT_COLS, object_from_row
-from memroot.projections.views import view_of
+from memroot.projections.views import View, view_of
 
-__all__ = ["check_objects"]
+__all__ = ["check_objects", "check_results"]
 
 _TEMPLATE: dict[str, bytes] = {}  # an empty memory model's tables, serialised once per process
 _NEVER: Final = 2**62
+_SEQ_MASK: Final = (1 << 40) - 1
+_UUID: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 def _empty() -> apsw.Connection:
@@ -87,28 +93,165 @@ def _replay_main(entries: list[Entry], ids: Sequence[str]) -> dict[str, MemoryOb
         db.close()
 
 
-def _histories(
-    db: apsw.Connection, ids: Sequence[str], branch: str
-) -> dict[str, list[MemoryObject]]:
-    """Return every version of each object on ``branch``'s view, oldest first.
+def _versions(
+    db: apsw.Connection, table: str, cols: str, ids: Sequence[str], view: View
+) -> list[Any]:
+    """Return every row of ``ids`` in ``table`` on ``view``'s levels, oldest first per level.
 
-    As ``query.object_history``, for many objects in one query per view level.
+    A level's rows up to its bound (the parent frozen at the fork), all levels, so the
+    versions a branch shadows are there too (its own first version was made from them).
     """
-    out: dict[str, list[MemoryObject]] = {i: [] for i in ids}
-    cols = ", ".join(OBJECT_COLS)
-    unique = list(out)
-    for b, bound in reversed(view_of(db, branch).levels):
+    out: list[Any] = []
+    unique = list(dict.fromkeys(ids))
+    for b, bound in reversed(view.levels):
         for part in range(0, len(unique), 500):
             chunk = unique[part : part + 500]
             marks = ",".join("?" * len(chunk))
-            for r in db.execute(
-                f"SELECT {cols} FROM mem_objects WHERE id IN ({marks}) AND branch = ? "
+            out += db.execute(
+                f"SELECT {cols} FROM {table} WHERE id IN ({marks}) AND branch = ? "
                 "AND vfrom <= ? ORDER BY vfrom",
-                (*chunk, b, 2**63 - 1 if bound is None else bound),
-            ):
-                o = object_from_row(r)
-                out[o.id].append(o)
+                (*chunk, b, _NEVER if bound is None else bound),
+            ).fetchall()
     return out
+
+
+def _uuids(value: object, out: set[str]) -> None:
+    """Add every UUID-shaped string found anywhere in ``value`` (a decoded payload) to ``out``."""
+    if isinstance(value, str):
+        if _UUID.fullmatch(value):
+            out.add(value)
+    elif isinstance(value, Mapping):
+        for v in value.values():
+            _uuids(v, out)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _uuids(v, out)
+
+
+def _ancestors(db: apsw.Connection, events: set[str]) -> set[str]:
+    """Return ``events`` with every conversation ancestor ``mem_conv`` records for them.
+
+    Validation in an operation's own view walks the ancestors of its provenance events
+    (``projections.gated``), so a replay that is to accept what the ledger accepted holds
+    them too. ``mem_conv`` is derived: it only chooses which proven entries are replayed.
+    """
+    if not events:
+        return events
+    out = set(events)
+    todo = list(events)
+    for part in range(0, len(todo), 500):
+        chunk = todo[part : part + 500]
+        marks = ",".join("?" * len(chunk))
+        for (parent,) in db.execute(
+            "WITH RECURSIVE up(id) AS (SELECT parent FROM mem_conv WHERE id IN "
+            f"({marks}) AND parent IS NOT NULL UNION SELECT c.parent FROM mem_conv c "
+            "JOIN up ON c.id = up.id WHERE c.parent IS NOT NULL) SELECT id FROM up",
+            chunk,
+        ):
+            out.add(parent)
+    return out
+
+
+class _Closure:
+    """The entries that re-derive a set of objects on a branch: what ``check_objects`` replays.
+
+    Starting from the served objects it takes, until nothing new turns up: every version
+    of each object and entity named (on the branch's view), every operation the gated
+    bookkeeping records for the objects (those a view applied but the global state did
+    not), every event cited (with its conversation ancestors), and every object, entity
+    or event any of those operations names (a ``SUPERSEDE``'s new object, a merge's
+    primary, a summary's sources, a ``DEPRECATE``'s evidence...). Each level's branch
+    genesis is added, so the replay learns the forks.
+    """
+
+    def __init__(self, ledger: Ledger, db: apsw.Connection, branch: str) -> None:
+        self.ledger, self.db = ledger, db
+        self.view = view_of(db, branch)
+        self.stored = ledger.store.branches()
+        self.names = {b.no: b.name for b in self.stored}
+        self.levels = {b for b, _ in self.view.levels}
+        self.wanted: set[tuple[str, int]] = {(b, 0) for b in self.levels if b != CANONICAL_BRANCH}
+        self.read: dict[tuple[str, int], Entry] = {}
+        self.seen: set[str] = set()
+        self.events: set[str] = set()
+
+    def grow(self, ids: Iterable[str]) -> None:
+        """Take ``ids`` (objects, entities or events) and everything they need, transitively.
+
+        Raises:
+            IntegrityError: the strict read of an entry fails (its step named).
+        """
+        todo = {i for i in ids if i not in self.seen}
+        while todo:
+            self.seen |= todo
+            names = sorted(todo)
+            found: set[str] = set()
+            events: set[str] = set()
+            objs = _versions(
+                self.db, "mem_objects", "id, branch, vfrom, evidence_ids", names, self.view
+            )
+            for r in objs:
+                found.add(r[0])
+                self.wanted.add((r[1], r[2]))
+                events.update(e for e in r[3].split(",") if e)
+            for r in _versions(self.db, "mem_entities", "id, branch, vfrom", names, self.view):
+                found.add(r[0])
+                self.wanted.add((r[1], r[2]))
+            for part in range(0, len(names), 500):
+                chunk = names[part : part + 500]
+                marks = ",".join("?" * len(chunk))
+                for b, seq in self.db.execute(
+                    f"SELECT branch, seq FROM mem_gated WHERE object_id IN ({marks})", chunk
+                ):
+                    if b in self.levels:
+                        self.wanted.add((b, seq))
+            events |= todo - found
+            events = _ancestors(self.db, events - self.events) - self.events
+            self.events |= events
+            self.seen |= events  # an event id names no object: not looked up again
+            raw: dict[bytes, str] = {}
+            for e in events:
+                try:
+                    raw[bytes.fromhex(e.replace("-", ""))] = e
+                except ValueError:
+                    continue
+            for k in self.ledger.store.lookup("event_ids", "id", "k", list(raw)).values():
+                name = self.names.get(int(k) >> 40)
+                if name is not None:
+                    self.wanted.add((name, int(k) & _SEQ_MASK))
+                    if name != CANONICAL_BRANCH:
+                        self.wanted.add((name, 0))
+            named: set[str] = set()
+            for entry in self._fetch():
+                if entry.kind is Kind.OP:
+                    _uuids(entry.body.get("payload"), named)
+                    target = entry.body.get("target_id")
+                    if isinstance(target, str):
+                        named.add(target)
+            todo = named - self.seen
+
+    def _fetch(self) -> list[Entry]:
+        """Read (strictly) the wanted entries not read yet; return them."""
+        by_branch: dict[str, list[int]] = {}
+        for b, seq in self.wanted:
+            if (b, seq) not in self.read:
+                by_branch.setdefault(b, []).append(seq)
+        new: list[Entry] = []
+        for b, seqs in by_branch.items():
+            # One multi-leaf proof per branch; content checked. Inputs of the check, not
+            # served to the caller: their prev links are inside the proven bytes.
+            for seq, row in self.ledger.read_many(sorted(seqs), b, links=False).items():
+                self.read[(b, seq)] = row.entry
+                new.append(row.entry)
+        return new
+
+    def entries(self) -> list[Entry]:
+        """Return the entries to replay: each branch in seq order, a branch after its parent."""
+        order = {b.name: i for i, b in enumerate(self.stored)}
+        return [
+            self.read[k]
+            for k in sorted(self.read, key=lambda k: (order.get(k[0], len(order)), k[1]))
+        ]
 
 
 def _edited(o: MemoryObject) -> IntegrityError:
@@ -122,13 +265,57 @@ def _edited(o: MemoryObject) -> IntegrityError:
     )
 
 
+def _replayed(
+    db: apsw.Connection, o: MemoryObject, branch: str, current: bool
+) -> MemoryObject | None:
+    """Return the replay's version of ``o``: the view's current one, or the same entry's.
+
+    A read now serves each object's current version on the branch's view; one as of an
+    earlier entry serves the version that entry's view held, found by the entry that made it.
+    """
+    if current:
+        try:
+            return get_object(db, o.id, branch=branch)
+        except NotFoundError:
+            return None
+    row = db.execute(
+        f"SELECT {', '.join(OBJECT_COLS)} FROM mem_objects WHERE id = ? AND branch = ? "
+        "AND vfrom = ?",
+        (o.id, o.branch, o.seq),
+    ).fetchone()
+    return None if row is None else object_from_row(row)
+
+
+def _differs(
+    db: apsw.Connection, objects: Sequence[MemoryObject], branch: str, current: bool
+) -> list[MemoryObject]:
+    """Return the served objects the replay ``db`` does not give as served."""
+    return [o for o in objects if _replayed(db, o, branch, current) != o]
+
+
+def _whole(ledger: Ledger) -> list[Entry]:
+    """Every entry of every branch (strictly read), in the order a replay takes them."""
+    out: list[Entry] = []
+    for b in ledger.store.branches():
+        out += ledger.entries(branch=b.name)
+    return out
+
+
 def check_objects(
-    ledger: Ledger, objects: Sequence[MemoryObject], branch: str = CANONICAL_BRANCH
+    ledger: Ledger,
+    objects: Sequence[MemoryObject],
+    branch: str = CANONICAL_BRANCH,
+    *,
+    as_of: int | None = None,
 ) -> None:
     """Check, on a strict ledger, that each served object equals the replay of its operations.
 
-    ``objects`` are versions read on ``branch`` (now or as of an earlier entry). Run inside
+    ``objects`` are versions read on ``branch`` now (each must be the replay's current
+    version there: an older version served as current is refused too) or, with ``as_of``,
+    as of that entry (each must be the replay's version made by the same entry). Run inside
     the read transaction the objects were read in. A non-strict ledger is not checked.
+    Every object is checked: from the entries of its closure (``_Closure``), and when that
+    replay refuses one of them and leaves an object unexplained, from the whole ledger.
 
     Raises:
         IntegrityError: step 9 when an object differs from its replay (naming the object, the
@@ -138,57 +325,55 @@ def check_objects(
     if not ledger.strict or not objects:
         return
     db = ledger.derived.db
-    wanted: set[tuple[str, int]] = set()
-    evidence: set[str] = set()
-    histories = _histories(db, [o.id for o in objects], branch)
-    for o in objects:
-        for v in histories.get(o.id, []):
-            # The object's own operations up to the served version (all of them if the
-            # served row names no version of its history: the replay then differs).
-            wanted.add((v.branch, v.seq))
-            evidence.update(v.evidence_ids)
-            if (v.branch, v.seq, v.version) == (o.branch, o.seq, o.version):
-                break
-    stored = ledger.store.branches()
-    names = {b.no: b.name for b in stored}
-    raw = {bytes.fromhex(e.replace("-", "")): e for e in evidence}
-    for k in ledger.store.lookup("event_ids", "id", "k", list(raw)).values():
-        name = names.get(int(k) >> 40)
-        if name is not None:
-            wanted.add((name, int(k) & ((1 << 40) - 1)))
-    order = {b.name: i for i, b in enumerate(stored)}
-    for b in {b for b, _ in wanted}:
-        if b != CANONICAL_BRANCH:
-            wanted.add((b, 0))  # the branch genesis: the replay learns the fork from it
-    by_branch: dict[str, list[int]] = {}
-    for b, seq in wanted:
-        by_branch.setdefault(b, []).append(seq)
-    read = {
-        (b, seq): row.entry
-        for b, seqs in by_branch.items()
-        # One multi-leaf proof per branch; content checked. Inputs of the check, not served
-        # to the caller: their prev links are inside the proven bytes.
-        for seq, row in ledger.read_many(seqs, b, links=False).items()
-    }
-    entries = [read[k] for k in sorted(read, key=lambda k: (order.get(k[0], len(order)), k[1]))]
+    current = as_of is None
+    closure = _Closure(ledger, db, branch)
+    closure.grow(o.id for o in objects)
+    closure._fetch()  # the genesis entries of the view's levels
+    entries = closure.entries()
     if branch == CANONICAL_BRANCH and all(e.branch == CANONICAL_BRANCH for e in entries):
         mains = _replay_main(entries, [o.id for o in objects])
-        if mains is None:
-            return  # operations that need other objects: left to verify step 9 (docstring)
-        for o in objects:
-            if mains.get(o.id) != o:
-                raise _edited(o)
-        return
+        # The fast path gives each object's newest version; an older one served as of an
+        # earlier entry (another entry's row: a FALSIFY makes a row without a new version
+        # number) is compared on the SQL replay below.
+        if mains is not None and (
+            current or all((m := mains.get(o.id)) is not None and m.seq == o.seq for o in objects)
+        ):
+            for o in objects:
+                if mains.get(o.id) != o:
+                    raise _edited(o)
+            return
     replayed = _replay(entries)
     try:
-        if replayed.execute("SELECT count(*) FROM mem_skipped").fetchall()[0][0]:
-            return  # operations that need other objects: left to verify step 9 (docstring)
-        for o in objects:
-            try:
-                got = get_object(replayed, o.id, branch=branch)
-            except NotFoundError:
-                got = None
-            if got != o:
-                raise _edited(o)
+        wrong = _differs(replayed, objects, branch, current)
+        skipped = replayed.execute("SELECT count(*) FROM mem_skipped").fetchall()[0][0]
     finally:
         replayed.close()
+    if wrong and skipped:
+        # The closure's replay refused an entry the ledger took (it needed state the closure
+        # did not hold): the whole ledger decides, as verify step 9 would.
+        replayed = _replay(_whole(ledger))
+        try:
+            wrong = _differs(replayed, wrong, branch, current)
+        finally:
+            replayed.close()
+    if wrong:
+        raise _edited(wrong[0])
+
+
+def check_results(ledger: Ledger, results: Sequence[Result], q: Query) -> None:
+    """Check, on a strict ledger, every object ``query(db, q)`` returned (``check_objects``).
+
+    At an anchor an object is served in the state its gated operations give there; what is
+    checked is the stored version it was derived from (the gated bookkeeping itself is
+    checked by verify step 9). Run inside the transaction the results were read in.
+
+    Raises:
+        IntegrityError: as ``check_objects``.
+    """
+    if not ledger.strict or not results:
+        return
+    served = [r.object for r in results]
+    if q.anchor is not None:
+        db = ledger.derived.db
+        served = [get_object(db, o.id, as_of=q.as_of, branch=q.branch) for o in served]
+    check_objects(ledger, served, q.branch, as_of=q.as_of)

@@ -86,7 +86,8 @@ class View:
     closed: bool = False
     """True for a branch that takes no more entries (closed, archived, discarded, merged:
     ``branch_meta``): an erasure its parent made after the fork cannot reach it as an
-    entry, so reads count it (``erased``)."""
+    entry (its objects are flagged at read, as every object resting on erased evidence
+    is, ``erased``)."""
 
     @property
     def branch(self) -> str:
@@ -158,34 +159,21 @@ class View:
     def erased(self, alias: str) -> tuple[str, list[Any]]:
         """Return the SQL condition for events whose content was erased as of the view.
 
-        The view's own levels count erasures as of their bounds (a branch sees its parent
-        frozen at the fork). Read now, an erased event of a branch outside the view (the
-        evidence of a merge import) counts too, and on a ``closed`` branch every erasure
-        counts: no entry can carry a later erasure to it, so its objects are flagged
-        ``EVIDENCE_ERASED`` at read (issue 16: erasure follows evidence across branches).
+        Read now, every erasure counts, wherever and whenever it was made: the content is
+        gone for the whole ledger. So an object of any branch resting on an erased event is
+        flagged ``EVIDENCE_ERASED`` at read, including one the erasure's ``on_dependents``
+        could not reach as an entry (a closed branch takes none; an object ACTIVE only at an
+        anchor, being superseded globally, takes none either: issue 28 point 3). Read as of
+        an earlier entry, each level counts the erasures made up to its bound (a branch
+        sees its parent frozen at the fork).
         """
-        if self.levels[0][1] is None and self.closed:
+        if self.levels[0][1] is None:
             return f"({alias}.erased_by IS NOT NULL)", []
         parts: list[str] = []
         params: list[Any] = []
         for branch, bound in self.levels:
-            if bound is None:
-                parts.append(f"({alias}.branch = ? AND {alias}.erased_by IS NOT NULL)")
-                params.append(branch)
-            else:
-                parts.append(
-                    f"({alias}.branch = ? AND {alias}.seq <= ? AND {alias}.erased_by <= ?)"
-                )
-                params += [branch, bound, bound]
-        if self.levels[0][1] is None:
-            # An event of a branch outside the view (the evidence of a merge import) whose
-            # content is gone.
-            names = [b for b, _ in self.levels]
-            parts.append(
-                f"({alias}.erased_by IS NOT NULL AND {alias}.branch NOT IN "
-                f"({', '.join('?' * len(names))}))"
-            )
-            params += names
+            parts.append(f"({alias}.branch = ? AND {alias}.seq <= ? AND {alias}.erased_by <= ?)")
+            params += [branch, bound, bound]
         return _any(parts), params
 
 
