@@ -328,8 +328,7 @@ class Ledger:
         url = str(path) if is_url(path) else None
         if url is not None and key_path is None:
             raise KeyFileError(
-                "a PostgreSQL ledger keeps no key file beside it: name one (--key PATH, "
-                "MEMROOT_KEY, key_path=)"
+                "a PostgreSQL ledger keeps no key file beside it: name one (key_path)"
             )
         path = Path(path)
         key_path = key_path or default_key_path(path)
@@ -781,7 +780,7 @@ class Ledger:
                 where = self.store.where if isinstance(self.store, PgStore) else self.path
                 raise KeyFileError(
                     f"{where}: a PostgreSQL ledger keeps no key file beside it: name "
-                    "its signing key (--key PATH, MEMROOT_KEY, key_path=)"
+                    "its signing key (key_path)"
                 )
             self._signer = Ed25519Signer.load(self.key_path)
         return self._signer
@@ -1868,7 +1867,7 @@ class Ledger:
             if not found:
                 raise NotFoundError(
                     f"no checkpoint was signed at size {size}; prove against the latest one "
-                    "(omit --size) or sign one with `memroot checkpoint`"
+                    "(give no size) or sign one with `memroot checkpoint`"
                 )
             note = found[0]
         proof = self.inclusion_proof(index, size, branch)

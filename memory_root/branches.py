@@ -408,7 +408,7 @@ class BranchRegistry:
             raise RefusedError(
                 f"limit reached: branch {entry.branch!r} already holds {entry.seq - 1} entries "
                 f"after its genesis (max_events = {max_events}); nothing was appended. Close it "
-                "(`memroot branch close`) or fork a new branch with a higher --max-events"
+                "(`memroot branch close`) or fork a new branch with a higher max_events"
             )
         if max_storage_mb is None:
             return
@@ -663,8 +663,8 @@ def create_branch(
         if days is None:
             raise ValidationError(
                 f"no expiry policy for a {branch_type} branch in namespace {namespace_id!r}: "
-                "give --expiry-days (unbounded branches are not permitted)",
-                field="expiry",
+                "give expiry_days (unbounded branches are not permitted)",
+                field="expiry_days",
             )
         expiry = Expiry(days)
     name = branch_id or f"{branch_type.lower()[:4]}-{new_uuid()[-12:]}"

@@ -300,7 +300,7 @@ def merge_branch(
     """
     if not object_ids:
         raise ValidationError(
-            "a merge names the objects it brings in (--objects ID,...); merging a whole "
+            "a merge names the objects it brings in (objects); merging a whole "
             "branch is not permitted (RFC-0012 section 8)",
             field="objects",
         )
