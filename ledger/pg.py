@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
+from memroot.ledger import store as _store
 from memroot.ledger.errors import NotFoundError, StorageError
 from memroot.ledger.store import (
     BRANCH_SHIFT,
@@ -511,6 +512,7 @@ class PgStore(Store):
         except BaseException:
             self._rollback()
             raise
+        _store.commits += 1
         for callback in self._after_commit:
             callback()
 

@@ -65,6 +65,11 @@ LOCK_NOTICE_MS: Final = 1_000
 """How long a write waits for another writer's lock before ``lock_wait_notice`` is told."""
 
 lock_wait_notice: Callable[[Path], None] | None = None
+
+commits = 0
+"""Write transactions this process committed that changed a row, on every backend (a
+PostgreSQL commit counts always): the CLI's Ctrl-C message
+says from it whether anything was written (a write commits whole or not at all)."""
 """Called (with the ledger's path) once a write has waited ``LOCK_NOTICE_MS`` for the lock.
 
 None by default (the library says nothing); the CLI sets it to a notice on stderr.
@@ -473,6 +478,9 @@ class Store:
             if isinstance(e, apsw.Error):
                 raise _storage_error(e, self.path) from e
             raise
+        global commits
+        if self.db.total_changes() != self.changes_at_begin:
+            commits += 1
         self._write_open = False
         self.committed_version = self._txn_version
         for callback in self._after_commit:
