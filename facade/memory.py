@@ -32,7 +32,6 @@ from memroot.ledger.ledger import Appended, Ledger
 from memroot.ledger.pg import is_url
 from memroot.ledger.vocab import (
     ActorType,
-    BranchType,
     EpistemicType,
     MemoryType,
     Role,
@@ -69,8 +68,6 @@ _EVENT_KEYS: Final = {
 }
 _ALIASES: Final = {"actor": "actor_id", "namespace": "namespace_id", "parent": "parent_event_id"}
 _OP_ALIASES: Final = {"actor": "actor_id", "namespace": "namespace_id"}
-_BRANCH_TYPES: Final = tuple(t.value for t in BranchType if t is not BranchType.CANONICAL)
-_BRANCH_STATES: Final = ("OPEN", "CLOSED", "DISCARDED", "ARCHIVED")
 
 
 def ledger_hooks() -> list[Any]:
@@ -603,7 +600,7 @@ class Memory:
 
         _, genesis = create_branch(
             self.ledger,
-            branch_type=canonical(branch_type, _BRANCH_TYPES, "branch_type"),
+            branch_type=branch_type,
             purpose=purpose,
             actor_id=self.actor,
             actor_type=self.actor_type,
@@ -627,13 +624,13 @@ class Memory:
         Raises:
             ValidationError, NotFoundError, RefusedError: as ``memroot branch merge``.
         """
-        from memroot.memory_root.merge import STRATEGIES, merge_branch
+        from memroot.memory_root.merge import merge_branch
 
         return merge_branch(
             self.ledger,
             branch,
             list(objects),
-            strategy=canonical(strategy, STRATEGIES, "strategy"),
+            strategy=strategy,
             actor_id=self.actor,
             actor_type=self.actor_type,
             reason=reason,
@@ -651,10 +648,9 @@ class Memory:
         """
         from memroot.memory_root.branches import check_branches, list_branches
 
-        wanted = None if state is None else canonical(state, _BRANCH_STATES, "state")
         ledger = self.ledger
         with ledger.reading():
-            infos = list_branches(ledger, state=wanted)
+            infos = list_branches(ledger, state=state)
             if ledger.strict:
                 check_branches(ledger, infos)
         return infos

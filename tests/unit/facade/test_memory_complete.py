@@ -222,3 +222,24 @@ def test_enum_values_any_case(mem: memroot.Memory) -> None:
     message = _refused(mem, ValidationError, lambda: mem.recall(mode="loud"))
     assert "DEFAULT" in message and "mode" in message
     _refused(mem, ValidationError, lambda: mem.fork("x", branch_type="holiday"))
+
+
+def test_library_calls_take_any_case_too(mem: memroot.Memory) -> None:
+    """The layers under the facade apply the same rule: branch type, state, kinds, strategy."""
+    from memroot.memory_root.branches import create_branch, list_branches
+    from memroot.memory_root.falsify import parse_kinds
+    from memroot.memory_root.merge import merge_branch
+
+    _, genesis = create_branch(
+        mem.ledger, branch_type="planning", purpose="p", actor_id="a", expiry_days=2
+    )
+    assert [b.type for b in list_branches(mem.ledger, state="Open")] == ["PLANNING"]
+    assert parse_kinds("OBJECT,Root") == parse_kinds("object,root")
+    said = mem.record(content="on the branch", branch=genesis.branch)
+    fact = mem.remember("a plan", evidence=[said.id], branch=genesis.branch)
+    merged = merge_branch(
+        mem.ledger, genesis.branch, [fact.id], strategy="preserve_both", actor_id="a"
+    )
+    assert merged is not None
+    message = _refused(mem, ValidationError, lambda: list_branches(mem.ledger, state="shut"))
+    assert "OPEN" in message
