@@ -21,6 +21,7 @@ from pathlib import Path
 
 import click
 
+from memroot.cli._report_html import plural
 from memroot.cli.commands import snapshot_of, strict_option, verify_ledger
 from memroot.cli.main import Context, cli, emit, pass_ctx
 from memroot.ledger.entries import now_us
@@ -101,7 +102,7 @@ def report_cmd(
         },
         as_json,
         f"wrote {out} ({len(html.encode())} bytes); verification "
-        + ("ok" if audit.ok else f"FAILED ({len(audit.findings)} violation(s))")
+        + ("ok" if audit.ok else f"FAILED ({plural(len(audit.findings), 'violation')})")
         + ("" if refused is None else f"; ledger data withheld: {refused}"),
     )
     if not audit.ok or refused is not None:
