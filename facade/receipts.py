@@ -43,6 +43,7 @@ __all__ = [
     "receipt_op",
     "receipts",
     "root_in_force",
+    "root_in_force_at",
     "value_digest",
 ]
 
@@ -227,6 +228,34 @@ def root_in_force(ledger: Ledger, branch: str = CANONICAL_BRANCH) -> RootRecord 
     for record in Roots(ledger).chain(branch=branch):
         if record.state == "live" and (record.cascade_branch or record.branch) == branch:
             return record
+    return None
+
+
+def root_in_force_at(ledger: Ledger, branch: str, seq: int) -> bytes | None:
+    """Return the root that was in force on ``branch`` right before its entry ``seq``.
+
+    As ``root_in_force``, over the roots recorded before ``seq``, each in the state it had
+    then (its state changes before ``seq``, on the branch or inherited from before the fork).
+    """
+    from memroot.memory_root import Roots
+    from memroot.memory_root.falsify import Falsifier
+
+    chain = Roots(ledger).chain(branch=branch)
+    listed = {r.root: i for i, r in enumerate(chain)}
+    before = [r for r in chain if (r.cascade_branch or r.branch) == branch and r.seq < seq]
+    before.sort(key=lambda r: (r.seq, -listed[r.root]), reverse=True)
+    f = Falsifier(ledger)
+    for record in before:
+        state = "live"
+        try:
+            history = f.history(record.root.hex(), branch)
+        except MemrootError:
+            history = []
+        for c in history:
+            if c.branch != branch or c.seq < seq:
+                state = c.state
+        if state == "live":
+            return bytes(record.root)
     return None
 
 
@@ -446,6 +475,24 @@ class ReceiptsCheck:
     def _root(ledger: Ledger, r: Receipt, report: AuditReport) -> None:
         from memroot.memory_root import Roots
 
+        if r.version >= 2:
+            # Format 2 names the root in force exactly; format 1 (written before cascades'
+            # re-snapshots counted) is held only to a root recorded before it.
+            was = root_in_force_at(ledger, r.branch, r.seq)
+            if was != r.memory_root:
+                named = "none" if r.memory_root is None else r.memory_root.hex()[:16]
+                report.add(
+                    Finding(
+                        9,
+                        f"READ_RECEIPT of run {r.run_id!r} names memory root {named}, but the "
+                        f"root in force then was {'none' if was is None else was.hex()[:16]}",
+                        r.branch,
+                        r.seq,
+                        expected=None if was is None else was.hex(),
+                        actual=None if r.memory_root is None else r.memory_root.hex(),
+                    )
+                )
+            return
         if r.memory_root is None:
             return
         try:

@@ -159,3 +159,44 @@ def test_receipts_of_an_edited_value_are_refused(tmp_path: Path) -> None:
     db.close()
     with memroot.open(path, create=False) as again:
         assert again.ledger.size() == size
+
+
+def test_receipt_naming_a_replaced_root_is_a_step_9_finding(tmp_path: Path) -> None:
+    """A version-2 receipt naming the stale root a cascade replaced (not the one in force)
+    fails verify step 9; so does one naming no root while one was in force."""
+    mem, oid = _setup(tmp_path)
+    with mem:
+        said = mem.record(content="I like green tea")
+        other = mem.remember("Alice likes green tea", evidence=[said.id])
+        stale = mem.snapshot().record.root
+        mem.falsify(oid, "she takes sugar now")
+        mem.cascade(oid, reason="propagate")
+        (hit,) = mem.recall(text="green")
+        for root in (bytes(stale), None):
+            mem.ledger.append(
+                OpInput(
+                    op_type="READ_RECEIPT",
+                    actor_id="agent-7",
+                    actor_type="AI_AGENT",
+                    namespace_id="alice",
+                    payload={
+                        "v": 2,
+                        "run_id": "forged-root",
+                        "query": {"branch": "main", "text": "green"},
+                        "memory_root": root,
+                        "objects": [
+                            {
+                                "id": other.id,
+                                "version": 1,
+                                "state": "live",
+                                "value_digest": value_digest(hit.object),
+                            }
+                        ],
+                    },
+                    policy_version="memroot-receipt/2",
+                )
+            )
+        report = mem.verify(trusted=tmp_path / "t.json", update_trusted=False)
+    found = [str(f) for f in report.findings if f.step == 9 and "root in force" in str(f)]
+    assert len(found) == 2, [str(f) for f in report.findings]
+    assert any(stale.hex()[:16] in m for m in found) and any("root none" in m for m in found)
