@@ -237,26 +237,53 @@ def root_in_force_at(ledger: Ledger, branch: str, seq: int) -> bytes | None:
     As ``root_in_force``, over the roots recorded before ``seq``, each in the state it had
     then (its state changes before ``seq``, on the branch or inherited from before the fork).
     """
-    from memroot.memory_root import Roots
-    from memroot.memory_root.falsify import Falsifier
+    return _RootsInForce(ledger).at(branch, seq)
 
-    chain = Roots(ledger).chain(branch=branch)
-    listed = {r.root: i for i, r in enumerate(chain)}
-    before = [r for r in chain if (r.cascade_branch or r.branch) == branch and r.seq < seq]
-    before.sort(key=lambda r: (r.seq, -listed[r.root]), reverse=True)
-    f = Falsifier(ledger)
-    for record in before:
-        state = "live"
-        try:
-            history = f.history(record.root.hex(), branch)
-        except MemrootError:
-            history = []
-        for c in history:
-            if c.branch != branch or c.seq < seq:
-                state = c.state
-        if state == "live":
-            return bytes(record.root)
-    return None
+
+class _RootsInForce:
+    """``root_in_force_at`` for many receipts (verify step 9).
+
+    Each branch's roots and their state histories are read once, not once per receipt.
+    """
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+        self._roots: dict[str, list[tuple[RootRecord, list[tuple[str, int, str]]]]] = {}
+
+    def _of(self, branch: str) -> list[tuple[RootRecord, list[tuple[str, int, str]]]]:
+        from memroot.memory_root import Roots
+        from memroot.memory_root.falsify import Falsifier
+
+        if branch not in self._roots:
+            chain = Roots(self.ledger).chain(branch=branch)
+            listed = {r.root: i for i, r in enumerate(chain)}
+            own = [r for r in chain if (r.cascade_branch or r.branch) == branch]
+            own.sort(key=lambda r: (r.seq, -listed[r.root]), reverse=True)
+            f = Falsifier(self.ledger)
+            out = []
+            for record in own:
+                try:
+                    changes = [
+                        (c.branch, c.seq, c.state) for c in f.history(record.root.hex(), branch)
+                    ]
+                except MemrootError:
+                    changes = []
+                out.append((record, changes))
+            self._roots[branch] = out
+        return self._roots[branch]
+
+    def at(self, branch: str, seq: int) -> bytes | None:
+        """Return the root in force on ``branch`` right before entry ``seq`` (None: none)."""
+        for record, changes in self._of(branch):
+            if record.seq >= seq:
+                continue
+            state = "live"
+            for on, at, to in changes:
+                if on != branch or at < seq:
+                    state = to
+            if state == "live":
+                return bytes(record.root)
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -401,6 +428,7 @@ class ReceiptsCheck:
         ) as ledger:
             db = ledger.derived.db
             f = Falsifier(ledger)
+            in_force = _RootsInForce(ledger)
             for entry in self.found:
                 where = (entry.branch, entry.seq)
                 try:
@@ -408,7 +436,7 @@ class ReceiptsCheck:
                 except ValidationError as e:
                     report.add(Finding(9, f"READ_RECEIPT: {e}", *where))
                     continue
-                self._root(ledger, r, report)
+                self._root(ledger, r, report, in_force)
                 # What the reader was shown: state right after entry ``at`` (its as_of, or
                 # the entry before the receipt, which lands in the query's transaction).
                 at = r.at
@@ -472,13 +500,13 @@ class ReceiptsCheck:
                         )
 
     @staticmethod
-    def _root(ledger: Ledger, r: Receipt, report: AuditReport) -> None:
+    def _root(ledger: Ledger, r: Receipt, report: AuditReport, in_force: _RootsInForce) -> None:
         from memroot.memory_root import Roots
 
         if r.version >= 2:
             # Format 2 names the root in force exactly; format 1 (written before cascades'
             # re-snapshots counted) is held only to a root recorded before it.
-            was = root_in_force_at(ledger, r.branch, r.seq)
+            was = in_force.at(r.branch, r.seq)
             if was != r.memory_root:
                 named = "none" if r.memory_root is None else r.memory_root.hex()[:16]
                 report.add(
