@@ -217,18 +217,41 @@ def value_digest(obj: MemoryObject) -> bytes:
     )
 
 
+def _recorded(ledger: Ledger, branch: str, *, live_only: bool = False) -> list[RootRecord]:
+    """Return the roots recorded on ``branch``, newest first in the order of their entries.
+
+    A SNAPSHOT's root is recorded at its entry, a cascade's re-snapshot at its CASCADE entry
+    (several in one CASCADE in the order it lists them, the last the newest). ``live_only``:
+    the newest live SNAPSHOT root and the live re-snapshots only (what ``root_in_force``
+    needs, without reading every root of a long chain).
+    """
+    from memroot.memory_root import records
+
+    db = ledger.derived.db
+    if live_only:
+        newest = records.latest_root(db, branch, live_only=True)
+        snaps = [] if newest is None else [newest]
+    else:
+        snaps = [
+            records.get_root(db, bytes(x))
+            for (x,) in db.execute("SELECT root FROM memory_roots WHERE branch = ?", (branch,))
+        ]
+    again = records.resnapshots_of(db, branch)
+    keyed = [((r.seq, 0), r) for r in snaps] + [
+        ((r.seq, i + 1), r) for i, r in enumerate(again) if not live_only or r.state == "live"
+    ]
+    keyed.sort(key=lambda k: k[0], reverse=True)
+    return [r for _, r in keyed]
+
+
 def root_in_force(ledger: Ledger, branch: str = CANONICAL_BRANCH) -> RootRecord | None:
     """Return the memory root in force on ``branch``: its newest live root, or None.
 
     A cascade's re-snapshot counts: after a cascade made the newest SNAPSHOT root stale,
-    the live re-snapshot that replaces it is in force (``Roots.chain`` order, newest first).
+    the live re-snapshot that replaces it is in force (FORMAT.md §10).
     """
-    from memroot.memory_root import Roots
-
-    for record in Roots(ledger).chain(branch=branch):
-        if record.state == "live" and (record.cascade_branch or record.branch) == branch:
-            return record
-    return None
+    found = _recorded(ledger, branch, live_only=True)
+    return found[0] if found else None
 
 
 def root_in_force_at(ledger: Ledger, branch: str, seq: int) -> bytes | None:
@@ -251,14 +274,10 @@ class _RootsInForce:
         self._roots: dict[str, list[tuple[RootRecord, list[tuple[str, int, str]]]]] = {}
 
     def _of(self, branch: str) -> list[tuple[RootRecord, list[tuple[str, int, str]]]]:
-        from memroot.memory_root import Roots
         from memroot.memory_root.falsify import Falsifier
 
         if branch not in self._roots:
-            chain = Roots(self.ledger).chain(branch=branch)
-            listed = {r.root: i for i, r in enumerate(chain)}
-            own = [r for r in chain if (r.cascade_branch or r.branch) == branch]
-            own.sort(key=lambda r: (r.seq, -listed[r.root]), reverse=True)
+            own = _recorded(self.ledger, branch)
             f = Falsifier(self.ledger)
             out = []
             for record in own:
