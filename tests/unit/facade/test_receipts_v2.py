@@ -9,17 +9,26 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import random
 import subprocess
 import sys
 from pathlib import Path
 
 import apsw
+import pytest
 from click.testing import CliRunner
 
 import memroot
 from memroot.cli.main import cli
 from memroot.ledger.entries import OpInput
-from memroot.receipts import VALUE_TAG, handed, receipts, root_in_force, value_digest
+from memroot.receipts import (
+    VALUE_TAG,
+    handed,
+    receipts,
+    root_in_force,
+    root_in_force_at,
+    value_digest,
+)
 
 VECTORS = Path(__file__).resolve().parents[2] / "vectors" / "memroot"
 MEMROOT = str(Path(sys.executable).with_name("memroot"))
@@ -200,3 +209,32 @@ def test_receipt_naming_a_replaced_root_is_a_step_9_finding(tmp_path: Path) -> N
     found = [str(f) for f in report.findings if f.step == 9 and "root in force" in str(f)]
     assert len(found) == 2, [str(f) for f in report.findings]
     assert any(stale.hex()[:16] in m for m in found) and any("root none" in m for m in found)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_receipts_on_random_honest_ledgers_verify(tmp_path: Path, seed: int) -> None:
+    """Receipts amid snapshots, falsifications, cascades and restores never fail step 9."""
+    rng = random.Random(seed)
+    with memroot.open(tmp_path / "h.ledger", actor="agent-7", namespace="alice") as mem:
+        objects: list[str] = []
+        for step in range(30):
+            choice = rng.choice(["learn", "learn", "snapshot", "falsify", "restore", "read"])
+            if choice == "learn" or not objects:
+                said = mem.record(content=f"fact {step} about tea")
+                objects.append(mem.remember(f"tea fact {step}", evidence=[said.id]).id)
+            elif choice == "snapshot":
+                mem.snapshot()
+            elif choice == "falsify":
+                oid = rng.choice(objects)
+                if mem.state(oid) == "live":
+                    mem.falsify(oid, "wrong")
+                    mem.cascade(oid, reason="propagate")
+            elif choice == "restore":
+                oid = rng.choice(objects)
+                if mem.state(oid) != "live":
+                    mem.restore(oid, "right after all", cascade=rng.random() < 0.5)
+            mem.recall(text="tea", mode="AUDIT", receipt=f"run-{step}")
+        report = mem.verify(trusted=tmp_path / "t.json", update_trusted=False)
+        assert report.ok, [str(f) for f in report.findings]
+        for r in receipts(mem.ledger):
+            assert r.memory_root == root_in_force_at(mem.ledger, r.branch, r.seq)
