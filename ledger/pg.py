@@ -508,11 +508,18 @@ class PgStore(Store):
         try:
             for callback in self._before_commit:
                 callback()
-            self.db.execute("COMMIT")
+            # As the SQLite store counts it (``store.commits``): before, given back if the
+            # transaction is still open.
+            _store.commits += 1
+            try:
+                self.db.execute("COMMIT")
+            except BaseException:
+                if self.db.in_transaction:
+                    _store.commits -= 1
+                raise
         except BaseException:
             self._rollback()
             raise
-        _store.commits += 1
         for callback in self._after_commit:
             callback()
 
