@@ -70,8 +70,8 @@ def build(path: Path, n: int) -> float:
 
 def phase(name: str, ledger: Path, bundle: Path) -> dict[str, Any]:
     """Run one phase in this (child) process; return its timing and peak RSS."""
-    from memroot.ledger.audit import audit_bundle
-    from memroot.ledger.bundle import export_bundle
+    from memroot.ledger.bundle.audit import audit_bundle
+    from memroot.ledger.bundle.export import export_bundle
     from memroot.ledger.ledger import Ledger
 
     start = time.perf_counter()

@@ -54,9 +54,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
+from memroot.ledger.backends.pg import PgStore
 from memroot.ledger.entries import EventInput
 from memroot.ledger.ledger import Ledger
-from memroot.ledger.pg import PgStore
 from memroot.ledger.verify import verify_path
 
 

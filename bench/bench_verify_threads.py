@@ -12,7 +12,7 @@ entries/s, the process CPU seconds, and the CPU seconds of each of the two threa
 auditor's (this thread: the native checks of each chunk, the Python loop, the checks of
 stored nodes and the event index against what was read ahead) and the reader's (its
 connection's SQL reads, the content addresses and the event ids of each chunk; see
-``verify._ChunkReader``). On a 2-core machine the wall time of a calm run is about the larger
+``store_source._ChunkReader``). On a 2-core machine the wall time of a calm run is about the larger
 of the two plus the waits between them, so the larger one (``critical_cpu_s``) is a measure a
 loaded machine disturbs far less than the wall time. The load average is printed beside them.
 """
@@ -30,28 +30,29 @@ from typing import Any
 
 from memroot.bench.ledger import batched_memroot
 from memroot.ledger import verify
+from memroot.ledger.verify import store_source
 
 
 def measure(path: Path) -> dict[str, Any]:
     """Verify the ledger at ``path`` once; return its rates and CPU seconds per thread."""
     reader_cpu: list[float] = []
-    run = verify._ChunkReader._run
+    run = store_source._ChunkReader._run
 
-    def timed(self: verify._ChunkReader) -> None:
+    def timed(self: store_source._ChunkReader) -> None:
         start = time.thread_time()
         try:
             run(self)
         finally:
             reader_cpu.append(time.thread_time() - start)
 
-    verify._ChunkReader._run = timed  # type: ignore[method-assign]
+    store_source._ChunkReader._run = timed  # type: ignore[method-assign]
     try:
         t0, c0, m0 = time.perf_counter(), time.process_time(), time.thread_time()
         report = verify.verify_path(path, update_trusted=False)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         main_cpu = time.thread_time() - m0
     finally:
-        verify._ChunkReader._run = run  # type: ignore[method-assign]
+        store_source._ChunkReader._run = run  # type: ignore[method-assign]
     if not report.ok:
         raise SystemExit(f"the ledger does not verify: {report.findings[:3]}")
     reader = sum(reader_cpu)

@@ -14,15 +14,21 @@ from memroot.cli.commands import (
     witness_options,
 )
 from memroot.cli.main import Context, cli, emit, pass_ctx, progress_bar
-from memroot.ledger.audit import TilesSource, WitnessPolicy, audit_bundle, audit_tiles, open_bundle
-from memroot.ledger.bundle import export_bundle
-from memroot.ledger.bundle_import import import_bundle
+from memroot.ledger.backends.pg import redact
+from memroot.ledger.bundle.audit import (
+    TilesSource,
+    WitnessPolicy,
+    audit_bundle,
+    audit_tiles,
+    open_bundle,
+)
+from memroot.ledger.bundle.export import export_bundle
+from memroot.ledger.bundle.importing import import_bundle
 from memroot.ledger.errors import DecodeError, NotFoundError, ProofError
 from memroot.ledger.keys import rotate_key
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.note import Verifier, open_checkpoint
-from memroot.ledger.pg import redact
-from memroot.ledger.tiles import write_tiles
+from memroot.ledger.transparency.tiles import write_tiles
 from memroot.ledger.trust import TrustedState, default_trusted_path
 
 __all__: list[str] = []

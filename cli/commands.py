@@ -20,7 +20,8 @@ import click
 
 from memroot.cli.main import Context, branch_option, cli, emit, pass_ctx, progress_bar
 from memroot.ledger import merkle
-from memroot.ledger.audit import WitnessPolicy
+from memroot.ledger.backends.pg import is_url, open_store, redact
+from memroot.ledger.bundle.audit import WitnessPolicy
 from memroot.ledger.entries import (
     MAX_SEQ,
     MAX_SNAPSHOT_EVERY,
@@ -44,7 +45,6 @@ from memroot.ledger.errors import (
 from memroot.ledger.hashing import leaf_hash
 from memroot.ledger.ledger import Appended, Ledger
 from memroot.ledger.note import Verifier, open_checkpoint, parse_tlog_proof
-from memroot.ledger.pg import is_url, open_store, redact
 from memroot.ledger.strict import relaxed
 from memroot.ledger.trust import TrustedState, default_trusted_path
 from memroot.ledger.verify import STEPS, AuditReport, Finding, audit, bound_cache

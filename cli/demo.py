@@ -11,11 +11,11 @@ import click
 
 from memroot.cli.main import cli
 from memroot.ledger import merkle
+from memroot.ledger.backends.store import entry_key
 from memroot.ledger.entries import EventInput, OpInput
 from memroot.ledger.errors import IntegrityError
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.note import Verifier, open_checkpoint, parse_tlog_proof
-from memroot.ledger.store import entry_key
 from memroot.ledger.trust import TrustedState
 from memroot.ledger.verify import verify_path
 from memroot.memory_root import Roots

@@ -6,7 +6,7 @@ here, in one place.
 
 from __future__ import annotations
 
-from memroot.ledger.bundle import BundleReader, BundleSection
+from memroot.ledger.bundle.export import BundleReader, BundleSection
 from memroot.ledger.ledger import AppendHook, Ledger
 from memroot.ledger.verify import ReplayCheck
 

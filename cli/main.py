@@ -36,7 +36,8 @@ import click
 from click.core import ParameterSource
 
 from memroot.ledger import _backend
-from memroot.ledger import store as store_module
+from memroot.ledger.backends import store as store_module
+from memroot.ledger.backends.pg import is_url
 from memroot.ledger.errors import (
     DecodeError,
     IntegrityError,
@@ -45,7 +46,6 @@ from memroot.ledger.errors import (
     RefusedError,
     StorageError,
 )
-from memroot.ledger.pg import is_url
 
 __all__ = [
     "Context",
@@ -314,7 +314,7 @@ class _Group(click.Group):
         Witness and publication problems after a committed checkpoint are warnings (the
         command succeeded; the checkpoint is queued for retry): printed on stderr.
         """
-        from memroot.ledger.witness import WitnessWarning
+        from memroot.ledger.transparency.witness import WitnessWarning
 
         commits_before = store_module.commits
         with warnings.catch_warnings(record=True) as caught:

@@ -299,7 +299,7 @@ def rebuild_cmd(ctx: Context, as_json: bool) -> None:
 
     Example: memroot -l agent.ledger rebuild --json
     """
-    from memroot.ledger.pg import PgStore
+    from memroot.ledger.backends.pg import PgStore
     from memroot.ledger.verify import bound_cache
     from memroot.memory_root.falsify.replay import StatesRebuild
     from memroot.memory_root.tables_check import LayerTablesRebuild

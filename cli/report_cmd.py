@@ -24,10 +24,10 @@ import click
 from memroot.cli._report_html import plural
 from memroot.cli.commands import snapshot_of, strict_option, verify_ledger
 from memroot.cli.main import Context, cli, emit, pass_ctx
+from memroot.ledger.backends.pg import redact
 from memroot.ledger.entries import now_us
 from memroot.ledger.errors import IntegrityError, RefusedError, StorageError
 from memroot.ledger.ledger import Ledger, default_key_path
-from memroot.ledger.pg import redact
 from memroot.ledger.strict import relaxed
 from memroot.ledger.trust import TrustedState, default_trusted_path
 from memroot.ledger.verify import AuditReport, bound_cache

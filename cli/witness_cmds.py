@@ -24,15 +24,20 @@ from memroot.cli.commands import open_ledger, open_reader, strict_option
 from memroot.cli.main import Context, cli, emit, pass_ctx
 from memroot.ledger.errors import IntegrityError, RefusedError, StorageError
 from memroot.ledger.note import Verifier
-from memroot.ledger.tiles import branch_directory, publish_setting, set_publish, write_tiles
-from memroot.ledger.witness import (
+from memroot.ledger.transparency.tiles import (
+    branch_directory,
+    publish_setting,
+    set_publish,
+    write_tiles,
+)
+from memroot.ledger.transparency.witness import (
     Submission,
     add_witness,
     remove_witness,
     submit,
     witness_status,
 )
-from memroot.ledger.witness_server import Witness, init_witness, serve
+from memroot.ledger.transparency.witness_server import Witness, init_witness, serve
 
 __all__ = ["publish_cmd", "witness"]
 

@@ -21,7 +21,7 @@ verification), ``memroot.projections`` (the memory model), ``memroot.memory_root
 (snapshots, roots, falsification, branches), ``memroot.cli`` (the ``memroot`` command) and
 ``memroot.integrations`` (agent frameworks). The names above are loaded on first use:
 ``import memroot`` itself imports nothing else, so the offline auditor
-(``memroot.ledger.audit``) runs without the ledger's own dependencies.
+(``memroot.ledger.bundle.audit``) runs without the ledger's own dependencies.
 """
 
 import importlib as _importlib

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from memroot.ledger.backends.pg import is_url
 from memroot.ledger.entries import CANONICAL_BRANCH, EventInput, OpInput, parse_input
 from memroot.ledger.errors import ClosedError, NotFoundError, ValidationError
 from memroot.ledger.ledger import Appended, Ledger
-from memroot.ledger.pg import is_url
 from memroot.ledger.vocab import (
     ActorType,
     EpistemicType,

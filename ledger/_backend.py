@@ -21,7 +21,18 @@ from typing import Final, Literal
 
 __all__ = ["BACKEND", "NATIVE", "describe", "reference"]
 
-_USERS: Final = ("encoding", "hashing", "entries", "merkle", "verify", "ledger", "signing")
+_USERS: Final = (
+    "encoding",
+    "hashing",
+    "entries",
+    "merkle",
+    "verify.auditor",
+    "verify.steps_1_4_entries",
+    "verify.store_source",
+    "_reading",
+    "_appending",
+    "signing",
+)
 """The modules of memroot.ledger that call the native core (each as ``_N``)."""
 
 _CHOICE: Final = os.environ.get("MEMROOT_BACKEND", "").strip().lower()

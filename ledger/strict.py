@@ -35,11 +35,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from memroot.ledger import merkle
+from memroot.ledger.backends.store import EntryRow, Store
 from memroot.ledger.entries import CANONICAL_BRANCH, ZERO_HASH, Entry, Kind
 from memroot.ledger.errors import DecodeError, IntegrityError, NotFoundError, ProofError
 from memroot.ledger.hashing import content_commitment, leaf_hash, node_hash
 from memroot.ledger.note import Verifier, open_checkpoint
-from memroot.ledger.store import EntryRow, Store
 from memroot.ledger.vocab import OpType
 
 if TYPE_CHECKING:

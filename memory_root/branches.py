@@ -31,6 +31,7 @@ from typing import Any, Final
 
 import apsw
 
+from memroot.ledger.backends.store import BRANCH_SHIFT
 from memroot.ledger.entries import (
     CANONICAL_BRANCH,
     Entry,
@@ -48,7 +49,6 @@ from memroot.ledger.errors import (
     ValidationError,
 )
 from memroot.ledger.ledger import Appended, Ledger
-from memroot.ledger.store import BRANCH_SHIFT
 from memroot.ledger.vocab import ActorType, BranchType, OpType, canonical
 
 __all__ = [

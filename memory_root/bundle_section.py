@@ -6,8 +6,8 @@
     {"branch", "seq", "state", "payload": <the SNAPSHOT payload: preimage + memory_root, §6>,
      "summaries": [{"id", "rule", "rule_cbor", "digest", "count", "data"}, ...]}
 
-``RootsSectionCheck`` (a ``ReplayCheck`` for ``memroot.ledger.audit``) checks, from the bundle
-alone,
+``RootsSectionCheck`` (a ``ReplayCheck`` for ``memroot.ledger.bundle.audit``) checks, from the
+bundle alone,
 that every record is the SNAPSHOT entry it claims (step 8): its payload is the one of the
 SNAPSHOT entry at ``(branch, seq)`` and hashes to the root it names, each summary's bytes hash
 to its digest (``summary_digest``) and its rule bytes to its rule digest, and every SNAPSHOT
@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
-from memroot.ledger.bundle import BundleReader
+from memroot.ledger.bundle.export import BundleReader
 from memroot.ledger.entries import Entry, Kind
 from memroot.ledger.errors import MemrootError
 from memroot.ledger.hashing import domain_hash

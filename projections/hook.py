@@ -23,10 +23,10 @@ from typing import Any, Final
 
 import apsw
 
+from memroot.ledger.backends.store import Store
 from memroot.ledger.entries import CANONICAL_BRANCH, Entry, Kind, OpInput
 from memroot.ledger.errors import RefusedError, StorageError
 from memroot.ledger.ledger import Ledger
-from memroot.ledger.store import Store
 from memroot.projections import gated, tables
 from memroot.projections.backends import _EV_INS, MemState, SqlState
 from memroot.projections.engine import Engine

@@ -14,11 +14,11 @@ import pytest
 from click.testing import CliRunner, Result
 
 from memroot.ledger import encoding
+from memroot.ledger.backends.store import entry_key, node_key
 from memroot.ledger.entries import Entry, EventInput, OpInput
 from memroot.ledger.hashing import leaf_hash
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.merkle import CompactRange
-from memroot.ledger.store import entry_key, node_key
 from memroot.ledger.vocab import ActorType, EntityType, OpType, Role
 
 ORIGIN = "example.org/memroot-test"

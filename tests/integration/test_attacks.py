@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from memroot.cli.main import cli
 from memroot.ledger import _backend
+from memroot.ledger.backends.store import node_key
 from memroot.ledger.entries import Entry, Kind, build_entry
 from memroot.ledger.errors import IntegrityError, StorageError
 from memroot.ledger.hashing import content_digest, leaf_hash
@@ -32,7 +33,6 @@ from memroot.ledger.ledger import Ledger
 from memroot.ledger.merkle import CompactRange
 from memroot.ledger.note import Checkpoint, parse_checkpoint, sign_checkpoint, vkey_of
 from memroot.ledger.signing import Ed25519Signer
-from memroot.ledger.store import node_key
 from memroot.ledger.trust import TrustedState
 from memroot.ledger.verify import AuditReport, Finding, verify_path
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from memroot.ledger.bundle import MANIFEST, branch_files
+from memroot.ledger.bundle.export import MANIFEST, branch_files
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.note import Verifier, open_checkpoint
 

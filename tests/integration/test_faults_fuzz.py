@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memroot.ledger import encoding
-from memroot.ledger.audit import audit_bundle
-from memroot.ledger.bundle import MANIFEST, BundleReader, export_bundle
+from memroot.ledger.bundle.audit import audit_bundle
+from memroot.ledger.bundle.export import MANIFEST, BundleReader, export_bundle
 from memroot.ledger.entries import Entry, parse_input
 from memroot.ledger.errors import DecodeError, MemrootError, ProofError, ValidationError
 from memroot.ledger.ledger import Ledger

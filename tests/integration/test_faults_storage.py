@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from memroot.ledger.bundle import export_bundle
+from memroot.ledger.bundle.export import export_bundle
 from memroot.ledger.errors import StorageError
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.verify import audit

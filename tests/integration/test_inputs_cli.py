@@ -367,13 +367,13 @@ def test_log_and_show_survive_an_entry_written_before_ts_had_bounds(
     ledger: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An old entry with ts in year 287168 lists and shows (no 'year out of range' crash)."""
-    import memroot.ledger.ledger as ledger_module
+    import memroot.ledger._appending as appending_module
 
     far = 9_000_000_000_000_000_000
-    monkeypatch.setattr(ledger_module, "now_us", lambda: far)  # the clock of an older release
+    monkeypatch.setattr(appending_module, "now_us", lambda: far)  # the clock of an older release
     with Ledger.open(ledger, hooks=()) as led:
         seq = led.append(
-            ledger_module.EventInput(**{k: v for k, v in EVENT.items() if k != "kind"}, ts=far)
+            appending_module.EventInput(**{k: v for k, v in EVENT.items() if k != "kind"}, ts=far)
         ).seq
     monkeypatch.undo()
     r = run(ledger, "log")

@@ -108,7 +108,7 @@ def _checkpoint_key(path: Path) -> int:
     seq = db.execute("SELECT seq FROM lg_checkpoints ORDER BY id DESC LIMIT 1").fetchone()[0]
     no = db.execute("SELECT no FROM branches WHERE name = 'main'").fetchone()[0]
     db.close()
-    return int(no) << 40 | int(seq)  # the entries.k of that entry (ledger/store.py)
+    return int(no) << 40 | int(seq)  # the entries.k of that entry (ledger/backends/store.py)
 
 
 def _saved_once(tmp_path: Path, count: int) -> tuple[Path, Any, int]:

@@ -13,8 +13,8 @@ from click.testing import CliRunner, Result
 
 from memroot.cli.main import cli
 from memroot.ledger import merkle
+from memroot.ledger.backends.store import Store
 from memroot.ledger.entries import Entry
-from memroot.ledger.store import Store
 
 ORIGIN = "example.org/memory-cli"
 

@@ -29,7 +29,7 @@ from click.testing import CliRunner, Result
 import memroot
 from memroot.cli.main import cli, load_all_commands
 from memroot.ledger import encoding
-from memroot.ledger.store import entry_key, node_key
+from memroot.ledger.backends.store import entry_key, node_key
 
 ORIGIN = "example.org/strict-readers"
 MAIN_NO = 1

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from memroot.cli import hooks
+from memroot.ledger.backends.store import Store
 from memroot.ledger.ledger import Ledger
-from memroot.ledger.store import Store
 from memroot.ledger.strict import relaxed
 from memroot.ledger.verify import audit
 

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from click.testing import Result
 
-from memroot.ledger.cosignature import WitnessKey, cosignatures
 from memroot.ledger.note import split_note
+from memroot.ledger.transparency.cosignature import WitnessKey, cosignatures
 
 ORIGIN = "example.org/agent-witnessed"
 WITNESS = "witness.example.org/w1"

@@ -21,12 +21,13 @@ import pytest
 from click.testing import CliRunner
 
 from memroot.cli.main import cli
+from memroot.ledger import _appending as appending_module
 from memroot.ledger import entries as entries_module
 from memroot.ledger import ledger as ledger_module
+from memroot.ledger.backends.pg import DerivedCache
 from memroot.ledger.entries import EventInput, OpInput
 from memroot.ledger.errors import RefusedError, StorageError
 from memroot.ledger.ledger import Ledger
-from memroot.ledger.pg import DerivedCache
 from memroot.ledger.signing import Ed25519Signer
 from memroot.memory_root import branches as branches_module
 from memroot.memory_root import divergence as divergence_module
@@ -51,13 +52,14 @@ def deterministic(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
         def new_uuid() -> str:
             return str(uuid.UUID(int=(0x0190 << 112) | (7 << 76) | (2 << 62) | next(ids)))
 
-        monkeypatch.setattr(ledger_module, "now_us", lambda: next(clock))
+        monkeypatch.setattr(appending_module, "now_us", lambda: next(clock))
         monkeypatch.setattr(entries_module, "now_us", lambda: next(clock))
         monkeypatch.setattr(divergence_module, "now_us", lambda: next(clock))
-        monkeypatch.setattr(ledger_module.os, "urandom", lambda n: bytes([next(salt) % 251]) * n)
-        for module in (ledger_module, entries_module):
-            monkeypatch.setattr(module, "new_uuid", new_uuid)
+        monkeypatch.setattr(appending_module.os, "urandom", lambda n: bytes([next(salt) % 251]) * n)
+        monkeypatch.setattr(ledger_module, "new_uuid", new_uuid)
+        for module in (appending_module, entries_module):
             monkeypatch.setattr(module, "new_uuids", lambda n: [new_uuid() for _ in range(n)])
+        monkeypatch.setattr(entries_module, "new_uuid", new_uuid)
         # Modules that bind ``new_uuid`` by name (imported here, not only when a CLI command
         # first needs them: the result must not depend on which tests ran before).
         for module in (branches_module, merge_module):
@@ -663,7 +665,7 @@ def test_process_killed_between_the_two_commits(tmp_path: Path, pg_url: str, pg_
 
 def test_default_cache_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """$MEMROOT_CACHE, else beside the key, else the XDG cache directory by ledger id."""
-    from memroot.ledger.pg import default_cache_path
+    from memroot.ledger.backends.pg import default_cache_path
 
     key = tmp_path / "k.key"
     assert default_cache_path("id-1", key) == Path(f"{key}.cache")

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from memroot.ledger import _appending as appending_module
 from memroot.ledger import keys as keys_module
 from memroot.ledger import ledger as ledger_module
 from memroot.ledger.entries import EventInput, OpInput
@@ -70,10 +71,10 @@ def deterministic(monkeypatch: pytest.MonkeyPatch) -> Any:
             return str(uuid.UUID(int=(0x0190 << 112) | (7 << 76) | (2 << 62) | next(ids)))
 
         salt = itertools.count(1)
-        monkeypatch.setattr(ledger_module, "now_us", lambda: next(clock))
-        monkeypatch.setattr(ledger_module.os, "urandom", lambda n: bytes([next(salt) % 251]) * n)
+        monkeypatch.setattr(appending_module, "now_us", lambda: next(clock))
+        monkeypatch.setattr(appending_module.os, "urandom", lambda n: bytes([next(salt) % 251]) * n)
         monkeypatch.setattr(ledger_module, "new_uuid", new_uuid)
-        monkeypatch.setattr(ledger_module, "new_uuids", lambda n: [new_uuid() for _ in range(n)])
+        monkeypatch.setattr(appending_module, "new_uuids", lambda n: [new_uuid() for _ in range(n)])
         monkeypatch.setattr(
             Ed25519Signer,
             "generate",

@@ -20,7 +20,7 @@ def db(pg_url: str, pg_key: Path) -> Iterator[Any]:
 
 
 def test_ddl_upserts_and_placeholders(db: Any) -> None:
-    from memroot.ledger.pg import PgConnection
+    from memroot.ledger.backends.pg import PgConnection
 
     assert isinstance(db, PgConnection)
     db.execute(
@@ -43,7 +43,7 @@ def test_ddl_upserts_and_placeholders(db: Any) -> None:
 
 
 def test_errors_are_storage_errors(db: Any) -> None:
-    from memroot.ledger.pg import PgConnection
+    from memroot.ledger.backends.pg import PgConnection
 
     assert isinstance(db, PgConnection)
     with pytest.raises(StorageError, match="does not exist"):

@@ -9,7 +9,8 @@ import pytest
 
 from memroot.bench.bench_verify_threads import main, measure
 from memroot.bench.ledger import batched_memroot
-from memroot.ledger import _backend, verify
+from memroot.ledger import _backend
+from memroot.ledger.verify import store_source
 
 
 def test_each_thread_is_measured_and_the_reader_is_put_back(
@@ -17,9 +18,9 @@ def test_each_thread_is_measured_and_the_reader_is_put_back(
 ) -> None:
     path = tmp_path / "l.ledger"
     batched_memroot(path, 3000)
-    run = verify._ChunkReader._run
+    run = store_source._ChunkReader._run
     got = measure(path)
-    assert verify._ChunkReader._run is run
+    assert store_source._ChunkReader._run is run
     assert got["entries"] == 3001
     assert got["critical_cpu_s"] == max(got["auditor_cpu_s"], got["reader_cpu_s"])
     # The reader thread runs on the native core only (the reference reads for itself).

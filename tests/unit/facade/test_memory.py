@@ -28,7 +28,7 @@ def test_import_memroot_is_cheap() -> None:
         "for m in ('apsw', 'click', 'blake3'): sys.modules[m] = None\n"
         "import memroot\n"
         "assert memroot.__version__\n"
-        "import memroot.ledger.audit\n"
+        "import memroot.ledger.bundle.audit\n"
         "assert 'memroot.memory' not in sys.modules\n"
         "try:\n"
         "    memroot.open\n"

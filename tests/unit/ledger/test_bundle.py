@@ -15,15 +15,15 @@ from typing import Any
 import pytest
 
 from memroot.ledger import encoding
-from memroot.ledger.audit import audit_bundle, verify_bundle
-from memroot.ledger.bundle import (
+from memroot.ledger.bundle.audit import audit_bundle, verify_bundle
+from memroot.ledger.bundle.export import (
     INDEX_EVERY,
     MANIFEST,
     BundleReader,
     branch_files,
     export_bundle,
 )
-from memroot.ledger.bundle_import import import_bundle
+from memroot.ledger.bundle.importing import import_bundle
 from memroot.ledger.entries import Entry
 from memroot.ledger.errors import DecodeError, IntegrityError, RefusedError, StorageError
 from memroot.ledger.hashing import sha256
@@ -334,7 +334,7 @@ def test_offline_audit_without_apsw_or_blake3(bundle: Path, vkey: str) -> None:
         "import sys, json\n"
         "sys.modules['apsw'] = None; sys.modules['blake3'] = None; sys.modules['click'] = None\n"
         "from pathlib import Path\n"
-        "from memroot.ledger.audit import audit_bundle\n"
+        "from memroot.ledger.bundle.audit import audit_bundle\n"
         f"r = audit_bundle(Path({str(bundle)!r}), vkeys=[{vkey!r}], update_trusted=False)\n"
         "print(json.dumps(r.to_json()))\n"
         "assert 'apsw' not in sys.modules or sys.modules['apsw'] is None\n"

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from memroot.ledger import keys
-from memroot.ledger.audit import audit_bundle
-from memroot.ledger.bundle import export_bundle
+from memroot.ledger.bundle.audit import audit_bundle
+from memroot.ledger.bundle.export import export_bundle
 from memroot.ledger.entries import _library_op
 from memroot.ledger.errors import KeyFileError
 from memroot.ledger.ledger import Ledger, default_key_path

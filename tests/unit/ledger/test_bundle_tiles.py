@@ -12,7 +12,7 @@ from memroot.ledger.hashing import leaf_hash
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.merkle import CompactRange, verify_inclusion
 from memroot.ledger.note import Verifier, open_checkpoint
-from memroot.ledger.tiles import tile_path, write_tiles
+from memroot.ledger.transparency.tiles import tile_path, write_tiles
 
 ORIGIN = "example.org/memroot-test"
 

@@ -10,13 +10,13 @@ from typing import Any
 import apsw
 import pytest
 
+from memroot.ledger.backends.store import Store
 from memroot.ledger.entries import Entry
 from memroot.ledger.ledger import Ledger
-from memroot.ledger.store import Store
-from memroot.ledger.tiles import set_publish
+from memroot.ledger.transparency.tiles import set_publish
+from memroot.ledger.transparency.witness import WitnessWarning, add_witness
+from memroot.ledger.transparency.witness_server import init_witness
 from memroot.ledger.verify import audit
-from memroot.ledger.witness import WitnessWarning, add_witness
-from memroot.ledger.witness_server import init_witness
 
 ORIGIN = "example.org/commit-reads"
 

@@ -8,11 +8,11 @@ import apsw
 import pytest
 
 from memroot.ledger import merkle
+from memroot.ledger.backends.store import entry_key, node_key
 from memroot.ledger.entries import Entry, EventInput, Kind, OpInput, build_entry
 from memroot.ledger.errors import RefusedError, ValidationError
 from memroot.ledger.hashing import leaf_hash
 from memroot.ledger.ledger import Ledger
-from memroot.ledger.store import entry_key, node_key
 from memroot.ledger.trust import TrustedState
 from memroot.ledger.verify import verify_path
 

@@ -12,11 +12,16 @@ import pytest
 from click.testing import CliRunner
 
 from memroot.cli.main import cli
-from memroot.ledger.audit import audit_tiles
+from memroot.ledger.bundle.audit import audit_tiles
 from memroot.ledger.errors import RefusedError
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.note import Verifier, open_checkpoint, split_note
-from memroot.ledger.tiles import publish_configured, set_publish, tile_path, write_tiles
+from memroot.ledger.transparency.tiles import (
+    publish_configured,
+    set_publish,
+    tile_path,
+    write_tiles,
+)
 
 ORIGIN = "example.org/published"
 

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from memroot.ledger import keys
+from memroot.ledger.backends.store import Store
 from memroot.ledger.errors import IntegrityError, KeyFileError, RefusedError
 from memroot.ledger.ledger import CHECKPOINT_KEEP_EVERY, Ledger
 from memroot.ledger.signing import Ed25519Signer
-from memroot.ledger.store import Store
 from memroot.ledger.strict import relaxed
 from memroot.ledger.verify import audit
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from memroot.ledger.backends.store import SCHEMA_VERSION, Store, entry_key, node_key
 from memroot.ledger.errors import NotFoundError, RefusedError, StorageError, ValidationError
 from memroot.ledger.ledger import Ledger
-from memroot.ledger.store import SCHEMA_VERSION, Store, entry_key, node_key
 
 
 @pytest.fixture

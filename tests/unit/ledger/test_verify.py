@@ -16,10 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memroot.ledger import encoding
+from memroot.ledger.backends.store import Store
 from memroot.ledger.entries import Entry
 from memroot.ledger.errors import IntegrityError, StorageError
 from memroot.ledger.ledger import Ledger
-from memroot.ledger.store import Store
 from memroot.ledger.trust import TrustedState
 from memroot.ledger.verify import (
     MAX_FINDINGS,

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import apsw
 
+from memroot.ledger.backends.store import entry_key
 from memroot.ledger.entries import EventInput, OpInput
 from memroot.ledger.ledger import Ledger
-from memroot.ledger.store import entry_key
 from memroot.ledger.trust import TrustedState
 from memroot.ledger.verify import verify_path
 

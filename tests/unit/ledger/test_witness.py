@@ -14,7 +14,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 )
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from memroot.ledger.cosignature import (
+from memroot.ledger.errors import DecodeError, ProofError
+from memroot.ledger.note import Checkpoint, Verifier, open_checkpoint, sign_checkpoint
+from memroot.ledger.signing import Ed25519Signer
+from memroot.ledger.transparency.cosignature import (
     WitnessKey,
     add_cosignature_lines,
     cosign,
@@ -24,9 +27,6 @@ from memroot.ledger.cosignature import (
     parse_add_checkpoint,
     render_add_checkpoint,
 )
-from memroot.ledger.errors import DecodeError, ProofError
-from memroot.ledger.note import Checkpoint, Verifier, open_checkpoint, sign_checkpoint
-from memroot.ledger.signing import Ed25519Signer
 
 VECTORS = Path(__file__).parents[2] / "vectors" / "memroot"
 KAT = json.loads((VECTORS / "witness-kat.json").read_text("utf-8"))

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from memroot.ledger.cosignature import WitnessKey, cosignatures
 from memroot.ledger.entries import OpInput
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.note import split_note
-from memroot.ledger.tiles import set_publish
-from memroot.ledger.witness import WitnessWarning, add_witness, submit, witness_status
-from memroot.ledger.witness_server import Witness, init_witness, serve
+from memroot.ledger.transparency.cosignature import WitnessKey, cosignatures
+from memroot.ledger.transparency.tiles import set_publish
+from memroot.ledger.transparency.witness import WitnessWarning, add_witness, submit, witness_status
+from memroot.ledger.transparency.witness_server import Witness, init_witness, serve
 
 ORIGIN = "example.org/client"
 

@@ -9,16 +9,16 @@ from typing import Any
 
 import pytest
 
-from memroot.ledger.cosignature import (
+from memroot.ledger.errors import RefusedError
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.transparency.cosignature import (
     SIZE_CONTENT_TYPE,
     WitnessKey,
     add_cosignature_lines,
     cosignatures,
     render_add_checkpoint,
 )
-from memroot.ledger.errors import RefusedError
-from memroot.ledger.ledger import Ledger
-from memroot.ledger.witness_server import EVIDENCE_FILE, Witness, init_witness, serve
+from memroot.ledger.transparency.witness_server import EVIDENCE_FILE, Witness, init_witness, serve
 
 ORIGIN = "example.org/witnessed"
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from memroot.cli.hooks import default_hooks
-from memroot.ledger.audit import audit_bundle
-from memroot.ledger.bundle import BundleReader, export_bundle
+from memroot.ledger.bundle.audit import audit_bundle
+from memroot.ledger.bundle.export import BundleReader, export_bundle
 from memroot.ledger.entries import EventInput
 from memroot.ledger.ledger import Ledger
 from memroot.memory_root import Roots

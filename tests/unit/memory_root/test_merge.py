@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
+from memroot.ledger.backends.store import Store
 from memroot.ledger.entries import EventInput, OpInput, _library_op, now_us
 from memroot.ledger.errors import NotFoundError, RefusedError, ValidationError
 from memroot.ledger.ledger import Ledger
-from memroot.ledger.store import Store
 from memroot.ledger.verify import audit
 from memroot.memory_root.branches import BranchRegistry, close_branch, create_branch
 from memroot.memory_root.divergence import WARN_ABOVE, diff_branch, divergence

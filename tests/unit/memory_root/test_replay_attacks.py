@@ -11,8 +11,8 @@ import apsw
 import pytest
 
 from memroot.ledger import encoding
-from memroot.ledger.audit import audit_bundle
-from memroot.ledger.bundle import export_bundle
+from memroot.ledger.bundle.audit import audit_bundle
+from memroot.ledger.bundle.export import export_bundle
 from memroot.ledger.entries import _library_op
 from memroot.ledger.errors import IntegrityError
 from memroot.ledger.ledger import Ledger

@@ -22,8 +22,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from memroot.ledger import _appending as appending_module
 from memroot.ledger import _backend
-from memroot.ledger import ledger as ledger_module
 from memroot.ledger.entries import (
     MAX_SNAPSHOT_EVERY,
     TS_MAX_AHEAD_US,
@@ -100,20 +100,20 @@ def replay_reference(
                 pos += 1
                 fixed.append(dataclasses.replace(item, id=e.body["id"], ts=e.ts))
                 given += salts.get(r.seq, bytes(32))  # the reference takes salt n for item n
-            saved = ledger_module.os
+            saved = appending_module.os
             fake = types.SimpleNamespace(urandom=lambda n, s=given: s[:n])
-            ledger_module.os = fake  # type: ignore[assignment]
+            appending_module.os = fake  # type: ignore[assignment]
             try:
                 ref.append_batch(fixed)
             finally:
-                ledger_module.os = saved
+                appending_module.os = saved
     return ref
 
 
 def test_native_loop_is_in_use() -> None:
-    assert ledger_module._N is not None
+    assert appending_module._N is not None
     with _backend.reference():
-        assert ledger_module._N is None
+        assert appending_module._N is None
 
 
 @settings(max_examples=15, deadline=None)

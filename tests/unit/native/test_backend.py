@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from click.testing import CliRunner
 
@@ -31,8 +32,9 @@ def test_version_names_the_backend() -> None:
 
 def test_memroot_backend_python_forces_the_reference() -> None:
     code = (
-        "from memroot.ledger import _backend, encoding, verify;"
-        "print(_backend.BACKEND, encoding._N is None, verify._N is None)"
+        "from memroot.ledger import _backend, encoding;"
+        "from memroot.ledger.verify import auditor;"
+        "print(_backend.BACKEND, encoding._N is None, auditor._N is None)"
     )
     proc = run({"MEMROOT_BACKEND": "python"}, code)
     assert proc.stdout.split() == ["python", "True", "True"], proc.stderr
@@ -60,3 +62,14 @@ def test_native_is_used_when_built() -> None:
         {"MEMROOT_BACKEND": ""}, "from memroot.ledger import _backend; print(_backend.BACKEND)"
     )
     assert proc.stdout.strip() == "native", proc.stderr
+
+
+def test_the_reference_switch_names_every_module_that_calls_the_native_core() -> None:
+    """``_backend.reference`` switches each ledger module that binds the native core as _N."""
+    root = Path(__file__).resolve().parents[3] / "ledger"
+    binding = {
+        str(p.relative_to(root).with_suffix("")).replace("/", ".")
+        for p in root.rglob("*.py")
+        if "NATIVE as _N" in p.read_text()
+    }
+    assert binding == set(_backend._USERS)

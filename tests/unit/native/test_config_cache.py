@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from memroot.ledger.ledger import Ledger
-from memroot.ledger.witness import WitnessWarning, _has_tables, add_witness
-from memroot.ledger.witness_server import init_witness
+from memroot.ledger.transparency.witness import WitnessWarning, _has_tables, add_witness
+from memroot.ledger.transparency.witness_server import init_witness
 
 DOWN = "http://127.0.0.1:9"  # nothing listens on the discard port: every submission fails
 

@@ -392,7 +392,7 @@ def test_uuid_bytes_parses_canonical_text_only(text: str) -> None:
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 40), st.integers(0, 2**30)), max_size=20))
 def test_node_keys_and_mismatches(ids: list[tuple[int, int]]) -> None:
-    from memroot.ledger.store import node_key
+    from memroot.ledger.backends.store import node_key
 
     nodes = [(level, index, bytes([level % 256]) * 32) for level, index in ids]
     keys = native.node_keys(3, nodes)

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from memroot.ledger import _backend, merkle
-from memroot.ledger import ledger as ledger_module
-from memroot.ledger import store as store_module
+from memroot.ledger import _reading as reading_module
+from memroot.ledger.backends import store as store_module
 from memroot.ledger.errors import StorageError
 from memroot.ledger.ledger import Ledger
 
@@ -55,7 +55,7 @@ def test_the_node_cache_is_filled_and_cleared_alike(
     ledger_path: Path, monkeypatch: pytest.MonkeyPatch, cache_max: int
 ) -> None:
     monkeypatch.setattr(store_module, "_CACHE_MAX", cache_max)  # read_nodes (the reference)
-    monkeypatch.setattr(ledger_module, "NODE_CACHE_MAX", cache_max)  # the native path
+    monkeypatch.setattr(reading_module, "NODE_CACHE_MAX", cache_max)  # the native path
     with (
         Ledger.open(ledger_path, hooks=(), readonly=True) as mine,
         Ledger.open(ledger_path, hooks=(), readonly=True) as ref,

@@ -203,8 +203,8 @@ def test_event_index_with_imported_ids_verifies_identically(tmp_path: Path, inpu
 
 
 def test_the_reader_thread_is_used_only_on_the_auditors_state(tmp_path: Path, inputs: Any) -> None:
-    from memroot.ledger.store import Store, entry_key
-    from memroot.ledger.verify import _ChunkReader, _row_chunks
+    from memroot.ledger.backends.store import Store, entry_key
+    from memroot.ledger.verify.store_source import _ChunkReader, _row_chunks
 
     path = tmp_path / "l.ledger"
     with Ledger.init(path, hooks=()) as ledger:
@@ -281,7 +281,7 @@ def test_the_event_index_read_ahead_answers_only_what_it_covers(
     canonical UUID text, or an id that repeats (the reference's look-up decides those); a
     misplaced, missing or foreign index row inside a span is reported as the reference does.
     """
-    from memroot.ledger.store import Store, entry_key
+    from memroot.ledger.backends.store import Store, entry_key
 
     native = _backend.NATIVE
     assert native is not None

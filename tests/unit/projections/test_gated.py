@@ -350,7 +350,7 @@ def test_why_at_an_anchor_says_which_operations_apply_and_why_not(chat: Chat) ->
 
 
 def _step9(path: Path) -> list[str]:
-    from memroot.ledger.store import Store
+    from memroot.ledger.backends.store import Store
     from memroot.ledger.verify import audit
 
     store = Store(path)

@@ -107,7 +107,7 @@ def build(directory: Path) -> dict[str, Any]:
     The ledger's clock is pinned to ``T0`` (the genesis and the append rules' ``ts`` window,
     docs/FORMAT.md §3.1), so the fixed timestamps are accepted and the bytes never change.
     """
-    with mock.patch("memroot.ledger.ledger.now_us", lambda: T0):
+    with mock.patch("memroot.ledger._appending.now_us", lambda: T0):
         return _build(directory)
 
 

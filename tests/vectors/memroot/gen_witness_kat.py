@@ -22,9 +22,9 @@ import json
 import sys
 from pathlib import Path
 
-from memroot.ledger.cosignature import WitnessKey, cosign, cosigned_message
 from memroot.ledger.note import Checkpoint, Verifier, sign_checkpoint, vkey_of
 from memroot.ledger.signing import Ed25519Signer
+from memroot.ledger.transparency.cosignature import WitnessKey, cosign, cosigned_message
 
 LOG_SEED = bytes(range(1, 33))
 WITNESS_SEED = bytes(range(0x21, 0x41))

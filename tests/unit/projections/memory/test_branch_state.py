@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from memroot.ledger.backends.store import Store
 from memroot.ledger.entries import EventInput, OpInput, new_uuid, now_us
 from memroot.ledger.errors import NotFoundError, RefusedError
 from memroot.ledger.ledger import Ledger
-from memroot.ledger.store import Store
 from memroot.ledger.verify import audit
 from memroot.projections import requests as rq
 from memroot.projections.backends import SqlState

@@ -243,7 +243,7 @@ def drive(
 
 
 def step9(path: Path) -> list[str]:
-    from memroot.ledger.store import Store
+    from memroot.ledger.backends.store import Store
 
     store = Store(path)
     try:

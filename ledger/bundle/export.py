@@ -1,7 +1,7 @@
 """Auditor's bundles: a self-contained, streamable export of a ledger (docs/FORMAT.md §7).
 
 A bundle is a directory an auditor verifies offline with the ledger's public key and nothing
-else (``memroot.ledger.audit``). Layout, version 1::
+else (``memroot.ledger.bundle.audit``). Layout, version 1::
 
     manifest.json                     what is in the bundle: counts, heads, roots, file digests
     branches/<branch>/entries         every entry's exact bytes, in seq order

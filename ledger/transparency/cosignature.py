@@ -9,8 +9,9 @@ r"""C2SP tlog-cosignature ``cosignature/v1`` (Ed25519) and the tlog-witness wire
   blank line and the signed checkpoint; a 409 answer's body (``text/x.tlog.size``) is the
   witness's size and a newline.
 
-Pure text and bytes: the client is ``memroot.ledger.witness``, the server
-``memroot.ledger.witness_server``; docs/FORMAT.md section 9 is the normative text, with a vector.
+Pure text and bytes: the client is ``memroot.ledger.transparency.witness``, the server
+``memroot.ledger.transparency.witness_server``; docs/FORMAT.md section 9 is the normative text,
+with a vector.
 """
 
 from __future__ import annotations

@@ -41,13 +41,6 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from memroot.ledger import merkle
-from memroot.ledger.cosignature import (
-    MAX_REQUEST,
-    SIZE_CONTENT_TYPE,
-    WitnessKey,
-    cosign,
-    parse_add_checkpoint,
-)
 from memroot.ledger.errors import (
     DecodeError,
     KeyFileError,
@@ -58,6 +51,13 @@ from memroot.ledger.errors import (
 from memroot.ledger.hashing import EMPTY_ROOT
 from memroot.ledger.note import Verifier, open_checkpoint, split_note
 from memroot.ledger.signing import Ed25519Signer
+from memroot.ledger.transparency.cosignature import (
+    MAX_REQUEST,
+    SIZE_CONTENT_TYPE,
+    WitnessKey,
+    cosign,
+    parse_add_checkpoint,
+)
 
 __all__ = ["Answer", "Witness", "init_witness", "serve"]
 

@@ -239,8 +239,8 @@ def _sniff(path: Path) -> None:
 class Store:
     """An open ledger file. Not thread-safe: use one Store per thread or process."""
 
-    # Class defaults, so the subclasses of ``memroot.ledger.pg`` (which set their own fields)
-    # have them too.
+    # Class defaults, so the subclasses of ``memroot.ledger.backends.pg`` (which set their own
+    # fields) have them too.
     _write_open: bool = False  # from BEGIN IMMEDIATE to its COMMIT or ROLLBACK
     _txn_version: int | None = None  # the ``data_version`` read in the open write
     committed_version: int | None = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from memroot.ledger.store import Store
+    from memroot.ledger.backends.store import Store
 
 __all__ = ["checkpoint_at", "checkpoints_after", "count_after"]
 

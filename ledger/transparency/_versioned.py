@@ -1,6 +1,6 @@
 """A value per open store, valid while SQLite's ``data_version`` holds (no apsw import).
 
-In its own module because the offline auditor (``memroot.ledger.audit``) reaches the witness
+In its own module because the offline auditor (``memroot.ledger.bundle.audit``) reaches the witness
 and tiles code that use it, and must run without apsw.
 """
 

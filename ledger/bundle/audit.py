@@ -2,7 +2,7 @@
 
 ``audit_bundle`` runs the same numbered steps as ``memroot.ledger.verify.audit`` (the step logic is
 shared: ``memroot.ledger.verify.audit_source``), reading a bundle directory
-(``memroot.ledger.bundle``)
+(``memroot.ledger.bundle.export``)
 instead of a SQLite store. It needs the standard library, cbor2 and cryptography only: no
 storage driver is imported, and content commitments (step 4) use the native ``blake3``
 package when it is installed and a pure-Python BLAKE3 otherwise (the report says which).
@@ -12,11 +12,11 @@ hashes, tree nodes, content addresses), so step 5 recomputes the roots from the 
 and compares them with the signed checkpoints, and nothing else.
 
 ``audit_tiles`` runs the same steps over a C2SP tlog-tiles directory written by
-``memroot publish`` (``memroot.ledger.tiles``), reading nothing but its files: the entries from
-the entry bundles, the leaf hashes from the level-0 tiles (each must be the hash of its entry),
-every upper tile against the level below, and every retained checkpoint's root computed
-from the tiles alone, as a tile client would. Tiles carry no event content, so step 4 is not
-checked there.
+``memroot publish`` (``memroot.ledger.transparency.tiles``), reading nothing but its files: the
+entries from the entry bundles, the leaf hashes from the level-0 tiles (each must be the hash
+of its entry), every upper tile against the level below, and every retained checkpoint's root
+computed from the tiles alone, as a tile client would. Tiles carry no event content, so step 4
+is not checked there.
 
 ``WitnessPolicy`` adds the witness checks of ``--witness-vkey``/``--quorum`` (step 6: the
 newest checkpoint carries a quorum of valid cosignatures) and ``--witness URL`` (step 10: the
@@ -32,8 +32,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from memroot.ledger import merkle
-from memroot.ledger.bundle import BundleBranch, BundleReader, BundleRow, CachelessSource
-from memroot.ledger.cosignature import WitnessKey
+from memroot.ledger.bundle.export import BundleBranch, BundleReader, BundleRow, CachelessSource
 from memroot.ledger.entries import CANONICAL_BRANCH, Entry
 from memroot.ledger.errors import (
     DecodeError,
@@ -43,7 +42,8 @@ from memroot.ledger.errors import (
 )
 from memroot.ledger.hashing import BLAKE3_NATIVE, HASH_SIZE, node_hash
 from memroot.ledger.note import parse_checkpoint, split_note
-from memroot.ledger.tiles import (
+from memroot.ledger.transparency.cosignature import WitnessKey
+from memroot.ledger.transparency.tiles import (
     CHECKPOINTS_DIR,
     TILE_HEIGHT,
     TILE_WIDTH,
@@ -51,6 +51,11 @@ from memroot.ledger.tiles import (
     read_tile_file,
     split_bundle,
     tile_path,
+)
+from memroot.ledger.transparency.witness import (
+    CheckpointSource,
+    check_cosignatures,
+    witnessed_trust,
 )
 from memroot.ledger.trust import TrustedLog, TrustedState
 from memroot.ledger.verify import (
@@ -62,7 +67,6 @@ from memroot.ledger.verify import (
     RowLike,
     audit_source,
 )
-from memroot.ledger.witness import CheckpointSource, check_cosignatures, witnessed_trust
 
 __all__ = [
     "GenesisSource",

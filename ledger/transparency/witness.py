@@ -6,8 +6,8 @@ cosignatures cannot show one history to one auditor and another (or an older cop
 next: the witnesses would have to cosign both. docs/FORMAT.md section 9 is the normative text.
 
 This module is the log's client (``POST <url>/add-checkpoint``, C2SP tlog-witness) and the
-auditor's witness lookups; the cosignature format is ``memroot.ledger.cosignature``, the
-witness itself ``memroot.ledger.witness_server``.
+auditor's witness lookups; the cosignature format is ``memroot.ledger.transparency.cosignature``,
+the witness itself ``memroot.ledger.transparency.witness_server``.
 
 The ledger side keeps its witnesses and their progress in two tables of the ledger file
 (``witnesses``, ``witness_state``) and the cosignatures *in the checkpoint notes themselves*
@@ -31,19 +31,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from memroot.ledger._checkpoints import checkpoint_at, checkpoints_after, count_after
-from memroot.ledger._versioned import VersionedCache
-from memroot.ledger.cosignature import (
-    MAX_REQUEST,
-    SIG_PREFIX,
-    SIZE_CONTENT_TYPE,
-    Cosignature,
-    WitnessKey,
-    add_cosignature_lines,
-    cosignatures,
-    parse_size_body,
-    render_add_checkpoint,
-)
 from memroot.ledger.entries import CANONICAL_BRANCH
 from memroot.ledger.errors import (
     DecodeError,
@@ -55,10 +42,23 @@ from memroot.ledger.errors import (
     StorageError,
 )
 from memroot.ledger.note import SignedCheckpoint, Verifier, open_checkpoint
+from memroot.ledger.transparency._checkpoints import checkpoint_at, checkpoints_after, count_after
+from memroot.ledger.transparency._versioned import VersionedCache
+from memroot.ledger.transparency.cosignature import (
+    MAX_REQUEST,
+    SIG_PREFIX,
+    SIZE_CONTENT_TYPE,
+    Cosignature,
+    WitnessKey,
+    add_cosignature_lines,
+    cosignatures,
+    parse_size_body,
+    render_add_checkpoint,
+)
 
 if TYPE_CHECKING:
+    from memroot.ledger.backends.store import Store
     from memroot.ledger.ledger import Ledger
-    from memroot.ledger.store import Store
     from memroot.ledger.verify import AuditReport, BranchLike
 
 __all__ = [
@@ -437,13 +437,14 @@ def submit(
 def after_commit(ledger: Ledger) -> list[Submission]:
     """Submit every pending checkpoint and publish tiles, after a commit that signed one.
 
-    The call the ledger makes after every append transaction that sealed a checkpoint (and
-    ``after_checkpoint``'s first half). Never raises for a witness or publication problem:
-    it warns with a ``WitnessWarning``. When no witness and no publication is configured it
-    reads nothing: both answers are cached per connection under the ``data_version`` the
-    committed transaction read (``Store.committed_version``), so another process's
-    ``memroot witness add`` or ``publish --every-checkpoint`` is seen at the next commit
-    after it (and this connection's own at once: they forget the cached answers).
+    What the ledger's commit observer (``COMMIT_OBSERVER``) does after every append
+    transaction that sealed a checkpoint (and ``after_checkpoint``'s first half). Never
+    raises for a witness or publication problem: it warns with a ``WitnessWarning``. When no
+    witness and no publication is configured it reads nothing: both answers are cached per
+    connection under the ``data_version`` the committed transaction read
+    (``Store.committed_version``), so another process's ``memroot witness add`` or
+    ``publish --every-checkpoint`` is seen at the next commit after it (and this
+    connection's own at once: they forget the cached answers).
     """
     out: list[Submission] = []
     version = ledger.store.committed_version
@@ -462,7 +463,7 @@ def after_commit(ledger: Ledger) -> list[Submission]:
                 stacklevel=2,
             )
     try:
-        from memroot.ledger.tiles import publish_configured
+        from memroot.ledger.transparency.tiles import publish_configured
 
         publish_configured(ledger, version)
     except MemrootError as e:
@@ -473,10 +474,10 @@ def after_commit(ledger: Ledger) -> list[Submission]:
 def after_checkpoint(ledger: Ledger, signed: SignedCheckpoint) -> SignedCheckpoint:
     """Submit what is pending and publish tiles, after checkpoint ``signed`` was committed.
 
-    The call ``Ledger.checkpoint`` makes after it signs a checkpoint; returns the checkpoint
-    with the cosignatures it gathered. It never raises for a witness or publication problem
-    (the checkpoint is committed and stays; the problem is recorded and retried later) but
-    warns with a ``WitnessWarning`` naming the witness and the error.
+    What the commit observer does after ``Ledger.checkpoint`` signs a checkpoint; returns the
+    checkpoint with the cosignatures it gathered. It never raises for a witness or
+    publication problem (the checkpoint is committed and stays; the problem is recorded and
+    retried later) but warns with a ``WitnessWarning`` naming the witness and the error.
     """
     out = after_commit(ledger)
     if not out:
@@ -489,6 +490,22 @@ def after_checkpoint(ledger: Ledger, signed: SignedCheckpoint) -> SignedCheckpoi
     if note is None or note == signed.note:
         return signed
     return SignedCheckpoint(signed.checkpoint, note, signed.signer_names)
+
+
+class _Transparency:
+    """The ledger's default commit observer: the witnesses and the tiles directory."""
+
+    def committed(self, ledger: Ledger) -> None:
+        """Submit what is pending and publish tiles (``after_commit``)."""
+        after_commit(ledger)
+
+    def checkpointed(self, ledger: Ledger, signed: SignedCheckpoint) -> SignedCheckpoint:
+        """Return ``signed`` with the cosignatures gathered (``after_checkpoint``)."""
+        return after_checkpoint(ledger, signed)
+
+
+COMMIT_OBSERVER: Final = _Transparency()
+"""What ``memroot.ledger.ledger.DEFAULT_OBSERVERS`` names: every ledger registers it."""
 
 
 def _branch_of(ledger: Ledger, origin: str) -> str:

@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from memroot.ledger import merkle
-from memroot.ledger.audit import audit_bundle
-from memroot.ledger.bundle import BundleReader
+from memroot.ledger.backends.pg import PgStore, is_url, redact
+from memroot.ledger.backends.store import Store, entry_key, node_key
+from memroot.ledger.bundle.audit import audit_bundle
+from memroot.ledger.bundle.export import BundleReader
 from memroot.ledger.entries import CANONICAL_BRANCH, ZERO_HASH, Entry, Kind
 from memroot.ledger.errors import DecodeError, IntegrityError, StorageError
 from memroot.ledger.hashing import content_digest, leaf_hash
-from memroot.ledger.pg import PgStore, is_url, redact
-from memroot.ledger.store import Store, entry_key, node_key
 from memroot.ledger.trust import TrustedState
 from memroot.ledger.verify import AuditReport
 

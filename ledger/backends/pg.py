@@ -1,8 +1,8 @@
 """PostgreSQL storage (psycopg 3): a ``Store`` whose ledger lives in a PostgreSQL database.
 
 ``-l postgresql://...`` (or ``Ledger.open(url)``) opens one. The tables are those of the SQLite
-store (``memroot.ledger.store``) with PostgreSQL types (``BIGINT``, ``BYTEA``, ``TEXT``); the
-entries, hashes, tree nodes and signed checkpoints stored are the same bytes, so a ledger
+store (``memroot.ledger.backends.store``) with PostgreSQL types (``BIGINT``, ``BYTEA``, ``TEXT``);
+the entries, hashes, tree nodes and signed checkpoints stored are the same bytes, so a ledger
 appended here and the same inputs appended to a file give the same roots and checkpoints.
 
 Concurrency (docs/postgresql.md):
@@ -29,9 +29,8 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
-from memroot.ledger import store as _store
-from memroot.ledger.errors import NotFoundError, StorageError
-from memroot.ledger.store import (
+from memroot.ledger.backends import store as _store
+from memroot.ledger.backends.store import (
     BRANCH_SHIFT,
     SCHEMA_VERSION,
     WRITER_STATEMENT_CACHE,
@@ -40,6 +39,7 @@ from memroot.ledger.store import (
     Store,
     entry_key,
 )
+from memroot.ledger.errors import NotFoundError, StorageError
 
 __all__ = [
     "CACHE_ENVVAR",
@@ -806,7 +806,7 @@ def _with_ledger_schema(derived: Store, dst: Path) -> Store:
     """Copy the derived tables of ``derived`` to a new file ``dst``, add the ledger's tables."""
     import apsw
 
-    from memroot.ledger import store as sqlite_store
+    from memroot.ledger.backends import store as sqlite_store
 
     derived.copy_snapshot(dst)
     conn = apsw.Connection(str(dst))

@@ -39,8 +39,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from memroot.ledger import merkle
-from memroot.ledger._checkpoints import checkpoints_after
-from memroot.ledger._versioned import VersionedCache
 from memroot.ledger.entries import CANONICAL_BRANCH
 from memroot.ledger.errors import (
     DecodeError,
@@ -51,10 +49,12 @@ from memroot.ledger.errors import (
 )
 from memroot.ledger.hashing import HASH_SIZE, leaf_hash, node_hash
 from memroot.ledger.note import Verifier, open_checkpoint
+from memroot.ledger.transparency._checkpoints import checkpoints_after
+from memroot.ledger.transparency._versioned import VersionedCache
 
 if TYPE_CHECKING:
+    from memroot.ledger.backends.store import Store
     from memroot.ledger.ledger import Ledger
-    from memroot.ledger.store import Store
 
 __all__ = [
     "CHECKPOINTS_DIR",

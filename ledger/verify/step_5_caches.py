@@ -1,0 +1,89 @@
+"""Step 5's checks of the stored caches (docs/FORMAT.md section 4) against the recomputation.
+
+The interior Merkle nodes, the event-id index and the meta values copied from the genesis
+entry: caches a source may keep, each compared with what the entries give.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from memroot.ledger.entries import CANONICAL_BRANCH, Entry
+from memroot.ledger.errors import MemrootError
+from memroot.ledger.verify.report import AuditReport, Finding, LedgerSource
+
+if TYPE_CHECKING:
+    pass
+
+_GENESIS_META: Final = ("ledger_id", "origin", "snapshot_every")
+
+
+def _check_meta(store: LedgerSource, report: AuditReport) -> None:
+    """(5): the meta values the ledger serves are copies of its genesis entry (a cache)."""
+    try:
+        genesis = Entry.from_bytes(store.entry_row(store.branch(CANONICAL_BRANCH).no, 0).data)
+    except MemrootError:
+        return  # a missing or undecodable genesis is reported by steps 1-3
+    for key in _GENESIS_META:
+        want, have = genesis.body.get(key), store.meta(key)
+        if type(want) is not type(have) or want != have:
+            report.add(
+                Finding(
+                    5,
+                    f"stored meta {key!r} does not match the genesis entry",
+                    CANONICAL_BRANCH,
+                    0,
+                    expected=repr(want),
+                    actual=repr(have),
+                )
+            )
+
+
+def _check_nodes(
+    store: LedgerSource,
+    branch_no: int,
+    branch: str,
+    nodes: list[tuple[int, int, bytes]],
+    report: AuditReport,
+) -> None:
+    """(5): stored interior nodes must equal the recomputed ones (they serve proofs)."""
+    if not nodes:
+        return
+    for level, index, h, stored in store.node_mismatches(branch_no, nodes):
+        report.add(
+            Finding(
+                5,
+                f"stored tree node (level {level}, index {index}) does not "
+                "match the recomputed tree",
+                branch,
+                ((index + 1) << level) - 1,  # the entry whose append completed the node
+                expected=h.hex(),
+                actual=stored.hex() if stored is not None else "missing",
+            )
+        )
+
+
+def _check_event_index(
+    store: LedgerSource,
+    branch_no: int,
+    branch: str,
+    events: list[tuple[str, int]],
+    report: AuditReport,
+) -> None:
+    """(5): the event index (event id -> entry) must point at every event verified.
+
+    A misdirected index would let ``find_event`` and a TOMBSTONE reach the wrong event.
+    """
+    if not events or not store.has_caches:
+        return
+    for event_id, seq, k in store.event_index_mismatches(branch_no, events):
+        report.add(
+            Finding(
+                5,
+                f"the event index does not point at event {event_id}",
+                branch,
+                seq,
+                expected=f"entry {seq}",
+                actual="missing" if k is None else f"key {k}",
+            )
+        )
