@@ -71,7 +71,8 @@ def _edit_content(ledger: Path) -> None:
 
 
 def test_report_never_overwrites_the_ledger_or_its_key_even_with_force(tmp_path: Path) -> None:
-    """report onto the ledger, its key or its WAL: exit 3, each byte-identical, even --force."""
+    """report onto the ledger, its key, its WAL or the trusted state: exit 3, each left as it
+    was, even with --force (a symlink to the ledger too)."""
     ledger = _example(tmp_path)
     (tmp_path / "report.html").unlink()
     with memroot.open(ledger, create=False):  # an open writer keeps a -wal beside the file
@@ -86,6 +87,10 @@ def test_report_never_overwrites_the_ledger_or_its_key_even_with_force(tmp_path:
     assert {t: _digest(t) for t in targets} == before
     code, output = _report(ledger, Path(f"{ledger}-wal"), "--force")
     assert code == 3 and "never replaces it" in output
+    trusted = tmp_path / "trusted.json"  # the trusted state _report points verify at
+    trusted.write_text("{}")
+    code, output = _report(ledger, trusted, "--force")
+    assert code == 3 and "never replaces it" in output and trusted.read_text() == "{}"
     link = tmp_path / "innocent.html"
     link.symlink_to(ledger)
     code, output = _report(ledger, link, "--force")
