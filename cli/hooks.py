@@ -40,6 +40,7 @@ def replay_checks(
     the file again each.
     """
     on = ledger if share else None
+    from memroot.integrations.langgraph._check import LangGraphTablesCheck
     from memroot.memory_root.erasure import ErasureCheck
     from memroot.memory_root.falsify.replay import FalsifyReplayCheck
     from memroot.memory_root.replay import RootsReplayCheck
@@ -56,6 +57,7 @@ def replay_checks(
         ReceiptsCheck(ledger.path, ledger=on),
         ErasureCheck(ledger.path, restricted=restricted, ledger=on),
         LayerTablesCheck(ledger.path, restricted=restricted, ledger=on),
+        LangGraphTablesCheck(ledger.path, restricted=restricted, ledger=on),
     ]
 
 
