@@ -192,7 +192,7 @@ def gather(ledger: Ledger, audit: AuditReport, now: int, *, unchecked: bool = Fa
             state="OPEN" if info is None else info.state,
             purpose="" if info is None else info.purpose,
         )
-    from memroot.receipts import Receipt, handed
+    from memroot.memory_root.receipts import Receipt, handed
 
     state_ops: list[dict[str, Any]] = []
     receipts: list[dict[str, Any]] = []

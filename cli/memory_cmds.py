@@ -204,7 +204,7 @@ def why_cmd(
         return
     if anchor is not None:
         check_uuid(anchor, "--anchor")
-    from memroot.receipts import readers
+    from memroot.memory_root.receipts import readers
 
     with open_reader(ctx, no_strict) as ledger:
         sync(ledger, branch)

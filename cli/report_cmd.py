@@ -22,8 +22,9 @@ from pathlib import Path
 import click
 
 from memroot.cli._report_html import plural
-from memroot.cli.commands import snapshot_of, strict_option, verify_ledger
+from memroot.cli.commands import strict_option
 from memroot.cli.main import Context, cli, emit, pass_ctx
+from memroot.cli.verify_cmds import snapshot_of, verify_ledger
 from memroot.ledger.backends.pg import redact
 from memroot.ledger.entries import now_us
 from memroot.ledger.errors import IntegrityError, RefusedError, StorageError

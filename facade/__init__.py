@@ -24,7 +24,6 @@ verification), ``memroot.projections`` (the memory model), ``memroot.memory_root
 (``memroot.ledger.bundle.audit``) runs without the ledger's own dependencies.
 """
 
-import importlib as _importlib
 import typing as _typing
 
 if _typing.TYPE_CHECKING:
@@ -58,33 +57,33 @@ __all__ = [
 
 __version__ = "0.1.0"
 
-# Where each public name lives, as (module, name there).
-_LAZY: _typing.Final = {
-    "open": ("memroot.memory", "open_memory"),
-    "Memory": ("memroot.memory", "Memory"),
-    "Recorded": ("memroot.memory", "Recorded"),
-    **{
-        name: ("memroot.ledger.errors", name)
-        for name in (
-            "ClosedError",
-            "IntegrityError",
-            "KeyFileError",
-            "MemrootError",
-            "NotFoundError",
-            "RefusedError",
-            "StorageError",
-            "ValidationError",
-        )
-    },
-}
+_FROM_MEMORY: _typing.Final = {"open": "open_memory", "Memory": "Memory", "Recorded": "Recorded"}
+_ERRORS: _typing.Final = frozenset(
+    {
+        "ClosedError",
+        "IntegrityError",
+        "KeyFileError",
+        "MemrootError",
+        "NotFoundError",
+        "RefusedError",
+        "StorageError",
+        "ValidationError",
+    }
+)
 
 
 def __getattr__(name: str) -> _typing.Any:
     """Load a public name (``open``, ``Memory``, the errors) when first asked for."""
-    where = _LAZY.get(name)
-    if where is None:
+    if name in _FROM_MEMORY:
+        from memroot import memory
+
+        value = getattr(memory, _FROM_MEMORY[name])
+    elif name in _ERRORS:
+        from memroot.ledger import errors
+
+        value = getattr(errors, name)
+    else:
         raise AttributeError(f"module 'memroot' has no attribute {name!r}")
-    value = getattr(_importlib.import_module(where[0]), where[1])
     globals()[name] = value
     return value
 

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 import memroot
 from memroot.cli.main import cli
 from memroot.ledger.entries import OpInput
-from memroot.receipts import (
+from memroot.memory_root.receipts import (
     VALUE_TAG,
     handed,
     receipts,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from memroot.ledger.encoding import encode
-from memroot.receipts import RECEIPT_V, VALUE_TAG, value_digest
+from memroot.memory_root.receipts import RECEIPT_V, VALUE_TAG, value_digest
 
 VECTORS_PATH = Path(__file__).with_name("receipt-vectors.json")
 OBJECT_ID = "01900000-0000-7000-8000-000000000002"
