@@ -91,7 +91,11 @@ def branch() -> None:
 
 @branch.command("create")
 @click.option(
-    "--type", "branch_type", type=click.Choice(_TYPES), required=True, help="Branch type."
+    "--type",
+    "branch_type",
+    type=click.Choice(_TYPES, case_sensitive=False),
+    required=True,
+    help="Branch type.",
 )
 @click.option("--purpose", required=True, help="Why the branch exists.")
 @click.option("--parent", default="main", show_default=True, help="Branch to fork from.")
@@ -102,7 +106,7 @@ def branch() -> None:
 )
 @click.option(
     "--on-expiry",
-    type=click.Choice(["ARCHIVE_BRANCH", "DISCARD_BRANCH"]),
+    type=click.Choice(["ARCHIVE_BRANCH", "DISCARD_BRANCH"], case_sensitive=False),
     default="ARCHIVE_BRANCH",
     show_default=True,
 )
@@ -113,7 +117,10 @@ def branch() -> None:
 )
 @click.option("--actor", default="cli", show_default=True, help="Who creates it.")
 @click.option(
-    "--actor-type", type=click.Choice(_ACTOR_TYPES), default="HUMAN_USER", show_default=True
+    "--actor-type",
+    type=click.Choice(_ACTOR_TYPES, case_sensitive=False),
+    default="HUMAN_USER",
+    show_default=True,
 )
 @click.option(
     "--namespace",
@@ -175,7 +182,7 @@ def create(
 @branch.command("list")
 @click.option(
     "--state",
-    type=click.Choice(["OPEN", "CLOSED", "DISCARDED", "ARCHIVED"]),
+    type=click.Choice(["OPEN", "CLOSED", "DISCARDED", "ARCHIVED"], case_sensitive=False),
     help="Only branches in this state.",
 )
 @strict_option
@@ -300,14 +307,17 @@ class _Ids(click.ParamType):  # type: ignore[type-arg]
 )
 @click.option(
     "--strategy",
-    type=click.Choice(list(STRATEGIES)),
+    type=click.Choice(list(STRATEGIES), case_sensitive=False),
     default="PRESERVE_BOTH",
     show_default=True,
     help="What to do when the parent holds a conflicting belief created since the fork.",
 )
 @click.option("--actor", default="cli", show_default=True, help="Who merges (the entries' actor).")
 @click.option(
-    "--actor-type", type=click.Choice(_ACTOR_TYPES), default="HUMAN_USER", show_default=True
+    "--actor-type",
+    type=click.Choice(_ACTOR_TYPES, case_sensitive=False),
+    default="HUMAN_USER",
+    show_default=True,
 )
 @click.option("--reason", help="Why (recorded in the BRANCH_MERGE entry).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")

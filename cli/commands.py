@@ -7,7 +7,6 @@ import contextlib
 import dataclasses
 import datetime as dt
 import itertools
-import json
 import os
 import shutil
 import sys
@@ -588,8 +587,9 @@ def _find_entry(ledger: Ledger, ref: str, branch: str) -> tuple[str, int]:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
 def show(ctx: Context, entry: str, branch: str, no_strict: bool, as_json: bool) -> None:
-    """Show one entry in full: header, body, hash, exact CBOR bytes and content.
+    """Show one entry in full: header, body, hash and content (--json: the exact CBOR too).
 
+    Printed for people: a header, then the body's fields one a line; --json for machines.
     The entry is a seq on --branch, or the id of an event or operation (any branch). It is
     proven in the newest signed checkpoint and its content checked against its commitment
     first (strict read); a tampered entry prints nothing and exits 1.
@@ -610,7 +610,47 @@ def show(ctx: Context, entry: str, branch: str, no_strict: bool, as_json: bool) 
         if e.kind.value == "event":
             data["content"] = row.content
             data["erased_by"] = row.erased_by
-    emit(data, as_json, lambda: click.echo(json.dumps(data, indent=2, sort_keys=True)))
+    emit(data, as_json, lambda: click.echo("\n".join(_entry_lines(data, len(e.raw)))))
+
+
+def _entry_lines(data: dict[str, Any], size: int) -> list[str]:
+    """Return ``memroot show``'s page for people: header, then the body as indented fields."""
+    out = [
+        f"entry {data['seq']} on {data['branch']}: {data['kind']} {data['type']}, {data['time']}",
+        f"  id          {data['id'] or '-'}",
+        f"  actor       {data['actor_id'] or '-'}",
+        f"  entry hash  {data['entry_hash']}",
+        f"  prev        {data['prev']}",
+        f"  format      v{data['v']}, {size} bytes of CBOR (--json shows them in base64)",
+        "body:",
+        *_field_lines(data["body"], "  "),
+    ]
+    if data["kind"] == "event":
+        if data["erased_by"] is not None:
+            out.append(f"content: erased by entry {data['erased_by']} (its commitment stays)")
+        else:
+            out.append("content:")
+            out += [f"  {line}" for line in str(data["content"]).split("\n")]
+    return out
+
+
+def _field_lines(value: Any, indent: str) -> list[str]:
+    """Return nested maps as ``key: value`` lines, indented per level; lists one item a line."""
+    out: list[str] = []
+    for k, v in sorted(value.items()):
+        if isinstance(v, dict) and v:
+            out += [f"{indent}{k}:", *_field_lines(v, indent + "  ")]
+        elif isinstance(v, list) and v:
+            out.append(f"{indent}{k}:")
+            for item in v:
+                if isinstance(item, dict):
+                    out += [f"{indent}  -", *_field_lines(item, indent + "    ")]
+                else:
+                    out.append(f"{indent}  - {item}")
+        else:
+            shown = "-" if v is None else "[]" if v == [] else "{}" if v == {} else v
+            out.append(f"{indent}{k}: {shown}")
+    return out
 
 
 @cli.command()

@@ -126,7 +126,8 @@ def _state_options(f: Any) -> Any:
                 default="HUMAN_USER",
                 show_default=True,
                 type=click.Choice(
-                    ["HUMAN_USER", "SYSTEM_PROCESS", "AI_AGENT", "EXTERNAL_CONNECTOR"]
+                    ["HUMAN_USER", "SYSTEM_PROCESS", "AI_AGENT", "EXTERNAL_CONNECTOR"],
+                    case_sensitive=False,
                 ),
                 help="The actor's type.",
             ),

@@ -5,7 +5,11 @@ with ``--json``, for a machine. Errors go to stderr; the exit code says whose fa
 (mapped in one place, ``_exit_code``):
 
     0 success · 1 integrity violation found (verify/audit) · 2 usage error ·
-    3 request refused (validation, limits, lifecycle) · 4 storage failure · 5 key file problem
+    3 request refused (validation, limits, lifecycle) · 4 storage failure · 5 key file problem ·
+    130 interrupted (Ctrl-C): nothing was written
+
+The library's errors name the parameters of the Python API (``expiry_days``); the same
+handler shows them as the running command's options (``--expiry-days``): ``cli_wording``.
 
 The ledger is given once for the whole tree: ``-l/--ledger`` (or ``MEMROOT_LEDGER``) is
 accepted before the subcommand and after it, at every level (``memroot -l L log``,
@@ -20,6 +24,7 @@ from __future__ import annotations
 import base64
 import importlib
 import json
+import re
 import sys
 import warnings
 from collections.abc import Callable, Iterator
@@ -61,6 +66,7 @@ EXIT_USAGE = 2
 EXIT_REFUSED = 3
 EXIT_STORAGE = 4
 EXIT_KEY = 5
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a command stopped by Ctrl-C
 
 
 def _exit_code(error: MemrootError) -> int:
@@ -76,6 +82,25 @@ def _exit_code(error: MemrootError) -> int:
     if isinstance(error, IntegrityError):
         return EXIT_INTEGRITY
     return EXIT_INTEGRITY
+
+
+def cli_wording(message: str, params: list[click.Parameter], field: str | None) -> str:
+    """Return ``message`` with the library's parameter names shown as the command's options.
+
+    A library error names a parameter as the Python API spells it (``expiry_days``,
+    ``strict=False``); on the command line the same thing is an option (``--expiry-days``,
+    ``--no-strict``). Replaced: the error's own ``field``, every name with an underscore,
+    and ``NAME=False`` for a ``--no-NAME`` flag; prose words are left alone.
+    """
+    for p in params:
+        if not isinstance(p, click.Option) or p.name is None:
+            continue
+        flag = max(p.opts, key=len)
+        if p.name.startswith("no_"):
+            message = message.replace(f"{p.name[3:]}=False", flag)
+        if p.name == field or "_" in p.name:
+            message = re.sub(rf"(?<![\w.-]){re.escape(p.name)}(?![\w=-])", flag, message)
+    return message
 
 
 class Context:
@@ -195,6 +220,19 @@ class LedgerCommand(click.Command):
         super().__init__(*args, **kwargs)
         _add_ledger_option(self)
 
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; a library error leaves with the options of this command path."""
+        try:
+            return super().invoke(ctx)
+        except MemrootError as e:
+            params: list[click.Parameter] = []
+            at: click.Context | None = ctx
+            while at is not None:
+                params += at.command.params
+                at = at.parent
+            e.cli_params = params  # type: ignore[attr-defined]
+            raise
+
 
 class LedgerGroup(click.Group):
     """A subcommand group with ``-l/--ledger``, whose commands and groups get it too."""
@@ -278,13 +316,28 @@ class _Group(click.Group):
         """
         from memroot.ledger.transparency.witness import WitnessWarning
 
+        commits_before = store_module.commits
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", WitnessWarning)
             try:
                 return super().invoke(ctx)
             except MemrootError as e:
-                click.echo(f"error: {e}", err=True)
+                params = getattr(e, "cli_params", [])
+                text = cli_wording(str(e), params, getattr(e, "field", None))
+                click.echo(f"error: {text}", err=True)
                 ctx.exit(_exit_code(e))
+            except KeyboardInterrupt:
+                # A write commits whole or not at all, so what a Ctrl-C stops is rolled
+                # back; only a transaction this command already committed stays.
+                done = store_module.commits - commits_before
+                click.echo(
+                    "interrupted: nothing was written (the ledger is as it was before this command)"
+                    if done == 0
+                    else f"interrupted: the transaction in progress was rolled back; the "
+                    f"{done} this command committed before it stay",
+                    err=True,
+                )
+                ctx.exit(EXIT_INTERRUPTED)
             except (apsw.CorruptError, apsw.NotADBError) as e:
                 # Pages that do not read back: the file's fault, an integrity finding (exit 1).
                 click.echo(f"error: the ledger file is a corrupt SQLite file: {e}", err=True)

@@ -154,7 +154,8 @@ def query_cmd(
             )
             if r.conflicts_with:
                 click.echo(f"    conflicts with: {', '.join(r.conflicts_with)}")
-        click.echo(f"({len(results)} object(s))", err=True)
+        n = len(results)
+        click.echo(f"({n} object{'' if n == 1 else 's'})", err=True)
 
     emit([r.to_dict() for r in results], as_json, human)
 
@@ -250,7 +251,7 @@ def why_cmd(
             )
         for line in states[1]:
             click.echo(line)
-        click.echo(f"read by ({len(read_by)} receipt(s)):")
+        click.echo(f"read by ({len(read_by)} receipt{'' if len(read_by) == 1 else 's'}):")
         for r in read_by:
             click.echo(
                 f"  run {r['run_id']} ({r['actor_id']}) v{r['version']} at {r['branch']}:{r['seq']}"

@@ -31,7 +31,7 @@ from memroot.ledger.strict import relaxed
 from memroot.ledger.trust import TrustedState, default_trusted_path
 from memroot.ledger.verify import STEPS, AuditReport, Finding, audit, bound_cache
 
-__all__ = ["print_report", "snapshot_of"]
+__all__ = ["print_report", "snapshot_of", "verify_ledger"]
 
 
 @cli.command()
@@ -270,7 +270,7 @@ def verify_cmd(
     # through one connection inside one read transaction, so appends committed meanwhile
     # never show up as findings. Read-only: verifying never writes to the audited file.
     with relaxed(), _audited(ctx.path(), ctx.key_path) as ledger, ledger.store.read():
-        report = _verify_ledger(ledger, trusted, vkeys, no_update, origin, branch, policy)
+        report = verify_ledger(ledger, trusted, vkeys, no_update, origin, branch, policy)
         path_ok = True
         if anchor is not None:
             path_ok = _verify_anchor(ledger, anchor, vkeys, report)
@@ -333,7 +333,7 @@ def snapshot_of(path: Path | str, key_path: Path | None = None) -> Iterator[Path
         yield copy
 
 
-def _verify_ledger(
+def verify_ledger(
     ledger: Ledger,
     trusted: TrustedState,
     vkeys: tuple[str, ...],

@@ -1,37 +1,93 @@
 """memroot: a hash-chained, Merkle-committed audit ledger for the memory of AI agents.
 
-The one import package of the distribution. Its layers are subpackages, mapped from the
-repository's top-level folders by ``pyproject.toml``: ``memroot.ledger`` (entries, chain,
-Merkle tree, checkpoints, verification), ``memroot.projections`` (the memory model and the
-projections), ``memroot.memory_root`` (snapshots, roots, falsification, branches) and
-``memroot.cli`` (the ``memroot`` command); ``memroot.integrations`` adapts agent frameworks.
+The API an agent runtime calls::
 
-``memroot.open(path, ...) -> Memory`` is the API an agent runtime calls (``memroot.memory``).
-It is loaded on first use: ``import memroot`` itself imports nothing else, so the offline
-auditor (``memroot.ledger.bundle.audit``) runs without the ledger's own dependencies.
+    import memroot
+
+    with memroot.open("agent.ledger", actor="agent-7", namespace="alice") as mem:
+        said = mem.record(content="I take tea without sugar", actor="alice",
+                          actor_type="HUMAN_USER", role="USER")
+        mem.remember("Alice takes tea without sugar", evidence=[said.id])
+        print([hit.object.value for hit in mem.recall(text="tea")])
+
+``open(path, ...) -> Memory`` opens (or creates) a ledger; ``Memory`` is the object it
+returns (README "Python API"). Every error is a ``MemrootError``: ``IntegrityError`` for bad
+or tampered data, ``RefusedError`` (``ValidationError``, ``NotFoundError``, ``ClosedError``)
+for a refused request, ``StorageError`` and ``KeyFileError`` for the environment.
+
+The layers are subpackages, mapped from the repository's top-level folders by
+``pyproject.toml``: ``memroot.ledger`` (entries, chain, Merkle tree, checkpoints,
+verification), ``memroot.projections`` (the memory model), ``memroot.memory_root``
+(snapshots, roots, falsification, branches), ``memroot.cli`` (the ``memroot`` command) and
+``memroot.integrations`` (agent frameworks). The names above are loaded on first use:
+``import memroot`` itself imports nothing else, so the offline auditor
+(``memroot.ledger.bundle.audit``) runs without the ledger's own dependencies.
 """
 
-from __future__ import annotations
+import typing as _typing
 
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from memroot.memory import Memory
+if _typing.TYPE_CHECKING:
+    from memroot.ledger.errors import (
+        ClosedError,
+        IntegrityError,
+        KeyFileError,
+        MemrootError,
+        NotFoundError,
+        RefusedError,
+        StorageError,
+        ValidationError,
+    )
+    from memroot.memory import Memory, Recorded
     from memroot.memory import open_memory as open
 
-__all__ = ["Memory", "__version__", "open"]
+__all__ = [
+    "ClosedError",
+    "IntegrityError",
+    "KeyFileError",
+    "Memory",
+    "MemrootError",
+    "NotFoundError",
+    "Recorded",
+    "RefusedError",
+    "StorageError",
+    "ValidationError",
+    "__version__",
+    "open",
+]
 
 __version__ = "0.1.0"
 
+_FROM_MEMORY: _typing.Final = {"open": "open_memory", "Memory": "Memory", "Recorded": "Recorded"}
+_ERRORS: _typing.Final = frozenset(
+    {
+        "ClosedError",
+        "IntegrityError",
+        "KeyFileError",
+        "MemrootError",
+        "NotFoundError",
+        "RefusedError",
+        "StorageError",
+        "ValidationError",
+    }
+)
 
-def __getattr__(name: str) -> Any:
-    """Load ``open`` and ``Memory`` from ``memroot.memory`` when first asked for."""
-    if name == "open":
-        from memroot.memory import open_memory
 
-        return open_memory
-    if name == "Memory":
-        from memroot.memory import Memory
+def __getattr__(name: str) -> _typing.Any:
+    """Load a public name (``open``, ``Memory``, the errors) when first asked for."""
+    if name in _FROM_MEMORY:
+        from memroot import memory
 
-        return Memory
-    raise AttributeError(f"module 'memroot' has no attribute {name!r}")
+        value = getattr(memory, _FROM_MEMORY[name])
+    elif name in _ERRORS:
+        from memroot.ledger import errors
+
+        value = getattr(errors, name)
+    else:
+        raise AttributeError(f"module 'memroot' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """Return the public API (what ``help(memroot)`` lists) and the module's dunder names."""
+    return sorted(set(__all__) | {"__doc__", "__name__", "__path__", "__file__"})

@@ -28,18 +28,27 @@ from typing import TYPE_CHECKING, Any, Final
 
 from memroot.ledger.backends.pg import is_url
 from memroot.ledger.entries import CANONICAL_BRANCH, EventInput, OpInput, parse_input
-from memroot.ledger.errors import NotFoundError, ValidationError
+from memroot.ledger.errors import ClosedError, NotFoundError, ValidationError
 from memroot.ledger.ledger import Appended, Ledger
+from memroot.ledger.vocab import (
+    ActorType,
+    EpistemicType,
+    MemoryType,
+    Role,
+    SourceType,
+    canonical,
+)
 
 if TYPE_CHECKING:
     from memroot.ledger.verify import AuditReport
     from memroot.memory_root import SnapshotResult
+    from memroot.memory_root.branches import BranchInfo
     from memroot.memory_root.falsify import CascadeResult, ItemWhy, Plan
     from memroot.memory_root.merge import MergeResult
     from memroot.projections.query import Result
     from memroot.projections.why import Why
 
-__all__ = ["DEFAULT_KINDS", "Memory", "ledger_hooks", "open_memory"]
+__all__ = ["DEFAULT_KINDS", "Memory", "Recorded", "ledger_hooks", "open_memory"]
 
 DEFAULT_KINDS: Final = ("memory_object", "memory_root", "selfmodel", "summary_item")
 """Every kind of item a cascade may touch (SPEC 7)."""
@@ -58,6 +67,7 @@ _EVENT_KEYS: Final = {
     "context",
 }
 _ALIASES: Final = {"actor": "actor_id", "namespace": "namespace_id", "parent": "parent_event_id"}
+_OP_ALIASES: Final = {"actor": "actor_id", "namespace": "namespace_id"}
 
 
 def ledger_hooks() -> list[Any]:
@@ -105,10 +115,14 @@ class Memory:
         branch: str = CANONICAL_BRANCH,
         policy_version: str = "memroot/1",
     ) -> None:
-        """Wrap an open ledger (opened with ``ledger_hooks()``); prefer ``memroot.open``."""
-        self.ledger = ledger
+        """Wrap an open ledger (opened with ``ledger_hooks()``); prefer ``memroot.open``.
+
+        Raises:
+            ValidationError: an ``actor_type`` that is not an RFC-0001 actor type.
+        """
+        self._ledger: Ledger | None = ledger
         self.actor = actor
-        self.actor_type = actor_type
+        self.actor_type = canonical(actor_type, ActorType, "actor_type")
         self.namespace = namespace
         self.stream = stream
         self.branch = branch
@@ -117,25 +131,50 @@ class Memory:
     # -- lifecycle -----------------------------------------------------------------------------
 
     @property
+    def ledger(self) -> Ledger:
+        """The open ledger under this memory.
+
+        Raises:
+            ClosedError: the memory was closed (every method goes through here, so any use
+                after ``close()`` raises it and touches no file).
+        """
+        if self._ledger is None:
+            raise ClosedError("this Memory is closed: open the ledger again with memroot.open")
+        return self._ledger
+
+    @property
+    def closed(self) -> bool:
+        """True once ``close()`` was called."""
+        return self._ledger is None
+
+    @property
     def path(self) -> Path:
-        """The ledger file."""
+        """The ledger file.
+
+        Raises:
+            ClosedError: the memory was closed.
+        """
         return self.ledger.path
 
     def close(self) -> None:
         """Sign any checkpoint an automatic snapshot still needs, then close the file.
 
         Without a usable key file the checkpoint is left owed (the next writer with the key,
-        or ``memroot checkpoint``, signs it); closing never fails for that.
+        or ``memroot checkpoint``, signs it); closing never fails for that. Closing a closed
+        memory does nothing.
         """
         from memroot.ledger.errors import KeyFileError
 
+        ledger, self._ledger = self._ledger, None
+        if ledger is None:
+            return
         try:
-            if not self.ledger.derived.db.readonly("main"):
-                self.close_pending()
+            if not ledger.derived.db.readonly("main"):
+                _sign_pending(ledger)
         except KeyFileError:
             pass
         finally:
-            self.ledger.close()
+            ledger.close()
 
     def __enter__(self) -> Memory:
         return self
@@ -159,11 +198,13 @@ class Memory:
         ``actor_type`` ``AI_AGENT``, ``role`` ``ASSISTANT``, ``namespace_id``); ``content``
         is required. ``actor``, ``namespace`` and ``parent`` are accepted for ``actor_id``,
         ``namespace_id`` and ``parent_event_id``. A dict with ``"kind": "op"`` is appended
-        as an operation (the fields of ``memroot append``).
+        as an operation (the fields of ``memroot append``); its ``actor_id``,
+        ``actor_type``, ``namespace_id`` and ``policy_version`` default to the memory's.
 
         Raises:
             ValidationError: a missing or bad field (named); nothing is written.
             RefusedError, StorageError: as ``Ledger.append``.
+            ClosedError: the memory was closed.
         """
         given: dict[str, Any] = dict(event or {})
         overlap = set(given) & set(fields)
@@ -174,13 +215,16 @@ class Memory:
             )
         given.update(fields)
         if given.get("kind") == "op":
+            _unalias(given, _OP_ALIASES)
+            given.setdefault("actor_id", self.actor)
+            given["actor_type"] = canonical(
+                given.get("actor_type", self.actor_type), ActorType, "actor_type"
+            )
+            given.setdefault("namespace_id", self.namespace)
+            given.setdefault("policy_version", self.policy_version)
             return Recorded.of(self._append(parse_input(given), branch))
         given.pop("kind", None)
-        for short, full in _ALIASES.items():
-            if short in given:
-                if full in given:
-                    raise ValidationError(f"give {short!r} or {full!r}, not both", field=full)
-                given[full] = given.pop(short)
+        _unalias(given, _ALIASES)
         unknown = set(given) - _EVENT_KEYS
         if unknown:
             raise ValidationError(
@@ -191,8 +235,8 @@ class Memory:
         item = EventInput(
             stream=given.pop("stream", self.stream),
             actor_id=given.pop("actor_id", self.actor),
-            actor_type=given.pop("actor_type", self.actor_type),
-            role=given.pop("role", "ASSISTANT"),
+            actor_type=canonical(given.pop("actor_type", self.actor_type), ActorType, "actor_type"),
+            role=canonical(given.pop("role", "ASSISTANT"), Role, "role"),
             content=given.pop("content"),
             namespace_id=given.pop("namespace_id", self.namespace),
             **given,
@@ -234,9 +278,9 @@ class Memory:
         )
         op = requests.assert_object(
             by,
-            object_type,
-            epistemic_type,
-            source_type,
+            canonical(object_type, MemoryType, "object_type"),
+            canonical(epistemic_type, EpistemicType, "epistemic_type"),
+            canonical(source_type, SourceType, "source_type"),
             list(evidence),
             value,
             confidence=confidence,
@@ -280,14 +324,11 @@ class Memory:
         from memroot.projections.hook import sync
         from memroot.projections.strict_rows import check_results
 
+        ledger = self.ledger
         branch = branch or self.branch
-        try:
-            retrieval = RetrievalMode(mode.upper())
-        except ValueError as e:
-            names = ", ".join(m.value for m in RetrievalMode)
-            raise ValidationError(f"mode {mode!r} is not one of {names}", field="mode") from e
+        retrieval = RetrievalMode(canonical(mode, RetrievalMode, "mode"))
         q = memq.Query(
-            types=tuple(t.upper() for t in types),
+            types=tuple(canonical(t, MemoryType, "types") for t in types),
             namespaces=tuple(namespaces),
             text=text,
             mode=retrieval,
@@ -297,16 +338,16 @@ class Memory:
             anchor=anchor,
             git_branch=git_branch,
         )
-        size = self.ledger.size(branch)
+        size = ledger.size(branch)
         if as_of is not None and as_of >= size:
             raise ValidationError(
                 f"as_of {as_of} is past the last entry of {branch} ({size - 1})", field="as_of"
             )
-        sync(self.ledger)
+        sync(ledger)
         if receipt is None:
-            with self.ledger.reading() as db:
+            with ledger.reading() as db:
                 results = memq.query(db, q)
-                check_results(self.ledger, results, q)  # strict: each row what its ops give
+                check_results(ledger, results, q)  # strict: each row what its ops give
                 return results
         from memroot.memory_root.receipts import receipt_op
 
@@ -322,11 +363,11 @@ class Memory:
             "limit": limit,
         }
         # One transaction: the receipt lands right after the state it describes.
-        with self.ledger.write() as db:
+        with ledger.write() as db:
             results = memq.query(db, q)
-            check_results(self.ledger, results, q)
+            check_results(ledger, results, q)
             op = receipt_op(
-                self.ledger,
+                ledger,
                 receipt,
                 asked,
                 results,
@@ -391,17 +432,122 @@ class Memory:
 
         Raises:
             ValidationError, NotFoundError: a bad or unknown id; RuleError: already falsified.
+            ClosedError: the memory was closed.
         """
+        return self._state_op("falsify", item_id, reason, evidence, branch)
+
+    def mark_stale(
+        self,
+        item_id: str,
+        reason: str,
+        *,
+        evidence: Sequence[str] = (),
+        branch: str | None = None,
+    ) -> Recorded:
+        """Mark one live item ``stale``, to be re-checked (a ``MARK_STALE``); nothing else changes.
+
+        Raises:
+            ValidationError, NotFoundError: a bad or unknown id; RuleError: the item is not live.
+            ClosedError: the memory was closed.
+        """
+        return self._state_op("mark_stale", item_id, reason, evidence, branch)
+
+    def restore(
+        self,
+        item_id: str,
+        reason: str,
+        *,
+        evidence: Sequence[str] = (),
+        cascade: bool = False,
+        max_depth: int = 3,
+        branch: str | None = None,
+    ) -> Recorded:
+        """Make a falsified or stale item ``live`` again (a ``RESTORE``, as ``memroot restore``).
+
+        With ``cascade`` the one ``RESTORE`` also undoes the staleness the cascades from the
+        item set, down to ``max_depth`` (deeper items stay stale), and withdraws the
+        re-snapshots those cascades made; without it, dependents keep their state.
+
+        Raises:
+            ValidationError, NotFoundError: a bad or unknown id, a bad ``max_depth``.
+            RuleError: the item is live. ClosedError: the memory was closed.
+        """
+        if not cascade:
+            return self._state_op("restore", item_id, reason, evidence, branch)
         from memroot.memory_root.falsify import Falsifier
 
         branch = branch or self.branch
+        done = Falsifier(self.ledger).restore_cascade(
+            item_id,
+            reason,
+            max_depth,
+            evidence,
+            actor=self.actor,
+            actor_type=self.actor_type,
+            branch=branch,
+        )
+        return Recorded.of(done.appended[0])
+
+    def _state_op(
+        self, op: str, item_id: str, reason: str, evidence: Sequence[str], branch: str | None
+    ) -> Recorded:
+        from memroot.memory_root.falsify import Falsifier
+
+        if isinstance(evidence, str):
+            raise ValidationError(
+                "evidence is a list of event ids, not one string", field="evidence"
+            )
+        branch = branch or self.branch
         f = Falsifier(self.ledger)
+        call = {"falsify": f.falsify, "mark_stale": f.mark_stale, "restore": f.restore}[op]
         ref = f.resolve(item_id, branch)
         return Recorded.of(
-            f.falsify(
-                ref, reason, evidence, actor=self.actor, actor_type=self.actor_type, branch=branch
+            call(
+                ref,
+                reason,
+                list(evidence),
+                actor=self.actor,
+                actor_type=self.actor_type,
+                branch=branch,
             )
         )
+
+    def forget(
+        self,
+        event_id: str,
+        reason: str,
+        *,
+        policy_ref: str,
+        on_dependents: str | None = None,
+        namespace: str | None = None,
+        branch: str | None = None,
+    ) -> Recorded:
+        """Erase an event's content (a ``TOMBSTONE``); its commitment stays in the chain.
+
+        ``policy_ref`` names the policy that asks for it (``gdpr-art-17``). ``on_dependents``
+        says what happens to the ACTIVE objects that cite the event: ``DEPRECATE``,
+        ``ARCHIVE`` or ``KEEP`` (refused if that would leave one without evidence); when
+        there are such objects it is required. The erasure reaches every branch holding the
+        event (docs/memory.md "Erasure"). Needs ADMIN on the event's namespace.
+
+        Raises:
+            ValidationError: a bad id or ``on_dependents``; NotFoundError: no such event.
+            RuleError: already erased, dependents without ``on_dependents``, no permission.
+            ClosedError: the memory was closed.
+        """
+        from memroot.projections import requests
+        from memroot.projections.ops import ON_DEPENDENTS
+
+        mode = (
+            None
+            if on_dependents is None
+            else canonical(on_dependents, ON_DEPENDENTS, "on_dependents")
+        )
+        by = requests.Actor(
+            self.actor, self.actor_type, namespace or self.namespace, self.policy_version
+        )
+        op = requests.tombstone(by, event_id, reason, policy_ref, mode)
+        return Recorded.of(self._append(op, branch))
 
     def cascade(
         self,
@@ -450,8 +596,12 @@ class Memory:
     ) -> str:
         """Fork a branch of memory (RFC-0012) and return its id.
 
+        ``branch_type``: SIMULATION, PLANNING, COUNTERFACTUAL, SANDBOX or TEST (any case).
+        ``expiry_days`` None takes the namespace's default for the type.
+
         Raises:
-            ValidationError: a bad type or purpose; RefusedError: a branch limit is reached.
+            ValidationError: a bad type or purpose, no expiry for the type; RefusedError: a
+                branch limit is reached. ClosedError: the memory was closed.
         """
         from memroot.memory_root.branches import create_branch
 
@@ -493,6 +643,56 @@ class Memory:
             reason=reason,
         )
 
+    def branches(self, *, state: str | None = None) -> list[BranchInfo]:
+        """Return every forked branch (optionally only those in ``state``), oldest first.
+
+        Each record is checked against the ``BRANCH_CREATE`` that made it (strict read, as
+        ``memroot branch list``). ``state``: OPEN, CLOSED, DISCARDED or ARCHIVED (any case).
+
+        Raises:
+            ValidationError: a bad state; IntegrityError: a registry row that is not what its
+                entry made. ClosedError: the memory was closed.
+        """
+        from memroot.memory_root.branches import check_branches, list_branches
+
+        ledger = self.ledger
+        with ledger.reading():
+            infos = list_branches(ledger, state=state)
+            if ledger.strict:
+                check_branches(ledger, infos)
+        return infos
+
+    def close_branch(self, branch_id: str, reason: str) -> Recorded:
+        """Close an open branch (a ``BRANCH_CLOSE`` in its parent): nothing more is appended.
+
+        Raises:
+            NotFoundError: no such branch; RefusedError: it is not open, or it has open
+                child branches (named). ClosedError: the memory was closed.
+        """
+        return self._end_branch(branch_id, "CLOSE", reason)
+
+    def discard_branch(self, branch_id: str, reason: str) -> Recorded:
+        """Discard an open branch: closed as ``DISCARDED`` (its entries stay, as evidence).
+
+        Raises:
+            NotFoundError, RefusedError, ClosedError: as ``close_branch``.
+        """
+        return self._end_branch(branch_id, "DISCARD", reason)
+
+    def _end_branch(self, branch_id: str, action: str, reason: str) -> Recorded:
+        from memroot.memory_root.branches import close_branch
+
+        return Recorded.of(
+            close_branch(
+                self.ledger,
+                branch_id,
+                action=action,
+                reason=reason,
+                actor_id=self.actor,
+                actor_type=self.actor_type,
+            )
+        )
+
     # -- verification --------------------------------------------------------------------------
 
     def verify(
@@ -531,11 +731,32 @@ class Memory:
             )
 
     def close_pending(self) -> None:
-        """Sign the checkpoints automatic snapshots still need (verify checks them)."""
-        from memroot.memory_root import Roots
+        """Sign the checkpoints automatic snapshots still need (verify checks them).
 
-        for b in self.ledger.store.branches():
-            Roots(self.ledger).sign_pending(b.name)
+        Raises:
+            ClosedError: the memory was closed.
+        """
+        _sign_pending(self.ledger)
+
+
+def _sign_pending(ledger: Ledger) -> None:
+    from memroot.memory_root import Roots
+
+    for b in ledger.store.branches():
+        Roots(ledger).sign_pending(b.name)
+
+
+def _unalias(given: dict[str, Any], aliases: Mapping[str, str]) -> None:
+    """Rename the short field names of ``given`` in place (``actor`` -> ``actor_id``).
+
+    Raises:
+        ValidationError: both the short and the full name are given.
+    """
+    for short, full in aliases.items():
+        if short in given:
+            if full in given:
+                raise ValidationError(f"give {short!r} or {full!r}, not both", field=full)
+            given[full] = given.pop(short)
 
 
 def open_memory(

@@ -54,7 +54,7 @@ class _Sealing(_Reading):
                 where = self.store.where if isinstance(self.store, PgStore) else self.path
                 raise KeyFileError(
                     f"{where}: a PostgreSQL ledger keeps no key file beside it: name "
-                    "its signing key (--key PATH, MEMROOT_KEY, key_path=)"
+                    "its signing key (key_path)"
                 )
             self._signer = Ed25519Signer.load(self.key_path)
         return self._signer
@@ -302,7 +302,7 @@ class _Sealing(_Reading):
             if not found:
                 raise NotFoundError(
                     f"no checkpoint was signed at size {size}; prove against the latest one "
-                    "(omit --size) or sign one with `memroot checkpoint`"
+                    "(give no size) or sign one with `memroot checkpoint`"
                 )
             note = found[0]
         proof = self.inclusion_proof(index, size, branch)

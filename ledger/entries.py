@@ -86,17 +86,19 @@ _CONTROL_RE: Final = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 RESERVED_OPS: Final[dict[str, str]] = {
     OpType.KEY_ROTATE.value: "memroot rotate-key",
-    OpType.SNAPSHOT.value: "memroot snapshot (and the automatic snapshot every N entries)",
+    OpType.SNAPSHOT.value: "memroot snapshot, Memory.snapshot() (and the automatic snapshot "
+    "every N entries)",
     OpType.SELFMODEL_SNAPSHOT.value: "memroot selfmodel record",
-    OpType.CASCADE.value: "memroot cascade",
-    OpType.BRANCH_CREATE.value: "memroot branch create",
-    OpType.BRANCH_CLOSE.value: "memroot branch close/discard/archive and memroot gc",
-    OpType.BRANCH_MERGE.value: "memroot branch merge",
+    OpType.CASCADE.value: "memroot cascade, Memory.cascade()",
+    OpType.BRANCH_CREATE.value: "memroot branch create, Memory.fork()",
+    OpType.BRANCH_CLOSE.value: "memroot branch close/discard/archive, memroot gc, "
+    "Memory.close_branch()",
+    OpType.BRANCH_MERGE.value: "memroot branch merge, Memory.merge()",
     OpType.BRANCH_POLICY.value: "memroot.memory_root.branches.set_branch_policy()",
-    OpType.MERGE_OVERRIDE.value: "memroot branch merge --strategy PREFER_BRANCH",
+    OpType.MERGE_OVERRIDE.value: "memroot branch merge --strategy PREFER_BRANCH, Memory.merge()",
     OpType.INTEGRITY_CHECK.value: "memroot's own verification records (no command yet)",
 }
-"""Operation types only memroot writes, each with the command that writes it.
+"""Operation types only memroot writes, each with the command (and facade call) that writes it.
 
 ``append``, ``import`` and ``Ledger.append`` refuse them from callers (``refuse_reserved``):
 a hand-written ``KEY_ROTATE`` or ``SNAPSHOT`` would otherwise be in the chain for good and

@@ -11,6 +11,7 @@
 - ``RefusedError``: a well-formed request that the ledger refuses (the caller's fault): a bad
   entry, a limit, a lifecycle rule, an inconsistent checkpoint.
 - ``ValidationError`` (a ``RefusedError``): an entry or request with a missing or wrong field.
+- ``ClosedError`` (a ``RefusedError``): a call on a handle (a ``Memory``) after ``close()``.
 - ``StorageError``: the environment failed us (disk full, read-only file, locked database).
 
 Programming mistakes raise the built-in ``ValueError`` / ``TypeError``. The CLI maps this
@@ -20,6 +21,7 @@ hierarchy to exit codes in one place (``memroot.cli.main``).
 from __future__ import annotations
 
 __all__ = [
+    "ClosedError",
     "DecodeError",
     "IntegrityError",
     "KeyFileError",
@@ -91,6 +93,10 @@ class ValidationError(RefusedError):
 
 class NotFoundError(RefusedError):
     """A request names something (entry, object, branch, root) that does not exist."""
+
+
+class ClosedError(RefusedError):
+    """A call on a handle (a ``Memory``) after it was closed; nothing was read or written."""
 
 
 class StorageError(MemrootError):

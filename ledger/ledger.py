@@ -234,8 +234,7 @@ class Ledger(_Appending):
         url = str(path) if is_url(path) else None
         if url is not None and key_path is None:
             raise KeyFileError(
-                "a PostgreSQL ledger keeps no key file beside it: name one (--key PATH, "
-                "MEMROOT_KEY, key_path=)"
+                "a PostgreSQL ledger keeps no key file beside it: name one (key_path)"
             )
         path = Path(path)
         key_path = key_path or default_key_path(path)

@@ -175,7 +175,7 @@ def _fail(step: int, branch: str, seq: int | None, what: str, **kw: str | None) 
     where = f"branch {branch}" + (f" entry {seq}" if seq is not None else "")
     return IntegrityError(
         f"strict read refused: {where}: step {step}: {what} (run `memroot verify` for the full "
-        "report; --no-strict reads it anyway)",
+        "report; a read with strict=False reads it anyway)",
         branch=branch,
         seq=seq,
         step=step,

@@ -6,7 +6,10 @@ above reads the same names. Values are the exact strings stored in entries.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import StrEnum
+
+from memroot.ledger.errors import ValidationError
 
 __all__ = [
     "ActorType",
@@ -21,7 +24,28 @@ __all__ = [
     "Permission",
     "Role",
     "SourceType",
+    "canonical",
 ]
+
+
+def canonical(value: object, allowed: Iterable[str], name: str) -> str:
+    """Return the canonical spelling of an enumeration value a caller gave in any case.
+
+    The one case rule (README "Names and case"): a value memroot takes as a parameter (a CLI
+    option, a facade or library argument) matches without regard to case and is written in
+    its canonical upper-case form; an entry given whole as JSON is stored as signed, so it
+    must already be canonical.
+
+    Raises:
+        ValidationError: ``value`` is not a string, or none of ``allowed`` (all are listed),
+            naming the parameter ``name``.
+    """
+    names = [str(a) for a in allowed]
+    if isinstance(value, str):
+        for a in names:
+            if a.upper() == value.upper():
+                return a
+    raise ValidationError(f"{name} {value!r} is not one of {', '.join(names)}", field=name)
 
 
 class ActorType(StrEnum):

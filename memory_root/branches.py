@@ -49,7 +49,7 @@ from memroot.ledger.errors import (
     ValidationError,
 )
 from memroot.ledger.ledger import Appended, Ledger
-from memroot.ledger.vocab import ActorType, BranchType, OpType
+from memroot.ledger.vocab import ActorType, BranchType, OpType, canonical
 
 __all__ = [
     "CLOSE_ACTIONS",
@@ -92,6 +92,7 @@ DEFAULT_EXPIRY_DAYS: Final[dict[str, int | None]] = {
 MERGEABLE_TYPES: Final = frozenset({BranchType.SIMULATION.value, BranchType.PLANNING.value})
 ON_EXPIRY: Final = ("ARCHIVE_BRANCH", "DISCARD_BRANCH")
 CLOSE_ACTIONS: Final = ("CLOSE", "DISCARD", "ARCHIVE", "MERGED")
+_STATES: Final = ("OPEN", "CLOSED", "DISCARDED", "ARCHIVED")
 _STATE_AFTER: Final = {
     "CLOSE": "CLOSED",
     "DISCARD": "DISCARDED",
@@ -408,7 +409,7 @@ class BranchRegistry:
             raise RefusedError(
                 f"limit reached: branch {entry.branch!r} already holds {entry.seq - 1} entries "
                 f"after its genesis (max_events = {max_events}); nothing was appended. Close it "
-                "(`memroot branch close`) or fork a new branch with a higher --max-events"
+                "(`memroot branch close`) or fork a new branch with a higher max_events"
             )
         if max_storage_mb is None:
             return
@@ -656,6 +657,7 @@ def create_branch(
             message names it and branches to close), the parent is not open, the id exists.
     """
     _registry(ledger)
+    branch_type = canonical(branch_type, DEFAULT_EXPIRY_DAYS, "branch_type")
     if expiry is None:
         days = expiry_days
         if days is None:
@@ -663,8 +665,8 @@ def create_branch(
         if days is None:
             raise ValidationError(
                 f"no expiry policy for a {branch_type} branch in namespace {namespace_id!r}: "
-                "give --expiry-days (unbounded branches are not permitted)",
-                field="expiry",
+                "give expiry_days (unbounded branches are not permitted)",
+                field="expiry_days",
             )
         expiry = Expiry(days)
     name = branch_id or f"{branch_type.lower()[:4]}-{new_uuid()[-12:]}"
@@ -721,6 +723,7 @@ def close_branch(
         NotFoundError: no such branch; RefusedError: it is not open, or it has open child
             branches (named; end them first); ValidationError: action.
     """
+    action = canonical(action, _STATE_AFTER, "action")
     info = get_branch(ledger, branch_id)
     op = _library_op(
         OpInput(
@@ -776,12 +779,16 @@ def get_branch(ledger: Ledger, branch_id: str) -> BranchInfo:
 
 
 def list_branches(ledger: Ledger, *, state: str | None = None) -> list[BranchInfo]:
-    """Return every branch record (optionally only those in ``state``), oldest first."""
+    """Return every branch record (optionally only those in ``state``, any case), oldest first.
+
+    Raises:
+        ValidationError: ``state`` is not OPEN, CLOSED, DISCARDED or ARCHIVED.
+    """
     sql = f"SELECT {_COLUMNS} FROM branch_meta"
     args: tuple[Any, ...] = ()
     if state is not None:
         sql += " WHERE state = ?"
-        args = (state,)
+        args = (canonical(state, _STATES, "state"),)
     return [_info(r) for r in ledger.derived.db.execute(sql + " ORDER BY created_at", args)]
 
 

@@ -60,6 +60,7 @@ from memroot.ledger.vocab import (
     OpType,
     Permission,
     SourceType,
+    canonical,
 )
 from memroot.memory_root.branches import MERGEABLE_TYPES, BranchRegistry, get_branch
 from memroot.memory_root.divergence import Divergence, fork_point, measure
@@ -303,15 +304,12 @@ def merge_branch(
     """
     if not object_ids:
         raise ValidationError(
-            "a merge names the objects it brings in (--objects ID,...); merging a whole "
+            "a merge names the objects it brings in (objects); merging a whole "
             "branch is not permitted (RFC-0012 section 8)",
             field="objects",
         )
     ids = list(dict.fromkeys(check_uuid(i, "objects") for i in object_ids))
-    if strategy not in STRATEGIES:
-        raise ValidationError(
-            f"strategy {strategy!r} is not one of {', '.join(STRATEGIES)}", field="strategy"
-        )
+    strategy = canonical(strategy, STRATEGIES, "strategy")
     _require_hooks(ledger)
     info = get_branch(ledger, branch)
     if info.type not in MERGEABLE_TYPES:

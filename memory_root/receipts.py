@@ -1,12 +1,15 @@
 """Read receipts: which memories a run was handed, recorded in the ledger (FORMAT.md §10).
 
 ``Memory.recall(..., receipt=run_id)`` (and the MCP ``recall`` tool) appends one
-``READ_RECEIPT`` operation naming the run, the query, the memory root in force and every
-object returned with its version and state, so an auditor can tie a decision to what the
-agent knew. ``receipts`` lists them, ``readers`` says which runs read an object, and
-``ReceiptsCheck`` (verify step 9) replays them: every named version was the object's current
-version on the branch right before the receipt, with the state the receipt says, and the
-root in force was that branch's newest live root.
+``READ_RECEIPT`` operation naming the run, the query, the memory root in force (after a
+cascade, the live re-snapshot that replaced the stale root) and every object returned with
+its version, its state and a digest of the value the run was handed (format version 2), so
+an auditor can tie a decision to what the agent knew. ``receipts`` lists them, ``readers``
+says which runs read an object, ``handed`` reads back, strictly, the values a receipt names,
+and ``ReceiptsCheck`` (verify step 9) replays them: every named version was the object's
+current version on the branch right before the receipt, with the state and the value digest
+the receipt says, and the root in force was recorded before it. Version 1 receipts (no
+digests) keep verifying.
 """
 
 from __future__ import annotations
@@ -18,18 +21,40 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from memroot.ledger.entries import Entry, Kind, OpInput
-from memroot.ledger.errors import MemrootError, ValidationError
+from memroot.ledger.encoding import encode
+from memroot.ledger.entries import CANONICAL_BRANCH, Entry, Kind, OpInput
+from memroot.ledger.errors import IntegrityError, MemrootError, ValidationError
+from memroot.ledger.hashing import domain_hash
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.verify import AuditReport, Finding
 from memroot.ledger.vocab import OpType
 
 if TYPE_CHECKING:
+    from memroot.memory_root.records import RootRecord
+    from memroot.projections.model import MemoryObject
     from memroot.projections.query import Result
 
-__all__ = ["Receipt", "ReceiptsCheck", "readers", "receipt_op", "receipts"]
+__all__ = [
+    "Handed",
+    "Receipt",
+    "ReceiptsCheck",
+    "handed",
+    "readers",
+    "receipt_op",
+    "receipts",
+    "root_in_force",
+    "root_in_force_at",
+    "value_digest",
+]
 
-POLICY_VERSION: Final = "memroot-receipt/1"
+RECEIPT_V: Final = 2
+"""The payload version memroot writes (FORMAT.md §10); version 1 payloads have no ``v``."""
+POLICY_VERSION: Final = "memroot-receipt/2"
+VALUE_TAG: Final = "memroot/receipt-value/v2"
+"""Domain tag of a receipt's value digest (FORMAT.md §10.1)."""
+_V1_KEYS: Final = frozenset({"run_id", "query", "memory_root", "objects"})
+_V2_KEYS: Final = frozenset({"v", *_V1_KEYS})
+_STATES: Final = ("live", "stale", "falsified")
 _RUN_ID: Final = re.compile(r"[\x21-\x7e]{1,200}\Z")
 QUERY_KEYS: Final = (
     "anchor",
@@ -56,33 +81,44 @@ class Receipt:
     query: dict[str, Any]
     memory_root: bytes | None
     objects: tuple[dict[str, Any], ...]
+    version: int = 1
+    """The payload's format version: 1 (no value digests) or 2 (``value_digest`` each)."""
 
     @classmethod
     def of(cls, entry: Entry) -> Receipt:
-        """Decode a ``READ_RECEIPT`` entry.
+        """Decode a ``READ_RECEIPT`` entry (payload version 1 or 2).
 
         Raises:
             ValidationError: the payload is not a well-formed receipt.
         """
         p = entry.body.get("payload")
-        if not isinstance(p, dict) or set(p) != {"run_id", "query", "memory_root", "objects"}:
+        if not isinstance(p, dict) or set(p) not in (_V1_KEYS, _V2_KEYS):
             raise ValidationError(
-                "a READ_RECEIPT payload has exactly run_id, query, memory_root, objects",
+                "a READ_RECEIPT payload has exactly run_id, query, memory_root, objects "
+                "(and v, from version 2)",
                 field="payload",
             )
+        version = p.get("v", 1)
+        keys = {"id", "version", "state"} | ({"value_digest"} if version == 2 else set())
         objects = p["objects"]
         root = p["memory_root"]
         if (
-            not isinstance(p["run_id"], str)
+            version not in (1, 2)
+            or type(version) is not int
+            or not isinstance(p["run_id"], str)
             or not isinstance(p["query"], dict)
             or not (root is None or (isinstance(root, bytes) and len(root) == 32))
             or not isinstance(objects, list)
             or not all(
                 isinstance(o, dict)
-                and set(o) == {"id", "version", "state"}
+                and set(o) == keys
                 and isinstance(o["id"], str)
                 and type(o["version"]) is int
-                and o["state"] in ("live", "stale", "falsified")
+                and o["state"] in _STATES
+                and (
+                    version == 1
+                    or (isinstance(o["value_digest"], bytes) and len(o["value_digest"]) == 32)
+                )
                 for o in objects
             )
         ):
@@ -96,7 +132,14 @@ class Receipt:
             dict(p["query"]),
             root,
             tuple(objects),
+            version,
         )
+
+    @property
+    def at(self) -> int:
+        """The entry whose state the reader was shown: its ``as_of``, else the one before."""
+        asked = self.query.get("as_of")
+        return asked if type(asked) is int and 0 <= asked < self.seq else self.seq - 1
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-ready dict (the root in hex)."""
@@ -108,7 +151,11 @@ class Receipt:
             "run_id": self.run_id,
             "query": self.query,
             "memory_root": None if self.memory_root is None else self.memory_root.hex(),
-            "objects": [dict(o) for o in self.objects],
+            "v": self.version,
+            "objects": [
+                {k: (v.hex() if isinstance(v, bytes) else v) for k, v in o.items()}
+                for o in self.objects
+            ],
         }
 
 
@@ -128,20 +175,24 @@ def receipt_op(
     Raises:
         ValidationError: a run id that is not 1-200 printable ASCII characters.
     """
-    from memroot.memory_root import Roots
-
     if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
         raise ValidationError(
             "a receipt's run id is 1-200 printable ASCII characters without spaces",
             field="receipt",
         )
-    live = Roots(ledger).latest(branch, live_only=True)
+    live = root_in_force(ledger, branch)
     payload = {
+        "v": RECEIPT_V,
         "run_id": run_id,
         "query": {k: v for k, v in sorted(query.items()) if v not in (None, (), [])},
-        "memory_root": None if live is None else live.root,
+        "memory_root": None if live is None else bytes(live.root),
         "objects": [
-            {"id": r.object.id, "version": r.object.version, "state": r.object.state}
+            {
+                "id": r.object.id,
+                "version": r.object.version,
+                "state": r.object.state,
+                "value_digest": value_digest(r.object),
+            }
             for r in results
         ],
     }
@@ -153,6 +204,173 @@ def receipt_op(
         payload=payload,
         policy_version=POLICY_VERSION,
     )
+
+
+def value_digest(obj: MemoryObject) -> bytes:
+    """Return the digest of the value a reader is handed (FORMAT.md §10.1).
+
+    ``SHA-256(VALUE_TAG || 0x00 || CBOR({"structured_value": ..., "value": ...}))``, the map
+    in canonical CBOR (§2), ``structured_value`` null when the object has none.
+    """
+    return domain_hash(
+        VALUE_TAG, encode({"structured_value": obj.structured_value, "value": obj.value})
+    )
+
+
+def _recorded(ledger: Ledger, branch: str, *, live_only: bool = False) -> list[RootRecord]:
+    """Return the roots recorded on ``branch``, newest first in the order of their entries.
+
+    A SNAPSHOT's root is recorded at its entry, a cascade's re-snapshot at its CASCADE entry
+    (several in one CASCADE in the order it lists them, the last the newest). ``live_only``:
+    the newest live SNAPSHOT root and the live re-snapshots only (what ``root_in_force``
+    needs, without reading every root of a long chain).
+    """
+    from memroot.memory_root import records
+
+    db = ledger.derived.db
+    if live_only:
+        newest = records.latest_root(db, branch, live_only=True)
+        snaps = [] if newest is None else [newest]
+    else:
+        snaps = [
+            records.get_root(db, bytes(x))
+            for (x,) in db.execute("SELECT root FROM memory_roots WHERE branch = ?", (branch,))
+        ]
+    again = records.resnapshots_of(db, branch)
+    keyed = [((r.seq, 0), r) for r in snaps] + [
+        ((r.seq, i + 1), r) for i, r in enumerate(again) if not live_only or r.state == "live"
+    ]
+    keyed.sort(key=lambda k: k[0], reverse=True)
+    return [r for _, r in keyed]
+
+
+def root_in_force(ledger: Ledger, branch: str = CANONICAL_BRANCH) -> RootRecord | None:
+    """Return the memory root in force on ``branch``: its newest live root, or None.
+
+    A cascade's re-snapshot counts: after a cascade made the newest SNAPSHOT root stale,
+    the live re-snapshot that replaces it is in force (FORMAT.md §10).
+    """
+    found = _recorded(ledger, branch, live_only=True)
+    return found[0] if found else None
+
+
+def root_in_force_at(ledger: Ledger, branch: str, seq: int) -> bytes | None:
+    """Return the root that was in force on ``branch`` right before its entry ``seq``.
+
+    As ``root_in_force``, over the roots recorded before ``seq``, each in the state it had
+    then (its state changes before ``seq``, on the branch or inherited from before the fork).
+    """
+    return _RootsInForce(ledger).at(branch, seq)
+
+
+class _RootsInForce:
+    """``root_in_force_at`` for many receipts (verify step 9).
+
+    Each branch's roots and their state histories are read once, not once per receipt.
+    """
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+        self._roots: dict[str, list[tuple[RootRecord, list[tuple[str, int, str]]]]] = {}
+
+    def _of(self, branch: str) -> list[tuple[RootRecord, list[tuple[str, int, str]]]]:
+        from memroot.memory_root.falsify import Falsifier
+
+        if branch not in self._roots:
+            own = _recorded(self.ledger, branch)
+            f = Falsifier(self.ledger)
+            out = []
+            for record in own:
+                try:
+                    changes = [
+                        (c.branch, c.seq, c.state) for c in f.history(record.root.hex(), branch)
+                    ]
+                except MemrootError:
+                    changes = []
+                out.append((record, changes))
+            self._roots[branch] = out
+        return self._roots[branch]
+
+    def at(self, branch: str, seq: int) -> bytes | None:
+        """Return the root in force on ``branch`` right before entry ``seq`` (None: none)."""
+        for record, changes in self._of(branch):
+            if record.seq >= seq:
+                continue
+            state = "live"
+            for on, at, to in changes:
+                if on != branch or at < seq:
+                    state = to
+            if state == "live":
+                return bytes(record.root)
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Handed:
+    """One object a receipt names, with the value the run was handed, read back strictly."""
+
+    id: str
+    version: int
+    state: str
+    value: str | None
+    structured_value: Any
+    value_digest: bytes | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-ready dict (the digest in hex)."""
+        return {
+            "id": self.id,
+            "version": self.version,
+            "state": self.state,
+            "value": self.value,
+            "structured_value": self.structured_value,
+            "value_digest": None if self.value_digest is None else self.value_digest.hex(),
+        }
+
+
+def handed(ledger: Ledger, r: Receipt) -> list[Handed]:
+    """Return each object ``r`` names with the value of that version, read from the ledger.
+
+    Each version is read as of the entry the reader was shown and, on a strict ledger,
+    checked against its own operations (``strict_rows.check_objects``); a version-2 receipt's
+    digest must be the digest of that value.
+
+    Raises:
+        IntegrityError: a version that the ledger does not hold as the receipt says, a
+            derived row that is not what its operations give, or a value whose digest is not
+            the receipt's.
+    """
+    from memroot.projections.query import get_object
+    from memroot.projections.strict_rows import check_objects
+
+    db = ledger.derived.db
+    out = []
+    for o in r.objects:
+        obj = get_object(db, o["id"], as_of=r.at, branch=r.branch)
+        if obj is None or obj.version != o["version"]:
+            raise IntegrityError(
+                f"READ_RECEIPT of run {r.run_id!r} names object {o['id']} version "
+                f"{o['version']}, which the ledger does not hold at entry {r.at} of {r.branch}",
+                branch=r.branch,
+                seq=r.seq,
+                step=9,
+            )
+        check_objects(ledger, [obj], r.branch)
+        digest = o.get("value_digest")
+        if digest is not None and digest != value_digest(obj):
+            raise IntegrityError(
+                f"READ_RECEIPT of run {r.run_id!r}: the value of object {o['id']} version "
+                f"{o['version']} is not the one the run was handed (digest differs)",
+                branch=r.branch,
+                seq=r.seq,
+                step=9,
+                expected=bytes(digest).hex(),
+                actual=value_digest(obj).hex(),
+            )
+        out.append(
+            Handed(o["id"], o["version"], o["state"], obj.value, obj.structured_value, digest)
+        )
+    return out
 
 
 def receipts(ledger: Ledger, *, run: str | None = None) -> list[Receipt]:
@@ -228,6 +446,7 @@ class ReceiptsCheck:
         ) as ledger:
             db = ledger.derived.db
             f = Falsifier(ledger)
+            in_force = _RootsInForce(ledger)
             for entry in self.found:
                 where = (entry.branch, entry.seq)
                 try:
@@ -235,11 +454,10 @@ class ReceiptsCheck:
                 except ValidationError as e:
                     report.add(Finding(9, f"READ_RECEIPT: {e}", *where))
                     continue
-                self._root(ledger, r, report)
+                self._root(ledger, r, report, in_force)
                 # What the reader was shown: state right after entry ``at`` (its as_of, or
                 # the entry before the receipt, which lands in the query's transaction).
-                asked = r.query.get("as_of")
-                at = asked if type(asked) is int and 0 <= asked < r.seq else r.seq - 1
+                at = r.at
                 anchor = r.query.get("anchor")
                 for o in r.objects:
                     try:
@@ -264,6 +482,19 @@ class ReceiptsCheck:
                             )
                         )
                         continue
+                    digest = o.get("value_digest")
+                    if digest is not None and digest != value_digest(obj):
+                        report.add(
+                            Finding(
+                                9,
+                                f"READ_RECEIPT of run {r.run_id!r} names a value digest for "
+                                f"object {o['id']} version {o['version']} that is not the "
+                                "digest of that version's value",
+                                *where,
+                                expected=value_digest(obj).hex(),
+                                actual=bytes(digest).hex(),
+                            )
+                        )
                     state = "live"
                     try:
                         history = f.history(o["id"], r.branch)
@@ -287,9 +518,27 @@ class ReceiptsCheck:
                         )
 
     @staticmethod
-    def _root(ledger: Ledger, r: Receipt, report: AuditReport) -> None:
+    def _root(ledger: Ledger, r: Receipt, report: AuditReport, in_force: _RootsInForce) -> None:
         from memroot.memory_root import Roots
 
+        if r.version >= 2:
+            # Format 2 names the root in force exactly; format 1 (written before cascades'
+            # re-snapshots counted) is held only to a root recorded before it.
+            was = in_force.at(r.branch, r.seq)
+            if was != r.memory_root:
+                named = "none" if r.memory_root is None else r.memory_root.hex()[:16]
+                report.add(
+                    Finding(
+                        9,
+                        f"READ_RECEIPT of run {r.run_id!r} names memory root {named}, but the "
+                        f"root in force then was {'none' if was is None else was.hex()[:16]}",
+                        r.branch,
+                        r.seq,
+                        expected=None if was is None else was.hex(),
+                        actual=None if r.memory_root is None else r.memory_root.hex(),
+                    )
+                )
+            return
         if r.memory_root is None:
             return
         try:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
+from memroot.ledger.backends import store as _store
 from memroot.ledger.backends.store import (
     BRANCH_SHIFT,
     SCHEMA_VERSION,
@@ -507,7 +508,15 @@ class PgStore(Store):
         try:
             for callback in self._before_commit:
                 callback()
-            self.db.execute("COMMIT")
+            # As the SQLite store counts it (``store.commits``): before, given back if the
+            # transaction is still open.
+            _store.commits += 1
+            try:
+                self.db.execute("COMMIT")
+            except BaseException:
+                if self.db.in_transaction:
+                    _store.commits -= 1
+                raise
         except BaseException:
             self._rollback()
             raise

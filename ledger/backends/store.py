@@ -69,6 +69,20 @@ lock_wait_notice: Callable[[Path], None] | None = None
 
 None by default (the library says nothing); the CLI sets it to a notice on stderr.
 """
+
+commits = 0
+"""Write transactions this process committed that changed a row, on every backend (a
+PostgreSQL commit counts always): the CLI's Ctrl-C message says from it whether anything
+was written (a write commits whole or not at all)."""
+
+
+def _count(changed: bool, by: int = 1) -> None:
+    """Add ``by`` to ``commits`` for a transaction that changed a row."""
+    global commits
+    if changed:
+        commits += by
+
+
 _CACHE_MIN_LEVEL: Final = 3
 _CACHE_MAX: Final = 1 << 18  # cached node hashes (~30 MB at most)
 NODE_CACHE_MIN_LEVEL: Final = _CACHE_MIN_LEVEL
@@ -465,7 +479,16 @@ class Store:
             # checkpoint) commits with the body or not at all.
             for callback in self._before_commit:
                 callback()
-            self.db.execute("COMMIT")
+            # Counted before the COMMIT and taken back only if the transaction is still
+            # open after it: a Ctrl-C landing as a COMMIT returns finds it counted.
+            counted = self.db.total_changes() != self.changes_at_begin
+            _count(counted)
+            try:
+                self.db.execute("COMMIT")
+            except BaseException:
+                if self.db.in_transaction:
+                    _count(counted, -1)
+                raise
         except BaseException as e:
             with contextlib.suppress(apsw.Error):
                 self.db.execute("ROLLBACK")

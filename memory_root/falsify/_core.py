@@ -481,7 +481,7 @@ class FalsifyCore:
                 )
                 raise ValidationError(
                     f"CASCADE payload.{field} is not what the cascade gives on this ledger "
-                    "(plan it with `memroot cascade --dry-run`)",
+                    "(plan it first with a dry run of the cascade)",
                     field=f"payload.{field}",
                 )
         touched = [s.item for s in p.touched]
@@ -638,8 +638,8 @@ class FalsifyCore:
             field = next(k for k in sorted(set(want) | set(part)) if want.get(k) != part.get(k))
             raise ValidationError(
                 f"RESTORE payload.cascade.{field} is not what undoing the cascades from "
-                f"{v.item.kind} {v.item.id} gives on this ledger (plan it with "
-                "`memroot restore --cascade --dry-run`)",
+                f"{v.item.kind} {v.item.id} gives on this ledger (plan it first with a dry run "
+                "of the restore with its cascade)",
                 field=f"payload.cascade.{field}",
             )
         if v.unapplied is not None:

@@ -65,7 +65,8 @@ def parse_kinds(text: str | Sequence[str]) -> tuple[str, ...]:
     names = [k.strip() for k in text.split(",")] if isinstance(text, str) else list(text)
     out = []
     for k in names:
-        full = KIND_ALIASES.get(k, k)
+        # Any case, as every enumeration a caller names (README "Names and case").
+        full = KIND_ALIASES.get(k.lower(), k.lower()) if isinstance(k, str) else k
         if full not in KINDS:
             raise ValidationError(
                 f"unknown kind {k!r}: use object, root, summary, selfmodel", field="kinds"

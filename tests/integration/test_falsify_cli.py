@@ -137,8 +137,8 @@ def test_refusals_exit_3_and_write_nothing(world: dict[str, Any]) -> None:
     assert memroot(path, "falsify", o1, "--reason", "wrong").exit_code == 0
     for args, message in [
         (["falsify", o1, "--reason", "again"], "already falsified"),
-        (["cascade", o1, "--max-depth", "0"], "max_depth"),
-        (["cascade", o1, "--max-items", "0"], "max_items"),
+        (["cascade", o1, "--max-depth", "0"], "--max-depth"),
+        (["cascade", o1, "--max-items", "0"], "--max-items"),
         (["cascade", o1, "--kinds", "object,nope"], "unknown kind"),
     ]:
         r = memroot(path, *args)

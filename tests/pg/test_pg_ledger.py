@@ -360,7 +360,7 @@ def test_errors_are_clear(tmp_path: Path, pg_url: str, pg_key: Path) -> None:
     with pytest.raises(StorageError, match="already holds memroot tables"):
         Ledger.init(pg_url, origin=ORIGIN, key_path=tmp_path / "other.key")
     assert not (tmp_path / "other.key").exists()
-    with Ledger.open(pg_url) as ledger, pytest.raises(KeyFileError, match="--key"):
+    with Ledger.open(pg_url) as ledger, pytest.raises(KeyFileError, match="key_path"):
         ledger.append(_event(1))
     Ledger.init(tmp_path / "x.ledger", origin=ORIGIN, hooks=()).close()
     with Ledger.open(pg_url, key_path=tmp_path / "x.ledger.key") as ledger:

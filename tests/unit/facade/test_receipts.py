@@ -9,7 +9,7 @@ from click.testing import CliRunner
 import memroot
 from memroot.cli.main import cli
 from memroot.ledger.entries import OpInput
-from memroot.memory_root.receipts import readers, receipts
+from memroot.memory_root.receipts import readers, receipts, value_digest
 
 
 def _setup(tmp_path: Path) -> tuple[memroot.Memory, str]:
@@ -32,7 +32,9 @@ def test_recall_with_receipt_names_run_query_root_and_versions(tmp_path: Path) -
         (r,) = receipts(mem.ledger)
         assert r.run_id == "run-1" and r.memory_root == root
         assert r.query == {"branch": "main", "limit": 20, "mode": "DEFAULT", "text": "tea"}
-        assert r.objects == ({"id": oid, "version": 1, "state": "live"},)
+        (o,) = r.objects
+        assert (o["id"], o["version"], o["state"]) == (oid, 1, "live") and r.version == 2
+        assert o["value_digest"] == value_digest(hits[0].object)
         mem.recall(text="tea")  # no receipt asked: nothing appended
         assert mem.ledger.size() == size + 1
         assert mem.verify(trusted=tmp_path / "t.json").ok

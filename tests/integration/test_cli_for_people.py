@@ -1,0 +1,146 @@
+"""The CLI for people (issue 25.3, 25.5): `show` output, Ctrl-C, option names, enum case."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner, Result
+
+from memroot.cli.main import cli
+
+MEMROOT = [str(Path(sys.executable).with_name("memroot"))]
+
+
+def run(path: Path, *args: str) -> Result:
+    return CliRunner().invoke(cli, ["-l", str(path), *args], catch_exceptions=False)
+
+
+def ok(path: Path, *args: str) -> Any:
+    r = run(path, *args, "--json")
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def _ledger(tmp_path: Path) -> Path:
+    path = tmp_path / "a.ledger"
+    assert run(path, "init").exit_code == 0
+    return path
+
+
+def _event(path: Path, content: str = "I take tea") -> str:
+    line = {
+        "kind": "event",
+        "stream": "s",
+        "actor_id": "alice",
+        "actor_type": "HUMAN_USER",
+        "role": "USER",
+        "content": content,
+        "namespace_id": "default",
+    }
+    return str(ok(path, "append", json.dumps(line))[0]["id"])
+
+
+def test_show_prints_for_people_and_json_on_request(tmp_path: Path) -> None:
+    """`show` prints a header and the body's fields, not JSON; --json prints the JSON."""
+    path = _ledger(tmp_path)
+    eid = _event(path)
+    human = run(path, "show", "1")
+    assert human.exit_code == 0
+    assert human.stdout.startswith("entry 1 on main: event EVENT, ")
+    assert f"  id          {eid}\n" in human.stdout
+    assert (
+        "  actor_type: HUMAN_USER\n" in human.stdout and "content:\n  I take tea\n" in human.stdout
+    )
+    assert not human.stdout.lstrip().startswith("{") and "entry_cbor" not in human.stdout
+    data = ok(path, "show", "1")
+    assert data["id"] == eid and data["content"] == "I take tea" and data["entry_cbor"]
+
+
+def _count(path: Path) -> int:
+    r = subprocess.run(
+        [*MEMROOT, "-l", str(path), "log", "--json", "--limit", "1000"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return len(json.loads(r.stdout))
+
+
+def test_ctrl_c_during_import_exits_130_and_writes_nothing(tmp_path: Path) -> None:
+    """SIGINT during a long import exits 130, says nothing was written, and the ledger is intact."""
+    path = _ledger(tmp_path)
+    _event(path, "before the import")
+    big = tmp_path / "big.jsonl"
+    line = json.dumps(
+        {
+            "kind": "event",
+            "stream": "s",
+            "actor_id": "a",
+            "actor_type": "AI_AGENT",
+            "role": "USER",
+            "content": "x" * 40,
+            "namespace_id": "default",
+        }
+    )
+    big.write_text((line + "\n") * 300_000)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        [*MEMROOT, "-l", str(path), "import", str(big)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    wal = path.with_name(path.name + "-wal")
+    deadline = time.monotonic() + 60
+    # Wait until the import is writing (its transaction has pages in the WAL).
+    while time.monotonic() < deadline and proc.poll() is None:
+        if wal.exists() and wal.stat().st_size > 1_000_000:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the import ended before it could be interrupted"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "interrupted: nothing was written" in err and "Traceback" not in err
+    assert out == ""
+    assert _count(path) == 2  # genesis and the one event before
+    verify = subprocess.run(
+        [*MEMROOT, "-l", str(path), "verify", "--trusted", str(tmp_path / "t.json")],
+        capture_output=True,
+        text=True,
+    )
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_library_errors_name_the_commands_options(tmp_path: Path) -> None:
+    """A library error naming expiry_days reads --expiry-days on the command line."""
+    import memroot
+    from memroot.memory_root.branches import set_branch_policy
+
+    path = _ledger(tmp_path)
+    with memroot.open(path, create=False) as mem:
+        set_branch_policy(mem.ledger, "default", {"SIMULATION": None}, actor_id="op")
+    size = len(ok(path, "log"))
+    r = run(path, "branch", "create", "--type", "SIMULATION", "--purpose", "x")
+    assert r.exit_code == 3, r.output
+    assert "give --expiry-days" in r.stderr and "expiry_days" not in r.stderr
+    assert len(ok(path, "log")) == size
+
+
+def test_enum_options_take_any_case(tmp_path: Path) -> None:
+    """`branch create --type simulation` works like `query --type fact`: any case."""
+    path = _ledger(tmp_path)
+    made = ok(path, "branch", "create", "--type", "simulation", "--purpose", "what if")
+    assert made["type"] == "SIMULATION"
+    assert ok(path, "branch", "list", "--state", "open")[0]["branch_id"] == made["branch_id"]
+    assert ok(path, "query", "--type", "fact") == []
+    bad = run(path, "branch", "create", "--type", "holiday", "--purpose", "x")
+    assert bad.exit_code == 2 and "simulation" in bad.output.lower()
