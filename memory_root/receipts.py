@@ -355,7 +355,7 @@ def handed(ledger: Ledger, r: Receipt) -> list[Handed]:
                 seq=r.seq,
                 step=9,
             )
-        check_objects(ledger, [obj], r.branch)
+        check_objects(ledger, [obj], r.branch, as_of=r.at)
         digest = o.get("value_digest")
         if digest is not None and digest != value_digest(obj):
             raise IntegrityError(
