@@ -85,7 +85,11 @@ def report_cmd(
         },
         as_json,
         f"wrote {out} ({len(html.encode())} bytes); verification "
-        + ("ok" if audit.ok else f"FAILED ({len(audit.findings)} violation(s))")
+        + (
+            "ok"
+            if audit.ok
+            else f"FAILED ({len(audit.findings) + audit.dropped_findings} violation(s))"
+        )
         + ("" if refused is None else f"; ledger data withheld: {refused}"),
     )
     if not audit.ok or refused is not None:
