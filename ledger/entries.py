@@ -95,12 +95,16 @@ RESERVED_OPS: Final[dict[str, str]] = {
     OpType.BRANCH_POLICY.value: "memroot.memory_root.branches.set_branch_policy()",
     OpType.MERGE_OVERRIDE.value: "memroot branch merge --strategy PREFER_BRANCH",
     OpType.INTEGRITY_CHECK.value: "memroot's own verification records (no command yet)",
+    OpType.READ_RECEIPT.value: "memroot.open(...).recall(receipt=...) and the MCP recall tool",
 }
 """Operation types only memroot writes, each with the command that writes it.
 
 ``append``, ``import`` and ``Ledger.append`` refuse them from callers (``refuse_reserved``):
-a hand-written ``KEY_ROTATE`` or ``SNAPSHOT`` would otherwise be in the chain for good and
-fail every later audit. The genesis entry is a kind of its own that no request can name.
+a hand-written ``KEY_ROTATE``, ``SNAPSHOT`` or ``READ_RECEIPT`` would otherwise be in the
+chain for good and fail every later audit. The genesis entry is a kind of its own that no
+request can name. This is the one registry: memroot's writer of such a type marks its request
+with ``_library_op``, which accepts only a type listed here, so a new writer of its own type
+must list it (tests/unit/ledger/test_reserved_writers.py finds every writer in the code).
 """
 
 
@@ -346,9 +350,15 @@ def check_ts(ts: int, previous: int | None, now: int) -> None:
 def _library_op(op: OpInput) -> OpInput:
     """Mark ``op`` as written by memroot itself, so a ``RESERVED_OPS`` type is accepted.
 
-    For memroot's own writers only (snapshots, key rotation, branches, merges, cascades);
-    the op is returned for chaining.
+    For memroot's own writers only (snapshots, key rotation, branches, merges, cascades,
+    read receipts); the op is returned for chaining.
+
+    Raises:
+        ValueError: if ``op``'s type is not in ``RESERVED_OPS`` (a programming mistake: a type
+            memroot writes itself must be reserved, or any caller could forge it).
     """
+    if op.op_type not in RESERVED_OPS:
+        raise ValueError(f"{op.op_type} is not in RESERVED_OPS: reserve it before writing it")
     object.__setattr__(op, "_library", True)
     return op
 

@@ -80,6 +80,7 @@ def test_every_op_type_memroot_writes_is_reserved() -> None:
             OpType.BRANCH_POLICY,
             OpType.MERGE_OVERRIDE,
             OpType.INTEGRITY_CHECK,
+            OpType.READ_RECEIPT,
         )
     }
     assert all(RESERVED_OPS.values())
