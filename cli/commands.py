@@ -38,6 +38,7 @@ from memroot.ledger.errors import (
     DecodeError,
     IntegrityError,
     NotFoundError,
+    ProofError,
     RefusedError,
     StorageError,
     ValidationError,
@@ -651,9 +652,30 @@ def vkey(ctx: Context, as_json: bool) -> None:
 
     Example: memroot -l agent.ledger vkey > agent.vkey
     """
-    with open_ledger(ctx) as ledger:
-        key = ledger.vkey()
+    with open_reader(ctx, no_strict=False) as ledger:
+        key = ledger_vkey(ledger)
     emit({"vkey": key}, as_json, key)
+
+
+def ledger_vkey(ledger: Ledger) -> str:
+    """Return the ledger's own signing vkey, read from the ledger: never the key file.
+
+    It is the newest of the ledger's keys (its genesis, then signed-off rotations) that signs
+    the head checkpoint of ``main``, which a strict reader has checked; a ledger restored from
+    a bundle, with no key file, answers the same.
+
+    Raises:
+        IntegrityError: if the head checkpoint is signed by none of the ledger's keys.
+    """
+    keys = ledger.genesis_vkeys()
+    head = ledger.head_checkpoint()
+    if head is None:
+        return keys[-1]
+    for k in reversed(keys):
+        with contextlib.suppress(DecodeError, ProofError):
+            open_checkpoint(head.note, [Verifier.from_vkey(k)])
+            return k
+    raise IntegrityError("the head checkpoint of main is signed by none of the ledger's keys")
 
 
 @cli.command()

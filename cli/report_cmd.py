@@ -22,7 +22,8 @@ from memroot.ledger.errors import IntegrityError, StorageError
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.strict import relaxed
 from memroot.ledger.trust import TrustedState, default_trusted_path
-from memroot.ledger.verify import AuditReport, verify_path
+from memroot.ledger.verify import AuditReport
+from memroot.ledger.verify import audit as audit_store
 
 __all__ = ["report_cmd"]
 
@@ -110,14 +111,15 @@ def _page(
             err=True,
         )
     # Verification reads the file as it is, to report on it (as `memroot verify`).
-    with relaxed():
-        with Ledger.open(path, readonly=True) as ledger:
-            checks = hooks.replay_checks(ledger)
-        audit = verify_path(
-            path,
+    # As `memroot verify`: the layers' checks share the ledger's one connection (a second one
+    # cannot open a file on read-only media) and one read transaction.
+    with relaxed(), Ledger.open(path, readonly=True) as ledger, ledger.store.read():
+        audit = audit_store(
+            ledger.store,
+            origin=str(ledger.store.meta("origin")),
             trusted=TrustedState(trusted_path or default_trusted_path()),
             vkeys=vkeys,
-            checks=checks,
+            checks=hooks.replay_checks(ledger, share=True),
             update_trusted=False,
         )
     refused: str | None = None
