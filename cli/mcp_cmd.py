@@ -161,7 +161,7 @@ def build_server(mem: Memory, trusted: Path | None = None) -> MCPServer:
         item_id: a memory object's UUID, a memory root's hex, or ROOT:projection:key.
         read_by lists the runs whose read receipts name it.
         """
-        from memroot.receipts import readers
+        from memroot.memory_root.receipts import readers
 
         out = dict(jsonable(mem.why(item_id, branch=branch).to_dict()))
         out["read_by"] = readers(mem.ledger, item_id)
