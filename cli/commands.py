@@ -34,15 +34,12 @@ from memroot.ledger.entries import (
 )
 from memroot.ledger.errors import (
     DecodeError,
-    IntegrityError,
     NotFoundError,
-    ProofError,
     RefusedError,
     StorageError,
     ValidationError,
 )
 from memroot.ledger.ledger import Appended, Ledger
-from memroot.ledger.note import Verifier, open_checkpoint
 from memroot.ledger.trust import TrustedState, default_trusted_path
 
 __all__ = ["jsonable", "open_ledger", "open_reader", "strict_option", "witness_options"]
@@ -653,21 +650,11 @@ def vkey(ctx: Context, as_json: bool) -> None:
 
 
 def ledger_vkey(ledger: Ledger) -> str:
-    """Return the ledger's own signing vkey, read from the ledger: never the key file.
+    """Return the ledger's own current signing vkey, read from the ledger: never the key file.
 
-    It is the newest of the ledger's keys (its genesis, then signed-off rotations) that signs
-    the head checkpoint of ``main``, which a strict reader has checked; a ledger restored from
-    a bundle, with no key file, answers the same.
+    A ledger restored from a bundle, with no key file, answers the same (``current_vkey``).
 
     Raises:
-        IntegrityError: if the head checkpoint is signed by none of the ledger's keys.
+        IntegrityError: if the head does not agree with its signed checkpoint.
     """
-    keys = ledger.genesis_vkeys()
-    head = ledger.head_checkpoint()
-    if head is None:
-        return keys[-1]
-    for k in reversed(keys):
-        with contextlib.suppress(DecodeError, ProofError):
-            open_checkpoint(head.note, [Verifier.from_vkey(k)])
-            return k
-    raise IntegrityError("the head checkpoint of main is signed by none of the ledger's keys")
+    return ledger.current_vkey()
