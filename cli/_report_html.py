@@ -382,19 +382,20 @@ def _identity(d: ReportData) -> str:
 
 def _verify(d: ReportData) -> str:
     a = d.audit
+    bad_total = len(a.findings) + a.dropped_findings
     verdict = (
         '<p class="verdict" id="verdict" data-ok="true">✔ every step holds</p>'
         if a.ok
         else f'<p class="verdict" id="verdict" data-ok="false">✘ '
-        f"{plural(len(a.findings), 'violation')}</p>"
+        f"{plural(bad_total, 'violation')}</p>"
     )
     rows = []
     for step, what in STEPS.items():
-        bad = [f for f in a.findings if f.step == step]
+        bad = a.violations(step)
         if step not in a.steps_checked:
             status = _badge("not checked", "skip")
         elif bad:
-            status = _badge(f"FAIL ({len(bad)})", "fail")
+            status = _badge(f"FAIL ({bad})", "fail")
         else:
             status = _badge("ok", "ok")
         rows.append(

@@ -470,7 +470,8 @@ def gc_cmd(ctx: Context, now_text: str | None, dry_run: bool, as_json: bool) -> 
     Example: memroot -l agent.ledger gc --dry-run --json
     """
     now = _parse_now(now_text)
-    with open_ledger(ctx) as ledger:
+    # A dry run only reads (read-only media, no key needed).
+    with open_reader(ctx, no_strict=False) if dry_run else open_ledger(ctx) as ledger:
         done = gc(ledger, now=now, dry_run=dry_run)
     rows = [d.to_json() for d in done]
     failed = [d for d in done if d.error is not None]

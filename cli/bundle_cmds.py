@@ -144,9 +144,13 @@ def audit_cmd(
         origin = str(source.meta("origin"))
         if policy is not None:
             trusted = policy.trusted(trusted, source, origin, vkeys, wnotes)
-        report = audit_tiles(source, vkeys=vkeys, trusted=trusted, update_trusted=not no_update)
-        if policy is not None:
-            policy.check(report, source, origin, wnotes)
+        report = audit_tiles(
+            source,
+            vkeys=vkeys,
+            trusted=trusted,
+            checks=[policy.as_check(source, origin, wnotes)] if policy is not None else [],
+            update_trusted=not no_update,
+        )
         print_report(report, as_json)
         if not report.ok:
             raise click.exceptions.Exit(1)
@@ -164,16 +168,19 @@ def audit_cmd(
             trusted = policy.trusted(trusted, reader, reader.manifest.origin, vkeys, wnotes)
         total = sum(b.size for b in reader.manifest.branches)
         for update in progress_bar(total, "auditing"):
+            witness = (
+                [policy.as_check(reader, reader.manifest.origin, wnotes)]
+                if policy is not None
+                else []
+            )
             report = audit_bundle(
                 reader,
                 vkeys=vkeys,
                 trusted=trusted,
-                checks=stack.bundle_checks(reader),
+                checks=[*stack.bundle_checks(reader), *witness],
                 progress=update,
                 update_trusted=not no_update,
             )
-        if policy is not None:
-            policy.check(report, reader, reader.manifest.origin, wnotes)
     facts = report.trusted.get("bundle")
     if facts and not as_json:
         click.echo(f"bundle {facts['path']}: log {facts['origin']} (ledger {facts['ledger_id']})")

@@ -684,6 +684,17 @@ def vkey(ctx: Context, as_json: bool) -> None:
 
     Example: memroot -l agent.ledger vkey > agent.vkey
     """
-    with open_ledger(ctx) as ledger:
-        key = ledger.vkey()
+    with open_reader(ctx, no_strict=False) as ledger:
+        key = ledger_vkey(ledger)
     emit({"vkey": key}, as_json, key)
+
+
+def ledger_vkey(ledger: Ledger) -> str:
+    """Return the ledger's own current signing vkey, read from the ledger: never the key file.
+
+    A ledger restored from a bundle, with no key file, answers the same (``current_vkey``).
+
+    Raises:
+        IntegrityError: if the head does not agree with its signed checkpoint.
+    """
+    return ledger.current_vkey()

@@ -294,7 +294,7 @@ def restore_cmd(
             ctx, "restore", item_id, reason, evidence, actor, actor_type, namespace, branch, as_json
         )
         return
-    with open_ledger(ctx) as ledger:
+    with open_reader(ctx, no_strict=False) if dry_run else open_ledger(ctx) as ledger:
         f = Falsifier(ledger)
         if dry_run:
             p = f.plan_restore(item_id, max_depth, branch=branch)
@@ -458,7 +458,7 @@ def cascade_cmd(
     Example: memroot -l L cascade 3be83139 --max-depth 2 --max-items 100 --dry-run
     """
     chosen = parse_kinds(kinds)
-    with open_ledger(ctx) as ledger:
+    with open_reader(ctx, no_strict=False) if dry_run else open_ledger(ctx) as ledger:
         f = Falsifier(ledger)
         if dry_run:
             p = f.plan(item_id, max_depth, max_items, chosen, branch=branch, resnapshots=True)

@@ -103,7 +103,11 @@ def report_cmd(
         },
         as_json,
         f"wrote {out} ({len(html.encode())} bytes); verification "
-        + ("ok" if audit.ok else f"FAILED ({plural(len(audit.findings), 'violation')})")
+        + (
+            "ok"
+            if audit.ok
+            else f"FAILED ({plural(len(audit.findings) + audit.dropped_findings, 'violation')})"
+        )
         + ("" if refused is None else f"; ledger data withheld: {refused}"),
     )
     if not audit.ok or refused is not None:

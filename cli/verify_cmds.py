@@ -197,7 +197,7 @@ def print_report(report: AuditReport, as_json: bool) -> None:
             f"{report.checkpoints} checkpoint(s); keys: {report.trusted.get('keys')}"
         )
         for step, what in STEPS.items():
-            bad = sum(1 for f in report.findings if f.step == step)
+            bad = report.violations(step)
             state = (
                 (f"FAIL ({bad})" if bad else "ok")
                 if step in report.steps_checked
@@ -208,11 +208,16 @@ def print_report(report: AuditReport, as_json: bool) -> None:
             click.echo(f"note: {note}")
         for f in report.findings:
             click.echo(f"VIOLATION {f}", err=True)
-        if report.truncated_findings:
-            click.echo(f"(more findings than the {len(report.findings)} shown)", err=True)
-        click.echo(
-            "OK: every step holds" if report.ok else f"FAILED: {len(report.findings)} violation(s)"
-        )
+        if report.dropped_findings:
+            click.echo(
+                f"({report.dropped_findings} more violation(s) past the first "
+                f"{len(report.findings)} were found and not listed)",
+                err=True,
+            )
+        if report.dropped_notes:
+            click.echo(f"({report.dropped_notes} more note(s) not listed)")
+        total = len(report.findings) + report.dropped_findings
+        click.echo("OK: every step holds" if report.ok else f"FAILED: {total} violation(s)")
 
     emit(report.to_json(), as_json, human)
 
@@ -358,6 +363,9 @@ def verify_ledger(
     # An auditor who knows which log to expect says so (``--origin``): a ledger rewritten
     # under another origin then fails its checkpoints (step 6).
     audited_origin = origin or str(ledger.store.meta("origin"))
+    if policy is not None:
+        # As a check, so its findings land before a passing audit moves the trusted state.
+        checks = [*checks, policy.as_check(ledger.store, origin or ledger.origin, wnotes)]
     for update in progress_bar(total, "verifying"):
         report = audit(
             ledger.store,
@@ -369,8 +377,6 @@ def verify_ledger(
             update_trusted=not no_update,
             branch=branch,
         )
-    if policy is not None:
-        policy.check(report, ledger.store, origin or ledger.origin, wnotes)
     return report
 
 

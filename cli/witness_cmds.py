@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from memroot.cli.commands import open_ledger, open_reader, strict_option
+from memroot.cli.commands import ledger_vkey, open_ledger, open_reader, strict_option
 from memroot.cli.main import Context, cli, emit, pass_ctx
 from memroot.ledger.errors import IntegrityError, RefusedError, StorageError
 from memroot.ledger.note import Verifier
@@ -243,10 +243,10 @@ def log_vkey_cmd(ctx: Context, branch: str, as_json: bool) -> None:
 
     Example: memroot -l agent.ledger witness log-vkey -b sim-1
     """
-    with open_ledger(ctx) as ledger:
+    with open_reader(ctx, no_strict=False) as ledger:
         ledger.store.branch(branch)
         origin = ledger.origin if branch == "main" else f"{ledger.origin}/branch/{branch}"
-        key = Verifier.from_vkey(ledger.vkey()).for_origin(origin).vkey()
+        key = Verifier.from_vkey(ledger_vkey(ledger)).for_origin(origin).vkey()
     emit({"origin": origin, "vkey": key}, as_json, key)
 
 

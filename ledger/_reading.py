@@ -20,6 +20,7 @@ from memroot.ledger.errors import RefusedError
 from memroot.ledger.hashing import TreeRoot
 from memroot.ledger.note import SignedCheckpoint, Verifier, open_checkpoint
 from memroot.ledger.strict import CheckedRow, SignedHead
+from memroot.ledger.vocab import OpType
 
 
 class _Reading(_Plumbing):
@@ -39,6 +40,32 @@ class _Reading(_Plumbing):
         if isinstance(rotated, str):
             keys += [str(k) for k in json.loads(rotated) if k not in keys]
         return keys
+
+    def current_vkey(self) -> str:
+        """Return the ledger's current signing vkey, read from the ledger, never a key file.
+
+        The genesis key, then each ``KEY_ROTATE`` on ``main`` that retires the key in force
+        gives its new one, in order (read strictly when the ledger is: the rotations are
+        entries of the signed tree). The stored list of rotated keys only says whether there
+        is any rotation to look for, so a ledger without one reads just its genesis.
+
+        Raises:
+            IntegrityError: if strict and an entry read does not check.
+        """
+        keys = self.genesis_vkeys()
+        current = keys[0]
+        if len(keys) == 1:
+            return current
+        for e in self.entries():
+            payload = e.body.get("payload")
+            if (
+                e.type == OpType.KEY_ROTATE
+                and isinstance(payload, dict)
+                and payload.get("old_vkey") == current
+                and isinstance(payload.get("new_vkey"), str)
+            ):
+                current = payload["new_vkey"]
+        return current
 
     # -- reads ---------------------------------------------------------------------------------
 

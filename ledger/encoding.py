@@ -42,7 +42,11 @@ __all__ = [
 
 MAX_INT = 2**64 - 1
 MIN_INT = -(2**64)
-_MAX_DEPTH = 32
+MAX_DEPTH: Final = 32
+"""Containers may nest this deep in an encoded value (the outermost at depth 0), as the native
+core's ``cbor::MAX_DEPTH``: the one nesting limit of an entry, checked when it is encoded and
+when it is decoded, and from which the input fields' limit follows (``entries.MAX_FIELD_DEPTH``)."""
+_MAX_DEPTH = MAX_DEPTH
 _INF: Final = float("inf")
 
 
@@ -74,30 +78,34 @@ def _py_encode(value: Any) -> bytes:
     return cbor2.dumps(value) if plain else cbor2.dumps(value, canonical=True)
 
 
-def check(value: Any) -> None:
+def check(value: Any, depth: int = 0) -> None:
     """Check that ``value`` lies inside memroot's data model, without encoding it.
+
+    ``depth``: where ``value`` will sit in the value that is encoded (a field of an entry's
+    body is at depth 2), so its nesting is checked against what is left of ``MAX_DEPTH``.
 
     Raises:
         TypeError: for a type outside the data model or a non-text map key.
         ValueError: for a NaN or infinite float, an integer outside 64 bits, deep nesting.
     """
     try:
-        _scan(value)
+        _scan(value, depth)
     except _Refused as e:
         raise (TypeError if e.is_type else ValueError)(str(e)) from None
 
 
-def normalize(value: Any) -> tuple[Any, bool]:
+def normalize(value: Any, depth: int = 0) -> tuple[Any, bool]:
     """Check ``value`` and return a copy with every map in canonical key order.
 
     The second item is True when the value holds no float, so that ``encode_normalized`` can
     use the fast plain encoder. Inputs are normalised once, when they are validated.
+    ``depth``: as for ``check``.
 
     Raises:
         TypeError: for a type outside the data model or a non-text map key.
         ValueError: for a NaN or infinite float, an integer outside 64 bits, deep nesting.
     """
-    check(value)
+    check(value, depth)
     return _sorted_copy(value)
 
 
@@ -218,7 +226,7 @@ def _keys_in_order(keys: tuple[Any, ...]) -> bool:
     return ordered
 
 
-def _scan(value: Any) -> bool:
+def _scan(value: Any, start: int = 0) -> bool:
     """Reject anything outside the data model; return True when plain encoding is canonical.
 
     Plain means: no floats anywhere and every map's keys already in canonical order. This runs
@@ -226,7 +234,7 @@ def _scan(value: Any) -> bool:
     over inline instead of being pushed on the work stack.
     """
     plain = True
-    stack: list[tuple[Any, int]] = [(value, 0)]
+    stack: list[tuple[Any, int]] = [(value, start)]
     pop, push = stack.pop, stack.append
     while stack:
         item, depth = pop()
@@ -238,7 +246,7 @@ def _scan(value: Any) -> bool:
                 raise _Refused(f"integer {item} outside the 64-bit range", is_type=False)
             continue
         if depth >= _MAX_DEPTH:
-            raise _Refused(f"nesting deeper than {_MAX_DEPTH} levels", is_type=False)
+            raise _Refused(f"nesting deeper than {_MAX_DEPTH - start} levels", is_type=False)
         if kind is dict:
             keys = tuple(item)
             if keys not in _ORDERED_KEYS:

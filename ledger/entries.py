@@ -36,9 +36,11 @@ from memroot.ledger.vocab import ActorType, OpType, Role
 
 __all__ = [
     "CANONICAL_BRANCH",
+    "FIELD_DEPTH",
     "FORMAT_VERSION",
     "MAX_BODY_BYTES",
     "MAX_CONTENT_BYTES",
+    "MAX_FIELD_DEPTH",
     "MAX_JSON_DEPTH",
     "MAX_SEQ",
     "MAX_SNAPSHOT_EVERY",
@@ -76,8 +78,14 @@ MAX_SEQ: Final = 2**40 - 1
 """The largest seq a branch can hold (the store keys an entry by branch number and 40 bits)."""
 MAX_SNAPSHOT_EVERY: Final = 1_000_000
 """The largest automatic snapshot cadence (``snapshot_every``) a ledger may record."""
-MAX_JSON_DEPTH: Final = 32
-"""How deeply JSON input (``append``/``import``) may nest arrays and objects."""
+FIELD_DEPTH: Final = 2
+"""Where a body field (``metadata``, ``context``, ``payload``) sits in its entry: the entry is an
+array (depth 0) holding the body map (depth 1) holding the field (depth 2)."""
+MAX_FIELD_DEPTH: Final = encoding.MAX_DEPTH - FIELD_DEPTH
+"""How many maps and arrays a field's value may nest (30): what the entry's limit leaves it."""
+MAX_JSON_DEPTH: Final = MAX_FIELD_DEPTH + 1
+"""How deeply a JSON request (``append``/``import``) may nest: the request object, then a
+field of ``MAX_FIELD_DEPTH`` levels (31)."""
 TS_MAX_AHEAD_US: Final = 3_600 * 1_000_000
 """An entry's ``ts`` may be at most this far (1 hour) ahead of the clock at append."""
 TS_MAX_BEHIND_US: Final = 86_400 * 1_000_000
@@ -97,12 +105,16 @@ RESERVED_OPS: Final[dict[str, str]] = {
     OpType.BRANCH_POLICY.value: "memroot.memory_root.branches.set_branch_policy()",
     OpType.MERGE_OVERRIDE.value: "memroot branch merge --strategy PREFER_BRANCH, Memory.merge()",
     OpType.INTEGRITY_CHECK.value: "memroot's own verification records (no command yet)",
+    OpType.READ_RECEIPT.value: "memroot.open(...).recall(receipt=...) and the MCP recall tool",
 }
 """Operation types only memroot writes, each with the command (and facade call) that writes it.
 
 ``append``, ``import`` and ``Ledger.append`` refuse them from callers (``refuse_reserved``):
-a hand-written ``KEY_ROTATE`` or ``SNAPSHOT`` would otherwise be in the chain for good and
-fail every later audit. The genesis entry is a kind of its own that no request can name.
+a hand-written ``KEY_ROTATE``, ``SNAPSHOT`` or ``READ_RECEIPT`` would otherwise be in the
+chain for good and fail every later audit. The genesis entry is a kind of its own that no
+request can name. This is the one registry: memroot's writer of such a type marks its request
+with ``_library_op``, which accepts only a type listed here, so a new writer of its own type
+must list it (tests/unit/ledger/test_reserved_writers.py finds every writer in the code).
 """
 
 
@@ -348,9 +360,15 @@ def check_ts(ts: int, previous: int | None, now: int) -> None:
 def _library_op(op: OpInput) -> OpInput:
     """Mark ``op`` as written by memroot itself, so a ``RESERVED_OPS`` type is accepted.
 
-    For memroot's own writers only (snapshots, key rotation, branches, merges, cascades);
-    the op is returned for chaining.
+    For memroot's own writers only (snapshots, key rotation, branches, merges, cascades,
+    read receipts); the op is returned for chaining.
+
+    Raises:
+        ValueError: if ``op``'s type is not in ``RESERVED_OPS`` (a programming mistake: a type
+            memroot writes itself must be reserved, or any caller could forge it).
     """
+    if op.op_type not in RESERVED_OPS:
+        raise ValueError(f"{op.op_type} is not in RESERVED_OPS: reserve it before writing it")
     object.__setattr__(op, "_library", True)
     return op
 
@@ -391,7 +409,9 @@ def _map(obj: Mapping[str, Any], name: str, *, required: bool) -> dict[str, Any]
     if type(value) is not dict:
         raise ValidationError(f"{name} must be an object, got {type(value).__name__}", field=name)
     try:
-        normalized, _ = encoding.normalize(value)
+        # Checked where it will sit in the entry, so a value that passes here also encodes
+        # (one limit: the entry's, encoding.MAX_DEPTH).
+        normalized, _ = encoding.normalize(value, FIELD_DEPTH)
     except (TypeError, ValueError) as e:
         raise ValidationError(f"{name} holds a value memroot cannot store: {e}", field=name) from e
     return normalized  # type: ignore[no-any-return]
@@ -620,17 +640,34 @@ def parse_json(text: str) -> Any:
         ValidationError: for a duplicate key, a NaN or Infinity, or nesting deeper than
             ``MAX_JSON_DEPTH``.
     """
+    too_deep = f"JSON nests deeper than {MAX_JSON_DEPTH} levels (MAX_JSON_DEPTH)"
     try:
         value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
     except json.JSONDecodeError as e:
         raise DecodeError(f"not valid JSON: {e}") from e
     except RecursionError as e:
-        raise ValidationError(
-            f"JSON nests deeper than {MAX_JSON_DEPTH} levels (MAX_JSON_DEPTH)"
-        ) from e
-    # Deeper values inside the maps are refused when the maps are normalised (the same
-    # limit, encoding's nesting check); the request itself is an object of flat fields.
+        raise ValidationError(too_deep) from e
+    if _json_depth(value) > MAX_JSON_DEPTH:
+        raise ValidationError(too_deep)
     return value
+
+
+def _json_depth(value: Any) -> int:
+    """Return how many arrays and objects ``value`` nests (0 for a scalar), without recursion."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if type(item) is dict:
+            items: Any = item.values()
+        elif type(item) is list:
+            items = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        if depth <= MAX_JSON_DEPTH:
+            stack.extend((v, depth + 1) for v in items)
+    return deepest
 
 
 def parse_input(obj: Any) -> EventInput | OpInput:

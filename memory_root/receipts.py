@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from memroot.ledger.encoding import encode
-from memroot.ledger.entries import CANONICAL_BRANCH, Entry, Kind, OpInput
+from memroot.ledger.entries import CANONICAL_BRANCH, Entry, Kind, OpInput, _library_op
 from memroot.ledger.errors import IntegrityError, MemrootError, ValidationError
 from memroot.ledger.hashing import domain_hash
 from memroot.ledger.ledger import Ledger
@@ -196,13 +196,16 @@ def receipt_op(
             for r in results
         ],
     }
-    return OpInput(
-        op_type=OpType.READ_RECEIPT.value,
-        actor_id=actor_id,
-        actor_type=actor_type,
-        namespace_id=namespace_id,
-        payload=payload,
-        policy_version=POLICY_VERSION,
+    # A reserved type: a caller's READ_RECEIPT would be checked by step 9 forever after.
+    return _library_op(
+        OpInput(
+            op_type=OpType.READ_RECEIPT.value,
+            actor_id=actor_id,
+            actor_type=actor_type,
+            namespace_id=namespace_id,
+            payload=payload,
+            policy_version=POLICY_VERSION,
+        )
     )
 
 

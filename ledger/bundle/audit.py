@@ -59,6 +59,7 @@ from memroot.ledger.transparency.witness import (
 )
 from memroot.ledger.trust import TrustedLog, TrustedState
 from memroot.ledger.verify import (
+    AfterScan,
     AuditReport,
     BranchLike,
     Finding,
@@ -109,24 +110,27 @@ def audit_bundle(
         reader = bundle if isinstance(bundle, BundleReader) else open_bundle(bundle)
     except MemrootError as e:
         return _unopened("the bundle", e)
+
+    def read_sections(report: AuditReport) -> None:
+        # (1) every file of the bundle is read whole: sections that no replay check consumed
+        # are still checked against the manifest, so a damaged file never passes unnoticed.
+        for name in reader.section_names():
+            try:
+                for _ in reader.section(name):
+                    pass
+            except MemrootError as e:
+                report.add(Finding(1, f"bundle section {name!r} cannot be read: {e}"))
+
     report = audit_source(
         reader,
         origin=reader.manifest.origin,
         trusted=trusted,
         vkeys=vkeys,
-        checks=checks,
+        checks=[*checks, AfterScan(read_sections, (1,))],
         progress=progress,
         update_trusted=update_trusted,
     )
     report.trusted["bundle"] = _bundle_facts(reader)
-    # (1) every file of the bundle is read whole: sections that no replay check consumed are
-    # still checked against the manifest, so a damaged file never passes unnoticed.
-    for name in reader.section_names():
-        try:
-            for _ in reader.section(name):
-                pass
-        except MemrootError as e:
-            report.add(Finding(1, f"bundle section {name!r} cannot be read: {e}"))
     if not BLAKE3_NATIVE:
         report.add(
             Finding(
@@ -177,8 +181,11 @@ class TilesSource(CachelessSource):
     One branch, ``main``: the log whose checkpoint is ``checkpoint``. Rows carry the entry
     bytes from the entry bundles and, as their cached leaf hash, the level-0 tile hash (step 5
     compares them). Checkpoints are the retained notes under ``memroot/checkpoints/`` plus
-    ``checkpoint``. It has no stored caches: ``audit_tiles`` checks the tiles themselves.
+    ``checkpoint``. It has no stored caches and no content (step 4 is not checked):
+    ``audit_tiles`` checks the tiles themselves.
     """
+
+    has_content = False
 
     def __init__(self, directory: Path) -> None:
         """Open the directory (its ``checkpoint`` is read, not verified).
@@ -198,7 +205,11 @@ class TilesSource(CachelessSource):
         self.size = cp.size
         self.root = bytes(cp.root)
         self.reader = TileReader(self.directory, self.size)
-        head = self.reader.node(0, self.size - 1) if self.size else bytes(HASH_SIZE)
+        try:
+            head = self.reader.node(0, self.size - 1) if self.size else bytes(HASH_SIZE)
+        except MemrootError:
+            # The last leaf tile is missing or damaged: the scan reports it (step 1).
+            head = bytes(HASH_SIZE)
         self._branch = BundleBranch(0, CANONICAL_BRANCH, self.size, head)
         self._genesis: Entry | None = None
 
@@ -212,9 +223,17 @@ class TilesSource(CachelessSource):
             raise NotFoundError(f"the tiles directory publishes only {CANONICAL_BRANCH!r}")
         return self._branch
 
-    def _bundle(self, index: int) -> list[bytes]:
+    def bundle(self, index: int) -> list[bytes]:
+        """Return the entries of entry bundle ``index`` of the tree at the head size.
+
+        Raises:
+            NotFoundError: if the bundle is missing or outside the tree.
+            DecodeError: if it does not split into the entries it must hold.
+        """
         full = self.size // TILE_WIDTH
         width = TILE_WIDTH if index < full else self.size % TILE_WIDTH
+        if index > full or width == 0:
+            raise NotFoundError(f"entry bundle {index} is outside the tree of size {self.size}")
         rel = tile_path("entries", index, width)
         data = read_tile_file(self.directory, rel, f"entry bundle {rel} is missing")
         entries = split_bundle(data, rel)
@@ -226,38 +245,46 @@ class TilesSource(CachelessSource):
         """Yield every entry, with its level-0 tile hash as the row's cached hash."""
         for index in range((self.size + TILE_WIDTH - 1) // TILE_WIDTH):
             hashes = self.reader.hashes(0, index)
-            for i, data in enumerate(self._bundle(index)):
+            for i, data in enumerate(self.bundle(index)):
                 yield BundleRow(index * TILE_WIDTH + i, data, hash=hashes[i])
 
     def entry_row(self, branch_no: int, seq: int) -> BundleRow:
         """Return one entry (``NotFoundError`` if outside the tree)."""
         if not 0 <= seq < self.size:
             raise NotFoundError(f"no entry {seq} in the tiles directory")
-        return BundleRow(seq, self._bundle(seq // TILE_WIDTH)[seq % TILE_WIDTH])
+        return BundleRow(seq, self.bundle(seq // TILE_WIDTH)[seq % TILE_WIDTH])
 
     def checkpoints(self, branch_no: int) -> list[tuple[int, bytes, str]]:
         """Return every published checkpoint ``(size, root, note)``, by size (unverified).
 
+        Every note a client could fetch is listed: the retained note of the head's size too
+        when its text differs from ``checkpoint`` (newer cosignatures), so each is verified.
+
         Raises:
             DecodeError: if a note is malformed or filed under another size.
         """
-        notes: dict[int, str] = {self.size: self.note}
+        notes: dict[int, list[str]] = {self.size: [self.note]}
         base = self.directory / CHECKPOINTS_DIR
         if base.is_dir():
-            for path in base.rglob("*"):
+            for path in sorted(base.rglob("*")):
                 if not path.is_file() or path.name.startswith("."):
                     continue
-                text = path.read_text("utf-8")
+                try:
+                    text = path.read_text("utf-8")
+                except (OSError, UnicodeDecodeError) as e:
+                    raise DecodeError(f"cannot read {path}: {e}") from e
                 cp = parse_checkpoint(split_note(text)[0])
                 rel = "".join(p.lstrip("x") for p in path.relative_to(base).parts)
                 if not rel.isdigit() or int(rel) != cp.size:
                     raise DecodeError(f"{path} holds the checkpoint of size {cp.size}")
-                # The top-level checkpoint wins at its size (it may carry newer cosignatures).
-                notes.setdefault(cp.size, text)
+                same = notes.setdefault(cp.size, [])
+                if text not in same:
+                    same.append(text)
         out = []
         for size in sorted(notes):
-            cp = parse_checkpoint(split_note(notes[size])[0])
-            out.append((size, bytes(cp.root), notes[size]))
+            for text in notes[size]:
+                cp = parse_checkpoint(split_note(text)[0])
+                out.append((size, bytes(cp.root), text))
         return out
 
     def latest_checkpoint(self, branch_no: int) -> tuple[int, bytes, str] | None:
@@ -311,7 +338,8 @@ def _check_tile_tree(source: TilesSource, report: AuditReport) -> None:
     except MemrootError as e:
         report.add(Finding(6, f"the checkpoints cannot be read: {e}", CANONICAL_BRANCH))
         return
-    for cp_size, root, _ in stored:
+    for cp_size in sorted({s for s, _, _ in stored}):
+        root = next(r for s, r, _ in stored if s == cp_size)
         try:
             got = merkle.tree_root(cp_size, TileReader(source.directory, cp_size))
         except MemrootError as e:
@@ -336,6 +364,104 @@ def _check_tile_tree(source: TilesSource, report: AuditReport) -> None:
                     actual=got.hex(),
                 )
             )
+        width = cp_size % TILE_WIDTH
+        rel = tile_path("entries", cp_size // TILE_WIDTH, width) if width else None
+        if rel is not None and not (source.directory / rel).is_file():
+            # C2SP: a log serves the partial bundle of every size it signed.
+            report.add(
+                Finding(
+                    5,
+                    f"entry bundle {rel} of checkpoint size {cp_size} is missing",
+                    CANONICAL_BRANCH,
+                    cp_size - 1,
+                )
+            )
+
+
+def _parse_tile_path(rel: str) -> tuple[int | str, int, int] | None:
+    """Return ``(level, index, width)`` of a canonical tile path ``rel``, else None."""
+    parts = rel.split("/")
+    if len(parts) < 3 or parts[0] != "tile":
+        return None
+    level: int | str = parts[1]
+    if level != "entries":
+        if not parts[1].isdigit():
+            return None
+        level = int(parts[1])
+    groups, width = parts[2:], TILE_WIDTH
+    if len(groups) >= 2 and groups[-2].endswith(".p"):
+        if not groups[-1].isdigit():
+            return None
+        width = int(groups[-1])
+        groups = [*groups[:-2], groups[-2][:-2]]
+    digits = "".join(g[1:] if g.startswith("x") else g for g in groups)
+    if not digits.isdigit() or not 1 <= width <= TILE_WIDTH:
+        return None
+    index = int(digits)
+    try:
+        canonical = tile_path(level, index, width)
+    except ValueError:
+        return None
+    return (level, index, width) if canonical == rel else None
+
+
+def _check_tile_files(source: TilesSource, report: AuditReport) -> None:
+    """(5): every file under ``tile/`` a client could fetch belongs to the signed tree.
+
+    The tiles and the entry bundles at the head's size are checked by the scan and the roots
+    (step 5); every other one (the partial tiles and partial entry bundles of older
+    checkpoints, at every level, and any stray file) must be the start of the one at the
+    head's size that holds the same index: a flipped byte in an old partial tile a client
+    uses to verify an old checkpoint fails here, at any size.
+    """
+    base = source.directory / "tile"
+    if not base.is_dir():
+        return
+    head = source.size
+    for path in sorted(base.rglob("*")):
+        if not path.is_file() or path.name.startswith("."):
+            continue
+        rel = path.relative_to(source.directory).as_posix()
+        parsed = _parse_tile_path(rel)
+        if parsed is None:
+            report.add(Finding(5, f"{rel} is not a tile path", CANONICAL_BRANCH))
+            continue
+        level, index, width = parsed
+        shift = 0 if level == "entries" else TILE_HEIGHT * int(level)
+        full = head >> (shift + TILE_HEIGHT)
+        head_width = TILE_WIDTH if index < full else (head >> shift) % TILE_WIDTH
+        if index > full or head_width == 0 or width > head_width:
+            report.add(
+                Finding(
+                    5,
+                    f"{rel} lies outside the signed tree of size {head} (a file of a larger "
+                    "or another tree)",
+                    CANONICAL_BRANCH,
+                )
+            )
+            continue
+        if width == head_width:
+            continue  # the head's own file: checked by the scan and the roots
+        try:
+            data = read_tile_file(source.directory, rel, f"{rel} is missing")
+            if level == "entries":
+                good = split_bundle(data, rel) == source.bundle(index)[:width]
+            else:
+                whole = source.reader.tile(int(level), index)
+                good = len(data) == width * HASH_SIZE and data == whole[: width * HASH_SIZE]
+        except MemrootError as e:
+            report.add(Finding(5, f"{rel} cannot be checked: {e}", CANONICAL_BRANCH))
+            continue
+        if not good:
+            report.add(
+                Finding(
+                    5,
+                    f"{rel} is not the start of the signed tile at index {index} "
+                    f"(tampered partial {'entry bundle' if level == 'entries' else 'tile'})",
+                    CANONICAL_BRANCH,
+                    (index << (shift + TILE_HEIGHT)) + (width << shift) - 1,
+                )
+            )
 
 
 def audit_tiles(
@@ -343,6 +469,7 @@ def audit_tiles(
     *,
     vkeys: Sequence[str] = (),
     trusted: TrustedState | None = None,
+    checks: Sequence[ReplayCheck] = (),
     progress: Progress | None = None,
     update_trusted: bool = True,
 ) -> AuditReport:
@@ -350,27 +477,30 @@ def audit_tiles(
 
     Steps 1-3, 5, 6 and 10 as for a ledger (keys: the given ``vkeys``, else the trusted state,
     else the genesis published in the tiles, trust on first use); step 5 also checks the
-    tile pyramid and each retained checkpoint's root from the tiles. Step 4 is not checked:
-    tiles carry entries (with their content commitments) but no content.
+    tile pyramid, each retained checkpoint's root from the tiles, and every other tile and
+    entry bundle file against the signed tree. Step 4 is not checked: tiles carry entries
+    (with their content commitments) but no content. ``checks`` run after the tiles' own
+    (the witness policy's, say); the trusted state moves only when all of them pass.
     """
     try:
         source = directory if isinstance(directory, TilesSource) else TilesSource(directory)
     except MemrootError as e:
         return _unopened("the tiles directory", e)
     origin = source.meta("origin")
+
+    def tiles(report: AuditReport) -> None:
+        _check_tile_tree(source, report)
+        _check_tile_files(source, report)
+
     report = audit_source(
         source,
         origin=str(origin) if isinstance(origin, str) else "",
         trusted=trusted,
         vkeys=vkeys,
+        checks=[AfterScan(tiles, (5,)), *checks],
         progress=progress,
         update_trusted=update_trusted,
     )
-    _check_tile_tree(source, report)
-    # (4) tiles publish no content: the commitments cannot be opened here.
-    report.findings = [f for f in report.findings if f.step != 4]
-    report.notes = [f for f in report.notes if f.step != 4]
-    report.steps_checked.discard(4)
     report.add(Finding(4, "tiles carry no event content: step 4 is not checked", severity="note"))
     report.trusted["tiles"] = {
         "path": str(source.directory),
@@ -509,6 +639,10 @@ class WitnessPolicy:
         check_cosignatures(source, origin, self.keys, self.quorum, report)
         for text in notes:
             report.add(Finding(10, text, severity="note"))
+
+    def as_check(self, source: CheckpointSource, origin: str, notes: Sequence[str]) -> AfterScan:
+        """Return ``check`` as a replay check: it then runs before the trusted state moves."""
+        return AfterScan(lambda report: self.check(report, source, origin, notes), (6,))
 
 
 def _genesis_vkeys(source: GenesisSource) -> list[str]:

@@ -561,6 +561,7 @@ class CachelessSource:
     """
 
     has_caches = False
+    has_content = True
 
     def node_mismatches(
         self, branch_no: int, nodes: Sequence[tuple[int, int, bytes]]

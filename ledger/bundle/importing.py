@@ -70,8 +70,8 @@ def import_bundle(
     if url is None and path.exists():
         raise StorageError(f"{path} already exists; refusing to overwrite a ledger")
     report = audit_bundle(reader, vkeys=vkeys, trusted=trusted, update_trusted=False)
-    if not report.ok:
-        f = report.findings[0]
+    f = report.first_failure()
+    if f is not None:
         raise IntegrityError(
             f"the bundle does not verify; nothing was imported: {f}",
             branch=f.branch,

@@ -14,6 +14,7 @@ from memroot.ledger.verify.auditor import audit, audit_source, verify, verify_pa
 from memroot.ledger.verify.report import (
     MAX_FINDINGS,
     STEPS,
+    AfterScan,
     AuditReport,
     BranchLike,
     Finding,
@@ -27,6 +28,7 @@ from memroot.ledger.verify.store_source import bound_cache
 __all__ = [
     "MAX_FINDINGS",
     "STEPS",
+    "AfterScan",
     "AuditReport",
     "BranchLike",
     "Finding",

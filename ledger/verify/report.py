@@ -73,13 +73,41 @@ class AuditReport:
     findings: list[Finding] = field(default_factory=list)
     notes: list[Finding] = field(default_factory=list)
     trusted: dict[str, Any] = field(default_factory=dict)
-    truncated_findings: bool = False
     steps_checked: set[int] = field(default_factory=set)
+    dropped_findings: int = 0
+    """Violations found past ``MAX_FINDINGS`` and not kept (each still fails the report)."""
+    dropped_by_step: dict[int, int] = field(default_factory=dict)
+    """How many of ``dropped_findings`` each step found."""
+    dropped_notes: int = 0
+    """Notes past ``MAX_FINDINGS``, not kept."""
 
     @property
     def ok(self) -> bool:
-        """True when no step found a violation."""
-        return not self.findings
+        """True when no step found a violation (kept or dropped past the cap)."""
+        return not self.findings and not self.dropped_findings
+
+    @property
+    def truncated_findings(self) -> bool:
+        """True when findings or notes were dropped past the cap."""
+        return bool(self.dropped_findings or self.dropped_notes)
+
+    def violations(self, step: int) -> int:
+        """Return how many violations ``step`` found, kept or dropped past the cap."""
+        kept = sum(1 for f in self.findings if f.step == step)
+        return kept + self.dropped_by_step.get(step, 0)
+
+    def first_failure(self) -> Finding | None:
+        """Return the first violation, or None when the report passes.
+
+        A report whose only violations were dropped (never the case through ``add``, which
+        drops only once ``MAX_FINDINGS`` are kept) still fails: it then returns a finding that
+        says how many were dropped.
+        """
+        if self.findings:
+            return self.findings[0]
+        if self.dropped_findings:
+            return Finding(1, f"{self.dropped_findings} violation(s) found and not kept")
+        return None
 
     def raise_first(self) -> AuditReport:
         """Return the report when every step holds; else raise its first finding.
@@ -87,10 +115,11 @@ class AuditReport:
         Raises:
             IntegrityError: carrying the first finding's step, branch, seq, expected, actual.
         """
-        if self.findings:
-            f = self.findings[0]
+        f = self.first_failure()
+        if f is not None:
+            more = self.dropped_findings + len(self.findings) - 1
             raise IntegrityError(
-                str(f),
+                str(f) + (f" (and {more} more violation(s))" if more > 0 else ""),
                 branch=f.branch,
                 seq=f.seq,
                 step=f.step,
@@ -100,12 +129,22 @@ class AuditReport:
         return self
 
     def add(self, finding: Finding) -> None:
-        """Record a finding (errors are capped at MAX_FINDINGS, notes are not kept past it)."""
-        target = self.findings if finding.severity == "error" else self.notes
-        if len(target) >= MAX_FINDINGS:
-            self.truncated_findings = True
+        """Record a finding; past ``MAX_FINDINGS`` of its kind it is counted, not kept.
+
+        A violation past the cap still fails the report (``ok``, ``raise_first``): a cap
+        bounds the memory of an audit, never its verdict (STYLE "Fail closed").
+        """
+        if finding.severity == "error":
+            if len(self.findings) >= MAX_FINDINGS:
+                self.dropped_findings += 1
+                self.dropped_by_step[finding.step] = self.dropped_by_step.get(finding.step, 0) + 1
+                return
+            self.findings.append(finding)
             return
-        target.append(finding)
+        if len(self.notes) >= MAX_FINDINGS:
+            self.dropped_notes += 1
+            return
+        self.notes.append(finding)
 
     def to_json(self) -> dict[str, Any]:
         """Return the report as a JSON-ready dict."""
@@ -119,7 +158,7 @@ class AuditReport:
                 str(k): {
                     "what": v,
                     "checked": k in self.steps_checked,
-                    "violations": sum(1 for f in self.findings if f.step == k),
+                    "violations": self.violations(k),
                 }
                 for k, v in STEPS.items()
             },
@@ -127,6 +166,8 @@ class AuditReport:
             "notes": [f.to_json() for f in self.notes],
             "trusted": self.trusted,
             "truncated_findings": self.truncated_findings,
+            "dropped_findings": self.dropped_findings,
+            "dropped_notes": self.dropped_notes,
         }
 
 
@@ -149,6 +190,29 @@ class ReplayCheck(Protocol):
 
     def finish(self, report: AuditReport) -> None:
         """Compare what was replayed with what is stored; add findings to ``report``."""
+
+
+@dataclass(slots=True)
+class AfterScan:
+    """A ``ReplayCheck`` that sees no entry and runs ``run(report)`` once they were all seen.
+
+    For the checks of a source that are not per entry (a tiles directory's pyramid, a
+    bundle's sections, witness cosignatures): run as a check, their findings land before the
+    audit moves the trusted state forward, which it does only for a report that passes.
+    """
+
+    run: Callable[[AuditReport], None]
+    steps: tuple[int, ...] = ()
+
+    def feed(self, branch: str, entry: Entry, report: AuditReport) -> None:
+        """See nothing: the check runs at ``finish``."""
+
+    def feed_events(self, branch: str, events: Sequence[Entry], report: AuditReport) -> None:
+        """See nothing (a run of events costs no per-entry call)."""
+
+    def finish(self, report: AuditReport) -> None:
+        """Run the check."""
+        self.run(report)
 
 
 class RowLike(Protocol):
@@ -209,6 +273,10 @@ class LedgerSource(Protocol):
     @property
     def has_caches(self) -> bool:
         """True when rows carry cached leaf hashes and content addresses and tree nodes exist."""
+
+    @property
+    def has_content(self) -> bool:
+        """True when rows carry event content and salts (step 4 is checked only then)."""
 
     def branches(self) -> Sequence[BranchLike]:
         """Return every branch, parents before their forks."""

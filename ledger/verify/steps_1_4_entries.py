@@ -36,6 +36,7 @@ class _BranchRun:
     erased: dict[str, tuple[int, int]] = field(default_factory=dict)
     tombstones: dict[str, int] = field(default_factory=dict)  # target id -> tombstone seq
     caches: bool = True  # the source keeps leaf hashes and content addresses to check
+    content: bool = True  # the source serves event content (a tiles directory does not)
     genesis: Entry | None = None
     # branch id -> the BRANCH_CREATE entry naming it and this tree's root just before it (7)
     creates: dict[str, tuple[Entry, bytes]] = field(default_factory=dict)
@@ -267,21 +268,26 @@ def _check_row(
     # (4) content commitments and erasures.
     if entry.type == OpType.KEY_ROTATE and entry.kind is Kind.OP:
         run.rotations.append((row.seq, entry.body.get("payload")))
-    if entry.kind is not Kind.EVENT and (
-        row.content is not None
-        or row.salt is not None
-        or row.digest is not None
-        or row.erased_by is not None
+    if (
+        entry.kind is not Kind.EVENT
+        and run.content
+        and (
+            row.content is not None
+            or row.salt is not None
+            or row.digest is not None
+            or row.erased_by is not None
+        )
     ):
         # Only events have content: bytes planted beside an operation are committed by
         # nothing, yet Ledger.content() would serve them.
         report.add(Finding(4, "an entry that is not an event has stored content", branch, row.seq))
     if entry.kind is Kind.EVENT:
-        _check_content(run, branch, row, entry, report)
+        if run.content:
+            _check_content(run, branch, row, entry, report)
         run.event_count += 1
         if run.caches:
             run.events.append((str(entry.body.get("id")), row.seq))
-    elif entry.type == OpType.TOMBSTONE:
+    elif entry.type == OpType.TOMBSTONE and run.content:
         payload = entry.body.get("payload")
         target = payload.get("target_event_id") if isinstance(payload, dict) else None
         if isinstance(target, str):

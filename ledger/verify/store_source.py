@@ -23,6 +23,7 @@ class _StoreSource:
     """A SQLite ``Store`` seen as a ``LedgerSource`` (it keeps every cache)."""
 
     has_caches = True
+    has_content = True
 
     def __init__(self, store: Store) -> None:
         self.store = store

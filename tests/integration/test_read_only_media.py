@@ -170,3 +170,137 @@ def test_a_corrupt_sqlite_file_is_an_integrity_finding(ledger: Path, tmp_path: P
         assert "Traceback" not in result.output, name
     assert outcomes["verify"] == 1 and outcomes["log"] == 1 and outcomes["show"] == 1
     assert not (tmp_path / "bundle").exists()
+
+
+# -- every read command of the CLI, enumerated from the click group -----------------------------
+
+# Each command of the group is classified here; a new command fails
+# test_every_command_is_classified until it is. Read commands take the ledger and must work on
+# read-only media with no key file; their arguments are filled from the session's ids.
+READ_COMMANDS: dict[str, list[str]] = {
+    "verify": ["--no-update", "--json"],
+    "log": ["--json"],
+    "show": ["1", "--json"],
+    "query": ["--json"],
+    "why": ["{object}", "--json"],
+    "export": ["{out}/bundle"],
+    "roots": ["--json"],
+    "root show": ["{root}", "--json"],
+    "root diff": ["{root}", "{root}", "--json"],
+    "selfmodel show": ["--json"],
+    "branch list": ["--json"],
+    "branch show": ["{branch}", "--json"],
+    "branch diff": ["{branch}", "--json"],
+    "branch divergence": ["{branch}", "--json"],
+    "prove": ["--index", "1", "--json"],
+    "tiles": ["{out}/tiles", "--json"],
+    "receipts": ["--json"],
+    "report": ["{out}/report.html", "--json"],
+    "vkey": ["--json"],
+    "gc": ["--dry-run", "--json"],
+    "cascade": ["{object}", "--dry-run", "--json"],
+    "restore": ["{object}", "--reason", "r", "--cascade", "--dry-run", "--json"],
+    "witness list": ["--json"],
+    "witness log-vkey": ["--json"],
+}
+WRITE_COMMANDS = {
+    "append", "import", "init", "checkpoint", "snapshot", "rebuild", "falsify", "mark-stale",
+    "selfmodel record", "branch create", "branch close", "branch discard", "branch archive",
+    "branch merge", "publish", "import-bundle", "rotate-key", "witness add", "witness remove",
+    "witness submit", "mcp",
+}  # fmt: skip
+NO_LEDGER_COMMANDS = {"audit", "bench", "demo", "witness init", "witness follow", "witness serve"}
+
+
+def all_commands() -> set[str]:
+    import click
+
+    from memroot.cli.main import load_all_commands
+
+    load_all_commands()
+    names: set[str] = set()
+
+    def walk(group: click.Group, prefix: str) -> None:
+        for name, command in group.commands.items():
+            if isinstance(command, click.Group):
+                walk(command, f"{prefix}{name} ")
+            else:
+                names.add(f"{prefix}{name}")
+
+    walk(cli, "")
+    return names
+
+
+def test_every_command_is_classified() -> None:
+    """Each CLI command is a read, a write or a no-ledger command: a new one must be sorted."""
+    declared = set(READ_COMMANDS) | WRITE_COMMANDS | NO_LEDGER_COMMANDS
+    assert all_commands() == declared
+    assert not set(READ_COMMANDS) & WRITE_COMMANDS
+
+
+@pytest.fixture
+def session_ledger(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A ledger with objects, a root, a SelfModel, a branch, a falsification and a receipt."""
+    import memroot as facade
+
+    path = tmp_path / "ro" / "agent.ledger"
+    path.parent.mkdir()
+    examples = Path(__file__).resolve().parents[2] / "examples" / "events.jsonl"
+    assert memroot(path, "init", "--origin", ORIGIN).exit_code == 0
+    assert memroot(path, "import", str(examples)).exit_code == 0
+    assert memroot(path, "snapshot").exit_code == 0
+    model = tmp_path / "agent.json"
+    model.write_text(json.dumps({"agent_id": "a", "identity": {"name": "A"}, "capabilities": []}))
+    assert memroot(path, "selfmodel", "record", str(model)).exit_code == 0
+    objects = json.loads(memroot(path, "query", "--json").stdout)
+    oid = objects[0]["id"]
+    assert memroot(path, "falsify", oid, "--reason", "wrong").exit_code == 0
+    created = memroot(path, "branch", "create", "--type", "PLANNING", "--purpose", "p", "--json")
+    branch = json.loads(created.stdout)["branch_id"]
+    with facade.open(path) as mem:
+        mem.recall(text="tea", receipt="run-1")
+    roots = json.loads(memroot(path, "roots", "--json").stdout)
+    root = roots[0]["memory_root"]
+    return path, {"object": oid, "branch": branch, "root": root}
+
+
+def test_every_read_command_works_on_read_only_media_without_a_key(
+    session_ledger: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    """Every read command of the group, on a read-only directory with no key: exit 0, no write."""
+    path, ids = session_ledger
+    key = Path(f"{path}.key")
+    key.rename(tmp_path / "kept.key")  # the key is elsewhere: reading never needs it
+    out = tmp_path / "out"
+    out.mkdir()
+    before = digest(path)
+    listing = sorted(p.name for p in path.parent.iterdir())
+    with read_only_directory(path.parent):
+        for name, args in READ_COMMANDS.items():
+            filled = [a.format(out=out, **ids) for a in args]
+            result = memroot(path, *name.split(), *filled)
+            assert "Traceback" not in result.output, (name, result.output)
+            assert result.exit_code == 0, (name, result.output)
+    assert digest(path) == before and side_files(path) == []
+    assert sorted(p.name for p in path.parent.iterdir()) == listing
+    assert (out / "bundle" / "manifest.json").exists() and (out / "report.html").exists()
+
+
+def test_vkey_reads_the_ledger_not_the_key_file(
+    session_ledger: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    """`vkey` prints the ledger's own key with no key file (a ledger restored from a bundle)."""
+    path, _ = session_ledger
+    vkey = memroot(path, "vkey").stdout.strip()
+    assert memroot(path, "export", str(tmp_path / "b")).exit_code == 0
+    restored = tmp_path / "restored.ledger"
+    imported = memroot(restored, "import-bundle", str(tmp_path / "b"), "--vkey", vkey)
+    assert imported.exit_code == 0, imported.output
+    assert not Path(f"{restored}.key").exists()
+    result = memroot(restored, "vkey", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["vkey"] == vkey
+    other = tmp_path / "other.ledger"
+    assert memroot(other, "init", "--origin", ORIGIN).exit_code == 0
+    Path(f"{path}.key").write_bytes(Path(f"{other}.key").read_bytes())  # a wrong key beside it
+    assert memroot(path, "vkey").stdout.strip() == vkey

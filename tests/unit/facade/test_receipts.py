@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 import memroot
 from memroot.cli.main import cli
-from memroot.ledger.entries import OpInput
+from memroot.ledger.entries import OpInput, _library_op
 from memroot.memory_root.receipts import readers, receipts, value_digest
 
 
@@ -58,19 +58,23 @@ def test_forged_receipt_is_a_step_9_finding(tmp_path: Path) -> None:
     mem, oid = _setup(tmp_path)
     with mem:
         for version, state in ((7, "live"), (1, "falsified")):
+            # Written as memroot's own (a caller's READ_RECEIPT is refused at append): the
+            # forgery of someone who runs code with the key.
             mem.ledger.append(
-                OpInput(
-                    op_type="READ_RECEIPT",
-                    actor_id="agent-7",
-                    actor_type="AI_AGENT",
-                    namespace_id="alice",
-                    payload={
-                        "run_id": "forged",
-                        "query": {},
-                        "memory_root": None,
-                        "objects": [{"id": oid, "version": version, "state": state}],
-                    },
-                    policy_version="memroot-receipt/1",
+                _library_op(
+                    OpInput(
+                        op_type="READ_RECEIPT",
+                        actor_id="agent-7",
+                        actor_type="AI_AGENT",
+                        namespace_id="alice",
+                        payload={
+                            "run_id": "forged",
+                            "query": {},
+                            "memory_root": None,
+                            "objects": [{"id": oid, "version": version, "state": state}],
+                        },
+                        policy_version="memroot-receipt/1",
+                    )
                 )
             )
         report = mem.verify(trusted=tmp_path / "t.json")

@@ -80,6 +80,7 @@ def test_every_op_type_memroot_writes_is_reserved() -> None:
             OpType.BRANCH_POLICY,
             OpType.MERGE_OVERRIDE,
             OpType.INTEGRITY_CHECK,
+            OpType.READ_RECEIPT,
         )
     }
     assert all(RESERVED_OPS.values())
@@ -240,7 +241,7 @@ def test_parse_json_is_strict(text: str, error: type[Exception], what: str) -> N
 
 
 def test_deep_metadata_is_refused_naming_the_limit() -> None:
-    """Nesting below the JSON limit but deeper than 32 levels in a map is refused."""
+    """A field nesting deeper than MAX_FIELD_DEPTH (30, what the entry's 32 leave it) is refused."""
     deep: Any = 1
     for _ in range(40):
         deep = [deep]
@@ -254,5 +255,5 @@ def test_deep_metadata_is_refused_naming_the_limit() -> None:
         "namespace_id": "ns",
         "metadata": {"deep": deep},
     }
-    with pytest.raises(ValidationError, match="32"):
+    with pytest.raises(ValidationError, match="deeper than 30 levels"):
         parse_input(request)

@@ -24,6 +24,7 @@ from memroot.ledger.trust import TrustedState
 from memroot.ledger.verify import (
     MAX_FINDINGS,
     STEPS,
+    AfterScan,
     AuditReport,
     Finding,
     audit,
@@ -71,8 +72,11 @@ def test_clean_report_json_shape(small: Path, tmp_path: Path) -> None:
         "notes",
         "trusted",
         "truncated_findings",
+        "dropped_findings",
+        "dropped_notes",
     }
     assert data["ok"] is True and data["findings"] == [] and data["truncated_findings"] is False
+    assert data["dropped_findings"] == 0 and data["dropped_notes"] == 0
     assert (data["entries"], data["branches"], data["checkpoints"], data["erased"]) == (18, 1, 2, 1)
     assert list(data["steps"]) == [str(s) for s in STEPS]
     for step, info in data["steps"].items():
@@ -160,7 +164,35 @@ def test_findings_are_capped(tmp_path: Path, make_ledger: Any) -> None:
     db.close()
     report = verify_path(path, update_trusted=False)
     assert len(report.findings) == MAX_FINDINGS and report.truncated_findings
+    assert report.dropped_findings >= 50 and report.to_json()["dropped_findings"] >= 50
     assert report.to_json()["truncated_findings"] is True
+    assert report.violations(5) == sum(1 for f in report.findings if f.step == 5) + (
+        report.dropped_by_step.get(5, 0)
+    )
+
+
+def test_dropped_findings_fail_the_report() -> None:
+    """Past the cap a violation is counted, not kept, and the report still fails with it."""
+    report = AuditReport()
+    for i in range(MAX_FINDINGS + 7):
+        report.add(Finding(4, f"content missing {i}", "main", i))
+    report.findings = [f for f in report.findings if f.step != 4]  # a caller filtering
+    assert report.dropped_findings == 7 and report.dropped_by_step == {4: 7}
+    assert not report.ok and report.to_json()["ok"] is False
+    first = report.first_failure()
+    assert first is not None and "7 violation(s) found and not kept" in first.message
+    with pytest.raises(IntegrityError, match="not kept"):
+        report.raise_first()
+
+
+def test_a_finding_after_the_scan_keeps_the_trusted_state(small: Path, tmp_path: Path) -> None:
+    """A check that fails at finish (AfterScan) runs before a passing audit would move trust."""
+    path = fresh_copy(small, tmp_path)
+    state = TrustedState(tmp_path / "t.json")
+    failing = AfterScan(lambda r: r.add(Finding(6, "a witness cosignature does not verify")), (6,))
+    report = verify_path(path, trusted=state, checks=[failing])
+    assert not report.ok and not (tmp_path / "t.json").exists()
+    assert verify_path(path, trusted=state).ok and (tmp_path / "t.json").exists()
 
 
 def test_trust_sources_and_updates(small: Path, tmp_path: Path) -> None:
