@@ -207,9 +207,12 @@ WRITE_COMMANDS = {
     "append", "import", "init", "checkpoint", "snapshot", "rebuild", "falsify", "mark-stale",
     "selfmodel record", "branch create", "branch close", "branch discard", "branch archive",
     "branch merge", "publish", "import-bundle", "rotate-key", "witness add", "witness remove",
-    "witness submit", "mcp",
+    "witness submit", "mcp", "mcp token add", "mcp token revoke",
 }  # fmt: skip
-NO_LEDGER_COMMANDS = {"audit", "bench", "demo", "witness init", "witness follow", "witness serve"}
+# The token commands read and write the MCP server's token file beside the ledger, not the ledger.
+NO_LEDGER_COMMANDS = {
+    "audit", "bench", "demo", "witness init", "witness follow", "witness serve", "mcp token list",
+}  # fmt: skip
 
 
 def all_commands() -> set[str]:
@@ -223,6 +226,8 @@ def all_commands() -> set[str]:
     def walk(group: click.Group, prefix: str) -> None:
         for name, command in group.commands.items():
             if isinstance(command, click.Group):
+                if command.invoke_without_command:  # a group that is a command itself (mcp)
+                    names.add(f"{prefix}{name}")
                 walk(command, f"{prefix}{name} ")
             else:
                 names.add(f"{prefix}{name}")

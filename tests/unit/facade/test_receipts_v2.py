@@ -13,6 +13,7 @@ import random
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import apsw
 import pytest
@@ -20,7 +21,7 @@ from click.testing import CliRunner
 
 import memroot
 from memroot.cli.main import cli
-from memroot.ledger.entries import OpInput
+from memroot.ledger.entries import OpInput, _library_op
 from memroot.memory_root.receipts import (
     VALUE_TAG,
     handed,
@@ -32,6 +33,12 @@ from memroot.memory_root.receipts import (
 
 VECTORS = Path(__file__).resolve().parents[2] / "vectors" / "memroot"
 MEMROOT = str(Path(sys.executable).with_name("memroot"))
+
+
+def _own_receipt(**fields: Any) -> OpInput:
+    """A READ_RECEIPT written as memroot's own (a caller's is refused at append): the forgery
+    of someone who runs code with the key, or a receipt of an older format."""
+    return _library_op(OpInput(**fields))
 
 
 def _setup(tmp_path: Path) -> tuple[memroot.Memory, str]:
@@ -79,7 +86,7 @@ def test_a_version_1_receipt_still_verifies(tmp_path: Path) -> None:
     mem, oid = _setup(tmp_path)
     with mem:
         mem.ledger.append(
-            OpInput(
+            _own_receipt(
                 op_type="READ_RECEIPT",
                 actor_id="agent-7",
                 actor_type="AI_AGENT",
@@ -105,7 +112,7 @@ def test_forged_value_digest_is_a_step_9_finding(tmp_path: Path) -> None:
     mem, oid = _setup(tmp_path)
     with mem:
         mem.ledger.append(
-            OpInput(
+            _own_receipt(
                 op_type="READ_RECEIPT",
                 actor_id="agent-7",
                 actor_type="AI_AGENT",
@@ -183,7 +190,7 @@ def test_receipt_naming_a_replaced_root_is_a_step_9_finding(tmp_path: Path) -> N
         (hit,) = mem.recall(text="green")
         for root in (bytes(stale), None):
             mem.ledger.append(
-                OpInput(
+                _own_receipt(
                     op_type="READ_RECEIPT",
                     actor_id="agent-7",
                     actor_type="AI_AGENT",
