@@ -275,9 +275,9 @@ class Memory:
                 give (derived state edited; strict ledgers).
         """
         from memroot.projections import query as memq
+        from memroot.projections.checked import checked_query
         from memroot.projections.epistemic import RetrievalMode
         from memroot.projections.hook import sync
-        from memroot.projections.strict_rows import check_results
 
         branch = branch or self.branch
         try:
@@ -303,10 +303,8 @@ class Memory:
             )
         sync(self.ledger)
         if receipt is None:
-            with self.ledger.reading() as db:
-                results = memq.query(db, q)
-                check_results(self.ledger, results, q)  # strict: each row what its ops give
-                return results
+            with self.ledger.reading():
+                return checked_query(self.ledger, q)
         from memroot.receipts import receipt_op
 
         asked = {
@@ -321,9 +319,8 @@ class Memory:
             "limit": limit,
         }
         # One transaction: the receipt lands right after the state it describes.
-        with self.ledger.write() as db:
-            results = memq.query(db, q)
-            check_results(self.ledger, results, q)
+        with self.ledger.write():
+            results = checked_query(self.ledger, q)
             op = receipt_op(
                 self.ledger,
                 receipt,

@@ -23,6 +23,7 @@ from memroot.ledger.entries import CANONICAL_BRANCH
 from memroot.ledger.errors import KeyFileError, NotFoundError
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.note import SignedCheckpoint, Verifier, open_checkpoint
+from memroot.projections.checked import refuse_deleted
 from memroot.projections.gated import AnchorState
 from memroot.projections.hook import sync
 from memroot.projections.model import MemoryObject
@@ -198,6 +199,8 @@ def why(
     with ledger.reading():
         versions = object_history(db, object_id, branch=branch)
         if not versions:
+            if ledger.strict:
+                refuse_deleted(db, object_id, branch)
             raise NotFoundError(f"no memory object {object_id} on branch {branch}")
         check_objects(ledger, [versions[-1]], branch)  # strict: the row is what its ops give
         version_at = {(v.branch, v.seq): v.version for v in versions}
