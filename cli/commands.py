@@ -625,7 +625,10 @@ def show(ctx: Context, entry: str, branch: str, no_strict: bool, as_json: bool) 
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
 def checkpoint(ctx: Context, branch: str, as_json: bool) -> None:
-    """Sign (if the tree grew) and print the current checkpoint as a C2SP signed note.
+    """Print the branch's head checkpoint as a C2SP signed note, kept for good.
+
+    Every append already signed it; entries no signed checkpoint covers (written without
+    the key) are refused, never signed (exit 1).
 
     Example: memroot -l agent.ledger checkpoint > checkpoint.txt
     """

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import apsw
 import pytest
 
 import memroot
@@ -72,10 +73,10 @@ def story(tmp_path: Path) -> Story:
 
 
 def sizes(path: Path) -> tuple[int, int]:
-    """(entries, checkpoints) in the file, read with plain sqlite3."""
-    import sqlite3
-
-    db = sqlite3.connect(path)
+    """(entries, checkpoints) in the file, read with plain apsw."""
+    # apsw, the library memroot's own connection uses: a second SQLite library in this
+    # process (stdlib sqlite3) would drop that connection's POSIX locks when it closes.
+    db = apsw.Connection(str(path))
     try:
         n = db.execute("SELECT count(*) FROM entries").fetchone()[0]
         c = db.execute("SELECT count(*) FROM checkpoints").fetchone()[0]
