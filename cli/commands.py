@@ -63,9 +63,13 @@ def open_ledger(ctx: Context) -> Ledger:
     from memroot.cli import hooks
 
     target = ctx.path()
+    # A writer checks the head against the trusted state too, when there is one: appending
+    # onto a restored older copy or a forked history would extend it (refused, exit 1).
+    trusted_path = default_trusted_path()
+    trusted = TrustedState(trusted_path) if trusted_path.exists() else None
     # On a PostgreSQL ledger the hooks keep their state in this host's cache file
     # ($MEMROOT_CACHE, else beside the key; docs/postgresql.md).
-    return Ledger.open(target, key_path=ctx.key_path, hooks=hooks.default_hooks())
+    return Ledger.open(target, key_path=ctx.key_path, hooks=hooks.default_hooks(), trusted=trusted)
 
 
 strict_option = click.option(

@@ -167,3 +167,45 @@ def test_append_citing_evidence_whose_content_was_edited(tmp_path: Path) -> None
     assert r.exit_code == 1 and "step 4" in r.output, r.output
     assert "MALLORY" not in r.output
     assert counts(path) == before
+
+
+def test_append_onto_restored_older_copy_is_refused(tmp_path: Path) -> None:
+    """With a trusted state, `memroot append` onto a restored older copy exits 1, writes none."""
+    path = tmp_path / "m.ledger"
+    assert memroot(path, "init").exit_code == 0
+    append(path, event("first"))
+    old = tmp_path / "old.ledger"
+    shutil.copy(path, old)
+    append(path, event("second"))
+    assert memroot(path, "verify").exit_code == 0  # records the trusted state (MEMROOT_TRUSTED)
+    shutil.copy(old, path)  # the restored older copy
+    before = counts(path)
+    r = memroot(path, "append", "--json", json.dumps(event("third")))
+    assert r.exit_code == 1 and "rollback" in r.output, r.output
+    assert counts(path) == before
+
+
+def test_facade_keeps_a_trusted_state_and_refuses_a_rollback(tmp_path: Path) -> None:
+    """memroot.open records the heads it read; a restored older copy is then refused."""
+    import pytest
+
+    import memroot as mr
+    from memroot.ledger.errors import IntegrityError
+
+    trusted = tmp_path / "lib-trusted.json"
+    path = tmp_path / "m.ledger"
+    with mr.open(path, trusted=trusted) as mem:
+        mem.record(content="first")
+    old = tmp_path / "old.ledger"
+    shutil.copy(path, old)
+    with mr.open(path, trusted=trusted) as mem:
+        mem.record(content="second")
+    assert trusted.exists()
+    shutil.copy(old, path)
+    before = counts(path)
+    with pytest.raises(IntegrityError) as e:
+        mr.open(path, trusted=trusted)
+    assert e.value.step == 10
+    assert counts(path) == before
+    with mr.open(path, trusted=False) as mem:  # opted out: forensics on the old copy
+        assert mem.ledger.size() == before[0]
