@@ -66,15 +66,14 @@ def _import(ledger: str, events: str) -> dict[str, Any]:
 
 def _mixed(ledger: str, n: int) -> dict[str, Any]:
     from memroot.bench.hooked import BATCH, mixed_history
-    from memroot.cli import hooks
     from memroot.ledger.ledger import Ledger
-    from memroot.memory_root import Roots
+    from memroot.memory_root import Roots, stack
 
     _cli(["-l", ledger, "init"])
     items = mixed_history(n)
     seconds = cpu = 0.0
     reported = time.perf_counter()
-    with Ledger.open(Path(ledger), hooks=hooks.default_hooks()) as led:
+    with Ledger.open(Path(ledger), hooks=stack.default_hooks()) as led:
         roots = Roots(led)
         start_size = led.size()
         for start in range(0, n, BATCH):

@@ -35,13 +35,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from memroot.cli.hooks import default_hooks
 from memroot.ledger.entries import EventInput
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.verify import verify_path
 from memroot.memory_root import Roots
 from memroot.memory_root.falsify import Falsifier
 from memroot.memory_root.falsify.replay import FalsifyReplayCheck
+from memroot.memory_root.stack import default_hooks
 from memroot.projections import requests as rq
 
 AGENT = rq.Actor("agent-7", "AI_AGENT", "ns")

@@ -36,10 +36,10 @@ from typing import Any
 
 from click.testing import CliRunner
 
-from memroot.cli.hooks import default_hooks
 from memroot.cli.main import cli
 from memroot.ledger.entries import EventInput
 from memroot.ledger.ledger import Ledger
+from memroot.memory_root.stack import default_hooks
 from memroot.projections import requests as rq
 
 

@@ -1,7 +1,7 @@
 """The hooked paths of ``memroot bench`` (issue 12, point 5): import, mixed history, rebuild.
 
 The phases of ``memroot.bench.ledger`` measure the ledger core alone. These measure what a
-user of the command line runs, with every hook the CLI installs (``memroot.cli.hooks``):
+user of the command line runs, with every hook the CLI installs (``memroot.memory_root.stack``):
 
 6. ``memroot import`` of ``n`` events from a JSON Lines file (``import_events``), then
    ``memroot verify`` of that ledger: all ten steps, with the memory-model, roots and

@@ -9,11 +9,11 @@ import click
 from memroot.cli.commands import (
     open_ledger,
     open_reader,
-    print_report,
     strict_option,
     witness_options,
 )
 from memroot.cli.main import Context, cli, emit, pass_ctx, progress_bar
+from memroot.cli.verify_cmds import print_report
 from memroot.ledger.backends.pg import redact
 from memroot.ledger.bundle.audit import (
     TilesSource,
@@ -60,7 +60,7 @@ def export_cmd(ctx: Context, out: Path, no_sign: bool, no_strict: bool, as_json:
 
     Example: memroot -l agent.ledger export audit-2026-05 --json
     """
-    from memroot.cli import hooks
+    from memroot.memory_root import stack
 
     with open_reader(ctx, no_strict) as ledger:
         if not no_sign:
@@ -72,7 +72,7 @@ def export_cmd(ctx: Context, out: Path, no_sign: bool, no_strict: bool, as_json:
             if ledger.strict:
                 ledger.check_all()
             manifest = export_bundle(
-                ledger, out, sections=hooks.bundle_sections(ledger), sign=False
+                ledger, out, sections=stack.bundle_sections(ledger), sign=False
             )
     data = {
         "bundle": str(out),
@@ -132,7 +132,7 @@ def audit_cmd(
     Example: memroot audit audit-2026-05 --vkey "$(cat agent.vkey)"
     Example: memroot audit --tiles /srv/www/log --vkey "$(cat agent.vkey)" --witness-vkey W
     """
-    from memroot.cli import hooks
+    from memroot.memory_root import stack
 
     trusted: TrustedState | None = TrustedState(trusted_path or default_trusted_path())
     policy = WitnessPolicy.from_options(witness_vkeys, quorum, witnesses)
@@ -168,7 +168,7 @@ def audit_cmd(
                 reader,
                 vkeys=vkeys,
                 trusted=trusted,
-                checks=hooks.bundle_checks(reader),
+                checks=stack.bundle_checks(reader),
                 progress=update,
                 update_trusted=not no_update,
             )

@@ -42,7 +42,7 @@ def demo(keep: Path | None) -> None:
 
     Example: memroot demo
     """
-    from memroot.cli import hooks
+    from memroot.memory_root import stack
 
     workdir = Path(tempfile.mkdtemp(prefix="memroot-demo-")) if keep is None else keep
     workdir.mkdir(parents=True, exist_ok=True)
@@ -54,7 +54,7 @@ def demo(keep: Path | None) -> None:
             path,
             origin="demo.memroot.local/agent-7",
             snapshot_every=50,
-            hooks=hooks.default_hooks(),
+            hooks=stack.default_hooks(),
         )
         vkey = ledger.vkey()
         _say(f"   vkey for auditors: {vkey}")
@@ -198,7 +198,7 @@ def demo(keep: Path | None) -> None:
 
         _say("7. Full verification, every auditor step (memory roots and state replayed too):")
         with Ledger.open(path, readonly=True) as reader:
-            checks = hooks.replay_checks(reader)
+            checks = stack.replay_checks(reader)
         report = verify_path(path, trusted=trusted, vkeys=[vkey], checks=checks)
         for note in report.notes:
             _say(f"   note: {note}")

@@ -1,282 +1,217 @@
-"""``memroot mcp``: a Model Context Protocol server over stdio (extra ``memroot[mcp]``).
+"""``memroot mcp``: start the MCP server (stdio or HTTP) and manage its bearer tokens.
 
-Built on the official ``mcp`` SDK (``MCPServer``). The tools are thin calls into a
-``Memory`` (``memroot.open``) whose actor and namespace are fixed when the server starts
-(``--actor``, ``--namespace``): no tool takes them, so a client cannot write as someone
-else or read another namespace. Library errors come back as MCP tool errors (``is_error``
-results whose text names what was wrong); nothing is written when one is raised.
-
-Tools: remember, recall, why, snapshot, falsify, cascade (a dry run unless ``apply``),
-verify, branch_create, branch_merge. Resources: ``memroot://root/latest`` (the newest memory
-root of main, JSON) and ``memroot://checkpoint`` (main's signed checkpoint of the current
-tree, signed on read when the head moved).
+Thin commands over ``memroot.integrations.mcp``: they parse options and call it.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
+import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from memroot.cli.commands import jsonable
-from memroot.cli.main import Context, cli, pass_ctx
-from memroot.ledger.errors import MemrootError
+from memroot.cli.main import Context, cli, emit, pass_ctx
+from memroot.ledger.backends.pg import is_url
 
 if TYPE_CHECKING:
-    from mcp.server.mcpserver import MCPServer
+    from memroot.integrations.mcp import TokenStore
 
-    from memroot.memory import Memory
+__all__ = ["mcp_cmd"]
 
-__all__ = ["build_server", "mcp_cmd"]
+_ACTOR_TYPES = ["AI_AGENT", "HUMAN_USER", "SYSTEM_PROCESS", "EXTERNAL_CONNECTOR"]
+_NEEDS_SDK = "the MCP server needs the official SDK: pip install 'memroot[mcp]'"
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-Mode = Literal["DEFAULT", "EXPLICIT", "AUDIT"]
-BranchType = Literal["SIMULATION", "COUNTERFACTUAL", "PLANNING", "SANDBOX", "TEST"]
-Strategy = Literal["PRESERVE_BOTH", "PREFER_CANONICAL", "PREFER_BRANCH"]
-ObjectType = Literal["FACT", "PREFERENCE", "DECISION", "TASK", "INTENT"]
-Epistemic = Literal["OBSERVED", "ASSERTED", "INFERRED", "HYPOTHETICAL", "UNVERIFIED"]
-Source = Literal[
-    "USER_STATED", "USER_DEMONSTRATED", "SYSTEM_INFERRED", "EXTERNAL_DOCUMENT", "TOOL_OUTPUT"
-]
+tokens_option = click.option(
+    "--tokens",
+    "tokens_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="The token file (default LEDGER.mcp-tokens beside a ledger file; needed for a "
+    "postgresql:// ledger).",
+)
 
 
-def _tool_errors(fn: F) -> F:
-    """Turn a library error into an MCP tool error naming what was wrong."""
-    from mcp.server.mcpserver.exceptions import ToolError
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except MemrootError as e:
-            raise ToolError(f"{type(e).__name__}: {e}") from e
-
-    return wrapper  # type: ignore[return-value]
+def _sdk() -> None:
+    try:
+        import mcp  # noqa: F401
+    except ImportError as e:
+        raise click.UsageError(_NEEDS_SDK) from e
 
 
-def build_server(mem: Memory, trusted: Path | None = None) -> MCPServer:
-    """Return the MCP server over ``mem`` (its actor and namespace are the server's).
+def _store(ctx: Context, tokens_path: Path | None) -> TokenStore:
+    from memroot.integrations.mcp import TokenStore, default_tokens_path
 
-    ``trusted`` is the trusted-state file ``verify`` uses (default as ``memroot verify``).
-    """
-    from mcp.server.mcpserver import MCPServer
-
-    from memroot.cli.falsify_cmds import _plan_json
-    from memroot.cli.root_cmds import _record_json
-    from memroot.ledger.entries import new_uuid
-    from memroot.memory_root import Roots
-
-    session_run = f"mcp-{new_uuid()}"
-    server = MCPServer(
-        "memroot",
-        instructions=(
-            f"Audited memory of actor {mem.actor!r} in namespace {mem.namespace!r}: every "
-            "write is a signed, hash-chained ledger entry. Remember facts with their source, "
-            "recall before answering, falsify what turns out wrong."
-        ),
-    )
-
-    @server.tool()
-    @_tool_errors
-    def remember(
-        value: str,
-        source: str | None = None,
-        evidence: list[str] | None = None,
-        object_type: ObjectType = "FACT",
-        epistemic_type: Epistemic = "ASSERTED",
-        source_type: Source = "USER_STATED",
-        salience: float = 0.5,
-    ) -> dict[str, Any]:
-        """Remember a memory object, citing the events it was learned from.
-
-        evidence: ids of events already in the ledger. Without it, ``source`` (or the value
-        itself) is first recorded as an event, and the memory cites that event.
-        """
-        ids = list(evidence or [])
-        recorded = None
-        if not ids:
-            recorded = mem.record(content=source or value, role="USER")
-            ids = [recorded.id]
-        made = mem.remember(
-            value,
-            evidence=ids,
-            object_type=object_type,
-            epistemic_type=epistemic_type,
-            source_type=source_type,
-            salience=salience,
-        )
-        return {
-            "object_id": made.id,
-            "seq": made.seq,
-            "entry_hash": made.entry_hash.hex(),
-            "evidence_ids": ids,
-            "recorded_event": None if recorded is None else recorded.id,
-        }
-
-    @server.tool()
-    @_tool_errors
-    def recall(
-        text: str | None = None,
-        anchor: str | None = None,
-        branch: str | None = None,
-        as_of: int | None = None,
-        types: list[ObjectType] | None = None,
-        mode: Mode = "DEFAULT",
-        limit: int = 20,
-        run_id: str | None = None,
-        receipt: bool = True,
-    ) -> dict[str, Any]:
-        """Recall memory objects of this server's namespace, most recently changed first.
-
-        text: words to find; anchor: a conversation event (only memories derived from its
-        path); as_of: memory as it was right after that entry seq. Unless receipt is false,
-        a READ_RECEIPT entry records what was returned, under run_id (default: this server
-        session's run id).
-        """
-        results = mem.recall(
-            text,
-            anchor=anchor,
-            branch=branch,
-            as_of=as_of,
-            types=types or (),
-            namespaces=(mem.namespace,),
-            mode=mode,
-            limit=limit,
-            receipt=(run_id or session_run) if receipt else None,
-        )
-        return {
-            "results": [r.to_dict() for r in results],
-            "run_id": (run_id or session_run) if receipt else None,
-        }
-
-    @server.tool()
-    @_tool_errors
-    def why(item_id: str, branch: str | None = None) -> dict[str, Any]:
-        """Explain an item: its operations and evidence events, each with an inclusion proof.
-
-        item_id: a memory object's UUID, a memory root's hex, or ROOT:projection:key.
-        read_by lists the runs whose read receipts name it.
-        """
-        from memroot.receipts import readers
-
-        out = dict(jsonable(mem.why(item_id, branch=branch).to_dict()))
-        out["read_by"] = readers(mem.ledger, item_id)
-        return out
-
-    @server.tool()
-    @_tool_errors
-    def snapshot(branch: str | None = None) -> dict[str, Any]:
-        """Take a memory_root snapshot now and sign a checkpoint (no-op when nothing changed)."""
-        result = mem.snapshot(branch=branch)
-        return {**_record_json(result.record), "created": result.created}
-
-    @server.tool()
-    @_tool_errors
-    def falsify(item_id: str, reason: str, evidence: list[str] | None = None) -> dict[str, Any]:
-        """Mark one item falsified; nothing that depends on it changes until a cascade."""
-        a = mem.falsify(item_id, reason, evidence=evidence or ())
-        return {"item_id": item_id, "state": mem.state(item_id), "seq": a.seq,
-                "entry_hash": a.entry_hash.hex()}  # fmt: skip
-
-    @server.tool()
-    @_tool_errors
-    def cascade(
-        item_id: str,
-        max_depth: int = 3,
-        max_items: int = 1000,
-        reason: str | None = None,
-        apply: bool = False,
-    ) -> dict[str, Any]:
-        """Walk what depends on a falsified item within the bound (a dry run unless apply)."""
-        from memroot.memory_root.falsify import CascadeResult
-
-        out = mem.cascade(
-            item_id, max_depth=max_depth, max_items=max_items, reason=reason, dry_run=not apply
-        )
-        if isinstance(out, CascadeResult):
-            return dict(_plan_json(out.plan, out))
-        return dict(_plan_json(out, None))
-
-    @server.tool()
-    @_tool_errors
-    def verify() -> dict[str, Any]:
-        """Run every auditor step over the ledger; ok is false on any violation."""
-        report = mem.verify(trusted=trusted)
-        return {"ok": report.ok, **report.to_json()}
-
-    @server.tool()
-    @_tool_errors
-    def branch_create(
-        purpose: str, branch_type: BranchType = "SIMULATION", expiry_days: int | None = None
-    ) -> dict[str, Any]:
-        """Fork a branch of memory for simulation or planning; returns its id."""
-        return {"branch_id": mem.fork(purpose, branch_type=branch_type, expiry_days=expiry_days)}
-
-    @server.tool()
-    @_tool_errors
-    def branch_merge(
-        branch: str, objects: list[str], strategy: Strategy = "PRESERVE_BOTH",
-        reason: str | None = None,
-    ) -> dict[str, Any]:  # fmt: skip
-        """Merge the named objects of a branch into its parent (selective merge)."""
-        return dict(mem.merge(branch, objects, strategy=strategy, reason=reason).to_json())
-
-    @server.resource("memroot://root/latest", mime_type="application/json")
-    def latest_root() -> dict[str, Any] | None:
-        """Return the newest memory root of main (null before the first snapshot)."""
-        record = Roots(mem.ledger).latest()
-        return None if record is None else _record_json(record)
-
-    @server.resource("memroot://checkpoint", mime_type="text/plain")
-    def checkpoint() -> str:
-        """Return main's signed checkpoint of the current tree (a C2SP note; signed if needed)."""
-        return mem.ledger.checkpoint().note
-
-    return server
+    if tokens_path is not None:
+        return TokenStore(tokens_path)
+    ledger = ctx.path()
+    if is_url(str(ledger)):
+        raise click.UsageError("a postgresql:// ledger keeps no files beside it: give --tokens")
+    return TokenStore(default_tokens_path(ledger))
 
 
-@cli.command("mcp")
-@click.option("--actor", required=True, help="Who the server writes as (fixed for its life).")
+@cli.group("mcp", invoke_without_command=True)
+@click.option("--actor", help="stdio: who the server writes as (fixed for its life).")
 @click.option(
     "--actor-type",
-    type=click.Choice(["AI_AGENT", "HUMAN_USER", "SYSTEM_PROCESS", "EXTERNAL_CONNECTOR"]),
+    type=click.Choice(_ACTOR_TYPES),
     default="AI_AGENT",
     show_default=True,
+    help="stdio: the actor's type.",
 )
-@click.option("--namespace", required=True, help="The namespace it reads and writes (fixed).")
+@click.option("--namespace", help="stdio: the namespace it reads and writes (fixed).")
+@click.option(
+    "--http",
+    "address",
+    metavar="HOST:PORT",
+    help="Serve many clients over streamable HTTP at http://HOST:PORT/mcp instead of stdio; "
+    "each authenticates with a bearer token (memroot mcp token add). Port 0: a free one.",
+)
+@tokens_option
 @click.option(
     "--trusted",
     "trusted_path",
     type=click.Path(path_type=Path),
     help="Trusted-state file for the verify tool (default as `memroot verify`).",
 )
-@pass_ctx
+@click.pass_context
 def mcp_cmd(
-    ctx: Context, actor: str, actor_type: str, namespace: str, trusted_path: Path | None
+    click_ctx: click.Context,
+    actor: str | None,
+    actor_type: str,
+    namespace: str | None,
+    address: str | None,
+    tokens_path: Path | None,
+    trusted_path: Path | None,
 ) -> None:
-    """Serve the ledger to an MCP client over stdio (Model Context Protocol).
+    """Serve the ledger to MCP clients (Model Context Protocol).
+
+    Over stdio (one client): the actor and namespace are fixed here with --actor and
+    --namespace. Over HTTP (--http HOST:PORT, many clients): every request acts as the actor
+    and namespace of its bearer token; a missing, bad or revoked token gets 401. Either way
+    a client reaches only its namespace's memory. Creates the ledger if it does not exist.
+    Needs the extra: pip install 'memroot[mcp]'.
 
     Tools: remember, recall, why, snapshot, falsify, cascade, verify, branch_create,
-    branch_merge; resources memroot://root/latest and memroot://checkpoint. The actor and
-    namespace are fixed here and never taken from a tool call. Creates the ledger if it
-    does not exist. Needs the extra: pip install 'memroot[mcp]'.
+    branch_merge; resources memroot://root/latest and memroot://checkpoint.
 
     Example: memroot -l agent.ledger mcp --actor agent-7 --namespace alice
+
+    Example: memroot -l agent.ledger mcp --http 127.0.0.1:8765 (after `mcp token add`)
     """
-    try:
-        import mcp  # noqa: F401
-    except ImportError as e:
-        raise click.UsageError(
-            "the MCP server needs the official SDK: pip install 'memroot[mcp]'"
-        ) from e
+    if click_ctx.invoked_subcommand is not None:
+        if actor or namespace or address:
+            raise click.UsageError("--actor, --namespace and --http start a server: give "
+                                   "them without a subcommand")  # fmt: skip
+        return
+    ctx = click_ctx.find_object(Context)
+    assert ctx is not None
+    _sdk()
+    from memroot.integrations.mcp import MemrootMcp, parse_address, serve_http
     from memroot.memory import open_memory
 
-    path = ctx.path()  # a file (created if missing) or a PostgreSQL URL
+    if address is not None:
+        if actor or namespace:
+            raise click.UsageError(
+                "--http takes the actor and namespace from each client's token: drop "
+                "--actor/--namespace (memroot mcp token add --actor A --namespace N)"
+            )
+        host, port = parse_address(address)
+        tokens = _store(ctx, tokens_path)
+        tokens.records()  # a damaged token file stops the server before it listens
+        with open_memory(ctx.path(), key_path=ctx.key_path) as mem:
+            serve_http(MemrootMcp(mem, trusted=trusted_path, tokens=tokens), host, port)
+        return
+    if not actor or not namespace:
+        raise click.UsageError("a stdio server needs --actor and --namespace (or use --http)")
     with open_memory(
-        path, key_path=ctx.key_path, actor=actor, actor_type=actor_type, namespace=namespace
+        ctx.path(), key_path=ctx.key_path, actor=actor, actor_type=actor_type, namespace=namespace
     ) as mem:
-        build_server(mem, trusted_path).run("stdio")
+        MemrootMcp(mem, trusted=trusted_path).run_stdio()
+
+
+@mcp_cmd.group("token")
+def token_group() -> None:
+    """Bearer tokens of the HTTP server: each binds one actor and one namespace.
+
+    Stored hashed in LEDGER.mcp-tokens (mode 0600); a token is shown once, when added.
+
+    Example: memroot -l agent.ledger mcp token add --actor agent-7 --namespace alice
+    """
+
+
+def _when(us: int | None) -> str:
+    if us is None:
+        return "-"
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(us / 1_000_000))
+
+
+@token_group.command("add")
+@click.option("--actor", required=True, help="Who requests with this token act as.")
+@click.option("--namespace", required=True, help="The one namespace they reach.")
+@click.option(
+    "--actor-type", type=click.Choice(_ACTOR_TYPES), default="AI_AGENT", show_default=True
+)
+@tokens_option
+@click.option("--json", "as_json", is_flag=True, help="Print the token and its record as JSON.")
+@pass_ctx
+def token_add(
+    ctx: Context,
+    actor: str,
+    namespace: str,
+    actor_type: str,
+    tokens_path: Path | None,
+    as_json: bool,
+) -> None:
+    """Make a token and print it (only now: the file keeps its hash).
+
+    Example: memroot -l agent.ledger mcp token add --actor agent-7 --namespace alice
+    """
+    store = _store(ctx, tokens_path)
+    token, record = store.add(actor, namespace, actor_type)
+    data: dict[str, Any] = {"token": token, **record.public()}
+    emit(data, as_json, token)
+    if not as_json:
+        click.echo(
+            f"token {record.id}: {actor} ({actor_type}) in namespace {namespace!r}; shown "
+            f"once, stored hashed in {store.path}",
+            err=True,
+        )
+
+
+@token_group.command("list")
+@tokens_option
+@click.option("--json", "as_json", is_flag=True, help="Print the records as JSON.")
+@pass_ctx
+def token_list(ctx: Context, tokens_path: Path | None, as_json: bool) -> None:
+    """List the tokens: id, actor, namespace, created, revoked (never the tokens).
+
+    Example: memroot -l agent.ledger mcp token list --json
+    """
+    records = _store(ctx, tokens_path).records()
+
+    def human() -> None:
+        if not records:
+            click.echo("no tokens (memroot mcp token add --actor A --namespace N)")
+        for r in records:
+            state = "active" if r.revoked_at is None else f"revoked {_when(r.revoked_at)}"
+            click.echo(
+                f"{r.id}\t{r.actor}\t{r.actor_type}\t{r.namespace}\t"
+                f"created {_when(r.created_at)}\t{state}"
+            )
+
+    emit([r.public() for r in records], as_json, human)
+
+
+@token_group.command("revoke")
+@click.argument("token_id")
+@tokens_option
+@click.option("--json", "as_json", is_flag=True, help="Print the revoked record as JSON.")
+@pass_ctx
+def token_revoke(ctx: Context, token_id: str, tokens_path: Path | None, as_json: bool) -> None:
+    """Revoke a token by id: a running server refuses it from its next request.
+
+    Example: memroot -l agent.ledger mcp token revoke 0123456789abcdef
+    """
+    record = _store(ctx, tokens_path).revoke(token_id)
+    emit(record.public(), as_json, f"revoked token {record.id} ({record.actor} in "
+                                   f"{record.namespace})")  # fmt: skip

@@ -195,7 +195,7 @@ def why_cmd(
         return
     if anchor is not None:
         check_uuid(anchor, "--anchor")
-    from memroot.receipts import readers
+    from memroot.memory_root.receipts import readers
 
     with open_reader(ctx, no_strict) as ledger:
         sync(ledger, branch)
@@ -290,6 +290,7 @@ def rebuild_cmd(ctx: Context, as_json: bool) -> None:
 
     Example: memroot -l agent.ledger rebuild --json
     """
+    from memroot.integrations.langgraph._check import LangGraphTablesRebuild
     from memroot.ledger.backends.pg import PgStore
     from memroot.ledger.verify import bound_cache
     from memroot.memory_root.falsify.replay import StatesRebuild
@@ -305,13 +306,15 @@ def rebuild_cmd(ctx: Context, as_json: bool) -> None:
         # conversation tree and the git index are replayed in the same pass.
         replayed = StatesRebuild(ledger)
         layers = LayerTablesRebuild(ledger)
-        report = rebuild_state(ledger, also=[replayed, layers])
+        langgraph = LangGraphTablesRebuild(ledger)  # the saver's and store's lookup tables
+        report = rebuild_state(ledger, also=[replayed, layers, langgraph])
         states = replayed.result
         assert states is not None
     data = {
         **report.to_dict(),
         "falsification": {"state_changes": states.changes, "skipped": states.skipped},
         "branches_conversation_git": {"entries": layers.entries, "skipped": layers.skipped},
+        "langgraph": {"entries": langgraph.entries, "skipped": langgraph.skipped},
     }
 
     def human() -> None:

@@ -28,7 +28,7 @@ def receipts_cmd(ctx: Context, run_id: str | None, no_strict: bool, as_json: boo
 
     Example: memroot -l agent.ledger receipts --run run-2026-12-01-a --json
     """
-    from memroot.receipts import receipts
+    from memroot.memory_root.receipts import receipts
 
     with open_reader(ctx, no_strict) as ledger, ledger.reading():
         found = receipts(ledger, run=run_id)

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import click
 
-from memroot.cli.commands import snapshot_of, strict_option
+from memroot.cli.commands import strict_option
 from memroot.cli.main import Context, cli, emit, pass_ctx
+from memroot.cli.verify_cmds import snapshot_of
 from memroot.ledger.backends.pg import redact
 from memroot.ledger.entries import now_us
 from memroot.ledger.errors import IntegrityError, StorageError
@@ -96,8 +97,8 @@ def _page(
     path: Path, shown: str, trusted_path: Path | None, vkeys: tuple[str, ...], no_strict: bool
 ) -> tuple[str, str | None, AuditReport]:
     """Verify the ledger file at ``path`` and render its page (``shown`` names the ledger)."""
-    from memroot.cli import hooks
     from memroot.cli._report_html import gather, refusal, render
+    from memroot.memory_root import stack
 
     if no_strict:
         click.echo(
@@ -108,7 +109,7 @@ def _page(
     # Verification reads the file as it is, to report on it (as `memroot verify`).
     with relaxed():
         with Ledger.open(path, readonly=True) as ledger:
-            checks = hooks.replay_checks(ledger)
+            checks = stack.replay_checks(ledger)
         audit = verify_path(
             path,
             trusted=TrustedState(trusted_path or default_trusted_path()),

@@ -65,9 +65,10 @@ _ALIASES: Final = {"actor": "actor_id", "namespace": "namespace_id", "parent": "
 def ledger_hooks() -> list[Any]:
     """Return the append hooks a ``Memory`` (and the integrations) open a ledger with.
 
-    The one place the facade chooses them: today the CLI's ``default_hooks()``.
+    The one place the facade chooses them: ``memroot.memory_root.stack.default_hooks()``, the
+    list the CLI installs too.
     """
-    from memroot.cli.hooks import default_hooks
+    from memroot.memory_root.stack import default_hooks
 
     return list(default_hooks())
 
@@ -312,7 +313,7 @@ class Memory:
         if receipt is None:
             with self.ledger.reading():
                 return checked_query(self.ledger, q)
-        from memroot.receipts import receipt_op
+        from memroot.memory_root.receipts import receipt_op
 
         asked = {
             "text": text,
@@ -511,9 +512,9 @@ class Memory:
         ``~/.local/state/memroot/trusted.json``). Never raises for bad data: check
         ``report.ok`` and ``report.findings`` (or call ``report.raise_first()``).
         """
-        from memroot.cli.hooks import replay_checks
         from memroot.ledger.trust import TrustedState, default_trusted_path
         from memroot.ledger.verify import verify_path
+        from memroot.memory_root.stack import replay_checks
 
         self.close_pending()
         state = TrustedState(Path(trusted) if trusted is not None else default_trusted_path())

@@ -16,8 +16,7 @@ entity takes the operation's ``target_id`` when given, else the operation's own 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
 from memroot.ledger.entries import CANONICAL_BRANCH, Entry, Kind, check_uuid
@@ -32,13 +31,14 @@ from memroot.ledger.vocab import (
     Permission,
     SourceType,
 )
-from memroot.projections import rules
+from memroot.projections import gated, rules
 from memroot.projections.backends import StateStore
 from memroot.projections.epistemic import check_transition, starting_confidence
+from memroot.projections.handlers import Op
 from memroot.projections.lifecycle import check_lifecycle
 from memroot.projections.model import Edge, Entity, EventRef, Grant, MemoryObject, Namespace, evolve
-from memroot.projections.ops import validate_payload
 from memroot.projections.rules import PermissionRefused, RuleError
+from memroot.projections.states import STATE_HANDLERS
 from memroot.projections.views import fork_from_genesis
 
 __all__ = ["HANDLERS", "Engine", "Op", "derived_id"]
@@ -63,51 +63,6 @@ def derived_id(op_id: str, n: int) -> str:
     # domain_hash(_ID_TAG, ...) spelled out, with the tag's bytes prepared once.
     h = sha256(_ID_PREFIX + f"{op_id}/{n}".encode()).hex()
     return f"{h[:8]}-{h[8:12]}-8{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:32]}"
-
-
-@dataclass(slots=True)
-class Op:
-    """An operation entry as the handlers see it: envelope, validated payload, position.
-
-    Internal and short-lived (one per folded entry), so not frozen: construction is cheaper.
-    """
-
-    op_type: str
-    id: str
-    seq: int
-    ts: int
-    branch: str
-    actor_id: str
-    actor_type: str
-    namespace_id: str
-    target_id: str | None
-    target_type: str | None
-    p: Mapping[str, Any]
-
-    @classmethod
-    def from_entry(cls, entry: Entry) -> Op:
-        """Read an operation entry and validate its payload.
-
-        Raises:
-            ValidationError: if the payload does not match its operation's schema.
-        """
-        b = entry.body
-        payload = b.get("payload")
-        if not isinstance(payload, dict):
-            raise ValidationError(f"{entry.type} payload must be an object", field="payload")
-        return cls(
-            entry.type,
-            b["id"],
-            entry.seq,
-            entry.ts,
-            entry.branch,
-            b["actor_id"],
-            b["actor_type"],
-            b["namespace_id"],
-            b.get("target_id"),
-            b.get("target_type"),
-            validate_payload(entry.type, payload),
-        )
 
 
 Handler = Callable[["Engine", Op], None]
@@ -958,8 +913,4 @@ HANDLERS: dict[str, Handler] = {
 ...) pass through; the layers that own them register theirs here."""
 
 # The state operations (SPEC 7): their handlers live with the rules of their states.
-from memroot.projections.states import STATE_HANDLERS  # noqa: E402
-
 HANDLERS.update(STATE_HANDLERS)
-
-from memroot.projections import gated  # noqa: E402

@@ -44,6 +44,12 @@ at an anchor folds only the objects that have rows. ``mem_conv`` records every e
 conversation parent with its branch and seq, for the as-of walks of validation. Under the
 batched memory hook both tables' rows are held for the batch (``Pending``) and written when
 it ends, or as soon as anything in the batch reads the tables.
+
+Kept whole: one mechanism, the provenance gate. Its three parts (the replay of a state at an
+anchor, ``Folder``/``AnchorState``; the validation in an operation's own view, ``run``; the
+bookkeeping and its digest) share one private model of a row (``_S``, ``_step``, the intent
+encoding) and the rows a batch holds (``_settle``); split, those would become an interface
+between modules that only make sense together.
 """
 
 from __future__ import annotations
@@ -55,7 +61,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii
-from typing import TYPE_CHECKING, Any, Final, Protocol, cast
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, cast
 
 import apsw
 
@@ -67,6 +73,7 @@ from memroot.ledger.vocab import LifecycleState, OpType
 from memroot.projections.backends import SqlState
 from memroot.projections.digest import array_head, encode_rows
 from memroot.projections.epistemic import check_transition
+from memroot.projections.handlers import Op, Rules
 from memroot.projections.lifecycle import is_allowed
 from memroot.projections.model import Edge, Entity, EventRef, Grant, MemoryObject, Namespace, evolve
 from memroot.projections.rules import RuleError
@@ -76,7 +83,6 @@ from memroot.projections.views import Fork, View, view_of
 
 if TYPE_CHECKING:
     from memroot.projections.backends import StateStore
-    from memroot.projections.engine import Engine, Op
 
 __all__ = [
     "DIGEST_TAG",
@@ -90,7 +96,6 @@ __all__ = [
     "gated_digest",
     "gated_rows",
     "iter_gated_rows",
-    "object_at",
     "on_event",
     "own_view_state",
     "path_as_of",
@@ -135,11 +140,15 @@ _dumps: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True).encod
 _canonical: Final = json.JSONEncoder(separators=(",", ":"), sort_keys=True).encode
 
 
+_Eng = TypeVar("_Eng", bound=Rules)
+"""The engine a handler runs on (``run`` hands the handler the engine type it was given)."""
+
+
 class _HasDb(Protocol):
     db: apsw.Connection
 
 
-def _db(eng: Engine) -> apsw.Connection:
+def _db(eng: Rules) -> apsw.Connection:
     return cast(_HasDb, eng.state).db
 
 
@@ -544,36 +553,9 @@ class Folder:
             if not self.admit(row):
                 steps.append(Step(row, False, "its provenance is not on this path"))
                 continue
-            why = self._dedup_blocked(row) if row.op_type == _O.DEDUP_RESOLVED else None
-            if why is None:
-                why = _step(s, row, functools.partial(self._active_before, key=row.key))
+            why = _step(s, row, functools.partial(self._active_before, key=row.key))
             steps.append(Step(row, why is None, why))
         return s, steps
-
-    def _dedup_blocked(self, row: GatedOp) -> str | None:
-        """Return why a ``DEDUP_RESOLVED`` cannot apply here to any object, or None.
-
-        The operation is one decision, as in the global state (which refuses it whole): it
-        applies at a view only when every merged object may be superseded there, so one
-        merged object already DEPRECATED on this path keeps all of them as they were.
-        """
-        _settle(self.db)
-        others = [
-            oid
-            for (oid,) in self.db.execute(
-                "SELECT object_id FROM mem_gated WHERE op_id = ? AND branch = ? AND seq = ? "
-                "AND op_type = 'DEDUP_RESOLVED' AND object_id != ?",
-                (row.op_id, row.branch, row.seq, row.object_id),
-            )
-        ]
-        before = (row.key[0], row.key[1], -1)  # before the operation's first object
-        for oid in others:
-            if not self._active_before(oid, before):
-                return (
-                    f"merged object {oid} is not ACTIVE here; {row.op_type} applies to all "
-                    "of its objects or to none"
-                )
-        return None
 
     def _active_before(self, object_id: str, key: Key) -> bool:
         """Return whether the object was ACTIVE in the view right before the row at ``key``.
@@ -727,7 +709,7 @@ def _pending_of(state: object) -> Pending | None:
     return found if type(found) is Pending else None
 
 
-def on_event(eng: Engine, entry: Entry) -> None:
+def on_event(eng: Rules, entry: Entry) -> None:
     """Record an event's conversation parent with where it was appended (``mem_conv``)."""
     row = _conv_row(entry)
     pending = _pending_of(eng.state)
@@ -738,7 +720,7 @@ def on_event(eng: Engine, entry: Entry) -> None:
         pending.hold()
 
 
-def on_events(eng: Engine, entries: Iterable[Entry]) -> None:
+def on_events(eng: Rules, entries: Iterable[Entry]) -> None:
     """``on_event`` for a run of events, in one statement (the ledger's native batch path)."""
     rows = [_conv_row(e) for e in entries]
     pending = _pending_of(eng.state)
@@ -987,9 +969,7 @@ class _Overlay(_Delegate):
         pass
 
 
-def _global(
-    eng: Engine, handler: Callable[[Engine, Op], None], op: Op, rec: _Delegate
-) -> _Delegate:
+def _global(eng: _Eng, handler: Callable[[_Eng, Op], None], op: Op, rec: _Delegate) -> _Delegate:
     handler(type(eng)(rec), op)
     return rec
 
@@ -1026,7 +1006,7 @@ class _Gate:
     that is not the SQL tables) the rows are loaded by a ``Folder`` as needed.
     """
 
-    def __init__(self, eng: Engine, op: Op, rec: _Delegate) -> None:
+    def __init__(self, eng: Rules, op: Op, rec: _Delegate) -> None:
         self.db = _db(eng)
         self.branch = op.branch
         self.rec = rec
@@ -1105,7 +1085,7 @@ class _Gate:
         return self.folder().creation_evidence(obj)
 
 
-def run(eng: Engine, handler: Callable[[Engine, Op], None], op: Op) -> None:
+def run(eng: _Eng, handler: Callable[[_Eng, Op], None], op: Op) -> None:
     """Run ``handler`` for ``op`` with invalidation gated by provenance (see the module doc).
 
     Operations that change no object's state run as they are. An operation whose objects
@@ -1259,30 +1239,6 @@ def path_as_of(db: apsw.Connection, view: View, anchor: str) -> set[str]:
     while walk.frontier:
         walk._step()
     return walk.seen
-
-
-def object_at(
-    db: apsw.Connection,
-    object_id: str,
-    anchor: str,
-    *,
-    branch: str = CANONICAL_BRANCH,
-    as_of: int | None = None,
-) -> MemoryObject | None:
-    """Return the object as a read at ``anchor`` right after entry ``as_of`` returned it.
-
-    None when it was not visible there (or did not exist then).
-    """
-    from memroot.projections.anchors import with_merged
-    from memroot.projections.query import get_object  # query imports this module
-
-    view = view_of(db, branch, as_of)
-    try:
-        obj = get_object(db, object_id, as_of=as_of, branch=branch)
-    except NotFoundError:
-        return None
-    path = with_merged(db, view, path_as_of(db, view, anchor))
-    return AnchorState(db, view, path).explain(obj)[1]
 
 
 # -- digest (step 9, rebuild) ---------------------------------------------------------------------

@@ -1,10 +1,10 @@
 """The memory model's ``AppendHook``: validate and fold every entry inside its append.
 
-Install it on a ledger (``Ledger.open(path, hooks=[MemoryHook()])``; the CLI does through
-``memroot.cli.hooks.default_hooks``) and every append is checked against the memory model's rules in
-the same transaction that writes the entry: a refused operation raises (``RuleError`` naming
-the rule, or ``ValidationError`` naming the field) and nothing is written; an accepted one
-updates the derived tables before the transaction commits.
+Install it on a ledger (``Ledger.open(path, hooks=[MemoryHook()])``; the default hooks,
+``memroot.memory_root.stack.default_hooks``, do) and every append is checked against the memory
+model's rules in the same transaction that writes the entry: a refused operation raises
+(``RuleError`` naming the rule, or ``ValidationError`` naming the field) and nothing is
+written; an accepted one updates the derived tables before the transaction commits.
 
 The tables remember how many entries of each branch they have folded (``mem_heads``). When
 entries were appended without the hook (an older ledger, or the Python API without hooks), the

@@ -44,7 +44,7 @@ from memroot.projections.epistemic import (
     default_visible,
     flags_for,
 )
-from memroot.projections.gated import AnchorState
+from memroot.projections.gated import AnchorState, path_as_of
 from memroot.projections.gitctx import GitContext, branch_score, context_of
 from memroot.projections.model import Edge, Entity, MemoryObject
 from memroot.projections.tables import (
@@ -69,6 +69,7 @@ __all__ = [
     "entity_members",
     "get_entity",
     "get_object",
+    "object_at",
     "object_history",
     "query",
     "resolve_entity",
@@ -608,6 +609,26 @@ def _at_anchor(
             size = min(PAGE, 2 * size)
     take()
     return objects[:want], rows[:want]
+
+
+def object_at(
+    db: apsw.Connection,
+    object_id: str,
+    anchor: str,
+    *,
+    branch: str = CANONICAL_BRANCH,
+    as_of: int | None = None,
+) -> MemoryObject | None:
+    """Return the object as a read at ``anchor`` right after entry ``as_of`` returned it.
+
+    None when it was not visible there (or did not exist then).
+    """
+    view = view_of(db, branch, as_of)
+    try:
+        obj = get_object(db, object_id, as_of=as_of, branch=branch)
+    except NotFoundError:
+        return None
+    return AnchorState(db, view, path_as_of(db, view, anchor)).explain(obj)[1]
 
 
 def _git_score(

@@ -23,13 +23,12 @@ from typing import TYPE_CHECKING, Any, Final
 
 from memroot.ledger.entries import check_uuid
 from memroot.ledger.vocab import OpType
+from memroot.projections.handlers import Op, Rules
 from memroot.projections.model import MemoryObject, evolve
 from memroot.projections.rules import RuleError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-
-    from memroot.projections.engine import Engine, Op
 
 __all__ = ["FALSIFICATION", "OBJECT_TARGET", "STATE_HANDLERS", "check_state_change"]
 
@@ -71,12 +70,12 @@ def check_state_change(op_type: str, what: str, current: str) -> str:
     raise ValueError(f"{op_type} is not FALSIFY, MARK_STALE or RESTORE")
 
 
-def _put_state(eng: Engine, op: Op, obj: MemoryObject, state: str) -> None:
+def _put_state(eng: Rules, op: Op, obj: MemoryObject, state: str) -> None:
     # Not Engine._mutate: the state is SPEC 7's, so the version and last_modified_at stay.
     eng.state.put_object(evolve(obj, seq=op.seq, branch=op.branch, state=state), new=False)
 
 
-def _state_op(eng: Engine, op: Op) -> None:
+def _state_op(eng: Rules, op: Op) -> None:
     if op.target_type != OBJECT_TARGET:
         return
     if op.target_id is None:
@@ -86,7 +85,7 @@ def _state_op(eng: Engine, op: Op) -> None:
     _put_state(eng, op, obj, check_state_change(op.op_type, f"object {object_id}", obj.state))
 
 
-def _cascade(eng: Engine, op: Op) -> None:
+def _cascade(eng: Rules, op: Op) -> None:
     touched: Any = op.p.get("touched")
     for t in touched if type(touched) is list else ():
         if type(t) is not dict or t.get("type") != OBJECT_TARGET or type(t.get("id")) is not str:
@@ -96,7 +95,7 @@ def _cascade(eng: Engine, op: Op) -> None:
             _put_state(eng, op, obj, _STALE)
 
 
-STATE_HANDLERS: Final[dict[str, Callable[[Engine, Op], None]]] = {
+STATE_HANDLERS: Final[dict[str, Callable[[Rules, Op], None]]] = {
     OpType.FALSIFY: _state_op,
     OpType.MARK_STALE: _state_op,
     OpType.RESTORE: _state_op,

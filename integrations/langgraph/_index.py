@@ -4,8 +4,8 @@ The saver and the store keep small tables in the ledger file (``lg_*``) so a loo
 thread or key does not scan the log. They are derived, never trusted: every row is folded
 from an entry (events of the ``langgraph.*`` types, and ``TOMBSTONE``s of them), each table
 set remembers how far it folded (``lg_heads``), catches up with entries appended by anyone
-before it is read, and every entry a row points to is re-checked when it is served
-(``_strict.verified_entry``). Dropping the tables loses nothing: they refold.
+before it is read, and is itself checked against a private fold of strictly read entries
+(``_ledger.LedgerTables``). Dropping the tables loses nothing: they refold.
 """
 
 from __future__ import annotations
@@ -32,8 +32,12 @@ _HEADS: Final = (
     "seq INTEGER NOT NULL, PRIMARY KEY(name, branch)) STRICT"
 )
 
-Folder = Callable[[apsw.Connection, Entry, "dict[str, Any] | None"], None]
-"""Fold one entry into a table set: ``(db, entry, parsed content or None)``."""
+Folder = Callable[
+    [apsw.Connection, Entry, "dict[str, Any] | None", Callable[[str], "tuple[str, int] | None"]],
+    None,
+]
+"""Fold one entry into a table set: ``(db, entry, parsed content or None, locate)``, where
+``locate`` finds an event's ``(branch, seq)`` by its id (for a ``TOMBSTONE``)."""
 
 
 def event_type(entry: Entry) -> str | None:
@@ -74,11 +78,19 @@ def content_json(entry: Entry, data: bytes | None) -> dict[str, Any] | None:
     return value
 
 
-def catch_up(ledger: Ledger, name: str, branch: str, fold: Folder, types: frozenset[str]) -> int:
-    """Fold the entries of ``branch`` table set ``name`` has not seen; return how many.
+def catch_up(
+    ledger: Ledger,
+    name: str,
+    branch: str,
+    fold: Folder,
+    types: frozenset[str],
+    collect: list[tuple[Entry, dict[str, Any] | None]] | None = None,
+) -> tuple[int, int]:
+    """Fold the entries of ``branch`` table set ``name`` has not seen; return ``(from, to)``.
 
-    Runs in the caller's write transaction (or opens one). Content is checked against its
-    commitment before it is folded.
+    Runs in the caller's write transaction (or opens one). Entries are read strictly and
+    content is checked against its commitment before it is folded. ``collect`` receives
+    each folded ``(entry, content)`` (None for a ``TOMBSTONE`` or erased content).
 
     Raises:
         IntegrityError: a content row that does not match its commitment.
@@ -94,7 +106,7 @@ def catch_up(ledger: Ledger, name: str, branch: str, fold: Folder, types: frozen
             except apsw.SQLError:  # no lg_heads table yet
                 row = None
             if row is not None and int(row[0]) >= ledger.size(branch):
-                return 0
+                return int(row[0]), int(row[0])
     with ledger.write():
         db.execute(_HEADS)
         row = db.execute(
@@ -103,13 +115,17 @@ def catch_up(ledger: Ledger, name: str, branch: str, fold: Folder, types: frozen
         start = 0 if row is None else int(row[0])
         size = ledger.size(branch)
         if start >= size:
-            return 0
+            return start, start
         no = ledger.store.branch(branch).no
         for entry in ledger.entries(start, size, branch):
             kind = event_type(entry)
             if kind in types:
                 r = ledger.store.entry_row(no, entry.seq)
                 data = None if r.content is None else bytes(r.content)
+                if data is None:
+                    # Erased, or removed behind the ledger's back: the strict read tells
+                    # (it checks the TOMBSTONE that erased it, else refuses).
+                    ledger.read(entry.seq, branch)
                 if (
                     data is not None
                     and r.salt is not None
@@ -123,15 +139,20 @@ def catch_up(ledger: Ledger, name: str, branch: str, fold: Folder, types: frozen
                         seq=entry.seq,
                         step=4,
                     )
-                fold(db, entry, content_json(entry, data))
+                content = content_json(entry, data)
+                fold(db, entry, content, ledger.find_event)
+                if collect is not None:
+                    collect.append((entry, content))
             elif entry.kind is Kind.OP and entry.type == OpType.TOMBSTONE.value:
-                fold(db, entry, None)
+                fold(db, entry, None, ledger.find_event)
+                if collect is not None:
+                    collect.append((entry, None))
         db.execute(
             "INSERT INTO lg_heads(name, branch, seq) VALUES (?, ?, ?) "
             "ON CONFLICT(name, branch) DO UPDATE SET seq = excluded.seq",
             (name, branch, size),
         )
-        return size - start
+        return start, size
 
 
 def event(

@@ -3,13 +3,16 @@
 Every ``put`` appends one event of type ``langgraph.checkpoint`` and every ``put_writes``
 one of type ``langgraph.writes`` (docs/FORMAT.md, "LangGraph checkpoints"); their content
 is the serialized checkpoint (or writes), so it sits behind the entry's salted content
-commitment, in the Merkle tree, under a signed checkpoint (one is signed after every write
-call). Deleting (``delete_thread``, ``delete_for_runs``, ``prune``) appends ``TOMBSTONE``s:
-the content is erased and ``memroot verify`` still passes ("erased by entry N").
+commitment, in the Merkle tree, under the signed checkpoint the append's own commit signs.
+A checkpoint stores the channel values that changed and refers to the entry that holds each
+unchanged one (docs/FORMAT.md §9). Deleting (``delete_thread``, ``delete_for_runs``,
+``prune``) appends ``TOMBSTONE``s: the content is erased and ``memroot verify`` still passes
+("erased by entry N").
 
 Reads are strict: ``get_tuple`` and ``list`` re-check every entry they serve against the
-signed tree and its content commitment, and raise ``IntegrityError`` instead of serving a
-tampered checkpoint.
+signed tree and its content commitment, look up checkpoints in a private index folded from
+those entries (the file's lookup tables are compared with it), and raise ``IntegrityError``
+instead of serving a tampered checkpoint or rolling a thread back. Reads never sign.
 
 Example::
 
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import binascii
 import builtins
 import contextlib
 import json
@@ -29,7 +33,6 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from os import PathLike
 from typing import TYPE_CHECKING, Any, Final
 
-import apsw
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -45,38 +48,21 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from memroot.integrations.langgraph import _index
-from memroot.integrations.langgraph._ledger import LedgerTables
-from memroot.ledger.entries import CANONICAL_BRANCH, Entry
+from memroot.integrations.langgraph._ledger import LedgerTables, open_owned
+from memroot.integrations.langgraph._tables import CHECKPOINT_TYPE, SAVER, WRITES_TYPE
+from memroot.ledger.entries import CANONICAL_BRANCH, EventInput
 from memroot.ledger.errors import IntegrityError
 from memroot.ledger.ledger import Ledger
 
 if TYPE_CHECKING:
     from memroot.memory import Memory
 
-__all__ = ["CHECKPOINT_TYPE", "WRITES_TYPE", "MemrootSaver"]
+__all__ = ["CHECKPOINT_TYPE", "WRITES_TYPE", "AsyncMemrootSaver", "MemrootSaver"]
 
-CHECKPOINT_TYPE: Final = "langgraph.checkpoint"
-WRITES_TYPE: Final = "langgraph.writes"
-_TYPES: Final = frozenset({CHECKPOINT_TYPE, WRITES_TYPE})
 
-_SCHEMA: Final = """
-CREATE TABLE IF NOT EXISTS lg_checkpoints(
-    branch TEXT NOT NULL, thread TEXT NOT NULL, ns TEXT NOT NULL, id TEXT NOT NULL,
-    parent TEXT, run_id TEXT, seq INTEGER NOT NULL, event TEXT NOT NULL,
-    PRIMARY KEY(branch, thread, ns, id)) STRICT;
-CREATE INDEX IF NOT EXISTS lg_checkpoints_event ON lg_checkpoints(event);
-CREATE TABLE IF NOT EXISTS lg_blobs(
-    branch TEXT NOT NULL, thread TEXT NOT NULL, ns TEXT NOT NULL, channel TEXT NOT NULL,
-    version TEXT NOT NULL, seq INTEGER NOT NULL, event TEXT NOT NULL,
-    PRIMARY KEY(branch, thread, ns, channel, version)) STRICT;
-CREATE INDEX IF NOT EXISTS lg_blobs_event ON lg_blobs(event);
-CREATE TABLE IF NOT EXISTS lg_writes(
-    branch TEXT NOT NULL, thread TEXT NOT NULL, ns TEXT NOT NULL, checkpoint TEXT NOT NULL,
-    task_id TEXT NOT NULL, idx INTEGER NOT NULL, task_path TEXT NOT NULL,
-    seq INTEGER NOT NULL, pos INTEGER NOT NULL, event TEXT NOT NULL,
-    PRIMARY KEY(branch, thread, ns, checkpoint, task_id, idx)) STRICT;
-CREATE INDEX IF NOT EXISTS lg_writes_event ON lg_writes(event);
-"""
+_REF: Final = "ref"
+"""The type of a channel value held by an earlier checkpoint entry: ``[channel, version,
+"ref", seq]`` (docs/FORMAT.md §9)."""
 
 
 def _b64(typed: tuple[str, bytes]) -> list[str]:
@@ -103,10 +89,7 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
     worker thread.
     """
 
-    _NAME = "saver"
-    _TYPES = _TYPES
-    _SCHEMA = _SCHEMA
-    _TABLES = ("lg_checkpoints", "lg_blobs", "lg_writes")
+    _TABLES = SAVER
 
     def __init__(
         self,
@@ -139,57 +122,15 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
 
         Raises:
             StorageError, KeyFileError: the ledger or its key cannot be opened.
+            IntegrityError: an entry of the branch does not check out.
         """
-        from memroot.memory import open_memory
-
-        mem = open_memory(path, key_path=key_path, actor=kwargs.get("actor", "langgraph"))
+        saver = open_owned(cls, path, key_path, {"branch": branch, **kwargs})
         try:
-            yield cls(mem, branch=branch, **kwargs)
+            yield saver
         finally:
-            mem.close()
+            saver.close()
 
     # -- the index -----------------------------------------------------------------------------
-
-    def _fold_event(self, db: apsw.Connection, entry: Entry, content: dict[str, Any]) -> None:
-        b = entry.branch
-        eid = entry.body["id"]
-        t, ns = content["thread_id"], content["checkpoint_ns"]
-        if _index.event_type(entry) == CHECKPOINT_TYPE:
-            db.execute(
-                "INSERT OR REPLACE INTO lg_checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    b,
-                    t,
-                    ns,
-                    content["checkpoint_id"],
-                    content.get("parent_checkpoint_id"),
-                    content.get("run_id"),
-                    entry.seq,
-                    eid,
-                ),
-            )
-            for channel, version, *_ in content["channels"]:
-                db.execute(
-                    "INSERT OR REPLACE INTO lg_blobs VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (b, t, ns, channel, version, entry.seq, eid),
-                )
-            return
-        for pos, (idx, *_) in enumerate(content["writes"]):
-            db.execute(
-                "INSERT OR REPLACE INTO lg_writes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    b,
-                    t,
-                    ns,
-                    content["checkpoint_id"],
-                    content["task_id"],
-                    idx,
-                    content["task_path"],
-                    entry.seq,
-                    pos,
-                    eid,
-                ),
-            )
 
     def _content(self, seq: int) -> dict[str, Any]:
         """Return the checked content of an entry the index points to.
@@ -198,7 +139,7 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
             IntegrityError: the entry is tampered, or erased although the index names it.
         """
         entry, content = self._checked(seq)
-        if content is None or _index.event_type(entry) not in _TYPES:
+        if content is None or _index.event_type(entry) not in SAVER.types:
             raise IntegrityError(
                 f"the index points at entry {self.branch}:{seq}, which is not a live "
                 "LangGraph event (run the saver again to refold its tables)",
@@ -210,6 +151,23 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
     # -- reads ---------------------------------------------------------------------------------
 
     def _tuple(self, thread: str, ns: str, row: tuple[Any, ...]) -> CheckpointTuple:
+        """Return the checkpoint of an index row, read and checked.
+
+        Raises:
+            IntegrityError: an entry is tampered, or holds no well-formed checkpoint.
+        """
+        try:
+            return self._read_tuple(thread, ns, row)
+        except (KeyError, TypeError, ValueError, binascii.Error) as e:
+            raise IntegrityError(
+                f"entry {self.branch}:{row[2]} holds no well-formed checkpoint of thread "
+                f"{thread!r} ({type(e).__name__}: {e})",
+                branch=self.branch,
+                seq=int(row[2]),
+                step=4,
+            ) from e
+
+    def _read_tuple(self, thread: str, ns: str, row: tuple[Any, ...]) -> CheckpointTuple:
         checkpoint_id, parent, seq = str(row[0]), row[1], int(row[2])
         c = self._content(seq)
         if (c["thread_id"], c["checkpoint_ns"], c["checkpoint_id"]) != (thread, ns, checkpoint_id):
@@ -219,26 +177,25 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
                 branch=self.branch,
                 seq=seq,
             )
-        checkpoint: Checkpoint = self.serde.loads_typed(_unb64(c["checkpoint"]))
-        checkpoint["channel_values"] = {
-            ch: self.serde.loads_typed(_unb64([typ, data]))
-            for ch, _version, typ, data in c["channels"]
-            if typ != "empty"
-        }
-        metadata: CheckpointMetadata = self.serde.loads_typed(_unb64(c["metadata"]))
-        writes = self.ledger.derived.db.execute(
-            "SELECT task_id, seq, pos FROM lg_writes WHERE branch = ? AND thread = ? AND ns = ? "
-            "AND checkpoint = ? ORDER BY task_path, task_id, idx",
-            (self.branch, thread, ns, checkpoint_id),
-        ).fetchall()
-        cache: dict[int, dict[str, Any]] = {}
-        pending: list[PendingWrite] = []
-        for task_id, wseq, pos in writes:
-            at = int(str(wseq))
-            if at not in cache:
-                cache[at] = self._content(at)
-            _idx, channel, typ, data = cache[at]["writes"][int(str(pos))]
-            pending.append((str(task_id), channel, self.serde.loads_typed(_unb64([typ, data]))))
+        # The entry's serialized parts, base64-decoded once per checked state of the file.
+        decoded = self._memo.get(seq)
+        if decoded is None:
+            decoded = self._memo[seq] = (
+                _unb64(c["checkpoint"]),
+                _unb64(c["metadata"]),
+                [(ch, _unb64([t, d])) for ch, t, d in self._literals(seq, c) if t != "empty"],
+            )
+        typed_cp, typed_md, typed_values = decoded
+        loads = self.serde.loads_typed
+        checkpoint: Checkpoint = loads(typed_cp)
+        checkpoint["channel_values"] = {ch: loads(v) for ch, v in typed_values}
+        metadata: CheckpointMetadata = loads(typed_md)
+        pending: list[PendingWrite] = [
+            (task_id, channel, loads(_unb64([typ, data])))
+            for (_path, task_id, _idx), (channel, typ, data) in sorted(
+                self._writes(thread, ns, checkpoint_id).items()
+            )
+        ]
         config: RunnableConfig = {
             "configurable": {
                 "thread_id": thread,
@@ -257,6 +214,39 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
             }
         return CheckpointTuple(config, checkpoint, metadata, parent_config, pending)
 
+    def _writes(
+        self, thread: str, ns: str, checkpoint_id: str, task_id: str | None = None
+    ) -> dict[tuple[str, str, int], tuple[str, str, str]]:
+        """Return a checkpoint's pending writes (of one task), checked, by (path, task, index).
+
+        The newest entry's write of each (task, index) wins: a special channel's later write
+        replaces the earlier one.
+        """
+        rows = self._rows(
+            "SELECT seq FROM lg_writes WHERE branch = ? AND thread = ? AND ns = ? "
+            "AND checkpoint = ? ORDER BY seq",
+            (self.branch, thread, ns, checkpoint_id),
+        )
+        out: dict[tuple[str, str, int], tuple[str, str, str]] = {}
+        for (seq,) in rows:
+            c = self._content(int(seq))
+            if task_id is not None and c["task_id"] != task_id:
+                continue
+            if (c["thread_id"], c["checkpoint_ns"], c["checkpoint_id"]) != (
+                thread,
+                ns,
+                checkpoint_id,
+            ):
+                raise IntegrityError(
+                    f"entry {self.branch}:{seq} holds writes of another checkpoint than the "
+                    "index names",
+                    branch=self.branch,
+                    seq=int(seq),
+                )
+            for idx, channel, typ, data in c["writes"]:
+                out[(str(c["task_path"]), str(c["task_id"]), int(idx))] = (channel, typ, data)
+        return out
+
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Return the checkpoint ``config`` names (the thread's newest without an id).
 
@@ -268,20 +258,19 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
         checkpoint_id = get_checkpoint_id(config)
         with self._lock:
             self._sync()
-            db = self.ledger.derived.db
             if checkpoint_id:
-                row = db.execute(
+                row = self._rows(
                     "SELECT id, parent, seq FROM lg_checkpoints WHERE branch = ? AND thread = ? "
-                    "AND ns = ? AND id = ?",
+                    "AND ns = ? AND id = ? ORDER BY seq DESC LIMIT 1",
                     (self.branch, thread, ns, checkpoint_id),
-                ).fetchone()
+                )[:1]
             else:
-                row = db.execute(
+                row = self._rows(
                     "SELECT id, parent, seq FROM lg_checkpoints WHERE branch = ? AND thread = ? "
-                    "AND ns = ? ORDER BY id DESC LIMIT 1",
+                    "AND ns = ? ORDER BY id DESC, seq DESC LIMIT 1",
                     (self.branch, thread, ns),
-                ).fetchone()
-            return None if row is None else self._tuple(thread, ns, tuple(row))
+                )[:1]
+            return self._tuple(thread, ns, row[0]) if row else None
 
     def list(
         self,
@@ -314,12 +303,12 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
             args.append(get_checkpoint_id(before))
         with self._lock:
             self._sync()
-            rows = self.ledger.derived.db.execute(
-                "SELECT thread, ns, id, parent, seq FROM lg_checkpoints WHERE "
+            rows = self._rows(
+                "SELECT thread, ns, id, parent, MAX(seq) FROM lg_checkpoints WHERE "
                 + " AND ".join(where)
-                + " ORDER BY thread, ns, id DESC",
+                + " GROUP BY thread, ns, id ORDER BY thread, ns, id DESC",
                 args,
-            ).fetchall()
+            )
             rows.sort(key=lambda r: str(r[2]), reverse=True)
             out: list[CheckpointTuple] = []
             for thread, ns, cid, parent, seq in rows:
@@ -343,26 +332,23 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
         """Append the checkpoint as one ``langgraph.checkpoint`` event; return its config.
 
         The event holds every channel value the checkpoint's versions name (those in
-        ``new_versions`` from ``checkpoint``, the others copied from the entry that stored
-        that version), so each checkpoint entry stands alone: erasing one never breaks
-        another.
+        ``new_versions`` from ``checkpoint``, the others copied, already serialized, from
+        the parent checkpoint's entry when it holds that version), so each checkpoint entry
+        stands alone: erasing one never breaks another.
         """
         conf = config["configurable"]
         thread, ns = str(conf["thread_id"]), str(conf.get("checkpoint_ns", ""))
         c: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = c.pop("channel_values", {})
         md = get_checkpoint_metadata(config, metadata)
+        parent_id = conf.get("checkpoint_id")
         with self._lock:
             self._sync()
+            inherited = {} if not parent_id else self._parent_values(thread, ns, str(parent_id))
             channels: list[list[Any]] = []
-            seen: dict[int, dict[str, Any]] = {}
             for channel, version in sorted(checkpoint["channel_versions"].items()):
                 key = _version_key(version)
-                stored = (
-                    None
-                    if channel in new_versions
-                    else self._stored_blob(thread, ns, channel, key, seen)
-                )
+                stored = None if channel in new_versions else inherited.get((channel, key))
                 if channel in new_versions:
                     typed = (
                         _b64(self.serde.dumps_typed(values[channel]))
@@ -381,7 +367,7 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
                 "thread_id": thread,
                 "checkpoint_ns": ns,
                 "checkpoint_id": checkpoint["id"],
-                "parent_checkpoint_id": conf.get("checkpoint_id"),
+                "parent_checkpoint_id": parent_id,
                 "run_id": None if run_id is None else str(run_id),
                 "checkpoint": _b64(self.serde.dumps_typed(c)),
                 "metadata": _b64(self.serde.dumps_typed(md)),
@@ -396,24 +382,64 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
             }
         }
 
-    def _stored_blob(
-        self, thread: str, ns: str, channel: str, key: str, seen: dict[int, dict[str, Any]]
-    ) -> builtins.list[str] | None:
-        """Return the stored ``[type, base64]`` of a channel version, or None (``seen``: cache)."""
-        row = self.ledger.derived.db.execute(
-            "SELECT seq FROM lg_blobs WHERE branch = ? AND thread = ? AND ns = ? AND channel = ? "
-            "AND version = ?",
-            (self.branch, thread, ns, channel, key),
-        ).fetchone()
-        if row is None:
-            return None
-        seq = int(row[0])
-        if seq not in seen:
-            seen[seq] = self._content(seq)
-        for ch, v, typ, data in seen[seq]["channels"]:
-            if ch == channel and v == key:
-                return [typ, data]
-        return None
+    def _parent_values(self, thread: str, ns: str, parent_id: str) -> dict[tuple[str, str], Any]:
+        """Return a reference to each of the parent checkpoint's ``(channel, version)`` values.
+
+        ``["ref", seq]``: the entry that holds the serialized value (the parent's, or the one
+        the parent refers to). Empty when the parent is not stored (or was erased): the values
+        are then serialized from the checkpoint itself.
+        """
+        row = self._rows(
+            "SELECT seq FROM lg_checkpoints WHERE branch = ? AND thread = ? AND ns = ? AND id = ? "
+            "ORDER BY seq DESC LIMIT 1",
+            (self.branch, thread, ns, parent_id),
+        )
+        if not row:
+            return {}
+        at = int(row[0][0])
+        return {
+            (ch, v): [typ, data] if typ == _REF else [_REF, at]
+            for ch, v, typ, data in self._content(at)["channels"]
+        }
+
+    def _literals(self, seq: int, c: dict[str, Any]) -> builtins.list[tuple[str, str, str]]:
+        """Return ``(channel, type, base64)`` of checkpoint entry ``seq``, references resolved.
+
+        Raises:
+            IntegrityError: a reference to an entry that does not hold that value (checked).
+        """
+        out = []
+        for ch, v, typ, data in c["channels"]:
+            if typ != _REF:
+                out.append((ch, typ, data))
+                continue
+            held = self._content(int(data))
+            found = [
+                (t2, d2)
+                for c2, v2, t2, d2 in held.get("channels", ())
+                if c2 == ch and v2 == v and t2 != _REF
+            ]
+            if (held.get("thread_id"), held.get("checkpoint_ns")) != (
+                c["thread_id"],
+                c["checkpoint_ns"],
+            ) or len(found) != 1:
+                raise IntegrityError(
+                    f"checkpoint entry {self.branch}:{seq} takes channel {ch!r} version {v} from "
+                    f"entry {data}, which does not hold it",
+                    branch=self.branch,
+                    seq=seq,
+                )
+            out.append((ch, *found[0]))
+        return out
+
+    def _standalone(self, seq: int) -> dict[str, Any]:
+        """Return checkpoint entry ``seq``'s content with every reference replaced by its value."""
+        c = self._content(seq)
+        versions = {ch: v for ch, v, *_ in c["channels"]}
+        return {
+            **c,
+            "channels": [[ch, versions[ch], typ, data] for ch, typ, data in self._literals(seq, c)],
+        }
 
     def put_writes(
         self,
@@ -432,14 +458,7 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
         checkpoint_id = str(conf["checkpoint_id"])
         with self._lock:
             self._sync()
-            have = {
-                int(r[0])
-                for r in self.ledger.derived.db.execute(
-                    "SELECT idx FROM lg_writes WHERE branch = ? AND thread = ? AND ns = ? "
-                    "AND checkpoint = ? AND task_id = ?",
-                    (self.branch, thread, ns, checkpoint_id, task_id),
-                )
-            }
+            have = {idx for _, _, idx in self._writes(thread, ns, checkpoint_id, task_id)}
             rows = []
             for i, (channel, value) in enumerate(writes):
                 idx = WRITES_IDX_MAP.get(channel, i)
@@ -463,33 +482,67 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
     def _erase(
         self, where: str, args: Sequence[Any], reason: str, threads: Sequence[str] = ()
     ) -> None:
-        """TOMBSTONE the events of the matched checkpoints, their writes, ``threads``' writes."""
+        """TOMBSTONE the events of the matched checkpoints, their writes, ``threads``' writes.
+
+        A checkpoint that stays but takes a channel value from an entry being erased is first
+        appended again whole (same id, every value in it), in the same batch, and its old
+        entry erased too: erasing never breaks a checkpoint that stays.
+        """
         with self._lock:
             self._sync()
-            db = self.ledger.derived.db
-            found = db.execute(
-                f"SELECT thread, ns, id, event FROM lg_checkpoints WHERE branch = ? AND {where}",
+            found = self._rows(
+                f"SELECT thread, ns, id, seq FROM lg_checkpoints WHERE branch = ? AND {where}",
                 (self.branch, *args),
-            ).fetchall()
-            events = [str(r[3]) for r in found]
+            )
+            gone = {int(r[3]) for r in found}
+            copies = self._copies_before_erasing({(str(r[0]), str(r[1])) for r in found}, gone)
+            seqs = sorted(gone)
             for thread, ns, cid, _ in found:
-                events += [
-                    str(r[0])
-                    for r in db.execute(
-                        "SELECT event FROM lg_writes WHERE branch = ? AND thread = ? AND ns = ? "
+                seqs += [
+                    int(r[0])
+                    for r in self._rows(
+                        "SELECT seq FROM lg_writes WHERE branch = ? AND thread = ? AND ns = ? "
                         "AND checkpoint = ?",
                         (self.branch, thread, ns, cid),
-                    ).fetchall()
+                    )
                 ]
             for thread in threads:
-                events += [
-                    str(r[0])
-                    for r in db.execute(
-                        "SELECT event FROM lg_writes WHERE branch = ? AND thread = ?",
+                seqs += [
+                    int(r[0])
+                    for r in self._rows(
+                        "SELECT seq FROM lg_writes WHERE branch = ? AND thread = ?",
                         (self.branch, thread),
-                    ).fetchall()
+                    )
                 ]
-            self._write(self._tombstones(events, reason))
+            # The event ids from the entries themselves (checked), not from a table.
+            events = [str(self._checked(s)[0].body["id"]) for s in sorted(set(seqs))]
+            self._write([*copies, *self._tombstones(events, reason)])
+
+    def _copies_before_erasing(
+        self, threads: set[tuple[str, str]], gone: set[int]
+    ) -> builtins.list[EventInput]:
+        """Return whole copies of the checkpoints that stay but take values from ``gone``.
+
+        Adds the copied checkpoints' entries to ``gone`` (until nothing else refers to them).
+        """
+        copies: builtins.list[EventInput] = []
+        changed = True
+        while changed:
+            changed = False
+            for thread, ns in sorted(threads):
+                for (s,) in self._rows(
+                    "SELECT seq FROM lg_checkpoints WHERE branch = ? AND thread = ? AND ns = ?",
+                    (self.branch, thread, ns),
+                ):
+                    at = int(s)
+                    if at in gone:
+                        continue
+                    c = self._content(at)
+                    if any(t == _REF and int(d) in gone for _, _, t, d in c["channels"]):
+                        copies.append(self._event(CHECKPOINT_TYPE, self._standalone(at)))
+                        gone.add(at)
+                        changed = True
+        return copies
 
     def delete_thread(self, thread_id: str) -> None:
         """Erase every checkpoint and write of a thread (``TOMBSTONE``s; the chain verifies)."""
@@ -531,10 +584,9 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
         src, dst = str(source_thread_id), str(target_thread_id)
         with self._lock:
             self._sync()
-            db = self.ledger.derived.db
             seqs = [
                 int(r[0])
-                for r in db.execute(
+                for r in self._rows(
                     "SELECT seq FROM lg_checkpoints WHERE branch = ? AND thread = ? UNION "
                     "SELECT seq FROM lg_writes WHERE branch = ? AND thread = ? ORDER BY 1",
                     (self.branch, src, self.branch, src),
@@ -543,10 +595,11 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
             items = []
             for seq in seqs:
                 entry, _ = self._checked(seq)
-                content = {**self._content(seq), "thread_id": dst}
                 kind = _index.event_type(entry)
+                # A copied checkpoint holds its values itself: the source may be erased later.
+                whole = self._standalone(seq) if kind == CHECKPOINT_TYPE else self._content(seq)
                 assert kind is not None  # _content checked it
-                items.append(self._event(kind, content))
+                items.append(self._event(kind, {**whole, "thread_id": dst}))
             self._write(items)
 
     # -- async ---------------------------------------------------------------------------------
@@ -605,3 +658,42 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Async ``copy_thread``."""
         await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+
+
+class AsyncMemrootSaver(MemrootSaver):
+    """``MemrootSaver`` opened and closed from ``asyncio``, like ``AsyncSqliteSaver``.
+
+    ``async with AsyncMemrootSaver.from_conn_string("agent.ledger") as saver:``; its async
+    methods run the sync ones in worker threads under the ledger's one lock, so concurrent
+    ``ainvoke`` calls on one saver (and a store on the same ledger) take turns; the sync
+    methods work too, from any thread.
+    """
+
+    # An async context manager in place of the sync one (AsyncSqliteSaver's API): the
+    # override is what this class is for.
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def from_conn_string(  # type: ignore[override]
+        cls,
+        path: str | PathLike[str],
+        *,
+        branch: str = CANONICAL_BRANCH,
+        key_path: str | PathLike[str] | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[AsyncMemrootSaver]:
+        """Open (or create) the ledger at ``path`` and yield a saver on it; close it after.
+
+        Raises:
+            StorageError, KeyFileError: the ledger or its key cannot be opened.
+            IntegrityError: an entry of the branch does not check out.
+        """
+        saver = await asyncio.to_thread(
+            open_owned, cls, path, key_path, {"branch": branch, **kwargs}
+        )
+        try:
+            yield saver
+        finally:
+            await asyncio.to_thread(saver.close)
+
+    async def setup(self) -> None:  # type: ignore[override]
+        """Do nothing: the tables were created on open (``AsyncSqliteSaver.setup``'s place)."""

@@ -9,19 +9,20 @@ raise ``IntegrityError`` instead of returning a tampered item.
 Search is lexical: ``query`` keeps items whose JSON value contains every word of it (case
 folded); there is no embedding index, and ``score`` is None. ``filter`` compares value
 fields for equality, or with ``$eq``, ``$ne``, ``$gt``, ``$gte``, ``$lt``, ``$lte``. TTLs are
-not supported.
+refused (``NotImplementedError``, LangGraph's convention for a store without TTLs).
 """
 
 from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import datetime as dt
 import json
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
+from os import PathLike
 from typing import TYPE_CHECKING, Any, Final
 
-import apsw
 from langgraph.store.base import (
     BaseStore,
     GetOp,
@@ -36,38 +37,26 @@ from langgraph.store.base import (
 )
 
 from memroot.integrations.langgraph import _index
-from memroot.integrations.langgraph._ledger import LedgerTables
-from memroot.ledger.entries import CANONICAL_BRANCH, Entry, now_us
+from memroot.integrations.langgraph._ledger import LedgerTables, open_owned
+from memroot.integrations.langgraph._tables import PUT_TYPE, STORE, ns_text
+from memroot.ledger.entries import CANONICAL_BRANCH, now_us
 from memroot.ledger.errors import IntegrityError, ValidationError
 from memroot.ledger.ledger import Ledger
 
 if TYPE_CHECKING:
     from memroot.memory import Memory
 
-__all__ = ["PUT_TYPE", "MemrootStore"]
+__all__ = ["PUT_TYPE", "AsyncMemrootStore", "MemrootStore"]
 
-PUT_TYPE: Final = "langgraph.store.put"
-_TYPES: Final = frozenset({PUT_TYPE})
-
-_SCHEMA: Final = """
-CREATE TABLE IF NOT EXISTS lg_store(
-    branch TEXT NOT NULL, ns TEXT NOT NULL, key TEXT NOT NULL, seq INTEGER NOT NULL,
-    event TEXT NOT NULL, created INTEGER NOT NULL, updated INTEGER NOT NULL,
-    PRIMARY KEY(branch, ns, key)) STRICT;
-CREATE INDEX IF NOT EXISTS lg_store_event ON lg_store(event);
-CREATE TABLE IF NOT EXISTS lg_store_versions(
-    event TEXT PRIMARY KEY, branch TEXT NOT NULL, ns TEXT NOT NULL, key TEXT NOT NULL,
-    seq INTEGER NOT NULL) STRICT;
-CREATE INDEX IF NOT EXISTS lg_store_versions_key ON lg_store_versions(branch, ns, key);
-"""
+_NO_TTL: Final = (
+    "TTL is not supported by MemrootStore (an item lives until it is deleted, and its "
+    "ledger entry for good); set ttl=None"
+)
+_NO_INDEX: Final = "MemrootStore has no embedding index (search is lexical); set index=None"
 
 
 def _when(us: int) -> dt.datetime:
     return dt.datetime.fromtimestamp(us / 1e6, dt.UTC)
-
-
-def _ns_text(namespace: tuple[str, ...]) -> str:
-    return json.dumps(list(namespace), ensure_ascii=False, separators=(",", ":"))
 
 
 def _compare(value: Any, op: str, wanted: Any) -> bool:
@@ -115,10 +104,7 @@ class MemrootStore(BaseStore, LedgerTables):  # type: ignore[misc]
     """A LangGraph ``BaseStore`` on a memroot ledger (see the module docstring)."""
 
     __slots__ = ()  # the attributes are LedgerTables' slots
-    _NAME = "store"
-    _TYPES = _TYPES
-    _SCHEMA = _SCHEMA
-    _TABLES = ("lg_store", "lg_store_versions")
+    _TABLES = STORE
 
     def __init__(
         self,
@@ -128,36 +114,57 @@ class MemrootStore(BaseStore, LedgerTables):  # type: ignore[misc]
         actor: str = "langgraph",
         actor_type: str = "SYSTEM_PROCESS",
         namespace: str = "langgraph",
+        index: None = None,
+        ttl: None = None,
     ) -> None:
-        """Wrap an open ledger (or ``Memory``); entries go to ``branch`` as ``actor``."""
+        """Wrap an open ledger (or ``Memory``); entries go to ``branch`` as ``actor``.
+
+        ``index`` and ``ttl`` are ``SqliteStore``'s options: neither is supported, so
+        anything but None is refused, as LangGraph's stores refuse what they lack.
+
+        Raises:
+            NotImplementedError: an ``index`` (embeddings) or ``ttl`` configuration.
+            ValidationError: the ledger was opened without strict reads.
+            IntegrityError: an entry of the branch does not check out.
+        """
+        if ttl is not None:
+            raise NotImplementedError(_NO_TTL)
+        if index is not None:
+            raise NotImplementedError(_NO_INDEX)
         self._open(ledger, branch=branch, actor=actor, actor_type=actor_type, namespace=namespace)
 
-    # -- the index -----------------------------------------------------------------------------
+    @classmethod
+    @contextlib.contextmanager
+    def from_conn_string(
+        cls,
+        path: str | PathLike[str],
+        *,
+        branch: str = CANONICAL_BRANCH,
+        key_path: str | PathLike[str] | None = None,
+        **kwargs: Any,
+    ) -> Iterator[MemrootStore]:
+        """Open (or create) the ledger at ``path`` and yield a store on it; close it after.
 
-    def _fold_event(self, db: apsw.Connection, entry: Entry, content: dict[str, Any]) -> None:
-        ns = _ns_text(tuple(content["namespace"]))
-        eid = entry.body["id"]
-        db.execute(
-            "INSERT OR REPLACE INTO lg_store VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (
-                entry.branch,
-                ns,
-                content["key"],
-                entry.seq,
-                eid,
-                int(content["created_at"]),
-                int(content["updated_at"]),
-            ),
-        )
-        db.execute(
-            "INSERT OR REPLACE INTO lg_store_versions VALUES (?, ?, ?, ?, ?)",
-            (eid, entry.branch, ns, content["key"], entry.seq),
-        )
+        Like ``SqliteStore.from_conn_string``; ``path`` may be a ``postgresql://`` URL,
+        ``key_path`` names the signing key.
+
+        Raises:
+            StorageError, KeyFileError: the ledger or its key cannot be opened.
+            NotImplementedError: an ``index`` or ``ttl`` configuration.
+            IntegrityError: an entry of the branch does not check out.
+        """
+        store = open_owned(cls, path, key_path, {"branch": branch, **kwargs})
+        try:
+            yield store
+        finally:
+            store.close()
+
+    # -- reads -------------------------------------------------------------------------------
 
     def _item(self, row: tuple[Any, ...]) -> Item:
-        ns_text, key, seq = str(row[0]), str(row[1]), int(row[2])
+        nst, key, seq = str(row[0]), str(row[1]), int(row[2])
         entry, content = self._checked(seq)
-        namespace = tuple(json.loads(ns_text))
+        namespace = tuple(json.loads(nst))
         if (
             content is None
             or _index.event_type(entry) != PUT_TYPE
@@ -165,7 +172,7 @@ class MemrootStore(BaseStore, LedgerTables):  # type: ignore[misc]
             or content.get("key") != key
         ):
             raise IntegrityError(
-                f"the store index points {ns_text}/{key} at entry {self.branch}:{seq}, which "
+                f"the store index points {nst}/{key} at entry {self.branch}:{seq}, which "
                 "does not hold that item",
                 branch=self.branch,
                 seq=seq,
@@ -181,19 +188,21 @@ class MemrootStore(BaseStore, LedgerTables):  # type: ignore[misc]
     # -- operations ----------------------------------------------------------------------------
 
     def _get(self, op: GetOp) -> Item | None:
-        row = self.ledger.derived.db.execute(
-            "SELECT ns, key, seq FROM lg_store WHERE branch = ? AND ns = ? AND key = ?",
-            (self.branch, _ns_text(op.namespace), op.key),
-        ).fetchone()
-        return None if row is None else self._item(tuple(row))
+        row = self._rows(
+            "SELECT ns, key, seq FROM lg_store WHERE branch = ? AND ns = ? AND key = ? "
+            "ORDER BY seq DESC LIMIT 1",
+            (self.branch, ns_text(op.namespace), op.key),
+        )
+        return self._item(row[0]) if row else None
 
     def _search(self, op: SearchOp) -> builtins.list[SearchItem]:
         prefix = tuple(op.namespace_prefix)
         words = [w.casefold() for w in (op.query or "").split()]
-        rows = self.ledger.derived.db.execute(
-            "SELECT ns, key, seq FROM lg_store WHERE branch = ? ORDER BY updated DESC, ns, key",
+        rows = self._rows(
+            "SELECT ns, key, MAX(seq), updated FROM lg_store WHERE branch = ? GROUP BY ns, key "
+            "ORDER BY updated DESC, ns, key",
             (self.branch,),
-        ).fetchall()
+        )
         out: builtins.list[SearchItem] = []
         skipped = 0
         for row in rows:
@@ -226,9 +235,7 @@ class MemrootStore(BaseStore, LedgerTables):  # type: ignore[misc]
     def _list_namespaces(self, op: ListNamespacesOp) -> builtins.list[tuple[str, ...]]:
         found = {
             tuple(json.loads(str(r[0])))
-            for r in self.ledger.derived.db.execute(
-                "SELECT DISTINCT ns FROM lg_store WHERE branch = ?", (self.branch,)
-            ).fetchall()
+            for r in self._rows("SELECT DISTINCT ns FROM lg_store WHERE branch = ?", (self.branch,))
         }
         if op.match_conditions:
             found = {n for n in found if all(_path_matches(c, n) for c in op.match_conditions)}
@@ -237,18 +244,16 @@ class MemrootStore(BaseStore, LedgerTables):  # type: ignore[misc]
         return sorted(found)[op.offset : op.offset + op.limit]
 
     def _put(self, ops: builtins.list[PutOp]) -> None:
-        db = self.ledger.derived.db
         items: builtins.list[Any] = []
         for op in ops:
-            ns = _ns_text(op.namespace)
+            ns = ns_text(op.namespace)
             if op.value is None:
                 events = [
-                    str(r[0])
-                    for r in db.execute(
-                        "SELECT event FROM lg_store_versions WHERE branch = ? AND ns = ? "
-                        "AND key = ?",
+                    str(self._checked(int(r[0]))[0].body["id"])
+                    for r in self._rows(
+                        "SELECT seq FROM lg_store WHERE branch = ? AND ns = ? AND key = ?",
                         (self.branch, ns, op.key),
-                    ).fetchall()
+                    )
                 ]
                 items += self._tombstones(events, "langgraph store delete")
                 continue
@@ -257,16 +262,17 @@ class MemrootStore(BaseStore, LedgerTables):  # type: ignore[misc]
                     f"a store value is a JSON object, not {type(op.value).__name__}",
                     field="value",
                 )
-            have = db.execute(
-                "SELECT created FROM lg_store WHERE branch = ? AND ns = ? AND key = ?",
+            have = self._rows(
+                "SELECT created FROM lg_store WHERE branch = ? AND ns = ? AND key = ? "
+                "ORDER BY seq DESC LIMIT 1",
                 (self.branch, ns, op.key),
-            ).fetchone()
+            )
             now = now_us()
             content = {
                 "namespace": list(op.namespace),
                 "key": op.key,
                 "value": dict(op.value),
-                "created_at": now if have is None else int(have[0]),
+                "created_at": int(have[0][0]) if have else now,
                 "updated_at": now,
             }
             try:
@@ -299,6 +305,10 @@ class MemrootStore(BaseStore, LedgerTables):  # type: ignore[misc]
                 elif isinstance(op, ListNamespacesOp):
                     results.append(self._list_namespaces(op))
                 elif isinstance(op, PutOp):
+                    if op.ttl is not None:
+                        raise NotImplementedError(_NO_TTL)
+                    if op.index not in (None, False):
+                        raise NotImplementedError(_NO_INDEX)
                     puts.pop((op.namespace, op.key), None)
                     puts[(op.namespace, op.key)] = op
                     results.append(None)
@@ -311,3 +321,43 @@ class MemrootStore(BaseStore, LedgerTables):  # type: ignore[misc]
         """Async ``batch`` (run in a worker thread; one lock with the sync methods)."""
         materialized = builtins.list(ops)
         return await asyncio.to_thread(self.batch, materialized)
+
+
+class AsyncMemrootStore(MemrootStore):
+    """``MemrootStore`` opened and closed from ``asyncio``, like ``AsyncSqliteStore``.
+
+    ``async with AsyncMemrootStore.from_conn_string("agent.ledger") as store:``; its async
+    methods (``aput``, ``aget``, ``asearch``, ...) run in worker threads under the ledger's
+    one lock, shared with a saver on the same ledger.
+    """
+
+    __slots__ = ()
+
+    # An async context manager in place of the sync one (AsyncSqliteStore's API).
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def from_conn_string(  # type: ignore[override]
+        cls,
+        path: str | PathLike[str],
+        *,
+        branch: str = CANONICAL_BRANCH,
+        key_path: str | PathLike[str] | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[AsyncMemrootStore]:
+        """Open (or create) the ledger at ``path`` and yield a store on it; close it after.
+
+        Raises:
+            StorageError, KeyFileError: the ledger or its key cannot be opened.
+            NotImplementedError: an ``index`` or ``ttl`` configuration.
+            IntegrityError: an entry of the branch does not check out.
+        """
+        store = await asyncio.to_thread(
+            open_owned, cls, path, key_path, {"branch": branch, **kwargs}
+        )
+        try:
+            yield store
+        finally:
+            await asyncio.to_thread(store.close)
+
+    async def setup(self) -> None:  # type: ignore[override]
+        """Do nothing: the tables were created on open (``AsyncSqliteStore.setup``'s place)."""

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from memroot.cli.hooks import default_hooks
 from memroot.ledger.entries import OpInput
 from memroot.ledger.ledger import Ledger
 from memroot.memory_root.erasure import ErasureHook
+from memroot.memory_root.stack import default_hooks
 
 NS = "alice"
 

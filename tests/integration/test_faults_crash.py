@@ -61,7 +61,7 @@ def layer_hooks(layered: bool) -> list[Any]:
     """The CLI's append hooks (memory state, automatic memory_root snapshots), or none."""
     if not layered:
         return []
-    from memroot.cli.hooks import default_hooks
+    from memroot.memory_root.stack import default_hooks
 
     return list(default_hooks())
 
@@ -122,7 +122,7 @@ def check_after_crash(path: Path, ack_path: Path, vkey: str, layered: bool = Fal
     with Ledger.open(path, hooks=layer_hooks(layered)) as ledger:
         checks: list[Any] = []
         if layered:
-            from memroot.cli.hooks import replay_checks
+            from memroot.memory_root.stack import replay_checks
 
             checks = list(replay_checks(ledger))
         report = audit(ledger.store, origin=ORIGIN, vkeys=[vkey], checks=checks)
@@ -174,7 +174,7 @@ def start_forkserver(module: str) -> Any:
     # Modules that fail to import are skipped by the server; the layers' modules make the
     # layered writer start as fast as the plain one.
     layers = [
-        "memroot.cli.hooks",
+        "memroot.memory_root.stack",
         "memroot.memory_root.hook",
         "memroot.memory_root.replay",
         "memroot.projections.hook",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -130,10 +131,13 @@ def test_checkpoint_content_tampered_is_refused(tmp_path: Path) -> None:
         "'checkpoint_nz') AS BLOB) WHERE k = ?",
         k,
     )
-    with MemrootSaver.from_conn_string(path) as saver:
-        with pytest.raises(IntegrityError, match="commitment") as e:
-            saver.get_tuple(cfg)
-        assert e.value.step == 4
+    # Refused where the saver folds its private index (on open), never served.
+    with (
+        pytest.raises(IntegrityError, match="commitment") as e,
+        MemrootSaver.from_conn_string(path) as saver,
+    ):
+        saver.get_tuple(cfg)
+    assert e.value.step == 4
 
 
 def test_checkpoint_entry_bytes_tampered_is_refused(tmp_path: Path) -> None:
@@ -179,7 +183,7 @@ def test_index_refolds_from_the_ledger(tmp_path: Path) -> None:
         _graph(saver).invoke({"count": 7, "log": []}, cfg)
         before = saver.get_tuple(cfg)
     db = apsw.Connection(str(path))
-    for t in ("lg_checkpoints", "lg_blobs", "lg_writes", "lg_heads"):
+    for t in ("lg_checkpoints", "lg_writes", "lg_heads"):
         db.execute(f"DROP TABLE {t}")
     db.close()
     with MemrootSaver.from_conn_string(path) as saver:
@@ -258,9 +262,12 @@ def test_store_tampered_item_is_refused(tmp_path: Path) -> None:
         "UPDATE entries SET content = CAST(REPLACE(CAST(content AS TEXT), 'honest', 'forged') "
         "AS BLOB) WHERE content IS NOT NULL",
     )
-    mem, store = _store(tmp_path)
-    with mem, pytest.raises(IntegrityError, match="commitment"):
-        store.get(("u",), "k")
+    # Refused where the store folds its private index (on open), never returned.
+    with (
+        memroot.open(tmp_path / "store.ledger") as mem,
+        pytest.raises(IntegrityError, match="commitment"),
+    ):
+        MemrootStore(mem).get(("u",), "k")
 
 
 def test_store_async_and_bad_value(tmp_path: Path) -> None:
@@ -280,17 +287,90 @@ def test_store_async_and_bad_value(tmp_path: Path) -> None:
         assert mem.ledger.size() == size
 
 
-def test_readme_example_runs_and_verifies(tmp_path: Path) -> None:
-    """The README's LangGraph example runs as written; `memroot verify` passes on its ledger."""
+@pytest.mark.parametrize(
+    ("marker", "ledger"),
+    [
+        ("langgraph", "graph.ledger"),
+        ("langgraph-store", "agent.ledger"),
+        ("langgraph-async", "async.ledger"),
+    ],
+)
+def test_readme_example_runs_and_verifies(tmp_path: Path, marker: str, ledger: str) -> None:
+    """Each README LangGraph example runs as written; `memroot verify` passes on its ledger."""
     import os
     import re
     import subprocess
     import sys
 
     text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    m = re.search(r"<!-- example: langgraph -->\n```python\n(.*?)```", text, re.S)
+    m = re.search(rf"<!-- example: {marker} -->\n```python\n(.*?)```", text, re.S)
     assert m is not None
     env = {**os.environ, "MEMROOT_TRUSTED": str(tmp_path / "trusted.json")}
     subprocess.run([sys.executable, "-c", m.group(1)], cwd=tmp_path, env=env, check=True)
-    result = _verify(tmp_path / "graph.ledger")
+    result = _verify(tmp_path / ledger)
     assert result.exit_code == 0, result.output
+
+
+def _channel_types(saver: MemrootSaver, thread: str) -> list[str]:
+    """The stored type of every channel value of a thread's newest checkpoint entry."""
+    row = saver._rows(
+        "SELECT seq FROM lg_checkpoints WHERE thread = ? ORDER BY id DESC, seq DESC LIMIT 1",
+        (thread,),
+    )
+    return [typ for _ch, _v, typ, _d in saver._content(int(row[0][0]))["channels"]]
+
+
+def test_unchanged_channels_are_stored_once_and_erasing_keeps_what_stays(tmp_path: Path) -> None:
+    """A checkpoint refers to its parent's entry for unchanged values; prune, delete_for_runs
+    and deleting a copied thread's source leave every remaining checkpoint whole."""
+    path = tmp_path / "d.ledger"
+    cfg: Any = {"configurable": {"thread_id": "t1"}}
+    with MemrootSaver.from_conn_string(path) as saver:
+        graph = _graph(saver)
+        runs = [uuid.uuid4() for _ in range(3)]
+        for i, run in enumerate(runs):
+            graph.invoke(
+                {"count": i, "log": ["x" * 200]}, {**cfg, "metadata": {"run_id": str(run)}}
+            )
+        assert "ref" in _channel_types(saver, "t1")  # the end checkpoint repeats no value
+        want = saver.get_tuple(cfg)
+        assert want is not None
+        saver.copy_thread("t1", "t2")
+        assert "ref" not in _channel_types(saver, "t2")
+        assert str(runs[0]) in {str(t.metadata.get("run_id")) for t in saver.list(cfg)}
+        saver.delete_for_runs([str(runs[0])])
+        saver.prune(["t1"], strategy="keep_latest")
+        got = saver.get_tuple(cfg)
+        assert got is not None
+        assert got.checkpoint["channel_values"] == want.checkpoint["channel_values"]
+        assert [t.checkpoint["id"] for t in saver.list(cfg)] == [want.checkpoint["id"]]
+        saver.delete_thread("t1")
+        copied = saver.get_tuple({"configurable": {"thread_id": "t2"}})
+        assert copied is not None
+        assert copied.checkpoint["channel_values"] == want.checkpoint["channel_values"]
+    result = _verify(path)
+    assert result.exit_code == 0, result.output
+
+
+def test_malformed_checkpoint_event_is_an_integrity_error(tmp_path: Path) -> None:
+    """A signed langgraph.checkpoint event without its fields: IntegrityError, no traceback."""
+    from memroot.integrations.langgraph import _index
+    from memroot.memory_root import Roots
+
+    path = tmp_path / "m.ledger"
+    with memroot.open(path) as mem:
+        bad = _index.event(
+            "langgraph.checkpoint",
+            {"thread_id": "t1"},
+            actor="someone",
+            actor_type="AI_AGENT",
+            namespace="langgraph",
+        )
+        with mem.ledger.write():
+            Roots(mem.ledger).append_batch([bad])
+    with pytest.raises(IntegrityError, match="well-formed"), MemrootSaver.from_conn_string(path):
+        pass
+    result = CliRunner().invoke(cli, ["-l", str(path), "verify"])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    rebuilt = CliRunner().invoke(cli, ["-l", str(path), "rebuild", "--json"])
+    assert rebuilt.exit_code == 0, rebuilt.output

@@ -121,20 +121,23 @@ def test_errors_are_tool_errors_and_write_nothing(tmp_path: Path) -> None:
             await c.call_tool("falsify", {"item_id": "nope", "reason": "x"}),
             await c.call_tool("remember", {"value": "x", "evidence": ["not-a-uuid"]}),
             await c.call_tool("recall", {"mode": "EVERYTHING"}),
+            await c.call_tool("remember", {"value": "x", "epistemic_type": "INFERRED"}),
             await c.call_tool("recall", {"receipt": False}),
         ]
 
-    bad_id, bad_evidence, bad_mode, ok = _run(tmp_path, session)
-    assert bad_id.is_error and "not an item id" in bad_id.content[0].text
+    bad_id, bad_evidence, bad_mode, bad_rule, ok = _run(tmp_path, session)
+    assert bad_id.is_error and "item_id: 'nope' is not a UUID" in bad_id.content[0].text
     assert bad_evidence.is_error and "evidence" in bad_evidence.content[0].text
     assert bad_mode.is_error
+    # Refused by the rules after its evidence event was appended: that event is undone too.
+    assert bad_rule.is_error and "INFERRED from a USER_STATED source" in bad_rule.content[0].text
     assert not ok.is_error
     with memroot.open(tmp_path / "mcp.ledger") as mem:
         assert mem.ledger.size() == 1  # the genesis only
 
 
 def test_actor_cannot_be_chosen_by_a_client(tmp_path: Path) -> None:
-    """An actor or namespace passed in a tool call is not used: entries carry the server's."""
+    """An actor or namespace passed in a tool call is an unknown argument: refused, unwritten."""
 
     async def session(c: Any) -> Any:
         return await c.call_tool(
@@ -142,11 +145,12 @@ def test_actor_cannot_be_chosen_by_a_client(tmp_path: Path) -> None:
         )
 
     result = _run(tmp_path, session)
-    assert not result.is_error
+    assert result.is_error
+    text = result.content[0].text
+    for name in ("actor_id", "namespace_id", "actor"):
+        assert f"{name}: unknown argument" in text
     with memroot.open(tmp_path / "mcp.ledger") as mem:
-        bodies = [e.body for e in mem.ledger.entries(1)]
-        assert {b["actor_id"] for b in bodies} == {"agent-7"}
-        assert {b["namespace_id"] for b in bodies} == {"alice"}
+        assert mem.ledger.size() == 1  # the genesis only
 
 
 def test_branches_over_mcp(tmp_path: Path) -> None:
@@ -197,3 +201,106 @@ def test_a_rewritten_head_stops_the_server_before_it_serves(tmp_path: Path, raw:
     )
     assert done.returncode == 1 and done.stdout == ""
     assert "strict read refused" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_schemas_publish_strictness_bounds_hints_and_the_version(tmp_path: Path) -> None:
+    """Every tool refuses extra properties and publishes its bounds, output schema and hints."""
+
+    async def session(c: Any) -> Any:
+        return (await c.list_tools()).tools, c.server_info
+
+    tools_list, info = _run(tmp_path, session)
+    tools = {t.name: t for t in tools_list}
+    assert info.version == memroot.__version__ and info.name == "memroot"
+    for t in tools.values():
+        assert t.input_schema["additionalProperties"] is False, t.name
+        assert t.output_schema is not None and t.output_schema["type"] == "object", t.name
+        assert t.output_schema.get("additionalProperties") is False, t.name
+        assert "\n" not in t.description and "  " not in t.description, t.name
+        assert t.annotations is not None and t.annotations.open_world_hint is False
+    props = {n: t.input_schema["properties"] for n, t in tools.items()}
+
+    def bounds(tool: str, arg: str) -> tuple[Any, Any]:
+        p = props[tool][arg]
+        p = next((a for a in p.get("anyOf", [p]) if a.get("type") != "null"), p)
+        return p.get("minimum"), p.get("maximum")
+
+    assert bounds("remember", "salience") == (0.0, 1.0)
+    assert bounds("remember", "confidence") == (0.0, 1.0)
+    assert bounds("recall", "limit") == (1, 10_000)
+    assert bounds("recall", "as_of") == (0, None)
+    assert bounds("cascade", "max_depth") == (1, 10_000)
+    assert bounds("cascade", "max_items") == (1, 100_000)
+    assert bounds("branch_create", "expiry_days") == (1, 3650)
+    assert "branch" in props["remember"] and "branch" in props["recall"]
+    assert "pattern" in json.dumps(props["remember"]["value"])
+    hints = {n: t.annotations for n, t in tools.items()}
+    assert hints["recall"].read_only_hint is False and "READ_RECEIPT" in tools["recall"].description
+    assert hints["why"].read_only_hint is True and hints["why"].idempotent_hint is True
+    assert hints["falsify"].destructive_hint is True and hints["cascade"].destructive_hint is True
+    assert hints["remember"].destructive_hint is False
+    assert hints["snapshot"].idempotent_hint is True
+
+
+def test_out_of_bounds_and_control_characters_are_refused_server_side(tmp_path: Path) -> None:
+    """Bounds and control characters hold even for a client that ignores the schema."""
+    calls: list[tuple[str, dict[str, Any], str]] = [
+        ("remember", {"value": "x", "salience": 1.5}, "salience: Input should be less than"),
+        ("remember", {"value": "x", "confidence": -0.1}, "confidence: Input should be greater"),
+        ("remember", {"value": "tea\x00sugar"}, "value: control character U+0000 at position 3"),
+        ("remember", {"value": "x", "source": "a\x1bb"}, "source: control character U+001B"),
+        ("remember", {"value": "x", "salience": "0.5"}, "salience: Input should be a valid"),
+        ("remember", {"value": ""}, "value: String should have at least 1 character"),
+        ("recall", {"limit": 0}, "limit: Input should be greater than or equal to 1"),
+        ("recall", {"limit": 10_001}, "limit: Input should be less than or equal to 10000"),
+        ("recall", {"text": "a\x7fb"}, "text: control character U+007F"),
+        ("cascade", {"item_id": "0" * 8 + "-0000-7000-8000-" + "0" * 12, "max_depth": 0},
+         "max_depth: Input should be greater than or equal to 1"),
+        ("branch_create", {"purpose": "p", "expiry_days": 0}, "expiry_days: Input should be"),
+        ("branch_create", {"purpose": "p\x00"}, "purpose: control character U+0000"),
+        ("falsify", {"item_id": "0" * 8 + "-0000-7000-8000-" + "0" * 12, "reason": "r\x00"},
+         "reason: control character U+0000"),
+        ("recall", {"bogus": 1}, "bogus: unknown argument"),
+    ]  # fmt: skip
+
+    async def session(c: Any) -> list[Any]:
+        return [await c.call_tool(name, args) for name, args, _ in calls]
+
+    results = _run(tmp_path, session)
+    for (name, _, words), r in zip(calls, results, strict=True):
+        assert r.is_error, name
+        text = r.content[0].text
+        assert text.startswith(f"invalid arguments for {name}: ") and words in text, text
+        assert "Traceback" not in text
+    with memroot.open(tmp_path / "mcp.ledger") as mem:
+        assert mem.ledger.size() == 1  # the genesis only
+
+
+def test_remember_and_recall_take_a_branch(tmp_path: Path) -> None:
+    """remember {branch} writes on that branch, recall {branch} reads it, main does not see it."""
+
+    async def session(c: Any) -> dict[str, Any]:
+        b = (await c.call_tool("branch_create", {"purpose": "what if"})).structured_content
+        branch = b["branch_id"]
+        made = await c.call_tool("remember", {"value": "plan B holds", "branch": branch})
+        on_branch = await c.call_tool("recall", {"text": "plan", "branch": branch})
+        on_main = await c.call_tool("recall", {"text": "plan"})
+        merged = await c.call_tool(
+            "branch_merge", {"branch": branch, "objects": [made.structured_content["object_id"]]}
+        )
+        after = await c.call_tool("recall", {"text": "plan"})
+        return {
+            "branch": branch,
+            "made": made.structured_content,
+            "on_branch": on_branch.structured_content["results"],
+            "on_main": on_main.structured_content["results"],
+            "merged": merged.structured_content,
+            "after": after.structured_content["results"],
+        }
+
+    out = _run(tmp_path, session)
+    assert out["made"]["branch"] == out["branch"]
+    assert [r["value"] for r in out["on_branch"]] == ["plan B holds"]
+    assert out["on_main"] == []
+    assert out["merged"]["imported"] == [out["made"]["object_id"]]
+    assert [r["value"] for r in out["after"]] == ["plan B holds"]

@@ -12,9 +12,9 @@ from typing import Any
 import apsw
 
 from memroot.bench.hooked import mixed_history
-from memroot.cli import hooks
 from memroot.ledger.ledger import Ledger
 from memroot.memory_root import Roots
+from memroot.memory_root import stack as hooks
 from memroot.memory_root.falsify.replay import TABLES, rebuild
 from memroot.projections.registry import default_registry
 

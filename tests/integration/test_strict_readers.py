@@ -364,6 +364,9 @@ NOT_READERS = {
     "snapshot",
     "verify",
     "vkey",  # the signing key file's verifier key: no ledger data
+    "mcp token add",  # the MCP server's token file: no ledger data
+    "mcp token list",
+    "mcp token revoke",
     "witness add",
     "witness follow",
     "witness init",
@@ -384,6 +387,8 @@ def _commands(group: click.Group, prefix: str = "") -> dict[str, click.Command]:
         full = f"{prefix}{name}"
         if isinstance(cmd, click.Group):
             out.update(_commands(cmd, full + " "))
+            if cmd.invoke_without_command:  # a group that is a command too (`memroot mcp`)
+                out[full] = cmd
         else:
             out[full] = cmd
     return out

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from memroot.cli import hooks
 from memroot.ledger.backends.store import Store
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.strict import relaxed
 from memroot.ledger.verify import audit
+from memroot.memory_root import stack as hooks
 
 ORIGIN = "example.org/verify-one-snapshot"
 

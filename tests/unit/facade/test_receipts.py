@@ -9,7 +9,7 @@ from click.testing import CliRunner
 import memroot
 from memroot.cli.main import cli
 from memroot.ledger.entries import OpInput
-from memroot.receipts import readers, receipts
+from memroot.memory_root.receipts import readers, receipts
 
 
 def _setup(tmp_path: Path) -> tuple[memroot.Memory, str]:

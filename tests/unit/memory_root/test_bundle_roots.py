@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from memroot.cli.hooks import default_hooks
 from memroot.ledger.bundle.audit import audit_bundle
 from memroot.ledger.bundle.export import BundleReader, export_bundle
 from memroot.ledger.entries import EventInput
 from memroot.ledger.ledger import Ledger
 from memroot.memory_root import Roots
 from memroot.memory_root.bundle_section import SECTION, RootsSection, RootsSectionCheck
+from memroot.memory_root.stack import default_hooks
 
 
 @pytest.fixture

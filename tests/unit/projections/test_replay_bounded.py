@@ -11,11 +11,11 @@ import apsw
 import pytest
 
 from memroot.bench import gen_history
-from memroot.cli import hooks
 from memroot.ledger.entries import CANONICAL_BRANCH
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.strict import relaxed
 from memroot.ledger.verify import AuditReport, audit
+from memroot.memory_root import stack as hooks
 from memroot.projections import replay
 from memroot.projections.digest import state_digest
 from memroot.projections.gated import gated_digest

@@ -219,8 +219,7 @@ class ReceiptsCheck:
         if not self.found:
             return
         from memroot.memory_root.falsify import Falsifier
-        from memroot.projections.gated import object_at
-        from memroot.projections.query import get_object
+        from memroot.projections.query import get_object, object_at
 
         with (
             contextlib.nullcontext(self.shared)

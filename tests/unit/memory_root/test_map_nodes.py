@@ -1,0 +1,69 @@
+"""Stored memory-map nodes (memory_root.map_nodes): shared subtrees, every read re-hashed."""
+
+from __future__ import annotations
+
+import hashlib
+
+import apsw
+import pytest
+
+from memroot.ledger.errors import IntegrityError
+from memroot.memory_root import state_map as mm
+from memroot.memory_root.map_nodes import StoredNodes, install
+
+
+def _db(tmp_path):
+    db = apsw.Connection(str(tmp_path / "nodes.db"))
+    with db:
+        install(db)
+    return db
+
+
+def _items(n: int, salt: bytes = b"") -> dict[bytes, bytes]:
+    return {
+        mm.item_key("object", f"o{i}"): hashlib.sha256(salt + b"%d" % i).digest() for i in range(n)
+    }
+
+
+def test_a_second_snapshot_stores_only_its_changed_paths(tmp_path):
+    """After 2000 items, changing 3 adds a few dozen rows; the tree reads back whole."""
+    db = _db(tmp_path)
+    nodes = StoredNodes(db)
+    with db:
+        u = mm.update_map(nodes, mm.EMPTY, {"ns": _items(2000)})
+        assert nodes.put(u.nodes) == len(u.nodes)
+    changed = dict(list(_items(2000, b"x").items())[:3])
+    with db:
+        u2 = mm.update_map(nodes, u.root, {"ns": changed})
+        added = nodes.put(u2.nodes)
+    assert 0 < added <= 3 * 30
+    want = {**_items(2000), **changed}
+    proof = mm.prove_namespace(nodes, u2.root, "ns")
+    assert mm.verify_namespace(u2.root, proof) == want
+    assert u2.root == mm.map_root({"ns": want})
+
+
+def test_map_node_row_edited_is_refused(tmp_path):
+    """A stored node whose bytes were changed does not hash to its key: IntegrityError."""
+    db = _db(tmp_path)
+    nodes = StoredNodes(db)
+    with db:
+        u = mm.update_map(nodes, mm.EMPTY, {"ns": _items(50)})
+        nodes.put(u.nodes)
+    with db:
+        db.execute("UPDATE memory_map_nodes SET b = zeroblob(32) WHERE leaf = 1")
+    with pytest.raises(IntegrityError, match="edited"):
+        mm.prove_namespace(nodes, u.root, "ns")
+
+
+def test_map_node_row_deleted_is_refused(tmp_path):
+    """A stored node that is gone is refused, never read as an empty subtree."""
+    db = _db(tmp_path)
+    nodes = StoredNodes(db)
+    with db:
+        u = mm.update_map(nodes, mm.EMPTY, {"ns": _items(50)})
+        nodes.put(u.nodes)
+    with db:
+        db.execute("DELETE FROM memory_map_nodes WHERE leaf = 1")
+    with pytest.raises(IntegrityError, match="not stored"):
+        mm.prove_namespace(nodes, u.root, "ns")
