@@ -40,6 +40,8 @@ from memroot.projections.epistemic import RetrievalMode
 from memroot.projections.model import MemoryObject
 from memroot.projections.query import Query, Result
 from memroot.projections.strict_rows import check_objects, check_results
+from memroot.projections.tables import OBJECT_COLS, object_from_row
+from memroot.projections.views import view_of
 
 __all__ = ["checked_object", "checked_query", "refuse_deleted", "unchecked_query"]
 
@@ -142,15 +144,27 @@ def _check_hidden(ledger: Ledger, db: apsw.Connection, q: Query, served: Sequenc
     if q.anchor is not None or (q.mode == RetrievalMode.AUDIT and not q.states and not q.epistemic):
         return
     audit = dataclasses.replace(
-        q, mode=RetrievalMode.AUDIT, states=(), epistemic=(), limit=_q.MAX_LIMIT, git_branch=None
+        q, mode=RetrievalMode.AUDIT, states=(), epistemic=(), git_branch=None
     )
+    found = _q._where(db, audit, view_of(db, q.branch, q.as_of))
+    if found is None:
+        return
+    where, args = found
     shown = {r.object.id for r in served}
-    candidates = [r.object for r in _q.query(db, audit)]
-    if len(served) >= q.limit and served and q.git_branch is None:
-        oldest = served[-1].object.id
-        cut = next((i for i, o in enumerate(candidates) if o.id == oldest), len(candidates))
-        candidates = candidates[:cut]
-    hidden = [o for o in candidates if o.id not in shown]
+    # A full page (newest first) ends at its oldest row: older rows were no candidates.
+    oldest = (
+        served[-1].object.id if served and len(served) >= q.limit and not q.git_branch else None
+    )
+    cols = ", ".join("o." + c for c in OBJECT_COLS)
+    hidden = []
+    for row in db.execute(
+        f"SELECT {cols} FROM mem_objects o WHERE {' AND '.join(where)} ORDER BY o.rid DESC", args
+    ):
+        o = object_from_row(row)
+        if o.id == oldest:
+            break
+        if o.id not in shown:
+            hidden.append(o)
     check_objects(ledger, hidden, q.branch, as_of=q.as_of)
 
 
