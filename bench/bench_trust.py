@@ -13,7 +13,8 @@ Phases (fresh temporary files each, removed afterwards; sides interleaved, best 
    load hits both sides alike. The ratio is sealed / unsealed (medians of the block rates).
 2. Strict reads. On a ledger of ``--entries`` entries (events and ASSERTs through the CLI's
    hooks): ``memroot show`` at random seqs, ``memroot log --limit 50`` at random starts and
-   ``memroot query`` (50 objects, each re-derived from its operations), each run in process
+   ``memroot query`` (50 objects, each re-derived from its operations; on main, and on a
+   SIMULATION fork made after them, where all 50 are inherited), each run in process
    through the CLI (open, checks, JSON output) with and without ``--no-strict``; and the
    library calls alone (``Ledger.read`` one entry, ``read_range`` of 1,000). The ratio is
    strict / non-strict time.
@@ -39,6 +40,7 @@ from click.testing import CliRunner
 from memroot.cli.main import cli
 from memroot.ledger.entries import EventInput
 from memroot.ledger.ledger import Ledger
+from memroot.memory_root.branches import create_branch
 from memroot.memory_root.stack import default_hooks
 from memroot.projections import requests as rq
 
@@ -164,13 +166,19 @@ def bench_reads(entries: int, runs: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "reads.ledger"
         _build(path, entries)
-        with Ledger.open(path, strict=False) as ledger:
+        with Ledger.open(path, strict=False, hooks=default_hooks()) as ledger:
             size = ledger.size()
+            # A fork after everything: its reads serve inherited objects (issue 28 point 1).
+            _, genesis = create_branch(
+                ledger, branch_type="SIMULATION", purpose="bench", actor_id="alice"
+            )
+            fork = genesis.branch
         rng = random.Random(1)
         commands: dict[str, Callable[[], list[str]]] = {
             "show": lambda: ["show", str(rng.randrange(size)), "--json"],
             "log --limit 50": lambda: ["log", "--start", str(rng.randrange(size - 50)), "--json"],
             "query (50 objects)": lambda: ["query", "--json"],
+            "query --branch (50 inherited objects)": lambda: ["query", "-b", fork, "--json"],
         }
         for name, make in commands.items():
             med: dict[str, float] = {}

@@ -628,7 +628,8 @@ def object_at(
         obj = get_object(db, object_id, as_of=as_of, branch=branch)
     except NotFoundError:
         return None
-    return AnchorState(db, view, path_as_of(db, view, anchor)).explain(obj)[1]
+    path = with_merged(db, view, path_as_of(db, view, anchor))  # merge imports' evidence
+    return AnchorState(db, view, path).explain(obj)[1]
 
 
 def _git_score(

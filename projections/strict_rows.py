@@ -173,6 +173,7 @@ class _Closure:
         self.wanted: set[tuple[str, int]] = {(b, 0) for b in self.levels if b != CANONICAL_BRANCH}
         self.read: dict[tuple[str, int], Entry] = {}
         self.seen: set[str] = set()
+        self.events: set[str] = set()
 
     def grow(self, ids: Iterable[str]) -> None:
         """Take ``ids`` (objects, entities or events) and everything they need, transitively.
@@ -205,8 +206,11 @@ class _Closure:
                     if b in self.levels:
                         self.wanted.add((b, seq))
             events |= todo - found
+            events = _ancestors(self.db, events - self.events) - self.events
+            self.events |= events
+            self.seen |= events  # an event id names no object: not looked up again
             raw: dict[bytes, str] = {}
-            for e in _ancestors(self.db, events):
+            for e in events:
                 try:
                     raw[bytes.fromhex(e.replace("-", ""))] = e
                 except ValueError:
@@ -329,12 +333,10 @@ def check_objects(
     if branch == CANONICAL_BRANCH and all(e.branch == CANONICAL_BRANCH for e in entries):
         mains = _replay_main(entries, [o.id for o in objects])
         # The fast path gives each object's newest version; an older one served as of an
-        # earlier entry is compared on the SQL replay below.
+        # earlier entry (another entry's row: a FALSIFY makes a row without a new version
+        # number) is compared on the SQL replay below.
         if mains is not None and (
-            current
-            or all(
-                mains.get(o.id) is not None and mains[o.id].version == o.version for o in objects
-            )
+            current or all((m := mains.get(o.id)) is not None and m.seq == o.seq for o in objects)
         ):
             for o in objects:
                 if mains.get(o.id) != o:

@@ -210,6 +210,8 @@ CREATE INDEX IF NOT EXISTS mem_objects_inactive ON mem_objects(lifecycle_state)
 CREATE UNIQUE INDEX IF NOT EXISTS mem_entities_id ON mem_entities(id, branch, vfrom);
 CREATE INDEX IF NOT EXISTS mem_gated_dedup ON mem_gated(op_id, branch, seq)
     WHERE op_type = 'DEDUP_RESOLVED';
+CREATE INDEX IF NOT EXISTS mem_objects_imported ON mem_objects(branch, vfrom)
+    WHERE source_type = 'IMPORTED';
 CREATE INDEX IF NOT EXISTS mem_entities_merged ON mem_entities(merged_into)
     WHERE merged_into IS NOT NULL;
 CREATE INDEX IF NOT EXISTS mem_edges_source ON mem_edges(source_id, type);

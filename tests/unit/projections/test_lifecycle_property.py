@@ -7,7 +7,8 @@ EPISTEMIC_TRANSITION, DEDUP_RESOLVED, FALSIFY / MARK_STALE / RESTORE, TOMBSTONE 
 ``on_dependents`` and selective merges (the ledger refuses some; they never happened). Then,
 on every branch, with and without anchors, in DEFAULT and AUDIT mode:
 
-- no strict read (``recall``, ``why``) refuses the honest ledger (no false alarm);
+- no strict read (``recall``, ``why``; now and as of earlier entries) refuses the honest
+  ledger (no false alarm);
 - every served object is re-derived: editing its stored row (value, confidence or lifecycle
   state) in a copy makes the same read refuse;
 - no ACTIVE object resting on erased evidence is served without ``EVIDENCE_ERASED``;
@@ -226,6 +227,12 @@ def _check(w: World, path: Path, tmp: Path, rng: random.Random) -> None:
                     stored = get_object(mem.ledger.derived.db, pick.id, branch=b)
                     _tampered_read(path, tmp, stored, b, anchor, tampered, rng)
                     tampered += 1
+        size = mem.ledger.size(b)
+        for as_of in rng.sample(range(size), min(3, size)):
+            for anchor in (None, *rng.sample(line.events, min(1, len(line.events)))):
+                # As of an earlier entry (the anchor may not exist yet: then refused, named).
+                with contextlib.suppress(NotFoundError):
+                    mem.recall(branch=b, anchor=anchor, as_of=as_of, mode="AUDIT", limit=MAX_LIMIT)
         for oid in rng.sample(line.objects, min(2, len(line.objects))):
             with contextlib.suppress(NotFoundError):
                 mem.why(oid, branch=b)
