@@ -114,15 +114,16 @@ def unchecked_query(db: apsw.Connection, q: Query) -> list[Result]:
 def refuse_deleted(db: apsw.Connection, object_id: str, branch: str) -> None:
     """Refuse an object whose version rows are gone while its edges still name it.
 
-    The DERIVED_FROM and ABOUT_ENTITY edges an ASSERT writes carry the object's id: an
-    object with edges in the branch's view and no version row had its row deleted.
+    The DERIVED_FROM and ABOUT_ENTITY edges an ASSERT writes start at the object: an
+    object with such edges in the branch's view and no version row had its row deleted.
     (Deleting both is seen only by verify step 9 until the memory map lands,
     ``_check_complete``.)
 
     Raises:
         IntegrityError: step 9, naming the object.
     """
-    if _q.edges_of(db, object_id, branch=branch):
+    # Only edges FROM it (an event id is the target of the DERIVED_FROM edges citing it).
+    if any(e.source_id == object_id for e in _q.edges_of(db, object_id, branch=branch)):
         raise IntegrityError(
             f"step 9: memory object {object_id} has no stored row on branch {branch} but its "
             "edges name it (derived row deleted); `memroot rebuild` re-derives it",
