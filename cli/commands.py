@@ -55,9 +55,13 @@ def open_ledger(ctx: Context) -> Ledger:
     from memroot.memory_root import stack
 
     target = ctx.path()
+    # A writer checks the head against the trusted state too, when there is one: appending
+    # onto a restored older copy or a forked history would extend it (refused, exit 1).
+    trusted_path = default_trusted_path()
+    trusted = TrustedState(trusted_path) if trusted_path.exists() else None
     # On a PostgreSQL ledger the hooks keep their state in this host's cache file
     # ($MEMROOT_CACHE, else beside the key; docs/postgresql.md).
-    return Ledger.open(target, key_path=ctx.key_path, hooks=stack.default_hooks())
+    return Ledger.open(target, key_path=ctx.key_path, hooks=stack.default_hooks(), trusted=trusted)
 
 
 strict_option = click.option(
@@ -658,7 +662,10 @@ def _field_lines(value: Any, indent: str) -> list[str]:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
 def checkpoint(ctx: Context, branch: str, as_json: bool) -> None:
-    """Sign (if the tree grew) and print the current checkpoint as a C2SP signed note.
+    """Print the branch's head checkpoint as a C2SP signed note, kept for good.
+
+    Every append already signed it; entries no signed checkpoint covers (written without
+    the key) are refused, never signed (exit 1).
 
     Example: memroot -l agent.ledger checkpoint > checkpoint.txt
     """

@@ -12,10 +12,10 @@ from memroot.ledger.entries import MAX_SEQ, check_uuid
 from memroot.ledger.errors import ValidationError
 from memroot.ledger.vocab import EpistemicType, LifecycleState, MemoryType
 from memroot.projections import query as memq
+from memroot.projections.checked import checked_query, unchecked_query
 from memroot.projections.epistemic import RetrievalMode
 from memroot.projections.hook import sync
 from memroot.projections.replay import rebuild as rebuild_state
-from memroot.projections.strict_rows import check_results
 from memroot.projections.why import why as why_object
 
 __all__ = ["query_cmd", "rebuild_cmd", "why_cmd"]
@@ -137,10 +137,8 @@ def query_cmd(
             )
         sync(ledger)
         with ledger.reading() as db:
-            if ledger.strict:
-                ledger.check_heads()
-            results = memq.query(db, q)
-            check_results(ledger, results, q)
+            # --no-strict is forensics: what the tables say, said to be unchecked.
+            results = checked_query(ledger, q) if ledger.strict else unchecked_query(db, q)
 
     def human() -> None:
         for r in results:

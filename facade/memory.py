@@ -19,6 +19,7 @@ when one is raised.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Final
 from memroot.ledger.backends.pg import is_url
 from memroot.ledger.entries import CANONICAL_BRANCH, EventInput, OpInput, parse_input
 from memroot.ledger.errors import ClosedError, NotFoundError, ValidationError
-from memroot.ledger.ledger import Appended, Ledger
+from memroot.ledger.ledger import Appended, Ledger, branch_origin
 from memroot.ledger.vocab import (
     ActorType,
     EpistemicType,
@@ -40,6 +41,7 @@ from memroot.ledger.vocab import (
 )
 
 if TYPE_CHECKING:
+    from memroot.ledger.trust import TrustedState
     from memroot.ledger.verify import AuditReport
     from memroot.memory_root import SnapshotResult
     from memroot.memory_root.branches import BranchInfo
@@ -127,6 +129,7 @@ class Memory:
         self.stream = stream
         self.branch = branch
         self.policy_version = policy_version
+        self._trusted: TrustedState | None = None  # set by ``memroot.open`` (trusted=)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -163,16 +166,20 @@ class Memory:
         or ``memroot checkpoint``, signs it); closing never fails for that. Closing a closed
         memory does nothing.
         """
-        from memroot.ledger.errors import KeyFileError
+        from memroot.ledger.errors import IntegrityError, KeyFileError
 
         ledger, self._ledger = self._ledger, None
         if ledger is None:
             return
         try:
-            if not ledger.derived.db.readonly("main"):
-                _sign_pending(ledger)
-        except KeyFileError:
-            pass
+            with contextlib.suppress(KeyFileError):
+                if not ledger.derived.db.readonly("main"):
+                    _sign_pending(ledger)
+            if self._trusted is not None:
+                # What this memory appended becomes trusted; a head that fails its check is
+                # not recorded (the reads already refused it), and closing still closes.
+                with contextlib.suppress(IntegrityError):
+                    _trust(ledger, self._trusted)
         finally:
             ledger.close()
 
@@ -320,9 +327,9 @@ class Memory:
                 give (derived state edited; strict ledgers).
         """
         from memroot.projections import query as memq
+        from memroot.projections.checked import checked_query
         from memroot.projections.epistemic import RetrievalMode
         from memroot.projections.hook import sync
-        from memroot.projections.strict_rows import check_results
 
         ledger = self.ledger
         branch = branch or self.branch
@@ -345,10 +352,8 @@ class Memory:
             )
         sync(ledger)
         if receipt is None:
-            with ledger.reading() as db:
-                results = memq.query(db, q)
-                check_results(ledger, results, q)  # strict: each row what its ops give
-                return results
+            with ledger.reading():
+                return checked_query(ledger, q)
         from memroot.memory_root.receipts import receipt_op
 
         asked = {
@@ -363,9 +368,8 @@ class Memory:
             "limit": limit,
         }
         # One transaction: the receipt lands right after the state it describes.
-        with ledger.write() as db:
-            results = memq.query(db, q)
-            check_results(ledger, results, q)
+        with ledger.write():
+            results = checked_query(ledger, q)
             op = receipt_op(
                 ledger,
                 receipt,
@@ -771,8 +775,15 @@ def open_memory(
     namespace: str = "default",
     stream: str = "default",
     branch: str = CANONICAL_BRANCH,
+    trusted: str | os.PathLike[str] | bool | None = None,
 ) -> Memory:
     """Open (or, with ``create``, create) the ledger at ``path`` and return its ``Memory``.
+
+    A trusted state is kept per ledger, as the CLI keeps one: ``trusted`` names the file
+    (default ``$MEMROOT_TRUSTED``, else ``~/.local/state/memroot/trusted.json``);
+    ``trusted=False`` keeps none. Every head read is checked against it (a restored older
+    copy or a forked history is refused with ``IntegrityError``, step 10), and it records
+    the newest checked heads at open and at close.
 
     ``path`` may be a ``postgresql://`` URL of a ledger made with ``memroot init`` (never
     created here); ``key_path`` then names its signing key.
@@ -785,15 +796,20 @@ def open_memory(
         StorageError, KeyFileError, ValidationError: as ``Ledger.open`` / ``Ledger.init``.
     """
     from memroot.ledger.ledger import DEFAULT_SNAPSHOT_EVERY
+    from memroot.ledger.trust import TrustedState, default_trusted_path
 
     key = None if key_path is None else Path(key_path)
     p = Path(path)
+    state = None
+    if trusted is not False:
+        where = default_trusted_path() if trusted is None or trusted is True else Path(trusted)
+        state = TrustedState(where)
     if is_url(path):
         # A PostgreSQL ledger (made by `memroot init`): its derived state lives in this
         # host's cache file (docs/postgresql.md).
-        ledger = Ledger.open(str(path), key_path=key, hooks=ledger_hooks())
+        ledger = Ledger.open(str(path), key_path=key, hooks=ledger_hooks(), trusted=state)
     elif p.exists():
-        ledger = Ledger.open(p, key_path=key, hooks=ledger_hooks())
+        ledger = Ledger.open(p, key_path=key, hooks=ledger_hooks(), trusted=state)
     elif create:
         ledger = Ledger.init(
             p,
@@ -804,11 +820,38 @@ def open_memory(
         )
     else:
         raise NotFoundError(f"no ledger at {p} (pass create=True to make one)")
-    return Memory(
+    if state is not None:
+        try:
+            _trust(ledger, state)
+        except BaseException:
+            ledger.close()
+            raise
+    mem = Memory(
         ledger,
         actor=actor,
         actor_type=actor_type,
         namespace=namespace,
         stream=stream,
         branch=branch,
+    )
+    mem._trusted = state
+    return mem
+
+
+def _trust(ledger: Ledger, state: TrustedState) -> None:
+    """Record the ledger's checked heads in ``state`` (a strict ledger only).
+
+    Raises:
+        IntegrityError: a head fails its check (against the state too).
+    """
+    from memroot.ledger.trust import record_heads
+
+    if not ledger.strict:
+        return
+    heads = ledger.check_heads()
+    origins = {h.branch: branch_origin(ledger.origin, h.branch) for h in heads}
+    record_heads(
+        state,
+        [(origins[h.branch], h.size, h.root, h.note) for h in heads],
+        ledger.genesis_vkeys(),
     )

@@ -22,7 +22,13 @@ from memroot.ledger._state import (
 from memroot.ledger.backends.pg import PgStore
 from memroot.ledger.backends.store import Store
 from memroot.ledger.entries import CANONICAL_BRANCH
-from memroot.ledger.errors import KeyFileError, NotFoundError, RefusedError, StorageError
+from memroot.ledger.errors import (
+    IntegrityError,
+    KeyFileError,
+    NotFoundError,
+    RefusedError,
+    StorageError,
+)
 from memroot.ledger.hashing import TreeRoot
 from memroot.ledger.note import (
     Checkpoint,
@@ -217,13 +223,16 @@ class _Sealing(_Reading):
         """Sign and store a checkpoint of the branch's current tree; return it.
 
         Every append is already sealed by a head checkpoint; this one is *on request*, so it
-        is kept by the retention for good. Signs only what is committed (the read and the
-        insert run in one write transaction, after the appends' commits), and refuses to sign
-        a tree that is inconsistent with the newest checkpoint signed before (shorter, or a
-        different root at that size). Signing again at an unchanged size returns the stored
-        checkpoint.
+        is kept by the retention for good. It never signs an entry: only a write transaction
+        signs, and only the entries it appended itself (``_seal``). Entries that no signed
+        checkpoint covers were written by someone without the key (a forged tail), and
+        signing them would vouch for them with the ledger's key: refused. So this returns the
+        head checkpoint, marked kept; a tree with no checkpoint at all (nothing sealed it)
+        is signed once, at its genesis size only. It refuses a tree that is inconsistent
+        with the newest checkpoint signed before (shorter, or a different root at that size).
 
         Raises:
+            IntegrityError: step 6, if entries past the newest signed checkpoint exist.
             RefusedError: if the tree is inconsistent with an earlier signed checkpoint.
             KeyFileError: if the signing key cannot be loaded or is not a key of this ledger.
         """
@@ -246,7 +255,6 @@ class _Sealing(_Reading):
         with self.store.write():
             row = self.store.branch(branch)
             read = self._reader(row.no)
-            root = merkle.tree_root(row.size, read)
             last = self.store.latest_checkpoint(row.no)
             if last is not None:
                 last_size, last_root, last_note = last
@@ -260,12 +268,30 @@ class _Sealing(_Reading):
                         f"the tree at size {last_size} no longer matches the signed checkpoint "
                         f"(history was rewritten); refusing to sign"
                     )
+                if last_size < row.size and self._own_from(branch) != last_size:
+                    raise IntegrityError(
+                        f"branch {branch!r}: entries {last_size}..{row.size - 1} are covered by "
+                        "no signed checkpoint (unsigned tail, written without the key); "
+                        "refusing to sign them (`memroot verify` reports them)",
+                        branch=branch,
+                        seq=last_size,
+                        step=6,
+                    )
                 if last_size == row.size:
                     # On request: the head is kept for good (retention), not dropped later.
                     if self.store.meta(f"{_TRANSIENT_META}{row.no}") == row.size:
                         self.store.delete_meta(f"{_TRANSIENT_META}{row.no}")
                     note = last_note  # nothing new to sign; what is pending still goes out
+            elif row.size > 1 and self._own_from(branch) is None:
+                raise IntegrityError(
+                    f"branch {branch!r} has {row.size} entries and no signed checkpoint: "
+                    "refusing to sign entries no seal vouched for",
+                    branch=branch,
+                    seq=0,
+                    step=6,
+                )
             if last is None or last[0] != row.size:
+                root = merkle.tree_root(row.size, read)
                 cp = Checkpoint(branch_origin(self.origin, branch), row.size, root)
                 note = sign_checkpoint(cp, [signer])
                 self.store.insert_checkpoint(row.no, row.size, root, note)

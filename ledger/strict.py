@@ -232,6 +232,7 @@ class StrictReader:
         self._heads: dict[str, SignedHead] = {}
         self._leaves: dict[tuple[int, int], bytes] = {}
         self._keys: _Keys | None = None
+        self._version: int | None = None  # the file's data_version the heads were checked at
 
     # -- heads ----------------------------------------------------------------------------------
 
@@ -343,10 +344,25 @@ class StrictReader:
         It is checked again when ``need`` entries are asked for and the cached head is
         smaller (another writer appended).
         """
+        self._file_changed()
         cached = self._heads.get(branch)
         if cached is not None and cached.size >= need:
             return cached
         return self.check_head(branch)
+
+    def _file_changed(self) -> None:
+        """Forget every checked head when another connection committed since they were checked.
+
+        A long-lived handle (a LangGraph saver in a graph process, an MCP server) must not
+        serve on the strength of a head it checked before someone changed the file under it:
+        SQLite's ``data_version`` moves on every other connection's commit, never on this
+        connection's own. (PostgreSQL has no such counter: a head is checked again when a
+        read needs entries past it.)
+        """
+        version = self.store.data_version()
+        if version != self._version:
+            self._heads.clear()
+            self._version = version
 
     def forget(self, branch: str | None = None) -> None:
         """Drop the cached head of a branch (or every branch): the next read checks again."""
@@ -406,6 +422,17 @@ class StrictReader:
                 expected=str(size),
                 actual=str(row.size),
             )
+        if own is None:
+            # An entry stored past the head (agmi T5) is never read by a read that stops at
+            # the head, so nothing would report it: it is a finding here.
+            for past in self.store.iter_entry_rows(row.no, row.size, None, chunk=1):
+                raise _fail(
+                    2,
+                    branch,
+                    past.seq,
+                    f"an entry is stored at {past.seq}, past the branch head ({row.size} "
+                    "entries): inserted without the key",
+                )
         head = SignedHead(branch, row.no, size, bytes(root), note)
         if size:
             # The last entry proven in the signed tree, and the stored head naming it.

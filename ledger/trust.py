@@ -127,3 +127,24 @@ class TrustedState:
                 raise
         except OSError as e:
             raise StorageError(f"cannot write trusted state {self.path}: {e}") from e
+
+
+def record_heads(
+    state: TrustedState, heads: list[tuple[str, int, bytes, str]], vkeys: list[str]
+) -> None:
+    """Advance ``state`` to each checked head ``(origin, size, root, note)`` and save it.
+
+    Only called with heads a strict read checked against the state (so each extends what
+    was trusted); a head not larger than the trusted one changes nothing.
+
+    Raises:
+        StorageError: if the file cannot be written.
+    """
+    changed = False
+    for origin, size, root, note in heads:
+        log = state.get(origin)
+        if log is None or size > log.size:
+            state.put(origin, TrustedLog(tuple(vkeys), size, root, note))
+            changed = True
+    if changed:
+        state.save()

@@ -16,7 +16,9 @@ against its view (its own state over its parent's at the fork, ``memroot.project
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import re
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
@@ -25,7 +27,7 @@ import apsw
 
 from memroot.ledger.backends.store import Store
 from memroot.ledger.entries import CANONICAL_BRANCH, Entry, Kind, OpInput
-from memroot.ledger.errors import RefusedError, StorageError
+from memroot.ledger.errors import IntegrityError, NotFoundError, RefusedError, StorageError
 from memroot.ledger.ledger import Ledger
 from memroot.projections import gated, tables
 from memroot.projections.backends import _EV_INS, MemState, SqlState
@@ -35,6 +37,7 @@ from memroot.projections.views import Fork
 
 __all__ = ["MemoryHook", "catch_up", "flush_pending", "fold_entries", "sync"]
 
+_UUID: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _RUN: Final = 1024
 """Events folded together by a replay (``Engine.fold_events``): a bound on what it holds."""
 _HEAD_UPSERT: Final = (
@@ -200,6 +203,8 @@ class MemoryHook:
         elif entry.kind is not Kind.EVENT:
             state.write_events()  # an operation reads the events before it (its evidence)
         self._expect = None
+        if entry.kind is not Kind.EVENT and ledger.strict:
+            _check_named(ledger, state, entry)
         Engine(state).apply(entry)
         state.set_head(entry.branch, entry.seq + 1)
         self._expect = (entry.branch, entry.seq + 1, version)
@@ -253,6 +258,74 @@ class MemoryHook:
         """Write the batch's buffered event rows and heads (the ledger calls it)."""
         if self._state is not None and self._state.db is db:
             self._state.flush()
+
+
+def _named(value: object, out: set[str]) -> None:
+    if isinstance(value, str):
+        if _UUID.fullmatch(value):
+            out.add(value)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _named(v, out)
+    elif isinstance(value, list):
+        for v in value:
+            _named(v, out)
+
+
+def _check_named(ledger: Ledger, state: _BatchState, entry: Entry) -> None:
+    """Before a live operation is validated: check every stored object and event it names.
+
+    The engine validates an operation against the derived tables (an object's lifecycle,
+    version and namespace; an evidence event's namespace), which anyone who can write the
+    file can edit. So each object the operation names (its target, the objects and events
+    of its payload) is first checked as a strict read would: the object against the replay
+    of its own operations, the event against its entry and content. What this batch made
+    itself (not stored yet) is the writer's own.
+
+    Raises:
+        IntegrityError: a named object or event fails its check; nothing is written.
+    """
+    from memroot.projections.strict_rows import check_objects  # (it imports this module)
+
+    ids: set[str] = set()
+    _named(entry.body.get("target_id"), ids)
+    _named(entry.body.get("payload"), ids)
+    state.write_events()
+    for i in sorted(ids):
+        o = state.obj(entry.branch, i)
+        if o is not None and o.seq < ledger.size(o.branch):
+            with contextlib.suppress(NotFoundError):
+                # NotFound: its closure reached an entry of this batch, not stored yet (a
+                # read past the stored head; a deleted stored entry is an IntegrityError).
+                check_objects(ledger, [o], entry.branch)
+        e = state.event(entry.branch, i)
+        if e is not None:
+            _check_event(ledger, e)
+
+
+def _check_event(ledger: Ledger, e: EventRef) -> None:
+    """Check an event an operation is validated against: its entry, content and row.
+
+    An event of the batch being appended (not stored yet) is this writer's own.
+
+    Raises:
+        IntegrityError: the entry or its content fails its strict read (step 1-5 or 4), or
+            the ``mem_events`` row names another id, namespace or actor.
+    """
+    if e.seq >= ledger.size(e.branch):
+        return
+    row = ledger.read(e.seq, e.branch)
+    body = row.entry.body
+    # (Its erasure is the view's: an ancestor's event erased after a fork is not erased there.)
+    said = (body.get("id"), body.get("namespace_id"), body.get("actor_id"))
+    if row.entry.kind is not Kind.EVENT or said != (e.id, e.namespace_id, e.actor_id):
+        raise IntegrityError(
+            f"step 9: the derived row of event {e.id} is not what entry {e.branch}:{e.seq} "
+            "says (derived state edited); nothing was written",
+            branch=e.branch,
+            seq=e.seq,
+            step=9,
+        )
 
 
 def _nothing() -> None:

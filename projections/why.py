@@ -20,9 +20,10 @@ from typing import Any
 
 from memroot.ledger import merkle
 from memroot.ledger.entries import CANONICAL_BRANCH
-from memroot.ledger.errors import KeyFileError, NotFoundError
+from memroot.ledger.errors import NotFoundError
 from memroot.ledger.ledger import Ledger
-from memroot.ledger.note import SignedCheckpoint, Verifier, open_checkpoint
+from memroot.ledger.note import SignedCheckpoint
+from memroot.projections.checked import refuse_deleted
 from memroot.projections.gated import AnchorState
 from memroot.projections.hook import sync
 from memroot.projections.model import MemoryObject
@@ -159,21 +160,12 @@ def _cp_json(cp: SignedCheckpoint | None) -> dict[str, Any] | None:
 
 
 def _checkpoint(ledger: Ledger, branch: str) -> SignedCheckpoint | None:
-    """Return the branch's head checkpoint, which covers every entry (nothing is written).
+    """Return the branch's newest signed checkpoint (nothing is signed or written: a read).
 
-    For a ledger with an unsigned tail: sign one, or (no key here) use the newest stored one.
+    A strict ledger's head checkpoint covers every entry; a non-strict one (forensics) may
+    have an unsigned tail, whose entries then come without a proof.
     """
-    head = ledger.head_checkpoint(branch)
-    if head is not None and head.checkpoint.size == ledger.size(branch):
-        return head
-    try:
-        return ledger.checkpoint(branch)
-    except KeyFileError:
-        note = ledger.latest_checkpoint(branch)
-        if note is None:
-            return None
-        verifiers = [Verifier.from_vkey(k) for k in ledger.genesis_vkeys()]
-        return open_checkpoint(note, verifiers)
+    return ledger.head_checkpoint(branch)
 
 
 def why(
@@ -198,6 +190,8 @@ def why(
     with ledger.reading():
         versions = object_history(db, object_id, branch=branch)
         if not versions:
+            if ledger.strict:
+                refuse_deleted(db, object_id, branch)
             raise NotFoundError(f"no memory object {object_id} on branch {branch}")
         check_objects(ledger, [versions[-1]], branch)  # strict: the row is what its ops give
         version_at = {(v.branch, v.seq): v.version for v in versions}

@@ -138,15 +138,15 @@ class Scope:
             NotFoundError: no such object, or one of another namespace (same words).
             IntegrityError: the object's rows or entries fail their strict read.
         """
+        from memroot.projections.checked import checked_object
         from memroot.projections.hook import sync
-        from memroot.projections.query import get_object
         from memroot.projections.why import Why
 
         ledger = self.mem.ledger
         sync(ledger, branch)
         with ledger.reading():
             try:
-                row = get_object(ledger.derived.db, object_id.lower(), branch=branch)
+                row = checked_object(ledger, object_id.lower(), branch=branch)
             except NotFoundError:
                 raise self._no_object(object_id, branch) from None
         if row.namespace_id != self.namespace:
@@ -175,14 +175,14 @@ class Scope:
         For filtering what a result mentions (e.g. ``conflicts_with``): an id is kept only
         when its stored row says this namespace.
         """
-        from memroot.projections.query import get_object
+        from memroot.projections.checked import checked_object
 
         ledger = self.mem.ledger
         kept = []
         with ledger.reading():
             for object_id in object_ids:
                 try:
-                    row = get_object(ledger.derived.db, object_id, branch=branch)
+                    row = checked_object(ledger, object_id, branch=branch)
                 except NotFoundError:
                     continue
                 if row.namespace_id == self.namespace:
@@ -205,7 +205,7 @@ class Scope:
             IntegrityError: an object's rows fail their strict read.
         """
         from memroot.memory_root.falsify.deps import OBJECT
-        from memroot.projections.query import get_object
+        from memroot.projections.checked import checked_object
         from memroot.projections.strict_rows import check_objects
 
         ledger = self.mem.ledger
@@ -216,7 +216,7 @@ class Scope:
             objs = []
             for object_id in sorted(ids):
                 try:
-                    objs.append(get_object(ledger.derived.db, object_id, branch=plan.branch))
+                    objs.append(checked_object(ledger, object_id, branch=plan.branch))
                 except NotFoundError:
                     outside += 1  # an object the branch does not show: not this client's
             check_objects(ledger, objs, plan.branch)

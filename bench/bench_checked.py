@@ -1,0 +1,104 @@
+"""The read gate's cost: ``recall`` and the LangGraph saver's ``get_tuple``, checked and unchecked.
+
+``python -m memroot.bench.bench_checked [--objects N] [--reads R]``: one ledger of N remembered
+facts (each with its evidence event); R reads of ``Memory.recall(limit=20)`` through the gate
+(``projections.checked.checked_query``: heads, every served row re-derived, the rows the state
+filter hid) beside the same query through ``unchecked_query`` on the same open ledger; then a
+saver with one thread of R checkpoints, ``get_tuple`` (strict; the saver refuses a non-strict
+ledger). Prints the median per read of each, and the recall ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def _median_us(fn: Callable[[], Any], n: int) -> float:
+    times = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e6
+
+
+def bench_recall(tmp: Path, objects: int, reads: int) -> tuple[float, float]:
+    """Return (checked, unchecked) median microseconds per recall of 20 objects."""
+    import memroot
+    from memroot.projections.checked import unchecked_query
+    from memroot.projections.epistemic import RetrievalMode
+    from memroot.projections.query import Query
+
+    path = tmp / "recall.ledger"
+    with memroot.open(path, trusted=False) as mem, mem.ledger.bulk():
+        for i in range(objects):
+            ev = mem.record(content=f"fact number {i}")
+            mem.remember(f"fact {i} holds", evidence=[ev.id])
+    with memroot.open(path, trusted=False) as mem:
+        q = Query(mode=RetrievalMode.DEFAULT, limit=20)
+        assert len(mem.recall()) == 20
+
+        def unchecked() -> None:
+            with mem.ledger.reading() as db:
+                unchecked_query(db, q)
+
+        checked = _median_us(lambda: mem.recall(limit=20), reads)
+        raw = _median_us(unchecked, reads)
+    return checked, raw
+
+
+def bench_get_tuple(tmp: Path, reads: int) -> float | None:
+    """Return the median microseconds per saver get_tuple (strict: the saver has no other).
+
+    The saver refuses a ledger opened ``strict=False`` (it serves only checked entries), so
+    its unchecked baseline is LangGraph's own SqliteSaver (``bench/bench_langgraph.py``).
+    """
+    try:
+        from langgraph.checkpoint.base import empty_checkpoint
+    except ImportError:
+        return None
+    from memroot.integrations.langgraph import MemrootSaver
+
+    path = tmp / "saver.ledger"
+    cfg: Any = {"configurable": {"thread_id": "t1", "checkpoint_ns": ""}}
+    with MemrootSaver.from_conn_string(path) as saver:
+        for i in range(reads):
+            cp = empty_checkpoint()
+            cp["channel_values"] = {"n": i}
+            saver.put(cfg, cp, {"step": i}, {})
+    read: Any = {"configurable": {"thread_id": "t1"}}
+    with MemrootSaver.from_conn_string(path) as saver:
+        return _median_us(lambda: saver.get_tuple(read), reads)
+
+
+def main() -> None:
+    """Run both measurements and print them."""
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--objects", type=int, default=2000)
+    ap.add_argument("--reads", type=int, default=200)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        checked, raw = bench_recall(tmp, args.objects, args.reads)
+        print(
+            f"recall(limit=20) over {args.objects} objects: checked {checked:.0f} us, "
+            f"unchecked {raw:.0f} us, ratio {checked / raw:.2f}x"
+        )
+        got = bench_get_tuple(tmp, args.reads)
+        if got is None:
+            print("get_tuple: langgraph not installed")
+        else:
+            print(
+                f"saver get_tuple (thread of {args.reads} checkpoints): strict {got:.0f} us "
+                "(no unchecked saver path exists; baseline: SqliteSaver, bench_langgraph.py)"
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,180 @@
+"""The read gate for derived memory: every surface reads memory objects only through here.
+
+The derived tables (``mem_objects`` ...) are a cache of the ledger that anyone with write
+access to the file can edit, so a surface (the CLI's ``query``, ``Memory.recall``, the MCP
+tools, the LangGraph integration, ``report``, receipts) never reads them itself: it calls
+``checked_query`` or ``checked_object``, which return only what they have checked on a strict
+ledger (``Ledger.strict``):
+
+- the branch heads against their newest signed checkpoints (``Ledger.check_heads``), and the
+  trusted state when the ledger has one;
+- every served object against the replay of its own operations and evidence, each entry
+  proven in the signed tree and each content against its commitment
+  (``strict_rows.check_objects``);
+- the rows a query's state filter left out (``_check_hidden``): a row hidden by an edit of
+  its ``lifecycle_state``, ``epistemic_type``, ``confidence`` or falsification state is an
+  edited row too, and is refused like one.
+
+What the gate does not prove yet is that a query's set is complete: a deleted row is seen only
+where another derived row still names it (``checked_object``, ``why``). The memory map (issue
+26) signs the set per namespace; its check plugs in at ``_check_complete``, the one place
+every served set passes through.
+
+``unchecked_query`` is the forensic path (``memroot query --no-strict``): the same SQL with no
+check at all. No surface module calls it or the SQL below it except the ones the import-rules
+test (tests/unit/projections/test_read_gate.py) names with their reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import apsw
+
+from memroot.ledger.entries import CANONICAL_BRANCH
+from memroot.ledger.errors import IntegrityError, NotFoundError
+from memroot.ledger.ledger import Ledger
+from memroot.projections import query as _q
+from memroot.projections.epistemic import RetrievalMode
+from memroot.projections.model import MemoryObject
+from memroot.projections.query import Query, Result
+from memroot.projections.strict_rows import check_objects, check_results
+from memroot.projections.tables import OBJECT_COLS, object_from_row
+from memroot.projections.views import view_of
+
+__all__ = ["checked_object", "checked_query", "refuse_deleted", "unchecked_query"]
+
+
+def checked_query(ledger: Ledger, q: Query) -> list[Result]:
+    """Return the objects ``q`` selects, each checked (see the module docstring).
+
+    Run inside a transaction of ``ledger`` (``ledger.reading()`` or ``ledger.write()``): the
+    rows are read and checked in one snapshot. A non-strict ledger is not checked (its
+    caller asked for forensics by opening it so).
+
+    Raises:
+        IntegrityError: a branch head, a served row, a row the filters hid, or an entry
+            behind one of them fails its check (naming the step, the entry or the object).
+        NotFoundError / ValidationError / StorageError: as ``projections.query.query``.
+    """
+    if ledger.strict:
+        ledger.check_heads()
+    db = ledger.derived.db
+    results = _q.query(db, q)
+    if not ledger.strict:
+        return results
+    check_results(ledger, results, q)
+    _check_hidden(ledger, db, q, results)
+    _check_complete(ledger, q, results)
+    return results
+
+
+def checked_object(
+    ledger: Ledger,
+    object_id: str,
+    *,
+    branch: str = CANONICAL_BRANCH,
+    as_of: int | None = None,
+) -> MemoryObject:
+    """Return an object's version current on ``branch`` now (or as of ``as_of``), checked.
+
+    Run inside a transaction of ``ledger``, as ``checked_query``.
+
+    Raises:
+        NotFoundError: the object does not exist there (and no derived row names it).
+        IntegrityError: its row is not what its operations give, or its row is gone while
+            other derived rows still name it (a deleted row).
+    """
+    if ledger.strict:
+        ledger.check_heads()
+    db = ledger.derived.db
+    try:
+        obj = _q.get_object(db, object_id, as_of=as_of, branch=branch)
+    except NotFoundError:
+        if ledger.strict and as_of is None:
+            refuse_deleted(db, object_id, branch)
+        raise
+    check_objects(ledger, [obj], branch, as_of=as_of)
+    return obj
+
+
+def unchecked_query(db: apsw.Connection, q: Query) -> list[Result]:
+    """FORENSICS ONLY: return what the derived tables say, with no check at all.
+
+    For reading a damaged ledger to see what an attacker left (``memroot query
+    --no-strict``); never for serving memory to an agent.
+
+    Raises:
+        As ``projections.query.query``.
+    """
+    return _q.query(db, q)
+
+
+def refuse_deleted(db: apsw.Connection, object_id: str, branch: str) -> None:
+    """Refuse an object whose version rows are gone while its edges still name it.
+
+    The DERIVED_FROM and ABOUT_ENTITY edges an ASSERT writes start at the object: an
+    object with such edges in the branch's view and no version row had its row deleted.
+    (Deleting both is seen only by verify step 9 until the memory map lands,
+    ``_check_complete``.)
+
+    Raises:
+        IntegrityError: step 9, naming the object.
+    """
+    # Only edges FROM it (an event id is the target of the DERIVED_FROM edges citing it).
+    if any(e.source_id == object_id for e in _q.edges_of(db, object_id, branch=branch)):
+        raise IntegrityError(
+            f"step 9: memory object {object_id} has no stored row on branch {branch} but its "
+            "edges name it (derived row deleted); `memroot rebuild` re-derives it",
+            branch=branch,
+            step=9,
+        )
+
+
+def _check_hidden(ledger: Ledger, db: apsw.Connection, q: Query, served: Sequence[Result]) -> None:
+    """Check the rows ``q``'s lifecycle, epistemic and falsification filters left out.
+
+    An agent is not told about a row the filters drop, so a row edited to be dropped
+    (``lifecycle_state`` set to ARCHIVED, a lowered ``confidence``) hides memory as surely
+    as an edit changes it. The same query in AUDIT mode (no such filter) lists the rows that
+    would have been candidates; those the served set lacks are checked like served rows, up
+    to the oldest one served when the served set is full (older rows were not candidates).
+    Reads at an anchor derive their states from gated operations that verify checks.
+    """
+    if q.anchor is not None or (q.mode == RetrievalMode.AUDIT and not q.states and not q.epistemic):
+        return
+    audit = dataclasses.replace(
+        q, mode=RetrievalMode.AUDIT, states=(), epistemic=(), git_branch=None
+    )
+    found = _q._where(db, audit, view_of(db, q.branch, q.as_of))
+    if found is None:
+        return
+    where, args = found
+    shown = {r.object.id for r in served}
+    # A full page (newest first) ends at its oldest row: older rows were no candidates.
+    oldest = (
+        served[-1].object.id if served and len(served) >= q.limit and not q.git_branch else None
+    )
+    cols = ", ".join("o." + c for c in OBJECT_COLS)
+    hidden = []
+    for row in db.execute(
+        f"SELECT {cols} FROM mem_objects o WHERE {' AND '.join(where)} ORDER BY o.rid DESC", args
+    ):
+        o = object_from_row(row)
+        if o.id == oldest:
+            break
+        if o.id not in shown:
+            hidden.append(o)
+    check_objects(ledger, hidden, q.branch, as_of=q.as_of)
+
+
+def _check_complete(ledger: Ledger, q: Query, served: Sequence[Result]) -> None:
+    """Check that the served set is complete: the memory map's hook (issue 26), empty yet.
+
+    When the map lands, the served set is checked here against the signed map of memory
+    state per namespace, so a deleted row (or any row missing from the set) is refused at
+    read as an edited one is. Until then a query proves each served row and each row its
+    filters hid, not that no row was deleted (docs/FORMAT.md, "What a strict query proves").
+    """
+    del ledger, q, served
