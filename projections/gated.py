@@ -553,9 +553,36 @@ class Folder:
             if not self.admit(row):
                 steps.append(Step(row, False, "its provenance is not on this path"))
                 continue
-            why = _step(s, row, functools.partial(self._active_before, key=row.key))
+            why = self._dedup_blocked(row) if row.op_type == _O.DEDUP_RESOLVED else None
+            if why is None:
+                why = _step(s, row, functools.partial(self._active_before, key=row.key))
             steps.append(Step(row, why is None, why))
         return s, steps
+
+    def _dedup_blocked(self, row: GatedOp) -> str | None:
+        """Return why a ``DEDUP_RESOLVED`` cannot apply here to any object, or None.
+
+        The operation is one decision, as in the global state (which refuses it whole): it
+        applies at a view only when every merged object may be superseded there, so one
+        merged object already DEPRECATED on this path keeps all of them as they were.
+        """
+        _settle(self.db)
+        others = [
+            oid
+            for (oid,) in self.db.execute(
+                "SELECT object_id FROM mem_gated WHERE op_id = ? AND branch = ? AND seq = ? "
+                "AND op_type = 'DEDUP_RESOLVED' AND object_id != ?",
+                (row.op_id, row.branch, row.seq, row.object_id),
+            )
+        ]
+        before = (row.key[0], row.key[1], -1)  # before the operation's first object
+        for oid in others:
+            if not self._active_before(oid, before):
+                return (
+                    f"merged object {oid} is not ACTIVE here; {row.op_type} applies to all "
+                    "of its objects or to none"
+                )
+        return None
 
     def _active_before(self, object_id: str, key: Key) -> bool:
         """Return whether the object was ACTIVE in the view right before the row at ``key``.

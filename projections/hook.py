@@ -17,28 +17,27 @@ against its view (its own state over its parent's at the fork, ``memroot.project
 from __future__ import annotations
 
 import contextlib
-import itertools
 import re
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
 import apsw
 
 from memroot.ledger.backends.store import Store
 from memroot.ledger.entries import CANONICAL_BRANCH, Entry, Kind, OpInput
-from memroot.ledger.errors import IntegrityError, NotFoundError, RefusedError, StorageError
+from memroot.ledger.errors import IntegrityError, NotFoundError, StorageError
 from memroot.ledger.ledger import Ledger
 from memroot.projections import gated, tables
-from memroot.projections.backends import _EV_INS, MemState, SqlState
+from memroot.projections.backends import _EV_INS, SqlState
 from memroot.projections.engine import Engine
+from memroot.projections.fold import fold_entries
 from memroot.projections.model import EventRef, Grant, Namespace
 from memroot.projections.views import Fork
 
-__all__ = ["MemoryHook", "catch_up", "flush_pending", "fold_entries", "sync"]
+__all__ = ["MemoryHook", "catch_up", "flush_pending", "sync"]
 
 _UUID: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-_RUN: Final = 1024
 """Events folded together by a replay (``Engine.fold_events``): a bound on what it holds."""
 _HEAD_UPSERT: Final = (
     "INSERT INTO mem_heads VALUES(?, ?) ON CONFLICT(branch) DO UPDATE SET size = excluded.size"
@@ -354,94 +353,6 @@ def catch_up(db: apsw.Connection, ledger: Ledger, branch: str, upto: int) -> int
         return n
     fresh = branch == CANONICAL_BRANCH and not db.execute("SELECT 1 FROM mem_heads").fetchone()
     return n + fold_entries(db, ledger.entries(head, upto, branch), fresh=fresh)
-
-
-def fold_entries(
-    db: apsw.Connection,
-    entries: Iterable[Entry],
-    *,
-    fresh: bool,
-    memory: MemState | None = None,
-    after: Callable[[Sequence[Entry]], None] | None = None,
-) -> int:
-    """Fold entries that are already in the ledger, skipping (and recording) refused ones.
-
-    With ``fresh`` the tables must be empty and the fast in-memory store (``memory``, by
-    default a ``MemState`` of ``db``) folds the canonical branch; at the first entry of
-    another branch it writes what it holds and the rest is folded through SQL (a branch reads
-    its parent as of the fork, which needs the parent's versioned rows; branches must come
-    after their parents, as ``Store.branches`` lists them). Otherwise each entry is folded
-    through SQL inside a savepoint, so a refused one leaves no trace but its ``mem_skipped``
-    row. ``after(entries)`` is called once entries are folded, with each in order (one
-    entry, or a run of events folded together): another layer's replay in the same pass,
-    which then sees the state of every entry up to the last given. Returns how many entries
-    were folded. Run inside a write transaction.
-
-    Raises:
-        DecodeError: if a stored entry does not decode.
-    """
-    n = 0
-    it = iter(entries)
-    if fresh:
-        mem = MemState(db) if memory is None else memory
-        engine = Engine(mem)
-        rest: Entry | None = None
-        run: list[Entry] = []  # consecutive events, folded together (``Engine.fold_events``)
-        for entry in it:
-            if entry.branch != CANONICAL_BRANCH:
-                rest = entry
-                break
-            n += 1
-            if entry.kind is Kind.EVENT:
-                run.append(entry)
-                if len(run) >= _RUN:
-                    _fold_run(engine, run, after)
-                    run = []
-                continue
-            if run:
-                _fold_run(engine, run, after)
-                run = []
-            engine.fold(entry)
-            if after is not None:
-                after((entry,))
-        if run:
-            _fold_run(engine, run, after)
-        mem.finish()
-        if rest is None:
-            tables.index_text(db)
-            return n
-        tables.create_indexes(db)
-        it = itertools.chain([rest], it)
-    state = SqlState(db)
-    engine = Engine(state)
-    for entry in it:
-        db.execute("SAVEPOINT mem_fold")
-        try:
-            engine.apply(entry)
-        except RefusedError as e:
-            # Handlers check before they write; the savepoint makes sure of it.
-            db.execute("ROLLBACK TO mem_fold")
-            state.skip(entry.branch, entry.seq, entry.type, str(e))
-        except BaseException:
-            db.execute("ROLLBACK TO mem_fold")
-            db.execute("RELEASE mem_fold")
-            raise
-        db.execute("RELEASE mem_fold")
-        state.set_head(entry.branch, entry.seq + 1)
-        n += 1
-        if after is not None:
-            after((entry,))
-    if fresh:
-        tables.index_text(db)
-    return n
-
-
-def _fold_run(
-    engine: Engine, run: list[Entry], after: Callable[[Sequence[Entry]], None] | None
-) -> None:
-    engine.fold_events(run)
-    if after is not None:
-        after(run)
 
 
 def _behind(ledger: Ledger, db: apsw.Connection) -> bool:

@@ -27,8 +27,8 @@ from memroot.projections import tables
 from memroot.projections.backends import _EV_INS, MemState, SqlState
 from memroot.projections.digest import first_difference, state_digest
 from memroot.projections.engine import Engine
+from memroot.projections.fold import fold_entries
 from memroot.projections.gated import Pending, gated_digest, gated_rows
-from memroot.projections.hook import fold_entries
 from memroot.projections.model import EventRef, MemoryObject
 
 __all__ = ["MemoryReplayCheck", "RebuildReport", "Refold", "rebuild", "replay"]

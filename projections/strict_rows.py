@@ -33,7 +33,7 @@ from memroot.ledger.ledger import Ledger
 from memroot.projections import tables
 from memroot.projections.backends import MemState
 from memroot.projections.engine import Engine
-from memroot.projections.hook import fold_entries
+from memroot.projections.fold import fold_entries
 from memroot.projections.model import MemoryObject
 from memroot.projections.query import Query, Result, get_object
 from memroot.projections.tables import OBJECT_COLS, object_from_row

@@ -14,8 +14,8 @@ from memroot.ledger.verify import AuditReport
 from memroot.projections import requests as rq
 from memroot.projections import tables
 from memroot.projections.digest import state_digest
+from memroot.projections.fold import fold_entries
 from memroot.projections.gated import gated_rows
-from memroot.projections.hook import fold_entries
 from memroot.projections.replay import MemoryReplayCheck, replay
 
 ADMIN = rq.Actor("alice", "HUMAN_USER", "team")
