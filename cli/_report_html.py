@@ -9,7 +9,6 @@ banner at the top and "FAILED" in the title. The page carries ``MARKER`` in its 
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import html
 from dataclasses import dataclass, field
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from memroot.ledger.entries import Entry, Kind
-from memroot.ledger.errors import NotFoundError
+from memroot.ledger.errors import StorageError
 from memroot.ledger.hashing import content_commitment
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.verify import STEPS, AuditReport
@@ -268,24 +267,21 @@ def gather(ledger: Ledger, audit: AuditReport, now: int, *, unchecked: bool = Fa
 
 
 def _object_values(ledger: Ledger) -> dict[str, str]:
-    """Return each memory object's current value on main, by id (shown beside ids).
+    """Return memory objects' current values on main, by id (shown beside ids).
 
-    Strict: every row is checked against its own operations first.
+    Read through the read gate (``projections.checked``): every row is checked against its
+    own operations, and so are the rows its filters hid. The newest ``MAX_LIMIT`` objects
+    only: an id past them is shown without its value, never with an unchecked one.
     """
-    from memroot.projections.query import get_object
-    from memroot.projections.strict_rows import check_objects
+    from memroot.projections.checked import checked_query
+    from memroot.projections.epistemic import RetrievalMode
+    from memroot.projections.query import MAX_LIMIT, Query
 
-    db = ledger.derived.db
     try:
-        ids = [str(r[0]) for r in db.execute("SELECT DISTINCT id FROM mem_objects")]
-    except Exception:  # a ledger without the memory model's tables: no values to show
+        results = checked_query(ledger, Query(mode=RetrievalMode.AUDIT, limit=MAX_LIMIT))
+    except StorageError:  # a ledger without the memory model's tables: no values to show
         return {}
-    objects = []
-    for i in ids:
-        with contextlib.suppress(NotFoundError):  # an object of another branch only
-            objects.append(get_object(db, i))
-    check_objects(ledger, objects)
-    return {o.id: o.value for o in objects}
+    return {r.object.id: r.object.value for r in results}
 
 
 def _in_order(chain: list[RootRecord], branch: str) -> list[RootRecord]:
