@@ -118,13 +118,19 @@ def mcp_cmd(
         host, port = parse_address(address)
         tokens = _store(ctx, tokens_path)
         tokens.records()  # a damaged token file stops the server before it listens
-        with open_memory(ctx.path(), key_path=ctx.key_path) as mem:
+        # The facade keeps the same trusted state the server audits with (--trusted).
+        with open_memory(ctx.path(), key_path=ctx.key_path, trusted=trusted_path) as mem:
             serve_http(MemrootMcp(mem, trusted=trusted_path, tokens=tokens), host, port)
         return
     if not actor or not namespace:
         raise click.UsageError("a stdio server needs --actor and --namespace (or use --http)")
     with open_memory(
-        ctx.path(), key_path=ctx.key_path, actor=actor, actor_type=actor_type, namespace=namespace
+        ctx.path(),
+        key_path=ctx.key_path,
+        actor=actor,
+        actor_type=actor_type,
+        namespace=namespace,
+        trusted=trusted_path,
     ) as mem:
         MemrootMcp(mem, trusted=trusted_path).run_stdio()
 

@@ -120,7 +120,12 @@ def scripted_session(tmp: Path) -> Path:
 def session(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dict[str, Any]]]:
     """The session's ledger and, per operation type it wrote, one entry body of that type."""
     tmp = tmp_path_factory.mktemp("reserved")
-    led = scripted_session(tmp)
+    # Module-scoped, so conftest's per-test MEMROOT_TRUSTED is not in force here: without its
+    # own file the session would record (and the next run check) the user-wide trusted state,
+    # where the same origin with another genesis key is a rollback/fork.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MEMROOT_TRUSTED", str(tmp / "trusted.json"))
+        led = scripted_session(tmp)
     written: dict[str, dict[str, Any]] = {}
     with Ledger.open(led, readonly=True) as ledger:
         for branch in ledger.store.branches():
