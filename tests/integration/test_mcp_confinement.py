@@ -43,9 +43,9 @@ def world(tmp_path: Path) -> dict[str, Any]:
     path = tmp_path / "shared.ledger"
     w: dict[str, Any] = {"path": path}
     with memroot.open(path, actor="agent-b", namespace="bob") as bob:
-        said = bob.record(content="Bob: the vault code is 4711")
+        said = bob.record(content="Bob: the vault code is quokka-zebra")
         w["bob_event"] = said.id
-        w["bob_object"] = bob.remember("Bob's vault code is 4711", evidence=[said.id]).id
+        w["bob_object"] = bob.remember("Bob's vault code is quokka-zebra", evidence=[said.id]).id
         doomed = bob.remember("Bob's car is red", evidence=[said.id]).id
         bob.falsify(doomed, "it is blue")
         w["bob_falsified"] = doomed
@@ -198,7 +198,7 @@ def test_reads_show_nothing_of_another_namespace(world: dict[str, Any], transpor
     assert why["operations_outside_namespace"] == 1  # Bob's RELATE: counted, not shown
     assert [o["op_type"] for o in why["operations"]] == ["ASSERT"]
     served = json.dumps(out)
-    assert "4711" not in served and "agent-b" not in served
+    assert "quokka-zebra" not in served and "agent-b" not in served
     root = json.loads(out["root"])
     assert set(root["projections"][0]) == {"id", "rule", "digest"}  # no per-namespace counts
     assert out["verify"]["ok"] is True and isinstance(out["verify"]["findings"], int)
