@@ -96,28 +96,7 @@ def _check_served(
 
 
 def _record_json(r: RootRecord) -> dict[str, Any]:
-    hw = r.high_water
-    return {
-        "memory_root": r.root.hex(),
-        "branch": r.branch,
-        "seq": r.seq,
-        "parent": None if r.parent is None else r.parent.hex(),
-        "state": r.state,
-        "replaces": None if r.replaces is None else r.replaces.hex(),
-        "entry": "SNAPSHOT" if r.replaces is None else "CASCADE",
-        "entry_branch": r.branch if r.cascade_branch is None else r.cascade_branch,
-        "v": r.v,
-        "high_water": {
-            "seq": hw.seq,
-            "entry_hash": hw.entry_hash.hex(),
-            "tree_size": hw.tree_size,
-            "tree_root": hw.tree_root.hex(),
-        },
-        "projections": [
-            {"id": p.id, "rule": p.rule.hex(), "digest": p.digest.hex(), "count": p.count}
-            for p in r.projections
-        ],
-    }
+    return r.to_dict()
 
 
 def _view_json(v: RootView) -> dict[str, Any]:

@@ -146,6 +146,36 @@ class RootRecord:
         """Return the preimage this record describes (its ``root()`` should equal ``root``)."""
         return RootPreimage(self.branch, self.parent, self.high_water, self.projections, self.v)
 
+    def to_dict(self, *, counts: bool = True) -> dict[str, Any]:
+        """Return the record as JSON-ready values (``memroot root show --json``, MCP).
+
+        ``counts=False`` leaves out each projection's item count, which folds every
+        namespace (a namespace-confined reader gets the digests only).
+        """
+        hw = self.high_water
+        return {
+            "memory_root": self.root.hex(),
+            "branch": self.branch,
+            "seq": self.seq,
+            "parent": None if self.parent is None else self.parent.hex(),
+            "state": self.state,
+            "replaces": None if self.replaces is None else self.replaces.hex(),
+            "entry": "SNAPSHOT" if self.replaces is None else "CASCADE",
+            "entry_branch": self.branch if self.cascade_branch is None else self.cascade_branch,
+            "v": self.v,
+            "high_water": {
+                "seq": hw.seq,
+                "entry_hash": hw.entry_hash.hex(),
+                "tree_size": hw.tree_size,
+                "tree_root": hw.tree_root.hex(),
+            },
+            "projections": [
+                {"id": p.id, "rule": p.rule.hex(), "digest": p.digest.hex()}
+                | ({"count": p.count} if counts else {})
+                for p in self.projections
+            ],
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class SelfModelRecord:

@@ -485,27 +485,7 @@ def root_json(record: Any) -> Json:
 
     The projections' item counts fold every namespace, so only their digests are served.
     """
-    hw = record.high_water
-    return {
-        "memory_root": record.root.hex(),
-        "branch": record.branch,
-        "seq": record.seq,
-        "parent": None if record.parent is None else record.parent.hex(),
-        "state": record.state,
-        "replaces": None if record.replaces is None else record.replaces.hex(),
-        "entry": "SNAPSHOT" if record.replaces is None else "CASCADE",
-        "entry_branch": record.branch if record.cascade_branch is None else record.cascade_branch,
-        "v": record.v,
-        "high_water": {
-            "seq": hw.seq,
-            "entry_hash": hw.entry_hash.hex(),
-            "tree_size": hw.tree_size,
-            "tree_root": hw.tree_root.hex(),
-        },
-        "projections": [
-            {"id": p.id, "rule": p.rule.hex(), "digest": p.digest.hex()} for p in record.projections
-        ],
-    }
+    return dict(record.to_dict(counts=False))
 
 
 def _snapshot(c: Call, a: BranchArgs) -> Json:
