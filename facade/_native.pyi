@@ -19,6 +19,7 @@ __all__ = [
     "content_digest",
     "content_digests_ok",
     "decode",
+    "decode_chunk",
     "decode_entry",
     "domain_hash",
     "encode",
@@ -59,6 +60,20 @@ def encode_rows(rows: list[Any], floats_as_bytes: bool) -> bytes:
 
 def decode(data: bytes) -> Any:
     """Strict canonical CBOR decoding (``encoding.decode``)."""
+
+def decode_chunk(
+    rows: list[Any],
+    branch: str,
+    start: int,
+    prev: bytes | None,
+    canonical: str,
+    entry_type: type[Any],
+    kinds: dict[str, Any],
+) -> tuple[list[Any], list[bytes]]:
+    """``(entries, leaves)`` of a chunk of stored rows, checked as ``StrictReader.rows`` does.
+
+    Steps 1-3 of each row of ``branch`` from ``start``; ``Reject`` on any row it would refuse.
+    """
 
 def decode_entry(
     raw: bytes, entry_hash: bytes | None = None

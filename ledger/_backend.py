@@ -32,6 +32,7 @@ _USERS: Final = (
     "_reading",
     "_appending",
     "signing",
+    "strict",
 )
 """The modules of memroot.ledger that call the native core (each as ``_N``)."""
 

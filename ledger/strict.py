@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from memroot.ledger import merkle
+from memroot.ledger._backend import NATIVE as _N
 from memroot.ledger.backends.store import EntryRow, Store
 from memroot.ledger.entries import CANONICAL_BRANCH, ZERO_HASH, Entry, Kind
 from memroot.ledger.errors import DecodeError, IntegrityError, NotFoundError, ProofError
@@ -56,6 +57,7 @@ __all__ = [
 ]
 
 _CHUNK: Final = 1024
+_KINDS: Final = {k.value: k for k in Kind}
 _LEAF_CACHE_MAX: Final = 1 << 16
 _ROTATED_META: Final = "rotated_vkeys"  # ledger.keys.ROTATED_VKEYS_META (no import cycle)
 
@@ -553,6 +555,15 @@ class StrictReader:
                     raise _fail(2, branch, seq + i, "the entry is missing from the signed tree")
             if len(rows) != end - seq:
                 raise _fail(2, branch, seq + len(rows), "the entry is missing from the signed tree")
+            checked = self._decode_chunk(branch, seq, rows, prev)
+            if checked is not None:  # (1)-(3) of the whole chunk, natively
+                entries, leaves = checked
+                if signed_end > seq:
+                    self._prove(head, seq, leaves[: signed_end - seq])
+                yield from zip(rows, entries, strict=True)
+                prev = leaves[-1] if leaves else prev
+                seq = end
+                continue
             leaves = [leaf_hash(bytes(r.data)) for r in rows]
             if signed_end > seq:
                 self._prove(head, seq, leaves[: signed_end - seq])
@@ -561,6 +572,22 @@ class StrictReader:
                 prev = leaf
                 yield r, entry
             seq = end
+
+    @staticmethod
+    def _decode_chunk(
+        branch: str, start: int, rows: list[EntryRow], prev: bytes | None
+    ) -> tuple[list[Entry], list[bytes]] | None:
+        """``(entries, leaves)`` of a chunk checked by the native core, as ``_decode`` each.
+
+        None without the native core, or when it refuses a row (the reference loop then
+        re-checks the chunk and raises its own error at that row).
+        """
+        if _N is None:
+            return None
+        try:
+            return _N.decode_chunk(rows, branch, start, prev, CANONICAL_BRANCH, Entry, _KINDS)
+        except _N.Reject:
+            return None
 
     def _leaf(self, head: SignedHead, seq: int) -> bytes:
         cached = self._leaves.get((head.no, seq))

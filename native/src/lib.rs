@@ -16,6 +16,7 @@ pub mod merkle;
 pub mod py;
 pub mod rows;
 pub mod sign;
+pub mod strict;
 pub mod uuid;
 pub mod verify;
 
@@ -1239,5 +1240,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<sign::Ed25519Verifier>()?;
     m.add_function(wrap_pyfunction!(rows::encode_rows, m)?)?;
     m.add_function(wrap_pyfunction!(jsonl::event_inputs, m)?)?;
+    m.add_function(wrap_pyfunction!(strict::decode_chunk, m)?)?;
     Ok(())
 }

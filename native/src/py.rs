@@ -118,3 +118,76 @@ pub fn to_py<'py>(py: Python<'py>, v: &Value<'_>) -> PyResult<Bound<'py, PyAny>>
         }
     })
 }
+
+/// Short text values seen while building many decoded values (a chunk of entries): map keys
+/// and short strings repeat from entry to entry (`actor_id`, `EVENT`, a namespace), so each
+/// is built once and shared, with its hash computed once. Python strings are immutable, so
+/// sharing one is invisible to the caller (only `is` could tell).
+pub struct StrCache<'py> {
+    map: std::collections::HashMap<String, Bound<'py, PyString>>,
+}
+
+/// Texts longer than this are built every time (ids and values rarely repeat).
+const CACHE_TEXT_MAX: usize = 24;
+/// At most this many texts are kept (a chunk of unusual entries cannot grow it unbounded).
+const CACHE_SIZE_MAX: usize = 512;
+
+impl<'py> StrCache<'py> {
+    /// An empty cache.
+    #[must_use]
+    pub fn new() -> Self {
+        Self {
+            map: std::collections::HashMap::with_capacity(64),
+        }
+    }
+
+    /// The Python text of `s`, shared when short.
+    pub fn text(&mut self, py: Python<'py>, s: &str) -> Bound<'py, PyString> {
+        if s.len() > CACHE_TEXT_MAX {
+            return PyString::new(py, s);
+        }
+        if let Some(t) = self.map.get(s) {
+            return t.clone();
+        }
+        let t = PyString::new(py, s);
+        if self.map.len() < CACHE_SIZE_MAX {
+            self.map.insert(s.to_owned(), t.clone());
+        }
+        t
+    }
+}
+
+impl Default for StrCache<'_> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// `to_py`, sharing short texts through `cache` (the same Python value).
+///
+/// # Errors
+/// Only a Python allocation failure.
+pub fn to_py_cached<'py>(
+    py: Python<'py>,
+    v: &Value<'_>,
+    cache: &mut StrCache<'py>,
+) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match v {
+        Value::Text(s) => cache.text(py, s).into_any(),
+        Value::Array(items) => {
+            let list = PyList::empty(py);
+            for item in items {
+                list.append(to_py_cached(py, item, cache)?)?;
+            }
+            list.into_any()
+        }
+        Value::Map(items) => {
+            let dict = PyDict::new(py);
+            for (k, item) in items {
+                dict.set_item(cache.text(py, k), to_py_cached(py, item, cache)?)?;
+            }
+            dict.into_any()
+        }
+        other => to_py(py, other)?,
+    })
+}
