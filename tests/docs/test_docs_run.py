@@ -4,8 +4,8 @@ The blocks of one file run in document order in one fresh directory, sharing it 
 environment as a reader following along would: a variable an ``sh`` block sets (``E=$(...)``,
 ``export MEMROOT_LEDGER=...``) is there in the file's later blocks, ``sh`` and ``python``
 alike. Each ``python`` block is a whole script (a reader pastes it into a fresh interpreter).
-The directory holds a copy of the repository's ``examples/`` (the docs are read from the
-repository root); ``HOME`` is a directory of its own, so ``~/...`` paths stay inside.
+The directory holds a copy of the repository's ``examples/`` and ``docs/schemas/`` (the docs
+are read from the repository root); ``HOME`` is a directory of its own, so ``~/...`` paths stay inside.
 
 A block that cannot run here carries a visible marker on the line above its fence (other
 ``<!-- ... -->`` lines may sit between), with its reason::
@@ -41,6 +41,8 @@ FENCE = re.compile(r"^```([A-Za-z0-9_+-]*)\s*$")
 NOT_RUN = re.compile(r"^<!-- not run: (?P<reason>.*?) -->$")
 COMMENT = re.compile(r"^<!--.*-->$")
 BLOCK_TIMEOUT_S = 120
+# Repository folders the docs use, as a reader at the repository root has them.
+REPOSITORY_FILES = ("examples", "docs/schemas")
 # Variables of the test's own environment a reader's shell would not have.
 DROPPED = ("MEMROOT_LEDGER", "MEMROOT_KEY", "MEMROOT_CACHE", "MEMROOT_TRUSTED")
 
@@ -151,7 +153,8 @@ def test_blocks_run_as_written(doc: Path, tmp_path: Path) -> None:
     work, home, scripts = tmp_path / "work", tmp_path / "home", tmp_path / "scripts"
     for d in (home, scripts):
         d.mkdir()
-    shutil.copytree(ROOT / "examples", work / "examples")
+    for shared in REPOSITORY_FILES:
+        shutil.copytree(ROOT / shared, work / shared)
     env = _base_env(home)
     for block in blocks(doc):
         if block.lang in RUN and block.not_run is None:
