@@ -5,7 +5,8 @@ environment as a reader following along would: a variable an ``sh`` block sets (
 ``export MEMROOT_LEDGER=...``) is there in the file's later blocks, ``sh`` and ``python``
 alike. Each ``python`` block is a whole script (a reader pastes it into a fresh interpreter).
 The directory holds a copy of the repository's ``examples/`` and ``docs/schemas/`` (the docs
-are read from the repository root); ``HOME`` is a directory of its own, so ``~/...`` paths stay inside.
+are read from the repository root); ``HOME`` is a directory of its own, so ``~/...`` paths
+stay inside.
 
 A block that cannot run here carries a visible marker on the line above its fence (other
 ``<!-- ... -->`` lines may sit between), with its reason::
