@@ -360,8 +360,22 @@ class LedgerTables:
             self._contents.clear()  # a TOMBSTONE erases content this process checked
             self._memo.clear()
         folded: list[tuple[Entry, dict[str, Any] | None]] = []
+        store = self.ledger.store
+        quiet: int | None = None
         try:
             with self.ledger.write():
+                # Inside the write transaction nobody else can commit: when the data_version
+                # and this connection's change count are still what the caller's _sync
+                # recorded, this write is the only change since (a ledger file: one
+                # connection holds entries and derived tables).
+                synced = self._sync_token
+                version = store.data_version()
+                if (
+                    synced is not None
+                    and self.ledger.derived is store
+                    and synced[:2] == (version, store.db.total_changes())
+                ):
+                    quiet = version
                 Roots(self.ledger).append_batch(items, branch=self.branch)
                 start, end = _index.catch_up(
                     self.ledger, t.name, self.branch, t.fold, t.types, collect=folded
@@ -381,6 +395,12 @@ class LedgerTables:
                     if content is not None and len(self._contents) < _CONTENTS_MAX:
                         self._contents[e.seq] = (e, content)  # checked as it was folded
             self._mirror_pos = end
+            if quiet is not None:
+                # Nothing but this write changed the file since the last _sync, and the copy
+                # folded it: what _sync would find is this token (the version read inside
+                # the transaction, so a commit by another connection since is still seen).
+                self._sync_token = (quiet, store.db.total_changes(), quiet, 0)
+                return
         self._sync()
 
 
