@@ -18,7 +18,6 @@ import apsw
 
 from memroot.ledger.entries import Entry, EventInput, Kind, OpInput
 from memroot.ledger.errors import IntegrityError
-from memroot.ledger.hashing import content_commitment
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.vocab import OpType
 
@@ -108,37 +107,24 @@ def catch_up(
             if row is not None and int(row[0]) >= ledger.size(branch):
                 return int(row[0]), int(row[0])
     with ledger.write():
-        db.execute(_HEADS)
-        row = db.execute(
-            "SELECT seq FROM lg_heads WHERE name = ? AND branch = ?", (name, branch)
-        ).fetchone()
+        try:
+            row = db.execute(
+                "SELECT seq FROM lg_heads WHERE name = ? AND branch = ?", (name, branch)
+            ).fetchone()
+        except apsw.SQLError:  # no lg_heads table yet
+            db.execute(_HEADS)
+            row = None
         start = 0 if row is None else int(row[0])
         size = ledger.size(branch)
         if start >= size:
             return start, start
-        no = ledger.store.branch(branch).no
-        for entry in ledger.entries(start, size, branch):
+        # The strict range read checks each entry and its content (against the commitment,
+        # or the TOMBSTONE that erased it; content removed behind the ledger is refused).
+        for checked in ledger.read_range(start, size, branch):
+            entry = checked.entry
             kind = event_type(entry)
             if kind in types:
-                r = ledger.store.entry_row(no, entry.seq)
-                data = None if r.content is None else bytes(r.content)
-                if data is None:
-                    # Erased, or removed behind the ledger's back: the strict read tells
-                    # (it checks the TOMBSTONE that erased it, else refuses).
-                    ledger.read(entry.seq, branch)
-                if (
-                    data is not None
-                    and r.salt is not None
-                    and content_commitment(bytes(r.salt), data)
-                    != entry.body.get("content_commitment")
-                ):
-                    raise IntegrityError(
-                        f"the content of event {branch}:{entry.seq} does not match its "
-                        "commitment; refusing to index it",
-                        branch=branch,
-                        seq=entry.seq,
-                        step=4,
-                    )
+                data = None if checked.content is None else checked.content.encode("utf-8")
                 content = content_json(entry, data)
                 fold(db, entry, content, ledger.find_event)
                 if collect is not None:
