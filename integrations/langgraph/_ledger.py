@@ -376,9 +376,16 @@ class LedgerTables:
                     and synced[:2] == (version, store.db.total_changes())
                 ):
                     quiet = version
+                first = self.ledger.size(self.branch)
                 Roots(self.ledger).append_batch(items, branch=self.branch)
                 start, end = _index.catch_up(
-                    self.ledger, t.name, self.branch, t.fold, t.types, collect=folded
+                    self.ledger,
+                    t.name,
+                    self.branch,
+                    t.fold,
+                    t.types,
+                    collect=folded,
+                    own_from=first,
                 )
         except RefusedError as refused:
             # The seal refuses to sign a tree inconsistent with its signed checkpoints: the
