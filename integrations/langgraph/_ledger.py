@@ -410,8 +410,8 @@ class LedgerTables:
                     and synced[:2] == (version, store.db.total_changes())
                 ):
                     quiet = version
-                first = self.ledger.size(self.branch)
-                Roots(self.ledger).append_batch(items, branch=self.branch)
+                added = Roots(self.ledger).append_batch(items, branch=self.branch)
+                first = min((a.seq for a in added if a.branch == self.branch), default=None)
                 start, end = _index.catch_up(
                     self.ledger,
                     t.name,
