@@ -17,8 +17,7 @@ import pytest
 import memroot
 from memroot.ledger.errors import IntegrityError
 from memroot.projections import strict_rows
-
-from .test_attacks_gate import attacker, sizes
+from tests.integration.test_attacks_gate import attacker, sizes
 
 
 @pytest.fixture
