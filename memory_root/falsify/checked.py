@@ -18,8 +18,9 @@ strictly (each entry proven in the signed tree):
   before it refuses.
 
 The entries are found by a strict scan of the view's operations (each level up to its fork),
-so a deleted row is seen. The cost is one strict read of the view's entries per state
-operation; state operations are rare (a person or an agent correcting memory). Memory
+so a deleted row is seen. A scan is kept per branch with the hash of the last entry it read;
+the next state operation reads only the entries after it, once that entry proves again with
+the same hash (``_state_ops``). Memory
 objects are also checked by the memory model's own row check (``projections.hook``).
 
 Raises ``IntegrityError`` (step 9, naming the item and the entry), so nothing is written.
@@ -144,6 +145,37 @@ def _skip_explained(prior: str, e: Entry, item: ItemRef) -> bool:
     )
 
 
+_SCANNED: dict[tuple[str, str], tuple[int, bytes, list[Entry]]] = {}
+"""(ledger id, branch) -> (size scanned, hash of its last entry, the state operations in it)."""
+
+
+def _state_ops(ledger: Ledger, branch: str, size: int, stop: int) -> list[Entry]:
+    """Return the state operations among entries ``0..stop`` of ``branch``, read strictly.
+
+    What an earlier scan found is kept with the hash of the last entry it read: when that
+    entry, proven again in the signed tree now, has the same hash, every entry before it is
+    the same too (the hash chain), so only the entries after it are read.
+
+    Raises:
+        IntegrityError: an entry fails its strict read.
+    """
+    key = (ledger.ledger_id, branch)
+    start, found, last = 0, [], b""
+    got = _SCANNED.get(key)
+    if got is not None and 0 < got[0] <= size:
+        seen, last_hash, ops = got
+        if ledger.read_many([seen - 1], branch, links=False)[seen - 1].entry.hash == last_hash:
+            start, found, last = seen, list(ops), last_hash
+    for e in ledger.entries(start, max(start, stop), branch):
+        if e.kind is Kind.OP and e.type in STATE_OPS:
+            found.append(e)
+        last = e.hash
+    end = max(start, stop)
+    if end > 0 and last:
+        _SCANNED[key] = (end, last, found)
+    return [e for e in found if e.seq < stop]
+
+
 def check_item_states(ledger: Ledger, db: apsw.Connection, entry: Entry) -> None:
     """Check the stored states a live state operation ``entry`` is validated against.
 
@@ -167,9 +199,7 @@ def check_item_states(ledger: Ledger, db: apsw.Connection, entry: Entry) -> None
     ops: list[tuple[str, int, Entry]] = []
     for b, bound in reversed(levels):
         stop = stored[b] if bound is None else min(stored[b], bound + 1)
-        for e in ledger.entries(0, stop, b):
-            if e.kind is not Kind.OP or e.type not in STATE_OPS:
-                continue
+        for e in _state_ops(ledger, b, stored[b], stop):
             if e.body.get("target_id") in ids or any(_names(e.body.get("payload"), i) for i in ids):
                 ops.append((b, e.seq, e))
     by_at = {(b, s): e for b, s, e in ops}

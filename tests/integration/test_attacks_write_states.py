@@ -156,3 +156,22 @@ def test_close_and_merge_discarded_branch_set_open(discarded: tuple[Path, str]) 
         with pytest.raises(IntegrityError):
             mem.merge(b, [fact])
     assert counts(path) == before
+
+
+def test_state_row_deleted_after_a_remembered_scan(tmp_path: Path) -> None:
+    """An open handle that already scanned the log (kept per branch) still refuses the edit."""
+    path = tmp_path / "m.ledger"
+    with memroot.open(path, trusted=False) as mem:
+        ev = mem.record(content="I take my tea without sugar")
+        mem.remember("Alice takes tea without sugar", evidence=[ev.id])
+        first = mem.snapshot().record.root.hex()
+        mem.falsify(first, "bad import")  # its scan of the log is kept
+        ev2 = mem.record(content="I live in Lyon")
+        mem.remember("Alice lives in Lyon", evidence=[ev2.id])
+        second = mem.snapshot().record.root.hex()
+        attacker(path, f"DELETE FROM fz_states WHERE id = '{first}';")
+        before = counts(path)
+        with pytest.raises(IntegrityError):
+            mem.falsify(first, "again")
+        assert counts(path) == before
+        mem.falsify(second, "also bad")  # an honest one still lands (the rows it reads hold)
