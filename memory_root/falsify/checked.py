@@ -42,7 +42,7 @@ from memroot.memory_root.falsify.states import FALSIFIED, LIVE, STALE
 from memroot.projections.rules import RuleError
 from memroot.projections.states import check_state_change
 
-__all__ = ["check_item_states", "items_of"]
+__all__ = ["check_item_read", "check_item_states", "items_of"]
 
 _TARGET_OPS: Final = frozenset(
     {OpType.FALSIFY.value, OpType.MARK_STALE.value, OpType.RESTORE.value}
@@ -204,13 +204,36 @@ def check_item_states(ledger: Ledger, db: apsw.Connection, entry: Entry) -> None
                 ops.append((b, e.seq, e))
     by_at = {(b, s): e for b, s, e in ops}
     for item in items:
-        _check_item(db, item, entry, levels, stored, ops, by_at)
+        _check_item(db, item, (entry.branch, entry.seq), levels, stored, ops, by_at)
+
+
+def check_item_read(ledger: Ledger, db: apsw.Connection, branch: str, item: ItemRef) -> None:
+    """Check, on a strict ledger, the stored state rows of ``item`` before they are served.
+
+    The same check as before a write (``check_item_states``): ``memroot state``, ``why``
+    of a root, SelfModel or summary item, and ``Falsifier.state`` / ``history`` read an
+    item's state only after it. Run inside a read transaction of ``ledger``.
+
+    Raises:
+        IntegrityError: step 9, naming the item, as ``check_item_states``.
+    """
+    if ledger.replaying or not ledger.strict:
+        return
+    levels = _levels(ledger, branch)
+    stored = {b: ledger.size(b) for b, _ in levels}
+    ops: list[tuple[str, int, Entry]] = []
+    for b, bound in reversed(levels):
+        stop = stored[b] if bound is None else min(stored[b], bound + 1)
+        for e in _state_ops(ledger, b, stored[b], stop):
+            if e.body.get("target_id") == item.id or _names(e.body.get("payload"), item.id):
+                ops.append((b, e.seq, e))
+    _check_item(db, item, None, levels, stored, ops, {(b, s): e for b, s, e in ops})
 
 
 def _check_item(
     db: apsw.Connection,
     item: ItemRef,
-    entry: Entry,
+    own: tuple[str, int] | None,
     levels: list[tuple[str, int | None]],
     stored: dict[str, int],
     ops: list[tuple[str, int, Entry]],
@@ -225,7 +248,7 @@ def _check_item(
         ):
             at = (str(branch), int(seq))
             if at[1] >= stored[at[0]]:
-                if at[0] == entry.branch and at[1] < entry.seq:
+                if own is not None and at[0] == own[0] and at[1] < own[1]:
                     continue  # this batch's own row (its entry is not stored yet)
                 raise _refused(item, at[0], at[1], "names an entry the ledger does not hold")
             e = by_at.get(at)

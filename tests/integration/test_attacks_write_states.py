@@ -175,3 +175,20 @@ def test_state_row_deleted_after_a_remembered_scan(tmp_path: Path) -> None:
             mem.falsify(first, "again")
         assert counts(path) == before
         mem.falsify(second, "also bad")  # an honest one still lands (the rows it reads hold)
+
+
+def test_state_and_why_of_a_root_whose_row_was_deleted(falsified_root: tuple[Path, str]) -> None:
+    """Reads of an item's state refuse the edit too: `why ROOT` and Memory.state, Memory.why."""
+    path, root = falsified_root
+    attacker(path, f"DELETE FROM fz_states WHERE id = '{root}';")
+    before = counts(path)
+    for args in (("why", root), ("why", root, "--json")):
+        r = run(path, *args)
+        assert r.exit_code == 1, (args, r.output)
+        assert "derived state edited" in r.output and "live" not in r.stdout
+    with memroot.open(path, create=False, trusted=False) as mem:
+        with pytest.raises(IntegrityError):
+            mem.state(root)
+        with pytest.raises(IntegrityError):
+            mem.why(root)
+    assert counts(path) == before
