@@ -508,15 +508,7 @@ class PgStore(Store):
         try:
             for callback in self._before_commit:
                 callback()
-            # As the SQLite store counts it (``store.commits``): before, given back if the
-            # transaction is still open.
-            _store.commits += 1
-            try:
-                self.db.execute("COMMIT")
-            except BaseException:
-                if self.db.in_transaction:
-                    _store.commits -= 1
-                raise
+            _store.commit_counted(self.db)  # as the SQLite store counts it
         except BaseException:
             self._rollback()
             raise
