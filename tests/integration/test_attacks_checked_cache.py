@@ -17,7 +17,8 @@ import pytest
 import memroot
 from memroot.ledger.errors import IntegrityError
 from memroot.projections import strict_rows
-from tests.integration.test_attacks_gate import attacker, sizes
+from tests.integration._attack import attacker
+from tests.integration._attack import counts as sizes
 
 
 @pytest.fixture

@@ -15,14 +15,15 @@ import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.test_attacks_writes import counts
-from tests.integration.test_witness_loopback import ORIGIN, WITNESS, Server, append
+from tests.integration import test_witness_loopback as loopback
+from tests.integration._attack import counts
+
+world = loopback.world  # its fixture: a ledger, a witness process, the witness configured
 
 ROLL_BACK = r"""
 import shutil, sqlite3, sys
@@ -39,28 +40,19 @@ db.close()
 
 
 @pytest.fixture
-def witnessed(tmp_path: Path, cmd: Any) -> Iterator[tuple[Path, Path]]:
-    """A ledger cosigned up to 6 entries by a live witness, and a copy of it at 3."""
-    ledger = tmp_path / "agent.ledger"
-    cmd.ok(cmd.at(ledger, "init", "--origin", ORIGIN))
-    vkey = cmd.ok(cmd.at(ledger, "vkey")).stdout.strip()
-    wdir = tmp_path / "wdir"
-    wvkey = cmd.ok(
-        cmd.run("witness", "init", str(wdir), "--name", WITNESS, "--log", vkey)
-    ).stdout.strip()
-    server = Server(wdir)
-    try:
-        cmd.ok(cmd.at(ledger, "witness", "add", server.url, wvkey))
-        append(cmd, ledger, 2)
-        old = tmp_path / "old.ledger"
-        shutil.copy(ledger, old)
-        shutil.copy(f"{ledger}.key", f"{old}.key")
-        append(cmd, ledger, 3)
-        status = cmd.ok_json(cmd.at(ledger, "witness", "list", "--json"))
-        assert [s["cosigned_size"] for s in status] == [6]
-        yield ledger, old
-    finally:
-        server.stop()
+def witnessed(request: pytest.FixtureRequest, cmd: Any) -> tuple[Path, Path]:
+    """The loopback witness's ledger cosigned up to 6 entries, and a copy of it at 3."""
+    w = request.getfixturevalue("world")
+    ledger: Path = w["ledger"]
+    append = loopback.append
+    append(cmd, ledger, 2)
+    old = w["tmp"] / "old.ledger"
+    shutil.copy(ledger, old)
+    shutil.copy(f"{ledger}.key", f"{old}.key")
+    append(cmd, ledger, 3)
+    status = cmd.ok_json(cmd.at(ledger, "witness", "list", "--json"))
+    assert [s["cosigned_size"] for s in status] == [6]
+    return ledger, old
 
 
 def test_append_onto_log_rolled_back_below_cosigned_size(

@@ -21,7 +21,7 @@ from click.testing import CliRunner, Result
 import memroot
 from memroot.cli.main import cli
 from memroot.ledger.errors import IntegrityError, MemrootError
-from tests.integration.test_attacks_writes import attacker, counts
+from tests.integration._attack import attacker, counts
 
 
 def run(path: Path, *args: str) -> Result:
