@@ -31,20 +31,35 @@ def _median_us(fn: Callable[[], Any], n: int) -> float:
     return statistics.median(times) * 1e6
 
 
-def bench_recall(tmp: Path, objects: int, reads: int) -> tuple[float, float, float]:
-    """Return (checked, unchecked, checked cold) median microseconds per recall of 20 objects."""
+def bench_recall(
+    tmp: Path, objects: int, reads: int, pg: str | None = None
+) -> tuple[float, float, float]:
+    """Return (checked, unchecked, checked cold) median microseconds per recall of 20 objects.
+
+    ``pg``: the URL of an empty PostgreSQL database to hold the ledger instead of a file
+    (its derived state in a cache file under ``tmp``).
+    """
+    import os
+
     import memroot
     from memroot.projections import strict_rows
     from memroot.projections.checked import unchecked_query
     from memroot.projections.epistemic import RetrievalMode
     from memroot.projections.query import Query
 
-    path = tmp / "recall.ledger"
-    with memroot.open(path, trusted=False) as mem, mem.ledger.bulk():
+    path: Path | str = tmp / "recall.ledger"
+    key: Path | None = None
+    if pg is not None:
+        from memroot.ledger.ledger import Ledger
+
+        path, key = pg, tmp / "pg.key"
+        os.environ["MEMROOT_CACHE"] = str(tmp / "pg.cache")
+        Ledger.init(pg, origin="example.org/bench-checked", key_path=key).close()
+    with memroot.open(path, key_path=key, trusted=False) as mem, mem.ledger.bulk():
         for i in range(objects):
             ev = mem.record(content=f"fact number {i}")
             mem.remember(f"fact {i} holds", evidence=[ev.id])
-    with memroot.open(path, trusted=False) as mem:
+    with memroot.open(path, key_path=key, trusted=False) as mem:
         q = Query(mode=RetrievalMode.DEFAULT, limit=20)
         assert len(mem.recall()) == 20
 
@@ -98,6 +113,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--objects", type=int, default=2000)
     ap.add_argument("--reads", type=int, default=200)
+    ap.add_argument("--pg", help="also measure recall on this empty PostgreSQL database (URL)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -107,6 +123,13 @@ def main() -> None:
             f"unchecked {raw:.0f} us, ratio {checked / raw:.2f}x; checked cold (first read "
             f"after a commit) {first:.0f} us, ratio {first / raw:.2f}x"
         )
+        if args.pg:
+            checked, raw, first = bench_recall(tmp, args.objects, args.reads, args.pg)
+            print(
+                f"PostgreSQL recall(limit=20) over {args.objects} objects: checked "
+                f"{checked:.0f} us, unchecked {raw:.0f} us, ratio {checked / raw:.2f}x; checked "
+                f"cold {first:.0f} us, ratio {first / raw:.2f}x"
+            )
         got = bench_get_tuple(tmp, args.reads)
         if got is None:
             print("get_tuple: langgraph not installed")

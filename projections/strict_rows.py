@@ -23,7 +23,8 @@ as nothing changed the file: SQLite's ``data_version`` (any other connection's c
 attacker's edit included) and this connection's ``total_changes`` (its own writes, even rolled
 back) both unchanged since the check. A repeated read of unchanged data then re-checks
 nothing; any change anywhere empties the memory, so the next read checks again. On
-PostgreSQL (no such counter for the entries) nothing is remembered.
+PostgreSQL the entries' side is the snapshot they are read in (``PgStore.commit_token``),
+which moves on anyone's write, and the local cache's side is its SQLite pair.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ _SEQ_MASK: Final = (1 << 40) - 1
 _UUID: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
-Token = tuple[int, int, int, int]
+Token = tuple[object, ...]
 """What ``checked_token`` returns: the file's and the cache's (data_version, total_changes)."""
 
 
@@ -75,26 +76,30 @@ _CHECKED: weakref.WeakKeyDictionary[Ledger, _Checked] = weakref.WeakKeyDictionar
 def checked_token(ledger: Ledger) -> Token | None:
     """Return what tells whether anything changed the ledger's file since a check, or None.
 
-    The entries' store and the derived tables' store, each as (``data_version``: moves on any
-    other connection's commit; ``total_changes``: moves on this connection's own writes,
-    committed or not). None when a store has no such counter (PostgreSQL): nothing is
-    remembered there. Read it inside the transaction the check reads in (SQLite's
-    ``data_version`` is then the snapshot's).
+    A SQLite file: (``data_version``: moves on any other connection's commit;
+    ``total_changes``: moves on this connection's own writes, committed or not). A
+    PostgreSQL ledger: the snapshot its entries are read in (``PgStore.commit_token``: moves
+    on anyone's write) and the local derived-state cache's pair. None when a store has no
+    such counter: nothing is remembered then. Read it inside the transaction the check
+    reads in (SQLite's ``data_version`` and PostgreSQL's snapshot are then that snapshot's).
     """
     store, derived = ledger.store, ledger.derived
-    v1 = store.data_version()
-    v2 = v1 if derived is store else derived.data_version()
-    if v1 is None or v2 is None:
+    if derived is store:
+        v = store.data_version()
+        return None if v is None else (v, store.db.total_changes())
+    local = derived.data_version()
+    snapshot = getattr(store, "commit_token", None)
+    if local is None or snapshot is None:
         return None
-    return (v1, store.db.total_changes(), v2, derived.db.total_changes())
+    return (snapshot(), local, derived.db.total_changes())
 
 
 def remembered(ledger: Ledger, token: Token | None) -> set[object]:
     """Return the keys of what was checked on ``ledger`` at ``token`` (a set to add to).
 
     The set is emptied whenever ``token`` differs from the one it was filled at, so a key in
-    it means: checked, and nothing changed the file since. With no token (PostgreSQL) the
-    set is a new empty one every time: nothing is remembered.
+    it means: checked, and nothing changed the file since. With no token (a store with
+    no counter) the set is a new empty one every time: nothing is remembered.
     """
     if token is None:
         return set()
