@@ -22,7 +22,8 @@ What was checked is remembered per open ledger (``checked_token``, ``_Checked``)
 as nothing changed the file: SQLite's ``data_version`` (any other connection's commit, an
 attacker's edit included) and this connection's ``total_changes`` (its own writes, even rolled
 back) both unchanged since the check. A repeated read of unchanged data then re-checks
-nothing; any change anywhere empties the memory, so the next read checks again. On
+nothing; any change anywhere empties the memory of queries, so the next read checks again
+(each object's check survives this connection's own writes on a file, ``object_token``). On
 PostgreSQL the entries' side is the snapshot they are read in (``PgStore.commit_token``),
 which moves on anyone's write, and the local cache's side is its SQLite pair.
 """
@@ -48,7 +49,7 @@ from memroot.projections.query import Query, Result, get_object
 from memroot.projections.tables import OBJECT_COLS, object_from_row
 from memroot.projections.views import View, view_of
 
-__all__ = ["check_objects", "check_results", "checked_token", "remembered"]
+__all__ = ["check_objects", "check_results", "checked_token", "object_token", "remembered"]
 
 _TEMPLATE: dict[str, bytes] = {}  # an empty memory model's tables, serialised once per process
 _NEVER: Final = 2**62
@@ -70,7 +71,9 @@ class _Checked:
         self.keys: set[object] = set()
 
 
-_CHECKED: weakref.WeakKeyDictionary[Ledger, _Checked] = weakref.WeakKeyDictionary()
+_CHECKED: weakref.WeakKeyDictionary[Ledger, dict[str, _Checked]] = weakref.WeakKeyDictionary()
+"""Per open ledger: what was checked, by kind ("query" under ``checked_token``, "object"
+under ``object_token``)."""
 
 
 def checked_token(ledger: Ledger) -> Token | None:
@@ -94,7 +97,25 @@ def checked_token(ledger: Ledger) -> Token | None:
     return (snapshot(), local, derived.db.total_changes())
 
 
-def remembered(ledger: Ledger, token: Token | None) -> set[object]:
+def object_token(ledger: Ledger) -> Token | None:
+    """Return what tells whether another connection changed the file since an object check.
+
+    A served object's check (``check_objects``) holds for its exact row while no *other*
+    connection committed: this connection's own writes go through the hooks (honest rows,
+    re-checked anyway when they differ, as the key is the whole row), and cannot change an
+    entry a signed head covers. So on a SQLite file it is the ``data_version`` alone (an
+    agent that records then recalls keeps what it checked of the objects it did not touch).
+    On PostgreSQL, where the snapshot moves on this connection's writes too, it is
+    ``checked_token``.
+    """
+    store, derived = ledger.store, ledger.derived
+    if derived is store:
+        v = store.data_version()
+        return None if v is None else (v,)
+    return checked_token(ledger)
+
+
+def remembered(ledger: Ledger, token: Token | None, kind: str = "query") -> set[object]:
     """Return the keys of what was checked on ``ledger`` at ``token`` (a set to add to).
 
     The set is emptied whenever ``token`` differs from the one it was filled at, so a key in
@@ -103,10 +124,10 @@ def remembered(ledger: Ledger, token: Token | None) -> set[object]:
     """
     if token is None:
         return set()
-    try:
-        memo = _CHECKED[ledger]
-    except KeyError:
-        memo = _CHECKED[ledger] = _Checked()
+    kinds = _CHECKED.setdefault(ledger, {})
+    memo = kinds.get(kind)
+    if memo is None:
+        memo = kinds[kind] = _Checked()
     if memo.token != token:
         memo.keys = set()
         memo.token = token
@@ -390,14 +411,14 @@ def check_objects(
     """
     if not ledger.strict or not objects:
         return
-    token = checked_token(ledger)
-    memo = remembered(ledger, token)
+    token = object_token(ledger)
+    memo = remembered(ledger, token, "object")
     # repr: every field, the structured value too (a dict, so the object is not hashable).
     keys = [("object", branch, as_of, repr(o)) for o in objects]
     todo = [(k, o) for k, o in zip(keys, objects, strict=True) if k not in memo]
     if todo:
         _check_objects(ledger, [o for _, o in todo], branch, as_of)
-        if checked_token(ledger) == token:
+        if object_token(ledger) == token:
             memo.update(k for k, _ in todo)
 
 

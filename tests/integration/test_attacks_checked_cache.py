@@ -41,7 +41,7 @@ def test_cached_recall_then_value_edited_by_another_process(path: Path) -> None:
     with memroot.open(path, create=False, trusted=False) as mem:
         tea = _tea(mem)
         assert len(mem.recall()) == 2
-        assert strict_rows._CHECKED[mem.ledger].keys  # the checks are remembered
+        assert strict_rows._CHECKED[mem.ledger]["query"].keys  # the checks are remembered
         attacker(path, f"UPDATE mem_objects SET value = 'MALLORY sugar' WHERE id = '{tea}';")
         before = sizes(path)
         with pytest.raises(IntegrityError) as e:
@@ -79,18 +79,34 @@ def test_own_write_after_cached_recall_is_checked_again(path: Path) -> None:
     """This handle's own writes also end what was remembered (total_changes moves)."""
     with memroot.open(path, create=False, trusted=False) as mem:
         mem.recall()
-        token = strict_rows._CHECKED[mem.ledger].token
+        token = strict_rows._CHECKED[mem.ledger]["query"].token
         ev = mem.record(content="I moved to Nantes")
         mem.remember("Alice lives in Nantes", evidence=[ev.id])
         assert {r.object.value for r in mem.recall()} >= {"Alice lives in Nantes"}
-        assert strict_rows._CHECKED[mem.ledger].token != token
+        assert strict_rows._CHECKED[mem.ledger]["query"].token != token
 
 
 def test_repeated_recall_is_served_from_what_was_checked(path: Path) -> None:
     """On an unchanged file the second recall re-checks nothing (the same token, same keys)."""
     with memroot.open(path, create=False, trusted=False) as mem:
         first = mem.recall()
-        memo = strict_rows._CHECKED[mem.ledger]
+        memo = strict_rows._CHECKED[mem.ledger]["query"]
         token, keys = memo.token, set(memo.keys)
         assert mem.recall() == first
         assert memo.token == token and memo.keys == keys
+
+
+def test_own_record_keeps_object_checks_and_another_process_edit_is_refused(path: Path) -> None:
+    """An own write keeps the objects' checks (same data_version); another process's edit
+    right after still ends them, and the next recall refuses."""
+    with memroot.open(path, create=False, trusted=False) as mem:
+        tea = _tea(mem)
+        mem.recall()
+        objects = strict_rows._CHECKED[mem.ledger]["object"]
+        token, keys = objects.token, set(objects.keys)
+        mem.record(content="just chatting")
+        mem.recall()
+        assert objects.token == token and keys <= objects.keys
+        attacker(path, f"UPDATE mem_objects SET confidence = 0.01 WHERE id = '{tea}';")
+        with pytest.raises(IntegrityError):
+            mem.recall()

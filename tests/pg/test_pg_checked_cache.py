@@ -58,7 +58,7 @@ def test_pg_remembered_recall_then_content_edited_in_postgres(
     with memroot.open(url, key_path=pg_key, trusted=False) as mem:
         first = mem.recall()
         assert mem.recall() == first
-        memo = strict_rows._CHECKED[mem.ledger]
+        memo = strict_rows._CHECKED[mem.ledger]["query"]
         assert memo.token is not None and memo.keys  # remembered on PostgreSQL too
         _run(
             PG_ATTACKER,
