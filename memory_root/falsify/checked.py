@@ -97,7 +97,9 @@ def _levels(ledger: Ledger, branch: str) -> list[tuple[str, int | None]]:
         parent, anchor = ledger.store.branch_parent(current)
         if parent is None or anchor is None:
             break
-        out.append((parent, anchor))
+        # It sees the parent as of the entry before its anchor (the BRANCH_CREATE), as the
+        # fork records of every layer do (``projections.views.fork_from_genesis``).
+        out.append((parent, anchor - 1))
         current = parent
     return out
 
