@@ -192,3 +192,39 @@ def test_state_and_why_of_a_root_whose_row_was_deleted(falsified_root: tuple[Pat
         with pytest.raises(IntegrityError):
             mem.why(root)
     assert counts(path) == before
+
+
+def test_branch_sees_parent_state_and_refuses_its_deleted_row(
+    falsified_root: tuple[Path, str],
+) -> None:
+    """A fork inherits the root's falsified state; with the parent's row deleted, a FALSIFY
+    on the fork is refused; a root falsified in main after the fork stays live there."""
+    path, root = falsified_root
+    with memroot.open(path, create=False, trusted=False) as mem:
+        b = mem.fork("what if")
+        with memroot.open(path, branch=b, create=False, trusted=False) as sim:
+            assert sim.state(root) == "falsified"
+    attacker(path, f"DELETE FROM fz_states WHERE id = '{root}' AND branch = 'main';")
+    before = counts(path)
+    with (
+        memroot.open(path, branch=b, create=False, trusted=False) as sim,
+        pytest.raises(IntegrityError),
+    ):
+        sim.falsify(root, "again on the fork")
+    assert counts(path) == before
+
+
+def test_root_falsified_after_the_fork_is_live_on_it(tmp_path: Path) -> None:
+    """Honest: a root falsified in main after a fork is live on the fork, and falsifiable."""
+    path = tmp_path / "m.ledger"
+    with memroot.open(path, trusted=False) as mem:
+        ev = mem.record(content="I live in Lyon")
+        mem.remember("Alice lives in Lyon", evidence=[ev.id])
+        root = mem.snapshot().record.root.hex()
+        b = mem.fork("what if")
+        mem.falsify(root, "wrong in main")
+        with memroot.open(path, branch=b, create=False, trusted=False) as sim:
+            assert sim.state(root) == "live"
+            sim.falsify(root, "wrong here too")
+            assert sim.state(root) == "falsified"
+        assert mem.verify().ok
