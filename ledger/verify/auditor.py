@@ -99,8 +99,8 @@ def audit(
     # meanwhile. Relaxed: the layers' checks open the ledger to report on it, not to refuse.
     with relaxed(), store.read():
         try:
-            return _audit_store(
-                store,
+            return audit_source(
+                _StoreSource(store),
                 origin=origin,
                 trusted=trusted,
                 vkeys=vkeys,
@@ -116,29 +116,6 @@ def audit(
             report.steps_checked.add(1)
             report.add(Finding(1, f"the ledger file is a corrupt SQLite file: {e}"))
             return report
-
-
-def _audit_store(
-    store: Store,
-    *,
-    origin: str,
-    trusted: TrustedState | None,
-    vkeys: Sequence[str],
-    checks: Sequence[ReplayCheck],
-    progress: Progress | None,
-    update_trusted: bool,
-    branch: str | None,
-) -> AuditReport:
-    return audit_source(
-        _StoreSource(store),
-        origin=origin,
-        trusted=trusted,
-        vkeys=vkeys,
-        checks=checks,
-        progress=progress,
-        update_trusted=update_trusted,
-        branch=branch,
-    )
 
 
 def audit_source(
