@@ -287,7 +287,7 @@ def audit_source(
                 )
             )
         # (6): signatures, learning rotated keys on main as their sign-offs verify.
-        cps = _checkpoints(stored_cps, b.name, b_origin, keyring, run.rotations, report)
+        cps = _checkpoints(stored_cps, b.name, b_origin, keyring, run.key_entries, report)
         # (5): every signed root recomputed from the leaves.
         for size, root in cps:
             if size > run.expected_seq:
