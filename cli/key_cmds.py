@@ -107,7 +107,7 @@ def key_rows(ledger: Any) -> list[dict[str, Any]]:
 
 
 def human_rows(rows: list[dict[str, Any]]) -> str:
-    """The rows as text: one key a line, with its range of main sizes."""
+    """Render the rows as text: one key a line, with its range of main sizes."""
     out = []
     for r in rows:
         upto = "" if r["max_size"] is None else f"..{r['max_size']}"

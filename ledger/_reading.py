@@ -7,7 +7,6 @@ the stored nodes (or the native core).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 
 from memroot.ledger import merkle
@@ -17,6 +16,7 @@ from memroot.ledger._state import _check_size, _uuid_bytes
 from memroot.ledger.backends.store import NODE_CACHE_MAX, NODE_CACHE_MIN_LEVEL, BranchRow, Store
 from memroot.ledger.entries import CANONICAL_BRANCH, Entry
 from memroot.ledger.errors import DecodeError, IntegrityError, RefusedError
+from memroot.ledger.hashing import TreeRoot
 from memroot.ledger.keyset import (
     KEY_ENTRIES_META,
     ROTATED_VKEYS_META,
@@ -24,10 +24,8 @@ from memroot.ledger.keyset import (
     KeySet,
     load_key_set,
 )
-from memroot.ledger.hashing import TreeRoot
 from memroot.ledger.note import SignedCheckpoint, Verifier, open_checkpoint
 from memroot.ledger.strict import CheckedRow, SignedHead
-from memroot.ledger.vocab import OpType
 
 
 class _Reading(_Plumbing):

@@ -110,9 +110,7 @@ class _Sealing(_Reading):
                 "key file; nothing was written"
             )
         if state == "revoked":
-            name = next(
-                (w.name for w in self.key_set().writers.values() if w.vkey == vkey), "?"
-            )
+            name = next((w.name for w in self.key_set().writers.values() if w.vkey == vkey), "?")
             raise KeyFileError(
                 f"key file {self.key_path} holds writer key {name!r} ({vkey}), revoked by entry "
                 f"{seq} (KEY_REVOKE): a revoked key signs nothing new; nothing was written"

@@ -208,8 +208,10 @@ def revoke_key(ledger: Ledger, name: str) -> AddedKey:
     expect = ledger.key_set()
     writer = expect.writers.get(name)
     if writer is None or writer.revoked_by is not None:
-        why = "no writer key has that name" if writer is None else (
-            f"it was revoked by entry {writer.revoked_by}"
+        why = (
+            "no writer key has that name"
+            if writer is None
+            else (f"it was revoked by entry {writer.revoked_by}")
         )
         raise RefusedError(f"cannot revoke {name!r}: {why} (see `memroot key list`)")
     with _key_write(ledger, expect) as (_, sizes):

@@ -35,8 +35,8 @@ from memroot.ledger.vocab import OpType
 __all__ = [
     "KEY_ENTRIES_META",
     "KEY_ENTRY_TYPES",
-    "ROTATED_VKEYS_META",
     "KEY_STATEMENT_CONTEXT",
+    "ROTATED_VKEYS_META",
     "KeyEntryError",
     "KeySet",
     "RootKey",
@@ -172,7 +172,7 @@ class WriterKey:
     branches: dict[str, int] = field(default_factory=dict)  # branch sizes at the revoke
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form ``memroot key list --json`` prints."""
+        """Return the JSON form ``memroot key list --json`` prints."""
         return {
             "name": self.name,
             "vkey": self.vkey,
@@ -198,7 +198,7 @@ class KeySet:
 
     @classmethod
     def start(cls, origin: str, genesis_vkey: str) -> KeySet:
-        """The key set of a ledger with no key entry: its genesis key is the root."""
+        """Return the key set of a ledger with no key entry: its genesis key is the root."""
         return cls(origin, [RootKey(genesis_vkey, 0)])
 
     @property
@@ -207,7 +207,7 @@ class KeySet:
         return self.roots[-1].vkey
 
     def root_verifier(self) -> Verifier:
-        """The root key in force, as a verifier.
+        """Return the root key in force, as a verifier.
 
         Raises:
             DecodeError: if the stored vkey is malformed.
@@ -279,8 +279,11 @@ class KeySet:
     # -- what a key may sign --------------------------------------------------------------------
 
     def status(self, vkey: str) -> tuple[str, int | None]:
-        """Return ``(state, seq)`` of a key now: ``root``, ``writer``, ``retired`` (seq of the
-        rotation), ``revoked`` (seq of the revoke) or ``unknown``."""
+        """Return ``(state, seq)`` of a key now.
+
+        ``root`` (seq of the rotation that installed it, 0 for the genesis), ``writer`` (of its
+        KEY_ADD), ``retired`` (of the rotation), ``revoked`` (of the revoke) or ``unknown``.
+        """
         if vkey == self.root:
             return "root", self.roots[-1].since
         for r in self.roots[:-1]:
@@ -292,7 +295,7 @@ class KeySet:
         return "unknown", None
 
     def signers_at(self, branch: str, size: int) -> list[str]:
-        """The vkeys that may sign ``branch``'s checkpoint of ``size`` (FORMAT.md 7.5).
+        """Return the vkeys that may sign ``branch``'s checkpoint of ``size`` (FORMAT.md 7.5).
 
         On ``main``: the root in force at ``size``, and every writer key added at an entry
         below ``size`` and not revoked at an entry below ``size``. On another branch: every
@@ -305,9 +308,8 @@ class KeySet:
             for r in self.roots:
                 # A retired root signs up to its sign-off: the rotation's own seal (size
                 # retired_by + 1), as the verifier's rule (7.3) accepts.
-                if r.since < size and (r.retired_by is None or size <= r.retired_by + 1):
-                    out.append(r.vkey)
-                elif r.since == 0 and size <= 1:
+                in_force = r.since < size or (r.since == 0 and size <= 1)
+                if in_force and (r.retired_by is None or size <= r.retired_by + 1):
                     out.append(r.vkey)
             for w in self.writers.values():
                 if w.added_by < size and (w.revoked_by is None or size <= w.revoked_by):

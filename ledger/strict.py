@@ -199,15 +199,13 @@ class _Keys:
         self.keyset: KeySet | None = None  # the writer keys' source, once learned
 
     def signers(self, branch: str, size: int) -> list[Verifier]:
-        """The root and writer keys that may sign ``branch``'s checkpoint of ``size``."""
+        """Return the root and writer keys that may sign ``branch``'s checkpoint of ``size``."""
         roots = self.valid(size if branch == CANONICAL_BRANCH else None)
         if self.keyset is None:
             return roots
         allowed = set(self.keyset.signers_at(branch, size))
         writers = [
-            Verifier.from_vkey(w.vkey)
-            for w in self.keyset.writers.values()
-            if w.vkey in allowed
+            Verifier.from_vkey(w.vkey) for w in self.keyset.writers.values() if w.vkey in allowed
         ]
         return roots + writers
 
@@ -348,7 +346,7 @@ class StrictReader:
         if not _opens_with(note, keys.signers(CANONICAL_BRANCH, size), self.origin):
             return  # the head check reports the head no trusted key signed
         covered = [s for s in seqs if s < size]
-        leaves = {
+        leaves: dict[int, bytes] = {
             r.seq: leaf_hash(bytes(r.data))
             for s in covered
             for r in self.store.iter_entry_rows(main.no, s, s + 1)

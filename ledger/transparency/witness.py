@@ -328,7 +328,7 @@ def _submit_branch(ledger: Ledger, w: WitnessConfig, branch: str, timeout: float
     pending = checkpoints_after(store, b.no, -1 if known is None else known)
     if not pending:
         return Submission(w.name, branch, "up to date", known, 0, "nothing to submit")
-    verifiers = [Verifier.from_vkey(k) for k in ledger.genesis_vkeys()]
+    verifiers = [Verifier.from_vkey(k) for k in ledger.all_vkeys()]
     url = w.url + "/add-checkpoint"
     done = 0
     last_size = known

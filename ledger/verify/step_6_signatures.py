@@ -21,7 +21,6 @@ from memroot.ledger.verify.report import AuditReport, Finding, LedgerSource
 from memroot.ledger.vocab import OpType
 
 
-
 @dataclass(slots=True)
 class _Writer:
     """A writer key as step 6 learned it from a ``KEY_ADD`` (and a ``KEY_REVOKE``)."""
@@ -205,8 +204,7 @@ def _checkpoints(
         report.add(
             Finding(
                 6,
-                f"{op_type} is not covered by a verified checkpoint yet, so its key is not "
-                "trusted",
+                f"{op_type} is not covered by a verified checkpoint yet, so its key is not trusted",
                 CANONICAL_BRANCH,
                 seq,
                 severity="note",

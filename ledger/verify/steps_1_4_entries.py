@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any, Final
 from memroot.ledger import merkle
 from memroot.ledger._backend import NATIVE as _N
 from memroot.ledger.entries import CANONICAL_BRANCH, ZERO_HASH, Entry, Kind
-from memroot.ledger.keyset import KEY_ENTRY_TYPES
 from memroot.ledger.errors import DecodeError, MemrootError
 from memroot.ledger.hashing import EntryHash, content_commitment, content_digest, leaf_hash
+from memroot.ledger.keyset import KEY_ENTRY_TYPES
 from memroot.ledger.verify.report import _CHUNK, AuditReport, Finding, ReplayCheck, RowLike
 from memroot.ledger.vocab import OpType
 
