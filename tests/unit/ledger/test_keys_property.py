@@ -1,4 +1,4 @@
-"""Property: no sequence of key operations by two hosts leaves a ledger ``verify --vkey ROOT`` rejects.
+"""Property: no run of key operations by two hosts leaves a ledger ``verify --vkey ROOT`` rejects.
 
 Two hosts share one ledger file, each through its own ``Ledger`` handle (a handle holds what it
 read, as a host's process does): host 0 holds the root key, host 1 a copy of it (stale after a
