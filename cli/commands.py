@@ -702,7 +702,7 @@ def vkey(ctx: Context, all_keys: bool, as_json: bool) -> None:
     Example: memroot -l agent.ledger vkey > agent.vkey
     Example: memroot -l agent.ledger vkey --all --json
     """
-    from memroot.cli.key_cmds import human_rows, key_rows
+    from memroot.cli._keys_view import human_rows, key_rows
 
     with open_reader(ctx, no_strict=False) as ledger:
         ledger.head_checkpoint()  # the strict head check: the key entries are proven

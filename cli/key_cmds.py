@@ -8,13 +8,13 @@ host; each host then signs its checkpoints with its own key (``--key``). ``add``
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import click
 
+from memroot.cli._keys_view import human_rows, key_rows
 from memroot.cli.commands import open_ledger, open_reader
 from memroot.cli.main import Context, cli, emit, pass_ctx
-from memroot.ledger.keys import add_key, list_keys, revoke_key
+from memroot.ledger.keys import add_key, revoke_key
 
 __all__ = ["key"]
 
@@ -83,48 +83,6 @@ def revoke_cmd(ctx: Context, name: str, as_json: bool) -> None:
         r = revoke_key(ledger, name)
     data = {"name": r.name, "vkey": r.vkey, "seq": r.seq}
     emit(data, as_json, f"writer key {r.name!r} ({r.vkey}) revoked at entry {r.seq}")
-
-
-def key_rows(ledger: Any) -> list[dict[str, Any]]:
-    """Every key of the ledger, root keys first, as ``key list`` and ``vkey --all`` print."""
-    ks, writers = list_keys(ledger)
-    rows: list[dict[str, Any]] = []
-    for r in ks.roots:
-        rows.append(
-            {
-                "name": "root",
-                "role": "root",
-                "vkey": r.vkey,
-                "valid_from_size": 1 if r.since == 0 else r.since + 2,
-                "retired_at_entry": r.retired_by,
-                "max_size": None if r.retired_by is None else r.retired_by + 1,
-                "revoked_at_entry": None,
-            }
-        )
-    for w in writers:
-        rows.append({**w.to_dict(), "role": "writer"})
-    return rows
-
-
-def human_rows(rows: list[dict[str, Any]]) -> str:
-    """Render the rows as text: one key a line, with its range of main sizes."""
-    out = []
-    for r in rows:
-        upto = "" if r["max_size"] is None else f"..{r['max_size']}"
-        state = (
-            f" revoked at entry {r['revoked_at_entry']}"
-            if r.get("revoked_at_entry") is not None
-            else (
-                f" retired at entry {r['retired_at_entry']}"
-                if r.get("retired_at_entry") is not None
-                else ""
-            )
-        )
-        out.append(
-            f"{r['role']:6} {r['name']:16} sizes {r['valid_from_size']}{upto or '..'}"
-            f"{state}  {r['vkey']}"
-        )
-    return "\n".join(out)
 
 
 @key.command("list")

@@ -74,7 +74,7 @@ class _Sealing(_Reading):
         self._signer = None
         self._key_checked = None
 
-    def _require_key(self, own_main: int | None = None) -> Signer:
+    def _require_key(self, own_main: int | None = None, *, cached: bool = False) -> Signer:
         """Return the signing key, checked to be a key in force, before anything is appended.
 
         In force: the root key, or a writer key the root key authorized and did not revoke
@@ -97,7 +97,8 @@ class _Sealing(_Reading):
                 f"checkpoint signed in the same transaction), and {e}; nothing was written"
             ) from e
         vkey = vkey_of(signer)
-        state, seq = self.key_set().status(vkey)
+        ks = self._key_cache[1] if cached and self._key_cache is not None else self.key_set()
+        state, seq = ks.status(vkey)
         if state in ("root", "writer"):
             return signer
         own = self._own_from(CANONICAL_BRANCH) if own_main is None else own_main
@@ -141,8 +142,15 @@ class _Sealing(_Reading):
             return
         self._sealing_heads = frozenset(pending)
         main = pending.get(CANONICAL_BRANCH)
-        signer = self._require_key(None if main is None else main.start_size)
         known = self._seal_states()
+        # Nothing changed the file since the last seal (SQLite's counters say so): the key
+        # set folded then still holds (a key entry this transaction appended dropped it).
+        store = self.store
+        unchanged = isinstance(store, Store) and self._seal_token == (
+            self._seal_version,
+            store.changes_at_begin,
+        )
+        signer = self._require_key(None if main is None else main.start_size, cached=unchanged)
         for branch, seal in pending.items():
             self._sealed.append(self._sign_head(branch, seal, signer, known))
         for head in self._sealed:
@@ -159,6 +167,7 @@ class _Sealing(_Reading):
         self._publish_pending = False
         self._reader_checks.forget()
         self._forget_seal_states()
+        self.forget_key_set()  # it may hold a key entry that was rolled back
 
     def _forget_seal_states(self) -> None:
         """Drop what the seals remember: the next one reads the checkpoints and marker."""

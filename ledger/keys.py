@@ -135,12 +135,8 @@ def _key_write(ledger: Ledger, expect: KeySet) -> Iterator[tuple[KeySet, dict[st
 
 
 def _append_key_entry(ledger: Ledger, op_type: OpType, payload: dict[str, object]) -> int:
-    """Append a key entry and record it in the key cache, inside the open write."""
-    seqs = ledger.key_entry_seqs()
-    seq = ledger.append(_library_op(ledger.system_op(op_type, payload))).seq
-    ledger.store.set_meta(KEY_ENTRIES_META, json.dumps([*seqs, seq]))
-    ledger.forget_key_set()
-    return seq
+    """Append a key entry inside the open write (the append records it in the key cache)."""
+    return ledger.append(_library_op(ledger.system_op(op_type, payload))).seq
 
 
 def add_key(ledger: Ledger, name: str, out: Path) -> AddedKey:
@@ -287,8 +283,10 @@ def rotate_key(ledger: Ledger) -> Rotation:
         except BaseException:
             pending_path.unlink(missing_ok=True)
             raise
-    # The old key signed off the rotation: the seal of its own transaction, at seq + 1.
+    # The old key signed off the rotation: the seal of its own transaction, at seq + 1. The
+    # key set folded inside that transaction held the rotation pending: read it again.
     size = seq + 1
+    ledger.forget_key_set()
     retired = Path(f"{key_path}.{old.key_id.hex()}.retired")
     try:
         if not retired.exists():

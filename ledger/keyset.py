@@ -27,8 +27,8 @@ from typing import Any, Final
 
 from memroot.ledger import encoding
 from memroot.ledger.entries import Entry, Kind
-from memroot.ledger.errors import DecodeError
-from memroot.ledger.note import Verifier
+from memroot.ledger.errors import DecodeError, ProofError
+from memroot.ledger.note import Verifier, open_checkpoint
 from memroot.ledger.signing import Signer
 from memroot.ledger.vocab import OpType
 
@@ -388,8 +388,25 @@ def load_key_set(store: Any, origin: str) -> tuple[KeySet, list[int]]:
             if seq >= main.size:
                 raise KeyEntryError(f"the key cache lists entry {seq}, past the end of main")
             entries.append(Entry.from_bytes(bytes(store.entry_row(main.no, seq).data)))
+    signoffs: list[tuple[int, str]] | None = None
     for e in entries:
         if e.kind is not Kind.OP or e.type not in KEY_ENTRY_TYPES or e.branch != "main":
             raise KeyEntryError(f"the key cache lists entry {e.seq}, which is no key entry")
+        if e.type == OpType.KEY_ROTATE.value:
+            # As step 6 (FORMAT.md 7.3): the first checkpoint covering the rotation must be
+            # signed by the root key it retires. None yet (its own transaction, before the
+            # seal): it is pending, and so is everything after it.
+            if signoffs is None:
+                signoffs = [(int(size), str(note)) for size, _, note in store.checkpoints(main.no)]
+            after = [(size, n) for size, n in signoffs if size > e.seq]
+            note = min(after)[1] if after else None
+            if note is None:
+                break
+            try:
+                open_checkpoint(note, [ks.root_verifier()], origin=origin)
+            except (DecodeError, ProofError) as err:
+                raise KeyEntryError(
+                    f"KEY_ROTATE at entry {e.seq} was not signed off by the root key it retires"
+                ) from err
         ks.apply(e.seq, bytes(e.prev), str(e.type), e.body.get("payload"))
     return ks, [e.seq for e in entries]
