@@ -146,7 +146,7 @@ class _Sealing(_Reading):
         # Nothing changed the file since the last seal (SQLite's counters say so): the key
         # set folded then still holds (a key entry this transaction appended dropped it).
         store = self.store
-        unchanged = isinstance(store, Store) and self._seal_token == (
+        unchanged = self._seal_version is not None and self._seal_token == (
             self._seal_version,
             store.changes_at_begin,
         )
