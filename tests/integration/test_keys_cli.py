@@ -233,3 +233,18 @@ def test_writer_key_self_authorizes_a_key(fleet: Fleet, cmd: Any) -> None:
     assert any(
         f["step"] == 6 and "KEY_ADD is not valid" in f["message"] for f in report["findings"]
     ), report
+
+
+def test_key_cache_omits_revocation(fleet: Fleet, cmd: Any) -> None:
+    """key_cache_omits_revocation: a key cache edited to drop the KEY_REVOKE fails step 5."""
+    import apsw
+
+    db = apsw.Connection(str(fleet.ledger))
+    (raw,) = db.execute("SELECT value FROM meta WHERE key = 'key_entries'").fetchone()
+    seqs = [s for s in json.loads(raw) if s != fleet.revoke_seq]
+    db.execute("UPDATE meta SET value = ? WHERE key = 'key_entries'", (json.dumps(seqs),))
+    db.close()
+    r = cmd.at(fleet.ledger, "verify", "--vkey", fleet.root_vkey, "--no-update", "--json")
+    report = json.loads(r.stdout)
+    assert r.exit_code == 1
+    assert any(f["step"] == 5 and "key cache" in f["message"] for f in report["findings"])
