@@ -101,8 +101,10 @@ def import_bundle(
                 for size, root, note in reader.checkpoints(b.no):
                     store.insert_checkpoint(no, size, root, note)
                     checkpoints += 1
-            # The key cache (FORMAT.md 7.5) of the imported entries, as a writer keeps it.
-            store.set_meta(KEY_ENTRIES_META, json.dumps(key_seqs))
+            # The key cache (FORMAT.md 7.5) of the imported entries, as a writer keeps it
+            # (a ledger without key entries has none).
+            if key_seqs:
+                store.set_meta(KEY_ENTRIES_META, json.dumps(key_seqs))
             main_no = store.branch(CANONICAL_BRANCH).no
             key_entries = [Entry.from_bytes(store.entry_row(main_no, s).data) for s in key_seqs]
             rotated = [
