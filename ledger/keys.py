@@ -57,6 +57,7 @@ __all__ = [
     "KeyChangedError",
     "Rotation",
     "add_key",
+    "list_keys",
     "revoke_key",
     "rotate_key",
 ]
@@ -195,7 +196,7 @@ def revoke_key(ledger: Ledger, name: str) -> AddedKey:
     """Withdraw the writer key ``name``: from the next entry on, it signs nothing.
 
     Raises:
-        NotFoundError-like RefusedError: no writer key ``name`` in force.
+        RefusedError: no writer key ``name`` is in force.
         KeyChangedError: another key operation committed meanwhile (nothing written).
         KeyFileError: the loaded key is not the root key.
         StorageError: the ledger cannot be written.
