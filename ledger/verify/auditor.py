@@ -50,7 +50,12 @@ from memroot.ledger.verify.report import (
     ReplayCheck,
     RowLike,
 )
-from memroot.ledger.verify.step_5_caches import _check_event_index, _check_meta, _check_nodes
+from memroot.ledger.verify.step_5_caches import (
+    _check_event_index,
+    _check_key_cache,
+    _check_meta,
+    _check_nodes,
+)
 from memroot.ledger.verify.step_6_signatures import (
     _checkpoints,
     _Keyring,
@@ -263,8 +268,10 @@ def audit_source(
                     seq,
                 )
             )
+        if b.name == CANONICAL_BRANCH and store.has_caches:
+            _check_key_cache(store, [seq for seq, _, _, _ in run.key_entries], report)
         # (6): signatures, learning rotated keys on main as their sign-offs verify.
-        cps = _checkpoints(stored_cps, b.name, b_origin, keyring, run.rotations, report)
+        cps = _checkpoints(stored_cps, b.name, b_origin, keyring, run.key_entries, report)
         # (5): every signed root recomputed from the leaves.
         for size, root in cps:
             if size > run.expected_seq:
