@@ -3,9 +3,13 @@
 ``python -m memroot.bench.bench_checked [--objects N] [--reads R]``: one ledger of N remembered
 facts (each with its evidence event); R reads of ``Memory.recall(limit=20)`` through the gate
 (``projections.checked.checked_query``: heads, every served row re-derived, the rows the state
-filter hid) beside the same query through ``unchecked_query`` on the same open ledger; then a
-saver with one thread of R checkpoints, ``get_tuple`` (strict; the saver refuses a non-strict
-ledger). Prints the median per read of each, and the recall ratio.
+filter hid) beside the same query through ``unchecked_query`` on the same open ledger; and the
+same checked recall "cold", with what the gate remembers of its checks forgotten before every
+read (the cost of the first read after another connection's commit), and right after each
+of R ``record`` calls of the same handle (its own writes: the objects' checks are kept).
+Then a saver with one thread of R checkpoints, ``get_tuple`` (strict; the saver refuses a
+non-strict ledger), beside LangGraph's own ``SqliteSaver.get_tuple`` on the same
+checkpoints (no check at all). Prints the median per read of each, and the ratios.
 """
 
 from __future__ import annotations
@@ -28,19 +32,39 @@ def _median_us(fn: Callable[[], Any], n: int) -> float:
     return statistics.median(times) * 1e6
 
 
-def bench_recall(tmp: Path, objects: int, reads: int) -> tuple[float, float]:
-    """Return (checked, unchecked) median microseconds per recall of 20 objects."""
+_AFTER_OWN: list[float] = []
+"""The median checked recall right after this handle's own ``record``, per ``bench_recall``."""
+
+
+def bench_recall(
+    tmp: Path, objects: int, reads: int, pg: str | None = None
+) -> tuple[float, float, float]:
+    """Return (checked, unchecked, checked cold) median microseconds per recall of 20 objects.
+
+    ``pg``: the URL of an empty PostgreSQL database to hold the ledger instead of a file
+    (its derived state in a cache file under ``tmp``).
+    """
+    import os
+
     import memroot
+    from memroot.projections import strict_rows
     from memroot.projections.checked import unchecked_query
     from memroot.projections.epistemic import RetrievalMode
     from memroot.projections.query import Query
 
-    path = tmp / "recall.ledger"
-    with memroot.open(path, trusted=False) as mem, mem.ledger.bulk():
+    path: Path | str = tmp / "recall.ledger"
+    key: Path | None = None
+    if pg is not None:
+        from memroot.ledger.ledger import Ledger
+
+        path, key = pg, tmp / "pg.key"
+        os.environ["MEMROOT_CACHE"] = str(tmp / "pg.cache")
+        Ledger.init(pg, origin="example.org/bench-checked", key_path=key).close()
+    with memroot.open(path, key_path=key, trusted=False) as mem, mem.ledger.bulk():
         for i in range(objects):
             ev = mem.record(content=f"fact number {i}")
             mem.remember(f"fact {i} holds", evidence=[ev.id])
-    with memroot.open(path, trusted=False) as mem:
+    with memroot.open(path, key_path=key, trusted=False) as mem:
         q = Query(mode=RetrievalMode.DEFAULT, limit=20)
         assert len(mem.recall()) == 20
 
@@ -48,19 +72,32 @@ def bench_recall(tmp: Path, objects: int, reads: int) -> tuple[float, float]:
             with mem.ledger.reading() as db:
                 unchecked_query(db, q)
 
+        def cold() -> None:
+            strict_rows._CHECKED.clear()
+            mem.recall(limit=20)
+
         checked = _median_us(lambda: mem.recall(limit=20), reads)
         raw = _median_us(unchecked, reads)
-    return checked, raw
+        first = _median_us(cold, reads)
+        own = []
+        for i in range(reads):
+            mem.record(content=f"said {i}")  # this handle's own write, not timed
+            t = time.perf_counter()
+            mem.recall(limit=20)
+            own.append(time.perf_counter() - t)
+        _AFTER_OWN.append(statistics.median(own) * 1e6)
+    return checked, raw, first
 
 
-def bench_get_tuple(tmp: Path, reads: int) -> float | None:
-    """Return the median microseconds per saver get_tuple (strict: the saver has no other).
+def bench_get_tuple(tmp: Path, reads: int) -> tuple[float, float] | None:
+    """Return (memroot saver, SqliteSaver) median microseconds per get_tuple of the newest.
 
     The saver refuses a ledger opened ``strict=False`` (it serves only checked entries), so
-    its unchecked baseline is LangGraph's own SqliteSaver (``bench/bench_langgraph.py``).
+    its unchecked baseline is LangGraph's own SqliteSaver over the same checkpoints.
     """
     try:
         from langgraph.checkpoint.base import empty_checkpoint
+        from langgraph.checkpoint.sqlite import SqliteSaver
     except ImportError:
         return None
     from memroot.integrations.langgraph import MemrootSaver
@@ -73,8 +110,14 @@ def bench_get_tuple(tmp: Path, reads: int) -> float | None:
             cp["channel_values"] = {"n": i}
             saver.put(cfg, cp, {"step": i}, {})
     read: Any = {"configurable": {"thread_id": "t1"}}
+    with SqliteSaver.from_conn_string(str(tmp / "lg.sqlite")) as plain:
+        for i in range(reads):
+            cp = empty_checkpoint()
+            cp["channel_values"] = {"n": i}
+            plain.put(cfg, cp, {"step": i}, {})
+        raw = _median_us(lambda: plain.get_tuple(read), reads)
     with MemrootSaver.from_conn_string(path) as saver:
-        return _median_us(lambda: saver.get_tuple(read), reads)
+        return _median_us(lambda: saver.get_tuple(read), reads), raw
 
 
 def main() -> None:
@@ -82,21 +125,34 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--objects", type=int, default=2000)
     ap.add_argument("--reads", type=int, default=200)
+    ap.add_argument("--pg", help="also measure recall on this empty PostgreSQL database (URL)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        checked, raw = bench_recall(tmp, args.objects, args.reads)
+        checked, raw, first = bench_recall(tmp, args.objects, args.reads)
         print(
             f"recall(limit=20) over {args.objects} objects: checked {checked:.0f} us, "
-            f"unchecked {raw:.0f} us, ratio {checked / raw:.2f}x"
+            f"unchecked {raw:.0f} us, ratio {checked / raw:.2f}x; checked cold (first read "
+            f"after a commit) {first:.0f} us, ratio {first / raw:.2f}x; right after an own "
+            f"record {_AFTER_OWN[-1]:.0f} us, ratio {_AFTER_OWN[-1] / raw:.2f}x"
         )
+        if args.pg:
+            checked, raw, first = bench_recall(tmp, args.objects, args.reads, args.pg)
+            print(
+                f"PostgreSQL recall(limit=20) over {args.objects} objects: checked "
+                f"{checked:.0f} us, unchecked {raw:.0f} us, ratio {checked / raw:.2f}x; checked "
+                f"cold {first:.0f} us, ratio {first / raw:.2f}x; after an own record "
+                f"{_AFTER_OWN[-1]:.0f} us, ratio {_AFTER_OWN[-1] / raw:.2f}x"
+            )
         got = bench_get_tuple(tmp, args.reads)
         if got is None:
             print("get_tuple: langgraph not installed")
         else:
+            strict, plain = got
             print(
-                f"saver get_tuple (thread of {args.reads} checkpoints): strict {got:.0f} us "
-                "(no unchecked saver path exists; baseline: SqliteSaver, bench_langgraph.py)"
+                f"get_tuple (thread of {args.reads} checkpoints): MemrootSaver (checked) "
+                f"{strict:.0f} us, SqliteSaver (unchecked) {plain:.0f} us, "
+                f"ratio {strict / plain:.2f}x"
             )
 
 

@@ -9,8 +9,11 @@ One run measures both sides on the same graph, in fresh temporary files (removed
 1. ``invoke``: a one-node graph (a counter, and a list of strings that grows by one each invoke) run
    ``--invokes`` times on one thread with ``durability="sync"`` (each invoke writes its
    checkpoints before it returns), ``MemrootSaver.from_conn_string`` beside
-   ``langgraph.checkpoint.sqlite.SqliteSaver.from_conn_string``; median and p95 per invoke.
-2. ``get_tuple``: the thread's newest checkpoint read ``--reads`` times; median and p95.
+   ``langgraph.checkpoint.sqlite.SqliteSaver.from_conn_string``, both open at once and their
+   invokes interleaved (one of each in turn, so a change of the machine's load reaches both);
+   median and p95 per invoke.
+2. ``get_tuple``: the thread's newest checkpoint read ``--reads`` times, interleaved too;
+   median and p95.
 3. ``checkpoint file``: the size of each file after the invokes (after ``VACUUM`` on both, so
    free pages count on neither side).
 4. ``store``: ``--store-ops`` puts of small JSON items then as many gets, ``MemrootStore``
@@ -23,6 +26,7 @@ within 2x. Needs the ``bench`` extra (``langgraph-checkpoint-sqlite``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import operator
 import os
@@ -82,20 +86,47 @@ def _vacuumed_size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.parent.glob(path.name + "*") if p.is_file())
 
 
-def _saver_side(
-    opener: Callable[[Path], AbstractContextManager[Any]], path: Path, invokes: int, reads: int
-) -> dict[str, Any]:
+def _saver_sides(
+    openers: dict[str, Callable[[Path], AbstractContextManager[Any]]],
+    paths: dict[str, Path],
+    invokes: int,
+    reads: int,
+) -> dict[str, dict[str, Any]]:
+    """Both savers at once, their invokes (then reads) interleaved one by one.
+
+    A machine shared with other work slows down and speeds up by tens of percent within
+    seconds; measured one after the other, the two sides see different loads and their ratio
+    moves with it (1.8x to 3.3x in the runs of BENCHMARKS.md). Interleaved, both see the same.
+    """
     cfg = {"configurable": {"thread_id": "bench"}}
-    with opener(path) as saver:
-        graph = _graph(saver)
-        graph.invoke({"count": 0, "log": []}, cfg, durability="sync")  # warm up, creates tables
-        inv = _times(
-            lambda i: graph.invoke({"count": i, "log": []}, cfg, durability="sync"), invokes
-        )
-        got = saver.get_tuple(cfg).checkpoint["channel_values"]
-        assert got["count"] == invokes and len(got["log"]) == invokes + 1, got
-        get = _times(lambda i: saver.get_tuple(cfg), reads)
-    return {"invoke": _summary(inv), "get_tuple": _summary(get), "file_bytes": _vacuumed_size(path)}
+    with contextlib.ExitStack() as stack:
+        savers = {name: stack.enter_context(o(paths[name])) for name, o in openers.items()}
+        graphs = {name: _graph(s) for name, s in savers.items()}
+        for g in graphs.values():
+            g.invoke({"count": 0, "log": []}, cfg, durability="sync")  # warm up, makes tables
+        inv: dict[str, list[float]] = {name: [] for name in savers}
+        for i in range(invokes):
+            for name, g in graphs.items():
+                t0 = time.perf_counter()
+                g.invoke({"count": i, "log": []}, cfg, durability="sync")
+                inv[name].append((time.perf_counter() - t0) * 1e3)
+        get: dict[str, list[float]] = {name: [] for name in savers}
+        for saver in savers.values():
+            got = saver.get_tuple(cfg).checkpoint["channel_values"]
+            assert got["count"] == invokes and len(got["log"]) == invokes + 1, got
+        for _ in range(reads):
+            for name, saver in savers.items():
+                t0 = time.perf_counter()
+                saver.get_tuple(cfg)
+                get[name].append((time.perf_counter() - t0) * 1e3)
+    return {
+        name: {
+            "invoke": _summary(inv[name]),
+            "get_tuple": _summary(get[name]),
+            "file_bytes": _vacuumed_size(paths[name]),
+        }
+        for name in openers
+    }
 
 
 def _store_side(
@@ -128,8 +159,6 @@ def _memroot_store(path: Path) -> AbstractContextManager[Any]:
 
 
 def _sqlite_store(path: Path) -> AbstractContextManager[Any]:
-    import contextlib
-
     from langgraph.store.sqlite import SqliteStore
 
     @contextlib.contextmanager
@@ -159,10 +188,12 @@ def run(
     with tempfile.TemporaryDirectory(prefix="memroot-lg-bench-", dir=where) as d:
         work = Path(d)
         doc: dict[str, Any] = {"machine": dict(machine_info(work))}
-        doc["saver"] = {
-            "memroot": _saver_side(_memroot_saver, _fresh(work, "m", "cp.ledger"), invokes, reads),
-            "sqlite": _saver_side(_sqlite_saver, _fresh(work, "s", "cp.sqlite"), invokes, reads),
-        }
+        doc["saver"] = _saver_sides(
+            {"memroot": _memroot_saver, "sqlite": _sqlite_saver},
+            {"memroot": _fresh(work, "m", "cp.ledger"), "sqlite": _fresh(work, "s", "cp.sqlite")},
+            invokes,
+            reads,
+        )
         doc["store"] = {
             "memroot": _store_side(_memroot_store, _fresh(work, "ms", "st.ledger"), store_ops),
             "sqlite": _store_side(_sqlite_store, _fresh(work, "ss", "st.sqlite"), store_ops),

@@ -684,24 +684,45 @@ def checkpoint(ctx: Context, branch: str, as_json: bool) -> None:
 
 
 @cli.command()
+@click.option(
+    "--all",
+    "all_keys",
+    is_flag=True,
+    help="Also list every root key and writer key with the main sizes it may sign.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
-def vkey(ctx: Context, as_json: bool) -> None:
-    """Print the verifier key (note vkey format) to hand to auditors.
+def vkey(ctx: Context, all_keys: bool, as_json: bool) -> None:
+    """Print the root verifier key (note vkey format) to hand to auditors and witnesses.
+
+    Read from the ledger (its genesis and rotations, checked strictly): no key file is
+    needed, so it works read-only and on a ledger restored by import-bundle. The root vkey
+    is all an auditor needs; writer keys and their ranges come from the log (--all).
 
     Example: memroot -l agent.ledger vkey > agent.vkey
+    Example: memroot -l agent.ledger vkey --all --json
     """
+    from memroot.cli._keys_view import human_rows, key_rows
+
     with open_reader(ctx, no_strict=False) as ledger:
+        ledger.head_checkpoint()  # the strict head check: the key entries are proven
         key = ledger_vkey(ledger)
-    emit({"vkey": key}, as_json, key)
+        current = ledger.current_vkey()
+        rows = key_rows(ledger) if all_keys else None
+    data: dict[str, Any] = {"vkey": key, "root_in_force": current}
+    if rows is not None:
+        data["keys"] = rows
+    emit(data, as_json, key if rows is None else f"{key}\n{human_rows(rows)}")
 
 
 def ledger_vkey(ledger: Ledger) -> str:
-    """Return the ledger's own current signing vkey, read from the ledger: never the key file.
+    """Return the ledger's root vkey, its genesis key, read from the ledger: never a key file.
 
-    A ledger restored from a bundle, with no key file, answers the same (``current_vkey``).
+    The root of trust an auditor or a witness is handed: every rotation and writer key is
+    learned from the log from it (a newer root key alone cannot verify what came before).
+    A ledger restored from a bundle, with no key file, answers the same.
 
     Raises:
         IntegrityError: if the head does not agree with its signed checkpoint.
     """
-    return ledger.current_vkey()
+    return ledger.key_set().roots[0].vkey

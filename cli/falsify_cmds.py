@@ -515,10 +515,11 @@ def object_states(
 
     The view is the branch's own operations after those of its ancestors up to each fork
     point. The lines end with the state operations on it that were accepted in their own
-    view and that the global state left out (``unapplied``).
+    view and that the global state left out (``unapplied``). It only reads (it may run
+    inside a read transaction): the caller brings the falsification layer up to date first
+    (``Falsifier(ledger).sync()``, outside any transaction).
     """
     f = Falsifier(ledger)
-    f.sync()
     history = [(c, bytes(ledger.entry(c.seq, c.branch).hash)) for c in f.history(object_id, branch)]
     lines = ["states:" if history else "states: live (never falsified, staled or restored)"]
     lines.extend(state_lines(history))

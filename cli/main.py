@@ -259,6 +259,7 @@ COMMAND_MODULES: dict[str, str] = {
     "import": "commands",
     "import-bundle": "bundle_cmds",
     "init": "commands",
+    "key": "key_cmds",
     "log": "commands",
     "mark-stale": "falsify_cmds",
     "mcp": "mcp_cmd",

@@ -53,7 +53,7 @@ def _store(ctx: Context, tokens_path: Path | None) -> TokenStore:
 @click.option("--actor", help="stdio: who the server writes as (fixed for its life).")
 @click.option(
     "--actor-type",
-    type=click.Choice(_ACTOR_TYPES),
+    type=click.Choice(_ACTOR_TYPES, case_sensitive=False),
     default="AI_AGENT",
     show_default=True,
     help="stdio: the actor's type.",
@@ -155,7 +155,10 @@ def _when(us: int | None) -> str:
 @click.option("--actor", required=True, help="Who requests with this token act as.")
 @click.option("--namespace", required=True, help="The one namespace they reach.")
 @click.option(
-    "--actor-type", type=click.Choice(_ACTOR_TYPES), default="AI_AGENT", show_default=True
+    "--actor-type",
+    type=click.Choice(_ACTOR_TYPES, case_sensitive=False),
+    default="AI_AGENT",
+    show_default=True,
 )
 @tokens_option
 @click.option("--json", "as_json", is_flag=True, help="Print the token and its record as JSON.")

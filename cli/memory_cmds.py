@@ -196,10 +196,15 @@ def why_cmd(
         return
     if anchor is not None:
         check_uuid(anchor, "--anchor")
+    from memroot.memory_root.falsify import Falsifier
     from memroot.memory_root.receipts import readers
 
     with open_reader(ctx, no_strict) as ledger:
         sync(ledger, branch)
+        # Entries appended without the falsification hook are folded now, before the read
+        # transaction (a write inside it fails: "cannot start a transaction within a
+        # transaction").
+        Falsifier(ledger).sync()
         with ledger.reading():
             w = why_object(ledger, object_id, branch=branch, anchor=anchor)
             states = object_states(ledger, object_id, branch)

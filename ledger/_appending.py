@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import operator
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -52,8 +53,15 @@ from memroot.ledger.entries import (
     now_us,
     refuse_reserved,
 )
-from memroot.ledger.errors import NotFoundError, RefusedError, StorageError, ValidationError
+from memroot.ledger.errors import (
+    IntegrityError,
+    NotFoundError,
+    RefusedError,
+    StorageError,
+    ValidationError,
+)
 from memroot.ledger.hashing import SALT_SIZE, EntryHash, content_commitment, content_digest
+from memroot.ledger.keyset import KEY_ENTRIES_META, KEY_ENTRY_TYPES
 from memroot.ledger.vocab import ActorType, OpType
 
 
@@ -164,7 +172,9 @@ class _Appending(_Sealing):
         if not items or self._replaying:
             # Replaying committed entries into the cache: what a hook appends is in the log.
             return []
-        self._require_key()
+        # A first check on the key set as last read (no read here: the seal checks again, on
+        # the locked state, before anything commits).
+        self._require_key(cached=True)
         with self.write() as db:
             # A rolled-back transaction leaves the cached right edge untouched (it is only
             # replaced in _write_rows), and _head() re-validates it against the stored head.
@@ -267,6 +277,7 @@ class _Appending(_Sealing):
         rows: list[tuple[int, bytes, bytes, bytes | None, bytes | None, bytes | None]] = []
         leaves: list[bytes] = []
         event_rows: list[tuple[bytes, int]] = []
+        key_seqs: list[int] = []  # key entries of main this batch appends (FORMAT.md 7.5)
         erasures: dict[int, int] = {}  # entry key -> erasing seq, this call's only
         unindexed: list[tuple[bytes, int]] = []  # native events not yet in batch_events
         out: list[Appended] = []
@@ -412,6 +423,12 @@ class _Appending(_Sealing):
             n += 1
             if entry.type in _KEEP_TYPES:
                 seal.keep = True
+            if entry.kind is Kind.OP and entry.type in KEY_ENTRY_TYPES:
+                if branch != CANONICAL_BRANCH:
+                    raise RefusedError(
+                        f"key entries belong on {CANONICAL_BRANCH!r}, not on {branch!r}"
+                    )
+                key_seqs.append(seq)
             rows.append((entry_key(no, seq), entry.hash, entry.raw, *extra))
             leaves.append(entry.hash)
             follow = []
@@ -429,6 +446,8 @@ class _Appending(_Sealing):
             if end_batch is not None:
                 end_batch(db)
         self._write_rows(head, rows, leaves, event_rows, erasures, last_ts)
+        if key_seqs:
+            self._note_key_entries(key_seqs)
         return out
 
     def _build_run(
@@ -482,6 +501,16 @@ class _Appending(_Sealing):
             if bound is not None:
                 most = min(most, bound(self, branch, seq, prev))
         return max(1, most)
+
+    def _note_key_entries(self, seqs: list[int]) -> None:
+        """Record key entries of ``main`` in the key cache, in their own transaction.
+
+        After their rows are written, so a read of the key set inside the transaction finds
+        every entry it lists (docs/FORMAT.md 7.5).
+        """
+        known = [s for s in self.key_entry_seqs() if s not in seqs]
+        self.store.set_meta(KEY_ENTRIES_META, json.dumps([*known, *seqs]))
+        self.forget_key_set()
 
     def append_system(
         self,
@@ -625,6 +654,42 @@ class _Appending(_Sealing):
             head.last_ts = Entry.from_bytes(row.data).ts
         return head.last_ts
 
+    def _check_cosigned(self, row: BranchRow) -> None:
+        """Refuse to append onto a head smaller than a size a configured witness cosigned.
+
+        ``witness_state`` records, per witness and branch, the newest size the witness
+        cosigned (or said it holds); a head below it was rolled back, and appending onto it
+        would fork the history the witness vouched for. Read when the head is (re)loaded.
+
+        Raises:
+            IntegrityError: step 10, naming the branch, the cosigned size and the head's.
+        """
+        db = self.store.db
+        if (
+            db.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'witness_state'"
+            ).fetchone()
+            is None
+        ):
+            return
+        got = db.execute(
+            "SELECT max(s.size) FROM witness_state s JOIN witnesses w ON w.name = s.witness "
+            "WHERE s.branch = ?",
+            (row.name,),
+        ).fetchone()
+        cosigned = None if got is None or got[0] is None else int(got[0])
+        if cosigned is not None and cosigned > row.size:
+            raise IntegrityError(
+                f"rollback: a witness cosigned {cosigned} entries of branch {row.name!r}, the "
+                f"ledger has {row.size}: it was rolled back (or truncated); nothing was "
+                "written. Restore the newest copy, or run `memroot verify`",
+                branch=row.name,
+                seq=row.size,
+                step=10,
+                expected=str(cosigned),
+                actual=str(row.size),
+            )
+
     def _head(self, branch: str) -> _Head:
         """Return the branch's right edge, reloading it if another writer moved the head.
 
@@ -642,6 +707,7 @@ class _Appending(_Sealing):
         ):
             return cached
         row = self.store.branch(branch)
+        self._check_cosigned(row)
         if self.derived is not self.store:
             self._catch_up()  # under the branch's row lock: what others appended first
         if cached is not None and cached.row == row:

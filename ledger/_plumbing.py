@@ -11,15 +11,15 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 import apsw
 
 from memroot.ledger._state import _HookLike, _LedgerState
 from memroot.ledger.backends.pg import DerivedCache, PgStore
 from memroot.ledger.backends.store import BranchRow
-from memroot.ledger.entries import Entry
-from memroot.ledger.errors import RefusedError, StorageError, ValidationError
+from memroot.ledger.entries import Entry, Kind
+from memroot.ledger.errors import RefusedError, StorageError
 
 
 class _StaleCache(StorageError):
@@ -37,6 +37,41 @@ def _folded(hook: _HookLike, db: apsw.Connection, ledger: _LedgerState, branch: 
     """Return how many entries of ``branch`` ``hook`` says it holds (0: it does not say)."""
     folded = getattr(hook, "folded", None)
     return 0 if folded is None else int(folded(db, ledger, branch))
+
+
+def _fold_op(
+    hooks: Sequence[_HookLike],
+    done: Sequence[int],
+    db: apsw.Connection,
+    ledger: Any,
+    e: Entry,
+    content: str | None,
+) -> None:
+    """Fold one committed operation through the hooks; a hook that refuses it skips it.
+
+    The rule every replay shares (docs/FORMAT.md §3.1): an entry in the log that is not a
+    valid operation (appended without the hooks, or validated against an edited cache) is
+    skipped, never refused, so every host, catch-up, rebuild, import and verify gives the
+    same state, and verify reports it as a note naming the entry. The memory model and the
+    falsification layer record their skips themselves (``mem_skipped``, ``fz_skipped``, as
+    their rebuilds do); for any other hook what it wrote of the entry is rolled back (a
+    savepoint), as ``rebuild`` does for the registry and the git index. What the hooks
+    buffered is written first, so the savepoint holds this entry only.
+    """
+    _end_batch(hooks, db)
+    for hook, folded in zip(hooks, done, strict=True):
+        if e.seq < folded:
+            continue
+        db.execute("SAVEPOINT fold_op")
+        try:
+            hook.apply(db, ledger, e, content)
+        except RefusedError:
+            db.execute("ROLLBACK TO fold_op")
+        except BaseException:
+            db.execute("ROLLBACK TO fold_op")
+            db.execute("RELEASE fold_op")
+            raise
+        db.execute("RELEASE fold_op")
 
 
 def _end_batch(hooks: Sequence[_HookLike], db: apsw.Connection) -> None:
@@ -271,8 +306,11 @@ class _Plumbing(_LedgerState):
         A PostgreSQL ledger's cache does the same fold on its own when the ledger opens (and
         at every write and read): for one, this applies what is still missing, if anything.
 
+        An operation a hook refuses is skipped by that hook (``_fold_op``), as every replay
+        skips it.
+
         Raises:
-            StorageError: if a hook refuses a committed entry (nothing is written then).
+            StorageError: if a hook refuses a committed event (nothing is written then).
         """
         if self.derived is not self.store:
             return self._catch_up()
@@ -327,13 +365,18 @@ class _Plumbing(_LedgerState):
                 rows[b.name] = BranchRow(b.no, b.name, row.seq, e.prev)
                 content = None if row.content is None else bytes(row.content).decode("utf-8")
                 try:
-                    for hook, folded in zip(hooks, done, strict=True):
-                        if row.seq >= folded:
-                            hook.apply(db, self, e, content)
-                except (RefusedError, ValidationError) as err:
+                    if e.kind is not Kind.EVENT:
+                        _fold_op(hooks, done, db, self, e, content)
+                    else:
+                        for hook, folded in zip(hooks, done, strict=True):
+                            if row.seq >= folded:
+                                hook.apply(db, self, e, content)
+                except RefusedError as err:
+                    # The memory model skips an event its rules refuse (``mem_skipped``):
+                    # another hook refusing one is a layer this version cannot replay.
                     raise StorageError(
-                        f"{where} cannot apply entry {row.seq} of branch {b.name!r} ({err}): "
-                        "was it appended without the hooks? Nothing was changed"
+                        f"{where} cannot apply event {row.seq} of branch {b.name!r} ({err}); "
+                        "nothing was changed"
                     ) from err
                 prev = bytes(row.hash)
                 n += 1

@@ -7,7 +7,6 @@ the stored nodes (or the native core).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 
 from memroot.ledger import merkle
@@ -16,11 +15,17 @@ from memroot.ledger._plumbing import _Plumbing
 from memroot.ledger._state import _check_size, _uuid_bytes
 from memroot.ledger.backends.store import NODE_CACHE_MAX, NODE_CACHE_MIN_LEVEL, BranchRow, Store
 from memroot.ledger.entries import CANONICAL_BRANCH, Entry
-from memroot.ledger.errors import RefusedError
+from memroot.ledger.errors import DecodeError, IntegrityError, RefusedError
 from memroot.ledger.hashing import TreeRoot
+from memroot.ledger.keyset import (
+    KEY_ENTRIES_META,
+    ROTATED_VKEYS_META,
+    KeyEntryError,
+    KeySet,
+    load_key_set,
+)
 from memroot.ledger.note import SignedCheckpoint, Verifier, open_checkpoint
 from memroot.ledger.strict import CheckedRow, SignedHead
-from memroot.ledger.vocab import OpType
 
 
 class _Reading(_Plumbing):
@@ -31,41 +36,57 @@ class _Reading(_Plumbing):
         return self.entry(0, branch)
 
     def genesis_vkeys(self) -> list[str]:
-        """Return the verifier keys recorded in the canonical genesis and later KEY_ROTATEs."""
-        genesis = Entry.from_bytes(
-            self.store.entry_row(self.store.branch(CANONICAL_BRANCH).no, 0).data
-        )
-        keys = [str(k) for k in genesis.body.get("keys", [])]
-        rotated = self.store.meta("rotated_vkeys")  # kept by ledger.keys.rotate_key
-        if isinstance(rotated, str):
-            keys += [str(k) for k in json.loads(rotated) if k not in keys]
-        return keys
+        """Return the root keys: the canonical genesis key and every rotation's new key."""
+        return [r.vkey for r in self.key_set().roots]
+
+    def all_vkeys(self) -> list[str]:
+        """Return every key that signed or may sign a checkpoint: root and writer keys."""
+        ks = self.key_set()
+        return [r.vkey for r in ks.roots] + [
+            w.vkey for w in sorted(ks.writers.values(), key=lambda w: w.added_by)
+        ]
 
     def current_vkey(self) -> str:
-        """Return the ledger's current signing vkey, read from the ledger, never a key file.
+        """Return the ledger's root vkey in force, read from the ledger, never a key file."""
+        return self.key_set().root
 
-        The genesis key, then each ``KEY_ROTATE`` on ``main`` that retires the key in force
-        gives its new one, in order (read strictly when the ledger is: the rotations are
-        entries of the signed tree). The stored list of rotated keys only says whether there
-        is any rotation to look for, so a ledger without one reads just its genesis.
+    def key_set(self) -> KeySet:
+        """Return the key set ``main``'s key entries define (``memroot.ledger.keyset``).
+
+        Folded from the entries the key cache lists (re-read when the cache changed, so
+        another process's key operation is seen at the next call); inside a write
+        transaction, what it reads is the locked state.
 
         Raises:
-            IntegrityError: if strict and an entry read does not check.
+            IntegrityError: if a key entry the cache lists is not a valid key entry (then
+                ``memroot verify`` says which).
         """
-        keys = self.genesis_vkeys()
-        current = keys[0]
-        if len(keys) == 1:
-            return current
-        for e in self.entries():
-            payload = e.body.get("payload")
-            if (
-                e.type == OpType.KEY_ROTATE
-                and isinstance(payload, dict)
-                and payload.get("old_vkey") == current
-                and isinstance(payload.get("new_vkey"), str)
-            ):
-                current = payload["new_vkey"]
-        return current
+        raw = self.store.meta(KEY_ENTRIES_META)
+        if raw is None:  # no key cache (before writer keys): the rotations say if any
+            raw = ("rotated", self.store.meta(ROTATED_VKEYS_META))
+        cached = self._key_cache
+        if cached is not None and cached[0] == raw:
+            return cached[1]
+        try:
+            ks, seqs = load_key_set(self.store, self.origin)
+        except (KeyEntryError, DecodeError) as e:
+            raise IntegrityError(
+                f"the key set of {self.path} does not read: {e} (run `memroot verify`)",
+                branch=CANONICAL_BRANCH,
+                step=6,
+            ) from e
+        self._key_cache = (raw, ks, seqs)
+        return ks
+
+    def key_entry_seqs(self) -> list[int]:
+        """Return the seqs of ``main``'s key entries (as ``key_set`` found them)."""
+        self.key_set()
+        assert self._key_cache is not None
+        return list(self._key_cache[2])
+
+    def forget_key_set(self) -> None:
+        """Drop the folded key set: the next ``key_set`` reads the key cache again."""
+        self._key_cache = None
 
     # -- reads ---------------------------------------------------------------------------------
 
@@ -216,7 +237,7 @@ class _Reading(_Plumbing):
             if found is None:
                 return None
             note = found
-        return open_checkpoint(note, [Verifier.from_vkey(k) for k in self.genesis_vkeys()])
+        return open_checkpoint(note, [Verifier.from_vkey(k) for k in self.all_vkeys()])
 
     def find_event(self, event_id: str) -> tuple[str, int] | None:
         """Return ``(branch, seq)`` of the event with this id, or None.

@@ -74,12 +74,20 @@ class _Sealing(_Reading):
         self._signer = None
         self._key_checked = None
 
-    def _require_key(self) -> Signer:
-        """Return the signing key, checked to be this ledger's, before anything is appended.
+    def _require_key(self, own_main: int | None = None, *, cached: bool = False) -> Signer:
+        """Return the signing key, checked to be a key in force, before anything is appended.
+
+        In force: the root key, or a writer key the root key authorized and did not revoke
+        (docs/FORMAT.md 7.5), by the key set read now; the seal calls this again inside the
+        write transaction, where it reads the locked state, so an append never races a
+        revocation on another host. A root key retired by a rotation this very transaction
+        appended still seals it (the old key signs the rotation off, 7.3).
 
         Raises:
-            KeyFileError: the key file is missing, unreadable or another ledger's: appending is
-                refused, since every append is sealed by a checkpoint signed with it.
+            KeyFileError: the key file is missing, unreadable or not a key in force (another
+                ledger's, a retired root key, a revoked writer key: the message names the
+                entry that retired or revoked it): appending is refused, since every append
+                is sealed by a checkpoint signed with it; nothing is written.
         """
         try:
             signer = self.signer
@@ -88,15 +96,30 @@ class _Sealing(_Reading):
                 f"appending to {self.path} needs its signing key (every append is sealed by a "
                 f"checkpoint signed in the same transaction), and {e}; nothing was written"
             ) from e
-        if self._key_checked is not signer:
-            vkey = vkey_of(signer)
-            if vkey not in self.genesis_vkeys():
-                raise KeyFileError(
-                    f"key file {self.key_path} holds key {vkey}, which is not a key of this "
-                    "ledger (its genesis or a KEY_ROTATE); nothing was written"
-                )
-            self._key_checked = signer
-        return signer
+        vkey = vkey_of(signer)
+        ks = self._key_cache[1] if cached and self._key_cache is not None else self.key_set()
+        state, seq = ks.status(vkey)
+        if state in ("root", "writer"):
+            return signer
+        own = self._own_from(CANONICAL_BRANCH) if own_main is None else own_main
+        if state == "retired" and own is not None and seq is not None and seq >= own:
+            return signer
+        if state == "retired":
+            raise KeyFileError(
+                f"key file {self.key_path} holds key {vkey}, the root key retired by entry "
+                f"{seq} (KEY_ROTATE): a retired key signs nothing new; use the ledger's current "
+                "key file; nothing was written"
+            )
+        if state == "revoked":
+            name = next((w.name for w in self.key_set().writers.values() if w.vkey == vkey), "?")
+            raise KeyFileError(
+                f"key file {self.key_path} holds writer key {name!r} ({vkey}), revoked by entry "
+                f"{seq} (KEY_REVOKE): a revoked key signs nothing new; nothing was written"
+            )
+        raise KeyFileError(
+            f"key file {self.key_path} holds key {vkey}, which is not a key of this "
+            "ledger (its root key, a rotation's or a writer key); nothing was written"
+        )
 
     # -- the seal: a signed checkpoint in every append's transaction -----------------------------
 
@@ -118,8 +141,16 @@ class _Sealing(_Reading):
         if not pending:
             return
         self._sealing_heads = frozenset(pending)
-        signer = self._require_key()
+        main = pending.get(CANONICAL_BRANCH)
         known = self._seal_states()
+        # Nothing changed the file since the last seal (SQLite's counters say so): the key
+        # set folded then still holds (a key entry this transaction appended dropped it).
+        store = self.store
+        unchanged = self._seal_version is not None and self._seal_token == (
+            self._seal_version,
+            store.changes_at_begin,
+        )
+        signer = self._require_key(None if main is None else main.start_size, cached=unchanged)
         for branch, seal in pending.items():
             self._sealed.append(self._sign_head(branch, seal, signer, known))
         for head in self._sealed:
@@ -136,6 +167,7 @@ class _Sealing(_Reading):
         self._publish_pending = False
         self._reader_checks.forget()
         self._forget_seal_states()
+        self.forget_key_set()  # it may hold a key entry that was rolled back
 
     def _forget_seal_states(self) -> None:
         """Drop what the seals remember: the next one reads the checkpoints and marker."""
@@ -241,14 +273,9 @@ class _Sealing(_Reading):
             if head is None or head.checkpoint.size != self.size(branch):
                 raise StorageError(f"{self.path} is open read-only: cannot sign a checkpoint")
             return head
-        signer = self.signer
-        if vkey_of(signer) not in self.genesis_vkeys():
-            # A key file of another ledger (or a stray key) would sign checkpoints that no
-            # auditor of this ledger trusts: refuse before signing anything.
-            raise KeyFileError(
-                f"key file {self.key_path} holds key {vkey_of(signer)}, which is not a key of "
-                "this ledger (its genesis or a KEY_ROTATE); use the ledger's own key file"
-            )
+        # A key file of another ledger (or a stray, retired or revoked key) would sign
+        # checkpoints that no auditor of this ledger trusts: refuse before signing anything.
+        signer = self._require_key()
         # It writes checkpoints and the marker outside any seal (perhaps inside an open bulk,
         # before that transaction's seal): what the seals remember no longer holds.
         self._forget_seal_states()
@@ -299,10 +326,8 @@ class _Sealing(_Reading):
         return self._published(open_checkpoint(note, self._verifiers()))
 
     def _verifiers(self) -> list[Verifier]:
-        """Every key this ledger ever signed with: checkpoints from before a rotation."""
-        keys = self.genesis_vkeys()
-        current = vkey_of(self.signer)
-        return [Verifier.from_vkey(k) for k in (keys if current in keys else [*keys, current])]
+        """Every key this ledger ever signed with: root keys (all rotations) and writer keys."""
+        return [Verifier.from_vkey(k) for k in self.all_vkeys()]
 
     def tlog_proof(
         self, index: int, size: int | None = None, branch: str = CANONICAL_BRANCH

@@ -24,6 +24,7 @@ from memroot.ledger.backends.store import BranchRow, Store
 from memroot.ledger.entries import CANONICAL_BRANCH, MAX_BODY_BYTES, Entry, Kind, OpInput
 from memroot.ledger.errors import RefusedError
 from memroot.ledger.hashing import EntryHash
+from memroot.ledger.keyset import KeySet
 from memroot.ledger.note import SignedCheckpoint
 from memroot.ledger.signing import Signer
 from memroot.ledger.strict import SignedHead, StrictReader
@@ -39,7 +40,15 @@ _MAX_ENTRY_BYTES: Final = MAX_BODY_BYTES + 1024
 """The largest entry ``build_entry`` accepts (the native event builder stops before one)."""
 _N_RAND: Final = 42
 """Random bytes the native event builder takes per event: the salt and 10 for the UUIDv7."""
-_KEEP_TYPES: Final = frozenset({OpType.SNAPSHOT.value, OpType.KEY_ROTATE.value, "GENESIS"})
+_KEEP_TYPES: Final = frozenset(
+    {
+        OpType.SNAPSHOT.value,
+        OpType.KEY_ROTATE.value,
+        OpType.KEY_ADD.value,
+        OpType.KEY_REVOKE.value,
+        "GENESIS",
+    }
+)
 SYSTEM_ACTOR: Final = "memroot"
 SYSTEM_NAMESPACE: Final = "system"
 POLICY_VERSION: Final = "memroot/1"
@@ -143,6 +152,7 @@ class _LedgerState:
     _key_given: bool
     _signer: Signer | None
     _key_checked: Signer | None
+    _key_cache: tuple[object, KeySet, list[int]] | None
     _heads: dict[str, _Head]
     _branch_nos: dict[str, int]
     _txn: dict[str, _Seal]

@@ -94,6 +94,8 @@ _CONTROL_RE: Final = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 RESERVED_OPS: Final[dict[str, str]] = {
     OpType.KEY_ROTATE.value: "memroot rotate-key",
+    OpType.KEY_ADD.value: "memroot key add",
+    OpType.KEY_REVOKE.value: "memroot key revoke",
     OpType.SNAPSHOT.value: "memroot snapshot, Memory.snapshot() (and the automatic snapshot "
     "every N entries)",
     OpType.SELFMODEL_SNAPSHOT.value: "memroot selfmodel record",

@@ -42,6 +42,7 @@ from memroot.ledger.entries import (
     new_uuid,
 )
 from memroot.ledger.errors import KeyFileError, StorageError, ValidationError
+from memroot.ledger.keyset import KeySet
 from memroot.ledger.note import SignedCheckpoint, vkey_of
 from memroot.ledger.signing import Ed25519Signer, Signer
 from memroot.ledger.strict import SignedHead, StrictReader, default_strict
@@ -157,6 +158,8 @@ class Ledger(_Appending):
         self.hooks = list(hooks)
         self._signer: Signer | None = None
         self._key_checked: Signer | None = None  # the loaded key, once found to be ours
+        # (key cache meta as read, the key set it gives, the key entries' seqs): _Reading
+        self._key_cache: tuple[object, KeySet, list[int]] | None = None
         self._heads: dict[str, _Head] = {}
         self._branch_nos: dict[str, int] = {}  # branch name -> its number (never changes)
         self._txn: dict[str, _Seal] = {}

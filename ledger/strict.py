@@ -40,6 +40,7 @@ from memroot.ledger.backends.store import EntryRow, Store
 from memroot.ledger.entries import CANONICAL_BRANCH, ZERO_HASH, Entry, Kind
 from memroot.ledger.errors import DecodeError, IntegrityError, NotFoundError, ProofError
 from memroot.ledger.hashing import content_commitment, leaf_hash, node_hash
+from memroot.ledger.keyset import KEY_ENTRIES_META, KeyEntryError, KeySet, load_key_set
 from memroot.ledger.note import Verifier, open_checkpoint
 from memroot.ledger.vocab import OpType
 
@@ -187,11 +188,28 @@ def _fail(step: int, branch: str, seq: int | None, what: str, **kw: str | None) 
 
 
 class _Keys:
-    """The keys strict reads trust, with rotations applied as the verifier does (step 6)."""
+    """The keys strict reads trust, with rotations applied as the verifier does (step 6).
+
+    Root keys as the verifier learns them; writer keys from ``main``'s key entries
+    (``keyset.load_key_set``), each authorized by a trusted root key's statement and proven
+    in ``main``'s signed tree (``StrictReader._learn_writers``).
+    """
 
     def __init__(self, verifiers: list[Verifier]) -> None:
         self.keys = {v.vkey(): v for v in verifiers}
         self.retired: dict[str, int] = {}
+        self.keyset: KeySet | None = None  # the writer keys' source, once learned
+
+    def signers(self, branch: str, size: int) -> list[Verifier]:
+        """Return the root and writer keys that may sign ``branch``'s checkpoint of ``size``."""
+        roots = self.valid(size if branch == CANONICAL_BRANCH else None)
+        if self.keyset is None:
+            return roots
+        allowed = set(self.keyset.signers_at(branch, size))
+        writers = [
+            Verifier.from_vkey(w.vkey) for w in self.keyset.writers.values() if w.vkey in allowed
+        ]
+        return roots + writers
 
     def valid(self, size: int | None) -> list[Verifier]:
         return [
@@ -199,6 +217,14 @@ class _Keys:
             for k, v in self.keys.items()
             if size is None or k not in self.retired or size <= self.retired[k]
         ]
+
+
+def _opens_with(note: str, verifiers: list[Verifier], origin: str) -> bool:
+    try:
+        open_checkpoint(note, verifiers, origin=origin)
+    except (ProofError, DecodeError):
+        return False
+    return True
 
 
 def _opens(note: str, keys: _Keys, size: int, origin: str) -> bool:
@@ -234,6 +260,7 @@ class StrictReader:
         self._heads: dict[str, SignedHead] = {}
         self._leaves: dict[tuple[int, int], bytes] = {}
         self._keys: _Keys | None = None
+        self._keys_marker: tuple[object, object] = (None, None)
         self._version: int | None = None  # the file's data_version the heads were checked at
 
     # -- heads ----------------------------------------------------------------------------------
@@ -266,18 +293,77 @@ class StrictReader:
         return [str(k) for k in keys] if isinstance(keys, list) else []
 
     def keys(self) -> _Keys:
-        """Return the trusted keys, learning signed-off rotations from main's checkpoints."""
-        if self._keys is None:
+        """Return the trusted keys, learning signed-off rotations from main's checkpoints.
+
+        Learned again when the key cache changed (another process's key operation).
+        """
+        marker = (self.store.meta(KEY_ENTRIES_META), self.store.meta(_ROTATED_META))
+        if self._keys is None or marker != self._keys_marker:
             keys = _Keys(self._initial_keys())
-            raw = self.store.meta(_ROTATED_META)
+            raw = marker[1]
             claimed: list[str] = []
             if isinstance(raw, str):
                 with contextlib.suppress(ValueError, TypeError):
                     claimed = [str(k) for k in json.loads(raw)]
             if [c for c in claimed if c not in keys.keys]:
                 self._learn_rotations(keys, claimed)
+            if marker[0] is not None:
+                self._learn_writers(keys)
             self._keys = keys
+            self._keys_marker = marker
         return self._keys
+
+    def _learn_writers(self, keys: _Keys) -> None:
+        """Learn the writer keys: each KEY_ADD's root must be trusted, each entry proven.
+
+        The key entries the cache lists are folded (their statements checked against the
+        root chain they name), the root that signed each statement must be one these reads
+        trust, and every key entry is proven in ``main``'s newest checkpoint, itself opened
+        with the keys learned. A cache that omits a key entry is found by ``memroot verify``
+        (step 5); one that lists a forged one fails here.
+
+        Raises:
+            IntegrityError: step 6, naming what does not hold.
+        """
+        try:
+            ks, seqs = load_key_set(self.store, self.origin)
+        except (KeyEntryError, DecodeError, NotFoundError) as e:
+            raise _fail(6, CANONICAL_BRANCH, None, f"the key entries do not check: {e}") from e
+        for w in ks.writers.values():
+            root = next((r for r in reversed(ks.roots) if r.since < w.added_by), ks.roots[0])
+            if root.vkey not in keys.keys:
+                raise _fail(
+                    6,
+                    CANONICAL_BRANCH,
+                    w.added_by,
+                    f"writer key {w.name!r} was authorized by {root.vkey}, not a trusted root key",
+                )
+        main = self.store.branch(CANONICAL_BRANCH)
+        last = self.store.latest_checkpoint(main.no)
+        if last is None or not seqs:
+            keys.keyset = ks
+            return
+        size, root_hash, note = last
+        keys.keyset = ks
+        if not _opens_with(note, keys.signers(CANONICAL_BRANCH, size), self.origin):
+            return  # the head check reports the head no trusted key signed
+        covered = [s for s in seqs if s < size]
+        leaves: dict[int, bytes] = {
+            r.seq: leaf_hash(bytes(r.data))
+            for s in covered
+            for r in self.store.iter_entry_rows(main.no, s, s + 1)
+        }
+        if sorted(leaves) != covered or (
+            covered
+            and leaves_root(size, leaves, lambda ids: self.store.read_nodes(main.no, ids))
+            != bytes(root_hash)
+        ):
+            raise _fail(
+                6,
+                CANONICAL_BRANCH,
+                covered[-1] if covered else None,
+                "a key entry is not in main's signed tree (forged or moved)",
+            )
 
     def _learn_rotations(self, keys: _Keys, claimed: list[str]) -> None:
         """Trust a rotated key only as step 6 does: its KEY_ROTATE was signed off by the old key.
@@ -392,11 +478,10 @@ class StrictReader:
         if last is None:
             raise _fail(6, branch, None, "no signed checkpoint covers this branch")
         size, root, note = last
-        main = branch == CANONICAL_BRANCH
         keys = self.keys()
         try:
             signed = open_checkpoint(
-                note, keys.valid(size if main else None), origin=self._origin(branch)
+                note, keys.signers(branch, size), origin=self._origin(branch)
             ).checkpoint
         except (ProofError, DecodeError) as e:
             raise _fail(

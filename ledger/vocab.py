@@ -205,5 +205,8 @@ class OpType(StrEnum):
     CORRECTION_APPLIED = "CORRECTION_APPLIED"
     MERGE_OVERRIDE = "MERGE_OVERRIDE"
     KEY_ROTATE = "KEY_ROTATE"
+    # memroot: writer keys under the root key (docs/FORMAT.md section 7.5)
+    KEY_ADD = "KEY_ADD"
+    KEY_REVOKE = "KEY_REVOKE"
     # memroot: which memories a run was handed (docs/FORMAT.md section 10)
     READ_RECEIPT = "READ_RECEIPT"

@@ -50,6 +50,7 @@ from memroot.ledger.errors import (
 )
 from memroot.ledger.ledger import Appended, Ledger
 from memroot.ledger.vocab import ActorType, BranchType, OpType, canonical
+from memroot.memory_root.branch_state import STATE_AFTER, ProvenStates
 
 __all__ = [
     "CLOSE_ACTIONS",
@@ -93,14 +94,7 @@ MERGEABLE_TYPES: Final = frozenset({BranchType.SIMULATION.value, BranchType.PLAN
 ON_EXPIRY: Final = ("ARCHIVE_BRANCH", "DISCARD_BRANCH")
 CLOSE_ACTIONS: Final = ("CLOSE", "DISCARD", "ARCHIVE", "MERGED")
 _STATES: Final = ("OPEN", "CLOSED", "DISCARDED", "ARCHIVED")
-_STATE_AFTER: Final = {
-    "CLOSE": "CLOSED",
-    "DISCARD": "DISCARDED",
-    "ARCHIVE": "ARCHIVED",
-    "MERGED": "CLOSED",
-    "ARCHIVE_BRANCH": "ARCHIVED",
-    "DISCARD_BRANCH": "DISCARDED",
-}
+_STATE_AFTER: Final = STATE_AFTER
 _POLICY_VERSION: Final = "memroot-branches/1"
 
 _SCHEMA: Final = """
@@ -321,6 +315,7 @@ class BranchRegistry:
         # (ledger id, branch) -> (seq of the next entry, bytes up to it), for max_storage_mb
         self._bytes: dict[tuple[str, str], tuple[int, int]] = {}
         self._waiver = 0
+        self._states = ProvenStates()  # the stored states checked before a write
 
     @contextlib.contextmanager
     def limits_waived(self) -> Iterator[None]:
@@ -367,6 +362,8 @@ class BranchRegistry:
                 "SELECT state, max_events, max_storage_mb FROM branch_meta WHERE branch_id = ?",
                 (entry.branch,),
             ).fetchone()
+            if row is not None and entry.seq > 0:
+                self._states.check(db, ledger, entry.branch)
             if row is not None and row[0] != "OPEN":
                 raise RefusedError(
                     f"branch {entry.branch!r} is {row[0]}: nothing more can be appended to it"
@@ -378,10 +375,12 @@ class BranchRegistry:
         if entry.type == OpType.BRANCH_CREATE:
             self._create(db, ledger, entry)
         elif entry.type == OpType.BRANCH_CLOSE:
+            self._states.check(db, ledger, _payload_branch(entry))
             self._close(db, entry, replaying=ledger.replaying)
         elif entry.type == OpType.BRANCH_POLICY:
             self._policy(db, entry)
         elif entry.type == OpType.BRANCH_MERGE:
+            self._states.check(db, ledger, _payload_branch(entry))
             self._merge(db, entry)
         return []
 
@@ -590,6 +589,11 @@ class BranchRegistry:
                 "INSERT OR REPLACE INTO branch_policy VALUES(?, ?, ?)",
                 (entry.body["namespace_id"], btype, value),
             )
+
+
+def _payload_branch(entry: Entry) -> object:
+    p = entry.body.get("payload")
+    return p.get("branch_id") if isinstance(p, dict) else None
 
 
 def open_children(db: apsw.Connection, branch_id: str) -> list[str]:

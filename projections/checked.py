@@ -15,6 +15,11 @@ ledger (``Ledger.strict``):
   its ``lifecycle_state``, ``epistemic_type``, ``confidence`` or falsification state is an
   edited row too, and is refused like one.
 
+A query (and each object) checked is remembered while nothing changed the file
+(``strict_rows.remembered``: SQLite's ``data_version`` and the connection's own
+``total_changes``), so a repeated read of unchanged data re-checks nothing, and any other
+writer's commit, an attacker's edit included, makes the next read check again.
+
 What the gate does not prove yet is that a query's set is complete: a deleted row is seen only
 where another derived row still names it (``checked_object``, ``why``). The memory map (issue
 26) signs the set per namespace; its check plugs in at ``_check_complete``, the one place
@@ -39,7 +44,12 @@ from memroot.projections import query as _q
 from memroot.projections.epistemic import RetrievalMode
 from memroot.projections.model import MemoryObject
 from memroot.projections.query import Query, Result
-from memroot.projections.strict_rows import check_objects, check_results
+from memroot.projections.strict_rows import (
+    check_objects,
+    check_results,
+    checked_token,
+    remembered,
+)
 from memroot.projections.tables import OBJECT_COLS, object_from_row
 from memroot.projections.views import view_of
 
@@ -61,12 +71,20 @@ def checked_query(ledger: Ledger, q: Query) -> list[Result]:
     if ledger.strict:
         ledger.check_heads()
     db = ledger.derived.db
+    token = checked_token(ledger) if ledger.strict else None
     results = _q.query(db, q)
     if not ledger.strict:
+        return results
+    # The same query on a file nothing changed since it was checked returns the same rows
+    # (strict_rows.remembered): its served and hidden rows were checked then.
+    memo = remembered(ledger, token)
+    if ("query", q) in memo:
         return results
     check_results(ledger, results, q)
     _check_hidden(ledger, db, q, results)
     _check_complete(ledger, q, results)
+    if checked_token(ledger) == token:
+        memo.add(("query", q))
     return results
 
 

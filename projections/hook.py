@@ -26,7 +26,7 @@ import apsw
 
 from memroot.ledger.backends.store import Store
 from memroot.ledger.entries import CANONICAL_BRANCH, Entry, Kind, OpInput
-from memroot.ledger.errors import IntegrityError, NotFoundError, StorageError
+from memroot.ledger.errors import IntegrityError, NotFoundError, RefusedError, StorageError
 from memroot.ledger.ledger import Ledger
 from memroot.projections import gated, tables
 from memroot.projections.backends import _EV_INS, SqlState
@@ -202,9 +202,12 @@ class MemoryHook:
         elif entry.kind is not Kind.EVENT:
             state.write_events()  # an operation reads the events before it (its evidence)
         self._expect = None
-        if entry.kind is not Kind.EVENT and ledger.strict:
-            _check_named(ledger, state, entry)
-        Engine(state).apply(entry)
+        if ledger.replaying:
+            _fold_committed(db, state, entry)
+        else:
+            if entry.kind is not Kind.EVENT and ledger.strict:
+                _check_named(ledger, state, entry)
+            Engine(state).apply(entry)
         state.set_head(entry.branch, entry.seq + 1)
         self._expect = (entry.branch, entry.seq + 1, version)
         return []
@@ -257,6 +260,36 @@ class MemoryHook:
         """Write the batch's buffered event rows and heads (the ledger calls it)."""
         if self._state is not None and self._state.db is db:
             self._state.flush()
+
+
+def _fold_committed(db: apsw.Connection, state: _BatchState, entry: Entry) -> None:
+    """Fold an entry already in the ledger; skip (and record) it if the rules refuse it.
+
+    What ``fold_entries`` does for every replay (catch-up, rebuild, verify): an entry in the
+    log that breaks the rules (appended without the hooks) gets its ``mem_skipped`` row and
+    nothing else, the same on every host (a PostgreSQL cache's catch-up folds through the
+    hooks, ``Ledger.replaying``). An operation is folded in a savepoint after what the batch
+    buffered is written, so a refusal leaves no trace of it.
+    """
+    if entry.kind is Kind.EVENT:
+        try:
+            Engine(state).apply(entry)  # refused before anything is buffered
+        except RefusedError as e:
+            state.skip(entry.branch, entry.seq, entry.type, str(e))
+        return
+    state.flush()
+    db.execute("SAVEPOINT mem_fold")
+    try:
+        Engine(state).apply(entry)
+    except RefusedError as e:
+        db.execute("ROLLBACK TO mem_fold")
+        state.gated.discard()  # (only this entry's: the batch's were flushed above)
+        state.skip(entry.branch, entry.seq, entry.type, str(e))
+    except BaseException:
+        db.execute("ROLLBACK TO mem_fold")
+        db.execute("RELEASE mem_fold")
+        raise
+    db.execute("RELEASE mem_fold")
 
 
 def _named(value: object, out: set[str]) -> None:

@@ -17,11 +17,21 @@ way. On a branch, each level's genesis joins the replay (it records the fork), w
 the served versions are the branch's own. Every served object is checked: when the closure's
 replay refuses an entry the ledger took and leaves an object unexplained, the whole ledger is
 replayed (as verify step 9 does) before anything is refused.
+
+What was checked is remembered per open ledger (``checked_token``, ``_Checked``) for as long
+as nothing changed the file: SQLite's ``data_version`` (any other connection's commit, an
+attacker's edit included) and this connection's ``total_changes`` (its own writes, even rolled
+back) both unchanged since the check. A repeated read of unchanged data then re-checks
+nothing; any change anywhere empties the memory of queries, so the next read checks again
+(each object's check survives this connection's own writes on a file, ``object_token``). On
+PostgreSQL the entries' side is the snapshot they are read in (``PgStore.commit_token``),
+which moves on anyone's write, and the local cache's side is its SQLite pair.
 """
 
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
@@ -39,12 +49,89 @@ from memroot.projections.query import Query, Result, get_object
 from memroot.projections.tables import OBJECT_COLS, object_from_row
 from memroot.projections.views import View, view_of
 
-__all__ = ["check_objects", "check_results"]
+__all__ = ["check_objects", "check_results", "checked_token", "object_token", "remembered"]
 
 _TEMPLATE: dict[str, bytes] = {}  # an empty memory model's tables, serialised once per process
 _NEVER: Final = 2**62
 _SEQ_MASK: Final = (1 << 40) - 1
 _UUID: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+Token = tuple[object, ...]
+"""What ``checked_token`` returns: the file's and the cache's (data_version, total_changes)."""
+
+
+class _Checked:
+    """What was checked on one open ledger while its file stayed as it was (``token``)."""
+
+    __slots__ = ("keys", "token")
+
+    def __init__(self) -> None:
+        self.token: Token | None = None
+        self.keys: set[object] = set()
+
+
+_CHECKED: weakref.WeakKeyDictionary[Ledger, dict[str, _Checked]] = weakref.WeakKeyDictionary()
+"""Per open ledger: what was checked, by kind ("query" under ``checked_token``, "object"
+under ``object_token``)."""
+
+
+def checked_token(ledger: Ledger) -> Token | None:
+    """Return what tells whether anything changed the ledger's file since a check, or None.
+
+    A SQLite file: (``data_version``: moves on any other connection's commit;
+    ``total_changes``: moves on this connection's own writes, committed or not). A
+    PostgreSQL ledger: the snapshot its entries are read in (``PgStore.commit_token``: moves
+    on anyone's write) and the local derived-state cache's pair. None when a store has no
+    such counter: nothing is remembered then. Read it inside the transaction the check
+    reads in (SQLite's ``data_version`` and PostgreSQL's snapshot are then that snapshot's).
+    """
+    store, derived = ledger.store, ledger.derived
+    if derived is store:
+        v = store.data_version()
+        return None if v is None else (v, store.db.total_changes())
+    local = derived.data_version()
+    snapshot = getattr(store, "commit_token", None)
+    if local is None or snapshot is None:
+        return None
+    return (snapshot(), local, derived.db.total_changes())
+
+
+def object_token(ledger: Ledger) -> Token | None:
+    """Return what tells whether another connection changed the file since an object check.
+
+    A served object's check (``check_objects``) holds for its exact row while no *other*
+    connection committed: this connection's own writes go through the hooks (honest rows,
+    re-checked anyway when they differ, as the key is the whole row), and cannot change an
+    entry a signed head covers. So on a SQLite file it is the ``data_version`` alone (an
+    agent that records then recalls keeps what it checked of the objects it did not touch).
+    On PostgreSQL, where the snapshot moves on this connection's writes too, it is
+    ``checked_token``.
+    """
+    store, derived = ledger.store, ledger.derived
+    if derived is store:
+        v = store.data_version()
+        return None if v is None else (v,)
+    return checked_token(ledger)
+
+
+def remembered(ledger: Ledger, token: Token | None, kind: str = "query") -> set[object]:
+    """Return the keys of what was checked on ``ledger`` at ``token`` (a set to add to).
+
+    The set is emptied whenever ``token`` differs from the one it was filled at, so a key in
+    it means: checked, and nothing changed the file since. With no token (a store with
+    no counter) the set is a new empty one every time: nothing is remembered.
+    """
+    if token is None:
+        return set()
+    kinds = _CHECKED.setdefault(ledger, {})
+    memo = kinds.get(kind)
+    if memo is None:
+        memo = kinds[kind] = _Checked()
+    if memo.token != token:
+        memo.keys = set()
+        memo.token = token
+    return memo.keys
 
 
 def _empty() -> apsw.Connection:
@@ -324,6 +411,21 @@ def check_objects(
     """
     if not ledger.strict or not objects:
         return
+    token = object_token(ledger)
+    memo = remembered(ledger, token, "object")
+    # repr: every field, the structured value too (a dict, so the object is not hashable).
+    keys = [("object", branch, as_of, repr(o)) for o in objects]
+    todo = [(k, o) for k, o in zip(keys, objects, strict=True) if k not in memo]
+    if todo:
+        _check_objects(ledger, [o for _, o in todo], branch, as_of)
+        if object_token(ledger) == token:
+            memo.update(k for k, _ in todo)
+
+
+def _check_objects(
+    ledger: Ledger, objects: Sequence[MemoryObject], branch: str, as_of: int | None
+) -> None:
+    """``check_objects`` without its memory of what was checked (the work itself)."""
     db = ledger.derived.db
     current = as_of is None
     closure = _Closure(ledger, db, branch)

@@ -11,14 +11,13 @@ before it is read, and is itself checked against a private fold of strictly read
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 import apsw
 
 from memroot.ledger.entries import Entry, EventInput, Kind, OpInput
 from memroot.ledger.errors import IntegrityError
-from memroot.ledger.hashing import content_commitment
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.vocab import OpType
 
@@ -85,12 +84,19 @@ def catch_up(
     fold: Folder,
     types: frozenset[str],
     collect: list[tuple[Entry, dict[str, Any] | None]] | None = None,
+    own_from: int | None = None,
 ) -> tuple[int, int]:
     """Fold the entries of ``branch`` table set ``name`` has not seen; return ``(from, to)``.
 
     Runs in the caller's write transaction (or opens one). Entries are read strictly and
     content is checked against its commitment before it is folded. ``collect`` receives
     each folded ``(entry, content)`` (None for a ``TOMBSTONE`` or erased content).
+
+    ``own_from``: the first seq the caller's open write transaction appended itself, on a
+    ledger file (one connection holds the entries and these tables). Those rows are only
+    decoded: they are the bytes this transaction hashed and wrote a moment ago, under the
+    write lock, so no other writer can have touched them, and the commit's seal signs over
+    them. Entries before it (another writer's) are read strictly as always.
 
     Raises:
         IntegrityError: a content row that does not match its commitment.
@@ -108,37 +114,22 @@ def catch_up(
             if row is not None and int(row[0]) >= ledger.size(branch):
                 return int(row[0]), int(row[0])
     with ledger.write():
-        db.execute(_HEADS)
-        row = db.execute(
-            "SELECT seq FROM lg_heads WHERE name = ? AND branch = ?", (name, branch)
-        ).fetchone()
+        try:
+            row = db.execute(
+                "SELECT seq FROM lg_heads WHERE name = ? AND branch = ?", (name, branch)
+            ).fetchone()
+        except apsw.SQLError:  # no lg_heads table yet
+            db.execute(_HEADS)
+            row = None
         start = 0 if row is None else int(row[0])
         size = ledger.size(branch)
         if start >= size:
             return start, start
-        no = ledger.store.branch(branch).no
-        for entry in ledger.entries(start, size, branch):
+        own = size if own_from is None or ledger.derived is not ledger.store else own_from
+        own = max(start, min(own, size))
+        for entry, data in _rows(ledger, branch, start, own, size):
             kind = event_type(entry)
             if kind in types:
-                r = ledger.store.entry_row(no, entry.seq)
-                data = None if r.content is None else bytes(r.content)
-                if data is None:
-                    # Erased, or removed behind the ledger's back: the strict read tells
-                    # (it checks the TOMBSTONE that erased it, else refuses).
-                    ledger.read(entry.seq, branch)
-                if (
-                    data is not None
-                    and r.salt is not None
-                    and content_commitment(bytes(r.salt), data)
-                    != entry.body.get("content_commitment")
-                ):
-                    raise IntegrityError(
-                        f"the content of event {branch}:{entry.seq} does not match its "
-                        "commitment; refusing to index it",
-                        branch=branch,
-                        seq=entry.seq,
-                        step=4,
-                    )
                 content = content_json(entry, data)
                 fold(db, entry, content, ledger.find_event)
                 if collect is not None:
@@ -153,6 +144,25 @@ def catch_up(
             (name, branch, size),
         )
         return start, size
+
+
+def _rows(
+    ledger: Ledger, branch: str, start: int, own: int, size: int
+) -> Iterator[tuple[Entry, bytes | None]]:
+    """Yield ``(entry, content bytes)`` of ``start <= seq < size``.
+
+    Strictly read before ``own``; from ``own`` on, decoded from the rows the caller's write
+    transaction appended itself (see ``catch_up``).
+    """
+    # The strict range read checks each entry and its content (against the commitment, or
+    # the TOMBSTONE that erased it; content removed behind the ledger is refused).
+    for checked in ledger.read_range(start, own, branch):
+        text = checked.content
+        yield checked.entry, None if text is None else text.encode("utf-8")
+    if own < size:
+        no = ledger.store.branch(branch).no
+        for row in ledger.store.iter_entry_rows(no, own, size):
+            yield Entry.from_bytes(row.data), None if row.content is None else bytes(row.content)
 
 
 def event(

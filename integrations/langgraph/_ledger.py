@@ -32,9 +32,11 @@ against the file as it is since anyone else last wrote it.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from os import PathLike
 from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
 
@@ -42,7 +44,7 @@ import apsw
 
 from memroot.integrations.langgraph import _index
 from memroot.integrations.langgraph._tables import TableSet
-from memroot.ledger.entries import Entry, EventInput, OpInput
+from memroot.ledger.entries import CANONICAL_BRANCH, Entry, EventInput, OpInput
 from memroot.ledger.errors import IntegrityError, MemrootError, RefusedError, ValidationError
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.vocab import OpType
@@ -50,7 +52,7 @@ from memroot.ledger.vocab import OpType
 if TYPE_CHECKING:
     from memroot.memory import Memory
 
-__all__ = ["LedgerTables", "ledger_lock", "open_owned"]
+__all__ = ["AsyncLedgerTables", "LedgerTables", "ledger_lock", "open_owned"]
 
 _LOCKS: weakref.WeakKeyDictionary[Ledger, threading.RLock] = weakref.WeakKeyDictionary()
 _LOCKS_GUARD = threading.Lock()
@@ -75,6 +77,9 @@ def ledger_lock(ledger: Ledger | Memory) -> threading.RLock:
         if lock is None:
             lock = _LOCKS[led] = threading.RLock()
         return lock
+
+
+_T = TypeVar("_T", bound="LedgerTables")
 
 
 class LedgerTables:
@@ -180,6 +185,35 @@ class LedgerTables:
             self._mirror.close()
             if self._owned is not None:
                 self._owned.close()
+
+    @classmethod
+    @contextlib.contextmanager
+    def from_conn_string(
+        cls: type[_T],
+        path: str | PathLike[str],
+        *,
+        branch: str = CANONICAL_BRANCH,
+        key_path: str | PathLike[str] | None = None,
+        **kwargs: Any,
+    ) -> Iterator[_T]:
+        """Open (or create) the ledger at ``path``, yield a saver (or store) on it, close both.
+
+        Like ``SqliteSaver.from_conn_string`` (``SqliteStore.from_conn_string``).
+
+        ``path`` may be a ``postgresql://`` URL; ``key_path`` names the signing key (needed
+        for such a ledger, whose key is not kept beside a file). ``kwargs`` go to the
+        constructor (``actor``, ``namespace``, a saver's ``serde``...).
+
+        Raises:
+            StorageError, KeyFileError: the ledger or its key cannot be opened.
+            NotImplementedError: a store's ``index`` or ``ttl`` configuration.
+            IntegrityError: an entry of the branch does not check out.
+        """
+        tables = open_owned(cls, path, key_path, {"branch": branch, **kwargs})
+        try:
+            yield tables
+        finally:
+            tables.close()
 
     def setup(self) -> None:
         """Do nothing: the tables were created on open (``SqliteSaver.setup``'s place)."""
@@ -360,11 +394,32 @@ class LedgerTables:
             self._contents.clear()  # a TOMBSTONE erases content this process checked
             self._memo.clear()
         folded: list[tuple[Entry, dict[str, Any] | None]] = []
+        store = self.ledger.store
+        quiet: int | None = None
         try:
             with self.ledger.write():
-                Roots(self.ledger).append_batch(items, branch=self.branch)
+                # Inside the write transaction nobody else can commit: when the data_version
+                # and this connection's change count are still what the caller's _sync
+                # recorded, this write is the only change since (a ledger file: one
+                # connection holds entries and derived tables).
+                synced = self._sync_token
+                version = store.data_version()
+                if (
+                    synced is not None
+                    and self.ledger.derived is store
+                    and synced[:2] == (version, store.db.total_changes())
+                ):
+                    quiet = version
+                added = Roots(self.ledger).append_batch(items, branch=self.branch)
+                first = min((a.seq for a in added if a.branch == self.branch), default=None)
                 start, end = _index.catch_up(
-                    self.ledger, t.name, self.branch, t.fold, t.types, collect=folded
+                    self.ledger,
+                    t.name,
+                    self.branch,
+                    t.fold,
+                    t.types,
+                    collect=folded,
+                    own_from=first,
                 )
         except RefusedError as refused:
             # The seal refuses to sign a tree inconsistent with its signed checkpoints: the
@@ -381,10 +436,52 @@ class LedgerTables:
                     if content is not None and len(self._contents) < _CONTENTS_MAX:
                         self._contents[e.seq] = (e, content)  # checked as it was folded
             self._mirror_pos = end
+            if quiet is not None:
+                # Nothing but this write changed the file since the last _sync, and the copy
+                # folded it: what _sync would find is this token (the version read inside
+                # the transaction, so a commit by another connection since is still seen).
+                self._sync_token = (quiet, store.db.total_changes(), quiet, 0)
+                return
         self._sync()
 
 
-_T = TypeVar("_T", bound=LedgerTables)
+class AsyncLedgerTables(LedgerTables):
+    """The async openers of ``AsyncMemrootSaver`` and ``AsyncMemrootStore``.
+
+    ``from_conn_string`` is an async context manager here (``AsyncSqliteSaver``'s and
+    ``AsyncSqliteStore``'s API): opening and closing run in a worker thread.
+    """
+
+    __slots__ = ()
+
+    # An async context manager in place of the sync one: the override is what it is for.
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def from_conn_string(  # type: ignore[override]
+        cls: type[_T],
+        path: str | PathLike[str],
+        *,
+        branch: str = CANONICAL_BRANCH,
+        key_path: str | PathLike[str] | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[_T]:
+        """Open (or create) the ledger at ``path``, yield a saver (or store) on it, close both.
+
+        Raises:
+            StorageError, KeyFileError: the ledger or its key cannot be opened.
+            NotImplementedError: a store's ``index`` or ``ttl`` configuration.
+            IntegrityError: an entry of the branch does not check out.
+        """
+        tables = await asyncio.to_thread(
+            open_owned, cls, path, key_path, {"branch": branch, **kwargs}
+        )
+        try:
+            yield tables
+        finally:
+            await asyncio.to_thread(tables.close)
+
+    async def setup(self) -> None:  # type: ignore[override]
+        """Do nothing: the tables were created on open (``AsyncSqliteSaver.setup``'s place)."""
 
 
 def open_owned(

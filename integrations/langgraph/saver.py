@@ -27,10 +27,8 @@ import asyncio
 import base64
 import binascii
 import builtins
-import contextlib
 import json
 from collections.abc import AsyncIterator, Iterator, Sequence
-from os import PathLike
 from typing import TYPE_CHECKING, Any, Final
 
 from langchain_core.runnables import RunnableConfig
@@ -48,7 +46,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from memroot.integrations.langgraph import _index
-from memroot.integrations.langgraph._ledger import LedgerTables, open_owned
+from memroot.integrations.langgraph._ledger import AsyncLedgerTables, LedgerTables
 from memroot.integrations.langgraph._tables import CHECKPOINT_TYPE, SAVER, WRITES_TYPE
 from memroot.ledger.entries import CANONICAL_BRANCH, EventInput
 from memroot.ledger.errors import IntegrityError
@@ -104,31 +102,6 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
         """Wrap an open ledger; prefer ``MemrootSaver.from_conn_string``."""
         super().__init__(serde=serde)
         self._open(ledger, branch=branch, actor=actor, actor_type=actor_type, namespace=namespace)
-
-    @classmethod
-    @contextlib.contextmanager
-    def from_conn_string(
-        cls,
-        path: str | PathLike[str],
-        *,
-        branch: str = CANONICAL_BRANCH,
-        key_path: str | PathLike[str] | None = None,
-        **kwargs: Any,
-    ) -> Iterator[MemrootSaver]:
-        """Open (or create) the ledger at ``path`` and yield a saver on it; close it after.
-
-        ``path`` may be a ``postgresql://`` URL; ``key_path`` names the signing key (needed
-        for such a ledger, whose key is not kept beside a file).
-
-        Raises:
-            StorageError, KeyFileError: the ledger or its key cannot be opened.
-            IntegrityError: an entry of the branch does not check out.
-        """
-        saver = open_owned(cls, path, key_path, {"branch": branch, **kwargs})
-        try:
-            yield saver
-        finally:
-            saver.close()
 
     # -- the index -----------------------------------------------------------------------------
 
@@ -660,7 +633,7 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
         await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
 
 
-class AsyncMemrootSaver(MemrootSaver):
+class AsyncMemrootSaver(AsyncLedgerTables, MemrootSaver):
     """``MemrootSaver`` opened and closed from ``asyncio``, like ``AsyncSqliteSaver``.
 
     ``async with AsyncMemrootSaver.from_conn_string("agent.ledger") as saver:``; its async
@@ -668,32 +641,3 @@ class AsyncMemrootSaver(MemrootSaver):
     ``ainvoke`` calls on one saver (and a store on the same ledger) take turns; the sync
     methods work too, from any thread.
     """
-
-    # An async context manager in place of the sync one (AsyncSqliteSaver's API): the
-    # override is what this class is for.
-    @classmethod
-    @contextlib.asynccontextmanager
-    async def from_conn_string(  # type: ignore[override]
-        cls,
-        path: str | PathLike[str],
-        *,
-        branch: str = CANONICAL_BRANCH,
-        key_path: str | PathLike[str] | None = None,
-        **kwargs: Any,
-    ) -> AsyncIterator[AsyncMemrootSaver]:
-        """Open (or create) the ledger at ``path`` and yield a saver on it; close it after.
-
-        Raises:
-            StorageError, KeyFileError: the ledger or its key cannot be opened.
-            IntegrityError: an entry of the branch does not check out.
-        """
-        saver = await asyncio.to_thread(
-            open_owned, cls, path, key_path, {"branch": branch, **kwargs}
-        )
-        try:
-            yield saver
-        finally:
-            await asyncio.to_thread(saver.close)
-
-    async def setup(self) -> None:  # type: ignore[override]
-        """Do nothing: the tables were created on open (``AsyncSqliteSaver.setup``'s place)."""

@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import contextlib
 import datetime as dt
 import json
-from collections.abc import AsyncIterator, Iterable, Iterator
-from os import PathLike
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final
 
 from langgraph.store.base import (
@@ -37,7 +35,7 @@ from langgraph.store.base import (
 )
 
 from memroot.integrations.langgraph import _index
-from memroot.integrations.langgraph._ledger import LedgerTables, open_owned
+from memroot.integrations.langgraph._ledger import AsyncLedgerTables, LedgerTables
 from memroot.integrations.langgraph._tables import PUT_TYPE, STORE, ns_text
 from memroot.ledger.entries import CANONICAL_BRANCH, now_us
 from memroot.ledger.errors import IntegrityError, ValidationError
@@ -132,32 +130,6 @@ class MemrootStore(BaseStore, LedgerTables):  # type: ignore[misc]
         if index is not None:
             raise NotImplementedError(_NO_INDEX)
         self._open(ledger, branch=branch, actor=actor, actor_type=actor_type, namespace=namespace)
-
-    @classmethod
-    @contextlib.contextmanager
-    def from_conn_string(
-        cls,
-        path: str | PathLike[str],
-        *,
-        branch: str = CANONICAL_BRANCH,
-        key_path: str | PathLike[str] | None = None,
-        **kwargs: Any,
-    ) -> Iterator[MemrootStore]:
-        """Open (or create) the ledger at ``path`` and yield a store on it; close it after.
-
-        Like ``SqliteStore.from_conn_string``; ``path`` may be a ``postgresql://`` URL,
-        ``key_path`` names the signing key.
-
-        Raises:
-            StorageError, KeyFileError: the ledger or its key cannot be opened.
-            NotImplementedError: an ``index`` or ``ttl`` configuration.
-            IntegrityError: an entry of the branch does not check out.
-        """
-        store = open_owned(cls, path, key_path, {"branch": branch, **kwargs})
-        try:
-            yield store
-        finally:
-            store.close()
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -323,7 +295,7 @@ class MemrootStore(BaseStore, LedgerTables):  # type: ignore[misc]
         return await asyncio.to_thread(self.batch, materialized)
 
 
-class AsyncMemrootStore(MemrootStore):
+class AsyncMemrootStore(AsyncLedgerTables, MemrootStore):  # type: ignore[misc]
     """``MemrootStore`` opened and closed from ``asyncio``, like ``AsyncSqliteStore``.
 
     ``async with AsyncMemrootStore.from_conn_string("agent.ledger") as store:``; its async
@@ -332,32 +304,3 @@ class AsyncMemrootStore(MemrootStore):
     """
 
     __slots__ = ()
-
-    # An async context manager in place of the sync one (AsyncSqliteStore's API).
-    @classmethod
-    @contextlib.asynccontextmanager
-    async def from_conn_string(  # type: ignore[override]
-        cls,
-        path: str | PathLike[str],
-        *,
-        branch: str = CANONICAL_BRANCH,
-        key_path: str | PathLike[str] | None = None,
-        **kwargs: Any,
-    ) -> AsyncIterator[AsyncMemrootStore]:
-        """Open (or create) the ledger at ``path`` and yield a store on it; close it after.
-
-        Raises:
-            StorageError, KeyFileError: the ledger or its key cannot be opened.
-            NotImplementedError: an ``index`` or ``ttl`` configuration.
-            IntegrityError: an entry of the branch does not check out.
-        """
-        store = await asyncio.to_thread(
-            open_owned, cls, path, key_path, {"branch": branch, **kwargs}
-        )
-        try:
-            yield store
-        finally:
-            await asyncio.to_thread(store.close)
-
-    async def setup(self) -> None:  # type: ignore[override]
-        """Do nothing: the tables were created on open (``AsyncSqliteStore.setup``'s place)."""

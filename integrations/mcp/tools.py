@@ -66,63 +66,42 @@ def _check_uuid(value: str) -> str:
 
 _IS_TEXT: Final = AfterValidator(check_text)
 _IS_UUID: Final = AfterValidator(_check_uuid)
-_TEXT_SCHEMA: Final = {"pattern": _TEXT_PATTERN}
-_UUID_SCHEMA: Final = {"pattern": _UUID_PATTERN}
 
-Value = Annotated[
-    str,
-    Field(min_length=1, max_length=MAX_VALUE, description="The memory's text.",
-          json_schema_extra=_TEXT_SCHEMA),
-    _IS_TEXT,
-]  # fmt: skip
+
+def _text(max_length: int, description: str) -> Any:
+    """Return the field of a text argument: 1 to ``max_length`` characters, none a control."""
+    return Field(
+        min_length=1,
+        max_length=max_length,
+        description=description,
+        json_schema_extra={"pattern": _TEXT_PATTERN},
+    )
+
+
+def _uuid(description: str) -> Any:
+    """Return the field of an id argument: a UUID (the validator says what is wrong)."""
+    return Field(description=description, json_schema_extra={"pattern": _UUID_PATTERN})
+
+
+Value = Annotated[str, _text(MAX_VALUE, "The memory's text."), _IS_TEXT]
 SourceText = Annotated[
-    str,
-    Field(min_length=1, max_length=MAX_VALUE, json_schema_extra=_TEXT_SCHEMA,
-          description="What was said or seen; recorded as the evidence event."),
-    _IS_TEXT,
-]  # fmt: skip
-QueryText = Annotated[
-    str,
-    Field(min_length=1, max_length=1000, json_schema_extra=_TEXT_SCHEMA,
-          description="Words that must all occur in the value."),
-    _IS_TEXT,
-]  # fmt: skip
-Reason = Annotated[
-    str,
-    Field(min_length=1, max_length=MAX_TEXT, json_schema_extra=_TEXT_SCHEMA,
-          description="Why, in words (kept in the ledger)."),
-    _IS_TEXT,
-]  # fmt: skip
-Purpose = Annotated[
-    str,
-    Field(min_length=1, max_length=MAX_TEXT, json_schema_extra=_TEXT_SCHEMA,
-          description="What the branch is for."),
-    _IS_TEXT,
-]  # fmt: skip
+    str, _text(MAX_VALUE, "What was said or seen; recorded as the evidence event."), _IS_TEXT
+]
+QueryText = Annotated[str, _text(1000, "Words that must all occur in the value."), _IS_TEXT]
+Reason = Annotated[str, _text(MAX_TEXT, "Why, in words (kept in the ledger)."), _IS_TEXT]
+Purpose = Annotated[str, _text(MAX_TEXT, "What the branch is for."), _IS_TEXT]
 BranchName = Annotated[
-    str,
-    Field(min_length=1, max_length=200, json_schema_extra=_TEXT_SCHEMA,
-          description="A branch id (default main): main or a branch of this namespace."),
-    _IS_TEXT,
-]  # fmt: skip
+    str, _text(200, "A branch id (default main): main or a branch of this namespace."), _IS_TEXT
+]
 ObjectId = Annotated[
-    str,
-    Field(description="A memory object's id (UUID) in this server's namespace.",
-          json_schema_extra=_UUID_SCHEMA),
-    _IS_UUID,
-]  # fmt: skip
-EventId = Annotated[
-    str,
-    Field(description="An event's id (UUID) in this server's namespace.",
-          json_schema_extra=_UUID_SCHEMA),
-    _IS_UUID,
-]  # fmt: skip
+    str, _uuid("A memory object's id (UUID) in this server's namespace."), _IS_UUID
+]
+EventId = Annotated[str, _uuid("An event's id (UUID) in this server's namespace."), _IS_UUID]
 AnchorId = Annotated[
     str,
-    Field(description="A conversation event of this namespace: only memories derived from "
-          "its path.", json_schema_extra=_UUID_SCHEMA),
+    _uuid("A conversation event of this namespace: only memories derived from its path."),
     _IS_UUID,
-]  # fmt: skip
+]
 Unit = Annotated[float, Field(ge=0.0, le=1.0)]
 
 ObjectType = Literal["FACT", "PREFERENCE", "DECISION", "TASK", "INTENT"]

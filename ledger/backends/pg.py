@@ -466,6 +466,22 @@ class PgStore(Store):
         """Return None: PostgreSQL has no per-connection commit counter (nothing is cached)."""
         return None
 
+    def commit_token(self) -> str:
+        """Return the snapshot this connection reads now (``pg_current_snapshot()``), as text.
+
+        Two equal answers mean the same set of committed transactions in the cluster: any
+        write since (anyone's, this connection's too) takes a transaction id, which moves
+        the snapshot's ``xmax`` or, committing later, leaves its in-progress list. A cache
+        of what was checked (the read gate's, ``projections.strict_rows``) holds while it
+        does not change; unlike ``data_version`` it moves on this connection's own writes.
+        Inside a ``REPEATABLE READ`` transaction it is that transaction's snapshot.
+
+        Raises:
+            StorageError: if PostgreSQL fails.
+        """
+        row = self.db.execute("SELECT pg_current_snapshot()::text").fetchone()
+        return "" if row is None else str(row[0])
+
     def drop(self) -> None:
         """Drop the ledger's tables and close: undo a ``memroot init`` that failed half-way."""
         with contextlib.suppress(Exception):
@@ -508,15 +524,7 @@ class PgStore(Store):
         try:
             for callback in self._before_commit:
                 callback()
-            # As the SQLite store counts it (``store.commits``): before, given back if the
-            # transaction is still open.
-            _store.commits += 1
-            try:
-                self.db.execute("COMMIT")
-            except BaseException:
-                if self.db.in_transaction:
-                    _store.commits -= 1
-                raise
+            _store.commit_counted(self.db)  # as the SQLite store counts it
         except BaseException:
             self._rollback()
             raise

@@ -42,6 +42,7 @@ __all__ = [
     "BranchRow",
     "EntryRow",
     "Store",
+    "commit_counted",
     "entry_key",
     "node_key",
 ]
@@ -81,6 +82,21 @@ def _count(changed: bool, by: int = 1) -> None:
     global commits
     if changed:
         commits += by
+
+
+def commit_counted(db: Any, changed: bool = True) -> None:
+    """Run ``COMMIT`` on ``db`` (either backend's connection), counted in ``commits``.
+
+    Counted before the COMMIT and taken back only if the transaction is still open after
+    it: a Ctrl-C landing as a COMMIT returns finds it counted.
+    """
+    _count(changed)
+    try:
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            _count(changed, -1)
+        raise
 
 
 _CACHE_MIN_LEVEL: Final = 3
@@ -479,16 +495,7 @@ class Store:
             # checkpoint) commits with the body or not at all.
             for callback in self._before_commit:
                 callback()
-            # Counted before the COMMIT and taken back only if the transaction is still
-            # open after it: a Ctrl-C landing as a COMMIT returns finds it counted.
-            counted = self.db.total_changes() != self.changes_at_begin
-            _count(counted)
-            try:
-                self.db.execute("COMMIT")
-            except BaseException:
-                if self.db.in_transaction:
-                    _count(counted, -1)
-                raise
+            commit_counted(self.db, self.db.total_changes() != self.changes_at_begin)
         except BaseException as e:
             with contextlib.suppress(apsw.Error):
                 self.db.execute("ROLLBACK")

@@ -26,14 +26,15 @@ state needed) to any of the three sources.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import contextlib
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from memroot.ledger import merkle
 from memroot.ledger.bundle.export import BundleBranch, BundleReader, BundleRow, CachelessSource
-from memroot.ledger.entries import CANONICAL_BRANCH, Entry
+from memroot.ledger.entries import CANONICAL_BRANCH, Entry, Kind
 from memroot.ledger.errors import (
     DecodeError,
     MemrootError,
@@ -41,6 +42,7 @@ from memroot.ledger.errors import (
     RefusedError,
 )
 from memroot.ledger.hashing import BLAKE3_NATIVE, HASH_SIZE, node_hash
+from memroot.ledger.keyset import KEY_ENTRY_TYPES, KeyEntryError, KeySet
 from memroot.ledger.note import parse_checkpoint, split_note
 from memroot.ledger.transparency.cosignature import WitnessKey
 from memroot.ledger.transparency.tiles import (
@@ -525,6 +527,35 @@ class GenesisSource(Protocol):
     def entry_row(self, branch_no: int, seq: int) -> RowLike:
         """Return one entry row."""
 
+    def iter_entry_rows(self, branch_no: int) -> Iterable[RowLike]:
+        """Yield a branch's entry rows in order."""
+
+
+def _log_openers(source: GenesisSource, origin: str, log_keys: Sequence[str]) -> list[str]:
+    """Every key ``main``'s key entries make a key of the log, from a trusted root on.
+
+    For opening the witnesses' checkpoints only (step 10's reference points; their
+    cosignatures are checked, and step 6 judges every signature of the log itself): a
+    witness's newest checkpoint may be signed by a writer key or a rotated root key. Nothing
+    is learned unless the genesis key is one of ``log_keys``.
+    """
+    try:
+        main = source.branch(CANONICAL_BRANCH)
+        genesis = Entry.from_bytes(source.entry_row(main.no, 0).data)
+        keys = genesis.body.get("keys")
+        if not isinstance(keys, list) or not keys or str(keys[0]) not in log_keys:
+            return list(log_keys)
+        ks = KeySet.start(origin, str(keys[0]))
+        for row in source.iter_entry_rows(main.no):
+            e = Entry.from_bytes(row.data)
+            if e.kind is Kind.OP and e.type in KEY_ENTRY_TYPES:
+                with contextlib.suppress(KeyEntryError):
+                    ks.apply(e.seq, bytes(e.prev), str(e.type), e.body.get("payload"))
+    except MemrootError:
+        return list(log_keys)
+    learned = [r.vkey for r in ks.roots] + [w.vkey for w in ks.writers.values()]
+    return [*log_keys, *(k for k in learned if k not in log_keys)]
+
 
 class _WitnessedState(TrustedState):
     """The verifier's trusted state, raised to the newest checkpoints witnesses cosigned.
@@ -623,7 +654,8 @@ class WitnessPolicy:
                 "the witnesses' checkpoints were opened with the log's genesis keys "
                 "(trust on first use); pass --vkey to pin the log's key"
             )
-        best, notes = witnessed_trust(self.urls, origins, log_keys, self.keys)
+        openers = _log_openers(source, origin, log_keys)
+        best, notes = witnessed_trust(self.urls, origins, openers, self.keys)
         report_notes.extend(notes)
         witnessed = {o: TrustedLog(tuple(log_keys), s, r, n) for o, (s, r, n, _) in best.items()}
         for o, (s, _, _, url) in best.items():

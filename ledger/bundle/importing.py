@@ -10,6 +10,7 @@ roots) is not part of the ledger file's core tables and is rebuilt by those laye
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +24,10 @@ from memroot.ledger.bundle.export import BundleReader
 from memroot.ledger.entries import CANONICAL_BRANCH, ZERO_HASH, Entry, Kind
 from memroot.ledger.errors import DecodeError, IntegrityError, StorageError
 from memroot.ledger.hashing import content_digest, leaf_hash
+from memroot.ledger.keyset import KEY_ENTRIES_META, KEY_ENTRY_TYPES, ROTATED_VKEYS_META
 from memroot.ledger.trust import TrustedState
 from memroot.ledger.verify import AuditReport
+from memroot.ledger.vocab import OpType
 
 __all__ = ["Imported", "import_bundle"]
 
@@ -89,12 +92,28 @@ def import_bundle(
             store.set_meta("origin", m.origin)
             store.set_meta("snapshot_every", m.snapshot_every)
             entries = checkpoints = 0
+            key_seqs: list[int] = []
             for b in reader.branches():
-                entries += _import_branch(reader, store, b.no, b.name)
+                entries += _import_branch(
+                    reader, store, b.no, b.name, key_seqs if b.name == CANONICAL_BRANCH else None
+                )
                 no = store.branch(b.name).no
                 for size, root, note in reader.checkpoints(b.no):
                     store.insert_checkpoint(no, size, root, note)
                     checkpoints += 1
+            # The key cache (FORMAT.md 7.5) of the imported entries, as a writer keeps it
+            # (a ledger without key entries has none).
+            if key_seqs:
+                store.set_meta(KEY_ENTRIES_META, json.dumps(key_seqs))
+            main_no = store.branch(CANONICAL_BRANCH).no
+            key_entries = [Entry.from_bytes(store.entry_row(main_no, s).data) for s in key_seqs]
+            rotated = [
+                str(e.body["payload"].get("new_vkey"))
+                for e in key_entries
+                if e.type == OpType.KEY_ROTATE.value and isinstance(e.body.get("payload"), dict)
+            ]
+            if rotated:
+                store.set_meta(ROTATED_VKEYS_META, json.dumps(rotated))
     except BaseException:
         if isinstance(store, PgStore):
             store.drop()
@@ -109,8 +128,13 @@ def import_bundle(
     )
 
 
-def _import_branch(reader: BundleReader, store: Store, bundle_no: int, name: str) -> int:
-    """Copy one branch's rows, event index, tree nodes and head; return its entry count."""
+def _import_branch(
+    reader: BundleReader, store: Store, bundle_no: int, name: str, key_seqs: list[int] | None
+) -> int:
+    """Copy one branch's rows, event index, tree nodes and head; return its entry count.
+
+    On ``main`` (``key_seqs`` given), the seqs of its key entries are collected there.
+    """
     genesis = Entry.from_bytes(reader.entry_row(bundle_no, 0).data)
     if name == CANONICAL_BRANCH:
         no = store.add_branch(name, ZERO_HASH).no
@@ -144,6 +168,8 @@ def _import_branch(reader: BundleReader, store: Store, bundle_no: int, name: str
         entry = Entry.from_bytes(row.data, h)
         digest = None if row.content is None else content_digest(row.content)
         rows.append((k, h, row.data, digest, row.salt, row.content))
+        if key_seqs is not None and entry.kind is Kind.OP and entry.type in KEY_ENTRY_TYPES:
+            key_seqs.append(row.seq)
         if entry.kind is Kind.EVENT:
             events.append((bytes.fromhex(str(entry.body["id"]).replace("-", "")), k))
         if row.erased_by is not None:

@@ -274,7 +274,7 @@ def write_tiles(
     if last is None:
         raise RefusedError(f"branch {branch!r} has no signed checkpoint to publish")
     size, root, note = last
-    verifiers = [Verifier.from_vkey(k) for k in ledger.genesis_vkeys()]
+    verifiers = [Verifier.from_vkey(k) for k in ledger.all_vkeys()]
     origin = open_checkpoint(note, verifiers).checkpoint.origin
     writer = _TileWriter(out)
     try:

@@ -23,6 +23,7 @@ append that triggered it: the append did commit, and failing it would make calle
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import urllib.parse
@@ -31,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from memroot.ledger.entries import CANONICAL_BRANCH
+from memroot.ledger.entries import CANONICAL_BRANCH, Entry
 from memroot.ledger.errors import (
     DecodeError,
     IntegrityError,
@@ -55,6 +56,8 @@ from memroot.ledger.transparency.cosignature import (
     parse_size_body,
     render_add_checkpoint,
 )
+from memroot.ledger.transparency.witness_keys import render_add_keys
+from memroot.ledger.vocab import OpType
 
 if TYPE_CHECKING:
     from memroot.ledger.backends.store import Store
@@ -321,6 +324,39 @@ def _keep_cosignatures(store: Store, branch_no: int, size: int, lines: str) -> N
         )
 
 
+def _show_keys(ledger: Ledger, w: WitnessConfig, timeout: float) -> None:
+    """Show the witness main's key entries with proofs (``POST /add-keys``, FORMAT.md 11.5).
+
+    Only when the log has key entries: then checkpoints signed by writer keys or a rotated
+    root key are cosigned by a witness that knows only the root vkey. Best effort: a witness
+    without the extension (404) or that refuses them answers the checkpoints with 403 as
+    before, which the submission reports; an unreachable one is reported by the submission.
+    """
+    seqs = ledger.key_entry_seqs()
+    if not seqs:
+        return
+    store = ledger.store
+    main = store.branch(CANONICAL_BRANCH)
+    stored = store.checkpoints(main.no)
+    if not stored:
+        return
+    size, _, note = stored[-1]
+    entries: list[tuple[int, bytes, list[bytes], tuple[str, list[bytes]] | None]] = []
+    for seq in seqs:
+        if seq >= size:
+            break
+        data = bytes(store.entry_row(main.no, seq).data)
+        signoff = None
+        if Entry.from_bytes(data).type == OpType.KEY_ROTATE.value:
+            off = next(((s, n) for s, _, n in stored if s > seq), None)
+            if off is None:
+                return
+            signoff = (off[1], ledger.inclusion_proof(seq, off[0]))
+        entries.append((seq, data, ledger.inclusion_proof(seq, size), signoff))
+    with contextlib.suppress(_Unavailable):
+        _post(w.url + "/add-keys", render_add_keys(ledger.origin, note, entries), timeout)
+
+
 def _submit_branch(ledger: Ledger, w: WitnessConfig, branch: str, timeout: float) -> Submission:
     store = ledger.store
     b = store.branch(branch)
@@ -328,7 +364,8 @@ def _submit_branch(ledger: Ledger, w: WitnessConfig, branch: str, timeout: float
     pending = checkpoints_after(store, b.no, -1 if known is None else known)
     if not pending:
         return Submission(w.name, branch, "up to date", known, 0, "nothing to submit")
-    verifiers = [Verifier.from_vkey(k) for k in ledger.genesis_vkeys()]
+    verifiers = [Verifier.from_vkey(k) for k in ledger.all_vkeys()]
+    _show_keys(ledger, w, timeout)
     url = w.url + "/add-checkpoint"
     done = 0
     last_size = known

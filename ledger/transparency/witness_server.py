@@ -10,6 +10,8 @@ A witness directory holds::
     witness.key     the Ed25519 key (mode 0600; the key file format of memroot.ledger.signing)
     witness.json    {"version": 1, "name": NAME, "logs": {origin: [log vkey, ...]}}
     state.json      {"version": 1, "logs": {origin: {"size", "root" (base64), "note"}}}
+    keys.json       {"version": 1, "logs": {origin: [[seq, base64 entry], ...]}}: the key entries
+                    it was shown (``POST /add-keys``, memroot.ledger.transparency.witness_keys)
     evidence.jsonl  every refused request that the log had signed (proof of misbehaviour)
     witness.lock    held (flock) by the one process serving the directory
 
@@ -19,6 +21,8 @@ HTTP (docs/FORMAT.md section 9):
   body or old size above the checkpoint's; 403 no valid signature by a configured log key;
   404 unknown origin; 409 (``text/x.tlog.size``, the witness's size) old size is not the
   witness's, or same size with another root; 422 the consistency proof does not verify.
+- ``POST /add-keys``: memroot's extension: the log's key entries with proofs, so checkpoints
+  by writer keys and rotated root keys are cosigned (``witness_keys``, FORMAT.md 11.5).
 - ``GET /checkpoint?origin=O``: memroot's monitor read (the spec leaves it to be designed):
   the newest checkpoint the witness cosigned for ``O``, with its cosignature; 404 if none.
 """
@@ -41,6 +45,7 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from memroot.ledger import merkle
+from memroot.ledger.entries import CANONICAL_BRANCH
 from memroot.ledger.errors import (
     DecodeError,
     KeyFileError,
@@ -49,7 +54,7 @@ from memroot.ledger.errors import (
     StorageError,
 )
 from memroot.ledger.hashing import EMPTY_ROOT
-from memroot.ledger.note import Verifier, open_checkpoint, split_note
+from memroot.ledger.note import Verifier, open_checkpoint, parse_checkpoint, split_note
 from memroot.ledger.signing import Ed25519Signer
 from memroot.ledger.transparency.cosignature import (
     MAX_REQUEST,
@@ -58,6 +63,7 @@ from memroot.ledger.transparency.cosignature import (
     cosign,
     parse_add_checkpoint,
 )
+from memroot.ledger.transparency.witness_keys import LearnedKeys, learn_keys, load_learned
 
 __all__ = ["Answer", "Witness", "init_witness", "serve"]
 
@@ -66,6 +72,7 @@ CONFIG_FILE: Final = "witness.json"
 STATE_FILE: Final = "state.json"
 EVIDENCE_FILE: Final = "evidence.jsonl"
 LOCK_FILE: Final = "witness.lock"
+KEYS_FILE: Final = "keys.json"
 _TEXT: Final = "text/plain; charset=utf-8"
 
 
@@ -173,6 +180,8 @@ class Witness:
             )
         self.key = WitnessKey.from_signer(self.signer)
         self.logs: dict[str, list[Verifier]] = self._read_logs(config)
+        self._config_stamp = self._stamp()
+        self.learned: dict[str, LearnedKeys] = self._read_learned()
         self.state: dict[str, dict[str, Any]] = dict(
             _read_json(self.directory / STATE_FILE, "state")["logs"]
         )
@@ -183,23 +192,92 @@ class Witness:
             str(o): [Verifier.from_vkey(str(k)) for k in ks] for o, ks in config["logs"].items()
         }
 
+    def _stamp(self) -> tuple[int, int] | None:
+        try:
+            st = (self.directory / CONFIG_FILE).stat()
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_size)
+
     def _keys_for(self, origin: str) -> list[Verifier] | None:
         """Return the log keys of ``origin`` (None if it is not followed).
 
-        An origin not known yet re-reads the configuration, so `witness follow` takes effect
-        on a running server.
+        The configuration is read again whenever its file changed (mtime and size, checked
+        per request), so `witness follow` takes effect on a running server: a new log, or a
+        new key of a followed one.
         """
-        keys = self.logs.get(origin)
-        if keys is None:
+        stamp = self._stamp()
+        if stamp != self._config_stamp:
             try:
                 fresh = self._read_logs(_read_json(self.directory / CONFIG_FILE, "configuration"))
             except (StorageError, DecodeError):
-                return None
-            with self._lock:
-                for o, ks in fresh.items():
-                    self.logs.setdefault(o, ks)
-            keys = self.logs.get(origin)
-        return keys
+                fresh = None
+            if fresh is not None:
+                with self._lock:
+                    self.logs = fresh
+                    self._config_stamp = stamp
+        return self.logs.get(origin)
+
+    def _read_learned(self) -> dict[str, LearnedKeys]:
+        """Fold the key entries kept in ``keys.json`` (none when the file is absent)."""
+        path = self.directory / KEYS_FILE
+        if not path.exists():
+            return {}
+        raw = _read_json(path, "key sets")
+        out = {}
+        for origin, entries in raw["logs"].items():
+            keys = self.logs.get(str(origin))
+            if keys and isinstance(entries, list):
+                out[str(origin)] = load_learned(str(origin), keys[0], entries)
+        return out
+
+    def _learned_signers(self, origin: str, text: str) -> list[Verifier]:
+        """Return the keys a learned key set allows for this checkpoint (``O`` or a branch)."""
+        if not self.learned:
+            return []
+        log, branch = origin, CANONICAL_BRANCH
+        if origin not in self.learned and "/branch/" in origin:
+            log, _, branch = origin.rpartition("/branch/")
+        learned = self.learned.get(log)
+        if learned is None:
+            return []
+        try:
+            size = parse_checkpoint(text).size
+        except DecodeError:
+            return []
+        return learned.verifiers(branch, size)
+
+    def add_keys(self, body: bytes) -> Answer:
+        """Answer ``POST /add-keys`` (memroot's extension, docs/FORMAT.md 11.5)."""
+        self._keys_for("")  # pick up a changed configuration first
+        roots = {o: ks[0] for o, ks in self.logs.items() if ks}
+        try:
+            origin, learned = learn_keys(body, roots, self.learned)
+        except DecodeError as e:
+            return _text(400, f"malformed key request: {e}")
+        except KeyError:
+            return _text(404, "this witness does not follow that log")
+        except ProofError as e:
+            status = 409 if str(e).startswith("409") else 403
+            return _text(status, f"the key entries do not check: {e}")
+        with self._lock:
+            before = self.learned.get(origin)
+            if before is not None and len(before.entries) >= len(learned.entries):
+                return _text(200, f"key set of {origin}: {len(before.entries)} entries known")
+            self.learned[origin] = learned
+            data = {
+                "version": 1,
+                "logs": {o: [list(e) for e in lk.entries] for o, lk in self.learned.items()},
+            }
+            try:
+                _write_json(self.directory / KEYS_FILE, data)
+            except OSError as e:
+                if before is None:
+                    self.learned.pop(origin, None)
+                else:
+                    self.learned[origin] = before
+                return _text(503, f"cannot persist the key set: {e}")
+        return _text(200, f"key set of {origin}: {len(learned.entries)} entries known")
 
     @property
     def name(self) -> str:
@@ -250,7 +328,9 @@ class Witness:
         if keys is None:
             return _text(404, f"this witness does not follow the log {origin!r}")
         try:
-            cp = open_checkpoint(note, keys, origin=origin).checkpoint
+            cp = open_checkpoint(
+                note, [*keys, *self._learned_signers(origin, text)], origin=origin
+            ).checkpoint
         except (DecodeError, ProofError) as e:
             return _text(403, f"no valid signature by a key of {origin!r}: {e}")
         if old > cp.size:
@@ -327,7 +407,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(answer.body)
 
     def do_POST(self) -> None:
-        if urllib.parse.urlsplit(self.path).path != "/add-checkpoint":
+        path = urllib.parse.urlsplit(self.path).path
+        if path not in ("/add-checkpoint", "/add-keys"):
             self._send(_text(404, "not found"))
             return
         try:
@@ -338,7 +419,9 @@ class _Handler(BaseHTTPRequestHandler):
         if not 0 <= length <= MAX_REQUEST:
             self._send(_text(400, f"request body larger than {MAX_REQUEST} bytes"))
             return
-        self._send(self.server.witness.add_checkpoint(self.rfile.read(length)))
+        body = self.rfile.read(length)
+        witness = self.server.witness
+        self._send(witness.add_keys(body) if path == "/add-keys" else witness.add_checkpoint(body))
 
     def do_GET(self) -> None:
         parts = urllib.parse.urlsplit(self.path)

@@ -50,7 +50,12 @@ from memroot.ledger.verify.report import (
     ReplayCheck,
     RowLike,
 )
-from memroot.ledger.verify.step_5_caches import _check_event_index, _check_meta, _check_nodes
+from memroot.ledger.verify.step_5_caches import (
+    _check_event_index,
+    _check_key_cache,
+    _check_meta,
+    _check_nodes,
+)
 from memroot.ledger.verify.step_6_signatures import (
     _checkpoints,
     _Keyring,
@@ -99,8 +104,8 @@ def audit(
     # meanwhile. Relaxed: the layers' checks open the ledger to report on it, not to refuse.
     with relaxed(), store.read():
         try:
-            return _audit_store(
-                store,
+            return audit_source(
+                _StoreSource(store),
                 origin=origin,
                 trusted=trusted,
                 vkeys=vkeys,
@@ -116,29 +121,6 @@ def audit(
             report.steps_checked.add(1)
             report.add(Finding(1, f"the ledger file is a corrupt SQLite file: {e}"))
             return report
-
-
-def _audit_store(
-    store: Store,
-    *,
-    origin: str,
-    trusted: TrustedState | None,
-    vkeys: Sequence[str],
-    checks: Sequence[ReplayCheck],
-    progress: Progress | None,
-    update_trusted: bool,
-    branch: str | None,
-) -> AuditReport:
-    return audit_source(
-        _StoreSource(store),
-        origin=origin,
-        trusted=trusted,
-        vkeys=vkeys,
-        checks=checks,
-        progress=progress,
-        update_trusted=update_trusted,
-        branch=branch,
-    )
 
 
 def audit_source(
@@ -286,8 +268,10 @@ def audit_source(
                     seq,
                 )
             )
+        if b.name == CANONICAL_BRANCH and store.has_caches:
+            _check_key_cache(store, [seq for seq, _, _, _ in run.key_entries], report)
         # (6): signatures, learning rotated keys on main as their sign-offs verify.
-        cps = _checkpoints(stored_cps, b.name, b_origin, keyring, run.rotations, report)
+        cps = _checkpoints(stored_cps, b.name, b_origin, keyring, run.key_entries, report)
         # (5): every signed root recomputed from the leaves.
         for size, root in cps:
             if size > run.expected_seq:

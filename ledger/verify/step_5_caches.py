@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Final
 
 from memroot.ledger.entries import CANONICAL_BRANCH, Entry
 from memroot.ledger.errors import MemrootError
+from memroot.ledger.keyset import KEY_ENTRIES_META, ROTATED_VKEYS_META, parse_key_entries
 from memroot.ledger.verify.report import AuditReport, Finding, LedgerSource
 
 if TYPE_CHECKING:
@@ -85,5 +86,27 @@ def _check_event_index(
                 seq,
                 expected=f"entry {seq}",
                 actual="missing" if k is None else f"key {k}",
+            )
+        )
+
+
+def _check_key_cache(store: LedgerSource, seqs: list[int], report: AuditReport) -> None:
+    """(5): the key cache lists exactly ``main``'s key entries (docs/FORMAT.md 7.5).
+
+    Appends and strict reads find the key entries through it: one that omits a revocation
+    would let a revoked key pass a read, so it is checked against the entries scanned.
+    """
+    raw = store.meta(KEY_ENTRIES_META)
+    if raw is None and not seqs:
+        return
+    cached = parse_key_entries(raw)
+    if cached != seqs and not (raw is None and store.meta(ROTATED_VKEYS_META) is not None):
+        report.add(
+            Finding(
+                5,
+                f"the key cache (meta {KEY_ENTRIES_META!r}) does not list main's key entries",
+                CANONICAL_BRANCH,
+                expected=repr(seqs),
+                actual=repr(raw),
             )
         )

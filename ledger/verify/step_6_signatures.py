@@ -1,49 +1,99 @@
-"""Steps 5-6 at every checkpoint (docs/FORMAT.md sections 5 and 7.3): roots and signatures.
+"""Steps 5-6 at every checkpoint (docs/FORMAT.md 5, 7.3, 7.5): roots and signatures.
 
 Every stored checkpoint's root is recomputed at its size (5) and its signature checked
-against the trusted keys (6), which grow only by a ``KEY_ROTATE`` the retiring key signed
-off (``_Keyring``, ``_rotate``).
+against the keys valid at that size (6): root keys, which grow only by a ``KEY_ROTATE`` the
+retiring key signed off (``_rotate``), and writer keys, which a ``KEY_ADD`` signed by the root
+key in force authorizes and a ``KEY_REVOKE`` ends (``_key_statement``; ``_Keyring``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from memroot.ledger.entries import CANONICAL_BRANCH, Entry
 from memroot.ledger.errors import DecodeError, MemrootError, ProofError
+from memroot.ledger.keyset import KeyEntryError, check_statement
 from memroot.ledger.note import Verifier, open_checkpoint
 from memroot.ledger.trust import TrustedLog
 from memroot.ledger.verify.report import AuditReport, Finding, LedgerSource
+from memroot.ledger.vocab import OpType
 
-if TYPE_CHECKING:
-    pass
+
+@dataclass(slots=True)
+class _Writer:
+    """A writer key as step 6 learned it from a ``KEY_ADD`` (and a ``KEY_REVOKE``)."""
+
+    name: str
+    key: Verifier
+    added: int  # seq of the KEY_ADD
+    revoked: int | None = None  # seq of the KEY_REVOKE
+    branches: dict[str, int] = field(default_factory=dict)  # branch sizes at the revoke
 
 
 @dataclass(slots=True)
 class _Keyring:
-    """The keys the verifier trusts, growing by signed-off KEY_ROTATE entries (step 6).
+    """The keys the verifier trusts (step 6, docs/FORMAT.md 7.3 and 7.5).
 
-    A key starts trusted if given, remembered, or (trust on first use) in the genesis. A
-    ``KEY_ROTATE`` entry on ``main`` with payload ``{new_vkey, old_vkey}`` adds ``new_vkey``
-    only when the first verified checkpoint covering it carries a valid signature by
+    Root keys: a key starts trusted if given, remembered, or (trust on first use) in the
+    genesis. A ``KEY_ROTATE`` entry on ``main`` with payload ``{new_vkey, old_vkey}`` adds
+    ``new_vkey`` only when the first checkpoint covering it carries a valid signature by
     ``old_vkey``, a key trusted at that size: the rotation was appended while the old key was
     in force and the old key signed it off. From then on the old key is retired: it is accepted
     only for ``main`` checkpoints no larger than that sign-off checkpoint, so a leaked old key
-    cannot sign a newer tree. Branch checkpoints accept any trusted key.
+    cannot sign a newer tree; on a branch, up to the branch's size the rotation recorded
+    (``branches``; a rotation written before that record leaves it accepted on branches).
+
+    Writer keys: a ``KEY_ADD`` at entry ``s`` whose authority statement the root key in force
+    at ``s`` signed makes its key valid for ``main`` checkpoints of size ``> s``; a
+    ``KEY_REVOKE`` at ``r`` (signed the same way) ends it: sizes ``<= r`` only on ``main``,
+    and on a branch up to the size the revoke recorded for it.
     """
 
-    keys: dict[str, Verifier] = field(default_factory=dict)  # vkey -> verifier
+    keys: dict[str, Verifier] = field(default_factory=dict)  # vkey -> verifier (root keys)
     retired: dict[str, int] = field(default_factory=dict)  # vkey -> largest size it may sign
+    retired_at: dict[str, int] = field(default_factory=dict)  # vkey -> seq of its KEY_ROTATE
+    root_branches: dict[str, dict[str, int] | None] = field(default_factory=dict)
+    writers: dict[str, _Writer] = field(default_factory=dict)  # name -> writer key
 
     def valid(self, size: int | None) -> list[Verifier]:
-        """Return the keys that may sign a checkpoint of ``size`` (None: any size)."""
+        """Return the root keys that may sign a ``main`` checkpoint of ``size`` (None: any)."""
         return [
             v
             for k, v in self.keys.items()
             if size is None or k not in self.retired or size <= self.retired[k]
         ]
+
+    def signers(self, branch: str, size: int) -> list[Verifier]:
+        """Return every key (root and writer) that may sign ``branch``'s checkpoint of ``size``."""
+        if branch == CANONICAL_BRANCH:
+            out = self.valid(size)
+            out += [
+                w.key
+                for w in self.writers.values()
+                if w.added < size and (w.revoked is None or size <= w.revoked)
+            ]
+            return out
+        out = []
+        for k, v in self.keys.items():
+            limit = self.root_branches.get(k) if k in self.retired else None
+            if limit is None or size <= limit.get(branch, 0):
+                out.append(v)
+        out += [
+            w.key
+            for w in self.writers.values()
+            if w.revoked is None or size <= w.branches.get(branch, 0)
+        ]
+        return out
+
+    def root_at(self, seq: int, vkey: object) -> Verifier | None:
+        """Return the root key ``vkey`` if it is trusted and in force at entry ``seq``."""
+        key = self.keys.get(vkey) if isinstance(vkey, str) else None
+        if key is None:
+            return None
+        retired = self.retired_at.get(key.vkey())
+        return key if retired is None or seq < retired else None
 
 
 def _trusted_verifiers(
@@ -100,27 +150,43 @@ def _checkpoints(
     branch: str,
     origin: str,
     keyring: _Keyring,
-    rotations: list[tuple[int, Any]],
+    key_entries: list[tuple[int, str, Any, bytes]],
     report: AuditReport,
 ) -> list[tuple[int, bytes]]:
     """(6): open every stored checkpoint note; return the (size, root) pairs that verify.
 
-    On ``main``, KEY_ROTATE entries are applied to the keyring as their sign-off checkpoints
-    verify (see ``_Keyring``), in size order.
+    On ``main``, the key entries (KEY_ROTATE, KEY_ADD, KEY_REVOKE) below a checkpoint's size
+    are applied to the keyring in seq order before it is opened (see ``_Keyring``): a
+    rotation is signed off by that checkpoint, the first that covers it. A key entry on
+    another branch is a violation: the key set lives on ``main``.
     """
     out: list[tuple[int, bytes]] = []
     main = branch == CANONICAL_BRANCH
-    pending = sorted(rotations, key=lambda r: r[0]) if main else []
+    if not main:
+        for seq, op_type, _, _ in key_entries:
+            report.add(
+                Finding(6, f"{op_type} on a branch: key entries belong on main", branch, seq)
+            )
+    pending = sorted(key_entries, key=lambda r: r[0]) if main else []
     for size, root, note in stored:
         last = size - 1 if size > 0 else None  # the newest entry the checkpoint covers
+        # Writer keys added or revoked below this size apply before it is opened (their
+        # statements carry the root's signature); a rotation waits for the first checkpoint
+        # covering it that verifies, its sign-off.
+        while pending and pending[0][0] < size and pending[0][1] != OpType.KEY_ROTATE.value:
+            seq, op_type, payload, prev = pending.pop(0)
+            _key_statement(keyring, seq, op_type, payload, prev, origin, report)
         try:
-            signed = open_checkpoint(note, keyring.valid(size if main else None), origin=origin)
+            signed = open_checkpoint(note, keyring.signers(branch, size), origin=origin)
         except (ProofError, DecodeError) as e:
             report.add(Finding(6, f"checkpoint at size {size} does not verify: {e}", branch, last))
             continue
         while pending and pending[0][0] < size:
-            seq, payload = pending.pop(0)
-            _rotate(keyring, seq, payload, size, note, origin, report)
+            seq, op_type, payload, prev = pending.pop(0)
+            if op_type == OpType.KEY_ROTATE.value:
+                _rotate(keyring, seq, payload, size, note, origin, report)
+            else:
+                _key_statement(keyring, seq, op_type, payload, prev, origin, report)
         cp = signed.checkpoint
         if cp.size != size or cp.root != bytes(root):
             report.add(
@@ -134,18 +200,59 @@ def _checkpoints(
                 )
             )
         out.append((cp.size, cp.root))
-    for seq, _ in pending:
+    for seq, op_type, _, _ in pending:
         report.add(
             Finding(
                 6,
-                "KEY_ROTATE is not covered by a verified checkpoint yet, so its new key is "
-                "not trusted",
+                f"{op_type} is not covered by a verified checkpoint yet, so its key is not trusted",
                 CANONICAL_BRANCH,
                 seq,
                 severity="note",
             )
         )
     return out
+
+
+def _key_statement(
+    keyring: _Keyring,
+    seq: int,
+    op_type: str,
+    payload: Any,
+    prev: bytes,
+    origin: str,
+    report: AuditReport,
+) -> None:
+    """Apply one KEY_ADD / KEY_REVOKE at ``seq`` if the root key in force signed it."""
+    root_vkey = payload.get("root_vkey") if isinstance(payload, dict) else None
+    root = keyring.root_at(seq, root_vkey)
+    try:
+        if root is None:
+            raise KeyEntryError(
+                f"it names root key {root_vkey!r}, which is not a trusted root key at entry {seq}"
+            )
+        check_statement(payload, op_type=op_type, origin=origin, seq=seq, prev=prev, root=root)
+        name, vkey = str(payload["name"]), str(payload["vkey"])
+        writer = keyring.writers.get(name)
+        if op_type == OpType.KEY_ADD.value:
+            key = Verifier.from_vkey(vkey)
+            if key.name != origin:
+                raise KeyEntryError(f"a writer key is named after the log ({origin!r})")
+            if writer is not None:
+                raise KeyEntryError(f"the name {name!r} is taken (entry {writer.added})")
+            keyring.writers[name] = _Writer(name, key, seq)
+            what = f"writer key {name!r} ({key}) authorized by the root key"
+        else:
+            if writer is None or writer.key.vkey() != vkey or writer.revoked is not None:
+                raise KeyEntryError(f"it names {name!r}, not a writer key in force")
+            writer.revoked = seq
+            writer.branches = {str(k): int(v) for k, v in payload["branches"].items()}
+            what = f"writer key {name!r} revoked: it signs main up to size {seq} only"
+    except (KeyEntryError, DecodeError) as e:
+        report.add(
+            Finding(6, f"{op_type} is not valid, so it is not applied: {e}", CANONICAL_BRANCH, seq)
+        )
+        return
+    report.add(Finding(6, what, CANONICAL_BRANCH, seq, severity="note"))
 
 
 def _rotate(
@@ -179,6 +286,13 @@ def _rotate(
         return
     keyring.keys[new_key.vkey()] = new_key
     keyring.retired[old_key.vkey()] = size
+    keyring.retired_at[old_key.vkey()] = seq
+    branches = payload.get("branches")
+    keyring.root_branches[old_key.vkey()] = (
+        {str(k): int(v) for k, v in branches.items() if isinstance(v, int)}
+        if isinstance(branches, dict)
+        else None
+    )
     report.add(
         Finding(
             6,

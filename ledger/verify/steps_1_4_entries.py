@@ -17,6 +17,7 @@ from memroot.ledger._backend import NATIVE as _N
 from memroot.ledger.entries import CANONICAL_BRANCH, ZERO_HASH, Entry, Kind
 from memroot.ledger.errors import DecodeError, MemrootError
 from memroot.ledger.hashing import EntryHash, content_commitment, content_digest, leaf_hash
+from memroot.ledger.keyset import KEY_ENTRY_TYPES
 from memroot.ledger.verify.report import _CHUNK, AuditReport, Finding, ReplayCheck, RowLike
 from memroot.ledger.vocab import OpType
 
@@ -40,7 +41,8 @@ class _BranchRun:
     genesis: Entry | None = None
     # branch id -> the BRANCH_CREATE entry naming it and this tree's root just before it (7)
     creates: dict[str, tuple[Entry, bytes]] = field(default_factory=dict)
-    rotations: list[tuple[int, Any]] = field(default_factory=list)  # (seq, KEY_ROTATE payload)
+    # (seq, type, payload, prev) of every KEY_ROTATE / KEY_ADD / KEY_REVOKE, for step 6
+    key_entries: list[tuple[int, str, Any, bytes]] = field(default_factory=list)
     events: list[tuple[str, int]] = field(default_factory=list)  # (event id, seq) to check
     event_count: int = 0
 
@@ -266,8 +268,10 @@ def _check_row(
         if isinstance(name, str):
             run.creates[name] = (entry, run.compact.root())
     # (4) content commitments and erasures.
-    if entry.type == OpType.KEY_ROTATE and entry.kind is Kind.OP:
-        run.rotations.append((row.seq, entry.body.get("payload")))
+    if entry.kind is Kind.OP and entry.type in KEY_ENTRY_TYPES:
+        run.key_entries.append(
+            (row.seq, str(entry.type), entry.body.get("payload"), bytes(entry.prev))
+        )
     if (
         entry.kind is not Kind.EVENT
         and run.content

@@ -31,6 +31,7 @@ from memroot.ledger.vocab import ActorType, OpType
 from memroot.memory_root.falsify import deps, states
 from memroot.memory_root.falsify._core import FalsifyCore, check_item_id, has_table, summary_of
 from memroot.memory_root.falsify.cascade import CascadeRequest, Plan, RestorePlan
+from memroot.memory_root.falsify.checked import check_item_read
 from memroot.memory_root.falsify.deps import KINDS, OBJECT, ROOT, SELFMODEL, SUMMARY, ItemRef
 from memroot.memory_root.falsify.hook import FalsifyHook
 from memroot.memory_root.falsify.states import LIVE, StateChange
@@ -224,9 +225,9 @@ class Falsifier:
             ValidationError, NotFoundError: as ``resolve``.
         """
         ref = self.resolve(item, branch)
-        change = states.current(
-            self.ledger.derived.db, deps.view_of(self.ledger.derived.db, branch), ref
-        )
+        with self.ledger.reading() as db:
+            check_item_read(self.ledger, db, branch, ref)
+            change = states.current(db, deps.view_of(db, branch), ref)
         return LIVE if change is None else change.state
 
     def history(self, item: str | ItemRef, branch: str = CANONICAL_BRANCH) -> list[StateChange]:
@@ -236,9 +237,9 @@ class Falsifier:
             ValidationError, NotFoundError: as ``resolve``.
         """
         ref = self.resolve(item, branch)
-        return states.history(
-            self.ledger.derived.db, deps.view_of(self.ledger.derived.db, branch), ref
-        )
+        with self.ledger.reading() as db:
+            check_item_read(self.ledger, db, branch, ref)
+            return states.history(db, deps.view_of(db, branch), ref)
 
     def dependents(self, item: str | ItemRef, branch: str = CANONICAL_BRANCH) -> list[ItemRef]:
         """Return what was built on the item (one step), sorted by ``(id, kind)``.
@@ -272,6 +273,7 @@ class Falsifier:
         if not graph.exists(ref):
             raise NotFoundError(f"no {ref.kind} {ref.id} on branch {branch!r}")
         db = self.ledger.derived.db
+        check_item_read(self.ledger, db, branch, ref)  # strict: the rows are the log's
         changes = states.history(db, graph.view, ref)
         hist = tuple((c, bytes(self.ledger.entry(c.seq, c.branch).hash)) for c in changes)
         located = None if ref.kind == SUMMARY else deps.locate(db, graph.view, ref.kind, ref.id)

@@ -24,6 +24,8 @@ from memroot.ledger.vocab import OpType
 from memroot.memory_root.falsify import _core, _fold_cache
 from memroot.memory_root.falsify._core import FalsifyCore, ledger_core, set_head
 from memroot.memory_root.falsify.cascade import Plan
+from memroot.memory_root.falsify.checked import check_item_states
+from memroot.memory_root.falsify.deps import STATE_OPS
 from memroot.projections import tables
 from memroot.projections.hook import catch_up as memory_catch_up
 from memroot.projections.registry import Registry, default_registry
@@ -147,7 +149,13 @@ class FalsifyHook:
         if entry.kind is Kind.OP and entry.type == _SNAPSHOT:
             _fold_cache.keep_fold_states(db, entry.branch)
         self._last.pop(key, None)
-        core.apply(entry, strict=True, memo=memo)  # it moves the head past the entry
+        if entry.kind is Kind.OP and entry.type in STATE_OPS:
+            # The states it is validated against are first checked against the ledger's
+            # own operations (an edited fz_states row is refused, nothing written).
+            check_item_states(ledger, core.db, entry)
+        # Folding committed entries again (a PostgreSQL cache's catch-up, an import), a
+        # state operation the rules refuse is skipped and recorded, as every replay does.
+        core.apply(entry, strict=not ledger.replaying, memo=memo)  # moves the head past it
         self._last[key] = (entry.seq + 1, entry.hash)
         return []
 

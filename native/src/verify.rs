@@ -121,7 +121,11 @@ fn plain_row<'a>(run: &Run<'_>, row: &Row<'a>) -> Option<Checked<'a>> {
             })
         }
         "op" => {
-            let special = matches!(fields.type_, "BRANCH_CREATE" | "KEY_ROTATE" | "TOMBSTONE");
+            // The key entries (docs/FORMAT.md 7.3, 7.5) feed step 6 on the reference path.
+            let special = matches!(
+                fields.type_,
+                "BRANCH_CREATE" | "KEY_ROTATE" | "KEY_ADD" | "KEY_REVOKE" | "TOMBSTONE"
+            );
             let stored = row.content.is_some()
                 || row.salt.is_some()
                 || row.digest.is_some()

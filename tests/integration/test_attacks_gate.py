@@ -14,34 +14,18 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import apsw
 import pytest
 
 import memroot
 from memroot.ledger.errors import IntegrityError
 from memroot.memory_root.falsify.api import ItemWhy
-
-ATTACKER = r"""
-import sqlite3, sys
-db = sqlite3.connect(sys.argv[1])
-db.executescript(sys.argv[2])
-db.commit()
-db.close()
-"""
-
-
-def attacker(path: Path, sql: str) -> None:
-    """Run ``sql`` on the ledger file in a process of its own (the attacker's)."""
-    done = subprocess.run(
-        [sys.executable, "-c", ATTACKER, str(path), sql], capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr
+from tests.integration._attack import attacker
+from tests.integration._attack import counts as sizes
 
 
 @dataclass
@@ -70,19 +54,6 @@ def story(tmp_path: Path) -> Story:
     shutil.copy(path, honest)
     shutil.copy(path.with_name(path.name + ".key"), honest.with_name(honest.name + ".key"))
     return Story(path, honest, tea.id, said.seq, tea.seq)
-
-
-def sizes(path: Path) -> tuple[int, int]:
-    """(entries, checkpoints) in the file, read with plain apsw."""
-    # apsw, the library memroot's own connection uses: a second SQLite library in this
-    # process (stdlib sqlite3) would drop that connection's POSIX locks when it closes.
-    db = apsw.Connection(str(path))
-    try:
-        n = db.execute("SELECT count(*) FROM entries").fetchone()[0]
-        c = db.execute("SELECT count(*) FROM checkpoints").fetchone()[0]
-        return int(n), int(c)
-    finally:
-        db.close()
 
 
 def refused_by_recall(s: Story, *, marker: str | None = None) -> None:

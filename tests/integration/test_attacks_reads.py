@@ -35,6 +35,7 @@ from memroot.ledger.errors import IntegrityError
 from memroot.ledger.hashing import content_digest
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.trust import TrustedState, default_trusted_path
+from tests.integration._attack import event, op
 
 ORIGIN = "example.org/read-attacks"
 MAIN_NO = 1
@@ -47,33 +48,6 @@ def memroot(path: Path, *args: str) -> Result:
 def ok(result: Result) -> Any:
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
-
-
-def event(content: str) -> dict[str, Any]:
-    return {
-        "kind": "event",
-        "stream": "s",
-        "actor_id": "alice",
-        "actor_type": "HUMAN_USER",
-        "role": "USER",
-        "content": content,
-        "namespace_id": "alice",
-    }
-
-
-def op(op_type: str, payload: dict[str, Any], target: str | None = None) -> dict[str, Any]:
-    d: dict[str, Any] = {
-        "kind": "op",
-        "op_type": op_type,
-        "actor_id": "agent-7",
-        "actor_type": "AI_AGENT",
-        "namespace_id": "alice",
-        "policy_version": "policy/1",
-        "payload": payload,
-    }
-    if target is not None:
-        d["target_id"] = target
-    return d
 
 
 def append(path: Path, obj: dict[str, Any]) -> dict[str, Any]:

@@ -10,31 +10,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-import apsw
 from click.testing import CliRunner, Result
 
 from memroot.cli.main import cli
-
-ATTACKER = r"""
-import sqlite3, sys
-db = sqlite3.connect(sys.argv[1])
-db.executescript(sys.argv[2])
-db.commit()
-db.close()
-"""
-
-
-def attacker(path: Path, sql: str) -> None:
-    """Run ``sql`` on the ledger file in a process of its own."""
-    done = subprocess.run(
-        [sys.executable, "-c", ATTACKER, str(path), sql], capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr
+from tests.integration._attack import attacker, counts, event, op
 
 
 def memroot(path: Path, *args: str) -> Result:
@@ -45,43 +27,6 @@ def append(path: Path, obj: dict[str, Any]) -> dict[str, Any]:
     r = memroot(path, "append", "--json", json.dumps(obj))
     assert r.exit_code == 0, r.output
     return dict(json.loads(r.stdout)[0])
-
-
-def counts(path: Path) -> tuple[int, int]:
-    db = apsw.Connection(str(path))
-    try:
-        n = db.execute("SELECT count(*) FROM entries").fetchone()[0]
-        c = db.execute("SELECT count(*) FROM checkpoints").fetchone()[0]
-        return int(n), int(c)
-    finally:
-        db.close()
-
-
-def event(content: str) -> dict[str, Any]:
-    return {
-        "kind": "event",
-        "stream": "s",
-        "actor_id": "alice",
-        "actor_type": "HUMAN_USER",
-        "role": "USER",
-        "content": content,
-        "namespace_id": "alice",
-    }
-
-
-def op(op_type: str, payload: dict[str, Any], target: str | None = None) -> dict[str, Any]:
-    d: dict[str, Any] = {
-        "kind": "op",
-        "op_type": op_type,
-        "actor_id": "agent-7",
-        "actor_type": "AI_AGENT",
-        "namespace_id": "alice",
-        "policy_version": "policy/1",
-        "payload": payload,
-    }
-    if target is not None:
-        d["target_id"] = target
-    return d
 
 
 def assert_tea(path: Path, ev: str) -> str:

@@ -142,7 +142,9 @@ def test_rotate_key_then_audit_with_the_original_key(
     """After `rotate-key`, a bundle still audits with the original vkey alone."""
     rotated = cmd.ok_json(cmd.at(ledger, "rotate-key", "--json"))
     assert rotated["old_vkey"] == vkey != rotated["new_vkey"]
-    assert cmd.ok_json(cmd.at(ledger, "vkey", "--json"))["vkey"] == rotated["new_vkey"]
+    shown = cmd.ok_json(cmd.at(ledger, "vkey", "--json"))
+    # vkey prints the root of trust (the genesis key), and the root key now in force.
+    assert shown["vkey"] == vkey and shown["root_in_force"] == rotated["new_vkey"]
     line = json.dumps({**cmd.EVENT, "content": "after rotation"})
     assert cmd.at(ledger, "append", line).exit_code == 0
     out = tmp_path / "bundle"

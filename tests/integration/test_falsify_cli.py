@@ -195,3 +195,26 @@ def test_verify_fails_on_a_tampered_state(world: dict[str, Any]) -> None:
     assert r.exit_code == 1
     findings = json.loads(r.stdout)["findings"]
     assert any(f["step"] == 9 and "fz_states" in f["message"] for f in findings)
+
+
+def test_why_folds_entries_appended_without_the_falsification_hook(tmp_path: Path) -> None:
+    """`why` on a ledger a library caller appended to with MemoryHook only works (it used to
+    fold the falsification layer inside its read transaction: a storage error, exit 4)."""
+    from memroot.ledger.entries import EventInput
+    from memroot.ledger.ledger import Ledger
+    from memroot.projections import requests as rq
+    from memroot.projections.memory import MemoryHook
+
+    ledger = tmp_path / "agent.ledger"
+    assert memroot(ledger, "init").exit_code == 0
+    with Ledger.open(ledger, hooks=[MemoryHook()]) as lg:
+        said = EventInput(
+            stream="s1", actor_id="alice", actor_type="HUMAN_USER", role="USER",
+            content="I take tea", namespace_id="alice",
+        )  # fmt: skip
+        ev = lg.append(said)
+        agent = rq.Actor("agent-7", "AI_AGENT", namespace_id="alice")
+        tea = lg.append(rq.assert_object(agent, "PREFERENCE", "OBSERVED", "USER_STATED",
+                                         [ev.id], "Alice takes tea")).id  # fmt: skip
+    why = ok_json(memroot(ledger, "why", tea, "--json"))
+    assert why["states"] == [] and why["evidence"][0]["content"] == "I take tea"

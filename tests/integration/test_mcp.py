@@ -304,3 +304,35 @@ def test_remember_and_recall_take_a_branch(tmp_path: Path) -> None:
     assert out["on_main"] == []
     assert out["merged"]["imported"] == [out["made"]["object_id"]]
     assert [r["value"] for r in out["after"]] == ["plan B holds"]
+
+
+def test_actor_type_is_matched_without_regard_to_case(tmp_path: Path) -> None:
+    """`mcp --actor-type system_process` is SYSTEM_PROCESS (README "Names and case")."""
+
+    async def main() -> Any:
+        params = _params(tmp_path, "--actor-type", "system_process")
+        async with Client(params) as client:
+            return await client.call_tool("remember", {"value": "disk is full", "source": "df"})
+
+    made = asyncio.run(main())
+    assert not made.is_error, made.content
+    with memroot.open(tmp_path / "mcp.ledger", create=False) as mem:
+        ops = [e for e in mem.ledger.entries() if e.type == "ASSERT"]
+        assert [e.body["actor_type"] for e in ops] == ["SYSTEM_PROCESS"]
+
+
+def test_token_actor_type_is_matched_without_regard_to_case(tmp_path: Path) -> None:
+    """`mcp token add --actor-type Human_User` stores the canonical HUMAN_USER."""
+    from click.testing import CliRunner
+
+    from memroot.cli.main import cli
+
+    ledger = str(tmp_path / "mcp.ledger")
+    runner = CliRunner()
+    assert runner.invoke(cli, ["-l", ledger, "init"], catch_exceptions=False).exit_code == 0
+    args = ["-l", ledger, "mcp", "token", "add", "--actor", "ann", "--namespace", "alice"]
+    added = runner.invoke(cli, [*args, "--actor-type", "Human_User", "--json"])
+    assert added.exit_code == 0, added.output
+    assert json.loads(added.stdout)["actor_type"] == "HUMAN_USER"
+    wrong = runner.invoke(cli, [*args, "--actor-type", "robot"])
+    assert wrong.exit_code == 2 and "'robot' is not one of" in wrong.output

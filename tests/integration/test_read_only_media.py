@@ -197,6 +197,7 @@ READ_COMMANDS: dict[str, list[str]] = {
     "receipts": ["--json"],
     "report": ["{out}/report.html", "--json"],
     "vkey": ["--json"],
+    "key list": ["--json"],
     "gc": ["--dry-run", "--json"],
     "cascade": ["{object}", "--dry-run", "--json"],
     "restore": ["{object}", "--reason", "r", "--cascade", "--dry-run", "--json"],
@@ -206,7 +207,8 @@ READ_COMMANDS: dict[str, list[str]] = {
 WRITE_COMMANDS = {
     "append", "import", "init", "checkpoint", "snapshot", "rebuild", "falsify", "mark-stale",
     "selfmodel record", "branch create", "branch close", "branch discard", "branch archive",
-    "branch merge", "publish", "import-bundle", "rotate-key", "witness add", "witness remove",
+    "branch merge", "publish", "import-bundle", "rotate-key", "key add", "key revoke",
+    "witness add", "witness remove",
     "witness submit", "mcp", "mcp token add", "mcp token revoke",
 }  # fmt: skip
 # The token commands read and write the MCP server's token file beside the ledger, not the ledger.

@@ -112,6 +112,8 @@ def scripted_session(tmp: Path) -> Path:
     with memroot.open(led) as mem:
         set_branch_policy(mem.ledger, "alice", {"SANDBOX": 7}, actor_id="alice")
         mem.recall(text="tea", receipt="run-1")
+    ok(memroot_cli(led, "key", "add", "--name", "host-b", "--out", str(tmp / "host-b.key")))
+    ok(memroot_cli(led, "key", "revoke", "host-b"))
     ok(memroot_cli(led, "rotate-key"))
     return led
 

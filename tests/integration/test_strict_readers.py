@@ -363,7 +363,8 @@ NOT_READERS = {
     "selfmodel record",
     "snapshot",
     "verify",
-    "vkey",  # the signing key file's verifier key: no ledger data
+    "key add",
+    "key revoke",
     "mcp token add",  # the MCP server's token file: no ledger data
     "mcp token list",
     "mcp token revoke",
@@ -378,7 +379,9 @@ NOT_READERS = {
 # Commands that read strictly with no forensics mode: the MCP server serves an agent, which must
 # never be handed unchecked memory; publish writes a public directory, which must never hold
 # unchecked entries (it recomputes the signed root before writing a file).
-STRICT_ONLY = {"mcp", "publish"}
+# vkey and key list print keys read from the ledger strictly (the key entries proven in the
+# signed tree): keys an auditor is handed must never come from unchecked rows.
+STRICT_ONLY = {"mcp", "publish", "vkey", "key list"}
 
 
 def _commands(group: click.Group, prefix: str = "") -> dict[str, click.Command]:

@@ -156,4 +156,4 @@ def test_readme_example_runs(tmp_path: Path) -> None:
     subprocess.run(
         [sys.executable, "-c", m.group(1)], cwd=tmp_path, env=env, check=True, timeout=120
     )
-    assert (tmp_path / "agent.ledger").exists()
+    assert (tmp_path / "alice.ledger").exists()

@@ -94,7 +94,12 @@ def test_rotation_new_key_signs_later_checkpoints_old_ones_still_verify(
         old_notes = ledger.checkpoints()
         r = keys.rotate_key(ledger)
         assert ledger.entry(r.seq).type == "KEY_ROTATE"
-        assert ledger.entry(r.seq).body["payload"] == {"new_vkey": r.new_vkey, "old_vkey": old_vkey}
+        payload = ledger.entry(r.seq).body["payload"]
+        assert payload == {
+            "new_vkey": r.new_vkey,
+            "old_vkey": old_vkey,
+            "branches": {"main": r.seq},
+        }
         ledger.append_batch(inputs.mixed(5, seed=4))
         newest = ledger.checkpoint()
         assert ledger.vkey() == r.new_vkey != old_vkey

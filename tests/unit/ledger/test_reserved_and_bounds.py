@@ -71,6 +71,8 @@ def test_every_op_type_memroot_writes_is_reserved() -> None:
         t.value
         for t in (
             OpType.KEY_ROTATE,
+            OpType.KEY_ADD,
+            OpType.KEY_REVOKE,
             OpType.SNAPSHOT,
             OpType.SELFMODEL_SNAPSHOT,
             OpType.CASCADE,
