@@ -24,7 +24,7 @@ produced a snapshot (see ``Roots.append`` and ``Roots.sign_pending``).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 import apsw
@@ -292,6 +292,24 @@ class RootsHook:
         for e in ledger.entries(start, anchor[1], anchor[0]):
             root = relink(root, e)
         return root
+
+    def check_complete(
+        self,
+        ledger: Ledger,
+        branch: str,
+        rows: Mapping[str, Iterable[str]],
+        namespaces: Sequence[str],
+        *,
+        every: bool = False,
+    ) -> None:
+        """The read gate's completeness hook: ``memory_root.complete.check_complete``.
+
+        Raises:
+            IntegrityError: as ``check_complete``.
+        """
+        from memroot.memory_root.complete import check_complete
+
+        check_complete(ledger, branch, rows, namespaces, every=every)
 
     def forget(self, ledger: Ledger, branch: str) -> None:
         """Drop the in-memory fold of a branch (it is reloaded from storage when next used)."""

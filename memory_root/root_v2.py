@@ -72,6 +72,7 @@ __all__ = [
     "map_from_scratch",
     "map_nodes",
     "memory_root",
+    "object_key",
     "object_state",
     "root_info",
     "view_changes",
@@ -119,7 +120,8 @@ def item_state(state: str, seq: int) -> dict[str, Any]:
     return {"state": state, "seq": seq}
 
 
-def _object_key(object_id: str) -> MapKey:
+def object_key(object_id: str) -> MapKey:
+    """Return ``item_key("object", object_id)`` (§6.12), without the general CBOR encoder."""
     raw = object_id.encode("utf-8")
     n = len(raw)
     head = bytes([0x60 + n]) if n < 24 else (b"\x78" + bytes([n]) if n < 256 else b"")
@@ -146,7 +148,7 @@ class LeafChange:
 
 def _change(seq: int, namespace: str, kind: str, item_id: str, state: dict[str, Any]) -> LeafChange:
     key: bytes = (
-        _object_key(item_id)
+        object_key(item_id)
         if kind == OBJECT_KIND
         else domain_hash(ITEM_TAG, encoding.encode([kind, item_id]))
     )

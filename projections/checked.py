@@ -169,12 +169,63 @@ def _check_hidden(ledger: Ledger, db: apsw.Connection, q: Query, served: Sequenc
     check_objects(ledger, hidden, q.branch, as_of=q.as_of)
 
 
-def _check_complete(ledger: Ledger, q: Query, served: Sequence[Result]) -> None:
-    """Check that the served set is complete: the memory map's hook (issue 26), empty yet.
+def _namespaces(db: apsw.Connection) -> set[str]:
+    """Every namespace the derived tables name (objects, events, namespaces, state items)."""
+    out: set[str] = set()
+    for sql in (
+        "SELECT DISTINCT namespace_id FROM mem_objects",
+        "SELECT DISTINCT namespace_id FROM mem_events",
+        "SELECT DISTINCT id FROM mem_namespaces",
+        "SELECT DISTINCT namespace FROM fz_items",
+    ):
+        try:
+            out.update(str(r[0]) for r in db.execute(sql))
+        except apsw.SQLError:
+            continue  # a table of a layer this ledger does not have
+    return out
 
-    When the map lands, the served set is checked here against the signed map of memory
-    state per namespace, so a deleted row (or any row missing from the set) is refused at
-    read as an edited one is. Until then a query proves each served row and each row its
-    filters hid, not that no row was deleted (docs/FORMAT.md, "What a strict query proves").
+
+def _check_complete(ledger: Ledger, q: Query, served: Sequence[Result]) -> None:
+    """Check that the served set is complete against the memory map (issue 26.3 = 23.4).
+
+    The object rows the branch's view holds now, any lifecycle state, in each namespace the
+    query reads (every namespace when it names none) are handed to the completeness hook of
+    the ledger's hooks (``check_complete``: the memory_root layer's ``RootsHook``, which
+    compares them with the map at the latest v2 root plus the entries since), so a deleted
+    row, or a row moved out of its namespace, is refused like an edited one; rows the
+    filters hid are ``_check_hidden``'s. Reads ``as_of`` an earlier entry are not checked
+    here (the map is the head's), nor a ledger opened without that hook
+    (docs/FORMAT.md §6.14, "What a strict query proves").
     """
-    del ledger, q, served
+    del served
+    if q.as_of is not None:
+        return
+    hooks = [h for h in ledger.hooks if callable(getattr(h, "check_complete", None))]
+    if not hooks:
+        return
+    db = ledger.derived.db
+    audit = dataclasses.replace(
+        q,
+        mode=RetrievalMode.AUDIT,
+        states=(),
+        epistemic=(),
+        types=(),
+        entity=None,
+        text=None,
+        actor=None,
+        anchor=None,
+        git_branch=None,
+    )
+    every = not q.namespaces
+    rows: dict[str, list[str]] = {ns: [] for ns in q.namespaces}
+    found = _q._where(db, audit, view_of(db, q.branch, None))
+    if found is not None:
+        where, args = found
+        for oid, ns in db.execute(
+            f"SELECT DISTINCT o.id, o.namespace_id FROM mem_objects o WHERE {' AND '.join(where)}",
+            args,
+        ):
+            rows.setdefault(str(ns), []).append(str(oid))
+    names = sorted(set(rows) | (_namespaces(db) if every else set()))
+    for h in hooks:
+        h.check_complete(ledger, q.branch, rows, names, every=every)
