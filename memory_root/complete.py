@@ -36,7 +36,7 @@ from memroot.ledger.hashing import domain_hash
 from memroot.ledger.ledger import Ledger
 from memroot.memory_root import records
 from memroot.memory_root.map_nodes import StoredNodes
-from memroot.memory_root.root_v2 import STATE_KIND_PREFIX, object_key, map_at
+from memroot.memory_root.root_v2 import STATE_KIND_PREFIX, map_at, object_key
 from memroot.memory_root.state_map import EMPTY, ITEM_TAG, leaves_of, lookup, namespace_key
 
 __all__ = ["check_complete"]
@@ -59,7 +59,7 @@ def _items(source: StoredNodes, item_root: bytes) -> frozenset[bytes]:
 
 
 def _state_keys(ledger: Ledger) -> set[bytes]:
-    """The ``state/<kind>`` keys of every item the falsification layer recorded."""
+    """Return the ``state/<kind>`` keys of every item the falsification layer recorded."""
     db = ledger.derived.db
     out: set[bytes] = set()
     for table in ("fz_states", "fz_unapplied"):
@@ -102,9 +102,9 @@ def check_complete(
         unnamed = _items(source, at.base) - named
         if unnamed:
             raise IntegrityError(
-                f"strict read refused: step 9: branch {branch}: the memory map holds {len(unnamed)} namespace(s) "
-                "no derived row names (every row of a namespace deleted); `memroot rebuild` "
-                "re-derives the rows",
+                f"strict read refused: step 9: branch {branch}: the memory map holds "
+                f"{len(unnamed)} namespace(s) no derived row names (every row of a "
+                "namespace deleted); `memroot rebuild` re-derives the rows",
                 branch=branch,
                 step=9,
             )
@@ -120,9 +120,9 @@ def check_complete(
         forged = have - expected
         if forged:
             raise IntegrityError(
-                f"strict read refused: step 9: namespace {ns!r} on branch {branch} holds {len(forged)} object "
-                "row(s) no ASSERT in the log accounts for (derived row forged); "
-                "`memroot rebuild` re-derives the rows",
+                f"strict read refused: step 9: namespace {ns!r} on branch {branch} holds "
+                f"{len(forged)} object row(s) no ASSERT in the log accounts for (derived "
+                "row forged); `memroot rebuild` re-derives the rows",
                 branch=branch,
                 step=9,
             )

@@ -302,7 +302,9 @@ class RootsHook:
         *,
         every: bool = False,
     ) -> None:
-        """The read gate's completeness hook: ``memory_root.complete.check_complete``.
+        """Check a view's object rows against the memory map (the read gate's hook).
+
+        See ``memroot.memory_root.complete.check_complete``.
 
         Raises:
             IntegrityError: as ``check_complete``.

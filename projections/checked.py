@@ -200,7 +200,7 @@ def _check_complete(ledger: Ledger, q: Query, served: Sequence[Result]) -> None:
     del served
     if q.as_of is not None:
         return
-    hooks = [h for h in ledger.hooks if callable(getattr(h, "check_complete", None))]
+    hooks = [f for f in (getattr(h, "check_complete", None) for h in ledger.hooks) if callable(f)]
     if not hooks:
         return
     db = ledger.derived.db
@@ -227,5 +227,5 @@ def _check_complete(ledger: Ledger, q: Query, served: Sequence[Result]) -> None:
         ):
             rows.setdefault(str(ns), []).append(str(oid))
     names = sorted(set(rows) | (_namespaces(db) if every else set()))
-    for h in hooks:
-        h.check_complete(ledger, q.branch, rows, names, every=every)
+    for check in hooks:
+        check(ledger, q.branch, rows, names, every=every)
