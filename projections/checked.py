@@ -15,10 +15,10 @@ ledger (``Ledger.strict``):
   its ``lifecycle_state``, ``epistemic_type``, ``confidence`` or falsification state is an
   edited row too, and is refused like one.
 
-What the gate does not prove yet is that a query's set is complete: a deleted row is seen only
-where another derived row still names it (``checked_object``, ``why``). The memory map (issue
-26) signs the set per namespace; its check plugs in at ``_check_complete``, the one place
-every served set passes through.
+- the set served is complete (``_check_complete``): each namespace's object rows against the
+  memory map a v2 root commits to, plus the entries since, through the completeness hook of
+  the memory-root layer (``check_complete`` of a ledger hook), so a deleted row is refused
+  like an edited one (docs/FORMAT.md §6.14 says what this proves and what not).
 
 ``unchecked_query`` is the forensic path (``memroot query --no-strict``): the same SQL with no
 check at all. No surface module calls it or the SQL below it except the ones the import-rules
