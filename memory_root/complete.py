@@ -20,15 +20,20 @@ content-addressed value, is kept in memory for the next read.
 
 Not checked here: reads ``as_of`` an earlier entry (the map is the head's), and branches
 whose newest root is v1 with no v2 root in their view (an old ledger until its next
-snapshot). An ``ASSERT`` the memory model skipped (``mem_skipped``, written without the
+snapshot). On a long-lived handle a check that held is not run again until the file changed
+(``PRAGMA data_version``, this connection's own writes, the branch's size). An ``ASSERT`` the
+memory model skipped (``mem_skipped``, written without the
 hooks) has a leaf and no row: it is refused too, until ``memroot verify`` explains it.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
+
+import apsw
 
 from memroot.ledger import encoding
 from memroot.ledger.errors import IntegrityError
@@ -43,6 +48,20 @@ __all__ = ["check_complete"]
 
 _CACHE: Final[OrderedDict[bytes, frozenset[bytes]]] = OrderedDict()
 _CACHE_MAX: Final = 64
+# The last check that held, per connection: (branch, namespaces, every, data_version, total
+# changes). PRAGMA data_version moves when another connection commits to the file, and
+# total_changes when this one writes: while neither moved, nothing the check read changed.
+_PASSED: Final[weakref.WeakKeyDictionary[apsw.Connection, tuple[object, ...]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _stamp(ledger: Ledger, branch: str) -> tuple[int, int, int]:
+    """Return what moves when anything the check reads may have changed (``_PASSED``)."""
+    db = ledger.derived.db
+    row = db.execute("PRAGMA data_version").fetchone()
+    assert row is not None
+    return int(row[0]), int(db.total_changes()), ledger.size(branch)
 
 
 def _items(source: StoredNodes, item_root: bytes) -> frozenset[bytes]:
@@ -92,6 +111,9 @@ def check_complete(
             strict check.
     """
     db = ledger.derived.db
+    key = (branch, tuple(namespaces), every, *_stamp(ledger, branch))
+    if _PASSED.get(db) == key:
+        return
     at = map_at(ledger, branch)
     if at.root is None and records.latest_root(db, branch) is not None:
         return  # an old ledger: roots v1 only so far, no map to check against
@@ -144,3 +166,4 @@ def check_complete(
                 branch=branch,
                 step=9,
             )
+    _PASSED[db] = key

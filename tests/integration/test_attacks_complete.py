@@ -171,3 +171,16 @@ def test_honest_ledger_with_branches_reads(tmp_path: Path, monkeypatch: pytest.M
         assert len(mem.recall()) == 2
     r = CliRunner().invoke(cli, ["-l", str(s.path), "verify"], catch_exceptions=False)
     assert r.exit_code == 0, r.output
+
+
+def test_open_handle_sees_a_deletion_made_after_a_read(story: Story) -> None:
+    """A long-lived handle whose last check held re-checks once the file changed under it."""
+    with memroot.open(story.path, actor="agent-7", namespace="alice", create=False) as mem:
+        assert len(mem.recall()) == 2
+        attacker(
+            story.path,
+            f"DELETE FROM mem_edges WHERE source_id = '{story.tea}' "
+            f"OR target_id = '{story.tea}'; DELETE FROM mem_objects WHERE id = '{story.tea}';",
+        )
+        with pytest.raises(IntegrityError, match="namespace 'alice'"):
+            mem.recall()
