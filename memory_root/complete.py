@@ -21,16 +21,16 @@ content-addressed value, is kept in memory for the next read.
 Not checked here: reads ``as_of`` an earlier entry (the map is the head's), and branches
 whose newest root is v1 with no v2 root in their view (an old ledger until its next
 snapshot). On a long-lived handle a check that held is not run again until the file changed
-(``PRAGMA data_version``, this connection's own writes, the branch's size). An ``ASSERT`` the
-memory model skipped (``mem_skipped``, written without the
-hooks) has a leaf and no row: it is refused too, until ``memroot verify`` explains it.
+(``PRAGMA data_version``: another connection's commit; the branch's size: an append). An
+``ASSERT`` the memory model skipped (``mem_skipped``, written without the hooks) has a leaf
+and no row: it is refused too, until ``memroot verify`` explains it.
 """
 
 from __future__ import annotations
 
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Final
 
 import apsw
@@ -48,20 +48,21 @@ __all__ = ["check_complete"]
 
 _CACHE: Final[OrderedDict[bytes, frozenset[bytes]]] = OrderedDict()
 _CACHE_MAX: Final = 64
-# The last check that held, per connection: (branch, namespaces, every, data_version, total
-# changes). PRAGMA data_version moves when another connection commits to the file, and
-# total_changes when this one writes: while neither moved, nothing the check read changed.
+# The last check that held, per connection: (branch, namespaces, every, data_version, size).
+# PRAGMA data_version moves when another connection (another process: the attacker of the
+# threat model) commits to the file, and the branch's size when this one appends through the
+# hooks: while neither moved, nothing another writer could change has changed.
 _PASSED: Final[weakref.WeakKeyDictionary[apsw.Connection, tuple[object, ...]]] = (
     weakref.WeakKeyDictionary()
 )
 
 
-def _stamp(ledger: Ledger, branch: str) -> tuple[int, int, int]:
+def _stamp(ledger: Ledger, branch: str) -> tuple[int, int]:
     """Return what moves when anything the check reads may have changed (``_PASSED``)."""
     db = ledger.derived.db
     row = db.execute("PRAGMA data_version").fetchone()
     assert row is not None
-    return int(row[0]), int(db.total_changes()), ledger.size(branch)
+    return int(row[0]), ledger.size(branch)
 
 
 def _items(source: StoredNodes, item_root: bytes) -> frozenset[bytes]:
@@ -92,17 +93,19 @@ def _state_keys(ledger: Ledger) -> set[bytes]:
 def check_complete(
     ledger: Ledger,
     branch: str,
-    rows: Mapping[str, Iterable[str]],
-    namespaces: Sequence[str],
+    read_rows: Callable[[], tuple[Mapping[str, Iterable[str]], Sequence[str]]],
+    asked: Sequence[str],
     *,
     every: bool = False,
 ) -> None:
     """Refuse a branch view whose object rows are not the map's set, per namespace.
 
-    ``rows`` maps each namespace checked to the ids of the objects the view holds a current
-    row for (any lifecycle state); ``namespaces`` names the namespaces to check (each must
-    be a key of ``rows``, with no id when it has none). With ``every`` (a query over all
-    namespaces) the map may hold no namespace outside ``namespaces``.
+    ``read_rows()`` returns ``(rows, namespaces)``: ``rows`` maps each namespace checked to
+    the ids of the objects the view holds a current row for (any lifecycle state);
+    ``namespaces`` names the namespaces to check (with no id when it has none). ``asked`` is
+    the query's namespaces (the cache key). With ``every`` (a query over all namespaces) the
+    map may hold no namespace outside ``namespaces``. ``read_rows`` is not called when the
+    same check held on this connection and nothing changed since.
 
     Raises:
         IntegrityError: step 9, naming the namespace, for a map key no row explains (a
@@ -111,9 +114,10 @@ def check_complete(
             strict check.
     """
     db = ledger.derived.db
-    key = (branch, tuple(namespaces), every, *_stamp(ledger, branch))
+    key = (branch, tuple(asked), every, *_stamp(ledger, branch))
     if _PASSED.get(db) == key:
         return
+    rows, namespaces = read_rows()
     at = map_at(ledger, branch)
     if at.root is None and records.latest_root(db, branch) is not None:
         return  # an old ledger: roots v1 only so far, no map to check against

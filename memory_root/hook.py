@@ -24,7 +24,7 @@ produced a snapshot (see ``Roots.append`` and ``Roots.sign_pending``).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Final
 
 import apsw
@@ -297,8 +297,8 @@ class RootsHook:
         self,
         ledger: Ledger,
         branch: str,
-        rows: Mapping[str, Iterable[str]],
-        namespaces: Sequence[str],
+        read_rows: Callable[[], tuple[Mapping[str, Iterable[str]], Sequence[str]]],
+        asked: Sequence[str],
         *,
         every: bool = False,
     ) -> None:
@@ -311,7 +311,7 @@ class RootsHook:
         """
         from memroot.memory_root.complete import check_complete
 
-        check_complete(ledger, branch, rows, namespaces, every=every)
+        check_complete(ledger, branch, read_rows, asked, every=every)
 
     def forget(self, ledger: Ledger, branch: str) -> None:
         """Drop the in-memory fold of a branch (it is reloaded from storage when next used)."""

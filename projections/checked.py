@@ -217,15 +217,19 @@ def _check_complete(ledger: Ledger, q: Query, served: Sequence[Result]) -> None:
         git_branch=None,
     )
     every = not q.namespaces
-    rows: dict[str, list[str]] = {ns: [] for ns in q.namespaces}
-    found = _q._where(db, audit, view_of(db, q.branch, None))
-    if found is not None:
-        where, args = found
-        for oid, ns in db.execute(
-            f"SELECT DISTINCT o.id, o.namespace_id FROM mem_objects o WHERE {' AND '.join(where)}",
-            args,
-        ):
-            rows.setdefault(str(ns), []).append(str(oid))
-    names = sorted(set(rows) | (_namespaces(db) if every else set()))
+
+    def read_rows() -> tuple[dict[str, list[str]], list[str]]:
+        rows: dict[str, list[str]] = {ns: [] for ns in q.namespaces}
+        found = _q._where(db, audit, view_of(db, q.branch, None))
+        if found is not None:
+            where, args = found
+            for oid, ns in db.execute(
+                f"SELECT DISTINCT o.id, o.namespace_id FROM mem_objects o "
+                f"WHERE {' AND '.join(where)}",
+                args,
+            ):
+                rows.setdefault(str(ns), []).append(str(oid))
+        return rows, sorted(set(rows) | (_namespaces(db) if every else set()))
+
     for check in hooks:
-        check(ledger, q.branch, rows, names, every=every)
+        check(ledger, q.branch, read_rows, q.namespaces, every=every)
