@@ -45,6 +45,7 @@ from memroot.memory_root.records import SelfModelRecord
 from memroot.memory_root.root import MemoryRoot
 from memroot.memory_root.root_v2 import LeafChange
 from memroot.memory_root.selfmodel import parse_selfmodel_payload
+from memroot.memory_root.state_map import Inner
 from memroot.projections.projection import Projection, Summary, is_state_projection, read_state
 from memroot.projections.registry import Registry, default_registry
 
@@ -115,6 +116,32 @@ class RootsReplay:
         # root, changes since), the map a forked branch starts from (§6.13).
         self.nodes = MemNodes()
         self.fork_maps: dict[tuple[str, int], tuple[bytes, list[LeafChange]]] = {}
+        self._gc_at = 1 << 17
+
+    def _collect(self) -> None:
+        """Drop the in-memory map nodes no branch's map (nor a fork point's) reaches.
+
+        Run when the store doubled since the last collection, so its cost is amortised and
+        the memory held stays within twice the live maps' nodes.
+        """
+        live: dict[bytes, Any] = {}
+        nodes = self.nodes.nodes
+        stack = [f.map_base for f in self.folds.values()]
+        stack += [base for base, _ in self.fork_maps.values()]
+        while stack:
+            h = stack.pop()
+            if h in live:
+                continue
+            node = nodes.get(h)
+            if node is None:
+                continue  # EMPTY, or a node not held here
+            live[h] = node
+            if isinstance(node, Inner):
+                stack += (node.left, node.right)
+            else:
+                stack.append(node.value)  # a namespace leaf's value is its item tree's root
+        self.nodes.nodes = live
+        self._gc_at = max(1 << 17, 2 * len(live))
         # per branch: (seq, relink pairs) of its CASCADE / RESTORE entries that relink
         self.relinks: dict[str, list[tuple[int, list[tuple[str, str]]]]] = {}
 
@@ -208,6 +235,8 @@ class RootsReplay:
             )
         previous = fold.latest_root
         fold.snapshot_taken(entry, root, prepared)
+        if len(self.nodes.nodes) > self._gc_at:
+            self._collect()
         self.roots[entry.branch].append((entry.seq, root))
         return RootReplayed(entry.seq, root, prepared, skipped, previous)
 
