@@ -111,6 +111,8 @@ class RootsReplay:
         self.states_for = states_for
         self.folds: dict[str, BranchFold] = {}
         self.roots: dict[str, list[tuple[int, MemoryRoot]]] = {}
+        # per branch: (seq, relink pairs) of its CASCADE / RESTORE entries that relink
+        self.relinks: dict[str, list[tuple[int, list[tuple[str, str]]]]] = {}
         # The memory maps of every branch, in memory (one store: a fork shares its parent's
         # subtrees), and each fork point's map: (branch, seq of BRANCH_CREATE) -> (map
         # root, changes since), the map a forked branch starts from (§6.13).
@@ -142,8 +144,6 @@ class RootsReplay:
                 stack.append(node.value)  # a namespace leaf's value is its item tree's root
         self.nodes.nodes = live
         self._gc_at = max(1 << 17, 2 * len(live))
-        # per branch: (seq, relink pairs) of its CASCADE / RESTORE entries that relink
-        self.relinks: dict[str, list[tuple[int, list[tuple[str, str]]]]] = {}
 
     def _fold(self, entry: Entry) -> BranchFold:
         fold = self.folds.get(entry.branch)
