@@ -13,17 +13,16 @@ ledger (``Ledger.strict``):
   (``strict_rows.check_objects``);
 - the rows a query's state filter left out (``_check_hidden``): a row hidden by an edit of
   its ``lifecycle_state``, ``epistemic_type``, ``confidence`` or falsification state is an
-  edited row too, and is refused like one.
+  edited row too, and is refused like one;
+- the set served is complete (``_check_complete``): each namespace's object rows against the
+  memory map a v2 root commits to, plus the entries since, through the completeness hook of
+  the memory-root layer (``check_complete`` of a ledger hook), so a deleted row is refused
+  like an edited one (docs/FORMAT.md §6.14 says what this proves and what not).
 
 A query (and each object) checked is remembered while nothing changed the file
 (``strict_rows.remembered``: SQLite's ``data_version`` and the connection's own
 ``total_changes``), so a repeated read of unchanged data re-checks nothing, and any other
 writer's commit, an attacker's edit included, makes the next read check again.
-
-What the gate does not prove yet is that a query's set is complete: a deleted row is seen only
-where another derived row still names it (``checked_object``, ``why``). The memory map (issue
-26) signs the set per namespace; its check plugs in at ``_check_complete``, the one place
-every served set passes through.
 
 ``unchecked_query`` is the forensic path (``memroot query --no-strict``): the same SQL with no
 check at all. No surface module calls it or the SQL below it except the ones the import-rules
@@ -187,12 +186,67 @@ def _check_hidden(ledger: Ledger, db: apsw.Connection, q: Query, served: Sequenc
     check_objects(ledger, hidden, q.branch, as_of=q.as_of)
 
 
-def _check_complete(ledger: Ledger, q: Query, served: Sequence[Result]) -> None:
-    """Check that the served set is complete: the memory map's hook (issue 26), empty yet.
+def _namespaces(db: apsw.Connection) -> set[str]:
+    """Every namespace the derived tables name (objects, events, namespaces, state items)."""
+    out: set[str] = set()
+    for sql in (
+        "SELECT DISTINCT namespace_id FROM mem_objects",
+        "SELECT DISTINCT namespace_id FROM mem_events",
+        "SELECT DISTINCT id FROM mem_namespaces",
+        "SELECT DISTINCT namespace FROM fz_items",
+    ):
+        try:
+            out.update(str(r[0]) for r in db.execute(sql))
+        except apsw.SQLError:
+            continue  # a table of a layer this ledger does not have
+    return out
 
-    When the map lands, the served set is checked here against the signed map of memory
-    state per namespace, so a deleted row (or any row missing from the set) is refused at
-    read as an edited one is. Until then a query proves each served row and each row its
-    filters hid, not that no row was deleted (docs/FORMAT.md, "What a strict query proves").
+
+def _check_complete(ledger: Ledger, q: Query, served: Sequence[Result]) -> None:
+    """Check that the served set is complete against the memory map (issue 26.3 = 23.4).
+
+    The object rows the branch's view holds now, any lifecycle state, in each namespace the
+    query reads (every namespace when it names none) are handed to the completeness hook of
+    the ledger's hooks (``check_complete``: the memory_root layer's ``RootsHook``, which
+    compares them with the map at the latest v2 root plus the entries since), so a deleted
+    row, or a row moved out of its namespace, is refused like an edited one; rows the
+    filters hid are ``_check_hidden``'s. Reads ``as_of`` an earlier entry are not checked
+    here (the map is the head's), nor a ledger opened without that hook
+    (docs/FORMAT.md §6.14, "What a strict query proves").
     """
-    del ledger, q, served
+    del served
+    if q.as_of is not None:
+        return
+    hooks = [f for f in (getattr(h, "check_complete", None) for h in ledger.hooks) if callable(f)]
+    if not hooks:
+        return
+    db = ledger.derived.db
+    audit = dataclasses.replace(
+        q,
+        mode=RetrievalMode.AUDIT,
+        states=(),
+        epistemic=(),
+        types=(),
+        entity=None,
+        text=None,
+        actor=None,
+        anchor=None,
+        git_branch=None,
+    )
+    every = not q.namespaces
+
+    def read_rows() -> tuple[dict[str, list[str]], list[str]]:
+        rows: dict[str, list[str]] = {ns: [] for ns in q.namespaces}
+        found = _q._where(db, audit, view_of(db, q.branch, None))
+        if found is not None:
+            where, args = found
+            for oid, ns in db.execute(
+                f"SELECT DISTINCT o.id, o.namespace_id FROM mem_objects o "
+                f"WHERE {' AND '.join(where)}",
+                args,
+            ):
+                rows.setdefault(str(ns), []).append(str(oid))
+        return rows, sorted(set(rows) | (_namespaces(db) if every else set()))
+
+    for check in hooks:
+        check(ledger, q.branch, read_rows, q.namespaces, every=every)

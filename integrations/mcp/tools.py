@@ -294,6 +294,7 @@ class RootResult(_Result):
     entry: str
     entry_branch: str
     v: int
+    map: str | None = None  # the memory map's root a v2 root commits to (None for v1)
     high_water: HighWater
     projections: list[ProjectionDigest]
 

@@ -1,0 +1,175 @@
+"""Memory roots v2 on the mixed history: bytes per snapshot and append rate vs history length.
+
+Not a test. Appends ``memroot.bench.hooked.mixed_history`` (90% events; per 1,000 entries ~70
+``ASSERT``, 10 ``SUPERSEDE``, 10 ``DEPRECATE``, 10 ``FALSIFY``, so 10% of the objects end
+falsified) through the CLI's default hooks in batches of 1,000 (one automatic snapshot
+each, every root a v2 root), and over the last ``--window`` batches reports:
+
+- ``root_bytes``: bytes the memory-root layer stores per snapshot: the root's row, its
+  summaries (``data`` plus the newest root's ``fold_state``) and the map nodes it adds
+  (97 bytes of columns a row);
+- ``node_rows``: map node rows added per snapshot;
+- ``file_bytes``: growth of the ledger file per batch (pages x page size, WAL checkpointed);
+- ``append_per_s``: the window's append rate (entries/s, hooks and checkpoint included).
+
+``--query N ...`` (with ``--sizes`` empty): the cost of a strict ``recall`` (limit 20) with
+and without the completeness check of the memory map, on ledgers of N remembered facts.
+
+Usage::
+
+    python -m memroot.bench.bench_rootsv2 --sizes 100000 1000000 [--window 20] [--json F]
+    python -m memroot.bench.bench_rootsv2 --sizes --query 1000 10000 [--reads 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import apsw
+
+
+def _one(db: apsw.Connection, sql: str, args: tuple[Any, ...] = ()) -> int:
+    row = db.execute(sql, args).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _root_bytes(db: apsw.Connection, root: bytes) -> int:
+    summaries = _one(
+        db,
+        "SELECT coalesce(sum(length(data) + coalesce(length(fold_state), 0) + length(rule_cbor) "
+        "+ 64 + length(projection)), 0) FROM memory_root_summaries WHERE root = ?",
+        (root,),
+    )
+    return summaries + 32 * 6 + 40
+
+
+def run(n: int, window: int, work: Path) -> dict[str, Any]:
+    """Append ``n`` mixed entries; return the figures over the last ``window`` batches."""
+    from click.testing import CliRunner
+
+    from memroot.bench.hooked import BATCH, mixed_history
+    from memroot.cli.main import cli
+    from memroot.ledger.ledger import Ledger
+    from memroot.memory_root import Roots, stack
+
+    path = work / f"mixed-{n}.ledger"
+    r = CliRunner().invoke(cli, ["-l", str(path), "init"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    items = mixed_history(n)
+    batches = (n + BATCH - 1) // BATCH
+    figures: list[dict[str, float]] = []
+    with Ledger.open(path, hooks=stack.default_hooks()) as led:
+        roots = Roots(led)
+        db = led.derived.db
+        for b in range(batches):
+            chunk = list(itertools.islice(items, BATCH))
+            measure = b >= batches - window
+            if measure:
+                nodes0 = _one(db, "SELECT count(*) FROM memory_map_nodes")
+                db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                pages0 = _one(db, "PRAGMA page_count")
+            t = time.perf_counter()
+            led.append_batch(chunk)
+            roots.sign_pending()
+            dt = time.perf_counter() - t
+            if measure:
+                nodes1 = _one(db, "SELECT count(*) FROM memory_map_nodes")
+                db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                pages1 = _one(db, "PRAGMA page_count")
+                page = _one(db, "PRAGMA page_size")
+                latest = roots.latest()
+                assert latest is not None and latest.v == 2
+                figures.append(
+                    {
+                        "seconds": dt,
+                        "entries": len(chunk),
+                        "node_rows": nodes1 - nodes0,
+                        "root_bytes": _root_bytes(db, latest.root) + 97 * (nodes1 - nodes0),
+                        "file_bytes": (pages1 - pages0) * page,
+                    }
+                )
+    secs = sum(f["seconds"] for f in figures)
+    k = len(figures)
+    return {
+        "entries": n,
+        "window_batches": k,
+        "append_per_s": round(sum(f["entries"] for f in figures) / secs),
+        "node_rows": round(sum(f["node_rows"] for f in figures) / k, 1),
+        "root_bytes": round(sum(f["root_bytes"] for f in figures) / k),
+        "file_bytes": round(sum(f["file_bytes"] for f in figures) / k),
+    }
+
+
+def strict_query(objects: int, reads: int, work: Path) -> dict[str, Any]:
+    """Median ms of a strict recall (limit 20), with and without the completeness check.
+
+    One ledger of ``objects`` remembered facts (each with its evidence event; automatic v2
+    roots every 1,000 entries), read through ``Memory.recall``; the two variants alternate
+    read by read on the same open ledger (without: ``_check_complete`` made a no-op).
+    """
+    import statistics
+
+    import memroot
+    from memroot.projections import checked
+
+    path = work / f"recall-{objects}.ledger"
+    with memroot.open(path, trusted=False) as mem, mem.ledger.bulk():
+        for i in range(objects):
+            ev = mem.record(content=f"fact number {i}")
+            mem.remember(f"fact {i} holds", evidence=[ev.id])
+    real = checked._check_complete
+    times: dict[bool, list[float]] = {True: [], False: []}
+    with memroot.open(path, trusted=False) as mem:
+        assert len(mem.recall(limit=20)) == 20
+        for i in range(2 * reads):
+            on = i % 2 == 0
+            checked._check_complete = real if on else (lambda *a: None)
+            t = time.perf_counter()
+            mem.recall(limit=20)
+            times[on].append(time.perf_counter() - t)
+    checked._check_complete = real
+    with_ms = statistics.median(times[True]) * 1e3
+    without_ms = statistics.median(times[False]) * 1e3
+    return {
+        "objects": objects,
+        "recall_ms_with_completeness": round(with_ms, 2),
+        "recall_ms_without": round(without_ms, 2),
+        "ratio": round(with_ms / without_ms, 2),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the benchmark for each size and print one JSON line per size."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", type=int, nargs="*", default=[100_000])
+    ap.add_argument(
+        "--query", type=int, nargs="*", default=[], help="strict recall cost at these objects"
+    )
+    ap.add_argument("--reads", type=int, default=30)
+    ap.add_argument("--window", type=int, default=20)
+    ap.add_argument("--dir", type=Path, default=None)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+    out = []
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        for n in args.sizes:
+            res = run(n, args.window, Path(tmp))
+            print(json.dumps(res), flush=True)
+            out.append(res)
+        for n in args.query:
+            res = strict_query(n, args.reads, Path(tmp))
+            print(json.dumps(res), flush=True)
+            out.append(res)
+    if args.json is not None:
+        args.json.write_text(json.dumps(out, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
