@@ -19,7 +19,7 @@ cannot back is refused at the prover, not discovered by the auditor.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -38,12 +38,14 @@ from memroot.ledger.entries import CANONICAL_BRANCH, Entry
 from memroot.ledger.errors import IntegrityError, NotFoundError, RefusedError
 from memroot.ledger.hashing import HASH_SIZE
 from memroot.ledger.ledger import Ledger
-from memroot.memory_root import state_map
+from memroot.memory_root import root_v2, state_map
 
 __all__ = [
     "MapPreimages",
     "Preimages",
+    "RootProofSource",
     "SignedSnapshot",
+    "open_root",
     "prove_item",
     "prove_items_of",
     "signed_snapshot",
@@ -249,3 +251,118 @@ def prove_items_of(
         kind="namespace", namespace_path=_path(ns.path), items=tuple(items), **_base(snap, namespace)
     )
     return _checked(proof, vkeys)
+
+
+# -- from a ledger ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RootProofSource:
+    """Everything a proof at one stored v2 root is built from, each part read checked.
+
+    Attributes:
+        snap: the root's SNAPSHOT entry (read strictly), the head checkpoint, the proof.
+        nodes: the stored map nodes (every read re-hashed).
+        preimages: the items and states of the root's view, from the signed log.
+        namespaces: ``(kind, id) -> namespace`` of every item the view's entries set.
+        vkeys: the ledger's verifier keys, to check each proof before it is given.
+    """
+
+    snap: SignedSnapshot
+    nodes: state_map.NodeSource
+    preimages: MapPreimages
+    namespaces: dict[tuple[str, str], str]
+    vkeys: tuple[str, ...]
+
+    def prove_item(self, kind: str, item_id: str, namespace: str | None = None) -> tuple[ProofFile, Proven]:
+        """Return the proof of one item; its namespace is the one the log gives it.
+
+        Raises:
+            NotFoundError: if the view never set the item and no ``namespace`` is given
+                (an absence can only be proven in a namespace).
+            IntegrityError: as ``prove_item``.
+        """
+        ns = namespace if namespace is not None else self.namespaces.get((kind, item_id))
+        if ns is None:
+            raise NotFoundError(
+                f"{kind} {item_id!r} is not in memory at root {self.snap.root.hex()}: give "
+                "--namespace N to prove it absent from namespace N"
+            )
+        return prove_item(self.snap, self.nodes, self.preimages, ns, kind, item_id, self.vkeys)
+
+    def prove_namespace(self, namespace: str) -> tuple[ProofFile, Proven]:
+        """Return the range proof of ``namespace`` (every item, or a proof that it has none).
+
+        Raises:
+            IntegrityError: as ``prove_items_of``.
+        """
+        return prove_items_of(self.snap, self.nodes, self.preimages, namespace, self.vkeys)
+
+
+def _view_entries(ledger: Ledger, branch: str, stop: int, depth: int = 0) -> Iterator[Entry]:
+    """Yield the entries of ``branch``'s view before ``stop`` (its parent's up to the fork).
+
+    Raises:
+        NotFoundError: if the chain of forks is broken.
+        IntegrityError: if a strict read fails.
+    """
+    if depth > 64:
+        raise NotFoundError(f"branch {branch!r} has a broken chain of forks")
+    anchor = root_v2.fork_anchor_of(ledger, branch) if stop > 0 else None
+    if anchor is not None:
+        yield from _view_entries(ledger, anchor[0], anchor[1], depth + 1)
+    if stop > 0:
+        yield from ledger.entries(0, stop, branch)
+
+
+def open_root(
+    ledger: Ledger, root: bytes | str | None = None, branch: str = CANONICAL_BRANCH
+) -> RootProofSource:
+    """Return what proofs at ``root`` (default: the newest root of ``branch``) are built from.
+
+    The root record (a derived, untrusted row) only names the SNAPSHOT entry: the entry is
+    read strictly and must record that root; the map nodes are re-hashed as they are read;
+    the items' kinds, ids and states come from the view's entries up to the root's
+    high-water (each read strictly), folded with the map's own leaf rule
+    (``root_v2.leaf_changes``), so they are exactly what the committed map holds.
+
+    Raises:
+        NotFoundError: if there is no such root (or the branch has none).
+        RefusedError: if the root is a v1 root or a cascade's re-snapshot (no SNAPSHOT of
+            its own), which no proof file can prove.
+        IntegrityError: if a strict read fails or the stored root disagrees with its entry.
+    """
+    from memroot.memory_root.roots import Roots
+
+    roots = Roots(ledger)
+    if root is None:
+        record = roots.latest(branch)
+        if record is None:
+            raise NotFoundError(f"branch {branch!r} has no memory root yet (`memroot snapshot`)")
+    else:
+        record = roots.get(root)
+    if record.replaces is not None:
+        raise RefusedError(
+            f"root {record.root.hex()} is a cascade's re-snapshot, recorded by a CASCADE entry "
+            "and not by a SNAPSHOT of its own: prove the root it replaces, or a later one"
+        )
+    snap = signed_snapshot(ledger, record.seq, record.branch)
+    if snap.root != bytes(record.root):
+        raise IntegrityError(
+            f"strict read refused: branch {record.branch} entry {record.seq}: step 9: memory "
+            f"root {record.root.hex()} is not the one this entry records (derived state "
+            "edited); run `memroot verify`, or `memroot rebuild` to re-derive it",
+            branch=record.branch,
+            seq=record.seq,
+            step=9,
+        )
+    hw = snap.entry.body["payload"]["high_water"]["seq"]
+    pre = MapPreimages()
+    namespaces: dict[tuple[str, str], str] = {}
+    for e in _view_entries(ledger, record.branch, hw + 1):
+        for c in root_v2.leaf_changes(e):
+            pre.add(c.kind, c.item_id, c.state)
+            namespaces[(c.kind, c.item_id)] = c.namespace
+    return RootProofSource(
+        snap, root_v2.map_nodes(ledger), pre, namespaces, tuple(ledger.genesis_vkeys())
+    )
