@@ -232,8 +232,9 @@ def _audit_proof(path: Path, vkeys: tuple[str, ...], as_json: bool) -> None:
     try:
         proven = check_proof(path.read_bytes(), list(vkeys))
     except IntegrityError as e:
-        data = {"ok": False, "file": str(path), "error": str(e)}
-        emit(data, as_json, lambda: click.echo(f"REFUSED: {path}: {e}", err=True))
+        refusal = f"REFUSED: {path}: {e}"
+        emit({"ok": False, "file": str(path), "error": str(e)}, as_json,
+             lambda: click.echo(refusal, err=True))  # fmt: skip
         raise click.exceptions.Exit(1) from e
     data = {"file": str(path), **proven.to_json()}
 

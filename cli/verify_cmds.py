@@ -56,9 +56,7 @@ __all__ = ["print_report", "snapshot_of", "verify_ledger"]
     "to prove the item in (needed to prove an unknown id absent).",
 )
 @click.option("--root", "root_id", help="The memory root (hex, 4+ digits; default: the newest).")
-@click.option(
-    "-o", "--output", type=click.Path(path_type=Path), help="Write the proof file here."
-)
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write the proof file here.")
 @branch_option
 @strict_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -161,7 +159,9 @@ def _prove_map(
     if object_id is not None and state_id is not None:
         raise click.UsageError("give --object ID or --state ID, not both")
     if (state_id is None) != (target_type is None):
-        raise click.UsageError("--state ID needs --kind K (the item type), and --kind needs --state")
+        raise click.UsageError(
+            "--state ID needs --kind K (the item type), and --kind needs --state"
+        )
     if size is not None:
         raise click.UsageError("--size goes with --index (a proof file uses the newest checkpoint)")
     if no_strict:

@@ -248,7 +248,10 @@ def prove_items_of(
             )
         items.append(ProofItem(named[0], named[1], _state_of(preimages, *named, value)))
     proof = ProofFile(
-        kind="namespace", namespace_path=_path(ns.path), items=tuple(items), **_base(snap, namespace)
+        kind="namespace",
+        namespace_path=_path(ns.path),
+        items=tuple(items),
+        **_base(snap, namespace),
     )
     return _checked(proof, vkeys)
 
@@ -274,7 +277,9 @@ class RootProofSource:
     namespaces: dict[tuple[str, str], str]
     vkeys: tuple[str, ...]
 
-    def prove_item(self, kind: str, item_id: str, namespace: str | None = None) -> tuple[ProofFile, Proven]:
+    def prove_item(
+        self, kind: str, item_id: str, namespace: str | None = None
+    ) -> tuple[ProofFile, Proven]:
         """Return the proof of one item; its namespace is the one the log gives it.
 
         Raises:

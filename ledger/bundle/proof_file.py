@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import itertools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -47,7 +48,7 @@ from typing import Any, Final
 
 from memroot.ledger import encoding, merkle
 from memroot.ledger.entries import CANONICAL_BRANCH, Entry, Kind
-from memroot.ledger.errors import DecodeError, IntegrityError, ProofError
+from memroot.ledger.errors import DecodeError, ProofError
 from memroot.ledger.hashing import HASH_SIZE, domain_hash, leaf_hash
 from memroot.ledger.note import (
     MAX_NOTE_SIZE,
@@ -192,9 +193,7 @@ def _build(keys: Sequence[bytes], values: Sequence[bytes], lo: int, hi: int, dep
     if hi - lo == 1:
         return _leaf(keys[lo], values[lo])
     mid = _split(keys, lo, hi, depth)
-    return _node(
-        _build(keys, values, lo, mid, depth + 1), _build(keys, values, mid, hi, depth + 1)
-    )
+    return _node(_build(keys, values, lo, mid, depth + 1), _build(keys, values, mid, hi, depth + 1))
 
 
 def map_tree_root(pairs: Sequence[tuple[bytes, bytes]]) -> bytes:
@@ -204,7 +203,7 @@ def map_tree_root(pairs: Sequence[tuple[bytes, bytes]]) -> bytes:
         ValueError: if the keys are not strictly increasing.
     """
     keys = [k for k, _ in pairs]
-    if any(a >= b for a, b in zip(keys, keys[1:], strict=False)):
+    if any(a >= b for a, b in itertools.pairwise(keys)):
         raise ValueError("map pairs must be sorted by key, each key once")
     return _build(keys, [v for _, v in pairs], 0, len(keys), 0)
 
@@ -402,7 +401,9 @@ def _item(value: Any, where: str) -> ProofItem:
             encoding.decode(state)
         except DecodeError as e:
             raise _bad(f"{where}.state", f"is not canonical CBOR ({e})") from e
-    return ProofItem(_text(i["kind"], f"{where}.kind", MAX_ID), _text(i["id"], f"{where}.id", MAX_ID), state)
+    return ProofItem(
+        _text(i["kind"], f"{where}.kind", MAX_ID), _text(i["id"], f"{where}.id", MAX_ID), state
+    )
 
 
 def _parse(text: str | bytes) -> ProofFile:
@@ -462,9 +463,7 @@ def _parse(text: str | bytes) -> ProofFile:
         )
     item = _item(data["item"], "item")
     ip = data["item_path"]
-    return ProofFile(
-        **common, item=item, item_path=None if ip is None else _path(ip, "item_path")
-    )
+    return ProofFile(**common, item=item, item_path=None if ip is None else _path(ip, "item_path"))
 
 
 # -- what is proven ---------------------------------------------------------------------------
@@ -524,9 +523,7 @@ class Proven:
             "absent": None
             if self.absent_item is None
             else {"kind": self.absent_item[0], "id": self.absent_item[1]},
-            "items": [
-                {"kind": k, "id": i, "state": _jsonable(s)} for k, i, s in self.items
-            ],
+            "items": [{"kind": k, "id": i, "state": _jsonable(s)} for k, i, s in self.items],
             "words": self.words(),
         }
 
@@ -576,8 +573,15 @@ def _show(value: Any) -> str:
 # -- the checks -------------------------------------------------------------------------------
 
 
-def _fail(step: str, what: str, *, expected: bytes | None = None, actual: bytes | None = None,
-          seq: int | None = None, branch: str | None = None) -> ProofError:
+def _fail(
+    step: str,
+    what: str,
+    *,
+    expected: bytes | None = None,
+    actual: bytes | None = None,
+    seq: int | None = None,
+    branch: str | None = None,
+) -> ProofError:
     return ProofError(
         f"proof refused ({step}): {what}",
         expected=None if expected is None else expected.hex(),
@@ -671,13 +675,15 @@ def _check_root(p: ProofFile, entry: Entry) -> dict[str, Any]:
         )
     if claimed != p.root:
         raise _fail(
-            "P4", "the SNAPSHOT entry records another root than the file's", expected=p.root,
+            "P4",
+            "the SNAPSHOT entry records another root than the file's",
+            expected=p.root,
             actual=claimed,
         )
     return payload
 
 
-def _state_value(item: ProofItem, where: str) -> Any:
+def _state_value(item: ProofItem) -> Any:
     assert item.state is not None
     return encoding.decode(item.state)
 
@@ -709,8 +715,8 @@ def _check_map(p: ProofFile, map_root: bytes) -> tuple[bool, tuple[tuple[str, st
             if it.state is None:
                 raise _fail("P6", f"items[{n}] has no state (a namespace lists present items)")
             pairs.append((map_item_key(it.kind, it.id), map_value_hash(it.state)))
-            out.append((it.kind, it.id, _state_value(it, f"items[{n}]")))
-        if any(a[0] >= b[0] for a, b in zip(pairs, pairs[1:], strict=False)):
+            out.append((it.kind, it.id, _state_value(it)))
+        if any(a[0] >= b[0] for a, b in itertools.pairwise(pairs)):
             raise _fail("P6", "the items are not sorted by item key, each once")
         rebuilt = map_tree_root(pairs)
         if rebuilt != npath.leaf[1]:
@@ -724,8 +730,10 @@ def _check_map(p: ProofFile, map_root: bytes) -> tuple[bool, tuple[tuple[str, st
         return True, tuple(out)
     item = p.item
     assert item is not None
-    kind_ok = item.kind == "object" if p.kind == "object" else (
-        item.kind.startswith("state/") and len(item.kind) > len("state/")
+    kind_ok = (
+        item.kind == "object"
+        if p.kind == "object"
+        else (item.kind.startswith("state/") and len(item.kind) > len("state/"))
     )
     if not kind_ok:
         raise _fail("P1", f"a {p.kind} proof names an item of kind {item.kind!r}")
@@ -763,7 +771,7 @@ def _check_map(p: ProofFile, map_root: bytes) -> tuple[bool, tuple[tuple[str, st
             expected=end[1],
             actual=value,
         )
-    return True, ((item.kind, item.id, _state_value(item, "item")),)
+    return True, ((item.kind, item.id, _state_value(item)),)
 
 
 def check_proof(text: str | bytes | ProofFile, vkeys: Sequence[str]) -> Proven:

@@ -254,7 +254,7 @@ def _outside_check(raw: bytes, vkey: str) -> dict[str, Any]:
     it = f["item"]
     ik, value = _item(it)
     _need((it["kind"] == "object") == (kind == "object"), "kind")
-    _need(kind == "object" or it["kind"].startswith("state/") and len(it["kind"]) > 6, "kind")
+    _need(kind == "object" or (it["kind"].startswith("state/") and len(it["kind"]) > 6), "kind")
     if not ns_in:
         _need(value is None and f["item_path"] is None, "absent namespace holds no item")
         return {"absent": [f["namespace"], it["kind"], it["id"]]}

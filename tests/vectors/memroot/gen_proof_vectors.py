@@ -81,7 +81,9 @@ def signer(origin: str = ORIGIN) -> Ed25519Signer:
     return Ed25519Signer.from_seed(origin, SEED)
 
 
-def build_map(items: dict[str, list[tuple[str, str, Any]]]) -> tuple[MemoryNodes, bytes, MapPreimages]:
+def build_map(
+    items: dict[str, list[tuple[str, str, Any]]],
+) -> tuple[MemoryNodes, bytes, MapPreimages]:
     """Return the map of ``items`` (its nodes, root and preimages)."""
     nodes = MemoryNodes()
     pre = MapPreimages()
@@ -170,7 +172,9 @@ def build_log(map_root: bytes, branch: str = "main") -> tuple[list[Entry], int]:
     entries.append(_op(entries[-1].hash, 2, branch, "REINFORCE", {"note": "the high-water"}))
     hw = entries[-1]
     tree_root = _root(entries)
-    entries.append(_op(hw.hash, 3, branch, "SNAPSHOT", snapshot_payload(branch, hw, tree_root, map_root)))
+    entries.append(
+        _op(hw.hash, 3, branch, "SNAPSHOT", snapshot_payload(branch, hw, tree_root, map_root))
+    )
     entries.append(_op(entries[-1].hash, 4, branch, "REINFORCE", {"note": "after the root"}))
     return entries, 3
 
@@ -216,7 +220,8 @@ def render() -> dict[str, str]:
         "object-absent-ns": ("carol", "object", _id(1)),
     }
     for name, (ns, kind, item_id) in cases.items():
-        out[f"{name}.proof.json"] = prove_item(snap, nodes, pre, ns, kind, item_id, vkeys)[0].render()
+        proof, _ = prove_item(snap, nodes, pre, ns, kind, item_id, vkeys)
+        out[f"{name}.proof.json"] = proof.render()
     out["namespace.proof.json"] = prove_items_of(snap, nodes, pre, "alice", vkeys)[0].render()
     out["namespace-empty.proof.json"] = prove_items_of(snap, nodes, pre, "carol", vkeys)[0].render()
     branch_snap = signed_snapshot(root, "sim-1")
