@@ -27,6 +27,8 @@ from memroot.ledger.merkle import CompactRange
 from memroot.ledger.vocab import OpType
 from memroot.memory_root.records import StoredSummary
 from memroot.memory_root.root import HighWater, MemoryRoot, ProjectionDigest, RootPreimage
+from memroot.memory_root.root_v2 import LeafChange, as_changes, leaf_changes
+from memroot.memory_root.state_map import EMPTY, Node, NodeSource, update_map
 from memroot.projections.projection import (
     Projection,
     Summary,
@@ -40,6 +42,7 @@ __all__ = [
     "NO_CADENCE",
     "BranchFold",
     "Folder",
+    "MemNodes",
     "Prepared",
     "SnapshotMismatch",
     "StateReader",
@@ -196,27 +199,54 @@ class Folder:
         }
 
 
+class MemNodes:
+    """An in-memory ``NodeSource`` (an auditor's map, or nodes not stored yet)."""
+
+    __slots__ = ("nodes", "under")
+
+    def __init__(self, under: NodeSource | None = None) -> None:
+        """Hold nodes in memory, reading ``under`` (stored nodes) for the others."""
+        self.nodes: dict[bytes, Node] = {}
+        self.under = under
+
+    def node(self, h: bytes) -> Node | None:
+        """Return the node ``h`` (memory first, then ``under``), or None."""
+        found = self.nodes.get(h)
+        if found is None and self.under is not None:
+            return self.under.node(h)
+        return found
+
+
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """A snapshot computed at a high-water mark: what it commits to and what to store.
 
     ``items`` pairs each projection's preimage item with its stored summary, sorted by id.
+    ``map_root`` is the memory map at the high-water (None: a v1 root, as an old payload
+    checked by an auditor), ``nodes`` the map nodes the snapshot adds.
     """
 
     branch: str
     parent: MemoryRoot | None
     high_water: HighWater
     items: tuple[tuple[ProjectionDigest, StoredSummary], ...]
+    map_root: bytes | None = None
+    nodes: dict[bytes, Node] | None = None
 
     @property
     def preimage(self) -> RootPreimage:
-        """The root's preimage.
+        """The root's preimage (v2 when it has a map root).
 
         Raises:
             ValueError: if two items share an id (an auditor's fold of retired rules).
         """
         return RootPreimage(
-            self.branch, self.parent, self.high_water, tuple(d for d, _ in self.items)
+            self.branch,
+            self.parent,
+            self.high_water,
+            tuple(d for d, _ in self.items),
+            1 if self.map_root is None else 2,
+            self.map_root,
         )
 
     @property
@@ -275,6 +305,9 @@ class BranchFold:
         "last_snapshot_seq",
         "latest_root",
         "leaves",
+        "map_base",
+        "map_changes",
+        "map_source",
         "memo",
         "next_seq",
         "pending",
@@ -299,12 +332,18 @@ class BranchFold:
         dirty: bool = True,
         writer: bool = True,
         read_state: StateReader | None = None,
+        map_source: NodeSource | None = None,
+        map_base: bytes = EMPTY,
+        map_changes: list[LeafChange] | None = None,
     ) -> None:
         """Start following ``branch`` at ``next_seq`` with the given state.
 
         ``writer`` folds keep the encoded states with each snapshot (to store them); an
         auditor's fold (``writer=False``) computes only digests. ``read_state`` summarises
-        state projections (``read_state(projection, branch, as_of)``).
+        state projections (``read_state(projection, branch, as_of)``). The memory map:
+        ``map_base`` is its root at the last v2 root (or the fork, or empty),
+        ``map_changes`` the leaf changes folded since, ``map_source`` where its nodes are
+        read (None: an in-memory store of the fold's own).
         """
         self.branch = branch
         self.folder = folder
@@ -323,6 +362,20 @@ class BranchFold:
         self.pending: Prepared | None = None
         self.pending_seq: int | None = None
         self.memo: tuple[int, bytes, MemoryRoot | None, Prepared] | None = None
+        self.map_source: NodeSource = MemNodes() if map_source is None else map_source
+        self.map_base = map_base
+        self.map_changes: list[LeafChange] = [] if map_changes is None else map_changes
+
+    def map_now(self) -> tuple[bytes, dict[bytes, Node]]:
+        """Return the memory map at the last entry folded and the nodes it adds.
+
+        Raises:
+            IntegrityError: if a node the changed paths need cannot be read.
+        """
+        if not self.map_changes:
+            return self.map_base, {}
+        u = update_map(self.map_source, self.map_base, as_changes(self.map_changes))
+        return u.root, u.nodes
 
     def follows(self, entry: Entry) -> bool:
         """Return True when ``entry`` is the next entry of the chain this fold has seen."""
@@ -390,7 +443,10 @@ class BranchFold:
                 )
             )
         items.sort(key=lambda x: (x[0].id, x[0].rule))
-        prepared = Prepared(self.branch, self.parent, self.high_water(), tuple(items))
+        map_root, nodes = self.map_now()
+        prepared = Prepared(
+            self.branch, self.parent, self.high_water(), tuple(items), map_root, nodes
+        )
         self.memo = (self.next_seq, self.last_hash, self.parent, prepared)
         return prepared
 
@@ -400,6 +456,8 @@ class BranchFold:
         When one is due, ``pending`` holds it, computed at ``entry``.
         """
         self.folder.fold(entry)
+        if entry.kind is Kind.OP:
+            self.map_changes.extend(leaf_changes(entry))
         if entry.type in (_CASCADE, _RESTORE):
             base = self.parent
             linked = relink(base, entry)
@@ -429,8 +487,21 @@ class BranchFold:
             return self.prepare()
         return None
 
-    def snapshot_taken(self, entry: Entry, root: MemoryRoot) -> None:
-        """Record that ``entry`` (a SNAPSHOT) committed ``root``; resets the cadence."""
+    def snapshot_taken(
+        self, entry: Entry, root: MemoryRoot, prepared: Prepared | None = None
+    ) -> None:
+        """Record that ``entry`` (a SNAPSHOT) committed ``root``; resets the cadence.
+
+        With ``prepared`` holding a map (a v2 root), the map goes on from it: its nodes
+        join an in-memory source, and the changes it covers (through its high-water) are
+        dropped from the fold.
+        """
+        if prepared is not None and prepared.map_root is not None:
+            hw = prepared.high_water.seq
+            if prepared.nodes and isinstance(self.map_source, MemNodes):
+                self.map_source.nodes.update(prepared.nodes)
+            self.map_base = prepared.map_root
+            self.map_changes = [c for c in self.map_changes if c.seq > hw]
         self.latest_root = root
         self.relinked = None
         self.last_snapshot_seq = entry.seq
@@ -509,6 +580,20 @@ def check_snapshot(fold: BranchFold, entry: Entry, *, exact: bool) -> Prepared:
             expected=_hex(exp.parent),
             actual=_hex(pre.parent),
         )
+    if exact and pre.v != 2:
+        raise SnapshotMismatch(
+            f"this memroot writes v2 roots, not v{pre.v}",
+            field="payload.v",
+            expected="2",
+            actual=str(pre.v),
+        )
+    if pre.map_root is not None and pre.map_root != exp.map_root:
+        raise SnapshotMismatch(
+            "map is not the memory map the log gives at the high-water",
+            field="payload.map",
+            expected=_hex(exp.map_root),
+            actual=pre.map_root.hex(),
+        )
     known = {d.rule: (d, s) for d, s in exp.items}
     items = []
     for i, d in enumerate(pre.projections):
@@ -534,4 +619,6 @@ def check_snapshot(fold: BranchFold, entry: Entry, *, exact: bool) -> Prepared:
         raise SnapshotMismatch(
             f"SNAPSHOT leaves out registered projections {missing}", field="payload.projections"
         )
-    return Prepared(pre.branch, pre.parent, hw, tuple(items))
+    if pre.map_root is None:
+        return Prepared(pre.branch, pre.parent, hw, tuple(items))
+    return Prepared(pre.branch, pre.parent, hw, tuple(items), exp.map_root, exp.nodes)

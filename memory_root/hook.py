@@ -23,6 +23,7 @@ produced a snapshot (see ``Roots.append`` and ``Roots.sign_pending``).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Final
 
@@ -34,7 +35,7 @@ from memroot.ledger.errors import StorageError, ValidationError
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.merkle import CompactRange, perfect_subtrees
 from memroot.ledger.vocab import OpType
-from memroot.memory_root import records
+from memroot.memory_root import map_nodes, records
 from memroot.memory_root._fold import (
     NO_CADENCE,
     BranchFold,
@@ -47,6 +48,7 @@ from memroot.memory_root._fold import (
 )
 from memroot.memory_root.records import RootRecord, SelfModelRecord
 from memroot.memory_root.root import MemoryRoot
+from memroot.memory_root.root_v2 import map_at
 from memroot.memory_root.selfmodel import (
     SelfModelHook,
     load_selfmodel_hooks,
@@ -100,8 +102,9 @@ class RootsHook:
         return read_state(projection, self._db, branch, as_of)
 
     def install(self, db: apsw.Connection) -> None:
-        """Create the memory_root tables if missing."""
+        """Create the memory_root tables (and the memory map's node table) if missing."""
         records.install(db)
+        map_nodes.install(db)
 
     def apply(
         self, db: apsw.Connection, ledger: Ledger, entry: Entry, content: str | None
@@ -115,6 +118,12 @@ class RootsHook:
         fold = self.fold_for(ledger, entry.branch, entry)
         if entry.seq == 0 and entry.branch != CANONICAL_BRANCH:
             fold.fork_root = self.fork_root(db, entry, ledger)
+            anchor = fork_anchor(entry)
+            if anchor is not None:
+                # A branch's map starts from its parent's at the fork (shared subtrees).
+                m = map_at(ledger, anchor[0], anchor[1], strict=False)
+                fold.map_base = m.base
+                fold.map_changes = [dataclasses.replace(c, seq=-1) for c in m.changes]
         follow: list[OpInput] = []
         if entry.kind is Kind.OP:
             t = entry.type
@@ -165,12 +174,22 @@ class RootsHook:
     def _snapshot(self, db: apsw.Connection, fold: BranchFold, entry: Entry) -> list[OpInput]:
         prepared = check_snapshot(fold, entry, exact=True)
         pre = prepared.preimage
+        if prepared.nodes:
+            map_nodes.StoredNodes(db).put(prepared.nodes)
         root = records.insert_root(db, entry.seq, pre, prepared.stored, supersedes=fold.latest_root)
-        fold.snapshot_taken(entry, root)
+        fold.snapshot_taken(entry, root, prepared)
         if not self.selfmodel_hooks:
             return []
         record = RootRecord(
-            root, pre.branch, entry.seq, pre.parent, pre.high_water, pre.v, "live", pre.projections
+            root,
+            pre.branch,
+            entry.seq,
+            pre.parent,
+            pre.high_water,
+            pre.v,
+            "live",
+            pre.projections,
+            map_root=pre.map_root,
         )
         follow = []
         for hook in self.selfmodel_hooks:
@@ -341,7 +360,11 @@ class RootsHook:
             fork_root=fork_root,
             dirty=dirty,
             read_state=self._read_state,
+            map_source=map_nodes.StoredNodes(db),
         )
+        m = map_at(ledger, branch, row.size, strict=False)
+        fold.map_base = m.base
+        fold.map_changes = m.changes
         if link != base:
             fold.relinked = link
         self._folds[(ledger.ledger_id, branch)] = fold

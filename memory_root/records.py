@@ -4,9 +4,12 @@ Nothing here is authoritative: every row is rebuilt from the ``SNAPSHOT`` and
 ``SELFMODEL_SNAPSHOT`` entries (``Roots.rebuild``), and verify step 8 compares the rows with
 the replay. Tables:
 
-- ``memory_roots(root, branch, seq, parent, hw_seq, hw_hash, tree_size, tree_root, v, state)``:
-  one row per root; ``seq`` is the ``SNAPSHOT`` entry, ``hw_*`` / ``tree_*`` its high-water
-  mark, ``state`` is ``live | stale | falsified`` (set by the falsification layer).
+- ``memory_roots(root, branch, seq, parent, hw_seq, hw_hash, tree_size, tree_root, v, state,
+  map)``: one row per root; ``seq`` is the ``SNAPSHOT`` entry, ``hw_*`` / ``tree_*`` its
+  high-water mark, ``state`` is ``live | stale | falsified`` (set by the falsification
+  layer), ``map`` the memory map's root a v2 root commits to (NULL for v1; its nodes are in
+  ``memory_map_nodes``, ``memroot.memory_root.map_nodes``). A file written before v2 gets
+  the column when it is next opened for writing; reads of a file without it see v1 roots.
 - ``memory_root_summaries(root, projection, rule, rule_cbor, digest, count, data, fold_state)``:
   per root and projection: the rule digest and its preimage ``cbor({id, version, params})``,
   the summary digest, item count and canonical bytes, and the projection's fold state at the
@@ -50,6 +53,7 @@ __all__ = [
     "install",
     "latest_root",
     "latest_selfmodel",
+    "latest_v2_before",
     "resnapshots_of",
     "root_before",
     "set_resnapshot_state",
@@ -109,7 +113,17 @@ CREATE TABLE IF NOT EXISTS selfmodel_snapshots(
 ) STRICT;
 """
 
-_ROOT_COLS: Final = "root, branch, seq, parent, hw_seq, hw_hash, tree_size, tree_root, v, state"
+_BASE_COLS: Final = "root, branch, seq, parent, hw_seq, hw_hash, tree_size, tree_root, v, state"
+_ROOT_COLS: Final = _BASE_COLS + ", map"
+
+
+def _has_map(db: apsw.Connection, table: str = "memory_roots") -> bool:
+    """Return True when ``table`` has the v2 ``map`` column (a file written since v2)."""
+    return any(r[1] == "map" for r in db.execute(f"PRAGMA table_info({table})"))
+
+
+def _cols(db: apsw.Connection) -> str:
+    return _ROOT_COLS if _has_map(db) else _BASE_COLS + ", NULL"
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,10 +155,14 @@ class RootRecord:
     """For a re-snapshot, the root it replaces (``seq`` is then its ``CASCADE`` entry, on
     ``cascade_branch``); None for a SNAPSHOT root."""
     cascade_branch: str | None = None
+    map_root: bytes | None = None
+    """The memory map's root a v2 root commits to (None for v1)."""
 
     def preimage(self) -> RootPreimage:
         """Return the preimage this record describes (its ``root()`` should equal ``root``)."""
-        return RootPreimage(self.branch, self.parent, self.high_water, self.projections, self.v)
+        return RootPreimage(
+            self.branch, self.parent, self.high_water, self.projections, self.v, self.map_root
+        )
 
     def to_dict(self, *, counts: bool = True) -> dict[str, Any]:
         """Return the record as JSON-ready values (``memroot root show --json``, MCP).
@@ -163,6 +181,7 @@ class RootRecord:
             "entry": "SNAPSHOT" if self.replaces is None else "CASCADE",
             "entry_branch": self.branch if self.cascade_branch is None else self.cascade_branch,
             "v": self.v,
+            "map": None if self.map_root is None else self.map_root.hex(),
             "high_water": {
                 "seq": hw.seq,
                 "entry_hash": hw.entry_hash.hex(),
@@ -189,8 +208,11 @@ class SelfModelRecord:
 
 
 def install(db: apsw.Connection) -> None:
-    """Create the tables if missing (inside a write transaction)."""
+    """Create the tables if missing, and v2's ``map`` columns (inside a write transaction)."""
     db.execute(_SCHEMA)
+    for table in ("memory_roots", "memory_root_resnapshots"):
+        if not _has_map(db, table):
+            db.execute(f"ALTER TABLE {table} ADD COLUMN map BLOB")
 
 
 def insert_root(
@@ -212,7 +234,7 @@ def insert_root(
     hw = preimage.high_water
     try:
         db.execute(
-            f"INSERT INTO memory_roots({_ROOT_COLS}) VALUES(?,?,?,?,?,?,?,?,?,'live')",
+            f"INSERT INTO memory_roots({_ROOT_COLS}) VALUES(?,?,?,?,?,?,?,?,?,'live',?)",
             (
                 root,
                 preimage.branch,
@@ -223,6 +245,7 @@ def insert_root(
                 hw.tree_size,
                 hw.tree_root,
                 preimage.v,
+                preimage.map_root,
             ),
         )
     except apsw.ConstraintError as e:
@@ -244,8 +267,15 @@ def insert_root(
 
 
 _RESNAP_COLS: Final = (
-    "root, branch, seq, parent, hw_seq, hw_hash, tree_size, tree_root, v, state, replaces, hbranch"
+    "root, branch, seq, parent, hw_seq, hw_hash, tree_size, tree_root, v, state, replaces, "
+    "hbranch, map"
 )
+
+
+def _resnap_cols(db: apsw.Connection) -> str:
+    if _has_map(db, "memory_root_resnapshots"):
+        return _RESNAP_COLS
+    return _RESNAP_COLS.removesuffix("map") + "NULL"
 
 
 def insert_resnapshot(
@@ -265,7 +295,7 @@ def insert_resnapshot(
     hw = preimage.high_water
     db.execute(
         f"INSERT OR IGNORE INTO memory_root_resnapshots({_RESNAP_COLS}) "
-        "VALUES(?,?,?,?,?,?,?,?,?,'live',?,?)",
+        "VALUES(?,?,?,?,?,?,?,?,?,'live',?,?,?)",
         (
             root,
             branch,
@@ -278,6 +308,7 @@ def insert_resnapshot(
             preimage.v,
             replaces,
             preimage.branch,
+            preimage.map_root,
         ),
     )
     if db.changes():
@@ -293,7 +324,7 @@ def get_resnapshot(db: apsw.Connection, root: bytes) -> RootRecord | None:
     if not _has_resnapshots(db):
         return None
     row = db.execute(
-        f"SELECT {_RESNAP_COLS} FROM memory_root_resnapshots WHERE root = ?", (root,)
+        f"SELECT {_resnap_cols(db)} FROM memory_root_resnapshots WHERE root = ?", (root,)
     ).fetchone()
     return None if row is None else _resnapshot(db, row)
 
@@ -305,7 +336,7 @@ def resnapshots_of(db: apsw.Connection, branch: str) -> list[RootRecord]:
     return [
         _resnapshot(db, row)
         for row in db.execute(
-            f"SELECT {_RESNAP_COLS} FROM memory_root_resnapshots WHERE branch = ? "
+            f"SELECT {_resnap_cols(db)} FROM memory_root_resnapshots WHERE branch = ? "
             "ORDER BY seq, rowid",
             (branch,),
         ).fetchall()
@@ -336,8 +367,10 @@ def _has_resnapshots(db: apsw.Connection) -> bool:
 
 
 def _resnapshot(db: apsw.Connection, row: tuple[Any, ...]) -> RootRecord:
-    root, branch, seq, parent, hw_seq, hw_hash, size, tree_root, v, state, replaces, hbranch = row
-    r = _record(db, (root, hbranch, seq, parent, hw_seq, hw_hash, size, tree_root, v, state))
+    root, branch, seq, parent, hw_seq, hw_hash, size, tree_root, v, state, replaces, hbranch, m = (
+        row
+    )
+    r = _record(db, (root, hbranch, seq, parent, hw_seq, hw_hash, size, tree_root, v, state, m))
     return replace(r, replaces=MemoryRoot(bytes(replaces)), cascade_branch=str(branch))
 
 
@@ -361,7 +394,7 @@ def find_any(db: apsw.Connection, hex_prefix: str) -> RootRecord:
         found += [
             _resnapshot(db, row)
             for row in db.execute(
-                f"SELECT {_RESNAP_COLS} FROM memory_root_resnapshots "
+                f"SELECT {_resnap_cols(db)} FROM memory_root_resnapshots "
                 "WHERE root BETWEEN ? AND ? LIMIT 2",
                 (lo, hi),
             ).fetchall()
@@ -374,7 +407,7 @@ def find_any(db: apsw.Connection, hex_prefix: str) -> RootRecord:
 
 
 def _record(db: apsw.Connection, row: tuple[Any, ...]) -> RootRecord:
-    root, branch, seq, parent, hw_seq, hw_hash, size, tree_root, v, state = row
+    root, branch, seq, parent, hw_seq, hw_hash, size, tree_root, v, state, map_root = row
     items = tuple(
         ProjectionDigest(pid, RuleDigest(rule), SummaryDigest(dig), n)
         for pid, rule, dig, n in db.execute(
@@ -393,6 +426,7 @@ def _record(db: apsw.Connection, row: tuple[Any, ...]) -> RootRecord:
         v,
         state,
         items,
+        map_root=None if map_root is None else bytes(map_root),
     )
 
 
@@ -400,8 +434,20 @@ def latest_root(db: apsw.Connection, branch: str, *, live_only: bool = False) ->
     """Return the newest root of a branch (the newest ``live`` one with ``live_only``)."""
     where = " AND state = 'live'" if live_only else ""
     row = db.execute(
-        f"SELECT {_ROOT_COLS} FROM memory_roots WHERE branch = ?{where} ORDER BY seq DESC LIMIT 1",
+        f"SELECT {_cols(db)} FROM memory_roots WHERE branch = ?{where} ORDER BY seq DESC LIMIT 1",
         (branch,),
+    ).fetchone()
+    return None if row is None else _record(db, row)
+
+
+def latest_v2_before(db: apsw.Connection, branch: str, stop: int) -> RootRecord | None:
+    """Return the newest v2 root of ``branch`` whose high-water is before entry ``stop``."""
+    if not _has_map(db):
+        return None
+    row = db.execute(
+        f"SELECT {_ROOT_COLS} FROM memory_roots WHERE branch = ? AND map IS NOT NULL "
+        "AND hw_seq < ? ORDER BY seq DESC LIMIT 1",
+        (branch, stop),
     ).fetchone()
     return None if row is None else _record(db, row)
 
@@ -421,7 +467,7 @@ def get_root(db: apsw.Connection, root: bytes) -> RootRecord:
     Raises:
         NotFoundError: if no such root is stored.
     """
-    row = db.execute(f"SELECT {_ROOT_COLS} FROM memory_roots WHERE root = ?", (root,)).fetchone()
+    row = db.execute(f"SELECT {_cols(db)} FROM memory_roots WHERE root = ?", (root,)).fetchone()
     if row is None:
         raise NotFoundError(f"no memory_root {root.hex()} in this ledger")
     return _record(db, row)
@@ -444,7 +490,7 @@ def find_root(db: apsw.Connection, hex_prefix: str) -> RootRecord:
     lo = bytes.fromhex(text.ljust(64, "0"))
     hi = bytes.fromhex(text.ljust(64, "f"))
     rows = db.execute(
-        f"SELECT {_ROOT_COLS} FROM memory_roots WHERE root BETWEEN ? AND ? LIMIT 2", (lo, hi)
+        f"SELECT {_cols(db)} FROM memory_roots WHERE root BETWEEN ? AND ? LIMIT 2", (lo, hi)
     ).fetchall()
     if not rows:
         raise NotFoundError(f"no memory_root starts with {text}")

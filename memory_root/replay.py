@@ -27,10 +27,11 @@ from memroot.ledger.errors import IntegrityError, NotFoundError, ValidationError
 from memroot.ledger.ledger import DEFAULT_SNAPSHOT_EVERY, Ledger
 from memroot.ledger.verify import AuditReport, Finding
 from memroot.ledger.vocab import OpType
-from memroot.memory_root import records
+from memroot.memory_root import map_nodes, records
 from memroot.memory_root._fold import (
     BranchFold,
     Folder,
+    MemNodes,
     Prepared,
     SnapshotMismatch,
     StateReader,
@@ -42,6 +43,7 @@ from memroot.memory_root._fold import (
 )
 from memroot.memory_root.records import SelfModelRecord
 from memroot.memory_root.root import MemoryRoot
+from memroot.memory_root.root_v2 import LeafChange
 from memroot.memory_root.selfmodel import parse_selfmodel_payload
 from memroot.projections.projection import Projection, Summary, is_state_projection, read_state
 from memroot.projections.registry import Registry, default_registry
@@ -108,6 +110,11 @@ class RootsReplay:
         self.states_for = states_for
         self.folds: dict[str, BranchFold] = {}
         self.roots: dict[str, list[tuple[int, MemoryRoot]]] = {}
+        # The memory maps of every branch, in memory (one store: a fork shares its parent's
+        # subtrees), and each fork point's map: (branch, seq of BRANCH_CREATE) -> (map
+        # root, changes since), the map a forked branch starts from (§6.13).
+        self.nodes = MemNodes()
+        self.fork_maps: dict[tuple[str, int], tuple[bytes, list[LeafChange]]] = {}
         # per branch: (seq, relink pairs) of its CASCADE / RESTORE entries that relink
         self.relinks: dict[str, list[tuple[int, list[tuple[str, str]]]]] = {}
 
@@ -123,9 +130,15 @@ class RootsReplay:
                 self.every or DEFAULT_SNAPSHOT_EVERY,
                 writer=False,
                 read_state=self.read_state,
+                map_source=self.nodes,
             )
             if entry.seq == 0 and entry.branch != CANONICAL_BRANCH:
-                fold.fork_root = self._root_before(fork_anchor(entry))
+                anchor = fork_anchor(entry)
+                fold.fork_root = self._root_before(anchor)
+                if anchor is not None and anchor in self.fork_maps:
+                    base, changes = self.fork_maps[anchor]
+                    fold.map_base = base
+                    fold.map_changes = [replace(c, seq=-1) for c in changes]
             self.folds[entry.branch] = fold
             self.roots[entry.branch] = []
         return fold
@@ -164,6 +177,7 @@ class RootsReplay:
                 return self._snapshot(fold, entry)
             if t == _SELFMODEL_SNAPSHOT:
                 return self._selfmodel(entry)
+            self.fork_maps[(entry.branch, entry.seq)] = (fold.map_base, list(fold.map_changes))
             check_fork_root(entry, fold.latest_root)
             return None
         finally:
@@ -193,7 +207,7 @@ class RootsReplay:
                 items=tuple((d, replace(s, fold_state=states[d.rule])) for d, s in prepared.items),
             )
         previous = fold.latest_root
-        fold.snapshot_taken(entry, root)
+        fold.snapshot_taken(entry, root, prepared)
         self.roots[entry.branch].append((entry.seq, root))
         return RootReplayed(entry.seq, root, prepared, skipped, previous)
 
@@ -243,11 +257,11 @@ def _compare_root(db: apsw.Connection, branch: str, r: RootReplayed, report: Aud
         bad("no stored record (run `memroot rebuild`?)")
         return
     pre = r.prepared
-    want = (branch, r.seq, pre.parent, pre.high_water)
-    got = (rec.branch, rec.seq, rec.parent, rec.high_water)
+    want = (branch, r.seq, pre.parent, pre.high_water, pre.map_root)
+    got = (rec.branch, rec.seq, rec.parent, rec.high_water, rec.map_root)
     if want != got:
         bad(
-            "record differs from the SNAPSHOT entry (branch, seq, parent, high-water)",
+            "record differs from the SNAPSHOT entry (branch, seq, parent, high-water, map)",
             str(want),
             str(got),
         )
@@ -512,10 +526,12 @@ def rebuild(ledger: Ledger, registry: Registry) -> int:
     with ledger.write() as db:
         records.install(db)
         records.clear_resnapshots(db)  # the falsification layer's rebuild writes them again
+        map_nodes.install(db)
         db.execute(
             "DELETE FROM memory_root_summaries; DELETE FROM memory_roots; "
-            "DELETE FROM selfmodel_snapshots"
+            "DELETE FROM selfmodel_snapshots; DELETE FROM memory_map_nodes"
         )
+        stored = map_nodes.StoredNodes(db)
         replay = RootsReplay(
             registry,
             states_for=lambda branch, seq: True,
@@ -533,6 +549,8 @@ def rebuild(ledger: Ledger, registry: Registry) -> int:
                         step=STEP,
                     ) from err
                 if isinstance(r, RootReplayed):
+                    if r.prepared.nodes:
+                        stored.put(r.prepared.nodes)
                     records.insert_root(
                         db, e.seq, r.prepared.preimage, r.prepared.stored, supersedes=r.previous
                     )

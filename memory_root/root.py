@@ -1,7 +1,9 @@
 """The memory_root format (SPEC "Normative formats" 6, docs/FORMAT.md §6): pure functions.
 
 A snapshot fixes a high-water mark on one branch and commits to every projection's rule and
-summary::
+summary (version 1) and, from version 2 (docs/FORMAT.md §6.13), to the memory map's root
+(§6.12) too: the v2 preimage has one more key, ``map``, and is hashed under
+``memroot/root/v2``. This memroot writes v2 roots; v1 roots keep verifying::
 
     rule_digest    = SHA-256("memroot/rule/v1"    || 0x00 || cbor({id, version, params}))
     summary_digest = SHA-256("memroot/summary/v1" || 0x00 || summary_bytes)
@@ -34,7 +36,9 @@ from memroot.projections.projection import (
 
 __all__ = [
     "ROOT_TAG",
+    "ROOT_V2_TAG",
     "ROOT_VERSION",
+    "ROOT_VERSIONS",
     "HighWater",
     "MemoryRoot",
     "ProjectionDigest",
@@ -44,10 +48,14 @@ __all__ = [
 ]
 
 ROOT_TAG: Final = "memroot/root/v1"
-ROOT_VERSION: Final = 1
+ROOT_V2_TAG: Final = "memroot/root/v2"
+ROOT_VERSION: Final = 2
+"""The version this memroot writes (v1 roots are still read and verified)."""
+ROOT_VERSIONS: Final = (1, 2)
+_TAGS: Final = {1: ROOT_TAG, 2: ROOT_V2_TAG}
 
 MemoryRoot = NewType("MemoryRoot", bytes)
-"""SHA-256 with tag ``memroot/root/v1`` over a root's canonical preimage."""
+"""SHA-256 with tag ``memroot/root/v<v>`` over a root's canonical preimage."""
 
 
 def _bad(message: str, field: str) -> ValidationError:
@@ -170,22 +178,27 @@ def projection_digest(projection: Projection, summary: Summary) -> ProjectionDig
 _PAYLOAD_KEYS: Final = frozenset(
     {"v", "branch", "parent", "high_water", "projections", "memory_root"}
 )
+_PAYLOAD_KEYS_V2: Final = _PAYLOAD_KEYS | {"map"}
 
 
 @dataclass(frozen=True, slots=True)
 class RootPreimage:
     """Everything a memory_root commits to; ``root()`` hashes it.
 
+    ``v`` is 1 (no map, ``map_root`` None) or 2 (``map_root`` the memory map's root at the
+    high-water, docs/FORMAT.md §6.13).
+
     Raises:
-        ValueError: if projections are not sorted by id or an id repeats, or parent is not
-            32 bytes.
+        ValueError: if projections are not sorted by id or an id repeats, parent or the map
+            root is not 32 bytes, or ``map_root`` does not go with ``v``.
     """
 
     branch: str
     parent: MemoryRoot | None
     high_water: HighWater
     projections: tuple[ProjectionDigest, ...]
-    v: int = ROOT_VERSION
+    v: int = 1
+    map_root: bytes | None = None
 
     def __post_init__(self) -> None:
         ids = [p.id for p in self.projections]
@@ -193,24 +206,33 @@ class RootPreimage:
             raise ValueError("projections must be sorted by id with no id twice")
         if self.parent is not None and len(self.parent) != HASH_SIZE:
             raise ValueError("parent must be a 32-byte memory_root or None")
+        if self.v not in ROOT_VERSIONS:
+            raise ValueError(f"root version must be one of {ROOT_VERSIONS}, not {self.v!r}")
+        if (self.v == 2) != (self.map_root is not None):
+            raise ValueError("a v2 root has a map root and a v1 root none")
+        if self.map_root is not None and len(self.map_root) != HASH_SIZE:
+            raise ValueError("the map root must be 32 bytes")
 
     def to_cbor(self) -> dict[str, Any]:
         """Return the preimage map (without ``memory_root``)."""
-        return {
+        out: dict[str, Any] = {
             "v": self.v,
             "branch": self.branch,
             "parent": self.parent,
             "high_water": self.high_water.to_cbor(),
             "projections": [p.to_cbor() for p in self.projections],
         }
+        if self.v == 2:
+            out["map"] = self.map_root
+        return out
 
     def preimage(self) -> bytes:
         """Return ``cbor(preimage map)``: the bytes after the tag in the root's hash."""
         return encoding.encode(self.to_cbor())
 
     def root(self) -> MemoryRoot:
-        """Return ``SHA-256("memroot/root/v1" || 0x00 || preimage)``."""
-        return MemoryRoot(domain_hash(ROOT_TAG, self.preimage()))
+        """Return ``SHA-256("memroot/root/v<v>" || 0x00 || preimage)``."""
+        return MemoryRoot(domain_hash(_TAGS[self.v], self.preimage()))
 
     def payload(self) -> dict[str, Any]:
         """Return the ``SNAPSHOT`` operation payload: the preimage map plus ``memory_root``."""
@@ -225,11 +247,16 @@ class RootPreimage:
         Raises:
             ValidationError: naming the malformed or unknown field.
         """
-        m = _exact_keys(payload, _PAYLOAD_KEYS, "")
-        if m["v"] != ROOT_VERSION or type(m["v"]) is not int:
+        v = payload.get("v") if type(payload) is dict else None
+        if type(v) is not int or v not in ROOT_VERSIONS:
+            if type(payload) is not dict or "v" not in payload:
+                _exact_keys(payload, _PAYLOAD_KEYS_V2, "")
             raise _bad(
-                f"unsupported root version {m['v']!r} (this memroot writes {ROOT_VERSION})", "v"
+                f"unsupported root version {v!r} (this memroot reads 1 and 2, writes "
+                f"{ROOT_VERSION})",
+                "v",
             )
+        m = _exact_keys(payload, _PAYLOAD_KEYS_V2 if v == 2 else _PAYLOAD_KEYS, "")
         if type(m["branch"]) is not str:
             raise _bad("branch must be a text string", "branch")
         parent = None if m["parent"] is None else MemoryRoot(_hash32(m["parent"], "parent"))
@@ -240,7 +267,8 @@ class RootPreimage:
         ids = [d.id for d in digests]
         if ids != sorted(set(ids)):
             raise _bad("projections must be sorted by id with no id twice", "projections")
-        pre = cls(m["branch"], parent, HighWater.from_cbor(m["high_water"]), digests)
+        map_root = _hash32(m["map"], "map") if v == 2 else None
+        pre = cls(m["branch"], parent, HighWater.from_cbor(m["high_water"]), digests, v, map_root)
         return pre, MemoryRoot(_hash32(m["memory_root"], "memory_root"))
 
 
@@ -249,11 +277,15 @@ def compute_root(
     parent: MemoryRoot | None,
     high_water: HighWater,
     summaries: Sequence[tuple[Projection, Summary]],
+    map_root: bytes | None = None,
 ) -> RootPreimage:
     """Return the preimage of a root from each projection's summary (any order).
+
+    With ``map_root`` a v2 root (docs/FORMAT.md §6.13), else a v1 root.
 
     Raises:
         ValueError: if two projections share an id.
     """
     items = sorted((projection_digest(p, s) for p, s in summaries), key=lambda d: d.id)
-    return RootPreimage(branch, parent, high_water, tuple(items))
+    v = 1 if map_root is None else 2
+    return RootPreimage(branch, parent, high_water, tuple(items), v, map_root)

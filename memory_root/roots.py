@@ -38,6 +38,7 @@ from memroot.memory_root.hook import RootsHook
 from memroot.memory_root.records import RootRecord, SelfModelRecord
 from memroot.memory_root.replay import rebuild
 from memroot.memory_root.root import HighWater, MemoryRoot, RootPreimage, compute_root
+from memroot.memory_root.root_v2 import map_from_scratch
 from memroot.memory_root.selfmodel import SelfModel, selfmodel_payload
 from memroot.projections.projection import read_state
 
@@ -469,4 +470,10 @@ class Roots:
         outputs = folder.outputs(
             writer=False, read_state=lambda p: read_state(p, db, branch, hw_seq)
         )
-        return compute_root(branch, parent, hw, [(p, s) for p, s, _ in outputs])
+        return compute_root(
+            branch,
+            parent,
+            hw,
+            [(p, s) for p, s, _ in outputs],
+            map_from_scratch(ledger, branch, hw_seq + 1),
+        )

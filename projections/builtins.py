@@ -16,7 +16,10 @@ Built-ins (version 1 each):
 ``epistemic-distribution``  ``ASSERT`` / ``EPISTEMIC_TRANSITION``: ``{epistemic_type: n}``
 ``lifecycle-counts``  ``ASSERT`` / ``DEPRECATE`` / ``SUPERSEDE`` / ``ARCHIVE``: ``{state: n}``
 ``falsification-state``  ``FALSIFY`` / ``MARK_STALE`` / ``RESTORE`` / ``CASCADE``:
-    ``{target_type: {target_id: {"state", "seq"}}}``
+    version 2 (written since memory roots v2): ``{target_type: {state: n}}``, how many times
+    an operation set each state, bounded; each item's own state is a leaf of the memory map
+    (docs/FORMAT.md §6.13). Version 1 (``{target_type: {target_id: {"state", "seq"}}}``,
+    growing with every item named) stays registered as retired, to replay v1 roots.
 
 Projections fold what the operations say; validating them is the job of the layer that owns
 each operation (memory model, falsification). The two operations defined here are validated
@@ -55,12 +58,14 @@ __all__ = [
     "Corrections",
     "EpistemicDistribution",
     "FailureMotifs",
+    "FalsificationCounts",
     "FalsificationState",
     "ItemStates",
     "LifecycleCounts",
     "MemoryStateDigest",
     "builtin_projections",
     "check_payload",
+    "retired_projections",
 ]
 
 # Plain strings: comparing with an enum member goes through the enum's descriptor.
@@ -680,12 +685,68 @@ class MemoryStateDigest:
         return Summary(encoding.encode({"digest": state_digest(db, as_of=as_of, branch=branch)}), 1)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FalsificationCounts(_Sliced):
+    """``falsification-state`` version 2: how many times each state was set, per target type.
+
+    Folds what version 1 folds (``FALSIFY`` / ``MARK_STALE`` / ``RESTORE`` name one item,
+    ``CASCADE`` each of ``payload.touched`` as stale) but keeps counts only: summary
+    ``{target_type: {state: n}}`` (``falsified`` / ``stale`` / ``live``, non-zero only),
+    count = the number of target types. Bounded whatever the history: each item's own
+    state is its ``state/<target_type>`` leaf in the memory map a v2 root commits to.
+    """
+
+    id: str = "falsification-state"
+    version: int = 2
+    types: ClassVar[frozenset[str] | None] = FalsificationState.types
+
+    @property
+    def params(self) -> Mapping[str, Any]:
+        """``{"namespaces": [...]}``."""
+        return self._slice()
+
+    def initial(self) -> dict[str, dict[str, int]]:
+        """Return no count."""
+        return {}
+
+    def fold(self, state: dict[str, dict[str, int]], entry: Entry) -> dict[str, dict[str, int]]:
+        """Add one to the state each named item is set to."""
+        if not self._in_slice(entry):
+            return state
+        if entry.type == _CASCADE:
+            touched = _payload(entry).get("touched")
+            for t in touched if type(touched) is list else []:
+                if type(t) is dict and type(t.get("type")) is str and type(t.get("id")) is str:
+                    by = state.setdefault(t["type"], {})
+                    by["stale"] = by.get("stale", 0) + 1
+        elif entry.type in _STATE_OF:
+            kind, item = entry.body.get("target_type"), entry.body.get("target_id")
+            if type(kind) is str and type(item) is str:
+                by = state.setdefault(kind, {})
+                new = _STATE_OF[entry.type]
+                by[new] = by.get(new, 0) + 1
+        return state
+
+    def summarize(self, state: dict[str, dict[str, int]]) -> Summary:
+        """Return the counts by target type and state."""
+        return _summary(state)
+
+
 def builtin_projections() -> list[Projection]:
-    """Return one instance of every built-in projection, with default ids and params."""
+    """Return one instance of every built-in projection, with default ids and params.
+
+    ``falsification-state`` is version 2 (``FalsificationCounts``); version 1
+    (``FalsificationState``) is in ``retired_projections``.
+    """
     return [
         FailureMotifs(),
         Corrections(),
         EpistemicDistribution(),
         LifecycleCounts(),
-        FalsificationState(),
+        FalsificationCounts(),
     ]
+
+
+def retired_projections() -> list[Projection]:
+    """Return the built-ins replaced by a newer version, kept to replay old roots."""
+    return [FalsificationState()]

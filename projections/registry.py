@@ -20,7 +20,7 @@ import importlib.metadata
 from collections.abc import Iterable, Iterator
 from typing import Final
 
-from memroot.projections.builtins import builtin_projections
+from memroot.projections.builtins import builtin_projections, retired_projections
 from memroot.projections.projection import Projection, RuleDigest, check_projection, rule_digest
 
 __all__ = [
@@ -119,6 +119,8 @@ def default_registry(*, entry_points: bool = True) -> Registry:
         TypeError, ImportError: as ``load_entry_points``.
     """
     registry = Registry(builtin_projections())
+    for p in retired_projections():
+        registry.register(p, retired=True)
     if entry_points:
         for p in load_entry_points():
             registry.register(p)

@@ -463,7 +463,8 @@ def resnapshot(
             items.append(d if s is None else ProjectionDigest(d.id, d.rule, s.digest, s.count))
         link = _link(graph, pre.parent, replaced, not_live or {})
         parent = None if link is None else MemoryRoot(bytes.fromhex(link))
-        new = RootPreimage(pre.branch, parent, pre.high_water, tuple(items), pre.v)
+        # A v2 re-snapshot carries the map of the root it replaces (FORMAT §6.13, "Cascades").
+        new = RootPreimage(pre.branch, parent, pre.high_water, tuple(items), pre.v, pre.map_root)
         if new == pre:
             continue
         root = new.root().hex()

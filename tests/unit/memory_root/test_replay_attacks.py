@@ -147,7 +147,8 @@ def test_stored_record_injected(rooted: tuple[Ledger, Roots]):
     ledger, _ = rooted
     _sql(
         ledger,
-        "INSERT INTO memory_roots VALUES(?, 'main', 99, NULL, 3, ?, 4, ?, 1, 'live')",
+        "INSERT INTO memory_roots(root, branch, seq, parent, hw_seq, hw_hash, tree_size, "
+        "tree_root, v, state) VALUES(?, 'main', 99, NULL, 3, ?, 4, ?, 1, 'live')",
         (b"\x0a" * 32, b"\x0b" * 32, b"\x0c" * 32),
     )
     found = _step8(_audit(ledger.path))

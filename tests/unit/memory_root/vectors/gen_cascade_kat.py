@@ -31,10 +31,17 @@ from memroot.ledger.entries import ZERO_HASH, Entry, Kind, OpInput, build_entry
 from memroot.ledger.hashing import EntryHash, TreeRoot, domain_hash
 from memroot.ledger.merkle import CompactRange
 from memroot.memory_root.root import HighWater, MemoryRoot, RootPreimage, compute_root
-from memroot.projections.builtins import builtin_projections
+from memroot.projections.builtins import FalsificationState, builtin_projections
 
 TS = 1_780_000_000_000_000
 KINDS = ["memory_object", "memory_root", "selfmodel", "summary_item"]
+
+
+def _v1_builtins() -> list[Any]:
+    """The built-ins at version 1, as v1 roots listed them (falsification-state v1)."""
+    return [
+        FalsificationState() if p.id == "falsification-state" else p for p in builtin_projections()
+    ]
 
 
 def _op(
@@ -73,7 +80,7 @@ def _add(es: list[Entry], item: OpInput) -> Entry:
 
 def _root(es: list[Entry], hw_seq: int, parent: MemoryRoot | None) -> RootPreimage:
     pairs = []
-    for p in builtin_projections():
+    for p in _v1_builtins():
         state = p.initial()
         for e in es[: hw_seq + 1]:
             if p.types is None or e.type in p.types:

@@ -22,10 +22,17 @@ from memroot.ledger.hashing import EntryHash, TreeRoot
 from memroot.ledger.merkle import CompactRange
 from memroot.memory_root.root import HighWater, MemoryRoot, RootPreimage, compute_root
 from memroot.memory_root.selfmodel import Capability, SelfModel, selfmodel_payload
-from memroot.projections.builtins import builtin_projections
+from memroot.projections.builtins import FalsificationState, builtin_projections
 from memroot.projections.projection import rule_digest, rule_preimage
 
 TS = 1_780_000_000_000_000  # fixed microseconds
+
+
+def _v1_builtins() -> list[Any]:
+    """The built-ins at version 1, as v1 roots listed them (falsification-state v1)."""
+    return [
+        FalsificationState() if p.id == "falsification-state" else p for p in builtin_projections()
+    ]
 
 
 def _op(
@@ -119,7 +126,7 @@ def entries() -> list[Entry]:
 
 def snapshot(es: list[Entry], hw_seq: int, parent: MemoryRoot | None) -> tuple[RootPreimage, Any]:
     """The root of the built-ins over es[0..hw_seq], with the per-projection details."""
-    projections = builtin_projections()
+    projections = _v1_builtins()
     details = []
     pairs = []
     for p in projections:
