@@ -38,7 +38,7 @@ from memroot.ledger.entries import CANONICAL_BRANCH, Entry
 from memroot.ledger.errors import IntegrityError, NotFoundError, RefusedError
 from memroot.ledger.hashing import HASH_SIZE
 from memroot.ledger.ledger import Ledger
-from memroot.memory_root import state_map
+from memroot.memory_root import root_v2, state_map
 
 __all__ = [
     "MapPreimages",
@@ -311,8 +311,6 @@ def _view_entries(ledger: Ledger, branch: str, stop: int, depth: int = 0) -> Ite
         NotFoundError: if the chain of forks is broken.
         IntegrityError: if a strict read fails.
     """
-    from memroot.memory_root import root_v2  # rootsv2's interface (until merged)
-
     if depth > 64:
         raise NotFoundError(f"branch {branch!r} has a broken chain of forks")
     anchor = root_v2.fork_anchor_of(ledger, branch) if stop > 0 else None
@@ -339,7 +337,6 @@ def open_root(
             its own), which no proof file can prove.
         IntegrityError: if a strict read fails or the stored root disagrees with its entry.
     """
-    from memroot.memory_root import root_v2  # rootsv2's interface (until merged)
     from memroot.memory_root.roots import Roots
 
     roots = Roots(ledger)
