@@ -26,7 +26,7 @@ def test_prove_and_audit_a_postgres_ledger(tmp_path: Path, pg_url: str, pg_key: 
             content="tea",
             namespace_id="alice",
             id=ev,
-        )  # fmt: skip
+        )
     ]
     items += [
         rq.assert_object(who, "FACT", "ASSERTED", "USER_STATED", [ev], "tea", object_id=o)
