@@ -774,12 +774,21 @@ def _check_map(p: ProofFile, map_root: bytes) -> tuple[bool, tuple[tuple[str, st
     return True, ((item.kind, item.id, _state_value(item)),)
 
 
-def check_proof(text: str | bytes | ProofFile, vkeys: Sequence[str]) -> Proven:
+def check_proof(
+    text: str | bytes | ProofFile,
+    vkeys: Sequence[str],
+    *,
+    opened: dict[tuple[str, tuple[str, ...]], SignedCheckpoint] | None = None,
+) -> Proven:
     """Check a proof file with the trusted verifier key(s) ``vkeys``; return what it proves.
 
     Runs P1-P6 (module docstring, FORMAT.md §6.14) and stops at the first that fails. A
     proof of absence passes (``Proven.present`` is False): it proves that the map holds no
     such item (or namespace) at that root.
+
+    ``opened``, when given, remembers each checkpoint note verified (by its exact text and
+    the keys), so an auditor checking many files against one checkpoint verifies its
+    signature once; a note is the same bytes or it is not found there.
 
     Raises:
         DecodeError: (P1) the file or a vkey is malformed.
@@ -787,7 +796,12 @@ def check_proof(text: str | bytes | ProofFile, vkeys: Sequence[str]) -> Proven:
         ValueError: if ``vkeys`` is empty.
     """
     p = text if isinstance(text, ProofFile) else ProofFile.parse(text)
-    cp = _open_checkpoint(p.checkpoint, vkeys)  # (P2)
+    memo = (p.checkpoint, tuple(vkeys))
+    cp = opened.get(memo) if opened is not None else None
+    if cp is None:
+        cp = _open_checkpoint(p.checkpoint, vkeys)  # (P2)
+        if opened is not None:
+            opened[memo] = cp
     entry = _check_snapshot(p, cp)  # (P3)
     _check_origin(cp, vkeys, entry.branch)  # (P2) the origin, once the branch is known
     payload = _check_root(p, entry)  # (P4)
