@@ -83,6 +83,7 @@ MAX_PROOF_FILE: Final = 256 << 20
 """Bytes; a namespace proof of 10^6 items with small states is about 150 MB."""
 MAX_ITEMS: Final = 1 << 24
 MAX_ID: Final = 4096  # an identifier's limit at append (FORMAT.md §3.1)
+WORDS_ITEMS: Final = 20  # items a namespace's plain-words summary lists
 
 ROOT_V2_TAG: Final = "memroot/root/v2"
 ROOT_V2: Final = 2
@@ -542,8 +543,11 @@ class Proven:
             if self.present:
                 out.append(
                     f"{at} holds exactly these {len(self.items)} item(s) and no other "
-                    "(the items rebuild the namespace's committed subtree)"
+                    "(the items rebuild the namespace's committed subtree):"
                 )
+                out += [f"  {k} {i!r}: {_show(st)}" for k, i, st in self.items[:WORDS_ITEMS]]
+                if len(self.items) > WORDS_ITEMS:
+                    out.append(f"  ... and {len(self.items) - WORDS_ITEMS} more (--json lists all)")
             else:
                 out.append(f"{at} holds no item at all (proof of absence)")
         elif self.present:
