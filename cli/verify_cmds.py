@@ -178,6 +178,14 @@ def _prove_map(
             assert namespace is not None
             proof, proven = source.prove_namespace(namespace)
     text = proof.render()
+    note = (
+        None
+        if source.root_state == "live"
+        else f"note: root {proof.root.hex()[:16]} is {source.root_state} (its own state, which "
+        "no proof file carries); the proof shows what it committed to"
+    )
+    if note is not None and (output is None or as_json):
+        click.echo(note, err=True)
     if output is None:
         emit({"proof": json.loads(text), "proven": proven.to_json()}, as_json,
              lambda: click.echo(text, nl=False))  # fmt: skip
@@ -187,10 +195,14 @@ def _prove_map(
     tmp.replace(output)
     data = {"file": str(output), "bytes": len(text.encode()), "proven": proven.to_json()}
 
+    data["root_state"] = source.root_state
+
     def human() -> None:
         click.echo(f"wrote {output} ({data['bytes']} bytes), checked; it proves:")
         for line in proven.words():
             click.echo(f"  {line}")
+        if note is not None:
+            click.echo(note)
 
     emit(data, as_json, human)
 

@@ -269,6 +269,9 @@ class RootProofSource:
         preimages: the items and states of the root's view, from the signed log.
         namespaces: ``(kind, id) -> namespace`` of every item the view's entries set.
         vkeys: the ledger's verifier keys, to check each proof before it is given.
+        root_state: the root's own state (``live``, ``stale``, ``falsified``) as the
+            derived record says; not part of any proof (a proof says what the root
+            committed to, whatever was decided about the root later).
     """
 
     snap: SignedSnapshot
@@ -276,6 +279,7 @@ class RootProofSource:
     preimages: MapPreimages
     namespaces: dict[tuple[str, str], str]
     vkeys: tuple[str, ...]
+    root_state: str = "live"
 
     def prove_item(
         self, kind: str, item_id: str, namespace: str | None = None
@@ -369,5 +373,10 @@ def open_root(
             pre.add(c.kind, c.item_id, c.state)
             namespaces[(c.kind, c.item_id)] = c.namespace
     return RootProofSource(
-        snap, root_v2.map_nodes(ledger), pre, namespaces, tuple(ledger.genesis_vkeys())
+        snap,
+        root_v2.map_nodes(ledger),
+        pre,
+        namespaces,
+        tuple(ledger.genesis_vkeys()),
+        str(record.state),
     )

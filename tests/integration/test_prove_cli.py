@@ -212,3 +212,19 @@ def test_ten_thousand_item_namespace_proof_verifies(tmp_path: Path, cmd: Cli) ->
     proven = check_proof(out.read_bytes(), [vkey])
     assert proven.present and len(proven.items) == 10_000
     assert {i for _, i, _ in proven.items} == set(ids["big"])
+
+
+def test_cascade_resnapshot_refused_and_stale_root_noted(
+    small: Any, cmd: Cli, tmp_path: Path
+) -> None:
+    """A cascade's re-snapshot (no SNAPSHOT of its own) is refused; a stale root is noted."""
+    path, ids, vkey = small
+    cmd.ok(cmd.at(path, "cascade", ids["alice"][1]))
+    roots = cmd.json_at(path, "roots")
+    resnap = next(r for r in roots if r.get("replaces"))
+    refused = cmd.at(path, "prove", "--namespace", "alice", "--root", resnap["memory_root"])
+    assert refused.exit_code == 3 and "re-snapshot" in refused.output
+    out = tmp_path / "stale.proof.json"
+    made = cmd.ok(cmd.at(path, "prove", "--namespace", "alice", "-o", str(out))).stdout
+    assert "is stale" in made
+    assert _audit(cmd, out, vkey)["present"]
