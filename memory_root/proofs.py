@@ -294,8 +294,9 @@ class RootProofSource:
         ns = namespace if namespace is not None else self.namespaces.get((kind, item_id))
         if ns is None:
             raise NotFoundError(
-                f"{kind} {item_id!r} is not in memory at root {self.snap.root.hex()}: give "
-                "--namespace N to prove it absent from namespace N"
+                f"no operation up to root {self.snap.root.hex()} names {kind} {item_id!r}, so "
+                "its namespace is unknown: give --namespace N to prove it in (or absent from) "
+                "namespace N"
             )
         return prove_item(self.snap, self.nodes, self.preimages, ns, kind, item_id, self.vkeys)
 
@@ -308,20 +309,29 @@ class RootProofSource:
         return prove_items_of(self.snap, self.nodes, self.preimages, namespace, self.vkeys)
 
 
-def _view_entries(ledger: Ledger, branch: str, stop: int, depth: int = 0) -> Iterator[Entry]:
-    """Yield the entries of ``branch``'s view before ``stop`` (its parent's up to the fork).
+def _view_ops(ledger: Ledger, branch: str, stop: int, depth: int = 0) -> Iterator[Entry]:
+    """Yield the operations of ``branch``'s view before ``stop`` (its parent's up to the fork).
+
+    Read from the stored rows without proofs, events skipped undecoded: what they give is
+    only a hint of what the committed map's hashes stand for (an item key's kind and id, a
+    value hash's state), and every hint is checked against the hash it is used for
+    (``_state_of``, ``prove_items_of``) before it goes into a proof, which is then checked
+    whole. A row edited or hidden makes the prover refuse, never prove something else.
 
     Raises:
         NotFoundError: if the chain of forks is broken.
-        IntegrityError: if a strict read fails.
+        DecodeError: if a stored operation does not decode.
     """
     if depth > 64:
         raise NotFoundError(f"branch {branch!r} has a broken chain of forks")
     anchor = root_v2.fork_anchor_of(ledger, branch) if stop > 0 else None
     if anchor is not None:
-        yield from _view_entries(ledger, anchor[0], anchor[1], depth + 1)
+        yield from _view_ops(ledger, anchor[0], anchor[1], depth + 1)
     if stop > 0:
-        yield from ledger.entries(0, stop, branch)
+        no = ledger.store.branch(branch).no
+        for r in ledger.store.iter_entry_rows(no, 0, stop):
+            if r.digest is None and r.erased_by is None:
+                yield Entry.from_bytes(r.data)
 
 
 def open_root(
@@ -331,9 +341,9 @@ def open_root(
 
     The root record (a derived, untrusted row) only names the SNAPSHOT entry: the entry is
     read strictly and must record that root; the map nodes are re-hashed as they are read;
-    the items' kinds, ids and states come from the view's entries up to the root's
-    high-water (each read strictly), folded with the map's own leaf rule
-    (``root_v2.leaf_changes``), so they are exactly what the committed map holds.
+    the items' kinds, ids and states come from the view's operations up to the root's
+    high-water, folded with the map's own leaf rule (``root_v2.leaf_changes``), and each is
+    checked against the committed hash it stands for (``_view_ops``).
 
     Raises:
         NotFoundError: if there is no such root (or the branch has none).
@@ -368,7 +378,7 @@ def open_root(
     hw = snap.entry.body["payload"]["high_water"]["seq"]
     pre = MapPreimages()
     namespaces: dict[tuple[str, str], str] = {}
-    for e in _view_entries(ledger, record.branch, hw + 1):
+    for e in _view_ops(ledger, record.branch, hw + 1):
         for c in root_v2.leaf_changes(e):
             pre.add(c.kind, c.item_id, c.state)
             namespaces[(c.kind, c.item_id)] = c.namespace

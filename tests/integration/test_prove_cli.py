@@ -228,3 +228,21 @@ def test_cascade_resnapshot_refused_and_stale_root_noted(
     made = cmd.ok(cmd.at(path, "prove", "--namespace", "alice", "-o", str(out))).stdout
     assert "is stale" in made
     assert _audit(cmd, out, vkey)["present"]
+
+
+def test_operation_rows_hidden_from_the_prover_are_refused(
+    small: Any, cmd: Cli, tmp_path: Path
+) -> None:
+    """op_rows_disguised: ASSERT rows marked as events (their hints hidden) make prove refuse."""
+    path, ids, _ = small
+    _attack(
+        path,
+        "UPDATE entries SET digest = zeroblob(32) WHERE digest IS NULL AND erased_by IS NULL "
+        "AND instr(data, CAST('ASSERT' AS BLOB)) > 0",
+    )
+    out = tmp_path / "ns.proof.json"
+    bad = cmd.at(path, "prove", "--namespace", "alice", "-o", str(out))
+    assert bad.exit_code == 1 and "not known to the prover" in bad.output, bad.output
+    assert not out.exists()
+    bad = cmd.at(path, "prove", "--object", ids["alice"][0])
+    assert bad.exit_code != 0 and "memroot-proof" not in bad.output
