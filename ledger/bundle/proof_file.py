@@ -38,7 +38,6 @@ Checks (numbered as in FORMAT.md §6.14)::
 
 from __future__ import annotations
 
-import base64
 import binascii
 import itertools
 import json
@@ -294,7 +293,7 @@ class ProofFile:
 
 
 def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
+    return binascii.b2a_base64(data, newline=False).decode("ascii")
 
 
 def _path_json(path: MapPath) -> dict[str, Any]:
@@ -361,10 +360,11 @@ def _bytes(value: Any, where: str, size: int | None = None) -> bytes:
     if type(value) is not str:
         raise _bad(where, "must be a base64 string")
     try:
-        raw = base64.b64decode(value, validate=True)
+        # strict: the alphabet only, padding exactly where it belongs, nothing after it.
+        raw = binascii.a2b_base64(value, strict_mode=True)
     except (binascii.Error, ValueError) as e:
         raise _bad(where, "is not valid base64") from e
-    if _b64(raw) != value:
+    if binascii.b2a_base64(raw, newline=False) != value.encode("ascii"):
         raise _bad(where, "is not canonical base64 (padding bits must be zero)")
     if size is not None and len(raw) != size:
         raise _bad(where, f"must be {size} bytes, not {len(raw)}")
