@@ -24,7 +24,7 @@ from memroot.ledger.bundle.audit import (
 )
 from memroot.ledger.bundle.export import export_bundle
 from memroot.ledger.bundle.importing import import_bundle
-from memroot.ledger.errors import DecodeError, NotFoundError, ProofError
+from memroot.ledger.errors import DecodeError, IntegrityError, NotFoundError, ProofError
 from memroot.ledger.keys import rotate_key
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.note import Verifier, open_checkpoint
@@ -110,6 +110,12 @@ def export_cmd(ctx: Context, out: Path, no_sign: bool, no_strict: bool, as_json:
     type=click.Path(path_type=Path),
     help="Audit a C2SP tlog-tiles directory (`memroot publish`) instead of a bundle.",
 )
+@click.option(
+    "--proof",
+    "proof_file",
+    type=click.Path(path_type=Path),
+    help="Check a proof file (`memroot prove --object/--namespace -o FILE`) with --vkey.",
+)
 @witness_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def audit_cmd(
@@ -118,6 +124,7 @@ def audit_cmd(
     trusted_path: Path | None,
     no_update: bool,
     tiles_dir: Path | None,
+    proof_file: Path | None,
     witness_vkeys: tuple[str, ...],
     quorum: int | None,
     witnesses: tuple[str, ...],
@@ -127,11 +134,22 @@ def audit_cmd(
 
     Needs no ledger (-l is ignored). The report lists what was checked and every violation
     with its branch, entry and step. With --tiles DIR it audits a published tiles directory
-    read back from its files alone (entries, roots, signatures; no content).
+    read back from its files alone (entries, roots, signatures; no content). With --proof
+    FILE it checks a proof file (docs/FORMAT.md 6.15) against the --vkey you trust and says
+    in plain words what it proves (a proof of absence passes, labelled ABSENT); a refusal
+    names the check that failed and exits 1.
 
     Example: memroot audit audit-2026-05 --vkey "$(cat agent.vkey)"
     Example: memroot audit --tiles /srv/www/log --vkey "$(cat agent.vkey)" --witness-vkey W
+    Example: memroot audit --proof tea.proof.json --vkey "$(cat agent.vkey)"
     """
+    if proof_file is not None:
+        if bundle is not None or tiles_dir is not None:
+            raise click.UsageError("give a BUNDLE, --tiles DIR or --proof FILE (one of them)")
+        if witness_vkeys or witnesses or quorum is not None or trusted_path or no_update:
+            raise click.UsageError("--proof takes --vkey and --json only")
+        _audit_proof(proof_file, vkeys, as_json)
+        return
     from memroot.memory_root import stack
 
     trusted: TrustedState | None = TrustedState(trusted_path or default_trusted_path())
@@ -191,6 +209,42 @@ def audit_cmd(
     print_report(report, as_json)
     if not report.ok:
         raise click.exceptions.Exit(1)
+
+
+def _audit_proof(path: Path, vkeys: tuple[str, ...], as_json: bool) -> None:
+    """``audit --proof FILE``: check one proof file offline; exit 1 when it is refused."""
+    from memroot.ledger.bundle.proof_file import MAX_PROOF_FILE, check_proof
+
+    if not vkeys:
+        raise click.UsageError(
+            "--proof needs --vkey K: a proof file is checked against a key you trust, and "
+            "carries none of its own (`memroot vkey` on the ledger prints it)"
+        )
+    for k in vkeys:
+        try:
+            Verifier.from_vkey(k)
+        except DecodeError as e:
+            raise click.BadParameter(str(e), param_hint="--vkey") from e
+    if not path.is_file():
+        raise NotFoundError(f"no proof file at {path}")
+    if path.stat().st_size > MAX_PROOF_FILE:
+        raise DecodeError(f"proof file {path} is larger than {MAX_PROOF_FILE} bytes")
+    try:
+        proven = check_proof(path.read_bytes(), list(vkeys))
+    except IntegrityError as e:
+        refusal = f"REFUSED: {path}: {e}"
+        emit({"ok": False, "file": str(path), "error": str(e)}, as_json,
+             lambda: click.echo(refusal, err=True))  # fmt: skip
+        raise click.exceptions.Exit(1) from e
+    data = {"file": str(path), **proven.to_json()}
+
+    def human() -> None:
+        click.echo(f"proof file {path} checked offline; it proves:")
+        for line in proven.words():
+            click.echo(f"  {line}")
+        click.echo("OK: ABSENT (proof of absence holds)" if not proven.present else "OK")
+
+    emit(data, as_json, human)
 
 
 @cli.command("import-bundle")

@@ -47,6 +47,16 @@ __all__ = ["print_report", "snapshot_of", "verify_ledger"]
     type=click.IntRange(0, MAX_SEQ + 1),
     help="Prove that tree SIZE1 is a prefix of tree SIZE2.",
 )
+@click.option("--object", "object_id", help="Prove this memory object's state at a root.")
+@click.option("--state", "state_id", help="Prove this item's falsification state (with --kind).")
+@click.option("--kind", "target_type", help="The item type of --state (e.g. memory_object).")
+@click.option(
+    "--namespace",
+    help="Prove every item of this namespace at a root; with --object/--state, the namespace "
+    "to prove the item in (needed to prove an unknown id absent).",
+)
+@click.option("--root", "root_id", help="The memory root (hex, 4+ digits; default: the newest).")
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write the proof file here.")
 @branch_option
 @strict_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -56,22 +66,50 @@ def prove(
     index: int | None,
     size: int | None,
     consistency: tuple[int, int] | None,
+    object_id: str | None,
+    state_id: str | None,
+    target_type: str | None,
+    namespace: str | None,
+    root_id: str | None,
+    output: Path | None,
     branch: str,
     no_strict: bool,
     as_json: bool,
 ) -> None:
-    """Print an inclusion proof (C2SP tlog-proof@v1) or a consistency proof.
+    """Print an inclusion or consistency proof, or write a proof file of memory at a root.
 
-    A tlog-proof carries the signed checkpoint it proves against, so --size must be the size
+    --index / --consistency: a C2SP tlog-proof@v1 of an entry, or a consistency proof. A
+    tlog-proof carries the signed checkpoint it proves against, so --size must be the size
     of a kept checkpoint (the error lists them; `memroot checkpoint` keeps one of the current
-    tree). The branch's stored tree is first checked against its newest signed checkpoint
-    (strict read, one read transaction); a tampered ledger prints nothing and exits 1.
+    tree).
+
+    --object ID, --state ID --kind K, --namespace N: a memroot-proof file (docs/FORMAT.md
+    6.15) of what the memory map held at a v2 root (--root, default the branch's newest):
+    one item with its state (or a proof that it is ABSENT: exit 0, labelled), or every item
+    of a namespace and nothing else. It carries the root's SNAPSHOT entry, its inclusion
+    proof in the newest signed checkpoint and the map paths; anyone checks it offline with
+    `memroot audit --proof FILE --vkey K`. Each proof is checked before it is written.
+
+    The branch's stored tree is first checked against its newest signed checkpoint (strict
+    read, one read transaction); a tampered ledger prints nothing and exits 1.
 
     Example: memroot -l agent.ledger prove --index 5 > entry5.proof
     Example: memroot -l agent.ledger prove --consistency 10 20 --json
+    Example: memroot -l agent.ledger prove --object 0190... -o tea.proof.json
+    Example: memroot -l agent.ledger prove --namespace alice --root 3f2a -o alice.proof.json
     """
-    if (index is None) == (not consistency):
-        raise click.UsageError("give exactly one of --index I or --consistency N1 N2")
+    map_mode = object_id is not None or state_id is not None or namespace is not None
+    if sum((index is not None, bool(consistency), map_mode)) != 1:
+        raise click.UsageError(
+            "give exactly one of --index I, --consistency N1 N2, --object ID, --state ID "
+            "--kind K or --namespace N"
+        )
+    if map_mode:
+        _prove_map(ctx, no_strict, branch, object_id, state_id, target_type, namespace,
+                   root_id, output, size, as_json)  # fmt: skip
+        return
+    if root_id is not None or output is not None or target_type is not None:
+        raise click.UsageError("--root, --kind and -o go with --object, --state or --namespace")
     with open_reader(ctx, no_strict) as ledger, ledger.reading():
         if ledger.strict:
             ledger.check_heads()
@@ -100,6 +138,73 @@ def prove(
 
 
 MAX_LISTED_SIZES = 20
+
+
+def _prove_map(
+    ctx: Context,
+    no_strict: bool,
+    branch: str,
+    object_id: str | None,
+    state_id: str | None,
+    target_type: str | None,
+    namespace: str | None,
+    root_id: str | None,
+    output: Path | None,
+    size: int | None,
+    as_json: bool,
+) -> None:
+    """``prove --object/--state/--namespace``: build, check and write one proof file."""
+    from memroot.memory_root.proofs import open_root
+
+    if object_id is not None and state_id is not None:
+        raise click.UsageError("give --object ID or --state ID, not both")
+    if (state_id is None) != (target_type is None):
+        raise click.UsageError(
+            "--state ID needs --kind K (the item type), and --kind needs --state"
+        )
+    if size is not None:
+        raise click.UsageError("--size goes with --index (a proof file uses the newest checkpoint)")
+    if no_strict:
+        raise click.UsageError("a proof file is built from strict reads only (drop --no-strict)")
+    with open_reader(ctx, no_strict) as ledger, ledger.reading():
+        ledger.check_heads()
+        source = open_root(ledger, root_id, branch)
+        if object_id is not None:
+            proof, proven = source.prove_item("object", object_id, namespace)
+        elif state_id is not None:
+            assert target_type is not None
+            proof, proven = source.prove_item(f"state/{target_type}", state_id, namespace)
+        else:
+            assert namespace is not None
+            proof, proven = source.prove_namespace(namespace)
+    text = proof.render()
+    note = (
+        None
+        if source.root_state == "live"
+        else f"note: root {proof.root.hex()[:16]} is {source.root_state} (its own state, which "
+        "no proof file carries); the proof shows what it committed to"
+    )
+    if note is not None and (output is None or as_json):
+        click.echo(note, err=True)
+    if output is None:
+        emit({"proof": json.loads(text), "proven": proven.to_json()}, as_json,
+             lambda: click.echo(text, nl=False))  # fmt: skip
+        return
+    tmp = output.with_name(output.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(output)
+    data = {"file": str(output), "bytes": len(text.encode()), "proven": proven.to_json()}
+
+    data["root_state"] = source.root_state
+
+    def human() -> None:
+        click.echo(f"wrote {output} ({data['bytes']} bytes), checked; it proves:")
+        for line in proven.words():
+            click.echo(f"  {line}")
+        if note is not None:
+            click.echo(note)
+
+    emit(data, as_json, human)
 
 
 def _proof_refused(branch: str, seq: int | None, what: str) -> IntegrityError:

@@ -1,0 +1,228 @@
+"""Benchmark proof files (docs/FORMAT.md §6.15): generation + offline check, and their size.
+
+Not a test. For each size N this builds, untimed, a stored memory map of N object items
+(``memory_map_nodes`` in a SQLite file, read back through ``StoredNodes``, which re-hashes
+every node), in ``--namespaces`` namespaces of equal size, and a SNAPSHOT entry of a v2 root
+committing to it with the projection list a real memroot root has (taken from a small real
+ledger's first root), at entry ``6 N`` of a log of ``10 N`` entries (the other leaves are one
+repeated hash, so the tree's nodes are computed per level, not stored), signed with the
+public test key. Then, over ``--proofs`` random objects:
+
+- ``file_per_s``: ``memroot.memory_root.proofs.prove_item``, which builds the proof from the
+  stored nodes *and* runs the offline checker on the rendered file before returning it
+  (the Ed25519 signature, the strict entry decoding, the RFC 9162 inclusion proof, the root
+  preimage, both map paths): generation + offline verification, per proof file;
+- ``check_per_s``: ``check_proof`` alone on the rendered file (what the auditor runs);
+  ``check_per_s_one_checkpoint``: the same with the verified checkpoint remembered
+  (``opened``), as an auditor checking many files of one checkpoint runs it;
+- ``map_per_s``: the map half alone (both paths generated from the stored nodes and walked
+  by the checker's ``map_path_root``), the figure bench_map.py reports;
+- ``file_bytes`` and ``map_bytes``: the mean proof file size, and the mean size of its map
+  part in binary (32 bytes per sibling, 64 per end leaf, both paths).
+
+CPU time (``process_time``), since the machine is shared. Usage::
+
+    python bench/bench_prove.py --sizes 100000 1000000 [--proofs 5000] [--cache N] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import time
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import apsw
+
+from memroot.ledger import encoding
+from memroot.ledger.bundle.proof_file import MapPath, check_proof, map_path_root
+from memroot.ledger.entries import Entry, Kind, build_entry
+from memroot.ledger.hashing import domain_hash, node_hash
+from memroot.ledger.ledger import Ledger
+from memroot.ledger.note import Checkpoint, sign_checkpoint, vkey_of
+from memroot.ledger.signing import Ed25519Signer
+from memroot.memory_root import state_map as mm
+from memroot.memory_root.map_nodes import StoredNodes, install
+from memroot.memory_root.proofs import MapPreimages, SignedSnapshot, prove_item
+
+ORIGIN = "example.org/memroot/bench"
+SEED = bytes(range(1, 33))
+CHUNK = 100_000
+FILLER = b"\x5a" * 32  # every leaf of the log but the SNAPSHOT's
+
+
+def _oid(i: int) -> str:
+    return f"01900000-0000-7000-8000-{i:012d}"
+
+
+def _state(i: int) -> dict[str, Any]:
+    return {"branch": "main", "seq": 10 * i + 3}
+
+
+def _real_projections(tmp: Path) -> list[Any]:
+    """Return the projection list of a real v2 root (a new ledger's first snapshot)."""
+    from memroot.memory_root.roots import Roots
+
+    with Ledger.init(tmp / "real.ledger", origin=ORIGIN) as led:
+        res = Roots(led).snapshot()
+        payload = led.entry(res.record.seq).body["payload"]
+    return list(payload["projections"])
+
+
+class _Tree:
+    """An RFC 9162 tree of ``size`` leaves, all ``FILLER`` but leaf ``index`` (= ``leaf``)."""
+
+    def __init__(self, size: int, index: int, leaf: bytes) -> None:
+        self.size, self.index, self.leaf = size, index, leaf
+
+    @cache  # noqa: B019 - one tree per run
+    def _filler(self, n: int) -> bytes:
+        if n == 1:
+            return FILLER
+        k = 1 << ((n - 1).bit_length() - 1)
+        return node_hash(self._filler(k), self._filler(n - k))
+
+    def mth(self, lo: int, hi: int) -> bytes:
+        """RFC 9162 §2.1.1 MTH of leaves ``[lo, hi)``."""
+        n = hi - lo
+        if not lo <= self.index < hi:
+            return self._filler(n)
+        if n == 1:
+            return self.leaf
+        k = 1 << ((n - 1).bit_length() - 1)
+        return node_hash(self.mth(lo, lo + k), self.mth(lo + k, hi))
+
+    def path(self, lo: int, hi: int) -> list[bytes]:
+        """RFC 9162 §2.1.3.1 PATH(index, D[lo:hi])."""
+        n = hi - lo
+        if n == 1:
+            return []
+        k = 1 << ((n - 1).bit_length() - 1)
+        if self.index < lo + k:
+            return [*self.path(lo, lo + k), self.mth(lo + k, hi)]
+        return [*self.path(lo + k, hi), self.mth(lo, lo + k)]
+
+
+def _snapshot(map_root: bytes, size: int, projections: list[Any]) -> SignedSnapshot:
+    seq = size * 3 // 5  # an older root: a full-length inclusion path
+    hw = {"seq": seq - 1, "entry_hash": FILLER, "tree_size": seq, "tree_root": b"\x01" * 32}
+    pre = {"v": 2, "branch": "main", "parent": b"\x02" * 32, "high_water": hw, "map": map_root,
+           "projections": projections}  # fmt: skip
+    payload = {**pre, "memory_root": domain_hash("memroot/root/v2", encoding.encode(pre))}
+    body = {"id": _oid(10**11), "actor_id": "memroot", "actor_type": "SYSTEM_PROCESS",
+            "namespace_id": "system", "payload": payload,
+            "policy_version": "memroot/1"}  # fmt: skip
+    entry: Entry = build_entry(FILLER, seq, "main", 1767225600000000, Kind.OP, "SNAPSHOT", body)
+    tree = _Tree(size, seq, entry.hash)
+    signer = Ed25519Signer.from_seed(ORIGIN, SEED)
+    note = sign_checkpoint(Checkpoint(ORIGIN, size, tree.mth(0, size)), [signer])
+    return SignedSnapshot.of(note, entry, tree.path(0, size))
+
+
+def run(
+    n_items: int, namespaces: int, proofs: int, tmp: Path, projections: list[Any], cache: int
+) -> dict[str, Any]:
+    """Measure one map size (see the module docstring)."""
+    rng = random.Random(n_items)
+    db = apsw.Connection(str(tmp / f"prove{n_items}.db"))
+    db.execute("PRAGMA journal_mode=WAL")
+    nodes = StoredNodes(db)
+    root: bytes = mm.EMPTY
+    ns_of = [f"ns-{i % namespaces}" for i in range(namespaces)]
+    t0 = time.perf_counter()
+    with db:
+        install(db)
+    for start in range(0, n_items, CHUNK):
+        changes: dict[str, dict[bytes, bytes | None]] = {}
+        for i in range(start, min(n_items, start + CHUNK)):
+            changes.setdefault(ns_of[i % namespaces], {})[mm.item_key("object", _oid(i))] = (
+                mm.value_hash(_state(i))
+            )
+        with db:
+            u = mm.update_map(nodes, root, changes)
+            nodes.put(u.nodes)
+        root = u.root
+    build_s = time.perf_counter() - t0
+    snap = _snapshot(root, 10 * n_items, projections)
+    vkeys = [vkey_of(Ed25519Signer.from_seed(ORIGIN, SEED))]
+    sample = [rng.randrange(n_items) for _ in range(proofs)]
+    pre = MapPreimages({("object", _oid(i)): _state(i) for i in sample})
+    nodes = StoredNodes(db, cache=cache)  # a fresh node cache, as a new process has
+    texts = []
+    c0 = time.process_time()
+    for i in sample:
+        proof, _ = prove_item(snap, nodes, pre, ns_of[i % namespaces], "object", _oid(i), vkeys)
+        texts.append(proof.render())
+    file_cpu = time.process_time() - c0
+    c0 = time.process_time()
+    for text in texts:
+        check_proof(text, vkeys)
+    check_cpu = time.process_time() - c0
+    opened: dict[Any, Any] = {}
+    c0 = time.process_time()
+    for text in texts:
+        check_proof(text, vkeys, opened=opened)
+    check_one_cp_cpu = time.process_time() - c0
+    map_bytes = 0
+    nodes = StoredNodes(db, cache=cache)
+    c0 = time.process_time()
+    for i in sample:
+        nk, ik = mm.namespace_key(ns_of[i % namespaces]), mm.item_key("object", _oid(i))
+        top = mm.prove(nodes, root, nk)
+        assert top.leaf is not None
+        item = mm.prove(nodes, top.leaf.value, ik)
+        assert item.leaf is not None
+        for key, p, want in ((nk, top, root), (ik, item, top.leaf.value)):
+            assert p.leaf is not None
+            got = map_path_root(key, MapPath(p.siblings, (p.leaf.key, p.leaf.value)))
+            assert got == want
+            map_bytes += 32 * len(p.siblings) + 64
+    map_cpu = time.process_time() - c0
+    db.close()
+    return {
+        "items": n_items,
+        "namespaces": namespaces,
+        "log_size": 10 * n_items,
+        "proofs": proofs,
+        "node_cache": cache,
+        "build_s": round(build_s, 1),
+        "file_per_s": round(proofs / file_cpu),
+        "check_per_s": round(proofs / check_cpu),
+        "check_per_s_one_checkpoint": round(proofs / check_one_cp_cpu),
+        "map_per_s": round(proofs / map_cpu),
+        "file_bytes": round(sum(len(t) for t in texts) / proofs),
+        "map_bytes": round(map_bytes / proofs),
+        "entry_bytes": len(snap.entry.raw),
+        "inclusion_hashes": len(snap.inclusion),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; print one JSON line per size."""
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n", 1)[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
+    ap.add_argument("--namespaces", type=int, default=1)
+    ap.add_argument("--proofs", type=int, default=5_000)
+    ap.add_argument("--cache", type=int, default=1 << 16, help="StoredNodes cache (nodes)")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args(argv)
+    out = []
+    with tempfile.TemporaryDirectory() as d:
+        projections = _real_projections(Path(d))
+        for n in args.sizes:
+            r = run(n, args.namespaces, args.proofs, Path(d), projections, args.cache)
+            out.append(r)
+            sys.stdout.write(json.dumps(r) + "\n")
+            sys.stdout.flush()
+    if args.json is not None:
+        args.json.write_text(json.dumps(out, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

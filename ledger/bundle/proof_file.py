@@ -1,0 +1,834 @@
+"""Proof files (``memroot-proof`` version 1): what memory held at a root, checked offline.
+
+docs/FORMAT.md §6.15. A proof file is one JSON object that carries everything a third party
+needs to check, with a trusted verifier key and nothing else, a claim about the memory map
+(§6.12) at one memory root v2 (§6.13):
+
+- ``kind`` ``object`` or ``state``: one item of one namespace, present with its state, or
+  absent (a proof of absence: exit 0, labelled "ABSENT");
+- ``kind`` ``namespace``: every item of one namespace and nothing else (a range proof), or
+  that the namespace holds no item.
+
+The claim is tied to a signed tree: the SNAPSHOT entry that records the root, its RFC 9162
+inclusion proof in a signed checkpoint (§4, §5), the root's preimage inside that entry (which
+holds the map root), and the map paths from the map root down to the item(s).
+
+``ProofFile`` is the file's model (``parse``: strict; ``render``: the canonical text).
+``check_proof`` runs the checks P1-P6 below and returns what is proven (``Proven``), or
+raises naming the first check that fails. This module is the offline auditor's side: it
+imports the log's core only (canonical CBOR, hashes, entries, Merkle proofs, signed notes),
+never a storage driver, so it runs where only the standard library, cbor2 and cryptography
+are installed. The map's hash rules are written here a second time, from §6.12, rather than
+imported from ``memroot.memory_root.state_map`` (a layer above the ledger); the tests check
+that both agree.
+
+Checks (numbered as in FORMAT.md §6.15)::
+
+    (P1) parse: the exact keys and types, canonical base64 and hex, bounded sizes.
+    (P2) checkpoint: the note verifies with a trusted vkey; its origin is the log's (main)
+         or the branch origin ``<log>/branch/<B>`` of the entry's branch.
+    (P3) entry: the SNAPSHOT entry decodes strictly (§3), its seq is the proof's index, and
+         its leaf is included at that index in the checkpoint's tree (RFC 9162 §2.1.3.2).
+    (P4) root: the entry's payload is a v2 root whose ``memory_root`` is the hash of the rest
+         of the payload, equal to the file's ``root``.
+    (P5) map: the namespace path and the item path (or the namespace's items) give the
+         payload's map root.
+    (P6) claim: the item's key and value hash (or every item's) are those the paths end at.
+"""
+
+from __future__ import annotations
+
+import binascii
+import itertools
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from memroot.ledger import encoding, merkle
+from memroot.ledger.entries import CANONICAL_BRANCH, Entry, Kind
+from memroot.ledger.errors import DecodeError, ProofError
+from memroot.ledger.hashing import HASH_SIZE, domain_hash, leaf_hash
+from memroot.ledger.note import (
+    MAX_NOTE_SIZE,
+    MAX_PROOF_HASHES,
+    SignedCheckpoint,
+    Verifier,
+    branch_of_origin,
+    open_checkpoint,
+)
+
+__all__ = [
+    "FORMAT",
+    "KINDS",
+    "MAX_PROOF_FILE",
+    "VERSION",
+    "MapPath",
+    "ProofFile",
+    "ProofItem",
+    "Proven",
+    "check_proof",
+    "map_item_key",
+    "map_namespace_key",
+    "map_path_root",
+    "map_tree_root",
+    "map_value_hash",
+]
+
+FORMAT: Final = "memroot-proof"
+VERSION: Final = 1
+KINDS: Final = ("object", "state", "namespace")
+MAX_PROOF_FILE: Final = 256 << 20
+"""Bytes; a namespace proof of 10^6 items with small states is about 150 MB."""
+MAX_ITEMS: Final = 1 << 24
+MAX_ID: Final = 4096  # an identifier's limit at append (FORMAT.md §3.1)
+WORDS_ITEMS: Final = 20  # items a namespace's plain-words summary lists
+
+ROOT_V2_TAG: Final = "memroot/root/v2"
+ROOT_V2: Final = 2
+_EMPTY_TAG: Final = "memroot/map/empty/v1"
+_LEAF_TAG: Final = "memroot/map/leaf/v1"
+_NODE_TAG: Final = "memroot/map/node/v1"
+_NS_TAG: Final = "memroot/map/ns/v1"
+_ITEM_TAG: Final = "memroot/map/item/v1"
+_VALUE_TAG: Final = "memroot/map/value/v1"
+_KEY_BITS: Final = 256
+MAP_EMPTY: Final = domain_hash(_EMPTY_TAG, b"")
+SNAPSHOT: Final = "SNAPSHOT"
+
+_TOP_KEYS: Final = {
+    "object": frozenset(
+        {"format", "version", "kind", "root", "checkpoint", "snapshot", "namespace"}
+        | {"namespace_path", "item", "item_path"}
+    ),
+    "namespace": frozenset(
+        {"format", "version", "kind", "root", "checkpoint", "snapshot", "namespace"}
+        | {"namespace_path", "items"}
+    ),
+}
+_TOP_KEYS_BY_KIND: Final = {
+    "object": _TOP_KEYS["object"],
+    "state": _TOP_KEYS["object"],
+    "namespace": _TOP_KEYS["namespace"],
+}
+
+
+# -- the map's hash rules (FORMAT.md §6.12), written from the document -------------------------
+
+
+def map_namespace_key(namespace: str) -> bytes:
+    """Return ``SHA-256("memroot/map/ns/v1" || 0x00 || utf8(namespace))``."""
+    return domain_hash(_NS_TAG, namespace.encode("utf-8"))
+
+
+def map_item_key(kind: str, item_id: str) -> bytes:
+    """Return ``SHA-256("memroot/map/item/v1" || 0x00 || cbor([kind, id]))``."""
+    return domain_hash(_ITEM_TAG, encoding.encode([kind, item_id]))
+
+
+def map_value_hash(state_cbor: bytes) -> bytes:
+    """Return ``SHA-256("memroot/map/value/v1" || 0x00 || state_cbor)`` over the bytes given."""
+    return domain_hash(_VALUE_TAG, state_cbor)
+
+
+def _leaf(key: bytes, value: bytes) -> bytes:
+    return domain_hash(_LEAF_TAG, key + value)
+
+
+def _node(left: bytes, right: bytes) -> bytes:
+    return domain_hash(_NODE_TAG, left + right)
+
+
+def _bit(key: bytes, depth: int) -> int:
+    return (key[depth >> 3] >> (7 - (depth & 7))) & 1
+
+
+@dataclass(frozen=True, slots=True)
+class MapPath:
+    """A key's path in one tree of the map: siblings from the root down, and where it ends.
+
+    ``leaf`` is the (key, value) of the leaf the path ends at, or None for an empty subtree.
+    """
+
+    siblings: tuple[bytes, ...]
+    leaf: tuple[bytes, bytes] | None
+
+
+def map_path_root(key: bytes, path: MapPath) -> bytes:
+    """Return the tree root ``path`` gives for ``key`` (FORMAT.md §6.12, "Proof of a key's path").
+
+    Raises:
+        ProofError: if the path's end leaf is another key that does not share the path's
+            prefix with ``key`` (it could not sit where the path ends).
+    """
+    depth = len(path.siblings)
+    if path.leaf is None:
+        h = MAP_EMPTY
+    else:
+        other, value = path.leaf
+        if other != key and any(_bit(other, d) != _bit(key, d) for d in range(depth)):
+            raise ProofError(
+                f"map path: the leaf of key {other.hex()} cannot end the path of {key.hex()}"
+            )
+        h = _leaf(other, value)
+    for d in range(depth - 1, -1, -1):
+        s = path.siblings[d]
+        h = _node(s, h) if _bit(key, d) else _node(h, s)
+    return h
+
+
+def _split(keys: Sequence[bytes], lo: int, hi: int, depth: int) -> int:
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if _bit(keys[mid], depth):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _build(keys: Sequence[bytes], values: Sequence[bytes], lo: int, hi: int, depth: int) -> bytes:
+    if lo == hi:
+        return MAP_EMPTY
+    if hi - lo == 1:
+        return _leaf(keys[lo], values[lo])
+    mid = _split(keys, lo, hi, depth)
+    return _node(_build(keys, values, lo, mid, depth + 1), _build(keys, values, mid, hi, depth + 1))
+
+
+def map_tree_root(pairs: Sequence[tuple[bytes, bytes]]) -> bytes:
+    """Return ``H(S, 0)`` of §6.12 for ``pairs`` sorted by key, each key once.
+
+    Raises:
+        ValueError: if the keys are not strictly increasing.
+    """
+    keys = [k for k, _ in pairs]
+    if any(a >= b for a, b in itertools.pairwise(keys)):
+        raise ValueError("map pairs must be sorted by key, each key once")
+    return _build(keys, [v for _, v in pairs], 0, len(keys), 0)
+
+
+# -- the file ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ProofItem:
+    """One item a proof names: its kind, its id, and its state (canonical CBOR) or None.
+
+    ``state`` None claims that the map holds no item of that kind and id in the namespace.
+    """
+
+    kind: str
+    id: str
+    state: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class ProofFile:
+    """A ``memroot-proof`` file (FORMAT.md §6.15), parsed but not checked.
+
+    Attributes:
+        kind: ``object``, ``state`` or ``namespace``.
+        root: the memory root (32 bytes) the claim is about.
+        checkpoint: the signed checkpoint note, as signed.
+        index: the SNAPSHOT entry's seq, its leaf index in the checkpoint's tree.
+        entry: the SNAPSHOT entry's bytes.
+        inclusion: its RFC 9162 inclusion proof in the checkpoint's tree.
+        namespace: the namespace the claim is about.
+        namespace_path: the namespace key's path in the namespace tree.
+        item: (object, state) the item claimed, present or absent.
+        item_path: (object, state) its path in the namespace's item tree; None when the
+            namespace is absent from the map.
+        items: (namespace) every item of the namespace, sorted by item key.
+    """
+
+    kind: str
+    root: bytes
+    checkpoint: str
+    index: int
+    entry: bytes
+    inclusion: tuple[bytes, ...]
+    namespace: str
+    namespace_path: MapPath
+    item: ProofItem | None = None
+    item_path: MapPath | None = None
+    items: tuple[ProofItem, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the file's JSON object (bytes as canonical base64, the root in hex)."""
+        out: dict[str, Any] = {
+            "format": FORMAT,
+            "version": VERSION,
+            "kind": self.kind,
+            "root": self.root.hex(),
+            "checkpoint": self.checkpoint,
+            "snapshot": {
+                "index": self.index,
+                "entry": _b64(self.entry),
+                "inclusion": [_b64(h) for h in self.inclusion],
+            },
+            "namespace": self.namespace,
+            "namespace_path": _path_json(self.namespace_path),
+        }
+        if self.kind == "namespace":
+            out["items"] = [_item_json(i) for i in self.items]
+        else:
+            assert self.item is not None
+            out["item"] = _item_json(self.item)
+            out["item_path"] = None if self.item_path is None else _path_json(self.item_path)
+        return out
+
+    def render(self) -> str:
+        """Return the file's text: compact JSON, keys sorted, one final newline."""
+        return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":")) + "\n"
+
+    @classmethod
+    def parse(cls, text: str | bytes) -> ProofFile:
+        """Parse a proof file strictly (P1); nothing is verified.
+
+        Raises:
+            DecodeError: naming the field that is malformed.
+        """
+        return _parse(text)
+
+
+def _b64(data: bytes) -> str:
+    return binascii.b2a_base64(data, newline=False).decode("ascii")
+
+
+def _path_json(path: MapPath) -> dict[str, Any]:
+    return {
+        "siblings": [_b64(s) for s in path.siblings],
+        "leaf": None
+        if path.leaf is None
+        else {"key": _b64(path.leaf[0]), "value": _b64(path.leaf[1])},
+    }
+
+
+def _item_json(item: ProofItem) -> dict[str, Any]:
+    return {
+        "kind": item.kind,
+        "id": item.id,
+        "state": None if item.state is None else _b64(item.state),
+    }
+
+
+# -- (P1) parsing -----------------------------------------------------------------------------
+
+
+def _bad(where: str, what: str) -> DecodeError:
+    return DecodeError(f"proof file: {where}: {what}")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise _bad(k, "the key appears twice")
+        out[k] = v
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise _bad("a number", f"{name} is not a JSON number")
+
+
+def _obj(value: Any, where: str, keys: frozenset[str]) -> dict[str, Any]:
+    if type(value) is not dict:
+        raise _bad(where, "must be a JSON object")
+    if set(value) != keys:
+        missing = sorted(keys - set(value))
+        extra = sorted(set(value) - keys)
+        raise _bad(
+            where,
+            "has the wrong fields"
+            + (f" (missing {', '.join(missing)})" if missing else "")
+            + (f" (unknown {', '.join(extra)})" if extra else ""),
+        )
+    return value
+
+
+def _text(value: Any, where: str, limit: int) -> str:
+    if type(value) is not str:
+        raise _bad(where, "must be a text string")
+    if not value or len(value) > limit:
+        raise _bad(where, f"must be 1 to {limit} characters")
+    return value
+
+
+def _bytes(value: Any, where: str, size: int | None = None) -> bytes:
+    if type(value) is not str:
+        raise _bad(where, "must be a base64 string")
+    try:
+        # strict: the alphabet only, padding exactly where it belongs, nothing after it.
+        raw = binascii.a2b_base64(value, strict_mode=True)
+    except (binascii.Error, ValueError) as e:
+        raise _bad(where, "is not valid base64") from e
+    if binascii.b2a_base64(raw, newline=False) != value.encode("ascii"):
+        raise _bad(where, "is not canonical base64 (padding bits must be zero)")
+    if size is not None and len(raw) != size:
+        raise _bad(where, f"must be {size} bytes, not {len(raw)}")
+    return raw
+
+
+def _uint(value: Any, where: str) -> int:
+    if type(value) is not int or not 0 <= value < 1 << 63:
+        raise _bad(where, "must be a non-negative integer")
+    return value
+
+
+def _path(value: Any, where: str) -> MapPath:
+    p = _obj(value, where, frozenset({"siblings", "leaf"}))
+    sib = p["siblings"]
+    if type(sib) is not list or len(sib) > _KEY_BITS:
+        raise _bad(f"{where}.siblings", f"must be a list of at most {_KEY_BITS} hashes")
+    siblings = tuple(_bytes(s, f"{where}.siblings[{i}]", HASH_SIZE) for i, s in enumerate(sib))
+    end = p["leaf"]
+    leaf = None
+    if end is not None:
+        e = _obj(end, f"{where}.leaf", frozenset({"key", "value"}))
+        leaf = (
+            _bytes(e["key"], f"{where}.leaf.key", HASH_SIZE),
+            _bytes(e["value"], f"{where}.leaf.value", HASH_SIZE),
+        )
+    return MapPath(siblings, leaf)
+
+
+def _item(value: Any, where: str) -> ProofItem:
+    i = _obj(value, where, frozenset({"kind", "id", "state"}))
+    state = None if i["state"] is None else _bytes(i["state"], f"{where}.state")
+    if state is not None:
+        try:
+            encoding.decode(state)
+        except DecodeError as e:
+            raise _bad(f"{where}.state", f"is not canonical CBOR ({e})") from e
+    return ProofItem(
+        _text(i["kind"], f"{where}.kind", MAX_ID), _text(i["id"], f"{where}.id", MAX_ID), state
+    )
+
+
+def _parse(text: str | bytes) -> ProofFile:
+    if isinstance(text, bytes):
+        if len(text) > MAX_PROOF_FILE:
+            raise _bad("the file", f"is larger than {MAX_PROOF_FILE} bytes")
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise _bad("the file", "is not UTF-8") from e
+    if len(text) > MAX_PROOF_FILE:
+        raise _bad("the file", f"is larger than {MAX_PROOF_FILE} bytes")
+    try:
+        data = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as e:
+        if isinstance(e, DecodeError):
+            raise
+        raise _bad("the file", f"is not JSON ({e})") from e
+    if type(data) is not dict:
+        raise _bad("the file", "must be a JSON object")
+    if data.get("format") != FORMAT:
+        raise _bad("format", f"must be {FORMAT!r}")
+    if data.get("version") != VERSION or type(data.get("version")) is not int:
+        raise _bad("version", f"must be {VERSION} (this reader knows version {VERSION} only)")
+    kind = data.get("kind")
+    if kind not in KINDS:
+        raise _bad("kind", f"must be one of {', '.join(KINDS)}")
+    _obj(data, "the file", _TOP_KEYS_BY_KIND[kind])
+    root = data["root"]
+    if type(root) is not str or len(root) != 2 * HASH_SIZE or root.strip("0123456789abcdef"):
+        raise _bad("root", "must be 64 lowercase hex digits")
+    cp = data["checkpoint"]
+    if type(cp) is not str or not cp or len(cp) > MAX_NOTE_SIZE:
+        raise _bad("checkpoint", "must be a signed checkpoint note (text)")
+    snap = _obj(data["snapshot"], "snapshot", frozenset({"index", "entry", "inclusion"}))
+    inc = snap["inclusion"]
+    if type(inc) is not list or len(inc) > MAX_PROOF_HASHES:
+        raise _bad("snapshot.inclusion", f"must be a list of at most {MAX_PROOF_HASHES} hashes")
+    common: dict[str, Any] = {
+        "kind": kind,
+        "root": bytes.fromhex(root),
+        "checkpoint": cp,
+        "index": _uint(snap["index"], "snapshot.index"),
+        "entry": _bytes(snap["entry"], "snapshot.entry"),
+        "inclusion": tuple(
+            _bytes(h, f"snapshot.inclusion[{i}]", HASH_SIZE) for i, h in enumerate(inc)
+        ),
+        "namespace": _text(data["namespace"], "namespace", MAX_ID),
+        "namespace_path": _path(data["namespace_path"], "namespace_path"),
+    }
+    if kind == "namespace":
+        items = data["items"]
+        if type(items) is not list or len(items) > MAX_ITEMS:
+            raise _bad("items", f"must be a list of at most {MAX_ITEMS} items")
+        return ProofFile(
+            **common, items=tuple(_item(x, f"items[{i}]") for i, x in enumerate(items))
+        )
+    item = _item(data["item"], "item")
+    ip = data["item_path"]
+    return ProofFile(**common, item=item, item_path=None if ip is None else _path(ip, "item_path"))
+
+
+# -- what is proven ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Proven:
+    """What a proof file proves, once every check passed.
+
+    Attributes:
+        kind: the file's kind.
+        origin: the checkpoint's origin; ``signers``: the trusted key names that signed it.
+        tree_size: the checkpoint's tree size; ``tree_root``: its root.
+        branch: the branch the root is on; ``seq``: its SNAPSHOT entry; ``ts``: its time.
+        root: the memory root; ``map_root``: the map root it commits to.
+        high_water: the root's high-water mark (``seq``, ``entry_hash``, ...).
+        namespace: the namespace of the claim.
+        present: (object, state) whether the item is in the map; (namespace) whether the
+            namespace holds any item.
+        items: the items proven, with their decoded states (one for object/state, none when
+            absent; every item for a namespace).
+    """
+
+    kind: str
+    origin: str
+    signers: tuple[str, ...]
+    tree_size: int
+    tree_root: bytes
+    branch: str
+    seq: int
+    ts: int
+    root: bytes
+    map_root: bytes
+    high_water: dict[str, Any]
+    namespace: str
+    present: bool
+    items: tuple[tuple[str, str, Any], ...]
+    absent_item: tuple[str, str] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Return what is proven as JSON (bytes in hex)."""
+        return {
+            "ok": True,
+            "kind": self.kind,
+            "origin": self.origin,
+            "signed_by": list(self.signers),
+            "tree_size": self.tree_size,
+            "tree_root": self.tree_root.hex(),
+            "branch": self.branch,
+            "snapshot_seq": self.seq,
+            "snapshot_ts": self.ts,
+            "root": self.root.hex(),
+            "map_root": self.map_root.hex(),
+            "high_water": _jsonable(self.high_water),
+            "namespace": self.namespace,
+            "present": self.present,
+            "absent": None
+            if self.absent_item is None
+            else {"kind": self.absent_item[0], "id": self.absent_item[1]},
+            "items": [{"kind": k, "id": i, "state": _jsonable(s)} for k, i, s in self.items],
+            "words": self.words(),
+        }
+
+    def words(self) -> list[str]:
+        """Return what is proven, in plain words, one line each."""
+        hw = self.high_water
+        out = [
+            f"checkpoint of log {self.origin!r} at tree size {self.tree_size} "
+            f"(root {self.tree_root.hex()}) is signed by {', '.join(self.signers)}",
+            f"memory root {self.root.hex()} is entry {self.seq} (SNAPSHOT) of branch "
+            f"{self.branch!r} in that signed tree; it covers the log up to entry "
+            f"{hw.get('seq')} and commits to memory map {self.map_root.hex()}",
+        ]
+        at = f"at root {self.root.hex()[:16]}, namespace {self.namespace!r}"
+        if self.kind == "namespace":
+            if self.present:
+                out.append(
+                    f"{at} holds exactly these {len(self.items)} item(s) and no other "
+                    "(the items rebuild the namespace's committed subtree):"
+                )
+                out += [f"  {k} {i!r}: {_show(st)}" for k, i, st in self.items[:WORDS_ITEMS]]
+                if len(self.items) > WORDS_ITEMS:
+                    out.append(f"  ... and {len(self.items) - WORDS_ITEMS} more (--json lists all)")
+            else:
+                out.append(f"{at} holds no item at all (proof of absence)")
+        elif self.present:
+            k, i, s = self.items[0]
+            out.append(f"{at} holds {k} {i!r} with state {_show(s)}")
+        else:
+            assert self.absent_item is not None
+            k, i = self.absent_item
+            out.append(f"ABSENT: {at} holds no {k} {i!r} (proof of absence)")
+        return out
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def _show(value: Any) -> str:
+    return json.dumps(_jsonable(value), sort_keys=True, ensure_ascii=False)
+
+
+# -- the checks -------------------------------------------------------------------------------
+
+
+def _fail(
+    step: str,
+    what: str,
+    *,
+    expected: bytes | None = None,
+    actual: bytes | None = None,
+    seq: int | None = None,
+    branch: str | None = None,
+) -> ProofError:
+    return ProofError(
+        f"proof refused ({step}): {what}",
+        expected=None if expected is None else expected.hex(),
+        actual=None if actual is None else actual.hex(),
+        seq=seq,
+        branch=branch,
+    )
+
+
+def _open_checkpoint(note: str, vkeys: Sequence[str]) -> SignedCheckpoint:
+    verifiers = []
+    for k in vkeys:
+        try:
+            verifiers.append(Verifier.from_vkey(k))
+        except DecodeError as e:
+            raise DecodeError(f"the verifier key {k[:60]!r} is malformed: {e}") from e
+    if not verifiers:
+        raise ValueError("check_proof needs at least one trusted vkey")
+    try:
+        return open_checkpoint(note, verifiers)
+    except (ProofError, DecodeError) as e:
+        raise _fail("P2", f"the checkpoint does not verify with the trusted key(s): {e}") from e
+
+
+def _check_origin(cp: SignedCheckpoint, vkeys: Sequence[str], branch: str) -> None:
+    """(P2) The checkpoint's origin is the trusted log's, or its branch origin for ``branch``."""
+    origin = cp.checkpoint.origin
+    for k in vkeys:
+        log = Verifier.from_vkey(k).name
+        if (branch == CANONICAL_BRANCH and origin == log) or branch_of_origin(
+            log, origin
+        ) == branch:
+            return
+    raise _fail(
+        "P2",
+        f"the checkpoint's origin {origin!r} is not the trusted log's origin for branch "
+        f"{branch!r} (main: the log's origin; a branch B: <origin>/branch/B)",
+    )
+
+
+def _check_snapshot(p: ProofFile, cp: SignedCheckpoint) -> Entry:
+    """(P3) The entry decodes, is a SNAPSHOT at the index, and is in the signed tree."""
+    try:
+        entry = Entry.from_bytes(p.entry)
+    except DecodeError as e:
+        raise _fail("P3", f"the SNAPSHOT entry does not decode: {e}") from e
+    if entry.kind is not Kind.OP or entry.type != SNAPSHOT:
+        raise _fail("P3", f"the entry is a {entry.kind.value} {entry.type}, not a SNAPSHOT")
+    if entry.seq != p.index:
+        raise _fail("P3", f"the entry is entry {entry.seq}, not the proof's index {p.index}")
+    size, signed_root = cp.checkpoint.size, bytes(cp.checkpoint.root)
+    try:
+        merkle.verify_inclusion(leaf_hash(p.entry), p.index, size, list(p.inclusion), signed_root)
+    except ProofError as e:
+        raise _fail(
+            "P3",
+            f"the SNAPSHOT entry {p.index} is not in the signed tree of size {size}: {e}",
+            seq=p.index,
+            branch=entry.branch,
+        ) from e
+    return entry
+
+
+def _check_root(p: ProofFile, entry: Entry) -> dict[str, Any]:
+    """(P4) The payload is a v2 root that hashes to its ``memory_root``, the file's root."""
+    payload = entry.body.get("payload")
+    if type(payload) is not dict:
+        raise _fail("P4", "the SNAPSHOT entry has no payload map")
+    if payload.get("v") != ROOT_V2 or type(payload.get("v")) is not int:
+        raise _fail(
+            "P4",
+            f"root of entry {entry.seq} is a version {payload.get('v')!r} root: only a v2 root "
+            "commits to a memory map",
+        )
+    claimed = payload.get("memory_root")
+    map_root = payload.get("map")
+    for name, value in (("memory_root", claimed), ("map", map_root)):
+        if type(value) is not bytes or len(value) != HASH_SIZE:
+            raise _fail("P4", f"the root's {name} is not a 32-byte string")
+    assert isinstance(claimed, bytes)
+    if payload.get("branch") != entry.branch:
+        raise _fail("P4", f"the root names branch {payload.get('branch')!r}, not its entry's")
+    preimage = {k: v for k, v in payload.items() if k != "memory_root"}
+    computed = domain_hash(ROOT_V2_TAG, encoding.encode(preimage))
+    if computed != claimed:
+        raise _fail(
+            "P4",
+            "the root's preimage does not hash to its memory_root",
+            expected=claimed,
+            actual=computed,
+        )
+    if claimed != p.root:
+        raise _fail(
+            "P4",
+            "the SNAPSHOT entry records another root than the file's",
+            expected=p.root,
+            actual=claimed,
+        )
+    return payload
+
+
+def _state_value(item: ProofItem) -> Any:
+    assert item.state is not None
+    return encoding.decode(item.state)
+
+
+def _check_map(p: ProofFile, map_root: bytes) -> tuple[bool, tuple[tuple[str, str, Any], ...]]:
+    """(P5, P6) The paths give ``map_root`` and end where the claim says."""
+    nk = map_namespace_key(p.namespace)
+    npath = p.namespace_path
+    ns_present = npath.leaf is not None and npath.leaf[0] == nk
+    got = map_path_root(nk, npath)
+    if got != map_root:
+        raise _fail(
+            "P5",
+            f"the path of namespace {p.namespace!r} does not give the root's map root",
+            expected=map_root,
+            actual=got,
+        )
+    if p.kind == "namespace":
+        if not p.items:
+            if ns_present:
+                raise _fail("P6", f"namespace {p.namespace!r} is in the map, but no item is listed")
+            return False, ()
+        if not ns_present:
+            raise _fail("P6", f"namespace {p.namespace!r} is not in the map, yet items are listed")
+        assert npath.leaf is not None
+        pairs = []
+        out = []
+        for n, it in enumerate(p.items):
+            if it.state is None:
+                raise _fail("P6", f"items[{n}] has no state (a namespace lists present items)")
+            pairs.append((map_item_key(it.kind, it.id), map_value_hash(it.state)))
+            out.append((it.kind, it.id, _state_value(it)))
+        if any(a[0] >= b[0] for a, b in itertools.pairwise(pairs)):
+            raise _fail("P6", "the items are not sorted by item key, each once")
+        rebuilt = map_tree_root(pairs)
+        if rebuilt != npath.leaf[1]:
+            raise _fail(
+                "P6",
+                f"the {len(pairs)} item(s) listed do not rebuild namespace {p.namespace!r}'s "
+                "subtree (an item was left out, added or changed)",
+                expected=npath.leaf[1],
+                actual=rebuilt,
+            )
+        return True, tuple(out)
+    item = p.item
+    assert item is not None
+    kind_ok = (
+        item.kind == "object"
+        if p.kind == "object"
+        else (item.kind.startswith("state/") and len(item.kind) > len("state/"))
+    )
+    if not kind_ok:
+        raise _fail("P1", f"a {p.kind} proof names an item of kind {item.kind!r}")
+    ik = map_item_key(item.kind, item.id)
+    if not ns_present:
+        if item.state is not None:
+            raise _fail("P6", f"namespace {p.namespace!r} is not in the map, so holds no item")
+        if p.item_path is not None:
+            raise _fail("P6", "an absent namespace's proof has an item path")
+        return False, ()
+    assert npath.leaf is not None
+    if p.item_path is None:
+        raise _fail("P6", "the namespace is in the map but the item path is missing")
+    got = map_path_root(ik, p.item_path)
+    if got != npath.leaf[1]:
+        raise _fail(
+            "P5",
+            f"the path of {item.kind} {item.id!r} does not give namespace {p.namespace!r}'s "
+            "subtree",
+            expected=npath.leaf[1],
+            actual=got,
+        )
+    end = p.item_path.leaf
+    if item.state is None:
+        if end is not None and end[0] == ik:
+            raise _fail("P6", f"{item.kind} {item.id!r} is in the map: it is not absent")
+        return False, ()
+    value = map_value_hash(item.state)
+    if end is None or end[0] != ik:
+        raise _fail("P6", f"the item path ends elsewhere: {item.kind} {item.id!r} is not there")
+    if end[1] != value:
+        raise _fail(
+            "P6",
+            f"the state given for {item.kind} {item.id!r} is not the one the map holds",
+            expected=end[1],
+            actual=value,
+        )
+    return True, ((item.kind, item.id, _state_value(item)),)
+
+
+def check_proof(
+    text: str | bytes | ProofFile,
+    vkeys: Sequence[str],
+    *,
+    opened: dict[tuple[str, tuple[str, ...]], SignedCheckpoint] | None = None,
+) -> Proven:
+    """Check a proof file with the trusted verifier key(s) ``vkeys``; return what it proves.
+
+    Runs P1-P6 (module docstring, FORMAT.md §6.15) and stops at the first that fails. A
+    proof of absence passes (``Proven.present`` is False): it proves that the map holds no
+    such item (or namespace) at that root.
+
+    ``opened``, when given, remembers each checkpoint note verified (by its exact text and
+    the keys), so an auditor checking many files against one checkpoint verifies its
+    signature once; a note is the same bytes or it is not found there.
+
+    Raises:
+        DecodeError: (P1) the file or a vkey is malformed.
+        ProofError: a check failed; the message names the check (P2-P6) and what is wrong.
+        ValueError: if ``vkeys`` is empty.
+    """
+    p = text if isinstance(text, ProofFile) else ProofFile.parse(text)
+    memo = (p.checkpoint, tuple(vkeys))
+    cp = opened.get(memo) if opened is not None else None
+    if cp is None:
+        cp = _open_checkpoint(p.checkpoint, vkeys)  # (P2)
+        if opened is not None:
+            opened[memo] = cp
+    entry = _check_snapshot(p, cp)  # (P3)
+    _check_origin(cp, vkeys, entry.branch)  # (P2) the origin, once the branch is known
+    payload = _check_root(p, entry)  # (P4)
+    present, items = _check_map(p, payload["map"])  # (P5, P6)
+    absent = None
+    if p.kind != "namespace" and not present:
+        assert p.item is not None
+        absent = (p.item.kind, p.item.id)
+    hw = payload.get("high_water")
+    return Proven(
+        kind=p.kind,
+        origin=cp.checkpoint.origin,
+        signers=tuple(cp.signer_names),
+        tree_size=cp.checkpoint.size,
+        tree_root=bytes(cp.checkpoint.root),
+        branch=entry.branch,
+        seq=entry.seq,
+        ts=entry.ts,
+        root=p.root,
+        map_root=payload["map"],
+        high_water=hw if type(hw) is dict else {},
+        namespace=p.namespace,
+        present=present,
+        items=items,
+        absent_item=absent,
+    )

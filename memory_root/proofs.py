@@ -1,0 +1,392 @@
+"""Build proof files (docs/FORMAT.md §6.15): one item or one namespace at a memory root v2.
+
+The prover's side of ``memroot.ledger.bundle.proof_file`` (the format and the offline
+checker). A proof is assembled from three parts, each read through a checked path:
+
+- ``SignedSnapshot``: the SNAPSHOT entry of the root, a signed checkpoint covering it and the
+  entry's RFC 9162 inclusion proof (``signed_snapshot`` reads them from a ledger strictly);
+- the map's nodes (``state_map.NodeSource``, e.g. ``map_nodes.StoredNodes``, which hashes
+  every node it reads again): the paths ``state_map.prove`` / ``prove_namespace`` walk from
+  the map root the entry commits to;
+- ``Preimages``: what the map's hashes stand for, an item key's ``(kind, id)`` and a value
+  hash's state (canonical CBOR). A preimage is checked against the hash it is asked for, so
+  a wrong one makes the proof fail, never lie.
+
+Every proof built here is checked with ``check_proof`` against the ledger's own keys before
+it is returned (``prove_item``, ``prove_items_of``: ``vkeys``), so a proof the stored state
+cannot back is refused at the prover, not discovered by the auditor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from memroot.ledger import encoding
+from memroot.ledger.bundle.proof_file import (
+    ROOT_V2,
+    MapPath,
+    ProofFile,
+    ProofItem,
+    Proven,
+    check_proof,
+    map_item_key,
+    map_value_hash,
+)
+from memroot.ledger.entries import CANONICAL_BRANCH, Entry
+from memroot.ledger.errors import IntegrityError, NotFoundError, RefusedError
+from memroot.ledger.hashing import HASH_SIZE
+from memroot.ledger.ledger import Ledger
+from memroot.memory_root import root_v2, state_map
+
+__all__ = [
+    "MapPreimages",
+    "Preimages",
+    "RootProofSource",
+    "SignedSnapshot",
+    "open_root",
+    "prove_item",
+    "prove_items_of",
+    "signed_snapshot",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class SignedSnapshot:
+    """A v2 root's SNAPSHOT entry, a signed checkpoint covering it, and its inclusion proof.
+
+    Attributes:
+        checkpoint: the signed checkpoint note.
+        entry: the SNAPSHOT entry (its bytes in ``entry.raw``).
+        inclusion: the entry's RFC 9162 inclusion proof in the checkpoint's tree.
+        root: the memory root the entry records; ``map_root``: the map root it commits to.
+    """
+
+    checkpoint: str
+    entry: Entry
+    inclusion: tuple[bytes, ...]
+    root: bytes
+    map_root: bytes
+
+    @classmethod
+    def of(cls, checkpoint: str, entry: Entry, inclusion: Sequence[bytes]) -> SignedSnapshot:
+        """Read the root and map root from ``entry``'s payload.
+
+        Raises:
+            RefusedError: if the entry does not record a v2 root (a v1 root commits to no
+                memory map, so nothing in it can be proven this way).
+        """
+        payload = entry.body.get("payload")
+        if entry.type != "SNAPSHOT" or type(payload) is not dict:
+            raise RefusedError(f"entry {entry.seq} of branch {entry.branch} is not a SNAPSHOT")
+        if payload.get("v") != ROOT_V2:
+            raise RefusedError(
+                f"the root of entry {entry.seq} (branch {entry.branch}) is a version "
+                f"{payload.get('v')!r} root: it commits to no memory map, so it proves no item "
+                "(v2 roots do; take a snapshot with this version first)"
+            )
+        root, map_root = payload.get("memory_root"), payload.get("map")
+        if type(root) is not bytes or type(map_root) is not bytes:
+            raise IntegrityError(f"the v2 root of entry {entry.seq} is malformed")
+        return cls(checkpoint, entry, tuple(inclusion), root, map_root)
+
+
+def signed_snapshot(ledger: Ledger, seq: int, branch: str = CANONICAL_BRANCH) -> SignedSnapshot:
+    """Return the SNAPSHOT entry at ``(branch, seq)`` with its proof in the branch's head.
+
+    The entry is read strictly (proven in the signed head) and the head checkpoint is the
+    newest signed one, so the proof ties the root to the log as it stands now.
+
+    Raises:
+        IntegrityError: if a strict read of the entry or the head fails.
+        NotFoundError: if the branch has no signed checkpoint.
+        RefusedError: if the entry is not a v2 SNAPSHOT.
+    """
+    with ledger.reading():
+        head = ledger.head_checkpoint(branch)
+        if head is None:
+            raise NotFoundError(f"branch {branch!r} has no signed checkpoint")
+        entry = ledger.entry(seq, branch)
+        proof = ledger.inclusion_proof(seq, head.checkpoint.size, branch)
+    return SignedSnapshot.of(head.note, entry, proof)
+
+
+class Preimages(Protocol):
+    """What the map's hashes stand for, as the prover knows it at one root."""
+
+    def item(self, key: bytes) -> tuple[str, str] | None:
+        """Return the ``(kind, id)`` whose item key is ``key``, or None if unknown."""
+
+    def state(self, value: bytes) -> bytes | None:
+        """Return the canonical CBOR of the state whose value hash is ``value``, or None."""
+
+
+class MapPreimages:
+    """``Preimages`` from the items themselves: ``{(kind, id): state}`` (any CBOR states)."""
+
+    def __init__(self, states: dict[tuple[str, str], Any] | None = None) -> None:
+        """Index ``states`` (more with ``add``)."""
+        self._items: dict[bytes, tuple[str, str]] = {}
+        self._states: dict[bytes, bytes] = {}
+        for (kind, item_id), state in (states or {}).items():
+            self.add(kind, item_id, state)
+
+    def add(self, kind: str, item_id: str, state: Any) -> tuple[bytes, bytes]:
+        """Index one item; return its ``(item key, value hash)``."""
+        raw = encoding.encode(state)
+        key, value = map_item_key(kind, item_id), map_value_hash(raw)
+        self._items[key] = (kind, item_id)
+        self._states[value] = raw
+        return key, value
+
+    def item(self, key: bytes) -> tuple[str, str] | None:
+        """Return the ``(kind, id)`` of an item key, or None."""
+        return self._items.get(key)
+
+    def state(self, value: bytes) -> bytes | None:
+        """Return the state CBOR of a value hash, or None."""
+        return self._states.get(value)
+
+
+def _path(p: state_map.MapProof) -> MapPath:
+    return MapPath(p.siblings, None if p.leaf is None else (p.leaf.key, p.leaf.value))
+
+
+def _state_of(pre: Preimages, kind: str, item_id: str, value: bytes) -> bytes:
+    raw = pre.state(value)
+    if raw is None or map_value_hash(raw) != value:
+        raise IntegrityError(
+            f"the state of {kind} {item_id!r} at this root is not known to the prover (its "
+            f"value hash {value.hex()} has no checked preimage)"
+        )
+    return raw
+
+
+def _checked(proof: ProofFile, vkeys: Sequence[str]) -> tuple[ProofFile, Proven]:
+    """Check ``proof`` as an auditor would before handing it out (fail closed)."""
+    try:
+        return proof, check_proof(proof.render(), vkeys)
+    except IntegrityError as e:
+        raise IntegrityError(
+            f"the proof built from the stored map does not verify, so none is given: {e}"
+        ) from e
+
+
+def _base(snap: SignedSnapshot, namespace: str) -> dict[str, Any]:
+    return {
+        "root": snap.root,
+        "checkpoint": snap.checkpoint,
+        "index": snap.entry.seq,
+        "entry": snap.entry.raw,
+        "inclusion": snap.inclusion,
+        "namespace": namespace,
+    }
+
+
+def prove_item(
+    snap: SignedSnapshot,
+    nodes: state_map.NodeSource,
+    preimages: Preimages,
+    namespace: str,
+    kind: str,
+    item_id: str,
+    vkeys: Sequence[str],
+) -> tuple[ProofFile, Proven]:
+    """Return the proof of one item (``kind`` ``object`` or ``state/<type>``) at ``snap``'s root.
+
+    An item the map does not hold gets a proof of absence (``Proven.present`` False).
+
+    Raises:
+        IntegrityError: if a node or a state preimage is missing or wrong, or the proof
+            built does not verify with ``vkeys``.
+    """
+    if len(snap.map_root) != HASH_SIZE:
+        raise IntegrityError("the root's map root is not 32 bytes")
+    nk = state_map.namespace_key(namespace)
+    npath = state_map.prove(nodes, snap.map_root, nk)
+    ik = map_item_key(kind, item_id)
+    item_path: state_map.MapProof | None = None
+    state: bytes | None = None
+    if npath.leaf is not None and npath.leaf.key == nk:
+        item_path = state_map.prove(nodes, npath.leaf.value, ik)
+        if item_path.leaf is not None and item_path.leaf.key == ik:
+            state = _state_of(preimages, kind, item_id, item_path.leaf.value)
+    proof = ProofFile(
+        kind="object" if kind == "object" else "state",
+        namespace_path=_path(npath),
+        item=ProofItem(kind, item_id, state),
+        item_path=None if item_path is None else _path(item_path),
+        **_base(snap, namespace),
+    )
+    return _checked(proof, vkeys)
+
+
+def prove_items_of(
+    snap: SignedSnapshot,
+    nodes: state_map.NodeSource,
+    preimages: Preimages,
+    namespace: str,
+    vkeys: Sequence[str],
+) -> tuple[ProofFile, Proven]:
+    """Return the range proof of ``namespace`` at ``snap``'s root: every item, nothing else.
+
+    An empty namespace gets a proof that the map holds none of its items.
+
+    Raises:
+        IntegrityError: if a node or a preimage is missing or wrong, or the proof built
+            does not verify with ``vkeys``.
+    """
+    ns = state_map.prove_namespace(nodes, snap.map_root, namespace)
+    items = []
+    for key, value in ns.items:
+        named = preimages.item(key)
+        if named is None or map_item_key(*named) != key:
+            raise IntegrityError(
+                f"an item of namespace {namespace!r} (key {key.hex()}) is not known to the "
+                "prover: its kind and id have no checked preimage"
+            )
+        items.append(ProofItem(named[0], named[1], _state_of(preimages, *named, value)))
+    proof = ProofFile(
+        kind="namespace",
+        namespace_path=_path(ns.path),
+        items=tuple(items),
+        **_base(snap, namespace),
+    )
+    return _checked(proof, vkeys)
+
+
+# -- from a ledger ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RootProofSource:
+    """Everything a proof at one stored v2 root is built from, each part read checked.
+
+    Attributes:
+        snap: the root's SNAPSHOT entry (read strictly), the head checkpoint, the proof.
+        nodes: the stored map nodes (every read re-hashed).
+        preimages: the items and states of the root's view, from the signed log.
+        namespaces: ``(kind, id) -> namespace`` of every item the view's entries set.
+        vkeys: the ledger's verifier keys, to check each proof before it is given.
+        root_state: the root's own state (``live``, ``stale``, ``falsified``) as the
+            derived record says; not part of any proof (a proof says what the root
+            committed to, whatever was decided about the root later).
+    """
+
+    snap: SignedSnapshot
+    nodes: state_map.NodeSource
+    preimages: MapPreimages
+    namespaces: dict[tuple[str, str], str]
+    vkeys: tuple[str, ...]
+    root_state: str = "live"
+
+    def prove_item(
+        self, kind: str, item_id: str, namespace: str | None = None
+    ) -> tuple[ProofFile, Proven]:
+        """Return the proof of one item; its namespace is the one the log gives it.
+
+        Raises:
+            NotFoundError: if the view never set the item and no ``namespace`` is given
+                (an absence can only be proven in a namespace).
+            IntegrityError: as ``prove_item``.
+        """
+        ns = namespace if namespace is not None else self.namespaces.get((kind, item_id))
+        if ns is None:
+            raise NotFoundError(
+                f"no operation up to root {self.snap.root.hex()} names {kind} {item_id!r}, so "
+                "its namespace is unknown: give --namespace N to prove it in (or absent from) "
+                "namespace N"
+            )
+        return prove_item(self.snap, self.nodes, self.preimages, ns, kind, item_id, self.vkeys)
+
+    def prove_namespace(self, namespace: str) -> tuple[ProofFile, Proven]:
+        """Return the range proof of ``namespace`` (every item, or a proof that it has none).
+
+        Raises:
+            IntegrityError: as ``prove_items_of``.
+        """
+        return prove_items_of(self.snap, self.nodes, self.preimages, namespace, self.vkeys)
+
+
+def _view_ops(ledger: Ledger, branch: str, stop: int, depth: int = 0) -> Iterator[Entry]:
+    """Yield the operations of ``branch``'s view before ``stop`` (its parent's up to the fork).
+
+    Read from the stored rows without proofs, events skipped undecoded: what they give is
+    only a hint of what the committed map's hashes stand for (an item key's kind and id, a
+    value hash's state), and every hint is checked against the hash it is used for
+    (``_state_of``, ``prove_items_of``) before it goes into a proof, which is then checked
+    whole. A row edited or hidden makes the prover refuse, never prove something else.
+
+    Raises:
+        NotFoundError: if the chain of forks is broken.
+        DecodeError: if a stored operation does not decode.
+    """
+    if depth > 64:
+        raise NotFoundError(f"branch {branch!r} has a broken chain of forks")
+    anchor = root_v2.fork_anchor_of(ledger, branch) if stop > 0 else None
+    if anchor is not None:
+        yield from _view_ops(ledger, anchor[0], anchor[1], depth + 1)
+    if stop > 0:
+        no = ledger.store.branch(branch).no
+        for r in ledger.store.iter_entry_rows(no, 0, stop):
+            if r.digest is None and r.erased_by is None:
+                yield Entry.from_bytes(r.data)
+
+
+def open_root(
+    ledger: Ledger, root: bytes | str | None = None, branch: str = CANONICAL_BRANCH
+) -> RootProofSource:
+    """Return what proofs at ``root`` (default: the newest root of ``branch``) are built from.
+
+    The root record (a derived, untrusted row) only names the SNAPSHOT entry: the entry is
+    read strictly and must record that root; the map nodes are re-hashed as they are read;
+    the items' kinds, ids and states come from the view's operations up to the root's
+    high-water, folded with the map's own leaf rule (``root_v2.leaf_changes``), and each is
+    checked against the committed hash it stands for (``_view_ops``).
+
+    Raises:
+        NotFoundError: if there is no such root (or the branch has none).
+        RefusedError: if the root is a v1 root or a cascade's re-snapshot (no SNAPSHOT of
+            its own), which no proof file can prove.
+        IntegrityError: if a strict read fails or the stored root disagrees with its entry.
+    """
+    from memroot.memory_root.roots import Roots
+
+    roots = Roots(ledger)
+    if root is None:
+        record = roots.latest(branch)
+        if record is None:
+            raise NotFoundError(f"branch {branch!r} has no memory root yet (`memroot snapshot`)")
+    else:
+        record = roots.get(root)
+    if record.replaces is not None:
+        raise RefusedError(
+            f"root {record.root.hex()} is a cascade's re-snapshot, recorded by a CASCADE entry "
+            "and not by a SNAPSHOT of its own: prove the root it replaces, or a later one"
+        )
+    snap = signed_snapshot(ledger, record.seq, record.branch)
+    if snap.root != bytes(record.root):
+        raise IntegrityError(
+            f"strict read refused: branch {record.branch} entry {record.seq}: step 9: memory "
+            f"root {record.root.hex()} is not the one this entry records (derived state "
+            "edited); run `memroot verify`, or `memroot rebuild` to re-derive it",
+            branch=record.branch,
+            seq=record.seq,
+            step=9,
+        )
+    hw = snap.entry.body["payload"]["high_water"]["seq"]
+    pre = MapPreimages()
+    namespaces: dict[tuple[str, str], str] = {}
+    for e in _view_ops(ledger, record.branch, hw + 1):
+        for c in root_v2.leaf_changes(e):
+            pre.add(c.kind, c.item_id, c.state)
+            namespaces[(c.kind, c.item_id)] = c.namespace
+    return RootProofSource(
+        snap,
+        root_v2.map_nodes(ledger),
+        pre,
+        namespaces,
+        tuple(ledger.genesis_vkeys()),
+        str(record.state),
+    )

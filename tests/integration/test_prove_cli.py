@@ -1,0 +1,248 @@
+"""`memroot prove --object/--state/--namespace` and `memroot audit --proof` on real ledgers.
+
+Each proof is written by the CLI from a real SQLite ledger with v2 roots and checked by the
+offline auditor through the CLI; the attacks edit the ledger's stored map from a process of
+their own and hand edited files to the auditor.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memroot.ledger.bundle.proof_file import check_proof
+from memroot.ledger.entries import EventInput, OpInput, new_uuids
+from memroot.ledger.ledger import Ledger
+from memroot.projections import requests as rq
+
+Cli = Any
+
+
+def _ledger(
+    tmp: Path, per_ns: dict[str, int], *, snapshot_every: int = 1000
+) -> tuple[Path, dict[str, list[str]]]:
+    """A ledger with one event per namespace and ``per_ns[ns]`` objects citing it."""
+    path = tmp / "agent.ledger"
+    ids: dict[str, list[str]] = {}
+    with Ledger.init(path, origin="example.org/prove-test", snapshot_every=snapshot_every) as led:
+        for ns, n in per_ns.items():
+            ev = new_uuids(1)[0]
+            who = rq.Actor("agent-7", "AI_AGENT", ns)
+            items: list[EventInput | OpInput] = [
+                EventInput(
+                    stream="s",
+                    actor_id="alice",
+                    actor_type="HUMAN_USER",
+                    role="USER",
+                    content=f"{ns} said so",
+                    namespace_id=ns,
+                    id=ev,
+                )
+            ]
+            ids[ns] = new_uuids(n) if n else []
+            items += [
+                rq.assert_object(
+                    who, "FACT", "ASSERTED", "USER_STATED", [ev], f"fact {i}", object_id=oid
+                )
+                for i, oid in enumerate(ids[ns])
+            ]
+            for start in range(0, len(items), 2000):
+                led.append_batch(items[start : start + 2000])
+    return path, ids
+
+
+@pytest.fixture
+def small(tmp_path: Path, cmd: Cli) -> tuple[Path, dict[str, list[str]], str]:
+    """Two namespaces, a root, one object falsified, a root after it; and the vkey."""
+    path, ids = _ledger(tmp_path, {"alice": 3, "bob": 2})
+    cmd.ok(cmd.at(path, "snapshot"))
+    cmd.ok(cmd.at(path, "falsify", ids["alice"][1], "--reason", "retracted"))
+    cmd.ok(cmd.at(path, "snapshot"))
+    vkey = cmd.ok(cmd.at(path, "vkey")).stdout.strip()
+    return path, ids, vkey
+
+
+def _audit(cmd: Cli, proof: Path, vkey: str) -> dict[str, Any]:
+    result = cmd.run("audit", "--proof", str(proof), "--vkey", vkey, "--json")
+    assert result.exit_code == 0, result.output
+    out: dict[str, Any] = json.loads(result.stdout)
+    return out
+
+
+def test_object_proof_round_trip(small: Any, cmd: Cli, tmp_path: Path) -> None:
+    """prove --object writes a file the offline auditor accepts, naming the object's state."""
+    path, ids, vkey = small
+    out = tmp_path / "obj.proof.json"
+    cmd.ok(cmd.at(path, "prove", "--object", ids["bob"][0], "-o", str(out)))
+    got = _audit(cmd, out, vkey)
+    assert got["ok"] and got["present"] and got["namespace"] == "bob"
+    assert got["items"][0]["kind"] == "object" and got["items"][0]["id"] == ids["bob"][0]
+    human = cmd.ok(cmd.run("audit", "--proof", str(out), "--vkey", vkey)).stdout
+    assert "holds object" in human and human.rstrip().endswith("OK")
+
+
+def test_state_proof_shows_the_falsification(small: Any, cmd: Cli, tmp_path: Path) -> None:
+    """prove --state ID --kind memory_object proves the item's falsified state."""
+    path, ids, vkey = small
+    out = tmp_path / "state.proof.json"
+    cmd.ok(cmd.at(path, "prove", "--state", ids["alice"][1], "--kind", "memory_object",
+                  "-o", str(out)))  # fmt: skip
+    got = _audit(cmd, out, vkey)
+    assert got["kind"] == "state" and got["items"][0]["state"]["state"] == "falsified"
+
+
+def test_namespace_proof_lists_every_item(small: Any, cmd: Cli, tmp_path: Path) -> None:
+    """prove --namespace lists every object and state of the namespace, nothing of another."""
+    path, ids, vkey = small
+    out = tmp_path / "alice.proof.json"
+    cmd.ok(cmd.at(path, "prove", "--namespace", "alice", "-o", str(out)))
+    got = _audit(cmd, out, vkey)
+    objects = sorted(i["id"] for i in got["items"] if i["kind"] == "object")
+    assert objects == sorted(ids["alice"])
+    assert [i["id"] for i in got["items"] if i["kind"] != "object"] == [ids["alice"][1]]
+
+
+def test_absent_object_and_empty_namespace_are_proven_absent(
+    small: Any, cmd: Cli, tmp_path: Path
+) -> None:
+    """An unknown id needs --namespace; with it, and for an empty namespace, ABSENT exits 0."""
+    path, _ids, vkey = small
+    unknown = "01900000-0000-7000-8000-000000000077"
+    refused = cmd.at(path, "prove", "--object", unknown)
+    assert refused.exit_code == 3 and "--namespace" in refused.output
+    out = tmp_path / "absent.proof.json"
+    printed = cmd.ok(cmd.at(path, "prove", "--object", unknown, "--namespace", "alice",
+                            "-o", str(out))).stdout  # fmt: skip
+    assert "ABSENT" in printed
+    got = _audit(cmd, out, vkey)
+    assert not got["present"] and got["absent"] == {"kind": "object", "id": unknown}
+    empty = tmp_path / "carol.proof.json"
+    cmd.ok(cmd.at(path, "prove", "--namespace", "carol", "-o", str(empty)))
+    assert not _audit(cmd, empty, vkey)["present"]
+
+
+def test_proof_at_an_older_root(small: Any, cmd: Cli, tmp_path: Path) -> None:
+    """--root proves the state at that root: before the falsification, no state item."""
+    path, ids, vkey = small
+    oldest = cmd.json_at(path, "roots")[-1]["memory_root"]
+    out = tmp_path / "old.proof.json"
+    cmd.ok(cmd.at(path, "prove", "--state", ids["alice"][1], "--kind", "memory_object",
+                  "--namespace", "alice", "--root", oldest[:12], "-o", str(out)))  # fmt: skip
+    got = _audit(cmd, out, vkey)
+    assert got["root"] == oldest and not got["present"]
+
+
+def test_proof_of_a_branch_root(small: Any, cmd: Cli, tmp_path: Path) -> None:
+    """A root on a branch is proven against the branch's checkpoint (origin O/branch/B)."""
+    path, ids, vkey = small
+    made = cmd.ok(cmd.at(path, "branch", "create", "--type", "SIMULATION", "--purpose", "p"))
+    branch = made.stdout.strip()
+    cmd.ok(cmd.at(path, "snapshot", "-b", branch))
+    out = tmp_path / "branch.proof.json"
+    cmd.ok(cmd.at(path, "prove", "-b", branch, "--object", ids["bob"][0], "-o", str(out)))
+    got = _audit(cmd, out, vkey)
+    assert got["branch"] == branch and got["origin"].endswith(f"/branch/{branch}")
+    assert got["present"]
+
+
+def test_wrong_key_and_edited_file_are_refused(small: Any, cmd: Cli, tmp_path: Path) -> None:
+    """audit --proof refuses another log's key and a file with one changed byte (exit 1)."""
+    path, ids, vkey = small
+    out = tmp_path / "obj.proof.json"
+    cmd.ok(cmd.at(path, "prove", "--object", ids["alice"][0], "-o", str(out)))
+    other = tmp_path / "other.ledger"
+    cmd.ok(cmd.at(other, "init"))
+    other_vkey = cmd.ok(cmd.at(other, "vkey")).stdout.strip()
+    bad = cmd.run("audit", "--proof", str(out), "--vkey", other_vkey)
+    assert bad.exit_code == 1 and "REFUSED" in bad.output and "(P2)" in bad.output
+    doc = json.loads(out.read_text())
+    doc["item"]["id"] = ids["alice"][1]  # another object's id on this object's path
+    edited = tmp_path / "edited.proof.json"
+    edited.write_text(json.dumps(doc))
+    bad = cmd.run("audit", "--proof", str(edited), "--vkey", vkey, "--json")
+    assert bad.exit_code == 1 and json.loads(bad.stdout)["ok"] is False
+    assert cmd.run("audit", "--proof", str(out)).exit_code == 2  # no --vkey: usage
+
+
+def _attack(path: Path, sql: str) -> None:
+    """Edit the ledger file from a process of the attacker's own (plain apsw)."""
+    code = (
+        "import apsw, sys\n"
+        "db = apsw.Connection(sys.argv[1])\n"
+        f"db.execute({sql!r})\n"
+        "print(db.changes())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                         text=True, check=True)  # fmt: skip
+    assert int(out.stdout) > 0
+
+
+def test_edited_map_node_is_refused_and_nothing_written(
+    small: Any, cmd: Cli, tmp_path: Path
+) -> None:
+    """map_node_edited: an attacker rewrites a stored leaf; prove refuses, writes no file."""
+    path, _ids, _ = small
+    _attack(path, "UPDATE memory_map_nodes SET b = zeroblob(32) WHERE leaf = 1")
+    out = tmp_path / "obj.proof.json"
+    bad = cmd.at(path, "prove", "--namespace", "alice", "-o", str(out))
+    assert bad.exit_code == 1 and "edited" in bad.output
+    assert not out.exists() and not (tmp_path / "obj.proof.json.tmp").exists()
+
+
+def test_deleted_map_nodes_are_refused(small: Any, cmd: Cli, tmp_path: Path) -> None:
+    """map_nodes_deleted: with the stored map gone, prove refuses (exit 1), prints no proof."""
+    path, ids, _ = small
+    _attack(path, "DELETE FROM memory_map_nodes")
+    bad = cmd.at(path, "prove", "--object", ids["alice"][0])
+    assert bad.exit_code == 1 and "not stored" in bad.output and "memroot-proof" not in bad.output
+
+
+def test_ten_thousand_item_namespace_proof_verifies(tmp_path: Path, cmd: Cli) -> None:
+    """A namespace of 10,000 objects is proven whole and the proof checks offline."""
+    path, ids = _ledger(tmp_path, {"big": 10_000, "small": 3})
+    vkey = cmd.ok(cmd.at(path, "vkey")).stdout.strip()
+    cmd.ok(cmd.at(path, "snapshot"))
+    out = tmp_path / "big.proof.json"
+    cmd.ok(cmd.at(path, "prove", "--namespace", "big", "-o", str(out)))
+    proven = check_proof(out.read_bytes(), [vkey])
+    assert proven.present and len(proven.items) == 10_000
+    assert {i for _, i, _ in proven.items} == set(ids["big"])
+
+
+def test_cascade_resnapshot_refused_and_stale_root_noted(
+    small: Any, cmd: Cli, tmp_path: Path
+) -> None:
+    """A cascade's re-snapshot (no SNAPSHOT of its own) is refused; a stale root is noted."""
+    path, ids, vkey = small
+    cmd.ok(cmd.at(path, "cascade", ids["alice"][1]))
+    roots = cmd.json_at(path, "roots")
+    resnap = next(r for r in roots if r.get("replaces"))
+    refused = cmd.at(path, "prove", "--namespace", "alice", "--root", resnap["memory_root"])
+    assert refused.exit_code == 3 and "re-snapshot" in refused.output
+    out = tmp_path / "stale.proof.json"
+    made = cmd.ok(cmd.at(path, "prove", "--namespace", "alice", "-o", str(out))).stdout
+    assert "is stale" in made
+    assert _audit(cmd, out, vkey)["present"]
+
+
+def test_operation_rows_hidden_from_the_prover_are_refused(
+    small: Any, cmd: Cli, tmp_path: Path
+) -> None:
+    """op_rows_disguised: ASSERT rows marked as events (their hints hidden) make prove refuse."""
+    path, ids, _ = small
+    _attack(
+        path,
+        "UPDATE entries SET digest = zeroblob(32) WHERE digest IS NULL AND erased_by IS NULL "
+        "AND instr(data, CAST('ASSERT' AS BLOB)) > 0",
+    )
+    out = tmp_path / "ns.proof.json"
+    bad = cmd.at(path, "prove", "--namespace", "alice", "-o", str(out))
+    assert bad.exit_code == 1 and "not known to the prover" in bad.output, bad.output
+    assert not out.exists()
+    bad = cmd.at(path, "prove", "--object", ids["alice"][0])
+    assert bad.exit_code != 0 and "memroot-proof" not in bad.output

@@ -1,0 +1,386 @@
+"""Proof-file vectors (docs/FORMAT.md §6.15): regenerated identically, and checked twice.
+
+The second check is an outside auditor's, written from FORMAT.md alone with json, hashlib,
+cbor2 and cryptography's Ed25519 (no memroot import in ``_outside_check``): it accepts every
+vector and rejects every single-bit flip anywhere in a file, as memroot's checker does.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib.util
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import cbor2
+import pytest
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memroot.ledger.bundle.proof_file import check_proof
+from memroot.ledger.errors import IntegrityError
+
+PROOFS = Path(__file__).resolve().parents[2] / "vectors" / "memroot" / "proofs"
+VKEY = (PROOFS / "test.vkey").read_text().strip()
+FILES = {p.name: p.read_bytes() for p in sorted(PROOFS.glob("*.proof.json"))}
+
+
+def _generator() -> Any:
+    path = PROOFS.parent / "gen_proof_vectors.py"
+    spec = importlib.util.spec_from_file_location("gen_proof", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_regenerating_gives_identical_bytes() -> None:
+    """Running the generator again reproduces every file of proofs/ byte for byte."""
+    rendered = _generator().render()
+    on_disk = {p.name: p.read_text() for p in PROOFS.iterdir()}
+    assert rendered == on_disk
+
+
+# -- an outside auditor's check, from FORMAT.md §4, §5, §6.12-6.13, §6.15 alone -----------------------
+
+
+class Refused(Exception):
+    """The outside auditor refuses a proof file."""
+
+
+def _need(ok: bool, what: str) -> None:
+    if not ok:
+        raise Refused(what)
+
+
+def _b64(s: Any, n: int | None = None) -> bytes:
+    _need(type(s) is str, "base64 field is not a string")
+    _need(re.fullmatch(r"[A-Za-z0-9+/]*={0,2}", s) is not None and len(s) % 4 == 0, "base64")
+    raw = base64.b64decode(s)
+    _need(base64.b64encode(raw).decode() == s, "non-canonical base64")
+    _need(n is None or len(raw) == n, "wrong length")
+    return raw
+
+
+def _sha(data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()
+
+
+def _tagged(tag: str, data: bytes) -> bytes:
+    return _sha(tag.encode() + b"\x00" + data)
+
+
+def _cbor(raw: bytes) -> Any:
+    try:
+        value = cbor2.loads(raw)
+    except Exception as e:
+        raise Refused(f"cbor: {e}") from e
+    _need(cbor2.dumps(value, canonical=True) == raw, "CBOR is not canonical")
+    return value
+
+
+def _open_note(note: str, vkey: str) -> tuple[str, int, bytes]:
+    """§5: verify the signed checkpoint with the vkey (or its branch name); return its body."""
+    name, key_id_hex, key64 = vkey.split("+", 2)
+    key = base64.b64decode(key64)
+    _need(key[0] == 1 and len(key) == 33, "vkey is not Ed25519")
+    pub = key[1:]
+    _need(_sha(name.encode() + b"\n\x01" + pub)[:4].hex() == key_id_hex, "vkey key id")
+    _need("\n\n" in note and note.endswith("\n"), "note shape")
+    text, sigs = note.split("\n\n", 1)
+    text += "\n"
+    lines = text.split("\n")
+    origin, size_s, root64 = lines[0], lines[1], lines[2]
+    _need(re.fullmatch(r"0|[1-9][0-9]*", size_s) is not None, "checkpoint size")
+    names = {name}
+    prefix = name + "/branch/"
+    if origin.startswith(prefix) and re.fullmatch(
+        r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", origin[len(prefix) :]
+    ):
+        names.add(origin)
+    ok = False
+    for line in sigs.split("\n")[:-1]:
+        _need(line.startswith("\u2014 "), "signature line")
+        signer, sig64 = line[2:].split(" ")
+        blob = _b64(sig64)
+        if signer not in names or blob[:4] != _sha(signer.encode() + b"\n\x01" + pub)[:4]:
+            continue  # another key's signature: ignored
+        try:
+            Ed25519PublicKey.from_public_bytes(pub).verify(blob[4:], text.encode())
+        except InvalidSignature as e:
+            raise Refused("bad signature") from e
+        ok = True
+    _need(ok, "no signature by the trusted key")
+    return origin, int(size_s), _b64(root64, 32)
+
+
+def _rfc9162_root(leaf: bytes, index: int, size: int, path: list[bytes]) -> bytes:
+    """RFC 9162 §2.1.3.2."""
+    _need(index < size, "index beyond the tree")
+    fn, sn, r = index, size - 1, leaf
+    for p in path:
+        _need(sn != 0, "inclusion path too long")
+        if fn & 1 or fn == sn:
+            r = _sha(b"\x01" + p + r)
+            while fn and not fn & 1:
+                fn >>= 1
+                sn >>= 1
+        else:
+            r = _sha(b"\x01" + r + p)
+        fn >>= 1
+        sn >>= 1
+    _need(sn == 0, "inclusion path too short")
+    return r
+
+
+EMPTY = _tagged("memroot/map/empty/v1", b"")
+
+
+def _bit(key: bytes, i: int) -> int:
+    return (key[i // 8] >> (7 - i % 8)) & 1
+
+
+def _walk(key: bytes, path: Any) -> tuple[bytes, bytes | None, bytes | None]:
+    """§6.12: the root a path gives for key, and the (key, value) it ends at."""
+    _need(type(path) is dict and set(path) == {"siblings", "leaf"}, "path fields")
+    sib = [_b64(s, 32) for s in path["siblings"]]
+    _need(len(sib) <= 256, "too many siblings")
+    end = path["leaf"]
+    if end is None:
+        h, k, v = EMPTY, None, None
+    else:
+        _need(set(end) == {"key", "value"}, "leaf fields")
+        k, v = _b64(end["key"], 32), _b64(end["value"], 32)
+        _need(all(_bit(k, i) == _bit(key, i) for i in range(len(sib))), "leaf off the path")
+        h = _tagged("memroot/map/leaf/v1", k + v)
+    for i in reversed(range(len(sib))):
+        pair = sib[i] + h if _bit(key, i) else h + sib[i]
+        h = _tagged("memroot/map/node/v1", pair)
+    return h, k, v
+
+
+def _tree(pairs: list[tuple[bytes, bytes]], depth: int = 0) -> bytes:
+    if not pairs:
+        return EMPTY
+    if len(pairs) == 1:
+        return _tagged("memroot/map/leaf/v1", pairs[0][0] + pairs[0][1])
+    zero = [p for p in pairs if not _bit(p[0], depth)]
+    one = [p for p in pairs if _bit(p[0], depth)]
+    return _tagged("memroot/map/node/v1", _tree(zero, depth + 1) + _tree(one, depth + 1))
+
+
+def _item(it: Any) -> tuple[bytes, bytes | None]:
+    _need(type(it) is dict and set(it) == {"kind", "id", "state"}, "item fields")
+    _need(type(it["kind"]) is str and type(it["id"]) is str, "item kind/id")
+    _need(bool(it["kind"]) and bool(it["id"]), "empty kind/id")
+    key = _tagged("memroot/map/item/v1", cbor2.dumps([it["kind"], it["id"]], canonical=True))
+    if it["state"] is None:
+        return key, None
+    state = _b64(it["state"])
+    _cbor(state)
+    return key, _tagged("memroot/map/value/v1", state)
+
+
+def _dupes(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [k for k, _ in pairs]
+    _need(len(set(keys)) == len(keys), "duplicate JSON key")
+    return dict(pairs)
+
+
+def _outside_check(raw: bytes, vkey: str) -> dict[str, Any]:
+    """Check a proof file as FORMAT.md §6.15 says; return the claim, or raise Refused."""
+    try:
+        f = json.loads(raw.decode("utf-8"), object_pairs_hook=_dupes)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise Refused(f"json: {e}") from e
+    _need(type(f) is dict and f.get("format") == "memroot-proof", "format")
+    _need(f.get("version") == 1 and type(f.get("version")) is int, "version")
+    kind = f.get("kind")
+    common = {"format", "version", "kind", "root", "checkpoint", "snapshot", "namespace"}
+    common.add("namespace_path")
+    if kind == "namespace":
+        _need(set(f) == common | {"items"}, "fields")
+    else:
+        _need(kind in ("object", "state") and set(f) == common | {"item", "item_path"}, "fields")
+    _need(type(f["root"]) is str and re.fullmatch(r"[0-9a-f]{64}", f["root"]) is not None, "root")
+    _need(type(f["namespace"]) is str and f["namespace"] != "", "namespace")
+    # (P2) the signed checkpoint.
+    _need(type(f["checkpoint"]) is str, "checkpoint")
+    origin, size, tree_root = _open_note(f["checkpoint"], vkey)
+    # (P3) the SNAPSHOT entry in the signed tree.
+    snap = f["snapshot"]
+    _need(type(snap) is dict and set(snap) == {"index", "entry", "inclusion"}, "snapshot")
+    index = snap["index"]
+    _need(type(index) is int and index >= 0, "index")
+    entry_raw = _b64(snap["entry"])
+    entry = _cbor(entry_raw)
+    _need(type(entry) is list and len(entry) == 8, "entry shape")
+    _v, _prev, seq, branch, _ts, ekind, etype, body = entry
+    _need(ekind == "op" and etype == "SNAPSHOT" and seq == index, "not the SNAPSHOT at index")
+    log = vkey.split("+", 1)[0]
+    _need(origin == (log if branch == "main" else f"{log}/branch/{branch}"), "origin/branch")
+    path = [_b64(h, 32) for h in snap["inclusion"]]
+    leaf = _sha(b"\x00" + entry_raw)
+    _need(_rfc9162_root(leaf, index, size, path) == tree_root, "entry not in the signed tree")
+    # (P4) the root v2 preimage.
+    payload = body["payload"]
+    _need(payload["v"] == 2 and payload["branch"] == branch, "not a v2 root of the branch")
+    preimage = {k: v for k, v in payload.items() if k != "memory_root"}
+    computed = _tagged("memroot/root/v2", cbor2.dumps(preimage, canonical=True))
+    _need(computed == payload["memory_root"], "preimage hash mismatch")
+    _need(computed.hex() == f["root"], "another root than the file's")
+    map_root = payload["map"]
+    # (P5, P6) the map.
+    nk = _tagged("memroot/map/ns/v1", f["namespace"].encode())
+    top, end_k, end_v = _walk(nk, f["namespace_path"])
+    _need(top == map_root, "namespace path does not give the map root")
+    ns_in = end_k == nk
+    if kind == "namespace":
+        _need(type(f["items"]) is list, "items")
+        pairs = [_item(it) for it in f["items"]]
+        _need(all(v is not None for _, v in pairs), "an item without state")
+        keys = [k for k, _ in pairs]
+        _need(keys == sorted(set(keys)), "items not sorted by key, each once")
+        if not pairs:
+            _need(not ns_in, "namespace present but nothing listed")
+            return {"namespace": f["namespace"], "items": []}
+        _need(ns_in and _tree(pairs) == end_v, "items do not rebuild the namespace")  # type: ignore[arg-type]
+        return {"namespace": f["namespace"], "items": f["items"]}
+    it = f["item"]
+    ik, value = _item(it)
+    _need((it["kind"] == "object") == (kind == "object"), "kind")
+    _need(kind == "object" or (it["kind"].startswith("state/") and len(it["kind"]) > 6), "kind")
+    if not ns_in:
+        _need(value is None and f["item_path"] is None, "absent namespace holds no item")
+        return {"absent": [f["namespace"], it["kind"], it["id"]]}
+    _need(f["item_path"] is not None, "item path missing")
+    sub, k, v = _walk(ik, f["item_path"])
+    _need(sub == end_v, "item path does not give the namespace's subtree")
+    if value is None:
+        _need(k != ik, "the item is present")
+        return {"absent": [f["namespace"], it["kind"], it["id"]]}
+    _need(k == ik and v == value, "the state is not the one the map holds")
+    return {"present": [f["namespace"], it["kind"], it["id"], it["state"]]}
+
+
+# -- both checkers on every vector and every bit flip -------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(FILES))
+def test_every_vector_is_accepted_by_both_checkers(name: str) -> None:
+    """memroot's checker and the outside auditor's accept every vector and agree on it."""
+    proven = check_proof(FILES[name], [VKEY])
+    claim = _outside_check(FILES[name], VKEY)
+    if "absent" in claim:
+        assert not proven.present and proven.absent_item == tuple(claim["absent"][1:])
+    elif "present" in claim:
+        assert proven.present and proven.items[0][:2] == tuple(claim["present"][1:3])
+    else:
+        assert [i[:2] for i in proven.items] == [(x["kind"], x["id"]) for x in claim["items"]]
+
+
+def test_the_claims_are_the_ones_named() -> None:
+    """Each vector proves what its name says (present, absent, every item of alice)."""
+    c = {n: check_proof(FILES[n], [VKEY]) for n in FILES}
+    assert c["object.proof.json"].present and c["state.proof.json"].present
+    assert not c["object-absent.proof.json"].present
+    assert not c["object-absent-ns.proof.json"].present
+    assert len(c["namespace.proof.json"].items) == 5
+    assert not c["namespace-empty.proof.json"].present
+    assert c["object-branch.proof.json"].branch == "sim-1"
+
+
+def _flip(raw: bytes, pos: int, bit: int) -> bytes:
+    out = bytearray(raw)
+    out[pos % len(out)] ^= 1 << bit
+    return bytes(out)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(sorted(FILES)), st.integers(min_value=0), st.integers(0, 7))
+def test_a_bit_flip_anywhere_is_rejected_by_both(name: str, pos: int, bit: int) -> None:
+    """Any single-bit change anywhere in a proof file is refused by both checkers (or true)."""
+    _rejected_or_still_true(_flip(FILES[name], pos, bit))
+
+
+_OUTSIDE_REFUSALS = (Refused, KeyError, TypeError, ValueError, IndexError, AttributeError)
+
+
+def _rejected_or_still_true(bad: bytes) -> None:
+    """Both checkers refuse ``bad``, or both accept a true absence (the documented exception).
+
+    An absence proof whose claimed id or namespace was changed to another one whose key
+    shares the path's prefix still proves a true absence (FORMAT.md §6.15); the claim is
+    checked against the generator's map.
+    """
+    try:
+        proven = check_proof(bad, [VKEY])
+    except IntegrityError:
+        with pytest.raises(_OUTSIDE_REFUSALS):
+            _outside_check(bad, VKEY)
+        return
+    assert not proven.present, "a changed file was accepted as proving a present item"
+    _outside_check(bad, VKEY)
+    gen = _generator()
+    held = {(ns, k, i) for ns, items in gen.ITEMS.items() for k, i, _ in items}
+    if proven.kind == "namespace":
+        assert proven.namespace not in gen.ITEMS
+    else:
+        assert proven.absent_item is not None
+        assert (proven.namespace, *proven.absent_item) not in held
+
+
+def _fields(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in _fields(v, (*path, k))]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _fields(v, (*path, i))]
+    return [path] if value is not None else []
+
+
+def _flip_field(value: Any, n: int) -> Any:
+    if isinstance(value, bool) or value is None:
+        return not value
+    if isinstance(value, int):
+        return value ^ (1 << (n % 8))
+    assert isinstance(value, str)
+    try:
+        raw = base64.b64decode(value, validate=True)
+        if raw and base64.b64encode(raw).decode() == value and len(value) >= 8:
+            b = bytearray(raw)
+            b[n % len(b)] ^= 1 << (n % 8)
+            return base64.b64encode(bytes(b)).decode()
+    except ValueError:
+        pass
+    chars = list(value)
+    i = n % len(chars)
+    chars[i] = chr(ord(chars[i]) ^ (1 << (n % 5)))
+    return "".join(chars)
+
+
+def _set(doc: Any, path: tuple[Any, ...], value: Any) -> None:
+    for p in path[:-1]:
+        doc = doc[p]
+    doc[path[-1]] = value
+
+
+def _get(doc: Any, path: tuple[Any, ...]) -> Any:
+    for p in path:
+        doc = doc[p]
+    return doc
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(sorted(FILES)), st.integers(min_value=0), st.integers(min_value=0))
+def test_a_changed_byte_in_any_field_is_rejected_or_still_true(name: str, f: int, n: int) -> None:
+    """Flipping a byte of any field's value (decoded base64, text, number) is refused (or true)."""
+    doc = json.loads(FILES[name])
+    paths = _fields(doc)
+    path = paths[f % len(paths)]
+    _set(doc, path, _flip_field(_get(doc, path), n))
+    _rejected_or_still_true(json.dumps(doc).encode())
