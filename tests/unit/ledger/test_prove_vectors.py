@@ -46,7 +46,7 @@ def test_regenerating_gives_identical_bytes() -> None:
     assert rendered == on_disk
 
 
-# -- an outside auditor's check, from FORMAT.md §4, §5, §6.12-6.13, §6.15 alone -----------------------
+# -- an outside auditor's check, from FORMAT.md §4, §5, §6.12-6.13, §6.15 alone --------------------
 
 
 class Refused(Exception):
