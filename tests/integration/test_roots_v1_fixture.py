@@ -39,6 +39,7 @@ def old(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "v1.ledger"
     shutil.copy(FIXTURE, path)
     shutil.copy(FIXTURE.with_name(FIXTURE.name + ".key"), tmp_path / "v1.ledger.key")
+    (tmp_path / "v1.ledger.key").chmod(0o600)  # git keeps no mode bits but x
     return path
 
 
