@@ -8,6 +8,7 @@ library in the test process would drop their POSIX locks when it closes).
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from pathlib import Path
@@ -70,3 +71,21 @@ def op(op_type: str, payload: dict[str, Any], target: str | None = None) -> dict
     if target is not None:
         d["target_id"] = target
     return d
+
+
+def mcp_recall(path: Path) -> Any:
+    """Call the MCP ``recall`` tool (a receipt asked for) as agent-7 in namespace ``alice``,
+    through the official SDK's client and a ``memroot mcp`` server of the ledger at ``path``."""
+    from mcp import Client, StdioServerParameters
+
+    exe = Path(sys.executable).parent / "memroot"
+    params = StdioServerParameters(
+        command=str(exe),
+        args=["-l", str(path), "mcp", "--actor", "agent-7", "--namespace", "alice"],
+    )
+
+    async def main() -> Any:
+        async with Client(params) as client:
+            return await client.call_tool("recall", {"receipt": True})
+
+    return asyncio.run(main())

@@ -11,14 +11,10 @@ with the map taken from the entries since the genesis (no root yet) and from a v
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import apsw
 import pytest
@@ -27,22 +23,8 @@ from click.testing import CliRunner
 import memroot
 from memroot.cli.main import cli
 from memroot.ledger.errors import IntegrityError
-
-ATTACKER = r"""
-import sqlite3, sys
-db = sqlite3.connect(sys.argv[1])
-db.executescript(sys.argv[2])
-db.commit()
-db.close()
-"""
-
-
-def attacker(path: Path, sql: str) -> None:
-    """Run ``sql`` on the ledger file in a process of its own (the attacker's)."""
-    done = subprocess.run(
-        [sys.executable, "-c", ATTACKER, str(path), sql], capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr
+from tests.integration._attack import attacker, mcp_recall
+from tests.integration._attack import counts as sizes
 
 
 @dataclass
@@ -79,17 +61,6 @@ def story(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Mo
     return _story(tmp_path, snapshot=bool(request.param))
 
 
-def sizes(path: Path) -> tuple[int, int]:
-    """(entries, checkpoints) in the file."""
-    db = apsw.Connection(str(path))
-    try:
-        n = db.execute("SELECT count(*) FROM entries").fetchone()[0]
-        c = db.execute("SELECT count(*) FROM checkpoints").fetchone()[0]
-        return int(n), int(c)
-    finally:
-        db.close()
-
-
 def refused_everywhere(s: Story, marker: str = "") -> None:
     """recall, `memroot query` and MCP recall refuse; nothing written; honest copy reads."""
     before = sizes(s.path)
@@ -109,28 +80,12 @@ def refused_everywhere(s: Story, marker: str = "") -> None:
     except ImportError:
         pass
     else:
-        out = mcp_recall(s)
+        out = mcp_recall(s.path)
         assert out.is_error and "strict read refused" in out.content[0].text
         assert "Lyon" not in json.dumps(out.structured_content or {})
         assert sizes(s.path) == before
     with memroot.open(s.honest, actor="agent-7", namespace="alice", create=False) as mem:
         assert len(mem.recall()) == 2
-
-
-def mcp_recall(s: Story) -> Any:
-    from mcp import Client, StdioServerParameters
-
-    exe = Path(sys.executable).parent / "memroot"
-    params = StdioServerParameters(
-        command=str(exe),
-        args=["-l", str(s.path), "mcp", "--actor", "agent-7", "--namespace", "alice"],
-    )
-
-    async def main() -> Any:
-        async with Client(params) as client:
-            return await client.call_tool("recall", {"receipt": True})
-
-    return asyncio.run(main())
 
 
 def test_object_row_and_edges_deleted(story: Story) -> None:

@@ -11,20 +11,17 @@ that the honest copy still reads.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
-import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import memroot
 from memroot.ledger.errors import IntegrityError
 from memroot.memory_root.falsify.api import ItemWhy
-from tests.integration._attack import attacker
+from tests.integration._attack import attacker, mcp_recall
 from tests.integration._attack import counts as sizes
 
 
@@ -71,22 +68,6 @@ def refused_by_recall(s: Story, *, marker: str | None = None) -> None:
         assert len(mem.recall()) == 2  # the honest copy is untouched and reads
 
 
-def mcp_recall(s: Story) -> Any:
-    from mcp import Client, StdioServerParameters
-
-    exe = Path(sys.executable).parent / "memroot"
-    params = StdioServerParameters(
-        command=str(exe),
-        args=["-l", str(s.path), "mcp", "--actor", "agent-7", "--namespace", "alice"],
-    )
-
-    async def main() -> Any:
-        async with Client(params) as client:
-            return await client.call_tool("recall", {"receipt": True})
-
-    return asyncio.run(main())
-
-
 def test_recall_derived_value_edited(story: Story) -> None:
     """An edited derived value is refused by recall and by MCP recall; no receipt written."""
     attacker(
@@ -97,7 +78,7 @@ def test_recall_derived_value_edited(story: Story) -> None:
     refused_by_recall(story, marker="MALLORY")
     pytest.importorskip("mcp")
     before = sizes(story.path)
-    out = mcp_recall(story)
+    out = mcp_recall(story.path)
     assert out.is_error and "strict read refused" in out.content[0].text
     assert "MALLORY" not in json.dumps(out.structured_content or {})
     assert sizes(story.path) == before
