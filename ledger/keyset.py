@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from memroot.ledger import encoding
-from memroot.ledger.entries import Entry, Kind
+from memroot.ledger.entries import CANONICAL_BRANCH, Entry, Kind
 from memroot.ledger.errors import DecodeError, ProofError
 from memroot.ledger.note import Verifier, open_checkpoint
 from memroot.ledger.signing import Signer
@@ -171,6 +171,18 @@ class WriterKey:
     revoked_by: int | None = None  # seq of the KEY_REVOKE
     branches: dict[str, int] = field(default_factory=dict)  # branch sizes at the revoke
 
+    def may_sign(self, branch: str, size: int) -> bool:
+        """Whether this key may sign ``branch``'s checkpoint of ``size`` (FORMAT.md 7.5).
+
+        On ``main``: a size above its ``KEY_ADD`` and, once revoked, not above its
+        ``KEY_REVOKE``. On another branch: any size, once revoked up to the branch's size the
+        revoke recorded. The one rule strict reads (``KeySet.signers_at``) and verify's step 6
+        apply.
+        """
+        if branch == CANONICAL_BRANCH:
+            return self.added_by < size and (self.revoked_by is None or size <= self.revoked_by)
+        return self.revoked_by is None or size <= self.branches.get(branch, 0)
+
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form ``memroot key list --json`` prints."""
         return {
@@ -303,25 +315,22 @@ class KeySet:
         when the rotation predates the record), and every writer key, a revoked one up to
         the branch's size its revoke recorded.
         """
-        out: list[str] = []
-        if branch == "main":
-            for r in self.roots:
-                # A retired root signs up to its sign-off: the rotation's own seal (size
-                # retired_by + 1), as the verifier's rule (7.3) accepts.
-                in_force = r.since < size or (r.since == 0 and size <= 1)
-                if in_force and (r.retired_by is None or size <= r.retired_by + 1):
-                    out.append(r.vkey)
-            for w in self.writers.values():
-                if w.added_by < size and (w.revoked_by is None or size <= w.revoked_by):
-                    out.append(w.vkey)
-            return out
-        for r in self.roots:
-            if r.retired_by is None or r.branches is None or size <= r.branches.get(branch, 0):
-                out.append(r.vkey)
-        for w in self.writers.values():
-            if w.revoked_by is None or size <= w.branches.get(branch, 0):
-                out.append(w.vkey)
-        return out
+        if branch == CANONICAL_BRANCH:
+            # A retired root signs up to its sign-off: the rotation's own seal (size
+            # retired_by + 1), as the verifier's rule (7.3) accepts.
+            roots = [
+                r.vkey
+                for r in self.roots
+                if (r.since < size or (r.since == 0 and size <= 1))
+                and (r.retired_by is None or size <= r.retired_by + 1)
+            ]
+        else:
+            roots = [
+                r.vkey
+                for r in self.roots
+                if r.retired_by is None or r.branches is None or size <= r.branches.get(branch, 0)
+            ]
+        return roots + [w.vkey for w in self.writers.values() if w.may_sign(branch, size)]
 
 
 # -- the key set as a ledger's store holds it ------------------------------------------------

@@ -14,22 +14,11 @@ from typing import Any
 
 from memroot.ledger.entries import CANONICAL_BRANCH, Entry
 from memroot.ledger.errors import DecodeError, MemrootError, ProofError
-from memroot.ledger.keyset import KeyEntryError, check_statement
+from memroot.ledger.keyset import KeyEntryError, WriterKey, check_statement
 from memroot.ledger.note import Verifier, open_checkpoint
 from memroot.ledger.trust import TrustedLog
 from memroot.ledger.verify.report import AuditReport, Finding, LedgerSource
 from memroot.ledger.vocab import OpType
-
-
-@dataclass(slots=True)
-class _Writer:
-    """A writer key as step 6 learned it from a ``KEY_ADD`` (and a ``KEY_REVOKE``)."""
-
-    name: str
-    key: Verifier
-    added: int  # seq of the KEY_ADD
-    revoked: int | None = None  # seq of the KEY_REVOKE
-    branches: dict[str, int] = field(default_factory=dict)  # branch sizes at the revoke
 
 
 @dataclass(slots=True)
@@ -55,7 +44,8 @@ class _Keyring:
     retired: dict[str, int] = field(default_factory=dict)  # vkey -> largest size it may sign
     retired_at: dict[str, int] = field(default_factory=dict)  # vkey -> seq of its KEY_ROTATE
     root_branches: dict[str, dict[str, int] | None] = field(default_factory=dict)
-    writers: dict[str, _Writer] = field(default_factory=dict)  # name -> writer key
+    writers: dict[str, WriterKey] = field(default_factory=dict)  # name -> writer key
+    writer_keys: dict[str, Verifier] = field(default_factory=dict)  # vkey -> its verifier
 
     def valid(self, size: int | None) -> list[Verifier]:
         """Return the root keys that may sign a ``main`` checkpoint of ``size`` (None: any)."""
@@ -69,23 +59,15 @@ class _Keyring:
         """Return every key (root and writer) that may sign ``branch``'s checkpoint of ``size``."""
         if branch == CANONICAL_BRANCH:
             out = self.valid(size)
-            out += [
-                w.key
-                for w in self.writers.values()
-                if w.added < size and (w.revoked is None or size <= w.revoked)
-            ]
-            return out
-        out = []
-        for k, v in self.keys.items():
-            limit = self.root_branches.get(k) if k in self.retired else None
-            if limit is None or size <= limit.get(branch, 0):
-                out.append(v)
-        out += [
-            w.key
-            for w in self.writers.values()
-            if w.revoked is None or size <= w.branches.get(branch, 0)
+        else:
+            out = []
+            for k, v in self.keys.items():
+                limit = self.root_branches.get(k) if k in self.retired else None
+                if limit is None or size <= limit.get(branch, 0):
+                    out.append(v)
+        return out + [
+            self.writer_keys[w.vkey] for w in self.writers.values() if w.may_sign(branch, size)
         ]
-        return out
 
     def root_at(self, seq: int, vkey: object) -> Verifier | None:
         """Return the root key ``vkey`` if it is trusted and in force at entry ``seq``."""
@@ -238,13 +220,14 @@ def _key_statement(
             if key.name != origin:
                 raise KeyEntryError(f"a writer key is named after the log ({origin!r})")
             if writer is not None:
-                raise KeyEntryError(f"the name {name!r} is taken (entry {writer.added})")
-            keyring.writers[name] = _Writer(name, key, seq)
+                raise KeyEntryError(f"the name {name!r} is taken (entry {writer.added_by})")
+            keyring.writers[name] = WriterKey(name, vkey, seq)
+            keyring.writer_keys[vkey] = key
             what = f"writer key {name!r} ({key}) authorized by the root key"
         else:
-            if writer is None or writer.key.vkey() != vkey or writer.revoked is not None:
+            if writer is None or writer.vkey != vkey or writer.revoked_by is not None:
                 raise KeyEntryError(f"it names {name!r}, not a writer key in force")
-            writer.revoked = seq
+            writer.revoked_by = seq
             writer.branches = {str(k): int(v) for k, v in payload["branches"].items()}
             what = f"writer key {name!r} revoked: it signs main up to size {seq} only"
     except (KeyEntryError, DecodeError) as e:
