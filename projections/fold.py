@@ -83,18 +83,7 @@ def fold_entries(
     state = SqlState(db)
     engine = Engine(state)
     for entry in it:
-        db.execute("SAVEPOINT mem_fold")
-        try:
-            engine.apply(entry)
-        except RefusedError as e:
-            # Handlers check before they write; the savepoint makes sure of it.
-            db.execute("ROLLBACK TO mem_fold")
-            state.skip(entry.branch, entry.seq, entry.type, str(e))
-        except BaseException:
-            db.execute("ROLLBACK TO mem_fold")
-            db.execute("RELEASE mem_fold")
-            raise
-        db.execute("RELEASE mem_fold")
+        apply_or_skip(db, engine, state, entry)
         state.set_head(entry.branch, entry.seq + 1)
         n += 1
         if after is not None:
@@ -102,6 +91,36 @@ def fold_entries(
     if fresh:
         tables.index_text(db)
     return n
+
+
+def apply_or_skip(
+    db: apsw.Connection,
+    engine: Engine,
+    state: SqlState,
+    entry: Entry,
+    *,
+    undo: Callable[[], None] | None = None,
+) -> None:
+    """Apply one committed entry in a savepoint; if the rules refuse it, record the skip.
+
+    The one rule for an entry in the log that is not a valid operation (appended without the
+    hooks): its ``mem_skipped`` row and nothing else, the same in every replay. Handlers
+    check before they write; the savepoint makes sure of it. ``undo`` drops what the state
+    holds in memory for the refused entry (none for a plain ``SqlState``).
+    """
+    db.execute("SAVEPOINT mem_fold")
+    try:
+        engine.apply(entry)
+    except RefusedError as e:
+        db.execute("ROLLBACK TO mem_fold")
+        if undo is not None:
+            undo()
+        state.skip(entry.branch, entry.seq, entry.type, str(e))
+    except BaseException:
+        db.execute("ROLLBACK TO mem_fold")
+        db.execute("RELEASE mem_fold")
+        raise
+    db.execute("RELEASE mem_fold")
 
 
 def _fold_run(

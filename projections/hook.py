@@ -31,7 +31,7 @@ from memroot.ledger.ledger import Ledger
 from memroot.projections import gated, tables
 from memroot.projections.backends import _EV_INS, SqlState
 from memroot.projections.engine import Engine
-from memroot.projections.fold import fold_entries
+from memroot.projections.fold import apply_or_skip, fold_entries
 from memroot.projections.model import EventRef, Grant, Namespace
 from memroot.projections.views import Fork
 
@@ -278,18 +278,8 @@ def _fold_committed(db: apsw.Connection, state: _BatchState, entry: Entry) -> No
             state.skip(entry.branch, entry.seq, entry.type, str(e))
         return
     state.flush()
-    db.execute("SAVEPOINT mem_fold")
-    try:
-        Engine(state).apply(entry)
-    except RefusedError as e:
-        db.execute("ROLLBACK TO mem_fold")
-        state.gated.discard()  # (only this entry's: the batch's were flushed above)
-        state.skip(entry.branch, entry.seq, entry.type, str(e))
-    except BaseException:
-        db.execute("ROLLBACK TO mem_fold")
-        db.execute("RELEASE mem_fold")
-        raise
-    db.execute("RELEASE mem_fold")
+    # On a refusal the gated bookkeeping drops only this entry's: the batch's were flushed.
+    apply_or_skip(db, Engine(state), state, entry, undo=state.gated.discard)
 
 
 def _named(value: object, out: set[str]) -> None:
