@@ -27,7 +27,7 @@ from memroot.ledger.merkle import CompactRange
 from memroot.ledger.vocab import OpType
 from memroot.memory_root.records import StoredSummary
 from memroot.memory_root.root import HighWater, MemoryRoot, ProjectionDigest, RootPreimage
-from memroot.memory_root.root_v2 import LeafChange, as_changes, leaf_changes
+from memroot.memory_root.root_v2 import LeafChange, as_changes, fork_anchor, leaf_changes
 from memroot.memory_root.state_map import EMPTY, Node, NodeSource, update_map
 from memroot.projections.projection import (
     Projection,
@@ -253,21 +253,6 @@ class Prepared:
     def stored(self) -> list[StoredSummary]:
         """The summaries to store with the root."""
         return [s for _, s in self.items]
-
-
-def fork_anchor(genesis: Entry) -> tuple[str, int] | None:
-    """Return ``(parent branch, seq of its BRANCH_CREATE)`` from a branch genesis, or None.
-
-    A branch's first root links to the parent branch's root at the fork (SPEC 6): the newest
-    root of the parent whose SNAPSHOT entry precedes the BRANCH_CREATE entry.
-    """
-    anchor = genesis.body.get("anchor")
-    if type(anchor) is not dict:
-        return None
-    branch, seq = anchor.get("branch"), anchor.get("seq")
-    if type(branch) is not str or type(seq) is not int:
-        return None
-    return branch, seq
 
 
 def check_fork_root(create: Entry, latest: MemoryRoot | None) -> None:

@@ -65,6 +65,7 @@ __all__ = [
     "changes_of",
     "decode_payload",
     "encode_preimage",
+    "fork_anchor",
     "fork_anchor_of",
     "item_state",
     "leaf_changes",
@@ -263,18 +264,24 @@ def map_nodes(ledger: Ledger) -> StoredNodes:
     return StoredNodes(ledger.derived.db)
 
 
-def fork_anchor_of(ledger: Ledger, branch: str) -> tuple[str, int] | None:
-    """Return ``(parent, seq of its BRANCH_CREATE)`` of a branch from its genesis, or None."""
-    if branch == CANONICAL_BRANCH:
-        return None
-    genesis = ledger.entry(0, branch)
+def fork_anchor(genesis: Entry) -> tuple[str, int] | None:
+    """Return ``(parent branch, seq of its BRANCH_CREATE)`` from a branch genesis, or None.
+
+    A branch's first root links to the parent branch's root at the fork (SPEC 6): the newest
+    root of the parent whose SNAPSHOT entry precedes the BRANCH_CREATE entry.
+    """
     anchor = genesis.body.get("anchor")
     if type(anchor) is not dict:
         return None
-    b, s = anchor.get("branch"), anchor.get("seq")
-    if type(b) is not str or type(s) is not int:
+    branch, seq = anchor.get("branch"), anchor.get("seq")
+    if type(branch) is not str or type(seq) is not int:
         return None
-    return b, s
+    return branch, seq
+
+
+def fork_anchor_of(ledger: Ledger, branch: str) -> tuple[str, int] | None:
+    """Return ``(parent, seq of its BRANCH_CREATE)`` of a branch from its genesis, or None."""
+    return None if branch == CANONICAL_BRANCH else fork_anchor(ledger.entry(0, branch))
 
 
 @dataclass(slots=True)
