@@ -28,12 +28,9 @@ and no row: it is refused too, until ``memroot verify`` explains it.
 
 from __future__ import annotations
 
-import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Final
-
-import apsw
 
 from memroot.ledger import encoding
 from memroot.ledger.errors import IntegrityError
@@ -43,22 +40,20 @@ from memroot.memory_root import records
 from memroot.memory_root.map_nodes import StoredNodes
 from memroot.memory_root.root_v2 import STATE_KIND_PREFIX, map_at, object_key
 from memroot.memory_root.state_map import EMPTY, ITEM_TAG, leaves_of, lookup, namespace_key
+from memroot.projections.strict_rows import remembered
 
 __all__ = ["check_complete"]
 
 _CACHE: Final[OrderedDict[bytes, frozenset[bytes]]] = OrderedDict()
 _CACHE_MAX: Final = 64
-# The last check that held, per connection: (branch, namespaces, every, data_version, size).
-# PRAGMA data_version moves when another connection (another process: the attacker of the
-# threat model) commits to the file, and the branch's size when this one appends through the
-# hooks: while neither moved, nothing another writer could change has changed.
-_PASSED: Final[weakref.WeakKeyDictionary[apsw.Connection, tuple[object, ...]]] = (
-    weakref.WeakKeyDictionary()
-)
+# A check that held is remembered (``strict_rows.remembered``, the read gate's memory) under
+# ``_stamp``: PRAGMA data_version moves when another connection (another process: the attacker
+# of the threat model) commits to the file, and the branch's size when this one appends
+# through the hooks: while neither moved, nothing another writer could change has changed.
 
 
 def _stamp(ledger: Ledger, branch: str) -> tuple[int, int]:
-    """Return what moves when anything the check reads may have changed (``_PASSED``)."""
+    """Return what moves when anything the check reads may have changed."""
     db = ledger.derived.db
     row = db.execute("PRAGMA data_version").fetchone()
     assert row is not None
@@ -114,8 +109,10 @@ def check_complete(
             strict check.
     """
     db = ledger.derived.db
-    key = (branch, tuple(asked), every, *_stamp(ledger, branch))
-    if _PASSED.get(db) == key:
+    stamp = _stamp(ledger, branch)
+    passed = remembered(ledger, stamp, "complete")
+    key = (branch, tuple(asked), every)
+    if key in passed:
         return
     rows, namespaces = read_rows()
     at = map_at(ledger, branch)
@@ -170,4 +167,4 @@ def check_complete(
                 branch=branch,
                 step=9,
             )
-    _PASSED[db] = key
+    passed.add(key)
