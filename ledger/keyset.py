@@ -42,11 +42,13 @@ __all__ = [
     "RootKey",
     "WriterKey",
     "authority_statement",
+    "check_new_writer",
     "check_statement",
     "load_key_set",
     "parse_key_entries",
     "sign_statement",
     "valid_key_name",
+    "writer_in_force",
 ]
 
 KEY_STATEMENT_CONTEXT: Final = "memroot/key-authority/v1"
@@ -151,6 +153,54 @@ def check_statement(
         raise KeyEntryError(f"its sig is not the root key's signature of its statement (seq {seq})")
 
 
+def check_new_writer(
+    origin: str,
+    writers: dict[str, WriterKey],
+    root_vkeys: set[str],
+    seq: int,
+    name: str,
+    vkey: str,
+) -> Verifier:
+    """Check what a ``KEY_ADD`` at ``seq`` adds against the keys the log already has.
+
+    The one rule for the key itself, which strict reads (``KeySet.apply``) and verify's step 6
+    both apply after ``check_statement``: the vkey parses, is named after the log, and is not
+    already a key of the log (a root key in ``root_vkeys`` or a writer key); the name is free.
+    Returns the new key's verifier.
+
+    Raises:
+        KeyEntryError: naming the rule broken.
+    """
+    try:
+        v = Verifier.from_vkey(vkey)
+    except DecodeError as e:
+        raise KeyEntryError(f"KEY_ADD at entry {seq}: vkey: {e}") from e
+    if v.name != origin:
+        raise KeyEntryError(
+            f"KEY_ADD at entry {seq}: a writer key is named after the log ({origin!r})"
+            f", not {v.name!r}"
+        )
+    if name in writers:
+        raise KeyEntryError(
+            f"KEY_ADD at entry {seq}: the name {name!r} is taken (entry {writers[name].added_by})"
+        )
+    if vkey in root_vkeys or vkey in {w.vkey for w in writers.values()}:
+        raise KeyEntryError(f"KEY_ADD at entry {seq}: the key is already a key of this log")
+    return v
+
+
+def writer_in_force(writers: dict[str, WriterKey], seq: int, name: str, vkey: str) -> WriterKey:
+    """Return the writer key a ``KEY_REVOKE`` at ``seq`` withdraws: named, same vkey, in force.
+
+    Raises:
+        KeyEntryError: if ``name`` is not a writer key in force with that vkey.
+    """
+    w = writers.get(name)
+    if w is None or w.vkey != vkey or w.revoked_by is not None:
+        raise KeyEntryError(f"KEY_REVOKE at entry {seq} names {name!r}, not a writer key in force")
+    return w
+
+
 @dataclass(slots=True)
 class RootKey:
     """A root key: the genesis key or one a ``KEY_ROTATE`` installed."""
@@ -182,6 +232,11 @@ class WriterKey:
         if branch == CANONICAL_BRANCH:
             return self.added_by < size and (self.revoked_by is None or size <= self.revoked_by)
         return self.revoked_by is None or size <= self.branches.get(branch, 0)
+
+    def revoke(self, seq: int, branches: Any) -> None:
+        """Withdraw this key at ``KEY_REVOKE`` entry ``seq``, with the branch sizes it records."""
+        self.revoked_by = seq
+        self.branches = {str(k): int(v) for k, v in branches.items()}
 
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form ``memroot key list --json`` prints."""
@@ -259,34 +314,14 @@ class KeySet:
             assert isinstance(payload, dict)
             name, vkey = str(payload["name"]), str(payload["vkey"])
             if op_type == OpType.KEY_ADD.value:
-                self._check_new(seq, name, vkey)
+                known = {r.vkey for r in self.roots}
+                check_new_writer(self.origin, self.writers, known, seq, name, vkey)
                 self.writers[name] = WriterKey(name, vkey, seq)
             else:
-                w = self.writers.get(name)
-                if w is None or w.vkey != vkey or w.revoked_by is not None:
-                    raise KeyEntryError(
-                        f"KEY_REVOKE at entry {seq} names {name!r}, not a writer key in force"
-                    )
-                w.revoked_by = seq
-                w.branches = {str(k): int(v) for k, v in payload["branches"].items()}
+                writer_in_force(self.writers, seq, name, vkey).revoke(seq, payload["branches"])
         else:
             raise KeyEntryError(f"{op_type} is not a key entry")
         self.last = seq
-
-    def _check_new(self, seq: int, name: str, vkey: str) -> None:
-        try:
-            v = Verifier.from_vkey(vkey)
-        except DecodeError as e:
-            raise KeyEntryError(f"KEY_ADD at entry {seq}: vkey: {e}") from e
-        if v.name != self.origin:
-            raise KeyEntryError(
-                f"KEY_ADD at entry {seq}: a writer key is named after the log ({self.origin!r})"
-                f", not {v.name!r}"
-            )
-        if name in self.writers:
-            raise KeyEntryError(f"KEY_ADD at entry {seq}: the name {name!r} is taken")
-        if vkey in {r.vkey for r in self.roots} or vkey in {w.vkey for w in self.writers.values()}:
-            raise KeyEntryError(f"KEY_ADD at entry {seq}: the key is already a key of this log")
 
     # -- what a key may sign --------------------------------------------------------------------
 

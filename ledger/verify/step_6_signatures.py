@@ -14,7 +14,13 @@ from typing import Any
 
 from memroot.ledger.entries import CANONICAL_BRANCH, Entry
 from memroot.ledger.errors import DecodeError, MemrootError, ProofError
-from memroot.ledger.keyset import KeyEntryError, WriterKey, check_statement
+from memroot.ledger.keyset import (
+    KeyEntryError,
+    WriterKey,
+    check_new_writer,
+    check_statement,
+    writer_in_force,
+)
 from memroot.ledger.note import Verifier, open_checkpoint
 from memroot.ledger.trust import TrustedLog
 from memroot.ledger.verify.report import AuditReport, Finding, LedgerSource
@@ -214,21 +220,13 @@ def _key_statement(
             )
         check_statement(payload, op_type=op_type, origin=origin, seq=seq, prev=prev, root=root)
         name, vkey = str(payload["name"]), str(payload["vkey"])
-        writer = keyring.writers.get(name)
         if op_type == OpType.KEY_ADD.value:
-            key = Verifier.from_vkey(vkey)
-            if key.name != origin:
-                raise KeyEntryError(f"a writer key is named after the log ({origin!r})")
-            if writer is not None:
-                raise KeyEntryError(f"the name {name!r} is taken (entry {writer.added_by})")
+            key = check_new_writer(origin, keyring.writers, set(keyring.keys), seq, name, vkey)
             keyring.writers[name] = WriterKey(name, vkey, seq)
             keyring.writer_keys[vkey] = key
             what = f"writer key {name!r} ({key}) authorized by the root key"
         else:
-            if writer is None or writer.vkey != vkey or writer.revoked_by is not None:
-                raise KeyEntryError(f"it names {name!r}, not a writer key in force")
-            writer.revoked_by = seq
-            writer.branches = {str(k): int(v) for k, v in payload["branches"].items()}
+            writer_in_force(keyring.writers, seq, name, vkey).revoke(seq, payload["branches"])
             what = f"writer key {name!r} revoked: it signs main up to size {seq} only"
     except (KeyEntryError, DecodeError) as e:
         report.add(

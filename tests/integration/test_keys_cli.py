@@ -173,20 +173,22 @@ _ATTACKER = textwrap.dedent(
         # The attacker's own build of memroot: the key checks are cut out.
         signer = ledger.signer
         ledger._require_key = lambda *a, **k: signer
-        if forge_key_add == "yes":
+        if forge_key_add != "no":
             from memroot.ledger.entries import _library_op
             from memroot.ledger.keyset import authority_statement, sign_statement
             from memroot.ledger.note import vkey_of
             from memroot.ledger.signing import Ed25519Signer
             from memroot.ledger.vocab import OpType
 
-            mallory = Ed25519Signer.generate(ledger.origin)
+            # "yes": a new key of mallory's; otherwise the vkey given, added again as "twin".
+            name, vkey = ("mallory", vkey_of(Ed25519Signer.generate(ledger.origin))) \
+                if forge_key_add == "yes" else ("twin", forge_key_add)
             head = ledger.store.branch("main")
             stmt = authority_statement(
                 origin=ledger.origin, seq=head.size, prev=bytes(head.head),
-                op_type="KEY_ADD", name="mallory", vkey=vkey_of(mallory),
+                op_type="KEY_ADD", name=name, vkey=vkey,
             )
-            payload = {"name": "mallory", "vkey": vkey_of(mallory),
+            payload = {"name": name, "vkey": vkey,
                        "root_vkey": ledger.current_vkey(), "sig": sign_statement(signer, stmt)}
             ledger.append(_library_op(ledger.system_op(OpType.KEY_ADD, payload)))
         else:
@@ -199,10 +201,11 @@ _ATTACKER = textwrap.dedent(
 )
 
 
-def _attack(fleet: Fleet, key: Path, branch: str, forge_key_add: bool = False) -> None:
+def _attack(fleet: Fleet, key: Path, branch: str, forge_key_add: bool | str = False) -> None:
+    """Run the attacker; ``forge_key_add``: True a new key, a vkey string that key again."""
+    forge = forge_key_add if isinstance(forge_key_add, str) else "yes" if forge_key_add else "no"
     r = subprocess.run(
-        [sys.executable, "-c", _ATTACKER, str(fleet.ledger), str(key), branch,
-         "yes" if forge_key_add else "no"],
+        [sys.executable, "-c", _ATTACKER, str(fleet.ledger), str(key), branch, forge],
         capture_output=True,
         text=True,
         timeout=120,
@@ -233,6 +236,25 @@ def test_writer_key_self_authorizes_a_key(fleet: Fleet, cmd: Any) -> None:
     assert any(
         f["step"] == 6 and "KEY_ADD is not valid" in f["message"] for f in report["findings"]
     ), report
+
+
+def test_root_key_adds_a_key_the_log_already_has(fleet: Fleet, cmd: Any) -> None:
+    """key_added_twice: a root-signed KEY_ADD of a writer key already in force, under a new name.
+
+    Strict reads and verify's step 6 share one rule for what a KEY_ADD may add
+    (``keyset.check_new_writer``): both refuse it, so no read accepts what verify reports.
+    """
+    with Ledger.open(fleet.ledger, readonly=True) as ledger:
+        c_vkey = ledger.key_set().writers["host-c"].vkey
+    _attack(fleet, fleet.ledger.with_name(fleet.ledger.name + ".key"), "main", forge_key_add=c_vkey)
+    r = cmd.at(fleet.ledger, "verify", "--vkey", fleet.root_vkey, "--no-update", "--json")
+    report = json.loads(r.stdout)
+    assert r.exit_code == 1
+    assert any(
+        f["step"] == 6 and "already a key of this log" in f["message"] for f in report["findings"]
+    ), report
+    r = cmd.at(fleet.ledger, "log")
+    assert r.exit_code == 1 and "already a key of this log" in r.output, r.output
 
 
 def test_key_cache_omits_revocation(fleet: Fleet, cmd: Any) -> None:
