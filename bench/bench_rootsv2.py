@@ -12,12 +12,23 @@ each, every root a v2 root), and over the last ``--window`` batches reports:
 - ``file_bytes``: growth of the ledger file per batch (pages x page size, WAL checkpointed);
 - ``append_per_s``: the window's append rate (entries/s, hooks and checkpoint included).
 
+``--writer-only N ...``: the same history and figures ``root_bytes`` / ``node_rows`` from the
+memory-root writer's own fold alone (``memory_root._fold.BranchFold``, the code ``RootsHook``
+runs, with the registered projections and the map in memory), without a ledger: no hooks, no
+SQLite, no signing, events not built (no projection reads them and they set no leaf), so it
+reaches 10^7 entries in minutes where the full append takes hours on a loaded machine. The
+operations get the seqs the ledger would give them (one ``SNAPSHOT`` after each 1,000
+entries); a node counts as added unless the map in memory holds it (nodes no map reaches any
+more are dropped, as the auditor drops them, so one recreated later counts again: the store
+would not). Run beside ``--sizes`` at the same sizes to compare the two.
+
 ``--query N ...`` (with ``--sizes`` empty): the cost of a strict ``recall`` (limit 20) with
 and without the completeness check of the memory map, on ledgers of N remembered facts.
 
 Usage::
 
     python -m memroot.bench.bench_rootsv2 --sizes 100000 1000000 [--window 20] [--json F]
+    python -m memroot.bench.bench_rootsv2 --sizes --writer-only 100000 1000000 10000000
     python -m memroot.bench.bench_rootsv2 --sizes --query 1000 10000 [--reads 30]
 """
 
@@ -107,6 +118,84 @@ def run(n: int, window: int, work: Path) -> dict[str, Any]:
     }
 
 
+def _summary_bytes(stored: Any) -> int:
+    """``_root_bytes`` of a snapshot not stored: its summaries' columns and the root row."""
+    return (
+        sum(
+            len(x.data) + len(x.fold_state or b"") + len(x.rule_cbor) + 64 + len(x.projection)
+            for x in stored
+        )
+        + 32 * 6
+        + 40
+    )
+
+
+def writer_only(n: int, window: int) -> dict[str, Any]:
+    """Fold the mixed history of ``n`` entries as the writer does; figures of the last window.
+
+    See the module docstring (``--writer-only``).
+    """
+    from memroot.bench.hooked import BATCH, mixed_history
+    from memroot.ledger.entries import ZERO_HASH, EventInput, Kind, build_entry, new_uuid
+    from memroot.memory_root._fold import BranchFold, Folder, MemNodes
+    from memroot.memory_root.replay import reachable
+    from memroot.memory_root.root import MemoryRoot
+    from memroot.projections.registry import default_registry
+
+    every = 1000  # the ledger's default snapshot_every, as ``memroot init`` writes it
+    nodes = MemNodes()
+    fold = BranchFold(
+        "main", Folder(default_registry().projections()), every, next_seq=1, map_source=nodes
+    )
+    batches = (n + BATCH - 1) // BATCH
+    figures: list[dict[str, float]] = []
+    seq = 1  # the genesis is seq 0
+    collect_at = 1 << 18
+    t = time.perf_counter()
+    for i, item in enumerate(mixed_history(n)):
+        b = i // BATCH
+        if type(item) is EventInput:
+            entry_seq, seq = seq, seq + 1
+            if entry_seq - fold.last_snapshot_seq < every:
+                continue
+            # The entry that makes a snapshot due: only its seq matters to what is written.
+            e = build_entry(ZERO_HASH, entry_seq, "main", 1, Kind.EVENT, "MESSAGE", {})
+        else:
+            e = build_entry(
+                ZERO_HASH, seq, "main", 1, Kind.OP, item.op_type, item.body(item.id or new_uuid())
+            )
+            seq += 1
+        if not fold.advance(e):
+            continue
+        prepared = fold.pending
+        assert prepared is not None
+        new = sum(1 for h in prepared.nodes or {} if h not in nodes.nodes)
+        if b >= batches - window:
+            figures.append(
+                {
+                    "node_rows": new,
+                    "root_bytes": _summary_bytes(prepared.stored) + 97 * new,
+                }
+            )
+        snap = build_entry(ZERO_HASH, seq, "main", 1, Kind.OP, "SNAPSHOT", {})
+        seq += 1
+        fold.snapshot_taken(snap, MemoryRoot(bytes(32)), prepared)
+        fold.next_seq = seq
+        if len(nodes.nodes) > collect_at:
+            nodes.nodes = reachable(nodes.nodes, [fold.map_base])
+            collect_at = max(1 << 18, 2 * len(nodes.nodes))
+    k = len(figures)
+    return {
+        "entries": n,
+        "mode": "writer-only",
+        "window_batches": k,
+        "seconds": round(time.perf_counter() - t, 1),
+        "map_nodes_live": len(reachable(nodes.nodes, [fold.map_base])),
+        "node_rows": round(sum(f["node_rows"] for f in figures) / k, 1),
+        "root_bytes": round(sum(f["root_bytes"] for f in figures) / k),
+    }
+
+
 def strict_query(objects: int, reads: int, work: Path) -> dict[str, Any]:
     """Median ms of a strict recall (limit 20), with and without the completeness check.
 
@@ -152,6 +241,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--query", type=int, nargs="*", default=[], help="strict recall cost at these objects"
     )
+    ap.add_argument(
+        "--writer-only", type=int, nargs="*", default=[], help="the writer's fold alone, no ledger"
+    )
     ap.add_argument("--reads", type=int, default=30)
     ap.add_argument("--window", type=int, default=20)
     ap.add_argument("--dir", type=Path, default=None)
@@ -161,6 +253,10 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         for n in args.sizes:
             res = run(n, args.window, Path(tmp))
+            print(json.dumps(res), flush=True)
+            out.append(res)
+        for n in args.writer_only:
+            res = writer_only(n, args.window)
             print(json.dumps(res), flush=True)
             out.append(res)
         for n in args.query:
