@@ -154,7 +154,7 @@ def writer_only(n: int, window: int) -> dict[str, Any]:
     t = time.perf_counter()
     for i, item in enumerate(mixed_history(n)):
         b = i // BATCH
-        if type(item) is EventInput:
+        if isinstance(item, EventInput):
             entry_seq, seq = seq, seq + 1
             if entry_seq - fold.last_snapshot_seq < every:
                 continue
