@@ -10,7 +10,19 @@ each, every root a v2 root), and over the last ``--window`` batches reports:
   (97 bytes of columns a row);
 - ``node_rows``: map node rows added per snapshot;
 - ``file_bytes``: growth of the ledger file per batch (pages x page size, WAL checkpointed);
-- ``append_per_s``: the window's append rate (entries/s, hooks and checkpoint included).
+- ``append_per_s``: the window's append rate (entries/s, hooks and checkpoint included);
+  ``append_per_cpu_s`` the same per second of the process's CPU time (what a loaded machine
+  moves least: the wall rate also counts the time other processes hold the cores).
+
+``--writer-only N ...``: the same history and figures ``root_bytes`` / ``node_rows`` from the
+memory-root writer's own fold alone (``memory_root._fold.BranchFold``, the code ``RootsHook``
+runs, with the registered projections and the map in memory), without a ledger: no hooks, no
+SQLite, no signing, events not built (no projection reads them and they set no leaf), so it
+reaches 10^7 entries in minutes where the full append takes hours on a loaded machine. The
+operations get the seqs the ledger would give them (one ``SNAPSHOT`` after each 1,000
+entries); a node counts as added unless the map in memory holds it (nodes no map reaches any
+more are dropped, as the auditor drops them, so one recreated later counts again: the store
+would not). Run beside ``--sizes`` at the same sizes to compare the two.
 
 ``--query N ...`` (with ``--sizes`` empty): the cost of a strict ``recall`` (limit 20) with
 and without the completeness check of the memory map, on ledgers of N remembered facts.
@@ -18,6 +30,7 @@ and without the completeness check of the memory map, on ledgers of N remembered
 Usage::
 
     python -m memroot.bench.bench_rootsv2 --sizes 100000 1000000 [--window 20] [--json F]
+    python -m memroot.bench.bench_rootsv2 --sizes --writer-only 100000 1000000 10000000
     python -m memroot.bench.bench_rootsv2 --sizes --query 1000 10000 [--reads 30]
 """
 
@@ -75,10 +88,10 @@ def run(n: int, window: int, work: Path) -> dict[str, Any]:
                 nodes0 = _one(db, "SELECT count(*) FROM memory_map_nodes")
                 db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
                 pages0 = _one(db, "PRAGMA page_count")
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             led.append_batch(chunk)
             roots.sign_pending()
-            dt = time.perf_counter() - t
+            dt, dc = time.perf_counter() - t, time.process_time() - c
             if measure:
                 nodes1 = _one(db, "SELECT count(*) FROM memory_map_nodes")
                 db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -89,6 +102,7 @@ def run(n: int, window: int, work: Path) -> dict[str, Any]:
                 figures.append(
                     {
                         "seconds": dt,
+                        "cpu_seconds": dc,
                         "entries": len(chunk),
                         "node_rows": nodes1 - nodes0,
                         "root_bytes": _root_bytes(db, latest.root) + 97 * (nodes1 - nodes0),
@@ -96,14 +110,95 @@ def run(n: int, window: int, work: Path) -> dict[str, Any]:
                     }
                 )
     secs = sum(f["seconds"] for f in figures)
+    cpu = sum(f["cpu_seconds"] for f in figures)
     k = len(figures)
+    done = sum(f["entries"] for f in figures)
     return {
         "entries": n,
         "window_batches": k,
-        "append_per_s": round(sum(f["entries"] for f in figures) / secs),
+        "append_per_s": round(done / secs),
+        "append_per_cpu_s": round(done / cpu),
         "node_rows": round(sum(f["node_rows"] for f in figures) / k, 1),
         "root_bytes": round(sum(f["root_bytes"] for f in figures) / k),
         "file_bytes": round(sum(f["file_bytes"] for f in figures) / k),
+    }
+
+
+def _summary_bytes(stored: Any) -> int:
+    """``_root_bytes`` of a snapshot not stored: its summaries' columns and the root row."""
+    return (
+        sum(
+            len(x.data) + len(x.fold_state or b"") + len(x.rule_cbor) + 64 + len(x.projection)
+            for x in stored
+        )
+        + 32 * 6
+        + 40
+    )
+
+
+def writer_only(n: int, window: int) -> dict[str, Any]:
+    """Fold the mixed history of ``n`` entries as the writer does; figures of the last window.
+
+    See the module docstring (``--writer-only``).
+    """
+    from memroot.bench.hooked import BATCH, mixed_history
+    from memroot.ledger.entries import ZERO_HASH, EventInput, Kind, build_entry, new_uuid
+    from memroot.memory_root._fold import BranchFold, Folder, MemNodes
+    from memroot.memory_root.replay import reachable
+    from memroot.memory_root.root import MemoryRoot
+    from memroot.projections.registry import default_registry
+
+    every = 1000  # the ledger's default snapshot_every, as ``memroot init`` writes it
+    nodes = MemNodes()
+    fold = BranchFold(
+        "main", Folder(default_registry().projections()), every, next_seq=1, map_source=nodes
+    )
+    batches = (n + BATCH - 1) // BATCH
+    figures: list[dict[str, float]] = []
+    seq = 1  # the genesis is seq 0
+    collect_at = 1 << 18
+    t = time.perf_counter()
+    for i, item in enumerate(mixed_history(n)):
+        b = i // BATCH
+        if isinstance(item, EventInput):
+            entry_seq, seq = seq, seq + 1
+            if entry_seq - fold.last_snapshot_seq < every:
+                continue
+            # The entry that makes a snapshot due: only its seq matters to what is written.
+            e = build_entry(ZERO_HASH, entry_seq, "main", 1, Kind.EVENT, "MESSAGE", {})
+        else:
+            e = build_entry(
+                ZERO_HASH, seq, "main", 1, Kind.OP, item.op_type, item.body(item.id or new_uuid())
+            )
+            seq += 1
+        if not fold.advance(e):
+            continue
+        prepared = fold.pending
+        assert prepared is not None
+        new = sum(1 for h in prepared.nodes or {} if h not in nodes.nodes)
+        if b >= batches - window:
+            figures.append(
+                {
+                    "node_rows": new,
+                    "root_bytes": _summary_bytes(prepared.stored) + 97 * new,
+                }
+            )
+        snap = build_entry(ZERO_HASH, seq, "main", 1, Kind.OP, "SNAPSHOT", {})
+        seq += 1
+        fold.snapshot_taken(snap, MemoryRoot(bytes(32)), prepared)
+        fold.next_seq = seq
+        if len(nodes.nodes) > collect_at:
+            nodes.nodes = reachable(nodes.nodes, [fold.map_base])
+            collect_at = max(1 << 18, 2 * len(nodes.nodes))
+    k = len(figures)
+    return {
+        "entries": n,
+        "mode": "writer-only",
+        "window_batches": k,
+        "seconds": round(time.perf_counter() - t, 1),
+        "map_nodes_live": len(reachable(nodes.nodes, [fold.map_base])),
+        "node_rows": round(sum(f["node_rows"] for f in figures) / k, 1),
+        "root_bytes": round(sum(f["root_bytes"] for f in figures) / k),
     }
 
 
@@ -152,6 +247,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--query", type=int, nargs="*", default=[], help="strict recall cost at these objects"
     )
+    ap.add_argument(
+        "--writer-only", type=int, nargs="*", default=[], help="the writer's fold alone, no ledger"
+    )
     ap.add_argument("--reads", type=int, default=30)
     ap.add_argument("--window", type=int, default=20)
     ap.add_argument("--dir", type=Path, default=None)
@@ -161,6 +259,10 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         for n in args.sizes:
             res = run(n, args.window, Path(tmp))
+            print(json.dumps(res), flush=True)
+            out.append(res)
+        for n in args.writer_only:
+            res = writer_only(n, args.window)
             print(json.dumps(res), flush=True)
             out.append(res)
         for n in args.query:

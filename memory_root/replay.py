@@ -14,7 +14,7 @@ hidden, every entry is still in the log.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
@@ -45,7 +45,7 @@ from memroot.memory_root.records import SelfModelRecord
 from memroot.memory_root.root import MemoryRoot
 from memroot.memory_root.root_v2 import LeafChange
 from memroot.memory_root.selfmodel import parse_selfmodel_payload
-from memroot.memory_root.state_map import Inner
+from memroot.memory_root.state_map import Inner, Node
 from memroot.projections.projection import Projection, Summary, is_state_projection, read_state
 from memroot.projections.registry import Registry, default_registry
 
@@ -55,6 +55,7 @@ __all__ = [
     "RootsReplay",
     "RootsReplayCheck",
     "SelfModelReplayed",
+    "reachable",
     "rebuild",
 ]
 
@@ -83,6 +84,29 @@ class SelfModelReplayed:
     """A ``SELFMODEL_SNAPSHOT`` that replay confirmed."""
 
     record: SelfModelRecord
+
+
+def reachable(nodes: dict[bytes, Node], roots: Iterable[bytes]) -> dict[bytes, Node]:
+    """Return the nodes of ``nodes`` that the maps rooted at ``roots`` reach (§6.12).
+
+    A namespace leaf's value is its item tree's root, so the walk goes on through it. Hashes
+    not in ``nodes`` (``EMPTY``, nodes held elsewhere) end the walk there.
+    """
+    live: dict[bytes, Node] = {}
+    stack = list(roots)
+    while stack:
+        h = stack.pop()
+        if h in live:
+            continue
+        node = nodes.get(h)
+        if node is None:
+            continue
+        live[h] = node
+        if isinstance(node, Inner):
+            stack += (node.left, node.right)
+        else:
+            stack.append(node.value)
+    return live
 
 
 class RootsReplay:
@@ -126,22 +150,9 @@ class RootsReplay:
         Run when the store doubled since the last collection, so its cost is amortised and
         the memory held stays within twice the live maps' nodes.
         """
-        live: dict[bytes, Any] = {}
-        nodes = self.nodes.nodes
-        stack = [f.map_base for f in self.folds.values()]
-        stack += [base for base, _ in self.fork_maps.values()]
-        while stack:
-            h = stack.pop()
-            if h in live:
-                continue
-            node = nodes.get(h)
-            if node is None:
-                continue  # EMPTY, or a node not held here
-            live[h] = node
-            if isinstance(node, Inner):
-                stack += (node.left, node.right)
-            else:
-                stack.append(node.value)  # a namespace leaf's value is its item tree's root
+        roots = [f.map_base for f in self.folds.values()]
+        roots += [base for base, _ in self.fork_maps.values()]
+        live = reachable(self.nodes.nodes, roots)
         self.nodes.nodes = live
         self._gc_at = max(1 << 17, 2 * len(live))
 

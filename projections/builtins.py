@@ -14,7 +14,11 @@ Built-ins (version 1 each):
 ``failure-motifs``  ``VIOLATION_RECORDED``: ``{motif: {"count", "distinct_sources", "sources"}}``
 ``corrections``  ``CORRECTION_APPLIED``: ``{"total", "by_motif", "by_verifier", "recent", "chain"}``
 ``epistemic-distribution``  ``ASSERT`` / ``EPISTEMIC_TRANSITION``: ``{epistemic_type: n}``
-``lifecycle-counts``  ``ASSERT`` / ``DEPRECATE`` / ``SUPERSEDE`` / ``ARCHIVE``: ``{state: n}``
+``lifecycle-counts``  ``ASSERT`` / ``DEPRECATE`` / ``SUPERSEDE`` / ``ARCHIVE``:
+    version 2 (written since this version): ``{state: n}``, how many times an operation moved
+    an object into each state, bounded. Version 1 (``{state: n}`` objects now in each state,
+    whose fold state remembers every deprecated object not yet archived, to tell an
+    ``ARCHIVE``'s from-state) stays registered as retired, to replay roots that list it.
 ``falsification-state``  ``FALSIFY`` / ``MARK_STALE`` / ``RESTORE`` / ``CASCADE``:
     version 2 (written since memory roots v2): ``{target_type: {state: n}}``, how many times
     an operation set each state, bounded; each item's own state is a leaf of the memory map
@@ -62,6 +66,7 @@ __all__ = [
     "FalsificationState",
     "ItemStates",
     "LifecycleCounts",
+    "LifecycleTransitions",
     "MemoryStateDigest",
     "builtin_projections",
     "check_payload",
@@ -354,6 +359,10 @@ class LifecycleCounts(_Sliced):
     joined by newlines in the order they were deprecated (a function of the log, so every
     replay writes the same bytes): ``{"counts": {...}, "deprecated": text}``, an order of
     magnitude cheaper to write with every snapshot than a canonical map of the ids.
+
+    Retired (``retired_projections``): version 2, ``LifecycleTransitions``, replaced it,
+    because the remembered ids grow with the history and every root stored them again. It
+    stays registered so that roots listing it replay.
     """
 
     id: str = "lifecycle-counts"
@@ -423,6 +432,55 @@ class LifecycleCounts(_Sliced):
     def summarize(self, state: dict[str, Any]) -> Summary:
         """Return the non-zero counts per state."""
         return _summary({k: n for k, n in state["counts"].items() if n})
+
+
+_ENTERS: Final = {
+    _ASSERT: _ACTIVE,
+    _DEPRECATE: _DEPRECATED,
+    _SUPERSEDE: _SUPERSEDED,
+    _ARCHIVE: _ARCHIVED,
+}
+"""Lifecycle operation -> the state it moves its object into (RFC-0001 section 8)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LifecycleTransitions(_Sliced):
+    """``lifecycle-counts`` version 2: how often an operation moved an object into each state.
+
+    ``ASSERT`` counts one ``ACTIVE``, ``DEPRECATE`` one ``DEPRECATED``, ``SUPERSEDE`` one
+    ``SUPERSEDED``, ``ARCHIVE`` one ``ARCHIVED``, whatever the operation names. Summary:
+    ``{state: n}`` (non-zero only), count = the number of states listed. The fold state is
+    those four counts: version 1 told an ``ARCHIVE`` of a deprecated object from one of an
+    active object by remembering every deprecated id not yet archived, a set that grows with
+    the history and was written again with every root (docs/FORMAT.md §6.13). Counts of
+    operations need no from-state; which objects are now in each state is the memory
+    model's (the ``memory-state`` digest), each object's proven by its own operations.
+    """
+
+    id: str = "lifecycle-counts"
+    version: int = 2
+    types: ClassVar[frozenset[str] | None] = frozenset(_ENTERS)
+
+    @property
+    def params(self) -> Mapping[str, Any]:
+        """``{"namespaces": [...]}``."""
+        return self._slice()
+
+    def initial(self) -> dict[str, int]:
+        """Return no count."""
+        return {}
+
+    def fold(self, state: dict[str, int], entry: Entry) -> dict[str, int]:
+        """Count the state one lifecycle operation moves its object into."""
+        to = _ENTERS.get(entry.type)
+        if to is None or not self._in_slice(entry):
+            return state
+        state[to] = state.get(to, 0) + 1
+        return state
+
+    def summarize(self, state: dict[str, int]) -> Summary:
+        """Return the counts per state entered."""
+        return _summary({k: n for k, n in state.items() if n})
 
 
 _STATE_OF: Final = {
@@ -735,18 +793,19 @@ class FalsificationCounts(_Sliced):
 def builtin_projections() -> list[Projection]:
     """Return one instance of every built-in projection, with default ids and params.
 
-    ``falsification-state`` is version 2 (``FalsificationCounts``); version 1
-    (``FalsificationState``) is in ``retired_projections``.
+    ``falsification-state`` is version 2 (``FalsificationCounts``) and ``lifecycle-counts``
+    version 2 (``LifecycleTransitions``); their versions 1 (``FalsificationState``,
+    ``LifecycleCounts``) are in ``retired_projections``.
     """
     return [
         FailureMotifs(),
         Corrections(),
         EpistemicDistribution(),
-        LifecycleCounts(),
+        LifecycleTransitions(),
         FalsificationCounts(),
     ]
 
 
 def retired_projections() -> list[Projection]:
     """Return the built-ins replaced by a newer version, kept to replay old roots."""
-    return [FalsificationState()]
+    return [FalsificationState(), LifecycleCounts()]

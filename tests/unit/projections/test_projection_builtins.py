@@ -17,10 +17,13 @@ from memroot.projections.builtins import (
     Corrections,
     EpistemicDistribution,
     FailureMotifs,
+    FalsificationCounts,
     FalsificationState,
     LifecycleCounts,
+    LifecycleTransitions,
     builtin_projections,
     check_payload,
+    retired_projections,
 )
 from memroot.projections.projection import Projection, decode_state, encode_state
 
@@ -170,7 +173,7 @@ def test_epistemic_distribution_follows_asserts_and_transitions():
 
 
 def test_lifecycle_counts_follow_the_state_machine():
-    """ASSERT -> ACTIVE; DEPRECATE, SUPERSEDE move out of ACTIVE; ARCHIVE knows the source."""
+    """v1 (retired): ASSERT -> ACTIVE; DEPRECATE, SUPERSEDE leave ACTIVE; ARCHIVE knows whence."""
     a, b, c, d = (new_uuid() for _ in range(4))
     entries = [op("ASSERT", {"epistemic_type": "OBSERVED"}, target_id=x) for x in (a, b, c, d)]
     entries += [
@@ -182,6 +185,36 @@ def test_lifecycle_counts_follow_the_state_machine():
     got, count = value(LifecycleCounts(), entries)
     assert got == {"ACTIVE": 1, "SUPERSEDED": 1, "ARCHIVED": 2}
     assert count == 3
+
+
+def test_lifecycle_counts_v2_count_each_move_into_a_state():
+    """v2: each ASSERT, DEPRECATE, SUPERSEDE and ARCHIVE of the slice counts the state it enters."""
+    a, b, c, d = (new_uuid() for _ in range(4))
+    entries = [op("ASSERT", {"epistemic_type": "OBSERVED"}, target_id=x) for x in (a, b, c, d)]
+    entries += [
+        op("DEPRECATE", {"reason": "old"}, target_id=a),
+        op("ARCHIVE", {"reason": "r"}, target_id=a),
+        op("SUPERSEDE", {"new_object_id": d, "reason": "r"}, target_id=b),
+        op("ARCHIVE", {"reason": "r"}, target_id=c),
+        op("DEPRECATE", {"reason": "elsewhere"}, target_id=d, ns="other"),
+        op("RELATE", {"edge_type": "SUPPORTS"}, target_id=d),
+    ]
+    got, count = value(LifecycleTransitions(namespaces=("ns",)), entries)
+    assert got == {"ACTIVE": 4, "DEPRECATED": 1, "SUPERSEDED": 1, "ARCHIVED": 2}
+    assert count == 4
+    got, _ = value(LifecycleTransitions(), entries)
+    assert got["DEPRECATED"] == 2
+    assert value(LifecycleTransitions(), [])[0] == {}
+
+
+def test_lifecycle_counts_v2_is_the_built_in_and_v1_is_retired():
+    """New roots run lifecycle-counts v2; v1 (and falsification-state v1) stay to replay."""
+    active = {p.id: p for p in builtin_projections()}
+    assert isinstance(active["lifecycle-counts"], LifecycleTransitions)
+    assert active["lifecycle-counts"].version == 2
+    assert isinstance(active["falsification-state"], FalsificationCounts)
+    retired = {(p.id, p.version) for p in retired_projections()}
+    assert retired == {("lifecycle-counts", 1), ("falsification-state", 1)}
 
 
 def test_falsification_state_records_what_each_operation_says():
@@ -264,6 +297,11 @@ _ops = st.one_of(
         st.sampled_from(["FALSIFY", "MARK_STALE", "RESTORE"]),
     ),
     st.builds(lambda: op("CORRECTION_APPLIED", {"correction": "c", "accepted_by": "v"})),
+    st.builds(
+        lambda k, t: op(k, {"reason": "r"}, target_id=t),
+        st.sampled_from(["DEPRECATE", "ARCHIVE", "SUPERSEDE"]),
+        st.sampled_from(["x", "y", "z"]),
+    ),
 )
 
 
@@ -272,7 +310,7 @@ _ops = st.one_of(
 def test_resuming_from_a_persisted_state_equals_folding_from_scratch(entries, cut):
     """Fold to any point, store and reload the state, fold the rest: same summary and state."""
     cut = min(cut, len(entries))
-    for p in builtin_projections():
+    for p in [*builtin_projections(), *retired_projections()]:
         whole = p.summarize(run(p, entries))
         saved = decode_state(p, encode_state(p, run(p, entries[:cut])))
         state = saved
@@ -287,7 +325,7 @@ def test_resuming_from_a_persisted_state_equals_folding_from_scratch(entries, cu
 @given(st.lists(_ops, max_size=20))
 def test_summaries_are_canonical_cbor_and_repeatable(entries):
     """Summaries decode strictly (canonical CBOR) and two runs give identical bytes."""
-    for p in builtin_projections():
+    for p in [*builtin_projections(), *retired_projections()]:
         a, b = p.summarize(run(p, entries)), p.summarize(run(p, entries))
         assert a == b
         assert encoding.encode(encoding.decode(a.data)) == a.data
@@ -316,3 +354,44 @@ def test_lifecycle_state_round_trips_through_its_compact_encoding():
     }
     assert list(decode_state(p, data)["deprecated"]) == kept
     assert decode_state(p, encode_state(p, p.initial())) == p.initial()
+
+
+_NAMING = ["ASSERT", "DEPRECATE", "SUPERSEDE", "ARCHIVE", "FALSIFY", "MARK_STALE", "CASCADE"]
+
+
+def _naming(kind: str, seq: int, item: str) -> Entry:
+    """An operation of type ``kind`` at ``seq`` naming the object ``item``."""
+    if kind == "CASCADE":
+        payload: dict[str, Any] = {"touched": [{"type": "memory_object", "id": item}] * 3}
+        target: str | None = None
+    elif kind == "ASSERT":
+        payload, target = {"epistemic_type": "OBSERVED"}, item
+    else:
+        payload, target = {"reason": "r"}, item
+    body = OpInput(
+        op_type=kind,
+        actor_id="a",
+        actor_type="AI_AGENT",
+        namespace_id="ns",
+        payload=payload,
+        policy_version="p/1",
+        target_id=target,
+        target_type="memory_object",
+    ).body("00000000-0000-7000-8000-000000000000")
+    return build_entry(ZERO_HASH, seq, "main", 1, Kind.OP, kind, body)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sampled_from(_NAMING), min_size=1, max_size=60))
+def test_no_built_in_remembers_the_objects_it_counts(kinds):
+    """Every active built-in's fold state and summary are as long when each operation names a
+    new object as when all name one: nothing kept grows with the objects a history names."""
+    fresh = [_naming(k, i + 1, new_uuid()) for i, k in enumerate(kinds)]
+    same = [_naming(k, i + 1, "00000000-0000-7000-8000-00000000000a") for i, k in enumerate(kinds)]
+    for p in builtin_projections():
+        a, b = run(p, fresh), run(p, same)
+        assert len(encode_state(p, a)) == len(encode_state(p, b)), p.id
+        assert len(p.summarize(a).data) == len(p.summarize(b).data), p.id
+    v1 = LifecycleCounts()  # why it was retired: it remembers every deprecated object
+    if kinds.count("DEPRECATE") >= 2 and "ARCHIVE" not in kinds:
+        assert len(encode_state(v1, run(v1, fresh))) > len(encode_state(v1, run(v1, same)))

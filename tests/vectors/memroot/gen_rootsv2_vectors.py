@@ -4,7 +4,8 @@ The six entries of the v1 known-answer vectors (``gen_roots_kat.py``: a stand-in
 ``VIOLATION_RECORDED``, an ``ASSERT``, a ``CORRECTION_APPLIED``, an ``EPISTEMIC_TRANSITION``,
 a ``FALSIFY``), plus a ``CASCADE`` and a second ``ASSERT`` without ``target_id``. For each
 entry its bytes and the leaves it sets; then the v2 root at high-water 7: its map root, the
-built-ins' rule and summary digests (falsification-state version 2), its preimage and root.
+built-ins' rule and summary digests (falsification-state version 2, lifecycle-counts
+version 1: the rules of the first v2 roots), its preimage and root.
 Run: ``python tests/vectors/memroot/gen_rootsv2_vectors.py > rootsv2-vectors.json``.
 """
 
@@ -22,7 +23,13 @@ from memroot.ledger.merkle import CompactRange
 from memroot.memory_root.root import HighWater, compute_root
 from memroot.memory_root.root_v2 import MapAt, leaf_changes
 from memroot.memory_root.state_map import EMPTY
-from memroot.projections.builtins import builtin_projections
+from memroot.projections.builtins import (
+    Corrections,
+    EpistemicDistribution,
+    FailureMotifs,
+    FalsificationCounts,
+    LifecycleCounts,
+)
 from memroot.projections.projection import rule_digest
 
 KAT = Path(__file__).parents[2] / "unit" / "memory_root" / "vectors" / "gen_roots_kat.py"
@@ -39,6 +46,21 @@ def _kat() -> Any:
 class _NoNodes:
     def node(self, h: bytes) -> None:
         del h
+
+
+def v2_builtins() -> list[Any]:
+    """The built-ins as the first v2 roots listed them (falsification-state v2, lifecycle v1).
+
+    ``lifecycle-counts`` went to version 2 later (``gen_lifecycle_vectors.py``); these
+    vectors keep the rules they were published with.
+    """
+    return [
+        FailureMotifs(),
+        Corrections(),
+        EpistemicDistribution(),
+        LifecycleCounts(),
+        FalsificationCounts(),
+    ]
 
 
 def entries() -> list[Entry]:
@@ -83,7 +105,7 @@ def main() -> None:
         tree.append(e.hash)
     hw = HighWater(hw_seq, EntryHash(es[hw_seq].hash), hw_seq + 1, TreeRoot(tree.root()))
     pairs = []
-    for p in builtin_projections():
+    for p in v2_builtins():
         state = p.initial()
         for e in es:
             if p.types is None or e.type in p.types:

@@ -31,16 +31,26 @@ from memroot.ledger.entries import ZERO_HASH, Entry, Kind, OpInput, build_entry
 from memroot.ledger.hashing import EntryHash, TreeRoot, domain_hash
 from memroot.ledger.merkle import CompactRange
 from memroot.memory_root.root import HighWater, MemoryRoot, RootPreimage, compute_root
-from memroot.projections.builtins import FalsificationState, builtin_projections
+from memroot.projections.builtins import (
+    Corrections,
+    EpistemicDistribution,
+    FailureMotifs,
+    FalsificationState,
+    LifecycleCounts,
+)
 
 TS = 1_780_000_000_000_000
 KINDS = ["memory_object", "memory_root", "selfmodel", "summary_item"]
 
 
 def _v1_builtins() -> list[Any]:
-    """The built-ins at version 1, as v1 roots listed them (falsification-state v1)."""
+    """The built-ins at version 1, as v1 roots listed them (every one at version 1)."""
     return [
-        FalsificationState() if p.id == "falsification-state" else p for p in builtin_projections()
+        FailureMotifs(),
+        Corrections(),
+        EpistemicDistribution(),
+        LifecycleCounts(),
+        FalsificationState(),
     ]
 
 

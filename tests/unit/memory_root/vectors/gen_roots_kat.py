@@ -22,16 +22,26 @@ from memroot.ledger.hashing import EntryHash, TreeRoot
 from memroot.ledger.merkle import CompactRange
 from memroot.memory_root.root import HighWater, MemoryRoot, RootPreimage, compute_root
 from memroot.memory_root.selfmodel import Capability, SelfModel, selfmodel_payload
-from memroot.projections.builtins import FalsificationState, builtin_projections
+from memroot.projections.builtins import (
+    Corrections,
+    EpistemicDistribution,
+    FailureMotifs,
+    FalsificationState,
+    LifecycleCounts,
+)
 from memroot.projections.projection import rule_digest, rule_preimage
 
 TS = 1_780_000_000_000_000  # fixed microseconds
 
 
 def _v1_builtins() -> list[Any]:
-    """The built-ins at version 1, as v1 roots listed them (falsification-state v1)."""
+    """The built-ins at version 1, as v1 roots listed them (every one at version 1)."""
     return [
-        FalsificationState() if p.id == "falsification-state" else p for p in builtin_projections()
+        FailureMotifs(),
+        Corrections(),
+        EpistemicDistribution(),
+        LifecycleCounts(),
+        FalsificationState(),
     ]
 
 

@@ -1,0 +1,161 @@
+"""lifecycle-counts version 2 on real ledger files: bounded per root, and a ledger whose roots
+list version 1 (written before it) keeps verifying and goes on with version 2.
+
+The "old writer" is this memroot's own hooks with the built-ins as they were before version 2
+(``lifecycle-counts`` v1 active): the rules, and so the roots, such a writer appended.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import apsw
+import pytest
+from click.testing import CliRunner, Result
+
+from memroot.bench.hooked import BATCH, mixed_history
+from memroot.cli.main import cli
+from memroot.ledger import encoding
+from memroot.ledger.entries import EventInput, OpInput
+from memroot.ledger.ledger import Ledger
+from memroot.memory_root import Roots, records, stack
+from memroot.memory_root.hook import RootsHook
+from memroot.projections.builtins import (
+    Corrections,
+    EpistemicDistribution,
+    FailureMotifs,
+    FalsificationCounts,
+    FalsificationState,
+    LifecycleCounts,
+    LifecycleTransitions,
+)
+from memroot.projections.projection import rule_digest
+from memroot.projections.registry import Registry
+
+V1 = rule_digest(LifecycleCounts())
+V2 = rule_digest(LifecycleTransitions())
+
+
+def memroot(ledger: Path, *args: str) -> Result:
+    return CliRunner().invoke(cli, ["-l", str(ledger), *args], catch_exceptions=False)
+
+
+def _old_hooks() -> list[object]:
+    """The default hooks with the built-ins of before lifecycle-counts v2."""
+    old = Registry(
+        [FailureMotifs(), Corrections(), EpistemicDistribution(), LifecycleCounts(),
+         FalsificationCounts()]
+    )  # fmt: skip
+    old.register(FalsificationState(), retired=True)
+    return [RootsHook(old) if isinstance(h, RootsHook) else h for h in stack.default_hooks()]
+
+
+@pytest.fixture
+def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("MEMROOT_TRUSTED", str(tmp_path / "trusted.json"))
+    path = tmp_path / "lc.ledger"
+    r = memroot(path, "init")
+    assert r.exit_code == 0, r.output
+    return path
+
+
+def _append(
+    path: Path, items: Iterator[EventInput | OpInput], batches: int, hooks: Callable[[], list]
+) -> None:
+    """Append ``batches`` batches of ``items`` through a fresh set of ``hooks()``."""
+    with Ledger.open(path, hooks=hooks()) as led:
+        roots = Roots(led)
+        for _ in range(batches):
+            led.append_batch(list(itertools.islice(items, BATCH)))
+            roots.sign_pending()
+
+
+def _newest(path: Path) -> dict[bytes, records.StoredSummary]:
+    db = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        latest = records.latest_root(db, "main")
+        assert latest is not None
+        return {s.rule: s for s in records.summaries(db, latest.root)}
+    finally:
+        db.close()
+
+
+def _stored_bytes(summaries: dict[bytes, records.StoredSummary]) -> int:
+    return sum(len(s.data) + len(s.fold_state or b"") for s in summaries.values())
+
+
+def test_a_root_stores_as_many_bytes_at_12000_entries_as_at_2000(ledger: Path):
+    """No built-in's summary or fold state stored with the newest root grows with the
+    history: 10x the entries (and the deprecated objects) add only wider counts."""
+    items = mixed_history(12 * BATCH)
+    hooks = stack.default_hooks
+    _append(ledger, items, 2, hooks)
+    early = _newest(ledger)
+    _append(ledger, items, 10, hooks)
+    late = _newest(ledger)
+    assert V2 in late and V1 not in late
+    assert _stored_bytes(late) - _stored_bytes(early) <= 16
+    assert all(s.fold_state is not None for s in late.values())
+
+
+def test_lifecycle_v1_fold_state_grew_with_every_deprecated_object(ledger: Path):
+    """Why v1 was retired: the old writer's newest root stores every deprecated id again."""
+    items = mixed_history(12 * BATCH)
+    hooks = _old_hooks
+    _append(ledger, items, 2, hooks)
+    early = _newest(ledger)[V1].fold_state
+    _append(ledger, items, 10, hooks)
+    late = _newest(ledger)[V1].fold_state
+    assert early is not None and late is not None
+    assert len(late) - len(early) > 100 * 36  # ~10 more deprecated ids per 1,000 entries
+
+
+def test_roots_listing_v1_verify_and_the_next_ones_list_v2(ledger: Path):
+    """A ledger the old writer snapshotted verifies; the new writer's next roots list v2
+    (folded from the genesis, since no stored state has its rule); rebuild writes the same
+    roots; verify passes again."""
+    items = mixed_history(6 * BATCH)
+    _append(ledger, items, 3, _old_hooks)
+    assert V1 in _newest(ledger) and V2 not in _newest(ledger)
+    r = memroot(ledger, "verify")
+    assert r.exit_code == 0, r.output
+    _append(ledger, items, 3, stack.default_hooks)
+    newest = _newest(ledger)
+    assert V2 in newest and V1 not in newest
+    db = apsw.Connection(str(ledger), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        roots = [(int(s), bytes(x)) for s, x in db.execute("SELECT seq, root FROM memory_roots")]
+        rules = [
+            {bytes(r) for (r,) in db.execute(
+                "SELECT rule FROM memory_root_summaries WHERE root = ?", (root,))}
+            for _, root in roots
+        ]  # fmt: skip
+    finally:
+        db.close()
+    assert [V1 in r for r in rules] == [True] * 3 + [False] * 3
+    assert [V2 in r for r in rules] == [False] * 3 + [True] * 3
+    with Ledger.open(ledger) as led:
+        latest = records.latest_root(led.derived.db, "main")
+        assert latest is not None
+        moves = Counter(e.type for e in led.entries(0, latest.high_water.seq + 1, "main"))
+    assert encoding.decode(newest[V2].data) == {
+        "ACTIVE": moves["ASSERT"],
+        "DEPRECATED": moves["DEPRECATE"],
+        "SUPERSEDED": moves["SUPERSEDE"],
+    }
+    r = memroot(ledger, "verify")
+    assert r.exit_code == 0, r.output
+    r = memroot(ledger, "rebuild")
+    assert r.exit_code == 0, r.output
+    db = apsw.Connection(str(ledger), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        again = [(int(s), bytes(x)) for s, x in db.execute("SELECT seq, root FROM memory_roots")]
+    finally:
+        db.close()
+    assert sorted(again) == sorted(roots)
+    assert _newest(ledger) == newest
+    r = memroot(ledger, "verify")
+    assert r.exit_code == 0, r.output
