@@ -8,8 +8,9 @@ same checked recall "cold", with what the gate remembers of its checks forgotten
 read (the cost of the first read after another connection's commit, nothing remembered),
 right after each
 of R ``record`` calls of the same handle (its own writes), and right after each of R
-``record`` calls of a second handle on the same ledger (another connection's commit: what
-the gate remembers is kept only where that commit left it holding).
+``record`` calls of a second handle on the same ledger (another connection's commit, on
+PostgreSQL another host with its own cache file: what the gate remembers is kept only where
+that commit left it holding).
 Then a saver with one thread of R checkpoints, ``get_tuple`` (strict; the saver refuses a
 non-strict ledger), beside LangGraph's own ``SqliteSaver.get_tuple`` on the same
 checkpoints (no check at all). Prints the median per read of each, and the ratios.
@@ -92,7 +93,11 @@ def bench_recall(
             mem.recall(limit=20)
             own.append(time.perf_counter() - t)
         _AFTER_OWN.append(statistics.median(own) * 1e6)
+        if pg is not None:  # another host: its own cache file
+            os.environ["MEMROOT_CACHE"] = str(tmp / "pg-other.cache")
         with memroot.open(path, key_path=key, trusted=False) as other:
+            if pg is not None:
+                os.environ["MEMROOT_CACHE"] = str(tmp / "pg.cache")
             theirs = []
             for i in range(reads):
                 other.record(content=f"heard {i}")  # another connection's commit, not timed

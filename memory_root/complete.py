@@ -140,9 +140,10 @@ _READS: Final = (
 """The derived tables a check reads (``mem_events`` only adds namespaces to check: no edit of
 it can make a failing check pass, since the object rows name their namespaces too)."""
 
-_Held = dict[object, tuple[Heads, Mark | None]]
+_Held = dict[object, tuple[Heads, object]]
 _HELD: Final[weakref.WeakKeyDictionary[Ledger, _Held]] = weakref.WeakKeyDictionary()
-"""Per open ledger (a file): each check that held -> the heads and WAL floor it held at."""
+"""Per open ledger: each check that held -> the heads and the position it held at (a file: the
+WAL floor, ``Mark``; PostgreSQL: the host cache's ``data_version``)."""
 _WATCHED: Final[weakref.WeakKeyDictionary[Ledger, tuple[Mark, frozenset[int], Schema]]] = (
     weakref.WeakKeyDictionary()
 )
@@ -199,9 +200,11 @@ def _still_holds(ledger: Ledger, key: object) -> bool:
     if got is None:
         return False
     heads, then = got
+    if ledger.derived is not ledger.store:
+        return _still_holds_cache(ledger, key, heads, then)
     here = _floor(ledger)
     path = ledger.store.path
-    if then is None or here is None or path is None:
+    if not isinstance(then, Mark) or here is None or path is None:
         return False
     appended = since(ledger, object_token(ledger), heads)
     if appended is None or appended[1]:
@@ -219,6 +222,31 @@ def _still_holds(ledger: Ledger, key: object) -> bool:
     # Nothing it read changed up to the WAL's end: it holds here, and the pages are exact.
     _WATCHED[ledger] = (here, watched[1], watched[2])
     _held(ledger)[key] = (heads_of(ledger), here)
+    return True
+
+
+def _cache_version(ledger: Ledger) -> int:
+    row = ledger.derived.db.execute("PRAGMA data_version").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _still_holds_cache(ledger: Ledger, key: object, heads: Heads, then: object) -> bool:
+    """``_still_holds`` on PostgreSQL: the host's cache file unchanged by anyone else.
+
+    The derived rows live in the host's cache file, which only this connection writes
+    through the hooks (its own appends, its catch-up of other hosts' entries) unless its
+    ``data_version`` moved; and with no operation appended since, the map is the same.
+
+    Raises:
+        IntegrityError: an entry appended since fails its strict read.
+    """
+    if then != _cache_version(ledger):
+        return False
+    appended = since(ledger, object_token(ledger), heads)
+    if appended is None or appended[1]:
+        return False
+    _held(ledger)[key] = (heads_of(ledger), then)
     return True
 
 
@@ -383,4 +411,5 @@ def check_complete(
                 step=9,
             )
     passed.add(key)
-    _held(ledger)[key] = (heads_of(ledger), _floor(ledger))
+    here: object = _floor(ledger) if ledger.derived is ledger.store else _cache_version(ledger)
+    _held(ledger)[key] = (heads_of(ledger), here)

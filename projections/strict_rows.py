@@ -26,6 +26,12 @@ nothing; any change anywhere empties the memory of queries, so the next read che
 (each object's check survives this connection's own writes on a file, ``object_token``). On
 PostgreSQL the entries' side is the snapshot they are read in (``PgStore.commit_token``),
 which moves on anyone's write, and the local cache's side is its SQLite pair.
+
+When that memory ends (another connection's commit; on PostgreSQL any write), an object's
+check is kept if what it rested on is as it was (``_Proof``, ``_holds``): the log extends the
+heads it ran at (``since``: the entries appended since, read strictly), none of them names an
+id its closure looked up, and the stored rows of the entries it replayed are byte for byte
+the same. A served row edited is a new key, checked in full.
 """
 
 from __future__ import annotations
@@ -418,7 +424,7 @@ class _Proof:
 
 
 _PROOFS: weakref.WeakKeyDictionary[Ledger, dict[object, _Proof]] = weakref.WeakKeyDictionary()
-"""Per open ledger (a SQLite file): each checked object's key -> what its check rested on."""
+"""Per open ledger: each checked object's key -> what its check rested on."""
 _PROOFS_MAX: Final = 1 << 14
 _Since = tuple[Token | None, dict[Heads, tuple[frozenset[str], bool] | None]]
 _SINCE: weakref.WeakKeyDictionary[Ledger, _Since] = weakref.WeakKeyDictionary()
@@ -597,10 +603,11 @@ def check_objects(
     # repr: every field, the structured value too (a dict, so the object is not hashable).
     keys = [("object", branch, as_of, repr(o)) for o in objects]
     todo = [(k, o) for k, o in zip(keys, objects, strict=True) if k not in memo]
-    # On a file, a check that held before another connection's commit is kept when that
-    # commit left everything it rested on as it was (``_holds``): the commits of another
-    # agent process cost the entries they appended, not a replay of every served object.
-    proofs = _PROOFS.setdefault(ledger, {}) if ledger.derived is ledger.store else None
+    # A check that held before another connection's commit (on PostgreSQL: any write, this
+    # handle's own too) is kept when that commit left everything it rested on as it was
+    # (``_holds``): the commits of another agent cost the entries they appended, not a
+    # replay of every served object.
+    proofs = _PROOFS.setdefault(ledger, {})
     if todo and proofs:
         still = []
         for k, o in todo:
@@ -611,11 +618,11 @@ def check_objects(
                 still.append((k, o))
         todo = still
     if todo:
-        heads = heads_of(ledger) if proofs is not None else ()
+        heads = heads_of(ledger)
         proof = _check_objects(ledger, [o for _, o in todo], branch, as_of, heads)
         if object_token(ledger) == token:
             memo.update(k for k, _ in todo)
-            if proofs is not None and proof is not None:
+            if proof is not None:
                 if len(proofs) + len(todo) > _PROOFS_MAX:
                     proofs.clear()
                 proofs.update((k, proof) for k, _ in todo)
