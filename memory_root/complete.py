@@ -134,11 +134,12 @@ _READS: Final = (
     "fz_states",
     "fz_unapplied",
     "fz_skipped",
-    "memory_roots",
-    "memory_map_nodes",
 )
-"""The derived tables a check reads (``mem_events`` only adds namespaces to check: no edit of
-it can make a failing check pass, since the object rows name their namespaces too)."""
+"""The derived tables whose rows a check compares with the map. Not watched: ``mem_events``
+(it only adds namespaces to check: no edit of it can make a failing check pass, since the
+object rows name their namespaces too), and the map's nodes and root records (with no
+operation appended since, the map a check held against is the one the signed root commits
+to, whatever the stored copies now say; the next full check re-hashes them)."""
 
 _Held = dict[object, tuple[Heads, object]]
 _HELD: Final[weakref.WeakKeyDictionary[Ledger, _Held]] = weakref.WeakKeyDictionary()
