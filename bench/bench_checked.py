@@ -5,8 +5,12 @@ facts (each with its evidence event); R reads of ``Memory.recall(limit=20)`` thr
 (``projections.checked.checked_query``: heads, every served row re-derived, the rows the state
 filter hid) beside the same query through ``unchecked_query`` on the same open ledger; and the
 same checked recall "cold", with what the gate remembers of its checks forgotten before every
-read (the cost of the first read after another connection's commit), and right after each
-of R ``record`` calls of the same handle (its own writes: the objects' checks are kept).
+read (the cost of the first read after another connection's commit, nothing remembered),
+right after each
+of R ``record`` calls of the same handle (its own writes), and right after each of R
+``record`` calls of a second handle on the same ledger (another connection's commit, on
+PostgreSQL another host with its own cache file: what the gate remembers is kept only where
+that commit left it holding).
 Then a saver with one thread of R checkpoints, ``get_tuple`` (strict; the saver refuses a
 non-strict ledger), beside LangGraph's own ``SqliteSaver.get_tuple`` on the same
 checkpoints (no check at all). Prints the median per read of each, and the ratios.
@@ -34,6 +38,8 @@ def _median_us(fn: Callable[[], Any], n: int) -> float:
 
 _AFTER_OWN: list[float] = []
 """The median checked recall right after this handle's own ``record``, per ``bench_recall``."""
+_AFTER_OTHER: list[float] = []
+"""The median checked recall right after another connection's ``record``, per ``bench_recall``."""
 
 
 def bench_recall(
@@ -74,6 +80,7 @@ def bench_recall(
 
         def cold() -> None:
             strict_rows._CHECKED.clear()
+            strict_rows._PROOFS.clear()
             mem.recall(limit=20)
 
         checked = _median_us(lambda: mem.recall(limit=20), reads)
@@ -86,6 +93,18 @@ def bench_recall(
             mem.recall(limit=20)
             own.append(time.perf_counter() - t)
         _AFTER_OWN.append(statistics.median(own) * 1e6)
+        if pg is not None:  # another host: its own cache file
+            os.environ["MEMROOT_CACHE"] = str(tmp / "pg-other.cache")
+        with memroot.open(path, key_path=key, trusted=False) as other:
+            if pg is not None:
+                os.environ["MEMROOT_CACHE"] = str(tmp / "pg.cache")
+            theirs = []
+            for i in range(reads):
+                other.record(content=f"heard {i}")  # another connection's commit, not timed
+                t = time.perf_counter()
+                mem.recall(limit=20)
+                theirs.append(time.perf_counter() - t)
+        _AFTER_OTHER.append(statistics.median(theirs) * 1e6)
     return checked, raw, first
 
 
@@ -133,8 +152,10 @@ def main() -> None:
         print(
             f"recall(limit=20) over {args.objects} objects: checked {checked:.0f} us, "
             f"unchecked {raw:.0f} us, ratio {checked / raw:.2f}x; checked cold (first read "
-            f"after a commit) {first:.0f} us, ratio {first / raw:.2f}x; right after an own "
-            f"record {_AFTER_OWN[-1]:.0f} us, ratio {_AFTER_OWN[-1] / raw:.2f}x"
+            f"after a commit, nothing remembered) {first:.0f} us, ratio {first / raw:.2f}x; "
+            f"right after an own record {_AFTER_OWN[-1]:.0f} us, ratio "
+            f"{_AFTER_OWN[-1] / raw:.2f}x; right after another connection's record "
+            f"{_AFTER_OTHER[-1]:.0f} us, ratio {_AFTER_OTHER[-1] / raw:.2f}x"
         )
         if args.pg:
             checked, raw, first = bench_recall(tmp, args.objects, args.reads, args.pg)
@@ -142,7 +163,9 @@ def main() -> None:
                 f"PostgreSQL recall(limit=20) over {args.objects} objects: checked "
                 f"{checked:.0f} us, unchecked {raw:.0f} us, ratio {checked / raw:.2f}x; checked "
                 f"cold {first:.0f} us, ratio {first / raw:.2f}x; after an own record "
-                f"{_AFTER_OWN[-1]:.0f} us, ratio {_AFTER_OWN[-1] / raw:.2f}x"
+                f"{_AFTER_OWN[-1]:.0f} us, ratio {_AFTER_OWN[-1] / raw:.2f}x; after another "
+                f"connection's record {_AFTER_OTHER[-1]:.0f} us, ratio "
+                f"{_AFTER_OTHER[-1] / raw:.2f}x"
             )
         got = bench_get_tuple(tmp, args.reads)
         if got is None:

@@ -26,6 +26,12 @@ nothing; any change anywhere empties the memory of queries, so the next read che
 (each object's check survives this connection's own writes on a file, ``object_token``). On
 PostgreSQL the entries' side is the snapshot they are read in (``PgStore.commit_token``),
 which moves on anyone's write, and the local cache's side is its SQLite pair.
+
+When that memory ends (another connection's commit; on PostgreSQL any write), an object's
+check is kept if what it rested on is as it was (``_Proof``, ``_holds``): the log extends the
+heads it ran at (``since``: the entries appended since, read strictly), none of them names an
+id its closure looked up, and the stored rows of the entries it replayed are byte for byte
+the same. A served row edited is a new key, checked in full.
 """
 
 from __future__ import annotations
@@ -49,7 +55,16 @@ from memroot.projections.query import Query, Result, get_object
 from memroot.projections.tables import OBJECT_COLS, object_from_row
 from memroot.projections.views import View, view_of
 
-__all__ = ["check_objects", "check_results", "checked_token", "object_token", "remembered"]
+__all__ = [
+    "check_objects",
+    "check_results",
+    "checked_token",
+    "heads_of",
+    "object_token",
+    "remembered",
+    "replayed_skips",
+    "since",
+]
 
 _TEMPLATE: dict[str, bytes] = {}  # an empty memory model's tables, serialised once per process
 _NEVER: Final = 2**62
@@ -388,6 +403,178 @@ def _whole(ledger: Ledger) -> list[Entry]:
     return out
 
 
+Heads = tuple[tuple[str, int, bytes], ...]
+"""Every branch's (name, size, head hash) as stored when a check ran."""
+
+
+class _Proof:
+    """What one check of objects rested on, to tell later that it still holds (``_holds``).
+
+    ``heads``: the branches when it ran; ``ids``: every object, entity and event its closure
+    looked up; ``rows``: the stored rows of the entries it replayed (bytes and content), by
+    branch number.
+    """
+
+    __slots__ = ("heads", "ids", "rows")
+
+    def __init__(
+        self, heads: Heads, ids: frozenset[str], rows: dict[int, tuple[tuple[Any, ...], ...]]
+    ) -> None:
+        self.heads, self.ids, self.rows = heads, ids, rows
+
+
+_PROOFS: weakref.WeakKeyDictionary[Ledger, dict[object, _Proof]] = weakref.WeakKeyDictionary()
+"""Per open ledger: each checked object's key -> what its check rested on."""
+_PROOFS_MAX: Final = 1 << 14
+_Since = tuple[Token | None, dict[Heads, tuple[frozenset[str], bool] | None]]
+_SINCE: weakref.WeakKeyDictionary[Ledger, _Since] = weakref.WeakKeyDictionary()
+"""Per open ledger: at one ``object_token``, what was appended since each set of heads."""
+_Held = tuple[Token | None, dict[int, tuple[_Proof, bool]]]
+_HELD: weakref.WeakKeyDictionary[Ledger, _Held] = weakref.WeakKeyDictionary()
+"""Per open ledger: at one ``object_token``, whether each proof still holds (``_holds``)."""
+
+
+def heads_of(ledger: Ledger) -> Heads:
+    """Return every branch's (name, size, head hash) as stored now (``since`` compares)."""
+    return tuple((b.name, b.size, bytes(b.head)) for b in ledger.store.branches())
+
+
+def since(ledger: Ledger, token: Token | None, heads: Heads) -> tuple[frozenset[str], bool] | None:
+    """Return what the operations appended since ``heads`` name, and whether there are any.
+
+    ``(ids, any)``: every id an operation appended since names (its target, its new id, the
+    UUIDs of its payload), and whether any operation (not an event) was appended. None when
+    the log does not extend ``heads``: a branch gone or shorter, or the entry at a branch's
+    old head no longer proving with the old hash in the signed tree now (the hash chain
+    fixes every entry before it, so an unchanged one means the same history). The new
+    entries are read strictly (each proven in the signed tree). Computed once per
+    ``object_token``. Run inside a read transaction of ``ledger``.
+
+    Raises:
+        IntegrityError: a new entry fails its strict read.
+    """
+    at, memo = _SINCE.get(ledger, (None, {}))
+    if at != token or token is None:
+        memo = {}
+        _SINCE[ledger] = (token, memo)
+    if heads in memo:
+        return memo[heads]
+    now = {b.name: b.size for b in ledger.store.branches()}
+    old = {name: (size, head) for name, size, head in heads}
+    named: set[str] = set()
+    ops = False
+    extends = all(name in now for name in old)
+    for name, size in now.items() if extends else ():
+        start, head = old.get(name, (0, b""))
+        if size < start:
+            extends = False
+            break
+        if start == size:  # nothing new: the old head must still prove with its hash
+            if (
+                start
+                and ledger.read_many([start - 1], name, links=False)[start - 1].entry.hash != head
+            ):
+                extends = False
+                break
+            continue
+        # The old head entry first, in the same proof as the new ones.
+        for e in ledger.entries(max(start - 1, 0), size, name):
+            if e.seq == start - 1:
+                if e.hash != head:
+                    extends = False
+                    break
+                continue
+            if e.kind is not Kind.EVENT:
+                ops = True
+            if e.kind is Kind.OP:
+                _uuids(e.body.get("payload"), named)
+                for field in ("target_id", "id"):
+                    value = e.body.get(field)
+                    if isinstance(value, str):
+                        named.add(value)
+        if not extends:
+            break
+    got = (frozenset(named), ops) if extends else None
+    memo[heads] = got
+    return got
+
+
+def _stored_rows(ledger: Ledger, keys: Iterable[tuple[str, int]]) -> dict[int, tuple[Any, ...]]:
+    """Return the stored rows (``Store.entry_rows``) of ``(branch, seq)``, by branch number."""
+    by: dict[int, list[int]] = {}
+    nos = {b.name: b.no for b in ledger.store.branches()}
+    for b, seq in keys:
+        by.setdefault(nos[b], []).append(seq)
+    return {
+        no: tuple(tuple(r) for r in ledger.store.entry_rows(no, sorted(seqs)))
+        for no, seqs in by.items()
+    }
+
+
+def _holds(ledger: Ledger, token: Token | None, proof: _Proof) -> bool:
+    """Whether a check that held (``proof``) still holds though another connection committed.
+
+    It does when the log extends the heads it ran at, no operation appended since names
+    any id its closure looked up (an object changes only by operations naming it or what it
+    was made from), and the stored rows of the entries it replayed are byte for byte the
+    same (an edited evidence content, an erased or rewritten entry, is checked again).
+    The served row itself is the key of the check: an edited row is a new key.
+
+    Raises:
+        IntegrityError: an entry appended since fails its strict read.
+    """
+    at, verdicts = _HELD.get(ledger, (None, {}))
+    if at != token or token is None:
+        verdicts = {}
+        _HELD[ledger] = (token, verdicts)
+    got = verdicts.get(id(proof))
+    if got is not None and got[0] is proof:
+        return got[1]
+    named = since(ledger, token, proof.heads)
+    held = named is not None and named[0].isdisjoint(proof.ids)
+    for no, rows in proof.rows.items() if held else ():
+        seqs = [r[0] for r in rows]
+        now = ledger.store.entry_rows(no, seqs)
+        if tuple(tuple(r) for r in now) != rows:
+            held = False
+            break
+    if held:
+        # It holds at the heads now: the next commit's entries are read from here.
+        proof.heads = heads_of(ledger)
+    verdicts[id(proof)] = (proof, held)
+    return held
+
+
+_SKIPS: dict[str, tuple[tuple[tuple[str, int, bytes], ...], frozenset[tuple[str, int]]]] = {}
+"""ledger id -> (every branch's (name, size, head) replayed, the entries the replay skipped)."""
+
+
+def replayed_skips(ledger: Ledger) -> frozenset[tuple[str, int]]:
+    """Return the (branch, seq) of every entry a replay of the log skips (``mem_skipped``).
+
+    The judge of a recorded skip (a derived row anyone can add, to hide an honest
+    ``ASSERT``): the whole log, read strictly (each entry proven in the signed tree), folded
+    by the rule every replay applies (``fold.apply_or_skip``). Kept per ledger while no
+    branch's size or head moved. Run inside a read transaction of ``ledger``.
+
+    Raises:
+        IntegrityError: an entry fails its strict read.
+    """
+    heads = tuple((b.name, b.size, bytes(b.head)) for b in ledger.store.branches())
+    got = _SKIPS.get(ledger.ledger_id)
+    if got is not None and got[0] == heads:
+        return got[1]
+    replayed = _replay(_whole(ledger))
+    try:
+        found = frozenset(
+            (str(b), int(s)) for b, s in replayed.execute("SELECT branch, seq FROM mem_skipped")
+        )
+    finally:
+        replayed.close()
+    _SKIPS[ledger.ledger_id] = (heads, found)
+    return found
+
+
 def check_objects(
     ledger: Ledger,
     objects: Sequence[MemoryObject],
@@ -416,22 +603,54 @@ def check_objects(
     # repr: every field, the structured value too (a dict, so the object is not hashable).
     keys = [("object", branch, as_of, repr(o)) for o in objects]
     todo = [(k, o) for k, o in zip(keys, objects, strict=True) if k not in memo]
+    # A check that held before another connection's commit (on PostgreSQL: any write, this
+    # handle's own too) is kept when that commit left everything it rested on as it was
+    # (``_holds``): the commits of another agent cost the entries they appended, not a
+    # replay of every served object.
+    proofs = _PROOFS.setdefault(ledger, {})
+    if todo and proofs:
+        still = []
+        for k, o in todo:
+            proof = proofs.get(k)
+            if proof is not None and _holds(ledger, token, proof):
+                memo.add(k)
+            else:
+                still.append((k, o))
+        todo = still
     if todo:
-        _check_objects(ledger, [o for _, o in todo], branch, as_of)
+        heads = heads_of(ledger)
+        proof = _check_objects(ledger, [o for _, o in todo], branch, as_of, heads)
         if object_token(ledger) == token:
             memo.update(k for k, _ in todo)
+            if proof is not None:
+                if len(proofs) + len(todo) > _PROOFS_MAX:
+                    proofs.clear()
+                proofs.update((k, proof) for k, _ in todo)
 
 
 def _check_objects(
-    ledger: Ledger, objects: Sequence[MemoryObject], branch: str, as_of: int | None
-) -> None:
-    """``check_objects`` without its memory of what was checked (the work itself)."""
+    ledger: Ledger,
+    objects: Sequence[MemoryObject],
+    branch: str,
+    as_of: int | None,
+    heads: Heads = (),
+) -> _Proof | None:
+    """``check_objects`` without its memory of what was checked (the work itself).
+
+    Returns what the check rested on (``_Proof``, at ``heads``) when it held on the
+    closure's entries alone and ``heads`` were given; None otherwise.
+    """
     db = ledger.derived.db
     current = as_of is None
     closure = _Closure(ledger, db, branch)
     closure.grow(o.id for o in objects)
     closure._fetch()  # the genesis entries of the view's levels
     entries = closure.entries()
+    proof = (
+        _Proof(heads, frozenset(closure.seen | closure.events), _stored_rows(ledger, closure.read))
+        if heads
+        else None
+    )
     if branch == CANONICAL_BRANCH and all(e.branch == CANONICAL_BRANCH for e in entries):
         mains = _replay_main(entries, [o.id for o in objects])
         # The fast path gives each object's newest version; an older one served as of an
@@ -443,7 +662,7 @@ def _check_objects(
             for o in objects:
                 if mains.get(o.id) != o:
                     raise _edited(o)
-            return
+            return proof
     replayed = _replay(entries)
     try:
         wrong = _differs(replayed, objects, branch, current)
@@ -458,8 +677,10 @@ def _check_objects(
             wrong = _differs(replayed, wrong, branch, current)
         finally:
             replayed.close()
+        proof = None  # it rested on the whole ledger
     if wrong:
         raise _edited(wrong[0])
+    return proof
 
 
 def check_results(ledger: Ledger, results: Sequence[Result], q: Query) -> None:

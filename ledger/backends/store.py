@@ -258,6 +258,11 @@ class Store:
     # Class defaults, so the subclasses of ``memroot.ledger.backends.pg`` (which set their own
     # fields) have them too.
     _write_open: bool = False  # from BEGIN IMMEDIATE to its COMMIT or ROLLBACK
+    read_floor: Callable[[Path], object] | None = None
+    """Set by a reader that wants ``floor``: called with the file's path before every read
+    transaction begins (``projections.wal_pages.floor``: the WAL position it will see)."""
+    floor: object = None
+    """What ``read_floor`` returned before the current (or last) read transaction began."""
     _txn_version: int | None = None  # the ``data_version`` read in the open write
     committed_version: int | None = None
     """The ``data_version`` read inside this connection's last committed write (None when
@@ -562,6 +567,9 @@ class Store:
             StorageError: if SQLite fails.
         """
         if not self.db.in_transaction:
+            if self.read_floor is not None:
+                # Before the snapshot is taken (at the first read after BEGIN DEFERRED).
+                self.floor = self.read_floor(self.path)
             try:
                 self.db.execute("BEGIN DEFERRED")
             except apsw.Error as e:

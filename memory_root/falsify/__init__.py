@@ -14,7 +14,11 @@ Module map, lower modules first (each imports only those above it):
 ``_core``           the rules applied to one entry (``FalsifyCore``), shared by the hook, the
                     replay and ``rebuild``; the tables (``install``); the core over a ledger
 ``hook``            ``FalsifyHook``, the append hook that keeps the tables and refuses
-``replay``          verify step 9 (``FalsifyReplayCheck``) and ``rebuild``
+``replay``          verify step 9 (``FalsifyReplayCheck``), ``rebuild``, and the skips a replay
+                    makes (``replayed_skips``: the judge of a recorded skip)
+``checked``         the stored states a state operation or a read relies on, checked against
+                    the ledger's own operations (a skip row re-judged)
+``checked_deps``    the dependency index a cascade walks, checked against its re-derivation
 ``api``             ``Falsifier``: resolve, read (state, history, why), falsify, cascade
 ==================  ==========================================================================
 

@@ -74,6 +74,7 @@ __all__ = [
     "Validated",
     "check_item_id",
     "entry_source",
+    "has_cascade_part",
     "has_table",
     "install",
     "ledger_core",
@@ -275,7 +276,7 @@ class FalsifyCore:
             try:
                 if entry.type == _CASCADE:
                     self._cascade(entry, memo)
-                elif entry.type == _RESTORE and _has_cascade_part(entry):
+                elif entry.type == _RESTORE and has_cascade_part(entry):
                     self._restore_cascade(entry)
                 else:
                     v = self.validate(entry, own_view=True)
@@ -696,7 +697,8 @@ class FalsifyCore:
         )
 
 
-def _has_cascade_part(entry: Entry) -> bool:
+def has_cascade_part(entry: Entry) -> bool:
+    """Whether a ``RESTORE`` entry carries a cascade part (it walks the dependency index)."""
     p = entry.body.get("payload")
     return type(p) is dict and "cascade" in p
 

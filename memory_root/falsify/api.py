@@ -32,6 +32,7 @@ from memroot.memory_root.falsify import deps, states
 from memroot.memory_root.falsify._core import FalsifyCore, check_item_id, has_table, summary_of
 from memroot.memory_root.falsify.cascade import CascadeRequest, Plan, RestorePlan
 from memroot.memory_root.falsify.checked import check_item_read
+from memroot.memory_root.falsify.checked_deps import check_index
 from memroot.memory_root.falsify.deps import KINDS, OBJECT, ROOT, SELFMODEL, SUMMARY, ItemRef
 from memroot.memory_root.falsify.hook import FalsifyHook
 from memroot.memory_root.falsify.states import LIVE, StateChange
@@ -224,6 +225,7 @@ class Falsifier:
         Raises:
             ValidationError, NotFoundError: as ``resolve``.
         """
+        self.sync(branch)  # entries appended without the hook: folded (or skipped) first
         ref = self.resolve(item, branch)
         with self.ledger.reading() as db:
             check_item_read(self.ledger, db, branch, ref)
@@ -236,6 +238,7 @@ class Falsifier:
         Raises:
             ValidationError, NotFoundError: as ``resolve``.
         """
+        self.sync(branch)  # entries appended without the hook: folded (or skipped) first
         ref = self.resolve(item, branch)
         with self.ledger.reading() as db:
             check_item_read(self.ledger, db, branch, ref)
@@ -535,6 +538,9 @@ class Falsifier:
         """
         self.sync(branch)
         request = self.request(item, max_depth, max_items, kinds, None, branch)
+        with self.ledger.reading() as db:
+            # The dry run walks the index the cascade would: checked first, as the append is.
+            check_index(self.ledger, db, branch, self.core.rules)
         return self.core.plan(branch, request, resnapshots=resnapshots)
 
     def cascade(

@@ -14,8 +14,8 @@ strictly (each entry proven in the signed tree):
   part withdraws);
 - every ``FALSIFY`` / ``MARK_STALE`` / ``RESTORE`` whose target is the item has its row, or is
   recorded as skipped (``fz_skipped``) or as not applied globally (``fz_unapplied``); a skip
-  of a well-formed operation on an item other than a memory object must be one the state
-  before it refuses.
+  must be one the state before it refuses, or one a replay of the log makes too
+  (``replay.replayed_skips``: a forged skip row hides no honest operation).
 
 The entries are found by a strict scan of the view's operations (each level up to its fork),
 so a deleted row is seen. A scan is kept per branch with the hash of the last entry it read;
@@ -37,12 +37,13 @@ from memroot.ledger.entries import CANONICAL_BRANCH, Entry, Kind
 from memroot.ledger.errors import IntegrityError, MemrootError
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.vocab import OpType
-from memroot.memory_root.falsify.deps import KINDS, OBJECT, STATE_OPS, ItemRef
+from memroot.memory_root.falsify.deps import KINDS, STATE_OPS, ItemRef
+from memroot.memory_root.falsify.replay import replayed_skips
 from memroot.memory_root.falsify.states import FALSIFIED, LIVE, STALE
 from memroot.projections.rules import RuleError
 from memroot.projections.states import check_state_change
 
-__all__ = ["check_item_read", "check_item_states", "items_of"]
+__all__ = ["check_item_read", "check_item_states", "items_of", "view_levels"]
 
 _TARGET_OPS: Final = frozenset(
     {OpType.FALSIFY.value, OpType.MARK_STALE.value, OpType.RESTORE.value}
@@ -89,7 +90,7 @@ def _names(value: object, needle: str) -> bool:
     return False
 
 
-def _levels(ledger: Ledger, branch: str) -> list[tuple[str, int | None]]:
+def view_levels(ledger: Ledger, branch: str) -> list[tuple[str, int | None]]:
     """Return the branch's view from the ledger's branch records: itself, then its ancestors."""
     out: list[tuple[str, int | None]] = [(branch, None)]
     current = branch
@@ -128,23 +129,21 @@ def _row_ok(item: ItemRef, state: str, op: str, actor: str, e: Entry) -> bool:
     return False
 
 
-def _skip_explained(prior: str, e: Entry, item: ItemRef) -> bool:
-    """Whether a recorded skip of a target operation can be what an honest replay did."""
-    if item.kind == OBJECT:
-        return True  # validated in its own view (gated); the memory model checks its rows
+def _skip_explained(ledger: Ledger, prior: str, e: Entry, item: ItemRef) -> bool:
+    """Whether a recorded skip of a target operation is what an honest replay does.
+
+    A skip row is derived (anyone can add one to hide an honest ``FALSIFY``), so it is judged
+    again: when the checked state before it refuses the operation it is explained at once
+    (every replay skips it); a transition that state allows (skipped, if at all, for a
+    malformed payload, evidence its view did not see, a memory object's own view, an item
+    not there yet) is judged by a replay of the log with the rules every replay applies
+    (``replay.replayed_skips``), memory objects included.
+    """
     try:
         check_state_change(e.type, f"{item.kind} {item.id}", prior)
     except RuleError:
         return True  # the state before it refuses it: skipped
-    # A transition the state allows is skipped only for a malformed payload (or evidence the
-    # branch did not see, or a cascade part that is not the plan): those are not re-judged.
-    payload = e.body.get("payload")
-    return (
-        not isinstance(payload, Mapping)
-        or not set(payload) <= {"reason", "evidence_ids"}
-        or bool(payload.get("evidence_ids"))
-        or not isinstance(payload.get("reason"), str)
-    )
+    return (e.branch, e.seq) in replayed_skips(ledger)
 
 
 _SCANNED: dict[tuple[str, str], tuple[int, bytes, list[Entry]]] = {}
@@ -194,7 +193,7 @@ def check_item_states(ledger: Ledger, db: apsw.Connection, entry: Entry) -> None
     items = items_of(entry)
     if not items:
         return
-    levels = _levels(ledger, entry.branch)
+    levels = view_levels(ledger, entry.branch)
     stored = {b: ledger.size(b) for b, _ in levels}
     # The view's operations naming any of the items, in the view's order (ancestors first).
     ids = {i.id for i in items}
@@ -206,7 +205,7 @@ def check_item_states(ledger: Ledger, db: apsw.Connection, entry: Entry) -> None
                 ops.append((b, e.seq, e))
     by_at = {(b, s): e for b, s, e in ops}
     for item in items:
-        _check_item(db, item, (entry.branch, entry.seq), levels, stored, ops, by_at)
+        _check_item(ledger, db, item, (entry.branch, entry.seq), levels, stored, ops, by_at)
 
 
 def check_item_read(ledger: Ledger, db: apsw.Connection, branch: str, item: ItemRef) -> None:
@@ -221,7 +220,7 @@ def check_item_read(ledger: Ledger, db: apsw.Connection, branch: str, item: Item
     """
     if ledger.replaying or not ledger.strict:
         return
-    levels = _levels(ledger, branch)
+    levels = view_levels(ledger, branch)
     stored = {b: ledger.size(b) for b, _ in levels}
     ops: list[tuple[str, int, Entry]] = []
     for b, bound in reversed(levels):
@@ -229,10 +228,11 @@ def check_item_read(ledger: Ledger, db: apsw.Connection, branch: str, item: Item
         for e in _state_ops(ledger, b, stored[b], stop):
             if e.body.get("target_id") == item.id or _names(e.body.get("payload"), item.id):
                 ops.append((b, e.seq, e))
-    _check_item(db, item, None, levels, stored, ops, {(b, s): e for b, s, e in ops})
+    _check_item(ledger, db, item, None, levels, stored, ops, {(b, s): e for b, s, e in ops})
 
 
 def _check_item(
+    ledger: Ledger,
     db: apsw.Connection,
     item: ItemRef,
     own: tuple[str, int] | None,
@@ -268,7 +268,7 @@ def _check_item(
             continue  # a cascade's list or its origin: a row only for what it changed
         if _recorded(db, "fz_unapplied", b, s):
             continue
-        if _recorded(db, "fz_skipped", b, s) and _skip_explained(prior, e, item):
+        if _recorded(db, "fz_skipped", b, s) and _skip_explained(ledger, prior, e, item):
             continue
         raise _refused(item, b, s, f"has no row for the {e.type} entry {b}:{s} naming it")
 

@@ -25,6 +25,7 @@ from memroot.memory_root.falsify import _core, _fold_cache
 from memroot.memory_root.falsify._core import FalsifyCore, ledger_core, set_head
 from memroot.memory_root.falsify.cascade import Plan
 from memroot.memory_root.falsify.checked import check_item_states
+from memroot.memory_root.falsify.checked_deps import check_index
 from memroot.memory_root.falsify.deps import STATE_OPS
 from memroot.projections import tables
 from memroot.projections.hook import catch_up as memory_catch_up
@@ -153,6 +154,9 @@ class FalsifyHook:
             # The states it is validated against are first checked against the ledger's
             # own operations (an edited fz_states row is refused, nothing written).
             check_item_states(ledger, core.db, entry)
+            if entry.type == _CASCADE or _core.has_cascade_part(entry):
+                # So is the dependency index its walk reads (an edge deleted or added).
+                check_index(ledger, core.db, entry.branch, core.rules)
         # Folding committed entries again (a PostgreSQL cache's catch-up, an import), a
         # state operation the rules refuse is skipped and recorded, as every replay does.
         core.apply(entry, strict=not ledger.replaying, memo=memo)  # moves the head past it

@@ -48,7 +48,15 @@ from memroot.projections.hook import catch_up as memory_catch_up
 from memroot.projections.registry import Registry, default_registry
 from memroot.projections.replay import MemoryReplayCheck
 
-__all__ = ["STEP", "TABLES", "FalsifyReplayCheck", "RebuildResult", "StatesRebuild", "rebuild"]
+__all__ = [
+    "STEP",
+    "TABLES",
+    "FalsifyReplayCheck",
+    "RebuildResult",
+    "StatesRebuild",
+    "rebuild",
+    "replayed_skips",
+]
 
 STEP: Final = 9
 TABLES: Final = (
@@ -481,6 +489,42 @@ class StatesRebuild:
         changes: Any = db.execute("SELECT count(*) FROM fz_states").fetchall()[0][0]
         skipped: Any = db.execute("SELECT count(*) FROM fz_skipped").fetchall()[0][0]
         self.result = RebuildResult(self._n, int(changes), int(skipped))
+
+
+_SKIPS: dict[str, tuple[tuple[tuple[str, int, bytes], ...], frozenset[tuple[str, int]]]] = {}
+"""ledger id -> (every branch's (name, size, head) replayed, the state operations it skipped)."""
+
+
+def replayed_skips(ledger: Ledger) -> frozenset[tuple[str, int]]:
+    """Return the (branch, seq) of every state operation a replay of the log skips.
+
+    The judge of a recorded skip (``fz_skipped``, a derived row anyone can add): the whole
+    log, read strictly (each entry proven in the signed tree), replayed by the rules the
+    append hook and verify step 9 apply, memory objects' own views included. Kept per ledger
+    while no branch's size or head moved. Run inside a read transaction of ``ledger``.
+
+    Raises:
+        IntegrityError: an entry fails its strict read.
+    """
+    heads = tuple((b.name, b.size, bytes(b.head)) for b in ledger.store.branches())
+    got = _SKIPS.get(ledger.ledger_id)
+    if got is not None and got[0] == heads:
+        return got[1]
+    check = FalsifyReplayCheck(ledger=ledger)
+    report = AuditReport()
+    try:
+        for name, _, _ in heads:
+            for entry in ledger.entries(branch=name):
+                check.feed(name, entry, report)
+        found = frozenset(
+            (str(b), int(s)) for b, s in check.db.execute("SELECT branch, seq FROM fz_skipped")
+        )
+    finally:
+        check.db.execute("ROLLBACK")
+        check.db.close()
+        check.memory.db.close()
+    _SKIPS[ledger.ledger_id] = (heads, found)
+    return found
 
 
 def rebuild(ledger: Ledger, registry: Registry | None = None) -> RebuildResult:

@@ -1,0 +1,187 @@
+"""Which pages of a SQLite file other connections' commits wrote since a mark (WAL mode).
+
+SQLite's ``PRAGMA data_version`` says only that *some* other connection committed. A ledger
+file runs in WAL mode, where every commit appends the pages it changed to the ``-wal`` file
+as frames (a 24-byte header naming the page, then the page), never overwriting a frame until
+the log restarts with new salts. So the frames after a mark name every page any connection
+wrote since; a restart (the header's salts changed) loses that knowledge and answers None.
+
+A table (with its indexes) is unchanged while no frame since names one of its b-trees' pages
+(``table_pages``): changing a row rewrites the page that holds it; adding or freeing a page
+rewrites its parent; dropping or recreating a table changes its schema row (``schema``).
+The read gate uses this to keep a completeness check across a commit that wrote
+none of the tables it read (``memory_root.complete``). What this cannot see is what
+``data_version`` cannot see either: bytes written into the file behind SQLite's back.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Final, NamedTuple
+
+import apsw
+
+__all__ = ["Mark", "Schema", "floor", "mark", "pages_since", "schema", "table_pages"]
+
+_HEADER: Final = struct.Struct(">IIIIII")  # magic, version, page size, ckpt seq, salt-1, salt-2
+_FRAME: Final = struct.Struct(">IIII")  # page number, size after commit, salt-1, salt-2
+_FRAME_HEADER: Final = 24
+_MAGICS: Final = (0x377F0682, 0x377F0683)
+
+
+class Mark(NamedTuple):
+    """A position in a WAL file: its salts and how many frames it held."""
+
+    salt1: int
+    salt2: int
+    page_size: int
+    frames: int
+
+
+def _wal(path: Path) -> Path:
+    return path.with_name(path.name + "-wal")
+
+
+_FDS: dict[str, tuple[int, int]] = {}
+"""path -> (a descriptor open on it, its inode), kept open for the life of the process."""
+_RETIRED: list[int] = []
+"""Descriptors of files since replaced (a WAL deleted and made again), never closed."""
+
+
+def _read(path: Path, offset: int, n: int) -> bytes:
+    """Read ``n`` bytes at ``offset`` of ``path`` through a descriptor that is never closed.
+
+    Closing any descriptor of a file drops every POSIX lock this process holds on it, the
+    locks SQLite's own connections hold on the ``-wal`` and ``-shm`` files included: so the
+    descriptor is opened once and kept (one per file; a file replaced under the same name gets
+    a new one, and the old one is kept too).
+
+    Raises:
+        OSError: the file cannot be opened or read.
+    """
+    key = str(path)
+    ino = os.stat(path).st_ino
+    got = _FDS.get(key)
+    if got is None or got[1] != ino:
+        if got is not None:
+            _RETIRED.append(got[0])
+        fd = os.open(path, os.O_RDONLY)
+        got = _FDS[key] = (fd, os.fstat(fd).st_ino)
+    return os.pread(got[0], n, offset)
+
+
+def _scan(path: Path, start: int, pages: set[int] | None) -> Mark | None:
+    """Read the WAL's frames from ``start``; add their pages to ``pages``; return the end."""
+    wal = _wal(path)
+    try:
+        head = _read(wal, 0, 32)
+        if len(head) < 32:
+            return None
+        magic, _, size, _, s1, s2 = _HEADER.unpack_from(head)
+        if magic not in _MAGICS or size < 512:
+            return None
+        i = start
+        step = _FRAME_HEADER + size
+        while True:
+            frame = _read(wal, 32 + i * step, 16)
+            if len(frame) < 16:
+                break
+            page, _, f1, f2 = _FRAME.unpack(frame)
+            if (f1, f2) != (s1, s2):
+                break  # a frame of an earlier generation of the log: the end
+            if pages is not None:
+                pages.add(page)
+            i += 1
+        return Mark(s1, s2, size, i)
+    except OSError:
+        return None
+
+
+_SHM_HEADER: Final = struct.Struct("=IIIBBHIIII8s")  # WalIndexHdr, native order, 48 bytes
+
+
+def floor(path: Path) -> Mark | None:
+    """Return the WAL position a read transaction begun now will see at least, or None.
+
+    It is the wal-index's ``mxFrame`` (the ``-shm`` file's header: the last committed frame
+    readers take their snapshot at) read before the transaction begins, so every frame up
+    to it is in the transaction's snapshot; a commit after it shows in ``pages_since``.
+    None when the header cannot be read or its two copies differ (a writer is updating it).
+    """
+    try:
+        raw = _read(path.with_name(path.name + "-shm"), 0, 96)
+    except OSError:
+        return None
+    if len(raw) < 96 or raw[:48] != raw[48:96]:
+        return None
+    _, _, _, init, _, size, frames, _, _, _, salts = _SHM_HEADER.unpack_from(raw)
+    if not init:
+        return None
+    s1, s2 = struct.unpack(">II", salts)
+    return Mark(s1, s2, 65536 if size == 1 else size, frames)
+
+
+def mark(path: Path) -> Mark | None:
+    """Return the end of the WAL of the file at ``path`` now (None: no WAL to read)."""
+    return _scan(path, 0, None)
+
+
+def pages_since(path: Path, since: Mark) -> frozenset[int] | None:
+    """Return every page a frame after ``since`` names, or None when that cannot be known.
+
+    None when the log restarted (other salts), holds fewer frames than at the mark, or
+    cannot be read. Frames of a commit still being written count too (conservative).
+    """
+    try:
+        head = _read(_wal(path), 0, 32)
+    except OSError:
+        return None
+    if len(head) < 32:
+        return None
+    _, _, size, _, s1, s2 = _HEADER.unpack_from(head)
+    if (s1, s2, size) != (since.salt1, since.salt2, since.page_size):
+        return None
+    pages: set[int] = set()
+    end = _scan(path, since.frames, pages)
+    if end is None or (end.salt1, end.salt2) != (s1, s2) or end.frames < since.frames:
+        return None
+    return frozenset(pages)
+
+
+def table_pages(db: apsw.Connection, tables: Iterable[str]) -> tuple[frozenset[int], Schema]:
+    """Return the pages of ``tables``' b-trees and their indexes', and their schema rows.
+
+    Read through SQLite's ``dbstat`` table (O(the pages)). The schema rows (each b-tree's
+    name, root page and SQL, ``schema``) are compared rather than page 1, which SQLite also
+    rewrites when the file grows (its header holds the file's size): a table dropped or
+    recreated changes them, or rewrites its root page.
+    """
+    found = schema(db, tables)
+    names = [name for _, name, _, _ in found]
+    marks = ",".join("?" * len(names))
+    pages = frozenset(
+        int(r[0]) for r in db.execute(f"SELECT pageno FROM dbstat WHERE name IN ({marks})", names)
+    )
+    return pages, found
+
+
+Schema = tuple[tuple[str, str, int, str], ...]
+"""(type, name, root page, SQL) of each b-tree of some tables, as ``sqlite_master`` lists them."""
+
+
+def schema(db: apsw.Connection, tables: Iterable[str]) -> Schema:
+    """Return the ``sqlite_master`` rows of ``tables`` and their indexes, sorted."""
+    wanted = sorted(set(tables))
+    marks = ",".join("?" * len(wanted))
+    return tuple(
+        sorted(
+            (str(t), str(n), int(r or 0), str(q or ""))
+            for t, n, r, q in db.execute(
+                f"SELECT type, name, rootpage, sql FROM sqlite_master WHERE tbl_name IN ({marks})",
+                wanted,
+            )
+        )
+    )
