@@ -258,3 +258,16 @@ def event_inputs(
     max_content: int,
 ) -> list[Any]:
     """Each line's ``EventInput`` when it is a flat, valid event request; None otherwise."""
+
+# -- the memory map's paths (native/src/map.rs; reference: memroot.ledger.map_tree) -------------
+
+def map_path_root(key: bytes, siblings: list[bytes], leaf: tuple[bytes, bytes] | None) -> bytes:
+    """Return the root the path gives for ``key`` (``Reject`` where the reference raises)."""
+
+def map_descend(
+    key: bytes, h: bytes, siblings: list[bytes], known: dict[bytes, tuple[bool, bytes, bytes]]
+) -> tuple[bool, bytes, tuple[bytes, bytes] | None]:
+    """Walk ``key``'s path from node ``h`` through ``known``, appending the siblings passed."""
+
+def map_rows_ok(rows: list[tuple[bytes, bool, bytes, bytes]]) -> bool:
+    """Return whether every stored row ``(hash, leaf, a, b)`` hashes to its hash."""

@@ -23,17 +23,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from memroot.ledger import encoding
-from memroot.ledger.bundle.proof_file import (
-    ROOT_V2,
-    MapPath,
-    ProofFile,
-    ProofItem,
-    Proven,
-    check_proof,
-    map_item_key,
-    map_value_hash,
-)
+from memroot.ledger import encoding, map_tree
+from memroot.ledger.bundle.proof_file import ROOT_V2, ProofFile, ProofItem, Proven, check_proof
 from memroot.ledger.entries import CANONICAL_BRANCH, Entry
 from memroot.ledger.errors import IntegrityError, NotFoundError, RefusedError
 from memroot.ledger.hashing import HASH_SIZE
@@ -135,7 +126,7 @@ class MapPreimages:
     def add(self, kind: str, item_id: str, state: Any) -> tuple[bytes, bytes]:
         """Index one item; return its ``(item key, value hash)``."""
         raw = encoding.encode(state)
-        key, value = map_item_key(kind, item_id), map_value_hash(raw)
+        key, value = map_tree.item_key(kind, item_id), map_tree.value_hash_of(raw)
         self._items[key] = (kind, item_id)
         self._states[value] = raw
         return key, value
@@ -149,13 +140,9 @@ class MapPreimages:
         return self._states.get(value)
 
 
-def _path(p: state_map.MapProof) -> MapPath:
-    return MapPath(p.siblings, None if p.leaf is None else (p.leaf.key, p.leaf.value))
-
-
 def _state_of(pre: Preimages, kind: str, item_id: str, value: bytes) -> bytes:
     raw = pre.state(value)
-    if raw is None or map_value_hash(raw) != value:
+    if raw is None or map_tree.value_hash_of(raw) != value:
         raise IntegrityError(
             f"the state of {kind} {item_id!r} at this root is not known to the prover (its "
             f"value hash {value.hex()} has no checked preimage)"
@@ -205,7 +192,7 @@ def prove_item(
         raise IntegrityError("the root's map root is not 32 bytes")
     nk = state_map.namespace_key(namespace)
     npath = state_map.prove(nodes, snap.map_root, nk)
-    ik = map_item_key(kind, item_id)
+    ik = map_tree.item_key(kind, item_id)
     item_path: state_map.MapProof | None = None
     state: bytes | None = None
     if npath.leaf is not None and npath.leaf.key == nk:
@@ -214,9 +201,9 @@ def prove_item(
             state = _state_of(preimages, kind, item_id, item_path.leaf.value)
     proof = ProofFile(
         kind="object" if kind == "object" else "state",
-        namespace_path=_path(npath),
+        namespace_path=npath,
         item=ProofItem(kind, item_id, state),
-        item_path=None if item_path is None else _path(item_path),
+        item_path=item_path,
         **_base(snap, namespace),
     )
     return _checked(proof, vkeys)
@@ -241,7 +228,7 @@ def prove_items_of(
     items = []
     for key, value in ns.items:
         named = preimages.item(key)
-        if named is None or map_item_key(*named) != key:
+        if named is None or map_tree.item_key(*named) != key:
             raise IntegrityError(
                 f"an item of namespace {namespace!r} (key {key.hex()}) is not known to the "
                 "prover: its kind and id have no checked preimage"
@@ -249,7 +236,7 @@ def prove_items_of(
         items.append(ProofItem(named[0], named[1], _state_of(preimages, *named, value)))
     proof = ProofFile(
         kind="namespace",
-        namespace_path=_path(ns.path),
+        namespace_path=ns.path,
         items=tuple(items),
         **_base(snap, namespace),
     )
