@@ -269,5 +269,17 @@ def map_descend(
 ) -> tuple[bool, bytes, tuple[bytes, bytes] | None]:
     """Walk ``key``'s path from node ``h`` through ``known``, appending the siblings passed."""
 
-def map_rows_ok(rows: list[tuple[bytes, bool, bytes, bytes]]) -> bool:
-    """Return whether every stored row ``(hash, leaf, a, b)`` hashes to its hash."""
+def map_rows_into(
+    rows: list[tuple[bytes, int, bytes, bytes]], known: dict[bytes, tuple[bool, bytes, bytes]]
+) -> bool:
+    """Check the stored rows and add them to ``known``; False (nothing added) if one is bad."""
+
+def map_descend_all(
+    keys: list[bytes],
+    heads: list[bytes],
+    siblings: list[list[bytes]],
+    ends: list[Any],
+    active: list[int],
+    known: dict[bytes, tuple[bool, bytes, bytes]],
+) -> list[int]:
+    """``map_descend`` for each walk of ``active``; return the walks that wait for a node."""

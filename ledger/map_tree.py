@@ -55,8 +55,9 @@ __all__ = [
     "bit",
     "build",
     "check_hash",
-    "check_rows",
+    "check_rows_into",
     "descend",
+    "descend_all",
     "item_key",
     "leaf_hash",
     "namespace_key",
@@ -207,16 +208,23 @@ def node_from_row(h: bytes, is_leaf: bool, a: bytes, b: bytes) -> Node:
     return node
 
 
-def check_rows(rows: Sequence[tuple[bytes, bool, bytes, bytes]]) -> None:
-    """Check that every stored row ``(hash, leaf, a, b)`` hashes to its hash (one native call).
+def check_rows_into(rows: list[Any], known: dict[bytes, NodeRow]) -> None:
+    """Check stored rows ``(hash, leaf, a, b)`` as read (``leaf`` 0 or 1); add them to ``known``.
+
+    Nothing is added unless every row is well formed and hashes to its hash.
 
     Raises:
         IntegrityError: naming the first row that is malformed or edited.
     """
-    if _N is not None and type(rows) is list and _N.map_rows_ok(rows):
+    if _N is not None and type(rows) is list and _N.map_rows_into(rows, known):
         return
-    for h, is_leaf, a, b in rows:
+    checked = [(bytes(h), bool(leaf), bytes(a), bytes(b)) for h, leaf, a, b in rows]
+    for h, is_leaf, a, b in checked:
+        if type(is_leaf) is not bool:
+            raise IntegrityError(f"memory map node {h.hex()} is malformed: its leaf flag")
         node_from_row(h, is_leaf, a, b)
+    for h, is_leaf, a, b in checked:
+        known[h] = (is_leaf, a, b)
 
 
 def build(
@@ -293,8 +301,8 @@ class MapProof:
     def __post_init__(self) -> None:
         if len(self.siblings) > KEY_BITS:
             raise ValueError(f"a map proof has at most {KEY_BITS} siblings")
-        for s in self.siblings:
-            check_hash(s, "a sibling")
+        if any(type(s) is not bytes or len(s) != HASH_SIZE for s in self.siblings):
+            raise ValueError(f"a sibling must be {HASH_SIZE} bytes")
         if self.leaf is not None:
             check_hash(self.leaf.key, "the proof's leaf key")
             check_hash(self.leaf.value, "the proof's leaf value")
@@ -338,6 +346,45 @@ def descend(
             siblings.append(b)
             h = a
     return True, EMPTY, None
+
+
+def descend_all(
+    keys: list[bytes],
+    heads: list[bytes],
+    siblings: list[list[bytes]],
+    ends: list[Leaf | None],
+    active: list[int],
+    known: dict[bytes, NodeRow],
+) -> list[int]:
+    """Run ``descend`` for each walk ``i`` of ``active`` (``keys[i]`` from ``heads[i]``).
+
+    A walk that ends gets ``ends[i]``, its end leaf (or None at an empty subtree); one that
+    stops at a node ``known`` lacks gets ``heads[i]`` = that node's hash, and is returned.
+
+    Raises:
+        ValueError: as ``descend``.
+    """
+    if _N is not None and type(known) is dict:
+        raw: list[Any] = ends
+        try:
+            waiting = _N.map_descend_all(keys, heads, siblings, raw, active, known)
+        except _N.Reject:
+            pass  # every walk is as it was given: the reference below says why
+        else:
+            for i in active:
+                end = raw[i]
+                if type(end) is tuple:
+                    ends[i] = Leaf(*end)
+            return waiting
+    waiting = []
+    for i in active:
+        done, h, leaf = descend(keys[i], heads[i], siblings[i], known)
+        if done:
+            ends[i] = leaf
+        else:
+            heads[i] = h
+            waiting.append(i)
+    return waiting
 
 
 def path_root(key: bytes, proof: MapProof) -> MapHash:

@@ -18,7 +18,7 @@ from typing import Any, Final
 
 import apsw
 
-from memroot.ledger.map_tree import check_rows, node_from_row
+from memroot.ledger.map_tree import check_rows_into, node_from_row
 from memroot.memory_root.state_map import Leaf, Node, NodeRow
 
 __all__ = ["FETCH_CHUNK", "StoredNodes", "install"]
@@ -94,19 +94,16 @@ class StoredNodes:
             IntegrityError: if a stored row does not hash to its hash (an edited row).
         """
         want = list(hashes)
-        rows: list[tuple[bytes, bool, bytes, bytes]] = []
+        rows: list[Any] = []
         for i in range(0, len(want), FETCH_CHUNK):
             chunk = want[i : i + FETCH_CHUNK]
             marks = ",".join("?" * len(chunk))
-            for h, leaf, a, b in self._select(
+            rows += self._select(
                 f"SELECT hash, leaf, a, b FROM memory_map_nodes WHERE hash IN ({marks})", chunk
-            ):
-                rows.append((bytes(h), bool(leaf), bytes(a), bytes(b)))
-        check_rows(rows)
+            )
         if len(self.known) + len(rows) > self._limit:
             self.known.clear()
-        for h, leaf, a, b in rows:
-            self.known[h] = (leaf, a, b)
+        check_rows_into(rows, self.known)
 
     def put(self, nodes: Mapping[bytes, Node]) -> int:
         """Store ``nodes`` (inside a write transaction); return how many rows were new."""

@@ -1245,6 +1245,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // The memory map's paths (map.rs, issue 26).
     m.add_function(wrap_pyfunction!(map::map_path_root, m)?)?;
     m.add_function(wrap_pyfunction!(map::map_descend, m)?)?;
-    m.add_function(wrap_pyfunction!(map::map_rows_ok, m)?)?;
+    m.add_function(wrap_pyfunction!(map::map_descend_all, m)?)?;
+    m.add_function(wrap_pyfunction!(map::map_rows_into, m)?)?;
     Ok(())
 }

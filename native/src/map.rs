@@ -1,6 +1,6 @@
 //! The memory map's paths (docs/FORMAT.md §6.12), as `ledger/map_tree.py`: a key's walk down
 //! checked stored nodes (`map_descend`), a path's check (`map_path_root`) and the re-hash of
-//! stored node rows (`map_rows_ok`).
+//! stored node rows (`map_rows_into`).
 //!
 //! Both trees of the map are binary sparse Merkle trees over 256-bit keys, most significant
 //! bit first, with the leaf shortcut: `EMPTY`, `leaf(key, value)`, `node(left, right)`, each
@@ -161,6 +161,24 @@ pub fn map_descend<'py>(
     known: &Bound<'py, PyDict>,
 ) -> PyResult<Descent<'py>> {
     let key = key32(key)?;
+    let mut passed = Vec::new();
+    let out = walk(py, &key, h, siblings.len(), known, &mut passed)?;
+    for s in passed {
+        siblings.append(s)?;
+    }
+    Ok(out)
+}
+
+/// The walk of `map_descend` for one key from depth `depth`, the siblings passed pushed
+/// on `passed` (nothing of the caller's is changed, so a `Reject` leaves the walk as it was).
+fn walk<'py>(
+    py: Python<'py>,
+    key: &[u8; 32],
+    h: Bound<'py, PyBytes>,
+    depth: usize,
+    known: &Bound<'py, PyDict>,
+    passed: &mut Vec<Bound<'py, PyBytes>>,
+) -> PyResult<Descent<'py>> {
     let empty = empty();
     let mut h = h;
     loop {
@@ -185,50 +203,117 @@ pub fn map_descend<'py>(
         if is_leaf {
             return Ok((true, h, Some((a, b))));
         }
-        let depth = siblings.len();
-        if depth >= KEY_BITS {
+        let d = depth + passed.len();
+        if d >= KEY_BITS {
             return reject("a map path is at most 256 levels deep");
         }
-        if bit(&key, depth) {
-            siblings.append(&a)?;
+        if bit(key, d) {
+            passed.push(a);
             h = b;
         } else {
-            siblings.append(&b)?;
+            passed.push(b);
             h = a;
         }
     }
 }
 
-/// A stored row copied out of Python: `(hash, leaf, a, b)`.
-type OwnedRow = (Vec<u8>, bool, Vec<u8>, Vec<u8>);
-
-/// `map_tree.check_rows`: whether every stored row `(hash, leaf, a, b)` is well formed and
-/// hashes to its hash. False sends the caller to the reference, which names the bad row.
+/// `map_tree.descend_all`: `map_descend` for each walk `i` of `active` (its key `keys[i]`,
+/// from `heads[i]`, appending to `siblings[i]`). A walk that ends gets `ends[i]` = its end
+/// leaf `(key, value)` or None; one that stops at a node `known` lacks gets `heads[i]` = that
+/// node's hash and is returned, in order. `Reject` as `map_descend`, with every walk left as
+/// it was given (the caller runs the reference over them).
 #[pyfunction]
-pub fn map_rows_ok(py: Python<'_>, rows: &Bound<'_, PyList>) -> bool {
-    let mut owned: Vec<OwnedRow> = Vec::with_capacity(rows.len());
-    for row in rows.iter() {
-        let Ok(t) = row.downcast::<PyTuple>() else {
-            return false;
-        };
-        if t.len() != 4 {
-            return false;
+pub fn map_descend_all<'py>(
+    py: Python<'py>,
+    keys: &Bound<'py, PyList>,
+    heads: &Bound<'py, PyList>,
+    siblings: &Bound<'py, PyList>,
+    ends: &Bound<'py, PyList>,
+    active: Vec<usize>,
+    known: &Bound<'py, PyDict>,
+) -> PyResult<Vec<usize>> {
+    // Every walk is computed before anything is changed: a `Reject` leaves them all as given.
+    let mut results = Vec::with_capacity(active.len());
+    for i in active {
+        let key = keys.get_item(i)?;
+        let key = key
+            .downcast::<PyBytes>()
+            .or_else(|_| reject("a map key is not bytes"))?;
+        let key = key32(key.as_bytes())?;
+        let h = heads
+            .get_item(i)?
+            .downcast_into::<PyBytes>()
+            .or_else(|_| reject("a walk's head is not bytes"))?;
+        let sib = siblings
+            .get_item(i)?
+            .downcast_into::<PyList>()
+            .or_else(|_| reject("a walk's siblings are not a list"))?;
+        let mut passed = Vec::new();
+        let out = walk(py, &key, h, sib.len(), known, &mut passed)?;
+        results.push((i, sib, passed, out));
+    }
+    let mut waiting = Vec::new();
+    for (i, sib, passed, (done, end, leaf)) in results {
+        for s in passed {
+            sib.append(s)?;
         }
-        let field = |i: usize| -> Option<Vec<u8>> {
-            let item = t.get_item(i).ok()?;
-            let b = item.downcast::<PyBytes>().ok()?;
-            Some(b.as_bytes().to_vec())
-        };
-        let flag = t
-            .get_item(1)
-            .ok()
-            .and_then(|f| f.downcast::<PyBool>().ok().map(|b| b.is_true()));
-        match (field(0), flag, field(2), field(3)) {
-            (Some(h), Some(l), Some(a), Some(b)) => owned.push((h, l, a, b)),
-            _ => return false,
+        if done {
+            match leaf {
+                None => ends.set_item(i, py.None())?,
+                Some((a, b)) => ends.set_item(i, PyTuple::new(py, [a, b])?)?,
+            }
+        } else {
+            heads.set_item(i, end)?;
+            waiting.push(i);
         }
     }
-    py.allow_threads(|| owned.iter().all(|(h, l, a, b)| row_ok(h, *l, a, b)))
+    Ok(waiting)
+}
+
+/// `map_tree.check_rows_into`: check every stored row `(hash, leaf, a, b)` as read from the
+/// table (`leaf` 0 or 1) and, only when all are well formed and hash to their hash, add each
+/// to `known` as `hash -> (is_leaf, a, b)` (the row's own bytes objects). False, with
+/// nothing added, sends the caller to the reference, which names the bad row.
+#[pyfunction]
+pub fn map_rows_into<'py>(
+    py: Python<'py>,
+    rows: &Bound<'py, PyList>,
+    known: &Bound<'py, PyDict>,
+) -> PyResult<bool> {
+    let mut parts = Vec::with_capacity(rows.len());
+    for row in rows.iter() {
+        let Ok(t) = row.downcast_into::<PyTuple>() else {
+            return Ok(false);
+        };
+        if t.len() != 4 {
+            return Ok(false);
+        }
+        let flag: Option<i64> = t.get_item(1)?.extract().ok();
+        let is_leaf = match flag {
+            Some(0) => false,
+            Some(1) => true,
+            _ => return Ok(false),
+        };
+        let (Ok(h), Ok(a), Ok(b)) = (bytes_at(&t, 0), bytes_at(&t, 2), bytes_at(&t, 3)) else {
+            return Ok(false);
+        };
+        if !row_ok(h.as_bytes(), is_leaf, a.as_bytes(), b.as_bytes()) {
+            return Ok(false);
+        }
+        parts.push((h, is_leaf, a, b));
+    }
+    for (h, is_leaf, a, b) in parts {
+        let value = PyTuple::new(
+            py,
+            [
+                PyBool::new(py, is_leaf).to_owned().into_any(),
+                a.into_any(),
+                b.into_any(),
+            ],
+        )?;
+        known.set_item(h, value)?;
+    }
+    Ok(true)
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 """The memory map's paths natively (native/src/map.rs) against the reference (issue 26).
 
-``map_tree.descend`` / ``path_root`` / ``check_rows`` call ``memroot._native`` when it is
+``map_tree.descend`` / ``path_root`` / ``check_rows_into`` call ``memroot._native`` when it is
 built; ``_backend.reference()`` runs the pure-Python lines. For random maps and keys both must
 give the same proofs (from stored rows, batched by ``state_map.prove_many``), the same roots
 for every path, refuse the same bit flips, and refuse edited rows with the reference's error.
@@ -141,8 +141,13 @@ def test_rows_are_checked_alike(tmp_path: Path) -> None:
     stored = StoredNodes(db)
     proofs = mm.prove_many(stored, [(root, k) for k in leaves])
     assert all(map_tree.path_root(k, p) == root for k, p in zip(leaves, proofs, strict=True))
-    rows = [(h, *map_tree.row_of(n)) for h, n in nodes.items()]
-    assert native.map_rows_ok(rows)
+    rows = [(h, int(isinstance(n, mm.Leaf)), *map_tree.row_of(n)[1:]) for h, n in nodes.items()]
+    got: dict[bytes, mm.NodeRow] = {}
+    assert native.map_rows_into(rows, got)
+    want: dict[bytes, mm.NodeRow] = {}
+    with _backend.reference():
+        map_tree.check_rows_into(rows, want)
+    assert got == want == {h: map_tree.row_of(n) for h, n in nodes.items()}
     h = next(h for h, n in nodes.items() if isinstance(n, mm.Inner))
     with db:
         db.execute("UPDATE memory_map_nodes SET a = ? WHERE hash = ?", (b"\x07" * 32, h))
