@@ -24,11 +24,14 @@ in the same run:
 - ``check_per_s``: ``check_proof`` alone on each rendered file, from scratch (what an auditor
   given one file runs); ``check_per_s_memo``: with a ``CheckMemo`` (many files of one root);
 - ``file_bytes`` and ``map_bytes``: the mean proof file size, and the mean size of its map
-  part in binary (32 bytes per sibling, 64 per end leaf, both paths).
+  part in binary (32 bytes per sibling, 64 per end leaf, both paths); ``binary_bytes``: the
+  file's content without base64 and JSON (what a binary encoding would carry), and
+  ``entry_checkpoint_map_bytes`` the same without the inclusion path.
 
 CPU time (``process_time``), since the machine is shared. Usage::
 
-    python bench/bench_prove.py --sizes 100000 1000000 [--proofs 5000] [--cache N] [--json out.json]
+    python bench/bench_prove.py --sizes 100000 1000000 [--proofs 5000] [--cache N] [--rows N]
+        [--keep DIR] [--json out.json]
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ from typing import Any
 import apsw
 
 from memroot.ledger import encoding, map_tree
-from memroot.ledger.bundle.proof_file import CheckMemo, check_proof
+from memroot.ledger.bundle.proof_file import CheckMemo, ProofFile, check_proof
 from memroot.ledger.entries import Entry, Kind, build_entry
 from memroot.ledger.hashing import domain_hash, node_hash
 from memroot.ledger.ledger import Ledger
@@ -146,12 +149,32 @@ def _snapshot(map_root: bytes, size: int, projections: list[Any]) -> SignedSnaps
     return SignedSnapshot.of(note, entry, tree.path(0, size))
 
 
+def _binary_size(f: ProofFile) -> int:
+    """Return the bytes of a file's content without base64 or JSON (a binary encoding's)."""
+    paths = [p for p in (f.namespace_path, f.item_path) if p is not None]
+    item = f.item
+    assert item is not None
+    return (
+        len(f.entry) + 32 * len(f.inclusion) + len(f.checkpoint.encode())
+        + sum(32 * len(p.siblings) + (64 if p.leaf is not None else 0) for p in paths)
+        + len(f.namespace.encode()) + len(item.kind) + len(item.id) + len(item.state or b"")
+    )  # fmt: skip
+
+
 def run(
-    n_items: int, namespaces: int, proofs: int, tmp: Path, projections: list[Any], cache: int
+    n_items: int,
+    namespaces: int,
+    proofs: int,
+    tmp: Path,
+    projections: list[Any],
+    cache: int,
+    rows: int,
 ) -> dict[str, Any]:
-    """Measure one map size (see the module docstring)."""
+    """Measure one map size (see the module docstring); a map built before in ``tmp`` is reused."""
     rng = random.Random(n_items)
-    db = apsw.Connection(str(tmp / f"prove{n_items}.db"))
+    path = tmp / f"prove{n_items}-{namespaces}.db"
+    built = path.exists()
+    db = apsw.Connection(str(path))
     db.execute("PRAGMA journal_mode=WAL")
     nodes = StoredNodes(db)
     root: bytes = mm.EMPTY
@@ -159,7 +182,10 @@ def run(
     t0 = time.perf_counter()
     with db:
         install(db)
-    for start in range(0, n_items, CHUNK):
+        db.execute("CREATE TABLE IF NOT EXISTS bench_root(root BLOB NOT NULL)")
+    if built:
+        root = bytes(db.execute("SELECT root FROM bench_root").fetchall()[0][0])  # type: ignore[arg-type]
+    for start in range(0, 0 if built else n_items, CHUNK):
         changes: dict[str, dict[bytes, bytes | None]] = {}
         for i in range(start, min(n_items, start + CHUNK)):
             changes.setdefault(ns_of[i % namespaces], {})[mm.item_key("object", _oid(i))] = (
@@ -169,6 +195,9 @@ def run(
             u = mm.update_map(nodes, root, changes)
             nodes.put(u.nodes)
         root = u.root
+    if not built:
+        with db:
+            db.execute("INSERT INTO bench_root VALUES(?)", (root,))
     build_s = time.perf_counter() - t0
     snap = _snapshot(root, 10 * n_items, projections)
     vkeys = [vkey_of(Ed25519Signer.from_seed(ORIGIN, SEED))]
@@ -178,7 +207,7 @@ def run(
     walks = [(mm.namespace_key(ns), mm.item_key(k, i)) for ns, k, i in wanted]
 
     def map_half(batched: bool) -> tuple[float, int]:
-        nodes = StoredNodes(db, cache=cache)  # a fresh node cache, as a new process has
+        nodes = StoredNodes(db, cache=cache, rows=rows)  # fresh caches, as a new process has
         c0 = time.process_time()
         size = 0
         for lo in range(0, proofs, BATCH):
@@ -203,7 +232,7 @@ def run(
         map_py_cpu, _ = map_half(True)
         map_before_cpu, _ = map_half(False)
 
-    nodes = StoredNodes(db, cache=cache)
+    nodes = StoredNodes(db, cache=cache, rows=rows)
     c0 = time.process_time()
     files = []
     for lo in range(0, proofs, BATCH):
@@ -231,6 +260,8 @@ def run(
         "log_size": 10 * n_items,
         "proofs": proofs,
         "node_cache": cache,
+        "row_cache": rows,
+        "reused_map": built,
         "build_s": round(build_s, 1),
         "map_per_s": round(proofs / map_cpu),
         "map_per_s_python": round(proofs / map_py_cpu),
@@ -240,6 +271,10 @@ def run(
         "check_per_s": round(proofs / check_cpu),
         "check_per_s_memo": round(proofs / check_memo_cpu),
         "file_bytes": round(sum(len(t) for t in texts) / proofs),
+        "binary_bytes": round(sum(_binary_size(f) for f, _ in files) / proofs),
+        "entry_checkpoint_map_bytes": round(
+            sum(_binary_size(f) - 32 * len(f.inclusion) for f, _ in files) / proofs
+        ),
         "map_bytes": round(map_bytes / proofs),
         "entry_bytes": len(snap.entry.raw),
         "inclusion_hashes": len(snap.inclusion),
@@ -253,13 +288,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--namespaces", type=int, default=1)
     ap.add_argument("--proofs", type=int, default=5_000)
     ap.add_argument("--cache", type=int, default=1 << 16, help="StoredNodes cache (nodes)")
+    ap.add_argument("--rows", type=int, default=1 << 18, help="StoredNodes row cache (nodes)")
+    ap.add_argument("--keep", type=Path, help="build the maps here and reuse them next run")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     out = []
     with tempfile.TemporaryDirectory() as d:
         projections = _real_projections(Path(d))
+        where = Path(d) if args.keep is None else args.keep
+        where.mkdir(parents=True, exist_ok=True)
         for n in args.sizes:
-            r = run(n, args.namespaces, args.proofs, Path(d), projections, args.cache)
+            r = run(n, args.namespaces, args.proofs, where, projections, args.cache, args.rows)
             out.append(r)
             sys.stdout.write(json.dumps(r) + "\n")
             sys.stdout.flush()

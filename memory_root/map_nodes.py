@@ -13,6 +13,7 @@ either exactly the committed tree or an ``IntegrityError``.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Collection, Mapping
 from typing import Any, Final
 
@@ -32,8 +33,8 @@ CREATE TABLE IF NOT EXISTS memory_map_nodes(
 ) STRICT, WITHOUT ROWID;
 """
 
-FETCH_CHUNK: Final = 500
-"""Hashes per ``SELECT ... WHERE hash IN (...)`` of ``fetch`` (under SQLite's 999 variables)."""
+FETCH_CHUNK: Final = 2000
+"""Hashes per ``SELECT ... WHERE hash IN (...)`` of ``fetch`` (SQLite takes 32,766 variables)."""
 
 
 def install(db: apsw.Connection) -> None:
@@ -51,11 +52,15 @@ class StoredNodes:
     batched proofs of ``state_map.prove_many``) keep one cache each.
     """
 
-    def __init__(self, db: apsw.Connection, *, cache: int = 1 << 16) -> None:
-        """Read (and ``put``) nodes through ``db``, keeping up to ``cache`` checked nodes."""
+    def __init__(self, db: apsw.Connection, *, cache: int = 1 << 16, rows: int = 1 << 18) -> None:
+        """Read (and ``put``) nodes through ``db``, keeping up to ``cache`` checked nodes.
+
+        ``rows`` bounds ``known``, the batched walks' cache (about 250 bytes a node).
+        """
         self.db = db
         self._cache: dict[bytes, Node] = {}
         self._limit = cache
+        self._rows = rows
         self.known: dict[bytes, NodeRow] = {}
 
     def _select(self, sql: str, args: Collection[bytes]) -> list[Any]:
@@ -87,8 +92,9 @@ class StoredNodes:
     def fetch(self, hashes: Collection[bytes]) -> None:
         """Read the nodes ``hashes`` into ``known``, ``FETCH_CHUNK`` per query, each checked.
 
-        A hash with no row is left out (the caller names it). When ``known`` would pass the
-        cache size it is emptied first: the nodes just read are always kept.
+        A hash with no row is left out (the caller names it). When ``known`` would pass its
+        bound, its newer half is dropped first: the oldest nodes are the upper levels every
+        path crosses (the walks read them first), and the nodes just read are always kept.
 
         Raises:
             IntegrityError: if a stored row does not hash to its hash (an edited row).
@@ -101,8 +107,8 @@ class StoredNodes:
             rows += self._select(
                 f"SELECT hash, leaf, a, b FROM memory_map_nodes WHERE hash IN ({marks})", chunk
             )
-        if len(self.known) + len(rows) > self._limit:
-            self.known.clear()
+        if len(self.known) + len(rows) > self._rows:
+            self.known = dict(itertools.islice(self.known.items(), self._rows // 2))
         check_rows_into(rows, self.known)
 
     def put(self, nodes: Mapping[bytes, Node]) -> int:

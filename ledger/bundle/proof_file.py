@@ -272,6 +272,21 @@ def _bytes(value: Any, where: str, size: int | None = None) -> bytes:
     return raw
 
 
+def _hashes(values: list[Any], where: str) -> tuple[bytes, ...]:
+    """Decode a list of canonical base64 32-byte hashes (as ``_bytes`` each, in one pass)."""
+    try:
+        raw = [binascii.a2b_base64(v, strict_mode=True) for v in values if type(v) is str]
+    except (binascii.Error, ValueError):
+        raw = []
+    if len(raw) == len(values) and all(
+        len(r) == HASH_SIZE and binascii.b2a_base64(r, newline=False) == v.encode("ascii")
+        for r, v in zip(raw, values, strict=True)
+    ):
+        return tuple(raw)
+    # One is malformed: the field-by-field reading names it.
+    return tuple(_bytes(v, f"{where}[{i}]", HASH_SIZE) for i, v in enumerate(values))
+
+
 def _uint(value: Any, where: str) -> int:
     if type(value) is not int or not 0 <= value < 1 << 63:
         raise _bad(where, "must be a non-negative integer")
@@ -283,7 +298,7 @@ def _path(value: Any, where: str) -> MapProof:
     sib = p["siblings"]
     if type(sib) is not list or len(sib) > KEY_BITS:
         raise _bad(f"{where}.siblings", f"must be a list of at most {KEY_BITS} hashes")
-    siblings = tuple(_bytes(s, f"{where}.siblings[{i}]", HASH_SIZE) for i, s in enumerate(sib))
+    siblings = _hashes(sib, f"{where}.siblings")
     end = p["leaf"]
     leaf = None
     if end is not None:
@@ -350,9 +365,7 @@ def _parse(text: str | bytes) -> ProofFile:
         "checkpoint": cp,
         "index": _uint(snap["index"], "snapshot.index"),
         "entry": _bytes(snap["entry"], "snapshot.entry"),
-        "inclusion": tuple(
-            _bytes(h, f"snapshot.inclusion[{i}]", HASH_SIZE) for i, h in enumerate(inc)
-        ),
+        "inclusion": _hashes(inc, "snapshot.inclusion"),
         "namespace": _text(data["namespace"], "namespace", MAX_ID),
         "namespace_path": _path(data["namespace_path"], "namespace_path"),
     }
