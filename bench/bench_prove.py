@@ -6,41 +6,52 @@ every node), in ``--namespaces`` namespaces of equal size, and a SNAPSHOT entry 
 committing to it with the projection list a real memroot root has (taken from a small real
 ledger's first root), at entry ``6 N`` of a log of ``10 N`` entries (the other leaves are one
 repeated hash, so the tree's nodes are computed per level, not stored), signed with the
-public test key. Then, over ``--proofs`` random objects:
+public test key. Then, over ``--proofs`` random objects, each figure beside its baseline
+in the same run:
 
-- ``file_per_s``: ``memroot.memory_root.proofs.prove_item``, which builds the proof from the
-  stored nodes *and* runs the offline checker on the rendered file before returning it
-  (the Ed25519 signature, the strict entry decoding, the RFC 9162 inclusion proof, the root
-  preimage, both map paths): generation + offline verification, per proof file;
-- ``check_per_s``: ``check_proof`` alone on the rendered file (what the auditor runs);
-  ``check_per_s_one_checkpoint``: the same with the verified checkpoint remembered
-  (``opened``), as an auditor checking many files of one checkpoint runs it;
-- ``map_per_s``: the map half alone (both paths generated from the stored nodes and walked
-  by the checker's ``map_path_root``), the figure bench_map.py reports;
+- ``map_per_s``: **the map proof of one object against a root the verifier has already
+  checked to a signed checkpoint**: both paths (namespace tree, item tree) generated from the
+  stored nodes by ``state_map.prove_many`` (level by level, one ``SELECT ... IN`` per level,
+  the walk in ``memroot._native``; a fresh node cache, as a new process has) and both
+  checked by ``map_tree.path_root`` (native) against the root; ``map_per_s_python``: the
+  same with ``MEMROOT_BACKEND=python``'s lines (``map_tree._N`` off); ``map_per_s_before``:
+  the code before (one ``state_map.prove`` per path, one query per uncached node, the
+  checker's pure-Python walk);
+- ``file_per_s``: **whole self-contained files**: ``proofs.prove_items`` (the paths walked
+  together, each file built, rendered and checked as ``memroot audit --proof`` checks it, the
+  signed snapshot once, ``CheckMemo``); ``file_per_s_before``: ``prove_item`` per object,
+  each file checked in full from scratch (the code before);
+- ``check_per_s``: ``check_proof`` alone on each rendered file, from scratch (what an auditor
+  given one file runs); ``check_per_s_memo``: with a ``CheckMemo`` (many files of one root);
 - ``file_bytes`` and ``map_bytes``: the mean proof file size, and the mean size of its map
-  part in binary (32 bytes per sibling, 64 per end leaf, both paths).
+  part in binary (32 bytes per sibling, 64 per end leaf, both paths); ``binary_bytes``: the
+  file's content without base64 and JSON (what a binary encoding would carry), and
+  ``entry_checkpoint_map_bytes`` the same without the inclusion path.
 
 CPU time (``process_time``), since the machine is shared. Usage::
 
-    python bench/bench_prove.py --sizes 100000 1000000 [--proofs 5000] [--cache N] [--json out.json]
+    python bench/bench_prove.py --sizes 100000 1000000 [--proofs 5000] [--cache N] [--rows N]
+        [--keep DIR] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import apsw
 
-from memroot.ledger import encoding
-from memroot.ledger.bundle.proof_file import MapPath, check_proof, map_path_root
+from memroot.ledger import encoding, map_tree
+from memroot.ledger.bundle.proof_file import CheckMemo, ProofFile, check_proof
 from memroot.ledger.entries import Entry, Kind, build_entry
 from memroot.ledger.hashing import domain_hash, node_hash
 from memroot.ledger.ledger import Ledger
@@ -48,12 +59,26 @@ from memroot.ledger.note import Checkpoint, sign_checkpoint, vkey_of
 from memroot.ledger.signing import Ed25519Signer
 from memroot.memory_root import state_map as mm
 from memroot.memory_root.map_nodes import StoredNodes, install
-from memroot.memory_root.proofs import MapPreimages, SignedSnapshot, prove_item
+from memroot.memory_root.proofs import MapPreimages, SignedSnapshot, prove_item, prove_items
 
 ORIGIN = "example.org/memroot/bench"
 SEED = bytes(range(1, 33))
 CHUNK = 100_000
 FILLER = b"\x5a" * 32  # every leaf of the log but the SNAPSHOT's
+
+
+BATCH = 1000  # proofs walked together
+
+
+@contextlib.contextmanager
+def _python_map() -> Iterator[None]:
+    """Run the map's walk and path check on their pure-Python lines (the reference)."""
+    space = vars(map_tree)
+    saved, space["_N"] = space["_N"], None
+    try:
+        yield
+    finally:
+        space["_N"] = saved
 
 
 def _oid(i: int) -> str:
@@ -124,12 +149,32 @@ def _snapshot(map_root: bytes, size: int, projections: list[Any]) -> SignedSnaps
     return SignedSnapshot.of(note, entry, tree.path(0, size))
 
 
+def _binary_size(f: ProofFile) -> int:
+    """Return the bytes of a file's content without base64 or JSON (a binary encoding's)."""
+    paths = [p for p in (f.namespace_path, f.item_path) if p is not None]
+    item = f.item
+    assert item is not None
+    return (
+        len(f.entry) + 32 * len(f.inclusion) + len(f.checkpoint.encode())
+        + sum(32 * len(p.siblings) + (64 if p.leaf is not None else 0) for p in paths)
+        + len(f.namespace.encode()) + len(item.kind) + len(item.id) + len(item.state or b"")
+    )  # fmt: skip
+
+
 def run(
-    n_items: int, namespaces: int, proofs: int, tmp: Path, projections: list[Any], cache: int
+    n_items: int,
+    namespaces: int,
+    proofs: int,
+    tmp: Path,
+    projections: list[Any],
+    cache: int,
+    rows: int,
 ) -> dict[str, Any]:
-    """Measure one map size (see the module docstring)."""
+    """Measure one map size (see the module docstring); a map built before in ``tmp`` is reused."""
     rng = random.Random(n_items)
-    db = apsw.Connection(str(tmp / f"prove{n_items}.db"))
+    path = tmp / f"prove{n_items}-{namespaces}.db"
+    built = path.exists()
+    db = apsw.Connection(str(path))
     db.execute("PRAGMA journal_mode=WAL")
     nodes = StoredNodes(db)
     root: bytes = mm.EMPTY
@@ -137,7 +182,10 @@ def run(
     t0 = time.perf_counter()
     with db:
         install(db)
-    for start in range(0, n_items, CHUNK):
+        db.execute("CREATE TABLE IF NOT EXISTS bench_root(root BLOB NOT NULL)")
+    if built:
+        root = bytes(db.execute("SELECT root FROM bench_root").fetchall()[0][0])  # type: ignore[arg-type]
+    for start in range(0, 0 if built else n_items, CHUNK):
         changes: dict[str, dict[bytes, bytes | None]] = {}
         for i in range(start, min(n_items, start + CHUNK)):
             changes.setdefault(ns_of[i % namespaces], {})[mm.item_key("object", _oid(i))] = (
@@ -147,42 +195,65 @@ def run(
             u = mm.update_map(nodes, root, changes)
             nodes.put(u.nodes)
         root = u.root
+    if not built:
+        with db:
+            db.execute("INSERT INTO bench_root VALUES(?)", (root,))
     build_s = time.perf_counter() - t0
     snap = _snapshot(root, 10 * n_items, projections)
     vkeys = [vkey_of(Ed25519Signer.from_seed(ORIGIN, SEED))]
     sample = [rng.randrange(n_items) for _ in range(proofs)]
     pre = MapPreimages({("object", _oid(i)): _state(i) for i in sample})
-    nodes = StoredNodes(db, cache=cache)  # a fresh node cache, as a new process has
-    texts = []
+    wanted = [(ns_of[i % namespaces], "object", _oid(i)) for i in sample]
+    walks = [(mm.namespace_key(ns), mm.item_key(k, i)) for ns, k, i in wanted]
+
+    def map_half(batched: bool) -> tuple[float, int]:
+        nodes = StoredNodes(db, cache=cache, rows=rows)  # fresh caches, as a new process has
+        c0 = time.process_time()
+        size = 0
+        for lo in range(0, proofs, BATCH):
+            part = walks[lo : lo + BATCH]
+            if batched:
+                tops = mm.prove_many(nodes, [(root, nk) for nk, _ in part])
+                subs = [t.leaf.value for t in tops if t.leaf is not None]
+                items = mm.prove_many(
+                    nodes, [(r, ik) for r, (_, ik) in zip(subs, part, strict=True)]
+                )
+            else:
+                tops = [mm.prove(nodes, root, nk) for nk, _ in part]
+                subs = [t.leaf.value for t in tops if t.leaf is not None]
+                items = [mm.prove(nodes, r, ik) for r, (_, ik) in zip(subs, part, strict=True)]
+            for (nk, ik), top, sub, item in zip(part, tops, subs, items, strict=True):
+                assert map_tree.path_root(nk, top) == root and map_tree.path_root(ik, item) == sub
+                size += 32 * (len(top.siblings) + len(item.siblings)) + 128
+        return time.process_time() - c0, size
+
+    map_half(True)  # untimed: the file's pages in the OS cache for every pass alike
+    map_cpu, map_bytes = map_half(True)
+    with _python_map():
+        map_py_cpu, _ = map_half(True)
+        map_before_cpu, _ = map_half(False)
+
+    nodes = StoredNodes(db, cache=cache, rows=rows)
     c0 = time.process_time()
-    for i in sample:
-        proof, _ = prove_item(snap, nodes, pre, ns_of[i % namespaces], "object", _oid(i), vkeys)
-        texts.append(proof.render())
+    files = []
+    for lo in range(0, proofs, BATCH):
+        files += prove_items(snap, nodes, pre, wanted[lo : lo + BATCH], vkeys)
     file_cpu = time.process_time() - c0
+    texts = [f.render() for f, _ in files]
+    nodes = StoredNodes(db, cache=cache)
+    c0 = time.process_time()
+    for ns, kind, oid in wanted[: max(1, proofs // 5)]:
+        prove_item(snap, nodes, pre, ns, kind, oid, vkeys)
+    file_before_cpu = (time.process_time() - c0) * proofs / max(1, proofs // 5)
     c0 = time.process_time()
     for text in texts:
         check_proof(text, vkeys)
     check_cpu = time.process_time() - c0
-    opened: dict[Any, Any] = {}
+    memo = CheckMemo()
     c0 = time.process_time()
     for text in texts:
-        check_proof(text, vkeys, opened=opened)
-    check_one_cp_cpu = time.process_time() - c0
-    map_bytes = 0
-    nodes = StoredNodes(db, cache=cache)
-    c0 = time.process_time()
-    for i in sample:
-        nk, ik = mm.namespace_key(ns_of[i % namespaces]), mm.item_key("object", _oid(i))
-        top = mm.prove(nodes, root, nk)
-        assert top.leaf is not None
-        item = mm.prove(nodes, top.leaf.value, ik)
-        assert item.leaf is not None
-        for key, p, want in ((nk, top, root), (ik, item, top.leaf.value)):
-            assert p.leaf is not None
-            got = map_path_root(key, MapPath(p.siblings, (p.leaf.key, p.leaf.value)))
-            assert got == want
-            map_bytes += 32 * len(p.siblings) + 64
-    map_cpu = time.process_time() - c0
+        check_proof(text, vkeys, memo=memo)
+    check_memo_cpu = time.process_time() - c0
     db.close()
     return {
         "items": n_items,
@@ -190,12 +261,21 @@ def run(
         "log_size": 10 * n_items,
         "proofs": proofs,
         "node_cache": cache,
+        "row_cache": rows,
+        "reused_map": built,
         "build_s": round(build_s, 1),
-        "file_per_s": round(proofs / file_cpu),
-        "check_per_s": round(proofs / check_cpu),
-        "check_per_s_one_checkpoint": round(proofs / check_one_cp_cpu),
         "map_per_s": round(proofs / map_cpu),
+        "map_per_s_python": round(proofs / map_py_cpu),
+        "map_per_s_before": round(proofs / map_before_cpu),
+        "file_per_s": round(proofs / file_cpu),
+        "file_per_s_before": round(proofs / file_before_cpu),
+        "check_per_s": round(proofs / check_cpu),
+        "check_per_s_memo": round(proofs / check_memo_cpu),
         "file_bytes": round(sum(len(t) for t in texts) / proofs),
+        "binary_bytes": round(sum(_binary_size(f) for f, _ in files) / proofs),
+        "entry_checkpoint_map_bytes": round(
+            sum(_binary_size(f) - 32 * len(f.inclusion) for f, _ in files) / proofs
+        ),
         "map_bytes": round(map_bytes / proofs),
         "entry_bytes": len(snap.entry.raw),
         "inclusion_hashes": len(snap.inclusion),
@@ -209,13 +289,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--namespaces", type=int, default=1)
     ap.add_argument("--proofs", type=int, default=5_000)
     ap.add_argument("--cache", type=int, default=1 << 16, help="StoredNodes cache (nodes)")
+    ap.add_argument("--rows", type=int, default=1 << 18, help="StoredNodes row cache (nodes)")
+    ap.add_argument("--keep", type=Path, help="build the maps here and reuse them next run")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     out = []
     with tempfile.TemporaryDirectory() as d:
         projections = _real_projections(Path(d))
+        where = Path(d) if args.keep is None else args.keep
+        where.mkdir(parents=True, exist_ok=True)
         for n in args.sizes:
-            r = run(n, args.namespaces, args.proofs, Path(d), projections, args.cache)
+            r = run(n, args.namespaces, args.proofs, where, projections, args.cache, args.rows)
             out.append(r)
             sys.stdout.write(json.dumps(r) + "\n")
             sys.stdout.flush()

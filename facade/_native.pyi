@@ -33,6 +33,10 @@ __all__ = [
     "inclusion_from_rows",
     "inclusion_keys",
     "leaf_hash",
+    "map_descend",
+    "map_descend_all",
+    "map_path_root",
+    "map_rows_into",
     "mismatches",
     "node_hash",
     "node_keys",
@@ -258,3 +262,28 @@ def event_inputs(
     max_content: int,
 ) -> list[Any]:
     """Each line's ``EventInput`` when it is a flat, valid event request; None otherwise."""
+
+# -- the memory map's paths (native/src/map.rs; reference: memroot.ledger.map_tree) -------------
+
+def map_path_root(key: bytes, siblings: list[bytes], leaf: tuple[bytes, bytes] | None) -> bytes:
+    """Return the root the path gives for ``key`` (``Reject`` where the reference raises)."""
+
+def map_descend(
+    key: bytes, h: bytes, siblings: list[bytes], known: dict[bytes, tuple[bool, bytes, bytes]]
+) -> tuple[bool, bytes, tuple[bytes, bytes] | None]:
+    """Walk ``key``'s path from node ``h`` through ``known``, appending the siblings passed."""
+
+def map_rows_into(
+    rows: list[tuple[bytes, int, bytes, bytes]], known: dict[bytes, tuple[bool, bytes, bytes]]
+) -> bool:
+    """Check the stored rows and add them to ``known``; False (nothing added) if one is bad."""
+
+def map_descend_all(
+    keys: list[bytes],
+    heads: list[bytes],
+    siblings: list[list[bytes]],
+    ends: list[Any],
+    active: list[int],
+    known: dict[bytes, tuple[bool, bytes, bytes]],
+) -> list[int]:
+    """``map_descend`` for each walk of ``active``; return the walks that wait for a node."""

@@ -4,8 +4,8 @@ The one place the choice is made. ``memroot._native`` is an optional extension b
 native/ by ``pip install .`` when a Rust toolchain is present. It is used when it imports,
 unless ``MEMROOT_BACKEND=python`` forces the pure-Python reference (``MEMROOT_BACKEND=native``
 insists on the native core and fails loudly without it). The modules that have a native
-counterpart (encoding, hashing, entries, merkle, verify, ledger, signing) read ``NATIVE`` once, at
-import.
+counterpart (encoding, hashing, entries, merkle, verify, ledger, signing, map_tree) read
+``NATIVE`` once, at import.
 
 Native functions never decide an error: where the reference raises, they raise
 ``native.Reject`` and the caller re-runs the reference, which raises its own ``MemrootError``
@@ -33,6 +33,7 @@ _USERS: Final = (
     "_appending",
     "signing",
     "strict",
+    "map_tree",
 )
 """The modules of memroot.ledger that call the native core (each as ``_N``)."""
 

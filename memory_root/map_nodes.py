@@ -13,15 +13,16 @@ either exactly the committed tree or an ``IntegrityError``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Final
+import itertools
+from collections.abc import Collection, Mapping
+from typing import Any, Final
 
 import apsw
 
-from memroot.ledger.errors import IntegrityError
-from memroot.memory_root.state_map import Inner, Leaf, Node, leaf_hash, node_hash
+from memroot.ledger.map_tree import check_rows_into, node_from_row
+from memroot.memory_root.state_map import Leaf, Node, NodeRow
 
-__all__ = ["StoredNodes", "install"]
+__all__ = ["FETCH_CHUNK", "StoredNodes", "install"]
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS memory_map_nodes(
@@ -32,6 +33,9 @@ CREATE TABLE IF NOT EXISTS memory_map_nodes(
 ) STRICT, WITHOUT ROWID;
 """
 
+FETCH_CHUNK: Final = 2000
+"""Hashes per ``SELECT ... WHERE hash IN (...)`` of ``fetch`` (SQLite takes 32,766 variables)."""
+
 
 def install(db: apsw.Connection) -> None:
     """Create the node table if missing (inside a write transaction)."""
@@ -39,18 +43,33 @@ def install(db: apsw.Connection) -> None:
 
 
 class StoredNodes:
-    """The ``NodeSource`` of one derived-state connection, checking every node it reads.
+    """The ``NodeSource`` (and ``RowSource``) of one derived-state connection, checking reads.
 
     Nodes read (and checked) are kept in memory, up to ``cache`` of them: a node is known by
     its own hash, so one that was checked once is that node for good, whatever happens to
     its row later. The upper levels every path crosses are then read once, not per proof.
+    ``node`` (one node per query, for updates) and ``fetch`` (many per query, for the
+    batched proofs of ``state_map.prove_many``) keep one cache each.
     """
 
-    def __init__(self, db: apsw.Connection, *, cache: int = 1 << 16) -> None:
-        """Read (and ``put``) nodes through ``db``, keeping up to ``cache`` checked nodes."""
+    def __init__(self, db: apsw.Connection, *, cache: int = 1 << 16, rows: int = 1 << 18) -> None:
+        """Read (and ``put``) nodes through ``db``, keeping up to ``cache`` checked nodes.
+
+        ``rows`` bounds ``known``, the batched walks' cache (about 250 bytes a node).
+        """
         self.db = db
         self._cache: dict[bytes, Node] = {}
         self._limit = cache
+        self._rows = rows
+        self.known: dict[bytes, NodeRow] = {}
+
+    def _select(self, sql: str, args: Collection[bytes]) -> list[Any]:
+        try:
+            return list(self.db.execute(sql, tuple(args)).fetchall())
+        except apsw.SQLError as e:
+            if "no such table" in str(e):
+                return []
+            raise
 
     def node(self, h: bytes) -> Node | None:
         """Return the node stored under ``h``, or None when there is none.
@@ -61,32 +80,36 @@ class StoredNodes:
         known = self._cache.get(h)
         if known is not None:
             return known
-        try:
-            row = self.db.execute(
-                "SELECT leaf, a, b FROM memory_map_nodes WHERE hash = ?", (h,)
-            ).fetchone()
-        except apsw.SQLError as e:
-            if "no such table" in str(e):
-                return None
-            raise
-        if row is None:
+        rows = self._select("SELECT hash, leaf, a, b FROM memory_map_nodes WHERE hash = ?", (h,))
+        if not rows:
             return None
-        leaf, a, b = row
-        a, b = bytes(a), bytes(b)
-        node: Node
-        try:
-            node, got = (Leaf(a, b), leaf_hash(a, b)) if leaf else (Inner(a, b), node_hash(a, b))
-        except ValueError as e:
-            raise IntegrityError(f"memory map node {h.hex()} is malformed: {e}") from e
-        if got != h:
-            raise IntegrityError(
-                f"memory map node {h.hex()} was edited (its row hashes to {got.hex()})",
-                expected=h.hex(),
-                actual=got.hex(),
-            )
+        _, leaf, a, b = rows[0]
+        node = node_from_row(h, bool(leaf), bytes(a), bytes(b))
         if len(self._cache) < self._limit:
             self._cache[h] = node
         return node
+
+    def fetch(self, hashes: Collection[bytes]) -> None:
+        """Read the nodes ``hashes`` into ``known``, ``FETCH_CHUNK`` per query, each checked.
+
+        A hash with no row is left out (the caller names it). When ``known`` would pass its
+        bound, its newer half is dropped first: the oldest nodes are the upper levels every
+        path crosses (the walks read them first), and the nodes just read are always kept.
+
+        Raises:
+            IntegrityError: if a stored row does not hash to its hash (an edited row).
+        """
+        want = list(hashes)
+        rows: list[Any] = []
+        for i in range(0, len(want), FETCH_CHUNK):
+            chunk = want[i : i + FETCH_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            rows += self._select(
+                f"SELECT hash, leaf, a, b FROM memory_map_nodes WHERE hash IN ({marks})", chunk
+            )
+        if len(self.known) + len(rows) > self._rows:
+            self.known = dict(itertools.islice(self.known.items(), self._rows // 2))
+        check_rows_into(rows, self.known)
 
     def put(self, nodes: Mapping[bytes, Node]) -> int:
         """Store ``nodes`` (inside a write transaction); return how many rows were new."""

@@ -19,26 +19,27 @@ cannot back is refused at the prover, not discovered by the auditor.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from memroot.ledger import encoding
+import apsw
+
+from memroot.ledger import encoding, map_tree
 from memroot.ledger.bundle.proof_file import (
     ROOT_V2,
-    MapPath,
+    CheckMemo,
     ProofFile,
     ProofItem,
     Proven,
     check_proof,
-    map_item_key,
-    map_value_hash,
 )
 from memroot.ledger.entries import CANONICAL_BRANCH, Entry
 from memroot.ledger.errors import IntegrityError, NotFoundError, RefusedError
 from memroot.ledger.hashing import HASH_SIZE
 from memroot.ledger.ledger import Ledger
 from memroot.memory_root import root_v2, state_map
+from memroot.memory_root.map_nodes import StoredNodes
 
 __all__ = [
     "MapPreimages",
@@ -47,6 +48,7 @@ __all__ = [
     "SignedSnapshot",
     "open_root",
     "prove_item",
+    "prove_items",
     "prove_items_of",
     "signed_snapshot",
 ]
@@ -135,7 +137,7 @@ class MapPreimages:
     def add(self, kind: str, item_id: str, state: Any) -> tuple[bytes, bytes]:
         """Index one item; return its ``(item key, value hash)``."""
         raw = encoding.encode(state)
-        key, value = map_item_key(kind, item_id), map_value_hash(raw)
+        key, value = map_tree.item_key(kind, item_id), map_tree.value_hash_of(raw)
         self._items[key] = (kind, item_id)
         self._states[value] = raw
         return key, value
@@ -149,13 +151,9 @@ class MapPreimages:
         return self._states.get(value)
 
 
-def _path(p: state_map.MapProof) -> MapPath:
-    return MapPath(p.siblings, None if p.leaf is None else (p.leaf.key, p.leaf.value))
-
-
 def _state_of(pre: Preimages, kind: str, item_id: str, value: bytes) -> bytes:
     raw = pre.state(value)
-    if raw is None or map_value_hash(raw) != value:
+    if raw is None or map_tree.value_hash_of(raw) != value:
         raise IntegrityError(
             f"the state of {kind} {item_id!r} at this root is not known to the prover (its "
             f"value hash {value.hex()} has no checked preimage)"
@@ -163,10 +161,12 @@ def _state_of(pre: Preimages, kind: str, item_id: str, value: bytes) -> bytes:
     return raw
 
 
-def _checked(proof: ProofFile, vkeys: Sequence[str]) -> tuple[ProofFile, Proven]:
+def _checked(
+    proof: ProofFile, vkeys: Sequence[str], memo: CheckMemo | None = None
+) -> tuple[ProofFile, Proven]:
     """Check ``proof`` as an auditor would before handing it out (fail closed)."""
     try:
-        return proof, check_proof(proof.render(), vkeys)
+        return proof, check_proof(proof.render(), vkeys, memo=memo)
     except IntegrityError as e:
         raise IntegrityError(
             f"the proof built from the stored map does not verify, so none is given: {e}"
@@ -205,21 +205,78 @@ def prove_item(
         raise IntegrityError("the root's map root is not 32 bytes")
     nk = state_map.namespace_key(namespace)
     npath = state_map.prove(nodes, snap.map_root, nk)
-    ik = map_item_key(kind, item_id)
-    item_path: state_map.MapProof | None = None
-    state: bytes | None = None
+    ik = map_tree.item_key(kind, item_id)
+    item_path = None
     if npath.leaf is not None and npath.leaf.key == nk:
         item_path = state_map.prove(nodes, npath.leaf.value, ik)
-        if item_path.leaf is not None and item_path.leaf.key == ik:
-            state = _state_of(preimages, kind, item_id, item_path.leaf.value)
-    proof = ProofFile(
+    proof = _item_file(snap, preimages, namespace, kind, item_id, npath, item_path)
+    return _checked(proof, vkeys)
+
+
+def _item_file(
+    snap: SignedSnapshot,
+    preimages: Preimages,
+    namespace: str,
+    kind: str,
+    item_id: str,
+    npath: state_map.MapProof,
+    item_path: state_map.MapProof | None,
+) -> ProofFile:
+    """Return the proof file of one item from its two paths (with the state, when present)."""
+    ik = map_tree.item_key(kind, item_id)
+    state: bytes | None = None
+    if item_path is not None and item_path.leaf is not None and item_path.leaf.key == ik:
+        state = _state_of(preimages, kind, item_id, item_path.leaf.value)
+    return ProofFile(
         kind="object" if kind == "object" else "state",
-        namespace_path=_path(npath),
+        namespace_path=npath,
         item=ProofItem(kind, item_id, state),
-        item_path=None if item_path is None else _path(item_path),
+        item_path=item_path,
         **_base(snap, namespace),
     )
-    return _checked(proof, vkeys)
+
+
+def prove_items(
+    snap: SignedSnapshot,
+    rows: state_map.RowSource,
+    preimages: Preimages,
+    wanted: Sequence[tuple[str, str, str]],
+    vkeys: Sequence[str],
+    *,
+    memo: CheckMemo | None = None,
+) -> list[tuple[ProofFile, Proven]]:
+    """Return the proof of each ``(namespace, kind, id)`` of ``wanted`` at ``snap``'s root.
+
+    As ``prove_item`` for each, but the namespace paths, then the item paths, are walked
+    together (``state_map.prove_many``: one batched read per level of the map), and each file
+    is checked as an auditor would check it with one ``CheckMemo``, so the signed snapshot
+    (signature, entry, inclusion, root) is checked once and every file's map paths in full.
+
+    Raises:
+        IntegrityError: as ``prove_item``, for the first item that fails.
+    """
+    if len(snap.map_root) != HASH_SIZE:
+        raise IntegrityError("the root's map root is not 32 bytes")
+    memo = CheckMemo() if memo is None else memo
+    nks = [state_map.namespace_key(ns) for ns, _, _ in wanted]
+    npaths = state_map.prove_many(rows, [(snap.map_root, nk) for nk in nks])
+    inside = [
+        i for i, (nk, p) in enumerate(zip(nks, npaths, strict=True))
+        if p.leaf is not None and p.leaf.key == nk
+    ]  # fmt: skip
+    walks = []
+    for i in inside:
+        leaf = npaths[i].leaf
+        assert leaf is not None
+        walks.append((leaf.value, map_tree.item_key(wanted[i][1], wanted[i][2])))
+    item_paths: list[state_map.MapProof | None] = [None] * len(wanted)
+    for i, p in zip(inside, state_map.prove_many(rows, walks), strict=True):
+        item_paths[i] = p
+    out = []
+    for (ns, kind, item_id), npath, ipath in zip(wanted, npaths, item_paths, strict=True):
+        proof = _item_file(snap, preimages, ns, kind, item_id, npath, ipath)
+        out.append(_checked(proof, vkeys, memo))
+    return out
 
 
 def prove_items_of(
@@ -241,7 +298,7 @@ def prove_items_of(
     items = []
     for key, value in ns.items:
         named = preimages.item(key)
-        if named is None or map_item_key(*named) != key:
+        if named is None or map_tree.item_key(*named) != key:
             raise IntegrityError(
                 f"an item of namespace {namespace!r} (key {key.hex()}) is not known to the "
                 "prover: its kind and id have no checked preimage"
@@ -249,7 +306,7 @@ def prove_items_of(
         items.append(ProofItem(named[0], named[1], _state_of(preimages, *named, value)))
     proof = ProofFile(
         kind="namespace",
-        namespace_path=_path(ns.path),
+        namespace_path=ns.path,
         items=tuple(items),
         **_base(snap, namespace),
     )
@@ -259,27 +316,68 @@ def prove_items_of(
 # -- from a ledger ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
 class RootProofSource:
     """Everything a proof at one stored v2 root is built from, each part read checked.
 
     Attributes:
         snap: the root's SNAPSHOT entry (read strictly), the head checkpoint, the proof.
         nodes: the stored map nodes (every read re-hashed).
-        preimages: the items and states of the root's view, from the signed log.
-        namespaces: ``(kind, id) -> namespace`` of every item the view's entries set.
         vkeys: the ledger's verifier keys, to check each proof before it is given.
         root_state: the root's own state (``live``, ``stale``, ``falsified``) as the
             derived record says; not part of any proof (a proof says what the root
             committed to, whatever was decided about the root later).
+
+    What the map's hashes stand for (an item's namespace and state) is looked up by id
+    first (``hints``: the derived rows of the item, by index), and each hint is only used
+    when it hashes to what the committed map holds. Only when no hint does (an absent item,
+    a namespace proof, edited rows) are the view's operations read, once (``scan``).
     """
 
-    snap: SignedSnapshot
-    nodes: state_map.NodeSource
-    preimages: MapPreimages
-    namespaces: dict[tuple[str, str], str]
-    vkeys: tuple[str, ...]
-    root_state: str = "live"
+    def __init__(
+        self,
+        snap: SignedSnapshot,
+        nodes: StoredNodes,
+        vkeys: Sequence[str],
+        root_state: str = "live",
+        *,
+        scan: Callable[[], tuple[MapPreimages, dict[tuple[str, str], str]]],
+        hints: Callable[[str, str], list[tuple[str, Any]]] | None = None,
+    ) -> None:
+        """Hold the parts; ``scan`` reads the view's operations, ``hints`` an item's rows."""
+        self.snap = snap
+        self.nodes = nodes
+        self.vkeys = tuple(vkeys)
+        self.root_state = root_state
+        self._scan = scan
+        self._hints = hints
+        self._scanned: tuple[MapPreimages, dict[tuple[str, str], str]] | None = None
+        self.scans = 0
+
+    def scanned(self) -> tuple[MapPreimages, dict[tuple[str, str], str]]:
+        """Return the preimages and namespaces of every item the view sets (read once)."""
+        if self._scanned is None:
+            self._scanned = self._scan()
+            self.scans += 1
+        return self._scanned
+
+    def _from_hints(
+        self, kind: str, item_id: str, namespace: str | None
+    ) -> tuple[ProofFile, Proven] | None:
+        """Return the proof of a present item from its indexed rows, or None if none holds."""
+        if self._hints is None:
+            return None
+        by_ns: dict[str, MapPreimages] = {}
+        for ns, state in self._hints(kind, item_id):
+            if namespace is None or ns == namespace:
+                by_ns.setdefault(ns, MapPreimages()).add(kind, item_id, state)
+        for ns, pre in by_ns.items():
+            try:
+                (done,) = prove_items(self.snap, self.nodes, pre, [(ns, kind, item_id)], self.vkeys)
+            except IntegrityError:
+                continue  # a hint that is not what the map holds: the scan decides
+            if done[1].present:
+                return done
+        return None
 
     def prove_item(
         self, kind: str, item_id: str, namespace: str | None = None
@@ -291,14 +389,19 @@ class RootProofSource:
                 (an absence can only be proven in a namespace).
             IntegrityError: as ``prove_item``.
         """
-        ns = namespace if namespace is not None else self.namespaces.get((kind, item_id))
+        hinted = self._from_hints(kind, item_id, namespace)
+        if hinted is not None:
+            return hinted
+        preimages, namespaces = self.scanned()
+        ns = namespace if namespace is not None else namespaces.get((kind, item_id))
         if ns is None:
             raise NotFoundError(
                 f"no operation up to root {self.snap.root.hex()} names {kind} {item_id!r}, so "
                 "its namespace is unknown: give --namespace N to prove it in (or absent from) "
                 "namespace N"
             )
-        return prove_item(self.snap, self.nodes, self.preimages, ns, kind, item_id, self.vkeys)
+        (done,) = prove_items(self.snap, self.nodes, preimages, [(ns, kind, item_id)], self.vkeys)
+        return done
 
     def prove_namespace(self, namespace: str) -> tuple[ProofFile, Proven]:
         """Return the range proof of ``namespace`` (every item, or a proof that it has none).
@@ -306,7 +409,47 @@ class RootProofSource:
         Raises:
             IntegrityError: as ``prove_items_of``.
         """
-        return prove_items_of(self.snap, self.nodes, self.preimages, namespace, self.vkeys)
+        preimages, _ = self.scanned()
+        return prove_items_of(self.snap, self.nodes, preimages, namespace, self.vkeys)
+
+
+def _item_hints(ledger: Ledger) -> Callable[[str, str], list[tuple[str, Any]]]:
+    """Return the look-up of an item's candidate ``(namespace, state)`` in the derived rows.
+
+    By index, never a scan: an object's rows (``mem_objects`` by ``id``: the namespace and
+    each version's ``(branch, vfrom)``, one of which is its ``ASSERT``), an item state's rows
+    (``fz_states`` by ``(kind, id)``, ``fz_items`` for its namespace). Derived rows are not
+    trusted: a candidate only counts when it hashes to the leaf the committed map holds.
+    """
+    db = ledger.derived.db
+
+    def rows(sql: str, args: tuple[str, ...]) -> list[Any]:
+        try:
+            return list(db.execute(sql, args).fetchall())
+        except apsw.SQLError as e:  # a table not there yet: no hint, the scan decides
+            if "no such table" in str(e):
+                return []
+            raise
+
+    def hints(kind: str, item_id: str) -> list[tuple[str, Any]]:
+        if kind == root_v2.OBJECT_KIND:
+            found = rows(
+                "SELECT namespace_id, branch, vfrom FROM mem_objects WHERE id = ?", (item_id,)
+            )
+            return [(ns, root_v2.object_state(b, seq)) for ns, b, seq in found]
+        if not kind.startswith(root_v2.STATE_KIND_PREFIX):
+            return []
+        target = kind[len(root_v2.STATE_KIND_PREFIX) :]
+        spaces = [
+            ns for (ns,) in rows("SELECT namespace FROM fz_items WHERE kind = ? AND id = ?",
+                                 (target, item_id))
+        ]  # fmt: skip
+        states = rows(
+            "SELECT state, seq FROM fz_states WHERE kind = ? AND id = ?", (target, item_id)
+        )
+        return [(ns, root_v2.item_state(st, seq)) for ns in spaces for st, seq in states]
+
+    return hints
 
 
 def _view_ops(ledger: Ledger, branch: str, stop: int, depth: int = 0) -> Iterator[Entry]:
@@ -376,17 +519,21 @@ def open_root(
             step=9,
         )
     hw = snap.entry.body["payload"]["high_water"]["seq"]
-    pre = MapPreimages()
-    namespaces: dict[tuple[str, str], str] = {}
-    for e in _view_ops(ledger, record.branch, hw + 1):
-        for c in root_v2.leaf_changes(e):
-            pre.add(c.kind, c.item_id, c.state)
-            namespaces[(c.kind, c.item_id)] = c.namespace
+
+    def scan() -> tuple[MapPreimages, dict[tuple[str, str], str]]:
+        pre = MapPreimages()
+        namespaces: dict[tuple[str, str], str] = {}
+        for e in _view_ops(ledger, record.branch, hw + 1):
+            for c in root_v2.leaf_changes(e):
+                pre.add(c.kind, c.item_id, c.state)
+                namespaces[(c.kind, c.item_id)] = c.namespace
+        return pre, namespaces
+
     return RootProofSource(
         snap,
         root_v2.map_nodes(ledger),
-        pre,
-        namespaces,
-        tuple(ledger.genesis_vkeys()),
+        ledger.genesis_vkeys(),
         str(record.state),
+        scan=scan,
+        hints=_item_hints(ledger),
     )

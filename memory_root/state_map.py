@@ -1,4 +1,4 @@
-"""The memory map (docs/FORMAT.md §6.12): a sparse Merkle tree of memory state, pure math.
+"""The memory map (docs/FORMAT.md §6.12): building, updating and proving it over stored nodes.
 
 Two levels of one tree shape. The *namespace tree* maps ``namespace_key(ns)`` to the root of
 that namespace's *item tree*, which maps ``item_key(kind, id)`` to ``value_hash(state)``. So
@@ -22,26 +22,61 @@ built in), and a path is as long as the prefix its key shares with its nearest n
 (about log2 n for hashed keys). Updates read and write only the nodes on the changed paths
 (``update`` over a ``NodeSource``); unchanged subtrees are shared by hash.
 
-Nothing here reads a database: storage passes nodes in (``NodeSource``) and takes the new
-ones out (``Update.nodes``).
+Nothing here reads a database: storage passes nodes in (``NodeSource``, or ``RowSource`` for
+the batched walk of ``prove_many``) and takes the new ones out (``Update.nodes``). The hash
+rules themselves (keys, leaves, nodes, roots, path checks) are ``memroot.ledger.map_tree``,
+the one copy the offline checker of proof files shares; this module re-exports them.
 """
 
 from __future__ import annotations
 
+import gc
 from bisect import bisect_left
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, NewType, Protocol
+from typing import Protocol
 
-from memroot.ledger import encoding
 from memroot.ledger.errors import IntegrityError
-from memroot.ledger.hashing import HASH_SIZE, domain_hash
+from memroot.ledger.map_tree import (
+    EMPTY,
+    EMPTY_TAG,
+    ITEM_TAG,
+    KEY_BITS,
+    LEAF_TAG,
+    NODE_TAG,
+    NS_TAG,
+    VALUE_TAG,
+    Inner,
+    Leaf,
+    MapHash,
+    MapKey,
+    MapProof,
+    Node,
+    NodeRow,
+    bit,
+    build,
+    check_hash,
+    descend_all,
+    item_key,
+    leaf_hash,
+    namespace_key,
+    node_hash,
+    root_of,
+    value_hash,
+    verify_absent,
+    verify_included,
+)
+from memroot.ledger.map_tree import path_root as proof_root
 
 __all__ = [
     "EMPTY",
+    "EMPTY_TAG",
+    "ITEM_TAG",
     "KEY_BITS",
     "LEAF_TAG",
     "NODE_TAG",
+    "NS_TAG",
+    "VALUE_TAG",
     "Inner",
     "Leaf",
     "MapHash",
@@ -49,7 +84,9 @@ __all__ = [
     "MapProof",
     "NamespaceProof",
     "Node",
+    "NodeRow",
     "NodeSource",
+    "RowSource",
     "Update",
     "item_key",
     "leaf_hash",
@@ -60,6 +97,7 @@ __all__ = [
     "node_hash",
     "proof_root",
     "prove",
+    "prove_many",
     "prove_namespace",
     "root_of",
     "update",
@@ -70,145 +108,12 @@ __all__ = [
     "verify_namespace",
 ]
 
-EMPTY_TAG: Final = "memroot/map/empty/v1"
-LEAF_TAG: Final = "memroot/map/leaf/v1"
-NODE_TAG: Final = "memroot/map/node/v1"
-NS_TAG: Final = "memroot/map/ns/v1"
-ITEM_TAG: Final = "memroot/map/item/v1"
-VALUE_TAG: Final = "memroot/map/value/v1"
-KEY_BITS: Final = 256
-
-MapKey = NewType("MapKey", bytes)
-"""A 32-byte key of either tree (``namespace_key`` or ``item_key``)."""
-MapHash = NewType("MapHash", bytes)
-"""The hash of a subtree: ``EMPTY``, a leaf hash or a node hash."""
-
-EMPTY: Final = MapHash(domain_hash(EMPTY_TAG, b""))
-
-
-def namespace_key(namespace: str) -> MapKey:
-    """Return the key of a namespace in the namespace tree."""
-    return MapKey(domain_hash(NS_TAG, namespace.encode("utf-8")))
-
-
-def item_key(kind: str, item_id: str) -> MapKey:
-    """Return the key of an item (``kind`` as FORMAT.md §6.12 lists, and its id).
-
-    Raises:
-        TypeError: if ``kind`` or ``item_id`` is not text.
-    """
-    if type(kind) is not str or type(item_id) is not str:
-        raise TypeError("an item's kind and id must be text")
-    return MapKey(domain_hash(ITEM_TAG, encoding.encode([kind, item_id])))
-
-
-def value_hash(state: Any) -> bytes:
-    """Return the hash a leaf holds for an item's state (a CBOR value).
-
-    Raises:
-        TypeError, ValueError: if ``state`` is outside the CBOR data model.
-    """
-    return domain_hash(VALUE_TAG, encoding.encode(state))
-
-
-def _check32(value: bytes, what: str) -> None:
-    if type(value) is not bytes or len(value) != HASH_SIZE:
-        raise ValueError(f"{what} must be {HASH_SIZE} bytes")
-
-
-def leaf_hash(key: bytes, value: bytes) -> MapHash:
-    """Return ``SHA-256("memroot/map/leaf/v1" || 0x00 || key || value)``.
-
-    Raises:
-        ValueError: if ``key`` or ``value`` is not 32 bytes.
-    """
-    _check32(key, "a map key")
-    _check32(value, "a map value")
-    return MapHash(domain_hash(LEAF_TAG, key + value))
-
-
-def node_hash(left: bytes, right: bytes) -> MapHash:
-    """Return ``SHA-256("memroot/map/node/v1" || 0x00 || left || right)``."""
-    return MapHash(domain_hash(NODE_TAG, left + right))
-
-
-def _bit(key: bytes, depth: int) -> int:
-    """Bit ``depth`` of ``key``, most significant bit of byte 0 first."""
-    return (key[depth >> 3] >> (7 - (depth & 7))) & 1
-
-
-def _split(keys: Sequence[bytes], lo: int, hi: int, depth: int) -> int:
-    """Return the first index in ``keys[lo:hi]`` (sorted, one ``depth``-bit prefix) with bit 1."""
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if _bit(keys[mid], depth):
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
-
-
-@dataclass(frozen=True, slots=True)
-class Leaf:
-    """A stored leaf: its key and value (the value hash, or a namespace's item-tree root)."""
-
-    key: bytes
-    value: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class Inner:
-    """A stored interior node: its two children's hashes."""
-
-    left: bytes
-    right: bytes
-
-
-Node = Leaf | Inner
-
 
 class NodeSource(Protocol):
     """Where ``update``, ``lookup`` and ``prove`` read stored nodes from, by hash."""
 
     def node(self, h: bytes) -> Node | None:
         """Return the node whose hash is ``h``, or None when it is not stored."""
-
-
-def _build(
-    keys: Sequence[bytes],
-    values: Sequence[bytes],
-    lo: int,
-    hi: int,
-    depth: int,
-    out: dict[bytes, Node] | None,
-) -> MapHash:
-    """Return the hash of the subtree of sorted ``keys[lo:hi]`` at ``depth``; record nodes."""
-    if lo == hi:
-        return EMPTY
-    if hi - lo == 1:
-        h = leaf_hash(keys[lo], values[lo])
-        if out is not None:
-            out[h] = Leaf(keys[lo], values[lo])
-        return h
-    if depth >= KEY_BITS:
-        raise ValueError("two leaves with one key")  # callers pass each key once
-    mid = _split(keys, lo, hi, depth)
-    left = _build(keys, values, lo, mid, depth + 1, out)
-    right = _build(keys, values, mid, hi, depth + 1, out)
-    h = node_hash(left, right)
-    if out is not None:
-        out[h] = Inner(left, right)
-    return h
-
-
-def root_of(leaves: Mapping[bytes, bytes]) -> MapHash:
-    """Return the root of the tree holding exactly ``leaves`` (key -> value, 32 bytes each).
-
-    Raises:
-        ValueError: if a key or value is not 32 bytes.
-    """
-    keys = sorted(leaves)
-    return _build(keys, [leaves[k] for k in keys], 0, len(keys), 0, None)
 
 
 def map_root(namespaces: Mapping[str, Mapping[bytes, bytes]]) -> MapHash:
@@ -256,8 +161,8 @@ def _update(
             else:
                 merged[k] = v
         keys = sorted(merged)
-        return _build(keys, [merged[k] for k in keys], 0, len(keys), depth, new)
-    i = bisect_left([_bit(k, depth) for k, _ in changes], 1)
+        return build(keys, [merged[k] for k in keys], 0, len(keys), depth, new)
+    i = bisect_left([bit(k, depth) for k, _ in changes], 1)
     left = _update(source, new, node.left, depth + 1, changes[:i])
     right = _update(source, new, node.right, depth + 1, changes[i:])
     # Canonical form: a subtree left with one leaf and nothing else is that leaf (shortcut).
@@ -283,9 +188,9 @@ def update(source: NodeSource, root: bytes, changes: Mapping[bytes, bytes | None
         ValueError: if a key or value is not 32 bytes.
     """
     for k, v in changes.items():
-        _check32(k, "a map key")
+        check_hash(k, "a map key")
         if v is not None:
-            _check32(v, "a map value")
+            check_hash(v, "a map value")
     new: dict[bytes, Node] = {}
     out = _update(source, new, root, 0, sorted(changes.items()))
     return Update(out, new)
@@ -302,7 +207,7 @@ def lookup(source: NodeSource, root: bytes, key: bytes) -> bytes | None:
         node = _get(source, {}, h)
         if isinstance(node, Leaf):
             return node.value if node.key == key else None
-        h = node.right if _bit(key, depth) else node.left
+        h = node.right if bit(key, depth) else node.left
         depth += 1
     return None
 
@@ -341,31 +246,6 @@ def update_map(
 # -- proofs -----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class MapProof:
-    """Where a key's path ends in one tree: the siblings from the root down, and the end.
-
-    ``leaf`` is the leaf the path ends at (the key's own, or the one other leaf of the
-    subtree the key would be in), or None when it ends at an empty subtree.
-
-    Raises:
-        ValueError: at construction, if there are more than 256 siblings or a hash is not
-            32 bytes.
-    """
-
-    siblings: tuple[bytes, ...]
-    leaf: Leaf | None
-
-    def __post_init__(self) -> None:
-        if len(self.siblings) > KEY_BITS:
-            raise ValueError(f"a map proof has at most {KEY_BITS} siblings")
-        for s in self.siblings:
-            _check32(s, "a sibling")
-        if self.leaf is not None:
-            _check32(self.leaf.key, "the proof's leaf key")
-            _check32(self.leaf.value, "the proof's leaf value")
-
-
 def prove(source: NodeSource, root: bytes, key: bytes) -> MapProof:
     """Return the proof of ``key``'s path in the tree at ``root`` (inclusion or absence).
 
@@ -378,7 +258,7 @@ def prove(source: NodeSource, root: bytes, key: bytes) -> MapProof:
         node = _get(source, {}, h)
         if isinstance(node, Leaf):
             return MapProof(tuple(siblings), node)
-        if _bit(key, depth):
+        if bit(key, depth):
             siblings.append(node.left)
             h = node.right
         else:
@@ -388,61 +268,63 @@ def prove(source: NodeSource, root: bytes, key: bytes) -> MapProof:
     return MapProof(tuple(siblings), None)
 
 
-def proof_root(key: bytes, proof: MapProof) -> MapHash:
-    """Return the root ``proof`` gives for ``key``'s path.
+class RowSource(Protocol):
+    """Where ``prove_many`` reads stored nodes from: a table of checked rows it fills in."""
+
+    known: dict[bytes, NodeRow]
+    """The checked nodes at hand, by hash (a cache: the source may clear it when full)."""
+
+    def fetch(self, hashes: Collection[bytes]) -> None:
+        """Add the nodes ``hashes`` to ``known``, read together, each checked; skip absent ones.
+
+        Raises:
+            IntegrityError: if a stored row does not hash to its hash.
+        """
+
+
+def prove_many(source: RowSource, walks: Sequence[tuple[bytes, bytes]]) -> list[MapProof]:
+    """Return the proof of each ``(root, key)`` path in ``walks``, in order.
+
+    The paths are walked level by level together: each round walks every path as far as
+    the checked nodes at hand go (``map_tree.descend_all``, native when built), then reads the
+    next node of every unfinished path in one ``fetch``. So ``n`` proofs cost a handful of
+    batched reads (one per level below the cached ones), not one query per node.
 
     Raises:
-        IntegrityError: if the proof's leaf is another key that cannot sit on that path
-            (it does not share the path's prefix with ``key``).
-        ValueError: if ``key`` is not 32 bytes.
+        IntegrityError: if a node a path needs is not stored, or a stored node was edited.
+        ValueError: if a key is not 32 bytes.
     """
-    _check32(key, "a map key")
-    depth = len(proof.siblings)
-    if proof.leaf is None:
-        h = EMPTY
-    else:
-        other = proof.leaf.key
-        if other != key and any(_bit(other, d) != _bit(key, d) for d in range(depth)):
-            raise IntegrityError(
-                f"map proof: leaf {other.hex()} cannot end the path of key {key.hex()}"
-            )
-        h = leaf_hash(other, proof.leaf.value)
-    for d in range(depth - 1, -1, -1):
-        s = proof.siblings[d]
-        h = node_hash(s, h) if _bit(key, d) else node_hash(h, s)
-    return h
+    # The walk allocates many small lists and tuples and no reference cycle; the cyclic
+    # collector would traverse every live object again and again for none (it tripled the
+    # time of 1,000 walks in bench_prove.py), so it is paused for the walk, then restored.
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return _prove_many(source, walks)
+    finally:
+        if paused:
+            gc.enable()
 
 
-def _mismatch(what: str, root: bytes, got: bytes) -> IntegrityError:
-    return IntegrityError(
-        f"map proof: {what} does not give the root", expected=root.hex(), actual=got.hex()
-    )
-
-
-def verify_included(root: bytes, key: bytes, value: bytes, proof: MapProof) -> None:
-    """Check that the tree at ``root`` maps ``key`` to ``value``.
-
-    Raises:
-        IntegrityError: if the proof ends elsewhere, at another value, or at another root.
-    """
-    if proof.leaf is None or proof.leaf.key != key or proof.leaf.value != value:
-        raise IntegrityError(f"map proof: the path of {key.hex()} does not end at its leaf")
-    got = proof_root(key, proof)
-    if got != root:
-        raise _mismatch(f"the inclusion of {key.hex()}", root, got)
-
-
-def verify_absent(root: bytes, key: bytes, proof: MapProof) -> None:
-    """Check that the tree at ``root`` holds no leaf for ``key``.
-
-    Raises:
-        IntegrityError: if the proof ends at ``key``'s own leaf or gives another root.
-    """
-    if proof.leaf is not None and proof.leaf.key == key:
-        raise IntegrityError(f"map proof: {key.hex()} is in the map")
-    got = proof_root(key, proof)
-    if got != root:
-        raise _mismatch(f"the absence of {key.hex()}", root, got)
+def _prove_many(source: RowSource, walks: Sequence[tuple[bytes, bytes]]) -> list[MapProof]:
+    keys = [key for _, key in walks]
+    heads = [root for root, _ in walks]
+    siblings: list[list[bytes]] = [[] for _ in walks]
+    ends: list[Leaf | None] = [None] * len(walks)
+    active = list(range(len(walks)))
+    while active:
+        known = source.known
+        active = descend_all(keys, heads, siblings, ends, active, known)
+        if active:
+            missing = list(dict.fromkeys(heads[i] for i in active))
+            source.fetch(missing)
+            known = source.known
+            for h in missing:
+                if h not in known:
+                    raise IntegrityError(
+                        f"memory map node {h.hex()} is not stored (derived map incomplete)"
+                    )
+    return [MapProof(tuple(s), end) for s, end in zip(siblings, ends, strict=True)]
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,9 +18,8 @@ holds the map root), and the map paths from the map root down to the item(s).
 raises naming the first check that fails. This module is the offline auditor's side: it
 imports the log's core only (canonical CBOR, hashes, entries, Merkle proofs, signed notes),
 never a storage driver, so it runs where only the standard library, cbor2 and cryptography
-are installed. The map's hash rules are written here a second time, from §6.12, rather than
-imported from ``memroot.memory_root.state_map`` (a layer above the ledger); the tests check
-that both agree.
+are installed. The map's hash rules are ``memroot.ledger.map_tree``, the one copy that
+``memroot.memory_root.state_map`` (which builds and proves maps) uses too.
 
 Checks (numbered as in FORMAT.md §6.15)::
 
@@ -49,6 +48,16 @@ from memroot.ledger import encoding, merkle
 from memroot.ledger.entries import CANONICAL_BRANCH, Entry, Kind
 from memroot.ledger.errors import DecodeError, ProofError
 from memroot.ledger.hashing import HASH_SIZE, domain_hash, leaf_hash
+from memroot.ledger.map_tree import (
+    KEY_BITS,
+    Leaf,
+    MapProof,
+    item_key,
+    namespace_key,
+    path_root,
+    tree_root,
+    value_hash_of,
+)
 from memroot.ledger.note import (
     MAX_NOTE_SIZE,
     MAX_PROOF_HASHES,
@@ -63,16 +72,11 @@ __all__ = [
     "KINDS",
     "MAX_PROOF_FILE",
     "VERSION",
-    "MapPath",
+    "CheckMemo",
     "ProofFile",
     "ProofItem",
     "Proven",
     "check_proof",
-    "map_item_key",
-    "map_namespace_key",
-    "map_path_root",
-    "map_tree_root",
-    "map_value_hash",
 ]
 
 FORMAT: Final = "memroot-proof"
@@ -86,14 +90,6 @@ WORDS_ITEMS: Final = 20  # items a namespace's plain-words summary lists
 
 ROOT_V2_TAG: Final = "memroot/root/v2"
 ROOT_V2: Final = 2
-_EMPTY_TAG: Final = "memroot/map/empty/v1"
-_LEAF_TAG: Final = "memroot/map/leaf/v1"
-_NODE_TAG: Final = "memroot/map/node/v1"
-_NS_TAG: Final = "memroot/map/ns/v1"
-_ITEM_TAG: Final = "memroot/map/item/v1"
-_VALUE_TAG: Final = "memroot/map/value/v1"
-_KEY_BITS: Final = 256
-MAP_EMPTY: Final = domain_hash(_EMPTY_TAG, b"")
 SNAPSHOT: Final = "SNAPSHOT"
 
 _TOP_KEYS: Final = {
@@ -111,101 +107,6 @@ _TOP_KEYS_BY_KIND: Final = {
     "state": _TOP_KEYS["object"],
     "namespace": _TOP_KEYS["namespace"],
 }
-
-
-# -- the map's hash rules (FORMAT.md §6.12), written from the document -------------------------
-
-
-def map_namespace_key(namespace: str) -> bytes:
-    """Return ``SHA-256("memroot/map/ns/v1" || 0x00 || utf8(namespace))``."""
-    return domain_hash(_NS_TAG, namespace.encode("utf-8"))
-
-
-def map_item_key(kind: str, item_id: str) -> bytes:
-    """Return ``SHA-256("memroot/map/item/v1" || 0x00 || cbor([kind, id]))``."""
-    return domain_hash(_ITEM_TAG, encoding.encode([kind, item_id]))
-
-
-def map_value_hash(state_cbor: bytes) -> bytes:
-    """Return ``SHA-256("memroot/map/value/v1" || 0x00 || state_cbor)`` over the bytes given."""
-    return domain_hash(_VALUE_TAG, state_cbor)
-
-
-def _leaf(key: bytes, value: bytes) -> bytes:
-    return domain_hash(_LEAF_TAG, key + value)
-
-
-def _node(left: bytes, right: bytes) -> bytes:
-    return domain_hash(_NODE_TAG, left + right)
-
-
-def _bit(key: bytes, depth: int) -> int:
-    return (key[depth >> 3] >> (7 - (depth & 7))) & 1
-
-
-@dataclass(frozen=True, slots=True)
-class MapPath:
-    """A key's path in one tree of the map: siblings from the root down, and where it ends.
-
-    ``leaf`` is the (key, value) of the leaf the path ends at, or None for an empty subtree.
-    """
-
-    siblings: tuple[bytes, ...]
-    leaf: tuple[bytes, bytes] | None
-
-
-def map_path_root(key: bytes, path: MapPath) -> bytes:
-    """Return the tree root ``path`` gives for ``key`` (FORMAT.md §6.12, "Proof of a key's path").
-
-    Raises:
-        ProofError: if the path's end leaf is another key that does not share the path's
-            prefix with ``key`` (it could not sit where the path ends).
-    """
-    depth = len(path.siblings)
-    if path.leaf is None:
-        h = MAP_EMPTY
-    else:
-        other, value = path.leaf
-        if other != key and any(_bit(other, d) != _bit(key, d) for d in range(depth)):
-            raise ProofError(
-                f"map path: the leaf of key {other.hex()} cannot end the path of {key.hex()}"
-            )
-        h = _leaf(other, value)
-    for d in range(depth - 1, -1, -1):
-        s = path.siblings[d]
-        h = _node(s, h) if _bit(key, d) else _node(h, s)
-    return h
-
-
-def _split(keys: Sequence[bytes], lo: int, hi: int, depth: int) -> int:
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if _bit(keys[mid], depth):
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
-
-
-def _build(keys: Sequence[bytes], values: Sequence[bytes], lo: int, hi: int, depth: int) -> bytes:
-    if lo == hi:
-        return MAP_EMPTY
-    if hi - lo == 1:
-        return _leaf(keys[lo], values[lo])
-    mid = _split(keys, lo, hi, depth)
-    return _node(_build(keys, values, lo, mid, depth + 1), _build(keys, values, mid, hi, depth + 1))
-
-
-def map_tree_root(pairs: Sequence[tuple[bytes, bytes]]) -> bytes:
-    """Return ``H(S, 0)`` of §6.12 for ``pairs`` sorted by key, each key once.
-
-    Raises:
-        ValueError: if the keys are not strictly increasing.
-    """
-    keys = [k for k, _ in pairs]
-    if any(a >= b for a, b in itertools.pairwise(keys)):
-        raise ValueError("map pairs must be sorted by key, each key once")
-    return _build(keys, [v for _, v in pairs], 0, len(keys), 0)
 
 
 # -- the file ---------------------------------------------------------------------------------
@@ -249,9 +150,9 @@ class ProofFile:
     entry: bytes
     inclusion: tuple[bytes, ...]
     namespace: str
-    namespace_path: MapPath
+    namespace_path: MapProof
     item: ProofItem | None = None
-    item_path: MapPath | None = None
+    item_path: MapProof | None = None
     items: tuple[ProofItem, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
@@ -296,12 +197,12 @@ def _b64(data: bytes) -> str:
     return binascii.b2a_base64(data, newline=False).decode("ascii")
 
 
-def _path_json(path: MapPath) -> dict[str, Any]:
+def _path_json(path: MapProof) -> dict[str, Any]:
     return {
         "siblings": [_b64(s) for s in path.siblings],
         "leaf": None
         if path.leaf is None
-        else {"key": _b64(path.leaf[0]), "value": _b64(path.leaf[1])},
+        else {"key": _b64(path.leaf.key), "value": _b64(path.leaf.value)},
     }
 
 
@@ -371,27 +272,42 @@ def _bytes(value: Any, where: str, size: int | None = None) -> bytes:
     return raw
 
 
+def _hashes(values: list[Any], where: str) -> tuple[bytes, ...]:
+    """Decode a list of canonical base64 32-byte hashes (as ``_bytes`` each, in one pass)."""
+    try:
+        raw = [binascii.a2b_base64(v, strict_mode=True) for v in values if type(v) is str]
+    except (binascii.Error, ValueError):
+        raw = []
+    if len(raw) == len(values) and all(
+        len(r) == HASH_SIZE and binascii.b2a_base64(r, newline=False) == v.encode("ascii")
+        for r, v in zip(raw, values, strict=True)
+    ):
+        return tuple(raw)
+    # One is malformed: the field-by-field reading names it.
+    return tuple(_bytes(v, f"{where}[{i}]", HASH_SIZE) for i, v in enumerate(values))
+
+
 def _uint(value: Any, where: str) -> int:
     if type(value) is not int or not 0 <= value < 1 << 63:
         raise _bad(where, "must be a non-negative integer")
     return value
 
 
-def _path(value: Any, where: str) -> MapPath:
+def _path(value: Any, where: str) -> MapProof:
     p = _obj(value, where, frozenset({"siblings", "leaf"}))
     sib = p["siblings"]
-    if type(sib) is not list or len(sib) > _KEY_BITS:
-        raise _bad(f"{where}.siblings", f"must be a list of at most {_KEY_BITS} hashes")
-    siblings = tuple(_bytes(s, f"{where}.siblings[{i}]", HASH_SIZE) for i, s in enumerate(sib))
+    if type(sib) is not list or len(sib) > KEY_BITS:
+        raise _bad(f"{where}.siblings", f"must be a list of at most {KEY_BITS} hashes")
+    siblings = _hashes(sib, f"{where}.siblings")
     end = p["leaf"]
     leaf = None
     if end is not None:
         e = _obj(end, f"{where}.leaf", frozenset({"key", "value"}))
-        leaf = (
+        leaf = Leaf(
             _bytes(e["key"], f"{where}.leaf.key", HASH_SIZE),
             _bytes(e["value"], f"{where}.leaf.value", HASH_SIZE),
         )
-    return MapPath(siblings, leaf)
+    return MapProof(siblings, leaf)
 
 
 def _item(value: Any, where: str) -> ProofItem:
@@ -449,9 +365,7 @@ def _parse(text: str | bytes) -> ProofFile:
         "checkpoint": cp,
         "index": _uint(snap["index"], "snapshot.index"),
         "entry": _bytes(snap["entry"], "snapshot.entry"),
-        "inclusion": tuple(
-            _bytes(h, f"snapshot.inclusion[{i}]", HASH_SIZE) for i, h in enumerate(inc)
-        ),
+        "inclusion": _hashes(inc, "snapshot.inclusion"),
         "namespace": _text(data["namespace"], "namespace", MAX_ID),
         "namespace_path": _path(data["namespace_path"], "namespace_path"),
     }
@@ -574,6 +488,14 @@ def _show(value: Any) -> str:
     return json.dumps(_jsonable(value), sort_keys=True, ensure_ascii=False)
 
 
+def _walk(key: bytes, path: MapProof) -> bytes:
+    """(P5) The root ``path`` gives for ``key`` (§6.12, "Proof of a key's path")."""
+    try:
+        return path_root(key, path)
+    except ProofError as e:
+        raise _fail("P5", str(e)) from e
+
+
 # -- the checks -------------------------------------------------------------------------------
 
 
@@ -694,10 +616,10 @@ def _state_value(item: ProofItem) -> Any:
 
 def _check_map(p: ProofFile, map_root: bytes) -> tuple[bool, tuple[tuple[str, str, Any], ...]]:
     """(P5, P6) The paths give ``map_root`` and end where the claim says."""
-    nk = map_namespace_key(p.namespace)
+    nk = namespace_key(p.namespace)
     npath = p.namespace_path
-    ns_present = npath.leaf is not None and npath.leaf[0] == nk
-    got = map_path_root(nk, npath)
+    ns_present = npath.leaf is not None and npath.leaf.key == nk
+    got = _walk(nk, npath)
     if got != map_root:
         raise _fail(
             "P5",
@@ -718,17 +640,17 @@ def _check_map(p: ProofFile, map_root: bytes) -> tuple[bool, tuple[tuple[str, st
         for n, it in enumerate(p.items):
             if it.state is None:
                 raise _fail("P6", f"items[{n}] has no state (a namespace lists present items)")
-            pairs.append((map_item_key(it.kind, it.id), map_value_hash(it.state)))
+            pairs.append((item_key(it.kind, it.id), value_hash_of(it.state)))
             out.append((it.kind, it.id, _state_value(it)))
         if any(a[0] >= b[0] for a, b in itertools.pairwise(pairs)):
             raise _fail("P6", "the items are not sorted by item key, each once")
-        rebuilt = map_tree_root(pairs)
-        if rebuilt != npath.leaf[1]:
+        rebuilt = tree_root(pairs)
+        if rebuilt != npath.leaf.value:
             raise _fail(
                 "P6",
                 f"the {len(pairs)} item(s) listed do not rebuild namespace {p.namespace!r}'s "
                 "subtree (an item was left out, added or changed)",
-                expected=npath.leaf[1],
+                expected=npath.leaf.value,
                 actual=rebuilt,
             )
         return True, tuple(out)
@@ -741,7 +663,7 @@ def _check_map(p: ProofFile, map_root: bytes) -> tuple[bool, tuple[tuple[str, st
     )
     if not kind_ok:
         raise _fail("P1", f"a {p.kind} proof names an item of kind {item.kind!r}")
-    ik = map_item_key(item.kind, item.id)
+    ik = item_key(item.kind, item.id)
     if not ns_present:
         if item.state is not None:
             raise _fail("P6", f"namespace {p.namespace!r} is not in the map, so holds no item")
@@ -751,38 +673,75 @@ def _check_map(p: ProofFile, map_root: bytes) -> tuple[bool, tuple[tuple[str, st
     assert npath.leaf is not None
     if p.item_path is None:
         raise _fail("P6", "the namespace is in the map but the item path is missing")
-    got = map_path_root(ik, p.item_path)
-    if got != npath.leaf[1]:
+    got = _walk(ik, p.item_path)
+    if got != npath.leaf.value:
         raise _fail(
             "P5",
             f"the path of {item.kind} {item.id!r} does not give namespace {p.namespace!r}'s "
             "subtree",
-            expected=npath.leaf[1],
+            expected=npath.leaf.value,
             actual=got,
         )
     end = p.item_path.leaf
     if item.state is None:
-        if end is not None and end[0] == ik:
+        if end is not None and end.key == ik:
             raise _fail("P6", f"{item.kind} {item.id!r} is in the map: it is not absent")
         return False, ()
-    value = map_value_hash(item.state)
-    if end is None or end[0] != ik:
+    value = value_hash_of(item.state)
+    if end is None or end.key != ik:
         raise _fail("P6", f"the item path ends elsewhere: {item.kind} {item.id!r} is not there")
-    if end[1] != value:
+    if end.value != value:
         raise _fail(
             "P6",
             f"the state given for {item.kind} {item.id!r} is not the one the map holds",
-            expected=end[1],
+            expected=end.value,
             actual=value,
         )
     return True, ((item.kind, item.id, _state_value(item)),)
+
+
+class CheckMemo:
+    """What ``check_proof`` remembers between files of one signed snapshot, by exact bytes.
+
+    ``checkpoints``: each checkpoint note verified (its text and the trusted keys);
+    ``snapshots``: each signed snapshot checked (P2-P4: the note, the keys, the index, the
+    entry bytes, the inclusion proof and the root). A file that repeats those bytes exactly
+    gets the same result without the signature, the decoding and the hashing being done
+    again; any other byte is a miss, checked in full.
+    """
+
+    def __init__(self) -> None:
+        """Start empty."""
+        self.checkpoints: dict[tuple[str, tuple[str, ...]], SignedCheckpoint] = {}
+        self.snapshots: dict[tuple[Any, ...], tuple[SignedCheckpoint, Entry, dict[str, Any]]] = {}
+
+
+def _signed_snapshot(
+    p: ProofFile, vkeys: Sequence[str], memo: CheckMemo | None
+) -> tuple[SignedCheckpoint, Entry, dict[str, Any]]:
+    """(P2-P4) The checkpoint, the SNAPSHOT entry in its tree and the v2 root it records."""
+    note = (p.checkpoint, tuple(vkeys))
+    key = (*note, p.index, p.entry, p.inclusion, p.root)
+    if memo is not None and key in memo.snapshots:
+        return memo.snapshots[key]
+    cp = memo.checkpoints.get(note) if memo is not None else None
+    if cp is None:
+        cp = _open_checkpoint(p.checkpoint, vkeys)  # (P2)
+        if memo is not None:
+            memo.checkpoints[note] = cp
+    entry = _check_snapshot(p, cp)  # (P3)
+    _check_origin(cp, vkeys, entry.branch)  # (P2) the origin, once the branch is known
+    payload = _check_root(p, entry)  # (P4)
+    if memo is not None:
+        memo.snapshots[key] = (cp, entry, payload)
+    return cp, entry, payload
 
 
 def check_proof(
     text: str | bytes | ProofFile,
     vkeys: Sequence[str],
     *,
-    opened: dict[tuple[str, tuple[str, ...]], SignedCheckpoint] | None = None,
+    memo: CheckMemo | None = None,
 ) -> Proven:
     """Check a proof file with the trusted verifier key(s) ``vkeys``; return what it proves.
 
@@ -790,9 +749,9 @@ def check_proof(
     proof of absence passes (``Proven.present`` is False): it proves that the map holds no
     such item (or namespace) at that root.
 
-    ``opened``, when given, remembers each checkpoint note verified (by its exact text and
-    the keys), so an auditor checking many files against one checkpoint verifies its
-    signature once; a note is the same bytes or it is not found there.
+    ``memo``, when given, remembers each checkpoint and signed snapshot checked (by their
+    exact bytes and the keys), so an auditor checking many files of one root verifies its
+    signature, entry and inclusion once (``CheckMemo``).
 
     Raises:
         DecodeError: (P1) the file or a vkey is malformed.
@@ -800,15 +759,7 @@ def check_proof(
         ValueError: if ``vkeys`` is empty.
     """
     p = text if isinstance(text, ProofFile) else ProofFile.parse(text)
-    memo = (p.checkpoint, tuple(vkeys))
-    cp = opened.get(memo) if opened is not None else None
-    if cp is None:
-        cp = _open_checkpoint(p.checkpoint, vkeys)  # (P2)
-        if opened is not None:
-            opened[memo] = cp
-    entry = _check_snapshot(p, cp)  # (P3)
-    _check_origin(cp, vkeys, entry.branch)  # (P2) the origin, once the branch is known
-    payload = _check_root(p, entry)  # (P4)
+    cp, entry, payload = _signed_snapshot(p, vkeys, memo)  # (P2-P4)
     present, items = _check_map(p, payload["map"])  # (P5, P6)
     absent = None
     if p.kind != "namespace" and not present:

@@ -12,6 +12,7 @@ pub mod cbor;
 pub mod entry;
 pub mod hash;
 pub mod jsonl;
+pub mod map;
 pub mod merkle;
 pub mod py;
 pub mod rows;
@@ -1241,5 +1242,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(rows::encode_rows, m)?)?;
     m.add_function(wrap_pyfunction!(jsonl::event_inputs, m)?)?;
     m.add_function(wrap_pyfunction!(strict::decode_chunk, m)?)?;
+    // The memory map's paths (map.rs, issue 26).
+    m.add_function(wrap_pyfunction!(map::map_path_root, m)?)?;
+    m.add_function(wrap_pyfunction!(map::map_descend, m)?)?;
+    m.add_function(wrap_pyfunction!(map::map_descend_all, m)?)?;
+    m.add_function(wrap_pyfunction!(map::map_rows_into, m)?)?;
     Ok(())
 }

@@ -233,8 +233,12 @@ def test_cascade_resnapshot_refused_and_stale_root_noted(
 def test_operation_rows_hidden_from_the_prover_are_refused(
     small: Any, cmd: Cli, tmp_path: Path
 ) -> None:
-    """op_rows_disguised: ASSERT rows marked as events (their hints hidden) make prove refuse."""
-    path, ids, _ = small
+    """op_rows_disguised: ASSERT rows marked as events make a namespace proof refuse.
+
+    An object proof no longer reads the operations (its state comes from the object's
+    indexed rows, checked against the committed leaf), so it is still given, and true.
+    """
+    path, ids, vkey = small
     _attack(
         path,
         "UPDATE entries SET digest = zeroblob(32) WHERE digest IS NULL AND erased_by IS NULL "
@@ -244,5 +248,46 @@ def test_operation_rows_hidden_from_the_prover_are_refused(
     bad = cmd.at(path, "prove", "--namespace", "alice", "-o", str(out))
     assert bad.exit_code == 1 and "not known to the prover" in bad.output, bad.output
     assert not out.exists()
-    bad = cmd.at(path, "prove", "--object", ids["alice"][0])
-    assert bad.exit_code != 0 and "memroot-proof" not in bad.output
+    obj = tmp_path / "obj.proof.json"
+    ok = cmd.at(path, "prove", "--object", ids["alice"][0], "-o", str(obj))
+    assert ok.exit_code == 0, ok.output
+    assert _audit(cmd, obj, vkey)["present"]
+
+
+def test_object_rows_edited_cannot_make_the_prover_lie(
+    small: Any, cmd: Cli, tmp_path: Path
+) -> None:
+    """object_hint_forged: an edited namespace or seq in the object's rows is not trusted.
+
+    The prover's look-up by id is a hint: one that does not hash to the committed leaf is
+    dropped and the view's operations decide, so the proof is the true one.
+    """
+    path, ids, vkey = small
+    oid = ids["alice"][0]
+    _attack(
+        path,
+        f"UPDATE mem_objects SET namespace_id = 'mallory', vfrom = vfrom + 1 WHERE id = '{oid}'",
+    )
+    out = tmp_path / "obj.proof.json"
+    ok = cmd.at(path, "prove", "--object", oid, "-o", str(out))
+    assert ok.exit_code == 0, ok.output
+    got = _audit(cmd, out, vkey)
+    assert got["present"] and got["namespace"] == "alice"
+
+
+def test_an_object_or_state_proof_reads_no_operation(small: Any) -> None:
+    """prove by id: a present object or state comes from its indexed rows, with no scan.
+
+    The view's operations are read only for what no row can hint (an absent item here).
+    """
+    from memroot.memory_root.proofs import open_root
+
+    path, ids, _ = small
+    with Ledger.open(path, readonly=True) as led, led.reading():
+        source = open_root(led)
+        _, obj = source.prove_item("object", ids["alice"][0])
+        _, st = source.prove_item("state/memory_object", ids["alice"][1])
+        assert obj.present and st.present and st.items[0][2]["state"] == "falsified"
+        assert source.scans == 0
+        _, gone = source.prove_item("object", "01900000-0000-7000-8000-00000000dead", "alice")
+        assert not gone.present and source.scans == 1

@@ -16,8 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from memroot.ledger import encoding
 from memroot.ledger.bundle import proof_file as pf
@@ -182,9 +180,9 @@ def test_namespace_item_left_out_or_added_is_refused() -> None:
     p = _namespace()
     _refused(dataclasses.replace(p, items=p.items[1:]), "P6", "do not rebuild")
     extra = pf.ProofItem("object", G._id(50), encoding.encode({"lifecycle": "ACTIVE", "seq": 1}))
-    key = pf.map_item_key("object", G._id(50))
-    items = sorted([*p.items, extra], key=lambda i: pf.map_item_key(i.kind, i.id))
-    assert key in [pf.map_item_key(i.kind, i.id) for i in items]
+    key = mm.item_key("object", G._id(50))
+    items = sorted([*p.items, extra], key=lambda i: mm.item_key(i.kind, i.id))
+    assert key in [mm.item_key(i.kind, i.id) for i in items]
     _refused(dataclasses.replace(p, items=tuple(items)), "P6", "do not rebuild")
 
 
@@ -233,38 +231,13 @@ def test_state_kind_must_match_the_file_kind() -> None:
 # -- the checker's map rules equal state_map's ------------------------------------------------
 
 
-class _Nodes:
-    def __init__(self) -> None:
-        self.nodes: dict[bytes, mm.Node] = {}
+def test_checker_and_state_map_share_one_copy_of_the_map_rules() -> None:
+    """The checker's map rules are state_map's: one module, memroot.ledger.map_tree."""
+    from memroot.ledger import map_tree
 
-    def node(self, h: bytes) -> mm.Node | None:
-        return self.nodes.get(h)
-
-
-_keys = st.binary(min_size=32, max_size=32)
-
-
-@settings(max_examples=60, deadline=None)
-@given(st.dictionaries(_keys, _keys, max_size=40), _keys)
-def test_checker_map_rules_equal_state_map(leaves: dict[bytes, bytes], probe: bytes) -> None:
-    """The checker's tree root and path walk (written from §6.12) agree with state_map's."""
-    pairs = sorted(leaves.items())
-    assert pf.map_tree_root(pairs) == mm.root_of(leaves)
-    nodes = _Nodes()
-    u = mm.update(nodes, mm.EMPTY, leaves)
-    nodes.nodes.update(u.nodes)
-    for key in [*leaves, probe]:
-        p = mm.prove(nodes, u.root, key)
-        path = pf.MapPath(p.siblings, None if p.leaf is None else (p.leaf.key, p.leaf.value))
-        assert pf.map_path_root(key, path) == u.root == mm.proof_root(key, p)
-
-
-def test_key_rules_equal_state_map() -> None:
-    """Namespace keys, item keys and value hashes are state_map's."""
-    assert pf.map_namespace_key("alice") == mm.namespace_key("alice")
-    assert pf.map_item_key("object", OBJ) == mm.item_key("object", OBJ)
-    assert pf.map_value_hash(encoding.encode({"a": 1})) == mm.value_hash({"a": 1})
-    assert pf.MAP_EMPTY == mm.EMPTY
+    assert pf.namespace_key is mm.namespace_key is map_tree.namespace_key
+    assert pf.item_key is mm.item_key and pf.path_root is mm.proof_root
+    assert pf.tree_root is map_tree.tree_root and mm.root_of is map_tree.root_of
 
 
 def test_checker_runs_without_apsw_click_or_blake3() -> None:
