@@ -749,7 +749,11 @@ def on_event(eng: Rules, entry: Entry) -> None:
 
 def on_events(eng: Rules, entries: Iterable[Entry]) -> None:
     """``on_event`` for a run of events, in one statement (the ledger's native batch path)."""
-    rows = [_conv_row(e) for e in entries]
+    on_conv_rows(eng, [_conv_row(e) for e in entries])
+
+
+def on_conv_rows(eng: Rules, rows: list[tuple[Any, str | None, str, int]]) -> None:
+    """``on_events`` given the events' ``mem_conv`` rows (``engine.event_rows`` built them)."""
     pending = _pending_of(eng.state)
     if pending is None:
         _db(eng).executemany(_CONV_INS, rows)

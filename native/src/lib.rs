@@ -10,6 +10,7 @@
 pub mod append;
 pub mod cbor;
 pub mod entry;
+pub mod fold;
 pub mod hash;
 pub mod jsonl;
 pub mod merkle;
@@ -1241,5 +1242,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(rows::encode_rows, m)?)?;
     m.add_function(wrap_pyfunction!(jsonl::event_inputs, m)?)?;
     m.add_function(wrap_pyfunction!(strict::decode_chunk, m)?)?;
+    m.add_function(wrap_pyfunction!(fold::event_rows, m)?)?;
     Ok(())
 }
