@@ -16,6 +16,7 @@
 
 use std::collections::HashSet;
 
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 
@@ -37,7 +38,10 @@ type EventRows<'py> = (
     Bound<'py, PyList>,
 );
 
-fn text_field<'py>(body: &Bound<'py, PyDict>, key: &str) -> PyResult<Bound<'py, PyString>> {
+fn text_field<'py>(
+    body: &Bound<'py, PyDict>,
+    key: &Bound<'py, PyString>,
+) -> PyResult<Bound<'py, PyString>> {
     match body.get_item(key)? {
         Some(v) => match v.downcast_exact::<PyString>() {
             Ok(s) => Ok(s.clone()),
@@ -88,8 +92,9 @@ pub fn event_rows<'py>(
             .or_else(|_| reject("a branch that is not text"))?;
         match &branch {
             None => branch = Some(b.clone()),
+            // The same object (the strict read shares it) or equal text.
             Some(first) => {
-                if first.to_str()? != b.to_str()? {
+                if !first.is(b) && first.to_str()? != b.to_str()? {
                     return reject("a run of events of more than one branch");
                 }
             }
@@ -98,10 +103,10 @@ pub fn event_rows<'py>(
         let body = body
             .downcast_exact::<PyDict>()
             .or_else(|_| reject("an event body that is not a dict"))?;
-        let id = text_field(body, "id")?;
-        let actor = text_field(body, "actor_id")?;
-        let namespace = text_field(body, "namespace_id")?;
-        let parent = match body.get_item("parent_event_id")? {
+        let id = text_field(body, intern!(py, "id"))?;
+        let actor = text_field(body, intern!(py, "actor_id"))?;
+        let namespace = text_field(body, intern!(py, "namespace_id"))?;
+        let parent = match body.get_item(intern!(py, "parent_event_id"))? {
             None => none.clone(),
             Some(p) if p.is_none() => none.clone(),
             Some(p) => {
@@ -139,7 +144,7 @@ pub fn event_rows<'py>(
             }
             last = Some(key);
         }
-        if body.contains("context")? {
+        if body.contains(intern!(py, "context"))? {
             contexts.append(i)?;
         }
     }
