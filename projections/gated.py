@@ -58,6 +58,7 @@ import functools
 import itertools
 import json
 import math
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii
@@ -705,7 +706,8 @@ class Pending:
         ``complete``: ``db``'s ``mem_gated`` was empty and every row of the canonical
         branch will come through this holder (a replay's fold of ``main`` into fresh tables),
         until ``close``. An object of ``main`` with no id in ``ever`` then has no rows there,
-        which a ``Folder`` of ``main`` knows without reading the table (``_Gate.folder``).
+        which a ``Folder`` of ``main`` knows without reading the table (``_Gate.folder``,
+        and ``own_view_state`` through ``_COMPLETE``).
         """
         self.db = db
         self.conv: list[tuple[str, str | None, str, int]] = []
@@ -717,12 +719,20 @@ class Pending:
         self.complete = complete
         self.ever: set[str] = set()
         """With ``complete``: every object this holder was ever given a row of."""
+        if complete:
+            _COMPLETE[db] = self
 
     def close(self) -> None:
         """Write the rows held; from now on rows may reach the table another way."""
         self.flush()
+        self.abandon()
+
+    def abandon(self) -> None:
+        """Stop answering for the table (its fold failed, or ended): every read queries it."""
         self.complete = False
         self.ever.clear()
+        if _COMPLETE.get(self.db) is self:
+            del _COMPLETE[self.db]
 
     def hold(self) -> None:
         """List this holder for ``_settle`` (call when adding the first row)."""
@@ -756,6 +766,8 @@ class Pending:
 
 _HELD: list[Pending] = []
 """The holders holding rows now (rows are held only within an append's transaction)."""
+_COMPLETE: weakref.WeakKeyDictionary[apsw.Connection, Pending] = weakref.WeakKeyDictionary()
+"""Per database, the ``complete`` holder of its fold of ``main`` while that fold runs."""
 
 
 def _settle(db: apsw.Connection) -> None:
@@ -1277,6 +1289,14 @@ def own_view_state(
     """
     if not provenance or seq < 1:
         return None
+    holder = _COMPLETE.get(db)
+    if (
+        holder is not None
+        and holder.complete
+        and branch == CANONICAL_BRANCH
+        and object_id not in holder.ever
+    ):
+        return None  # a fold of main into fresh tables that never wrote a row of it: none
     try:
         view = view_of(db, branch, seq - 1)
     except NotFoundError:

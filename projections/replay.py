@@ -213,7 +213,11 @@ def _refold(
     ``fold_entries`` does; ``after`` as there. Returns how many entries were folded.
     """
     memory = _BoundedMemState(db, flush_every=_FLUSH_EVERY, held=_OBJECTS_HELD)
-    return fold_entries(db, entries, fresh=True, memory=memory, after=after)
+    try:
+        return fold_entries(db, entries, fresh=True, memory=memory, after=after)
+    finally:
+        # A failed fold is rolled back: its holder must not answer for the restored table.
+        memory.gated.abandon()
 
 
 def _has_gated(db: apsw.Connection) -> bool:

@@ -132,7 +132,12 @@ pub fn event_rows<'py>(
         )?)?;
         conv.append(PyTuple::new(
             py,
-            [id.clone().into_any(), parent.clone(), b.clone().into_any(), seq],
+            [
+                id.clone().into_any(),
+                parent.clone(),
+                b.clone().into_any(),
+                seq,
+            ],
         )?)?;
         parents.append(PyTuple::new(py, [id.into_any(), parent])?)?;
         let (a, n) = (actor.to_str()?, namespace.to_str()?);
