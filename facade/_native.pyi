@@ -30,6 +30,7 @@ __all__ = [
     "event_index_check_ahead",
     "event_index_span",
     "event_inputs",
+    "event_rows",
     "inclusion_from_rows",
     "inclusion_keys",
     "leaf_hash",
@@ -77,6 +78,23 @@ def decode_chunk(
     """``(entries, leaves)`` of a chunk of stored rows, checked as ``StrictReader.rows`` does.
 
     Steps 1-3 of each row of ``branch`` from ``start``; ``Reject`` on any row it would refuse.
+    """
+
+def event_rows(
+    entries: list[Any], event: Any
+) -> tuple[
+    list[tuple[str, str, int, int, str, str, None]],
+    list[tuple[str, str | None, str, int]],
+    list[tuple[str, str | None]],
+    list[tuple[str, str]],
+    list[int],
+]:
+    """``(events, conv, parents, keys, contexts)`` of a run of events of one branch.
+
+    The ``mem_events``, ``mem_conv`` and ``conv_parents`` rows, the distinct
+    ``(actor_id, namespace_id)`` pairs in order, and the positions of events with a
+    ``context``; ``Reject`` on an entry that is not an ``event`` of the first's branch or on a
+    body field missing or of an unexpected type.
     """
 
 def decode_entry(

@@ -34,6 +34,7 @@ from memroot.ledger.ledger import Ledger
 from memroot.ledger.verify import AuditReport, Finding
 from memroot.memory_root.branches import BranchRegistry
 from memroot.projections.anchors import ConversationTree
+from memroot.projections.engine import event_rows
 from memroot.projections.gitctx import GitContextHook
 
 __all__ = ["LayerTablesCheck", "LayerTablesRebuild"]
@@ -45,6 +46,7 @@ DIGESTED_TABLE: Final = "conv_parents"
 """Compared by an order-free digest of its rows (one per event)."""
 _MOD: Final = 1 << 256
 _CHUNK: Final = 4096
+_PARENTS_INS: Final = "INSERT OR IGNORE INTO conv_parents VALUES(?, ?)"
 _WHAT: Final = {
     "branch_meta": "the branch registry",
     "branch_merges": "the branch registry's merges",
@@ -64,6 +66,11 @@ class LayerTablesRebuild:
     (an unsigned tail the strict read does not yield) are read from their rows at the
     branch's end. An entry a hook refuses (one appended without the hooks) is skipped and
     counted, as the memory model's rebuild does; verify step 9 reports it.
+
+    The events' ``conv_parents`` rows are held across runs and written with one statement
+    every ``_CHUNK`` rows, before any entry goes through the other hooks and at each
+    branch's end (nothing reads the table during a rebuild; ``INSERT OR IGNORE`` in the
+    order the events came keeps the first row of a repeated id, as a statement per run did).
     """
 
     def __init__(self, ledger: Ledger) -> None:
@@ -78,6 +85,7 @@ class LayerTablesRebuild:
         self._next = 0
         self._ended: set[str] = set()
         self._db: apsw.Connection | None = None
+        self._parents: list[tuple[str, str | None]] = []  # held, not yet written
 
     def start(self, db: apsw.Connection) -> None:
         """Install the three layers' tables if missing and empty them."""
@@ -101,12 +109,17 @@ class LayerTablesRebuild:
         db, ledger = self._db, self.ledger
         assert db is not None
         with ledger.folding_committed():
-            events = [e for e in entries if e.kind is Kind.EVENT]
-            if events:
-                self._conv.apply_events(db, ledger, events, [])
-            for entry in entries:
-                if not _recorded(entry):
-                    continue
+            native = event_rows(entries) if entries[0].kind is Kind.EVENT else None
+            recorded: Sequence[Entry]
+            if native is not None:  # a run of events: their rows, and those with a context
+                self._parents += native.parents
+                recorded = [entries[i] for i in native.contexts]
+            else:
+                self._parents += ConversationTree.rows(e for e in entries if e.kind is Kind.EVENT)
+                recorded = [e for e in entries if _recorded(e)]
+            if recorded or len(self._parents) >= _CHUNK:
+                self._write_parents()
+            for entry in recorded:
                 try:
                     with db:  # a savepoint: a refused entry leaves nothing behind
                         for hook in self._hooks:
@@ -115,12 +128,20 @@ class LayerTablesRebuild:
                     self.skipped += 1
         self.entries += len(entries)
 
+    def _write_parents(self) -> None:
+        """Write the ``conv_parents`` rows held, in the order the events came."""
+        if self._parents:
+            assert self._db is not None
+            self._db.executemany(_PARENTS_INS, self._parents)
+            self._parents.clear()
+
     def _end_branch(self) -> None:
         branch, size = self._branch, self._sizes.get(self._branch or "", 0)
         if branch is not None and self._next < size:
             store = self.ledger.store
             rows = store.iter_entry_rows(store.branch(branch).no, self._next, size)
             self._fold([Entry.from_bytes(bytes(r.data)) for r in rows])
+        self._write_parents()
         if branch is not None:
             self._ended.add(branch)
         self._branch = None
@@ -236,7 +257,9 @@ class LayerTablesCheck:
             )
 
     def _fold_events(self) -> None:
-        digest, count = _row_digest(ConversationTree.rows(self._events), self._key)
+        native = event_rows(self._events)
+        rows = ConversationTree.rows(self._events) if native is None else native.parents
+        digest, count = _row_digest(rows, self._key)
         self._digest, self._count = (self._digest + digest) % _MOD, self._count + count
         self._events.clear()
 

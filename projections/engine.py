@@ -17,8 +17,9 @@ entity takes the operation's ``target_id`` when given, else the operation's own 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
+from memroot.ledger._backend import NATIVE as _N
 from memroot.ledger.entries import CANONICAL_BRANCH, Entry, Kind, check_uuid
 from memroot.ledger.errors import RefusedError, ValidationError
 from memroot.ledger.hashing import sha256
@@ -41,7 +42,7 @@ from memroot.projections.rules import PermissionRefused, RuleError
 from memroot.projections.states import STATE_HANDLERS
 from memroot.projections.views import fork_from_genesis
 
-__all__ = ["HANDLERS", "Engine", "Op", "derived_id"]
+__all__ = ["HANDLERS", "Engine", "EventRows", "Op", "derived_id", "event_rows"]
 
 _ACTIVE: Final = LifecycleState.ACTIVE.value
 _OBJECT: Final = "MEMORY_OBJECT"
@@ -66,6 +67,39 @@ def derived_id(op_id: str, n: int) -> str:
 
 
 Handler = Callable[["Engine", Op], None]
+
+
+class EventRows(NamedTuple):
+    """The rows a run of events of one branch folds into, built in one pass (``event_rows``)."""
+
+    events: list[tuple[str, str, int, int, str, str, None]]
+    """``mem_events`` rows, as ``EventRef.row()`` of each event."""
+    conv: list[tuple[str, str | None, str, int]]
+    """``mem_conv`` rows (``gated.on_events``)."""
+    parents: list[tuple[str, str | None]]
+    """``conv_parents`` rows (``anchors.ConversationTree.rows``)."""
+    keys: list[tuple[str, str]]
+    """The distinct ``(actor_id, namespace_id)`` pairs, in the order they first appear."""
+    contexts: list[int]
+    """Positions of the events whose body has a ``context``."""
+
+
+def event_rows(entries: Sequence[Entry]) -> EventRows | None:
+    """Return every layer's rows of a run of events of one branch, from the native core.
+
+    None without the native core, or when it refuses the run (an entry that is not an event
+    or of another branch, a body field missing or of an unexpected type): each layer then
+    builds its rows with its own reference loop, which raises (or keeps) what it always did.
+    The rows are exactly the ones those loops build.
+    """
+    if _N is None or not entries:
+        return None
+    try:
+        return EventRows(
+            *_N.event_rows(entries if type(entries) is list else list(entries), Kind.EVENT)
+        )
+    except _N.Reject:
+        return None
 
 
 class Engine:
@@ -125,6 +159,15 @@ class Engine:
             RuleError: an event breaks a rule (namespace policy: ``PermissionRefused``).
         """
         entries = list(entries)
+        native = event_rows(entries)
+        if native is not None:
+            branch = entries[0].branch
+            # The pairs in the order they first appear: the first refused is the reference's.
+            for actor, namespace in native.keys:
+                self.require(branch, actor, namespace, _P.WRITE, "append an event")
+            self._add_event_rows(native.events)
+            gated.on_conv_rows(self, native.conv)
+            return
         # Events change no policy: an actor's permission is the same for the whole run.
         allowed: set[tuple[str, str, str]] = set()
         # ``EventRef.row()`` of each event, built as tuples (no EventRef per event).
@@ -136,12 +179,7 @@ class Engine:
                 self.require(entry.branch, actor, namespace, _P.WRITE, "append an event")
                 allowed.add((entry.branch, actor, namespace))
             rows.append((b["id"], entry.branch, entry.seq, entry.ts, namespace, actor, None))
-        add_event_rows = getattr(self.state, "add_event_rows", None)
-        if add_event_rows is not None:
-            add_event_rows(rows)
-        else:
-            for row in rows:
-                self.state.add_event(EventRef(*row))
+        self._add_event_rows(rows)
         gated.on_events(self, entries)
 
     def fold(self, entry: Entry) -> None:
@@ -170,6 +208,14 @@ class Engine:
         if not entries:
             return
         state = self.state
+        native = event_rows(entries)
+        if native is not None and self._may_write(entries[0].branch, native.keys):
+            # Every event is kept (the usual run): the rows as the loop below builds them.
+            self._add_event_rows(native.events)
+            gated.on_conv_rows(self, native.conv)
+            last = entries[-1]
+            state.set_head(last.branch, last.seq + 1)
+            return
         # ``EventRef.row()`` of each event kept, built as tuples (``add_event_rows``)
         rows: list[tuple[str, str, int, int, str, str, None]] = []
         # (branch, actor, namespace) -> the refusal, or None when the actor may write
@@ -193,15 +239,27 @@ class Engine:
                 continue
             rows.append((b["id"], entry.branch, entry.seq, entry.ts, namespace, actor, None))
             kept.append(entry)
-        add_event_rows = getattr(state, "add_event_rows", None)
+        self._add_event_rows(rows)
+        gated.on_events(self, kept)
+        last = entries[-1]
+        state.set_head(last.branch, last.seq + 1)
+
+    def _add_event_rows(self, rows: list[tuple[str, str, int, int, str, str, None]]) -> None:
+        add_event_rows = getattr(self.state, "add_event_rows", None)
         if add_event_rows is not None:
             add_event_rows(rows)
         else:
             for row in rows:
-                state.add_event(EventRef(*row))
-        gated.on_events(self, kept)
-        last = entries[-1]
-        state.set_head(last.branch, last.seq + 1)
+                self.state.add_event(EventRef(*row))
+
+    def _may_write(self, branch: str, keys: Iterable[tuple[str, str]]) -> bool:
+        """Return True when every ``(actor, namespace)`` pair may append an event."""
+        try:
+            for actor, namespace in keys:
+                self.require(branch, actor, namespace, _P.WRITE, "append an event")
+        except PermissionRefused:
+            return False
+        return True
 
     # -- shared checks -------------------------------------------------------------------------
 

@@ -58,6 +58,7 @@ import functools
 import itertools
 import json
 import math
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii
@@ -452,11 +453,25 @@ class Folder:
     """
 
     def __init__(
-        self, db: apsw.Connection, view: View, admit: Callable[[GatedOp], bool] | None = None
+        self,
+        db: apsw.Connection,
+        view: View,
+        admit: Callable[[GatedOp], bool] | None = None,
+        *,
+        holder: Pending | None = None,
     ) -> None:
-        """Fold rows of ``view``'s levels (each as of its bound)."""
+        """Fold rows of ``view``'s levels (each as of its bound).
+
+        ``holder``: the fold's ``Pending``; while it is ``complete`` and the view reads
+        ``main`` only, an object it never held a row of is known to have none (no query).
+        """
         self.db = db
         self.view = view
+        self._holder = (
+            holder
+            if holder is not None and all(b == CANONICAL_BRANCH for b, _ in view.levels)
+            else None
+        )
         self.admit: Callable[[GatedOp], bool] = admit or (lambda _row: True)
         self._rows: dict[str, list[GatedOp]] = {}
         self._memo: dict[tuple[str, Key | None], _S | None] = {}
@@ -471,6 +486,11 @@ class Folder:
     def preload(self, ids: Iterable[str]) -> None:
         """Load the rows of every object in ``ids`` not loaded yet (one query)."""
         missing = [i for i in dict.fromkeys(ids) if i not in self._rows]
+        holder = self._holder
+        if missing and holder is not None and holder.complete:
+            ever = holder.ever
+            self.load((), [i for i in missing if i not in ever])  # no row was ever written
+            missing = [i for i in missing if i in ever]
         if not missing:
             return
         _settle(self.db)
@@ -678,10 +698,17 @@ class Pending:
     would have seen had every entry been appended on its own.
     """
 
-    __slots__ = ("conv", "db", "gated", "held", "objects")
+    __slots__ = ("complete", "conv", "db", "ever", "gated", "held", "objects")
 
-    def __init__(self, db: apsw.Connection) -> None:
-        """Hold rows for ``db`` (written there by ``flush``)."""
+    def __init__(self, db: apsw.Connection, *, complete: bool = False) -> None:
+        """Hold rows for ``db`` (written there by ``flush``).
+
+        ``complete``: ``db``'s ``mem_gated`` was empty and every row of the canonical
+        branch will come through this holder (a replay's fold of ``main`` into fresh tables),
+        until ``close``. An object of ``main`` with no id in ``ever`` then has no rows there,
+        which a ``Folder`` of ``main`` knows without reading the table (``_Gate.folder``,
+        and ``own_view_state`` through ``_COMPLETE``).
+        """
         self.db = db
         self.conv: list[tuple[str, str | None, str, int]] = []
         self.gated: list[tuple[Any, ...]] = []
@@ -689,6 +716,23 @@ class Pending:
         """The objects ``gated`` holds rows of."""
         self.held = False
         """True while rows are held (the holder is then listed for ``_settle``)."""
+        self.complete = complete
+        self.ever: set[str] = set()
+        """With ``complete``: every object this holder was ever given a row of."""
+        if complete:
+            _COMPLETE[db] = self
+
+    def close(self) -> None:
+        """Write the rows held; from now on rows may reach the table another way."""
+        self.flush()
+        self.abandon()
+
+    def abandon(self) -> None:
+        """Stop answering for the table (its fold failed, or ended): every read queries it."""
+        self.complete = False
+        self.ever.clear()
+        if _COMPLETE.get(self.db) is self:
+            del _COMPLETE[self.db]
 
     def hold(self) -> None:
         """List this holder for ``_settle`` (call when adding the first row)."""
@@ -722,6 +766,8 @@ class Pending:
 
 _HELD: list[Pending] = []
 """The holders holding rows now (rows are held only within an append's transaction)."""
+_COMPLETE: weakref.WeakKeyDictionary[apsw.Connection, Pending] = weakref.WeakKeyDictionary()
+"""Per database, the ``complete`` holder of its fold of ``main`` while that fold runs."""
 
 
 def _settle(db: apsw.Connection) -> None:
@@ -749,7 +795,11 @@ def on_event(eng: Rules, entry: Entry) -> None:
 
 def on_events(eng: Rules, entries: Iterable[Entry]) -> None:
     """``on_event`` for a run of events, in one statement (the ledger's native batch path)."""
-    rows = [_conv_row(e) for e in entries]
+    on_conv_rows(eng, [_conv_row(e) for e in entries])
+
+
+def on_conv_rows(eng: Rules, rows: list[tuple[Any, str | None, str, int]]) -> None:
+    """``on_events`` given the events' ``mem_conv`` rows (``engine.event_rows`` built them)."""
     pending = _pending_of(eng.state)
     if pending is None:
         _db(eng).executemany(_CONV_INS, rows)
@@ -1095,7 +1145,7 @@ class _Gate:
     def folder(self) -> Folder:
         """Return the folder of the branch's view (created on first use)."""
         if self._folder is None:
-            self._folder = Folder(self.db, self.view)
+            self._folder = Folder(self.db, self.view, holder=self.pending)
         return self._folder
 
     def has_rows(self, object_id: str) -> bool:
@@ -1220,6 +1270,8 @@ def run(eng: _Eng, handler: Callable[[_Eng, Op], None], op: Op) -> None:
         else:
             pending.gated.append(row)
             pending.objects.add(new.id)
+            if pending.complete:
+                pending.ever.add(new.id)
             pending.hold()
 
 
@@ -1237,6 +1289,14 @@ def own_view_state(
     """
     if not provenance or seq < 1:
         return None
+    holder = _COMPLETE.get(db)
+    if (
+        holder is not None
+        and holder.complete
+        and branch == CANONICAL_BRANCH
+        and object_id not in holder.ever
+    ):
+        return None  # a fold of main into fresh tables that never wrote a row of it: none
     try:
         view = view_of(db, branch, seq - 1)
     except NotFoundError:

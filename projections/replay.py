@@ -213,7 +213,11 @@ def _refold(
     ``fold_entries`` does; ``after`` as there. Returns how many entries were folded.
     """
     memory = _BoundedMemState(db, flush_every=_FLUSH_EVERY, held=_OBJECTS_HELD)
-    return fold_entries(db, entries, fresh=True, memory=memory, after=after)
+    try:
+        return fold_entries(db, entries, fresh=True, memory=memory, after=after)
+    finally:
+        # A failed fold is rolled back: its holder must not answer for the restored table.
+        memory.gated.abandon()
 
 
 def _has_gated(db: apsw.Connection) -> bool:
@@ -277,10 +281,12 @@ class _BoundedMemState(MemState):
         self.held = held
         self.spilled = False
         self.edges_spilled = 0  # edges with a row id up to this are read from mem_edges
-        self.gated = Pending(db)
+        self.gated = Pending(db, complete=True)
         """The events' ``mem_conv`` rows and the operations' ``mem_gated`` rows, held and
         written with one statement each (``gated.Pending``: every read of those tables writes
-        them first), at the latest with the events (every ``flush_every``) and at ``finish``."""
+        them first), at the latest with the events (every ``flush_every``) and at ``finish``.
+        ``complete``: the tables are fresh and every row of ``main`` comes through it, so an
+        object it never held a row of has none (no query) until ``finish``."""
 
         self.rows: dict[str, tuple[Any, ...]] = {}
         """The events held, as their ``mem_events`` rows (``MemState.events`` stays empty:
@@ -323,7 +329,7 @@ class _BoundedMemState(MemState):
 
     def finish(self) -> None:
         """Write everything still held (``MemState.finish``), the gated rows first."""
-        self.gated.flush()
+        self.gated.close()  # what follows (forks, through SQL) reads the table
         super().finish()
 
     def _spill(self) -> None:

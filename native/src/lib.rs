@@ -10,6 +10,7 @@
 pub mod append;
 pub mod cbor;
 pub mod entry;
+pub mod fold;
 pub mod hash;
 pub mod jsonl;
 pub mod map;
@@ -1247,5 +1248,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(map::map_descend, m)?)?;
     m.add_function(wrap_pyfunction!(map::map_descend_all, m)?)?;
     m.add_function(wrap_pyfunction!(map::map_rows_into, m)?)?;
+    m.add_function(wrap_pyfunction!(fold::event_rows, m)?)?;
     Ok(())
 }
