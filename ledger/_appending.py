@@ -643,9 +643,31 @@ class _Appending(_Sealing):
         size = head.row.size + len(rows)
         last = EntryHash(leaves[-1])
         self.store.set_head(no, size, last)
+        seal = self._txn[head.row.name]
+        if seal.written is not None:
+            if erasures:  # content erased in rows written before: read them from the file
+                seal.written = None
+            else:
+                seal.written += [(r[2], r[5]) for r in rows]
         head.row = BranchRow(no, head.row.name, size, last)
         head.compact = compact
         head.last_ts = last_ts
+
+    def own_rows(self, branch: str, start: int) -> list[tuple[Entry, bytes | None]] | None:
+        """Return the entries from ``start`` this ledger's open write transaction appended.
+
+        Each with its content bytes (None for an operation), decoded from the bytes the
+        transaction hashed and wrote (so the caller need not read them back from the file),
+        through the branch's new head. None when the transaction appended nothing there
+        from ``start`` on, or erased content (then read the rows from the file).
+        """
+        seal = self._txn.get(branch)
+        if seal is None or seal.written is None or start < seal.start_size:
+            return None
+        mine = seal.written[start - seal.start_size :]
+        if not mine:
+            return None
+        return [(Entry.from_bytes(data), content) for data, content in mine]
 
     def _last_ts(self, head: _Head) -> int | None:
         """Return the ts of the branch's newest entry (None when it has none yet)."""

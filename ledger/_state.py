@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, NamedTuple, Protocol
 
@@ -84,6 +84,9 @@ class _Seal:
     start_size: int
     start_root: bytes
     keep: bool = False
+    written: list[tuple[bytes, bytes | None]] | None = field(default_factory=list)
+    """The bytes and content of each entry the transaction appended, in seq order from
+    ``start_size`` (``_Appending.own_rows``); None once it erased content (not tracked)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +155,7 @@ class _LedgerState:
     _key_given: bool
     _signer: Signer | None
     _key_checked: Signer | None
+    _signer_vkey: tuple[Signer, str] | None
     _key_cache: tuple[object, KeySet, list[int]] | None
     _heads: dict[str, _Head]
     _branch_nos: dict[str, int]

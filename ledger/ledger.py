@@ -158,6 +158,7 @@ class Ledger(_Appending):
         self.hooks = list(hooks)
         self._signer: Signer | None = None
         self._key_checked: Signer | None = None  # the loaded key, once found to be ours
+        self._signer_vkey: tuple[Signer, str] | None = None  # a signer and its vkey text
         # (key cache meta as read, the key set it gives, the key entries' seqs): _Reading
         self._key_cache: tuple[object, KeySet, list[int]] | None = None
         self._heads: dict[str, _Head] = {}

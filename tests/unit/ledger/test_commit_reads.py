@@ -138,3 +138,30 @@ def test_appends_of_two_writers_interleave_into_one_valid_chain(
             writer.append(inputs.event(random.Random(i), i))
         assert other.size() == ledger.size() == 7
     assert audit(ledger.store, origin=ORIGIN, update_trusted=False).ok
+
+
+def test_own_rows_are_the_rows_the_transaction_wrote(ledger: Ledger, inputs: Any) -> None:
+    """own_rows hands back what the open write appended, as stored; the size is its head."""
+    ledger.append(inputs.event(random.Random(1), 0))
+    with ledger.write():
+        start = ledger.size()
+        added = ledger.append_batch([inputs.event(random.Random(i), i) for i in range(2, 5)])
+        assert ledger.size() == start + 3 == ledger.store.branch("main").size
+        mine = ledger.own_rows("main", start + 1)
+        assert mine is not None and [e.seq for e, _ in mine] == [a.seq for a in added[1:]]
+        for (entry, content), a in zip(mine, added[1:], strict=True):
+            row = ledger.store.entry_row(ledger.branch_row().no, a.seq)
+            assert entry.raw == bytes(row.data) and content == bytes(row.content)
+        assert ledger.own_rows("main", start - 1) is None  # not all of it this write's
+        assert ledger.own_rows("main", start + 3) is None
+    assert ledger.own_rows("main", start) is None  # committed: no open write
+
+
+def test_own_rows_after_an_erasure_are_read_from_the_file(ledger: Ledger, inputs: Any) -> None:
+    """A write that erased content says so (None): its rows are not what it appended."""
+    first = ledger.append(inputs.event(random.Random(1), 0))
+    with ledger.write():
+        start = ledger.size()
+        ledger.append(inputs.event(random.Random(2), 1))
+        ledger.append(inputs.tombstone(first.id))
+        assert ledger.own_rows("main", start) is None
