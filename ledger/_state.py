@@ -137,6 +137,13 @@ class _HookLike(Protocol):
         """Fold one entry into the derived state; return follow-up operations."""
 
 
+class _AppendCheckLike(Protocol):
+    """An ``AppendCheck`` as the mixins call it (``memroot.ledger.ledger.AppendCheck``)."""
+
+    def check_head(self, ledger: Any, row: BranchRow) -> None:
+        """Refuse (raise) to append onto the branch head ``row``, or return."""
+
+
 class _LedgerState:
     """The fields of a ``Ledger`` (set by ``Ledger.__init__``) that its mixins share."""
 
@@ -172,6 +179,14 @@ class _LedgerState:
     _batch_events: dict[bytes, int]
     _reader_checks: StrictReader
     _view: StoreView
+
+    def _append_checks(self) -> Sequence[_AppendCheckLike]:
+        """Return the checks of a head loaded for appending (``Ledger`` holds them).
+
+        Raises:
+            NotImplementedError: always: ``Ledger`` defines it.
+        """
+        raise NotImplementedError
 
     def _published(self, signed: SignedCheckpoint) -> SignedCheckpoint:
         """Hand a committed checkpoint to the commit observers (``Ledger`` tells them).

@@ -165,3 +165,31 @@ def test_own_rows_after_an_erasure_are_read_from_the_file(ledger: Ledger, inputs
         ledger.append(inputs.event(random.Random(2), 1))
         ledger.append(inputs.tombstone(first.id))
         assert ledger.own_rows("main", start) is None
+
+
+def test_a_registered_append_check_refuses_and_nothing_is_written(
+    ledger: Ledger, inputs: Any
+) -> None:
+    """An AppendCheck sees the head read from the file (at first, after another commit)."""
+    from memroot.ledger.backends.store import BranchRow
+    from memroot.ledger.errors import IntegrityError
+
+    seen: list[int] = []
+
+    class Refuse:
+        def check_head(self, led: Ledger, row: BranchRow) -> None:
+            seen.append(row.size)
+            if row.size >= 3:
+                raise IntegrityError("refused by the check", branch=row.name, step=10)
+
+    with Ledger.open(ledger.path, hooks=()) as other:
+        other.before_append(Refuse())
+        other.append(inputs.event(random.Random(1), 0))  # read from the file: size 1
+        other.append(inputs.event(random.Random(2), 1))  # its own head, from memory
+        assert seen == [1]
+        ledger.append(inputs.event(random.Random(3), 2))  # another connection commits
+        with pytest.raises(IntegrityError, match="refused by the check"):
+            other.append(inputs.event(random.Random(4), 3))
+        assert seen == [1, 4]
+        assert other.size() == 4  # nothing of the refused append was written
+    assert audit(ledger.store, origin=ORIGIN, update_trusted=False).ok
