@@ -54,7 +54,6 @@ from memroot.ledger.entries import (
     refuse_reserved,
 )
 from memroot.ledger.errors import (
-    IntegrityError,
     NotFoundError,
     RefusedError,
     StorageError,
@@ -643,9 +642,31 @@ class _Appending(_Sealing):
         size = head.row.size + len(rows)
         last = EntryHash(leaves[-1])
         self.store.set_head(no, size, last)
+        seal = self._txn[head.row.name]
+        if seal.written is not None:
+            if erasures:  # content erased in rows written before: read them from the file
+                seal.written = None
+            else:
+                seal.written += [(r[2], r[5]) for r in rows]
         head.row = BranchRow(no, head.row.name, size, last)
         head.compact = compact
         head.last_ts = last_ts
+
+    def own_rows(self, branch: str, start: int) -> list[tuple[Entry, bytes | None]] | None:
+        """Return the entries from ``start`` this ledger's open write transaction appended.
+
+        Each with its content bytes (None for an operation), decoded from the bytes the
+        transaction hashed and wrote (so the caller need not read them back from the file),
+        through the branch's new head. None when the transaction appended nothing there
+        from ``start`` on, or erased content (then read the rows from the file).
+        """
+        seal = self._txn.get(branch)
+        if seal is None or seal.written is None or start < seal.start_size:
+            return None
+        mine = seal.written[start - seal.start_size :]
+        if not mine:
+            return None
+        return [(Entry.from_bytes(data), content) for data, content in mine]
 
     def _last_ts(self, head: _Head) -> int | None:
         """Return the ts of the branch's newest entry (None when it has none yet)."""
@@ -653,42 +674,6 @@ class _Appending(_Sealing):
             row = self.store.entry_row(head.row.no, head.row.size - 1)
             head.last_ts = Entry.from_bytes(row.data).ts
         return head.last_ts
-
-    def _check_cosigned(self, row: BranchRow) -> None:
-        """Refuse to append onto a head smaller than a size a configured witness cosigned.
-
-        ``witness_state`` records, per witness and branch, the newest size the witness
-        cosigned (or said it holds); a head below it was rolled back, and appending onto it
-        would fork the history the witness vouched for. Read when the head is (re)loaded.
-
-        Raises:
-            IntegrityError: step 10, naming the branch, the cosigned size and the head's.
-        """
-        db = self.store.db
-        if (
-            db.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'witness_state'"
-            ).fetchone()
-            is None
-        ):
-            return
-        got = db.execute(
-            "SELECT max(s.size) FROM witness_state s JOIN witnesses w ON w.name = s.witness "
-            "WHERE s.branch = ?",
-            (row.name,),
-        ).fetchone()
-        cosigned = None if got is None or got[0] is None else int(got[0])
-        if cosigned is not None and cosigned > row.size:
-            raise IntegrityError(
-                f"rollback: a witness cosigned {cosigned} entries of branch {row.name!r}, the "
-                f"ledger has {row.size}: it was rolled back (or truncated); nothing was "
-                "written. Restore the newest copy, or run `memroot verify`",
-                branch=row.name,
-                seq=row.size,
-                step=10,
-                expected=str(cosigned),
-                actual=str(row.size),
-            )
 
     def _head(self, branch: str) -> _Head:
         """Return the branch's right edge, reloading it if another writer moved the head.
@@ -707,7 +692,8 @@ class _Appending(_Sealing):
         ):
             return cached
         row = self.store.branch(branch)
-        self._check_cosigned(row)
+        for check in self._append_checks():
+            check.check_head(self, row)  # e.g. transparency's: not below a cosigned size
         if self.derived is not self.store:
             self._catch_up()  # under the branch's row lock: what others appended first
         if cached is not None and cached.row == row:

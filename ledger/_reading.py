@@ -91,7 +91,13 @@ class _Reading(_Plumbing):
     # -- reads ---------------------------------------------------------------------------------
 
     def size(self, branch: str = CANONICAL_BRANCH) -> int:
-        """Return the number of entries on a branch."""
+        """Return the number of entries on a branch.
+
+        Inside a write transaction that appended to the branch, the head that transaction
+        wrote (``_write_rows`` keeps it in step; nobody else can move it under the lock).
+        """
+        if branch in self._txn:
+            return self._heads[branch].row.size
         return self.store.branch(branch).size
 
     def branch_row(self, branch: str = CANONICAL_BRANCH) -> BranchRow:

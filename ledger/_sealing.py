@@ -96,7 +96,10 @@ class _Sealing(_Reading):
                 f"appending to {self.path} needs its signing key (every append is sealed by a "
                 f"checkpoint signed in the same transaction), and {e}; nothing was written"
             ) from e
-        vkey = vkey_of(signer)
+        known = self._signer_vkey
+        if known is None or known[0] is not signer:
+            known = self._signer_vkey = (signer, vkey_of(signer))
+        vkey = known[1]
         ks = self._key_cache[1] if cached and self._key_cache is not None else self.key_set()
         state, seq = ks.status(vkey)
         if state in ("root", "writer"):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, NamedTuple, Protocol
 
@@ -84,6 +84,9 @@ class _Seal:
     start_size: int
     start_root: bytes
     keep: bool = False
+    written: list[tuple[bytes, bytes | None]] | None = field(default_factory=list)
+    """The bytes and content of each entry the transaction appended, in seq order from
+    ``start_size`` (``_Appending.own_rows``); None once it erased content (not tracked)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +137,13 @@ class _HookLike(Protocol):
         """Fold one entry into the derived state; return follow-up operations."""
 
 
+class _AppendCheckLike(Protocol):
+    """An ``AppendCheck`` as the mixins call it (``memroot.ledger.ledger.AppendCheck``)."""
+
+    def check_head(self, ledger: Any, row: BranchRow) -> None:
+        """Refuse (raise) to append onto the branch head ``row``, or return."""
+
+
 class _LedgerState:
     """The fields of a ``Ledger`` (set by ``Ledger.__init__``) that its mixins share."""
 
@@ -152,6 +162,7 @@ class _LedgerState:
     _key_given: bool
     _signer: Signer | None
     _key_checked: Signer | None
+    _signer_vkey: tuple[Signer, str] | None
     _key_cache: tuple[object, KeySet, list[int]] | None
     _heads: dict[str, _Head]
     _branch_nos: dict[str, int]
@@ -168,6 +179,14 @@ class _LedgerState:
     _batch_events: dict[bytes, int]
     _reader_checks: StrictReader
     _view: StoreView
+
+    def _append_checks(self) -> Sequence[_AppendCheckLike]:
+        """Return the checks of a head loaded for appending (``Ledger`` holds them).
+
+        Raises:
+            NotImplementedError: always: ``Ledger`` defines it.
+        """
+        raise NotImplementedError
 
     def _published(self, signed: SignedCheckpoint) -> SignedCheckpoint:
         """Hand a committed checkpoint to the commit observers (``Ledger`` tells them).

@@ -31,7 +31,7 @@ from memroot.ledger._state import Appended as Appended
 from memroot.ledger._state import branch_origin as branch_origin
 from memroot.ledger._state import default_key_path as default_key_path
 from memroot.ledger.backends.pg import DerivedCache, PgStore, StoreView, default_cache_path, is_url
-from memroot.ledger.backends.store import Store
+from memroot.ledger.backends.store import BranchRow, Store
 from memroot.ledger.entries import (
     CANONICAL_BRANCH,
     FORMAT_VERSION,
@@ -51,9 +51,11 @@ from memroot.ledger.vocab import BranchType
 
 __all__ = [
     "CHECKPOINT_KEEP_EVERY",
+    "DEFAULT_APPEND_CHECKS",
     "DEFAULT_HOOKS",
     "DEFAULT_OBSERVERS",
     "DEFAULT_SNAPSHOT_EVERY",
+    "AppendCheck",
     "AppendHook",
     "Appended",
     "CommitObserver",
@@ -117,6 +119,22 @@ class CommitObserver(Protocol):
         """
 
 
+class AppendCheck(Protocol):
+    """What checks a branch's head before anything is appended onto it (``Ledger.before_append``).
+
+    Called inside the write transaction whenever an append reads the head from the file
+    (the first append, and after anything else changed the file: another connection's
+    commit, or a write on this one outside the ledger's appends), with the row as stored,
+    before any entry is built; it refuses by raising (an ``IntegrityError`` naming the step),
+    and then nothing is written. The ledger's default check is transparency's (not below
+    the size a configured witness cosigned: ``DEFAULT_APPEND_CHECKS``); the ledger owns
+    this interface so that it imports none of them.
+    """
+
+    def check_head(self, ledger: Ledger, row: BranchRow) -> None:
+        """Raise to refuse appending onto ``row`` (the head as stored); else return."""
+
+
 class Ledger(_Appending):
     """An open memroot ledger. Use ``Ledger.init`` to create one and ``Ledger.open`` after.
 
@@ -158,6 +176,7 @@ class Ledger(_Appending):
         self.hooks = list(hooks)
         self._signer: Signer | None = None
         self._key_checked: Signer | None = None  # the loaded key, once found to be ours
+        self._signer_vkey: tuple[Signer, str] | None = None  # a signer and its vkey text
         # (key cache meta as read, the key set it gives, the key entries' seqs): _Reading
         self._key_cache: tuple[object, KeySet, list[int]] | None = None
         self._heads: dict[str, _Head] = {}
@@ -177,6 +196,7 @@ class Ledger(_Appending):
         self._sealing_heads: frozenset[str] = frozenset()
         self._publish_pending = False
         self._observers: list[CommitObserver] | None = None  # DEFAULT_OBSERVERS, when first told
+        self._head_checks: list[AppendCheck] | None = None  # DEFAULT_APPEND_CHECKS, when first used
         self._forking = False
         self._batch_events: dict[bytes, int] = {}  # of the batch being appended (find_event)
         self.strict = default_strict() if strict is None else strict
@@ -404,6 +424,20 @@ class Ledger(_Appending):
         """
         self._commit_observers().append(observer)
 
+    def before_append(self, check: AppendCheck) -> None:
+        """Run ``check`` on every branch head an append reads from the file, from now on.
+
+        After the default checks (``DEFAULT_APPEND_CHECKS``: a witness's cosigned size), in
+        the order registered.
+        """
+        self._append_checks().append(check)
+
+    def _append_checks(self) -> list[AppendCheck]:
+        """Return the append checks, the defaults imported at the first call."""
+        if self._head_checks is None:
+            self._head_checks = [_named(spec) for spec in DEFAULT_APPEND_CHECKS]
+        return self._head_checks
+
     def _commit_observers(self) -> list[CommitObserver]:
         """Return the commit observers, the defaults imported at the first call."""
         if self._observers is None:
@@ -424,6 +458,14 @@ DEFAULT_OBSERVERS: Final = ("memroot.ledger.transparency.witness:COMMIT_OBSERVER
 
 Named here and imported at a ledger's first committed checkpoint, as ``DEFAULT_HOOKS`` is,
 so the log's core imports no transparency module: transparency imports the core.
+"""
+
+
+DEFAULT_APPEND_CHECKS: Final = ("memroot.ledger.transparency.witness:APPEND_CHECK",)
+"""The checks every ledger runs on a branch head before appending onto it (``AppendCheck``).
+
+Named here and imported at a ledger's first append, as ``DEFAULT_OBSERVERS`` is: the log's
+core does not know the witness tables; transparency checks them.
 """
 
 

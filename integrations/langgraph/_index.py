@@ -156,10 +156,15 @@ def _rows(
     """
     # The strict range read checks each entry and its content (against the commitment, or
     # the TOMBSTONE that erased it; content removed behind the ledger is refused).
-    for checked in ledger.read_range(start, own, branch):
-        text = checked.content
-        yield checked.entry, None if text is None else text.encode("utf-8")
+    if start < own:
+        for checked in ledger.read_range(start, own, branch):
+            text = checked.content
+            yield checked.entry, None if text is None else text.encode("utf-8")
     if own < size:
+        mine = ledger.own_rows(branch, own)
+        if mine is not None and own + len(mine) == size:
+            yield from mine  # the bytes the transaction wrote, as it wrote them
+            return
         no = ledger.store.branch(branch).no
         for row in ledger.store.iter_entry_rows(no, own, size):
             yield Entry.from_bytes(row.data), None if row.content is None else bytes(row.content)

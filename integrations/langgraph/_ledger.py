@@ -36,7 +36,7 @@ import asyncio
 import contextlib
 import threading
 import weakref
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from os import PathLike
 from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
 
@@ -378,8 +378,17 @@ class LedgerTables:
             namespace=self.namespace,
         )
 
-    def _write(self, items: Sequence[EventInput | OpInput]) -> None:
+    def _write(
+        self,
+        items: Sequence[EventInput | OpInput] | Callable[[], Sequence[EventInput | OpInput]],
+    ) -> None:
         """Append ``items`` as one batch (its commit signs the new head) and fold them.
+
+        ``items`` may be a function that returns them: it is called inside the write
+        transaction, after the tables are synced there (``_sync``: a ``put`` reads its
+        parent and a ``put_writes`` the writes already stored through them), so the write
+        reads the file's ``data_version`` once, under the lock, instead of once before it
+        too. Nothing is written when it returns none.
 
         Raises:
             IntegrityError: the ledger refused to sign over what the file now holds, or an
@@ -387,21 +396,23 @@ class LedgerTables:
         """
         from memroot.memory_root import Roots
 
-        if not items:
-            return
         t = self._TABLES
-        if any(isinstance(i, OpInput) for i in items):
-            self._contents.clear()  # a TOMBSTONE erases content this process checked
-            self._memo.clear()
         folded: list[tuple[Entry, dict[str, Any] | None]] = []
         store = self.ledger.store
         quiet: int | None = None
         try:
             with self.ledger.write():
+                self._sync()
+                batch = items() if callable(items) else items
+                if not batch:
+                    return
+                if any(isinstance(i, OpInput) for i in batch):
+                    self._contents.clear()  # a TOMBSTONE erases content this process checked
+                    self._memo.clear()
                 # Inside the write transaction nobody else can commit: when the data_version
-                # and this connection's change count are still what the caller's _sync
-                # recorded, this write is the only change since (a ledger file: one
-                # connection holds entries and derived tables).
+                # and this connection's change count are still what _sync recorded (just
+                # now, in this transaction), this write is the only change since (a ledger
+                # file: one connection holds entries and derived tables).
                 synced = self._sync_token
                 version = store.data_version()
                 if (
@@ -410,7 +421,7 @@ class LedgerTables:
                     and synced[:2] == (version, store.db.total_changes())
                 ):
                     quiet = version
-                added = Roots(self.ledger).append_batch(items, branch=self.branch)
+                added = Roots(self.ledger).append_batch(batch, branch=self.branch)
                 first = min((a.seq for a in added if a.branch == self.branch), default=None)
                 start, end = _index.catch_up(
                     self.ledger,
@@ -422,11 +433,15 @@ class LedgerTables:
                     own_from=first,
                 )
         except RefusedError as refused:
+            self._sync_token = None  # what _sync did in the transaction was rolled back
             # The seal refuses to sign a tree inconsistent with its signed checkpoints: the
             # file was edited (truncated, rewritten) under this writer.
             raise IntegrityError(
                 f"the ledger refused this {t.name}'s write: {refused}", branch=self.branch
             ) from refused
+        except BaseException:
+            self._sync_token = None
+            raise
         if start == self._mirror_pos:
             # Committed: the private copy folds the entries the file's fold just read
             # strictly (one read, two folds); otherwise _sync reads them for it.

@@ -315,8 +315,9 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
         values: dict[str, Any] = c.pop("channel_values", {})
         md = get_checkpoint_metadata(config, metadata)
         parent_id = conf.get("checkpoint_id")
-        with self._lock:
-            self._sync()
+
+        def build() -> builtins.list[EventInput]:
+            # In the write transaction, on tables synced there (``_write``).
             inherited = {} if not parent_id else self._parent_values(thread, ns, str(parent_id))
             channels: list[list[Any]] = []
             for channel, version in sorted(checkpoint["channel_versions"].items()):
@@ -346,7 +347,10 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
                 "metadata": _b64(self.serde.dumps_typed(md)),
                 "channels": channels,
             }
-            self._write([self._event(CHECKPOINT_TYPE, content)])
+            return [self._event(CHECKPOINT_TYPE, content)]
+
+        with self._lock:
+            self._write(build)
         return {
             "configurable": {
                 "thread_id": thread,
@@ -429,8 +433,9 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
         conf = config["configurable"]
         thread, ns = str(conf["thread_id"]), str(conf.get("checkpoint_ns", ""))
         checkpoint_id = str(conf["checkpoint_id"])
-        with self._lock:
-            self._sync()
+
+        def build() -> builtins.list[EventInput]:
+            # In the write transaction, on tables synced there (``_write``).
             have = {idx for _, _, idx in self._writes(thread, ns, checkpoint_id, task_id)}
             rows = []
             for i, (channel, value) in enumerate(writes):
@@ -439,7 +444,7 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
                     continue
                 rows.append([idx, channel, *_b64(self.serde.dumps_typed(value))])
             if not rows:
-                return
+                return []
             content = {
                 "thread_id": thread,
                 "checkpoint_ns": ns,
@@ -448,7 +453,10 @@ class MemrootSaver(BaseCheckpointSaver[int], LedgerTables):
                 "task_path": task_path,
                 "writes": rows,
             }
-            self._write([self._event(WRITES_TYPE, content)])
+            return [self._event(WRITES_TYPE, content)]
+
+        with self._lock:
+            self._write(build)
 
     # -- deleting and copying ------------------------------------------------------------------
 

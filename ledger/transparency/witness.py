@@ -60,7 +60,7 @@ from memroot.ledger.transparency.witness_keys import render_add_keys
 from memroot.ledger.vocab import OpType
 
 if TYPE_CHECKING:
-    from memroot.ledger.backends.store import Store
+    from memroot.ledger.backends.store import BranchRow, Store
     from memroot.ledger.ledger import Ledger
     from memroot.ledger.verify import AuditReport, BranchLike
 
@@ -543,6 +543,47 @@ class _Transparency:
 
 COMMIT_OBSERVER: Final = _Transparency()
 """What ``memroot.ledger.ledger.DEFAULT_OBSERVERS`` names: every ledger registers it."""
+
+
+class _CosignedFloor:
+    """The ledger's default append check: never append onto a head a witness outgrew."""
+
+    def check_head(self, ledger: Ledger, row: BranchRow) -> None:
+        """Refuse to append onto a head smaller than a size a configured witness cosigned.
+
+        ``witness_state`` records, per witness and branch, the newest size the witness
+        cosigned (or said it holds); a head below it was rolled back, and appending onto it
+        would fork the history the witness vouched for. Inside the write transaction (its
+        locked state); with no witness ever configured it reads nothing (``_has_tables``,
+        under the ``data_version`` the transaction holds).
+
+        Raises:
+            IntegrityError: step 10, naming the branch, the cosigned size and the head's.
+        """
+        store = ledger.store
+        if not _has_tables(store, store.data_version()):
+            return
+        got = store.db.execute(
+            "SELECT max(s.size) FROM witness_state s JOIN witnesses w ON w.name = s.witness "
+            "WHERE s.branch = ?",
+            (row.name,),
+        ).fetchone()
+        cosigned = None if got is None or got[0] is None else int(got[0])
+        if cosigned is not None and cosigned > row.size:
+            raise IntegrityError(
+                f"rollback: a witness cosigned {cosigned} entries of branch {row.name!r}, the "
+                f"ledger has {row.size}: it was rolled back (or truncated); nothing was "
+                "written. Restore the newest copy, or run `memroot verify`",
+                branch=row.name,
+                seq=row.size,
+                step=10,
+                expected=str(cosigned),
+                actual=str(row.size),
+            )
+
+
+APPEND_CHECK: Final = _CosignedFloor()
+"""What ``memroot.ledger.ledger.DEFAULT_APPEND_CHECKS`` names: every ledger runs it."""
 
 
 def _branch_of(ledger: Ledger, origin: str) -> str:

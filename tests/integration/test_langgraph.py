@@ -374,3 +374,40 @@ def test_malformed_checkpoint_event_is_an_integrity_error(tmp_path: Path) -> Non
     assert result.exception is None or isinstance(result.exception, SystemExit), result.output
     rebuilt = CliRunner().invoke(cli, ["-l", str(path), "rebuild", "--json"])
     assert rebuilt.exit_code == 0, rebuilt.output
+
+
+def _saver_statements(saver: MemrootSaver, run: Any) -> list[str]:
+    """Run ``run()`` and return the SQL statements the saver's ledger connection ran."""
+    seen: list[str] = []
+
+    def trace(_cursor: apsw.Cursor, sql: str, _bindings: Any) -> bool:
+        seen.append(" ".join(sql.split()))
+        return True
+
+    db = saver.ledger.store.db
+    db.exec_trace = trace
+    try:
+        run()
+    finally:
+        db.exec_trace = None
+    return seen
+
+
+def test_a_write_reads_the_head_from_memory_and_data_version_once(tmp_path: Path) -> None:
+    """After the first invoke, each put/put_writes reads no branch row and data_version once."""
+    cfg: Any = {"configurable": {"thread_id": "t1"}}
+    with MemrootSaver.from_conn_string(tmp_path / "w.ledger") as saver:
+        graph = _graph(saver)
+        graph.invoke({"count": 0, "log": []}, cfg, durability="sync")
+        seen = _saver_statements(
+            saver, lambda: graph.invoke({"count": 1, "log": []}, cfg, durability="sync")
+        )
+        writes = seen.count("BEGIN IMMEDIATE")
+        assert writes == 5 and seen.count("COMMIT") == writes  # 3 puts, 2 put_writes
+        # One read of data_version per write (inside it) and one for the get_tuple that
+        # starts the invoke; the head, the key set and the seal states come from memory.
+        assert seen.count("PRAGMA data_version") == writes + 1
+        assert not [s for s in seen if s.startswith("SELECT") and "FROM branches" in s]
+        assert not [s for s in seen if s.startswith("SELECT") and "FROM entries" in s]
+        assert not [s for s in seen if "sqlite_master" in s]
+        assert saver.get_tuple(cfg).checkpoint["channel_values"]["count"] == 2

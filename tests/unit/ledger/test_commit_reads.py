@@ -138,3 +138,58 @@ def test_appends_of_two_writers_interleave_into_one_valid_chain(
             writer.append(inputs.event(random.Random(i), i))
         assert other.size() == ledger.size() == 7
     assert audit(ledger.store, origin=ORIGIN, update_trusted=False).ok
+
+
+def test_own_rows_are_the_rows_the_transaction_wrote(ledger: Ledger, inputs: Any) -> None:
+    """own_rows hands back what the open write appended, as stored; the size is its head."""
+    ledger.append(inputs.event(random.Random(1), 0))
+    with ledger.write():
+        start = ledger.size()
+        added = ledger.append_batch([inputs.event(random.Random(i), i) for i in range(2, 5)])
+        assert ledger.size() == start + 3 == ledger.store.branch("main").size
+        mine = ledger.own_rows("main", start + 1)
+        assert mine is not None and [e.seq for e, _ in mine] == [a.seq for a in added[1:]]
+        for (entry, content), a in zip(mine, added[1:], strict=True):
+            row = ledger.store.entry_row(ledger.branch_row().no, a.seq)
+            assert entry.raw == bytes(row.data) and content == bytes(row.content)
+        assert ledger.own_rows("main", start - 1) is None  # not all of it this write's
+        assert ledger.own_rows("main", start + 3) is None
+    assert ledger.own_rows("main", start) is None  # committed: no open write
+
+
+def test_own_rows_after_an_erasure_are_read_from_the_file(ledger: Ledger, inputs: Any) -> None:
+    """A write that erased content says so (None): its rows are not what it appended."""
+    first = ledger.append(inputs.event(random.Random(1), 0))
+    with ledger.write():
+        start = ledger.size()
+        ledger.append(inputs.event(random.Random(2), 1))
+        ledger.append(inputs.tombstone(first.id))
+        assert ledger.own_rows("main", start) is None
+
+
+def test_a_registered_append_check_refuses_and_nothing_is_written(
+    ledger: Ledger, inputs: Any
+) -> None:
+    """An AppendCheck sees the head read from the file (at first, after another commit)."""
+    from memroot.ledger.backends.store import BranchRow
+    from memroot.ledger.errors import IntegrityError
+
+    seen: list[int] = []
+
+    class Refuse:
+        def check_head(self, led: Ledger, row: BranchRow) -> None:
+            seen.append(row.size)
+            if row.size >= 3:
+                raise IntegrityError("refused by the check", branch=row.name, step=10)
+
+    with Ledger.open(ledger.path, hooks=()) as other:
+        other.before_append(Refuse())
+        other.append(inputs.event(random.Random(1), 0))  # read from the file: size 1
+        other.append(inputs.event(random.Random(2), 1))  # its own head, from memory
+        assert seen == [1]
+        ledger.append(inputs.event(random.Random(3), 2))  # another connection commits
+        with pytest.raises(IntegrityError, match="refused by the check"):
+            other.append(inputs.event(random.Random(4), 3))
+        assert seen == [1, 4]
+        assert other.size() == 4  # nothing of the refused append was written
+    assert audit(ledger.store, origin=ORIGIN, update_trusted=False).ok
