@@ -196,7 +196,7 @@ class MemoryHook:
             StorageError: the derived state is ahead of the ledger (run ``memroot rebuild``).
         """
         state = self._bound(db, ledger)
-        version = db.data_version()
+        version = _commit_version(db, ledger)
         if self._expect != (entry.branch, entry.seq, version):
             self._reload(db, ledger, state, entry)
         elif entry.kind is not Kind.EVENT:
@@ -209,7 +209,7 @@ class MemoryHook:
                 _check_named(ledger, state, entry)
             Engine(state).apply(entry)
         state.set_head(entry.branch, entry.seq + 1)
-        self._expect = (entry.branch, entry.seq + 1, version)
+        self._expect = None if version is None else (entry.branch, entry.seq + 1, version)
         return []
 
     def folded(self, db: apsw.Connection, ledger: Ledger, branch: str) -> int:
@@ -246,20 +246,34 @@ class MemoryHook:
         """
         first = entries[0]
         state = self._bound(db, ledger)
-        version = db.data_version()
+        version = _commit_version(db, ledger)
         if self._expect != (first.branch, first.seq, version):
             self._reload(db, ledger, state, first)
         self._expect = None
         Engine(state).apply_events(entries)
         last = entries[-1]
         state.set_head(last.branch, last.seq + 1)
-        self._expect = (last.branch, last.seq + 1, version)
+        self._expect = None if version is None else (last.branch, last.seq + 1, version)
         return []
 
     def end_batch(self, db: apsw.Connection) -> None:
         """Write the batch's buffered event rows and heads (the ledger calls it)."""
         if self._state is not None and self._state.db is db:
             self._state.flush()
+
+
+def _commit_version(db: apsw.Connection, ledger: Ledger) -> int | None:
+    """Return the number that moves when another connection commits to ``db`` (None: none).
+
+    SQLite's ``PRAGMA data_version`` (``Store.data_version``, read once per write
+    transaction): unlike the file control ``db.data_version()``, it stays the same across this
+    connection's own commits, so the head the last fold left is still known at the next write
+    of a saver or agent; a commit by anyone else, an attacker's included, moves it. A rollback
+    of this connection's write drops what is expected (``_rolled_back``).
+    """
+    if ledger.derived.db is db:
+        return ledger.derived.data_version()
+    return None
 
 
 def _fold_committed(db: apsw.Connection, state: _BatchState, entry: Entry) -> None:
