@@ -53,6 +53,7 @@ def make(out: Path) -> tuple[Path, Path]:
         _json(ledger, "selfmodel", "record", str(HERE / "selfmodel.json"))
         snapshot = _json(ledger, "selfmodel", "show")
         root = _json(ledger, "roots")[0]
+    out.mkdir(parents=True, exist_ok=True)
     files = (out / "selfmodel-snapshot.json", out / "root-record.json")
     for path, data in zip(files, (snapshot, root), strict=True):
         path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
