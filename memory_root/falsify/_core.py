@@ -657,16 +657,7 @@ class FalsifyCore:
 
     def _replacements_from_payload(self, entry: Entry, listed: Any) -> None:
         """Record re-snapshots as listed (an auditor without the entries cannot recompute)."""
-        for x in listed if type(listed) is list else []:
-            if type(x) is not dict:
-                continue
-            old = deps.root_row(self.db, str(x.get("replaces")))
-            root, parent = x.get("memory_root"), x.get("parent")
-            if old is None or type(root) is not str:
-                continue
-            self._replacement(
-                entry, old, root, parent if type(parent) is str else None, old.rules, None
-            )
+        deps.add_listed_replacements(self.db, entry, listed)
 
     def _replacement(
         self,
@@ -679,21 +670,7 @@ class FalsifyCore:
     ) -> None:
         """Record ``root``, which ``entry`` made to replace ``old`` over the same range."""
         deps.add_replacement(
-            self.db,
-            entry,
-            RootRow(
-                root,
-                entry.branch,
-                entry.seq,
-                old.hbranch,
-                old.lo,
-                old.hi,
-                parent,
-                old.stateful,
-                old.root,
-                rules,
-                preimage,
-            ),
+            self.db, entry, deps.replaced_row(entry, old, root, parent, rules, preimage)
         )
 
 

@@ -36,7 +36,7 @@ from memroot.ledger.ledger import Ledger
 from memroot.ledger.vocab import OpType
 from memroot.memory_root.falsify import deps
 from memroot.memory_root.falsify.checked import view_levels
-from memroot.memory_root.falsify.deps import RootRow, RuleInfo
+from memroot.memory_root.falsify.deps import RuleInfo
 
 __all__ = ["check_index"]
 
@@ -97,30 +97,7 @@ def _fold(db: apsw.Connection, stored: apsw.Connection, entry: Entry, rules: Rul
     listed: Any = payload.get("resnapshots") if isinstance(payload, dict) else None
     if type(listed) is not list or _skipped(stored, entry.branch, entry.seq):
         return
-    for x in listed:
-        if type(x) is not dict:
-            continue
-        old = deps.root_row(db, str(x.get("replaces")))
-        root, parent = x.get("memory_root"), x.get("parent")
-        if old is None or type(root) is not str:
-            continue
-        deps.add_replacement(
-            db,
-            entry,
-            RootRow(
-                root,
-                entry.branch,
-                entry.seq,
-                old.hbranch,
-                old.lo,
-                old.hi,
-                parent if type(parent) is str else None,
-                old.stateful,
-                old.root,
-                old.rules,
-                None,
-            ),
-        )
+    deps.add_listed_replacements(db, entry, listed)
 
 
 def _read(

@@ -65,11 +65,13 @@ __all__ = [
     "RuleInfo",
     "SummaryKeys",
     "View",
+    "add_listed_replacements",
     "add_replacement",
     "fold",
     "install",
     "locate",
     "named_objects",
+    "replaced_row",
     "root_row",
     "rule_info",
     "split_summary_id",
@@ -451,6 +453,47 @@ def add_replacement(db: apsw.Connection, entry: Entry, row: RootRow) -> None:
     )
     if row.parent is not None:
         _edge(db, entry, ItemRef(ROOT, row.root), ROOT, row.parent)
+
+
+def replaced_row(
+    entry: Entry,
+    old: RootRow,
+    root: str,
+    parent: str | None,
+    rules: tuple[tuple[str, bytes, bytes, int], ...],
+    preimage: bytes | None,
+) -> RootRow:
+    """Return the row of ``root``, which ``entry`` made to replace ``old`` over the same range."""
+    return RootRow(
+        root,
+        entry.branch,
+        entry.seq,
+        old.hbranch,
+        old.lo,
+        old.hi,
+        parent,
+        old.stateful,
+        old.root,
+        rules,
+        preimage,
+    )
+
+
+def add_listed_replacements(db: apsw.Connection, entry: Entry, listed: Any) -> None:
+    """Record a ``CASCADE``'s re-snapshots as its payload lists them (``resnapshots``).
+
+    What an auditor without the entries records, and the checked dependency index
+    (``checked_deps``) re-derives: each listed root replacing a known root, with its parent.
+    """
+    for x in listed if type(listed) is list else []:
+        if type(x) is not dict:
+            continue
+        old = root_row(db, str(x.get("replaces")))
+        root, parent = x.get("memory_root"), x.get("parent")
+        if old is None or type(root) is not str:
+            continue
+        parent = parent if type(parent) is str else None
+        add_replacement(db, entry, replaced_row(entry, old, root, parent, old.rules, None))
 
 
 # -- reading -----------------------------------------------------------------------------------
