@@ -38,8 +38,8 @@ from __future__ import annotations
 
 import re
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Final, TypeVar
 
 import apsw
 
@@ -56,10 +56,12 @@ from memroot.projections.tables import OBJECT_COLS, object_from_row
 from memroot.projections.views import View, view_of
 
 __all__ = [
+    "Heads",
     "check_objects",
     "check_results",
     "checked_token",
     "heads_of",
+    "kept_at_heads",
     "object_token",
     "remembered",
     "replayed_skips",
@@ -545,7 +547,27 @@ def _holds(ledger: Ledger, token: Token | None, proof: _Proof) -> bool:
     return held
 
 
-_SKIPS: dict[str, tuple[tuple[tuple[str, int, bytes], ...], frozenset[tuple[str, int]]]] = {}
+_T = TypeVar("_T")
+
+
+def kept_at_heads(
+    cache: dict[str, tuple[Heads, _T]], ledger: Ledger, compute: Callable[[Heads], _T]
+) -> _T:
+    """Return ``compute(heads)`` for ``ledger``, kept in ``cache`` while no branch moved.
+
+    ``heads`` is ``heads_of(ledger)``: every branch's (name, size, head hash); a whole-log
+    answer (a replay's skips) holds while they are the same.
+    """
+    heads = heads_of(ledger)
+    got = cache.get(ledger.ledger_id)
+    if got is not None and got[0] == heads:
+        return got[1]
+    value = compute(heads)
+    cache[ledger.ledger_id] = (heads, value)
+    return value
+
+
+_SKIPS: dict[str, tuple[Heads, frozenset[tuple[str, int]]]] = {}
 """ledger id -> (every branch's (name, size, head) replayed, the entries the replay skipped)."""
 
 
@@ -560,19 +582,17 @@ def replayed_skips(ledger: Ledger) -> frozenset[tuple[str, int]]:
     Raises:
         IntegrityError: an entry fails its strict read.
     """
-    heads = tuple((b.name, b.size, bytes(b.head)) for b in ledger.store.branches())
-    got = _SKIPS.get(ledger.ledger_id)
-    if got is not None and got[0] == heads:
-        return got[1]
-    replayed = _replay(_whole(ledger))
-    try:
-        found = frozenset(
-            (str(b), int(s)) for b, s in replayed.execute("SELECT branch, seq FROM mem_skipped")
-        )
-    finally:
-        replayed.close()
-    _SKIPS[ledger.ledger_id] = (heads, found)
-    return found
+
+    def replay(_: Heads) -> frozenset[tuple[str, int]]:
+        replayed = _replay(_whole(ledger))
+        try:
+            return frozenset(
+                (str(b), int(s)) for b, s in replayed.execute("SELECT branch, seq FROM mem_skipped")
+            )
+        finally:
+            replayed.close()
+
+    return kept_at_heads(_SKIPS, ledger, replay)
 
 
 def check_objects(

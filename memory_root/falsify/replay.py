@@ -47,6 +47,7 @@ from memroot.projections.digest import rows_digest
 from memroot.projections.hook import catch_up as memory_catch_up
 from memroot.projections.registry import Registry, default_registry
 from memroot.projections.replay import MemoryReplayCheck
+from memroot.projections.strict_rows import Heads, kept_at_heads
 
 __all__ = [
     "STEP",
@@ -491,7 +492,7 @@ class StatesRebuild:
         self.result = RebuildResult(self._n, int(changes), int(skipped))
 
 
-_SKIPS: dict[str, tuple[tuple[tuple[str, int, bytes], ...], frozenset[tuple[str, int]]]] = {}
+_SKIPS: dict[str, tuple[Heads, frozenset[tuple[str, int]]]] = {}
 """ledger id -> (every branch's (name, size, head) replayed, the state operations it skipped)."""
 
 
@@ -506,25 +507,23 @@ def replayed_skips(ledger: Ledger) -> frozenset[tuple[str, int]]:
     Raises:
         IntegrityError: an entry fails its strict read.
     """
-    heads = tuple((b.name, b.size, bytes(b.head)) for b in ledger.store.branches())
-    got = _SKIPS.get(ledger.ledger_id)
-    if got is not None and got[0] == heads:
-        return got[1]
-    check = FalsifyReplayCheck(ledger=ledger)
-    report = AuditReport()
-    try:
-        for name, _, _ in heads:
-            for entry in ledger.entries(branch=name):
-                check.feed(name, entry, report)
-        found = frozenset(
-            (str(b), int(s)) for b, s in check.db.execute("SELECT branch, seq FROM fz_skipped")
-        )
-    finally:
-        check.db.execute("ROLLBACK")
-        check.db.close()
-        check.memory.db.close()
-    _SKIPS[ledger.ledger_id] = (heads, found)
-    return found
+
+    def replay(heads: Heads) -> frozenset[tuple[str, int]]:
+        check = FalsifyReplayCheck(ledger=ledger)
+        report = AuditReport()
+        try:
+            for name, _, _ in heads:
+                for entry in ledger.entries(branch=name):
+                    check.feed(name, entry, report)
+            return frozenset(
+                (str(b), int(s)) for b, s in check.db.execute("SELECT branch, seq FROM fz_skipped")
+            )
+        finally:
+            check.db.execute("ROLLBACK")
+            check.db.close()
+            check.memory.db.close()
+
+    return kept_at_heads(_SKIPS, ledger, replay)
 
 
 def rebuild(ledger: Ledger, registry: Registry | None = None) -> RebuildResult:
