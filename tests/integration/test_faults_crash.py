@@ -41,6 +41,8 @@ from memroot.ledger.verify import audit
 
 ORIGIN = "example.org/crash-test"
 TRIALS = 25
+LAYERED_TRIALS = 20
+SNAPSHOT_EVERY = 7
 MIN_DELAY, MAX_DELAY = 0.003, 0.2
 
 
@@ -112,6 +114,31 @@ def acknowledged(ack_path: Path) -> list[list[str]]:
     text = ack_path.read_text()
     lines = text.split("\n")
     return [line.split() for line in lines[:-1]]  # the part after the last newline is cut
+
+
+def acked_size(ack_path: Path) -> int:
+    """Return the ledger size the acknowledgements show (one past the newest acked entry)."""
+    size = 0
+    for line in acknowledged(ack_path):
+        if line[0] == "S":
+            size = max(size, int(line[1]) + 1)
+        elif line[0] == "B":
+            size = max(size, int(line[4]) + 1)
+        else:
+            size = max(size, int(line[1]))
+    return size
+
+
+def wait_until_acked(ack_path: Path, size: int, timeout: float = 120.0) -> None:
+    """Wait until the writer acknowledged a ledger of at least ``size`` entries.
+
+    A trial's kill then lands after progress the test can observe, not after a wall-clock
+    delay alone, which on a loaded machine may all go to the writer's start-up.
+    """
+    deadline = time.monotonic() + timeout
+    while acked_size(ack_path) < size:
+        assert time.monotonic() < deadline, f"the writer did not reach {size} entries"
+        time.sleep(0.01)
 
 
 def check_after_crash(path: Path, ack_path: Path, vkey: str, layered: bool = False) -> int:
@@ -206,6 +233,8 @@ def test_sigkill_at_random_moments_loses_nothing_acknowledged(
         p.start()
         assert ready.wait(60), "the writer did not start"
         time.sleep(math.exp(rng.uniform(math.log(MIN_DELAY), math.log(MAX_DELAY))))
+        if trial == TRIALS - 1:  # the last kill comes after at least one acknowledged append
+            wait_until_acked(ack_path, 2)
         os.kill(p.pid, signal.SIGKILL)
         p.join(30)
         assert p.exitcode == -signal.SIGKILL, f"trial {trial}: the writer died on its own"
@@ -218,16 +247,20 @@ def test_sigkill_during_appends_with_automatic_snapshots(tmp_path: Path, forkser
     """With the layers' hooks (snapshot every 7 entries) 20 SIGKILLs leave every step passing."""
     path = tmp_path / "layered.ledger"
     ack_path = tmp_path / "acks"
-    with Ledger.init(path, origin=ORIGIN, snapshot_every=7, hooks=layer_hooks(True)) as ledger:
+    with Ledger.init(
+        path, origin=ORIGIN, snapshot_every=SNAPSHOT_EVERY, hooks=layer_hooks(True)
+    ) as ledger:
         vkey = ledger.vkey()
     rng = random.Random(77)
-    for trial in range(20):
+    for trial in range(LAYERED_TRIALS):
         ready = forkserver.Event()
         args = (str(path), str(ack_path), rng.randrange(2**32), ready, True)
         p = forkserver.Process(target=writer, args=args)
         p.start()
         assert ready.wait(60), "the writer did not start"
         time.sleep(math.exp(rng.uniform(math.log(MIN_DELAY), math.log(MAX_DELAY))))
+        if trial == LAYERED_TRIALS - 1:  # the last kill comes after a third snapshot point
+            wait_until_acked(ack_path, 3 * SNAPSHOT_EVERY + 1)
         os.kill(p.pid, signal.SIGKILL)
         p.join(30)
         assert p.exitcode == -signal.SIGKILL, f"trial {trial}: the writer died on its own"
