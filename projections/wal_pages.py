@@ -12,6 +12,10 @@ rewrites its parent; dropping or recreating a table changes its schema row (``sc
 The read gate uses this to keep a completeness check across a commit that wrote
 none of the tables it read (``memory_root.complete``). What this cannot see is what
 ``data_version`` cannot see either: bytes written into the file behind SQLite's back.
+
+The ``-wal`` and ``-shm`` are read through the process's one descriptor per file
+(``memroot.ledger.backends.fds``), never opened and closed: closing a descriptor of the
+``-shm`` would drop the locks SQLite's connections of this process hold on it.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from pathlib import Path
 from typing import Final, NamedTuple
 
 import apsw
+
+from memroot.ledger.backends import fds
 
 __all__ = ["Mark", "Schema", "floor", "mark", "pages_since", "schema", "table_pages"]
 
@@ -45,39 +51,11 @@ def _wal(path: Path) -> Path:
     return path.with_name(path.name + "-wal")
 
 
-_FDS: dict[str, tuple[int, int]] = {}
-"""path -> (a descriptor open on it, its inode), kept open for the life of the process."""
-_RETIRED: list[int] = []
-"""Descriptors of files since replaced (a WAL deleted and made again), never closed."""
-
-
-def _read(path: Path, offset: int, n: int) -> bytes:
-    """Read ``n`` bytes at ``offset`` of ``path`` through a descriptor that is never closed.
-
-    Closing any descriptor of a file drops every POSIX lock this process holds on it, the
-    locks SQLite's own connections hold on the ``-wal`` and ``-shm`` files included: so the
-    descriptor is opened once and kept (one per file; a file replaced under the same name gets
-    a new one, and the old one is kept too).
-
-    Raises:
-        OSError: the file cannot be opened or read.
-    """
-    key = str(path)
-    ino = os.stat(path).st_ino
-    got = _FDS.get(key)
-    if got is None or got[1] != ino:
-        if got is not None:
-            _RETIRED.append(got[0])
-        fd = os.open(path, os.O_RDONLY)
-        got = _FDS[key] = (fd, os.fstat(fd).st_ino)
-    return os.pread(got[0], n, offset)
-
-
 def _scan(path: Path, start: int, pages: set[int] | None) -> Mark | None:
     """Read the WAL's frames from ``start``; add their pages to ``pages``; return the end."""
-    wal = _wal(path)
     try:
-        head = _read(wal, 0, 32)
+        fd = fds.descriptor(_wal(path))
+        head = os.pread(fd, 32, 0)
         if len(head) < 32:
             return None
         magic, _, size, _, s1, s2 = _HEADER.unpack_from(head)
@@ -86,7 +64,7 @@ def _scan(path: Path, start: int, pages: set[int] | None) -> Mark | None:
         i = start
         step = _FRAME_HEADER + size
         while True:
-            frame = _read(wal, 32 + i * step, 16)
+            frame = os.pread(fd, 16, 32 + i * step)
             if len(frame) < 16:
                 break
             page, _, f1, f2 = _FRAME.unpack(frame)
@@ -112,7 +90,7 @@ def floor(path: Path) -> Mark | None:
     None when the header cannot be read or its two copies differ (a writer is updating it).
     """
     try:
-        raw = _read(path.with_name(path.name + "-shm"), 0, 96)
+        raw = fds.pread(path.with_name(path.name + "-shm"), 0, 96)
     except OSError:
         return None
     if len(raw) < 96 or raw[:48] != raw[48:96]:
@@ -136,7 +114,7 @@ def pages_since(path: Path, since: Mark) -> frozenset[int] | None:
     cannot be read. Frames of a commit still being written count too (conservative).
     """
     try:
-        head = _read(_wal(path), 0, 32)
+        head = fds.pread(_wal(path), 0, 32)
     except OSError:
         return None
     if len(head) < 32:
