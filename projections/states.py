@@ -22,10 +22,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Final
 
 from memroot.ledger.entries import check_uuid
+from memroot.ledger.errors import NotFoundError
 from memroot.ledger.vocab import OpType
 from memroot.projections.handlers import Op, Rules
 from memroot.projections.model import MemoryObject, evolve
-from memroot.projections.rules import EVIDENCE, RuleError
+from memroot.projections.rules import RuleError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -92,15 +93,15 @@ def _cited_events_exist(eng: Rules, op: Op) -> None:
     The falsification layer refuses it too (``memroot.memory_root.falsify``): with both rules
     alike, an entry appended without the hooks is skipped by both layers and every replay
     (docs/FORMAT.md §3.1), and ``recall`` and ``Memory.state`` give the same answer. Only the
-    event's existence in the branch's view before the operation counts, as there.
+    event's existence in the branch's view before the operation counts, as there, and the
+    refusal is the same (``NotFoundError``, the same words).
     """
     evidence: Any = op.p.get("evidence_ids")
     for event_id in evidence if isinstance(evidence, list | tuple) else ():
         if type(event_id) is str and eng.state.event(op.branch, event_id) is None:
-            raise RuleError(
-                EVIDENCE,
+            raise NotFoundError(
                 f"evidence event {event_id} is not an event branch {op.branch!r} saw before "
-                "this entry",
+                "this entry"
             )
 
 
