@@ -36,6 +36,8 @@ _HEADER: Final = struct.Struct(">IIIIII")  # magic, version, page size, ckpt seq
 _FRAME: Final = struct.Struct(">IIII")  # page number, size after commit, salt-1, salt-2
 _FRAME_HEADER: Final = 24
 _MAGICS: Final = (0x377F0682, 0x377F0683)
+_CHUNK: Final = 16
+"""How many frames ``_scan`` reads at a time."""
 
 
 class Mark(NamedTuple):
@@ -64,15 +66,21 @@ def _scan(path: Path, start: int, pages: set[int] | None) -> Mark | None:
         i = start
         step = _FRAME_HEADER + size
         while True:
-            frame = os.pread(fd, 16, 32 + i * step)
-            if len(frame) < 16:
+            # _CHUNK frames a read (one system call, not one per frame); only their headers
+            # are looked at.
+            chunk = os.pread(fd, _CHUNK * step, 32 + i * step)
+            end = len(chunk) - 16
+            at = 0
+            while at <= end:
+                page, _, f1, f2 = _FRAME.unpack_from(chunk, at)
+                if (f1, f2) != (s1, s2):
+                    return Mark(s1, s2, size, i)  # a frame of an earlier generation: the end
+                if pages is not None:
+                    pages.add(page)
+                i += 1
+                at += step
+            if len(chunk) < _CHUNK * step:
                 break
-            page, _, f1, f2 = _FRAME.unpack(frame)
-            if (f1, f2) != (s1, s2):
-                break  # a frame of an earlier generation of the log: the end
-            if pages is not None:
-                pages.add(page)
-            i += 1
         return Mark(s1, s2, size, i)
     except OSError:
         return None

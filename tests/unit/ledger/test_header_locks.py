@@ -121,3 +121,37 @@ def test_a_descriptor_sqlite_still_holds_is_never_closed(tmp_path: Path) -> None
     (tmp_path / "g").write_bytes(b"x" * 16)
     fds.pread(tmp_path / "g", 0, 16)  # a new descriptor: the deleted, unheld file goes
     assert fds.held() == held
+
+
+def _frames_one_by_one(path: Path, start: int) -> tuple[set[int], int]:
+    """The reference scan: each frame header read on its own (WAL format, sqlite.org/fileformat)."""
+    import struct
+
+    raw = Path(f"{path}-wal").read_bytes()
+    _, _, size, _, s1, s2 = struct.unpack_from(">IIIIII", raw)
+    pages, i, step = set(), start, 24 + size
+    while 32 + i * step + 16 <= len(raw):
+        page, _, f1, f2 = struct.unpack_from(">IIII", raw, 32 + i * step)
+        if (f1, f2) != (s1, s2):
+            break
+        pages.add(page)
+        i += 1
+    return pages, i
+
+
+def test_the_wal_scan_reads_every_frame_across_its_chunks(tmp_path: Path) -> None:
+    """``wal_pages`` reads frames in chunks: the pages and the end must be the reference's."""
+    store = _ledger(tmp_path)
+    try:
+        start = wal_pages.mark(store.path)
+        assert start is not None
+        for i in range(60):  # many commits: well past one chunk of frames
+            with store.write() as db:
+                db.execute("INSERT OR REPLACE INTO meta VALUES(?, ?)", (f"k{i}", "v" * 3000))
+        end = wal_pages.mark(store.path)
+        assert end is not None
+        pages, frames = _frames_one_by_one(store.path, start.frames)
+        assert end.frames == frames > start.frames + 2 * wal_pages._CHUNK
+        assert wal_pages.pages_since(store.path, start) == frozenset(pages)
+    finally:
+        store.close()
