@@ -129,6 +129,8 @@ def query_cmd(
         anchor=anchor,
         git_branch=git_branch,
     )
+    from memroot.memory_root.falsify import Falsifier
+
     with open_reader(ctx, no_strict) as ledger:
         size = ledger.size(branch)
         if as_of is not None and as_of >= size:
@@ -136,6 +138,9 @@ def query_cmd(
                 f"--as-of {as_of} is past the last entry of {branch} ({size - 1})", field="as_of"
             )
         sync(ledger)
+        # The falsification layer too, before the read transaction: the completeness check
+        # explains the map's state leaves by its rows (entries appended without its hook).
+        Falsifier(ledger).sync(branch)
         with ledger.reading() as db:
             # --no-strict is forensics: what the tables say, said to be unchecked.
             results = checked_query(ledger, q) if ledger.strict else unchecked_query(db, q)

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Final
 
 from memroot.ledger.entries import check_uuid
+from memroot.ledger.errors import NotFoundError
 from memroot.ledger.vocab import OpType
 from memroot.projections.handlers import Op, Rules
 from memroot.projections.model import MemoryObject, evolve
@@ -82,7 +83,26 @@ def _state_op(eng: Rules, op: Op) -> None:
         return  # the memory_root layer refuses it, naming the field
     object_id = check_uuid(op.target_id, "target_id")
     obj = eng._object(op, object_id, "target")
+    _cited_events_exist(eng, op)
     _put_state(eng, op, obj, check_state_change(op.op_type, f"object {object_id}", obj.state))
+
+
+def _cited_events_exist(eng: Rules, op: Op) -> None:
+    """Refuse a state operation whose ``evidence_ids`` names an event its branch never saw.
+
+    The falsification layer refuses it too (``memroot.memory_root.falsify``): with both rules
+    alike, an entry appended without the hooks is skipped by both layers and every replay
+    (docs/FORMAT.md §3.1), and ``recall`` and ``Memory.state`` give the same answer. Only the
+    event's existence in the branch's view before the operation counts, as there, and the
+    refusal is the same (``NotFoundError``, the same words).
+    """
+    evidence: Any = op.p.get("evidence_ids")
+    for event_id in evidence if isinstance(evidence, list | tuple) else ():
+        if type(event_id) is str and eng.state.event(op.branch, event_id) is None:
+            raise NotFoundError(
+                f"evidence event {event_id} is not an event branch {op.branch!r} saw before "
+                "this entry"
+            )
 
 
 def _cascade(eng: Rules, op: Op) -> None:

@@ -39,7 +39,7 @@ from __future__ import annotations
 import re
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Final, TypeVar
+from typing import Any, Final, NamedTuple, Protocol
 
 import apsw
 
@@ -57,11 +57,14 @@ from memroot.projections.views import View, view_of
 
 __all__ = [
     "Heads",
+    "Kept",
+    "Replaying",
+    "appended_since",
     "check_objects",
     "check_results",
     "checked_token",
     "heads_of",
-    "kept_at_heads",
+    "kept_replay",
     "object_token",
     "remembered",
     "replayed_skips",
@@ -461,44 +464,59 @@ def since(ledger: Ledger, token: Token | None, heads: Heads) -> tuple[frozenset[
         _SINCE[ledger] = (token, memo)
     if heads in memo:
         return memo[heads]
-    now = {b.name: b.size for b in ledger.store.branches()}
-    old = {name: (size, head) for name, size, head in heads}
+    new = appended_since(ledger, heads)
     named: set[str] = set()
     ops = False
-    extends = all(name in now for name in old)
-    for name, size in now.items() if extends else ():
+    for e in new or ():
+        if e.kind is not Kind.EVENT:
+            ops = True
+        if e.kind is Kind.OP:
+            _uuids(e.body.get("payload"), named)
+            for field in ("target_id", "id"):
+                value = e.body.get(field)
+                if isinstance(value, str):
+                    named.add(value)
+    got = None if new is None else (frozenset(named), ops)
+    memo[heads] = got
+    return got
+
+
+def appended_since(ledger: Ledger, heads: Heads) -> list[Entry] | None:
+    """Return the entries appended since ``heads``, read strictly, in the order a replay takes.
+
+    Every branch's new entries (a new branch's from its genesis), branch by branch as
+    ``Store.branches`` lists them (parents first). None when the log does not extend
+    ``heads``: a branch gone or shorter, or the entry at a branch's old head no longer
+    proving with the old hash in the signed tree now (the hash chain fixes every entry
+    before it, so an unchanged one means the same history). Run inside a read transaction.
+
+    Raises:
+        IntegrityError: a new entry (or an old head) fails its strict read.
+    """
+    now = {b.name: b.size for b in ledger.store.branches()}
+    old = {name: (size, head) for name, size, head in heads}
+    if not all(name in now for name in old):
+        return None
+    out: list[Entry] = []
+    for name, size in now.items():
         start, head = old.get(name, (0, b""))
         if size < start:
-            extends = False
-            break
+            return None
         if start == size:  # nothing new: the old head must still prove with its hash
             if (
                 start
                 and ledger.read_many([start - 1], name, links=False)[start - 1].entry.hash != head
             ):
-                extends = False
-                break
+                return None
             continue
         # The old head entry first, in the same proof as the new ones.
         for e in ledger.entries(max(start - 1, 0), size, name):
             if e.seq == start - 1:
                 if e.hash != head:
-                    extends = False
-                    break
+                    return None
                 continue
-            if e.kind is not Kind.EVENT:
-                ops = True
-            if e.kind is Kind.OP:
-                _uuids(e.body.get("payload"), named)
-                for field in ("target_id", "id"):
-                    value = e.body.get(field)
-                    if isinstance(value, str):
-                        named.add(value)
-        if not extends:
-            break
-    got = (frozenset(named), ops) if extends else None
-    memo[heads] = got
-    return got
+            out.append(e)
+    return out
 
 
 def _stored_rows(ledger: Ledger, keys: Iterable[tuple[str, int]]) -> dict[int, tuple[Any, ...]]:
@@ -547,28 +565,99 @@ def _holds(ledger: Ledger, token: Token | None, proof: _Proof) -> bool:
     return held
 
 
-_T = TypeVar("_T")
+class Replaying(Protocol):
+    """A replay of the whole log kept between reads (``kept_replay``): fed, asked, closed."""
+
+    def feed(self, entries: list[Entry]) -> None:
+        """Fold ``entries`` (the log's next ones, in replay order)."""
+
+    def skipped(self) -> frozenset[tuple[str, int]]:
+        """Return the (branch, seq) of every entry the replay skipped so far."""
+
+    def close(self) -> None:
+        """Release what the replay holds."""
 
 
-def kept_at_heads(
-    cache: dict[str, tuple[Heads, _T]], ledger: Ledger, compute: Callable[[Heads], _T]
-) -> _T:
-    """Return ``compute(heads)`` for ``ledger``, kept in ``cache`` while no branch moved.
+class Kept(NamedTuple):
+    """A kept replay: the heads it reached, the replay, and its skips there."""
 
-    ``heads`` is ``heads_of(ledger)``: every branch's (name, size, head hash); a whole-log
-    answer (a replay's skips) holds while they are the same.
+    heads: Heads
+    replay: Replaying
+    answer: frozenset[tuple[str, int]]
+
+
+_KEPT_LEDGERS: Final = 4
+"""How many ledgers each kept replay is remembered for (the oldest is closed past it)."""
+
+
+def kept_replay(
+    cache: dict[str, Kept], ledger: Ledger, start: Callable[[], Replaying]
+) -> frozenset[tuple[str, int]]:
+    """Return the skips of a replay of the whole log, fed only what is new since the last.
+
+    The replay (``start()``, then fed every entry strictly read, ``_whole``) is kept per
+    ledger with the heads it reached. At new heads that extend them (``appended_since``:
+    every branch's old head entry still proves with its hash, so the history the replay
+    folded is the log's), only the entries appended since are read (strictly) and fed;
+    otherwise (a branch gone, shorter or rewritten) it starts again from the genesis. Its
+    answer is kept while no branch moved. Run inside a read transaction of ``ledger``.
+
+    Raises:
+        IntegrityError: an entry fails its strict read (the kept replay is dropped).
     """
     heads = heads_of(ledger)
-    got = cache.get(ledger.ledger_id)
-    if got is not None and got[0] == heads:
-        return got[1]
-    value = compute(heads)
-    cache[ledger.ledger_id] = (heads, value)
-    return value
+    got = cache.pop(ledger.ledger_id, None)
+    if got is not None and got.heads == heads:
+        cache[ledger.ledger_id] = got
+        return got.answer
+    replay = None
+    try:
+        new = None if got is None else appended_since(ledger, got.heads)
+        if got is not None and new is not None:
+            replay = got.replay
+        else:
+            if got is not None:
+                got.replay.close()
+            replay = start()
+            new = _whole(ledger)
+        got = None
+        replay.feed(new)
+        answer = replay.skipped()
+    except BaseException:
+        for r in (replay, None if got is None else got.replay):
+            if r is not None:
+                r.close()
+        raise
+    cache[ledger.ledger_id] = Kept(heads, replay, answer)
+    while len(cache) > _KEPT_LEDGERS:
+        cache.pop(next(iter(cache))).replay.close()
+    return answer
 
 
-_SKIPS: dict[str, tuple[Heads, frozenset[tuple[str, int]]]] = {}
-"""ledger id -> (every branch's (name, size, head) replayed, the entries the replay skipped)."""
+class _MemoryReplay:
+    """The memory model's replay of the log, in memory (``_replay``'s tables), fed on."""
+
+    def __init__(self) -> None:
+        self.db = _empty()
+        self.fresh = True
+
+    def feed(self, entries: list[Entry]) -> None:
+        self.db.execute("BEGIN")
+        fold_entries(self.db, entries, fresh=self.fresh)
+        self.db.execute("COMMIT")
+        self.fresh = self.fresh and not entries
+
+    def skipped(self) -> frozenset[tuple[str, int]]:
+        return frozenset(
+            (str(b), int(s)) for b, s in self.db.execute("SELECT branch, seq FROM mem_skipped")
+        )
+
+    def close(self) -> None:
+        self.db.close()
+
+
+_SKIPS: dict[str, Kept] = {}
+"""ledger id -> the memory model's replay of the log, kept (``kept_replay``)."""
 
 
 def replayed_skips(ledger: Ledger) -> frozenset[tuple[str, int]]:
@@ -576,23 +665,14 @@ def replayed_skips(ledger: Ledger) -> frozenset[tuple[str, int]]:
 
     The judge of a recorded skip (a derived row anyone can add, to hide an honest
     ``ASSERT``): the whole log, read strictly (each entry proven in the signed tree), folded
-    by the rule every replay applies (``fold.apply_or_skip``). Kept per ledger while no
-    branch's size or head moved. Run inside a read transaction of ``ledger``.
+    by the rule every replay applies (``fold.apply_or_skip``). The replay is kept per ledger
+    and fed only the entries appended since (``kept_replay``). Run inside a read transaction
+    of ``ledger``.
 
     Raises:
         IntegrityError: an entry fails its strict read.
     """
-
-    def replay(_: Heads) -> frozenset[tuple[str, int]]:
-        replayed = _replay(_whole(ledger))
-        try:
-            return frozenset(
-                (str(b), int(s)) for b, s in replayed.execute("SELECT branch, seq FROM mem_skipped")
-            )
-        finally:
-            replayed.close()
-
-    return kept_at_heads(_SKIPS, ledger, replay)
+    return kept_replay(_SKIPS, ledger, _MemoryReplay)
 
 
 def check_objects(

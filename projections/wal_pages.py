@@ -12,6 +12,10 @@ rewrites its parent; dropping or recreating a table changes its schema row (``sc
 The read gate uses this to keep a completeness check across a commit that wrote
 none of the tables it read (``memory_root.complete``). What this cannot see is what
 ``data_version`` cannot see either: bytes written into the file behind SQLite's back.
+
+The ``-wal`` and ``-shm`` are read through the process's one descriptor per file
+(``memroot.ledger.backends.fds``), never opened and closed: closing a descriptor of the
+``-shm`` would drop the locks SQLite's connections of this process hold on it.
 """
 
 from __future__ import annotations
@@ -24,12 +28,16 @@ from typing import Final, NamedTuple
 
 import apsw
 
+from memroot.ledger.backends import fds
+
 __all__ = ["Mark", "Schema", "floor", "mark", "pages_since", "schema", "table_pages"]
 
 _HEADER: Final = struct.Struct(">IIIIII")  # magic, version, page size, ckpt seq, salt-1, salt-2
 _FRAME: Final = struct.Struct(">IIII")  # page number, size after commit, salt-1, salt-2
 _FRAME_HEADER: Final = 24
 _MAGICS: Final = (0x377F0682, 0x377F0683)
+_CHUNK: Final = 16
+"""How many frames ``_scan`` reads at a time."""
 
 
 class Mark(NamedTuple):
@@ -45,39 +53,11 @@ def _wal(path: Path) -> Path:
     return path.with_name(path.name + "-wal")
 
 
-_FDS: dict[str, tuple[int, int]] = {}
-"""path -> (a descriptor open on it, its inode), kept open for the life of the process."""
-_RETIRED: list[int] = []
-"""Descriptors of files since replaced (a WAL deleted and made again), never closed."""
-
-
-def _read(path: Path, offset: int, n: int) -> bytes:
-    """Read ``n`` bytes at ``offset`` of ``path`` through a descriptor that is never closed.
-
-    Closing any descriptor of a file drops every POSIX lock this process holds on it, the
-    locks SQLite's own connections hold on the ``-wal`` and ``-shm`` files included: so the
-    descriptor is opened once and kept (one per file; a file replaced under the same name gets
-    a new one, and the old one is kept too).
-
-    Raises:
-        OSError: the file cannot be opened or read.
-    """
-    key = str(path)
-    ino = os.stat(path).st_ino
-    got = _FDS.get(key)
-    if got is None or got[1] != ino:
-        if got is not None:
-            _RETIRED.append(got[0])
-        fd = os.open(path, os.O_RDONLY)
-        got = _FDS[key] = (fd, os.fstat(fd).st_ino)
-    return os.pread(got[0], n, offset)
-
-
 def _scan(path: Path, start: int, pages: set[int] | None) -> Mark | None:
     """Read the WAL's frames from ``start``; add their pages to ``pages``; return the end."""
-    wal = _wal(path)
     try:
-        head = _read(wal, 0, 32)
+        fd = fds.descriptor(_wal(path))
+        head = os.pread(fd, 32, 0)
         if len(head) < 32:
             return None
         magic, _, size, _, s1, s2 = _HEADER.unpack_from(head)
@@ -86,15 +66,21 @@ def _scan(path: Path, start: int, pages: set[int] | None) -> Mark | None:
         i = start
         step = _FRAME_HEADER + size
         while True:
-            frame = _read(wal, 32 + i * step, 16)
-            if len(frame) < 16:
+            # _CHUNK frames a read (one system call, not one per frame); only their headers
+            # are looked at.
+            chunk = os.pread(fd, _CHUNK * step, 32 + i * step)
+            end = len(chunk) - 16
+            at = 0
+            while at <= end:
+                page, _, f1, f2 = _FRAME.unpack_from(chunk, at)
+                if (f1, f2) != (s1, s2):
+                    return Mark(s1, s2, size, i)  # a frame of an earlier generation: the end
+                if pages is not None:
+                    pages.add(page)
+                i += 1
+                at += step
+            if len(chunk) < _CHUNK * step:
                 break
-            page, _, f1, f2 = _FRAME.unpack(frame)
-            if (f1, f2) != (s1, s2):
-                break  # a frame of an earlier generation of the log: the end
-            if pages is not None:
-                pages.add(page)
-            i += 1
         return Mark(s1, s2, size, i)
     except OSError:
         return None
@@ -112,7 +98,7 @@ def floor(path: Path) -> Mark | None:
     None when the header cannot be read or its two copies differ (a writer is updating it).
     """
     try:
-        raw = _read(path.with_name(path.name + "-shm"), 0, 96)
+        raw = fds.pread(path.with_name(path.name + "-shm"), 0, 96)
     except OSError:
         return None
     if len(raw) < 96 or raw[:48] != raw[48:96]:
@@ -136,7 +122,7 @@ def pages_since(path: Path, since: Mark) -> frozenset[int] | None:
     cannot be read. Frames of a commit still being written count too (conservative).
     """
     try:
-        head = _read(_wal(path), 0, 32)
+        head = fds.pread(_wal(path), 0, 32)
     except OSError:
         return None
     if len(head) < 32:

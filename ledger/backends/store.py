@@ -31,6 +31,7 @@ from typing import Any, Final, NamedTuple
 
 import apsw
 
+from memroot.ledger.backends import fds
 from memroot.ledger.errors import IntegrityError, NotFoundError, StorageError
 
 __all__ = [
@@ -242,8 +243,7 @@ def _sniff(path: Path) -> None:
         StorageError: naming what the file is instead.
     """
     try:
-        with open(path, "rb") as f:
-            head = f.read(len(_SQLITE_MAGIC))
+        head = fds.pread(path, 0, len(_SQLITE_MAGIC))  # never close(): SQLite's locks stay
     except OSError as e:
         raise StorageError(f"cannot read {path}: {e.strerror}") from e
     if not head:
@@ -388,8 +388,10 @@ class Store:
         the header (bytes 18-19 are 2 for WAL); the tables through a read-only connection,
         retried while writers hold the WAL index busy.
         """
-        with open(self.path, "rb") as f:
-            header = f.read(20)
+        try:
+            header = fds.pread(self.path, 0, 20)  # never close(): SQLite's locks stay
+        except OSError:
+            return False
         if header[18:20] != b"\x02\x02":
             return False
         for attempt in range(200):

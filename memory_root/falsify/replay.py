@@ -47,7 +47,7 @@ from memroot.projections.digest import rows_digest
 from memroot.projections.hook import catch_up as memory_catch_up
 from memroot.projections.registry import Registry, default_registry
 from memroot.projections.replay import MemoryReplayCheck
-from memroot.projections.strict_rows import Heads, kept_at_heads
+from memroot.projections.strict_rows import Kept, kept_replay
 
 __all__ = [
     "STEP",
@@ -492,8 +492,30 @@ class StatesRebuild:
         self.result = RebuildResult(self._n, int(changes), int(skipped))
 
 
-_SKIPS: dict[str, tuple[Heads, frozenset[tuple[str, int]]]] = {}
-"""ledger id -> (every branch's (name, size, head) replayed, the state operations it skipped)."""
+class _StatesReplay:
+    """The falsification layer's replay of the log (verify step 9's), fed on (``kept_replay``)."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.check = FalsifyReplayCheck(ledger=ledger)
+        self.report = AuditReport()
+
+    def feed(self, entries: list[Entry]) -> None:
+        for entry in entries:
+            self.check.feed(entry.branch, entry, self.report)
+
+    def skipped(self) -> frozenset[tuple[str, int]]:
+        return frozenset(
+            (str(b), int(s)) for b, s in self.check.db.execute("SELECT branch, seq FROM fz_skipped")
+        )
+
+    def close(self) -> None:
+        self.check.db.execute("ROLLBACK")
+        self.check.db.close()
+        self.check.memory.db.close()
+
+
+_SKIPS: dict[str, Kept] = {}
+"""ledger id -> the falsification layer's replay of the log, kept (``kept_replay``)."""
 
 
 def replayed_skips(ledger: Ledger) -> frozenset[tuple[str, int]]:
@@ -501,29 +523,14 @@ def replayed_skips(ledger: Ledger) -> frozenset[tuple[str, int]]:
 
     The judge of a recorded skip (``fz_skipped``, a derived row anyone can add): the whole
     log, read strictly (each entry proven in the signed tree), replayed by the rules the
-    append hook and verify step 9 apply, memory objects' own views included. Kept per ledger
-    while no branch's size or head moved. Run inside a read transaction of ``ledger``.
+    append hook and verify step 9 apply, memory objects' own views included. The replay is
+    kept per ledger and fed only the entries appended since (``strict_rows.kept_replay``).
+    Run inside a read transaction of ``ledger``.
 
     Raises:
         IntegrityError: an entry fails its strict read.
     """
-
-    def replay(heads: Heads) -> frozenset[tuple[str, int]]:
-        check = FalsifyReplayCheck(ledger=ledger)
-        report = AuditReport()
-        try:
-            for name, _, _ in heads:
-                for entry in ledger.entries(branch=name):
-                    check.feed(name, entry, report)
-            return frozenset(
-                (str(b), int(s)) for b, s in check.db.execute("SELECT branch, seq FROM fz_skipped")
-            )
-        finally:
-            check.db.execute("ROLLBACK")
-            check.db.close()
-            check.memory.db.close()
-
-    return kept_at_heads(_SKIPS, ledger, replay)
+    return kept_replay(_SKIPS, ledger, lambda: _StatesReplay(ledger))
 
 
 def rebuild(ledger: Ledger, registry: Registry | None = None) -> RebuildResult:

@@ -161,3 +161,66 @@ def test_honest_skipped_falsify_is_no_false_alarm(story: tuple[Path, str, str, i
     with opened(path) as mem:
         assert mem.state(tea) == "live"
     assert run(path, "verify").exit_code == 0
+
+
+_BARE = r"""
+import sys
+from memroot.ledger.entries import OpInput
+from memroot.ledger.ledger import Ledger
+with Ledger.open(sys.argv[1], hooks=()) as bare:
+    bare.append(OpInput(
+        op_type=sys.argv[2], actor_id="mallory", actor_type="HUMAN_USER", namespace_id="alice",
+        policy_version="p/1", target_id=sys.argv[3], target_type="memory_object",
+        payload={"reason": "bare", "evidence_ids": [sys.argv[4]]},
+    ))
+"""
+
+_HOOKED_FALSIFY = r"""
+import sys, memroot
+with memroot.open(sys.argv[1], actor="agent-7", namespace="alice", create=False) as mem:
+    print(mem.falsify(sys.argv[2], "honest, from another process").seq)
+"""
+
+
+def _in_own_process(code: str, *args: str) -> str:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_skips_judged_on_a_long_lived_handle_as_the_log_grows(
+    story: tuple[Path, str, str, int],
+) -> None:
+    """The judge of recorded skips is kept and fed only what is new: a handle that judged
+    the log once (a skipped bare FALSIFY) judges a skip appended later by another process
+    (no false alarm), and a forged skip row for an honest FALSIFY appended later by another
+    process is refused on the same handle, nothing written."""
+    path, tea, _, _ = story
+    missing = str(uuid.uuid4())
+    _in_own_process(_BARE, str(path), "FALSIFY", tea, missing)
+    with opened(path) as mem:
+        assert mem.state(tea) == "live"
+        assert [r.object.id for r in mem.recall()] == [tea]  # judged: the skip is genuine
+        with memroot.open(path, actor="agent-7", namespace="alice", create=False) as other:
+            ev = other.record(content="I like green tea").id
+            green = other.remember("Alice likes green tea", evidence=[ev]).id
+            fact = other.remember("Alice drinks green tea", evidence=[ev])
+        _in_own_process(_BARE, str(path), "FALSIFY", green, missing)  # skipped: no such event
+        assert {r.object.id for r in mem.recall()} == {tea, green, fact.id}  # judged again
+        assert mem.state(green) == "live"
+        seq = int(_in_own_process(_HOOKED_FALSIFY, str(path), fact.id))
+        attacker(
+            path,
+            f"DELETE FROM fz_states WHERE id = '{fact.id}'; "
+            f"INSERT INTO fz_skipped VALUES('main', {seq}, 'FALSIFY', 'not a valid operation');",
+        )
+        before = counts(path)
+        with pytest.raises(IntegrityError) as e:
+            mem.state(fact.id)
+        assert e.value.step == 9 and f"main:{seq}" in str(e.value)
+        with pytest.raises(IntegrityError):
+            mem.recall(receipt="run-2")
+        assert counts(path) == before
