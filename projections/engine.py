@@ -61,6 +61,11 @@ def derived_id(op_id: str, n: int) -> str:
     The first 16 bytes of ``SHA-256("memroot/derived-id/v1" || 0x00 || "<op_id>/<n>")`` with
     the RFC 9562 version (8) and variant bits set.
     """
+    if _N is not None and type(op_id) is str and type(n) is int:
+        try:
+            return _N.derived_id(op_id, n)
+        except (_N.Reject, OverflowError):
+            pass  # the reference's encoding raises (or formats a count beyond 64 bits)
     # domain_hash(_ID_TAG, ...) spelled out, with the tag's bytes prepared once.
     h = sha256(_ID_PREFIX + f"{op_id}/{n}".encode()).hex()
     return f"{h[:8]}-{h[8:12]}-8{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:32]}"

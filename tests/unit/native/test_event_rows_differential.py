@@ -10,6 +10,7 @@ links, git contexts, erasures, a fork) must give identical tables and digests bo
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import shutil
 from pathlib import Path
@@ -28,7 +29,7 @@ from memroot.ledger.verify import audit
 from memroot.memory_root.branches import BranchRegistry, create_branch
 from memroot.memory_root.falsify.replay import StatesRebuild
 from memroot.memory_root.tables_check import LayerTablesCheck, LayerTablesRebuild
-from memroot.projections import engine, gated
+from memroot.projections import engine, gated, ops
 from memroot.projections import requests as rq
 from memroot.projections.anchors import ConversationTree
 from memroot.projections.digest import state_digest
@@ -172,6 +173,18 @@ def _history(rng: random.Random, n: int) -> list[EventInput | OpInput]:
                     _AGENT, "FACT", "OBSERVED", "USER_STATED", cited, f"v{i}", object_id=oid
                 )
             )
+        elif r < 0.89:
+            # A payload the schema refuses (or only the reference checks): replay skips the
+            # first and folds the second, through the native plan or the reference alike.
+            op = rq.assert_object(
+                _AGENT, "FACT", "OBSERVED", "USER_STATED", [rng.choice(ids)], f"v{i}"
+            )
+            odd = rng.choice(
+                [{"salience": 1.5}, {"confidence": 0.3}, {"extra": 1}, {"valid_to": -1},
+                 {"structured_value": {"k": [1, 2.5, None]}}, {"entity_ids": []},
+                 {"condition": {"text": "if"}, "epistemic_type": "CONDITIONAL"}]
+            )  # fmt: skip
+            items.append(dataclasses.replace(op, payload={**op.payload, **odd}))
         elif r < 0.92 and objects:
             items.append(rq.deprecate(_AGENT, rng.choice(objects), "stale"))
         elif r < 0.95:
@@ -208,6 +221,8 @@ _TABLES = (
     "SELECT * FROM mem_heads ORDER BY branch",
     "SELECT * FROM git_context ORDER BY 1, 2",
     "SELECT * FROM mem_gated ORDER BY 1, 2, 3",
+    "SELECT * FROM mem_objects ORDER BY 1, 2, 3",
+    "SELECT * FROM mem_edges ORDER BY 1, 2, 3",
 )
 
 
@@ -235,7 +250,11 @@ def _step9(path: Path) -> list[str]:
 def test_rebuild_and_step9_are_the_same_with_and_without_native_rows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
 ) -> None:
-    """A random history rebuilds to identical tables and digests, and step 9 says the same."""
+    """A random history rebuilds to identical tables and digests, and step 9 says the same.
+
+    Native off means the event rows, the payload plans and the derived ids all from the
+    reference (``engine._N``, ``ops._NATIVE_PLAN``).
+    """
     path = tmp_path / f"h{seed}.db"
     path.unlink(missing_ok=True)
     _ledger(path, seed)
@@ -245,6 +264,7 @@ def test_rebuild_and_step9_are_the_same_with_and_without_native_rows(
     fast_findings = _step9(path)
     with monkeypatch.context() as m:
         m.setattr(engine, "_N", None)
+        m.setattr(ops, "_NATIVE_PLAN", {})  # payloads checked by the reference only
         slow = _rebuilt(reference)
         slow_findings = _step9(reference)
     assert fast == slow
