@@ -123,6 +123,27 @@ def test_event_rows_equal_the_reference_loops_or_refuse(
     assert engine.event_rows(entries) == engine.EventRows(*got)
 
 
+def test_a_run_asked_about_twice_is_built_once() -> None:
+    """The memory model and the layers' feed ask about the same run: one native call.
+
+    The same entry objects in order (the list itself or a copy) get the rows already built;
+    a run differing in one entry object, even an equal-looking one, is built again, and its
+    rows are its own.
+    """
+    body = {"id": "e", "actor_id": "a", "namespace_id": "ns", "parent_event_id": None}
+    entries = [_entry(i, {**body, "id": f"e{i}"}) for i in range(5)]
+    first = engine.event_rows(entries)
+    assert first is not None
+    assert engine.event_rows(entries) is first
+    assert engine.event_rows(list(entries)) is first
+    changed = [*entries[:2], _entry(2, {**body, "id": "other"}), *entries[3:]]
+    second = engine.event_rows(changed)
+    assert second is not first and second == engine.EventRows(*_reference(changed))
+    assert second.events[2][0] == "other"
+    shorter = engine.event_rows(changed[:4])
+    assert shorter is not second and shorter == engine.EventRows(*_reference(changed[:4]))
+
+
 # -- whole replays, native and reference ---------------------------------------------------------
 
 
