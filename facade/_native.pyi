@@ -11,6 +11,7 @@ __all__ = [
     "Ed25519Key",
     "Ed25519Verifier",
     "IndexSpan",
+    "PayloadPlan",
     "Reject",
     "build_events",
     "compact_append",
@@ -21,6 +22,7 @@ __all__ = [
     "decode",
     "decode_chunk",
     "decode_entry",
+    "derived_id",
     "domain_hash",
     "encode",
     "encode_leaf",
@@ -96,6 +98,19 @@ def event_rows(
     ``context``; ``Reject`` on an entry that is not an ``event`` of the first's branch or on a
     body field missing or of an unexpected type.
     """
+
+@final
+class PayloadPlan:
+    """One operation type's payload schema (``ops.SCHEMAS[op]``), prepared once."""
+
+    def __new__(cls, fields: list[tuple[str, str, bool, Any]]) -> PayloadPlan:
+        """``(name, kind, required, arg)`` of each field, in schema order."""
+
+    def validate(self, payload: Any) -> dict[str, Any]:
+        """``ops.validate_payload`` of ``payload``; ``Reject`` where the reference raises."""
+
+def derived_id(op_id: str, n: int) -> str:
+    """``engine.derived_id``: the UUIDv8 of the ``n``-th thing operation ``op_id`` creates."""
 
 def decode_entry(
     raw: bytes, entry_hash: bytes | None = None

@@ -17,6 +17,7 @@ entity takes the operation's ``target_id`` when given, else the operation's own 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from operator import is_
 from typing import Any, Final, NamedTuple
 
 from memroot.ledger._backend import NATIVE as _N
@@ -61,6 +62,11 @@ def derived_id(op_id: str, n: int) -> str:
     The first 16 bytes of ``SHA-256("memroot/derived-id/v1" || 0x00 || "<op_id>/<n>")`` with
     the RFC 9562 version (8) and variant bits set.
     """
+    if _N is not None and type(op_id) is str and type(n) is int:
+        try:
+            return _N.derived_id(op_id, n)
+        except (_N.Reject, OverflowError):
+            pass  # the reference's encoding raises (or formats a count beyond 64 bits)
     # domain_hash(_ID_TAG, ...) spelled out, with the tag's bytes prepared once.
     h = sha256(_ID_PREFIX + f"{op_id}/{n}".encode()).hex()
     return f"{h[:8]}-{h[8:12]}-8{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:32]}"
@@ -94,12 +100,25 @@ def event_rows(entries: Sequence[Entry]) -> EventRows | None:
     """
     if _N is None or not entries:
         return None
+    last = _LAST_RUN[0]
+    if last is not None and len(last[0]) == len(entries) and all(map(is_, last[0], entries)):
+        return last[1]
     try:
-        return EventRows(
+        rows: EventRows | None = EventRows(
             *_N.event_rows(entries if type(entries) is list else list(entries), Kind.EVENT)
         )
     except _N.Reject:
-        return None
+        rows = None
+    _LAST_RUN[0] = (tuple(entries), rows)
+    return rows
+
+
+_LAST_RUN: list[tuple[tuple[Entry, ...], EventRows | None] | None] = [None]
+"""The last run ``event_rows`` was asked about (its entries, their rows): a replay folds each
+run through the memory model and then the layers' feeds (``LayerTablesRebuild``), which ask
+about the same run. The rows are a function of the entries alone (an ``Entry`` and its body
+are never changed once read), so the same entry objects, in order, get the same rows; any
+other run is computed. The rows' lists are only read by their users, never changed."""
 
 
 class Engine:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
 
+from memroot.ledger._backend import NATIVE as _N
 from memroot.ledger.entries import check_uuid
 from memroot.ledger.errors import ValidationError
 from memroot.ledger.vocab import (
@@ -373,6 +374,16 @@ _PLAN: Final = {
     op: (frozenset(f.name for f in fields), tuple((f, _CHECKS[f.kind]) for f in fields))
     for op, fields in SCHEMAS.items()
 }
+_NATIVE_PLAN: Final[dict[str, Any]] = (
+    {}
+    if _N is None
+    else {
+        op: _N.PayloadPlan([(f.name, f.kind, f.required, f.arg) for f in fields])
+        for op, fields in SCHEMAS.items()
+    }
+)
+"""The native core's copy of each schema (``PayloadPlan``): it checks a payload in one call
+and returns what the reference does, or ``Reject`` and the reference runs."""
 
 
 def validate_payload(op_type: str, payload: Mapping[str, Any]) -> dict[str, Any]:
@@ -387,6 +398,12 @@ def validate_payload(op_type: str, payload: Mapping[str, Any]) -> dict[str, Any]
         KeyError: if ``op_type`` has no schema (a programming mistake).
     """
     names, plan = _PLAN[op_type]
+    native = _NATIVE_PLAN.get(op_type)
+    if native is not None and _N is not None:
+        try:
+            return native.validate(payload)  # type: ignore[no-any-return]
+        except _N.Reject:
+            pass  # the reference raises, or accepts a field the core does not check
     if not names.issuperset(payload):
         extra = sorted(set(payload) - names)[0]
         raise _bad(

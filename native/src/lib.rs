@@ -15,6 +15,7 @@ pub mod hash;
 pub mod jsonl;
 pub mod map;
 pub mod merkle;
+pub mod ops;
 pub mod py;
 pub mod rows;
 pub mod sign;
@@ -1249,5 +1250,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(map::map_descend_all, m)?)?;
     m.add_function(wrap_pyfunction!(map::map_rows_into, m)?)?;
     m.add_function(wrap_pyfunction!(fold::event_rows, m)?)?;
+    // Operation payloads and derived ids (ops.rs, issue 27).
+    m.add_class::<ops::PayloadPlan>()?;
+    m.add_function(wrap_pyfunction!(ops::derived_id, m)?)?;
     Ok(())
 }

@@ -10,6 +10,7 @@ links, git contexts, erasures, a fork) must give identical tables and digests bo
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import shutil
 from pathlib import Path
@@ -28,7 +29,7 @@ from memroot.ledger.verify import audit
 from memroot.memory_root.branches import BranchRegistry, create_branch
 from memroot.memory_root.falsify.replay import StatesRebuild
 from memroot.memory_root.tables_check import LayerTablesCheck, LayerTablesRebuild
-from memroot.projections import engine, gated
+from memroot.projections import engine, gated, ops
 from memroot.projections import requests as rq
 from memroot.projections.anchors import ConversationTree
 from memroot.projections.digest import state_digest
@@ -122,6 +123,27 @@ def test_event_rows_equal_the_reference_loops_or_refuse(
     assert engine.event_rows(entries) == engine.EventRows(*got)
 
 
+def test_a_run_asked_about_twice_is_built_once() -> None:
+    """The memory model and the layers' feed ask about the same run: one native call.
+
+    The same entry objects in order (the list itself or a copy) get the rows already built;
+    a run differing in one entry object, even an equal-looking one, is built again, and its
+    rows are its own.
+    """
+    body = {"id": "e", "actor_id": "a", "namespace_id": "ns", "parent_event_id": None}
+    entries = [_entry(i, {**body, "id": f"e{i}"}) for i in range(5)]
+    first = engine.event_rows(entries)
+    assert first is not None
+    assert engine.event_rows(entries) is first
+    assert engine.event_rows(list(entries)) is first
+    changed = [*entries[:2], _entry(2, {**body, "id": "other"}), *entries[3:]]
+    second = engine.event_rows(changed)
+    assert second is not first and second == engine.EventRows(*_reference(changed))
+    assert second.events[2][0] == "other"
+    shorter = engine.event_rows(changed[:4])
+    assert shorter is not second and shorter == engine.EventRows(*_reference(changed[:4]))
+
+
 # -- whole replays, native and reference ---------------------------------------------------------
 
 
@@ -172,6 +194,18 @@ def _history(rng: random.Random, n: int) -> list[EventInput | OpInput]:
                     _AGENT, "FACT", "OBSERVED", "USER_STATED", cited, f"v{i}", object_id=oid
                 )
             )
+        elif r < 0.89:
+            # A payload the schema refuses (or only the reference checks): replay skips the
+            # first and folds the second, through the native plan or the reference alike.
+            op = rq.assert_object(
+                _AGENT, "FACT", "OBSERVED", "USER_STATED", [rng.choice(ids)], f"v{i}"
+            )
+            odd = rng.choice(
+                [{"salience": 1.5}, {"confidence": 0.3}, {"extra": 1}, {"valid_to": -1},
+                 {"structured_value": {"k": [1, 2.5, None]}}, {"entity_ids": []},
+                 {"condition": {"text": "if"}, "epistemic_type": "CONDITIONAL"}]
+            )  # fmt: skip
+            items.append(dataclasses.replace(op, payload={**op.payload, **odd}))
         elif r < 0.92 and objects:
             items.append(rq.deprecate(_AGENT, rng.choice(objects), "stale"))
         elif r < 0.95:
@@ -208,6 +242,8 @@ _TABLES = (
     "SELECT * FROM mem_heads ORDER BY branch",
     "SELECT * FROM git_context ORDER BY 1, 2",
     "SELECT * FROM mem_gated ORDER BY 1, 2, 3",
+    "SELECT * FROM mem_objects ORDER BY 1, 2, 3",
+    "SELECT * FROM mem_edges ORDER BY 1, 2, 3",
 )
 
 
@@ -235,7 +271,11 @@ def _step9(path: Path) -> list[str]:
 def test_rebuild_and_step9_are_the_same_with_and_without_native_rows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
 ) -> None:
-    """A random history rebuilds to identical tables and digests, and step 9 says the same."""
+    """A random history rebuilds to identical tables and digests, and step 9 says the same.
+
+    Native off means the event rows, the payload plans and the derived ids all from the
+    reference (``engine._N``, ``ops._NATIVE_PLAN``).
+    """
     path = tmp_path / f"h{seed}.db"
     path.unlink(missing_ok=True)
     _ledger(path, seed)
@@ -245,6 +285,7 @@ def test_rebuild_and_step9_are_the_same_with_and_without_native_rows(
     fast_findings = _step9(path)
     with monkeypatch.context() as m:
         m.setattr(engine, "_N", None)
+        m.setattr(ops, "_NATIVE_PLAN", {})  # payloads checked by the reference only
         slow = _rebuilt(reference)
         slow_findings = _step9(reference)
     assert fast == slow
