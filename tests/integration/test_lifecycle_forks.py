@@ -153,33 +153,6 @@ def test_readme_branch_example_runs_as_written(tmp_path: Path) -> None:
     assert "IMPORTED as" in done.stdout  # the merge landed
 
 
-def _blocks(doc: str, lang: str) -> list[str]:
-    text = (README.parent / "docs" / doc).read_text()
-    return [m.group(1) for m in re.finditer(rf"```{lang}\n(.*?)```", text, re.S)]
-
-
-def _shell(script: str, cwd: Path) -> str:
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    env.pop("MEMROOT_LEDGER", None)
-    done = subprocess.run(
-        ["bash", "-e", "-c", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
-
-
-@pytest.mark.parametrize("doc", ["branches.md", "memory.md"])
-def test_doc_examples_run_as_written(tmp_path: Path, doc: str) -> None:
-    """docs/branches.md and docs/memory.md: the shell blocks, then the Python ones, all run."""
-    out = _shell("\n".join(_blocks(doc, "sh")), tmp_path)
-    assert "OK: every step holds" in out or "evidence:" in out
-    for code in _blocks(doc, "python"):
-        done = subprocess.run(
-            [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300
-        )
-        assert done.returncode == 0, done.stdout + done.stderr
-
-
 # -- 2. every served object re-derived (the attacker in its own process) ------------------------
 
 _EDIT = """

@@ -98,7 +98,7 @@ COLUMNS = ["hash", "data", "digest", "salt", "content", "erased_by"]
 
 
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(st.data())
 def test_damaged_histories_verify_identically(
