@@ -24,6 +24,12 @@ entries); a node counts as added unless the map in memory holds it (nodes no map
 more are dropped, as the auditor drops them, so one recreated later counts again: the store
 would not). Run beside ``--sizes`` at the same sizes to compare the two.
 
+``--violations`` (with ``--writer-only``): every 10th event of the history becomes a
+``VIOLATION_RECORDED`` of one motif from a source no earlier violation named (40 characters,
+``with_violations``), so 10^5 entries name 10,000 distinct sources; ``--motifs-v1`` folds with
+``failure-motifs`` version 1 active instead of version 2 (the writer before version 2), to
+compare what each stores per snapshot.
+
 ``--query N ...`` (with ``--sizes`` empty): the cost of a strict ``recall`` (limit 20) with
 and without the completeness check of the memory map, on ledgers of N remembered facts.
 
@@ -31,6 +37,7 @@ Usage::
 
     python -m memroot.bench.bench_rootsv2 --sizes 100000 1000000 [--window 20] [--json F]
     python -m memroot.bench.bench_rootsv2 --sizes --writer-only 100000 1000000 10000000
+    python -m memroot.bench.bench_rootsv2 --sizes --writer-only 100000 --violations [--motifs-v1]
     python -m memroot.bench.bench_rootsv2 --sizes --query 1000 10000 [--reads 30]
 """
 
@@ -41,10 +48,14 @@ import itertools
 import json
 import tempfile
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import apsw
+
+if TYPE_CHECKING:
+    from memroot.ledger.entries import EventInput, OpInput
 
 
 def _one(db: apsw.Connection, sql: str, args: tuple[Any, ...] = ()) -> int:
@@ -136,29 +147,60 @@ def _summary_bytes(stored: Any) -> int:
     )
 
 
-def writer_only(n: int, window: int) -> dict[str, Any]:
+def with_violations(items: Iterable[EventInput | OpInput]) -> Iterator[EventInput | OpInput]:
+    """Yield ``items``, every 10th event replaced by a violation from a new source.
+
+    The 5th, 15th, 25th, ... item, when an event, becomes a ``VIOLATION_RECORDED`` of
+    ``TITLE_MISMATCH`` from a source no earlier one named (40 characters:
+    ``https://example.org/retrieved/doc-NNNNNN``, N the item's index).
+    """
+    from memroot.ledger.entries import EventInput, OpInput
+
+    for i, item in enumerate(items):
+        if i % 10 == 4 and isinstance(item, EventInput):
+            yield OpInput(
+                op_type="VIOLATION_RECORDED",
+                actor_id="verifier-1",
+                actor_type="SYSTEM_PROCESS",
+                namespace_id="agent-7",
+                policy_version="policy/1",
+                payload={
+                    "motif": "TITLE_MISMATCH",
+                    "source": f"https://example.org/retrieved/doc-{i:06d}",
+                },
+            )
+        else:
+            yield item
+
+
+def writer_only(
+    n: int, window: int, *, violations: bool = False, motifs_v1: bool = False
+) -> dict[str, Any]:
     """Fold the mixed history of ``n`` entries as the writer does; figures of the last window.
 
-    See the module docstring (``--writer-only``).
+    See the module docstring (``--writer-only``, ``--violations``, ``--motifs-v1``).
     """
     from memroot.bench.hooked import BATCH, mixed_history
     from memroot.ledger.entries import ZERO_HASH, EventInput, Kind, build_entry, new_uuid
     from memroot.memory_root._fold import BranchFold, Folder, MemNodes
     from memroot.memory_root.replay import reachable
     from memroot.memory_root.root import MemoryRoot
+    from memroot.projections.builtins import FailureMotifs
     from memroot.projections.registry import default_registry
 
     every = 1000  # the ledger's default snapshot_every, as ``memroot init`` writes it
     nodes = MemNodes()
-    fold = BranchFold(
-        "main", Folder(default_registry().projections()), every, next_seq=1, map_source=nodes
-    )
+    rules = list(default_registry().projections())
+    if motifs_v1:
+        rules = [FailureMotifs() if p.id == "failure-motifs" else p for p in rules]
+    fold = BranchFold("main", Folder(rules), every, next_seq=1, map_source=nodes)
+    history = mixed_history(n)
     batches = (n + BATCH - 1) // BATCH
     figures: list[dict[str, float]] = []
     seq = 1  # the genesis is seq 0
     collect_at = 1 << 18
     t = time.perf_counter()
-    for i, item in enumerate(mixed_history(n)):
+    for i, item in enumerate(with_violations(history) if violations else history):
         b = i // BATCH
         if isinstance(item, EventInput):
             entry_seq, seq = seq, seq + 1
@@ -199,6 +241,8 @@ def writer_only(n: int, window: int) -> dict[str, Any]:
         "map_nodes_live": len(reachable(nodes.nodes, [fold.map_base])),
         "node_rows": round(sum(f["node_rows"] for f in figures) / k, 1),
         "root_bytes": round(sum(f["root_bytes"] for f in figures) / k),
+        **({"violations": True} if violations else {}),
+        **({"failure_motifs": 1} if motifs_v1 else {}),
     }
 
 
@@ -250,6 +294,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--writer-only", type=int, nargs="*", default=[], help="the writer's fold alone, no ledger"
     )
+    ap.add_argument(
+        "--violations", action="store_true", help="writer-only: a new source every 10 entries"
+    )
+    ap.add_argument(
+        "--motifs-v1", action="store_true", help="writer-only: failure-motifs v1 active"
+    )
     ap.add_argument("--reads", type=int, default=30)
     ap.add_argument("--window", type=int, default=20)
     ap.add_argument("--dir", type=Path, default=None)
@@ -262,7 +312,7 @@ def main(argv: list[str] | None = None) -> None:
             print(json.dumps(res), flush=True)
             out.append(res)
         for n in args.writer_only:
-            res = writer_only(n, args.window)
+            res = writer_only(n, args.window, violations=args.violations, motifs_v1=args.motifs_v1)
             print(json.dumps(res), flush=True)
             out.append(res)
         for n in args.query:

@@ -9,9 +9,13 @@ and a future ``FALSIFY`` of one summary item). Summaries stay bounded whatever t
 size (a root stores every summary): lists are capped by a parameter, and ``corrections``
 commits to the full list by a hash chain instead of carrying it.
 
-Built-ins (version 1 each):
+Built-ins (version 1 unless said):
 
-``failure-motifs``  ``VIOLATION_RECORDED``: ``{motif: {"count", "distinct_sources", "sources"}}``
+``failure-motifs``  ``VIOLATION_RECORDED``:
+    version 2 (written since 2026-12-02): ``{motif: {"count", "error", "sources"}}``, a
+    deterministic Space-Saving top-k of motifs and of sources within each, bounded. Version 1
+    (``{motif: {"count", "distinct_sources", "sources"}}``, whose fold state counts every
+    source it met) stays registered as retired, to replay roots that list it.
 ``corrections``  ``CORRECTION_APPLIED``: ``{"total", "by_motif", "by_verifier", "recent", "chain"}``
 ``epistemic-distribution``  ``ASSERT`` / ``EPISTEMIC_TRANSITION``: ``{epistemic_type: n}``
 ``lifecycle-counts``  ``ASSERT`` / ``DEPRECATE`` / ``SUPERSEDE`` / ``ARCHIVE``:
@@ -44,7 +48,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
@@ -62,6 +66,7 @@ __all__ = [
     "Corrections",
     "EpistemicDistribution",
     "FailureMotifs",
+    "FailureMotifsTopK",
     "FalsificationCounts",
     "FalsificationState",
     "ItemStates",
@@ -200,6 +205,10 @@ class FailureMotifs(_Sliced):
     so a summary stays small when sources are free text. Summary:
     ``{motif: {"count": n, "distinct_sources": d, "sources": {source: n}}}``; count = number of
     motifs.
+
+    Retired (``retired_projections``): version 2, ``FailureMotifsTopK``, replaced it, because
+    its fold state keeps a count for every distinct source (free text), which grows with the
+    history and every root stored again. It stays registered so that roots listing it replay.
     """
 
     id: str = "failure-motifs"
@@ -243,6 +252,106 @@ class FailureMotifs(_Sliced):
                 "sources": dict(top),
             }
         return _summary(out)
+
+
+def _space_saving(
+    table: dict[str, Any], key: str, capacity: int, at: str | int, new: Callable[[int, int], Any]
+) -> Any:
+    """Count ``key`` in a Space-Saving table of at most ``capacity`` keys; return its entry.
+
+    ``table`` maps each monitored key to an entry holding its count at index ``at`` (a
+    ``[count, error]`` list, ``at`` 0, or a ``{"count", "error", ...}`` map, ``at``
+    ``"count"``); ``new(count, error)`` makes a fresh entry. A monitored key adds 1 to its
+    count; a new key takes a free place at ``(1, 0)``; when the table is full, the key with
+    the smallest count (of those, the greatest in code point order) leaves and the new key
+    takes its place at ``(c + 1, c)``, ``c`` the count it had (docs/FORMAT.md §6.6).
+    """
+    entry = table.get(key)
+    if entry is not None:
+        entry[at] += 1
+        return entry
+    if len(table) < capacity:
+        entry = table[key] = new(1, 0)
+        return entry
+    c = min(e[at] for e in table.values())
+    del table[max(k for k, e in table.items() if e[at] == c)]
+    entry = table[key] = new(c + 1, c)
+    return entry
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FailureMotifsTopK(_Sliced):
+    """``failure-motifs`` version 2: recorded violations by motif and source, bounded.
+
+    A deterministic Space-Saving sketch (Metwally, Agrawal, El Abbadi, 2005) at two levels:
+    at most ``top_motifs`` motifs, and within each at most ``top_sources`` sources, each with
+    a count and the most it may overstate (``error``): the true count lies in ``[count -
+    error, count]``, and every motif (source) seen more than N / capacity times is listed, N
+    the violations counted at that level. Summary (= the fold state)::
+
+        {motif: {"count": c, "error": e, "sources": {source: [c, e]}}}
+
+    count = the motifs listed. Version 1 (``FailureMotifs``) kept a count for every source
+    it met, to rank its top ``top_sources``: a fold state growing with the distinct sources,
+    written again with every root (470 KB at 10,000 sources). The exact rule, ties included,
+    is docs/FORMAT.md §6.6.
+    """
+
+    id: str = "failure-motifs"
+    version: int = 2
+    motifs: tuple[str, ...] = ()
+    top_motifs: int = 32
+    top_sources: int = 32
+    types: ClassVar[frozenset[str] | None] = FailureMotifs.types
+
+    def __post_init__(self) -> None:
+        """Refuse a sketch without room.
+
+        Raises:
+            ValueError: if ``top_motifs`` or ``top_sources`` is not a positive int.
+        """
+        for name in ("top_motifs", "top_sources"):
+            n = getattr(self, name)
+            if type(n) is not int or n < 1:
+                raise ValueError(f"failure-motifs {name} must be a positive int, got {n!r}")
+
+    @property
+    def params(self) -> Mapping[str, Any]:
+        """``{"motifs": [...], "namespaces": [...], "top_motifs": m, "top_sources": n}``."""
+        return {
+            "motifs": sorted(set(self.motifs)),
+            "top_motifs": self.top_motifs,
+            "top_sources": self.top_sources,
+            **self._slice(),
+        }
+
+    def initial(self) -> dict[str, dict[str, Any]]:
+        """Return ``{}``: no motif seen yet."""
+        return {}
+
+    def fold(self, state: dict[str, dict[str, Any]], entry: Entry) -> dict[str, dict[str, Any]]:
+        """Count one ``VIOLATION_RECORDED`` under its motif, then under its source there."""
+        if entry.type != _VIOLATION_RECORDED or not self._in_slice(entry):
+            return state
+        p = _payload(entry)
+        motif, source = _text_or_none(p.get("motif")), _text_or_none(p.get("source"))
+        if motif is None or source is None or (self.motifs and motif not in self.motifs):
+            return state
+        at = _space_saving(state, motif, self.top_motifs, "count", _motif_entry)
+        _space_saving(at["sources"], source, self.top_sources, 0, _source_entry)
+        return state
+
+    def summarize(self, state: dict[str, dict[str, Any]]) -> Summary:
+        """Return the sketch: ``{motif: {"count", "error", "sources": {source: [c, e]}}}``."""
+        return _summary(state)
+
+
+def _motif_entry(count: int, error: int) -> dict[str, Any]:
+    return {"count": count, "error": error, "sources": {}}
+
+
+def _source_entry(count: int, error: int) -> list[int]:
+    return [count, error]
 
 
 _CHAIN_START: Final = bytes(32)
@@ -793,12 +902,13 @@ class FalsificationCounts(_Sliced):
 def builtin_projections() -> list[Projection]:
     """Return one instance of every built-in projection, with default ids and params.
 
-    ``falsification-state`` is version 2 (``FalsificationCounts``) and ``lifecycle-counts``
-    version 2 (``LifecycleTransitions``); their versions 1 (``FalsificationState``,
-    ``LifecycleCounts``) are in ``retired_projections``.
+    ``failure-motifs`` is version 2 (``FailureMotifsTopK``), ``falsification-state`` version
+    2 (``FalsificationCounts``) and ``lifecycle-counts`` version 2 (``LifecycleTransitions``);
+    their versions 1 (``FailureMotifs``, ``FalsificationState``, ``LifecycleCounts``) are in
+    ``retired_projections``.
     """
     return [
-        FailureMotifs(),
+        FailureMotifsTopK(),
         Corrections(),
         EpistemicDistribution(),
         LifecycleTransitions(),
@@ -808,4 +918,4 @@ def builtin_projections() -> list[Projection]:
 
 def retired_projections() -> list[Projection]:
     """Return the built-ins replaced by a newer version, kept to replay old roots."""
-    return [FalsificationState(), LifecycleCounts()]
+    return [FailureMotifs(), FalsificationState(), LifecycleCounts()]

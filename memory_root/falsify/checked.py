@@ -18,9 +18,10 @@ strictly (each entry proven in the signed tree):
   (``replay.replayed_skips``: a forged skip row hides no honest operation).
 
 The entries are found by a strict scan of the view's operations (each level up to its fork),
-so a deleted row is seen. A scan is kept per branch with the hash of the last entry it read;
-the next state operation reads only the entries after it, once that entry proves again with
-the same hash (``_state_ops``). Memory
+so a deleted row is seen. A scan is kept per branch with the hash of the last entry it read,
+its operations indexed by the ids they name; the next state operation reads only the entries
+after it, once that entry proves again with the same hash, and looks up its items' operations
+in the index (``_state_ops``), so its cost does not grow with the log. Memory
 objects are also checked by the memory model's own row check (``projections.hook``).
 
 Raises ``IntegrityError`` (step 9, naming the item and the entry), so nothing is written.
@@ -28,7 +29,7 @@ Raises ``IntegrityError`` (step 9, naming the item and the entry), so nothing is
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Final
 
 import apsw
@@ -80,14 +81,20 @@ def _listed(value: object) -> Iterable[ItemRef]:
             yield from _listed(v)
 
 
-def _names(value: object, needle: str) -> bool:
+def _strings(value: object) -> Iterator[str]:
+    """Every text value in ``value``, through the values of maps and the items of lists."""
     if isinstance(value, str):
-        return value == needle
-    if isinstance(value, Mapping):
-        return any(_names(v, needle) for v in value.values())
-    if isinstance(value, list):
-        return any(_names(v, needle) for v in value)
-    return False
+        yield value
+    elif isinstance(value, Mapping):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+
+
+def _names(value: object, needle: str) -> bool:
+    return any(s == needle for s in _strings(value))
 
 
 def view_levels(ledger: Ledger, branch: str) -> list[tuple[str, int | None]]:
@@ -146,35 +153,80 @@ def _skip_explained(ledger: Ledger, prior: str, e: Entry, item: ItemRef) -> bool
     return (e.branch, e.seq) in replayed_skips(ledger)
 
 
-_SCANNED: dict[tuple[str, str], tuple[int, bytes, list[Entry]]] = {}
-"""(ledger id, branch) -> (size scanned, hash of its last entry, the state operations in it)."""
+class _Scan:
+    """The state operations of one branch's entries ``0..size``, indexed by what they name."""
+
+    __slots__ = ("by_name", "last", "ops", "size")
+
+    def __init__(self) -> None:
+        self.size = 0
+        self.last = b""  # the hash of entry ``size - 1``
+        self.ops: list[Entry] = []  # in log order
+        self.by_name: dict[str, list[int]] = {}
+        """target_id and every text of the payload -> positions in ``ops``."""
+
+    def add(self, e: Entry) -> None:
+        """Index one more state operation (later in the log than every one held)."""
+        at = len(self.ops)
+        self.ops.append(e)
+        target = e.body.get("target_id")
+        names = set(_strings(e.body.get("payload")))
+        if isinstance(target, str):
+            names.add(target)
+        for name in names:
+            self.by_name.setdefault(name, []).append(at)
+
+    def naming(self, ids: Iterable[str], stop: int) -> list[Entry]:
+        """Return the operations before seq ``stop`` whose target or payload names an id."""
+        at = sorted({p for i in ids for p in self.by_name.get(i, ())})
+        return [e for e in (self.ops[p] for p in at) if e.seq < stop]
 
 
-def _state_ops(ledger: Ledger, branch: str, size: int, stop: int) -> list[Entry]:
-    """Return the state operations among entries ``0..stop`` of ``branch``, read strictly.
+_SCANNED: dict[tuple[str, str], _Scan] = {}
+"""(ledger id, branch) -> the scan of its entries up to where the last one read."""
 
-    What an earlier scan found is kept with the hash of the last entry it read: when that
-    entry, proven again in the signed tree now, has the same hash, every entry before it is
-    the same too (the hash chain), so only the entries after it are read.
+
+def _state_ops(
+    ledger: Ledger, branch: str, size: int, stop: int, ids: Iterable[str]
+) -> list[Entry]:
+    """Return the state operations among entries ``0..stop`` of ``branch`` naming ``ids``.
+
+    Read strictly; an operation names an id when it is its ``target_id`` or any text of its
+    payload (a cascade's lists). What an earlier scan found is kept, indexed by name, with
+    the hash of the last entry it read: when that entry, proven again in the signed tree
+    now, has the same hash, every entry before it is the same too (the hash chain), so only
+    the entries after it are read, and finding the operations costs what they are, not the
+    length of the log.
 
     Raises:
         IntegrityError: an entry fails its strict read.
     """
     key = (ledger.ledger_id, branch)
-    start, found, last = 0, [], b""
-    got = _SCANNED.get(key)
-    if got is not None and 0 < got[0] <= size:
-        seen, last_hash, ops = got
-        if ledger.read_many([seen - 1], branch, links=False)[seen - 1].entry.hash == last_hash:
-            start, found, last = seen, list(ops), last_hash
-    for e in ledger.entries(start, max(start, stop), branch):
-        if e.kind is Kind.OP and e.type in STATE_OPS:
-            found.append(e)
-        last = e.hash
+    scan = _SCANNED.get(key)
+    if scan is not None and not (
+        0 < scan.size <= size
+        and ledger.read_many([scan.size - 1], branch, links=False)[scan.size - 1].entry.hash
+        == scan.last
+    ):
+        scan = None
+    start = 0 if scan is None else scan.size
     end = max(start, stop)
-    if end > 0 and last:
-        _SCANNED[key] = (end, last, found)
-    return [e for e in found if e.seq < stop]
+    if scan is None or end > start:
+        fresh: list[Entry] = []
+        last = b"" if scan is None else scan.last
+        for e in ledger.entries(start, end, branch):
+            if e.kind is Kind.OP and e.type in STATE_OPS:
+                fresh.append(e)
+            last = e.hash
+        # Kept only once every entry read proved: a failed read leaves the earlier scan.
+        if scan is None:
+            scan = _Scan()
+        for e in fresh:
+            scan.add(e)
+        scan.size, scan.last = end, last
+        if end > 0 and last:
+            _SCANNED[key] = scan
+    return scan.naming(ids, stop)
 
 
 def check_item_states(ledger: Ledger, db: apsw.Connection, entry: Entry) -> None:
@@ -200,9 +252,8 @@ def check_item_states(ledger: Ledger, db: apsw.Connection, entry: Entry) -> None
     ops: list[tuple[str, int, Entry]] = []
     for b, bound in reversed(levels):
         stop = stored[b] if bound is None else min(stored[b], bound + 1)
-        for e in _state_ops(ledger, b, stored[b], stop):
-            if e.body.get("target_id") in ids or any(_names(e.body.get("payload"), i) for i in ids):
-                ops.append((b, e.seq, e))
+        for e in _state_ops(ledger, b, stored[b], stop, ids):
+            ops.append((b, e.seq, e))
     by_at = {(b, s): e for b, s, e in ops}
     for item in items:
         _check_item(ledger, db, item, (entry.branch, entry.seq), levels, stored, ops, by_at)
@@ -225,9 +276,8 @@ def check_item_read(ledger: Ledger, db: apsw.Connection, branch: str, item: Item
     ops: list[tuple[str, int, Entry]] = []
     for b, bound in reversed(levels):
         stop = stored[b] if bound is None else min(stored[b], bound + 1)
-        for e in _state_ops(ledger, b, stored[b], stop):
-            if e.body.get("target_id") == item.id or _names(e.body.get("payload"), item.id):
-                ops.append((b, e.seq, e))
+        for e in _state_ops(ledger, b, stored[b], stop, (item.id,)):
+            ops.append((b, e.seq, e))
     _check_item(ledger, db, item, None, levels, stored, ops, {(b, s): e for b, s, e in ops})
 
 

@@ -75,13 +75,14 @@ def test_snapshot_roots_show_diff_end_to_end(ledger: Path, tmp_path: Path):
     shown = ok_json(memroot(ledger, "root", "show", snap["memory_root"][:12], "--json"))
     motifs = next(s for s in shown["summaries"] if s["id"] == "failure-motifs")
     assert motifs["summary"] == {
-        "TITLE_MISMATCH": {
-            "count": 5,
-            "distinct_sources": 1,
-            "sources": {"Quantum chromodynamics": 5},
-        }
+        "TITLE_MISMATCH": {"count": 5, "error": 0, "sources": {"Quantum chromodynamics": [5, 0]}}
     }
-    assert motifs["params"] == {"motifs": [], "namespaces": [], "top_sources": 100}
+    assert motifs["params"] == {
+        "motifs": [],
+        "namespaces": [],
+        "top_motifs": 32,
+        "top_sources": 32,
+    }
     diff = ok_json(
         memroot(ledger, "root", "diff", chain[1]["memory_root"], chain[0]["memory_root"], "--json")
     )

@@ -21,3 +21,15 @@ def test_writer_only_figures_match_the_hooked_append(
     summaries = {r["root_bytes"] - 97 * r["node_rows"] for r in (hooked, alone)}
     assert max(summaries) - min(summaries) <= 16  # rounding and counts' widths only
     assert abs(alone["node_rows"] - hooked["node_rows"]) <= 0.1 * hooked["node_rows"]
+
+
+def test_violations_from_new_sources_grow_v1_snapshots_not_v2() -> None:
+    """``--violations``: with a new source every 10 entries, the writer before failure-motifs
+    v2 stores at least 40 bytes more per source met (its fold state counts every one); v2
+    stores as many bytes at 6,000 entries as at 4,000 (its tables are full)."""
+    new = [writer_only(n, 1, violations=True) for n in (4000, 6000)]
+    old = [writer_only(n, 1, violations=True, motifs_v1=True) for n in (4000, 6000)]
+    summaries = [[r["root_bytes"] - 97 * r["node_rows"] for r in runs] for runs in (new, old)]
+    assert abs(summaries[0][1] - summaries[0][0]) <= 8  # counts' widths only
+    assert summaries[1][1] - summaries[1][0] >= 200 * 40  # 200 more sources of 40 characters
+    assert summaries[1][1] > summaries[0][1] + 300 * 40

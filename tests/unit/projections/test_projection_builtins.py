@@ -17,6 +17,7 @@ from memroot.projections.builtins import (
     Corrections,
     EpistemicDistribution,
     FailureMotifs,
+    FailureMotifsTopK,
     FalsificationCounts,
     FalsificationState,
     LifecycleCounts,
@@ -115,6 +116,81 @@ def test_failure_motifs_slices_by_motif_and_namespace():
     assert got == {"TITLE_MISMATCH": {"count": 1, "distinct_sources": 1, "sources": {"c": 1}}}
 
 
+def test_failure_motifs_v2_counts_exactly_while_its_tables_have_room():
+    """v2 lists every motif and source with error 0 until a table is full."""
+    entries = [
+        violation("TITLE_MISMATCH", "QCD article"),
+        violation("TITLE_MISMATCH", "QCD article"),
+        violation("TITLE_MISMATCH", "Spin glass"),
+        violation("DEFLECTION", "topic:physics"),
+        op("ASSERT", {"epistemic_type": "OBSERVED"}),
+        op("VIOLATION_RECORDED", {"motif": "NO_SOURCE"}),
+    ]
+    got, count = value(FailureMotifsTopK(), entries)
+    assert got == {
+        "TITLE_MISMATCH": {
+            "count": 3,
+            "error": 0,
+            "sources": {"QCD article": [2, 0], "Spin glass": [1, 0]},
+        },
+        "DEFLECTION": {"count": 1, "error": 0, "sources": {"topic:physics": [1, 0]}},
+    }
+    assert count == 2
+
+
+def test_failure_motifs_v2_a_new_key_takes_the_smallest_counts_place():
+    """A full table: the newcomer replaces the smallest count (of equal ones, the greatest
+    key) and inherits it as its error; a motif replaced loses its sources."""
+    p = FailureMotifsTopK(top_motifs=2, top_sources=2)
+    got, _ = value(p, [violation("M", s) for s in ["b", "a", "a", "c"]])
+    assert got["M"]["sources"] == {"a": [2, 0], "c": [2, 1]}  # b (1) left
+    got, _ = value(p, [violation("M", s) for s in ["b", "a", "c"]])
+    assert got["M"]["sources"] == {"a": [1, 0], "c": [2, 1]}  # a and b tied: b is greater
+    got, count = value(
+        p, [violation("M", "s"), violation("M", "s"), violation("N", "t"), violation("O", "u")]
+    )
+    assert got == {
+        "M": {"count": 2, "error": 0, "sources": {"s": [2, 0]}},
+        "O": {"count": 2, "error": 1, "sources": {"u": [1, 0]}},
+    }
+    assert count == 2
+
+
+def test_failure_motifs_v2_finds_a_frequent_source_among_many_rare_ones():
+    """Space-Saving's guarantee: a source seen more than N / capacity times is listed, its
+    true count within [count - error, count]; the counts add up to the motif's."""
+    entries = []
+    for i in range(400):
+        entries.append(violation("M", f"rare {i}"))
+        if i % 3 == 0:
+            entries.append(violation("M", "frequent"))
+    got, _ = value(FailureMotifsTopK(top_sources=8), entries)
+    m = got["M"]
+    assert m["count"] == len(entries) and m["error"] == 0 and len(m["sources"]) == 8
+    c, e = m["sources"]["frequent"]
+    assert c - e <= 134 <= c
+    assert sum(c for c, _ in m["sources"].values()) == m["count"]
+
+
+def test_failure_motifs_v2_slices_by_motif_and_namespace():
+    """The motifs and namespaces params keep only the listed motifs / namespaces."""
+    entries = [
+        violation("TITLE_MISMATCH", "a"),
+        violation("DEFLECTION", "b"),
+        violation("TITLE_MISMATCH", "c", ns="other"),
+    ]
+    got, _ = value(FailureMotifsTopK(motifs=("TITLE_MISMATCH",), namespaces=("ns",)), entries)
+    assert got == {"TITLE_MISMATCH": {"count": 1, "error": 0, "sources": {"a": [1, 0]}}}
+
+
+@pytest.mark.parametrize("params", [{"top_motifs": 0}, {"top_sources": -1}, {"top_sources": 1.5}])
+def test_failure_motifs_v2_refuses_a_table_without_room(params: dict[str, Any]):
+    """A capacity that is not a positive int is refused by name."""
+    name = next(iter(params))
+    with pytest.raises(ValueError, match=name):
+        FailureMotifsTopK(**params)
+
+
 def test_corrections_count_keep_the_recent_ones_and_chain_them_all():
     """Totals by motif and verifier, the last `recent` corrections, a chain over all of them."""
     ids = [new_uuid() for _ in range(4)]
@@ -207,14 +283,17 @@ def test_lifecycle_counts_v2_count_each_move_into_a_state():
     assert value(LifecycleTransitions(), [])[0] == {}
 
 
-def test_lifecycle_counts_v2_is_the_built_in_and_v1_is_retired():
-    """New roots run lifecycle-counts v2; v1 (and falsification-state v1) stay to replay."""
+def test_the_bounded_versions_are_the_built_ins_and_v1_are_retired():
+    """New roots run failure-motifs, lifecycle-counts and falsification-state v2; their v1
+    stay to replay."""
     active = {p.id: p for p in builtin_projections()}
     assert isinstance(active["lifecycle-counts"], LifecycleTransitions)
     assert active["lifecycle-counts"].version == 2
     assert isinstance(active["falsification-state"], FalsificationCounts)
+    assert isinstance(active["failure-motifs"], FailureMotifsTopK)
+    assert active["failure-motifs"].version == 2
     retired = {(p.id, p.version) for p in retired_projections()}
-    assert retired == {("lifecycle-counts", 1), ("falsification-state", 1)}
+    assert retired == {("lifecycle-counts", 1), ("falsification-state", 1), ("failure-motifs", 1)}
 
 
 def test_falsification_state_records_what_each_operation_says():
@@ -310,7 +389,8 @@ _ops = st.one_of(
 def test_resuming_from_a_persisted_state_equals_folding_from_scratch(entries, cut):
     """Fold to any point, store and reload the state, fold the rest: same summary and state."""
     cut = min(cut, len(entries))
-    for p in [*builtin_projections(), *retired_projections()]:
+    small = FailureMotifsTopK(top_motifs=2, top_sources=2)  # its tables fill: replacements
+    for p in [*builtin_projections(), *retired_projections(), small]:
         whole = p.summarize(run(p, entries))
         saved = decode_state(p, encode_state(p, run(p, entries[:cut])))
         state = saved
@@ -325,7 +405,8 @@ def test_resuming_from_a_persisted_state_equals_folding_from_scratch(entries, cu
 @given(st.lists(_ops, max_size=20))
 def test_summaries_are_canonical_cbor_and_repeatable(entries):
     """Summaries decode strictly (canonical CBOR) and two runs give identical bytes."""
-    for p in [*builtin_projections(), *retired_projections()]:
+    small = FailureMotifsTopK(top_motifs=2, top_sources=2)
+    for p in [*builtin_projections(), *retired_projections(), small]:
         a, b = p.summarize(run(p, entries)), p.summarize(run(p, entries))
         assert a == b
         assert encoding.encode(encoding.decode(a.data)) == a.data
@@ -356,14 +437,29 @@ def test_lifecycle_state_round_trips_through_its_compact_encoding():
     assert decode_state(p, encode_state(p, p.initial())) == p.initial()
 
 
-_NAMING = ["ASSERT", "DEPRECATE", "SUPERSEDE", "ARCHIVE", "FALSIFY", "MARK_STALE", "CASCADE"]
+_NAMING = [
+    "ASSERT",
+    "DEPRECATE",
+    "SUPERSEDE",
+    "ARCHIVE",
+    "FALSIFY",
+    "MARK_STALE",
+    "CASCADE",
+    "VIOLATION_RECORDED",
+]
 
 
 def _naming(kind: str, seq: int, item: str) -> Entry:
-    """An operation of type ``kind`` at ``seq`` naming the object ``item``."""
-    if kind == "CASCADE":
-        payload: dict[str, Any] = {"touched": [{"type": "memory_object", "id": item}] * 3}
-        target: str | None = None
+    """An operation of type ``kind`` at ``seq`` naming the object ``item`` (a violation names
+    it as its source, and at even seqs as its motif too)."""
+    target: str | None
+    payload: dict[str, Any]
+    if kind == "VIOLATION_RECORDED":
+        payload = {"motif": item if seq % 2 == 0 else "M", "source": item}
+        target = None
+    elif kind == "CASCADE":
+        payload = {"touched": [{"type": "memory_object", "id": item}] * 3}
+        target = None
     elif kind == "ASSERT":
         payload, target = {"epistemic_type": "OBSERVED"}, item
     else:
@@ -381,17 +477,42 @@ def _naming(kind: str, seq: int, item: str) -> Entry:
     return build_entry(ZERO_HASH, seq, "main", 1, Kind.OP, kind, body)
 
 
+def _full_sketch(p: FailureMotifsTopK) -> int:
+    """The longest state ``p`` can hold in ``test_no_built_in_remembers_the_objects_it_counts``:
+    every place of both tables taken by a 36-character text, every count and error < 256."""
+    sources = {f"{i:036d}": [255, 255] for i in range(p.top_sources)}
+    motif = {"count": 255, "error": 255, "sources": sources}
+    return len(encoding.encode({f"{i:036d}": motif for i in range(p.top_motifs)}))
+
+
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.sampled_from(_NAMING), min_size=1, max_size=60))
+@given(st.lists(st.sampled_from(_NAMING), min_size=1, max_size=80))
 def test_no_built_in_remembers_the_objects_it_counts(kinds):
     """Every active built-in's fold state and summary are as long when each operation names a
-    new object as when all name one: nothing kept grows with the objects a history names."""
+    new object (a violation: a new source, and a new motif at even seqs) as when all name one:
+    nothing kept grows with the objects or sources a history names. failure-motifs v2 keeps
+    at most its tables' places: its state is bounded by a full sketch (small tables here, so
+    the histories fill them), whichever the history."""
     fresh = [_naming(k, i + 1, new_uuid()) for i, k in enumerate(kinds)]
     same = [_naming(k, i + 1, "00000000-0000-7000-8000-00000000000a") for i, k in enumerate(kinds)]
-    for p in builtin_projections():
+    small = FailureMotifsTopK(top_motifs=2, top_sources=3)
+    for p in [*builtin_projections(), small]:
         a, b = run(p, fresh), run(p, same)
+        if isinstance(p, FailureMotifsTopK):
+            bound = _full_sketch(p)
+            for state in (a, b):
+                assert len(encode_state(p, state)) <= bound, p
+                assert len(p.summarize(state).data) <= bound, p
+            continue
         assert len(encode_state(p, a)) == len(encode_state(p, b)), p.id
         assert len(p.summarize(a).data) == len(p.summarize(b).data), p.id
     v1 = LifecycleCounts()  # why it was retired: it remembers every deprecated object
     if kinds.count("DEPRECATE") >= 2 and "ARCHIVE" not in kinds:
         assert len(encode_state(v1, run(v1, fresh))) > len(encode_state(v1, run(v1, same)))
+    m1 = FailureMotifs()  # likewise: it counts every source it met
+    under_m = [k for i, k in enumerate(kinds) if i % 2 == 0 and k == "VIOLATION_RECORDED"]
+    if len(under_m) >= 2:  # two sources of motif M: one in ``same``
+        assert len(encode_state(m1, run(m1, fresh))) > len(encode_state(m1, run(m1, same)))
+    violations = kinds.count("VIOLATION_RECORDED")
+    if violations > 2 * 3 * 2:  # more new sources than the small tables hold, twice over
+        assert len(encode_state(m1, run(m1, fresh))) > _full_sketch(small)

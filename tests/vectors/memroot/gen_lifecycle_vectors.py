@@ -9,7 +9,7 @@ and a ``RELATE`` (no lifecycle operation). For each version, at default params a
 count, and the encoded fold state after entry 4 and after the last (version 1's names the
 deprecated ids it still remembers, a after entry 4; version 2's is its counts: not normative,
 shown because it is what each snapshot stores again). Then the v2 root at high-water 9 with
-today's built-ins: the map root, the preimage and the root.
+the built-ins of then (``builtins_then``): the map root, the preimage and the root.
 Run: ``python tests/vectors/memroot/gen_lifecycle_vectors.py > lifecycle-vectors.json``.
 """
 
@@ -25,7 +25,14 @@ from memroot.ledger.merkle import CompactRange
 from memroot.memory_root.root import HighWater, compute_root
 from memroot.memory_root.root_v2 import MapAt, leaf_changes
 from memroot.memory_root.state_map import EMPTY
-from memroot.projections.builtins import LifecycleCounts, LifecycleTransitions, builtin_projections
+from memroot.projections.builtins import (
+    Corrections,
+    EpistemicDistribution,
+    FailureMotifs,
+    FalsificationCounts,
+    LifecycleCounts,
+    LifecycleTransitions,
+)
 from memroot.projections.projection import Projection, encode_state, rule_digest, rule_preimage
 
 TS = 1_780_000_000_000_000  # fixed microseconds
@@ -63,8 +70,8 @@ def _fact(value: str) -> dict[str, Any]:
     }
 
 
-def entries() -> list[Entry]:
-    """The ten fixed entries, chained."""
+def chain(origin: str, ops: list[OpInput]) -> list[Entry]:
+    """A stand-in genesis naming ``origin``, then ``ops`` at seqs 1, 2, ..., chained."""
     genesis = build_entry(
         ZERO_HASH,
         0,
@@ -72,19 +79,8 @@ def entries() -> list[Entry]:
         TS,
         Kind.GENESIS,
         "GENESIS",
-        {"format": 1, "origin": "example.org/lifecycle", "snapshot_every": 1000},
+        {"format": 1, "origin": origin, "snapshot_every": 1000},
     )
-    ops = [
-        _op("ASSERT", _fact("a"), 1, A),
-        _op("ASSERT", _fact("b"), 2, B),
-        _op("ASSERT", _fact("c"), 3, C),
-        _op("DEPRECATE", {"reason": "old", "deprecated_by": "agent-7"}, 4, A),
-        _op("ARCHIVE", {"reason": "retention", "policy_ref": "policy/1"}, 5, A),
-        _op("SUPERSEDE", {"new_object_id": C, "reason": "newer"}, 6, B),
-        _op("ARCHIVE", {"reason": "retention", "policy_ref": "policy/1"}, 7, C),
-        _op("ASSERT", _fact("d"), 8, D, ns="other"),
-        _op("RELATE", {"edge_type": "SUPPORTS", "to_id": A}, 9, D),
-    ]
     out = [genesis]
     for i, item in enumerate(ops, start=1):
         out.append(
@@ -95,7 +91,63 @@ def entries() -> list[Entry]:
     return out
 
 
-def _fold(p: Projection, es: list[Entry]) -> Any:
+def entries() -> list[Entry]:
+    """The ten fixed entries, chained."""
+    return chain(
+        "example.org/lifecycle",
+        [
+            _op("ASSERT", _fact("a"), 1, A),
+            _op("ASSERT", _fact("b"), 2, B),
+            _op("ASSERT", _fact("c"), 3, C),
+            _op("DEPRECATE", {"reason": "old", "deprecated_by": "agent-7"}, 4, A),
+            _op("ARCHIVE", {"reason": "retention", "policy_ref": "policy/1"}, 5, A),
+            _op("SUPERSEDE", {"new_object_id": C, "reason": "newer"}, 6, B),
+            _op("ARCHIVE", {"reason": "retention", "policy_ref": "policy/1"}, 7, C),
+            _op("ASSERT", _fact("d"), 8, D, ns="other"),
+            _op("RELATE", {"edge_type": "SUPPORTS", "to_id": A}, 9, D),
+        ],
+    )
+
+
+def builtins_then() -> list[Projection]:
+    """The built-ins when these vectors were published (lifecycle-counts v2, failure-motifs v1).
+
+    ``failure-motifs`` went to version 2 later (``gen_motifs_vectors.py``); these vectors
+    keep the rules they were published with.
+    """
+    return [
+        FailureMotifs(),
+        Corrections(),
+        EpistemicDistribution(),
+        LifecycleTransitions(),
+        FalsificationCounts(),
+    ]
+
+
+def root_v2(es: list[Entry], projections: list[Projection]) -> dict[str, Any]:
+    """The v2 root of ``es`` (high-water: the last) listing ``projections``, as vector fields."""
+    changes = [c for e in es for c in leaf_changes(e)]
+    map_root = MapAt(EMPTY, None, changes).apply(_NoNodes())[0]
+    hw_seq = len(es) - 1
+    tree = CompactRange()
+    for e in es:
+        tree.append(e.hash)
+    hw = HighWater(hw_seq, EntryHash(es[hw_seq].hash), hw_seq + 1, TreeRoot(tree.root()))
+    pairs = [(p, p.summarize(fold(p, es))) for p in projections]
+    pre = compute_root("main", None, hw, pairs, map_root)
+    return {
+        "map_root": map_root.hex(),
+        "projections": [
+            {"id": p.id, "rule": rule_digest(p).hex(), "summary": s.data.hex(), "count": s.count}
+            for p, s in sorted(pairs, key=lambda x: x[0].id)
+        ],
+        "preimage": pre.preimage().hex(),
+        "memory_root": pre.root().hex(),
+    }
+
+
+def fold(p: Projection, es: list[Entry]) -> Any:
+    """Fold ``es`` with ``p`` from its initial state."""
     state = p.initial()
     for e in es:
         if p.types is None or e.type in p.types:
@@ -113,7 +165,7 @@ def main() -> None:
         LifecycleTransitions(),
         LifecycleTransitions(namespaces=("agent-7",)),
     ):
-        state = _fold(p, es)
+        state = fold(p, es)
         s = p.summarize(state)
         rules.append(
             {
@@ -125,18 +177,9 @@ def main() -> None:
                 "summary_digest": s.digest.hex(),
                 "count": s.count,
                 "fold_state": encode_state(p, state).hex(),
-                "fold_state_at_4": encode_state(p, _fold(p, es[:5])).hex(),
+                "fold_state_at_4": encode_state(p, fold(p, es[:5])).hex(),
             }
         )
-    changes = [c for e in es for c in leaf_changes(e)]
-    map_root = MapAt(EMPTY, None, changes).apply(_NoNodes())[0]
-    hw_seq = len(es) - 1
-    tree = CompactRange()
-    for e in es:
-        tree.append(e.hash)
-    hw = HighWater(hw_seq, EntryHash(es[hw_seq].hash), hw_seq + 1, TreeRoot(tree.root()))
-    pairs = [(p, p.summarize(_fold(p, es))) for p in builtin_projections()]
-    pre = compute_root("main", None, hw, pairs, map_root)
     doc = {
         "about": "memroot lifecycle-counts vectors, versions 1 (retired) and 2 (docs/FORMAT.md "
         "§6.13); generated by gen_lifecycle_vectors.py",
@@ -145,13 +188,7 @@ def main() -> None:
             for e in es
         ],
         "lifecycle_counts": rules,
-        "map_root": map_root.hex(),
-        "projections": [
-            {"id": p.id, "rule": rule_digest(p).hex(), "summary": s.data.hex(), "count": s.count}
-            for p, s in sorted(pairs, key=lambda x: x[0].id)
-        ],
-        "preimage": pre.preimage().hex(),
-        "memory_root": pre.root().hex(),
+        **root_v2(es, builtins_then()),
     }
     json.dump(doc, sys.stdout, indent=1, sort_keys=True)
     sys.stdout.write("\n")

@@ -1,0 +1,132 @@
+"""failure-motifs version 2 on real ledger files: bounded per root whatever the sources, and a
+ledger whose roots list version 1 (written before it) keeps verifying and goes on with
+version 2.
+
+The "old writer" is this memroot's own hooks with the built-ins as they were before version 2
+(``failure-motifs`` v1 active): the rules, and so the roots, such a writer appended. Every
+tenth entry of the mixed history is replaced by a ``VIOLATION_RECORDED`` naming a source no
+earlier violation named (``bench_rootsv2.with_violations``: free-text sources, the case that
+made version 1 grow).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import apsw
+import pytest
+
+from memroot.bench.bench_rootsv2 import with_violations
+from memroot.bench.hooked import BATCH, mixed_history
+from memroot.ledger import encoding
+from memroot.ledger.entries import EventInput, OpInput
+from memroot.memory_root import stack
+from memroot.memory_root.hook import RootsHook
+from memroot.projections.builtins import (
+    Corrections,
+    EpistemicDistribution,
+    FailureMotifs,
+    FailureMotifsTopK,
+    FalsificationCounts,
+    FalsificationState,
+    LifecycleCounts,
+    LifecycleTransitions,
+)
+from memroot.projections.projection import rule_digest
+from memroot.projections.registry import Registry
+from tests.integration.test_lifecycle_v2 import _append, _newest, _stored_bytes, memroot
+
+V1 = rule_digest(FailureMotifs())
+V2 = rule_digest(FailureMotifsTopK())
+
+
+def _old_hooks() -> list[object]:
+    """The default hooks with the built-ins of before failure-motifs v2."""
+    old = Registry(
+        [FailureMotifs(), Corrections(), EpistemicDistribution(), LifecycleTransitions(),
+         FalsificationCounts()]
+    )  # fmt: skip
+    old.register(FalsificationState(), retired=True)
+    old.register(LifecycleCounts(), retired=True)
+    return [RootsHook(old) if isinstance(h, RootsHook) else h for h in stack.default_hooks()]
+
+
+def _with_violations(n: int) -> Iterator[EventInput | OpInput]:
+    """The mixed history of ``n`` entries, every 10th event a violation from a new source."""
+    return with_violations(mixed_history(n))
+
+
+@pytest.fixture
+def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("MEMROOT_TRUSTED", str(tmp_path / "trusted.json"))
+    path = tmp_path / "fm.ledger"
+    r = memroot(path, "init")
+    assert r.exit_code == 0, r.output
+    return path
+
+
+def test_a_root_stores_as_many_bytes_at_12000_entries_as_at_2000(ledger: Path):
+    """With a new source in every violation, the newest root's summaries and fold states
+    stay the size they reached once the sketch was full (version 1's grow by a source each)."""
+    items = _with_violations(12 * BATCH)
+    _append(ledger, items, 2, stack.default_hooks)
+    early = _newest(ledger)
+    _append(ledger, items, 10, stack.default_hooks)
+    late = _newest(ledger)
+    assert V2 in late and V1 not in late
+    # Wider counts only: the summary and the fold state each hold 2 + 2 x 32 integers of the
+    # sketch, each at most 2 bytes wider (< 65,536), and the other built-ins' counts 16 bytes.
+    assert _stored_bytes(late) - _stored_bytes(early) <= 2 * 66 * 2 + 16
+    motifs = encoding.decode(late[V2].data)["TITLE_MISMATCH"]
+    assert motifs["count"] == 1200 and len(motifs["sources"]) == 32
+    assert sum(c for c, _ in motifs["sources"].values()) == motifs["count"] - motifs["error"]
+
+
+def test_motifs_v1_fold_state_grew_with_every_source(ledger: Path):
+    """Why v1 was retired: the old writer's newest root stores a count for every source."""
+    items = _with_violations(12 * BATCH)
+    _append(ledger, items, 2, _old_hooks)
+    early = _newest(ledger)[V1].fold_state
+    _append(ledger, items, 10, _old_hooks)
+    late = _newest(ledger)[V1].fold_state
+    assert early is not None and late is not None
+    assert len(late) - len(early) > 1000 * 40  # 100 more sources of 40 characters a batch
+
+
+def test_roots_listing_v1_verify_and_the_next_ones_list_v2(ledger: Path):
+    """A ledger the old writer snapshotted verifies; the new writer's next roots list v2
+    (folded from the genesis: no stored state has its rule); rebuild writes the same roots;
+    verify passes again."""
+    items = _with_violations(6 * BATCH)
+    _append(ledger, items, 3, _old_hooks)
+    assert V1 in _newest(ledger) and V2 not in _newest(ledger)
+    r = memroot(ledger, "verify")
+    assert r.exit_code == 0, r.output
+    _append(ledger, items, 3, stack.default_hooks)
+    newest = _newest(ledger)
+    assert V2 in newest and V1 not in newest
+    assert encoding.decode(newest[V2].data)["TITLE_MISMATCH"]["count"] == 600
+
+    def roots() -> list[tuple[int, bytes, frozenset[bytes]]]:
+        db = apsw.Connection(str(ledger), flags=apsw.SQLITE_OPEN_READONLY)
+        try:
+            return [
+                (int(s), bytes(x), frozenset(bytes(r) for (r,) in db.execute(
+                    "SELECT rule FROM memory_root_summaries WHERE root = ?", (x,))))
+                for s, x in db.execute("SELECT seq, root FROM memory_roots ORDER BY seq")
+            ]  # fmt: skip
+        finally:
+            db.close()
+
+    before = roots()
+    assert [V1 in r for _, _, r in before] == [True] * 3 + [False] * 3
+    assert [V2 in r for _, _, r in before] == [False] * 3 + [True] * 3
+    r = memroot(ledger, "verify")
+    assert r.exit_code == 0, r.output
+    r = memroot(ledger, "rebuild")
+    assert r.exit_code == 0, r.output
+    assert roots() == before
+    assert _newest(ledger) == newest
+    r = memroot(ledger, "verify")
+    assert r.exit_code == 0, r.output
