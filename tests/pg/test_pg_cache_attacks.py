@@ -236,3 +236,72 @@ def test_row_planted_before_catch_up_is_refused_at_the_root(
     honest = sorted(f for f in FACTS if f != "Bob likes coffee")  # falsified: not recalled
     assert b.py("recall") == (0, honest)
     assert a.py("recall") == (0, honest)
+
+
+# -- no false alarm: an honest two-host history ---------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_honest_two_host_history_never_refuses(
+    tmp_path: Path, pg_url: str, pg_key: Path, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    """Two hosts (two caches) take turns at random: facts, falsify, mark-stale, restore,
+    cascade, a fork with its own facts, snapshots on both branches. Every catch-up reaches
+    the other host's roots (each checked against the map) and every strict recall of either
+    host serves what a fresh cache serves: never a refusal."""
+    import random
+
+    import memroot
+    from memroot.ledger.ledger import Ledger
+
+    rng = random.Random(seed)
+    Ledger.init(
+        pg_url, origin="example.org/pg-honest", key_path=pg_key, cache_path=tmp_path / "a.cache"
+    ).close()
+
+    def host(name: str) -> Any:
+        monkeypatch.setenv("MEMROOT_CACHE", str(tmp_path / f"{name}.cache"))
+        return memroot.open(pg_url, key_path=pg_key, trusted=False, namespace="alice")
+
+    hosts = [host("a"), host("b")]
+    facts: list[str] = []
+    fork: str | None = None
+    try:
+        said = hosts[0].record(content="the evidence")
+        for step in range(24):
+            mem = hosts[rng.randrange(2)]
+            move = rng.choice(["fact", "fact", "falsify", "stale", "restore", "cascade", "fork"])
+            try:
+                if move == "fact" or not facts:
+                    facts.append(mem.remember(f"fact {step}", evidence=[said.id]).id)
+                elif move == "falsify":
+                    mem.falsify(rng.choice(facts), "wrong")
+                elif move == "stale":
+                    mem.mark_stale(rng.choice(facts), "check again")
+                elif move == "restore":
+                    mem.restore(rng.choice(facts), "right after all")
+                elif move == "cascade":
+                    mem.cascade(rng.choice(facts))
+                elif fork is None:
+                    fork = mem.fork("try a plan", branch_type="PLANNING", expiry_days=3)
+                else:
+                    mem.remember(f"plan {step}", evidence=[said.id], branch=fork)
+                    mem.snapshot(branch=fork)
+            except memroot.RefusedError:
+                pass  # a state rule (already falsified, not live...): nothing written
+            if step % 3 == 2:
+                mem.snapshot()
+            for h in hosts:  # each catches up with the other's entries and roots, strictly
+                h.recall(limit=100)
+                if fork is not None:
+                    h.recall(limit=100, branch=fork)
+        served = [sorted(r.object.id for r in h.recall(limit=100)) for h in hosts]
+    finally:
+        for h in hosts:
+            h.close()
+    fresh = host("fresh")
+    try:
+        assert served == [sorted(r.object.id for r in fresh.recall(limit=100))] * 2
+        assert fresh.verify().ok
+    finally:
+        fresh.close()
