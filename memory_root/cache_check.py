@@ -13,9 +13,10 @@ of every leaf the root changed since the branch's previous v2 root, hashes it
 segment's entries could have written must be one an ``ASSERT`` of the segment accounts for.
 The cost is the segment's leaf changes (one indexed look-up each), never a scan.
 
-A mismatch raises ``IntegrityError`` (step 9, ``ledger.backends.pg.cache_edited``) naming the
-cache file and how to recover (delete it: the next open rebuilds it from the ledger); the catch-up's transaction is rolled back, so
-the cache keeps what it had and nothing is written to the ledger.
+A mismatch raises ``IntegrityError`` (step 9, ``ledger.errors.cache_edited``) naming the
+cache file and how to recover (delete it: the next open rebuilds it from the ledger); the
+catch-up's transaction is rolled back, so the cache keeps what it had and nothing is written
+to the ledger.
 
 Not checked here (the read gate's job, ``projections.checked``): the rows of items the segment
 did not change, and the non-leaf fields of an object (its value, lifecycle, confidence): a
@@ -25,13 +26,13 @@ it serves against the map (§6.14).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
-from pathlib import Path
 
 import apsw
 
 from memroot.ledger import encoding
-from memroot.ledger.backends.pg import cache_edited
+from memroot.ledger.errors import cache_edited
 from memroot.ledger.hashing import domain_hash
 from memroot.memory_root.root_v2 import OBJECT_KIND, STATE_KIND_PREFIX, LeafChange, object_key
 from memroot.memory_root.state_map import VALUE_TAG
@@ -58,7 +59,7 @@ def _skipped(db: apsw.Connection, table: str, branch: str, seq: int) -> bool:
 
 def check_segment(
     db: apsw.Connection,
-    path: Path | str,
+    path: os.PathLike[str] | str,
     branch: str,
     changes: Sequence[LeafChange],
     after: int,
@@ -104,8 +105,8 @@ def check_segment(
         "WHERE p.id = o.id AND p.branch = o.branch AND p.vfrom < o.vfrom)",
         (branch, after, high_water),
     ):
-        c = asserted.get((str(oid), int(vfrom)))
-        if c is not None and c.namespace == ns:
+        made = asserted.get((str(oid), int(vfrom)))
+        if made is not None and made.namespace == ns:
             continue
         if _asserted_later(changes, str(oid), int(vfrom), str(ns)):
             continue
@@ -139,8 +140,10 @@ def _asserted_later(changes: Sequence[LeafChange], oid: str, seq: int, ns: str) 
     return any(c.key == key and c.seq == seq and c.namespace == ns for c in changes)
 
 
-def _check_object(db: apsw.Connection, path: Path | str, branch: str, c: LeafChange) -> None:
-    """An ``object`` leaf: its ``ASSERT``'s row is in the cache, in the leaf's namespace."""
+def _check_object(
+    db: apsw.Connection, path: os.PathLike[str] | str, branch: str, c: LeafChange
+) -> None:
+    """Check an ``object`` leaf: its ``ASSERT``'s row is in the cache, in its namespace."""
     rows = db.execute(
         "SELECT namespace_id FROM mem_objects WHERE id = ? AND branch = ? AND vfrom = ?",
         (c.item_id, branch, c.seq),
@@ -164,8 +167,10 @@ def _check_object(db: apsw.Connection, path: Path | str, branch: str, c: LeafCha
     )
 
 
-def _check_state(db: apsw.Connection, path: Path | str, branch: str, c: LeafChange) -> None:
-    """A ``state/<kind>`` leaf: the item's newest state row is the one the leaf holds."""
+def _check_state(
+    db: apsw.Connection, path: os.PathLike[str] | str, branch: str, c: LeafChange
+) -> None:
+    """Check a ``state/<kind>`` leaf: the item's newest state row is the one it holds."""
     kind = c.kind.removeprefix(STATE_KIND_PREFIX)
     try:
         row = db.execute(
@@ -174,8 +179,7 @@ def _check_state(db: apsw.Connection, path: Path | str, branch: str, c: LeafChan
             (kind, c.item_id, branch, c.seq),
         ).fetchone()
         newer = db.execute(
-            "SELECT 1 FROM fz_states WHERE kind = ? AND id = ? AND branch = ? AND seq > ? "
-            "LIMIT 1",
+            "SELECT 1 FROM fz_states WHERE kind = ? AND id = ? AND branch = ? AND seq > ? LIMIT 1",
             (kind, c.item_id, branch, c.seq),
         ).fetchall()
     except apsw.SQLError:

@@ -36,7 +36,6 @@ from memroot.ledger.ledger import Ledger
 from memroot.ledger.merkle import CompactRange, perfect_subtrees
 from memroot.ledger.vocab import OpType
 from memroot.memory_root import map_nodes, records
-from memroot.memory_root.cache_check import check_segment
 from memroot.memory_root._fold import (
     NO_CADENCE,
     BranchFold,
@@ -47,6 +46,7 @@ from memroot.memory_root._fold import (
     fork_anchor,
     relink,
 )
+from memroot.memory_root.cache_check import check_segment
 from memroot.memory_root.records import RootRecord, SelfModelRecord
 from memroot.memory_root.root import MemoryRoot
 from memroot.memory_root.root_v2 import map_at

@@ -37,9 +37,8 @@ from collections.abc import Iterator, Sequence
 
 import apsw
 
-from memroot.ledger.backends.pg import cache_edited
 from memroot.ledger.entries import CANONICAL_BRANCH
-from memroot.ledger.errors import IntegrityError, NotFoundError
+from memroot.ledger.errors import IntegrityError, NotFoundError, cache_edited
 from memroot.ledger.ledger import Ledger
 from memroot.projections import query as _q
 from memroot.projections.epistemic import RetrievalMode

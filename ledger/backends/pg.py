@@ -39,7 +39,7 @@ from memroot.ledger.backends.store import (
     Store,
     entry_key,
 )
-from memroot.ledger.errors import IntegrityError, NotFoundError, StorageError
+from memroot.ledger.errors import NotFoundError, StorageError
 
 __all__ = [
     "CACHE_ENVVAR",
@@ -48,7 +48,6 @@ __all__ = [
     "PgConnection",
     "PgStore",
     "StoreView",
-    "cache_edited",
     "default_cache_path",
     "is_url",
     "open_store",
@@ -873,24 +872,6 @@ def default_cache_path(ledger_id: str, key_path: Path | None) -> Path:
         return Path(f"{key_path}.cache")
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return base / "memroot" / f"{ledger_id}.cache"
-
-
-def cache_edited(
-    path: Path | str, what: str, *, branch: str | None = None, seq: int | None = None
-) -> IntegrityError:
-    """Return the refusal of an edited host cache: what is wrong, and how to recover.
-
-    The cache holds derived state only (no entry, no key), so deleting it loses nothing:
-    the next open of the ledger rebuilds it from the entries in PostgreSQL.
-    """
-    return IntegrityError(
-        f"step 9: this host's derived-state cache {path} is edited: {what}; nothing was "
-        f"served or written. Delete the file ({path}, with its -wal and -shm files): the "
-        "next open rebuilds it from the ledger",
-        branch=branch,
-        seq=seq,
-        step=9,
-    )
 
 
 class DerivedCache(Store):

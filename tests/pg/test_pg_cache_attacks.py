@@ -124,13 +124,12 @@ def fleet(tmp_path: Path, pg_url: str, pg_key: Path) -> tuple[Host, Host, list[s
 
 
 def _forged_row(oid: str) -> str:
-    forged = str(uuid.uuid4())
     return (
-        "CREATE TEMP TABLE t AS SELECT * FROM mem_objects WHERE id = '{0}';"
-        "UPDATE t SET rid = rid + 100000, oid = oid + 100000, id = '{1}', "
+        f"CREATE TEMP TABLE t AS SELECT * FROM mem_objects WHERE id = '{oid}';"
+        f"UPDATE t SET rid = rid + 100000, oid = oid + 100000, id = '{uuid.uuid4()}', "
         "value = 'MALLORY forged';"
         "INSERT INTO mem_objects SELECT * FROM t;"
-    ).format(oid, forged)
+    )
 
 
 ATTACKS = {
