@@ -262,13 +262,27 @@ class _Plumbing(_LedgerState):
             if r.name in applied
         }
         prev = applied.get(b.name, (0, b""))[1]
-        n, prev = self._fold_committed(
-            db, b, start, prev, rows, f"the derived-state cache {self.derived.path}"
-        )
+        self._catching_up = True
+        try:
+            n, prev = self._fold_committed(
+                db, b, start, prev, rows, f"the derived-state cache {self.derived.path}"
+            )
+        finally:
+            self._catching_up = False
         size = start + n
         applied[b.name] = (size, prev)
         self.derived.set_heads([(b.name, size, prev)])
         return n
+
+    @property
+    def catching_up(self) -> bool:
+        """True while a PostgreSQL ledger's cache applies entries other processes committed.
+
+        The hooks then build on the rows the cache file already holds, which anyone with
+        access to the file can edit: the memory-root hook checks them against the memory
+        map at every v2 root applied (``memroot.memory_root.cache_check``).
+        """
+        return self._catching_up
 
     @property
     def replaying(self) -> bool:

@@ -159,6 +159,7 @@ class _LedgerState:
     _applied: dict[str, tuple[int, bytes]] | None
     _applied_version: int | None
     _replaying: bool
+    _catching_up: bool
     _key_given: bool
     _signer: Signer | None
     _key_checked: Signer | None

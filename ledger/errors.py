@@ -20,6 +20,8 @@ hierarchy to exit codes in one place (``memroot.cli.main``).
 
 from __future__ import annotations
 
+import os
+
 __all__ = [
     "ClosedError",
     "DecodeError",
@@ -31,6 +33,7 @@ __all__ = [
     "RefusedError",
     "StorageError",
     "ValidationError",
+    "cache_edited",
 ]
 
 
@@ -105,3 +108,21 @@ class StorageError(MemrootError):
 
 class KeyFileError(MemrootError):
     """A signing or verifier key file is missing, unreadable, malformed or too open."""
+
+
+def cache_edited(
+    path: os.PathLike[str] | str, what: str, *, branch: str | None = None, seq: int | None = None
+) -> IntegrityError:
+    """Return the refusal of an edited host cache: what is wrong, and how to recover.
+
+    The cache holds derived state only (no entry, no key), so deleting it loses nothing:
+    the next open of the ledger rebuilds it from the entries in PostgreSQL.
+    """
+    return IntegrityError(
+        f"step 9: this host's derived-state cache {path} is edited: {what}; nothing was "
+        f"served or written. Delete the file ({path}, with its -wal and -shm files): the "
+        "next open rebuilds it from the ledger",
+        branch=branch,
+        seq=seq,
+        step=9,
+    )

@@ -169,6 +169,7 @@ class Ledger(_Appending):
         self._applied: dict[str, tuple[int, bytes]] | None = None  # the cache's heads
         self._applied_version: int | None = None  # the cache's data_version when read
         self._replaying = False
+        self._catching_up = False  # a PostgreSQL cache applying other hosts' entries
         self.path = store.path
         # A PostgreSQL ledger has no file to keep its key beside: the key is always named.
         self._key_given = key_path is not None or not isinstance(store, PgStore)

@@ -46,6 +46,7 @@ from memroot.memory_root._fold import (
     fork_anchor,
     relink,
 )
+from memroot.memory_root.cache_check import check_segment
 from memroot.memory_root.records import RootRecord, SelfModelRecord
 from memroot.memory_root.root import MemoryRoot
 from memroot.memory_root.root_v2 import map_at
@@ -128,7 +129,7 @@ class RootsHook:
         if entry.kind is Kind.OP:
             t = entry.type
             if t == _SNAPSHOT:
-                follow = self._snapshot(db, fold, entry)
+                follow = self._snapshot(db, fold, entry, ledger)
             elif t == _SELFMODEL_SNAPSHOT:
                 self._selfmodel(db, entry)
             elif t == _BRANCH_CREATE:
@@ -171,9 +172,23 @@ class RootsHook:
 
     # -- snapshots -----------------------------------------------------------------------------
 
-    def _snapshot(self, db: apsw.Connection, fold: BranchFold, entry: Entry) -> list[OpInput]:
+    def _snapshot(
+        self, db: apsw.Connection, fold: BranchFold, entry: Entry, ledger: Ledger
+    ) -> list[OpInput]:
         prepared = check_snapshot(fold, entry, exact=True)
         pre = prepared.preimage
+        if pre.map_root is not None and ledger.catching_up:
+            # A host's cache applying another host's root: its rows must give the leaves
+            # the root changed (cache_check); refused, the catch-up rolls back.
+            prev = records.latest_v2_before(db, entry.branch, pre.high_water.seq + 1)
+            check_segment(
+                db,
+                ledger.derived.path or "",
+                entry.branch,
+                fold.map_changes,
+                -1 if prev is None else prev.high_water.seq,
+                pre.high_water.seq,
+            )
         if prepared.nodes:
             map_nodes.StoredNodes(db).put(prepared.nodes)
         root = records.insert_root(db, entry.seq, pre, prepared.stored, supersedes=fold.latest_root)

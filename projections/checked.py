@@ -31,13 +31,14 @@ test (tests/unit/projections/test_read_gate.py) names with their reason.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import apsw
 
 from memroot.ledger.entries import CANONICAL_BRANCH
-from memroot.ledger.errors import IntegrityError, NotFoundError
+from memroot.ledger.errors import IntegrityError, NotFoundError, cache_edited
 from memroot.ledger.ledger import Ledger
 from memroot.projections import query as _q
 from memroot.projections.epistemic import RetrievalMode
@@ -79,9 +80,10 @@ def checked_query(ledger: Ledger, q: Query) -> list[Result]:
     memo = remembered(ledger, token)
     if ("query", q) in memo:
         return results
-    check_results(ledger, results, q)
-    _check_hidden(ledger, db, q, results)
-    _check_complete(ledger, q, results)
+    with _host_cache(ledger):
+        check_results(ledger, results, q)
+        _check_hidden(ledger, db, q, results)
+        _check_complete(ledger, q, results)
     if checked_token(ledger) == token:
         memo.add(("query", q))
     return results
@@ -106,14 +108,34 @@ def checked_object(
     if ledger.strict:
         ledger.check_heads()
     db = ledger.derived.db
-    try:
-        obj = _q.get_object(db, object_id, as_of=as_of, branch=branch)
-    except NotFoundError:
-        if ledger.strict and as_of is None:
-            refuse_deleted(db, object_id, branch)
-        raise
-    check_objects(ledger, [obj], branch, as_of=as_of)
+    with _host_cache(ledger):
+        try:
+            obj = _q.get_object(db, object_id, as_of=as_of, branch=branch)
+        except NotFoundError:
+            if ledger.strict and as_of is None:
+                refuse_deleted(db, object_id, branch)
+            raise
+        check_objects(ledger, [obj], branch, as_of=as_of)
     return obj
+
+
+@contextlib.contextmanager
+def _host_cache(ledger: Ledger) -> Iterator[None]:
+    """On a PostgreSQL ledger, say that a derived row refused is this host's cache, edited.
+
+    The derived tables there are the host's cache file (``Ledger.derived``), never needed
+    to audit the ledger: a step-9 refusal (a row not what its operations give, a row hidden,
+    deleted or forged) names the file and the way back (delete it; the next open rebuilds
+    it), not ``rebuild`` of a ledger file.
+    """
+    try:
+        yield
+    except IntegrityError as e:
+        path = getattr(ledger.derived, "path", None)
+        if ledger.derived is ledger.store or e.step != 9 or path is None or str(path) in str(e):
+            raise
+        what = str(e).removeprefix("strict read refused: ").removeprefix("step 9: ")
+        raise cache_edited(path, what, branch=e.branch, seq=e.seq) from e
 
 
 def unchecked_query(db: apsw.Connection, q: Query) -> list[Result]:
