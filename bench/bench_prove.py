@@ -11,12 +11,12 @@ in the same run:
 
 - ``map_per_s``: **the map proof of one object against a root the verifier has already
   checked to a signed checkpoint**: both paths (namespace tree, item tree) generated from the
-  stored nodes by ``state_map.prove_many`` (level by level, one ``SELECT ... IN`` per level,
-  the walk in ``memroot._native``; a fresh node cache, as a new process has) and both
-  checked by ``map_tree.path_root`` (native) against the root; ``map_per_s_python``: the
-  same with ``MEMROOT_BACKEND=python``'s lines (``map_tree._N`` off); ``map_per_s_before``:
-  the code before (one ``state_map.prove`` per path, one query per uncached node, the
-  checker's pure-Python walk);
+  stored nodes by ``state_map.prove_many`` (level by level, one ``SELECT`` per level, the
+  walk in ``memroot._native``; a fresh node cache and a new connection, as a new process
+  has: ``_reader``) and both checked by ``map_tree.path_root`` (native) against the root;
+  ``map_per_s_python``: the same with ``MEMROOT_BACKEND=python``'s lines (``map_tree._N``
+  off); ``map_per_s_before``: the code before (one ``state_map.prove`` per path, one query
+  per uncached node, the checker's pure-Python walk);
 - ``file_per_s``: **whole self-contained files**: ``proofs.prove_items`` (the paths walked
   together, each file built, rendered and checked as ``memroot audit --proof`` checks it, the
   signed snapshot once, ``CheckMemo``); ``file_per_s_before``: ``prove_item`` per object,
@@ -79,6 +79,17 @@ def _python_map() -> Iterator[None]:
         yield
     finally:
         space["_N"] = saved
+
+
+def _reader(path: Path) -> apsw.Connection:
+    """Open the map's file as a new prover process does, with a cold page cache.
+
+    Of the size ``Store`` gives every ledger connection (``PRAGMA cache_size=-65536``, 64 MiB):
+    the connection ``memroot prove`` reads the derived nodes through.
+    """
+    db = apsw.Connection(str(path))
+    db.execute("PRAGMA cache_size=-65536")
+    return db
 
 
 def _oid(i: int) -> str:
@@ -207,7 +218,8 @@ def run(
     walks = [(mm.namespace_key(ns), mm.item_key(k, i)) for ns, k, i in wanted]
 
     def map_half(batched: bool) -> tuple[float, int]:
-        nodes = StoredNodes(db, cache=cache, rows=rows)  # fresh caches, as a new process has
+        reader = _reader(path)  # fresh caches (SQLite's and the nodes'), as a new process has
+        nodes = StoredNodes(reader, cache=cache, rows=rows)
         c0 = time.process_time()
         size = 0
         for lo in range(0, proofs, BATCH):
@@ -225,7 +237,9 @@ def run(
             for (nk, ik), top, sub, item in zip(part, tops, subs, items, strict=True):
                 assert map_tree.path_root(nk, top) == root and map_tree.path_root(ik, item) == sub
                 size += 32 * (len(top.siblings) + len(item.siblings)) + 128
-        return time.process_time() - c0, size
+        spent = time.process_time() - c0
+        reader.close()
+        return spent, size
 
     map_half(True)  # untimed: the file's pages in the OS cache for every pass alike
     map_cpu, map_bytes = map_half(True)
@@ -233,14 +247,17 @@ def run(
         map_py_cpu, _ = map_half(True)
         map_before_cpu, _ = map_half(False)
 
-    nodes = StoredNodes(db, cache=cache, rows=rows)
+    reader = _reader(path)
+    nodes = StoredNodes(reader, cache=cache, rows=rows)
     c0 = time.process_time()
     files = []
     for lo in range(0, proofs, BATCH):
         files += prove_items(snap, nodes, pre, wanted[lo : lo + BATCH], vkeys)
     file_cpu = time.process_time() - c0
     texts = [f.render() for f, _ in files]
-    nodes = StoredNodes(db, cache=cache)
+    reader.close()
+    reader = _reader(path)
+    nodes = StoredNodes(reader, cache=cache)
     c0 = time.process_time()
     for ns, kind, oid in wanted[: max(1, proofs // 5)]:
         prove_item(snap, nodes, pre, ns, kind, oid, vkeys)
@@ -254,6 +271,7 @@ def run(
     for text in texts:
         check_proof(text, vkeys, memo=memo)
     check_memo_cpu = time.process_time() - c0
+    reader.close()
     db.close()
     return {
         "items": n_items,

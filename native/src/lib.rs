@@ -1248,6 +1248,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(map::map_descend, m)?)?;
     m.add_function(wrap_pyfunction!(map::map_descend_all, m)?)?;
     m.add_function(wrap_pyfunction!(map::map_rows_into, m)?)?;
+    m.add_function(wrap_pyfunction!(map::map_hashes_ok, m)?)?;
     m.add_function(wrap_pyfunction!(fold::event_rows, m)?)?;
     Ok(())
 }

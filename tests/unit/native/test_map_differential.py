@@ -177,3 +177,88 @@ def test_the_batched_walk_reads_per_level_not_per_node() -> None:
     mm.prove_many(rows, [(root, k) for k in leaves])
     assert rows.fetches <= 24
     assert len(rows.known) == len(nodes)
+
+
+def _descend_rounds(
+    root: bytes, nodes: dict[bytes, mm.Node], keys: list[bytes]
+) -> list[tuple[list[int], list[bytes], list[list[bytes]], list[mm.Leaf | None]]]:
+    """Every round of ``descend_all`` over ``keys`` (the nodes revealed one level a round)."""
+    rows = _Rows(nodes)
+    heads = [root] * len(keys)
+    siblings: list[list[bytes]] = [[] for _ in keys]
+    ends: list[mm.Leaf | None] = [None] * len(keys)
+    active = list(range(len(keys)))
+    out = []
+    while active:
+        active, missing = map_tree.descend_all(keys, heads, siblings, ends, active, rows.known)
+        out.append((list(active), list(missing), [list(s) for s in siblings], list(ends)))
+        rows.fetch(missing)
+    return out
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(_keys, _keys, max_size=50), st.lists(_keys, max_size=5))
+def test_each_round_of_the_walk_and_the_nodes_it_waits_for_equal_the_reference(
+    leaves: dict[bytes, bytes], probes: list[bytes]
+) -> None:
+    """descend_all, natively and in the reference: the same waiting walks, the same sorted
+    distinct hashes they wait for (the next read's keys), the same siblings and ends."""
+    root, nodes = _map(leaves)
+    keys = [*leaves, *probes, *leaves]  # a key twice: its walks wait on the same nodes
+    got = _descend_rounds(root, nodes, keys)
+    with _backend.reference():
+        want = _descend_rounds(root, nodes, keys)
+    assert got == want
+    for _, missing, _, _ in got:
+        assert missing == sorted(set(missing))
+
+
+@pytest.mark.parametrize(
+    "siblings",
+    [
+        (b"\x01" * 31,),
+        (b"\x01" * 32, b"\x02" * 33),
+        (bytearray(32),),
+        ("a" * 32,),
+        (b"\x01" * 32,) * 257,
+    ],
+    ids=["short", "long", "bytearray", "text", "257 siblings"],
+)
+def test_a_malformed_proof_is_refused_alike(siblings: tuple[object, ...]) -> None:
+    """MapProof's construction check (native map_hashes_ok, else the reference) refuses the
+    same siblings with the reference's ValueError; a well-formed one passes both."""
+    with pytest.raises(ValueError, match="sibling") as e:
+        mm.MapProof(siblings, None)  # type: ignore[arg-type]
+    with _backend.reference(), pytest.raises(ValueError, match="sibling") as e2:
+        mm.MapProof(siblings, None)  # type: ignore[arg-type]
+    assert str(e.value) == str(e2.value)
+    assert not native.map_hashes_ok(siblings)
+    assert native.map_hashes_ok((b"\x01" * 32,) * 256)
+    assert mm.MapProof((b"\x01" * 32,) * 256, None).siblings[0] == b"\x01" * 32
+
+
+def test_a_stored_read_leaves_out_an_absent_hash_and_names_an_edited_row(
+    tmp_path: Path,
+) -> None:
+    """StoredNodes.fetch reads a chunk in one joined query and pairs each row with the hash
+    asked for; a chunk with an absent hash, or whose pairing does not hash (an edited row),
+    is read again by key: the absent hash is left out and the rest kept, the edited row is
+    named, and nothing of that chunk is kept."""
+    leaves = {bytes([i]) * 32: bytes([i + 1]) * 32 for i in range(0, 250, 5)}
+    _, nodes = _map(leaves)
+    db = apsw.Connection(str(tmp_path / "m.db"))
+    with db:
+        install(db)
+        StoredNodes(db).put(nodes)
+    every = {h: map_tree.row_of(n) for h, n in nodes.items()}
+    absent = b"\x09" * 32
+    stored = StoredNodes(db)
+    stored.fetch([*sorted(every)[:20], absent, *sorted(every)[20:]])
+    assert stored.known == every
+    h = sorted(every)[7]
+    with db:
+        db.execute("UPDATE memory_map_nodes SET b = ? WHERE hash = ?", (b"\x07" * 32, h))
+    edited = StoredNodes(db)
+    with pytest.raises(IntegrityError, match=f"{h.hex()} was edited"):
+        edited.fetch(sorted(every))
+    assert edited.known == {}
