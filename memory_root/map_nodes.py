@@ -35,7 +35,7 @@ CREATE TABLE IF NOT EXISTS memory_map_nodes(
 """
 
 FETCH_CHUNK: Final = 2000
-"""Hashes per ``SELECT ... WHERE hash IN (...)`` of ``fetch`` (SQLite takes 32,766 variables)."""
+"""Hashes per query of ``fetch`` (SQLite takes 32,766 variables)."""
 
 
 def install(db: apsw.Connection) -> None:

@@ -235,30 +235,3 @@ def test_a_malformed_proof_is_refused_alike(siblings: tuple[object, ...]) -> Non
     assert not native.map_hashes_ok(siblings)
     assert native.map_hashes_ok((b"\x01" * 32,) * 256)
     assert mm.MapProof((b"\x01" * 32,) * 256, None).siblings[0] == b"\x01" * 32
-
-
-def test_a_stored_read_leaves_out_an_absent_hash_and_names_an_edited_row(
-    tmp_path: Path,
-) -> None:
-    """StoredNodes.fetch reads a chunk in one joined query and pairs each row with the hash
-    asked for; a chunk with an absent hash, or whose pairing does not hash (an edited row),
-    is read again by key: the absent hash is left out and the rest kept, the edited row is
-    named, and nothing of that chunk is kept."""
-    leaves = {bytes([i]) * 32: bytes([i + 1]) * 32 for i in range(0, 250, 5)}
-    _, nodes = _map(leaves)
-    db = apsw.Connection(str(tmp_path / "m.db"))
-    with db:
-        install(db)
-        StoredNodes(db).put(nodes)
-    every = {h: map_tree.row_of(n) for h, n in nodes.items()}
-    absent = b"\x09" * 32
-    stored = StoredNodes(db)
-    stored.fetch([*sorted(every)[:20], absent, *sorted(every)[20:]])
-    assert stored.known == every
-    h = sorted(every)[7]
-    with db:
-        db.execute("UPDATE memory_map_nodes SET b = ? WHERE hash = ?", (b"\x07" * 32, h))
-    edited = StoredNodes(db)
-    with pytest.raises(IntegrityError, match=f"{h.hex()} was edited"):
-        edited.fetch(sorted(every))
-    assert edited.known == {}
