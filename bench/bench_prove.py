@@ -34,7 +34,7 @@ in the same run:
 CPU time (``process_time``), since the machine is shared. Usage::
 
     python bench/bench_prove.py --sizes 100000 1000000 [--proofs 5000] [--cache N] [--rows N]
-        [--keep DIR] [--json out.json]
+        [--keep DIR] [--json out.json] [--map-only]
 """
 
 from __future__ import annotations
@@ -183,8 +183,13 @@ def run(
     projections: list[Any],
     cache: int,
     rows: int,
+    map_only: bool = False,
 ) -> dict[str, Any]:
-    """Measure one map size (see the module docstring); a map built before in ``tmp`` is reused."""
+    """Measure one map size (see the module docstring); a map built before in ``tmp`` is reused.
+
+    ``map_only``: the cold map pass alone (``map_per_s``, after the untimed one), for A/B
+    runs of two checkouts of the library alternately.
+    """
     rng = random.Random(n_items)
     path = tmp / f"prove{n_items}-{namespaces}.db"
     built = path.exists()
@@ -257,6 +262,9 @@ def run(
 
     map_half(True)  # untimed: the file's pages in the OS cache for every pass alike
     map_cpu, map_bytes = map_half(True)
+    if map_only:
+        db.close()
+        return {"items": n_items, "proofs": proofs, "map_per_s": round(proofs / map_cpu)}
     map_warm_cpu, _ = map_half(True, warm=True)
     with _python_map():
         map_py_cpu, _ = map_half(True)
@@ -326,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, default=1 << 18, help="StoredNodes row cache (nodes)")
     ap.add_argument("--keep", type=Path, help="build the maps here and reuse them next run")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--map-only", action="store_true", help="the cold map pass alone (A/B)")
     args = ap.parse_args(argv)
     out = []
     with tempfile.TemporaryDirectory() as d:
@@ -333,7 +342,10 @@ def main(argv: list[str] | None = None) -> int:
         where = Path(d) if args.keep is None else args.keep
         where.mkdir(parents=True, exist_ok=True)
         for n in args.sizes:
-            r = run(n, args.namespaces, args.proofs, where, projections, args.cache, args.rows)
+            r = run(
+                n, args.namespaces, args.proofs, where, projections, args.cache, args.rows,
+                args.map_only,
+            )  # fmt: skip
             out.append(r)
             sys.stdout.write(json.dumps(r) + "\n")
             sys.stdout.flush()
