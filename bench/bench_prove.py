@@ -11,12 +11,15 @@ in the same run:
 
 - ``map_per_s``: **the map proof of one object against a root the verifier has already
   checked to a signed checkpoint**: both paths (namespace tree, item tree) generated from the
-  stored nodes by ``state_map.prove_many`` (level by level, one ``SELECT ... IN`` per level,
-  the walk in ``memroot._native``; a fresh node cache, as a new process has) and both
-  checked by ``map_tree.path_root`` (native) against the root; ``map_per_s_python``: the
-  same with ``MEMROOT_BACKEND=python``'s lines (``map_tree._N`` off); ``map_per_s_before``:
-  the code before (one ``state_map.prove`` per path, one query per uncached node, the
-  checker's pure-Python walk);
+  stored nodes by ``state_map.prove_many`` (level by level, one ``SELECT`` per level, the
+  walk in ``memroot._native``; a fresh node cache and a new connection, as a new process
+  has: ``_reader``) and both checked by ``map_tree.path_root`` (native) against the root;
+  ``map_per_s_warm``: the same in a long-lived prover, whose node cache holds what the
+  proofs of as many other random objects of the root read first (the upper levels every
+  path crosses, shared: ``StoredNodes``' bounded row cache; each object's own lower nodes
+  are still read); ``map_per_s_python``: the same with ``MEMROOT_BACKEND=python``'s lines
+  (``map_tree._N`` off); ``map_per_s_before``: the code before (one ``state_map.prove`` per
+  path, one query per uncached node, the checker's pure-Python walk);
 - ``file_per_s``: **whole self-contained files**: ``proofs.prove_items`` (the paths walked
   together, each file built, rendered and checked as ``memroot audit --proof`` checks it, the
   signed snapshot once, ``CheckMemo``); ``file_per_s_before``: ``prove_item`` per object,
@@ -31,7 +34,7 @@ in the same run:
 CPU time (``process_time``), since the machine is shared. Usage::
 
     python bench/bench_prove.py --sizes 100000 1000000 [--proofs 5000] [--cache N] [--rows N]
-        [--keep DIR] [--json out.json]
+        [--keep DIR] [--json out.json] [--map-only]
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ import random
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -79,6 +82,17 @@ def _python_map() -> Iterator[None]:
         yield
     finally:
         space["_N"] = saved
+
+
+def _reader(path: Path) -> apsw.Connection:
+    """Open the map's file as a new prover process does, with a cold page cache.
+
+    Of the size ``Store`` gives every ledger connection (``PRAGMA cache_size=-65536``, 64 MiB):
+    the connection ``memroot prove`` reads the derived nodes through.
+    """
+    db = apsw.Connection(str(path))
+    db.execute("PRAGMA cache_size=-65536")
+    return db
 
 
 def _oid(i: int) -> str:
@@ -169,8 +183,13 @@ def run(
     projections: list[Any],
     cache: int,
     rows: int,
+    map_only: bool = False,
 ) -> dict[str, Any]:
-    """Measure one map size (see the module docstring); a map built before in ``tmp`` is reused."""
+    """Measure one map size (see the module docstring); a map built before in ``tmp`` is reused.
+
+    ``map_only``: the cold map pass alone (``map_per_s``, after the untimed one), for A/B
+    runs of two checkouts of the library alternately.
+    """
     rng = random.Random(n_items)
     path = tmp / f"prove{n_items}-{namespaces}.db"
     built = path.exists()
@@ -205,13 +224,16 @@ def run(
     pre = MapPreimages({("object", _oid(i)): _state(i) for i in sample})
     wanted = [(ns_of[i % namespaces], "object", _oid(i)) for i in sample]
     walks = [(mm.namespace_key(ns), mm.item_key(k, i)) for ns, k, i in wanted]
+    others = [
+        (mm.namespace_key(ns_of[i % namespaces]), mm.item_key("object", _oid(i)))
+        for i in (rng.randrange(n_items) for _ in range(proofs))
+    ]
 
-    def map_half(batched: bool) -> tuple[float, int]:
-        nodes = StoredNodes(db, cache=cache, rows=rows)  # fresh caches, as a new process has
-        c0 = time.process_time()
+    def walk_all(nodes: StoredNodes, ws: Sequence[tuple[bytes, bytes]], batched: bool) -> int:
+        """Prove and check both paths of every walk of ``ws``; return the map parts' bytes."""
         size = 0
-        for lo in range(0, proofs, BATCH):
-            part = walks[lo : lo + BATCH]
+        for lo in range(0, len(ws), BATCH):
+            part = ws[lo : lo + BATCH]
             if batched:
                 tops = mm.prove_many(nodes, [(root, nk) for nk, _ in part])
                 subs = [t.leaf.value for t in tops if t.leaf is not None]
@@ -225,22 +247,40 @@ def run(
             for (nk, ik), top, sub, item in zip(part, tops, subs, items, strict=True):
                 assert map_tree.path_root(nk, top) == root and map_tree.path_root(ik, item) == sub
                 size += 32 * (len(top.siblings) + len(item.siblings)) + 128
-        return time.process_time() - c0, size
+        return size
+
+    def map_half(batched: bool, warm: bool = False) -> tuple[float, int]:
+        reader = _reader(path)  # fresh caches (SQLite's and the nodes'), as a new process has
+        nodes = StoredNodes(reader, cache=cache, rows=rows)
+        if warm:  # untimed: a long-lived prover that proved as many other objects before
+            walk_all(nodes, others, True)
+        c0 = time.process_time()
+        size = walk_all(nodes, walks, batched)
+        spent = time.process_time() - c0
+        reader.close()
+        return spent, size
 
     map_half(True)  # untimed: the file's pages in the OS cache for every pass alike
     map_cpu, map_bytes = map_half(True)
+    if map_only:
+        db.close()
+        return {"items": n_items, "proofs": proofs, "map_per_s": round(proofs / map_cpu)}
+    map_warm_cpu, _ = map_half(True, warm=True)
     with _python_map():
         map_py_cpu, _ = map_half(True)
         map_before_cpu, _ = map_half(False)
 
-    nodes = StoredNodes(db, cache=cache, rows=rows)
+    reader = _reader(path)
+    nodes = StoredNodes(reader, cache=cache, rows=rows)
     c0 = time.process_time()
     files = []
     for lo in range(0, proofs, BATCH):
         files += prove_items(snap, nodes, pre, wanted[lo : lo + BATCH], vkeys)
     file_cpu = time.process_time() - c0
     texts = [f.render() for f, _ in files]
-    nodes = StoredNodes(db, cache=cache)
+    reader.close()
+    reader = _reader(path)
+    nodes = StoredNodes(reader, cache=cache)
     c0 = time.process_time()
     for ns, kind, oid in wanted[: max(1, proofs // 5)]:
         prove_item(snap, nodes, pre, ns, kind, oid, vkeys)
@@ -254,6 +294,7 @@ def run(
     for text in texts:
         check_proof(text, vkeys, memo=memo)
     check_memo_cpu = time.process_time() - c0
+    reader.close()
     db.close()
     return {
         "items": n_items,
@@ -265,6 +306,7 @@ def run(
         "reused_map": built,
         "build_s": round(build_s, 1),
         "map_per_s": round(proofs / map_cpu),
+        "map_per_s_warm": round(proofs / map_warm_cpu),
         "map_per_s_python": round(proofs / map_py_cpu),
         "map_per_s_before": round(proofs / map_before_cpu),
         "file_per_s": round(proofs / file_cpu),
@@ -292,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, default=1 << 18, help="StoredNodes row cache (nodes)")
     ap.add_argument("--keep", type=Path, help="build the maps here and reuse them next run")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--map-only", action="store_true", help="the cold map pass alone (A/B)")
     args = ap.parse_args(argv)
     out = []
     with tempfile.TemporaryDirectory() as d:
@@ -299,7 +342,10 @@ def main(argv: list[str] | None = None) -> int:
         where = Path(d) if args.keep is None else args.keep
         where.mkdir(parents=True, exist_ok=True)
         for n in args.sizes:
-            r = run(n, args.namespaces, args.proofs, where, projections, args.cache, args.rows)
+            r = run(
+                n, args.namespaces, args.proofs, where, projections, args.cache, args.rows,
+                args.map_only,
+            )  # fmt: skip
             out.append(r)
             sys.stdout.write(json.dumps(r) + "\n")
             sys.stdout.flush()

@@ -38,6 +38,7 @@ __all__ = [
     "leaf_hash",
     "map_descend",
     "map_descend_all",
+    "map_hashes_ok",
     "map_path_root",
     "map_rows_into",
     "mismatches",
@@ -298,8 +299,13 @@ def event_inputs(
 
 # -- the memory map's paths (native/src/map.rs; reference: memroot.ledger.map_tree) -------------
 
-def map_path_root(key: bytes, siblings: list[bytes], leaf: tuple[bytes, bytes] | None) -> bytes:
+def map_path_root(
+    key: bytes, siblings: tuple[bytes, ...] | list[bytes], leaf: tuple[bytes, bytes] | None
+) -> bytes:
     """Return the root the path gives for ``key`` (``Reject`` where the reference raises)."""
+
+def map_hashes_ok(siblings: tuple[bytes, ...]) -> bool:
+    """Whether ``siblings`` holds at most 256 items, each exactly ``bytes`` of 32."""
 
 def map_descend(
     key: bytes, h: bytes, siblings: list[bytes], known: dict[bytes, tuple[bool, bytes, bytes]]
@@ -318,5 +324,5 @@ def map_descend_all(
     ends: list[Any],
     active: list[int],
     known: dict[bytes, tuple[bool, bytes, bytes]],
-) -> list[int]:
-    """``map_descend`` for each walk of ``active``; return the walks that wait for a node."""
+) -> tuple[list[int], list[bytes]]:
+    """``map_descend`` for each walk of ``active``; return the waiting walks and their nodes."""

@@ -299,10 +299,12 @@ class MapProof:
     leaf: Leaf | None
 
     def __post_init__(self) -> None:
-        if len(self.siblings) > KEY_BITS:
-            raise ValueError(f"a map proof has at most {KEY_BITS} siblings")
-        if any(type(s) is not bytes or len(s) != HASH_SIZE for s in self.siblings):
-            raise ValueError(f"a sibling must be {HASH_SIZE} bytes")
+        sib = self.siblings
+        if _N is None or type(sib) is not tuple or not _N.map_hashes_ok(sib):
+            if len(sib) > KEY_BITS:
+                raise ValueError(f"a map proof has at most {KEY_BITS} siblings")
+            if any(type(s) is not bytes or len(s) != HASH_SIZE for s in sib):
+                raise ValueError(f"a sibling must be {HASH_SIZE} bytes")
         if self.leaf is not None:
             check_hash(self.leaf.key, "the proof's leaf key")
             check_hash(self.leaf.value, "the proof's leaf value")
@@ -355,11 +357,13 @@ def descend_all(
     ends: list[Leaf | None],
     active: list[int],
     known: dict[bytes, NodeRow],
-) -> list[int]:
+) -> tuple[list[int], list[bytes]]:
     """Run ``descend`` for each walk ``i`` of ``active`` (``keys[i]`` from ``heads[i]``).
 
     A walk that ends gets ``ends[i]``, its end leaf (or None at an empty subtree); one that
-    stops at a node ``known`` lacks gets ``heads[i]`` = that node's hash, and is returned.
+    stops at a node ``known`` lacks gets ``heads[i]`` = that node's hash. Returns those
+    walks (in ``active``'s order) and the distinct hashes they wait for, sorted: the next
+    read's keys, in the order of the node table's primary key.
 
     Raises:
         ValueError: as ``descend``.
@@ -367,7 +371,7 @@ def descend_all(
     if _N is not None and type(known) is dict:
         raw: list[Any] = ends
         try:
-            waiting = _N.map_descend_all(keys, heads, siblings, raw, active, known)
+            waiting, missing = _N.map_descend_all(keys, heads, siblings, raw, active, known)
         except _N.Reject:
             pass  # every walk is as it was given: the reference below says why
         else:
@@ -375,7 +379,7 @@ def descend_all(
                 end = raw[i]
                 if type(end) is tuple:
                     ends[i] = Leaf(*end)
-            return waiting
+            return waiting, missing
     waiting = []
     for i in active:
         done, h, leaf = descend(keys[i], heads[i], siblings[i], known)
@@ -384,7 +388,7 @@ def descend_all(
         else:
             heads[i] = h
             waiting.append(i)
-    return waiting
+    return waiting, sorted({heads[i] for i in waiting})
 
 
 def path_root(key: bytes, proof: MapProof) -> MapHash:
@@ -398,7 +402,7 @@ def path_root(key: bytes, proof: MapProof) -> MapHash:
     if _N is not None and type(key) is bytes:
         leaf = None if proof.leaf is None else (proof.leaf.key, proof.leaf.value)
         try:
-            return MapHash(_N.map_path_root(key, list(proof.siblings), leaf))
+            return MapHash(_N.map_path_root(key, proof.siblings, leaf))
         except _N.Reject:
             pass  # the reference below raises the ProofError and its message
     check_hash(key, "a map key")

@@ -19,6 +19,7 @@ from typing import Any, Final
 
 import apsw
 
+from memroot.ledger.errors import IntegrityError
 from memroot.ledger.map_tree import check_rows_into, node_from_row
 from memroot.memory_root.state_map import Leaf, Node, NodeRow
 
@@ -34,7 +35,7 @@ CREATE TABLE IF NOT EXISTS memory_map_nodes(
 """
 
 FETCH_CHUNK: Final = 2000
-"""Hashes per ``SELECT ... WHERE hash IN (...)`` of ``fetch`` (SQLite takes 32,766 variables)."""
+"""Hashes per query of ``fetch`` (SQLite takes 32,766 variables)."""
 
 
 def install(db: apsw.Connection) -> None:
@@ -100,16 +101,47 @@ class StoredNodes:
             IntegrityError: if a stored row does not hash to its hash (an edited row).
         """
         want = list(hashes)
-        rows: list[Any] = []
+        checked: dict[bytes, NodeRow] = {}
         for i in range(0, len(want), FETCH_CHUNK):
-            chunk = want[i : i + FETCH_CHUNK]
-            marks = ",".join("?" * len(chunk))
-            rows += self._select(
-                f"SELECT hash, leaf, a, b FROM memory_map_nodes WHERE hash IN ({marks})", chunk
-            )
-        if len(self.known) + len(rows) > self._rows:
+            self._read_into(want[i : i + FETCH_CHUNK], checked)
+        if len(self.known) + len(checked) > self._rows:
             self.known = dict(itertools.islice(self.known.items(), self._rows // 2))
-        check_rows_into(rows, self.known)
+        self.known.update(checked)
+
+    def _read_into(self, chunk: list[bytes], into: dict[bytes, NodeRow]) -> None:
+        """Read the stored nodes of ``chunk``'s hashes into ``into``, each checked.
+
+        The hashes are looked up in their order (``CROSS JOIN``: the list is the outer loop)
+        and the rows come back without their hash column, paired with the hash asked for:
+        a value less to convert per row, and no temporary index of the list. The pairing is
+        only a guess that each row's own hash confirms (``check_rows_into`` re-hashes every
+        row under the hash it is paired with, all or nothing). When a hash is absent or a
+        pairing does not hash, the chunk is read again by key, so that a missing row is left
+        out and an edited one named, exactly as before.
+
+        Raises:
+            IntegrityError: if a stored row does not hash to its hash (an edited row).
+        """
+        values = ",".join(["(?)"] * len(chunk))
+        got = self._select(
+            f"SELECT n.leaf, n.a, n.b FROM (VALUES {values}) AS k "
+            "CROSS JOIN memory_map_nodes AS n ON n.hash = k.column1",
+            chunk,
+        )
+        if len(got) == len(chunk):
+            try:
+                check_rows_into([(h, *r) for h, r in zip(chunk, got, strict=True)], into)
+            except IntegrityError:
+                pass  # not the rows of these hashes in this order: read them by key
+            else:
+                return
+        marks = ",".join("?" * len(chunk))
+        check_rows_into(
+            self._select(
+                f"SELECT hash, leaf, a, b FROM memory_map_nodes WHERE hash IN ({marks})", chunk
+            ),
+            into,
+        )
 
     def put(self, nodes: Mapping[bytes, Node]) -> int:
         """Store ``nodes`` (inside a write transaction); return how many rows were new."""

@@ -314,9 +314,8 @@ def _prove_many(source: RowSource, walks: Sequence[tuple[bytes, bytes]]) -> list
     active = list(range(len(walks)))
     while active:
         known = source.known
-        active = descend_all(keys, heads, siblings, ends, active, known)
+        active, missing = descend_all(keys, heads, siblings, ends, active, known)
         if active:
-            missing = list(dict.fromkeys(heads[i] for i in active))
             source.fetch(missing)
             known = source.known
             for h in missing:

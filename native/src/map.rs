@@ -106,23 +106,53 @@ fn bytes_at<'py>(t: &Bound<'py, PyTuple>, i: usize) -> PyResult<Bound<'py, PyByt
     }
 }
 
-/// `map_tree.path_root`: the root the path (`siblings`, `leaf` = `(key, value)` or None)
-/// gives for `key`. `Reject` where the reference raises (a leaf off the path, a size).
+/// The 32-byte hashes of a tuple or list of exactly `bytes` objects (`Reject` otherwise).
+fn hashes_of(seq: &Bound<'_, PyAny>) -> PyResult<Vec<Hash>> {
+    let mut out = Vec::new();
+    let mut take = |s: Bound<'_, PyAny>| -> PyResult<()> {
+        let s = s
+            .downcast_into_exact::<PyBytes>()
+            .or_else(|_| reject("a sibling is not bytes"))?;
+        out.push(key32(s.as_bytes())?);
+        Ok(())
+    };
+    if let Ok(t) = seq.downcast_exact::<PyTuple>() {
+        for s in t.iter() {
+            take(s)?;
+        }
+    } else if let Ok(l) = seq.downcast_exact::<PyList>() {
+        for s in l.iter() {
+            take(s)?;
+        }
+    } else {
+        return reject("siblings are not a tuple or a list");
+    }
+    Ok(out)
+}
+
+/// `MapProof`'s construction check: whether `siblings` (a tuple) holds at most 256 items,
+/// each exactly `bytes` of 32. False sends the caller to the reference, which says which.
+#[pyfunction]
+pub fn map_hashes_ok(siblings: &Bound<'_, PyTuple>) -> bool {
+    siblings.len() <= KEY_BITS
+        && siblings.iter().all(|s| {
+            s.downcast_exact::<PyBytes>()
+                .is_ok_and(|b| b.as_bytes().len() == 32)
+        })
+}
+
+/// `map_tree.path_root`: the root the path (`siblings`, a tuple or list of 32-byte bytes;
+/// `leaf` = `(key, value)` or None) gives for `key`. `Reject` where the reference raises (a
+/// leaf off the path, a size) or for a sibling that is not exactly `bytes` of 32.
 #[pyfunction]
 pub fn map_path_root<'py>(
     py: Python<'py>,
     key: &[u8],
-    siblings: &Bound<'py, PyList>,
+    siblings: &Bound<'py, PyAny>,
     leaf: Option<&Bound<'py, PyTuple>>,
 ) -> PyResult<Bound<'py, PyBytes>> {
     let key = key32(key)?;
-    let mut sib = Vec::with_capacity(siblings.len());
-    for s in siblings.iter() {
-        let s = s
-            .downcast::<PyBytes>()
-            .or_else(|_| reject("a sibling is not bytes"))?;
-        sib.push(key32(s.as_bytes())?);
-    }
+    let sib = hashes_of(siblings)?;
     let end = match leaf {
         None => None,
         Some(t) => {
@@ -220,8 +250,9 @@ fn walk<'py>(
 /// `map_tree.descend_all`: `map_descend` for each walk `i` of `active` (its key `keys[i]`,
 /// from `heads[i]`, appending to `siblings[i]`). A walk that ends gets `ends[i]` = its end
 /// leaf `(key, value)` or None; one that stops at a node `known` lacks gets `heads[i]` = that
-/// node's hash and is returned, in order. `Reject` as `map_descend`, with every walk left as
-/// it was given (the caller runs the reference over them).
+/// node's hash. Returns those walks, in order, and the distinct hashes they wait for, sorted
+/// (the next read's keys, in the table's order). `Reject` as `map_descend`, with every walk
+/// left as it was given (the caller runs the reference over them).
 #[pyfunction]
 pub fn map_descend_all<'py>(
     py: Python<'py>,
@@ -231,7 +262,7 @@ pub fn map_descend_all<'py>(
     ends: &Bound<'py, PyList>,
     active: Vec<usize>,
     known: &Bound<'py, PyDict>,
-) -> PyResult<Vec<usize>> {
+) -> PyResult<(Vec<usize>, Vec<Bound<'py, PyBytes>>)> {
     // Every walk is computed before anything is changed: a `Reject` leaves them all as given.
     let mut results = Vec::with_capacity(active.len());
     for i in active {
@@ -253,6 +284,7 @@ pub fn map_descend_all<'py>(
         results.push((i, sib, passed, out));
     }
     let mut waiting = Vec::new();
+    let mut missing = Vec::new();
     for (i, sib, passed, (done, end, leaf)) in results {
         for s in passed {
             sib.append(s)?;
@@ -263,11 +295,14 @@ pub fn map_descend_all<'py>(
                 Some((a, b)) => ends.set_item(i, PyTuple::new(py, [a, b])?)?,
             }
         } else {
-            heads.set_item(i, end)?;
+            heads.set_item(i, &end)?;
             waiting.push(i);
+            missing.push(end);
         }
     }
-    Ok(waiting)
+    missing.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+    missing.dedup_by(|a, b| a.as_bytes() == b.as_bytes());
+    Ok((waiting, missing))
 }
 
 /// `map_tree.check_rows_into`: check every stored row `(hash, leaf, a, b)` as read from the

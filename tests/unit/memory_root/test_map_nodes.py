@@ -7,6 +7,7 @@ import hashlib
 import apsw
 import pytest
 
+from memroot.ledger import map_tree
 from memroot.ledger.errors import IntegrityError
 from memroot.memory_root import state_map as mm
 from memroot.memory_root.map_nodes import StoredNodes, install
@@ -67,3 +68,30 @@ def test_map_node_row_deleted_is_refused(tmp_path):
         db.execute("DELETE FROM memory_map_nodes WHERE leaf = 1")
     with pytest.raises(IntegrityError, match="not stored"):
         mm.prove_namespace(nodes, u.root, "ns")
+
+
+def test_a_read_leaves_out_an_absent_hash_and_names_an_edited_row(tmp_path):
+    """fetch reads a chunk in one joined query and pairs each row with the hash asked for; a
+    chunk with an absent hash, or whose pairing does not hash (an edited row), is read
+    again by key: the absent hash is left out and the rest kept, the edited row is named,
+    and nothing of that chunk is kept."""
+    db = _db(tmp_path)
+    with db:
+        u = mm.update_map(StoredNodes(db), mm.EMPTY, {"ns": _items(60)})
+        StoredNodes(db).put(u.nodes)
+    every = {h: map_tree.row_of(n) for h, n in u.nodes.items()}
+    order = sorted(every)
+    absent = b"\x09" * 32
+    stored = StoredNodes(db)
+    stored.fetch([*order[:20], absent, *order[20:]])
+    assert stored.known == every
+    shuffled = StoredNodes(db)
+    shuffled.fetch(order[::-1])  # any order asked for: each row is paired with its own hash
+    assert shuffled.known == every
+    h = order[7]
+    with db:
+        db.execute("UPDATE memory_map_nodes SET b = ? WHERE hash = ?", (b"\x07" * 32, h))
+    edited = StoredNodes(db)
+    with pytest.raises(IntegrityError, match=f"{h.hex()} was edited"):
+        edited.fetch(order)
+    assert edited.known == {}

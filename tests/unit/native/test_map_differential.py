@@ -177,3 +177,61 @@ def test_the_batched_walk_reads_per_level_not_per_node() -> None:
     mm.prove_many(rows, [(root, k) for k in leaves])
     assert rows.fetches <= 24
     assert len(rows.known) == len(nodes)
+
+
+def _descend_rounds(
+    root: bytes, nodes: dict[bytes, mm.Node], keys: list[bytes]
+) -> list[tuple[list[int], list[bytes], list[list[bytes]], list[mm.Leaf | None]]]:
+    """Every round of ``descend_all`` over ``keys`` (the nodes revealed one level a round)."""
+    rows = _Rows(nodes)
+    heads = [root] * len(keys)
+    siblings: list[list[bytes]] = [[] for _ in keys]
+    ends: list[mm.Leaf | None] = [None] * len(keys)
+    active = list(range(len(keys)))
+    out = []
+    while active:
+        active, missing = map_tree.descend_all(keys, heads, siblings, ends, active, rows.known)
+        out.append((list(active), list(missing), [list(s) for s in siblings], list(ends)))
+        rows.fetch(missing)
+    return out
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(_keys, _keys, max_size=50), st.lists(_keys, max_size=5))
+def test_each_round_of_the_walk_and_the_nodes_it_waits_for_equal_the_reference(
+    leaves: dict[bytes, bytes], probes: list[bytes]
+) -> None:
+    """descend_all, natively and in the reference: the same waiting walks, the same sorted
+    distinct hashes they wait for (the next read's keys), the same siblings and ends."""
+    root, nodes = _map(leaves)
+    keys = [*leaves, *probes, *leaves]  # a key twice: its walks wait on the same nodes
+    got = _descend_rounds(root, nodes, keys)
+    with _backend.reference():
+        want = _descend_rounds(root, nodes, keys)
+    assert got == want
+    for _, missing, _, _ in got:
+        assert missing == sorted(set(missing))
+
+
+@pytest.mark.parametrize(
+    "siblings",
+    [
+        (b"\x01" * 31,),
+        (b"\x01" * 32, b"\x02" * 33),
+        (bytearray(32),),
+        ("a" * 32,),
+        (b"\x01" * 32,) * 257,
+    ],
+    ids=["short", "long", "bytearray", "text", "257 siblings"],
+)
+def test_a_malformed_proof_is_refused_alike(siblings: tuple[object, ...]) -> None:
+    """MapProof's construction check (native map_hashes_ok, else the reference) refuses the
+    same siblings with the reference's ValueError; a well-formed one passes both."""
+    with pytest.raises(ValueError, match="sibling") as e:
+        mm.MapProof(siblings, None)  # type: ignore[arg-type]
+    with _backend.reference(), pytest.raises(ValueError, match="sibling") as e2:
+        mm.MapProof(siblings, None)  # type: ignore[arg-type]
+    assert str(e.value) == str(e2.value)
+    assert not native.map_hashes_ok(siblings)
+    assert native.map_hashes_ok((b"\x01" * 32,) * 256)
+    assert mm.MapProof((b"\x01" * 32,) * 256, None).siblings[0] == b"\x01" * 32
