@@ -196,6 +196,21 @@ class _Sliced:
         return not self.namespaces or entry.body.get("namespace_id") in self.namespaces
 
 
+def _violation(proj: _Sliced, motifs: tuple[str, ...], entry: Entry) -> tuple[str, str] | None:
+    """Return a ``VIOLATION_RECORDED``'s ``(motif, source)`` when ``proj`` counts it, else None.
+
+    One reading for both versions of ``failure-motifs``: the entry in the projection's slice,
+    both fields texts, and the motif among ``motifs`` when any are named.
+    """
+    if entry.type != _VIOLATION_RECORDED or not proj._in_slice(entry):
+        return None
+    p = _payload(entry)
+    motif, source = _text_or_none(p.get("motif")), _text_or_none(p.get("source"))
+    if motif is None or source is None or (motifs and motif not in motifs):
+        return None
+    return motif, source
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FailureMotifs(_Sliced):
     """Count of recorded violations grouped by motif and, within a motif, by source.
@@ -231,12 +246,10 @@ class FailureMotifs(_Sliced):
 
     def fold(self, state: dict[str, dict[str, int]], entry: Entry) -> dict[str, dict[str, int]]:
         """Count one ``VIOLATION_RECORDED`` under its motif and source."""
-        if entry.type != _VIOLATION_RECORDED or not self._in_slice(entry):
+        seen = _violation(self, self.motifs, entry)
+        if seen is None:
             return state
-        p = _payload(entry)
-        motif, source = _text_or_none(p.get("motif")), _text_or_none(p.get("source"))
-        if motif is None or source is None or (self.motifs and motif not in self.motifs):
-            return state
+        motif, source = seen
         sources = state.setdefault(motif, {})
         sources[source] = sources.get(source, 0) + 1
         return state
@@ -331,12 +344,10 @@ class FailureMotifsTopK(_Sliced):
 
     def fold(self, state: dict[str, dict[str, Any]], entry: Entry) -> dict[str, dict[str, Any]]:
         """Count one ``VIOLATION_RECORDED`` under its motif, then under its source there."""
-        if entry.type != _VIOLATION_RECORDED or not self._in_slice(entry):
+        seen = _violation(self, self.motifs, entry)
+        if seen is None:
             return state
-        p = _payload(entry)
-        motif, source = _text_or_none(p.get("motif")), _text_or_none(p.get("source"))
-        if motif is None or source is None or (self.motifs and motif not in self.motifs):
-            return state
+        motif, source = seen
         at = _space_saving(state, motif, self.top_motifs, "count", _motif_entry)
         _space_saving(at["sources"], source, self.top_sources, 0, _source_entry)
         return state
