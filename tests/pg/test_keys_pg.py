@@ -228,6 +228,6 @@ def test_a_revoked_host_racing_its_revocation_never_leaves_a_bad_signature(
     time.sleep(0.3)
     root.ok("key", "revoke", "host-b", "--json")
     for p in writers:
-        p.communicate(timeout=180)
-        assert p.returncode in (0, 5)
+        out = p.communicate(timeout=180)
+        assert p.returncode in (0, 5), out
     _verify(root, vkey)
