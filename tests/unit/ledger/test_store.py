@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from memroot.ledger.backends import store as store_module
 from memroot.ledger.backends.store import SCHEMA_VERSION, Store, entry_key, node_key
 from memroot.ledger.errors import NotFoundError, RefusedError, StorageError, ValidationError
 from memroot.ledger.ledger import Ledger
@@ -244,8 +245,13 @@ def test_read_is_a_snapshot(store: Store, tmp_path: Path) -> None:
         other.close()
 
 
-def test_busy_writer_waits_then_sees_commit(tmp_path: Path) -> None:
+def test_busy_writer_waits_then_sees_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A write blocked by another connection's open write proceeds after it commits."""
+    # An earlier CLI test in this process leaves the CLI's lock notice installed, and a write
+    # that tells it waits the whole busy timeout (60 s), not this test's 50 ms.
+    monkeypatch.setattr(store_module, "lock_wait_notice", None)
     first = Store(tmp_path / "s.db", create=True)
     second = Store(tmp_path / "s.db")
     second.db.set_busy_timeout(50)
