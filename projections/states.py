@@ -31,7 +31,13 @@ from memroot.projections.rules import RuleError
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["FALSIFICATION", "OBJECT_TARGET", "STATE_HANDLERS", "check_state_change"]
+__all__ = [
+    "FALSIFICATION",
+    "OBJECT_TARGET",
+    "STATE_HANDLERS",
+    "check_state_change",
+    "unseen_evidence",
+]
 
 FALSIFICATION: Final = "SPEC 7 falsification state"
 """The rule name of every refusal here (``RuleError.rule``)."""
@@ -99,10 +105,17 @@ def _cited_events_exist(eng: Rules, op: Op) -> None:
     evidence: Any = op.p.get("evidence_ids")
     for event_id in evidence if isinstance(evidence, list | tuple) else ():
         if type(event_id) is str and eng.state.event(op.branch, event_id) is None:
-            raise NotFoundError(
-                f"evidence event {event_id} is not an event branch {op.branch!r} saw before "
-                "this entry"
-            )
+            raise unseen_evidence(event_id, op.branch)
+
+
+def unseen_evidence(event_id: str, branch: str) -> NotFoundError:
+    """Return the refusal of a cited evidence event the branch had not seen before the entry.
+
+    One wording for both layers that refuse it (this one and ``memroot.memory_root.falsify``).
+    """
+    return NotFoundError(
+        f"evidence event {event_id} is not an event branch {branch!r} saw before this entry"
+    )
 
 
 def _cascade(eng: Rules, op: Op) -> None:

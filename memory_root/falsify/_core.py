@@ -65,7 +65,7 @@ from memroot.projections.gated import own_view_state
 from memroot.projections.projection import Projection
 from memroot.projections.registry import Registry
 from memroot.projections.rules import RuleError
-from memroot.projections.states import FALSIFICATION, check_state_change
+from memroot.projections.states import FALSIFICATION, check_state_change, unseen_evidence
 
 __all__ = [
     "EVENTS_MAX",
@@ -400,10 +400,7 @@ class FalsifyCore:
                     for b, bound in view
                 )
                 if not ok:
-                    raise NotFoundError(
-                        f"evidence event {ev} is not an event branch {entry.branch!r} saw "
-                        "before this entry"
-                    )
+                    raise unseen_evidence(ev, entry.branch)
         return ids
 
     # -- CASCADE -------------------------------------------------------------------------------
