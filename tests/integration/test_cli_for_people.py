@@ -75,6 +75,10 @@ def _count(path: Path) -> int:
     return len(json.loads(r.stdout))
 
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _read_position(pid: int, file: Path) -> int:
     """How far process ``pid`` has read ``file`` (its descriptor's offset, from /proc)."""
     fds = Path(f"/proc/{pid}/fd")
@@ -111,6 +115,10 @@ def test_ctrl_c_during_import_exits_130_and_writes_nothing(tmp_path: Path) -> No
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        # Ctrl-C as a terminal delivers it: a test run started in the background (`cmd &` in
+        # a script) ignores SIGINT, the child would inherit that, and Python then installs no
+        # handler for it.
+        preexec_fn=_sigint_default,
     )
     # Wait until the import has read a tenth of its input and not yet half: it is appending
     # inside its one transaction, well before the commit. (The WAL is no sign of that: the
