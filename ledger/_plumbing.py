@@ -129,11 +129,33 @@ class _Plumbing(_LedgerState):
             with self.store.read() as db:
                 yield db
             return
-        # Before the snapshot: the cache may then lag it a little (never run ahead of it).
-        # Inside an open snapshot another process may have applied newer entries: allowed.
-        self._catch_up(ahead_ok=self.store.db.in_transaction)
-        with self.store.read(), self.derived.read() as db:
-            yield db
+        if self.store.db.in_transaction:
+            # Inside an open snapshot another process may have applied newer entries: allowed.
+            self._catch_up(ahead_ok=True)
+            with self.store.read(), self.derived.read() as db:
+                yield db
+            return
+        # The cache is brought up to exactly the snapshot the read sees (its branch rows are
+        # read once, as it opens: ``PgStore.read``), so no entry another host committed
+        # meanwhile is in PostgreSQL's snapshot and missing from the cache.
+        with self.store.read():
+            try:
+                self._catch_up()
+                ahead = False
+            except _StaleCache:
+                ahead = True
+            if not ahead:
+                with self.derived.read() as db:
+                    yield db
+                return
+        # The cache is ahead of that snapshot: another process of this host applied newer
+        # entries, or the cache is of another history. Outside a snapshot the latter is
+        # refused (``_StaleCache``); the former is read as before, the cache caught up first.
+        self._catch_up()
+        with self.store.read():
+            self._catch_up(ahead_ok=True)
+            with self.derived.read() as db:
+                yield db
 
     def copy_snapshot(self, dst: Path) -> None:
         """Copy the ledger and its derived state, as one snapshot, to a new SQLite file ``dst``.

@@ -30,6 +30,7 @@ from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
 from memroot.ledger.backends import store as _store
+from memroot.ledger.backends.pg_snapshot import Commits, Snapshot
 from memroot.ledger.backends.store import (
     BRANCH_SHIFT,
     SCHEMA_VERSION,
@@ -93,6 +94,18 @@ _SCHEMA: Final = (
 
 _ENTRY_COLS: Final = "k, hash, data, digest, salt, content, erased_by"
 _MASK: Final = (1 << BRANCH_SHIFT) - 1
+_E_ENTRY_COLS: Final = ", ".join("e." + c for c in _ENTRY_COLS.split(", "))
+_BEGIN_READ: Final = (
+    "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; "
+    "SELECT b.no, b.name, b.size, b.head, "
+    f"(SELECT max(e.k) FROM entries e WHERE e.k >= b.no << {BRANCH_SHIFT} "
+    f"AND e.k < (b.no + 1) << {BRANCH_SHIFT}), pg_current_snapshot()::text "
+    "FROM branches b ORDER BY b.no"
+)
+"""Opens a read transaction and reads, in its snapshot, what ``Snapshot`` holds: one round
+trip (the snapshot is taken at the SELECT, the first statement after BEGIN)."""
+_COMMIT_OWN: Final = "SELECT pg_current_xact_id_if_assigned()::text; COMMIT"
+"""Commits a write and says its transaction id (none when it wrote nothing): one round trip."""
 
 
 def is_url(target: object) -> bool:
@@ -262,6 +275,7 @@ class PgConnection:
         """Wrap an open psycopg connection (autocommit mode: transactions are explicit)."""
         self.conn = conn
         self.where = where
+        self.statements = 0  # round trips to the server (benchmarks and tests count them)
         self._changes = 0
         self._cache: dict[str, str] = {}
         self._catalog = _Catalog(conn)
@@ -280,6 +294,7 @@ class PgConnection:
         """
         import psycopg
 
+        self.statements += 1
         try:
             cur = self.conn.execute(self._sql(sql), bindings)
             self._changes = max(cur.rowcount, 0)
@@ -298,6 +313,7 @@ class PgConnection:
         rows = list(rows)
         if not rows:
             return
+        self.statements += 1
         try:
             with self.conn.cursor() as cur:
                 cur.executemany(self._sql(sql), rows)
@@ -426,6 +442,9 @@ class PgStore(Store):
         self._before_commit = []
         self._after_rollback = []
         self._after_commit = []
+        self._snap: Snapshot | None = None
+        self.commits = Commits()
+        self._unique = 0
         conn = connect(url, readonly=readonly)
         self.db = PgConnection(conn, self.where)
         try:
@@ -467,20 +486,52 @@ class PgStore(Store):
         return None
 
     def commit_token(self) -> str:
-        """Return the snapshot this connection reads now (``pg_current_snapshot()``), as text.
+        """Return what moves whenever any transaction committed since: anyone's, or this one's.
 
-        Two equal answers mean the same set of committed transactions in the cluster: any
-        write since (anyone's, this connection's too) takes a transaction id, which moves
-        the snapshot's ``xmax`` or, committing later, leaves its in-progress list. A cache
-        of what was checked (the read gate's, ``projections.strict_rows``) holds while it
-        does not change; unlike ``data_version`` it moves on this connection's own writes.
-        Inside a ``REPEATABLE READ`` transaction it is that transaction's snapshot.
+        Two equal answers mean that nothing committed between them: neither this
+        connection (``Commits.mine``) nor any other transaction of the server
+        (``foreign_token``). A cache of what was checked (the read gate's,
+        ``projections.strict_rows``) holds while it does not change; unlike
+        ``data_version`` it moves on this connection's own writes. Inside a write
+        transaction every answer is new (its snapshot changes statement by statement, and
+        its own writes are not committed yet): nothing checked there is kept.
 
         Raises:
             StorageError: if PostgreSQL fails.
         """
+        return f"{self.foreign_token()}:{self.commits.mine}"
+
+    def foreign_token(self) -> str:
+        """Return what moves whenever a transaction other than this connection's committed.
+
+        The snapshot read in (``pg_current_snapshot()``: inside a ``REPEATABLE READ``
+        transaction, that transaction's) is compared with the one seen before it
+        (``Commits.observe``): the transactions that ended in between are exactly known,
+        and when each is one this connection committed, the answer stays the same. Like
+        SQLite's ``data_version``, which moves on every other connection's commit and never
+        on this one's. Any other transaction of the server (another host, an edit of a
+        table, a write to another database) moves it. Inside a write transaction every
+        answer is new.
+
+        Raises:
+            StorageError: if PostgreSQL fails.
+        """
+        if self._write_depth:
+            self._unique += 1
+            return f"w{self._unique}"
+        text = self._snapshot_text()
+        self.commits.observe(text)
+        return str(self.commits.foreign)
+
+    def _snapshot_text(self) -> str:
+        snap = self._snap
+        if snap is not None and snap.text is not None:
+            return snap.text
         row = self.db.execute("SELECT pg_current_snapshot()::text").fetchone()
-        return "" if row is None else str(row[0])
+        text = "" if row is None else str(row[0])
+        if snap is not None:
+            snap.text = text
+        return text
 
     def drop(self) -> None:
         """Drop the ledger's tables and close: undo a ``memroot init`` that failed half-way."""
@@ -524,7 +575,7 @@ class PgStore(Store):
         try:
             for callback in self._before_commit:
                 callback()
-            _store.commit_counted(self.db)  # as the SQLite store counts it
+            _store.commit_counted(_Committing(self))  # as the SQLite store counts it
         except BaseException:
             self._rollback()
             raise
@@ -546,12 +597,32 @@ class PgStore(Store):
         if self.db.in_transaction:
             yield self.db
             return
-        self.db.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        self._snap = Snapshot(self._begin_read())
         try:
             yield self.db
         finally:
+            self._snap = None
             with contextlib.suppress(Exception):
                 self.db.execute("COMMIT")
+
+    def _begin_read(self) -> list[tuple[Any, ...]]:
+        """Open the read transaction and read its ``Snapshot`` rows (``_BEGIN_READ``)."""
+        import psycopg
+
+        self.db.statements += 1
+        try:
+            cur = self.db.conn.execute(_BEGIN_READ)
+            cur.nextset()  # past BEGIN's result, to the SELECT's
+            rows: list[tuple[Any, ...]] = cur.fetchall()
+            return rows
+        except psycopg.Error as e:
+            with contextlib.suppress(Exception):
+                self.db.execute("ROLLBACK")
+            raise pg_error(e, self.where) from e
+
+    def _snapshot(self) -> Snapshot | None:
+        """Return the open read transaction's ``Snapshot`` (None in a write or outside a read)."""
+        return None if self._write_depth else self._snap
 
     def copy_snapshot(self, dst: Path, derived: Store | None = None) -> None:
         """Copy the ledger, as one REPEATABLE READ transaction sees it, to a new SQLite file.
@@ -610,7 +681,15 @@ class PgStore(Store):
     # -- meta and branches --------------------------------------------------------------------
 
     def meta(self, key: str) -> Any:
-        """Return a meta value, or None."""
+        """Return a meta value, or None (in a read transaction, every row read at once)."""
+        snap = self._snapshot()
+        if snap is not None:
+            if snap.meta is None:
+                snap.meta = {
+                    str(k): _meta_value(str(kind), bytes(v))
+                    for k, kind, v in self.db.execute("SELECT key, kind, value FROM meta")
+                }
+            return snap.meta.get(key)
         row = self.db.execute("SELECT kind, value FROM meta WHERE key = ?", (key,)).fetchone()
         return None if row is None else _meta_value(str(row[0]), bytes(row[1]))
 
@@ -632,6 +711,12 @@ class PgStore(Store):
         Raises:
             NotFoundError: if there is no such branch.
         """
+        snap = self._snapshot()
+        if snap is not None:
+            found = snap.by_name.get(name)
+            if found is None:
+                raise NotFoundError(f"no branch named {name!r}")
+            return found
         lock = " FOR UPDATE" if self._write_depth else ""
         row = self.db.execute(
             f"SELECT no, name, size, head FROM branches WHERE name = ?{lock}", (name,)
@@ -642,6 +727,9 @@ class PgStore(Store):
 
     def branches(self) -> list[BranchRow]:
         """Return every branch, in creation order."""
+        snap = self._snapshot()
+        if snap is not None:
+            return list(snap.branches)
         return [
             BranchRow(int(r[0]), str(r[1]), int(r[2]), bytes(r[3]))
             for r in self.db.execute("SELECT no, name, size, head FROM branches ORDER BY no")
@@ -668,6 +756,7 @@ class PgStore(Store):
         """Insert ``rows`` with one ``COPY ... FROM STDIN`` (inside the write transaction)."""
         import psycopg
 
+        self.db.statements += 1
         try:
             with (
                 self.db.conn.cursor() as cur,
@@ -696,16 +785,24 @@ class PgStore(Store):
         Raises:
             NotFoundError: if there is no entry ``seq`` on that branch.
         """
-        row = self.db.execute(
-            f"SELECT {_ENTRY_COLS} FROM entries WHERE k = ?", (entry_key(branch_no, seq),)
-        ).fetchone()
+        k = entry_key(branch_no, seq)
+        snap = self._snapshot()
+        if snap is not None and k in snap.rows:
+            return snap.rows[k]
+        row = self.db.execute(f"SELECT {_ENTRY_COLS} FROM entries WHERE k = ?", (k,)).fetchone()
         if row is None:
             raise NotFoundError(f"no entry {seq} on this branch")
-        return _entry(row)
+        got = _entry(row)
+        if snap is not None:
+            snap.rows[k] = got
+        return got
 
     def entry_rows(self, branch_no: int, seqs: Sequence[int]) -> list[EntryRow]:
         """Return the stored rows at ``seqs`` of a branch (those that exist), by seq."""
         keys = [entry_key(branch_no, s) for s in seqs]
+        snap = self._snapshot()
+        if snap is not None and all(k in snap.rows for k in keys):
+            return [snap.rows[k] for k in sorted(set(keys))]
         return [
             _entry(r)
             for r in self.db.execute(
@@ -719,6 +816,9 @@ class PgStore(Store):
         """Yield entry rows of a branch with ``start <= seq < stop`` in seq order, by chunks."""
         lo = entry_key(branch_no, start)
         hi = entry_key(branch_no, _MASK if stop is None else stop)
+        snap = self._snapshot()
+        if snap is not None and snap.no_entry_from(lo, branch_no):
+            return  # past the branch's last entry in this snapshot (known from its opening)
         while True:
             rows = self.db.execute(
                 f"SELECT {_ENTRY_COLS} FROM entries WHERE k >= ? AND k < ? ORDER BY k LIMIT ?",
@@ -802,12 +902,80 @@ class PgStore(Store):
         ]
 
     def latest_checkpoint(self, branch_no: int) -> tuple[int, bytes, str] | None:
-        """Return the stored checkpoint with the largest size, or None."""
+        """Return the stored checkpoint with the largest size, or None.
+
+        In a read transaction the entry row it ends at (what a head check reads next) comes
+        in the same statement, and both are kept for the transaction.
+        """
+        snap = self._snapshot()
+        if snap is None:
+            row = self.db.execute(
+                "SELECT size, root, note FROM checkpoints WHERE branch = ? "
+                "ORDER BY size DESC LIMIT 1",
+                (branch_no,),
+            ).fetchone()
+            return None if row is None else (int(row[0]), bytes(row[1]), str(row[2]))
+        if branch_no in snap.checkpoints:
+            return snap.checkpoints[branch_no]
         row = self.db.execute(
-            "SELECT size, root, note FROM checkpoints WHERE branch = ? ORDER BY size DESC LIMIT 1",
-            (branch_no,),
+            f"SELECT c.size, c.root, c.note, {_E_ENTRY_COLS} "
+            "FROM (SELECT size, root, note FROM checkpoints WHERE branch = ? "
+            "ORDER BY size DESC LIMIT 1) c LEFT JOIN entries e ON e.k = ? + c.size - 1",
+            (branch_no, entry_key(branch_no, 0)),
         ).fetchone()
-        return None if row is None else (int(row[0]), bytes(row[1]), str(row[2]))
+        got = None if row is None else (int(row[0]), bytes(row[1]), str(row[2]))
+        if row is not None and row[3] is not None and int(row[0]) > 0:
+            snap.rows[int(row[3])] = _entry(row[3:])
+        snap.checkpoints[branch_no] = got
+        return got
+
+    def read_nodes(self, branch_no: int, ids: Sequence[tuple[int, int]]) -> list[bytes]:
+        """Return the hashes of complete subtrees ``(level, index)`` in the order asked.
+
+        As ``Store.read_nodes`` (upper levels kept in the node cache), with the leaves and
+        the inner nodes it must read in one statement (``tree_rows``), and the leaves of
+        entry rows this read transaction already holds not read again.
+
+        Raises:
+            StorageError: if a node that must exist is missing.
+        """
+        out: list[bytes | None] = [None] * len(ids)
+        cache = self._node_cache
+        snap = self._snapshot()
+        leaves: list[tuple[int, int]] = []
+        inner: list[tuple[int, int]] = []
+        for pos, (lvl, i) in enumerate(ids):
+            if lvl == 0:
+                k = branch_no << BRANCH_SHIFT | i
+                row = None if snap is None else snap.rows.get(k)
+                if row is None:
+                    leaves.append((pos, k))
+                else:
+                    out[pos] = row.hash
+                continue
+            k = _store.node_key(branch_no, lvl, i)
+            h = cache.get(k)
+            if h is None:
+                inner.append((pos, k))
+            else:
+                out[pos] = h
+        if leaves or inner:
+            found = {
+                (t, k): h
+                for t, k, h in self.tree_rows([k for _, k in leaves], [k for _, k in inner])
+            }
+            for t, wanted in ((0, leaves), (1, inner)):
+                for pos, k in wanted:
+                    h = found.get((t, k))
+                    if h is None:
+                        lvl, i = ids[pos]
+                        raise StorageError(f"tree node ({lvl}, {i}) is missing from {self.where}")
+                    out[pos] = h
+                    if t == 1 and ids[pos][0] >= _store.NODE_CACHE_MIN_LEVEL:
+                        if len(cache) >= _store.NODE_CACHE_MAX:
+                            cache.clear()
+                        cache[k] = h
+        return out  # type: ignore[return-value]
 
 
 def _with_ledger_schema(derived: Store, dst: Path) -> Store:
@@ -990,3 +1158,38 @@ class StoreView:
             return self.real.branches()
         rows = self.rows
         return [rows[b.name] for b in self.real.branches() if b.name in rows]
+
+
+class _Committing:
+    """The connection as ``commit_counted`` sees it: its COMMIT also says the transaction's id.
+
+    ``_COMMIT_OWN`` asks the id and commits in one round trip; the id is recorded as this
+    connection's own (``Commits.committed``), so the next snapshot's difference does not
+    count it as another's.
+    """
+
+    def __init__(self, store: PgStore) -> None:
+        self.store = store
+
+    @property
+    def in_transaction(self) -> bool:
+        """True inside an open transaction."""
+        return self.store.db.in_transaction
+
+    def execute(self, sql: str) -> None:
+        """Run ``COMMIT`` (the only statement ``commit_counted`` runs), recording the id.
+
+        Raises:
+            StorageError: if PostgreSQL refuses the commit or the connection is lost.
+        """
+        import psycopg
+
+        assert sql == "COMMIT"
+        self.store.db.statements += 1
+        try:
+            cur = self.store.db.conn.execute(_COMMIT_OWN)
+            row = cur.fetchone()
+        except psycopg.Error as e:
+            raise pg_error(e, self.store.where) from e
+        xid = None if row is None or row[0] is None else int(row[0])
+        self.store.commits.committed(xid)
