@@ -94,6 +94,8 @@ _SCHEMA: Final = (
 
 _ENTRY_COLS: Final = "k, hash, data, digest, salt, content, erased_by"
 _MASK: Final = (1 << BRANCH_SHIFT) - 1
+_KEPT_RANGE: Final = 64
+"""A range of entries this long, all read already in a read transaction, is not read again."""
 _E_ENTRY_COLS: Final = ", ".join("e." + c for c in _ENTRY_COLS.split(", "))
 _BEGIN_READ: Final = (
     "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; "
@@ -803,12 +805,15 @@ class PgStore(Store):
         snap = self._snapshot()
         if snap is not None and all(k in snap.rows for k in keys):
             return [snap.rows[k] for k in sorted(set(keys))]
-        return [
+        rows = [
             _entry(r)
             for r in self.db.execute(
                 f"SELECT {_ENTRY_COLS} FROM entries WHERE k = ANY(?) ORDER BY k", (keys,)
             )
         ]
+        if snap is not None:
+            snap.rows.update((entry_key(branch_no, r.seq), r) for r in rows)
+        return rows
 
     def iter_entry_rows(
         self, branch_no: int, start: int = 0, stop: int | None = None, *, chunk: int = 4096
@@ -819,6 +824,11 @@ class PgStore(Store):
         snap = self._snapshot()
         if snap is not None and snap.no_entry_from(lo, branch_no):
             return  # past the branch's last entry in this snapshot (known from its opening)
+        if snap is not None and stop is not None and 0 <= stop - start <= _KEPT_RANGE:
+            kept = [snap.rows.get(k) for k in range(lo, hi)]
+            if all(r is not None for r in kept):
+                yield from (r for r in kept if r is not None)  # read already in this snapshot
+                return
         while True:
             rows = self.db.execute(
                 f"SELECT {_ENTRY_COLS} FROM entries WHERE k >= ? AND k < ? ORDER BY k LIMIT ?",
@@ -904,8 +914,8 @@ class PgStore(Store):
     def latest_checkpoint(self, branch_no: int) -> tuple[int, bytes, str] | None:
         """Return the stored checkpoint with the largest size, or None.
 
-        In a read transaction the entry row it ends at (what a head check reads next) comes
-        in the same statement, and both are kept for the transaction.
+        In a read transaction the entry row it ends at and the meta rows (what a head check
+        reads next) come in the same round trip, and all are kept for the transaction.
         """
         snap = self._snapshot()
         if snap is None:
@@ -917,12 +927,28 @@ class PgStore(Store):
             return None if row is None else (int(row[0]), bytes(row[1]), str(row[2]))
         if branch_no in snap.checkpoints:
             return snap.checkpoints[branch_no]
-        row = self.db.execute(
+        import psycopg
+
+        # Integers only are written into the text: no parameters, so the meta rows the head
+        # check reads next (its keys) can come in the same round trip, as a second result.
+        sql = (
             f"SELECT c.size, c.root, c.note, {_E_ENTRY_COLS} "
-            "FROM (SELECT size, root, note FROM checkpoints WHERE branch = ? "
-            "ORDER BY size DESC LIMIT 1) c LEFT JOIN entries e ON e.k = ? + c.size - 1",
-            (branch_no, entry_key(branch_no, 0)),
-        ).fetchone()
+            f"FROM (SELECT size, root, note FROM checkpoints WHERE branch = {int(branch_no)} "
+            f"ORDER BY size DESC LIMIT 1) c LEFT JOIN entries e "
+            f"ON e.k = {entry_key(int(branch_no), 0)} + c.size - 1"
+        )
+        if snap.meta is None:
+            sql += "; SELECT key, kind, value FROM meta"
+        self.db.statements += 1
+        try:
+            cur = self.db.conn.execute(sql)
+            row = cur.fetchone()
+            if snap.meta is None and cur.nextset():
+                snap.meta = {
+                    str(k): _meta_value(str(kind), bytes(v)) for k, kind, v in cur.fetchall()
+                }
+        except psycopg.Error as e:
+            raise pg_error(e, self.where) from e
         got = None if row is None else (int(row[0]), bytes(row[1]), str(row[2]))
         if row is not None and row[3] is not None and int(row[0]) > 0:
             snap.rows[int(row[3])] = _entry(row[3:])
