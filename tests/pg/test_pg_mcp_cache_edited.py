@@ -23,7 +23,9 @@ import pytest
 
 pytest.importorskip("mcp", reason="the mcp SDK is not installed (memroot[mcp])")
 
-from mcp import Client, StdioServerParameters
+from mcp import Client
+
+from tests._mcp import server_params
 
 FACTS = ["Alice takes tea without sugar", "Alice owns a cat"]
 
@@ -37,27 +39,9 @@ db.close()
 """
 
 
-def _params(url: str, key: Path, tmp_path: Path) -> StdioServerParameters:
-    exe = Path(sys.executable).parent / "memroot"
-    command = [str(exe)] if exe.exists() else [sys.executable, "-m", "memroot.cli.main"]
-    return StdioServerParameters(
-        command=command[0],
-        args=[
-            *command[1:],
-            "-l",
-            url,
-            "--key",
-            str(key),
-            "mcp",
-            "--actor",
-            "agent-7",
-            "--namespace",
-            "alice",
-            "--trusted",
-            str(tmp_path / "trusted.json"),
-        ],
-        env={**os.environ, "MEMROOT_CACHE": str(tmp_path / "host.cache")},
-    )
+def _params(url: str, key: Path, tmp_path: Path) -> Any:
+    env = {**os.environ, "MEMROOT_CACHE": str(tmp_path / "host.cache")}
+    return server_params(url, "--key", str(key), trusted=tmp_path / "trusted.json", env=env)
 
 
 def _ledger_rows(url: str) -> list[tuple[Any, ...]]:
@@ -149,22 +133,18 @@ def test_mcp_tools_refuse_an_edited_host_cache(edited: Edited) -> None:
     # The honest ledger is untouched: another host (its own cache) reads the facts as written.
     env = {**os.environ, "MEMROOT_CACHE": str(tmp_path / "other.cache")}
     exe = str(Path(sys.executable).with_name("memroot"))
-    q = subprocess.run(
-        [exe, "-l", pg_url, "--key", str(pg_key), "query", "--json"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=180,
+    q, v = (
+        subprocess.run(
+            [exe, "-l", pg_url, "--key", str(pg_key), command, "--json"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=180,
+        )
+        for command in ("query", "verify")
     )
     assert q.returncode == 0, q.stderr
     assert sorted(r["value"] for r in json.loads(q.stdout)) == sorted(FACTS)
-    v = subprocess.run(
-        [exe, "-l", pg_url, "--key", str(pg_key), "verify", "--json"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=180,
-    )
     assert v.returncode == 0, v.stdout + v.stderr
 
 
