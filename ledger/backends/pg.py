@@ -30,11 +30,18 @@ from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
 from memroot.ledger.backends import store as _store
+from memroot.ledger.backends.pg_cache import (
+    CACHE_ENVVAR,
+    DerivedCache,
+    StoreView,
+    default_cache_path,
+    with_ledger_schema,
+)
 from memroot.ledger.backends.pg_snapshot import Commits, Snapshot
+from memroot.ledger.backends.pg_translate import Catalog, translate
 from memroot.ledger.backends.store import (
     BRANCH_SHIFT,
     SCHEMA_VERSION,
-    WRITER_STATEMENT_CACHE,
     BranchRow,
     EntryRow,
     Store,
@@ -94,6 +101,11 @@ _SCHEMA: Final = (
 
 _ENTRY_COLS: Final = "k, hash, data, digest, salt, content, erased_by"
 _MASK: Final = (1 << BRANCH_SHIFT) - 1
+_VERSION: Final = "xmin::text || '/' || ctid::text"
+"""A stored row's version: the transaction that wrote it and where it lies. An ``UPDATE``
+writes a new version (another transaction, another place), so an unchanged version is the
+row read before, byte for byte (``entry_rows``; a ``VACUUM FULL`` moves rows: read again)."""
+_VERSIONS_MAX: Final = 1 << 14
 _KEPT_RANGE: Final = 64
 """A range of entries this long, all read already in a read transaction, is not read again."""
 _E_ENTRY_COLS: Final = ", ".join("e." + c for c in _ENTRY_COLS.split(", "))
@@ -143,100 +155,6 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
-def _placeholders(sql: str) -> str:
-    """Return ``sql`` with ``?`` outside string literals as ``%s`` and ``%`` doubled."""
-    out: list[str] = []
-    quoted = False
-    for ch in sql:
-        if ch == "'":
-            quoted = not quoted
-            out.append(ch)
-        elif ch == "?" and not quoted:
-            out.append("%s")
-        elif ch == "%":
-            out.append("%%")
-        else:
-            out.append(ch)
-    return "".join(out)
-
-
-_DDL_RE: Final = re.compile(r"^\s*CREATE\s+(TABLE|INDEX|UNIQUE\s+INDEX)\b", re.I | re.M)
-_CAST_BLOB_RE: Final = re.compile(r"CAST\((\w+) AS BLOB\)", re.I)
-_UPSERT_RE: Final = re.compile(
-    r"^\s*INSERT\s+OR\s+(REPLACE|IGNORE)\s+INTO\s+(\w+)\s*(\(([^)]*)\))?", re.I | re.S
-)
-
-
-def _ddl(sql: str) -> str:
-    """Rewrite SQLite DDL to PostgreSQL: types, and no ``STRICT`` / ``WITHOUT ROWID``."""
-    sql = re.sub(r"\)\s*STRICT\s*,\s*WITHOUT\s+ROWID", ")", sql, flags=re.I)
-    sql = re.sub(r"\)\s*WITHOUT\s+ROWID\s*,\s*STRICT", ")", sql, flags=re.I)
-    sql = re.sub(r"\)\s*(STRICT|WITHOUT\s+ROWID)\b", ")", sql, flags=re.I)
-    sql = re.sub(r"\bBLOB\b", "BYTEA", sql, flags=re.I)
-    return re.sub(r"\bINTEGER\b", "BIGINT", sql, flags=re.I)
-
-
-class _Catalog:
-    """Primary keys and columns of tables, read once from PostgreSQL's catalog."""
-
-    def __init__(self, conn: Any) -> None:
-        self.conn = conn
-        self.keys: dict[str, list[str]] = {}
-        self.cols: dict[str, list[str]] = {}
-
-    def columns(self, table: str) -> list[str]:
-        if table not in self.cols:
-            rows = self.conn.execute(
-                "SELECT column_name FROM information_schema.columns WHERE table_schema = "
-                "current_schema() AND table_name = %s ORDER BY ordinal_position",
-                (table,),
-            ).fetchall()
-            self.cols[table] = [str(r[0]) for r in rows]
-        return self.cols[table]
-
-    def primary_key(self, table: str) -> list[str]:
-        if table not in self.keys:
-            rows = self.conn.execute(
-                "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = "
-                "i.indrelid AND a.attnum = ANY(i.indkey) WHERE i.indrelid = to_regclass(%s) "
-                "AND i.indisprimary ORDER BY array_position(i.indkey, a.attnum)",
-                (table,),
-            ).fetchall()
-            self.keys[table] = [str(r[0]) for r in rows]
-        return self.keys[table]
-
-
-def _translate(sql: str, catalog: _Catalog) -> str:
-    """Return the PostgreSQL form of one statement of the SQLite dialect the ledger layer uses.
-
-    ``?`` placeholders; ``INSERT OR REPLACE`` / ``OR IGNORE`` become ``ON CONFLICT`` on the
-    table's primary key (read from the catalog); DDL types; ``CAST(text AS BLOB)`` (read
-    text as its bytes) becomes ``convert_to(text, 'UTF8')``. Anything else passes as written:
-    statements that need more are written in the subset both engines run.
-    """
-    if _DDL_RE.search(sql):
-        sql = _ddl(sql)
-    sql = _CAST_BLOB_RE.sub(r"convert_to(\1, 'UTF8')", sql)
-    m = _UPSERT_RE.match(sql)
-    if m is not None:
-        table = m.group(2)
-        cols = [c.strip() for c in m.group(4).split(",")] if m.group(4) else catalog.columns(table)
-        head = f"INSERT INTO {table}({', '.join(cols)})"
-        body = sql[m.end() :].rstrip().rstrip(";")
-        if m.group(1).upper() == "IGNORE":
-            sql = f"{head}{body} ON CONFLICT DO NOTHING"
-        else:
-            key = catalog.primary_key(table)
-            rest = [c for c in cols if c not in key]
-            action = (
-                "DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in rest)
-                if rest
-                else "DO NOTHING"
-            )
-            sql = f"{head}{body} ON CONFLICT({', '.join(key)}) {action}"
-    return _placeholders(sql)
-
-
 class PgCursor:
     """The rows of one statement, read like an apsw cursor (iterate, fetchone, fetchall)."""
 
@@ -268,7 +186,7 @@ class PgConnection:
     """The part of apsw's ``Connection`` the ledger layer's own SQL uses, over psycopg.
 
     ``execute`` / ``executemany`` take the SQLite dialect of the ledger layer's own SQL
-    (witnesses, tiles, key rotation, verify) and run its PostgreSQL form (``_translate``,
+    (witnesses, tiles, key rotation, verify) and run its PostgreSQL form (``translate``,
     cached per statement). The layers above the ledger (memory model, roots, falsification)
     do not run their SQL here: their tables live in the host's ``DerivedCache``.
     """
@@ -280,12 +198,12 @@ class PgConnection:
         self.statements = 0  # round trips to the server (benchmarks and tests count them)
         self._changes = 0
         self._cache: dict[str, str] = {}
-        self._catalog = _Catalog(conn)
+        self._catalog = Catalog(conn)
 
     def _sql(self, sql: str) -> str:
         got = self._cache.get(sql)
         if got is None:
-            got = self._cache[sql] = _translate(sql, self._catalog)
+            got = self._cache[sql] = translate(sql, self._catalog)
         return got
 
     def execute(self, sql: str, bindings: Sequence[Any] | None = None) -> PgCursor:
@@ -447,6 +365,7 @@ class PgStore(Store):
         self._snap: Snapshot | None = None
         self.commits = Commits()
         self._unique = 0
+        self._versions: dict[int, tuple[str, EntryRow]] = {}
         conn = connect(url, readonly=readonly)
         self.db = PgConnection(conn, self.where)
         try:
@@ -640,7 +559,7 @@ class PgStore(Store):
         if derived is None:
             target = Store(Path(dst), create=True)
         else:
-            target = _with_ledger_schema(derived, Path(dst))
+            target = with_ledger_schema(derived, Path(dst))
         try:
             with self.read(), target.write() as out:
                 for key, kind, raw in self.db.execute("SELECT key, kind, value FROM meta"):
@@ -805,12 +724,30 @@ class PgStore(Store):
         snap = self._snapshot()
         if snap is not None and all(k in snap.rows for k in keys):
             return [snap.rows[k] for k in sorted(set(keys))]
-        rows = [
-            _entry(r)
-            for r in self.db.execute(
-                f"SELECT {_ENTRY_COLS} FROM entries WHERE k = ANY(?) ORDER BY k", (keys,)
+        known = self._versions
+        if keys and all(k in known for k in keys):
+            # Read again since: each row's version (the transaction that wrote it and its
+            # place) says whether it is the row read then; only a changed one is fetched.
+            now = dict(
+                self.db.execute(
+                    f"SELECT k, {_VERSION} FROM entries WHERE k = ANY(?) ORDER BY k", (keys,)
+                ).fetchall()
             )
-        ]
+            changed = [k for k in now if known[k][0] != now[k]]
+            if not changed:
+                rows = [known[k][1] for k in sorted(now)]
+                if snap is not None:
+                    snap.rows.update(zip(sorted(now), rows, strict=True))
+                return rows
+        rows = []
+        if len(known) + len(keys) > _VERSIONS_MAX:
+            known.clear()
+        for r in self.db.execute(
+            f"SELECT {_ENTRY_COLS}, {_VERSION} FROM entries WHERE k = ANY(?) ORDER BY k", (keys,)
+        ):
+            row = _entry(r)
+            rows.append(row)
+            known[int(r[0])] = (str(r[7]), row)
         if snap is not None:
             snap.rows.update((entry_key(branch_no, r.seq), r) for r in rows)
         return rows
@@ -1004,26 +941,6 @@ class PgStore(Store):
         return out  # type: ignore[return-value]
 
 
-def _with_ledger_schema(derived: Store, dst: Path) -> Store:
-    """Copy the derived tables of ``derived`` to a new file ``dst``, add the ledger's tables."""
-    import apsw
-
-    from memroot.ledger.backends import store as sqlite_store
-
-    derived.copy_snapshot(dst)
-    conn = apsw.Connection(str(dst))
-    try:
-        with conn:
-            conn.execute("DROP TABLE IF EXISTS cache_heads; DROP TABLE IF EXISTS cache_meta")
-            conn.execute(sqlite_store._SCHEMA)
-            conn.execute(
-                "INSERT INTO meta VALUES('schema_version', ?)", (sqlite_store.SCHEMA_VERSION,)
-            )
-    finally:
-        conn.close()
-    return Store(dst)
-
-
 def _entry(r: Sequence[Any]) -> EntryRow:
     return EntryRow(
         int(r[0]) & _MASK,
@@ -1034,156 +951,6 @@ def _entry(r: Sequence[Any]) -> EntryRow:
         None if r[5] is None else bytes(r[5]),
         None if r[6] is None else int(r[6]),
     )
-
-
-# -- the derived-state cache of a PostgreSQL ledger ------------------------------------------------
-
-CACHE_ENVVAR: Final = "MEMROOT_CACHE"
-"""Names the local cache file of a PostgreSQL ledger's derived state (docs/postgresql.md)."""
-
-_CACHE_SCHEMA: Final = """
-CREATE TABLE IF NOT EXISTS cache_meta(key TEXT PRIMARY KEY, value ANY) STRICT;
-CREATE TABLE IF NOT EXISTS cache_heads(
-    branch TEXT PRIMARY KEY,
-    size INTEGER NOT NULL,
-    head BLOB NOT NULL
-) STRICT;
-"""
-
-
-def default_cache_path(ledger_id: str, key_path: Path | None) -> Path:
-    """Return where a PostgreSQL ledger's derived state is cached on this host.
-
-    ``$MEMROOT_CACHE`` when set; else beside the signing key (``KEY.cache``) when one is
-    named; else ``$XDG_CACHE_HOME/memroot/LEDGER_ID.cache`` (``~/.cache`` by default).
-    """
-    import os
-
-    named = os.environ.get(CACHE_ENVVAR)
-    if named:
-        return Path(named)
-    if key_path is not None:
-        return Path(f"{key_path}.cache")
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "memroot" / f"{ledger_id}.cache"
-
-
-class DerivedCache(Store):
-    """A host's local SQLite file holding the derived state of a PostgreSQL ledger.
-
-    The layers above the ledger (memory model, roots, falsification, branches) keep their
-    tables here, through the same hooks as in a ledger file; the entries stay in PostgreSQL.
-    It is a cache: ``cache_heads`` records, per branch, the size and head hash of the ledger
-    it has applied, ``cache_meta`` the ledger id, so a cache of another ledger, or of a
-    ledger that was rolled back, is detected (and rebuilt) rather than trusted. Only
-    ``write``/``read``/``on_commit`` and ``db`` of ``Store`` are meant to be used on it.
-    """
-
-    def __init__(self, path: Path, ledger_id: str) -> None:
-        """Open (creating if missing) the cache at ``path`` for the ledger ``ledger_id``.
-
-        A file that is no cache of this ledger (another ledger's id, not a SQLite file) is
-        replaced by an empty cache.
-
-        Raises:
-            StorageError: if the file cannot be created or opened.
-        """
-        import apsw
-
-        self.path = Path(path)
-        self.readonly = False
-        self._write_depth = 0
-        self._node_cache = {}
-        self._before_commit = []
-        self._after_rollback = []
-        self._after_commit = []
-        self.ledger_id = ledger_id
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.db = self._open_file()
-            if self.stored_id() not in (None, ledger_id):
-                self.reset()
-            with self.write() as db:
-                db.execute("INSERT OR IGNORE INTO cache_meta VALUES('ledger_id', ?)", (ledger_id,))
-        except apsw.Error as e:
-            raise StorageError(f"cannot open the derived-state cache {self.path}: {e}") from e
-        except OSError as e:
-            raise StorageError(f"cannot create the derived-state cache {self.path}: {e}") from e
-
-    def _open_file(self) -> Any:
-        import apsw
-
-        for attempt in range(2):
-            db = apsw.Connection(str(self.path), statementcachesize=WRITER_STATEMENT_CACHE)
-            try:
-                db.set_busy_timeout(60_000)
-                db.execute("PRAGMA journal_mode=WAL")
-                db.execute("PRAGMA synchronous=NORMAL")  # a cache: a lost commit is replayed
-                db.execute(_CACHE_SCHEMA)
-                return db
-            except (apsw.NotADBError, apsw.CorruptError):
-                db.close()
-                if attempt:
-                    raise
-                self._unlink()
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _unlink(self) -> None:
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{self.path}{suffix}").unlink(missing_ok=True)
-
-    def stored_id(self) -> str | None:
-        """Return the ledger id the cache was made for (None for a new cache)."""
-        row = self.db.execute("SELECT value FROM cache_meta WHERE key = 'ledger_id'").fetchone()
-        return None if row is None else str(row[0])
-
-    def reset(self) -> None:
-        """Replace the cache by an empty one (its state was not this ledger's)."""
-        self.db.close()
-        self._unlink()
-        self.db = self._open_file()
-
-    def heads(self) -> dict[str, tuple[int, bytes]]:
-        """Return ``{branch: (size, head hash)}`` of what the cache has applied."""
-        return {
-            str(b): (int(s), bytes(h))
-            for b, s, h in self.db.execute("SELECT branch, size, head FROM cache_heads")
-        }
-
-    def set_heads(self, heads: Iterable[tuple[str, int, bytes]]) -> None:
-        """Record what the cache has applied (inside its write transaction)."""
-        self.db.executemany("INSERT OR REPLACE INTO cache_heads VALUES(?, ?, ?)", list(heads))
-
-
-class StoreView:
-    """The ledger store as its derived-state cache knows it, while the cache catches up.
-
-    Hooks replaying committed entries read branch heads through ``ledger.store``: this view
-    answers ``branch``/``branches`` with the heads the cache has applied (the entry being
-    replayed is the next one, as in a live append), everything else from the real store.
-    With ``rows`` None it is the real store.
-    """
-
-    def __init__(self, real: Store) -> None:
-        """Wrap ``real`` (a view of nothing until ``rows`` is set)."""
-        self.real = real
-        self.rows: dict[str, BranchRow] | None = None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.real, name)
-
-    def branch(self, name: str) -> BranchRow:
-        """Return the applied head of ``name`` (the stored one for a branch not in the view)."""
-        if self.rows is not None and name in self.rows:
-            return self.rows[name]
-        return self.real.branch(name)
-
-    def branches(self) -> list[BranchRow]:
-        """Return the branches the view knows, with their applied heads, in creation order."""
-        if self.rows is None:
-            return self.real.branches()
-        rows = self.rows
-        return [rows[b.name] for b in self.real.branches() if b.name in rows]
 
 
 class _Committing:
