@@ -430,10 +430,24 @@ def snapshot_of(path: Path | str, key_path: Path | None = None) -> Iterator[Path
     with tempfile.TemporaryDirectory(prefix="memroot-verify-") as tmp:
         copy = Path(tmp) / "ledger.db"
         if isinstance(path, str):
-            with Ledger.open(
-                path, key_path=key_path, readonly=True, strict=False, hooks=stack.default_hooks()
-            ) as ledger:
-                ledger.copy_snapshot(copy)
+            try:
+                hooks = stack.default_hooks()
+                with Ledger.open(
+                    path, key_path=key_path, readonly=True, strict=False, hooks=hooks
+                ) as ledger:
+                    ledger.copy_snapshot(copy)
+            except IntegrityError as e:
+                if e.step != 8:
+                    raise
+                # The cache's catch-up refused an entry of the log itself (a root its entries
+                # do not give): the entries alone, which step 8 replays, show it as a finding.
+                for suffix in ("", "-wal", "-shm"):
+                    Path(f"{copy}{suffix}").unlink(missing_ok=True)
+                store = open_store(path, readonly=True)
+                try:
+                    store.copy_snapshot(copy)
+                finally:
+                    store.close()
         else:
             store = open_store(path, readonly=True)
             try:

@@ -49,6 +49,7 @@ __all__ = [
     "check_fork_root",
     "check_snapshot",
     "fork_anchor",
+    "not_replayed",
     "relink",
     "relink_by",
     "relink_pairs",
@@ -509,6 +510,18 @@ class SnapshotMismatch(ValidationError):
         super().__init__(message, field=field)
         self.expected = expected
         self.actual = actual
+
+
+def not_replayed(e: ValidationError, op_type: str) -> str:
+    """Return why an entry does not replay, as verify step 8 words it (its finding's text).
+
+    ``e`` is what ``check_snapshot`` (or a SelfModel check) raised for the entry of type
+    ``op_type``: a ``SnapshotMismatch`` (the payload disagrees with the replay) or a
+    malformed payload. The same words serve a host's catch-up that refuses the entry.
+    """
+    if isinstance(e, SnapshotMismatch):
+        return f"SNAPSHOT does not replay: {e} ({e.field})"
+    return f"{op_type} is malformed: {e} ({e.field})"
 
 
 def _hex(value: bytes | None) -> str:

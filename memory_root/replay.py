@@ -38,6 +38,7 @@ from memroot.memory_root._fold import (
     check_fork_root,
     check_snapshot,
     fork_anchor,
+    not_replayed,
     relink_by,
     relink_pairs,
 )
@@ -422,7 +423,7 @@ class RootsReplayCheck:
             report.add(
                 Finding(
                     STEP,
-                    f"SNAPSHOT does not replay: {e} ({e.field})",
+                    not_replayed(e, entry.type),
                     branch,
                     entry.seq,
                     expected=e.expected,
@@ -430,9 +431,7 @@ class RootsReplayCheck:
                 )
             )
         elif isinstance(e, ValidationError):
-            report.add(
-                Finding(STEP, f"{entry.type} is malformed: {e} ({e.field})", branch, entry.seq)
-            )
+            report.add(Finding(STEP, not_replayed(e, entry.type), branch, entry.seq))
         else:
             report.add(
                 Finding(STEP, f"a state projection cannot be replayed: {e}", branch, entry.seq)
