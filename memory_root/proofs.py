@@ -28,6 +28,7 @@ import apsw
 from memroot.ledger import encoding, map_tree
 from memroot.ledger.bundle.proof_file import (
     ROOT_V2,
+    ROOT_V3,
     CheckMemo,
     ProofFile,
     ProofItem,
@@ -76,13 +77,13 @@ class SignedSnapshot:
         """Read the root and map root from ``entry``'s payload.
 
         Raises:
-            RefusedError: if the entry does not record a v2 root (a v1 root commits to no
-                memory map, so nothing in it can be proven this way).
+            RefusedError: if the entry does not record a v2 or v3 root (a v1 root commits
+                to no memory map, so nothing in it can be proven this way).
         """
         payload = entry.body.get("payload")
         if entry.type != "SNAPSHOT" or type(payload) is not dict:
             raise RefusedError(f"entry {entry.seq} of branch {entry.branch} is not a SNAPSHOT")
-        if payload.get("v") != ROOT_V2:
+        if payload.get("v") not in (ROOT_V2, ROOT_V3):
             raise RefusedError(
                 f"the root of entry {entry.seq} (branch {entry.branch}) is a version "
                 f"{payload.get('v')!r} root: it commits to no memory map, so it proves no item "
@@ -90,7 +91,7 @@ class SignedSnapshot:
             )
         root, map_root = payload.get("memory_root"), payload.get("map")
         if type(root) is not bytes or type(map_root) is not bytes:
-            raise IntegrityError(f"the v2 root of entry {entry.seq} is malformed")
+            raise IntegrityError(f"the root of entry {entry.seq} is malformed")
         return cls(checkpoint, entry, tuple(inclusion), root, map_root)
 
 

@@ -33,6 +33,10 @@ Built-ins (version 1 unless said):
     (docs/FORMAT.md §6.13). Version 1 (``{target_type: {target_id: {"state", "seq"}}}``,
     growing with every item named) stays registered as retired, to replay v1 roots.
 
+Kept whole: each retired version sits beside the version that replaced it, and both share
+the slice rule, the payload readers and the Space-Saving count (``_space_saving``,
+``_fold_correction``); the rules are one format (docs/FORMAT.md §6.6), read in one place.
+
 Projections fold what the operations say; validating them is the job of the layer that owns
 each operation (memory model, falsification). The two operations defined here are validated
 at append by ``check_payload``:

@@ -134,7 +134,7 @@ def root_v2(es: list[Entry], projections: list[Projection]) -> dict[str, Any]:
         tree.append(e.hash)
     hw = HighWater(hw_seq, EntryHash(es[hw_seq].hash), hw_seq + 1, TreeRoot(tree.root()))
     pairs = [(p, p.summarize(fold(p, es))) for p in projections]
-    pre = compute_root("main", None, hw, pairs, map_root)
+    pre = compute_root("main", None, hw, pairs, map_root, v=2)
     return {
         "map_root": map_root.hex(),
         "projections": [
