@@ -650,7 +650,7 @@ def find_listed(
     ordered = tuple(sorted(candidates, key=lambda d: (d.id, d.rule)))
     if exact:
         return ordered if list_digest(ordered) == target else None
-    by_rule = {d.rule: d for d in ordered}
+    by_rule: dict[bytes, ProjectionDigest] = {d.rule: d for d in ordered}
     for rules in _recent_lists:
         if rules <= by_rule.keys():
             items = tuple(sorted((by_rule[r] for r in rules), key=lambda d: d.id))
