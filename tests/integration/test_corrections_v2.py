@@ -14,14 +14,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-import apsw
 import pytest
 
 from memroot.bench.hooked import BATCH, mixed_history
 from memroot.ledger import encoding
 from memroot.ledger.entries import EventInput, OpInput
 from memroot.memory_root import stack
-from memroot.memory_root.hook import RootsHook
 from memroot.projections.builtins import (
     Corrections,
     CorrectionsTopK,
@@ -34,8 +32,14 @@ from memroot.projections.builtins import (
     LifecycleTransitions,
 )
 from memroot.projections.projection import rule_digest
-from memroot.projections.registry import Registry
-from tests.integration.test_lifecycle_v2 import _append, _newest, _stored_bytes, memroot
+from tests.integration.test_lifecycle_v2 import (
+    _append,
+    _newest,
+    _stored_bytes,
+    hooks_with,
+    memroot,
+    stored_roots,
+)
 
 V1 = rule_digest(Corrections())
 V2 = rule_digest(CorrectionsTopK())
@@ -43,13 +47,11 @@ V2 = rule_digest(CorrectionsTopK())
 
 def _old_hooks() -> list[object]:
     """The default hooks with the built-ins of before corrections v2."""
-    old = Registry(
+    return hooks_with(
         [FailureMotifsTopK(), Corrections(), EpistemicDistribution(), LifecycleTransitions(),
-         FalsificationCounts()]
+         FalsificationCounts()],
+        [FailureMotifs(), FalsificationState(), LifecycleCounts()],
     )  # fmt: skip
-    for p in (FailureMotifs(), FalsificationState(), LifecycleCounts()):
-        old.register(p, retired=True)
-    return [RootsHook(old) if isinstance(h, RootsHook) else h for h in stack.default_hooks()]
 
 
 def _with_corrections(items: Iterable[EventInput | OpInput]) -> Iterator[EventInput | OpInput]:
@@ -124,23 +126,12 @@ def test_roots_listing_v1_verify_and_the_next_ones_list_v2(ledger: Path):
     assert V2 in newest and V1 not in newest
     assert encoding.decode(newest[V2].data)["total"] == 600
 
-    def roots() -> list[tuple[int, bytes, frozenset[bytes]]]:
-        db = apsw.Connection(str(ledger), flags=apsw.SQLITE_OPEN_READONLY)
-        try:
-            return [
-                (int(s), bytes(x), frozenset(bytes(r) for (r,) in db.execute(
-                    "SELECT rule FROM memory_root_summaries WHERE root = ?", (x,))))
-                for s, x in db.execute("SELECT seq, root FROM memory_roots ORDER BY seq")
-            ]  # fmt: skip
-        finally:
-            db.close()
-
-    before = roots()
+    before = stored_roots(ledger)
     assert [V1 in r for _, _, r in before] == [True] * 3 + [False] * 3
     assert [V2 in r for _, _, r in before] == [False] * 3 + [True] * 3
     r = memroot(ledger, "rebuild")
     assert r.exit_code == 0, r.output
-    assert roots() == before
+    assert stored_roots(ledger) == before
     assert _newest(ledger) == newest
     r = memroot(ledger, "verify")
     assert r.exit_code == 0, r.output
