@@ -259,3 +259,19 @@ def test_the_v3_vectors_rederive_with_hashlib_and_cbor2():
     hashes = [bytes.fromhex(e["entry_hash"]) for e in VEC3["entries"]]
     assert pre["high_water"]["entry_hash"] == hashes[-1]
     assert pre["high_water"]["seq"] + 1 == pre["high_water"]["tree_size"] == len(hashes)
+
+
+def test_verify_step_8_notes_a_v3_root():
+    """RootsReplayCheck (verify's step 8) accepts the v3 root and notes that cascades do not
+    re-snapshot it yet: a note, not a violation."""
+    from memroot.ledger.verify import AuditReport
+    from memroot.memory_root.replay import RootsReplayCheck
+
+    es = CV.entries()
+    pre = _v3(es, builtin_projections())
+    check = RootsReplayCheck()  # no file: the entries alone, as for a bundle
+    report = AuditReport()
+    for e in [*es, _snapshot(es, pre.payload())]:
+        check.feed("main", e, report)
+    assert report.ok
+    assert any("v3 memory root" in n.message for n in report.notes)
