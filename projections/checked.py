@@ -195,16 +195,27 @@ def _check_hidden(ledger: Ledger, db: apsw.Connection, q: Query, served: Sequenc
     oldest = (
         served[-1].object.id if served and len(served) >= q.limit and not q.git_branch else None
     )
-    cols = ", ".join("o." + c for c in OBJECT_COLS)
-    hidden = []
-    for row in db.execute(
-        f"SELECT {cols} FROM mem_objects o WHERE {' AND '.join(where)} ORDER BY o.rid DESC", args
+    # The candidates' ids first: only the rows the served set lacks are built and checked.
+    rids = []
+    for oid, rid in db.execute(
+        f"SELECT o.id, o.rid FROM mem_objects o WHERE {' AND '.join(where)} ORDER BY o.rid DESC",
+        args,
     ):
-        o = object_from_row(row)
-        if o.id == oldest:
+        if oid == oldest:
             break
-        if o.id not in shown:
-            hidden.append(o)
+        if oid not in shown:
+            rids.append(rid)
+    hidden = []
+    cols = ", ".join(OBJECT_COLS)
+    for part in range(0, len(rids), 500):
+        chunk = rids[part : part + 500]
+        marks = ",".join("?" * len(chunk))
+        hidden += [
+            object_from_row(row)
+            for row in db.execute(
+                f"SELECT {cols} FROM mem_objects WHERE rid IN ({marks}) ORDER BY rid DESC", chunk
+            )
+        ]
     check_objects(ledger, hidden, q.branch, as_of=q.as_of)
 
 
