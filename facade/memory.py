@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from memroot.ledger.verify import AuditReport
     from memroot.memory_root import SnapshotResult
     from memroot.memory_root.branches import BranchInfo
-    from memroot.memory_root.falsify import CascadeResult, ItemWhy, Plan
+    from memroot.memory_root.falsify import CascadeResult, Falsifier, ItemWhy, Plan
     from memroot.memory_root.merge import MergeResult
     from memroot.projections.query import Result
     from memroot.projections.why import Why
@@ -130,6 +130,7 @@ class Memory:
         self.branch = branch
         self.policy_version = policy_version
         self._trusted: TrustedState | None = None  # set by ``memroot.open`` (trusted=)
+        self._falsifier: Falsifier | None = None  # made once its tables exist (``_current``)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -348,8 +349,7 @@ class Memory:
             # Most reads find both layers current: the check and the read then share one
             # read transaction (one snapshot), with no catch-up to run.
             with ledger.reading() as db:
-                self._check_as_of(branch, as_of)
-                if self._current(db, branch):
+                if self._current(db, branch, as_of):
                     return checked_query(ledger, q)
             self._catch_up(branch)
             with ledger.reading():
@@ -397,22 +397,32 @@ class Memory:
                 f"as_of {as_of} is past the last entry of {branch} ({size - 1})", field="as_of"
             )
 
-    def _current(self, db: Any, branch: str) -> bool:
+    def _current(self, db: Any, branch: str, as_of: int | None) -> bool:
         """Whether both layers' derived state already holds every entry (in ``db``'s snapshot).
 
         What ``_catch_up`` would find with nothing to fold; a False sends a read through it.
+        Refuses an ``as_of`` past the branch's last entry first, as ``_check_as_of``.
+
+        Raises:
+            ValidationError: an ``as_of`` past the branch's last entry.
         """
         from memroot.memory_root.falsify import Falsifier
         from memroot.memory_root.falsify._core import has_table
         from memroot.projections.hook import current
 
-        if not current(self.ledger, db):
+        ledger = self.ledger
+        size = ledger.size(branch)
+        if as_of is not None and as_of >= size:
+            self._check_as_of(branch, as_of)
+        if not current(ledger, db):
             return False
         if not has_table(db, "fz_states"):
             return False  # ``Falsifier`` installs its tables (or says a read-only file lacks them)
         if db.readonly("main"):
             return True  # as ``Falsifier.sync``: nothing can be folded into a read-only file
-        return Falsifier(self.ledger).core.head(branch) == self.ledger.size(branch)
+        if self._falsifier is None or self._falsifier.ledger is not ledger:
+            self._falsifier = Falsifier(ledger)
+        return self._falsifier.core.head(branch) == size
 
     def _catch_up(self, branch: str) -> None:
         """Fold every entry either layer's derived state lacks (entries appended without hooks).

@@ -41,7 +41,7 @@ from memroot.ledger.entries import CANONICAL_BRANCH, ZERO_HASH, Entry, Kind
 from memroot.ledger.errors import DecodeError, IntegrityError, NotFoundError, ProofError
 from memroot.ledger.hashing import content_commitment, leaf_hash, node_hash
 from memroot.ledger.keyset import KEY_ENTRIES_META, KeyEntryError, KeySet, load_key_set
-from memroot.ledger.note import Verifier, open_checkpoint
+from memroot.ledger.note import Checkpoint, Verifier, open_checkpoint
 from memroot.ledger.vocab import OpType
 
 if TYPE_CHECKING:
@@ -60,6 +60,8 @@ __all__ = [
 _CHUNK: Final = 1024
 _KINDS: Final = {k.value: k for k in Kind}
 _LEAF_CACHE_MAX: Final = 1 << 16
+_OPENED_MAX: Final = 64
+"""How many opened checkpoint notes a reader remembers (``check_head``)."""
 _ROTATED_META: Final = "rotated_vkeys"  # ledger.keys.ROTATED_VKEYS_META (no import cycle)
 
 _STRICT: contextvars.ContextVar[bool] = contextvars.ContextVar("memroot_strict", default=True)
@@ -262,6 +264,8 @@ class StrictReader:
         self._keys: _Keys | None = None
         self._keys_marker: tuple[object, object] = (None, None)
         self._version: int | None = None  # the file's data_version the heads were checked at
+        # (note text, origin, signers' vkeys) -> the checkpoint it opened to (``check_head``)
+        self._opened: dict[tuple[str, str, tuple[str, ...]], Checkpoint] = {}
 
     # -- heads ----------------------------------------------------------------------------------
 
@@ -478,15 +482,25 @@ class StrictReader:
         if last is None:
             raise _fail(6, branch, None, "no signed checkpoint covers this branch")
         size, root, note = last
-        keys = self.keys()
-        try:
-            signed = open_checkpoint(
-                note, keys.signers(branch, size), origin=self._origin(branch)
-            ).checkpoint
-        except (ProofError, DecodeError) as e:
-            raise _fail(
-                6, branch, size - 1 if size else None, f"the newest checkpoint does not verify: {e}"
-            ) from e
+        signers = self.keys().signers(branch, size)
+        origin = self._origin(branch)
+        # A note is opened once per reader: the same text, origin and keys give the same
+        # answer (an edited note is other text, opened and checked again).
+        opened = (note, origin, tuple(v.vkey() for v in signers))
+        signed = self._opened.get(opened)
+        if signed is None:
+            try:
+                signed = open_checkpoint(note, signers, origin=origin).checkpoint
+            except (ProofError, DecodeError) as e:
+                raise _fail(
+                    6,
+                    branch,
+                    size - 1 if size else None,
+                    f"the newest checkpoint does not verify: {e}",
+                ) from e
+            if len(self._opened) >= _OPENED_MAX:
+                self._opened.clear()
+            self._opened[opened] = signed
         if signed.size != size or signed.root != bytes(root):
             raise _fail(5, branch, size - 1, "the stored checkpoint index disagrees with its note")
         own = self.own_from(branch)
