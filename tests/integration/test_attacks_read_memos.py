@@ -15,6 +15,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -129,12 +130,13 @@ def test_unchanged_note_is_not_opened_again(path: Path) -> None:
         mem.recall()
         attacker(path, "UPDATE meta SET value = value WHERE 0;  CREATE TABLE x(a); DROP TABLE x;")
         calls: list[int] = []
-        real = note.open_checkpoint
+
+        def counted(*a: Any, **k: Any) -> note.SignedCheckpoint:
+            calls.append(1)
+            return note.open_checkpoint(*a, **k)
+
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(
-                "memroot.ledger.strict.open_checkpoint",
-                lambda *a, **k: calls.append(1) or real(*a, **k),
-            )
+            mp.setattr("memroot.ledger.strict.open_checkpoint", counted)
             assert len(mem.recall()) == 2
         assert calls == []
 
