@@ -62,6 +62,8 @@ _KINDS: Final = {k.value: k for k in Kind}
 _LEAF_CACHE_MAX: Final = 1 << 16
 _OPENED_MAX: Final = 64
 """How many opened checkpoint notes a reader remembers (``check_head``)."""
+_PROVEN_MAX: Final = 1 << 12
+"""How many leaves a reader remembers as proven in one signed tree (``_prove``)."""
 _ROTATED_META: Final = "rotated_vkeys"  # ledger.keys.ROTATED_VKEYS_META (no import cycle)
 
 _STRICT: contextvars.ContextVar[bool] = contextvars.ContextVar("memroot_strict", default=True)
@@ -189,6 +191,16 @@ def _fail(step: int, branch: str, seq: int | None, what: str, **kw: str | None) 
     )
 
 
+def _past_head(branch: str, seq: int, size: int) -> IntegrityError:
+    return _fail(
+        2,
+        branch,
+        seq,
+        f"an entry is stored at {seq}, past the branch head ({size} entries): inserted without "
+        "the key",
+    )
+
+
 class _Keys:
     """The keys strict reads trust, with rotations applied as the verifier does (step 6).
 
@@ -266,6 +278,10 @@ class StrictReader:
         self._version: int | None = None  # the file's data_version the heads were checked at
         # (note text, origin, signers' vkeys) -> the checkpoint it opened to (``check_head``)
         self._opened: dict[tuple[str, str, tuple[str, ...]], Checkpoint] = {}
+        # branch number -> (a signed root, {seq: leaf} proven in its tree) (``_prove``)
+        self._proven: dict[int, tuple[bytes, dict[int, bytes]]] = {}
+        # each branch's head as last checked before the file changed (``check_head``)
+        self._before: dict[str, SignedHead] = {}
 
     # -- heads ----------------------------------------------------------------------------------
 
@@ -453,6 +469,7 @@ class StrictReader:
         """
         version = self.store.data_version()
         if version != self._version:
+            self._before.update(self._heads)
             self._heads.clear()
             self._version = version
 
@@ -523,18 +540,16 @@ class StrictReader:
                 expected=str(size),
                 actual=str(row.size),
             )
+        head = SignedHead(branch, row.no, size, bytes(root), note)
+        if own is None and self._since_before(head, bytes(row.head)):
+            self._check_trusted(head)
+            self._heads[branch] = head
+            return head
         if own is None:
             # An entry stored past the head (agmi T5) is never read by a read that stops at
             # the head, so nothing would report it: it is a finding here.
             for past in self.store.iter_entry_rows(row.no, row.size, None, chunk=1):
-                raise _fail(
-                    2,
-                    branch,
-                    past.seq,
-                    f"an entry is stored at {past.seq}, past the branch head ({row.size} "
-                    "entries): inserted without the key",
-                )
-        head = SignedHead(branch, row.no, size, bytes(root), note)
+                raise _past_head(branch, past.seq, row.size)
         if size:
             # The last entry proven in the signed tree, and the stored head naming it.
             last_row = self._row(head, size - 1)
@@ -545,6 +560,44 @@ class StrictReader:
         self._check_trusted(head)
         self._heads[branch] = head
         return head
+
+    def _since_before(self, head: SignedHead, stored_head: bytes) -> bool:
+        """``check_head``'s entry checks in one read, when this reader checked the branch before.
+
+        The rows from the entry at the head checked before (a few: another connection's
+        commit) to the new head, and one more slot, in one statement: an entry stored past
+        the head is refused (step 2), the rows' leaves are proven together in the new signed
+        tree (step 5, remembered for the strict read of the same entries that follows:
+        ``strict_rows.appended_since``) and the stored chain head must be the last one's
+        (step 3). Returns False, having refused nothing, when that does not apply (no head
+        checked before, another branch row, a long way behind, an entry missing or a range
+        that does not prove): ``check_head`` then checks the head as on a first read, with
+        the same findings in the same order as ever.
+
+        Raises:
+            IntegrityError: step 2 (an entry past the head), 3 (the stored chain head).
+        """
+        prev = self._before.get(head.branch)
+        size = head.size
+        if prev is None or prev.no != head.no or not 0 < prev.size <= size:
+            return False
+        lo = prev.size - 1
+        if size - lo > _CHUNK:
+            return False
+        rows = list(self.store.iter_entry_rows(head.no, lo, None, chunk=size - lo + 1))
+        past = [r for r in rows if r.seq >= size]
+        if past:
+            raise _past_head(head.branch, past[0].seq, size)
+        if [r.seq for r in rows] != list(range(lo, size)):
+            return False  # an entry missing: the first-read path names it
+        leaves = [leaf_hash(bytes(r.data)) for r in rows]
+        try:
+            self._prove(head, lo, leaves)
+        except IntegrityError:
+            return False  # the first-read path proves the last entry alone, as ever
+        if stored_head != leaves[-1]:
+            raise _fail(3, head.branch, None, "the stored chain head is not the last entry")
+        return True
 
     def _check_trusted(self, head: SignedHead) -> None:
         if self.trusted is None:
@@ -591,7 +644,18 @@ class StrictReader:
             raise _fail(2, head.branch, seq, "the entry is missing from the signed tree") from e
 
     def _prove(self, head: SignedHead, start: int, leaves: Sequence[bytes]) -> None:
-        """(5) the leaves at ``start``... are in the signed tree of ``head``; cache them."""
+        """(5) the leaves at ``start``... are in the signed tree of ``head``; cache them.
+
+        Leaves already proven at these positions in the tree of the same signed root are not
+        proven again (the same leaves, positions and root give the same answer).
+        """
+        at = self._proven.get(head.no)
+        if (
+            at is not None
+            and at[0] == head.root
+            and all(at[1].get(start + i) == leaf for i, leaf in enumerate(leaves))
+        ):
+            return
         try:
             got = range_root(head.size, start, leaves, self._reader(head.no))
         except (IntegrityError, KeyError) as e:
@@ -613,6 +677,9 @@ class StrictReader:
             self._leaves.clear()
         for i, leaf in enumerate(leaves):
             self._leaves[(head.no, start + i)] = leaf
+        if at is None or at[0] != head.root or len(at[1]) > _PROVEN_MAX:
+            at = self._proven[head.no] = (head.root, {})
+        at[1].update((start + i, leaf) for i, leaf in enumerate(leaves))
 
     def _decode(self, head: SignedHead, seq: int, row: EntryRow, prev: bytes | None) -> Entry:
         branch = head.branch

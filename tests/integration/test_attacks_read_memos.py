@@ -292,3 +292,79 @@ def test_kept_replay_restarts_when_the_log_is_not_an_extension(path: Path) -> No
         _judge(mem, cache, rec)
         assert closed == [1]
         assert fed[1] == [("main", s) for s in range(mem.ledger.size())]
+
+
+# -- the head checked again after another commit: the entries since, in one read ---------------
+
+
+def test_entry_past_head_after_another_commit(path: Path) -> None:
+    """Another agent commits, and the attacker stores a copy of the newest entry past the
+    head: the head check that reads the entries since the head it checked before reads the
+    slot past the head too, and refuses (step 2); nothing served or written."""
+    with opened(path) as mem:
+        mem.recall()
+        other_agent(path, "mem.record(content='how are you')")
+        attacker(
+            path,
+            "INSERT INTO entries SELECT k + 1, hash, data, digest, salt, content, erased_by "
+            f"FROM entries WHERE k = (SELECT max(k) FROM entries WHERE k >> 40 = {_MAIN});",
+        )
+        before = sizes(path)
+        with pytest.raises(IntegrityError) as e:
+            mem.recall(receipt="run-1")
+        assert e.value.step == 2 and "past the branch head" in str(e.value)
+        assert sizes(path) == before
+
+
+def test_appended_entry_edited_before_the_read(path: Path) -> None:
+    """Another agent remembers a fact; the attacker edits the ASSERT it appended before the
+    handle reads: the entries since the head checked before do not prove in the new signed
+    tree, and the read is refused; nothing served or written."""
+    with opened(path) as mem:
+        mem.recall()
+        other_agent(
+            path,
+            "ev = mem.record(content='I have a cat'); "
+            "mem.remember('Alice has a cat', evidence=[ev.id])",
+        )
+        _edit_entry(path, b"Alice has a cat", b"Alice has a rat")
+        before = sizes(path)
+        with pytest.raises(IntegrityError) as e:
+            mem.recall(receipt="run-1")
+        assert e.value.step == 5
+        assert sizes(path) == before
+
+
+def test_entry_edited_after_it_was_proven_at_the_same_root(path: Path) -> None:
+    """The handle reads after another agent's commit (the entries since proven in the new
+    signed tree and remembered for that root); the attacker then edits the newest entry (no
+    new checkpoint: the root is the same): its leaf is not the one proven, so it is proven
+    again and refused (step 5)."""
+    with opened(path) as mem:
+        mem.recall()
+        other_agent(
+            path,
+            "ev = mem.record(content='I have a cat'); "
+            "mem.remember('Alice has a cat', evidence=[ev.id])",
+        )
+        assert len(mem.recall()) == 3
+        _edit_entry(path, b"Alice has a cat", b"Alice has a rat")
+        with pytest.raises(IntegrityError) as e:
+            mem.recall()
+        assert e.value.step == 5
+
+
+def test_stored_head_moved_after_another_commit(path: Path) -> None:
+    """Another agent commits; the attacker points the stored chain head at the entry before:
+    refused (step 3)."""
+    with opened(path) as mem:
+        mem.recall()
+        other_agent(path, "mem.record(content='how are you')")
+        attacker(
+            path,
+            "UPDATE branches SET head = (SELECT hash FROM entries WHERE k = "
+            f"(SELECT max(k) - 1 FROM entries WHERE k >> 40 = {_MAIN})) WHERE no = {_MAIN};",
+        )
+        with pytest.raises(IntegrityError) as e:
+            mem.recall()
+        assert e.value.step == 3
