@@ -115,7 +115,19 @@ def range_root(
     Every complete subtree that lies outside ``[start, start + len(leaves))`` is taken from
     ``read`` (the stored nodes, one call); every node over the range is recomputed. The
     result equals a signed root only if each given leaf is at its position in that tree.
+
+    A run that ends the tree (the entries appended since an earlier head) is folded onto
+    the stored perfect subtrees left of it (``perfect_subtrees(start)``, one read): the same
+    nodes the general walk reads there, and the same root.
     """
+    if leaves and start > 0 and start + len(leaves) == size:
+        need = merkle.perfect_subtrees(start)
+        got = read(need)
+        if len(got) != len(need) or any(len(h) != 32 for h in got):
+            raise DecodeError("a stored tree node is not 32 bytes", step=5)
+        edge = merkle.CompactRange.from_hashes(start, got)
+        edge.append_many(leaves)
+        return bytes(edge.root())
     return leaves_root(size, {start + i: leaf for i, leaf in enumerate(leaves)}, read)
 
 
