@@ -41,6 +41,9 @@ from memroot.ledger.vocab import (
     SourceType,
     canonical,
 )
+from memroot.projections import query as memq
+from memroot.projections.checked import checked_query
+from memroot.projections.epistemic import RetrievalMode
 
 if TYPE_CHECKING:
     from memroot.ledger.trust import TrustedState
@@ -365,10 +368,6 @@ class Memory:
             IntegrityError: a served object's stored row is not what its own operations
                 give (derived state edited; strict ledgers).
         """
-        from memroot.projections import query as memq
-        from memroot.projections.checked import checked_query
-        from memroot.projections.epistemic import RetrievalMode
-
         ledger = self.ledger
         branch = branch or self.branch
         retrieval = RetrievalMode(canonical(mode, RetrievalMode, "mode"))
@@ -444,10 +443,6 @@ class Memory:
         Raises:
             ValidationError: an ``as_of`` past the branch's last entry.
         """
-        from memroot.memory_root.falsify import Falsifier
-        from memroot.memory_root.falsify._core import has_table
-        from memroot.projections.hook import current
-
         ledger = self.ledger
         if ledger.derived is ledger.store:
             got = _current_in_file(db, branch)
@@ -456,6 +451,10 @@ class Memory:
                 if as_of is not None and as_of >= size:
                     self._check_as_of(branch, as_of)
                 return fresh
+        from memroot.memory_root.falsify import Falsifier
+        from memroot.memory_root.falsify._core import has_table
+        from memroot.projections.hook import current
+
         size = ledger.size(branch)
         if as_of is not None and as_of >= size:
             self._check_as_of(branch, as_of)
