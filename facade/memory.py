@@ -27,8 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-import apsw
-
 from memroot.ledger.backends.pg import is_url
 from memroot.ledger.entries import CANONICAL_BRANCH, EventInput, OpInput, parse_input
 from memroot.ledger.errors import ClosedError, NotFoundError, ValidationError
@@ -42,7 +40,7 @@ from memroot.ledger.vocab import (
     canonical,
 )
 from memroot.projections import query as memq
-from memroot.projections.checked import checked_query
+from memroot.projections.checked import checked_query, current_in_file
 from memroot.projections.epistemic import RetrievalMode
 
 if TYPE_CHECKING:
@@ -102,42 +100,6 @@ class Recorded:
     def of(cls, a: Appended) -> Recorded:
         """Return the record of one ``Appended`` row."""
         return cls(a.branch, a.seq, bytes(a.entry_hash), a.id, a.type)
-
-
-_CURRENT: Final = (
-    "SELECT (SELECT size FROM branches WHERE name = ?), "
-    "(SELECT count(*) FROM branches b LEFT JOIN mem_heads h ON h.branch = b.name "
-    "WHERE coalesce(h.size, 0) != b.size), "
-    "(SELECT max(rid) FROM mem_objects), (SELECT value FROM mem_meta WHERE key = 'fts_rid'), "
-    "(SELECT count(*) FROM sqlite_master WHERE name = 'fz_states'), "
-    "(SELECT size FROM fz_heads WHERE branch = ?)"
-)
-"""``Memory._current`` on a ledger file in one statement: the branch's size, how many
-branches the memory model has not folded to their size (``hook.current``), the text index's
-mark, whether the falsification layer's tables exist and how far it has folded the branch."""
-
-
-def _current_in_file(db: Any, branch: str) -> tuple[int, bool] | None:
-    """``(size, current)`` of a ledger file's branch in one statement (``_CURRENT``), or None.
-
-    None when a table is missing or the branch is unknown (``Memory._current`` then asks
-    each layer, which installs what is missing or names the branch). A ``current`` True
-    means what each layer's own check gives: every branch folded by the memory model, the
-    text index current, the falsification layer's tables present and the branch folded by
-    it (or a read-only file, which nothing can be folded into).
-    """
-    try:
-        row = db.execute(_CURRENT, (branch, branch)).fetchone()
-    except apsw.SQLError:
-        return None
-    size, behind, top, mark, fz_tables, fz_size = row
-    if size is None:
-        return None
-    size = int(size)
-    indexed = top is None or (mark is not None and int(mark) >= int(top))
-    if behind or not indexed or not fz_tables:
-        return size, False
-    return size, bool(db.readonly("main")) or (0 if fz_size is None else int(fz_size)) == size
 
 
 class Memory:
@@ -445,7 +407,7 @@ class Memory:
         """
         ledger = self.ledger
         if ledger.derived is ledger.store:
-            got = _current_in_file(db, branch)
+            got = current_in_file(db, branch)
             if got is not None:
                 size, fresh = got
                 if as_of is not None and as_of >= size:

@@ -368,3 +368,32 @@ def test_stored_head_moved_after_another_commit(path: Path) -> None:
         with pytest.raises(IntegrityError) as e:
             mem.recall()
         assert e.value.step == 3
+
+
+def test_row_hidden_after_the_scan_was_kept_across_own_writes(path: Path) -> None:
+    """The hidden-row scan is kept across the handle's own writes (no other connection
+    committed): a row the attacker archives after that is still refused by the next read,
+    whose scan runs again (the file changed under the handle); nothing written."""
+    with opened(path) as mem:
+        tea = next(r.object.id for r in mem.recall() if "tea" in r.object.value)
+        mem.record(content="an own write")
+        assert len(mem.recall()) == 2  # the scan kept: only own writes since
+        attacker(path, f"UPDATE mem_objects SET lifecycle_state = 'ARCHIVED' WHERE id = '{tea}';")
+        mem.record(content="another own write after the edit")
+        before = sizes(path)
+        with pytest.raises(IntegrityError) as e:
+            mem.recall(receipt="run-1")
+        assert e.value.step == 9
+        assert sizes(path) == before
+
+
+def test_own_writes_hide_no_row_falsely(path: Path) -> None:
+    """An own FALSIFY hides a served object (honestly) while the scan is kept: served no
+    more, no false alarm; another agent's commit then makes the next read scan again, with
+    no false alarm either."""
+    with opened(path) as mem:
+        tea = next(r.object.id for r in mem.recall() if "tea" in r.object.value)
+        mem.falsify(tea, "she takes sugar now")
+        assert [r.object.value for r in mem.recall()] == ["Alice lives in Lyon"]
+        other_agent(path, "mem.record(content='how are you')")
+        assert [r.object.value for r in mem.recall()] == ["Alice lives in Lyon"]

@@ -1,10 +1,10 @@
 """``Memory.recall``'s one-statement answer to "is there anything to catch up?" on a file.
 
 A recall on a ledger file asks, in the read transaction it reads in, whether both layers'
-derived state already holds every entry (``memory._current_in_file``); only when not does it
-run the catch-up (``projections.hook.sync``, ``Falsifier.sync``). Its answer must be the
-layers' own check's in every state a file can be in, and an entry appended without the
-hooks must be caught up before anything is served.
+derived state already holds every entry (``projections.checked.current_in_file``); only
+when not does it run the catch-up (``projections.hook.sync``, ``Falsifier.sync``). Its
+answer must be the layers' own check's in every state a file can be in, and an entry
+appended without the hooks must be caught up before anything is served.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import pytest
 import memroot
 from memroot.ledger.entries import EventInput, OpInput
 from memroot.ledger.ledger import Ledger
-from memroot.memory import _current_in_file
 from memroot.memory_root.falsify import Falsifier
 from memroot.memory_root.falsify._core import has_table
+from memroot.projections.checked import current_in_file
 from memroot.projections.hook import current, sync
 
 
@@ -34,7 +34,7 @@ def _layers_say(mem: memroot.Memory, branch: str = "main") -> bool:
 
 def _one_statement(mem: memroot.Memory, branch: str = "main") -> tuple[int, bool] | None:
     with mem.ledger.reading() as db:
-        return _current_in_file(db, branch)
+        return current_in_file(db, branch)
 
 
 @pytest.fixture
