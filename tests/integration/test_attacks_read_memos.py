@@ -23,39 +23,28 @@ import memroot
 from memroot.ledger.entries import Entry
 from memroot.ledger.errors import IntegrityError
 from memroot.projections import strict_rows
-from tests.integration._attack import attacker
+from tests.integration._attack import attacker, opened, other_agent, two_facts
 from tests.integration._attack import counts as sizes
 
 
 @pytest.fixture
 def path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("MEMROOT_TRUSTED", str(tmp_path / "trusted.json"))
-    p = tmp_path / "m.ledger"
-    with memroot.open(p, actor="agent-7", namespace="alice") as mem:
-        said = mem.record(content="I take my tea without sugar")
-        mem.remember("Alice takes tea without sugar", evidence=[said.id])
-        other = mem.record(content="I live in Lyon")
-        mem.remember("Alice lives in Lyon", evidence=[other.id])
-    return p
+    return two_facts(tmp_path / "m.ledger")
 
 
-def opened(path: Path) -> memroot.Memory:
-    return memroot.open(path, actor="agent-7", namespace="alice", create=False)
+def _refused(mem: memroot.Memory, path: Path, step: int, **asked: Any) -> IntegrityError:
+    """A recall with a receipt is refused at ``step``; nothing is written (no receipt)."""
+    before = sizes(path)
+    with pytest.raises(IntegrityError) as e:
+        mem.recall(receipt="run-1", **asked)
+    assert e.value.step == step
+    assert sizes(path) == before
+    return e.value
 
 
-AGENT = r"""
-import sys, memroot
-with memroot.open(sys.argv[1], actor="agent-8", namespace="alice", create=False) as mem:
-    exec(sys.argv[2])
-"""
-
-
-def other_agent(path: Path, code: str) -> None:
-    """Run ``code`` (with ``mem`` open on the ledger) in another agent's process."""
-    done = subprocess.run(
-        [sys.executable, "-c", AGENT, str(path), code], capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr
+_CAT = "ev = mem.record(content='I have a cat'); mem.remember('Alice has a cat', evidence=[ev.id])"
+"""Another agent's event and the fact it remembers from it."""
 
 
 # -- checkpoint notes opened once ----------------------------------------------------------------
@@ -98,11 +87,7 @@ def test_note_edited_after_it_was_opened(path: Path) -> None:
     with opened(path) as mem:
         assert len(mem.recall()) == 2
         _edit_newest_note(path)
-        before = sizes(path)
-        with pytest.raises(IntegrityError) as e:
-            mem.recall(receipt="run-1")
-        assert e.value.step == 6
-        assert sizes(path) == before
+        _refused(mem, path, 6)
 
 
 def test_note_swapped_for_an_older_one_it_opened(path: Path) -> None:
@@ -114,11 +99,7 @@ def test_note_swapped_for_an_older_one_it_opened(path: Path) -> None:
         other_agent(path, "mem.record(content='how are you')")
         assert len(mem.recall()) == 2  # the new note opened; the old one was opened before
         attacker(path, f"DELETE FROM checkpoints WHERE branch = {_MAIN} AND size = {_NEWEST};")
-        before = sizes(path)
-        with pytest.raises(IntegrityError) as e:
-            mem.recall(receipt="run-1")
-        assert e.value.step == 6 and "no signed checkpoint" in str(e.value)
-        assert sizes(path) == before
+        assert "no signed checkpoint" in str(_refused(mem, path, 6))
 
 
 def test_unchanged_note_is_not_opened_again(path: Path) -> None:
@@ -172,11 +153,7 @@ def test_row_hidden_inside_a_full_page_then_own_write(tmp_path: Path, path: Path
             path, f"UPDATE mem_objects SET lifecycle_state = 'ARCHIVED' WHERE id = '{inside}';"
         )
         mem.record(content="an own write after the edit")
-        before = sizes(path)
-        with pytest.raises(IntegrityError) as e:
-            mem.recall(limit=20, receipt="run-1")
-        assert e.value.step == 9
-        assert sizes(path) == before
+        _refused(mem, path, 9, limit=20)
 
 
 # -- kept replays: only an extension of the log they folded is fed ------------------------------
@@ -203,11 +180,14 @@ def _edit_entry(path: Path, old: bytes, new: bytes) -> None:
     assert done.returncode == 0, done.stderr
 
 
-class _Recorder:
-    """A ``Replaying`` that records what it is fed (the judge itself is not under test)."""
+class _Judge:
+    """A kept replay's cache and a ``Replaying`` that records what it is fed (the judge
+    itself is not under test here: ``kept_replay`` deciding what to feed it is)."""
 
-    def __init__(self, fed: list[list[tuple[str, int]]], closed: list[int]) -> None:
-        self.fed, self.closed = fed, closed
+    def __init__(self) -> None:
+        self.fed: list[list[tuple[str, int]]] = []
+        self.closed = 0
+        self.cache: dict[str, strict_rows.Kept] = {}
 
     def feed(self, entries: list[Entry]) -> None:
         self.fed.append([(e.branch, e.seq) for e in entries])
@@ -216,32 +196,24 @@ class _Recorder:
         return frozenset()
 
     def close(self) -> None:
-        self.closed.append(1)
+        self.closed += 1
 
-
-def _judge(mem: memroot.Memory, cache: dict[str, strict_rows.Kept], rec: _Recorder) -> None:
-    with mem.ledger.reading():
-        strict_rows.kept_replay(cache, mem.ledger, lambda: rec)
+    def judge(self, mem: memroot.Memory) -> None:
+        with mem.ledger.reading():
+            strict_rows.kept_replay(self.cache, mem.ledger, lambda: self)
 
 
 def test_kept_replay_fed_only_the_extension(path: Path) -> None:
     """Another agent appends: the kept replay is fed exactly the new entries, in order."""
-    fed: list[list[tuple[str, int]]] = []
-    closed: list[int] = []
-    cache: dict[str, strict_rows.Kept] = {}
+    j = _Judge()
     with opened(path) as mem:
-        rec = _Recorder(fed, closed)
-        _judge(mem, cache, rec)
+        j.judge(mem)
         size = mem.ledger.size()
-        assert fed == [[("main", s) for s in range(size)]]
-        other_agent(
-            path,
-            "ev = mem.record(content='I have a cat'); "
-            "mem.remember('Alice has a cat', evidence=[ev.id])",
-        )
-        _judge(mem, cache, rec)
-        assert fed[1] == [("main", s) for s in range(size, mem.ledger.size())]
-        assert closed == []
+        assert j.fed == [[("main", s) for s in range(size)]]
+        other_agent(path, _CAT)
+        j.judge(mem)
+        assert j.fed[1] == [("main", s) for s in range(size, mem.ledger.size())]
+        assert j.closed == 0
 
 
 def test_kept_replay_refuses_an_edited_extension(path: Path) -> None:
@@ -249,49 +221,36 @@ def test_kept_replay_refuses_an_edited_extension(path: Path) -> None:
     value, same length: it still decodes) before the handle reads: the extension's strict
     read refuses it (step 5), the edited entry is never fed, the kept replay is closed and
     forgotten, and the next read (recall with a receipt) refuses too, nothing written."""
-    fed: list[list[tuple[str, int]]] = []
-    closed: list[int] = []
-    cache: dict[str, strict_rows.Kept] = {}
+    j = _Judge()
     with opened(path) as mem:
-        rec = _Recorder(fed, closed)
-        _judge(mem, cache, rec)
-        other_agent(
-            path,
-            "ev = mem.record(content='I have a cat'); "
-            "mem.remember('Alice has a cat', evidence=[ev.id])",
-        )
+        j.judge(mem)
+        other_agent(path, _CAT)
         _edit_entry(path, b"Alice has a cat", b"Alice has a rat")
         with pytest.raises(IntegrityError) as e:
-            _judge(mem, cache, rec)
+            j.judge(mem)
         assert e.value.step == 5
-        assert len(fed) == 1  # nothing of the edited extension was folded
-        assert closed == [1] and mem.ledger.ledger_id not in cache
-        before = sizes(path)
-        with pytest.raises(IntegrityError):
-            mem.recall(receipt="run-1")
-        assert sizes(path) == before
+        assert len(j.fed) == 1  # nothing of the edited extension was folded
+        assert j.closed == 1 and mem.ledger.ledger_id not in j.cache
+        _refused(mem, path, 5)
 
 
 def test_kept_replay_restarts_when_the_log_is_not_an_extension(path: Path) -> None:
     """The kept heads no longer extended (the kept head's hash is not the stored entry's: a
     forged earlier state of the cache): the kept replay is closed and a new one is fed the
     whole log, from the genesis, never the entries after a rewritten head."""
-    fed: list[list[tuple[str, int]]] = []
-    closed: list[int] = []
-    cache: dict[str, strict_rows.Kept] = {}
+    j = _Judge()
     with opened(path) as mem:
-        rec = _Recorder(fed, closed)
-        _judge(mem, cache, rec)
-        kept = cache[mem.ledger.ledger_id]
+        j.judge(mem)
+        kept = j.cache[mem.ledger.ledger_id]
         # As if the replay had folded another history: its head entry's hash differs.
         name, size, _ = kept.heads[0]
-        cache[mem.ledger.ledger_id] = kept._replace(
+        j.cache[mem.ledger.ledger_id] = kept._replace(
             heads=((name, size - 1, bytes(32)), *kept.heads[1:])
         )
         other_agent(path, "mem.record(content='how are you')")
-        _judge(mem, cache, rec)
-        assert closed == [1]
-        assert fed[1] == [("main", s) for s in range(mem.ledger.size())]
+        j.judge(mem)
+        assert j.closed == 1
+        assert j.fed[1] == [("main", s) for s in range(mem.ledger.size())]
 
 
 # -- the head checked again after another commit: the entries since, in one read ---------------
@@ -309,11 +268,7 @@ def test_entry_past_head_after_another_commit(path: Path) -> None:
             "INSERT INTO entries SELECT k + 1, hash, data, digest, salt, content, erased_by "
             f"FROM entries WHERE k = (SELECT max(k) FROM entries WHERE k >> 40 = {_MAIN});",
         )
-        before = sizes(path)
-        with pytest.raises(IntegrityError) as e:
-            mem.recall(receipt="run-1")
-        assert e.value.step == 2 and "past the branch head" in str(e.value)
-        assert sizes(path) == before
+        assert "past the branch head" in str(_refused(mem, path, 2))
 
 
 def test_appended_entry_edited_before_the_read(path: Path) -> None:
@@ -322,17 +277,9 @@ def test_appended_entry_edited_before_the_read(path: Path) -> None:
     tree, and the read is refused; nothing served or written."""
     with opened(path) as mem:
         mem.recall()
-        other_agent(
-            path,
-            "ev = mem.record(content='I have a cat'); "
-            "mem.remember('Alice has a cat', evidence=[ev.id])",
-        )
+        other_agent(path, _CAT)
         _edit_entry(path, b"Alice has a cat", b"Alice has a rat")
-        before = sizes(path)
-        with pytest.raises(IntegrityError) as e:
-            mem.recall(receipt="run-1")
-        assert e.value.step == 5
-        assert sizes(path) == before
+        _refused(mem, path, 5)
 
 
 def test_entry_edited_after_it_was_proven_at_the_same_root(path: Path) -> None:
@@ -342,11 +289,7 @@ def test_entry_edited_after_it_was_proven_at_the_same_root(path: Path) -> None:
     again and refused (step 5)."""
     with opened(path) as mem:
         mem.recall()
-        other_agent(
-            path,
-            "ev = mem.record(content='I have a cat'); "
-            "mem.remember('Alice has a cat', evidence=[ev.id])",
-        )
+        other_agent(path, _CAT)
         assert len(mem.recall()) == 3
         _edit_entry(path, b"Alice has a cat", b"Alice has a rat")
         with pytest.raises(IntegrityError) as e:
@@ -380,11 +323,7 @@ def test_row_hidden_after_the_scan_was_kept_across_own_writes(path: Path) -> Non
         assert len(mem.recall()) == 2  # the scan kept: only own writes since
         attacker(path, f"UPDATE mem_objects SET lifecycle_state = 'ARCHIVED' WHERE id = '{tea}';")
         mem.record(content="another own write after the edit")
-        before = sizes(path)
-        with pytest.raises(IntegrityError) as e:
-            mem.recall(receipt="run-1")
-        assert e.value.step == 9
-        assert sizes(path) == before
+        _refused(mem, path, 9)
 
 
 def test_own_writes_hide_no_row_falsely(path: Path) -> None:

@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 
 import memroot
-from memroot.ledger.entries import EventInput, OpInput
+from memroot.ledger.entries import parse_input
 from memroot.ledger.ledger import Ledger
 from memroot.memory_root.falsify import Falsifier
 from memroot.memory_root.falsify._core import has_table
 from memroot.projections.checked import current_in_file
 from memroot.projections.hook import current, sync
+from tests.integration._attack import event, fact
 
 
 def _layers_say(mem: memroot.Memory, branch: str = "main") -> bool:
@@ -50,34 +51,8 @@ def path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def _bare_fact(path: Path, value: str) -> None:
     """An event and an ASSERT citing it, appended without the hooks (no derived row)."""
     with Ledger.open(path, hooks=()) as bare:
-        ev = bare.append(
-            EventInput(
-                stream="s",
-                actor_id="alice",
-                actor_type="HUMAN_USER",
-                role="USER",
-                content=value,
-                namespace_id="alice",
-            )
-        )
-        bare.append(
-            OpInput(
-                op_type="ASSERT",
-                actor_id="agent-7",
-                actor_type="AI_AGENT",
-                namespace_id="alice",
-                policy_version="policy/1",
-                payload={
-                    "object_type": "FACT",
-                    "epistemic_type": "OBSERVED",
-                    "source_type": "USER_STATED",
-                    "evidence_ids": [ev.id],
-                    "value": value,
-                    "confidence": None,
-                    "salience": 0.5,
-                },
-            )
-        )
+        ev = bare.append(parse_input(event(value)))
+        bare.append(parse_input(fact(ev.id, value)))
 
 
 def test_the_same_answer_as_each_layer(path: Path) -> None:
