@@ -663,7 +663,8 @@ class StrictReader:
         """
         at = self._proven.get(head.no)
         if (
-            at is not None
+            leaves
+            and at is not None
             and at[0] == head.root
             and all(at[1].get(start + i) == leaf for i, leaf in enumerate(leaves))
         ):
