@@ -305,6 +305,8 @@ def rebuild_cmd(ctx: Context, as_json: bool) -> None:
     from memroot.ledger.backends.pg import PgStore
     from memroot.ledger.verify import bound_cache
     from memroot.memory_root.falsify.replay import StatesRebuild
+    from memroot.memory_root.hook import RootsHook
+    from memroot.memory_root.roots import Roots
     from memroot.memory_root.tables_check import LayerTablesRebuild
 
     with open_ledger(ctx) as ledger:
@@ -318,11 +320,17 @@ def rebuild_cmd(ctx: Context, as_json: bool) -> None:
         replayed = StatesRebuild(ledger)
         layers = LayerTablesRebuild(ledger)
         langgraph = LangGraphTablesRebuild(ledger)  # the saver's and store's lookup tables
-        report = rebuild_state(ledger, also=[replayed, layers, langgraph])
+        roots = Roots(ledger) if any(isinstance(h, RootsHook) for h in ledger.hooks) else None
+        with ledger.write():  # one transaction: the memory state and the roots, or neither
+            report = rebuild_state(ledger, also=[replayed, layers, langgraph])
+            # The memory roots' records and the memory map's nodes, from the log's SNAPSHOTs
+            # (a SNAPSHOT that does not replay refuses the whole rebuild: nothing changes).
+            n_roots = None if roots is None else roots.rebuild()
         states = replayed.result
         assert states is not None
     data = {
         **report.to_dict(),
+        "roots": n_roots,
         "falsification": {"state_changes": states.changes, "skipped": states.skipped},
         "branches_conversation_git": {"entries": layers.entries, "skipped": layers.skipped},
         "langgraph": {"entries": langgraph.entries, "skipped": langgraph.skipped},
@@ -349,5 +357,7 @@ def rebuild_cmd(ctx: Context, as_json: bool) -> None:
             f"branch registry, conversation tree, git index: {layers.entries} entries "
             f"replayed, {layers.skipped} skipped"
         )
+        if n_roots is not None:
+            click.echo(f"memory roots and the memory map: {n_roots} roots replayed")
 
     emit(data, as_json, human)

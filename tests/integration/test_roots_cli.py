@@ -194,3 +194,56 @@ def test_every_command_has_help_with_an_example(command: list[str]):
     """Each command documents itself, with an Example line."""
     result = CliRunner().invoke(cli, [*command, "--help"], catch_exceptions=False)
     assert result.exit_code == 0 and "Example:" in result.stdout
+
+
+def test_rebuild_re_derives_edited_root_records_and_map_nodes(ledger: Path, tmp_path: Path):
+    """`memroot rebuild` rewrites the roots' records and map nodes that verify found damaged."""
+    import apsw
+
+    _import(ledger, tmp_path, [VIOLATION] * 5)
+    snap = ok_json(memroot(ledger, "snapshot", "--json"))
+    db = apsw.Connection(str(ledger))
+    db.execute("UPDATE memory_roots SET root = zeroblob(32) WHERE seq = ?", (snap["seq"],))
+    db.execute("DELETE FROM memory_map_nodes")
+    db.close()
+    damaged = memroot(ledger, "verify")
+    assert damaged.exit_code == 1 and "VIOLATION step 8" in damaged.stdout + damaged.stderr
+    rebuilt = ok_json(memroot(ledger, "rebuild", "--json"))
+    assert rebuilt["roots"] == 2  # the automatic root after entry 4 and the one on demand
+    chain = ok_json(memroot(ledger, "roots", "--json"))
+    assert chain[0]["memory_root"] == snap["memory_root"]
+    verified = memroot(ledger, "verify")
+    assert verified.exit_code == 0 and "step  8 memory roots replayed: ok" in verified.stdout
+    assert "2 roots replayed" in memroot(ledger, "rebuild").stdout
+
+
+def test_rebuild_refused_by_a_snapshot_that_does_not_replay_changes_nothing(
+    ledger: Path, tmp_path: Path
+):
+    """A SNAPSHOT the log does not give stops the whole rebuild: no table is rewritten."""
+    import apsw
+
+    from memroot.ledger.entries import _library_op
+    from memroot.ledger.ledger import Ledger
+    from memroot.ledger.vocab import OpType
+
+    _import(ledger, tmp_path, [VIOLATION] * 5)
+    ok_json(memroot(ledger, "snapshot", "--json"))
+    with Ledger.open(ledger, hooks=[]) as raw:
+        old = next(e for e in raw.entries(0, raw.size()) if e.type == "SNAPSHOT")
+        raw.append(_library_op(Ledger.system_op(OpType.SNAPSHOT, old.body["payload"])))
+
+    def tables() -> list[Any]:
+        db = apsw.Connection(str(ledger))
+        try:
+            return [
+                list(db.execute(f"SELECT * FROM {t} ORDER BY 1"))
+                for t in ("memory_roots", "memory_map_nodes", "mem_events", "fz_items")
+            ]
+        finally:
+            db.close()
+
+    before = tables()
+    refused = memroot(ledger, "rebuild", "--json")
+    assert refused.exit_code == 1 and "does not replay" in refused.stderr
+    assert tables() == before
