@@ -7,9 +7,9 @@ import datetime as dt
 import click
 
 from memroot.cli.commands import open_ledger, open_reader, strict_option
-from memroot.cli.main import Context, branch_option, cli, emit, pass_ctx
+from memroot.cli.main import EXIT_INTEGRITY, Context, branch_option, cli, emit, pass_ctx
 from memroot.ledger.entries import MAX_SEQ, check_uuid
-from memroot.ledger.errors import ValidationError
+from memroot.ledger.errors import IntegrityError, ValidationError
 from memroot.ledger.vocab import EpistemicType, LifecycleState, MemoryType
 from memroot.projections import query as memq
 from memroot.projections.checked import checked_query, unchecked_query
@@ -321,16 +321,29 @@ def rebuild_cmd(ctx: Context, as_json: bool) -> None:
         layers = LayerTablesRebuild(ledger)
         langgraph = LangGraphTablesRebuild(ledger)  # the saver's and store's lookup tables
         roots = Roots(ledger) if any(isinstance(h, RootsHook) for h in ledger.hooks) else None
-        with ledger.write():  # one transaction: the memory state and the roots, or neither
+        n_roots: int | None = None
+        roots_error: IntegrityError | None = None
+        with ledger.write() as db:  # one transaction
+            if roots is not None:
+                # The memory roots' records and the memory map's nodes, from the log's
+                # SNAPSHOTs. First: the falsification replay below resets every root's state
+                # and re-snapshot records and applies them again. The roots' state
+                # projections read the memory model as stored, so when it is damaged too a
+                # root may not replay yet: the rebuild goes on without the roots, says so,
+                # and a second rebuild (on the rebuilt memory model) takes them.
+                db.execute("SAVEPOINT roots_rebuild")
+                try:
+                    n_roots = roots.rebuild()
+                except IntegrityError as e:
+                    db.execute("ROLLBACK TO roots_rebuild")
+                    roots_error = e
+                db.execute("RELEASE roots_rebuild")
             report = rebuild_state(ledger, also=[replayed, layers, langgraph])
-            # The memory roots' records and the memory map's nodes, from the log's SNAPSHOTs
-            # (a SNAPSHOT that does not replay refuses the whole rebuild: nothing changes).
-            n_roots = None if roots is None else roots.rebuild()
         states = replayed.result
         assert states is not None
     data = {
         **report.to_dict(),
-        "roots": n_roots,
+        "roots": n_roots if roots_error is None else {"error": str(roots_error)},
         "falsification": {"state_changes": states.changes, "skipped": states.skipped},
         "branches_conversation_git": {"entries": layers.entries, "skipped": layers.skipped},
         "langgraph": {"entries": langgraph.entries, "skipped": langgraph.skipped},
@@ -361,3 +374,10 @@ def rebuild_cmd(ctx: Context, as_json: bool) -> None:
             click.echo(f"memory roots and the memory map: {n_roots} roots replayed")
 
     emit(data, as_json, human)
+    if roots_error is not None:
+        click.echo(
+            f"error: the memory roots were not rebuilt (the rest was): {roots_error}; if the "
+            "memory model was damaged too, run `memroot rebuild` again",
+            err=True,
+        )
+        raise click.exceptions.Exit(EXIT_INTEGRITY)

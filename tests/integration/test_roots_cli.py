@@ -217,10 +217,10 @@ def test_rebuild_re_derives_edited_root_records_and_map_nodes(ledger: Path, tmp_
     assert "2 roots replayed" in memroot(ledger, "rebuild").stdout
 
 
-def test_rebuild_refused_by_a_snapshot_that_does_not_replay_changes_nothing(
+def test_rebuild_with_a_snapshot_that_does_not_replay_keeps_the_roots_and_exits_1(
     ledger: Path, tmp_path: Path
 ):
-    """A SNAPSHOT the log does not give stops the whole rebuild: no table is rewritten."""
+    """A SNAPSHOT the log does not give: the roots stay as they were, the rest is rebuilt."""
     import apsw
 
     from memroot.ledger.entries import _library_op
@@ -246,4 +246,6 @@ def test_rebuild_refused_by_a_snapshot_that_does_not_replay_changes_nothing(
     before = tables()
     refused = memroot(ledger, "rebuild", "--json")
     assert refused.exit_code == 1 and "does not replay" in refused.stderr
-    assert tables() == before
+    assert "the memory roots were not rebuilt" in refused.stderr
+    assert "does not replay" in json.loads(refused.stdout)["roots"]["error"]
+    assert tables() == before  # the roots untouched; the memory model rebuilt to the same rows
