@@ -651,7 +651,7 @@ class _Appending(_Sealing):
             if erasures:  # content erased in rows written before: read them from the file
                 seal.written = None
             else:
-                seal.written += [(r[2], r[5]) for r in rows]
+                seal.written += rows
         head.row = BranchRow(no, head.row.name, size, last)
         head.compact = compact
         head.last_ts = last_ts
@@ -670,7 +670,7 @@ class _Appending(_Sealing):
         mine = seal.written[start - seal.start_size :]
         if not mine:
             return None
-        return [(Entry.from_bytes(data), content) for data, content in mine]
+        return [(Entry.from_bytes(row[2]), row[5]) for row in mine]
 
     def _last_ts(self, head: _Head) -> int | None:
         """Return the ts of the branch's newest entry (None when it has none yet)."""
