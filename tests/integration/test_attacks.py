@@ -604,6 +604,25 @@ def test_tree_node_deleted(ledger_path: Path, trusted: Path, raw: Any) -> None:
     assert matching(report.findings, 5, 15, MAIN)[0].actual == "missing"
 
 
+def test_level_1_node_row_forged(ledger_path: Path, trusted: Path, raw: Any) -> None:
+    """A forged level-1 ``nodes`` row (version 2 stores none) is never served or trusted.
+
+    The leaf hashes give a level-1 node (FORMAT.md 4): proofs and roots stay the honest
+    ones and verify is clean; rewriting a leaf hash instead (the row that now serves it) is
+    step 5, ``test_leaf_hash_cache_altered``, and refused by strict reads
+    (``test_strict_readers``, "leaf cache").
+    """
+    assert_clean(ledger_path, trusted)
+    with Ledger.open(ledger_path, hooks=(), readonly=True) as ledger:
+        honest = [ledger.inclusion_proof(i, 61) for i in (2, 3)], ledger.root(40)
+    with raw.db(ledger_path) as db:
+        db.execute("INSERT INTO nodes(k, h) VALUES(?, ?)", (node_key(MAIN_NO, 1, 0), b"\x66" * 32))
+        db.execute("INSERT INTO nodes(k, h) VALUES(?, ?)", (node_key(MAIN_NO, 1, 1), b"\x66" * 32))
+    with Ledger.open(ledger_path, hooks=(), readonly=True) as ledger:
+        assert ([ledger.inclusion_proof(i, 61) for i in (2, 3)], ledger.root(40)) == honest
+    assert_clean(ledger_path, trusted)
+
+
 def test_leaf_hash_cache_altered(ledger_path: Path, trusted: Path, raw: Any) -> None:
     """A stored leaf hash that is not SHA-256(0x00 || data) is step 5 at that entry."""
     assert_clean(ledger_path, trusted)
