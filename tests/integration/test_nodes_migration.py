@@ -29,6 +29,7 @@ from memroot.ledger.backends.store import (
 )
 from memroot.ledger.hashing import leaf_hash
 from memroot.ledger.ledger import Ledger
+from memroot.ledger.verify import verify_path
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "migration-f32173a"
 PROOFS: dict[str, Any] = json.loads((FIXTURE / "proofs.json").read_text())
@@ -95,6 +96,10 @@ def test_a_reader_serves_version_1_unchanged(old: Path) -> None:
     assert [base64.b64encode(h).decode() for h in consistency] == PROOFS["consistency_5_28"][
         "proof"
     ]
+    assert _version(old) == 1 and _rows(old) == before
+    # verify reads it as it is too: its level-1 rows are version 1's, not stray rows.
+    report = verify_path(old, vkeys=[_vkey(old)], update_trusted=False)
+    assert report.ok, [str(f) for f in report.findings]
     assert _version(old) == 1 and _rows(old) == before
 
 
