@@ -170,6 +170,28 @@ def test_copy_snapshot_is_a_ledger_file(tmp_path: Path, pg_url: str, pg_key: Pat
     assert verify_path(tmp_path / "copy.ledger").ok
 
 
+def test_copy_snapshot_leaves_level_1_rows_behind(
+    tmp_path: Path, pg_url: str, pg_key: Path
+) -> None:
+    """Level-1 nodes an older writer left in PostgreSQL are not copied into a version 2 file.
+
+    A SQLite file of layout version 2 holds none (verify's step 5 reports one there).
+    """
+    from memroot.ledger.backends.store import node_key
+
+    with Ledger.init(pg_url, origin=ORIGIN, key_path=pg_key) as ledger:
+        ledger.append_batch([_event(i) for i in range(30)])
+        with ledger.store.write():
+            ledger.store.insert_nodes([(node_key(1, 1, i), b"\x66" * 32) for i in range(15)])
+        ledger.store.copy_snapshot(tmp_path / "copy.ledger")
+        root = ledger.root()
+    with Ledger.open(tmp_path / "copy.ledger", hooks=(), readonly=True) as copy:
+        assert copy.root() == root
+        levels = {k >> 42 & 63 for (k,) in copy.store.db.execute("SELECT k FROM nodes")}
+        assert min(levels) == 2
+    assert verify_path(tmp_path / "copy.ledger").ok
+
+
 _WRITER = """
 import json, sys
 from pathlib import Path
