@@ -37,7 +37,7 @@ from memroot.ledger._state import (
     _uuid_bytes,
     branch_origin,
 )
-from memroot.ledger.backends.store import NODE_MIN_LEVEL, BranchRow, entry_key, node_key
+from memroot.ledger.backends.store import BranchRow, entry_key, node_key
 from memroot.ledger.entries import (
     CANONICAL_BRANCH,
     FORMAT_VERSION,
@@ -624,7 +624,7 @@ class _Appending(_Sealing):
         if _N is not None:
             try:
                 hashes, nodes = _N.compact_append_rows(
-                    no, compact.size, list(compact.hashes), leaves, NODE_MIN_LEVEL
+                    no, compact.size, list(compact.hashes), leaves, self.store.node_min_level
                 )
             except _N.Reject:
                 pass  # the reference below
@@ -632,10 +632,11 @@ class _Appending(_Sealing):
                 compact = merkle.CompactRange.from_hashes(compact.size + len(leaves), hashes)
         if compact is head.compact:
             compact = _copy(compact)
+            low = self.store.node_min_level
             nodes = [
                 (node_key(no, lvl, i), h)
                 for lvl, i, h in compact.append_many(leaves)
-                if lvl >= NODE_MIN_LEVEL  # the lower ones are folded from the leaves
+                if lvl >= low  # the lower ones are folded from the leaves
             ]
         self.store.insert_entries(rows)
         if event_rows:

@@ -409,6 +409,7 @@ class PgStore(Store):
     """
 
     db: PgConnection  # type: ignore[assignment]
+    node_min_level = 1  # PostgreSQL keeps its level-1 nodes rows (FORMAT.md 4)
 
     def __init__(self, url: str, *, create: bool = False, readonly: bool = False) -> None:
         """Connect to the database at ``url`` (with ``create``, make the ledger's tables).

@@ -296,6 +296,10 @@ class Store:
     # Class defaults, so the subclasses of ``memroot.ledger.backends.pg`` (which set their own
     # fields) have them too.
     _write_open: bool = False  # from BEGIN IMMEDIATE to its COMMIT or ROLLBACK
+    node_min_level: int = NODE_MIN_LEVEL
+    """The lowest level of the ``nodes`` rows this store's writers write and its verify
+    checks: ``NODE_MIN_LEVEL`` for a SQLite file, 1 for the PostgreSQL store (its tables
+    keep schema version 1's layout)."""
     read_floor: Callable[[Path], object] | None = None
     """Set by a reader that wants ``floor``: called with the file's path before every read
     transaction begins (``projections.wal_pages.floor``: the WAL position it will see)."""

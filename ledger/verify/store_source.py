@@ -52,11 +52,13 @@ class _StoreSource:
     def node_mismatches(
         self, branch_no: int, nodes: Sequence[tuple[int, int, bytes]]
     ) -> list[tuple[int, int, bytes, bytes | None]]:
-        from memroot.ledger.backends.store import NODE_MIN_LEVEL, node_key
+        from memroot.ledger.backends.store import node_key
 
-        # The nodes below NODE_MIN_LEVEL are not stored (the leaves, checked by step 5
-        # against the entries, give them); a version 1 file's level-1 rows are read by nobody.
-        nodes = [n for n in nodes if n[0] >= NODE_MIN_LEVEL]
+        # The nodes below the store's node_min_level are not stored (the leaves, checked by
+        # step 5 against the entries, give them); a version 1 file's level-1 rows are read by
+        # nobody. PostgreSQL stores (and reads) level 1: there every level is checked.
+        low = self.store.node_min_level
+        nodes = [n for n in nodes if n[0] >= low]
         if not nodes:
             return []
 

@@ -173,16 +173,15 @@ def test_copy_snapshot_is_a_ledger_file(tmp_path: Path, pg_url: str, pg_key: Pat
 def test_copy_snapshot_leaves_level_1_rows_behind(
     tmp_path: Path, pg_url: str, pg_key: Path
 ) -> None:
-    """Level-1 nodes an older writer left in PostgreSQL are not copied into a version 2 file.
+    """PostgreSQL's level-1 nodes rows are not copied into a SQLite file (layout version 2).
 
-    A SQLite file of layout version 2 holds none (verify's step 5 reports one there).
+    PostgreSQL keeps them (its layout, FORMAT.md 4); a SQLite file of layout version 2 holds
+    none (verify's step 5 reports one there).
     """
-    from memroot.ledger.backends.store import node_key
-
     with Ledger.init(pg_url, origin=ORIGIN, key_path=pg_key) as ledger:
         ledger.append_batch([_event(i) for i in range(30)])
-        with ledger.store.write():
-            ledger.store.insert_nodes([(node_key(1, 1, i), b"\x66" * 32) for i in range(15)])
+        stored = [int(r[0]) for r in ledger.store.db.execute("SELECT k FROM nodes")]
+        assert {k >> 42 & 63 for k in stored} == {1, 2, 3, 4}
         ledger.store.copy_snapshot(tmp_path / "copy.ledger")
         root = ledger.root()
     with Ledger.open(tmp_path / "copy.ledger", hooks=(), readonly=True) as copy:
