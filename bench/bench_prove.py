@@ -34,7 +34,11 @@ in the same run:
 CPU time (``process_time``), since the machine is shared. Usage::
 
     python bench/bench_prove.py --sizes 100000 1000000 [--proofs 5000] [--cache N] [--rows N]
-        [--keep DIR] [--json out.json] [--map-only]
+        [--keep DIR] [--json out.json] [--map-only | --sizes-only]
+
+``--sizes-only``: the mean object-file size (``sizes``) for a v2 root and for a v3 root
+(docs/FORMAT.md §6.16: the projection list by its hash), each against a checkpoint of the
+whole log and against the SNAPSHOT's own kept checkpoint, nothing timed.
 """
 
 from __future__ import annotations
@@ -147,12 +151,25 @@ class _Tree:
         return [*self.path(lo + k, hi), self.mth(lo, lo + k)]
 
 
-def _snapshot(map_root: bytes, size: int, projections: list[Any]) -> SignedSnapshot:
-    seq = size * 3 // 5  # an older root: a full-length inclusion path
+def _snapshot(
+    map_root: bytes, size: int, projections: list[Any], v: int = 2, own: bool = False
+) -> SignedSnapshot:
+    """Return a signed SNAPSHOT of a root of version ``v`` (2, or 3: the list by its hash).
+
+    Signed in a checkpoint of the whole log (``size`` entries; the SNAPSHOT at ``6/10`` of
+    it, an older root: a full-length inclusion path), or with ``own`` in the checkpoint that
+    sealed the SNAPSHOT's own transaction (the SNAPSHOT its last entry: tree size seq + 1).
+    """
+    seq = size * 3 // 5
     hw = {"seq": seq - 1, "entry_hash": FILLER, "tree_size": seq, "tree_root": b"\x01" * 32}
-    pre = {"v": 2, "branch": "main", "parent": b"\x02" * 32, "high_water": hw, "map": map_root,
-           "projections": projections}  # fmt: skip
-    payload = {**pre, "memory_root": domain_hash("memroot/root/v2", encoding.encode(pre))}
+    listed: Any = projections
+    if v == 3:
+        listed = domain_hash("memroot/projections/v1", encoding.encode(projections))
+    pre = {"v": v, "branch": "main", "parent": b"\x02" * 32, "high_water": hw, "map": map_root,
+           "projections": listed}  # fmt: skip
+    payload = {**pre, "memory_root": domain_hash(f"memroot/root/v{v}", encoding.encode(pre))}
+    if own:
+        size = seq + 1
     body = {"id": _oid(10**11), "actor_id": "memroot", "actor_type": "SYSTEM_PROCESS",
             "namespace_id": "system", "payload": payload,
             "policy_version": "memroot/1"}  # fmt: skip
@@ -175,22 +192,43 @@ def _binary_size(f: ProofFile) -> int:
     )  # fmt: skip
 
 
-def run(
-    n_items: int,
-    namespaces: int,
-    proofs: int,
-    tmp: Path,
-    projections: list[Any],
-    cache: int,
-    rows: int,
-    map_only: bool = False,
+def sizes(
+    n_items: int, namespaces: int, proofs: int, tmp: Path, projections: list[Any]
 ) -> dict[str, Any]:
-    """Measure one map size (see the module docstring); a map built before in ``tmp`` is reused.
+    """Mean object-file sizes for v2 and v3 roots, against the head's and the own checkpoint.
 
-    ``map_only``: the cold map pass alone (``map_per_s``, after the untimed one), for A/B
-    runs of two checkouts of the library alternately.
+    ``memroot-proof`` version 1 files (JSON, base64) and their content without base64 and
+    JSON (``binary``), over ``proofs`` random objects of a map of ``n_items`` (built or reused
+    in ``tmp`` as ``run`` does).
     """
+    db, path, root, built, _ = _map(n_items, namespaces, tmp)
     rng = random.Random(n_items)
+    sample = [rng.randrange(n_items) for _ in range(proofs)]
+    ns_of = [f"ns-{i % namespaces}" for i in range(namespaces)]
+    pre = MapPreimages({("object", _oid(i)): _state(i) for i in sample})
+    wanted = [(ns_of[i % namespaces], "object", _oid(i)) for i in sample]
+    vkeys = [vkey_of(Ed25519Signer.from_seed(ORIGIN, SEED))]
+    out: dict[str, Any] = {"items": n_items, "proofs": proofs, "reused_map": built}
+    reader = _reader(path)
+    nodes = StoredNodes(reader)
+    for v in (2, 3):
+        for own in (False, True):
+            snap = _snapshot(root, 10 * n_items, projections, v, own)
+            files = prove_items(snap, nodes, pre, wanted, vkeys)
+            key = f"v{v}_{'own' if own else 'head'}"
+            out[f"{key}_file_bytes"] = round(sum(len(f.render()) for f, _ in files) / proofs)
+            out[f"{key}_binary_bytes"] = round(sum(_binary_size(f) for f, _ in files) / proofs)
+            out[f"{key}_entry_bytes"] = len(snap.entry.raw)
+            out[f"{key}_inclusion_hashes"] = len(snap.inclusion)
+    reader.close()
+    db.close()
+    return out
+
+
+def _map(
+    n_items: int, namespaces: int, tmp: Path
+) -> tuple[apsw.Connection, Path, bytes, bool, float]:
+    """Build (or reuse, from ``tmp``) the stored map of ``n_items`` objects; return its root."""
     path = tmp / f"prove{n_items}-{namespaces}.db"
     built = path.exists()
     db = apsw.Connection(str(path))
@@ -217,7 +255,27 @@ def run(
     if not built:
         with db:
             db.execute("INSERT INTO bench_root VALUES(?)", (root,))
-    build_s = time.perf_counter() - t0
+    return db, path, root, built, time.perf_counter() - t0
+
+
+def run(
+    n_items: int,
+    namespaces: int,
+    proofs: int,
+    tmp: Path,
+    projections: list[Any],
+    cache: int,
+    rows: int,
+    map_only: bool = False,
+) -> dict[str, Any]:
+    """Measure one map size (see the module docstring); a map built before in ``tmp`` is reused.
+
+    ``map_only``: the cold map pass alone (``map_per_s``, after the untimed one), for A/B
+    runs of two checkouts of the library alternately.
+    """
+    rng = random.Random(n_items)
+    db, path, root, built, build_s = _map(n_items, namespaces, tmp)
+    ns_of = [f"ns-{i % namespaces}" for i in range(namespaces)]
     snap = _snapshot(root, 10 * n_items, projections)
     vkeys = [vkey_of(Ed25519Signer.from_seed(ORIGIN, SEED))]
     sample = [rng.randrange(n_items) for _ in range(proofs)]
@@ -335,6 +393,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", type=Path, help="build the maps here and reuse them next run")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--map-only", action="store_true", help="the cold map pass alone (A/B)")
+    ap.add_argument(
+        "--sizes-only", action="store_true", help="file sizes, v2 and v3 roots (``sizes``)"
+    )
     args = ap.parse_args(argv)
     out = []
     with tempfile.TemporaryDirectory() as d:
@@ -342,10 +403,13 @@ def main(argv: list[str] | None = None) -> int:
         where = Path(d) if args.keep is None else args.keep
         where.mkdir(parents=True, exist_ok=True)
         for n in args.sizes:
-            r = run(
-                n, args.namespaces, args.proofs, where, projections, args.cache, args.rows,
-                args.map_only,
-            )  # fmt: skip
+            if args.sizes_only:
+                r = sizes(n, args.namespaces, args.proofs, where, projections)
+            else:
+                r = run(
+                    n, args.namespaces, args.proofs, where, projections, args.cache, args.rows,
+                    args.map_only,
+                )  # fmt: skip
             out.append(r)
             sys.stdout.write(json.dumps(r) + "\n")
             sys.stdout.flush()

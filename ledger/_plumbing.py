@@ -17,7 +17,7 @@ import apsw
 
 from memroot.ledger._state import _HookLike, _LedgerState
 from memroot.ledger.backends.pg import DerivedCache, PgStore
-from memroot.ledger.backends.store import BranchRow
+from memroot.ledger.backends.store import BranchRow, EntryRow
 from memroot.ledger.entries import Entry, Kind
 from memroot.ledger.errors import RefusedError, StorageError
 
@@ -129,11 +129,33 @@ class _Plumbing(_LedgerState):
             with self.store.read() as db:
                 yield db
             return
-        # Before the snapshot: the cache may then lag it a little (never run ahead of it).
-        # Inside an open snapshot another process may have applied newer entries: allowed.
-        self._catch_up(ahead_ok=self.store.db.in_transaction)
-        with self.store.read(), self.derived.read() as db:
-            yield db
+        if self.store.db.in_transaction:
+            # Inside an open snapshot another process may have applied newer entries: allowed.
+            self._catch_up(ahead_ok=True)
+            with self.store.read(), self.derived.read() as db:
+                yield db
+            return
+        # The cache is brought up to exactly the snapshot the read sees (its branch rows are
+        # read once, as it opens: ``PgStore.read``), so no entry another host committed
+        # meanwhile is in PostgreSQL's snapshot and missing from the cache.
+        with self.store.read():
+            try:
+                self._catch_up()
+                ahead = False
+            except _StaleCache:
+                ahead = True
+            if not ahead:
+                with self.derived.read() as db:
+                    yield db
+                return
+        # The cache is ahead of that snapshot: another process of this host applied newer
+        # entries, or the cache is of another history. Outside a snapshot the latter is
+        # refused (``_StaleCache``); the former is read as before, the cache caught up first.
+        self._catch_up()
+        with self.store.read():
+            self._catch_up(ahead_ok=True)
+            with self.derived.read() as db:
+                yield db
 
     def copy_snapshot(self, dst: Path) -> None:
         """Copy the ledger and its derived state, as one snapshot, to a new SQLite file ``dst``.
@@ -242,10 +264,24 @@ class _Plumbing(_LedgerState):
             if size > b.size or (size and size == b.size and head != bytes(b.head)):
                 raise _StaleCache(self.derived.path, b.name)
             if size < b.size:
-                if size and bytes(self.store.entry_row(b.no, size - 1).hash) != head:
+                if size and bytes(self._cache_head_row(b, size).hash) != head:
                     raise _StaleCache(self.derived.path, b.name)
                 todo.append((b, size))
         return todo
+
+    def _cache_head_row(self, b: BranchRow, size: int) -> EntryRow:
+        """Return the entry the cache's head names (``size - 1``), reading a few after it too.
+
+        A catch-up of a few entries then replays the rows read here: inside a PostgreSQL
+        read transaction they are kept (``PgStore.iter_entry_rows``), one statement for both.
+
+        Raises:
+            NotFoundError: if the ledger has no such entry.
+        """
+        rows = self.store.entry_rows(b.no, list(range(size - 1, min(b.size, size + 31))))
+        if not rows or rows[0].seq != size - 1:
+            return self.store.entry_row(b.no, size - 1)
+        return rows[0]
 
     def _replay(self, db: apsw.Connection, b: BranchRow, start: int) -> int:
         """Apply entries ``start..`` of branch ``b`` to the cache through the hooks.

@@ -15,6 +15,7 @@ before it.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -26,7 +27,14 @@ from memroot.ledger.hashing import EntryHash, TreeRoot
 from memroot.ledger.merkle import CompactRange
 from memroot.ledger.vocab import OpType
 from memroot.memory_root.records import StoredSummary
-from memroot.memory_root.root import HighWater, MemoryRoot, ProjectionDigest, RootPreimage
+from memroot.memory_root.root import (
+    ROOT_VERSION,
+    HighWater,
+    MemoryRoot,
+    ProjectionDigest,
+    RootPreimage,
+    list_digest,
+)
 from memroot.memory_root.root_v2 import LeafChange, as_changes, fork_anchor, leaf_changes
 from memroot.memory_root.state_map import EMPTY, Node, NodeSource, update_map
 from memroot.projections.projection import (
@@ -48,7 +56,9 @@ __all__ = [
     "StateReader",
     "check_fork_root",
     "check_snapshot",
+    "find_listed",
     "fork_anchor",
+    "not_replayed",
     "relink",
     "relink_by",
     "relink_pairs",
@@ -223,7 +233,8 @@ class Prepared:
 
     ``items`` pairs each projection's preimage item with its stored summary, sorted by id.
     ``map_root`` is the memory map at the high-water (None: a v1 root, as an old payload
-    checked by an auditor), ``nodes`` the map nodes the snapshot adds.
+    checked by an auditor), ``nodes`` the map nodes the snapshot adds. ``v`` is the root's
+    version (None: the version this memroot writes, ``ROOT_VERSION``, when it has a map).
     """
 
     branch: str
@@ -232,10 +243,11 @@ class Prepared:
     items: tuple[tuple[ProjectionDigest, StoredSummary], ...]
     map_root: bytes | None = None
     nodes: dict[bytes, Node] | None = None
+    v: int | None = None
 
     @property
     def preimage(self) -> RootPreimage:
-        """The root's preimage (v2 when it has a map root).
+        """The root's preimage (v1 without a map root, else ``v``, default ``ROOT_VERSION``).
 
         Raises:
             ValueError: if two items share an id (an auditor's fold of retired rules).
@@ -245,7 +257,7 @@ class Prepared:
             self.parent,
             self.high_water,
             tuple(d for d, _ in self.items),
-            1 if self.map_root is None else 2,
+            1 if self.map_root is None else (self.v or ROOT_VERSION),
             self.map_root,
         )
 
@@ -511,6 +523,18 @@ class SnapshotMismatch(ValidationError):
         self.actual = actual
 
 
+def not_replayed(e: ValidationError, op_type: str) -> str:
+    """Return why an entry does not replay, as verify step 8 words it (its finding's text).
+
+    ``e`` is what ``check_snapshot`` (or a SelfModel check) raised for the entry of type
+    ``op_type``: a ``SnapshotMismatch`` (the payload disagrees with the replay) or a
+    malformed payload. The same words serve a host's catch-up that refuses the entry.
+    """
+    if isinstance(e, SnapshotMismatch):
+        return f"SNAPSHOT does not replay: {e} ({e.field})"
+    return f"{op_type} is malformed: {e} ({e.field})"
+
+
 def _hex(value: bytes | None) -> str:
     return "null" if value is None else value.hex()
 
@@ -565,11 +589,11 @@ def check_snapshot(fold: BranchFold, entry: Entry, *, exact: bool) -> Prepared:
             expected=_hex(exp.parent),
             actual=_hex(pre.parent),
         )
-    if exact and pre.v != 2:
+    if exact and pre.v != ROOT_VERSION:
         raise SnapshotMismatch(
-            f"this memroot writes v2 roots, not v{pre.v}",
+            f"this memroot writes v{ROOT_VERSION} roots, not v{pre.v}",
             field="payload.v",
-            expected="2",
+            expected=str(ROOT_VERSION),
             actual=str(pre.v),
         )
     if pre.map_root is not None and pre.map_root != exp.map_root:
@@ -579,6 +603,17 @@ def check_snapshot(fold: BranchFold, entry: Entry, *, exact: bool) -> Prepared:
             expected=_hex(exp.map_root),
             actual=pre.map_root.hex(),
         )
+    if pre.v == 3:
+        listed = find_listed(pre.listed, [d for d, _ in exp.items], exact=exact)
+        if listed is None:
+            raise SnapshotMismatch(
+                "projections is the hash of no list of the projections the replay computes "
+                "(a summary digest or count differs, or a projection is not registered here)",
+                field="payload.projections",
+                expected=list_digest([d for d, _ in exp.items]).hex() if exact else None,
+                actual=pre.listed.hex(),
+            )
+        pre = pre.with_projections(listed)
     known = {d.rule: (d, s) for d, s in exp.items}
     items = []
     for i, d in enumerate(pre.projections):
@@ -606,4 +641,44 @@ def check_snapshot(fold: BranchFold, entry: Entry, *, exact: bool) -> Prepared:
         )
     if pre.map_root is None:
         return Prepared(pre.branch, pre.parent, hw, tuple(items))
-    return Prepared(pre.branch, pre.parent, hw, tuple(items), exp.map_root, exp.nodes)
+    return Prepared(pre.branch, pre.parent, hw, tuple(items), exp.map_root, exp.nodes, pre.v)
+
+
+_MAX_LISTS: Final = 1 << 12
+_recent_lists: list[frozenset[bytes]] = []
+
+
+def find_listed(
+    target: bytes, candidates: Sequence[ProjectionDigest], *, exact: bool
+) -> tuple[ProjectionDigest, ...] | None:
+    """Return the projection list, drawn from ``candidates``, whose ``list_digest`` is ``target``.
+
+    A v3 root commits to its list by one hash (docs/FORMAT.md §6.16). With ``exact`` (the
+    writer: every registered projection listed) the one candidate is the whole list. Else
+    (the auditor, whose replay folds every rule it knows, retired ones too) the list is at
+    most one rule per id: the rule sets found before are tried first, then every choice
+    (each id: one of its rules, or not listed), at most 4,096 lists. Collision resistance
+    makes the list found the one the root was made of. None if no list hashes to ``target``.
+    """
+    ordered = tuple(sorted(candidates, key=lambda d: (d.id, d.rule)))
+    if exact:
+        return ordered if list_digest(ordered) == target else None
+    by_rule: dict[bytes, ProjectionDigest] = {d.rule: d for d in ordered}
+    for rules in _recent_lists:
+        if rules <= by_rule.keys():
+            items = tuple(sorted((by_rule[r] for r in rules), key=lambda d: d.id))
+            if list_digest(items) == target:
+                return items
+    groups: dict[str, list[ProjectionDigest | None]] = {}
+    for d in ordered:
+        groups.setdefault(d.id, []).append(d)
+    choices = [[*g, None] for _, g in sorted(groups.items())]
+    for n, combo in enumerate(itertools.product(*choices)):
+        if n >= _MAX_LISTS:
+            break
+        items = tuple(d for d in combo if d is not None)
+        if list_digest(items) == target:
+            _recent_lists.insert(0, frozenset(d.rule for d in items))
+            del _recent_lists[8:]
+            return items
+    return None

@@ -28,8 +28,8 @@ from memroot.ledger.ledger import Ledger
 from memroot.ledger.verify import AuditReport, Finding
 from memroot.ledger.vocab import OpType
 from memroot.memory_root import records
-from memroot.memory_root.root import RootPreimage
-from memroot.projections.projection import RULE_TAG, summary_digest
+from memroot.memory_root.root import ProjectionDigest, RootPreimage
+from memroot.projections.projection import RULE_TAG, SummaryDigest, summary_digest
 
 __all__ = ["SECTION", "RootsSection", "RootsSectionCheck"]
 
@@ -139,6 +139,8 @@ class RootsSectionCheck:
         seen.add(key)
         if entry_payload != rec.get("payload"):
             report.add(Finding(8, "a memory-root record differs from its SNAPSHOT entry", *where))
+        if not pre.list_known:  # a v3 root: the list is the summaries', by its hash (§6.16)
+            pre = _with_listed(pre, rec.get("summaries"), where, report)
         digests = {p.id: p for p in pre.projections}
         for s in rec.get("summaries", []):
             p = digests.get(str(s.get("id"))) if isinstance(s, dict) else None
@@ -164,3 +166,31 @@ class RootsSectionCheck:
                         expected=p.rule.hex(),
                     )
                 )
+
+
+def _with_listed(
+    pre: RootPreimage, summaries: Any, where: tuple[str, int | None], report: AuditReport
+) -> RootPreimage:
+    """Attach to a v3 preimage the list its record's summaries make, if it hashes right."""
+    try:
+        items = sorted(
+            (
+                ProjectionDigest(
+                    s["id"], s["rule"], SummaryDigest(summary_digest(s["data"])), s["count"]
+                )
+                for s in summaries
+            ),
+            key=lambda d: d.id,
+        )
+        return pre.with_projections(items)
+    except (TypeError, KeyError, ValueError) as e:
+        report.add(
+            Finding(
+                8,
+                "a v3 memory-root record's summaries are not the projection list its root "
+                f"commits to: {e}",
+                *where,
+                expected=pre.listed.hex(),
+            )
+        )
+        return pre

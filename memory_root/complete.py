@@ -71,21 +71,26 @@ _KEYS_MAX: Final = 1 << 20
 # could change has changed.
 
 
-def _stamp(ledger: Ledger, branch: str) -> tuple[int, ...]:
+def _stamp(ledger: Ledger, branch: str) -> tuple[object, ...]:
     """Return what moves when anything the check reads may have changed.
 
     On a SQLite file only another connection's commit can (``data_version``): this
     connection's own appends go through the hooks, which write an object's row with its
     leaf, so a check that held still holds after them (the same reasoning as the objects'
-    checks, ``strict_rows.object_token``). On PostgreSQL the branch's size too: other hosts'
-    entries reach the map before this host's cache folds them.
+    checks, ``strict_rows.object_token``). On PostgreSQL the host cache's ``data_version``
+    and the commits of every transaction but this connection's own
+    (``PgStore.foreign_token``): other hosts' entries reach the map before this host's cache
+    folds them, and this host's catch-up writes the cache through its own connection.
     """
     db = ledger.derived.db
     row = db.execute("PRAGMA data_version").fetchone()
     assert row is not None
     if ledger.derived is ledger.store:
         return (int(row[0]),)
-    return int(row[0]), ledger.size(branch)
+    foreign = getattr(ledger.store, "foreign_token", None)
+    if foreign is None:
+        return int(row[0]), ledger.size(branch)
+    return int(row[0]), foreign()
 
 
 def _key(object_id: str) -> bytes:

@@ -31,7 +31,7 @@ import apsw
 
 from memroot.ledger import encoding
 from memroot.ledger.entries import CANONICAL_BRANCH, Entry, Kind, OpInput, _library_op
-from memroot.ledger.errors import StorageError, ValidationError
+from memroot.ledger.errors import IntegrityError, StorageError, ValidationError
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.merkle import CompactRange, perfect_subtrees
 from memroot.ledger.vocab import OpType
@@ -44,6 +44,7 @@ from memroot.memory_root._fold import (
     check_fork_root,
     check_snapshot,
     fork_anchor,
+    not_replayed,
     relink,
 )
 from memroot.memory_root.cache_check import check_segment
@@ -72,6 +73,31 @@ __all__ = ["RootsHook"]
 _SNAPSHOT: Final = OpType.SNAPSHOT.value
 _SELFMODEL_SNAPSHOT: Final = OpType.SELFMODEL_SNAPSHOT.value
 _BRANCH_CREATE: Final = OpType.BRANCH_CREATE.value
+
+
+def _replayed_snapshot(fold: BranchFold, entry: Entry) -> Prepared:
+    """Check a committed ``SNAPSHOT`` a host's cache applies, as verify step 8 checks it.
+
+    A writer's own ``SNAPSHOT`` must list exactly its fold's projections; one already in
+    the log is judged as every replay judges it (``check_snapshot`` with ``exact`` off, the
+    auditor's rule), and one that does not replay is refused with the finding verify
+    reports for it, never skipped: skipping it would serve memory a root of the log
+    disagrees with, while ``verify`` fails on that root (issue 23 point 3).
+
+    Raises:
+        IntegrityError: step 8, naming the branch, the entry and what does not replay.
+    """
+    try:
+        return check_snapshot(fold, entry, exact=False)
+    except ValidationError as e:
+        raise IntegrityError(
+            f"step 8: entry {entry.seq} of branch {entry.branch!r}: "
+            f"{not_replayed(e, entry.type)}; `memroot verify` reports it (the log holds a "
+            "memory root its own entries do not give)",
+            branch=entry.branch,
+            seq=entry.seq,
+            step=8,
+        ) from e
 
 
 class RootsHook:
@@ -175,7 +201,10 @@ class RootsHook:
     def _snapshot(
         self, db: apsw.Connection, fold: BranchFold, entry: Entry, ledger: Ledger
     ) -> list[OpInput]:
-        prepared = check_snapshot(fold, entry, exact=True)
+        if ledger.catching_up:
+            prepared = _replayed_snapshot(fold, entry)
+        else:
+            prepared = check_snapshot(fold, entry, exact=True)
         pre = prepared.preimage
         if pre.map_root is not None and ledger.catching_up:
             # A host's cache applying another host's root: its rows must give the leaves

@@ -28,6 +28,7 @@ import apsw
 from memroot.ledger import encoding, map_tree
 from memroot.ledger.bundle.proof_file import (
     ROOT_V2,
+    ROOT_V3,
     CheckMemo,
     ProofFile,
     ProofItem,
@@ -76,13 +77,13 @@ class SignedSnapshot:
         """Read the root and map root from ``entry``'s payload.
 
         Raises:
-            RefusedError: if the entry does not record a v2 root (a v1 root commits to no
-                memory map, so nothing in it can be proven this way).
+            RefusedError: if the entry does not record a v2 or v3 root (a v1 root commits
+                to no memory map, so nothing in it can be proven this way).
         """
         payload = entry.body.get("payload")
         if entry.type != "SNAPSHOT" or type(payload) is not dict:
             raise RefusedError(f"entry {entry.seq} of branch {entry.branch} is not a SNAPSHOT")
-        if payload.get("v") != ROOT_V2:
+        if payload.get("v") not in (ROOT_V2, ROOT_V3):
             raise RefusedError(
                 f"the root of entry {entry.seq} (branch {entry.branch}) is a version "
                 f"{payload.get('v')!r} root: it commits to no memory map, so it proves no item "
@@ -90,28 +91,45 @@ class SignedSnapshot:
             )
         root, map_root = payload.get("memory_root"), payload.get("map")
         if type(root) is not bytes or type(map_root) is not bytes:
-            raise IntegrityError(f"the v2 root of entry {entry.seq} is malformed")
+            raise IntegrityError(f"the root of entry {entry.seq} is malformed")
         return cls(checkpoint, entry, tuple(inclusion), root, map_root)
 
 
-def signed_snapshot(ledger: Ledger, seq: int, branch: str = CANONICAL_BRANCH) -> SignedSnapshot:
-    """Return the SNAPSHOT entry at ``(branch, seq)`` with its proof in the branch's head.
+def signed_snapshot(
+    ledger: Ledger, seq: int, branch: str = CANONICAL_BRANCH, *, at_snapshot: bool = False
+) -> SignedSnapshot:
+    """Return the SNAPSHOT entry at ``(branch, seq)`` with its proof in a signed checkpoint.
 
-    The entry is read strictly (proven in the signed head) and the head checkpoint is the
-    newest signed one, so the proof ties the root to the log as it stands now.
+    The entry is read strictly (proven in the signed head). The checkpoint is the head (the
+    newest signed one, so the proof ties the root to the log as it stands now), or with
+    ``at_snapshot`` the smallest kept checkpoint that covers the entry: the one that sealed
+    the SNAPSHOT's own transaction, kept for good (docs/FORMAT.md §5, "Head and
+    retention"), whose shorter inclusion path makes a smaller file. That checkpoint was
+    signed by the key of its time (after a rotation, the auditor needs the old key, §6.15
+    P2); the proof file is checked like any other before it is returned.
 
     Raises:
         IntegrityError: if a strict read of the entry or the head fails.
-        NotFoundError: if the branch has no signed checkpoint.
-        RefusedError: if the entry is not a v2 SNAPSHOT.
+        NotFoundError: if the branch has no signed checkpoint (covering the entry).
+        RefusedError: if the entry is not a v2 or v3 SNAPSHOT.
     """
     with ledger.reading():
         head = ledger.head_checkpoint(branch)
         if head is None:
             raise NotFoundError(f"branch {branch!r} has no signed checkpoint")
         entry = ledger.entry(seq, branch)
-        proof = ledger.inclusion_proof(seq, head.checkpoint.size, branch)
-    return SignedSnapshot.of(head.note, entry, proof)
+        size, note = head.checkpoint.size, head.note
+        if at_snapshot:
+            kept = [
+                (n, text)
+                for n, _, text in ledger.store.checkpoints(ledger.store.branch(branch).no)
+                if seq < n <= size
+            ]
+            if not kept:
+                raise NotFoundError(f"no kept checkpoint of branch {branch!r} covers entry {seq}")
+            size, note = kept[0]
+        proof = ledger.inclusion_proof(seq, size, branch)
+    return SignedSnapshot.of(note, entry, proof)
 
 
 class Preimages(Protocol):
@@ -478,9 +496,16 @@ def _view_ops(ledger: Ledger, branch: str, stop: int, depth: int = 0) -> Iterato
 
 
 def open_root(
-    ledger: Ledger, root: bytes | str | None = None, branch: str = CANONICAL_BRANCH
+    ledger: Ledger,
+    root: bytes | str | None = None,
+    branch: str = CANONICAL_BRANCH,
+    *,
+    at_snapshot: bool = False,
 ) -> RootProofSource:
     """Return what proofs at ``root`` (default: the newest root of ``branch``) are built from.
+
+    With ``at_snapshot`` the proofs are against the SNAPSHOT's own kept checkpoint, not the
+    head (``signed_snapshot``).
 
     The root record (a derived, untrusted row) only names the SNAPSHOT entry: the entry is
     read strictly and must record that root; the map nodes are re-hashed as they are read;
@@ -508,7 +533,7 @@ def open_root(
             f"root {record.root.hex()} is a cascade's re-snapshot, recorded by a CASCADE entry "
             "and not by a SNAPSHOT of its own: prove the root it replaces, or a later one"
         )
-    snap = signed_snapshot(ledger, record.seq, record.branch)
+    snap = signed_snapshot(ledger, record.seq, record.branch, at_snapshot=at_snapshot)
     if snap.root != bytes(record.root):
         raise IntegrityError(
             f"strict read refused: branch {record.branch} entry {record.seq}: step 9: memory "

@@ -38,6 +38,7 @@ from memroot.memory_root._fold import (
     check_fork_root,
     check_snapshot,
     fork_anchor,
+    not_replayed,
     relink_by,
     relink_pairs,
 )
@@ -422,7 +423,7 @@ class RootsReplayCheck:
             report.add(
                 Finding(
                     STEP,
-                    f"SNAPSHOT does not replay: {e} ({e.field})",
+                    not_replayed(e, entry.type),
                     branch,
                     entry.seq,
                     expected=e.expected,
@@ -430,9 +431,7 @@ class RootsReplayCheck:
                 )
             )
         elif isinstance(e, ValidationError):
-            report.add(
-                Finding(STEP, f"{entry.type} is malformed: {e} ({e.field})", branch, entry.seq)
-            )
+            report.add(Finding(STEP, not_replayed(e, entry.type), branch, entry.seq))
         else:
             report.add(
                 Finding(STEP, f"a state projection cannot be replayed: {e}", branch, entry.seq)
@@ -473,6 +472,19 @@ class RootsReplayCheck:
                         "is missing (written without the memory_root hook?)",
                         branch,
                         r.skipped,
+                        severity="note",
+                    )
+                )
+            if r.prepared.v == 3:
+                report.add(
+                    Finding(
+                        STEP,
+                        "a v3 memory root (written by another memroot: this one writes v2): "
+                        "its summaries verify, but cascades do not re-snapshot it yet (the "
+                        "falsification index reads a root's projection list from its "
+                        "SNAPSHOT entry, which a v3 entry holds by its hash, FORMAT §6.16)",
+                        branch,
+                        entry.seq,
                         severity="note",
                     )
                 )

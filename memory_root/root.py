@@ -35,8 +35,10 @@ from memroot.projections.projection import (
 )
 
 __all__ = [
+    "PROJECTIONS_TAG",
     "ROOT_TAG",
     "ROOT_V2_TAG",
+    "ROOT_V3_TAG",
     "ROOT_VERSION",
     "ROOT_VERSIONS",
     "HighWater",
@@ -44,15 +46,22 @@ __all__ = [
     "ProjectionDigest",
     "RootPreimage",
     "compute_root",
+    "list_digest",
     "projection_digest",
 ]
 
 ROOT_TAG: Final = "memroot/root/v1"
 ROOT_V2_TAG: Final = "memroot/root/v2"
+ROOT_V3_TAG: Final = "memroot/root/v3"
+PROJECTIONS_TAG: Final = "memroot/projections/v1"
+"""Tag of a v3 root's ``projections``: the hash of the projection list (FORMAT §6.16)."""
 ROOT_VERSION: Final = 2
-"""The version this memroot writes (v1 roots are still read and verified)."""
-ROOT_VERSIONS: Final = (1, 2)
-_TAGS: Final = {1: ROOT_TAG, 2: ROOT_V2_TAG}
+"""The version this memroot writes. v1 roots are still read and verified; v3 roots (FORMAT
+§6.16) are read and verified, not yet written: the falsification layer's dependency index
+(``memory_root.falsify.deps``) reads a root's projection list from its SNAPSHOT entry, which
+a v3 entry holds by its hash only."""
+ROOT_VERSIONS: Final = (1, 2, 3)
+_TAGS: Final = {1: ROOT_TAG, 2: ROOT_V2_TAG, 3: ROOT_V3_TAG}
 
 MemoryRoot = NewType("MemoryRoot", bytes)
 """SHA-256 with tag ``memroot/root/v<v>`` over a root's canonical preimage."""
@@ -175,6 +184,15 @@ def projection_digest(projection: Projection, summary: Summary) -> ProjectionDig
     return ProjectionDigest(projection.id, rule_digest(projection), summary.digest, summary.count)
 
 
+def list_digest(items: Sequence[ProjectionDigest]) -> bytes:
+    """Return ``SHA-256("memroot/projections/v1" || 0x00 || cbor([{id, rule, digest, count}]))``.
+
+    What a v3 root's ``projections`` holds (docs/FORMAT.md §6.16): the list, sorted by id,
+    committed by one hash.
+    """
+    return domain_hash(PROJECTIONS_TAG, encoding.encode([p.to_cbor() for p in items]))
+
+
 _PAYLOAD_KEYS: Final = frozenset(
     {"v", "branch", "parent", "high_water", "projections", "memory_root"}
 )
@@ -185,12 +203,16 @@ _PAYLOAD_KEYS_V2: Final = _PAYLOAD_KEYS | {"map"}
 class RootPreimage:
     """Everything a memory_root commits to; ``root()`` hashes it.
 
-    ``v`` is 1 (no map, ``map_root`` None) or 2 (``map_root`` the memory map's root at the
-    high-water, docs/FORMAT.md §6.13).
+    ``v`` is 1 (no map, ``map_root`` None), 2 (``map_root`` the memory map's root at the
+    high-water, docs/FORMAT.md §6.13) or 3 (as 2, the projection list committed by one hash,
+    ``list_digest``, §6.16). A v3 preimage parsed from a ``SNAPSHOT`` payload knows only
+    that hash (``projections_digest``, ``projections`` empty): ``with_projections`` attaches
+    the list once one that hashes to it is known (replayed or stored).
 
     Raises:
         ValueError: if projections are not sorted by id or an id repeats, parent or the map
-            root is not 32 bytes, or ``map_root`` does not go with ``v``.
+            root is not 32 bytes, ``map_root`` does not go with ``v``, or a
+            ``projections_digest`` is given for another version.
     """
 
     branch: str
@@ -199,6 +221,7 @@ class RootPreimage:
     projections: tuple[ProjectionDigest, ...]
     v: int = 1
     map_root: bytes | None = None
+    projections_digest: bytes | None = None
 
     def __post_init__(self) -> None:
         ids = [p.id for p in self.projections]
@@ -208,10 +231,44 @@ class RootPreimage:
             raise ValueError("parent must be a 32-byte memory_root or None")
         if self.v not in ROOT_VERSIONS:
             raise ValueError(f"root version must be one of {ROOT_VERSIONS}, not {self.v!r}")
-        if (self.v == 2) != (self.map_root is not None):
-            raise ValueError("a v2 root has a map root and a v1 root none")
+        if (self.v >= 2) != (self.map_root is not None):
+            raise ValueError("a v2 or v3 root has a map root and a v1 root none")
         if self.map_root is not None and len(self.map_root) != HASH_SIZE:
             raise ValueError("the map root must be 32 bytes")
+        if self.projections_digest is not None and (
+            self.v != 3 or len(self.projections_digest) != HASH_SIZE
+        ):
+            raise ValueError("only a v3 root has a 32-byte projections digest")
+
+    @property
+    def listed(self) -> bytes:
+        """The hash of the projection list (a v3 root's ``projections``)."""
+        if self.projections_digest is not None:
+            return self.projections_digest
+        return list_digest(self.projections)
+
+    @property
+    def list_known(self) -> bool:
+        """False for a v3 preimage whose projection list is known by its hash only."""
+        return self.projections_digest is None or self.projections_digest == list_digest(
+            self.projections
+        )
+
+    def with_projections(self, items: Sequence[ProjectionDigest]) -> RootPreimage:
+        """Return this preimage with its projection list ``items`` (same root).
+
+        Raises:
+            ValueError: if ``items`` does not hash to a v3 root's ``projections``, or is not
+                this v1/v2 preimage's own list.
+        """
+        items = tuple(items)
+        if self.v != 3:
+            if items != self.projections:
+                raise ValueError("a v1/v2 preimage carries its own projection list")
+            return self
+        if list_digest(items) != self.listed:
+            raise ValueError("the projection list does not hash to the root's projections")
+        return RootPreimage(self.branch, self.parent, self.high_water, items, 3, self.map_root)
 
     def to_cbor(self) -> dict[str, Any]:
         """Return the preimage map (without ``memory_root``)."""
@@ -220,9 +277,11 @@ class RootPreimage:
             "branch": self.branch,
             "parent": self.parent,
             "high_water": self.high_water.to_cbor(),
-            "projections": [p.to_cbor() for p in self.projections],
+            "projections": (
+                self.listed if self.v == 3 else [p.to_cbor() for p in self.projections]
+            ),
         }
-        if self.v == 2:
+        if self.v >= 2:
             out["map"] = self.map_root
         return out
 
@@ -252,14 +311,25 @@ class RootPreimage:
             if type(payload) is not dict or "v" not in payload:
                 _exact_keys(payload, _PAYLOAD_KEYS_V2, "")
             raise _bad(
-                f"unsupported root version {v!r} (this memroot reads 1 and 2, writes "
+                f"unsupported root version {v!r} (this memroot reads 1, 2 and 3, writes "
                 f"{ROOT_VERSION})",
                 "v",
             )
-        m = _exact_keys(payload, _PAYLOAD_KEYS_V2 if v == 2 else _PAYLOAD_KEYS, "")
+        m = _exact_keys(payload, _PAYLOAD_KEYS_V2 if v >= 2 else _PAYLOAD_KEYS, "")
         if type(m["branch"]) is not str:
             raise _bad("branch must be a text string", "branch")
         parent = None if m["parent"] is None else MemoryRoot(_hash32(m["parent"], "parent"))
+        if v == 3:
+            pre = cls(
+                m["branch"],
+                parent,
+                HighWater.from_cbor(m["high_water"]),
+                (),
+                3,
+                _hash32(m["map"], "map"),
+                _hash32(m["projections"], "projections"),
+            )
+            return pre, MemoryRoot(_hash32(m["memory_root"], "memory_root"))
         items = m["projections"]
         if type(items) is not list:
             raise _bad("projections must be a list", "projections")
@@ -267,7 +337,7 @@ class RootPreimage:
         ids = [d.id for d in digests]
         if ids != sorted(set(ids)):
             raise _bad("projections must be sorted by id with no id twice", "projections")
-        map_root = _hash32(m["map"], "map") if v == 2 else None
+        map_root = _hash32(m["map"], "map") if v == 2 else None  # v3 returned above
         pre = cls(m["branch"], parent, HighWater.from_cbor(m["high_water"]), digests, v, map_root)
         return pre, MemoryRoot(_hash32(m["memory_root"], "memory_root"))
 
@@ -278,14 +348,17 @@ def compute_root(
     high_water: HighWater,
     summaries: Sequence[tuple[Projection, Summary]],
     map_root: bytes | None = None,
+    v: int | None = None,
 ) -> RootPreimage:
     """Return the preimage of a root from each projection's summary (any order).
 
-    With ``map_root`` a v2 root (docs/FORMAT.md §6.13), else a v1 root.
+    With ``map_root`` a root of version ``v`` (default: ``ROOT_VERSION``, the version this
+    memroot writes; 2 for docs/FORMAT.md §6.13's vectors), else a v1 root.
 
     Raises:
-        ValueError: if two projections share an id.
+        ValueError: if two projections share an id, or ``v`` does not go with ``map_root``.
     """
     items = sorted((projection_digest(p, s) for p, s in summaries), key=lambda d: d.id)
-    v = 1 if map_root is None else 2
+    if v is None:
+        v = 1 if map_root is None else ROOT_VERSION
     return RootPreimage(branch, parent, high_water, tuple(items), v, map_root)

@@ -16,7 +16,11 @@ Built-ins (version 1 unless said):
     deterministic Space-Saving top-k of motifs and of sources within each, bounded. Version 1
     (``{motif: {"count", "distinct_sources", "sources"}}``, whose fold state counts every
     source it met) stays registered as retired, to replay roots that list it.
-``corrections``  ``CORRECTION_APPLIED``: ``{"total", "by_motif", "by_verifier", "recent", "chain"}``
+``corrections``  ``CORRECTION_APPLIED``: ``{"total", "by_motif", "by_verifier", "recent",
+    "chain"}``; version 2 (written since 2026-12-02): ``by_motif`` / ``by_verifier`` are
+    Space-Saving tables ``{text: [c, e]}`` of at most 32 keys each, bounded. Version 1 (one
+    exact count for every motif and verifier text met) stays registered as retired, to
+    replay its roots.
 ``epistemic-distribution``  ``ASSERT`` / ``EPISTEMIC_TRANSITION``: ``{epistemic_type: n}``
 ``lifecycle-counts``  ``ASSERT`` / ``DEPRECATE`` / ``SUPERSEDE`` / ``ARCHIVE``:
     version 2 (written since this version): ``{state: n}``, how many times an operation moved
@@ -28,6 +32,10 @@ Built-ins (version 1 unless said):
     an operation set each state, bounded; each item's own state is a leaf of the memory map
     (docs/FORMAT.md §6.13). Version 1 (``{target_type: {target_id: {"state", "seq"}}}``,
     growing with every item named) stays registered as retired, to replay v1 roots.
+
+Kept whole: each retired version sits beside the version that replaced it, and both share
+the slice rule, the payload readers and the Space-Saving count (``_space_saving``,
+``_fold_correction``); the rules are one format (docs/FORMAT.md §6.6), read in one place.
 
 Projections fold what the operations say; validating them is the job of the layer that owns
 each operation (memory model, falsification). The two operations defined here are validated
@@ -64,6 +72,7 @@ __all__ = [
     "MOTIF_RE",
     "VIOLATION_FIELDS",
     "Corrections",
+    "CorrectionsTopK",
     "EpistemicDistribution",
     "FailureMotifs",
     "FailureMotifsTopK",
@@ -368,6 +377,46 @@ def _source_entry(count: int, error: int) -> list[int]:
 _CHAIN_START: Final = bytes(32)
 
 
+def _no_correction() -> dict[str, Any]:
+    return {"total": 0, "by_motif": {}, "by_verifier": {}, "recent": [], "chain": _CHAIN_START}
+
+
+def _count_exact(state: dict[str, Any], group: str, value: str) -> None:
+    state[group][value] = state[group].get(value, 0) + 1
+
+
+def _fold_correction(
+    proj: Corrections | CorrectionsTopK,
+    state: dict[str, Any],
+    entry: Entry,
+    count: Callable[[dict[str, Any], str, str], None],
+) -> dict[str, Any]:
+    """Fold one ``CORRECTION_APPLIED`` (both versions): the item, its counts, chain, recent.
+
+    ``count(state, group, text)`` counts a motif (``by_motif``) or verifier (``by_verifier``)
+    text: exactly for version 1, in a bounded table for version 2.
+    """
+    if entry.type != _CORRECTION_APPLIED or not proj._in_slice(entry):
+        return state
+    op_id = entry.body.get("id")
+    if type(op_id) is not str:
+        return state
+    item: dict[str, Any] = {"id": op_id, "seq": entry.seq}
+    for name, value in _payload(entry).items():
+        if name in CORRECTION_FIELDS:
+            item[name] = value
+    state["total"] += 1
+    for key, group in (("motif", "by_motif"), ("accepted_by", "by_verifier")):
+        value = _text_or_none(item.get(key))
+        if value is not None:
+            count(state, group, value)
+    state["chain"] = sha256(state["chain"] + encoding.encode(item))
+    recent: list[dict[str, Any]] = state["recent"]
+    recent.append(item)
+    del recent[: max(0, len(recent) - proj.recent)]
+    return state
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Corrections(_Sliced):
     """Accepted corrections (``CORRECTION_APPLIED``): counts, the latest ones, and a chain.
@@ -377,6 +426,11 @@ class Corrections(_Sliced):
     correction is ``{"id": op_id, "seq": n, <its payload fields>}`` and
     ``chain = SHA-256(previous chain || cbor(correction))`` from 32 zero bytes, so the
     summary commits to every correction without listing them all. Count = ``total``.
+
+    Retired (``retired_projections``): version 2, ``CorrectionsTopK``, replaced it, because
+    ``by_motif`` / ``by_verifier`` keep a count for every distinct text (free text), which
+    grows with the history and every root stored again. It stays registered so that roots
+    listing it replay.
     """
 
     id: str = "corrections"
@@ -390,32 +444,77 @@ class Corrections(_Sliced):
 
     def initial(self) -> dict[str, Any]:
         """Return no correction yet."""
-        return {"total": 0, "by_motif": {}, "by_verifier": {}, "recent": [], "chain": _CHAIN_START}
+        return _no_correction()
 
     def fold(self, state: dict[str, Any], entry: Entry) -> dict[str, Any]:
         """Count one ``CORRECTION_APPLIED`` and chain it."""
-        if entry.type != _CORRECTION_APPLIED or not self._in_slice(entry):
-            return state
-        op_id = entry.body.get("id")
-        if type(op_id) is not str:
-            return state
-        item: dict[str, Any] = {"id": op_id, "seq": entry.seq}
-        for name, value in _payload(entry).items():
-            if name in CORRECTION_FIELDS:
-                item[name] = value
-        state["total"] += 1
-        for key, group in (("motif", "by_motif"), ("accepted_by", "by_verifier")):
-            value = _text_or_none(item.get(key))
-            if value is not None:
-                state[group][value] = state[group].get(value, 0) + 1
-        state["chain"] = sha256(state["chain"] + encoding.encode(item))
-        recent: list[dict[str, Any]] = state["recent"]
-        recent.append(item)
-        del recent[: max(0, len(recent) - self.recent)]
-        return state
+        return _fold_correction(self, state, entry, _count_exact)
 
     def summarize(self, state: dict[str, Any]) -> Summary:
         """Return the counts, the recent corrections and the chain."""
+        return _summary(state, state["total"])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CorrectionsTopK(_Sliced):
+    """``corrections`` version 2: accepted corrections with bounded counts by motif and verifier.
+
+    As version 1 (``Corrections``: ``total``, the last ``recent`` corrections, the chain over
+    every correction), but ``by_motif`` and ``by_verifier`` are deterministic Space-Saving
+    tables of at most ``top_motifs`` motifs and ``top_verifiers`` verifiers, each
+    ``{key: [count, error]}`` (the true count lies in ``[count - error, count]``; the rule,
+    ties included, is ``failure-motifs`` version 2's, docs/FORMAT.md §6.6). Summary (= the fold
+    state)::
+
+        {"total": n, "by_motif": {motif: [c, e]}, "by_verifier": {accepted_by: [c, e]},
+         "recent": [...], "chain": bytes(32)}
+
+    count = ``total``. Version 1 kept one count for every distinct motif and verifier text
+    it met, a fold state and summary growing with the vocabulary a history uses.
+    """
+
+    id: str = "corrections"
+    version: int = 2
+    recent: int = 20
+    top_motifs: int = 32
+    top_verifiers: int = 32
+    types: ClassVar[frozenset[str] | None] = Corrections.types
+
+    def __post_init__(self) -> None:
+        """Refuse a table without room.
+
+        Raises:
+            ValueError: if ``top_motifs`` or ``top_verifiers`` is not a positive int.
+        """
+        for name in ("top_motifs", "top_verifiers"):
+            n = getattr(self, name)
+            if type(n) is not int or n < 1:
+                raise ValueError(f"corrections {name} must be a positive int, got {n!r}")
+
+    @property
+    def params(self) -> Mapping[str, Any]:
+        """``{"namespaces": [...], "recent": n, "top_motifs": m, "top_verifiers": v}``."""
+        return {
+            "recent": self.recent,
+            "top_motifs": self.top_motifs,
+            "top_verifiers": self.top_verifiers,
+            **self._slice(),
+        }
+
+    def initial(self) -> dict[str, Any]:
+        """Return no correction yet."""
+        return _no_correction()
+
+    def fold(self, state: dict[str, Any], entry: Entry) -> dict[str, Any]:
+        """Count one ``CORRECTION_APPLIED`` in the bounded tables and chain it."""
+        return _fold_correction(self, state, entry, self._count_bounded)
+
+    def _count_bounded(self, state: dict[str, Any], group: str, value: str) -> None:
+        capacity = self.top_motifs if group == "by_motif" else self.top_verifiers
+        _space_saving(state[group], value, capacity, 0, _source_entry)
+
+    def summarize(self, state: dict[str, Any]) -> Summary:
+        """Return the total, the bounded tables, the recent corrections and the chain."""
         return _summary(state, state["total"])
 
 
@@ -913,14 +1012,15 @@ class FalsificationCounts(_Sliced):
 def builtin_projections() -> list[Projection]:
     """Return one instance of every built-in projection, with default ids and params.
 
-    ``failure-motifs`` is version 2 (``FailureMotifsTopK``), ``falsification-state`` version
+    ``failure-motifs`` is version 2 (``FailureMotifsTopK``), ``corrections`` version 2
+    (``CorrectionsTopK``), ``falsification-state`` version
     2 (``FalsificationCounts``) and ``lifecycle-counts`` version 2 (``LifecycleTransitions``);
-    their versions 1 (``FailureMotifs``, ``FalsificationState``, ``LifecycleCounts``) are in
-    ``retired_projections``.
+    their versions 1 (``FailureMotifs``, ``Corrections``, ``FalsificationState``,
+    ``LifecycleCounts``) are in ``retired_projections``.
     """
     return [
         FailureMotifsTopK(),
-        Corrections(),
+        CorrectionsTopK(),
         EpistemicDistribution(),
         LifecycleTransitions(),
         FalsificationCounts(),
@@ -929,4 +1029,4 @@ def builtin_projections() -> list[Projection]:
 
 def retired_projections() -> list[Projection]:
     """Return the built-ins replaced by a newer version, kept to replay old roots."""
-    return [FailureMotifs(), FalsificationState(), LifecycleCounts()]
+    return [Corrections(), FailureMotifs(), FalsificationState(), LifecycleCounts()]

@@ -125,14 +125,18 @@ def object_token(ledger: Ledger) -> Token | None:
     re-checked anyway when they differ, as the key is the whole row), and cannot change an
     entry a signed head covers. So on a SQLite file it is the ``data_version`` alone (an
     agent that records then recalls keeps what it checked of the objects it did not touch).
-    On PostgreSQL, where the snapshot moves on this connection's writes too, it is
-    ``checked_token``.
+    On PostgreSQL the same pair: the commits of transactions other than this connection's
+    (``PgStore.foreign_token``) and the cache file's ``data_version``.
     """
     store, derived = ledger.store, ledger.derived
     if derived is store:
         v = store.data_version()
         return None if v is None else (v,)
-    return checked_token(ledger)
+    local = derived.data_version()
+    foreign = getattr(store, "foreign_token", None)
+    if local is None or foreign is None:
+        return checked_token(ledger)
+    return (foreign(), local)
 
 
 def remembered(ledger: Ledger, token: Token | None, kind: str = "query") -> set[object]:

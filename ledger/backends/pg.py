@@ -30,10 +30,18 @@ from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
 from memroot.ledger.backends import store as _store
+from memroot.ledger.backends.pg_cache import (
+    CACHE_ENVVAR,
+    DerivedCache,
+    StoreView,
+    default_cache_path,
+    with_ledger_schema,
+)
+from memroot.ledger.backends.pg_snapshot import Commits, Snapshot
+from memroot.ledger.backends.pg_translate import Catalog, translate
 from memroot.ledger.backends.store import (
     BRANCH_SHIFT,
     SCHEMA_VERSION,
-    WRITER_STATEMENT_CACHE,
     BranchRow,
     EntryRow,
     Store,
@@ -93,6 +101,25 @@ _SCHEMA: Final = (
 
 _ENTRY_COLS: Final = "k, hash, data, digest, salt, content, erased_by"
 _MASK: Final = (1 << BRANCH_SHIFT) - 1
+_VERSION: Final = "xmin::text || '/' || ctid::text"
+"""A stored row's version: the transaction that wrote it and where it lies. An ``UPDATE``
+writes a new version (another transaction, another place), so an unchanged version is the
+row read before, byte for byte (``entry_rows``; a ``VACUUM FULL`` moves rows: read again)."""
+_VERSIONS_MAX: Final = 1 << 14
+_KEPT_RANGE: Final = 64
+"""A range of entries this long, all read already in a read transaction, is not read again."""
+_E_ENTRY_COLS: Final = ", ".join("e." + c for c in _ENTRY_COLS.split(", "))
+_BEGIN_READ: Final = (
+    "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; "
+    "SELECT b.no, b.name, b.size, b.head, "
+    f"(SELECT max(e.k) FROM entries e WHERE e.k >= b.no << {BRANCH_SHIFT} "
+    f"AND e.k < (b.no + 1) << {BRANCH_SHIFT}), pg_current_snapshot()::text "
+    "FROM branches b ORDER BY b.no"
+)
+"""Opens a read transaction and reads, in its snapshot, what ``Snapshot`` holds: one round
+trip (the snapshot is taken at the SELECT, the first statement after BEGIN)."""
+_COMMIT_OWN: Final = "SELECT pg_current_xact_id_if_assigned()::text; COMMIT"
+"""Commits a write and says its transaction id (none when it wrote nothing): one round trip."""
 
 
 def is_url(target: object) -> bool:
@@ -128,100 +155,6 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
-def _placeholders(sql: str) -> str:
-    """Return ``sql`` with ``?`` outside string literals as ``%s`` and ``%`` doubled."""
-    out: list[str] = []
-    quoted = False
-    for ch in sql:
-        if ch == "'":
-            quoted = not quoted
-            out.append(ch)
-        elif ch == "?" and not quoted:
-            out.append("%s")
-        elif ch == "%":
-            out.append("%%")
-        else:
-            out.append(ch)
-    return "".join(out)
-
-
-_DDL_RE: Final = re.compile(r"^\s*CREATE\s+(TABLE|INDEX|UNIQUE\s+INDEX)\b", re.I | re.M)
-_CAST_BLOB_RE: Final = re.compile(r"CAST\((\w+) AS BLOB\)", re.I)
-_UPSERT_RE: Final = re.compile(
-    r"^\s*INSERT\s+OR\s+(REPLACE|IGNORE)\s+INTO\s+(\w+)\s*(\(([^)]*)\))?", re.I | re.S
-)
-
-
-def _ddl(sql: str) -> str:
-    """Rewrite SQLite DDL to PostgreSQL: types, and no ``STRICT`` / ``WITHOUT ROWID``."""
-    sql = re.sub(r"\)\s*STRICT\s*,\s*WITHOUT\s+ROWID", ")", sql, flags=re.I)
-    sql = re.sub(r"\)\s*WITHOUT\s+ROWID\s*,\s*STRICT", ")", sql, flags=re.I)
-    sql = re.sub(r"\)\s*(STRICT|WITHOUT\s+ROWID)\b", ")", sql, flags=re.I)
-    sql = re.sub(r"\bBLOB\b", "BYTEA", sql, flags=re.I)
-    return re.sub(r"\bINTEGER\b", "BIGINT", sql, flags=re.I)
-
-
-class _Catalog:
-    """Primary keys and columns of tables, read once from PostgreSQL's catalog."""
-
-    def __init__(self, conn: Any) -> None:
-        self.conn = conn
-        self.keys: dict[str, list[str]] = {}
-        self.cols: dict[str, list[str]] = {}
-
-    def columns(self, table: str) -> list[str]:
-        if table not in self.cols:
-            rows = self.conn.execute(
-                "SELECT column_name FROM information_schema.columns WHERE table_schema = "
-                "current_schema() AND table_name = %s ORDER BY ordinal_position",
-                (table,),
-            ).fetchall()
-            self.cols[table] = [str(r[0]) for r in rows]
-        return self.cols[table]
-
-    def primary_key(self, table: str) -> list[str]:
-        if table not in self.keys:
-            rows = self.conn.execute(
-                "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = "
-                "i.indrelid AND a.attnum = ANY(i.indkey) WHERE i.indrelid = to_regclass(%s) "
-                "AND i.indisprimary ORDER BY array_position(i.indkey, a.attnum)",
-                (table,),
-            ).fetchall()
-            self.keys[table] = [str(r[0]) for r in rows]
-        return self.keys[table]
-
-
-def _translate(sql: str, catalog: _Catalog) -> str:
-    """Return the PostgreSQL form of one statement of the SQLite dialect the ledger layer uses.
-
-    ``?`` placeholders; ``INSERT OR REPLACE`` / ``OR IGNORE`` become ``ON CONFLICT`` on the
-    table's primary key (read from the catalog); DDL types; ``CAST(text AS BLOB)`` (read
-    text as its bytes) becomes ``convert_to(text, 'UTF8')``. Anything else passes as written:
-    statements that need more are written in the subset both engines run.
-    """
-    if _DDL_RE.search(sql):
-        sql = _ddl(sql)
-    sql = _CAST_BLOB_RE.sub(r"convert_to(\1, 'UTF8')", sql)
-    m = _UPSERT_RE.match(sql)
-    if m is not None:
-        table = m.group(2)
-        cols = [c.strip() for c in m.group(4).split(",")] if m.group(4) else catalog.columns(table)
-        head = f"INSERT INTO {table}({', '.join(cols)})"
-        body = sql[m.end() :].rstrip().rstrip(";")
-        if m.group(1).upper() == "IGNORE":
-            sql = f"{head}{body} ON CONFLICT DO NOTHING"
-        else:
-            key = catalog.primary_key(table)
-            rest = [c for c in cols if c not in key]
-            action = (
-                "DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in rest)
-                if rest
-                else "DO NOTHING"
-            )
-            sql = f"{head}{body} ON CONFLICT({', '.join(key)}) {action}"
-    return _placeholders(sql)
-
-
 class PgCursor:
     """The rows of one statement, read like an apsw cursor (iterate, fetchone, fetchall)."""
 
@@ -253,7 +186,7 @@ class PgConnection:
     """The part of apsw's ``Connection`` the ledger layer's own SQL uses, over psycopg.
 
     ``execute`` / ``executemany`` take the SQLite dialect of the ledger layer's own SQL
-    (witnesses, tiles, key rotation, verify) and run its PostgreSQL form (``_translate``,
+    (witnesses, tiles, key rotation, verify) and run its PostgreSQL form (``translate``,
     cached per statement). The layers above the ledger (memory model, roots, falsification)
     do not run their SQL here: their tables live in the host's ``DerivedCache``.
     """
@@ -262,14 +195,15 @@ class PgConnection:
         """Wrap an open psycopg connection (autocommit mode: transactions are explicit)."""
         self.conn = conn
         self.where = where
+        self.statements = 0  # round trips to the server (benchmarks and tests count them)
         self._changes = 0
         self._cache: dict[str, str] = {}
-        self._catalog = _Catalog(conn)
+        self._catalog = Catalog(conn)
 
     def _sql(self, sql: str) -> str:
         got = self._cache.get(sql)
         if got is None:
-            got = self._cache[sql] = _translate(sql, self._catalog)
+            got = self._cache[sql] = translate(sql, self._catalog)
         return got
 
     def execute(self, sql: str, bindings: Sequence[Any] | None = None) -> PgCursor:
@@ -280,6 +214,7 @@ class PgConnection:
         """
         import psycopg
 
+        self.statements += 1
         try:
             cur = self.conn.execute(self._sql(sql), bindings)
             self._changes = max(cur.rowcount, 0)
@@ -298,6 +233,7 @@ class PgConnection:
         rows = list(rows)
         if not rows:
             return
+        self.statements += 1
         try:
             with self.conn.cursor() as cur:
                 cur.executemany(self._sql(sql), rows)
@@ -427,6 +363,10 @@ class PgStore(Store):
         self._before_commit = []
         self._after_rollback = []
         self._after_commit = []
+        self._snap: Snapshot | None = None
+        self.commits = Commits()
+        self._unique = 0
+        self._versions: dict[int, tuple[str, EntryRow]] = {}
         conn = connect(url, readonly=readonly)
         self.db = PgConnection(conn, self.where)
         try:
@@ -468,20 +408,52 @@ class PgStore(Store):
         return None
 
     def commit_token(self) -> str:
-        """Return the snapshot this connection reads now (``pg_current_snapshot()``), as text.
+        """Return what moves whenever any transaction committed since: anyone's, or this one's.
 
-        Two equal answers mean the same set of committed transactions in the cluster: any
-        write since (anyone's, this connection's too) takes a transaction id, which moves
-        the snapshot's ``xmax`` or, committing later, leaves its in-progress list. A cache
-        of what was checked (the read gate's, ``projections.strict_rows``) holds while it
-        does not change; unlike ``data_version`` it moves on this connection's own writes.
-        Inside a ``REPEATABLE READ`` transaction it is that transaction's snapshot.
+        Two equal answers mean that nothing committed between them: neither this
+        connection (``Commits.mine``) nor any other transaction of the server
+        (``foreign_token``). A cache of what was checked (the read gate's,
+        ``projections.strict_rows``) holds while it does not change; unlike
+        ``data_version`` it moves on this connection's own writes. Inside a write
+        transaction every answer is new (its snapshot changes statement by statement, and
+        its own writes are not committed yet): nothing checked there is kept.
 
         Raises:
             StorageError: if PostgreSQL fails.
         """
+        return f"{self.foreign_token()}:{self.commits.mine}"
+
+    def foreign_token(self) -> str:
+        """Return what moves whenever a transaction other than this connection's committed.
+
+        The snapshot read in (``pg_current_snapshot()``: inside a ``REPEATABLE READ``
+        transaction, that transaction's) is compared with the one seen before it
+        (``Commits.observe``): the transactions that ended in between are exactly known,
+        and when each is one this connection committed, the answer stays the same. Like
+        SQLite's ``data_version``, which moves on every other connection's commit and never
+        on this one's. Any other transaction of the server (another host, an edit of a
+        table, a write to another database) moves it. Inside a write transaction every
+        answer is new.
+
+        Raises:
+            StorageError: if PostgreSQL fails.
+        """
+        if self._write_depth:
+            self._unique += 1
+            return f"w{self._unique}"
+        text = self._snapshot_text()
+        self.commits.observe(text)
+        return str(self.commits.foreign)
+
+    def _snapshot_text(self) -> str:
+        snap = self._snap
+        if snap is not None and snap.text is not None:
+            return snap.text
         row = self.db.execute("SELECT pg_current_snapshot()::text").fetchone()
-        return "" if row is None else str(row[0])
+        text = "" if row is None else str(row[0])
+        if snap is not None:
+            snap.text = text
+        return text
 
     def drop(self) -> None:
         """Drop the ledger's tables and close: undo a ``memroot init`` that failed half-way."""
@@ -525,7 +497,7 @@ class PgStore(Store):
         try:
             for callback in self._before_commit:
                 callback()
-            _store.commit_counted(self.db)  # as the SQLite store counts it
+            _store.commit_counted(_Committing(self))  # as the SQLite store counts it
         except BaseException:
             self._rollback()
             raise
@@ -547,12 +519,32 @@ class PgStore(Store):
         if self.db.in_transaction:
             yield self.db
             return
-        self.db.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        self._snap = Snapshot(self._begin_read())
         try:
             yield self.db
         finally:
+            self._snap = None
             with contextlib.suppress(Exception):
                 self.db.execute("COMMIT")
+
+    def _begin_read(self) -> list[tuple[Any, ...]]:
+        """Open the read transaction and read its ``Snapshot`` rows (``_BEGIN_READ``)."""
+        import psycopg
+
+        self.db.statements += 1
+        try:
+            cur = self.db.conn.execute(_BEGIN_READ)
+            cur.nextset()  # past BEGIN's result, to the SELECT's
+            rows: list[tuple[Any, ...]] = cur.fetchall()
+            return rows
+        except psycopg.Error as e:
+            with contextlib.suppress(Exception):
+                self.db.execute("ROLLBACK")
+            raise pg_error(e, self.where) from e
+
+    def _snapshot(self) -> Snapshot | None:
+        """Return the open read transaction's ``Snapshot`` (None in a write or outside a read)."""
+        return None if self._write_depth else self._snap
 
     def copy_snapshot(self, dst: Path, derived: Store | None = None) -> None:
         """Copy the ledger, as one REPEATABLE READ transaction sees it, to a new SQLite file.
@@ -568,7 +560,7 @@ class PgStore(Store):
         if derived is None:
             target = Store(Path(dst), create=True)
         else:
-            target = _with_ledger_schema(derived, Path(dst))
+            target = with_ledger_schema(derived, Path(dst))
         try:
             with self.read(), target.write() as out:
                 for key, kind, raw in self.db.execute("SELECT key, kind, value FROM meta"):
@@ -614,7 +606,15 @@ class PgStore(Store):
     # -- meta and branches --------------------------------------------------------------------
 
     def meta(self, key: str) -> Any:
-        """Return a meta value, or None."""
+        """Return a meta value, or None (in a read transaction, every row read at once)."""
+        snap = self._snapshot()
+        if snap is not None:
+            if snap.meta is None:
+                snap.meta = {
+                    str(k): _meta_value(str(kind), bytes(v))
+                    for k, kind, v in self.db.execute("SELECT key, kind, value FROM meta")
+                }
+            return snap.meta.get(key)
         row = self.db.execute("SELECT kind, value FROM meta WHERE key = ?", (key,)).fetchone()
         return None if row is None else _meta_value(str(row[0]), bytes(row[1]))
 
@@ -636,6 +636,12 @@ class PgStore(Store):
         Raises:
             NotFoundError: if there is no such branch.
         """
+        snap = self._snapshot()
+        if snap is not None:
+            found = snap.by_name.get(name)
+            if found is None:
+                raise NotFoundError(f"no branch named {name!r}")
+            return found
         lock = " FOR UPDATE" if self._write_depth else ""
         row = self.db.execute(
             f"SELECT no, name, size, head FROM branches WHERE name = ?{lock}", (name,)
@@ -646,6 +652,9 @@ class PgStore(Store):
 
     def branches(self) -> list[BranchRow]:
         """Return every branch, in creation order."""
+        snap = self._snapshot()
+        if snap is not None:
+            return list(snap.branches)
         return [
             BranchRow(int(r[0]), str(r[1]), int(r[2]), bytes(r[3]))
             for r in self.db.execute("SELECT no, name, size, head FROM branches ORDER BY no")
@@ -672,6 +681,7 @@ class PgStore(Store):
         """Insert ``rows`` with one ``COPY ... FROM STDIN`` (inside the write transaction)."""
         import psycopg
 
+        self.db.statements += 1
         try:
             with (
                 self.db.conn.cursor() as cur,
@@ -700,22 +710,51 @@ class PgStore(Store):
         Raises:
             NotFoundError: if there is no entry ``seq`` on that branch.
         """
-        row = self.db.execute(
-            f"SELECT {_ENTRY_COLS} FROM entries WHERE k = ?", (entry_key(branch_no, seq),)
-        ).fetchone()
+        k = entry_key(branch_no, seq)
+        snap = self._snapshot()
+        if snap is not None and k in snap.rows:
+            return snap.rows[k]
+        row = self.db.execute(f"SELECT {_ENTRY_COLS} FROM entries WHERE k = ?", (k,)).fetchone()
         if row is None:
             raise NotFoundError(f"no entry {seq} on this branch")
-        return _entry(row)
+        got = _entry(row)
+        if snap is not None:
+            snap.rows[k] = got
+        return got
 
     def entry_rows(self, branch_no: int, seqs: Sequence[int]) -> list[EntryRow]:
         """Return the stored rows at ``seqs`` of a branch (those that exist), by seq."""
         keys = [entry_key(branch_no, s) for s in seqs]
-        return [
-            _entry(r)
-            for r in self.db.execute(
-                f"SELECT {_ENTRY_COLS} FROM entries WHERE k = ANY(?) ORDER BY k", (keys,)
+        snap = self._snapshot()
+        if snap is not None and all(k in snap.rows for k in keys):
+            return [snap.rows[k] for k in sorted(set(keys))]
+        known = self._versions
+        if keys and all(k in known for k in keys):
+            # Read again since: each row's version (the transaction that wrote it and its
+            # place) says whether it is the row read then; only a changed one is fetched.
+            now = dict(
+                self.db.execute(
+                    f"SELECT k, {_VERSION} FROM entries WHERE k = ANY(?) ORDER BY k", (keys,)
+                ).fetchall()
             )
-        ]
+            changed = [k for k in now if known[k][0] != now[k]]
+            if not changed:
+                rows = [known[k][1] for k in sorted(now)]
+                if snap is not None:
+                    snap.rows.update(zip(sorted(now), rows, strict=True))
+                return rows
+        rows = []
+        if len(known) + len(keys) > _VERSIONS_MAX:
+            known.clear()
+        for r in self.db.execute(
+            f"SELECT {_ENTRY_COLS}, {_VERSION} FROM entries WHERE k = ANY(?) ORDER BY k", (keys,)
+        ):
+            row = _entry(r)
+            rows.append(row)
+            known[int(r[0])] = (str(r[7]), row)
+        if snap is not None:
+            snap.rows.update((entry_key(branch_no, r.seq), r) for r in rows)
+        return rows
 
     def iter_entry_rows(
         self, branch_no: int, start: int = 0, stop: int | None = None, *, chunk: int = 4096
@@ -723,6 +762,14 @@ class PgStore(Store):
         """Yield entry rows of a branch with ``start <= seq < stop`` in seq order, by chunks."""
         lo = entry_key(branch_no, start)
         hi = entry_key(branch_no, _MASK if stop is None else stop)
+        snap = self._snapshot()
+        if snap is not None and snap.no_entry_from(lo, branch_no):
+            return  # past the branch's last entry in this snapshot (known from its opening)
+        if snap is not None and stop is not None and 0 <= stop - start <= _KEPT_RANGE:
+            kept = [snap.rows.get(k) for k in range(lo, hi)]
+            if all(r is not None for r in kept):
+                yield from (r for r in kept if r is not None)  # read already in this snapshot
+                return
         while True:
             rows = self.db.execute(
                 f"SELECT {_ENTRY_COLS} FROM entries WHERE k >= ? AND k < ? ORDER BY k LIMIT ?",
@@ -806,32 +853,96 @@ class PgStore(Store):
         ]
 
     def latest_checkpoint(self, branch_no: int) -> tuple[int, bytes, str] | None:
-        """Return the stored checkpoint with the largest size, or None."""
-        row = self.db.execute(
-            "SELECT size, root, note FROM checkpoints WHERE branch = ? ORDER BY size DESC LIMIT 1",
-            (branch_no,),
-        ).fetchone()
-        return None if row is None else (int(row[0]), bytes(row[1]), str(row[2]))
+        """Return the stored checkpoint with the largest size, or None.
 
+        In a read transaction the entry row it ends at and the meta rows (what a head check
+        reads next) come in the same round trip, and all are kept for the transaction.
+        """
+        snap = self._snapshot()
+        if snap is None:
+            row = self.db.execute(
+                "SELECT size, root, note FROM checkpoints WHERE branch = ? "
+                "ORDER BY size DESC LIMIT 1",
+                (branch_no,),
+            ).fetchone()
+            return None if row is None else (int(row[0]), bytes(row[1]), str(row[2]))
+        if branch_no in snap.checkpoints:
+            return snap.checkpoints[branch_no]
+        import psycopg
 
-def _with_ledger_schema(derived: Store, dst: Path) -> Store:
-    """Copy the derived tables of ``derived`` to a new file ``dst``, add the ledger's tables."""
-    import apsw
+        # Integers only are written into the text: no parameters, so the meta rows the head
+        # check reads next (its keys) can come in the same round trip, as a second result.
+        sql = (
+            f"SELECT c.size, c.root, c.note, {_E_ENTRY_COLS} "
+            f"FROM (SELECT size, root, note FROM checkpoints WHERE branch = {int(branch_no)} "
+            f"ORDER BY size DESC LIMIT 1) c LEFT JOIN entries e "
+            f"ON e.k = {entry_key(int(branch_no), 0)} + c.size - 1"
+        )
+        if snap.meta is None:
+            sql += "; SELECT key, kind, value FROM meta"
+        self.db.statements += 1
+        try:
+            cur = self.db.conn.execute(sql)
+            row = cur.fetchone()
+            if snap.meta is None and cur.nextset():
+                snap.meta = {
+                    str(k): _meta_value(str(kind), bytes(v)) for k, kind, v in cur.fetchall()
+                }
+        except psycopg.Error as e:
+            raise pg_error(e, self.where) from e
+        got = None if row is None else (int(row[0]), bytes(row[1]), str(row[2]))
+        if row is not None and row[3] is not None and int(row[0]) > 0:
+            snap.rows[int(row[3])] = _entry(row[3:])
+        snap.checkpoints[branch_no] = got
+        return got
 
-    from memroot.ledger.backends import store as sqlite_store
+    def read_nodes(self, branch_no: int, ids: Sequence[tuple[int, int]]) -> list[bytes]:
+        """Return the hashes of complete subtrees ``(level, index)`` in the order asked.
 
-    derived.copy_snapshot(dst)
-    conn = apsw.Connection(str(dst))
-    try:
-        with conn:
-            conn.execute("DROP TABLE IF EXISTS cache_heads; DROP TABLE IF EXISTS cache_meta")
-            conn.execute(sqlite_store._SCHEMA)
-            conn.execute(
-                "INSERT INTO meta VALUES('schema_version', ?)", (sqlite_store.SCHEMA_VERSION,)
-            )
-    finally:
-        conn.close()
-    return Store(dst)
+        As ``Store.read_nodes`` (upper levels kept in the node cache), with the leaves and
+        the inner nodes it must read in one statement (``tree_rows``), and the leaves of
+        entry rows this read transaction already holds not read again.
+
+        Raises:
+            StorageError: if a node that must exist is missing.
+        """
+        out: list[bytes | None] = [None] * len(ids)
+        cache = self._node_cache
+        snap = self._snapshot()
+        leaves: list[tuple[int, int]] = []
+        inner: list[tuple[int, int]] = []
+        for pos, (lvl, i) in enumerate(ids):
+            if lvl == 0:
+                k = branch_no << BRANCH_SHIFT | i
+                row = None if snap is None else snap.rows.get(k)
+                if row is None:
+                    leaves.append((pos, k))
+                else:
+                    out[pos] = row.hash
+                continue
+            k = _store.node_key(branch_no, lvl, i)
+            h = cache.get(k)
+            if h is None:
+                inner.append((pos, k))
+            else:
+                out[pos] = h
+        if leaves or inner:
+            found = {
+                (t, k): h
+                for t, k, h in self.tree_rows([k for _, k in leaves], [k for _, k in inner])
+            }
+            for t, wanted in ((0, leaves), (1, inner)):
+                for pos, k in wanted:
+                    h = found.get((t, k))
+                    if h is None:
+                        lvl, i = ids[pos]
+                        raise StorageError(f"tree node ({lvl}, {i}) is missing from {self.where}")
+                    out[pos] = h
+                    if t == 1 and ids[pos][0] >= _store.NODE_CACHE_MIN_LEVEL:
+                        if len(cache) >= _store.NODE_CACHE_MAX:
+                            cache.clear()
+                        cache[k] = h
+        return out  # type: ignore[return-value]
 
 
 def _entry(r: Sequence[Any]) -> EntryRow:
@@ -846,151 +957,36 @@ def _entry(r: Sequence[Any]) -> EntryRow:
     )
 
 
-# -- the derived-state cache of a PostgreSQL ledger ------------------------------------------------
+class _Committing:
+    """The connection as ``commit_counted`` sees it: its COMMIT also says the transaction's id.
 
-CACHE_ENVVAR: Final = "MEMROOT_CACHE"
-"""Names the local cache file of a PostgreSQL ledger's derived state (docs/postgresql.md)."""
-
-_CACHE_SCHEMA: Final = """
-CREATE TABLE IF NOT EXISTS cache_meta(key TEXT PRIMARY KEY, value ANY) STRICT;
-CREATE TABLE IF NOT EXISTS cache_heads(
-    branch TEXT PRIMARY KEY,
-    size INTEGER NOT NULL,
-    head BLOB NOT NULL
-) STRICT;
-"""
-
-
-def default_cache_path(ledger_id: str, key_path: Path | None) -> Path:
-    """Return where a PostgreSQL ledger's derived state is cached on this host.
-
-    ``$MEMROOT_CACHE`` when set; else beside the signing key (``KEY.cache``) when one is
-    named; else ``$XDG_CACHE_HOME/memroot/LEDGER_ID.cache`` (``~/.cache`` by default).
-    """
-    import os
-
-    named = os.environ.get(CACHE_ENVVAR)
-    if named:
-        return Path(named)
-    if key_path is not None:
-        return Path(f"{key_path}.cache")
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "memroot" / f"{ledger_id}.cache"
-
-
-class DerivedCache(Store):
-    """A host's local SQLite file holding the derived state of a PostgreSQL ledger.
-
-    The layers above the ledger (memory model, roots, falsification, branches) keep their
-    tables here, through the same hooks as in a ledger file; the entries stay in PostgreSQL.
-    It is a cache: ``cache_heads`` records, per branch, the size and head hash of the ledger
-    it has applied, ``cache_meta`` the ledger id, so a cache of another ledger, or of a
-    ledger that was rolled back, is detected (and rebuilt) rather than trusted. Only
-    ``write``/``read``/``on_commit`` and ``db`` of ``Store`` are meant to be used on it.
+    ``_COMMIT_OWN`` asks the id and commits in one round trip; the id is recorded as this
+    connection's own (``Commits.committed``), so the next snapshot's difference does not
+    count it as another's.
     """
 
-    def __init__(self, path: Path, ledger_id: str) -> None:
-        """Open (creating if missing) the cache at ``path`` for the ledger ``ledger_id``.
+    def __init__(self, store: PgStore) -> None:
+        self.store = store
 
-        A file that is no cache of this ledger (another ledger's id, not a SQLite file) is
-        replaced by an empty cache.
+    @property
+    def in_transaction(self) -> bool:
+        """True inside an open transaction."""
+        return self.store.db.in_transaction
+
+    def execute(self, sql: str) -> None:
+        """Run ``COMMIT`` (the only statement ``commit_counted`` runs), recording the id.
 
         Raises:
-            StorageError: if the file cannot be created or opened.
+            StorageError: if PostgreSQL refuses the commit or the connection is lost.
         """
-        import apsw
+        import psycopg
 
-        self.path = Path(path)
-        self.readonly = False
-        self._write_depth = 0
-        self._node_cache = {}
-        self._before_commit = []
-        self._after_rollback = []
-        self._after_commit = []
-        self.ledger_id = ledger_id
+        assert sql == "COMMIT"
+        self.store.db.statements += 1
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.db = self._open_file()
-            if self.stored_id() not in (None, ledger_id):
-                self.reset()
-            with self.write() as db:
-                db.execute("INSERT OR IGNORE INTO cache_meta VALUES('ledger_id', ?)", (ledger_id,))
-        except apsw.Error as e:
-            raise StorageError(f"cannot open the derived-state cache {self.path}: {e}") from e
-        except OSError as e:
-            raise StorageError(f"cannot create the derived-state cache {self.path}: {e}") from e
-
-    def _open_file(self) -> Any:
-        import apsw
-
-        for attempt in range(2):
-            db = apsw.Connection(str(self.path), statementcachesize=WRITER_STATEMENT_CACHE)
-            try:
-                db.set_busy_timeout(60_000)
-                db.execute("PRAGMA journal_mode=WAL")
-                db.execute("PRAGMA synchronous=NORMAL")  # a cache: a lost commit is replayed
-                db.execute(_CACHE_SCHEMA)
-                return db
-            except (apsw.NotADBError, apsw.CorruptError):
-                db.close()
-                if attempt:
-                    raise
-                self._unlink()
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _unlink(self) -> None:
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{self.path}{suffix}").unlink(missing_ok=True)
-
-    def stored_id(self) -> str | None:
-        """Return the ledger id the cache was made for (None for a new cache)."""
-        row = self.db.execute("SELECT value FROM cache_meta WHERE key = 'ledger_id'").fetchone()
-        return None if row is None else str(row[0])
-
-    def reset(self) -> None:
-        """Replace the cache by an empty one (its state was not this ledger's)."""
-        self.db.close()
-        self._unlink()
-        self.db = self._open_file()
-
-    def heads(self) -> dict[str, tuple[int, bytes]]:
-        """Return ``{branch: (size, head hash)}`` of what the cache has applied."""
-        return {
-            str(b): (int(s), bytes(h))
-            for b, s, h in self.db.execute("SELECT branch, size, head FROM cache_heads")
-        }
-
-    def set_heads(self, heads: Iterable[tuple[str, int, bytes]]) -> None:
-        """Record what the cache has applied (inside its write transaction)."""
-        self.db.executemany("INSERT OR REPLACE INTO cache_heads VALUES(?, ?, ?)", list(heads))
-
-
-class StoreView:
-    """The ledger store as its derived-state cache knows it, while the cache catches up.
-
-    Hooks replaying committed entries read branch heads through ``ledger.store``: this view
-    answers ``branch``/``branches`` with the heads the cache has applied (the entry being
-    replayed is the next one, as in a live append), everything else from the real store.
-    With ``rows`` None it is the real store.
-    """
-
-    def __init__(self, real: Store) -> None:
-        """Wrap ``real`` (a view of nothing until ``rows`` is set)."""
-        self.real = real
-        self.rows: dict[str, BranchRow] | None = None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.real, name)
-
-    def branch(self, name: str) -> BranchRow:
-        """Return the applied head of ``name`` (the stored one for a branch not in the view)."""
-        if self.rows is not None and name in self.rows:
-            return self.rows[name]
-        return self.real.branch(name)
-
-    def branches(self) -> list[BranchRow]:
-        """Return the branches the view knows, with their applied heads, in creation order."""
-        if self.rows is None:
-            return self.real.branches()
-        rows = self.rows
-        return [rows[b.name] for b in self.real.branches() if b.name in rows]
+            cur = self.store.db.conn.execute(_COMMIT_OWN)
+            row = cur.fetchone()
+        except psycopg.Error as e:
+            raise pg_error(e, self.store.where) from e
+        xid = None if row is None or row[0] is None else int(row[0])
+        self.store.commits.committed(xid)

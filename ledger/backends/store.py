@@ -58,12 +58,8 @@ written before ``SQLITE_SCHEMA_VERSION`` 2 carries it too."""
 SQLITE_SCHEMA_VERSION: Final = 2
 """The schema version a SQLite file is written with: version 1 stored level-1 nodes."""
 NODE_MIN_LEVEL: Final = 2
-"""The lowest level of the ``nodes`` rows a writer stores (and a reader reads).
-
-Below it a node is folded from its ``2**level`` leaf hashes (``entries.hash``): a level-1
-row cost a batched append about half a microsecond an entry (one b-tree insert per two
-entries) and saves a proof one of the two leaf look-ups a level-1 sibling now takes.
-The native core holds the same number (``merkle::NODE_MIN_LEVEL``)."""
+"""The lowest level of the ``nodes`` rows a SQLite writer stores (and a reader reads); below
+it a node is folded from its leaf hashes (``entries.hash``). As ``merkle::NODE_MIN_LEVEL``."""
 BRANCH_SHIFT: Final = 40  # entries.k = branch_no << 40 | seq: 2**40 entries per branch
 _NODE_BRANCH_SHIFT: Final = 48
 _NODE_LEVEL_SHIFT: Final = 42
@@ -193,10 +189,8 @@ def _tree_rows_sql(leaves: int, nodes: int, *, branch: bool) -> str:
 def _fold_leaves(hashes: list[bytes]) -> bytes:
     """Return the RFC 9162 hash of the perfect subtree over ``hashes`` (a power of two).
 
-    ``SHA-256(0x01 || left || right)`` level by level, the rule of ``hashing.node_hash``
-    (which this layer may not import; ``tests/unit/ledger/test_store.py`` checks the two
-    agree). A stored hash that is not 32 bytes is folded as it is: the result then matches
-    no honest node, and the proof or root it enters fails to verify.
+    ``SHA-256(0x01 || left || right)`` level by level: ``hashing.node_hash``, which this layer
+    may not import (``tests/unit/ledger/test_store.py`` checks the two agree).
     """
     while len(hashes) > 1:
         hashes = [
@@ -770,11 +764,8 @@ class Store:
     def _insert_pairs(self, insert: str, rows: Iterable[tuple[Any, Any]]) -> None:
         """Insert two-column rows with multi-row ``VALUES`` statements, up to 128 rows each.
 
-        A row of ``executemany`` costs apsw and SQLite about 0.2 us more than a row of a
-        128-row ``VALUES`` list (one statement step per row, not per list): a third of an
-        ``event_ids`` or ``nodes`` row's insert (BENCHMARKS.md, branch ``rows1``). A batch's
-        rows go as lists of 128 and, for the rest, of the powers of two of its size, so a
-        table has at most eight statement texts (each prepared once, apsw's cache).
+        A row of ``executemany`` costs ~0.2 us more (BENCHMARKS.md, ``rows1``). The rest after
+        the lists of 128 goes in powers of two: at most eight statement texts a table.
         """
         flat = [v for row in rows for v in row]
         start, left = 0, len(flat) // 2

@@ -28,7 +28,7 @@ Checks (numbered as in FORMAT.md §6.15)::
          or the branch origin ``<log>/branch/<B>`` of the entry's branch.
     (P3) entry: the SNAPSHOT entry decodes strictly (§3), its seq is the proof's index, and
          its leaf is included at that index in the checkpoint's tree (RFC 9162 §2.1.3.2).
-    (P4) root: the entry's payload is a v2 root whose ``memory_root`` is the hash of the rest
+    (P4) root: the entry's payload is a v2 or v3 root whose ``memory_root`` is the hash of the rest
          of the payload, equal to the file's ``root``.
     (P5) map: the namespace path and the item path (or the namespace's items) give the
          payload's map root.
@@ -90,6 +90,9 @@ WORDS_ITEMS: Final = 20  # items a namespace's plain-words summary lists
 
 ROOT_V2_TAG: Final = "memroot/root/v2"
 ROOT_V2: Final = 2
+ROOT_V3_TAG: Final = "memroot/root/v3"
+ROOT_V3: Final = 3
+_MAP_ROOT_TAGS: Final = {ROOT_V2: ROOT_V2_TAG, ROOT_V3: ROOT_V3_TAG}
 SNAPSHOT: Final = "SNAPSHOT"
 
 _TOP_KEYS: Final = {
@@ -572,26 +575,34 @@ def _check_snapshot(p: ProofFile, cp: SignedCheckpoint) -> Entry:
 
 
 def _check_root(p: ProofFile, entry: Entry) -> dict[str, Any]:
-    """(P4) The payload is a v2 root that hashes to its ``memory_root``, the file's root."""
+    """(P4) The payload is a v2 or v3 root that hashes to its ``memory_root``, the file's root.
+
+    A v3 root's ``projections`` is the 32-byte hash of its projection list (FORMAT §6.16);
+    the root is computed the same way, under its version's tag.
+    """
     payload = entry.body.get("payload")
     if type(payload) is not dict:
         raise _fail("P4", "the SNAPSHOT entry has no payload map")
-    if payload.get("v") != ROOT_V2 or type(payload.get("v")) is not int:
+    v = payload.get("v")
+    if type(v) is not int or v not in _MAP_ROOT_TAGS:
         raise _fail(
             "P4",
-            f"root of entry {entry.seq} is a version {payload.get('v')!r} root: only a v2 root "
+            f"root of entry {entry.seq} is a version {v!r} root: only a v2 or v3 root "
             "commits to a memory map",
         )
     claimed = payload.get("memory_root")
     map_root = payload.get("map")
-    for name, value in (("memory_root", claimed), ("map", map_root)):
+    checked = [("memory_root", claimed), ("map", map_root)]
+    if v == ROOT_V3:
+        checked.append(("projections", payload.get("projections")))
+    for name, value in checked:
         if type(value) is not bytes or len(value) != HASH_SIZE:
             raise _fail("P4", f"the root's {name} is not a 32-byte string")
     assert isinstance(claimed, bytes)
     if payload.get("branch") != entry.branch:
         raise _fail("P4", f"the root names branch {payload.get('branch')!r}, not its entry's")
     preimage = {k: v for k, v in payload.items() if k != "memory_root"}
-    computed = domain_hash(ROOT_V2_TAG, encoding.encode(preimage))
+    computed = domain_hash(_MAP_ROOT_TAGS[v], encoding.encode(preimage))
     if computed != claimed:
         raise _fail(
             "P4",

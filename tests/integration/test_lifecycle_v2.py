@@ -11,6 +11,7 @@ import itertools
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import apsw
 import pytest
@@ -43,14 +44,35 @@ def memroot(ledger: Path, *args: str) -> Result:
     return CliRunner().invoke(cli, ["-l", str(ledger), *args], catch_exceptions=False)
 
 
+def hooks_with(active: list[Any], retired: list[Any]) -> list[object]:
+    """The default hooks, their roots hook running ``active`` (``retired`` kept to replay):
+    the writer of an earlier memroot, whose built-ins were those."""
+    old = Registry(active)
+    for p in retired:
+        old.register(p, retired=True)
+    return [RootsHook(old) if isinstance(h, RootsHook) else h for h in stack.default_hooks()]
+
+
 def _old_hooks() -> list[object]:
     """The default hooks with the built-ins of before lifecycle-counts v2."""
-    old = Registry(
+    return hooks_with(
         [FailureMotifs(), Corrections(), EpistemicDistribution(), LifecycleCounts(),
-         FalsificationCounts()]
+         FalsificationCounts()],
+        [FalsificationState()],
     )  # fmt: skip
-    old.register(FalsificationState(), retired=True)
-    return [RootsHook(old) if isinstance(h, RootsHook) else h for h in stack.default_hooks()]
+
+
+def stored_roots(ledger: Path) -> list[tuple[int, bytes, frozenset[bytes]]]:
+    """Every stored root of ``ledger``: its seq, root and the rules of its summaries."""
+    db = apsw.Connection(str(ledger), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return [
+            (int(s), bytes(x), frozenset(bytes(r) for (r,) in db.execute(
+                "SELECT rule FROM memory_root_summaries WHERE root = ?", (x,))))
+            for s, x in db.execute("SELECT seq, root FROM memory_roots ORDER BY seq")
+        ]  # fmt: skip
+    finally:
+        db.close()
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ pytest.importorskip("mcp", reason="the mcp SDK is not installed (extra memroot[m
 from mcp import Client, StdioServerParameters
 
 import memroot
+from tests._mcp import server_params
 
 TOOLS = {
     "remember",
@@ -30,24 +30,10 @@ TOOLS = {
 
 
 def _params(tmp_path: Path, *extra: str) -> StdioServerParameters:
-    exe = Path(sys.executable).parent / "memroot"
-    command = [str(exe)] if exe.exists() else [sys.executable, "-m", "memroot.cli.main"]
-    return StdioServerParameters(
-        command=command[0],
-        args=[
-            *command[1:],
-            "-l",
-            str(tmp_path / "mcp.ledger"),
-            "mcp",
-            "--actor",
-            "agent-7",
-            "--namespace",
-            "alice",
-            "--trusted",
-            str(tmp_path / "trusted.json"),
-            *extra,
-        ],
+    params: StdioServerParameters = server_params(
+        tmp_path / "mcp.ledger", trusted=tmp_path / "trusted.json", after=extra
     )
+    return params
 
 
 def _run(tmp_path: Path, session: Any) -> Any:

@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import apsw
 import pytest
 
 from memroot.bench.bench_rootsv2 import with_violations
@@ -35,7 +34,13 @@ from memroot.projections.builtins import (
 )
 from memroot.projections.projection import rule_digest
 from memroot.projections.registry import Registry
-from tests.integration.test_lifecycle_v2 import _append, _newest, _stored_bytes, memroot
+from tests.integration.test_lifecycle_v2 import (
+    _append,
+    _newest,
+    _stored_bytes,
+    memroot,
+    stored_roots,
+)
 
 V1 = rule_digest(FailureMotifs())
 V2 = rule_digest(FailureMotifsTopK())
@@ -108,25 +113,14 @@ def test_roots_listing_v1_verify_and_the_next_ones_list_v2(ledger: Path):
     assert V2 in newest and V1 not in newest
     assert encoding.decode(newest[V2].data)["TITLE_MISMATCH"]["count"] == 600
 
-    def roots() -> list[tuple[int, bytes, frozenset[bytes]]]:
-        db = apsw.Connection(str(ledger), flags=apsw.SQLITE_OPEN_READONLY)
-        try:
-            return [
-                (int(s), bytes(x), frozenset(bytes(r) for (r,) in db.execute(
-                    "SELECT rule FROM memory_root_summaries WHERE root = ?", (x,))))
-                for s, x in db.execute("SELECT seq, root FROM memory_roots ORDER BY seq")
-            ]  # fmt: skip
-        finally:
-            db.close()
-
-    before = roots()
+    before = stored_roots(ledger)
     assert [V1 in r for _, _, r in before] == [True] * 3 + [False] * 3
     assert [V2 in r for _, _, r in before] == [False] * 3 + [True] * 3
     r = memroot(ledger, "verify")
     assert r.exit_code == 0, r.output
     r = memroot(ledger, "rebuild")
     assert r.exit_code == 0, r.output
-    assert roots() == before
+    assert stored_roots(ledger) == before
     assert _newest(ledger) == newest
     r = memroot(ledger, "verify")
     assert r.exit_code == 0, r.output

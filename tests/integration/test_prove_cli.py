@@ -137,6 +137,24 @@ def test_proof_at_an_older_root(small: Any, cmd: Cli, tmp_path: Path) -> None:
     assert got["root"] == oldest and not got["present"]
 
 
+def test_proof_at_the_snapshots_own_checkpoint(small: Any, cmd: Cli, tmp_path: Path) -> None:
+    """--at-snapshot proves the older root in the checkpoint that sealed its SNAPSHOT (kept
+    for good): a smaller tree than the head's, a file the offline auditor accepts; without
+    the flag the same root is proven in the head."""
+    path, ids, vkey = small
+    oldest = cmd.json_at(path, "roots")[-1]
+    out, head = tmp_path / "own.proof.json", tmp_path / "head.proof.json"
+    for f, extra in ((out, ["--at-snapshot"]), (head, [])):
+        cmd.ok(cmd.at(path, "prove", "--object", ids["bob"][0], "--root",
+                      oldest["memory_root"], *extra, "-o", str(f)))  # fmt: skip
+    got, in_head = _audit(cmd, out, vkey), _audit(cmd, head, vkey)
+    assert got["present"] and got["root"] == in_head["root"] == oldest["memory_root"]
+    assert oldest["seq"] < got["tree_size"] < in_head["tree_size"]
+    assert out.stat().st_size <= head.stat().st_size
+    bad = cmd.at(path, "prove", "--index", "1", "--at-snapshot")
+    assert bad.exit_code == 2 and "--at-snapshot goes with" in bad.output
+
+
 def test_proof_of_a_branch_root(small: Any, cmd: Cli, tmp_path: Path) -> None:
     """A root on a branch is proven against the branch's checkpoint (origin O/branch/B)."""
     path, ids, vkey = small

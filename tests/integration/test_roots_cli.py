@@ -106,7 +106,7 @@ def test_corrections_appear_in_the_next_root(ledger: Path, tmp_path: Path):
     corr = next(s for s in shown["summaries"] if s["id"] == "corrections")
     [item] = corr["summary"]["recent"]
     assert item["accepted_by"] == "verifier-2" and corr["count"] == 1
-    assert corr["summary"]["by_motif"] == {"TITLE_MISMATCH": 1}
+    assert corr["summary"]["by_motif"] == {"TITLE_MISMATCH": [1, 0]}  # corrections v2: [c, e]
 
 
 def test_bad_audit_record_is_refused_with_the_field(ledger: Path):

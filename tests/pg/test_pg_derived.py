@@ -678,30 +678,13 @@ def test_mcp_server_on_postgres(tmp_path: Path, pg_url: str, pg_key: Path) -> No
     """``memroot -l postgresql://... mcp``: a whole tool session over stdio, then verify."""
     pytest.importorskip("mcp", reason="the mcp SDK is not installed (memroot[mcp])")
     import asyncio
-    import sys
 
-    from mcp import Client, StdioServerParameters
+    from mcp import Client
+
+    from tests._mcp import server_params
 
     Ledger.init(pg_url, origin=ORIGIN, key_path=pg_key).close()
-    exe = Path(sys.executable).parent / "memroot"
-    command = [str(exe)] if exe.exists() else [sys.executable, "-m", "memroot.cli.main"]
-    params = StdioServerParameters(
-        command=command[0],
-        args=[
-            *command[1:],
-            "-l",
-            pg_url,
-            "--key",
-            str(pg_key),
-            "mcp",
-            "--actor",
-            "agent-7",
-            "--namespace",
-            "alice",
-            "--trusted",
-            str(tmp_path / "trusted.json"),
-        ],
-    )
+    params = server_params(pg_url, "--key", str(pg_key), trusted=tmp_path / "trusted.json")
 
     async def session() -> dict[str, Any]:
         async with Client(params) as c:

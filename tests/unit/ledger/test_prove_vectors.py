@@ -227,11 +227,15 @@ def _outside_check(raw: bytes, vkey: str) -> dict[str, Any]:
     path = [_b64(h, 32) for h in snap["inclusion"]]
     leaf = _sha(b"\x00" + entry_raw)
     _need(_rfc9162_root(leaf, index, size, path) == tree_root, "entry not in the signed tree")
-    # (P4) the root v2 preimage.
+    # (P4) the root v2 or v3 preimage (v3: "projections" is the list's 32-byte hash).
     payload = body["payload"]
-    _need(payload["v"] == 2 and payload["branch"] == branch, "not a v2 root of the branch")
+    version = payload["v"]
+    _need(version in (2, 3) and payload["branch"] == branch, "not a v2/v3 root of the branch")
+    if version == 3:
+        listed = payload["projections"]
+        _need(type(listed) is bytes and len(listed) == 32, "v3 projections not a hash")
     preimage = {k: v for k, v in payload.items() if k != "memory_root"}
-    computed = _tagged("memroot/root/v2", cbor2.dumps(preimage, canonical=True))
+    computed = _tagged(f"memroot/root/v{version}", cbor2.dumps(preimage, canonical=True))
     _need(computed == payload["memory_root"], "preimage hash mismatch")
     _need(computed.hex() == f["root"], "another root than the file's")
     map_root = payload["map"]
@@ -293,6 +297,9 @@ def test_the_claims_are_the_ones_named() -> None:
     assert len(c["namespace.proof.json"].items) == 5
     assert not c["namespace-empty.proof.json"].present
     assert c["object-branch.proof.json"].branch == "sim-1"
+    v3 = c["object-v3root.proof.json"]  # object's claim, at a v3 root of the same map
+    assert v3.present and v3.items == c["object.proof.json"].items
+    assert v3.root != c["object.proof.json"].root
 
 
 def _flip(raw: bytes, pos: int, bit: int) -> bytes:

@@ -140,7 +140,7 @@ def test_v1_root_is_refused_by_the_prover_and_the_checker() -> None:
         SignedSnapshot.of(snap.checkpoint, snap.entry, snap.inclusion)
     proof = dataclasses.replace(_object(), checkpoint=snap.checkpoint, entry=snap.entry.raw,
                                 inclusion=snap.inclusion)  # fmt: skip
-    _refused(proof, "P4", "only a v2 root commits to a memory map")
+    _refused(proof, "P4", "only a v2 or v3 root commits to a memory map")
 
 
 def test_file_root_of_another_snapshot_is_refused() -> None:

@@ -112,8 +112,9 @@ def test_high_water_tree_size_is_seq_plus_one():
     "mutate, field",
     [
         (lambda p: p.pop("v"), "payload"),
-        (lambda p: p.update(v=3), "payload.v"),
+        (lambda p: p.update(v=4), "payload.v"),
         (lambda p: p.update(v=2), "payload"),  # a v2 payload has a map
+        (lambda p: p.update(v=3), "payload"),  # and so has a v3 payload
         (lambda p: p.update(map=b"\x00" * 32), "payload"),  # and a v1 payload none
         (lambda p: p.update(parent=b"\x00"), "payload.parent"),
         (lambda p: p.update(memory_root="ab"), "payload.memory_root"),

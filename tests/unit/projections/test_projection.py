@@ -12,6 +12,7 @@ import pytest
 from memroot.ledger.entries import Entry
 from memroot.projections.builtins import (
     Corrections,
+    CorrectionsTopK,
     EpistemicDistribution,
     FailureMotifs,
     FalsificationState,
@@ -146,7 +147,7 @@ def test_default_registry_holds_the_builtins():
         "lifecycle-counts",
         "falsification-state",
     }
-    assert reg.get("corrections") == Corrections()
+    assert reg.get("corrections") == CorrectionsTopK()
     assert reg.get("nope") is None
 
 

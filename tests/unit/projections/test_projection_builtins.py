@@ -15,6 +15,7 @@ from memroot.ledger.entries import ZERO_HASH, Entry, Kind, OpInput, build_entry,
 from memroot.ledger.errors import ValidationError
 from memroot.projections.builtins import (
     Corrections,
+    CorrectionsTopK,
     EpistemicDistribution,
     FailureMotifs,
     FailureMotifsTopK,
@@ -230,6 +231,64 @@ def test_corrections_count_keep_the_recent_ones_and_chain_them_all():
     assert swapped["chain"] != got["chain"] and swapped["recent"] == got["recent"]
 
 
+def _correction(verifier: str, motif: str | None = None, ns: str = "ns") -> Entry:
+    payload = {"correction": "fix", "accepted_by": verifier}
+    if motif is not None:
+        payload["motif"] = motif
+    return op("CORRECTION_APPLIED", payload, ns=ns)
+
+
+def test_corrections_v2_is_v1_with_bounded_tables():
+    """While the tables have room, v2 holds v1's counts as ``[c, 0]`` and the same total,
+    recent list and chain; a verifier past capacity takes the place of the smallest count
+    (of equal ones, the greatest text) at ``c + 1`` with error ``c``."""
+    es = [
+        _correction("v-a", "M1"),
+        _correction("v-b", "M1"),
+        _correction("v-a", "M2"),
+        _correction("v-c"),
+        violation("X", "y"),
+        _correction("v-d", "M3", ns="other"),
+    ]
+    v1, n1 = value(Corrections(), es)
+    v2, n2 = value(CorrectionsTopK(), es)
+    assert n1 == n2 == 5
+    for k in ("total", "recent", "chain"):
+        assert v2[k] == v1[k]
+    assert v2["by_verifier"] == {k: [c, 0] for k, c in v1["by_verifier"].items()}
+    assert v2["by_motif"] == {k: [c, 0] for k, c in v1["by_motif"].items()}
+    small, _ = value(CorrectionsTopK(top_motifs=1, top_verifiers=2), es)
+    # v-a 2, v-b 1 full; v-c evicts v-b (the only count-1 key) at [2, 1]; v-d then evicts the
+    # greater of the two count-2 keys, v-c, at [3, 2].
+    assert small["by_verifier"] == {"v-a": [2, 0], "v-d": [3, 2]}
+    # M1 2, then M2 evicts M1 at [3, 2], M3 evicts M2 at [4, 3].
+    assert small["by_motif"] == {"M3": [4, 3]}
+    sliced, n = value(CorrectionsTopK(namespaces=("other",)), es)
+    assert n == 1 and sliced["by_verifier"] == {"v-d": [1, 0]}
+
+
+def test_corrections_v2_fold_state_stops_growing_with_new_verifiers():
+    """A new verifier in every correction: the encoded state stops growing at capacity."""
+    p = CorrectionsTopK(recent=1, top_motifs=4, top_verifiers=4)
+    sizes = []
+    state = p.initial()
+    for i in range(200):
+        state = p.fold(state, _correction(f"verifier-{i:04d}", f"M{i:04d}"))
+        sizes.append(len(encoding.encode([state["by_verifier"], state["by_motif"]])))
+    # Every count and error is a two-byte CBOR integer (24-255) from entry 120 on, and no
+    # key is added past capacity: the tables' bytes stay the same.
+    assert sizes[199] == sizes[120]
+    assert len(state["by_verifier"]) == 4 and len(state["by_motif"]) == 4
+    assert sum(c - e for c, e in state["by_verifier"].values()) <= 200
+    assert sum(c for c, _ in state["by_verifier"].values()) == 200
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 1.5])
+def test_corrections_v2_refuses_a_table_without_room(bad: Any):
+    with pytest.raises(ValueError, match="positive int"):
+        CorrectionsTopK(top_verifiers=bad)
+
+
 def test_epistemic_distribution_follows_asserts_and_transitions():
     """ASSERT adds to its type; EPISTEMIC_TRANSITION moves one object between types."""
     entries = [
@@ -292,8 +351,15 @@ def test_the_bounded_versions_are_the_built_ins_and_v1_are_retired():
     assert isinstance(active["falsification-state"], FalsificationCounts)
     assert isinstance(active["failure-motifs"], FailureMotifsTopK)
     assert active["failure-motifs"].version == 2
+    assert isinstance(active["corrections"], CorrectionsTopK)
+    assert active["corrections"].version == 2
     retired = {(p.id, p.version) for p in retired_projections()}
-    assert retired == {("lifecycle-counts", 1), ("falsification-state", 1), ("failure-motifs", 1)}
+    assert retired == {
+        ("lifecycle-counts", 1),
+        ("falsification-state", 1),
+        ("failure-motifs", 1),
+        ("corrections", 1),
+    }
 
 
 def test_falsification_state_records_what_each_operation_says():

@@ -17,7 +17,9 @@ Where they come from (every key is a public test key that must never sign anythi
 The files: ``object`` (an object present, with its state), ``state`` (a falsification state
 present), ``object-absent`` (an id the map does not hold in ``alice``), ``object-absent-ns``
 (an object of a namespace the map does not hold), ``namespace`` (every item of ``alice``),
-``namespace-empty`` (namespace ``carol``: no item), ``object-branch``. Ed25519 is
+``namespace-empty`` (namespace ``carol``: no item), ``object-branch``, and ``object-v3root``
+(``object``'s claim at a memory root v3, §6.16: the same log with the SNAPSHOT's projection
+list committed by its hash). Ed25519 is
 deterministic, so running this again must give identical bytes
 (``tests/unit/ledger/test_prove_vectors.py`` checks it, and checks every file with an outside
 auditor's implementation written from FORMAT.md alone).
@@ -111,11 +113,17 @@ def _op(prev: bytes, seq: int, branch: str, type_: str, payload: dict[str, Any])
 
 
 def snapshot_payload(
-    branch: str, high_water: Entry, tree_root: bytes, map_root: bytes
+    branch: str, high_water: Entry, tree_root: bytes, map_root: bytes, v: int = 2
 ) -> dict[str, Any]:
-    """Return a v2 SNAPSHOT payload (FORMAT.md §6.13): the preimage and its memory root."""
+    """Return a v2 SNAPSHOT payload (FORMAT.md §6.13): the preimage and its memory root.
+
+    With ``v`` 3 a v3 payload (§6.16): the same list committed by its hash.
+    """
+    listed: Any = [{"id": "entity-count", "rule": b"\x11" * 32, "digest": b"\x22" * 32, "count": 0}]
+    if v == 3:
+        listed = domain_hash("memroot/projections/v1", encoding.encode(listed))
     preimage = {
-        "v": 2,
+        "v": v,
         "branch": branch,
         "parent": None,
         "high_water": {
@@ -125,15 +133,14 @@ def snapshot_payload(
             "tree_root": tree_root,
         },
         "map": map_root,
-        "projections": [
-            {"id": "entity-count", "rule": b"\x11" * 32, "digest": b"\x22" * 32, "count": 0}
-        ],
+        "projections": listed,
     }
-    return {**preimage, "memory_root": domain_hash("memroot/root/v2", encoding.encode(preimage))}
+    tag = f"memroot/root/v{v}"
+    return {**preimage, "memory_root": domain_hash(tag, encoding.encode(preimage))}
 
 
-def build_log(map_root: bytes, branch: str = "main") -> tuple[list[Entry], int]:
-    """Return five entries with a v2 SNAPSHOT of ``map_root`` (and the SNAPSHOT's seq)."""
+def build_log(map_root: bytes, branch: str = "main", v: int = 2) -> tuple[list[Entry], int]:
+    """Return five entries with a v``v`` SNAPSHOT of ``map_root`` (and the SNAPSHOT's seq)."""
     if branch == "main":
         first = build_entry(
             b"\x00" * 32,
@@ -173,7 +180,7 @@ def build_log(map_root: bytes, branch: str = "main") -> tuple[list[Entry], int]:
     hw = entries[-1]
     tree_root = _root(entries)
     entries.append(
-        _op(hw.hash, 3, branch, "SNAPSHOT", snapshot_payload(branch, hw, tree_root, map_root))
+        _op(hw.hash, 3, branch, "SNAPSHOT", snapshot_payload(branch, hw, tree_root, map_root, v))
     )
     entries.append(_op(entries[-1].hash, 4, branch, "REINFORCE", {"note": "after the root"}))
     return entries, 3
@@ -199,9 +206,9 @@ def _inclusion(entries: list[Entry], index: int) -> list[bytes]:
     return merkle.inclusion_proof(index, len(entries), read)
 
 
-def signed_snapshot(map_root: bytes, branch: str = "main") -> SignedSnapshot:
-    """Return a signed v2 snapshot of ``map_root`` in a five-entry log on ``branch``."""
-    entries, seq = build_log(map_root, branch)
+def signed_snapshot(map_root: bytes, branch: str = "main", v: int = 2) -> SignedSnapshot:
+    """Return a signed v``v`` snapshot of ``map_root`` in a five-entry log on ``branch``."""
+    entries, seq = build_log(map_root, branch, v)
     origin = ORIGIN if branch == "main" else f"{ORIGIN}/branch/{branch}"
     note = sign_checkpoint(Checkpoint(origin, len(entries), _root(entries)), [signer()])
     return SignedSnapshot.of(note, entries[seq], _inclusion(entries, seq))
@@ -227,6 +234,10 @@ def render() -> dict[str, str]:
     branch_snap = signed_snapshot(root, "sim-1")
     out["object-branch.proof.json"] = prove_item(
         branch_snap, nodes, pre, "bob", "object", _id(21), vkeys
+    )[0].render()
+    v3_snap = signed_snapshot(root, v=3)
+    out["object-v3root.proof.json"] = prove_item(
+        v3_snap, nodes, pre, "alice", "object", _id(1), vkeys
     )[0].render()
     return out
 
