@@ -3,17 +3,20 @@
 ``python -m memroot.bench.bench_checked [--objects N] [--reads R]``: one ledger of N remembered
 facts (each with its evidence event); R reads of ``Memory.recall(limit=20)`` through the gate
 (``projections.checked.checked_query``: heads, every served row re-derived, the rows the state
-filter hid) beside the same query through ``unchecked_query`` on the same open ledger; and the
-same checked recall "cold", with what the gate remembers of its checks forgotten before every
-read (the cost of the first read after another connection's commit, nothing remembered),
-right after each
+filter hid, completeness) beside the same query through ``unchecked_query`` on the same open
+ledger; and the same checked recall "cold", with what the gate remembers of its checks
+forgotten before every read (the cost of a first read, nothing remembered), right after each
 of R ``record`` calls of the same handle (its own writes), and right after each of R
 ``record`` calls of a second handle on the same ledger (another connection's commit, on
 PostgreSQL another host with its own cache file: what the gate remembers is kept only where
-that commit left it holding).
+that commit left it holding). Each of the last two is interleaved with the unchecked query
+timed right after a commit of the same kind (SQLite discards a connection's page cache when
+another connection committed: the unchecked read pays that too), so each has two ratios:
+against the unchecked query on an unchanged file, and against it after the same commit.
 Then a saver with one thread of R checkpoints, ``get_tuple`` (strict; the saver refuses a
 non-strict ledger), beside LangGraph's own ``SqliteSaver.get_tuple`` on the same
-checkpoints (no check at all). Prints the median per read of each, and the ratios.
+checkpoints (no check at all). Every figure is the median CPU time of the process per read
+(``time.process_time``: other processes' load does not count), and the ratios.
 """
 
 from __future__ import annotations
@@ -27,19 +30,21 @@ from pathlib import Path
 from typing import Any
 
 
+def _cpu(fn: Callable[[], Any]) -> float:
+    """Return the CPU seconds of this process that one call of ``fn`` took."""
+    t = time.process_time()
+    fn()
+    return time.process_time() - t
+
+
 def _median_us(fn: Callable[[], Any], n: int) -> float:
-    times = []
-    for _ in range(n):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1e6
+    return statistics.median(_cpu(fn) for _ in range(n)) * 1e6
 
 
-_AFTER_OWN: list[float] = []
-"""The median checked recall right after this handle's own ``record``, per ``bench_recall``."""
-_AFTER_OTHER: list[float] = []
-"""The median checked recall right after another connection's ``record``, per ``bench_recall``."""
+_AFTER_OWN: list[tuple[float, float]] = []
+"""(checked, unchecked) median right after this handle's own ``record``, per ``bench_recall``."""
+_AFTER_OTHER: list[tuple[float, float]] = []
+"""(checked, unchecked) median right after another connection's ``record``, per ``bench_recall``."""
 
 
 def bench_recall(
@@ -86,25 +91,31 @@ def bench_recall(
         checked = _median_us(lambda: mem.recall(limit=20), reads)
         raw = _median_us(unchecked, reads)
         first = _median_us(cold, reads)
-        own = []
+
+        def recall() -> None:
+            mem.recall(limit=20)
+
+        own, own_raw = [], []
         for i in range(reads):
             mem.record(content=f"said {i}")  # this handle's own write, not timed
-            t = time.perf_counter()
-            mem.recall(limit=20)
-            own.append(time.perf_counter() - t)
-        _AFTER_OWN.append(statistics.median(own) * 1e6)
+            own.append(_cpu(recall))
+            mem.record(content=f"said again {i}")
+            own_raw.append(_cpu(unchecked))
+            recall()  # not timed: the next timed read follows one write, as the first
+        _AFTER_OWN.append((statistics.median(own) * 1e6, statistics.median(own_raw) * 1e6))
         if pg is not None:  # another host: its own cache file
             os.environ["MEMROOT_CACHE"] = str(tmp / "pg-other.cache")
         with memroot.open(path, key_path=key, trusted=False) as other:
             if pg is not None:
                 os.environ["MEMROOT_CACHE"] = str(tmp / "pg.cache")
-            theirs = []
+            theirs, theirs_raw = [], []
             for i in range(reads):
                 other.record(content=f"heard {i}")  # another connection's commit, not timed
-                t = time.perf_counter()
-                mem.recall(limit=20)
-                theirs.append(time.perf_counter() - t)
-        _AFTER_OTHER.append(statistics.median(theirs) * 1e6)
+                theirs.append(_cpu(recall))
+                other.record(content=f"heard again {i}")
+                theirs_raw.append(_cpu(unchecked))
+                recall()  # not timed: the next timed read follows one commit, as the first
+        _AFTER_OTHER.append((statistics.median(theirs) * 1e6, statistics.median(theirs_raw) * 1e6))
     return checked, raw, first
 
 
@@ -139,6 +150,20 @@ def bench_get_tuple(tmp: Path, reads: int) -> tuple[float, float] | None:
         return _median_us(lambda: saver.get_tuple(read), reads), raw
 
 
+def _line(what: str, checked: float, raw: float, first: float) -> str:
+    """One run's figures (CPU microseconds per read) and ratios, as ``main`` prints them."""
+    (own, own_raw), (other, other_raw) = _AFTER_OWN[-1], _AFTER_OTHER[-1]
+    return (
+        f"{what} (CPU per read): checked {checked:.0f} us, unchecked {raw:.0f} us, ratio "
+        f"{checked / raw:.2f}x; checked cold (nothing remembered) {first:.0f} us, ratio "
+        f"{first / raw:.2f}x; right after an own record: checked {own:.0f} us, ratio "
+        f"{own / raw:.2f}x (unchecked after an own record {own_raw:.0f} us: "
+        f"{own / own_raw:.2f}x); right after another connection's record: checked "
+        f"{other:.0f} us, ratio {other / raw:.2f}x (unchecked after such a record "
+        f"{other_raw:.0f} us: {other / other_raw:.2f}x)"
+    )
+
+
 def main() -> None:
     """Run both measurements and print them."""
     ap = argparse.ArgumentParser(description=__doc__)
@@ -149,23 +174,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         checked, raw, first = bench_recall(tmp, args.objects, args.reads)
-        print(
-            f"recall(limit=20) over {args.objects} objects: checked {checked:.0f} us, "
-            f"unchecked {raw:.0f} us, ratio {checked / raw:.2f}x; checked cold (first read "
-            f"after a commit, nothing remembered) {first:.0f} us, ratio {first / raw:.2f}x; "
-            f"right after an own record {_AFTER_OWN[-1]:.0f} us, ratio "
-            f"{_AFTER_OWN[-1] / raw:.2f}x; right after another connection's record "
-            f"{_AFTER_OTHER[-1]:.0f} us, ratio {_AFTER_OTHER[-1] / raw:.2f}x"
-        )
+        print(_line(f"recall(limit=20) over {args.objects} objects", checked, raw, first))
         if args.pg:
             checked, raw, first = bench_recall(tmp, args.objects, args.reads, args.pg)
             print(
-                f"PostgreSQL recall(limit=20) over {args.objects} objects: checked "
-                f"{checked:.0f} us, unchecked {raw:.0f} us, ratio {checked / raw:.2f}x; checked "
-                f"cold {first:.0f} us, ratio {first / raw:.2f}x; after an own record "
-                f"{_AFTER_OWN[-1]:.0f} us, ratio {_AFTER_OWN[-1] / raw:.2f}x; after another "
-                f"connection's record {_AFTER_OTHER[-1]:.0f} us, ratio "
-                f"{_AFTER_OTHER[-1] / raw:.2f}x"
+                _line(
+                    f"PostgreSQL recall(limit=20) over {args.objects} objects", checked, raw, first
+                )
             )
         got = bench_get_tuple(tmp, args.reads)
         if got is None:

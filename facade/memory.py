@@ -39,13 +39,16 @@ from memroot.ledger.vocab import (
     SourceType,
     canonical,
 )
+from memroot.projections import query as memq
+from memroot.projections.checked import checked_query, current_in_file
+from memroot.projections.epistemic import RetrievalMode
 
 if TYPE_CHECKING:
     from memroot.ledger.trust import TrustedState
     from memroot.ledger.verify import AuditReport
     from memroot.memory_root import SnapshotResult
     from memroot.memory_root.branches import BranchInfo
-    from memroot.memory_root.falsify import CascadeResult, ItemWhy, Plan
+    from memroot.memory_root.falsify import CascadeResult, Falsifier, ItemWhy, Plan
     from memroot.memory_root.merge import MergeResult
     from memroot.projections.query import Result
     from memroot.projections.why import Why
@@ -130,6 +133,7 @@ class Memory:
         self.branch = branch
         self.policy_version = policy_version
         self._trusted: TrustedState | None = None  # set by ``memroot.open`` (trusted=)
+        self._falsifier: Falsifier | None = None  # made once its tables exist (``_current``)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -326,12 +330,6 @@ class Memory:
             IntegrityError: a served object's stored row is not what its own operations
                 give (derived state edited; strict ledgers).
         """
-        from memroot.memory_root.falsify import Falsifier
-        from memroot.projections import query as memq
-        from memroot.projections.checked import checked_query
-        from memroot.projections.epistemic import RetrievalMode
-        from memroot.projections.hook import sync
-
         ledger = self.ledger
         branch = branch or self.branch
         retrieval = RetrievalMode(canonical(mode, RetrievalMode, "mode"))
@@ -346,18 +344,17 @@ class Memory:
             anchor=anchor,
             git_branch=git_branch,
         )
-        size = ledger.size(branch)
-        if as_of is not None and as_of >= size:
-            raise ValidationError(
-                f"as_of {as_of} is past the last entry of {branch} ({size - 1})", field="as_of"
-            )
-        sync(ledger)
-        # The falsification layer too (entries appended without its hook): the completeness
-        # check explains a map's state leaves by its rows, so it must have folded them.
-        Falsifier(ledger).sync(branch)
         if receipt is None:
+            # Most reads find both layers current: the check and the read then share one
+            # read transaction (one snapshot), with no catch-up to run.
+            with ledger.reading() as db:
+                if self._current(db, branch, as_of):
+                    return checked_query(ledger, q)
+            self._catch_up(branch)
             with ledger.reading():
                 return checked_query(ledger, q)
+        self._check_as_of(branch, as_of)
+        self._catch_up(branch)
         from memroot.memory_root.receipts import receipt_op
 
         asked = {
@@ -386,6 +383,64 @@ class Memory:
             )
             self._append(op, branch)
         return results
+
+    def _check_as_of(self, branch: str, as_of: int | None) -> None:
+        """Refuse an ``as_of`` past the branch's last entry.
+
+        Raises:
+            ValidationError: naming the branch's last entry.
+        """
+        size = self.ledger.size(branch)
+        if as_of is not None and as_of >= size:
+            raise ValidationError(
+                f"as_of {as_of} is past the last entry of {branch} ({size - 1})", field="as_of"
+            )
+
+    def _current(self, db: Any, branch: str, as_of: int | None) -> bool:
+        """Whether both layers' derived state already holds every entry (in ``db``'s snapshot).
+
+        What ``_catch_up`` would find with nothing to fold; a False sends a read through it.
+        Refuses an ``as_of`` past the branch's last entry first, as ``_check_as_of``.
+
+        Raises:
+            ValidationError: an ``as_of`` past the branch's last entry.
+        """
+        ledger = self.ledger
+        if ledger.derived is ledger.store:
+            got = current_in_file(db, branch)
+            if got is not None:
+                size, fresh = got
+                if as_of is not None and as_of >= size:
+                    self._check_as_of(branch, as_of)
+                return fresh
+        from memroot.memory_root.falsify import Falsifier
+        from memroot.memory_root.falsify._core import has_table
+        from memroot.projections.hook import current
+
+        size = ledger.size(branch)
+        if as_of is not None and as_of >= size:
+            self._check_as_of(branch, as_of)
+        if not current(ledger, db):
+            return False
+        if not has_table(db, "fz_states"):
+            return False  # ``Falsifier`` installs its tables (or says a read-only file lacks them)
+        if db.readonly("main"):
+            return True  # as ``Falsifier.sync``: nothing can be folded into a read-only file
+        if self._falsifier is None or self._falsifier.ledger is not ledger:
+            self._falsifier = Falsifier(ledger)
+        return self._falsifier.core.head(branch) == size
+
+    def _catch_up(self, branch: str) -> None:
+        """Fold every entry either layer's derived state lacks (entries appended without hooks).
+
+        The falsification layer too: the completeness check explains a map's state leaves by
+        its rows, so it must have folded them.
+        """
+        from memroot.memory_root.falsify import Falsifier
+        from memroot.projections.hook import sync
+
+        sync(self.ledger)
+        Falsifier(self.ledger).sync(branch)
 
     def why(self, item_id: str, *, branch: str | None = None) -> Why | ItemWhy:
         """Return why memory holds an item: its operations and evidence, each proven.

@@ -41,7 +41,7 @@ from memroot.ledger.entries import CANONICAL_BRANCH, ZERO_HASH, Entry, Kind
 from memroot.ledger.errors import DecodeError, IntegrityError, NotFoundError, ProofError
 from memroot.ledger.hashing import content_commitment, leaf_hash, node_hash
 from memroot.ledger.keyset import KEY_ENTRIES_META, KeyEntryError, KeySet, load_key_set
-from memroot.ledger.note import Verifier, open_checkpoint
+from memroot.ledger.note import Checkpoint, Verifier, open_checkpoint
 from memroot.ledger.vocab import OpType
 
 if TYPE_CHECKING:
@@ -60,6 +60,10 @@ __all__ = [
 _CHUNK: Final = 1024
 _KINDS: Final = {k.value: k for k in Kind}
 _LEAF_CACHE_MAX: Final = 1 << 16
+_OPENED_MAX: Final = 64
+"""How many opened checkpoint notes a reader remembers (``check_head``)."""
+_PROVEN_MAX: Final = 1 << 12
+"""How many leaves a reader remembers as proven in one signed tree (``_prove``)."""
 _ROTATED_META: Final = "rotated_vkeys"  # ledger.keys.ROTATED_VKEYS_META (no import cycle)
 
 _STRICT: contextvars.ContextVar[bool] = contextvars.ContextVar("memroot_strict", default=True)
@@ -111,7 +115,19 @@ def range_root(
     Every complete subtree that lies outside ``[start, start + len(leaves))`` is taken from
     ``read`` (the stored nodes, one call); every node over the range is recomputed. The
     result equals a signed root only if each given leaf is at its position in that tree.
+
+    A run that ends the tree (the entries appended since an earlier head) is folded onto
+    the stored perfect subtrees left of it (``perfect_subtrees(start)``, one read): the same
+    nodes the general walk reads there, and the same root.
     """
+    if leaves and start > 0 and start + len(leaves) == size:
+        need = merkle.perfect_subtrees(start)
+        got = read(need)
+        if len(got) != len(need) or any(len(h) != 32 for h in got):
+            raise DecodeError("a stored tree node is not 32 bytes", step=5)
+        edge = merkle.CompactRange.from_hashes(start, got)
+        edge.append_many(leaves)
+        return bytes(edge.root())
     return leaves_root(size, {start + i: leaf for i, leaf in enumerate(leaves)}, read)
 
 
@@ -184,6 +200,16 @@ def _fail(step: int, branch: str, seq: int | None, what: str, **kw: str | None) 
         step=step,
         expected=kw.get("expected"),
         actual=kw.get("actual"),
+    )
+
+
+def _past_head(branch: str, seq: int, size: int) -> IntegrityError:
+    return _fail(
+        2,
+        branch,
+        seq,
+        f"an entry is stored at {seq}, past the branch head ({size} entries): inserted without "
+        "the key",
     )
 
 
@@ -262,6 +288,12 @@ class StrictReader:
         self._keys: _Keys | None = None
         self._keys_marker: tuple[object, object] = (None, None)
         self._version: int | None = None  # the file's data_version the heads were checked at
+        # (note text, origin, signers' vkeys) -> the checkpoint it opened to (``check_head``)
+        self._opened: dict[tuple[str, str, tuple[str, ...]], Checkpoint] = {}
+        # branch number -> (a signed root, {seq: leaf} proven in its tree) (``_prove``)
+        self._proven: dict[int, tuple[bytes, dict[int, bytes]]] = {}
+        # each branch's head as last checked before the file changed (``check_head``)
+        self._before: dict[str, SignedHead] = {}
 
     # -- heads ----------------------------------------------------------------------------------
 
@@ -449,6 +481,7 @@ class StrictReader:
         """
         version = self.store.data_version()
         if version != self._version:
+            self._before.update(self._heads)
             self._heads.clear()
             self._version = version
 
@@ -478,15 +511,25 @@ class StrictReader:
         if last is None:
             raise _fail(6, branch, None, "no signed checkpoint covers this branch")
         size, root, note = last
-        keys = self.keys()
-        try:
-            signed = open_checkpoint(
-                note, keys.signers(branch, size), origin=self._origin(branch)
-            ).checkpoint
-        except (ProofError, DecodeError) as e:
-            raise _fail(
-                6, branch, size - 1 if size else None, f"the newest checkpoint does not verify: {e}"
-            ) from e
+        signers = self.keys().signers(branch, size)
+        origin = self._origin(branch)
+        # A note is opened once per reader: the same text, origin and keys give the same
+        # answer (an edited note is other text, opened and checked again).
+        opened = (note, origin, tuple(v.vkey() for v in signers))
+        signed = self._opened.get(opened)
+        if signed is None:
+            try:
+                signed = open_checkpoint(note, signers, origin=origin).checkpoint
+            except (ProofError, DecodeError) as e:
+                raise _fail(
+                    6,
+                    branch,
+                    size - 1 if size else None,
+                    f"the newest checkpoint does not verify: {e}",
+                ) from e
+            if len(self._opened) >= _OPENED_MAX:
+                self._opened.clear()
+            self._opened[opened] = signed
         if signed.size != size or signed.root != bytes(root):
             raise _fail(5, branch, size - 1, "the stored checkpoint index disagrees with its note")
         own = self.own_from(branch)
@@ -509,18 +552,16 @@ class StrictReader:
                 expected=str(size),
                 actual=str(row.size),
             )
+        head = SignedHead(branch, row.no, size, bytes(root), note)
+        if own is None and self._since_before(head, bytes(row.head)):
+            self._check_trusted(head)
+            self._heads[branch] = head
+            return head
         if own is None:
             # An entry stored past the head (agmi T5) is never read by a read that stops at
             # the head, so nothing would report it: it is a finding here.
             for past in self.store.iter_entry_rows(row.no, row.size, None, chunk=1):
-                raise _fail(
-                    2,
-                    branch,
-                    past.seq,
-                    f"an entry is stored at {past.seq}, past the branch head ({row.size} "
-                    "entries): inserted without the key",
-                )
-        head = SignedHead(branch, row.no, size, bytes(root), note)
+                raise _past_head(branch, past.seq, row.size)
         if size:
             # The last entry proven in the signed tree, and the stored head naming it.
             last_row = self._row(head, size - 1)
@@ -531,6 +572,44 @@ class StrictReader:
         self._check_trusted(head)
         self._heads[branch] = head
         return head
+
+    def _since_before(self, head: SignedHead, stored_head: bytes) -> bool:
+        """``check_head``'s entry checks in one read, when this reader checked the branch before.
+
+        The rows from the entry at the head checked before (a few: another connection's
+        commit) to the new head, and one more slot, in one statement: an entry stored past
+        the head is refused (step 2), the rows' leaves are proven together in the new signed
+        tree (step 5, remembered for the strict read of the same entries that follows:
+        ``strict_rows.appended_since``) and the stored chain head must be the last one's
+        (step 3). Returns False, having refused nothing, when that does not apply (no head
+        checked before, another branch row, a long way behind, an entry missing or a range
+        that does not prove): ``check_head`` then checks the head as on a first read, with
+        the same findings in the same order as ever.
+
+        Raises:
+            IntegrityError: step 2 (an entry past the head), 3 (the stored chain head).
+        """
+        prev = self._before.get(head.branch)
+        size = head.size
+        if prev is None or prev.no != head.no or not 0 < prev.size <= size:
+            return False
+        lo = prev.size - 1
+        if size - lo > _CHUNK:
+            return False
+        rows = list(self.store.iter_entry_rows(head.no, lo, None, chunk=size - lo + 1))
+        past = [r for r in rows if r.seq >= size]
+        if past:
+            raise _past_head(head.branch, past[0].seq, size)
+        if [r.seq for r in rows] != list(range(lo, size)):
+            return False  # an entry missing: the first-read path names it
+        leaves = [leaf_hash(bytes(r.data)) for r in rows]
+        try:
+            self._prove(head, lo, leaves)
+        except IntegrityError:
+            return False  # the first-read path proves the last entry alone, as ever
+        if stored_head != leaves[-1]:
+            raise _fail(3, head.branch, None, "the stored chain head is not the last entry")
+        return True
 
     def _check_trusted(self, head: SignedHead) -> None:
         if self.trusted is None:
@@ -577,7 +656,19 @@ class StrictReader:
             raise _fail(2, head.branch, seq, "the entry is missing from the signed tree") from e
 
     def _prove(self, head: SignedHead, start: int, leaves: Sequence[bytes]) -> None:
-        """(5) the leaves at ``start``... are in the signed tree of ``head``; cache them."""
+        """(5) the leaves at ``start``... are in the signed tree of ``head``; cache them.
+
+        Leaves already proven at these positions in the tree of the same signed root are not
+        proven again (the same leaves, positions and root give the same answer).
+        """
+        at = self._proven.get(head.no)
+        if (
+            leaves
+            and at is not None
+            and at[0] == head.root
+            and all(at[1].get(start + i) == leaf for i, leaf in enumerate(leaves))
+        ):
+            return
         try:
             got = range_root(head.size, start, leaves, self._reader(head.no))
         except (IntegrityError, KeyError) as e:
@@ -599,6 +690,9 @@ class StrictReader:
             self._leaves.clear()
         for i, leaf in enumerate(leaves):
             self._leaves[(head.no, start + i)] = leaf
+        if at is None or at[0] != head.root or len(at[1]) > _PROVEN_MAX:
+            at = self._proven[head.no] = (head.root, {})
+        at[1].update((start + i, leaf) for i, leaf in enumerate(leaves))
 
     def _decode(self, head: SignedHead, seq: int, row: EntryRow, prev: bytes | None) -> Entry:
         branch = head.branch

@@ -22,7 +22,9 @@ ledger (``Ledger.strict``):
 A query (and each object) checked is remembered while nothing changed the file
 (``strict_rows.remembered``: SQLite's ``data_version`` and the connection's own
 ``total_changes``), so a repeated read of unchanged data re-checks nothing, and any other
-writer's commit, an attacker's edit included, makes the next read check again.
+writer's commit, an attacker's edit included, makes the next read check again. The scan of
+the rows a query's filters hid is kept across this handle's own appends too (on a file:
+``object_token``, as each object's check and the completeness check are).
 
 ``unchecked_query`` is the forensic path (``memroot query --no-strict``): the same SQL with no
 check at all. No surface module calls it or the SQL below it except the ones the import-rules
@@ -34,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Iterator, Sequence
+from typing import Final
 
 import apsw
 
@@ -48,12 +51,19 @@ from memroot.projections.strict_rows import (
     check_objects,
     check_results,
     checked_token,
+    object_token,
     remembered,
 )
 from memroot.projections.tables import OBJECT_COLS, object_from_row
 from memroot.projections.views import view_of
 
-__all__ = ["checked_object", "checked_query", "refuse_deleted", "unchecked_query"]
+__all__ = [
+    "checked_object",
+    "checked_query",
+    "current_in_file",
+    "refuse_deleted",
+    "unchecked_query",
+]
 
 
 def checked_query(ledger: Ledger, q: Query) -> list[Result]:
@@ -80,10 +90,18 @@ def checked_query(ledger: Ledger, q: Query) -> list[Result]:
     memo = remembered(ledger, token)
     if ("query", q) in memo:
         return results
+    # The rows the filters hid were checked at this ``object_token`` (on a file: no other
+    # connection committed since, only this handle's own appends, through the hooks): they
+    # can have hidden no row an edit could have changed (``_check_hidden``).
+    scanned = object_token(ledger)
+    hid = remembered(ledger, scanned, "hidden")
     with _host_cache(ledger):
         check_results(ledger, results, q)
-        _check_hidden(ledger, db, q, results)
+        if q not in hid:
+            _check_hidden(ledger, db, q, results)
         _check_complete(ledger, q, results)
+    if object_token(ledger) == scanned:
+        hid.add(q)
     if checked_token(ledger) == token:
         memo.add(("query", q))
     return results
@@ -195,16 +213,27 @@ def _check_hidden(ledger: Ledger, db: apsw.Connection, q: Query, served: Sequenc
     oldest = (
         served[-1].object.id if served and len(served) >= q.limit and not q.git_branch else None
     )
-    cols = ", ".join("o." + c for c in OBJECT_COLS)
-    hidden = []
-    for row in db.execute(
-        f"SELECT {cols} FROM mem_objects o WHERE {' AND '.join(where)} ORDER BY o.rid DESC", args
+    # The candidates' ids first: only the rows the served set lacks are built and checked.
+    rids = []
+    for oid, rid in db.execute(
+        f"SELECT o.id, o.rid FROM mem_objects o WHERE {' AND '.join(where)} ORDER BY o.rid DESC",
+        args,
     ):
-        o = object_from_row(row)
-        if o.id == oldest:
+        if oid == oldest:
             break
-        if o.id not in shown:
-            hidden.append(o)
+        if oid not in shown:
+            rids.append(rid)
+    hidden = []
+    cols = ", ".join(OBJECT_COLS)
+    for part in range(0, len(rids), 500):
+        chunk = rids[part : part + 500]
+        marks = ",".join("?" * len(chunk))
+        hidden += [
+            object_from_row(row)
+            for row in db.execute(
+                f"SELECT {cols} FROM mem_objects WHERE rid IN ({marks}) ORDER BY rid DESC", chunk
+            )
+        ]
     check_objects(ledger, hidden, q.branch, as_of=q.as_of)
 
 
@@ -272,3 +301,41 @@ def _check_complete(ledger: Ledger, q: Query, served: Sequence[Result]) -> None:
 
     for check in hooks:
         check(ledger, q.branch, read_rows, q.namespaces, every=every)
+
+
+_CURRENT: Final = (
+    "SELECT (SELECT size FROM branches WHERE name = ?), "
+    "(SELECT count(*) FROM branches b LEFT JOIN mem_heads h ON h.branch = b.name "
+    "WHERE coalesce(h.size, 0) != b.size), "
+    "(SELECT max(rid) FROM mem_objects), (SELECT value FROM mem_meta WHERE key = 'fts_rid'), "
+    "(SELECT count(*) FROM sqlite_master WHERE name = 'fz_states'), "
+    "(SELECT size FROM fz_heads WHERE branch = ?)"
+)
+"""``current_in_file``'s one statement: the branch's size, how many branches the memory model
+has not folded to their size (``hook.current``), the text index's mark, whether the
+falsification layer's tables exist and how far it has folded the branch."""
+
+
+def current_in_file(db: apsw.Connection, branch: str) -> tuple[int, bool] | None:
+    """``(size, current)`` of a ledger file's branch in one statement (``_CURRENT``), or None.
+
+    Whether a read needs a catch-up first (``Memory.recall`` asks in the read transaction it
+    then reads in). None when a table is missing or the branch is unknown (the facade then
+    asks each layer, which installs what is missing or names the branch). A ``current`` True
+    means what each layer's own check gives: every branch folded by the memory model, the
+    text index current, the falsification layer's tables present and the branch folded by
+    it (or a read-only file, which nothing can be folded into).
+    """
+    try:
+        row = db.execute(_CURRENT, (branch, branch)).fetchone()
+    except apsw.SQLError:
+        return None
+    assert row is not None  # a SELECT of scalar subqueries gives one row
+    size, behind, top, mark, fz_tables, fz_size = row
+    if size is None:
+        return None
+    size = int(size)
+    indexed = top is None or (mark is not None and int(mark) >= int(top))
+    if behind or not indexed or not fz_tables:
+        return size, False
+    return size, bool(db.readonly("main")) or (0 if fz_size is None else int(fz_size)) == size

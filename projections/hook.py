@@ -35,7 +35,7 @@ from memroot.projections.fold import apply_or_skip, fold_entries
 from memroot.projections.model import EventRef, Grant, Namespace
 from memroot.projections.views import Fork
 
-__all__ = ["MemoryHook", "catch_up", "flush_pending", "sync"]
+__all__ = ["MemoryHook", "catch_up", "current", "flush_pending", "sync"]
 
 _UUID: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 """Events folded together by a replay (``Engine.fold_events``): a bound on what it holds."""
@@ -397,6 +397,15 @@ def _behind(ledger: Ledger, db: apsw.Connection) -> bool:
     return any(state.head(b.name) != b.size for b in ledger.store.branches())
 
 
+def current(ledger: Ledger, db: apsw.Connection) -> bool:
+    """Return whether the derived state ``db`` holds every entry and a current text index.
+
+    What ``sync`` answers without the write lock; run it inside the read transaction that
+    is to read the state (``ledger.reading()``), so the answer is that snapshot's.
+    """
+    return tables.installed(db) and not _behind(ledger, db) and tables.text_index_current(db)
+
+
 def sync(ledger: Ledger, branch: str | None = None) -> int:
     """Fold every entry the derived state has not seen yet; return how many were folded.
 
@@ -411,7 +420,7 @@ def sync(ledger: Ledger, branch: str | None = None) -> int:
     """
     with ledger.reading() as db:
         # Most calls find nothing to do: answer them without taking the write lock.
-        if tables.installed(db) and not _behind(ledger, db) and tables.text_index_current(db):
+        if current(ledger, db):
             return 0
     with ledger.write() as db:
         if not tables.installed(db):

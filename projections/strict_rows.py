@@ -36,6 +36,8 @@ the same. A served row edited is a new key, checked in full.
 
 from __future__ import annotations
 
+import dataclasses
+import operator
 import re
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -679,6 +681,23 @@ def replayed_skips(ledger: Ledger) -> frozenset[tuple[str, int]]:
     return kept_replay(_SKIPS, ledger, _MemoryReplay)
 
 
+_PLAIN: Final = operator.attrgetter(
+    *(f.name for f in dataclasses.fields(MemoryObject) if f.name != "structured_value")
+)
+"""Every field of a ``MemoryObject`` but its structured value (all hashable)."""
+
+
+def _row_key(o: MemoryObject) -> tuple[object, ...]:
+    """Return a hashable key equal for two objects exactly when they compare equal (or stricter).
+
+    Every field, the structured value (a decoded JSON value, not hashable) by its ``repr``,
+    which tells apart values ``==`` would not (``1`` and ``True``): never looser than the
+    equality ``check_objects`` compares a replay with, so an edited row is a new key.
+    """
+    sv = o.structured_value
+    return (_PLAIN(o), None if sv is None else repr(sv))
+
+
 def check_objects(
     ledger: Ledger,
     objects: Sequence[MemoryObject],
@@ -704,8 +723,7 @@ def check_objects(
         return
     token = object_token(ledger)
     memo = remembered(ledger, token, "object")
-    # repr: every field, the structured value too (a dict, so the object is not hashable).
-    keys = [("object", branch, as_of, repr(o)) for o in objects]
+    keys = [("object", branch, as_of, _row_key(o)) for o in objects]
     todo = [(k, o) for k, o in zip(keys, objects, strict=True) if k not in memo]
     # A check that held before another connection's commit (on PostgreSQL: any write, this
     # handle's own too) is kept when that commit left everything it rested on as it was

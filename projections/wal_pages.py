@@ -87,6 +87,8 @@ def _scan(path: Path, start: int, pages: set[int] | None) -> Mark | None:
 
 
 _SHM_HEADER: Final = struct.Struct("=IIIBBHIIII8s")  # WalIndexHdr, native order, 48 bytes
+_SHM: Final[dict[Path, str]] = {}
+"""A ledger's path -> its ``-shm`` file's name (``floor`` runs before every read)."""
 
 
 def floor(path: Path) -> Mark | None:
@@ -97,8 +99,13 @@ def floor(path: Path) -> Mark | None:
     to it is in the transaction's snapshot; a commit after it shows in ``pages_since``.
     None when the header cannot be read or its two copies differ (a writer is updating it).
     """
+    shm = _SHM.get(path)
+    if shm is None:
+        if len(_SHM) >= 256:
+            _SHM.clear()
+        shm = _SHM[path] = str(path.with_name(path.name + "-shm"))
     try:
-        raw = fds.pread(path.with_name(path.name + "-shm"), 0, 96)
+        raw = fds.pread(shm, 0, 96)
     except OSError:
         return None
     if len(raw) < 96 or raw[:48] != raw[48:96]:

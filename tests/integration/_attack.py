@@ -89,3 +89,53 @@ def mcp_recall(path: Path) -> Any:
             return await client.call_tool("recall", {"receipt": True})
 
     return asyncio.run(main())
+
+
+def fact(evidence_id: str, value: str) -> dict[str, Any]:
+    """An ``append`` request for an agent's ``ASSERT`` of a fact citing ``evidence_id``."""
+    return op(
+        "ASSERT",
+        {
+            "object_type": "FACT",
+            "epistemic_type": "OBSERVED",
+            "source_type": "USER_STATED",
+            "evidence_ids": [evidence_id],
+            "value": value,
+            "confidence": None,
+            "salience": 0.5,
+        },
+    )
+
+
+def two_facts(path: Path) -> Path:
+    """Write a ledger at ``path`` holding two of Alice's facts, each with its evidence event."""
+    import memroot
+
+    with memroot.open(path, actor="agent-7", namespace="alice") as mem:
+        said = mem.record(content="I take my tea without sugar")
+        mem.remember("Alice takes tea without sugar", evidence=[said.id])
+        other = mem.record(content="I live in Lyon")
+        mem.remember("Alice lives in Lyon", evidence=[other.id])
+    return path
+
+
+def opened(path: Path) -> Any:
+    """Open the memory at ``path`` as agent-7 in namespace ``alice`` (a ``memroot.Memory``)."""
+    import memroot
+
+    return memroot.open(path, actor="agent-7", namespace="alice", create=False)
+
+
+AGENT = r"""
+import sys, memroot
+with memroot.open(sys.argv[1], actor="agent-8", namespace="alice", create=False) as mem:
+    exec(sys.argv[2])
+"""
+
+
+def other_agent(path: Path, code: str) -> None:
+    """Run ``code`` (with ``mem`` open on the ledger) in another agent's process."""
+    done = subprocess.run(
+        [sys.executable, "-c", AGENT, str(path), code], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr

@@ -12,8 +12,6 @@ served, nothing written; an honest commit alone is no false alarm.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,39 +20,14 @@ import memroot
 from memroot.ledger.errors import IntegrityError
 from memroot.memory_root import complete
 from memroot.projections import strict_rows
-from tests.integration._attack import attacker
+from tests.integration._attack import attacker, opened, other_agent, two_facts
 from tests.integration._attack import counts as sizes
 
 
 @pytest.fixture
 def path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("MEMROOT_TRUSTED", str(tmp_path / "trusted.json"))
-    p = tmp_path / "m.ledger"
-    with memroot.open(p, actor="agent-7", namespace="alice") as mem:
-        said = mem.record(content="I take my tea without sugar")
-        mem.remember("Alice takes tea without sugar", evidence=[said.id])
-        other = mem.record(content="I live in Lyon")
-        mem.remember("Alice lives in Lyon", evidence=[other.id])
-    return p
-
-
-def opened(path: Path) -> memroot.Memory:
-    return memroot.open(path, actor="agent-7", namespace="alice", create=False)
-
-
-AGENT = r"""
-import sys, memroot
-with memroot.open(sys.argv[1], actor="agent-8", namespace="alice", create=False) as mem:
-    exec(sys.argv[2])
-"""
-
-
-def other_agent(path: Path, code: str) -> None:
-    """Run ``code`` (with ``mem`` open on the ledger) in another agent's process."""
-    done = subprocess.run(
-        [sys.executable, "-c", AGENT, str(path), code], capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr
+    return two_facts(tmp_path / "m.ledger")
 
 
 def _ids(mem: memroot.Memory) -> dict[str, str]:

@@ -21,10 +21,10 @@ from click.testing import CliRunner, Result
 
 import memroot
 from memroot.cli.main import cli
-from memroot.ledger.entries import OpInput
+from memroot.ledger.entries import EventInput, OpInput, parse_input
 from memroot.ledger.errors import IntegrityError, MemrootError
 from memroot.ledger.ledger import Ledger
-from tests.integration._attack import attacker, counts
+from tests.integration._attack import attacker, counts, fact
 
 
 def run(path: Path, *args: str) -> Result:
@@ -105,7 +105,7 @@ def test_skip_row_hides_assert(story: tuple[Path, str, str, int]) -> None:
         assert len(mem.recall()) == 1  # the live fact (Lyon is falsified)
 
 
-def _bare(path: Path, op: OpInput) -> None:
+def _bare(path: Path, op: OpInput | EventInput) -> None:
     with Ledger.open(path, hooks=()) as bare:
         bare.append(op)
 
@@ -114,25 +114,7 @@ def test_honest_skipped_assert_is_no_false_alarm(story: tuple[Path, str, str, in
     """An ASSERT citing no event, appended without the hooks, is skipped by every replay:
     its map leaf is explained, recall serves the honest facts, verify passes with a note."""
     path, tea, _, _ = story
-    _bare(
-        path,
-        OpInput(
-            op_type="ASSERT",
-            actor_id="agent-7",
-            actor_type="AI_AGENT",
-            namespace_id="alice",
-            policy_version="policy/1",
-            payload={
-                "object_type": "FACT",
-                "epistemic_type": "OBSERVED",
-                "source_type": "USER_STATED",
-                "evidence_ids": [str(uuid.uuid4())],
-                "value": "cites an event that does not exist",
-                "confidence": None,
-                "salience": 0.5,
-            },
-        ),
-    )
+    _bare(path, parse_input(fact(str(uuid.uuid4()), "cites an event that does not exist")))
     with opened(path) as mem:
         assert [r.object.id for r in mem.recall()] == [tea]
     r = run(path, "query", "--namespace", "alice")
@@ -165,7 +147,7 @@ def test_honest_skipped_falsify_is_no_false_alarm(story: tuple[Path, str, str, i
 
 _BARE = r"""
 import sys
-from memroot.ledger.entries import OpInput
+from memroot.ledger.entries import EventInput, OpInput, parse_input
 from memroot.ledger.ledger import Ledger
 with Ledger.open(sys.argv[1], hooks=()) as bare:
     bare.append(OpInput(

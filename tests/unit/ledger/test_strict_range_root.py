@@ -51,3 +51,41 @@ def test_roots_from_runs_and_scattered_leaves(seed: int) -> None:
         known[next(iter(known))] = leaf_hash(b"tampered")
         assert leaves_root(size, known, read) != want
     assert reads  # stored nodes were used for the subtrees outside the leaves
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_runs_that_end_the_tree(seed: int) -> None:
+    """A run that ends the tree (the entries appended since an earlier head) is folded onto
+    the stored perfect subtrees left of it: the tree's root, the same as the general walk's,
+    and a different one when any given leaf, or a stored node it reads, is wrong."""
+    rng = random.Random(1000 + seed)
+    for _ in range(40):
+        size = rng.randint(2, 3000)
+        leaves = [leaf_hash(f"{seed} {i}".encode()) for i in range(size)]
+        want = _root(leaves)
+        start = rng.randrange(1, size)
+        asked: list[list[tuple[int, int]]] = []
+
+        def read(
+            ids: Sequence[tuple[int, int]],
+            leaves: list[bytes] = leaves,
+            asked: list[list[tuple[int, int]]] = asked,
+        ) -> list[bytes]:
+            asked.append(list(ids))
+            return [_root(leaves[i << lv : (i + 1) << lv]) for lv, i in ids]
+
+        run = leaves[start:]
+        assert range_root(size, start, run, read) == want
+        assert asked[-1] == merkle.perfect_subtrees(start)  # the subtrees left of the run
+        known = dict(enumerate(run, start))
+        assert leaves_root(size, known, read) == want
+        wrong = list(run)
+        wrong[rng.randrange(len(wrong))] = leaf_hash(b"tampered")
+        assert range_root(size, start, wrong, read) != want
+
+        def forged(ids: Sequence[tuple[int, int]]) -> list[bytes]:
+            out = read(ids)
+            out[rng.randrange(len(out))] = leaf_hash(b"forged node")
+            return out
+
+        assert range_root(size, start, run, forged) != want
