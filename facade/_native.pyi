@@ -222,9 +222,12 @@ def build_events(
     """
 
 def compact_append_rows(
-    branch_no: int, size: int, hashes: list[bytes], leaves: list[bytes]
+    branch_no: int, size: int, hashes: list[bytes], leaves: list[bytes], min_level: int
 ) -> tuple[list[bytes], list[tuple[int, bytes]]]:
-    """Fold leaves into a compact range; the new hashes and the ``nodes`` rows completed."""
+    """Fold leaves into a compact range; the new hashes and the ``nodes`` rows completed.
+
+    Only the rows of level ``min_level`` or above (``store.NODE_MIN_LEVEL``).
+    """
 
 def event_id_span(events: list[tuple[str, int]]) -> tuple[bytes, bytes]:
     """Return the smallest and largest 16-byte id of ``(event id, seq)`` pairs."""

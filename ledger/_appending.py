@@ -624,7 +624,7 @@ class _Appending(_Sealing):
         if _N is not None:
             try:
                 hashes, nodes = _N.compact_append_rows(
-                    no, compact.size, list(compact.hashes), leaves
+                    no, compact.size, list(compact.hashes), leaves, self.store.node_min_level
                 )
             except _N.Reject:
                 pass  # the reference below
@@ -632,7 +632,12 @@ class _Appending(_Sealing):
                 compact = merkle.CompactRange.from_hashes(compact.size + len(leaves), hashes)
         if compact is head.compact:
             compact = _copy(compact)
-            nodes = [(node_key(no, lvl, i), h) for lvl, i, h in compact.append_many(leaves)]
+            low = self.store.node_min_level
+            nodes = [
+                (node_key(no, lvl, i), h)
+                for lvl, i, h in compact.append_many(leaves)
+                if lvl >= low  # the lower ones are folded from the leaves
+            ]
         self.store.insert_entries(rows)
         if event_rows:
             self.store.insert_event_ids(event_rows)
@@ -647,7 +652,7 @@ class _Appending(_Sealing):
             if erasures:  # content erased in rows written before: read them from the file
                 seal.written = None
             else:
-                seal.written += [(r[2], r[5]) for r in rows]
+                seal.written += rows
         head.row = BranchRow(no, head.row.name, size, last)
         head.compact = compact
         head.last_ts = last_ts
@@ -666,7 +671,7 @@ class _Appending(_Sealing):
         mine = seal.written[start - seal.start_size :]
         if not mine:
             return None
-        return [(Entry.from_bytes(data), content) for data, content in mine]
+        return [(Entry.from_bytes(row[2]), row[5]) for row in mine]
 
     def _last_ts(self, head: _Head) -> int | None:
         """Return the ts of the branch's newest entry (None when it has none yet)."""

@@ -5,10 +5,12 @@ live in ``memroot.ledger.hashing``); this module is the arithmetic over it and h
 the
 ``CompactRange`` a writer keeps.
 
-Storage model. The store keeps the hash of every *complete* (perfect) subtree: node
+Storage model. The store serves the hash of every *complete* (perfect) subtree: node
 ``(level, index)`` covers leaves ``[index * 2**level, (index + 1) * 2**level)`` and exists only
-once all of them do; level 0 is the leaf hash. Any subtree of the RFC's recursion that is not
-complete (on the right edge of the tree) is folded here from the complete nodes that cover it.
+once all of them do; level 0 is the leaf hash (SQLite keeps the levels >= 2 as rows and folds
+level 1 from its two leaves: ``store.NODE_MIN_LEVEL``, FORMAT.md 4). Any subtree of the
+RFC's recursion that is not complete (on the right edge of the tree) is folded here from the
+complete nodes that cover it.
 Every root or proof first collects the O(log n) node ids it needs, reads them with ONE call
 of a ``NodeReader`` (one SQL query), then assembles: never a rescan.
 

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from memroot.ledger import encoding
-from memroot.ledger.backends.store import entry_key, node_key
+from memroot.ledger.backends.store import NODE_MIN_LEVEL, entry_key, node_key
 from memroot.ledger.entries import Entry, EventInput, OpInput
 from memroot.ledger.hashing import leaf_hash
 from memroot.ledger.ledger import Ledger
@@ -260,9 +260,10 @@ class RawLedger:
             h = leaf_hash(bytes(data))
             db.execute("UPDATE entries SET hash = ? WHERE k = ?", (h, key))
             for level, index, node in compact.append(h):
-                db.execute(
-                    "INSERT INTO nodes(k, h) VALUES(?, ?)", (node_key(no, level, index), node)
-                )
+                if level >= NODE_MIN_LEVEL:  # as memroot stores them (FORMAT.md 4)
+                    db.execute(
+                        "INSERT INTO nodes(k, h) VALUES(?, ?)", (node_key(no, level, index), node)
+                    )
             last = h
         assert last is not None
         db.execute("UPDATE branches SET size = ?, head = ? WHERE no = ?", (len(rows), last, no))

@@ -345,6 +345,7 @@ class PgStore(Store):
     """
 
     db: PgConnection  # type: ignore[assignment]
+    node_min_level = 1  # PostgreSQL keeps its level-1 nodes rows (FORMAT.md 4)
 
     def __init__(self, url: str, *, create: bool = False, readonly: bool = False) -> None:
         """Connect to the database at ``url`` (with ``create``, make the ledger's tables).
@@ -575,14 +576,17 @@ class PgStore(Store):
                         "SELECT no, name, size, head, parent, anchor FROM branches ORDER BY no"
                     ).fetchall(),
                 )
-                for table, cols, key in (
-                    ("entries", _ENTRY_COLS, "k"),
-                    ("nodes", "k, h", "k"),
-                    ("event_ids", "id, k", "id"),
-                    ("checkpoints", "branch, size, root, note", "branch, size"),
+                # No level-1 nodes (written by an older writer) into a layout 2 file.
+                low = f"WHERE (k & {63 << 42}) >= {_store.NODE_MIN_LEVEL << 42} "
+                for table, cols, key, where in (
+                    ("entries", _ENTRY_COLS, "k", ""),
+                    ("nodes", "k, h", "k", low),
+                    ("event_ids", "id, k", "id", ""),
+                    ("checkpoints", "branch, size, root, note", "branch, size", ""),
                 ):
                     marks = ",".join("?" * (cols.count(",") + 1))
-                    for chunk in self._scan(f"SELECT {cols} FROM {table} ORDER BY {key}"):
+                    sql = f"SELECT {cols} FROM {table} {where}ORDER BY {key}"
+                    for chunk in self._scan(sql):
                         out.executemany(f"INSERT INTO {table}({cols}) VALUES({marks})", chunk)
         finally:
             target.close()

@@ -1,7 +1,7 @@
 """SQLite storage through apsw: the one narrow interface between the ledger and its file.
 
 Everything the ledger persists goes through ``Store``; a later PostgreSQL backend replaces this
-module, not the ledger. Tables (schema version 1):
+module, not the ledger. Tables (schema version 2):
 
 - ``meta(key, value)``: ledger id, origin, schema version.
 - ``branches(no, name, size, head)``: one row per branch; ``size`` and ``head`` are the chain
@@ -10,8 +10,10 @@ module, not the ledger. Tables (schema version 1):
   ``data`` is the exact entry bytes; ``hash`` caches SHA-256(0x00 || data); events also carry
   their content, its BLAKE3 ``digest`` (the content address) and the commitment ``salt``. A
   TOMBSTONE sets ``digest``, ``salt`` and ``content`` to NULL and ``erased_by`` to its seq.
-- ``nodes(k, h)``: every complete Merkle subtree with level >= 1,
-  ``k = branch_no << 48 | level << 42 | index``; level-0 nodes are ``entries.hash``.
+- ``nodes(k, h)``: every complete Merkle subtree with level >= ``NODE_MIN_LEVEL`` (2),
+  ``k = branch_no << 48 | level << 42 | index``; level-0 nodes are ``entries.hash`` and a
+  level-1 node is folded from its two leaves (schema version 2; a version 1 file also holds
+  level-1 rows, which nothing reads and a writer's open deletes: ``_migrate``).
 - ``event_ids(id, k)``: event UUID (16 bytes) to entry key.
 - ``checkpoints(branch, size, root, note)``: signed checkpoint notes.
 
@@ -22,6 +24,7 @@ inserts); ids we assign are UUIDv7 for the same reason.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -38,6 +41,7 @@ __all__ = [
     "BRANCH_SHIFT",
     "NODE_CACHE_MAX",
     "NODE_CACHE_MIN_LEVEL",
+    "NODE_MIN_LEVEL",
     "SCHEMA_VERSION",
     "WRITER_STATEMENT_CACHE",
     "BranchRow",
@@ -49,6 +53,13 @@ __all__ = [
 ]
 
 SCHEMA_VERSION: Final = 1
+"""The schema version of the PostgreSQL store's tables (``backends.pg``); a SQLite file
+written before ``SQLITE_SCHEMA_VERSION`` 2 carries it too."""
+SQLITE_SCHEMA_VERSION: Final = 2
+"""The schema version a SQLite file is written with: version 1 stored level-1 nodes."""
+NODE_MIN_LEVEL: Final = 2
+"""The lowest level of the ``nodes`` rows a SQLite writer stores (and a reader reads); below
+it a node is folded from its leaf hashes (``entries.hash``). As ``merkle::NODE_MIN_LEVEL``."""
 BRANCH_SHIFT: Final = 40  # entries.k = branch_no << 40 | seq: 2**40 entries per branch
 _NODE_BRANCH_SHIFT: Final = 48
 _NODE_LEVEL_SHIFT: Final = 42
@@ -140,6 +151,10 @@ CREATE TABLE IF NOT EXISTS checkpoints(
 """
 
 
+_VALUES_MAX: Final = 128
+"""Rows of the longest multi-row ``VALUES`` list ``Store._insert_pairs`` writes."""
+_VALUES_SQL: dict[tuple[str, int], str] = {}
+"""The statements of ``Store._insert_pairs`` by insert and row count."""
 _TREE_ROWS_SQL: dict[tuple[int, int, bool], str] = {}
 """The statements of ``Store.tree_rows``/``tree_rows_of`` by key counts (and branch row)."""
 _ARMS_MAX: Final = 64
@@ -171,13 +186,30 @@ def _tree_rows_sql(leaves: int, nodes: int, *, branch: bool) -> str:
     return sql
 
 
+def _fold_leaves(hashes: list[bytes]) -> bytes:
+    """Return the RFC 9162 hash of the perfect subtree over ``hashes`` (a power of two).
+
+    ``SHA-256(0x01 || left || right)`` level by level: ``hashing.node_hash``, which this layer
+    may not import (``tests/unit/ledger/test_store.py`` checks the two agree).
+    """
+    while len(hashes) > 1:
+        hashes = [
+            hashlib.sha256(b"\x01" + bytes(hashes[j]) + bytes(hashes[j + 1])).digest()
+            for j in range(0, len(hashes), 2)
+        ]
+    return bytes(hashes[0])
+
+
 def entry_key(branch_no: int, seq: int) -> int:
     """Return the ``entries.k`` of entry ``seq`` on branch ``branch_no``."""
     return branch_no << BRANCH_SHIFT | seq
 
 
 def node_key(branch_no: int, level: int, index: int) -> int:
-    """Return the ``nodes.k`` of the complete subtree ``(level, index)`` (level >= 1)."""
+    """Return the ``nodes.k`` of the complete subtree ``(level, index)`` (level >= 1).
+
+    Only levels >= ``NODE_MIN_LEVEL`` are stored; the key of a lower one names no row.
+    """
     return branch_no << _NODE_BRANCH_SHIFT | level << _NODE_LEVEL_SHIFT | index
 
 
@@ -258,6 +290,10 @@ class Store:
     # Class defaults, so the subclasses of ``memroot.ledger.backends.pg`` (which set their own
     # fields) have them too.
     _write_open: bool = False  # from BEGIN IMMEDIATE to its COMMIT or ROLLBACK
+    node_min_level: int = NODE_MIN_LEVEL
+    """The lowest level of the ``nodes`` rows this store's writers write and its verify
+    checks: ``NODE_MIN_LEVEL`` for a SQLite file, 1 for the PostgreSQL store (its tables
+    keep schema version 1's layout)."""
     read_floor: Callable[[Path], object] | None = None
     """Set by a reader that wants ``floor``: called with the file's path before every read
     transaction begins (``projections.wal_pages.floor``: the WAL position it will see)."""
@@ -323,9 +359,11 @@ class Store:
                 with self.write():
                     self.db.execute(_SCHEMA)
                     self.db.execute(
-                        "INSERT INTO meta VALUES('schema_version', ?)", (SCHEMA_VERSION,)
+                        "INSERT INTO meta VALUES('schema_version', ?)", (SQLITE_SCHEMA_VERSION,)
                     )
             version = self.meta("schema_version")
+            if version == SCHEMA_VERSION and not readonly:
+                version = self._migrate()
         except apsw.CorruptError as e:
             raise _corrupt(e, self.path) from e
         except apsw.NotADBError as e:
@@ -334,10 +372,35 @@ class Store:
             raise _storage_error(e, self.path) from e
         except apsw.Error as e:
             raise _storage_error(e, self.path) from e
-        if version != SCHEMA_VERSION:
+        if version not in (SCHEMA_VERSION, SQLITE_SCHEMA_VERSION):
             raise StorageError(
-                f"{self.path} has schema version {version!r}; this memroot reads {SCHEMA_VERSION}"
+                f"{self.path} has schema version {version!r}; this memroot reads "
+                f"{SCHEMA_VERSION} and {SQLITE_SCHEMA_VERSION}"
             )
+
+    def _migrate(self) -> int:
+        """Bring a schema version 1 file to version 2 in one transaction; return the version.
+
+        Version 2 drops the level-1 ``nodes`` rows (``NODE_MIN_LEVEL``): they are deleted, by
+        key range per branch, and the meta row says 2, or (an interrupted migration) neither,
+        and the file is version 1 as before: a version 1 file reads the same, as no reader
+        reads its level-1 rows. Another writer may have migrated it first (the version is
+        read again under the write lock).
+        """
+        with self.write():
+            version = self.meta("schema_version")
+            if version != SCHEMA_VERSION:
+                return int(version)
+            nos: list[Any] = self.db.execute("SELECT no FROM branches").fetchall()
+            for (no,) in nos:
+                for level in range(1, NODE_MIN_LEVEL):
+                    lo = no << _NODE_BRANCH_SHIFT | level << _NODE_LEVEL_SHIFT
+                    self.db.execute(
+                        "DELETE FROM nodes WHERE k >= ? AND k < ?",
+                        (lo, lo + (1 << _NODE_LEVEL_SHIFT)),
+                    )
+            self.set_meta("schema_version", SQLITE_SCHEMA_VERSION)
+        return SQLITE_SCHEMA_VERSION
 
     def _connect(self, flags: int, readonly: bool) -> apsw.Connection:
         """Open the connection for a writer, or for a reader that never changes the file.
@@ -692,11 +755,28 @@ class Store:
 
     def insert_event_ids(self, rows: Iterable[tuple[bytes, int]]) -> None:
         """Index event ids ``(uuid_bytes, k)`` (inside a write transaction)."""
-        self.db.executemany("INSERT INTO event_ids(id, k) VALUES(?, ?)", rows)
+        self._insert_pairs("INSERT INTO event_ids(id, k) VALUES", rows)
 
     def insert_nodes(self, rows: Iterable[tuple[int, bytes]]) -> None:
         """Store completed subtree hashes ``(node_key, hash)`` (inside a write transaction)."""
-        self.db.executemany("INSERT INTO nodes(k, h) VALUES(?, ?)", rows)
+        self._insert_pairs("INSERT INTO nodes(k, h) VALUES", rows)
+
+    def _insert_pairs(self, insert: str, rows: Iterable[tuple[Any, Any]]) -> None:
+        """Insert two-column rows with multi-row ``VALUES`` statements, up to 128 rows each.
+
+        A row of ``executemany`` costs ~0.2 us more (BENCHMARKS.md, ``rows1``). The rest after
+        the lists of 128 goes in powers of two: at most eight statement texts a table.
+        """
+        flat = [v for row in rows for v in row]
+        start, left = 0, len(flat) // 2
+        while left:
+            width = _VALUES_MAX if left >= _VALUES_MAX else 1 << (left.bit_length() - 1)
+            sql = _VALUES_SQL.get((insert, width))
+            if sql is None:
+                sql = _VALUES_SQL[(insert, width)] = insert + ",".join(["(?,?)"] * width)
+            self.db.execute(sql, flat[start : start + 2 * width])
+            start += 2 * width
+            left -= width
 
     def entry_row(self, branch_no: int, seq: int) -> EntryRow:
         """Return one stored entry row.
@@ -792,10 +872,12 @@ class Store:
     def read_nodes(self, branch_no: int, ids: Sequence[tuple[int, int]]) -> list[bytes]:
         """Return the hashes of complete subtrees ``(level, index)`` in the order asked.
 
-        Level-0 nodes are ``entries.hash``; the others come from ``nodes``. A complete subtree
-        never changes once written, so nodes of level >= ``_CACHE_MIN_LEVEL`` (1/8 of all
-        nodes) are kept in a bounded in-process cache: the upper levels, which every proof and
-        root touches, are then read once. ``memroot verify`` always reads the file itself.
+        Level-0 nodes are ``entries.hash``; a node below ``NODE_MIN_LEVEL`` is folded from
+        its leaves (``entries.hash``, read in the same query); the others come from
+        ``nodes``. A complete subtree never changes once written, so nodes of level >=
+        ``_CACHE_MIN_LEVEL`` (1/8 of all nodes) are kept in a bounded in-process cache: the
+        upper levels, which every proof and root touches, are then read once. ``memroot
+        verify`` always reads the file itself.
 
         Raises:
             StorageError: if a node that must exist is missing (a damaged node cache; ``memroot
@@ -803,11 +885,18 @@ class Store:
         """
         out: list[bytes | None] = [None] * len(ids)
         cache = self._node_cache
-        leaves: list[tuple[int, int]] = []
+        leaves: list[tuple[int, int]] = []  # (position in out, or -1 for a folded leaf; key)
+        folded: list[tuple[int, int, int]] = []  # (position, level, first leaf key)
         inner: list[tuple[int, int]] = []
+        base = branch_no << BRANCH_SHIFT
         for pos, (lvl, i) in enumerate(ids):
             if lvl == 0:
-                leaves.append((pos, branch_no << BRANCH_SHIFT | i))
+                leaves.append((pos, base | i))
+                continue
+            if lvl < NODE_MIN_LEVEL:
+                first = base | i << lvl
+                folded.append((pos, lvl, first))
+                leaves += [(-1, first + j) for j in range(1 << lvl)]
                 continue
             k = branch_no << _NODE_BRANCH_SHIFT | lvl << _NODE_LEVEL_SHIFT | i
             h = cache.get(k)
@@ -815,18 +904,25 @@ class Store:
                 inner.append((pos, k))
             else:
                 out[pos] = h
+        found_leaves: dict[int, bytes] = {}
         for table, col, wanted in (("entries", "hash", leaves), ("nodes", "h", inner)):
             found = self.lookup(table, "k", col, [k for _, k in wanted])
+            if table == "entries":
+                found_leaves = found
             for pos, k in wanted:
                 h = found.get(k)
                 if h is None:
-                    lvl, i = ids[pos]
+                    lvl, i = ids[pos] if pos >= 0 else (0, k - base)
                     raise StorageError(f"tree node ({lvl}, {i}) is missing from {self.path}")
+                if pos < 0:
+                    continue
                 out[pos] = h
                 if table == "nodes" and ids[pos][0] >= _CACHE_MIN_LEVEL:
                     if len(cache) >= _CACHE_MAX:
                         cache.clear()
                     cache[k] = h
+        for pos, lvl, first in folded:
+            out[pos] = _fold_leaves([found_leaves[first + j] for j in range(1 << lvl)])
         return out  # type: ignore[return-value]
 
     @property

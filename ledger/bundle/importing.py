@@ -175,7 +175,8 @@ def _import_branch(
         if row.erased_by is not None:
             erasures.append((k, row.erased_by))
         for level, index, node in compact.append(h):
-            nodes.append((node_key(no, level, index), node))
+            if level >= store.node_min_level:  # the lower ones are folded from the leaves
+                nodes.append((node_key(no, level, index), node))
         head, count = h, count + 1
         if len(rows) >= _CHUNK:
             flush()

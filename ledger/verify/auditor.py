@@ -55,6 +55,7 @@ from memroot.ledger.verify.step_5_caches import (
     _check_key_cache,
     _check_meta,
     _check_nodes,
+    _check_stray_nodes,
 )
 from memroot.ledger.verify.step_6_signatures import (
     _checkpoints,
@@ -244,6 +245,8 @@ def audit_source(
                 )
             )
         _check_nodes(store, b.no, b.name, pending_nodes, report)
+        if isinstance(store, _StoreSource):
+            _check_stray_nodes(store, b.no, b.name, report)
         _check_event_index(store, b.no, b.name, run.events, report)
         events_seen += run.event_count
         report.entries += run.expected_seq

@@ -14,7 +14,7 @@ from memroot.ledger.keyset import KEY_ENTRIES_META, ROTATED_VKEYS_META, parse_ke
 from memroot.ledger.verify.report import AuditReport, Finding, LedgerSource
 
 if TYPE_CHECKING:
-    pass
+    from memroot.ledger.verify.store_source import _StoreSource
 
 _GENESIS_META: Final = ("ledger_id", "origin", "snapshot_every")
 
@@ -60,6 +60,28 @@ def _check_nodes(
                 ((index + 1) << level) - 1,  # the entry whose append completed the node
                 expected=h.hex(),
                 actual=stored.hex() if stored is not None else "missing",
+            )
+        )
+
+
+def _check_stray_nodes(
+    store: _StoreSource, branch_no: int, branch: str, report: AuditReport
+) -> None:
+    """(5): a layout version 2 file holds no tree node below level 2 (FORMAT.md 4).
+
+    No reader reads one (the leaves give it), so such a row serves nothing; but memroot
+    never writes one there, and a row that no writer of the file wrote is reported.
+    """
+    count = store.stray_nodes(branch_no)
+    if count:
+        report.add(
+            Finding(
+                5,
+                f"{count} stored tree node row(s) below level 2, which this layout (version 2)"
+                " never stores (nothing reads them: the leaf hashes give those nodes)",
+                branch,
+                expected="0",
+                actual=str(count),
             )
         )
 

@@ -54,6 +54,14 @@ class _StoreSource:
     ) -> list[tuple[int, int, bytes, bytes | None]]:
         from memroot.ledger.backends.store import node_key
 
+        # The nodes below the store's node_min_level are not stored (the leaves, checked by
+        # step 5 against the entries, give them); a version 1 file's level-1 rows are read by
+        # nobody. PostgreSQL stores (and reads) level 1: there every level is checked.
+        low = self.store.node_min_level
+        nodes = [n for n in nodes if n[0] >= low]
+        if not nodes:
+            return []
+
         if _N is not None:
             last_level, last_index, _ = nodes[-1] if nodes else (0, 0, b"")
             ahead = (
@@ -75,6 +83,23 @@ class _StoreSource:
             for (level, index, h), k in zip(nodes, keys, strict=True)
             if stored.get(k) != h
         ]
+
+    def stray_nodes(self, branch_no: int) -> int:
+        """Return how many ``nodes`` rows of the branch lie below ``NODE_MIN_LEVEL``.
+
+        None is written in layout version 2 (FORMAT.md 4) and none is read in any version;
+        a version 1 SQLite file and the PostgreSQL tables keep the level-1 rows written
+        before, so those are not counted (0).
+        """
+        from memroot.ledger.backends.store import NODE_MIN_LEVEL, SQLITE_SCHEMA_VERSION, node_key
+
+        if self.store.meta("schema_version") != SQLITE_SCHEMA_VERSION:
+            return 0
+        row: Any = self.store.db.execute(
+            "SELECT count(*) FROM nodes WHERE k >= ? AND k < ?",
+            (node_key(branch_no, 0, 0), node_key(branch_no, NODE_MIN_LEVEL, 0)),
+        ).fetchone()
+        return int(row[0])
 
     def event_index_mismatches(
         self, branch_no: int, events: Sequence[tuple[str, int]]

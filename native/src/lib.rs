@@ -808,7 +808,8 @@ type NodeRows<'py> = Vec<(u64, Bound<'py, PyBytes>)>;
 
 /// Fold leaf hashes into a compact range and return the new hashes and the `nodes` rows
 /// `(nodes.k, hash)`, in key order, of the interior nodes completed on branch `branch_no`
-/// (`CompactRange.append_many` and `store.node_key`).
+/// at level `min_level` or above (`CompactRange.append_many`, `store.node_key` and
+/// `store.NODE_MIN_LEVEL`).
 #[pyfunction]
 fn compact_append_rows<'py>(
     py: Python<'py>,
@@ -816,6 +817,7 @@ fn compact_append_rows<'py>(
     size: u64,
     hashes: &Bound<'py, PyList>,
     leaves: &Bound<'py, PyList>,
+    min_level: u32,
 ) -> PyResult<(Vec<Bound<'py, PyBytes>>, NodeRows<'py>)> {
     if branch_no >= 1 << 15 {
         return reject("branch number out of range");
@@ -841,6 +843,7 @@ fn compact_append_rows<'py>(
     let out = cr.hashes.iter().map(|h| PyBytes::new(py, h)).collect();
     let mut keyed: Vec<(u64, &Hash)> = nodes
         .iter()
+        .filter(|(level, _, _)| *level >= min_level)
         .map(|(level, index, h)| (branch_no << 48 | u64::from(*level) << 42 | index, h))
         .collect();
     // In key order, the rows of each level append at the end of that level's key range
@@ -1114,7 +1117,8 @@ fn checked_plan(branch_no: u64, index: u64, size: u64) -> PyResult<Vec<merkle::N
 }
 
 /// The store keys of the audit path of leaf `index` in a tree of `size` leaves that the node
-/// cache `cache` (`{nodes.k: hash}`) lacks: `(entries keys, nodes keys)` to read.
+/// cache `cache` (`{nodes.k: hash}`) lacks: `(entries keys, nodes keys)` to read. A node
+/// below `merkle::NODE_MIN_LEVEL` is not stored: the keys of its leaves are listed.
 #[pyfunction]
 fn inclusion_keys(
     branch_no: u64,
@@ -1127,6 +1131,10 @@ fn inclusion_keys(
         let k = tree_key(branch_no, id);
         if id.0 == 0 {
             leaves.push(k);
+        } else if id.0 < merkle::NODE_MIN_LEVEL {
+            // Not stored: its leaves are read and folded (`inclusion_from_rows`).
+            let first = branch_no << 40 | id.1 << id.0;
+            leaves.extend(first..first + (1 << id.0));
         } else if cache.get_item(k)?.is_none() {
             inner.push(k);
         }
@@ -1171,6 +1179,16 @@ fn inclusion_from_rows<'py>(
         let k = tree_key(branch_no, id);
         let h = if id.0 == 0 {
             read.get(&(0, k)).cloned()
+        } else if id.0 < merkle::NODE_MIN_LEVEL {
+            let first = branch_no << 40 | id.1 << id.0;
+            let mut hs = Vec::with_capacity(1 << id.0);
+            for leaf in first..first + (1 << id.0) {
+                match read.get(&(0, leaf)) {
+                    Some(h) => hs.push(hash32(h.as_bytes(), "leaf")?),
+                    None => return reject("a tree node is missing or not 32 bytes"),
+                }
+            }
+            Some(PyBytes::new(py, &merkle::fold_perfect(&hs)))
         } else if let Some(h) = read.get(&(1, k)) {
             if id.0 >= cache_min_level {
                 fresh.push((k, h.clone()));

@@ -44,6 +44,24 @@ impl CompactRange {
     }
 }
 
+/// The lowest level of the store's `nodes` rows (`store.NODE_MIN_LEVEL`): a node below it
+/// is folded from its leaves (`fold_perfect`).
+pub const NODE_MIN_LEVEL: u32 = 2;
+
+/// The hash of the perfect subtree over `leaves` (a power of two of them, at least one),
+/// folded pairwise level by level as RFC 9162 section 2.1.1 splits a perfect tree.
+#[must_use]
+pub fn fold_perfect(leaves: &[Hash]) -> Hash {
+    let mut level: Vec<Hash> = leaves.to_vec();
+    while level.len() > 1 {
+        level = level
+            .chunks(2)
+            .map(|p| node_hash(&p[0], &p[p.len() - 1]))
+            .collect();
+    }
+    level.first().copied().unwrap_or_else(empty_root)
+}
+
 /// The RFC 9162 `MTH` folded right to left from the perfect-subtree hashes.
 #[must_use]
 pub fn root_from_subtrees(hashes: &[Hash]) -> Hash {
@@ -210,6 +228,14 @@ mod tests {
                 let k = 1usize << (usize::BITS - (n - 1).leading_zeros() - 1);
                 node_hash(&mth(&leaves[..k]), &mth(&leaves[k..]))
             }
+        }
+    }
+
+    #[test]
+    fn fold_perfect_is_the_mth_of_a_power_of_two() {
+        let leaves: Vec<Hash> = (0u8..8).map(|i| leaf_hash(&[i])).collect();
+        for n in [1usize, 2, 4, 8] {
+            assert_eq!(fold_perfect(&leaves[..n]), mth(&leaves[..n]));
         }
     }
 

@@ -604,6 +604,29 @@ def test_tree_node_deleted(ledger_path: Path, trusted: Path, raw: Any) -> None:
     assert matching(report.findings, 5, 15, MAIN)[0].actual == "missing"
 
 
+def test_level_1_node_row_forged(ledger_path: Path, trusted: Path, raw: Any) -> None:
+    """A forged level-1 ``nodes`` row (version 2 stores none) is never served; verify says so.
+
+    The leaf hashes give a level-1 node (FORMAT.md 4): proofs and roots stay the honest
+    ones, and verify reports the rows no writer of the file wrote (step 5); rewriting a leaf
+    hash instead (the row that now serves the node) is step 5 at that entry,
+    ``test_leaf_hash_cache_altered``, and refused by strict reads (``test_strict_readers``,
+    "leaf cache").
+    """
+    assert_clean(ledger_path, trusted)
+    with Ledger.open(ledger_path, hooks=(), readonly=True) as ledger:
+        honest = [ledger.inclusion_proof(i, 61) for i in (2, 3)], ledger.root(40)
+    with raw.db(ledger_path) as db:
+        db.execute("INSERT INTO nodes(k, h) VALUES(?, ?)", (node_key(MAIN_NO, 1, 0), b"\x66" * 32))
+        db.execute("INSERT INTO nodes(k, h) VALUES(?, ?)", (node_key(MAIN_NO, 1, 1), b"\x66" * 32))
+    with Ledger.open(ledger_path, hooks=(), readonly=True) as ledger:
+        assert ([ledger.inclusion_proof(i, 61) for i in (2, 3)], ledger.root(40)) == honest
+    report = verify_path(ledger_path, trusted=TrustedState(trusted), update_trusted=False)
+    assert not report.ok
+    (stray,) = [f for f in report.findings if f.step == 5 and f.branch == MAIN]
+    assert "2 stored tree node row(s) below level 2" in stray.message and stray.actual == "2"
+
+
 def test_leaf_hash_cache_altered(ledger_path: Path, trusted: Path, raw: Any) -> None:
     """A stored leaf hash that is not SHA-256(0x00 || data) is step 5 at that entry."""
     assert_clean(ledger_path, trusted)

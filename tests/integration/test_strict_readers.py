@@ -186,6 +186,20 @@ def corrupt_node(path: Path, level: int, index: int) -> None:
         db.close()
 
 
+def corrupt_leaf_cache(path: Path, seq: int) -> None:
+    """Overwrite the stored leaf hash of entry ``seq`` of main (its bytes untouched)."""
+    db = apsw.Connection(str(path))
+    try:
+        with db:
+            db.execute(
+                "UPDATE entries SET hash = ? WHERE k = ?",
+                (b"\x66" * 32, entry_key(MAIN_NO, seq)),
+            )
+            assert db.changes() == 1
+    finally:
+        db.close()
+
+
 # -- the read commands ---------------------------------------------------------------------------
 
 Args = Callable[[dict[str, Any]], list[str]]
@@ -223,11 +237,21 @@ READERS: dict[str, tuple[Args, Tamper | None]] = {
         lambda i: ["branch", "diff", i["branch"]],
         lambda p, i: rewrite_entry(p, last_seq(p, i["branch"]), i["branch"]),
     ),
-    # A stored tree node on the printed path (level 1: leaves 2-3), off the head's path.
-    "prove --index": (lambda i: ["prove", "--index", "1"], lambda p, i: corrupt_node(p, 1, 1)),
+    # A stored tree node on the printed path (level 2: leaves 4-7), off the head's path.
+    "prove --index": (lambda i: ["prove", "--index", "1"], lambda p, i: corrupt_node(p, 2, 1)),
     "prove --consistency": (
+        lambda i: ["prove", "--consistency", "2", "8"],
+        lambda p, i: corrupt_node(p, 2, 1),
+    ),
+    # A level-1 node of the path is not stored (FORMAT.md 4): it is folded from the leaf
+    # hashes of entries 2-3, and a rewritten one of those is refused as the node was.
+    "prove --index, leaf cache": (
+        lambda i: ["prove", "--index", "1"],
+        lambda p, i: corrupt_leaf_cache(p, 3),
+    ),
+    "prove --consistency, leaf cache": (
         lambda i: ["prove", "--consistency", "2", "4"],
-        lambda p, i: corrupt_node(p, 1, 1),
+        lambda p, i: corrupt_leaf_cache(p, 3),
     ),
     "tiles": (lambda i: ["tiles", i["tiles"]], lambda p, i: rewrite_entry(p, 1)),
     "receipts": (lambda i: ["receipts"], lambda p, i: rewrite_entry(p, i["receipt_seq"])),

@@ -170,6 +170,27 @@ def test_copy_snapshot_is_a_ledger_file(tmp_path: Path, pg_url: str, pg_key: Pat
     assert verify_path(tmp_path / "copy.ledger").ok
 
 
+def test_copy_snapshot_leaves_level_1_rows_behind(
+    tmp_path: Path, pg_url: str, pg_key: Path
+) -> None:
+    """PostgreSQL's level-1 nodes rows are not copied into a SQLite file (layout version 2).
+
+    PostgreSQL keeps them (its layout, FORMAT.md 4); a SQLite file of layout version 2 holds
+    none (verify's step 5 reports one there).
+    """
+    with Ledger.init(pg_url, origin=ORIGIN, key_path=pg_key) as ledger:
+        ledger.append_batch([_event(i) for i in range(30)])
+        stored = [int(r[0]) for r in ledger.store.db.execute("SELECT k FROM nodes")]
+        assert {k >> 42 & 63 for k in stored} == {1, 2, 3, 4}
+        ledger.store.copy_snapshot(tmp_path / "copy.ledger")
+        root = ledger.root()
+    with Ledger.open(tmp_path / "copy.ledger", hooks=(), readonly=True) as copy:
+        assert copy.root() == root
+        levels = {k >> 42 & 63 for (k,) in copy.store.db.execute("SELECT k FROM nodes")}
+        assert min(levels) == 2
+    assert verify_path(tmp_path / "copy.ledger").ok
+
+
 _WRITER = """
 import json, sys
 from pathlib import Path

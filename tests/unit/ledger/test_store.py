@@ -9,8 +9,15 @@ from typing import Any
 import pytest
 
 from memroot.ledger.backends import store as store_module
-from memroot.ledger.backends.store import SCHEMA_VERSION, Store, entry_key, node_key
+from memroot.ledger.backends.store import (
+    NODE_MIN_LEVEL,
+    SQLITE_SCHEMA_VERSION,
+    Store,
+    entry_key,
+    node_key,
+)
 from memroot.ledger.errors import NotFoundError, RefusedError, StorageError, ValidationError
+from memroot.ledger.hashing import leaf_hash, node_hash
 from memroot.ledger.ledger import Ledger
 
 
@@ -170,9 +177,9 @@ def test_open_other_schema_version(tmp_path: Path) -> None:
     """A ledger of another schema version is refused with both versions named."""
     s = Store(tmp_path / "v.db", create=True)
     with s.write():
-        s.set_meta("schema_version", SCHEMA_VERSION + 1)
+        s.set_meta("schema_version", SQLITE_SCHEMA_VERSION + 1)
     s.close()
-    with pytest.raises(StorageError, match=f"schema version {SCHEMA_VERSION + 1}"):
+    with pytest.raises(StorageError, match=f"schema version {SQLITE_SCHEMA_VERSION + 1}"):
         Store(tmp_path / "v.db")
 
 
@@ -208,10 +215,33 @@ def test_read_nodes_missing_is_storage_error(store: Store) -> None:
     with store.write():
         b = store.add_branch("main", bytes(32))
         store.insert_entries([(entry_key(b.no, 0), b"a" * 32, b"x", None, None, None)])
-        store.insert_nodes([(node_key(b.no, 1, 0), b"n" * 32)])
-    assert store.read_nodes(b.no, [(1, 0), (0, 0)]) == [b"n" * 32, b"a" * 32]
-    with pytest.raises(StorageError, match=r"\(2, 0\)"):
-        store.read_nodes(b.no, [(1, 0), (2, 0)])
+        store.insert_nodes([(node_key(b.no, 2, 0), b"n" * 32)])
+    assert store.read_nodes(b.no, [(2, 0), (0, 0)]) == [b"n" * 32, b"a" * 32]
+    with pytest.raises(StorageError, match=r"\(3, 0\)"):
+        store.read_nodes(b.no, [(2, 0), (3, 0)])
+    # A level-1 node is folded from its two leaves: the missing one is named.
+    with pytest.raises(StorageError, match=r"\(0, 1\)"):
+        store.read_nodes(b.no, [(1, 0)])
+
+
+def test_low_nodes_are_folded_from_the_leaves_never_read(store: Store) -> None:
+    """Below NODE_MIN_LEVEL a node is its leaves' RFC 9162 hash; a stored row is not read."""
+    leaves = [leaf_hash(bytes([i])) for i in range(4)]
+    with store.write():
+        b = store.add_branch("main", bytes(32))
+        store.insert_entries(
+            [(entry_key(b.no, i), h, bytes([i]), None, None, None) for i, h in enumerate(leaves)]
+        )
+        store.insert_nodes([(node_key(b.no, 1, 0), b"n" * 32)])  # a forged level-1 row
+    assert NODE_MIN_LEVEL == 2
+    assert store.read_nodes(b.no, [(1, 1), (0, 2), (1, 0)]) == [
+        node_hash(leaves[2], leaves[3]),
+        leaves[2],
+        node_hash(leaves[0], leaves[1]),
+    ]
+    assert store_module._fold_leaves(leaves) == node_hash(
+        node_hash(leaves[0], leaves[1]), node_hash(leaves[2], leaves[3])
+    )
 
 
 def test_text_that_is_not_utf8_reads_with_replacement(store: Store) -> None:
@@ -226,7 +256,7 @@ def test_text_that_is_not_utf8_reads_with_replacement(store: Store) -> None:
     assert store.latest_checkpoint(1) == (1, bytes(32), "ok\ufffd\n")
     assert store.meta("origin") == "\ufffda"
     assert [b.name for b in store.branches()] == ["ma\ufffdn"]
-    assert store.meta("schema_version") == SCHEMA_VERSION  # non-text values unchanged
+    assert store.meta("schema_version") == SQLITE_SCHEMA_VERSION  # non-text values unchanged
 
 
 def test_read_is_a_snapshot(store: Store, tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 from memroot.ledger import _appending as appending_module
 from memroot.ledger import _backend
+from memroot.ledger.backends.store import NODE_MIN_LEVEL
 from memroot.ledger.entries import (
     MAX_SNAPSHOT_EVERY,
     TS_MAX_AHEAD_US,
@@ -153,6 +154,11 @@ def test_native_batches_store_the_reference_bytes(inputs: Any, seed: int, sizes:
             with replay_reference(b, batches, native, salts) as ref:
                 assert dump(native) == dump(ref)
                 assert native.root() == ref.root()
+                # Both store the levels >= NODE_MIN_LEVEL only, each node once (FORMAT.md 4).
+                levels = {k >> 42 & 63 for k, _ in dump(native)[2]}
+                assert not levels or min(levels) >= NODE_MIN_LEVEL
+                size = native.store.branch("main").size
+                assert len(dump(native)[2]) == sum(size >> lv for lv in range(NODE_MIN_LEVEL, 42))
 
 
 def test_unicode_floats_and_nested_maps_match(pair: tuple[Path, Path], inputs: Any) -> None:

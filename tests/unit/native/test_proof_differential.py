@@ -77,7 +77,7 @@ def test_a_missing_node_gets_the_reference_error(tmp_path: Path, inputs: Any) ->
         ledger.append_batch(inputs.mixed(40, seed=3))
         ledger.store.db.execute("DELETE FROM nodes")  # damage: the node cache is gone
     with Ledger.open(path, hooks=(), readonly=True, strict=False) as damaged:
-        with pytest.raises(StorageError, match=r"tree node \(1, \d+\) is missing") as mine:
+        with pytest.raises(StorageError, match=r"tree node \(2, \d+\) is missing") as mine:
             damaged.inclusion_proof(0, 40)
         with _backend.reference(), pytest.raises(StorageError) as ref:
             damaged.inclusion_proof(0, 40)
