@@ -205,6 +205,18 @@ class _Sliced:
         return not self.namespaces or entry.body.get("namespace_id") in self.namespaces
 
 
+def _require_room(projection: object, name: str, fields: tuple[str, ...]) -> None:
+    """Refuse a top-k table of ``projection`` (named ``name``) whose ``fields`` are not >= 1.
+
+    Raises:
+        ValueError: naming the field, if one is not a positive int.
+    """
+    for field in fields:
+        n = getattr(projection, field)
+        if type(n) is not int or n < 1:
+            raise ValueError(f"{name} {field} must be a positive int, got {n!r}")
+
+
 def _violation(proj: _Sliced, motifs: tuple[str, ...], entry: Entry) -> tuple[str, str] | None:
     """Return a ``VIOLATION_RECORDED``'s ``(motif, source)`` when ``proj`` counts it, else None.
 
@@ -332,10 +344,7 @@ class FailureMotifsTopK(_Sliced):
         Raises:
             ValueError: if ``top_motifs`` or ``top_sources`` is not a positive int.
         """
-        for name in ("top_motifs", "top_sources"):
-            n = getattr(self, name)
-            if type(n) is not int or n < 1:
-                raise ValueError(f"failure-motifs {name} must be a positive int, got {n!r}")
+        _require_room(self, "failure-motifs", ("top_motifs", "top_sources"))
 
     @property
     def params(self) -> Mapping[str, Any]:
@@ -486,10 +495,7 @@ class CorrectionsTopK(_Sliced):
         Raises:
             ValueError: if ``top_motifs`` or ``top_verifiers`` is not a positive int.
         """
-        for name in ("top_motifs", "top_verifiers"):
-            n = getattr(self, name)
-            if type(n) is not int or n < 1:
-                raise ValueError(f"corrections {name} must be a positive int, got {n!r}")
+        _require_room(self, "corrections", ("top_motifs", "top_verifiers"))
 
     @property
     def params(self) -> Mapping[str, Any]:
