@@ -528,6 +528,10 @@ class MemoryReplayCheck:
                 for branch, size in self.sizes.items():
                     self._compare(stored, branch, size, report)
                 if not self.restricted:
+                    edited = tables.text_index_edited(stored)
+                    if edited is not None:
+                        report.add(Finding(9, edited, CANONICAL_BRANCH))
+                if not self.restricted:
                     for (branch,) in stored.execute(
                         "SELECT branch FROM mem_heads WHERE size > 0 ORDER BY branch"
                     ).fetchall():

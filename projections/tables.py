@@ -34,6 +34,7 @@ indexed query instead of a replay. Every row records its ``branch``.
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any, Final
 
@@ -65,6 +66,7 @@ __all__ = [
     "object_from_row",
     "object_row",
     "text_index_current",
+    "text_index_edited",
 ]
 
 SCHEMA_VERSION: Final = 1
@@ -142,6 +144,9 @@ GRANT_COLS: Final = ("namespace_id", "actor_id", "permission", "granted_by", "br
 
 _VERSIONED: Final = "vfrom INTEGER NOT NULL, vto INTEGER"
 
+_FTS_SPEC: Final = "fts5(value, content='', detail=none)"
+"""The full-text index's table: contentless, keyed by an object's first version."""
+
 _TABLES: Final = f"""
 CREATE TABLE IF NOT EXISTS mem_meta(key TEXT PRIMARY KEY, value ANY) STRICT;
 CREATE TABLE IF NOT EXISTS mem_heads(branch TEXT PRIMARY KEY, size INTEGER NOT NULL)
@@ -161,7 +166,7 @@ CREATE TABLE IF NOT EXISTS mem_objects(
     value TEXT NOT NULL, structured_value TEXT, condition TEXT, condition_state TEXT,
     state TEXT NOT NULL
 ) STRICT;
-CREATE VIRTUAL TABLE IF NOT EXISTS mem_fts USING fts5(value, content='', detail=none);
+CREATE VIRTUAL TABLE IF NOT EXISTS mem_fts USING {_FTS_SPEC};
 CREATE TABLE IF NOT EXISTS mem_entities(
     rid INTEGER PRIMARY KEY, branch TEXT NOT NULL, id TEXT NOT NULL, {_VERSIONED},
     type TEXT NOT NULL, canonical_name TEXT NOT NULL, aliases TEXT NOT NULL,
@@ -284,6 +289,55 @@ def index_text(db: apsw.Connection) -> int:
     n = db.changes()
     db.execute("INSERT OR REPLACE INTO mem_meta VALUES('fts_rid', ?)", (top,))
     return int(n)
+
+
+def text_index_edited(db: apsw.Connection) -> str | None:
+    """Return what is wrong with ``db``'s full-text index, or None when it holds what it must.
+
+    ``mem_fts`` must index the words of every object's first version up to the index's mark
+    (``mem_meta.fts_rid``: ``rid = oid AND rid <= mark``, what ``index_text`` wrote). The
+    index those values give is built in a private database; then, for each of its words,
+    the objects ``db``'s index answers must be exactly those, and ``db``'s index must hold as
+    many objects. So an object left out of the words of its value (a text query would hide
+    it), or one answered for a word its value has, is found. A word no value has, added to
+    an object's entry, is not (it makes an honest object answer a query it does not match;
+    the read gate checks that object's row). Reads only; ``db`` may be read-only.
+    """
+    if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'mem_fts'").fetchone() is None:
+        return None
+    row = db.execute("SELECT value FROM mem_meta WHERE key = 'fts_rid'").fetchone()
+    mark = 0 if row is None or not isinstance(row[0], int) else row[0]
+    edited = (
+        "the full-text index (mem_fts) is not the index of the values it covers (edited: a "
+        "text query would drop or add objects); memroot rebuild writes it anew"
+    )
+    want = apsw.Connection("")  # a private temporary file: a large index spills to disk
+    try:
+        want.execute(f"CREATE VIRTUAL TABLE mem_fts USING {_FTS_SPEC}")
+        want.execute("BEGIN")
+        want.executemany(
+            "INSERT INTO mem_fts(rowid, value) VALUES (?, ?)",
+            db.execute(
+                "SELECT rid, value FROM mem_objects WHERE rid = oid AND rid <= ? ORDER BY rid",
+                (mark,),
+            ),
+        )
+        want.execute("COMMIT")
+        counts = [c.execute("SELECT count(*) FROM mem_fts").fetchone() for c in (want, db)]
+        if counts[0] != counts[1]:
+            return edited
+        want.execute("CREATE VIRTUAL TABLE pairs USING fts5vocab(mem_fts, instance)")
+        rows = want.execute("SELECT term, doc FROM pairs ORDER BY term, doc")
+        for term, docs in itertools.groupby(rows, key=lambda r: r[0]):
+            quoted = '"' + str(term).replace('"', '""') + '"'
+            got = db.execute(
+                "SELECT rowid FROM mem_fts WHERE mem_fts MATCH ? ORDER BY rowid", (quoted,)
+            ).fetchall()
+            if [r[0] for r in got] != [d for _, d in docs]:
+                return edited
+    finally:
+        want.close()
+    return None
 
 
 def text_index_current(db: apsw.Connection) -> bool:
