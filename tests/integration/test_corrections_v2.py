@@ -38,7 +38,8 @@ from tests.integration.test_lifecycle_v2 import (
     _stored_bytes,
     hooks_with,
     memroot,
-    stored_roots,
+    rebuild_keeps_the_roots,
+    switch_to_v2,
 )
 
 V1 = rule_digest(Corrections())
@@ -113,25 +114,8 @@ def test_corrections_v1_fold_state_grew_with_every_verifier(ledger: Path):
 
 
 def test_roots_listing_v1_verify_and_the_next_ones_list_v2(ledger: Path):
-    """A ledger the old writer snapshotted verifies; the new writer's next roots list v2
-    (folded from the genesis: no stored state has its rule); rebuild writes the same roots;
-    verify passes again."""
-    items = _with_corrections(mixed_history(6 * BATCH))
-    _append(ledger, items, 3, _old_hooks)
-    assert V1 in _newest(ledger) and V2 not in _newest(ledger)
-    r = memroot(ledger, "verify")
-    assert r.exit_code == 0, r.output
-    _append(ledger, items, 3, stack.default_hooks)
-    newest = _newest(ledger)
-    assert V2 in newest and V1 not in newest
+    """A ledger the old writer snapshotted verifies and goes on with v2 roots
+    (``switch_to_v2``), whose counts are the history's; rebuild writes the same roots."""
+    newest = switch_to_v2(ledger, _with_corrections(mixed_history(6 * BATCH)), _old_hooks, V1, V2)
     assert encoding.decode(newest[V2].data)["total"] == 600
-
-    before = stored_roots(ledger)
-    assert [V1 in r for _, _, r in before] == [True] * 3 + [False] * 3
-    assert [V2 in r for _, _, r in before] == [False] * 3 + [True] * 3
-    r = memroot(ledger, "rebuild")
-    assert r.exit_code == 0, r.output
-    assert stored_roots(ledger) == before
-    assert _newest(ledger) == newest
-    r = memroot(ledger, "verify")
-    assert r.exit_code == 0, r.output
+    rebuild_keeps_the_roots(ledger)

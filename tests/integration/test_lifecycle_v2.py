@@ -135,30 +135,46 @@ def test_lifecycle_v1_fold_state_grew_with_every_deprecated_object(ledger: Path)
     assert len(late) - len(early) > 100 * 36  # ~10 more deprecated ids per 1,000 entries
 
 
-def test_roots_listing_v1_verify_and_the_next_ones_list_v2(ledger: Path):
-    """A ledger the old writer snapshotted verifies; the new writer's next roots list v2
-    (folded from the genesis, since no stored state has its rule); rebuild writes the same
-    roots; verify passes again."""
-    items = mixed_history(6 * BATCH)
-    _append(ledger, items, 3, _old_hooks)
-    assert V1 in _newest(ledger) and V2 not in _newest(ledger)
+def switch_to_v2(
+    ledger: Path,
+    items: Iterator[EventInput | OpInput],
+    old_hooks: Callable[[], list],
+    v1: bytes,
+    v2: bytes,
+) -> dict[bytes, records.StoredSummary]:
+    """Three batches by ``old_hooks`` (their roots list ``v1``; verify passes), then three by
+    the default hooks (their roots list ``v2``, folded from the genesis: no stored state has
+    its rule); the newest root's summaries, for the caller to check ``v2``'s counts."""
+    _append(ledger, items, 3, old_hooks)
+    assert v1 in _newest(ledger) and v2 not in _newest(ledger)
     r = memroot(ledger, "verify")
     assert r.exit_code == 0, r.output
     _append(ledger, items, 3, stack.default_hooks)
     newest = _newest(ledger)
-    assert V2 in newest and V1 not in newest
-    db = apsw.Connection(str(ledger), flags=apsw.SQLITE_OPEN_READONLY)
-    try:
-        roots = [(int(s), bytes(x)) for s, x in db.execute("SELECT seq, root FROM memory_roots")]
-        rules = [
-            {bytes(r) for (r,) in db.execute(
-                "SELECT rule FROM memory_root_summaries WHERE root = ?", (root,))}
-            for _, root in roots
-        ]  # fmt: skip
-    finally:
-        db.close()
-    assert [V1 in r for r in rules] == [True] * 3 + [False] * 3
-    assert [V2 in r for r in rules] == [False] * 3 + [True] * 3
+    assert v2 in newest and v1 not in newest
+    rules = [r for _, _, r in stored_roots(ledger)]
+    assert [v1 in r for r in rules] == [True] * 3 + [False] * 3
+    assert [v2 in r for r in rules] == [False] * 3 + [True] * 3
+    return newest
+
+
+def rebuild_keeps_the_roots(ledger: Path) -> None:
+    """Verify passes; rebuild writes the same roots and summaries; verify passes again."""
+    before, newest = stored_roots(ledger), _newest(ledger)
+    r = memroot(ledger, "verify")
+    assert r.exit_code == 0, r.output
+    r = memroot(ledger, "rebuild")
+    assert r.exit_code == 0, r.output
+    assert stored_roots(ledger) == before
+    assert _newest(ledger) == newest
+    r = memroot(ledger, "verify")
+    assert r.exit_code == 0, r.output
+
+
+def test_roots_listing_v1_verify_and_the_next_ones_list_v2(ledger: Path):
+    """A ledger the old writer snapshotted verifies and goes on with v2 roots
+    (``switch_to_v2``), whose counts are the history's; rebuild writes the same roots."""
+    newest = switch_to_v2(ledger, mixed_history(6 * BATCH), _old_hooks, V1, V2)
     with Ledger.open(ledger) as led:
         latest = records.latest_root(led.derived.db, "main")
         assert latest is not None
@@ -168,16 +184,4 @@ def test_roots_listing_v1_verify_and_the_next_ones_list_v2(ledger: Path):
         "DEPRECATED": moves["DEPRECATE"],
         "SUPERSEDED": moves["SUPERSEDE"],
     }
-    r = memroot(ledger, "verify")
-    assert r.exit_code == 0, r.output
-    r = memroot(ledger, "rebuild")
-    assert r.exit_code == 0, r.output
-    db = apsw.Connection(str(ledger), flags=apsw.SQLITE_OPEN_READONLY)
-    try:
-        again = [(int(s), bytes(x)) for s, x in db.execute("SELECT seq, root FROM memory_roots")]
-    finally:
-        db.close()
-    assert sorted(again) == sorted(roots)
-    assert _newest(ledger) == newest
-    r = memroot(ledger, "verify")
-    assert r.exit_code == 0, r.output
+    rebuild_keeps_the_roots(ledger)

@@ -21,7 +21,6 @@ from memroot.bench.hooked import BATCH, mixed_history
 from memroot.ledger import encoding
 from memroot.ledger.entries import EventInput, OpInput
 from memroot.memory_root import stack
-from memroot.memory_root.hook import RootsHook
 from memroot.projections.builtins import (
     Corrections,
     EpistemicDistribution,
@@ -33,13 +32,14 @@ from memroot.projections.builtins import (
     LifecycleTransitions,
 )
 from memroot.projections.projection import rule_digest
-from memroot.projections.registry import Registry
 from tests.integration.test_lifecycle_v2 import (
     _append,
     _newest,
     _stored_bytes,
+    hooks_with,
     memroot,
-    stored_roots,
+    rebuild_keeps_the_roots,
+    switch_to_v2,
 )
 
 V1 = rule_digest(FailureMotifs())
@@ -48,13 +48,11 @@ V2 = rule_digest(FailureMotifsTopK())
 
 def _old_hooks() -> list[object]:
     """The default hooks with the built-ins of before failure-motifs v2."""
-    old = Registry(
+    return hooks_with(
         [FailureMotifs(), Corrections(), EpistemicDistribution(), LifecycleTransitions(),
-         FalsificationCounts()]
+         FalsificationCounts()],
+        [FalsificationState(), LifecycleCounts()],
     )  # fmt: skip
-    old.register(FalsificationState(), retired=True)
-    old.register(LifecycleCounts(), retired=True)
-    return [RootsHook(old) if isinstance(h, RootsHook) else h for h in stack.default_hooks()]
 
 
 def _with_violations(n: int) -> Iterator[EventInput | OpInput]:
@@ -100,27 +98,8 @@ def test_motifs_v1_fold_state_grew_with_every_source(ledger: Path):
 
 
 def test_roots_listing_v1_verify_and_the_next_ones_list_v2(ledger: Path):
-    """A ledger the old writer snapshotted verifies; the new writer's next roots list v2
-    (folded from the genesis: no stored state has its rule); rebuild writes the same roots;
-    verify passes again."""
-    items = _with_violations(6 * BATCH)
-    _append(ledger, items, 3, _old_hooks)
-    assert V1 in _newest(ledger) and V2 not in _newest(ledger)
-    r = memroot(ledger, "verify")
-    assert r.exit_code == 0, r.output
-    _append(ledger, items, 3, stack.default_hooks)
-    newest = _newest(ledger)
-    assert V2 in newest and V1 not in newest
+    """A ledger the old writer snapshotted verifies and goes on with v2 roots
+    (``switch_to_v2``), whose counts are the history's; rebuild writes the same roots."""
+    newest = switch_to_v2(ledger, _with_violations(6 * BATCH), _old_hooks, V1, V2)
     assert encoding.decode(newest[V2].data)["TITLE_MISMATCH"]["count"] == 600
-
-    before = stored_roots(ledger)
-    assert [V1 in r for _, _, r in before] == [True] * 3 + [False] * 3
-    assert [V2 in r for _, _, r in before] == [False] * 3 + [True] * 3
-    r = memroot(ledger, "verify")
-    assert r.exit_code == 0, r.output
-    r = memroot(ledger, "rebuild")
-    assert r.exit_code == 0, r.output
-    assert stored_roots(ledger) == before
-    assert _newest(ledger) == newest
-    r = memroot(ledger, "verify")
-    assert r.exit_code == 0, r.output
+    rebuild_keeps_the_roots(ledger)

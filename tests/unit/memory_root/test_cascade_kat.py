@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import importlib.util
-import io
 import json
 from pathlib import Path
 from typing import Any
@@ -21,17 +18,10 @@ from memroot.memory_root.falsify.deps import ROOT, ItemRef, view_of
 from memroot.memory_root.falsify.states import current
 from memroot.memory_root.replay import RootsReplay
 from memroot.projections.registry import default_registry
+from tests.vectors.generators import generator, printed
 
 HERE = Path(__file__).parent / "vectors"
 KAT = json.loads((HERE / "cascade-kat.json").read_text())
-
-
-def _gen() -> Any:
-    spec = importlib.util.spec_from_file_location("gen_cascade_kat", HERE / "gen_cascade_kat.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _entries(part: str | None) -> list[Entry]:
@@ -47,10 +37,7 @@ def _payload(row: dict[str, Any]) -> dict[str, Any]:
 
 def test_regenerating_the_vectors_gives_identical_bytes() -> None:
     """gen_cascade_kat.py reproduces cascade-kat.json byte for byte."""
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        _gen().main()
-    assert out.getvalue() == (HERE / "cascade-kat.json").read_text()
+    assert printed(HERE / "gen_cascade_kat.py") == (HERE / "cascade-kat.json").read_text()
 
 
 def test_the_chain_re_derives_with_hashlib_and_cbor2() -> None:
@@ -86,7 +73,7 @@ def test_step_8_replays_the_relinked_snapshots(part: str) -> None:
 
 def test_step_8_refuses_a_snapshot_that_chains_from_the_stale_root() -> None:
     """A SNAPSHOT after the CASCADE that still names r2 as parent does not replay."""
-    gen = _gen()
+    gen = generator(HERE / "gen_cascade_kat.py")
     es, _, r2, _ = gen.prefix()
     gen._add(es, gen._violation(7))
     gen._snapshot(es, 8, r2.root())

@@ -8,10 +8,7 @@ counts), and hash the rule and the summary (§6.1).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import importlib.util
-import io
 import json
 from pathlib import Path
 from typing import Any
@@ -20,6 +17,7 @@ import cbor2
 
 from tests.unit.memory_root import test_rootsv2_vectors as v2
 from tests.unit.memory_root.test_motifs_vectors import _count
+from tests.vectors.generators import printed
 
 HERE = Path(__file__).parents[2] / "vectors" / "memroot"
 VEC = json.loads((HERE / "corrections-vectors.json").read_text())
@@ -59,14 +57,10 @@ def _fold(entries: list[list[Any]], params: dict[str, Any], version: int) -> dic
 
 def test_regenerating_gives_identical_bytes() -> None:
     """gen_corrections_vectors.py reproduces corrections-vectors.json byte for byte."""
-    spec = importlib.util.spec_from_file_location("gen", HERE / "gen_corrections_vectors.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        module.main()
-    assert out.getvalue() == (HERE / "corrections-vectors.json").read_text()
+    assert (
+        printed(HERE / "gen_corrections_vectors.py")
+        == (HERE / "corrections-vectors.json").read_text()
+    )
 
 
 def test_every_rule_rederives_from_the_entries() -> None:

@@ -7,7 +7,6 @@ cbor2 (no memroot import): keys, value hashes, leaves, roots, and every proof in
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -15,21 +14,18 @@ from typing import Any
 import cbor2
 import pytest
 
+from tests.vectors.generators import generator
+
 VECTORS = Path(__file__).resolve().parents[2] / "vectors" / "memroot"
 V = json.loads((VECTORS / "map-vectors.json").read_text())
 
 
-def _generator() -> Any:
-    spec = importlib.util.spec_from_file_location("gen_map", VECTORS / "gen_map_vectors.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_regenerating_gives_identical_bytes():
     """Running the generator again reproduces map-vectors.json byte for byte."""
-    assert _generator().render() == (VECTORS / "map-vectors.json").read_text()
+    assert (
+        generator(VECTORS / "gen_map_vectors.py").render()
+        == (VECTORS / "map-vectors.json").read_text()
+    )
 
 
 # -- an outside auditor's implementation, from FORMAT.md §6.12 -------------------------------

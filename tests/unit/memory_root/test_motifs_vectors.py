@@ -8,9 +8,6 @@ version 2 (the map math is the one the v2 vectors' own test wrote from §6.12).
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
-import io
 import json
 from pathlib import Path
 from typing import Any
@@ -18,6 +15,7 @@ from typing import Any
 import cbor2
 
 from tests.unit.memory_root import test_rootsv2_vectors as v2
+from tests.vectors.generators import printed
 
 HERE = Path(__file__).parents[2] / "vectors" / "memroot"
 VEC = json.loads((HERE / "motifs-vectors.json").read_text())
@@ -103,14 +101,7 @@ def _v1(entries: list[list[Any]], params: dict[str, Any]) -> tuple[Any, Any]:
 
 def test_regenerating_gives_identical_bytes() -> None:
     """gen_motifs_vectors.py reproduces motifs-vectors.json byte for byte."""
-    spec = importlib.util.spec_from_file_location("gen", HERE / "gen_motifs_vectors.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        module.main()
-    assert out.getvalue() == (HERE / "motifs-vectors.json").read_text()
+    assert printed(HERE / "gen_motifs_vectors.py") == (HERE / "motifs-vectors.json").read_text()
 
 
 def test_every_rule_rederives_from_the_entries() -> None:

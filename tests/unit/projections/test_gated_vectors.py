@@ -3,26 +3,22 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 from pathlib import Path
 
 import cbor2
 
+from tests.vectors.generators import generator
+
 VECTORS = Path(__file__).resolve().parents[2] / "vectors" / "memroot"
-
-
-def _generator():
-    spec = importlib.util.spec_from_file_location("gen_gated", VECTORS / "gen_gated_vectors.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def test_regenerating_gives_identical_bytes():
     """Running the generator again reproduces gated-vectors.json byte for byte."""
-    assert _generator().render() == (VECTORS / "gated-vectors.json").read_text()
+    assert (
+        generator(VECTORS / "gen_gated_vectors.py").render()
+        == (VECTORS / "gated-vectors.json").read_text()
+    )
 
 
 def test_digest_rederived_with_plain_hashlib_and_cbor2():
