@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
+import json
 from collections.abc import Iterator, Sequence
 from typing import Final
 
@@ -44,6 +46,7 @@ from memroot.ledger.entries import CANONICAL_BRANCH
 from memroot.ledger.errors import IntegrityError, NotFoundError, cache_edited
 from memroot.ledger.ledger import Ledger
 from memroot.projections import query as _q
+from memroot.projections.assert_index import selected
 from memroot.projections.epistemic import RetrievalMode
 from memroot.projections.model import MemoryObject
 from memroot.projections.query import Query, Result
@@ -189,20 +192,47 @@ def refuse_deleted(db: apsw.Connection, object_id: str, branch: str) -> None:
         )
 
 
+_LISTED: Final = 256
+"""A selection of at most this many ids is given to SQLite as a list; a larger one is
+tested row by row in a newest-first scan (which a full page ends early)."""
+
+
+def _page_rows(
+    db: apsw.Connection, where: list[str], args: list[object], ids: frozenset[str] | None
+) -> Iterator[tuple[str, int]]:
+    """Yield ``(id, rid)`` of the rows ``where`` selects among ``ids`` (None: all), newest first."""
+    if ids is not None and len(ids) <= _LISTED:
+        where = [*where, "o.id IN (SELECT value FROM json_each(?))"]
+        args = [*args, json.dumps(sorted(ids))]
+        ids = None
+    for oid, rid in db.execute(
+        f"SELECT o.id, o.rid FROM mem_objects o WHERE {' AND '.join(where)} ORDER BY o.rid DESC",
+        args,
+    ):
+        if ids is None or oid in ids:
+            yield str(oid), int(rid)
+
+
 def _check_hidden(ledger: Ledger, db: apsw.Connection, q: Query, served: Sequence[Result]) -> None:
-    """Check the rows ``q``'s lifecycle, epistemic and falsification filters left out.
+    """Check the rows ``q``'s filters left out.
 
     An agent is not told about a row the filters drop, so a row edited to be dropped
-    (``lifecycle_state`` set to ARCHIVED, a lowered ``confidence``) hides memory as surely
-    as an edit changes it. The same query in AUDIT mode (no such filter) lists the rows that
-    would have been candidates; those the served set lacks are checked like served rows, up
-    to the oldest one served when the served set is full (older rows were not candidates).
-    Reads at an anchor derive their states from gated operations that verify checks.
+    (``lifecycle_state`` set to ARCHIVED, a lowered ``confidence``, its type, its words in
+    the full-text index) hides memory as surely as an edit changes it. The words and types
+    are taken from the log (``_trusted_selection``, which also checks the page served); the
+    same query in AUDIT mode (no lifecycle, epistemic or falsification filter) lists the rows
+    that would have been candidates; those the served set lacks are checked like served
+    rows, up to the oldest one served when the served set is full (older rows were not
+    candidates). Reads at an anchor derive their states from gated operations that verify
+    checks.
     """
-    if q.anchor is not None or (q.mode == RetrievalMode.AUDIT and not q.states and not q.epistemic):
+    if q.anchor is not None:
+        return
+    ids = _trusted_selection(ledger, db, q, served)
+    if q.mode == RetrievalMode.AUDIT and not q.states and not q.epistemic and ids is None:
         return
     audit = dataclasses.replace(
-        q, mode=RetrievalMode.AUDIT, states=(), epistemic=(), git_branch=None
+        q, mode=RetrievalMode.AUDIT, states=(), epistemic=(), git_branch=None, text=None, types=()
     )
     found = _q._where(db, audit, view_of(db, q.branch, q.as_of))
     if found is None:
@@ -215,10 +245,7 @@ def _check_hidden(ledger: Ledger, db: apsw.Connection, q: Query, served: Sequenc
     )
     # The candidates' ids first: only the rows the served set lacks are built and checked.
     rids = []
-    for oid, rid in db.execute(
-        f"SELECT o.id, o.rid FROM mem_objects o WHERE {' AND '.join(where)} ORDER BY o.rid DESC",
-        args,
-    ):
+    for oid, rid in _page_rows(db, where, args, ids):
         if oid == oldest:
             break
         if oid not in shown:
@@ -235,6 +262,62 @@ def _check_hidden(ledger: Ledger, db: apsw.Connection, q: Query, served: Sequenc
             )
         ]
     check_objects(ledger, hidden, q.branch, as_of=q.as_of)
+
+
+def _trusted_selection(
+    ledger: Ledger, db: apsw.Connection, q: Query, served: Sequence[Result]
+) -> frozenset[str] | None:
+    """Return the ids of the objects ``q``'s words and types select by the log; check the page.
+
+    ``mem_fts`` answered the words and the stored ``type`` column the types; an edit of
+    either (or of a value before it was indexed) could have dropped an object they select or
+    added one they do not. What each object's ``ASSERT`` says (``assert_index``: its value,
+    indexed privately by the same FTS5 rules, and its type) says which objects they select:
+    the query's page (the same filters, order and limit) taken with those ids instead of the
+    index and the column must be the page served (with ``git_branch``, whose page is the
+    best of a pool, the pool the index gives). The ids are returned for ``_check_hidden``,
+    which checks the rows the state filters hid among them; None when the query has neither
+    words nor types.
+
+    Raises:
+        IntegrityError: step 9, naming an object the index or the column dropped or added.
+    """
+    if q.text is None and not q.types:
+        return None
+    branches = [b.name for b in ledger.store.branches()]
+    fts = None if q.text is None else _q._fts_query(q.text)
+    ids = selected(ledger, branches, fts, tuple(sorted(q.types)))
+    view = view_of(db, q.branch, q.as_of)
+    base = _q._where(db, dataclasses.replace(q, text=None, types=()), view)
+    if base is None:
+        return ids
+    size = _q.RANK_POOL if q.git_branch is not None else q.limit
+    if q.git_branch is None:
+        got = [r.object.id for r in served]  # the page served is the index's page
+    else:
+        stored = _q._where(db, q, view) or (["0"], [])
+        got = [oid for oid, _ in itertools.islice(_page_rows(db, *stored, None), size)]
+    want = [oid for oid, _ in itertools.islice(_page_rows(db, *base, ids), size)]
+    if got != want:
+        dropped = [i for i in want if i not in got]
+        what, oid = ("left out", dropped[0]) if dropped else ("added", next(
+            i for i in got if i not in want))  # fmt: skip
+        by = " and ".join(
+            x
+            for x, on in (
+                (f"the full-text index for the words {q.text!r}", q.text is not None),
+                (f"the stored types for {list(q.types)}", bool(q.types)),
+            )
+            if on
+        )
+        raise IntegrityError(
+            f"step 9: memory object {oid} was {what} by {by}, against what its ASSERT in "
+            "the log says (mem_fts, the value or the type edited); `memroot rebuild` "
+            "re-derives it",
+            branch=q.branch,
+            step=9,
+        )
+    return ids
 
 
 def _namespaces(db: apsw.Connection) -> set[str]:

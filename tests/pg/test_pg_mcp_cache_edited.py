@@ -148,11 +148,6 @@ def test_mcp_tools_refuse_an_edited_host_cache(edited: Edited) -> None:
     assert v.returncode == 0, v.stdout + v.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not checked yet: a row edited to no longer match a text query is dropped from its "
-    "answer (docs/FORMAT.md §6.14 covers the state filters and the map's set, not the words)",
-)
 def test_mcp_recall_by_text_refuses_a_value_edited_out_of_its_words(edited: Edited) -> None:
     (got,) = edited.calls(("recall", {"text": "tea", "receipt": False}))
     assert "MALLORY" not in _text(got)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -227,6 +228,19 @@ def _check(w: World, path: Path, tmp: Path, rng: random.Random) -> None:
                     stored = get_object(mem.ledger.derived.db, pick.id, branch=b)
                     _tampered_read(path, tmp, stored, b, anchor, tampered, rng)
                     tampered += 1
+        # Words and types: the page taken by the log's ASSERTs is the index's (no refusal).
+        for mode in ("DEFAULT", "AUDIT"):
+            for limit in (2, MAX_LIMIT):
+                for text in (f"v{rng.randrange(100)}", "v*"):
+                    got = mem.recall(branch=b, text=text, mode=mode, limit=limit)
+                    word = text.rstrip("*")
+                    assert all(
+                        any(w.lower().startswith(word) for w in re.findall(r"\w+", r.object.value))
+                        for r in got
+                    ), text
+                typed = mem.recall(branch=b, types=["FACT"], mode=mode, limit=limit)
+                assert all(r.object.type == "FACT" for r in typed)
+                assert mem.recall(branch=b, types=["PREFERENCE"], mode=mode, limit=limit) == []
         size = mem.ledger.size(b)
         for as_of in rng.sample(range(size), min(3, size)):
             for anchor in (None, *rng.sample(line.events, min(1, len(line.events)))):
