@@ -22,6 +22,9 @@ seconds of the command: min and median per variant, and each variant's median ag
 
 ``--variants`` picks which run (default: ``native,no-kept,main,reference``).
 
+``--verify`` also times ``memroot verify`` (all ten steps: step 9 folds ``main`` as
+``rebuild`` does) of each copy, before its rebuild.
+
 ``--mixed N`` also times appending ``N`` entries of the bench's mixed history through the
 default hooks (the import path: every operation validated and folded), per variant.
 
@@ -158,6 +161,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--mixed", type=int, default=0, help="also append N mixed entries")
     ap.add_argument("--pieces", type=int, default=0, help="time the two pieces only, R rounds")
     ap.add_argument("--main-python", help="the python of a build of main (the main variant)")
+    ap.add_argument("--verify", action="store_true", help="also time verify (all ten steps)")
     ap.add_argument("--variants", default="native,no-kept,main,reference")
     ns = ap.parse_args(argv)
     variants = [v for v in ns.variants.split(",") if v in VARIANTS]
@@ -168,12 +172,18 @@ def main(argv: list[str] | None = None) -> None:
     if ns.pieces:
         print(json.dumps(_pieces(ns.ledger, ns.pieces), indent=1))
         return
-    runs: dict[str, dict[str, list[float]]] = {"rebuild": {}, "mixed": {}}
+    runs: dict[str, dict[str, list[float]]] = {"rebuild": {}, "verify": {}, "mixed": {}}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(ns.rounds):
             for variant in variants:
                 copy = Path(tmp) / f"{variant}-{r}.ledger"
                 _copy(ns.ledger, copy)
+                if ns.verify:
+                    trusted = Path(tmp) / f"{variant}-{r}-trusted.json"
+                    got = _run(variant, ["verify", str(copy), str(trusted)], ns.main_python)
+                    if not got["ok"]:
+                        raise SystemExit(f"verify of {copy} failed: {got['findings']}")
+                    runs["verify"].setdefault(variant, []).append(got["cpu_s"])
                 got = _run(variant, ["rebuild", str(copy)], ns.main_python)
                 runs["rebuild"].setdefault(variant, []).append(got["cpu_s"])
                 if ns.mixed:
