@@ -173,6 +173,7 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(_pieces(ns.ledger, ns.pieces), indent=1))
         return
     runs: dict[str, dict[str, list[float]]] = {"rebuild": {}, "verify": {}, "mixed": {}}
+    rss: dict[str, dict[str, list[int]]] = {what: {} for what in runs}  # peak RSS, KiB
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(ns.rounds):
             for variant in variants:
@@ -184,12 +185,15 @@ def main(argv: list[str] | None = None) -> None:
                     if not got["ok"]:
                         raise SystemExit(f"verify of {copy} failed: {got['findings']}")
                     runs["verify"].setdefault(variant, []).append(got["cpu_s"])
+                    rss["verify"].setdefault(variant, []).append(got["vm_hwm_kb"])
                 got = _run(variant, ["rebuild", str(copy)], ns.main_python)
                 runs["rebuild"].setdefault(variant, []).append(got["cpu_s"])
+                rss["rebuild"].setdefault(variant, []).append(got["vm_hwm_kb"])
                 if ns.mixed:
                     fresh = Path(tmp) / f"{variant}-{r}-mixed.ledger"
                     got = _run(variant, ["mixed", str(fresh), str(ns.mixed)], ns.main_python)
                     runs["mixed"].setdefault(variant, []).append(got["cpu_s"])
+                    rss["mixed"].setdefault(variant, []).append(got["vm_hwm_kb"])
                 print(f"round {r + 1} {variant} done", file=sys.stderr)
     summary: dict[str, Any] = {}
     for what, per in runs.items():
@@ -201,6 +205,7 @@ def main(argv: list[str] | None = None) -> None:
                 "min_cpu_s": min(xs),
                 "median_cpu_s": statistics.median(xs),
                 "median_vs_native": statistics.median(xs) / base,
+                "max_rss_kb": max(rss[what][v]),
             }
             for v, xs in per.items()
         }
