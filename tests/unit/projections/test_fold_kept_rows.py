@@ -26,11 +26,9 @@ from hypothesis import strategies as st
 
 from memroot.ledger.backends.store import Store
 from memroot.ledger.entries import EventInput, OpInput
-from memroot.ledger.errors import RefusedError
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.verify import audit
 from memroot.memory_root import stack
-from memroot.memory_root.branches import BranchRegistry, create_branch
 from memroot.memory_root.falsify import OBJECT
 from memroot.memory_root.falsify.api import POLICY_VERSION
 from memroot.memory_root.falsify.replay import StatesRebuild
@@ -38,7 +36,7 @@ from memroot.memory_root.tables_check import LayerTablesCheck, LayerTablesRebuil
 from memroot.projections import gated
 from memroot.projections import requests as rq
 from memroot.projections.replay import MemoryReplayCheck, rebuild
-from tests.unit.native.test_event_rows_differential import _event, _uuid
+from tests.unit.native.test_event_rows_differential import _event, _uuid, append_each, append_fork
 
 _SETTINGS = settings(
     max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
@@ -113,21 +111,9 @@ def _ledger(path: Path, seed: int, *, hooked: bool) -> None:
     Ledger.init(path, hooks=()).close()
     hooks = stack.default_hooks() if hooked else ()
     with Ledger.open(path, hooks=hooks) as led:
-        for item in _history(rng, rng.randrange(60, 200)):
-            try:
-                led.append_batch([item])
-            except RefusedError:
-                continue
-    if hooked:
-        return
-    with Ledger.open(path, hooks=[BranchRegistry()]) as led:
-        _, genesis = create_branch(led, branch_type="SIMULATION", purpose="p", actor_id="u1")
-    with Ledger.open(path, hooks=()) as led:
-        for item in _history(rng, rng.randrange(5, 40)):
-            try:
-                led.append_batch([item], branch=genesis.branch)
-            except RefusedError:
-                continue
+        append_each(led, _history(rng, rng.randrange(60, 200)))
+    if not hooked:
+        append_fork(path, _history(rng, rng.randrange(5, 40)))
 
 
 _PREFIXES = ("mem_", "fz_", "conv_", "git_")
