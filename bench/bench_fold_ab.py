@@ -13,7 +13,17 @@ seconds of the command: min and median per variant, and each variant's median ag
 - ``no-plans``: the same with the operation payload plans and derived ids of issue 27
   switched off (``ops._NATIVE_PLAN`` emptied, ``_native.derived_id`` refused), which is the
   native core before them;
+- ``no-kept``: the same with the replay's fold of ``main`` answering its ``mem_gated``
+  reads from the table (``gated._KEPT`` off: every read writes what is held and queries),
+  which is the fold before issue 27's kept rows (branch ``fold``);
+- ``main``: the main worktree's build (``--main-python``, e.g. ``/work/main/.venv-dev/bin/python``;
+  left out without it);
 - ``reference``: ``MEMROOT_BACKEND=python``.
+
+``--variants`` picks which run (default: ``native,no-kept,main,reference``).
+
+``--verify`` also times ``memroot verify`` (all ten steps: step 9 folds ``main`` as
+``rebuild`` does) of each copy, before its rebuild.
 
 ``--mixed N`` also times appending ``N`` entries of the bench's mixed history through the
 default hooks (the import path: every operation validated and folded), per variant.
@@ -37,11 +47,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-VARIANTS = ("native", "no-plans", "reference")
+VARIANTS = ("native", "no-plans", "no-kept", "main", "reference")
 
 _CHILD = """
 import sys
-from memroot.projections import engine, ops
+from memroot.projections import engine, gated, ops
+if sys.argv[1] == "no-kept":
+    gated._KEPT = False
 if sys.argv[1] == "no-plans":
     ops._NATIVE_PLAN.clear()
     real = engine._N
@@ -59,12 +71,25 @@ _hooked_child.main(sys.argv[2:])
 """
 
 
-def _run(variant: str, args: list[str]) -> dict[str, Any]:
+_MAIN_CHILD = """
+import sys
+from memroot.bench import _hooked_child
+_hooked_child.main(sys.argv[2:])
+"""
+
+
+def _run(variant: str, args: list[str], main_python: str | None = None) -> dict[str, Any]:
     env = dict(os.environ)
     if variant == "reference":
         env["MEMROOT_BACKEND"] = "python"
+    if variant == "main":
+        if main_python is None:
+            raise ValueError("the main variant needs --main-python")
+        cmd = [main_python, "-c", _MAIN_CHILD, variant, *args]
+    else:
+        cmd = [sys.executable, "-c", _CHILD, variant, *args]
     out = subprocess.run(
-        [sys.executable, "-c", _CHILD, variant, *args],
+        cmd,
         env=env,
         capture_output=True,
         text=True,
@@ -135,22 +160,40 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--mixed", type=int, default=0, help="also append N mixed entries")
     ap.add_argument("--pieces", type=int, default=0, help="time the two pieces only, R rounds")
+    ap.add_argument("--main-python", help="the python of a build of main (the main variant)")
+    ap.add_argument("--verify", action="store_true", help="also time verify (all ten steps)")
+    ap.add_argument("--variants", default="native,no-kept,main,reference")
     ns = ap.parse_args(argv)
+    variants = [v for v in ns.variants.split(",") if v in VARIANTS]
+    if ns.main_python is None:
+        variants = [v for v in variants if v != "main"]
+    if "native" not in variants:
+        ap.error("--variants must include native (the ratios are against it)")
     if ns.pieces:
         print(json.dumps(_pieces(ns.ledger, ns.pieces), indent=1))
         return
-    runs: dict[str, dict[str, list[float]]] = {"rebuild": {}, "mixed": {}}
+    runs: dict[str, dict[str, list[float]]] = {"rebuild": {}, "verify": {}, "mixed": {}}
+    rss: dict[str, dict[str, list[int]]] = {what: {} for what in runs}  # peak RSS, KiB
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(ns.rounds):
-            for variant in VARIANTS:
+            for variant in variants:
                 copy = Path(tmp) / f"{variant}-{r}.ledger"
                 _copy(ns.ledger, copy)
-                got = _run(variant, ["rebuild", str(copy)])
+                if ns.verify:
+                    trusted = Path(tmp) / f"{variant}-{r}-trusted.json"
+                    got = _run(variant, ["verify", str(copy), str(trusted)], ns.main_python)
+                    if not got["ok"]:
+                        raise SystemExit(f"verify of {copy} failed: {got['findings']}")
+                    runs["verify"].setdefault(variant, []).append(got["cpu_s"])
+                    rss["verify"].setdefault(variant, []).append(got["vm_hwm_kb"])
+                got = _run(variant, ["rebuild", str(copy)], ns.main_python)
                 runs["rebuild"].setdefault(variant, []).append(got["cpu_s"])
+                rss["rebuild"].setdefault(variant, []).append(got["vm_hwm_kb"])
                 if ns.mixed:
                     fresh = Path(tmp) / f"{variant}-{r}-mixed.ledger"
-                    got = _run(variant, ["mixed", str(fresh), str(ns.mixed)])
+                    got = _run(variant, ["mixed", str(fresh), str(ns.mixed)], ns.main_python)
                     runs["mixed"].setdefault(variant, []).append(got["cpu_s"])
+                    rss["mixed"].setdefault(variant, []).append(got["vm_hwm_kb"])
                 print(f"round {r + 1} {variant} done", file=sys.stderr)
     summary: dict[str, Any] = {}
     for what, per in runs.items():
@@ -162,6 +205,7 @@ def main(argv: list[str] | None = None) -> None:
                 "min_cpu_s": min(xs),
                 "median_cpu_s": statistics.median(xs),
                 "median_vs_native": statistics.median(xs) / base,
+                "max_rss_kb": max(rss[what][v]),
             }
             for v, xs in per.items()
         }

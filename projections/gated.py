@@ -43,7 +43,10 @@ object without rows is in its global state at every anchor where it is visible, 
 at an anchor folds only the objects that have rows. ``mem_conv`` records every event's
 conversation parent with its branch and seq, for the as-of walks of validation. Under the
 batched memory hook both tables' rows are held for the batch (``Pending``) and written when
-it ends, or as soon as anything in the batch reads the tables.
+it ends, or as soon as anything in the batch reads the tables. A replay's fold of ``main``
+into fresh tables (``rebuild``, step 9) holds them through one ``complete`` holder that also
+keeps every ``mem_gated`` row of the fold by object: its reads of ``mem_gated`` are answered
+from those (no statement, nothing written), and a walk of the tree writes only ``mem_conv``.
 
 Kept whole: one mechanism, the provenance gate. Its three parts (the replay of a state at an
 anchor, ``Folder``/``AnchorState``; the validation in an operation's own view, ``run``; the
@@ -488,9 +491,19 @@ class Folder:
         missing = [i for i in dict.fromkeys(ids) if i not in self._rows]
         holder = self._holder
         if missing and holder is not None and holder.complete:
-            ever = holder.ever
-            self.load((), [i for i in missing if i not in ever])  # no row was ever written
-            missing = [i for i in missing if i in ever]
+            if _KEPT:
+                # Every row of main came through the holder, which keeps them: the table
+                # holds exactly these (held or written), so no statement, nothing written.
+                kept = holder.kept
+                bound = self.view.levels[0][1]
+                self.load(
+                    (r for i in missing for r in kept.get(i, ()) if bound is None or r[1] <= bound),
+                    missing,
+                )
+                return
+            kept = holder.kept
+            self.load((), [i for i in missing if i not in kept])  # no row was ever written
+            missing = [i for i in missing if i in kept]
         if not missing:
             return
         _settle(self.db)
@@ -698,7 +711,7 @@ class Pending:
     would have seen had every entry been appended on its own.
     """
 
-    __slots__ = ("complete", "conv", "db", "ever", "gated", "held", "objects")
+    __slots__ = ("complete", "conv", "db", "gated", "held", "kept", "objects")
 
     def __init__(self, db: apsw.Connection, *, complete: bool = False) -> None:
         """Hold rows for ``db`` (written there by ``flush``).
@@ -717,8 +730,11 @@ class Pending:
         self.held = False
         """True while rows are held (the holder is then listed for ``_settle``)."""
         self.complete = complete
-        self.ever: set[str] = set()
-        """With ``complete``: every object this holder was ever given a row of."""
+        self.kept: dict[str, list[tuple[Any, ...]]] = {}
+        """With ``complete``: every row this holder was ever given, by object, in the order
+        given (ledger order). A ``Folder`` of ``main`` reads an object's rows here instead of
+        writing what is held and querying the table (the rows are the table's: ``main``'s
+        operations are a few percent of the entries, so they are kept for the whole fold)."""
         if complete:
             _COMPLETE[db] = self
 
@@ -730,7 +746,7 @@ class Pending:
     def abandon(self) -> None:
         """Stop answering for the table (its fold failed, or ended): every read queries it."""
         self.complete = False
-        self.ever.clear()
+        self.kept.clear()
         if _COMPLETE.get(self.db) is self:
             del _COMPLETE[self.db]
 
@@ -750,6 +766,17 @@ class Pending:
             self.gated.clear()
             self.objects.clear()
         self._release()
+
+    def flush_conv(self) -> None:
+        """Write the ``mem_conv`` rows held (a walk of the conversation tree reads them).
+
+        The ``mem_gated`` rows stay held: the walks do not read them.
+        """
+        if self.conv:
+            self.db.executemany(_CONV_INS, self.conv)
+            self.conv.clear()
+        if not self.gated:
+            self._release()
 
     def discard(self) -> None:
         """Drop the rows held (their batch never landed)."""
@@ -775,6 +802,27 @@ def _settle(db: apsw.Connection) -> None:
     if _HELD:
         for pending in [p for p in _HELD if p.db is db]:
             pending.flush()
+
+
+def _settle_conv(db: apsw.Connection) -> None:
+    """Write the ``mem_conv`` rows held for ``db`` (before a read of ``mem_conv`` only).
+
+    Only a ``complete`` holder (a replay's fold of ``main``) keeps its ``mem_gated`` rows
+    held; any other, and any without ``_KEPT``, writes everything as ``_settle`` does.
+    """
+    if _HELD:
+        for pending in [p for p in _HELD if p.db is db]:
+            if _KEPT and pending.complete:
+                pending.flush_conv()
+            else:
+                pending.flush()
+
+
+_KEPT: bool = True
+"""Whether a replay's fold of ``main`` answers its ``mem_gated`` reads from the rows its
+``complete`` holder keeps and writes only ``mem_conv`` before a walk of the tree. The
+bookkeeping's rows and every answer are the same either way (the differential tests switch
+it off: then every read writes what is held and queries the tables, as the append path)."""
 
 
 def _pending_of(state: object) -> Pending | None:
@@ -867,7 +915,7 @@ class _Down:
             return True
         # mem_conv rows carry (branch, seq) like mem_events: the view's event condition serves.
         cond, params = self.view.events("c")
-        _settle(self.db)
+        _settle_conv(self.db)
         row = _rare(
             self.db,
             f"SELECT 1 FROM mem_conv c WHERE c.parent IN (SELECT value FROM json_each(?)) "
@@ -880,7 +928,7 @@ class _Down:
         """Advance every walk by a chunk (a walk ends at a root, an event not held, a loop)."""
         nxt: list[str] = []
         chunk = self._chunk
-        _settle(self.db)
+        _settle_conv(self.db)
         for node in self.frontier:
             if node in self.seen:
                 continue  # walked already
@@ -1270,8 +1318,8 @@ def run(eng: _Eng, handler: Callable[[_Eng, Op], None], op: Op) -> None:
         else:
             pending.gated.append(row)
             pending.objects.add(new.id)
-            if pending.complete:
-                pending.ever.add(new.id)
+            if pending.complete and op.branch == CANONICAL_BRANCH:
+                pending.kept.setdefault(new.id, []).append(row)
             pending.hold()
 
 
@@ -1294,14 +1342,14 @@ def own_view_state(
         holder is not None
         and holder.complete
         and branch == CANONICAL_BRANCH
-        and object_id not in holder.ever
+        and object_id not in holder.kept
     ):
         return None  # a fold of main into fresh tables that never wrote a row of it: none
     try:
         view = view_of(db, branch, seq - 1)
     except NotFoundError:
         return None
-    folder = Folder(db, view)
+    folder = Folder(db, view, holder=holder)
     if not folder.rows_of(object_id):
         return None
     down = _Down(db, view, tuple(sorted(set(provenance))))

@@ -219,19 +219,28 @@ def _ledger(path: Path, seed: int) -> None:
     """A history appended without the hooks (so some entries are refused by every replay)."""
     rng = random.Random(seed)
     with Ledger.init(path, hooks=()) as led:
-        for item in _history(rng, rng.randrange(40, 160)):
-            try:
+        append_each(led, _history(rng, rng.randrange(40, 160)))
+    append_fork(path, _history(rng, rng.randrange(5, 40)))
+
+
+def append_each(led: Ledger, items: list[EventInput | OpInput], branch: str | None = None) -> None:
+    """Append the items one at a time; an item the ledger's hooks refuse is left out."""
+    for item in items:
+        try:
+            if branch is None:
                 led.append_batch([item])
-            except RefusedError:
-                continue
+            else:
+                led.append_batch([item], branch=branch)
+        except RefusedError:
+            continue
+
+
+def append_fork(path: Path, items: list[EventInput | OpInput]) -> None:
+    """Fork ``main`` of the ledger at ``path`` and append ``items`` there without the hooks."""
     with Ledger.open(path, hooks=[BranchRegistry()]) as led:
         _, genesis = create_branch(led, branch_type="SIMULATION", purpose="p", actor_id="u1")
     with Ledger.open(path, hooks=()) as led:
-        for item in _history(rng, rng.randrange(5, 40)):
-            try:
-                led.append_batch([item], branch=genesis.branch)
-            except RefusedError:
-                continue
+        append_each(led, items, genesis.branch)
 
 
 _TABLES = (
