@@ -692,7 +692,9 @@ def _row_key(o: MemoryObject) -> tuple[object, ...]:
 
     Every field, the structured value (a decoded JSON value, not hashable) by its ``repr``,
     which tells apart values ``==`` would not (``1`` and ``True``): never looser than the
-    equality ``check_objects`` compares a replay with, so an edited row is a new key.
+    equality ``check_objects`` compares a replay with, so an edited row is a new key. (One
+    exception: two NaNs share a ``repr`` and compare unequal; a row holding one fails its
+    check, since it equals no replay, so no check is ever remembered under its key.)
     """
     sv = o.structured_value
     return (_PLAIN(o), None if sv is None else repr(sv))
