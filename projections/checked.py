@@ -38,7 +38,7 @@ import dataclasses
 import itertools
 import json
 from collections.abc import Iterator, Sequence
-from typing import Final
+from typing import Final, NamedTuple
 
 import apsw
 
@@ -46,7 +46,7 @@ from memroot.ledger.entries import CANONICAL_BRANCH
 from memroot.ledger.errors import IntegrityError, NotFoundError, cache_edited
 from memroot.ledger.ledger import Ledger
 from memroot.projections import query as _q
-from memroot.projections.assert_index import selected
+from memroot.projections.assert_index import Judge, about, readable, selected
 from memroot.projections.epistemic import RetrievalMode
 from memroot.projections.model import MemoryObject
 from memroot.projections.query import Query, Result
@@ -56,6 +56,7 @@ from memroot.projections.strict_rows import (
     checked_token,
     object_token,
     remembered,
+    replayed_skips,
 )
 from memroot.projections.tables import OBJECT_COLS, object_from_row
 from memroot.projections.views import view_of
@@ -73,8 +74,10 @@ def checked_query(ledger: Ledger, q: Query) -> list[Result]:
     """Return the objects ``q`` selects, each checked (see the module docstring).
 
     Run inside a transaction of ``ledger`` (``ledger.reading()`` or ``ledger.write()``): the
-    rows are read and checked in one snapshot. A non-strict ledger is not checked (its
-    caller asked for forensics by opening it so).
+    rows are read and checked in one snapshot, with the memory model folded to the heads
+    (``projections.hook.sync``, as every surface does first: the filters' selections are
+    the log's, and an entry not folded yet has no derived row). A non-strict ledger is not
+    checked (its caller asked for forensics by opening it so).
 
     Raises:
         IntegrityError: a branch head, a served row, a row the filters hid, or an entry
@@ -85,7 +88,12 @@ def checked_query(ledger: Ledger, q: Query) -> list[Result]:
         ledger.check_heads()
     db = ledger.derived.db
     token = checked_token(ledger) if ledger.strict else None
-    results = _q.query(db, q)
+    try:
+        results = _q.query(db, q)
+    except NotFoundError:
+        if ledger.strict and q.entity is not None:
+            _refuse_unknown_entity(ledger, db, q)
+        raise
     if not ledger.strict:
         return results
     # The same query on a file nothing changed since it was checked returns the same rows
@@ -192,6 +200,30 @@ def refuse_deleted(db: apsw.Connection, object_id: str, branch: str) -> None:
         )
 
 
+def _refuse_unknown_entity(ledger: Ledger, db: apsw.Connection, q: Query) -> None:
+    """Refuse a query whose entity the derived rows lack but the log has in the view.
+
+    ``query`` answers an entity it finds no row of with ``NotFoundError``; when the log has
+    an ``ENTITY_CREATE`` of it that the view sees (and no replay skips), its row was deleted.
+
+    Raises:
+        IntegrityError: step 9, naming the entity.
+    """
+    try:
+        levels = view_of(db, q.branch, q.as_of).levels
+    except NotFoundError:
+        return  # the branch is unknown: that is the answer
+    assert q.entity is not None
+    branches = [b.name for b in ledger.store.branches()]
+    if about(ledger, levels, q.entity, _judge(ledger, db), branches) is not None:
+        raise IntegrityError(
+            f"step 9: entity {q.entity} has no stored row on branch {q.branch} but its "
+            "ENTITY_CREATE is in the log (derived row deleted); `memroot rebuild` re-derives it",
+            branch=q.branch,
+            step=9,
+        )
+
+
 _LISTED: Final = 256
 """A selection of at most this many ids is given to SQLite as a list; a larger one is
 tested row by row in a newest-first scan (which a full page ends early)."""
@@ -218,8 +250,9 @@ def _check_hidden(ledger: Ledger, db: apsw.Connection, q: Query, served: Sequenc
 
     An agent is not told about a row the filters drop, so a row edited to be dropped
     (``lifecycle_state`` set to ARCHIVED, a lowered ``confidence``, its type, its words in
-    the full-text index) hides memory as surely as an edit changes it. The words and types
-    are taken from the log (``_trusted_selection``, which also checks the page served); the
+    the full-text index, its entity edges, a grant) hides memory as surely as an edit changes
+    it. The words, types, entity and actor are taken from the log (``_trusted_selection``,
+    which also checks the page served); the
     same query in AUDIT mode (no lifecycle, epistemic or falsification filter) lists the rows
     that would have been candidates; those the served set lacks are checked like served
     rows, up to the oldest one served when the served set is full (older rows were not
@@ -228,16 +261,27 @@ def _check_hidden(ledger: Ledger, db: apsw.Connection, q: Query, served: Sequenc
     """
     if q.anchor is not None:
         return
-    ids = _trusted_selection(ledger, db, q, served)
-    if q.mode == RetrievalMode.AUDIT and not q.states and not q.epistemic and ids is None:
+    sel = _trusted_selection(ledger, db, q, served)
+    if q.mode == RetrievalMode.AUDIT and not q.states and not q.epistemic and sel is None:
         return
     audit = dataclasses.replace(
-        q, mode=RetrievalMode.AUDIT, states=(), epistemic=(), git_branch=None, text=None, types=()
+        q,
+        mode=RetrievalMode.AUDIT,
+        states=(),
+        epistemic=(),
+        git_branch=None,
+        text=None,
+        types=(),
+        entity=None,
+        actor=None,
     )
     found = _q._where(db, audit, view_of(db, q.branch, q.as_of))
     if found is None:
         return
     where, args = found
+    ids = None
+    if sel is not None:
+        where, args, ids = [*where, *sel.where], [*args, *sel.args], sel.ids
     shown = {r.object.id for r in served}
     # A full page (newest first) ends at its oldest row: older rows were no candidates.
     oldest = (
@@ -264,60 +308,131 @@ def _check_hidden(ledger: Ledger, db: apsw.Connection, q: Query, served: Sequenc
     check_objects(ledger, hidden, q.branch, as_of=q.as_of)
 
 
-def _trusted_selection(
-    ledger: Ledger, db: apsw.Connection, q: Query, served: Sequence[Result]
-) -> frozenset[str] | None:
-    """Return the ids of the objects ``q``'s words and types select by the log; check the page.
+class _Selection(NamedTuple):
+    """What the log says the words, types, entity and actor select (``_trusted_selection``)."""
 
-    ``mem_fts`` answered the words and the stored ``type`` column the types; an edit of
-    either (or of a value before it was indexed) could have dropped an object they select or
-    added one they do not. What each object's ``ASSERT`` says (``assert_index``: its value,
-    indexed privately by the same FTS5 rules, and its type) says which objects they select:
-    the query's page (the same filters, order and limit) taken with those ids instead of the
-    index and the column must be the page served (with ``git_branch``, whose page is the
-    best of a pool, the pool the index gives). The ids are returned for ``_check_hidden``,
-    which checks the rows the state filters hid among them; None when the query has neither
-    words nor types.
+    ids: frozenset[str] | None
+    """The objects the words, types and entity select (None: no such filter)."""
+    where: list[str]
+    """The actor's namespaces as WHERE terms over ``mem_objects o`` (empty: no actor)."""
+    args: list[object]
+
+
+def _judge(ledger: Ledger, db: apsw.Connection) -> Judge:
+    """Return the judge of skips ``assert_index`` asks: a skip record counts if a replay agrees.
+
+    The skip records (``mem_skipped``) are derived rows; one that names an entry a filter's
+    answer rests on is confirmed by the memory model's own replay of the log
+    (``strict_rows.replayed_skips``), read only then (honest ledgers seldom skip).
+    """
+    recorded: set[tuple[str, int]] | None = None
+
+    def judge(positions: set[tuple[str, int]]) -> set[tuple[str, int]]:
+        nonlocal recorded
+        if not positions:
+            return set()
+        if recorded is None:
+            recorded = {
+                (str(b), int(s)) for b, s in db.execute("SELECT branch, seq FROM mem_skipped")
+            }
+        hit = positions & recorded
+        return set(hit & replayed_skips(ledger)) if hit else hit
+
+    return judge
+
+
+def _by_log(ledger: Ledger, db: apsw.Connection, q: Query) -> _Selection | None:
+    """Return what ``q``'s words, types, entity and actor select by the log (None: none of them).
+
+    ``assert_index`` answers from the entries themselves: the objects whose ``ASSERT`` has
+    the words and a type asked, the objects tied to the entity (its merges followed), and the
+    namespaces the actor may read. A query whose entity the log does not know selects
+    nothing.
 
     Raises:
-        IntegrityError: step 9, naming an object the index or the column dropped or added.
+        IntegrityError: an entry read fails its strict read.
     """
-    if q.text is None and not q.types:
+    if q.text is None and not q.types and q.entity is None and q.actor is None:
         return None
     branches = [b.name for b in ledger.store.branches()]
-    fts = None if q.text is None else _q._fts_query(q.text)
-    ids = selected(ledger, branches, fts, tuple(sorted(q.types)))
+    ids: frozenset[str] | None = None
+    if q.text is not None or q.types:
+        fts = None if q.text is None else _q._fts_query(q.text)
+        ids = selected(ledger, branches, fts, tuple(sorted(q.types)))
+    levels = view_of(db, q.branch, q.as_of).levels
+    judge = _judge(ledger, db)
+    if q.entity is not None:
+        tied = about(ledger, levels, q.entity, judge, branches) or frozenset()
+        ids = tied if ids is None else ids & tied
+    where: list[str] = []
+    args: list[object] = []
+    if q.actor is not None:
+        policies, granted = readable(ledger, levels, q.actor, judge, branches)
+        where.append(
+            "(o.namespace_id NOT IN (SELECT value FROM json_each(?)) OR "
+            "o.namespace_id IN (SELECT value FROM json_each(?)))"
+        )
+        args += [json.dumps(sorted(policies)), json.dumps(sorted(granted))]
+    return _Selection(ids, where, args)
+
+
+_BY_WHAT: Final = (
+    ("the full-text index for the words {q.text!r}", "text"),
+    ("the stored types for {q.types}", "types"),
+    ("the ABOUT_ENTITY edges and entity rows for entity {q.entity}", "entity"),
+    ("the namespaces' policies and grants for actor {q.actor!r}", "actor"),
+)
+
+
+def _trusted_selection(
+    ledger: Ledger, db: apsw.Connection, q: Query, served: Sequence[Result]
+) -> _Selection | None:
+    """Return what ``q``'s words, types, entity and actor select by the log; check the page.
+
+    ``mem_fts`` answered the words, the stored ``type`` column the types, the
+    ``ABOUT_ENTITY`` edges and the entities' merges the entity, and the namespaces' policies
+    and grants the actor; an edit of any of them (or of a value before it was indexed) could
+    have dropped an object they select or added one they do not. What the log says
+    (``assert_index``: each ``ASSERT``'s value, indexed privately by the same FTS5 rules, its
+    type and its entities, each ``RELATE`` of an ``ABOUT_ENTITY`` edge, each merge, policy and
+    grant) says which objects they select: the query's page (the same other filters, order
+    and limit) taken with that selection instead of the derived rows must be the page served
+    (with ``git_branch``, whose page is the best of a pool, the pool the derived rows give).
+    The selection is returned for ``_check_hidden``, which checks the rows the state filters
+    hid in it; None when the query has none of those filters.
+
+    Raises:
+        IntegrityError: step 9, naming an object the derived rows dropped or added.
+    """
+    sel = _by_log(ledger, db, q)
+    if sel is None:
+        return None
     view = view_of(db, q.branch, q.as_of)
-    base = _q._where(db, dataclasses.replace(q, text=None, types=()), view)
+    base = _q._where(db, dataclasses.replace(q, text=None, types=(), entity=None, actor=None), view)
     if base is None:
-        return ids
+        return sel
+    where, args = [*base[0], *sel.where], [*base[1], *sel.args]
     size = _q.RANK_POOL if q.git_branch is not None else q.limit
     if q.git_branch is None:
-        got = [r.object.id for r in served]  # the page served is the index's page
+        got = [r.object.id for r in served]  # the page served is the derived rows' page
     else:
         stored = _q._where(db, q, view) or (["0"], [])
         got = [oid for oid, _ in itertools.islice(_page_rows(db, *stored, None), size)]
-    want = [oid for oid, _ in itertools.islice(_page_rows(db, *base, ids), size)]
+    want = [oid for oid, _ in itertools.islice(_page_rows(db, where, args, sel.ids), size)]
     if got != want:
         dropped = [i for i in want if i not in got]
         what, oid = ("left out", dropped[0]) if dropped else ("added", next(
             i for i in got if i not in want))  # fmt: skip
         by = " and ".join(
-            x
-            for x, on in (
-                (f"the full-text index for the words {q.text!r}", q.text is not None),
-                (f"the stored types for {list(q.types)}", bool(q.types)),
-            )
-            if on
+            text.format(q=q) for text, field in _BY_WHAT if getattr(q, field) not in (None, ())
         )
         raise IntegrityError(
-            f"step 9: memory object {oid} was {what} by {by}, against what its ASSERT in "
-            "the log says (mem_fts, the value or the type edited); `memroot rebuild` "
-            "re-derives it",
+            f"step 9: memory object {oid} was {what} by {by}, against what the log says "
+            "(a derived row edited or deleted); `memroot rebuild` re-derives it",
             branch=q.branch,
             step=9,
         )
-    return ids
+    return sel
 
 
 def _namespaces(db: apsw.Connection) -> set[str]:

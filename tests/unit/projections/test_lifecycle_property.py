@@ -11,6 +11,10 @@ on every branch, with and without anchors, in DEFAULT and AUDIT mode:
   ledger (no false alarm);
 - every served object is re-derived: editing its stored row (value, confidence or lifecycle
   state) in a copy makes the same read refuse;
+- the same for reads by words, types, entity (entities created and merged, objects tied by
+  their ASSERT or by RELATE) and actor (namespaces with policies, READ granted and revoked),
+  whose selections the read gate takes from the log; deleting an ``ABOUT_ENTITY`` edge row or
+  a ``READ`` grant row that an entity or actor read rests on makes it refuse;
 - no ACTIVE object resting on erased evidence is served without ``EVIDENCE_ERASED``;
 - a merge imported only live objects, and refused every falsified or stale one;
 - ``verify`` holds and ``rebuild`` gives identical tables.
@@ -19,10 +23,12 @@ on every branch, with and without anchors, in DEFAULT and AUDIT mode:
 from __future__ import annotations
 
 import contextlib
+import json
 import random
 import re
 import shutil
 import tempfile
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,10 +42,14 @@ from memroot.ledger.errors import IntegrityError, MemrootError, NotFoundError, R
 from memroot.memory import Memory
 from memroot.memory_root.falsify import Falsifier
 from memroot.projections import requests as rq
-from memroot.projections.query import MAX_LIMIT, get_object
+from memroot.projections.checked import checked_query, unchecked_query
+from memroot.projections.query import MAX_LIMIT, Query, Result, get_object
 from memroot.projections.replay import rebuild
 
 AGENT = rq.Actor("agent", "AI_AGENT", "ns")
+POLICED = ("ns2", "ns3")
+"""Namespaces the random ledgers give policies (and objects) to; ``ns`` keeps none."""
+READERS = ("agent", "reader", "nobody")
 STATES = ("ACTIVE", "DEPRECATED", "SUPERSEDED", "ARCHIVED")
 
 
@@ -51,6 +61,7 @@ class Line:
     own_events: list[str] = field(default_factory=list)
     objects: list[str] = field(default_factory=list)
     own_objects: list[str] = field(default_factory=list)
+    entities: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -68,11 +79,57 @@ def _try(f: Any) -> Any:
         return None
 
 
+def _relations(rng: random.Random, w: World, b: str) -> None:
+    """One entity or namespace step on branch ``b`` (the ledger refuses some: never happened)."""
+    mem, line = w.mem, w.lines[b]
+    k = rng.randrange(7)
+    if k == 0 or not line.entities:
+        eid = str(uuid.uuid4())
+        req = rq.entity_create(AGENT, "PERSON", f"p{eid[:4]}", (), eid)
+        if _try(lambda: mem.ledger.append(req, branch=b)) is not None:
+            line.entities.append(eid)
+    elif k == 1 and len(line.entities) > 1:
+        one, other = rng.sample(line.entities, 2)
+        _try(lambda: mem.ledger.append(rq.entity_merge(AGENT, one, other), branch=b))
+    elif k == 2 and line.events:
+        ns = rng.choice(("ns", *POLICED))
+        ents = rng.sample(line.entities, min(rng.choice([1, 1, 2]), len(line.entities)))
+        got = _try(
+            lambda: mem.remember(
+                f"v{rng.randrange(100)}",
+                evidence=[rng.choice(line.events)],
+                branch=b,
+                entity_ids=ents,
+                namespace=ns,
+            )
+        )
+        if got is not None:
+            line.objects.append(got.id)
+            line.own_objects.append(got.id)
+    elif k == 3 and line.objects:
+        oid, eid = rng.choice(line.objects), rng.choice(line.entities)
+        _try(lambda: mem.ledger.append(rq.relate(AGENT, "ABOUT_ENTITY", oid, eid), branch=b))
+    else:
+        by = rq.Actor("agent", "AI_AGENT", rng.choice(POLICED))
+        who, perm = rng.choice(READERS[:2]), rng.choice(["READ", "READ", "ASSERT"])
+        make = rng.choice(
+            [
+                lambda: rq.namespace_create(by, "PROJECT"),
+                lambda: rq.grant(by, who, perm),
+                lambda: rq.revoke(by, who, perm),
+            ]
+        )
+        _try(lambda: mem.ledger.append(make(), branch=b))
+
+
 def _step(rng: random.Random, w: World) -> None:
     mem, lines = w.mem, w.lines
     b = rng.choice(sorted(lines))
     line = lines[b]
     db = mem.ledger.derived.db
+    if rng.random() < 0.2:
+        _relations(rng, w, b)
+        return
     r = rng.random()
     if r < 0.18 or not line.events:
         parent = rng.choice(line.events) if line.events and rng.random() < 0.8 else None
@@ -90,7 +147,7 @@ def _step(rng: random.Random, w: World) -> None:
     if r < 0.44 and len(lines) < 4:
         child = mem.fork("what if", parent=b, branch_id=f"sim-{len(lines)}")
         p = lines[b]
-        lines[child] = Line(list(p.events), [], list(p.objects), [])
+        lines[child] = Line(list(p.events), [], list(p.objects), [], list(p.entities))
         return
     if r < 0.52 and b != "main" and line.own_objects:
         ids = rng.sample(line.own_objects, min(2, len(line.own_objects)))
@@ -204,6 +261,76 @@ def _tampered_read(
             raise AssertionError(f"edited {column} of {o.id}: why served it on {branch}")
 
 
+def _gated(mem: Memory, q: Query) -> list[Result]:
+    with mem.ledger.reading():
+        return checked_query(mem.ledger, q)
+
+
+def _check_relations(
+    mem: Memory, path: Path, tmp: Path, b: str, line: Line, rng: random.Random
+) -> None:
+    """Entity and actor reads never refuse the honest ledger; deleting what one rests on does."""
+    size = mem.ledger.size(b)
+    stray = str(uuid.uuid4())
+    for mode in ("DEFAULT", "AUDIT"):
+        for limit in (2, MAX_LIMIT):
+            for as_of in (None, *rng.sample(range(size), min(2, size))):
+                for eid in (*rng.sample(line.entities, min(3, len(line.entities))), stray):
+                    with contextlib.suppress(NotFoundError):  # not (yet) in this view
+                        _gated(
+                            mem, Query(entity=eid, branch=b, mode=mode, limit=limit, as_of=as_of)
+                        )
+                for actor in READERS:
+                    _gated(mem, Query(actor=actor, branch=b, mode=mode, limit=limit, as_of=as_of))
+    for eid in rng.sample(line.entities, min(2, len(line.entities))):
+        q = Query(entity=eid, branch=b, mode="AUDIT", limit=MAX_LIMIT)
+        got = _gated(mem, q)
+        if got:
+            _tampered_relation(path, tmp, q, got, "edge")
+            break
+    q = Query(actor="reader", branch=b, mode="AUDIT", limit=MAX_LIMIT)
+    _tampered_relation(path, tmp, q, _gated(mem, q), "grant")
+
+
+def _tampered_relation(path: Path, tmp: Path, q: Query, got: list[Result], what: str) -> None:
+    """Delete in a copy what a served entity or actor read rests on; the same read must refuse."""
+    copy = tmp / f"rel-{uuid.uuid4().hex[:8]}.ledger"
+    src, dst = apsw.Connection(str(path)), apsw.Connection(str(copy))
+    with dst.backup("main", src, "main") as backup:
+        backup.step()
+    src.close()
+    dst.close()
+    shutil.copyfile(f"{path}.key", f"{copy}.key")
+    db = apsw.Connection(str(copy))
+    with db:
+        if what == "edge":
+            # Every ABOUT_ENTITY edge of the newest object served: it is about nothing now.
+            db.execute(
+                "DELETE FROM mem_edges WHERE type = 'ABOUT_ENTITY' AND source_id = ?",
+                (got[0].object.id,),
+            )
+        else:
+            # The reader's READ of a namespace with a policy whose objects it was served.
+            ns = [r.object.namespace_id for r in got if r.object.namespace_id in POLICED]
+            db.execute(
+                "DELETE FROM mem_grants WHERE actor_id = 'reader' AND permission = 'READ' AND "
+                "namespace_id IN (SELECT value FROM json_each(?)) AND namespace_id IN "
+                "(SELECT id FROM mem_namespaces)",
+                (json.dumps(ns),),
+            )
+    shown = [r.object.id for r in unchecked_query(db, q)]
+    db.close()
+    if shown == [r.object.id for r in got]:
+        return  # the rows deleted were none the read rested on (closed, or another view's)
+    with memroot.open(copy, actor="agent", namespace="ns") as mem:
+        try:
+            _gated(mem, q)
+        except IntegrityError as e:
+            assert "step 9" in str(e)
+        else:
+            raise AssertionError(f"{what} rows deleted, the read still served: {q}")
+
+
 def _check(w: World, path: Path, tmp: Path, rng: random.Random) -> None:
     mem = w.mem
     erased = _erased(mem)
@@ -241,6 +368,7 @@ def _check(w: World, path: Path, tmp: Path, rng: random.Random) -> None:
                 typed = mem.recall(branch=b, types=["FACT"], mode=mode, limit=limit)
                 assert all(r.object.type == "FACT" for r in typed)
                 assert mem.recall(branch=b, types=["PREFERENCE"], mode=mode, limit=limit) == []
+        _check_relations(mem, path, tmp, b, line, rng)
         size = mem.ledger.size(b)
         for as_of in rng.sample(range(size), min(3, size)):
             for anchor in (None, *rng.sample(line.events, min(1, len(line.events)))):
