@@ -6,7 +6,7 @@ objects through it. An attacker with write access to the file, in a process of i
 plain ``sqlite3``, takes an object out of the words of its value (it would drop out of every
 text query for them), or answers another object for a word it does not hold. A strict text
 query refuses both (the log's own values say which objects the words select,
-``projections.trusted_text``); ``memroot verify`` (step 9) reports each; ``memroot rebuild``
+``projections.assert_index``); ``memroot verify`` (step 9) reports each; ``memroot rebuild``
 writes the index anew.
 """
 
