@@ -217,15 +217,17 @@ class _Restart(Exception):
 def _current(ledger: Ledger, branches: Iterable[str]) -> _Index:
     """Return the ledger's index, fed every entry of ``branches`` up to their heads now."""
     wanted = list(dict.fromkeys(branches))
-    try:
-        index = _INDEXES.setdefault(ledger.ledger_id, _Index())
-        for b in wanted:
-            _read_to_head(ledger, index, b)
-    except _Restart:
-        index = _INDEXES.setdefault(ledger.ledger_id, _Index())  # a new one: nothing kept
-        for b in wanted:
-            _read_to_head(ledger, index, b)
-    return index
+    for _ in range(2):
+        index = _INDEXES.get(ledger.ledger_id)
+        if index is None:  # built only when missing (a new FTS5 database is not free)
+            index = _INDEXES[ledger.ledger_id] = _Index()
+        try:
+            for b in wanted:
+                _read_to_head(ledger, index, b)
+        except _Restart:
+            continue  # dropped: a new one, nothing kept
+        return index
+    raise AssertionError("unreachable: a new index reads from the start, never restarts")
 
 
 def selected(
