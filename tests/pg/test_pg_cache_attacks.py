@@ -304,3 +304,72 @@ def test_honest_two_host_history_never_refuses(
         assert fresh.verify().ok
     finally:
         fresh.close()
+
+
+TIES = r"""
+import sys
+import memroot
+from memroot.projections import requests as rq
+
+url, key, eid = sys.argv[1:4]
+with memroot.open(url, key_path=key, trusted=False, actor="agent-7", namespace="alice") as mem:
+    me, team = rq.Actor("agent-7", "AI_AGENT", "alice"), rq.Actor("agent-7", "AI_AGENT", "team")
+    mem.ledger.append(rq.entity_create(me, "PERSON", "Alice", (), eid))
+    said = mem.record(content="I ride a bike; we plan a trip").id
+    mem.remember("Alice rides a bike", evidence=[said], entity_ids=[eid])
+    mem.ledger.append(rq.namespace_create(team, "PROJECT"))
+    mem.ledger.append(rq.grant(team, "agent-7", "ASSERT"))
+    mem.ledger.append(rq.grant(team, "bob", "READ"))
+    mem.remember("The team plans a trip", evidence=[said], namespace="team")
+    mem.snapshot()
+"""
+
+FILTERS = {
+    "cache_about_entity_edge_deleted": (
+        "DELETE FROM mem_edges WHERE type = 'ABOUT_ENTITY'",
+        ("--entity", "{eid}"),
+        "Alice rides a bike",
+    ),
+    "cache_read_grant_deleted": (
+        "DELETE FROM mem_grants WHERE actor_id = 'bob'",
+        ("--actor", "bob"),
+        "The team plans a trip",
+    ),
+}
+
+
+@pytest.mark.parametrize("attack", sorted(FILTERS))
+def test_edited_filter_rows_in_host_cache_are_refused(
+    fleet: tuple[Host, Host, list[str]], attack: str
+) -> None:
+    """Host A ties a fact to an entity and lets bob READ a namespace; an attacker deletes the
+    edge (or the grant) in host B's cache: B's `query --entity` (`--actor`) would drop the
+    fact. It refuses, naming the cache; verify reports it; nothing is written; deleting the
+    cache recovers."""
+    a, b, _ = fleet
+    eid = str(uuid.uuid4())
+    tied = subprocess.run(
+        [sys.executable, "-c", TIES, a.url, str(a.key), eid],
+        capture_output=True,
+        text=True,
+        env=a.env,
+        timeout=180,
+    )
+    assert tied.returncode == 0, tied.stderr
+    sql, args, value = FILTERS[attack]
+    argv = ("query", *(x.format(eid=eid) for x in args), "--json")
+    honest = b.cli(*argv)
+    assert honest.returncode == 0 and value in honest.stdout, (honest.stdout, honest.stderr)
+    before = _pg_rows(a.url)
+    _attack(b.cache, sql)
+
+    q = b.cli(*argv)
+    assert q.returncode == 1 and value not in q.stdout, (q.stdout, q.stderr)
+    assert "cache" in q.stderr and "Delete the file" in q.stderr, q.stderr
+    v = b.cli("verify", "--json")
+    assert v.returncode == 1, v.stdout
+    assert _pg_rows(a.url) == before
+    assert value in a.cli(*argv).stdout  # host A's own cache is untouched
+
+    b.delete_cache()
+    assert value in b.cli(*argv).stdout
