@@ -33,6 +33,7 @@ from memroot.ledger.note import Checkpoint, Verifier, open_checkpoint
 from memroot.projections.views import View
 
 __all__ = [
+    "CONV_PARENTS_SCHEMA",
     "MAX_PATH",
     "ConversationTree",
     "PathStep",
@@ -47,9 +48,10 @@ __all__ = [
 MAX_PATH: Final = 1_000_000  # a cycle guard: parent links come from callers
 T = TypeVar("T")
 
-_SCHEMA: Final = """
+CONV_PARENTS_SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS conv_parents(id TEXT PRIMARY KEY, parent TEXT) STRICT, WITHOUT ROWID;
 """
+"""The table ``ConversationTree`` keeps: each event's parent link."""
 
 
 class ConversationTree:
@@ -57,7 +59,7 @@ class ConversationTree:
 
     def install(self, db: apsw.Connection) -> None:
         """Create ``conv_parents`` if missing."""
-        db.execute(_SCHEMA)
+        db.execute(CONV_PARENTS_SCHEMA)
 
     def apply_events(
         self, db: apsw.Connection, ledger: Ledger, entries: Sequence[Entry], contents: Sequence[str]

@@ -14,6 +14,10 @@ ledger (``Ledger.strict``):
 - the rows a query's state filter left out (``_check_hidden``): a row hidden by an edit of
   its ``lifecycle_state``, ``epistemic_type``, ``confidence`` or falsification state is an
   edited row too, and is refused like one;
+- what a query's words, types, entity and actor select, taken from the log
+  (``_trusted_selection``, ``assert_index``), not from the index, edges and grants that
+  answered them; and a read at a conversation anchor against the same read on the log's
+  replay (``_check_at_anchor``);
 - the set served is complete (``_check_complete``): each namespace's object rows against the
   memory map a v2 root commits to, plus the entries since, through the completeness hook of
   the memory-root layer (``check_complete`` of a ledger hook), so a deleted row is refused
@@ -56,6 +60,7 @@ from memroot.projections.strict_rows import (
     checked_token,
     object_token,
     remembered,
+    replayed_model,
     replayed_skips,
 )
 from memroot.projections.tables import OBJECT_COLS, object_from_row
@@ -91,6 +96,8 @@ def checked_query(ledger: Ledger, q: Query) -> list[Result]:
     try:
         results = _q.query(db, q)
     except NotFoundError:
+        if ledger.strict and q.anchor is not None:
+            _refuse_unknown_anchor(ledger, q)
         if ledger.strict and q.entity is not None:
             _refuse_unknown_entity(ledger, db, q)
         raise
@@ -200,6 +207,68 @@ def refuse_deleted(db: apsw.Connection, object_id: str, branch: str) -> None:
         )
 
 
+def _check_at_anchor(
+    ledger: Ledger, db: apsw.Connection, q: Query, served: Sequence[Result]
+) -> None:
+    """Check a read at a conversation anchor against the same read on the log's replay.
+
+    Its answer rests on more derived rows than a row check sees: the anchor's path
+    (``conv_parents``, and the merge imports joining it), the candidates citing the path
+    (``DERIVED_FROM`` edges), each one's state at the anchor (the gated rows) and the
+    query's other filters. The memory model of the whole log, replayed from entries read
+    strictly (``strict_rows.replayed_model``, kept per process and fed what is appended),
+    answers the same query; the objects served must be the ones it gives, in its order
+    (with ``git_branch``, the pool both rank, unranked). Served rows are checked as every
+    read's are (``check_results``).
+
+    Raises:
+        IntegrityError: step 9, naming the first object one answer has and the other lacks.
+    """
+    pool = dataclasses.replace(q, git_branch=None)
+    try:
+        want = [r.object.id for r in _q.query(replayed_model(ledger), pool)]
+    except NotFoundError as e:
+        raise IntegrityError(
+            f"step 9: the read at anchor {q.anchor} was answered from the derived rows, but "
+            f"the log's replay answers: {e} (a derived row added); `memroot rebuild` "
+            "re-derives them",
+            branch=q.branch,
+            step=9,
+        ) from e
+    got = [r.object.id for r in served] if q.git_branch is None else (
+        [r.object.id for r in _q.query(db, pool)])  # fmt: skip
+    if got != want:
+        dropped = [i for i in want if i not in got]
+        what, oid = ("left out", dropped[0]) if dropped else ("added", next(
+            (i for i in got if i not in want), got[0] if got else "?"))  # fmt: skip
+        raise IntegrityError(
+            f"step 9: memory object {oid} was {what} by the read at anchor {q.anchor}, "
+            "against the same read on the log's replay (a derived row of the conversation, "
+            "the edges, the gated states or a filter edited); `memroot rebuild` re-derives "
+            "them",
+            branch=q.branch,
+            step=9,
+        )
+
+
+def _refuse_unknown_anchor(ledger: Ledger, q: Query) -> None:
+    """Refuse a read whose anchor the derived rows lack but the log's replay has.
+
+    Raises:
+        IntegrityError: step 9, naming the anchor.
+    """
+    try:
+        _q.query(replayed_model(ledger), dataclasses.replace(q, git_branch=None))
+    except NotFoundError:
+        return  # the log agrees: no such anchor (or entity, or branch) there
+    raise IntegrityError(
+        f"step 9: the derived rows answer that anchor event {q.anchor} is not there, but the "
+        "log's replay has it (a derived row deleted); `memroot rebuild` re-derives them",
+        branch=q.branch,
+        step=9,
+    )
+
+
 def _refuse_unknown_entity(ledger: Ledger, db: apsw.Connection, q: Query) -> None:
     """Refuse a query whose entity the derived rows lack but the log has in the view.
 
@@ -256,10 +325,10 @@ def _check_hidden(ledger: Ledger, db: apsw.Connection, q: Query, served: Sequenc
     same query in AUDIT mode (no lifecycle, epistemic or falsification filter) lists the rows
     that would have been candidates; those the served set lacks are checked like served
     rows, up to the oldest one served when the served set is full (older rows were not
-    candidates). Reads at an anchor derive their states from gated operations that verify
-    checks.
+    candidates). A read at an anchor is checked whole instead (``_check_at_anchor``).
     """
     if q.anchor is not None:
+        _check_at_anchor(ledger, db, q, served)
         return
     sel = _trusted_selection(ledger, db, q, served)
     if q.mode == RetrievalMode.AUDIT and not q.states and not q.epistemic and sel is None:

@@ -48,7 +48,7 @@ import apsw
 from memroot.ledger.entries import CANONICAL_BRANCH, Entry, Kind
 from memroot.ledger.errors import IntegrityError, NotFoundError
 from memroot.ledger.ledger import Ledger
-from memroot.projections import tables
+from memroot.projections import anchors, tables
 from memroot.projections.backends import MemState
 from memroot.projections.engine import Engine
 from memroot.projections.fold import fold_entries
@@ -69,6 +69,7 @@ __all__ = [
     "kept_replay",
     "object_token",
     "remembered",
+    "replayed_model",
     "replayed_skips",
     "since",
 ]
@@ -641,15 +642,26 @@ def kept_replay(
 
 
 class _MemoryReplay:
-    """The memory model's replay of the log, in memory (``_replay``'s tables), fed on."""
+    """The memory model's replay of the log, in memory (``_replay``'s tables), fed on.
+
+    With the conversation tree's parent links (``conv_parents``, what
+    ``anchors.ConversationTree`` keeps), so a query at an anchor runs on it as on the
+    derived tables (``replayed_model``).
+    """
 
     def __init__(self) -> None:
         self.db = _empty()
+        self.db.execute(anchors.CONV_PARENTS_SCHEMA)
         self.fresh = True
+        self.queryable = False  # with the indexes and text table a query needs (replayed_model)
 
     def feed(self, entries: list[Entry]) -> None:
         self.db.execute("BEGIN")
         fold_entries(self.db, entries, fresh=self.fresh)
+        self.db.executemany(
+            "INSERT OR IGNORE INTO conv_parents VALUES(?, ?)",
+            anchors.ConversationTree.rows(e for e in entries if e.kind is Kind.EVENT),
+        )
         self.db.execute("COMMIT")
         self.fresh = self.fresh and not entries
 
@@ -679,6 +691,30 @@ def replayed_skips(ledger: Ledger) -> frozenset[tuple[str, int]]:
         IntegrityError: an entry fails its strict read.
     """
     return kept_replay(_SKIPS, ledger, _MemoryReplay)
+
+
+def replayed_model(ledger: Ledger) -> apsw.Connection:
+    """Return the memory model of the whole log, replayed (kept and fed, ``replayed_skips``).
+
+    Its tables are the derived tables' as a replay of the log, each entry read strictly,
+    gives them (with the conversation tree's parent links): the read gate runs a query on
+    it to check an answer it cannot check row by row (a read at a conversation anchor). A
+    private database: a query may write its own text index into it. Valid until the next
+    call for this ledger; run inside a read transaction of ``ledger``.
+
+    Raises:
+        IntegrityError: an entry fails its strict read.
+    """
+    replayed_skips(ledger)
+    kept = _SKIPS[ledger.ledger_id].replay
+    assert isinstance(kept, _MemoryReplay)  # replayed_skips starts only these
+    if not kept.queryable:
+        # The replay folds without the secondary indexes and the full-text table (faster);
+        # a query wants both, as the derived tables have them. Added once, kept after.
+        with kept.db:
+            tables.install(kept.db, fts=True, indexes=True)
+        kept.queryable = True
+    return kept.db
 
 
 _PLAIN: Final = operator.attrgetter(

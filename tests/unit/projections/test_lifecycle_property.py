@@ -11,6 +11,8 @@ on every branch, with and without anchors, in DEFAULT and AUDIT mode:
   ledger (no false alarm);
 - every served object is re-derived: editing its stored row (value, confidence or lifecycle
   state) in a copy makes the same read refuse;
+- the same for reads at an anchor, checked against the log's replay: deleting a served
+  object's ``DERIVED_FROM`` edges in a copy makes the anchored read refuse;
 - the same for reads by words, types, entity (entities created and merged, objects tied by
   their ASSERT or by RELATE) and actor (namespaces with policies, READ granted and revoked),
   whose selections the read gate takes from the log; deleting an ``ABOUT_ENTITY`` edge row or
@@ -303,7 +305,13 @@ def _tampered_relation(path: Path, tmp: Path, q: Query, got: list[Result], what:
     shutil.copyfile(f"{path}.key", f"{copy}.key")
     db = apsw.Connection(str(copy))
     with db:
-        if what == "edge":
+        if what == "derived":
+            # Every DERIVED_FROM edge of the newest object served at the anchor.
+            db.execute(
+                "DELETE FROM mem_edges WHERE type = 'DERIVED_FROM' AND source_id = ?",
+                (got[0].object.id,),
+            )
+        elif what == "edge":
             # Every ABOUT_ENTITY edge of the newest object served: it is about nothing now.
             db.execute(
                 "DELETE FROM mem_edges WHERE type = 'ABOUT_ENTITY' AND source_id = ?",
@@ -350,6 +358,9 @@ def _check(w: World, path: Path, tmp: Path, rng: random.Random) -> None:
                         assert "EVIDENCE_ERASED" in r.flags, (b, anchor, o.id)
                     if mode == "DEFAULT":
                         assert o.state != "falsified", (b, anchor, o.id)
+                if mode == "AUDIT" and got and anchor is not None and tampered < 6:
+                    q = Query(anchor=anchor, branch=b, mode="AUDIT", limit=MAX_LIMIT)
+                    _tampered_relation(path, tmp, q, _gated(mem, q), "derived")
                 if mode == "AUDIT" and got and tampered < 6:
                     pick = rng.choice(got).object
                     stored = get_object(mem.ledger.derived.db, pick.id, branch=b)
