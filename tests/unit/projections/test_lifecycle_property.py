@@ -224,17 +224,22 @@ def _erased(mem: Memory) -> set[str]:
     return {i for (i,) in db.execute("SELECT id FROM mem_events WHERE erased_by IS NOT NULL")}
 
 
-def _tampered_read(
-    path: Path, tmp: Path, o: Any, branch: str, anchor: str | None, n: int, rng: random.Random
-) -> None:
-    """Edit the served version's row of ``o`` in a copy; the same strict read must refuse."""
-    copy = tmp / f"copy{n}.ledger"
+def _copy(path: Path, copy: Path) -> Path:
+    """Copy the ledger (a consistent snapshot, its key beside it) for an attack on the copy."""
     src, dst = apsw.Connection(str(path)), apsw.Connection(str(copy))
     with dst.backup("main", src, "main") as backup:
         backup.step()
     src.close()
     dst.close()
     shutil.copyfile(f"{path}.key", f"{copy}.key")
+    return copy
+
+
+def _tampered_read(
+    path: Path, tmp: Path, o: Any, branch: str, anchor: str | None, n: int, rng: random.Random
+) -> None:
+    """Edit the served version's row of ``o`` in a copy; the same strict read must refuse."""
+    copy = _copy(path, tmp / f"copy{n}.ledger")
     column = rng.choice(["value", "confidence", "lifecycle_state"])
     new: Any = {
         "value": f"{o.value} (edited)",
@@ -296,13 +301,7 @@ def _check_relations(
 
 def _tampered_relation(path: Path, tmp: Path, q: Query, got: list[Result], what: str) -> None:
     """Delete in a copy what a served entity or actor read rests on; the same read must refuse."""
-    copy = tmp / f"rel-{uuid.uuid4().hex[:8]}.ledger"
-    src, dst = apsw.Connection(str(path)), apsw.Connection(str(copy))
-    with dst.backup("main", src, "main") as backup:
-        backup.step()
-    src.close()
-    dst.close()
-    shutil.copyfile(f"{path}.key", f"{copy}.key")
+    copy = _copy(path, tmp / f"rel-{uuid.uuid4().hex[:8]}.ledger")
     db = apsw.Connection(str(copy))
     with db:
         if what == "derived":
