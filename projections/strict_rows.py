@@ -229,6 +229,48 @@ def _versions(
     return out
 
 
+_ENTITY_KEPT: Final = (
+    "type",
+    "canonical_name",
+    "aliases",
+    "namespace_id",
+    "created_at",
+    "merged_into",
+)
+"""The entity columns an operation other than a touch changes (``Engine._touch_entity`` moves
+``last_seen_at`` only)."""
+
+
+def _entity_versions(db: apsw.Connection, ids: Sequence[str], view: View) -> list[Any]:
+    """``(id, branch, vfrom)`` of the entities' versions a re-derivation needs, on the view.
+
+    As ``_versions``, less the touches: every ``ASSERT`` (and ``RELATE``) tied to an entity
+    opens a version of it that moves ``last_seen_at`` and nothing else, and the objects'
+    rows depend on no entity's ``last_seen_at`` (an entity is only resolved, by its
+    existence and merges). So a popular entity does not pull every object tied to it, with
+    their evidence, into each of their closures. Each level's first version is kept, and
+    every one that changed another column (a creation, a merge, an alias).
+    """
+    changed = " OR ".join(f"{c} IS NOT prev_{c}" for c in _ENTITY_KEPT)
+    lags = ", ".join(f"LAG({c}) OVER w AS prev_{c}" for c in _ENTITY_KEPT)
+    cols = ", ".join(_ENTITY_KEPT)
+    out: list[Any] = []
+    unique = list(dict.fromkeys(ids))
+    for b, bound in reversed(view.levels):
+        for part in range(0, len(unique), 500):
+            chunk = unique[part : part + 500]
+            marks = ",".join("?" * len(chunk))
+            out += db.execute(
+                f"SELECT id, branch, vfrom FROM (SELECT id, branch, vfrom, {cols}, "
+                f"LAG(vfrom) OVER w AS prev_vfrom, {lags} FROM mem_entities "
+                f"WHERE id IN ({marks}) AND branch = ? AND vfrom <= ? "
+                "WINDOW w AS (PARTITION BY id ORDER BY vfrom)) "
+                f"WHERE prev_vfrom IS NULL OR {changed} ORDER BY vfrom",
+                (*chunk, b, _NEVER if bound is None else bound),
+            ).fetchall()
+    return out
+
+
 def _uuids(value: object, out: set[str]) -> None:
     """Add every UUID-shaped string found anywhere in ``value`` (a decoded payload) to ``out``."""
     if isinstance(value, str):
@@ -308,7 +350,7 @@ class _Closure:
                 found.add(r[0])
                 self.wanted.add((r[1], r[2]))
                 events.update(e for e in r[3].split(",") if e)
-            for r in _versions(self.db, "mem_entities", "id, branch, vfrom", names, self.view):
+            for r in _entity_versions(self.db, names, self.view):
                 found.add(r[0])
                 self.wanted.add((r[1], r[2]))
             for part in range(0, len(names), 500):

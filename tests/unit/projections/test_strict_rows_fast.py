@@ -58,3 +58,40 @@ def test_an_edited_value_is_refused_on_main(tmp_path: Path) -> None:
         served = [get_object(ledger.store.db, ids[2])]
         with pytest.raises(IntegrityError, match=f"step 9.*{ids[2]}"):
             check_objects(ledger, served)
+
+
+def test_an_entity_tying_many_objects_does_not_join_their_closures(tmp_path: Path) -> None:
+    """Thirty facts about one entity (merged into another after the tenth): each ASSERT
+    touches the entity (a version moving ``last_seen_at``). The closure re-deriving one fact
+    holds the entities' creation and merge, not the other facts' ASSERTs and events; every
+    fact still re-derives (an edited one is still refused)."""
+    from memroot.projections import requests as rq
+    from memroot.projections.strict_rows import _Closure
+
+    path = tmp_path / "e.ledger"
+    me = rq.Actor("agent-7", "AI_AGENT", "alice")
+    alice, al = "00000000-0000-4000-8000-000000000001", "00000000-0000-4000-8000-000000000002"
+    with memroot.open(path, actor="agent-7", namespace="alice") as mem:
+        for eid in (alice, al):
+            mem.ledger.append(rq.entity_create(me, "PERSON", "Alice", (), eid))
+        ids = []
+        for i in range(30):
+            said = mem.record(content=f"fact {i}")
+            ids.append(mem.remember(f"fact {i}", evidence=[said.id], entity_ids=[al]).id)
+            if i == 9:
+                mem.ledger.append(rq.entity_merge(me, alice, al))
+        objs = query(mem.ledger.derived.db, Query(mode="AUDIT", limit=100))
+    with Ledger.open(path) as ledger, ledger.reading() as db:
+        closure = _Closure(ledger, db, "main")
+        closure.grow([ids[5]])
+        types = sorted(e.type for e in closure.entries())
+        assert types.count("ASSERT") == 1, types  # only its own
+        assert {"ENTITY_CREATE", "ENTITY_MERGE"} <= set(types), types
+        assert len(types) <= 6, types  # two creations, the merge, its ASSERT and event
+        check_objects(ledger, [r.object for r in objs], "main")
+    edited = apsw.Connection(str(path))
+    with edited:
+        edited.execute("UPDATE mem_objects SET value = 'edited' WHERE id = ?", (ids[5],))
+    edited.close()
+    with Ledger.open(path) as ledger, ledger.reading(), pytest.raises(IntegrityError):
+        check_objects(ledger, [get_object(ledger.derived.db, ids[5])], "main")
