@@ -3,9 +3,9 @@
 ``python -m memroot.bench.bench_filters [--objects N] [--reads R]``: one ledger of N
 remembered facts, each about one of N/20 entities (a tenth of those merged into another) and
 in one of four namespaces (two with a policy that lets ``reader`` READ one of them), the
-events conversations of 20 turns (each the parent of the next). For each query (``text``,
-``entity``, ``actor``, ``anchor`` at the newest event, and the plain query) the median
-CPU time (``time.process_time``) of R reads through the gate
+events conversations of ``--turns`` turns (20; each the parent of the next). For each query
+(``text``, ``entity``, ``actor``, ``anchor`` at the newest event, and the plain query) the
+median CPU time (``time.process_time``) of R reads through the gate
 (``projections.checked.checked_query``: the filters' selections taken from the log,
 ``projections.assert_index``) beside the same query through ``unchecked_query`` on the same
 open ledger, repeated (nothing changed), and right after another connection's ``record``
@@ -24,6 +24,9 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+CHAIN = 20
+"""Turns per conversation (``--turns``)."""
 
 
 def _cpu(fn: Callable[[], Any]) -> float:
@@ -52,7 +55,7 @@ def build(path: Path, objects: int) -> tuple[list[str], str]:
         mem.ledger.append(rq.grant(rq.Actor("agent", "AI_AGENT", "ns2"), "reader", "READ"))
         parent = None
         for i in range(objects):
-            ev = mem.record(content=f"fact number {i}", parent=parent if i % 20 else None)
+            ev = mem.record(content=f"fact number {i}", parent=parent if i % CHAIN else None)
             parent = ev.id
             mem.remember(
                 f"fact {i} holds",
@@ -131,7 +134,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--objects", type=int, default=2000)
     ap.add_argument("--reads", type=int, default=50)
+    ap.add_argument("--turns", type=int, default=20, help="turns per conversation")
     a = ap.parse_args()
+    global CHAIN
+    CHAIN = a.turns
     for name, c, u, ca, ua in run(a.objects, a.reads):
         if name == "cold":
             print(f"anchor, the first checked read of a process: {c:7.0f} us ({c / u:.0f}x)")
