@@ -314,7 +314,9 @@ class _Closure:
     Starting from the served objects it takes, until nothing new turns up: every version
     of each object and entity named (on the branch's view), every operation the gated
     bookkeeping records for the objects (those a view applied but the global state did
-    not), every event cited (with its conversation ancestors), and every object, entity
+    not), every event cited, the conversation ancestors of every gated operation's
+    provenance (its own view is validated along them; an object no gated operation
+    touched needs none, however long its conversation), and every object, entity
     or event any of those operations names (a ``SUPERSEDE``'s new object, a merge's
     primary, a summary's sources, a ``DEPRECATE``'s evidence...). Each level's branch
     genesis is added, so the replay learns the forks.
@@ -330,6 +332,7 @@ class _Closure:
         self.read: dict[tuple[str, int], Entry] = {}
         self.seen: set[str] = set()
         self.events: set[str] = set()
+        self.walked: set[str] = set()  # provenance events whose ancestors were taken
 
     def grow(self, ids: Iterable[str]) -> None:
         """Take ``ids`` (objects, entities or events) and everything they need, transitively.
@@ -353,16 +356,20 @@ class _Closure:
             for r in _entity_versions(self.db, names, self.view):
                 found.add(r[0])
                 self.wanted.add((r[1], r[2]))
+            walk: set[str] = set()  # provenance of gated operations: its paths are needed
             for part in range(0, len(names), 500):
                 chunk = names[part : part + 500]
                 marks = ",".join("?" * len(chunk))
-                for b, seq in self.db.execute(
-                    f"SELECT branch, seq FROM mem_gated WHERE object_id IN ({marks})", chunk
+                for b, seq, prov in self.db.execute(
+                    f"SELECT branch, seq, prov FROM mem_gated WHERE object_id IN ({marks})", chunk
                 ):
                     if b in self.levels:
                         self.wanted.add((b, seq))
+                        walk.update(p for p in str(prov).split(",") if p)
             events |= todo - found
-            events = _ancestors(self.db, events - self.events) - self.events
+            walk -= self.walked
+            self.walked |= walk
+            events = (events | _ancestors(self.db, walk)) - self.events
             self.events |= events
             self.seen |= events  # an event id names no object: not looked up again
             raw: dict[bytes, str] = {}
