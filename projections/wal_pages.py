@@ -32,7 +32,16 @@ import apsw
 
 from memroot.ledger.backends import fds
 
-__all__ = ["Mark", "Schema", "floor", "mark", "pages_since", "schema", "table_pages"]
+__all__ = [
+    "Mark",
+    "Schema",
+    "floor",
+    "mark",
+    "pages_since",
+    "schema",
+    "schema_pages",
+    "table_pages",
+]
 
 _HEADER: Final = struct.Struct(">IIIIII")  # magic, version, page size, ckpt seq, salt-1, salt-2
 _FRAME: Final = struct.Struct(">IIII")  # page number, size after commit, salt-1, salt-2
@@ -244,5 +253,21 @@ def schema(db: apsw.Connection, tables: Iterable[str]) -> Schema:
                 f"SELECT type, name, rootpage, sql FROM sqlite_master WHERE tbl_name IN ({marks})",
                 wanted,
             )
+        )
+    )
+
+
+def schema_pages(db: apsw.Connection) -> frozenset[int]:
+    """Return the pages of the schema table's b-tree (``sqlite_schema``, page 1 its root).
+
+    While no commit wrote one of them, every ``schema`` row is as it was: a row changed,
+    added or removed rewrites the page that holds it, and a page added or freed its parent.
+    Page 1 also holds the file's header, which SQLite rewrites as the file grows: a caller
+    then reads the rows themselves. Read through ``dbstat``, as ``table_pages``.
+    """
+    return frozenset(
+        int(r[0])
+        for r in db.execute(
+            "SELECT pageno FROM dbstat WHERE name IN ('sqlite_schema', 'sqlite_master')"
         )
     )
