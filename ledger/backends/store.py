@@ -300,6 +300,12 @@ class Store:
     floor: object = None
     """What ``read_floor`` returned before the current (or last) read transaction began."""
     _txn_version: int | None = None  # the ``data_version`` read in the open write
+    _read_memo: dict[object, Any] | None = None
+    """What the open read transaction (``read``) has read, by what was asked: the same
+    statement in one snapshot gives the same rows (``_memo``); None outside one."""
+    _read_memo_changes: int = (
+        -1
+    )  # this connection's ``total_changes()`` when ``_read_memo`` was filled
     committed_version: int | None = None
     """The ``data_version`` read inside this connection's last committed write (None when
     that write read none or the last write rolled back): the file's number as of that COMMIT;
@@ -639,13 +645,33 @@ class Store:
                 self.db.execute("BEGIN DEFERRED")
             except apsw.Error as e:
                 raise _storage_error(e, self.path) from e
+            self._read_memo, self._read_memo_changes = {}, self.db.total_changes()
             try:
                 yield self.db
             finally:
+                self._read_memo = None
                 with contextlib.suppress(apsw.Error):
                     self.db.execute("COMMIT")
         else:
             yield self.db
+
+    def _memo(self) -> dict[object, Any] | None:
+        """Return what the open read transaction has read (``_read_memo``), or None outside one.
+
+        One read transaction is one snapshot: a statement asked again in it gives the rows it
+        gave (another connection's commit is not seen until the next transaction). Only this
+        connection could change them, by writing: any row it writes (``total_changes``)
+        empties the memo. Outside a read transaction ``read`` opened (in a write, in
+        autocommit) nothing is remembered.
+        """
+        snap = self._read_memo
+        if snap is None or not self.db.in_transaction:
+            return None
+        changes = self.db.total_changes()
+        if changes != self._read_memo_changes:
+            snap.clear()
+            self._read_memo_changes = changes
+        return snap
 
     def copy_snapshot(self, dst: Path) -> None:
         """Copy the whole file, as one read transaction sees it, to a new file ``dst``.
@@ -673,14 +699,18 @@ class Store:
     # -- meta and branches --------------------------------------------------------------------
 
     def meta(self, key: str) -> Any:
-        """Return a meta value, or None."""
+        """Return a meta value, or None (remembered for the read transaction, ``_memo``)."""
+        memo = self._memo()
+        if memo is not None and ("meta", key) in memo:
+            return memo["meta", key]
         row = self.db.execute(
             f"SELECT typeof(value) = 'text', {_AS_BLOB.format('value')} FROM meta WHERE key = ?",
             (key,),
         ).fetchone()
-        if row is None:
-            return None
-        return _utf8(row[1]) if row[0] else row[1]
+        value = None if row is None else _utf8(row[1]) if row[0] else row[1]
+        if memo is not None:
+            memo["meta", key] = value
+        return value
 
     def set_meta(self, key: str, value: Any) -> None:
         """Set a meta value (inside a write transaction)."""
@@ -696,6 +726,11 @@ class Store:
         Raises:
             NotFoundError: if there is no such branch.
         """
+        memo = self._memo()
+        if memo is not None and "branches" in memo:
+            for b in memo["branches"]:
+                if b.name == name:
+                    return b  # type: ignore[no-any-return]
         row = self.db.execute(
             "SELECT no, CAST(name AS BLOB), size, head FROM branches WHERE name = ?", (name,)
         ).fetchone()
@@ -704,13 +739,19 @@ class Store:
         return BranchRow(row[0], _utf8(row[1]), row[2], row[3])
 
     def branches(self) -> list[BranchRow]:
-        """Return every branch, in creation order."""
-        return [
+        """Return every branch, in creation order (remembered for the read transaction)."""
+        memo = self._memo()
+        if memo is not None and "branches" in memo:
+            return list(memo["branches"])
+        rows = [
             BranchRow(r[0], _utf8(r[1]), r[2], r[3])
             for r in self.db.execute(
                 "SELECT no, CAST(name AS BLOB), size, head FROM branches ORDER BY no"
             )
         ]
+        if memo is not None:
+            memo["branches"] = tuple(rows)
+        return rows
 
     def add_branch(
         self, name: str, head: bytes, *, parent: str | None = None, anchor: int | None = None
@@ -986,10 +1027,16 @@ class Store:
         ]
 
     def latest_checkpoint(self, branch_no: int) -> tuple[int, bytes, str] | None:
-        """Return the stored checkpoint with the largest size, or None."""
+        """Return the stored checkpoint with the largest size, or None (remembered, ``_memo``)."""
+        memo = self._memo()
+        if memo is not None and ("checkpoint", branch_no) in memo:
+            return memo["checkpoint", branch_no]  # type: ignore[no-any-return]
         row = self.db.execute(
             "SELECT size, root, CAST(note AS BLOB) FROM checkpoints WHERE branch = ? "
             "ORDER BY size DESC LIMIT 1",
             (branch_no,),
         ).fetchone()
-        return None if row is None else (int(row[0]), bytes(row[1]), _utf8(row[2]))
+        got = None if row is None else (int(row[0]), bytes(row[1]), _utf8(row[2]))
+        if memo is not None:
+            memo["checkpoint", branch_no] = got
+        return got

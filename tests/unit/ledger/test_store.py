@@ -275,6 +275,39 @@ def test_read_is_a_snapshot(store: Store, tmp_path: Path) -> None:
         other.close()
 
 
+def test_read_memo_lasts_one_transaction_and_no_own_write(store: Store, tmp_path: Path) -> None:
+    """What a read transaction remembers (branches, meta, the newest checkpoint) is the
+    snapshot's: an edit by another process is seen by the next transaction, and a row this
+    connection writes inside the same one empties the memo at once."""
+    import subprocess
+    import sys
+
+    with store.write():
+        fill(store)
+        store.set_meta("n", 1)
+    with store.read():
+        assert store.meta("n") == 1
+        main = store.branches()[0]
+        assert store.branch("main") == main
+        assert store.latest_checkpoint(main.no) == (1, b"r" * 32, "note\n")
+        # The same connection writes a row inside the read: the memo is dropped at once.
+        store.db.execute("UPDATE meta SET value = 2 WHERE key = 'n'")
+        store.db.execute("UPDATE branches SET size = 7")
+        assert store.meta("n") == 2
+        assert store.branch("main").size == 7 == store.branches()[0].size
+        store.db.execute("ROLLBACK")
+    script = (
+        "import sqlite3, sys; db = sqlite3.connect(sys.argv[1]); db.executescript("
+        "\"UPDATE meta SET value = 3 WHERE key = 'n'; UPDATE branches SET size = 9; "
+        "UPDATE checkpoints SET note = 'edited'\"); db.commit(); db.close()"
+    )
+    subprocess.run([sys.executable, "-c", script, str(store.path)], check=True)
+    with store.read():  # a new snapshot: the other process's edit, whatever was remembered
+        assert store.meta("n") == 3
+        assert store.branches()[0].size == 9 == store.branch("main").size
+        assert store.latest_checkpoint(main.no) == (1, b"r" * 32, "edited")
+
+
 def test_busy_writer_waits_then_sees_commit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
