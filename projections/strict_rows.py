@@ -561,7 +561,7 @@ def _holds(ledger: Ledger, token: Token | None, proof: _Proof) -> bool:
     for no, rows in proof.rows.items() if held else ():
         seqs = [r[0] for r in rows]
         now = ledger.store.entry_rows(no, seqs)
-        if tuple(tuple(r) for r in now) != rows:
+        if tuple(now) != rows:  # each a named tuple: equal to the plain tuple of its fields
             held = False
             break
     if held:

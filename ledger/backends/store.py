@@ -111,6 +111,9 @@ def commit_counted(db: Any, changed: bool = True) -> None:
         raise
 
 
+_ROWS_MEMO_MAX: Final = 64
+"""At most this many entry rows read in one statement are remembered for the read
+transaction (``Store.iter_entry_rows``)."""
 _CACHE_MIN_LEVEL: Final = 3
 _CACHE_MAX: Final = 1 << 18  # cached node hashes (~30 MB at most)
 NODE_CACHE_MIN_LEVEL: Final = _CACHE_MIN_LEVEL
@@ -857,19 +860,37 @@ class Store:
         """Yield entry rows of a branch with ``start <= seq < stop`` in seq order.
 
         Reads in chunks with short read transactions, so memory stays bounded and a long scan
-        does not hold the WAL back from checkpointing.
+        does not hold the WAL back from checkpointing. In a read transaction, the last few
+        rows read in one statement are remembered (``_memo``): a read of rows among them (the
+        strict read of the entries the head check read just before) asks nothing again.
         """
+        memo = self._memo()
+        if memo is not None:
+            got = memo.get(("rows", branch_no))
+            if (
+                got is not None
+                and got[0] <= start
+                and (got[1] is None or (stop is not None and stop <= got[1]))
+            ):
+                yield from (r for r in got[2] if r.seq >= start and (stop is None or r.seq < stop))
+                return
         lo = entry_key(branch_no, start)
         hi = entry_key(branch_no, (1 << BRANCH_SHIFT) - 1 if stop is None else stop)
         mask = (1 << BRANCH_SHIFT) - 1
+        first = True
         while True:
             rows: list[Any] = self.db.execute(
                 "SELECT k, hash, data, digest, salt, content, erased_by FROM entries "
                 "WHERE k >= ? AND k < ? ORDER BY k LIMIT ?",
                 (lo, hi, chunk),
             ).fetchall()
-            for r in rows:
-                yield EntryRow(r[0] & mask, r[1], r[2], r[3], r[4], r[5], r[6])
+            got_rows = [EntryRow(r[0] & mask, r[1], r[2], r[3], r[4], r[5], r[6]) for r in rows]
+            if memo is not None and first and len(rows) <= _ROWS_MEMO_MAX:
+                # Every row of the branch from ``start`` up to ``end`` is among them.
+                end = stop if len(rows) < chunk else got_rows[-1].seq + 1
+                memo["rows", branch_no] = (start, end, tuple(got_rows))
+            first = False
+            yield from got_rows
             if len(rows) < chunk:
                 return
             lo = rows[-1][0] + 1

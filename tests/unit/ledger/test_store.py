@@ -276,9 +276,9 @@ def test_read_is_a_snapshot(store: Store, tmp_path: Path) -> None:
 
 
 def test_read_memo_lasts_one_transaction_and_no_own_write(store: Store, tmp_path: Path) -> None:
-    """What a read transaction remembers (branches, meta, the newest checkpoint) is the
-    snapshot's: an edit by another process is seen by the next transaction, and a row this
-    connection writes inside the same one empties the memo at once."""
+    """What a read transaction remembers (branches, meta, the newest checkpoint, the rows of
+    one entry read) is the snapshot's: an edit by another process is seen by the next
+    transaction, and a row this connection writes inside the same one empties the memo."""
     import subprocess
     import sys
 
@@ -290,22 +290,31 @@ def test_read_memo_lasts_one_transaction_and_no_own_write(store: Store, tmp_path
         main = store.branches()[0]
         assert store.branch("main") == main
         assert store.latest_checkpoint(main.no) == (1, b"r" * 32, "note\n")
+        assert [r.data for r in store.iter_entry_rows(main.no, 0, None, chunk=2)] == [b"data"]
+        assert [r.data for r in store.iter_entry_rows(main.no, 0, 1)] == [b"data"]  # remembered
         # The same connection writes a row inside the read: the memo is dropped at once.
         store.db.execute("UPDATE meta SET value = 2 WHERE key = 'n'")
         store.db.execute("UPDATE branches SET size = 7")
+        store.db.execute("UPDATE entries SET data = CAST('mine' AS BLOB)")
         assert store.meta("n") == 2
         assert store.branch("main").size == 7 == store.branches()[0].size
+        assert [r.data for r in store.iter_entry_rows(main.no, 0, 1)] == [b"mine"]
         store.db.execute("ROLLBACK")
     script = (
         "import sqlite3, sys; db = sqlite3.connect(sys.argv[1]); db.executescript("
         "\"UPDATE meta SET value = 3 WHERE key = 'n'; UPDATE branches SET size = 9; "
-        "UPDATE checkpoints SET note = 'edited'\"); db.commit(); db.close()"
+        "UPDATE checkpoints SET note = 'edited'; UPDATE entries SET data = CAST('evil' AS BLOB)"
+        '"); db.commit(); db.close()'
     )
-    subprocess.run([sys.executable, "-c", script, str(store.path)], check=True)
+    with store.read():
+        assert [r.data for r in store.iter_entry_rows(main.no, 0, None, chunk=2)] == [b"data"]
+        subprocess.run([sys.executable, "-c", script, str(store.path)], check=True)
+        assert [r.data for r in store.iter_entry_rows(main.no, 0, 1)] == [b"data"]  # snapshot
     with store.read():  # a new snapshot: the other process's edit, whatever was remembered
         assert store.meta("n") == 3
         assert store.branches()[0].size == 9 == store.branch("main").size
         assert store.latest_checkpoint(main.no) == (1, b"r" * 32, "edited")
+        assert [r.data for r in store.iter_entry_rows(main.no, 0, 1)] == [b"evil"]
 
 
 def test_busy_writer_waits_then_sees_commit(
