@@ -510,10 +510,17 @@ class Store:
             # Inside the write transaction nobody else can commit (we hold the write lock):
             # the number read at its first call holds until COMMIT or ROLLBACK.
             return self._txn_version
+        memo = self._memo()
+        if memo is not None and "data_version" in memo:
+            # A read transaction's number is its snapshot's (the PRAGMA reads it at the
+            # snapshot, which its first read takes): asked again, it gives the same.
+            return memo["data_version"]  # type: ignore[no-any-return]
         row = self.db.execute("PRAGMA data_version").fetchone()
         version = None if row is None else int(row[0])
         if self._write_open:
             self._txn_version = version
+        if memo is not None:
+            memo["data_version"] = version
         return version
 
     def close(self) -> None:
@@ -837,8 +844,25 @@ class Store:
         return EntryRow(row[0] & ((1 << BRANCH_SHIFT) - 1), *row[1:])
 
     def entry_rows(self, branch_no: int, seqs: Sequence[int]) -> list[EntryRow]:
-        """Return the stored rows at ``seqs`` of a branch (those that exist), by seq."""
+        """Return the stored rows at ``seqs`` of a branch (those that exist), by seq.
+
+        Seqs that are a run (each once, consecutive: a check's entries re-read) are read as
+        one range, a quarter cheaper than looking each key up.
+        """
         mask = (1 << BRANCH_SHIFT) - 1
+        if (
+            1 < len(seqs) <= 500
+            and seqs[0] >= 0
+            and list(seqs) == list(range(seqs[0], seqs[0] + len(seqs)))
+        ):
+            return [
+                EntryRow(r[0] & mask, r[1], r[2], r[3], r[4], r[5], r[6])
+                for r in self.db.execute(
+                    "SELECT k, hash, data, digest, salt, content, erased_by FROM entries "
+                    "WHERE k >= ? AND k < ? ORDER BY k",
+                    (entry_key(branch_no, seqs[0]), entry_key(branch_no, seqs[0] + len(seqs))),
+                )
+            ]
         keys = [entry_key(branch_no, s) for s in seqs]
         out: list[EntryRow] = []
         for part in range(0, len(keys), 500):
@@ -880,8 +904,11 @@ class Store:
         first = True
         while True:
             rows: list[Any] = self.db.execute(
+                # The limit as an expression, not a bare parameter: with a bare one this
+                # SQLite build plans the statement again each time it is bound (2-4x the
+                # cost of reading a few rows, most after another connection's commit).
                 "SELECT k, hash, data, digest, salt, content, erased_by FROM entries "
-                "WHERE k >= ? AND k < ? ORDER BY k LIMIT ?",
+                "WHERE k >= ? AND k < ? ORDER BY k LIMIT CAST(? AS INTEGER)",
                 (lo, hi, chunk),
             ).fetchall()
             got_rows = [EntryRow(r[0] & mask, r[1], r[2], r[3], r[4], r[5], r[6]) for r in rows]
@@ -1053,8 +1080,10 @@ class Store:
         if memo is not None and ("checkpoint", branch_no) in memo:
             return memo["checkpoint", branch_no]  # type: ignore[no-any-return]
         row = self.db.execute(
-            "SELECT size, root, CAST(note AS BLOB) FROM checkpoints WHERE branch = ? "
-            "ORDER BY size DESC LIMIT 1",
+            # CAST: the branch as an expression, as in ``iter_entry_rows`` (a bare parameter
+            # before the ORDER BY has the statement planned again at each use).
+            "SELECT size, root, CAST(note AS BLOB) FROM checkpoints "
+            "WHERE branch = CAST(? AS INTEGER) ORDER BY size DESC LIMIT 1",
             (branch_no,),
         ).fetchone()
         got = None if row is None else (int(row[0]), bytes(row[1]), _utf8(row[2]))
