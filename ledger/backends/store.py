@@ -305,7 +305,7 @@ class Store:
     _txn_version: int | None = None  # the ``data_version`` read in the open write
     _read_memo: dict[object, Any] | None = None
     """What the open read transaction (``read``) has read, by what was asked: the same
-    statement in one snapshot gives the same rows (``_memo``); None outside one."""
+    statement in one snapshot gives the same rows (``read_memo``); None outside one."""
     _read_memo_changes: int = (
         -1
     )  # this connection's ``total_changes()`` when ``_read_memo`` was filled
@@ -510,7 +510,7 @@ class Store:
             # Inside the write transaction nobody else can commit (we hold the write lock):
             # the number read at its first call holds until COMMIT or ROLLBACK.
             return self._txn_version
-        memo = self._memo()
+        memo = self.read_memo()
         if memo is not None and "data_version" in memo:
             # A read transaction's number is its snapshot's (the PRAGMA reads it at the
             # snapshot, which its first read takes): asked again, it gives the same.
@@ -665,14 +665,16 @@ class Store:
         else:
             yield self.db
 
-    def _memo(self) -> dict[object, Any] | None:
+    def read_memo(self) -> dict[object, Any] | None:
         """Return what the open read transaction has read (``_read_memo``), or None outside one.
 
         One read transaction is one snapshot: a statement asked again in it gives the rows it
         gave (another connection's commit is not seen until the next transaction). Only this
         connection could change them, by writing: any row it writes (``total_changes``)
         empties the memo. Outside a read transaction ``read`` opened (in a write, in
-        autocommit) nothing is remembered.
+        autocommit) nothing is remembered. A reader above the store may keep in it what it
+        derived from rows read in the transaction (``StrictReader``: entries it decoded), by
+        a key of its own (a tuple whose first item names it).
         """
         snap = self._read_memo
         if snap is None or not self.db.in_transaction:
@@ -709,8 +711,8 @@ class Store:
     # -- meta and branches --------------------------------------------------------------------
 
     def meta(self, key: str) -> Any:
-        """Return a meta value, or None (remembered for the read transaction, ``_memo``)."""
-        memo = self._memo()
+        """Return a meta value, or None (remembered for the read transaction, ``read_memo``)."""
+        memo = self.read_memo()
         if memo is not None and ("meta", key) in memo:
             return memo["meta", key]
         row = self.db.execute(
@@ -736,7 +738,7 @@ class Store:
         Raises:
             NotFoundError: if there is no such branch.
         """
-        memo = self._memo()
+        memo = self.read_memo()
         if memo is not None and "branches" in memo:
             for b in memo["branches"]:
                 if b.name == name:
@@ -750,7 +752,7 @@ class Store:
 
     def branches(self) -> list[BranchRow]:
         """Return every branch, in creation order (remembered for the read transaction)."""
-        memo = self._memo()
+        memo = self.read_memo()
         if memo is not None and "branches" in memo:
             return list(memo["branches"])
         rows = [
@@ -885,10 +887,10 @@ class Store:
 
         Reads in chunks with short read transactions, so memory stays bounded and a long scan
         does not hold the WAL back from checkpointing. In a read transaction, the last few
-        rows read in one statement are remembered (``_memo``): a read of rows among them (the
+        rows read in one statement are remembered (``read_memo``): a read of rows among them (the
         strict read of the entries the head check read just before) asks nothing again.
         """
-        memo = self._memo()
+        memo = self.read_memo()
         if memo is not None:
             got = memo.get(("rows", branch_no))
             if (
@@ -1075,8 +1077,8 @@ class Store:
         ]
 
     def latest_checkpoint(self, branch_no: int) -> tuple[int, bytes, str] | None:
-        """Return the stored checkpoint with the largest size, or None (remembered, ``_memo``)."""
-        memo = self._memo()
+        """Return the stored checkpoint with the largest size, or None (kept, ``read_memo``)."""
+        memo = self.read_memo()
         if memo is not None and ("checkpoint", branch_no) in memo:
             return memo["checkpoint", branch_no]  # type: ignore[no-any-return]
         row = self.db.execute(
