@@ -734,12 +734,17 @@ def check_objects(
     proofs = _PROOFS.setdefault(ledger, {})
     if todo and proofs:
         still = []
+        verdicts: dict[int, bool] = {}  # the objects checked together share one proof
         for k, o in todo:
             proof = proofs.get(k)
-            if proof is not None and _holds(ledger, token, proof):
-                memo.add(k)
-            else:
-                still.append((k, o))
+            if proof is not None:
+                held = verdicts.get(id(proof))
+                if held is None:
+                    held = verdicts[id(proof)] = _holds(ledger, token, proof)
+                if held:
+                    memo.add(k)
+                    continue
+            still.append((k, o))
         todo = still
     if todo:
         heads = heads_of(ledger)
