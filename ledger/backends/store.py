@@ -19,6 +19,11 @@ module, not the ledger. Tables (schema version 2):
 
 Entries are append-ordered rowid keys, so a batch fills pages sequentially (no random b-tree
 inserts); ids we assign are UUIDv7 for the same reason.
+
+Kept whole: ``Store`` is the store interface itself, one class whose every method the
+PostgreSQL store (``backends.pg.PgStore``) overrides or inherits; its transactions, the read
+transaction's memo (``read_memo``) and the reads that use it are one idea, split only at the
+cost of the interface.
 """
 
 from __future__ import annotations
