@@ -602,13 +602,22 @@ class StrictReader:
             raise _past_head(head.branch, past[0].seq, size)
         if [r.seq for r in rows] != list(range(lo, size)):
             return False  # an entry missing: the first-read path names it
-        leaves = [leaf_hash(bytes(r.data)) for r in rows]
+        # Decoded (natively, with the link to the entry before when it is known) for the
+        # strict read of the same entries that follows (``rows``); only their leaves here.
+        before = self._leaves.get((head.no, lo - 1)) if lo > 0 else None
+        decoded = None
+        if lo == 0 or before is not None:
+            decoded = self._decode_chunk(head.branch, lo, rows, before)
+        leaves = decoded[1] if decoded is not None else [leaf_hash(bytes(r.data)) for r in rows]
         try:
             self._prove(head, lo, leaves)
         except IntegrityError:
             return False  # the first-read path proves the last entry alone, as ever
         if stored_head != leaves[-1]:
             raise _fail(3, head.branch, None, "the stored chain head is not the last entry")
+        memo = self.store.read_memo()
+        if decoded is not None and memo is not None:
+            memo["strict", head.no, head.root, lo, size] = (before, rows, decoded)
         return True
 
     def _check_trusted(self, head: SignedHead) -> None:
@@ -725,9 +734,23 @@ class StrictReader:
         prev: bytes | None = None
         if seq > 0 and seq < want:
             prev = self._leaf(head, seq - 1)
+        memo = self.store.read_memo()
         while seq < want:
             end = min(seq + _CHUNK, want)
             signed_end = min(end, head.size)
+            kept = (
+                None if memo is None else memo.pop(("strict", head.no, head.root, seq, end), None)
+            )
+            if kept is not None and kept[0] == prev:
+                # The head check read and decoded these rows in this transaction (nothing
+                # written since: ``read_memo``), with the same link before: the same checks.
+                rows, (entries, leaves) = kept[1], kept[2]
+                if signed_end > seq:
+                    self._prove(head, seq, leaves[: signed_end - seq])
+                yield from zip(rows, entries, strict=True)
+                prev = leaves[-1] if leaves else prev
+                seq = end
+                continue
             rows = list(self.store.iter_entry_rows(head.no, seq, end))
             for i, r in enumerate(rows):
                 if r.seq != seq + i:

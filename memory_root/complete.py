@@ -150,11 +150,10 @@ _Held = dict[object, tuple[Heads, object]]
 _HELD: Final[weakref.WeakKeyDictionary[Ledger, _Held]] = weakref.WeakKeyDictionary()
 """Per open ledger: each check that held -> the heads and the position it held at (a file: the
 WAL floor, ``Mark``; PostgreSQL: the host cache's ``data_version``)."""
-_WATCHED: Final[weakref.WeakKeyDictionary[Ledger, tuple[Mark, frozenset[int], Schema]]] = (
-    weakref.WeakKeyDictionary()
-)
-"""Per open ledger: the pages and schema of ``_READS`` (``wal_pages.table_pages``), exact as
-of a floor."""
+_Watched = tuple[Mark, frozenset[int], Schema, frozenset[int]]
+_WATCHED: Final[weakref.WeakKeyDictionary[Ledger, _Watched]] = weakref.WeakKeyDictionary()
+"""Per open ledger: the pages and schema of ``_READS`` (``wal_pages.table_pages``) and the
+pages of the schema table itself (``wal_pages.schema_pages``), exact as of a floor."""
 
 
 def _held(ledger: Ledger) -> _Held:
@@ -220,13 +219,21 @@ def _still_holds(ledger: Ledger, key: object) -> bool:
         return False
     db = ledger.derived.db
     watched = _WATCHED.get(ledger)
-    if watched is None or watched[0] != then or watched[2] != wal_pages.schema(db, _READS):
-        watched = (then, *wal_pages.table_pages(db, _READS))
+    if watched is not None and watched[0] == then and not changed.isdisjoint(watched[3]):
+        # The schema table written since (a table made, dropped or moved; or only its first
+        # page's file header, as the file grew): its rows decide, and its pages are read anew.
+        if watched[2] != wal_pages.schema(db, _READS):
+            watched = None
+        else:
+            watched = (*watched[:3], wal_pages.schema_pages(db))
+    if watched is None or watched[0] != then:
+        watched = (then, *wal_pages.table_pages(db, _READS), wal_pages.schema_pages(db))
     if not changed.isdisjoint(watched[1]):
         _WATCHED.pop(ledger, None)
         return False
-    # Nothing it read changed up to the WAL's end: it holds here, and the pages are exact.
-    _WATCHED[ledger] = (here, watched[1], watched[2])
+    # Nothing it read changed up to the WAL's end: it holds here, and the pages are exact
+    # (no page of the schema table written since: its rows are the ones the pages were of).
+    _WATCHED[ledger] = (here, watched[1], watched[2], watched[3])
     _held(ledger)[key] = (heads_of(ledger), here)
     return True
 

@@ -611,7 +611,7 @@ def _holds(ledger: Ledger, token: Token | None, proof: _Proof) -> bool:
     for no, rows in proof.rows.items() if held else ():
         seqs = [r[0] for r in rows]
         now = ledger.store.entry_rows(no, seqs)
-        if tuple(tuple(r) for r in now) != rows:
+        if tuple(now) != rows:  # each a named tuple: equal to the plain tuple of its fields
             held = False
             break
     if held:
@@ -819,12 +819,17 @@ def check_objects(
     proofs = _PROOFS.setdefault(ledger, {})
     if todo and proofs:
         still = []
+        verdicts: dict[int, bool] = {}  # the objects checked together share one proof
         for k, o in todo:
             proof = proofs.get(k)
-            if proof is not None and _holds(ledger, token, proof):
-                memo.add(k)
-            else:
-                still.append((k, o))
+            if proof is not None:
+                held = verdicts.get(id(proof))
+                if held is None:
+                    held = verdicts[id(proof)] = _holds(ledger, token, proof)
+                if held:
+                    memo.add(k)
+                    continue
+            still.append((k, o))
         todo = still
     if todo:
         heads = heads_of(ledger)

@@ -5,6 +5,8 @@ file runs in WAL mode, where every commit appends the pages it changed to the ``
 as frames (a 24-byte header naming the page, then the page), never overwriting a frame until
 the log restarts with new salts. So the frames after a mark name every page any connection
 wrote since; a restart (the header's salts changed) loses that knowledge and answers None.
+The ``-shm`` wal-index lists the same pages, one number per committed frame: ``pages_since``
+reads that list (a few bytes) and reads the frames' headers only where it cannot say.
 
 A table (with its indexes) is unchanged while no frame since names one of its b-trees' pages
 (``table_pages``): changing a row rewrites the page that holds it; adding or freeing a page
@@ -30,7 +32,16 @@ import apsw
 
 from memroot.ledger.backends import fds
 
-__all__ = ["Mark", "Schema", "floor", "mark", "pages_since", "schema", "table_pages"]
+__all__ = [
+    "Mark",
+    "Schema",
+    "floor",
+    "mark",
+    "pages_since",
+    "schema",
+    "schema_pages",
+    "table_pages",
+]
 
 _HEADER: Final = struct.Struct(">IIIIII")  # magic, version, page size, ckpt seq, salt-1, salt-2
 _FRAME: Final = struct.Struct(">IIII")  # page number, size after commit, salt-1, salt-2
@@ -89,6 +100,35 @@ def _scan(path: Path, start: int, pages: set[int] | None) -> Mark | None:
 _SHM_HEADER: Final = struct.Struct("=IIIBBHIIII8s")  # WalIndexHdr, native order, 48 bytes
 _SHM: Final[dict[Path, str]] = {}
 """A ledger's path -> its ``-shm`` file's name (``floor`` runs before every read)."""
+_INDEX_VERSION: Final = 3007000
+"""The wal-index format ``_listed`` reads (``WALINDEX_MAX_VERSION`` of SQLite's wal.c)."""
+_INDEX_HEADER: Final = 136
+"""Bytes before the first block's page numbers: two ``WalIndexHdr`` copies and ``WalCkptInfo``."""
+_INDEX_FIRST: Final = 4062
+"""How many frames the wal-index's first block lists: (16384 - 136) / 4 (wal.c's
+``HASHTABLE_NPAGE_ONE``); ``_listed`` reads that block only."""
+_INDEX_AHEAD: Final = 64
+"""How many frames past a mark ``_listed`` reads with the header, in one system call."""
+
+
+def _shm(path: Path) -> str:
+    shm = _SHM.get(path)
+    if shm is None:
+        if len(_SHM) >= 256:
+            _SHM.clear()
+        shm = _SHM[path] = str(path.with_name(path.name + "-shm"))
+    return shm
+
+
+def _header(raw: bytes) -> Mark | None:
+    """Return the position a wal-index header (``raw[:96]``, both copies) names, or None."""
+    if len(raw) < 96 or raw[:48] != raw[48:96]:
+        return None
+    _, _, _, init, _, size, frames, _, _, _, salts = _SHM_HEADER.unpack_from(raw)
+    if not init:
+        return None
+    s1, s2 = struct.unpack(">II", salts)
+    return Mark(s1, s2, 65536 if size == 1 else size, frames)
 
 
 def floor(path: Path) -> Mark | None:
@@ -99,22 +139,54 @@ def floor(path: Path) -> Mark | None:
     to it is in the transaction's snapshot; a commit after it shows in ``pages_since``.
     None when the header cannot be read or its two copies differ (a writer is updating it).
     """
-    shm = _SHM.get(path)
-    if shm is None:
-        if len(_SHM) >= 256:
-            _SHM.clear()
-        shm = _SHM[path] = str(path.with_name(path.name + "-shm"))
     try:
-        raw = fds.pread(shm, 0, 96)
+        raw = fds.pread(_shm(path), 0, 96)
     except OSError:
         return None
-    if len(raw) < 96 or raw[:48] != raw[48:96]:
-        return None
-    _, _, _, init, _, size, frames, _, _, _, salts = _SHM_HEADER.unpack_from(raw)
-    if not init:
-        return None
-    s1, s2 = struct.unpack(">II", salts)
-    return Mark(s1, s2, 65536 if size == 1 else size, frames)
+    return _header(raw)
+
+
+_UNLISTED: Final = frozenset({-1})
+"""``_listed``'s answer when the wal-index cannot say (the frames themselves are read then)."""
+
+
+def _listed(path: Path, since: Mark) -> frozenset[int] | None:
+    """``pages_since`` from the wal-index (sqlite.org/walformat.html, "The WAL-Index Format").
+
+    For each frame, the ``-shm`` file lists the page it holds (``aPgno``, native order),
+    written before the header's ``mxFrame`` moves past the frame: the frames committed since
+    ``since`` are then one slice of it, a few bytes, not their headers in the ``-wal`` (each
+    a page apart). Only committed frames are listed: a commit still being written is in no
+    read transaction's snapshot that this slice is read after, and a reader's snapshot
+    keeps the WAL from restarting under the frames up to it. None when the log restarted
+    (other salts) or holds fewer frames than at the mark, as ``pages_since``; ``_UNLISTED``
+    when the index cannot say (not readable, a header being written, another format, the
+    frames past its first block, a slot not written): the frames are then read.
+    """
+    try:
+        want = _INDEX_HEADER + 4 * (since.frames + _INDEX_AHEAD)
+        raw = fds.pread(_shm(path), 0, want)
+        now = _header(raw)
+        if now is None or _SHM_HEADER.unpack_from(raw)[0] != _INDEX_VERSION:
+            return _UNLISTED
+        if (now.salt1, now.salt2, now.page_size) != (since.salt1, since.salt2, since.page_size):
+            return None
+        if now.frames < since.frames:
+            return None
+        if now.frames > _INDEX_FIRST:
+            return _UNLISTED
+        end = _INDEX_HEADER + 4 * now.frames
+        if len(raw) < end:
+            raw += fds.pread(_shm(path), len(raw), end - len(raw))
+        if len(raw) < end:
+            return _UNLISTED
+        count = now.frames - since.frames
+        pages = struct.unpack_from(f"={count}I", raw, _INDEX_HEADER + 4 * since.frames)
+    except OSError:
+        return _UNLISTED
+    if 0 in pages:
+        return _UNLISTED  # a slot not written: not an index this reader understands
+    return frozenset(pages)
 
 
 def mark(path: Path) -> Mark | None:
@@ -126,8 +198,13 @@ def pages_since(path: Path, since: Mark) -> frozenset[int] | None:
     """Return every page a frame after ``since`` names, or None when that cannot be known.
 
     None when the log restarted (other salts), holds fewer frames than at the mark, or
-    cannot be read. Frames of a commit still being written count too (conservative).
+    cannot be read. Read from the wal-index (``_listed``: the committed frames' pages, one
+    small read), or when it cannot say, from the frames' headers in the ``-wal`` (where the
+    frames of a commit still being written count too).
     """
+    listed = _listed(path, since)
+    if listed is not _UNLISTED:
+        return listed
     try:
         head = fds.pread(_wal(path), 0, 32)
     except OSError:
@@ -176,5 +253,21 @@ def schema(db: apsw.Connection, tables: Iterable[str]) -> Schema:
                 f"SELECT type, name, rootpage, sql FROM sqlite_master WHERE tbl_name IN ({marks})",
                 wanted,
             )
+        )
+    )
+
+
+def schema_pages(db: apsw.Connection) -> frozenset[int]:
+    """Return the pages of the schema table's b-tree (``sqlite_schema``, page 1 its root).
+
+    While no commit wrote one of them, every ``schema`` row is as it was: a row changed,
+    added or removed rewrites the page that holds it, and a page added or freed its parent.
+    Page 1 also holds the file's header, which SQLite rewrites as the file grows: a caller
+    then reads the rows themselves. Read through ``dbstat``, as ``table_pages``.
+    """
+    return frozenset(
+        int(r[0])
+        for r in db.execute(
+            "SELECT pageno FROM dbstat WHERE name IN ('sqlite_schema', 'sqlite_master')"
         )
     )

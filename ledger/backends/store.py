@@ -19,6 +19,11 @@ module, not the ledger. Tables (schema version 2):
 
 Entries are append-ordered rowid keys, so a batch fills pages sequentially (no random b-tree
 inserts); ids we assign are UUIDv7 for the same reason.
+
+Kept whole: ``Store`` is the store interface itself, one class whose every method the
+PostgreSQL store (``backends.pg.PgStore``) overrides or inherits; its transactions, the read
+transaction's memo (``read_memo``) and the reads that use it are one idea, split only at the
+cost of the interface.
 """
 
 from __future__ import annotations
@@ -111,6 +116,9 @@ def commit_counted(db: Any, changed: bool = True) -> None:
         raise
 
 
+_ROWS_MEMO_MAX: Final = 64
+"""At most this many entry rows read in one statement are remembered for the read
+transaction (``Store.iter_entry_rows``)."""
 _CACHE_MIN_LEVEL: Final = 3
 _CACHE_MAX: Final = 1 << 18  # cached node hashes (~30 MB at most)
 NODE_CACHE_MIN_LEVEL: Final = _CACHE_MIN_LEVEL
@@ -300,6 +308,12 @@ class Store:
     floor: object = None
     """What ``read_floor`` returned before the current (or last) read transaction began."""
     _txn_version: int | None = None  # the ``data_version`` read in the open write
+    _read_memo: dict[object, Any] | None = None
+    """What the open read transaction (``read``) has read, by what was asked: the same
+    statement in one snapshot gives the same rows (``read_memo``); None outside one."""
+    _read_memo_changes: int = (
+        -1
+    )  # this connection's ``total_changes()`` when ``_read_memo`` was filled
     committed_version: int | None = None
     """The ``data_version`` read inside this connection's last committed write (None when
     that write read none or the last write rolled back): the file's number as of that COMMIT;
@@ -501,10 +515,17 @@ class Store:
             # Inside the write transaction nobody else can commit (we hold the write lock):
             # the number read at its first call holds until COMMIT or ROLLBACK.
             return self._txn_version
+        memo = self.read_memo()
+        if memo is not None and "data_version" in memo:
+            # A read transaction's number is its snapshot's (the PRAGMA reads it at the
+            # snapshot, which its first read takes): asked again, it gives the same.
+            return memo["data_version"]  # type: ignore[no-any-return]
         row = self.db.execute("PRAGMA data_version").fetchone()
         version = None if row is None else int(row[0])
         if self._write_open:
             self._txn_version = version
+        if memo is not None:
+            memo["data_version"] = version
         return version
 
     def close(self) -> None:
@@ -639,13 +660,35 @@ class Store:
                 self.db.execute("BEGIN DEFERRED")
             except apsw.Error as e:
                 raise _storage_error(e, self.path) from e
+            self._read_memo, self._read_memo_changes = {}, self.db.total_changes()
             try:
                 yield self.db
             finally:
+                self._read_memo = None
                 with contextlib.suppress(apsw.Error):
                     self.db.execute("COMMIT")
         else:
             yield self.db
+
+    def read_memo(self) -> dict[object, Any] | None:
+        """Return what the open read transaction has read (``_read_memo``), or None outside one.
+
+        One read transaction is one snapshot: a statement asked again in it gives the rows it
+        gave (another connection's commit is not seen until the next transaction). Only this
+        connection could change them, by writing: any row it writes (``total_changes``)
+        empties the memo. Outside a read transaction ``read`` opened (in a write, in
+        autocommit) nothing is remembered. A reader above the store may keep in it what it
+        derived from rows read in the transaction (``StrictReader``: entries it decoded), by
+        a key of its own (a tuple whose first item names it).
+        """
+        snap = self._read_memo
+        if snap is None or not self.db.in_transaction:
+            return None
+        changes = self.db.total_changes()
+        if changes != self._read_memo_changes:
+            snap.clear()
+            self._read_memo_changes = changes
+        return snap
 
     def copy_snapshot(self, dst: Path) -> None:
         """Copy the whole file, as one read transaction sees it, to a new file ``dst``.
@@ -673,14 +716,18 @@ class Store:
     # -- meta and branches --------------------------------------------------------------------
 
     def meta(self, key: str) -> Any:
-        """Return a meta value, or None."""
+        """Return a meta value, or None (remembered for the read transaction, ``read_memo``)."""
+        memo = self.read_memo()
+        if memo is not None and ("meta", key) in memo:
+            return memo["meta", key]
         row = self.db.execute(
             f"SELECT typeof(value) = 'text', {_AS_BLOB.format('value')} FROM meta WHERE key = ?",
             (key,),
         ).fetchone()
-        if row is None:
-            return None
-        return _utf8(row[1]) if row[0] else row[1]
+        value = None if row is None else _utf8(row[1]) if row[0] else row[1]
+        if memo is not None:
+            memo["meta", key] = value
+        return value
 
     def set_meta(self, key: str, value: Any) -> None:
         """Set a meta value (inside a write transaction)."""
@@ -696,6 +743,11 @@ class Store:
         Raises:
             NotFoundError: if there is no such branch.
         """
+        memo = self.read_memo()
+        if memo is not None and "branches" in memo:
+            for b in memo["branches"]:
+                if b.name == name:
+                    return b  # type: ignore[no-any-return]
         row = self.db.execute(
             "SELECT no, CAST(name AS BLOB), size, head FROM branches WHERE name = ?", (name,)
         ).fetchone()
@@ -704,13 +756,19 @@ class Store:
         return BranchRow(row[0], _utf8(row[1]), row[2], row[3])
 
     def branches(self) -> list[BranchRow]:
-        """Return every branch, in creation order."""
-        return [
+        """Return every branch, in creation order (remembered for the read transaction)."""
+        memo = self.read_memo()
+        if memo is not None and "branches" in memo:
+            return list(memo["branches"])
+        rows = [
             BranchRow(r[0], _utf8(r[1]), r[2], r[3])
             for r in self.db.execute(
                 "SELECT no, CAST(name AS BLOB), size, head FROM branches ORDER BY no"
             )
         ]
+        if memo is not None:
+            memo["branches"] = tuple(rows)
+        return rows
 
     def add_branch(
         self, name: str, head: bytes, *, parent: str | None = None, anchor: int | None = None
@@ -793,8 +851,25 @@ class Store:
         return EntryRow(row[0] & ((1 << BRANCH_SHIFT) - 1), *row[1:])
 
     def entry_rows(self, branch_no: int, seqs: Sequence[int]) -> list[EntryRow]:
-        """Return the stored rows at ``seqs`` of a branch (those that exist), by seq."""
+        """Return the stored rows at ``seqs`` of a branch (those that exist), by seq.
+
+        Seqs that are a run (each once, consecutive: a check's entries re-read) are read as
+        one range, a quarter cheaper than looking each key up.
+        """
         mask = (1 << BRANCH_SHIFT) - 1
+        if (
+            1 < len(seqs) <= 500
+            and seqs[0] >= 0
+            and list(seqs) == list(range(seqs[0], seqs[0] + len(seqs)))
+        ):
+            return [
+                EntryRow(r[0] & mask, r[1], r[2], r[3], r[4], r[5], r[6])
+                for r in self.db.execute(
+                    "SELECT k, hash, data, digest, salt, content, erased_by FROM entries "
+                    "WHERE k >= ? AND k < ? ORDER BY k",
+                    (entry_key(branch_no, seqs[0]), entry_key(branch_no, seqs[0] + len(seqs))),
+                )
+            ]
         keys = [entry_key(branch_no, s) for s in seqs]
         out: list[EntryRow] = []
         for part in range(0, len(keys), 500):
@@ -816,19 +891,40 @@ class Store:
         """Yield entry rows of a branch with ``start <= seq < stop`` in seq order.
 
         Reads in chunks with short read transactions, so memory stays bounded and a long scan
-        does not hold the WAL back from checkpointing.
+        does not hold the WAL back from checkpointing. In a read transaction, the last few
+        rows read in one statement are remembered (``read_memo``): a read of rows among them (the
+        strict read of the entries the head check read just before) asks nothing again.
         """
+        memo = self.read_memo()
+        if memo is not None:
+            got = memo.get(("rows", branch_no))
+            if (
+                got is not None
+                and got[0] <= start
+                and (got[1] is None or (stop is not None and stop <= got[1]))
+            ):
+                yield from (r for r in got[2] if r.seq >= start and (stop is None or r.seq < stop))
+                return
         lo = entry_key(branch_no, start)
         hi = entry_key(branch_no, (1 << BRANCH_SHIFT) - 1 if stop is None else stop)
         mask = (1 << BRANCH_SHIFT) - 1
+        first = True
         while True:
             rows: list[Any] = self.db.execute(
+                # The limit as an expression, not a bare parameter: with a bare one this
+                # SQLite build plans the statement again each time it is bound (2-4x the
+                # cost of reading a few rows, most after another connection's commit).
                 "SELECT k, hash, data, digest, salt, content, erased_by FROM entries "
-                "WHERE k >= ? AND k < ? ORDER BY k LIMIT ?",
+                "WHERE k >= ? AND k < ? ORDER BY k LIMIT CAST(? AS INTEGER)",
                 (lo, hi, chunk),
             ).fetchall()
-            for r in rows:
-                yield EntryRow(r[0] & mask, r[1], r[2], r[3], r[4], r[5], r[6])
+            got_rows = [EntryRow(r[0] & mask, r[1], r[2], r[3], r[4], r[5], r[6]) for r in rows]
+            if memo is not None and first and len(rows) <= _ROWS_MEMO_MAX:
+                # Every row of the branch from ``start`` up to ``end`` is among them.
+                end = stop if len(rows) < chunk else got_rows[-1].seq + 1
+                memo["rows", branch_no] = (start, end, tuple(got_rows))
+            first = False
+            yield from got_rows
             if len(rows) < chunk:
                 return
             lo = rows[-1][0] + 1
@@ -986,10 +1082,18 @@ class Store:
         ]
 
     def latest_checkpoint(self, branch_no: int) -> tuple[int, bytes, str] | None:
-        """Return the stored checkpoint with the largest size, or None."""
+        """Return the stored checkpoint with the largest size, or None (kept, ``read_memo``)."""
+        memo = self.read_memo()
+        if memo is not None and ("checkpoint", branch_no) in memo:
+            return memo["checkpoint", branch_no]  # type: ignore[no-any-return]
         row = self.db.execute(
-            "SELECT size, root, CAST(note AS BLOB) FROM checkpoints WHERE branch = ? "
-            "ORDER BY size DESC LIMIT 1",
+            # CAST: the branch as an expression, as in ``iter_entry_rows`` (a bare parameter
+            # before the ORDER BY has the statement planned again at each use).
+            "SELECT size, root, CAST(note AS BLOB) FROM checkpoints "
+            "WHERE branch = CAST(? AS INTEGER) ORDER BY size DESC LIMIT 1",
             (branch_no,),
         ).fetchone()
-        return None if row is None else (int(row[0]), bytes(row[1]), _utf8(row[2]))
+        got = None if row is None else (int(row[0]), bytes(row[1]), _utf8(row[2]))
+        if memo is not None:
+            memo["checkpoint", branch_no] = got
+        return got

@@ -96,6 +96,56 @@ def test_row_deleted_and_wal_truncated(path: Path) -> None:
             mem.recall(limit=1)
 
 
+def test_object_table_moved_to_a_copy_after_benign_commit(path: Path) -> None:
+    """The object table pointed at a copy without one row (each schema row's root page
+    rewritten, the schema version moved), after another agent's commit: no page of the table
+    the kept completeness check watched is written, only the schema table's: its rows are
+    read, they differ, and the check runs again and refuses."""
+    with opened(path) as mem:
+        served = mem.recall(limit=1)[0].object.id
+        gone = next(i for i in _ids(mem).values() if i != served)
+        mem.recall(limit=1)
+        _settle(mem, path)
+        other_agent(path, "mem.record(content='how are you')")
+        mem.recall(limit=1)  # kept by position: the watched pages are exact from here
+        attacker(path, _moved_to_a_copy(path, gone))
+        with pytest.raises(IntegrityError) as e:
+            mem.recall(limit=1)
+        assert e.value.step == 9
+
+
+def _moved_to_a_copy(path: Path, gone: str) -> str:
+    """The attacker's script: ``mem_objects`` and its indexes copied without ``gone``, each
+    schema row then naming its copy's root page (the table's own pages are left unwritten)."""
+    import apsw
+
+    db = apsw.Connection(str(path))
+    try:
+        rows = db.execute(
+            "SELECT name, sql FROM sqlite_master WHERE tbl_name = 'mem_objects' "
+            "AND type IN ('table', 'index') AND sql IS NOT NULL"
+        ).fetchall()
+        version = int(db.execute("PRAGMA schema_version").fetchone()[0])
+    finally:
+        db.close()
+    copies = {name: name.replace("mem_objects", "mem_copy") for name, _ in rows}
+    script = [
+        sql.replace("mem_objects", "mem_copy") + ";"
+        for name, sql in sorted(rows, key=lambda r: r[0] != "mem_objects")  # the table first
+    ]
+    script.append(f"INSERT INTO mem_copy SELECT * FROM mem_objects WHERE id != '{gone}';")
+    script.append("PRAGMA writable_schema = ON;")
+    for name, copy in copies.items():
+        script.append(
+            "UPDATE sqlite_master SET rootpage = (SELECT rootpage FROM sqlite_master WHERE "
+            f"name = '{copy}') WHERE name = '{name}';"
+        )
+    script += [f"DELETE FROM sqlite_master WHERE name = '{copy}';" for copy in copies.values()]
+    script.append(f"PRAGMA schema_version = {version + 1}; PRAGMA writable_schema = OFF;")
+    script.append(f"DELETE FROM mem_edges WHERE source_id = '{gone}';")
+    return " ".join(script)
+
+
 def test_served_value_edited_after_benign_commit(path: Path) -> None:
     """A served value edited in the same commit as another agent's event: refused."""
     with opened(path) as mem:

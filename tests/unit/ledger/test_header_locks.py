@@ -155,3 +155,55 @@ def test_the_wal_scan_reads_every_frame_across_its_chunks(tmp_path: Path) -> Non
         assert wal_pages.pages_since(store.path, start) == frozenset(pages)
     finally:
         store.close()
+
+
+def test_the_wal_index_lists_the_pages_the_frames_hold(tmp_path: Path) -> None:
+    """``pages_since`` reads the pages from the ``-shm``'s page list (``_listed``): the same
+    set the frames' own headers give, from any mark on; and where the index cannot say (its
+    two header copies differ, as while a writer updates it) the frames are read instead."""
+    import shutil
+
+    store = _ledger(tmp_path)
+    try:
+        marks = []
+        for i in range(40):  # commits of a few frames each, marks between them
+            marks.append(wal_pages.floor(store.path))
+            with store.write() as db:
+                db.execute("INSERT OR REPLACE INTO meta VALUES(?, ?)", (f"k{i}", "v" * (i * 300)))
+        for since in marks:
+            assert since is not None
+            pages, _ = _frames_one_by_one(store.path, since.frames)
+            listed = wal_pages._listed(store.path, since)
+            assert listed is not wal_pages._UNLISTED
+            assert listed == frozenset(pages) == wal_pages.pages_since(store.path, since)
+        # A copy of the files whose index header copies disagree: the frames decide.
+        torn = tmp_path / "copy" / "m.ledger"
+        torn.parent.mkdir()
+        shutil.copyfile(f"{store.path}-wal", f"{torn}-wal")
+        shm = bytearray(Path(f"{store.path}-shm").read_bytes())
+        shm[48 + 16] ^= 0xFF  # the second copy's mxFrame
+        Path(f"{torn}-shm").write_bytes(bytes(shm))
+        since = marks[5]
+        assert since is not None
+        assert wal_pages._listed(torn, since) is wal_pages._UNLISTED
+        assert wal_pages.pages_since(torn, since) == frozenset(
+            _frames_one_by_one(store.path, since.frames)[0]
+        )
+    finally:
+        store.close()
+
+
+def test_the_wal_index_says_a_restart(tmp_path: Path) -> None:
+    """After the WAL restarted (a checkpoint, then a commit: new salts) a mark of the old log
+    gets None from the index, as from the frames: nothing can be known since it."""
+    store = _ledger(tmp_path)
+    try:
+        since = wal_pages.floor(store.path)
+        assert since is not None and since.frames > 0
+        store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        with store.write() as db:
+            db.execute("INSERT OR REPLACE INTO meta VALUES('after', 'restart')")
+        assert wal_pages._listed(store.path, since) is None
+        assert wal_pages.pages_since(store.path, since) is None
+    finally:
+        store.close()

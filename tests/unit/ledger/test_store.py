@@ -275,6 +275,52 @@ def test_read_is_a_snapshot(store: Store, tmp_path: Path) -> None:
         other.close()
 
 
+def test_read_memo_lasts_one_transaction_and_no_own_write(store: Store, tmp_path: Path) -> None:
+    """What a read transaction remembers (branches, meta, the newest checkpoint, the rows of
+    one entry read, ``data_version``) is the snapshot's: an edit by another process is seen
+    by the next transaction, and a row this connection writes inside the same one empties
+    the memo at once."""
+    import subprocess
+    import sys
+
+    with store.write():
+        fill(store)
+        store.set_meta("n", 1)
+    with store.read():
+        assert store.meta("n") == 1
+        main = store.branches()[0]
+        assert store.branch("main") == main
+        assert store.latest_checkpoint(main.no) == (1, b"r" * 32, "note\n")
+        assert [r.data for r in store.iter_entry_rows(main.no, 0, None, chunk=2)] == [b"data"]
+        assert [r.data for r in store.iter_entry_rows(main.no, 0, 1)] == [b"data"]  # remembered
+        # The same connection writes a row inside the read: the memo is dropped at once.
+        store.db.execute("UPDATE meta SET value = 2 WHERE key = 'n'")
+        store.db.execute("UPDATE branches SET size = 7")
+        store.db.execute("UPDATE entries SET data = CAST('mine' AS BLOB)")
+        assert store.meta("n") == 2
+        assert store.branch("main").size == 7 == store.branches()[0].size
+        assert [r.data for r in store.iter_entry_rows(main.no, 0, 1)] == [b"mine"]
+        store.db.execute("ROLLBACK")
+    script = (
+        "import sqlite3, sys; db = sqlite3.connect(sys.argv[1]); db.executescript("
+        "\"UPDATE meta SET value = 3 WHERE key = 'n'; UPDATE branches SET size = 9; "
+        "UPDATE checkpoints SET note = 'edited'; UPDATE entries SET data = CAST('evil' AS BLOB)"
+        '"); db.commit(); db.close()'
+    )
+    with store.read():
+        assert [r.data for r in store.iter_entry_rows(main.no, 0, None, chunk=2)] == [b"data"]
+        version = store.data_version()
+        subprocess.run([sys.executable, "-c", script, str(store.path)], check=True)
+        assert [r.data for r in store.iter_entry_rows(main.no, 0, 1)] == [b"data"]  # snapshot
+        assert store.data_version() == version  # the snapshot's number
+    with store.read():  # a new snapshot: the other process's edit, whatever was remembered
+        assert store.data_version() != version
+        assert store.meta("n") == 3
+        assert store.branches()[0].size == 9 == store.branch("main").size
+        assert store.latest_checkpoint(main.no) == (1, b"r" * 32, "edited")
+        assert [r.data for r in store.iter_entry_rows(main.no, 0, 1)] == [b"evil"]
+
+
 def test_busy_writer_waits_then_sees_commit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -320,3 +366,22 @@ def test_tree_rows_of_reads_the_branch_and_exactly_the_rows_that_exist(
     assert sorted(got) == want
     assert sorted(store.tree_rows(leaves, nodes)) == want
     assert store.tree_rows_of("nope", leaves, nodes)[0] is None
+
+
+def test_entry_rows_of_a_run_are_the_rows_of_its_keys(store: Store) -> None:
+    """A run of seqs read as one range gives exactly the rows the keys name (gaps left out,
+    the next branch's rows never), as scattered seqs do."""
+    with store.write():
+        store.insert_entries(
+            (entry_key(no, s), bytes([s]) * 32, bytes([no, s]), None, None, None)
+            for no in (1, 2)
+            for s in range(10)
+            if (no, s) != (1, 5)
+        )
+    with store.read():
+        run = store.entry_rows(1, list(range(3, 10)))
+        assert [r.seq for r in run] == [3, 4, 6, 7, 8, 9]
+        assert all(r.data == bytes([1, r.seq]) for r in run)
+        assert run == store.entry_rows(1, [3, 4, 6, 7, 8, 9])  # not a run: key by key
+        assert store.entry_rows(1, [8, 9]) == [r for r in run if r.seq >= 8]
+        assert [r.seq for r in store.entry_rows(2, [0, 1])] == [0, 1]
