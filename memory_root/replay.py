@@ -565,6 +565,12 @@ class RootsReplayCheck:
             self._db = None
 
 
+_SORTED_LOAD = True
+"""``RootsRebuild`` writes the map's nodes in key order at the end (``map_nodes.SortedLoad``;
+off: each snapshot's nodes as it replays, ``StoredNodes.put``, the reference the tests and
+the A/B compare with)."""
+
+
 class RootsRebuild:
     """The memory roots' records and the map's nodes, replayed from the log (``rebuild``).
 
@@ -608,7 +614,7 @@ class RootsRebuild:
         self.n = 0
         self.failed: IntegrityError | None = None
         self._db: apsw.Connection | None = None
-        self._stored: map_nodes.StoredNodes | None = None
+        self._stored: map_nodes.SortedLoad | map_nodes.StoredNodes | None = None
         self._replay: RootsReplay | None = None
 
     def start(self, db: apsw.Connection) -> None:
@@ -624,7 +630,7 @@ class RootsRebuild:
             "DELETE FROM selfmodel_snapshots; DELETE FROM memory_map_nodes"
         )
         self._db = db
-        self._stored = map_nodes.StoredNodes(db)
+        self._stored = map_nodes.SortedLoad(db) if _SORTED_LOAD else map_nodes.StoredNodes(db)
         self._replay = RootsReplay(
             self.registry, states_for=lambda branch, seq: True, read_state=self._read_state
         )
@@ -666,7 +672,10 @@ class RootsRebuild:
                 records.insert_selfmodel(db, r.record)
 
     def finish(self) -> None:
-        """Nothing is held: every record was written as its entry replayed."""
+        """Write the map's nodes (``map_nodes.SortedLoad``: in key order, all at once)."""
+        if isinstance(self._stored, map_nodes.SortedLoad):
+            self._stored.close()
+        self._stored = None
 
 
 def rebuild(ledger: Ledger, registry: Registry) -> int:
