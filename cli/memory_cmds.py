@@ -302,8 +302,9 @@ def rebuild_cmd(ctx: Context, as_json: bool) -> None:
     """Drop the derived memory state and replay the ledger into it (one transaction).
 
     Prints the state digest before and after: a healthy ledger rebuilds to the same digest.
-    The falsification states (and each root's state), the branch registry, the conversation
-    tree and the git index are replayed in the same pass.
+    The memory roots' records and the memory map, the falsification states (and each root's
+    state), the branch registry, the conversation tree and the git index are replayed in the
+    same pass, over one strict read of the log.
 
     Example: memroot -l agent.ledger rebuild --json
     """
