@@ -23,7 +23,7 @@ from memroot.ledger.errors import IntegrityError
 from memroot.ledger.map_tree import check_rows_into, node_from_row
 from memroot.memory_root.state_map import Leaf, Node, NodeRow
 
-__all__ = ["FETCH_CHUNK", "StoredNodes", "install"]
+__all__ = ["FETCH_CHUNK", "SortedLoad", "StoredNodes", "install"]
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS memory_map_nodes(
@@ -153,5 +153,51 @@ class StoredNodes:
                 (h, 1, n.key, n.value) if isinstance(n, Leaf) else (h, 0, n.left, n.right)
                 for h, n in nodes.items()
             ],
+        )
+        return int(self.db.total_changes() - before)
+
+
+_STAGE: Final = "memroot_map_nodes_load"
+
+
+class SortedLoad:
+    """The nodes of a rebuild of the emptied ``memory_map_nodes``, written in key order.
+
+    ``StoredNodes.put`` inserts each snapshot's new nodes under their hashes, which are
+    random: every row lands on a page of its own in a b-tree far larger than the cache (548
+    MB at 10^6 entries), so a rebuild read, dirtied and spilled a page per node. Here the
+    rows go to a ``TEMP`` table in the order they come (appended, page after page), and
+    ``close`` inserts them all at once ordered by hash, so the b-tree is built from its first
+    page to its last, each page written once. Nothing may read the node table between the
+    first ``put`` and ``close`` (a rebuild's replay keeps its maps in memory, ``MemNodes``);
+    the temporary table is the transaction's, so a rollback drops it too.
+    """
+
+    def __init__(self, db: apsw.Connection) -> None:
+        """Stage nodes for ``db``'s node table (inside a write transaction)."""
+        self.db = db
+        db.execute(
+            f"DROP TABLE IF EXISTS temp.{_STAGE}; "
+            f"CREATE TEMP TABLE {_STAGE}(hash BLOB NOT NULL, leaf INTEGER NOT NULL, "
+            "a BLOB NOT NULL, b BLOB NOT NULL)"
+        )
+
+    def put(self, nodes: Mapping[bytes, Node]) -> None:
+        """Stage ``nodes`` (written by ``close``)."""
+        self.db.executemany(
+            f"INSERT INTO temp.{_STAGE} VALUES(?,?,?,?)",
+            [
+                (h, 1, n.key, n.value) if isinstance(n, Leaf) else (h, 0, n.left, n.right)
+                for h, n in nodes.items()
+            ],
+        )
+
+    def close(self) -> int:
+        """Write every staged node into the node table, in hash order; return how many rows."""
+        install(self.db)
+        before = self.db.total_changes()
+        self.db.execute(
+            f"INSERT OR IGNORE INTO memory_map_nodes SELECT hash, leaf, a, b FROM temp.{_STAGE} "
+            f"ORDER BY hash; DROP TABLE temp.{_STAGE}"
         )
         return int(self.db.total_changes() - before)

@@ -53,6 +53,7 @@ from memroot.projections.registry import Registry, default_registry
 __all__ = [
     "STEP",
     "RootReplayed",
+    "RootsRebuild",
     "RootsReplay",
     "RootsReplayCheck",
     "SelfModelReplayed",
@@ -564,18 +565,63 @@ class RootsReplayCheck:
             self._db = None
 
 
-def rebuild(ledger: Ledger, registry: Registry) -> int:
-    """Drop the stored roots and SelfModel records and replay them from the log.
+_SORTED_LOAD = True
+"""``RootsRebuild`` writes the map's nodes in key order at the end (``map_nodes.SortedLoad``;
+off: each snapshot's nodes as it replays, ``StoredNodes.put``, the reference the tests and
+the A/B compare with)."""
 
-    Root states are reset to ``live``; the falsification layer re-applies its own.
-    Returns the number of roots written.
 
-    Raises:
-        IntegrityError: (step 8, naming branch and seq) if a SNAPSHOT or SELFMODEL_SNAPSHOT
-            does not replay; nothing is changed then.
+class RootsRebuild:
+    """The memory roots' records and the map's nodes, replayed from the log (``rebuild``).
+
+    A ``memroot.projections.replay.Refold``: ``memroot rebuild`` feeds it the entries of
+    the memory model's own pass (one strict read of the log, each entry proven once), ahead
+    of the falsification layer, which reads the roots' records as of each entry; ``rebuild``
+    below feeds it a strict read of its own. ``start`` drops the stored roots, SelfModel
+    records, re-snapshot records and map nodes; each ``SNAPSHOT`` that replays writes its
+    record and its map's new nodes; ``n`` counts the roots written.
+
+    A ``SNAPSHOT`` or ``SELFMODEL_SNAPSHOT`` that does not replay raises ``IntegrityError``
+    (step 8, branch and seq) and leaves it in ``failed``, so that a caller sharing the pass
+    tells it from a failed strict read (which the reader raises, ``failed`` None).
     """
-    n = 0
-    with ledger.write() as db:
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        registry: Registry,
+        *,
+        read_state: Callable[[Projection, str, int], Summary] | None = None,
+    ) -> None:
+        """Replay with ``registry``'s projections into ``ledger``'s derived state.
+
+        ``read_state(projection, branch, as_of)`` summarises a state projection; without it
+        state projections are not replayed (``RootsReplay``), so a caller sharing the
+        memory model's pass, which rebuilds the tables such a projection reads, passes none
+        and must not be given a registry that knows one (``ValueError``).
+
+        Raises:
+            ValueError: if ``read_state`` is None and ``registry`` knows a state projection.
+        """
+        if read_state is None and any(is_state_projection(p) for p in registry.known()):
+            raise ValueError(
+                "a state projection reads the stored memory model: replay the roots before "
+                "the memory model's pass (memroot.memory_root.replay.rebuild)"
+            )
+        self.ledger = ledger
+        self.registry = registry
+        self._read_state = read_state
+        self.n = 0
+        self.failed: IntegrityError | None = None
+        self._db: apsw.Connection | None = None
+        self._stored: map_nodes.SortedLoad | map_nodes.StoredNodes | None = None
+        self._replay: RootsReplay | None = None
+
+    def start(self, db: apsw.Connection) -> None:
+        """Drop the stored roots, SelfModel records and map nodes (inside ``db``'s transaction).
+
+        Root states are left ``live``; the falsification layer re-applies its own.
+        """
         records.install(db)
         records.clear_resnapshots(db)  # the falsification layer's rebuild writes them again
         map_nodes.install(db)
@@ -583,30 +629,73 @@ def rebuild(ledger: Ledger, registry: Registry) -> int:
             "DELETE FROM memory_root_summaries; DELETE FROM memory_roots; "
             "DELETE FROM selfmodel_snapshots; DELETE FROM memory_map_nodes"
         )
-        stored = map_nodes.StoredNodes(db)
-        replay = RootsReplay(
-            registry,
-            states_for=lambda branch, seq: True,
-            read_state=lambda p, b, as_of: read_state(p, db, b, as_of),
+        self._db = db
+        self._stored = map_nodes.SortedLoad(db) if _SORTED_LOAD else map_nodes.StoredNodes(db)
+        self._replay = RootsReplay(
+            self.registry, states_for=lambda branch, seq: True, read_state=self._read_state
         )
+        self.n = 0
+        self.failed = None
+
+    def feed(self, entries: Sequence[Entry]) -> None:
+        """Replay entries of one branch in seq order (one, or a run of events).
+
+        Raises:
+            IntegrityError: (step 8, naming branch and seq) if a SNAPSHOT or
+                SELFMODEL_SNAPSHOT does not replay (also left in ``failed``).
+        """
+        replay, db, stored = self._replay, self._db, self._stored
+        assert replay is not None and db is not None and stored is not None
+        folds = replay.folds
+        for e in entries:
+            if e.kind is Kind.EVENT and (fold := folds.get(e.branch)) is not None:
+                fold.advance(e)  # what ``RootsReplay.feed`` does with an event
+                continue
+            try:
+                r = replay.feed(e)
+            except ValidationError as err:
+                self.failed = IntegrityError(
+                    f"{e.type} at entry {e.seq} does not replay: {err}",
+                    branch=e.branch,
+                    seq=e.seq,
+                    step=STEP,
+                )
+                raise self.failed from err
+            if isinstance(r, RootReplayed):
+                if r.prepared.nodes:
+                    stored.put(r.prepared.nodes)
+                records.insert_root(
+                    db, e.seq, r.prepared.preimage, r.prepared.stored, supersedes=r.previous
+                )
+                self.n += 1
+            elif isinstance(r, SelfModelReplayed):
+                records.insert_selfmodel(db, r.record)
+
+    def finish(self) -> None:
+        """Write the map's nodes (``map_nodes.SortedLoad``: in key order, all at once)."""
+        if isinstance(self._stored, map_nodes.SortedLoad):
+            self._stored.close()
+        self._stored = None
+
+
+def rebuild(ledger: Ledger, registry: Registry) -> int:
+    """Drop the stored roots and SelfModel records and replay them from the log.
+
+    Root states are reset to ``live``; the falsification layer re-applies its own. The log
+    is read strictly here, branch by branch; state projections summarise the memory model
+    as stored. Returns the number of roots written.
+
+    Raises:
+        IntegrityError: (step 8, naming branch and seq) if a SNAPSHOT or SELFMODEL_SNAPSHOT
+            does not replay, or an entry fails its strict read; nothing is changed then.
+    """
+    with ledger.write() as db:
+        layer = RootsRebuild(
+            ledger, registry, read_state=lambda p, b, as_of: read_state(p, db, b, as_of)
+        )
+        layer.start(db)
         for b in ledger.store.branches():
             for e in ledger.entries(0, None, b.name):
-                try:
-                    r = replay.feed(e)
-                except ValidationError as err:
-                    raise IntegrityError(
-                        f"{e.type} at entry {e.seq} does not replay: {err}",
-                        branch=b.name,
-                        seq=e.seq,
-                        step=STEP,
-                    ) from err
-                if isinstance(r, RootReplayed):
-                    if r.prepared.nodes:
-                        stored.put(r.prepared.nodes)
-                    records.insert_root(
-                        db, e.seq, r.prepared.preimage, r.prepared.stored, supersedes=r.previous
-                    )
-                    n += 1
-                elif isinstance(r, SelfModelReplayed):
-                    records.insert_selfmodel(db, r.record)
-    return n
+                layer.feed((e,))
+        layer.finish()
+    return layer.n

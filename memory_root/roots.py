@@ -36,11 +36,11 @@ from memroot.memory_root import records
 from memroot.memory_root._fold import Folder, relink
 from memroot.memory_root.hook import RootsHook
 from memroot.memory_root.records import RootRecord, SelfModelRecord
-from memroot.memory_root.replay import rebuild
+from memroot.memory_root.replay import RootsRebuild, rebuild
 from memroot.memory_root.root import HighWater, MemoryRoot, RootPreimage, compute_root
 from memroot.memory_root.root_v2 import map_from_scratch
 from memroot.memory_root.selfmodel import SelfModel, selfmodel_payload
-from memroot.projections.projection import read_state
+from memroot.projections.projection import is_state_projection, read_state
 
 __all__ = [
     "ProjectionDiff",
@@ -286,9 +286,27 @@ class Roots:
             ValueError: if the ledger has no ``RootsHook`` (it names the projections).
         """
         n = rebuild(self.ledger, self.hook.registry)
+        self.rebuilt()
+        return n
+
+    def rebuild_layer(self) -> RootsRebuild | None:
+        """Return the roots' rebuild as a layer of the memory model's pass, or None.
+
+        The layer (a ``memroot.projections.replay.Refold``) is fed the entries the memory
+        model's ``rebuild`` reads, so the log is read strictly once for both; call
+        ``rebuilt`` once it finished. None when the hook's registry knows a state
+        projection: its summaries read the memory model as stored, so the roots must be
+        replayed first, by ``rebuild``, with a read of their own.
+        """
+        registry = self.hook.registry
+        if any(is_state_projection(p) for p in registry.known()):
+            return None
+        return RootsRebuild(self.ledger, registry)
+
+    def rebuilt(self) -> None:
+        """Drop the hook's in-memory folds: the next append reloads them from the records."""
         for b in self.ledger.store.branches():
             self.hook.forget(self.ledger, b.name)
-        return n
 
     # -- reading -------------------------------------------------------------------------------
 

@@ -215,6 +215,12 @@ def _refold(
     memory = _BoundedMemState(db, flush_every=_FLUSH_EVERY, held=_OBJECTS_HELD)
     try:
         return fold_entries(db, entries, fresh=True, memory=memory, after=after)
+    except BaseException:
+        # A failed fold is rolled back: the rows its holder still holds must not reach the
+        # restored tables (``gated._settle`` writes every held row before a read), as they
+        # would when the same transaction goes on (``memroot rebuild`` redoing its pass).
+        memory.gated.discard()
+        raise
     finally:
         # A failed fold is rolled back: its holder must not answer for the restored table.
         memory.gated.abandon()

@@ -95,3 +95,48 @@ def test_a_read_leaves_out_an_absent_hash_and_names_an_edited_row(tmp_path):
     with pytest.raises(IntegrityError, match=f"{h.hex()} was edited"):
         edited.fetch(order)
     assert edited.known == {}
+
+
+def test_a_sorted_load_stores_the_rows_put_would(tmp_path):
+    """Snapshots staged by SortedLoad (repeated nodes too) give the rows StoredNodes.put gives."""
+    from memroot.memory_root.map_nodes import SortedLoad
+
+    def rows(db):
+        return db.execute("SELECT * FROM memory_map_nodes ORDER BY hash").fetchall()
+
+    ref, db = _db(tmp_path), apsw.Connection(str(tmp_path / "sorted.db"))
+    nodes = StoredNodes(ref)
+    updates = []
+    root = mm.EMPTY
+    with ref:
+        for k in range(4):
+            u = mm.update_map(nodes, root, {"ns": dict(list(_items(300, b"%d" % k).items())[:50])})
+            nodes.put(u.nodes)
+            updates.append(u.nodes)
+            root = u.root
+    with db:
+        load = SortedLoad(db)
+        for staged in [*updates, updates[0]]:  # a node given twice is stored once
+            load.put(staged)
+        assert not db.execute(
+            "SELECT 1 FROM sqlite_master WHERE name = 'memory_map_nodes'"
+        ).fetchall()
+        assert load.close() == len(rows(ref))
+    assert rows(db) == rows(ref)
+    assert mm.prove_namespace(StoredNodes(db), root, "ns") == mm.prove_namespace(nodes, root, "ns")
+    assert not db.execute("SELECT 1 FROM temp.sqlite_master").fetchall()  # the stage is gone
+
+
+def test_a_sorted_load_rolled_back_leaves_nothing(tmp_path):
+    """A load whose transaction rolls back stores no row and drops its stage."""
+    from memroot.memory_root.map_nodes import SortedLoad
+
+    db = _db(tmp_path)
+    u = mm.update_map(StoredNodes(db), mm.EMPTY, {"ns": _items(50)})
+    with pytest.raises(RuntimeError), db:
+        load = SortedLoad(db)
+        load.put(u.nodes)
+        load.close()
+        raise RuntimeError("the rebuild failed")
+    assert not db.execute("SELECT 1 FROM memory_map_nodes").fetchall()
+    assert not db.execute("SELECT 1 FROM temp.sqlite_master").fetchall()
