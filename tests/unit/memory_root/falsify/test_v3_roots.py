@@ -317,3 +317,45 @@ def test_a_bundle_and_its_import_replay_v3_roots_with_their_lists(tmp_path: Path
         copy.replay_hooks()  # as `memroot import-bundle` folds the imported entries
         got = _tables(copy)
     assert got["fz_roots"] == want["fz_roots"] and got["fz_states"] == want["fz_states"]
+
+
+def test_a_branch_forked_at_a_v2_root_goes_on_with_v3_and_cascades_through_both(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Main's root written by the old writer (v2); a branch forked after it by this one: the
+    branch's first root is v3 with the v2 root as parent; a cascade on the branch from an
+    object asserted on main reaches both roots; `memroot verify` passes before and after."""
+    from click.testing import CliRunner
+
+    import memroot
+    from memroot.cli.main import cli
+    from memroot.memory_root.stack import default_hooks
+
+    path = tmp_path / "f.ledger"
+
+    def run(*args: str) -> None:
+        r = CliRunner().invoke(cli, ["-l", str(path), *args], catch_exceptions=False)
+        assert r.exit_code == 0, r.output
+
+    monkeypatch.setattr(_fold, "ROOT_VERSION", 2)
+    with memroot.open(path, actor="agent-7", namespace="alice", create=True) as mem:
+        said = mem.record(content="I take my tea without sugar")
+        o1 = mem.remember("Alice takes tea without sugar", evidence=[said.id]).id
+    run("snapshot")
+    monkeypatch.undo()
+    with memroot.open(path, actor="agent-7", namespace="alice", create=False) as mem:
+        side = mem.fork("try a move", branch_type="PLANNING")
+        said2 = mem.record(content="I moved to Paris", branch=side)
+        mem.remember("Alice lives in Paris", evidence=[said2.id], branch=side)
+    run("snapshot", "-b", side)
+    run("verify")
+    with Ledger.open(path, hooks=default_hooks()) as ledger:
+        roots = Roots(ledger)
+        [r1] = roots.chain(branch="main")
+        [r2, *_] = roots.chain(branch=side)
+        assert (r1.v, r2.v, r2.parent) == (2, 3, r1.root)
+        f = Falsifier(ledger)
+        f.falsify(o1, "wrong", branch=side)
+        touched = {s.item for s in f.cascade(o1, 3, 1000, branch=side).plan.touched}
+        assert {ItemRef(ROOT, r1.root.hex()), ItemRef(ROOT, r2.root.hex())} <= touched
+    run("verify")
