@@ -3,7 +3,8 @@
 Not a test. Appends ``memroot.bench.hooked.mixed_history`` (90% events; per 1,000 entries ~70
 ``ASSERT``, 10 ``SUPERSEDE``, 10 ``DEPRECATE``, 10 ``FALSIFY``, so 10% of the objects end
 falsified) through the CLI's default hooks in batches of 1,000 (one automatic snapshot
-each, every root a v2 root), and over the last ``--window`` batches reports:
+each, every root one with the map: v2, or v3 since the writer writes v3), and over the last
+``--window`` batches reports:
 
 - ``root_bytes``: bytes the memory-root layer stores per snapshot: the root's row, its
   summaries (``data`` plus the newest root's ``fold_state``) and the map nodes it adds
@@ -109,7 +110,7 @@ def run(n: int, window: int, work: Path) -> dict[str, Any]:
                 pages1 = _one(db, "PRAGMA page_count")
                 page = _one(db, "PRAGMA page_size")
                 latest = roots.latest()
-                assert latest is not None and latest.v == 2
+                assert latest is not None and latest.map_root is not None
                 figures.append(
                     {
                         "seconds": dt,

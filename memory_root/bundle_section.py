@@ -12,12 +12,14 @@ that every record is the SNAPSHOT entry it claims (step 8): its payload is the o
 SNAPSHOT entry at ``(branch, seq)`` and hashes to the root it names, each summary's bytes hash
 to its digest (``summary_digest``) and its rule bytes to its rule digest, and every SNAPSHOT
 entry has a record. Stored summaries thereby travel with proof of what they are; the
-root states (live / stale / falsified) are replayed by the falsification check.
+root states (live / stale / falsified) are replayed by the falsification check, which takes
+a v3 root's projection list from its record (``bundle_lists``; used only when it hashes to
+the root's ``projections``, docs/FORMAT.md §6.16).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Final
 
 from memroot.ledger.bundle.export import BundleReader
@@ -31,7 +33,7 @@ from memroot.memory_root import records
 from memroot.memory_root.root import ProjectionDigest, RootPreimage
 from memroot.projections.projection import RULE_TAG, SummaryDigest, summary_digest
 
-__all__ = ["SECTION", "RootsSection", "RootsSectionCheck"]
+__all__ = ["SECTION", "RootsSection", "RootsSectionCheck", "bundle_lists"]
 
 SECTION: Final = "memory_roots"
 
@@ -70,6 +72,52 @@ def _iter_records(ledger: Ledger) -> Iterator[dict[str, Any]]:
                 for s in records.summaries(db, rec.root)
             ],
         }
+
+
+def bundle_lists(
+    bundle: BundleReader,
+) -> Callable[[bytes], Sequence[ProjectionDigest] | None]:
+    """Return the reader of a root's projection list from the bundle's root records.
+
+    The list a record's summaries make (id, rule, the digest of ``data``, count, sorted by
+    id), read from the section once, at the first call. A hint: the falsification replay
+    uses it only when it hashes to the root's ``projections``, and ``RootsSectionCheck``
+    reports a record whose list does not.
+    """
+    found: dict[bytes, list[ProjectionDigest]] | None = None
+
+    def lists(root: bytes) -> Sequence[ProjectionDigest] | None:
+        nonlocal found
+        if found is None:
+            found = {}
+            try:
+                if SECTION in bundle.section_names():
+                    for rec in bundle.section(SECTION):
+                        _remember(rec, found)
+            except MemrootError:
+                pass  # unreadable records: RootsSectionCheck reports them
+        return found.get(root)
+
+    return lists
+
+
+def _remember(rec: Any, found: dict[bytes, list[ProjectionDigest]]) -> None:
+    """Keep the list of one v3 record (a malformed one is left out)."""
+    payload = rec.get("payload") if isinstance(rec, dict) else None
+    if not isinstance(payload, dict) or payload.get("v") != 3:
+        return
+    root = payload.get("memory_root")
+    try:
+        items = [
+            ProjectionDigest(
+                s["id"], s["rule"], SummaryDigest(summary_digest(s["data"])), s["count"]
+            )
+            for s in rec.get("summaries", [])
+        ]
+    except (TypeError, KeyError, ValueError, AttributeError):
+        return
+    if isinstance(root, bytes):
+        found[root] = sorted(items, key=lambda d: str(d.id))
 
 
 class RootsSectionCheck:

@@ -476,19 +476,6 @@ class RootsReplayCheck:
                         severity="note",
                     )
                 )
-            if r.prepared.v == 3:
-                report.add(
-                    Finding(
-                        STEP,
-                        "a v3 memory root (written by another memroot: this one writes v2): "
-                        "its summaries verify, but cascades do not re-snapshot it yet (the "
-                        "falsification index reads a root's projection list from its "
-                        "SNAPSHOT entry, which a v3 entry holds by its hash, FORMAT §6.16)",
-                        branch,
-                        entry.seq,
-                        severity="note",
-                    )
-                )
             if db is not None:
                 _compare_root(db, branch, r, report)
             return

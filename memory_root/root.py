@@ -3,7 +3,9 @@
 A snapshot fixes a high-water mark on one branch and commits to every projection's rule and
 summary (version 1) and, from version 2 (docs/FORMAT.md §6.13), to the memory map's root
 (§6.12) too: the v2 preimage has one more key, ``map``, and is hashed under
-``memroot/root/v2``. This memroot writes v2 roots; v1 roots keep verifying::
+``memroot/root/v2``; from version 3 (§6.16) ``projections`` is the hash of the list
+(``list_digest``) and the preimage is hashed under ``memroot/root/v3``. This memroot writes
+v3 roots; v1 and v2 roots keep verifying::
 
     rule_digest    = SHA-256("memroot/rule/v1"    || 0x00 || cbor({id, version, params}))
     summary_digest = SHA-256("memroot/summary/v1" || 0x00 || summary_bytes)
@@ -55,11 +57,11 @@ ROOT_V2_TAG: Final = "memroot/root/v2"
 ROOT_V3_TAG: Final = "memroot/root/v3"
 PROJECTIONS_TAG: Final = "memroot/projections/v1"
 """Tag of a v3 root's ``projections``: the hash of the projection list (FORMAT §6.16)."""
-ROOT_VERSION: Final = 2
-"""The version this memroot writes. v1 roots are still read and verified; v3 roots (FORMAT
-§6.16) are read and verified, not yet written: the falsification layer's dependency index
-(``memory_root.falsify.deps``) reads a root's projection list from its SNAPSHOT entry, which
-a v3 entry holds by its hash only."""
+ROOT_VERSION: Final = 3
+"""The version this memroot writes (FORMAT §6.16). v1 and v2 roots are still read and
+verified; the writer refuses to append any other version. A v3 entry holds its projection
+list by its hash: the falsification layer's dependency index (``memory_root.falsify.deps``)
+takes the list from the root's stored records, checked against that hash."""
 ROOT_VERSIONS: Final = (1, 2, 3)
 _TAGS: Final = {1: ROOT_TAG, 2: ROOT_V2_TAG, 3: ROOT_V3_TAG}
 

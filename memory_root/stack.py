@@ -111,8 +111,13 @@ def bundle_sections(ledger: Ledger) -> list[BundleSection]:
 
 def bundle_checks(bundle: BundleReader) -> list[ReplayCheck]:
     """Return the checks of steps 7-9 that ``audit`` runs over a bundle (reading its sections)."""
-    from memroot.memory_root.bundle_section import RootsSectionCheck
+    from memroot.memory_root.bundle_section import RootsSectionCheck, bundle_lists
     from memroot.memory_root.falsify.replay import FalsifyReplayCheck
     from memroot.memory_root.replay import RootsReplayCheck
 
-    return [RootsReplayCheck(), RootsSectionCheck(bundle), FalsifyReplayCheck()]
+    # A v3 root's projection list is in its record (FORMAT §6.16), not in its entry.
+    return [
+        RootsReplayCheck(),
+        RootsSectionCheck(bundle),
+        FalsifyReplayCheck(lists=bundle_lists(bundle)),
+    ]

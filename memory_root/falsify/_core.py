@@ -30,7 +30,7 @@ import apsw
 
 from memroot.ledger import encoding
 from memroot.ledger.entries import Entry, Kind, check_uuid
-from memroot.ledger.errors import NotFoundError, RefusedError, ValidationError
+from memroot.ledger.errors import IntegrityError, NotFoundError, RefusedError, ValidationError
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.vocab import OpType
 from memroot.memory_root import records
@@ -60,9 +60,9 @@ from memroot.memory_root.falsify.deps import (
     RootRow,
 )
 from memroot.memory_root.falsify.states import FALSIFIED, LIVE, STALE
-from memroot.memory_root.root import RootPreimage
+from memroot.memory_root.root import ProjectionDigest, RootPreimage
 from memroot.projections.gated import own_view_state
-from memroot.projections.projection import Projection
+from memroot.projections.projection import Projection, RuleDigest, SummaryDigest
 from memroot.projections.registry import Registry
 from memroot.projections.rules import RuleError
 from memroot.projections.states import FALSIFICATION, check_state_change, unseen_evidence
@@ -80,6 +80,7 @@ __all__ = [
     "ledger_core",
     "set_head",
     "state_replay_of",
+    "stored_lists",
     "summary_keys_of",
     "summary_of",
 ]
@@ -203,6 +204,7 @@ class FalsifyCore:
         root_states: bool,
         checkpoint: FoldCheckpoint | None = None,
         gated_db: apsw.Connection | None = None,
+        lists: deps.ListSource | None = None,
     ) -> None:
         """Apply entries to ``db``.
 
@@ -214,7 +216,9 @@ class FalsifyCore:
         memory model's state folded at least up to each entry applied (its gated
         bookkeeping, ``mem_gated`` and ``mem_conv``): with it, a memory object's state
         operation with evidence is validated in its own view; without it (None, or a
-        database without those tables) against the global state.
+        database without those tables) against the global state. ``lists`` gives the stored
+        projection list of a v3 root (``deps.ListSource``, used when it hashes to the root's
+        ``projections``; None: no list is known, a cascade through such a root is refused).
         """
         self.db = db
         self.registry = registry
@@ -227,13 +231,36 @@ class FalsifyCore:
         self.root_states = root_states
         self.checkpoint = checkpoint
         self.gated_db = gated_db
+        self.lists = lists
+        # v3 roots folded before their stored records were written (the roots' hook runs
+        # after this layer's on the same SNAPSHOT): their lists are attached by ``settle``.
+        self._unlisted: list[str] = []
         self._gated = False
         # Heads ``apply`` moved, written by ``flush_heads`` (once per batch or replay): an
         # event adds nothing else to the index or the states (``deps.fold`` ignores it).
         self._heads: dict[str, int] = {}
 
+    def settle(self) -> None:
+        """Attach to the v3 roots folded without their projection list the list now stored.
+
+        Run once the layers after this one folded the ``SNAPSHOT`` (before the next entry,
+        at the batch's end, before a walk). A root whose stored list is still missing or
+        does not hash right stays without it (``deps.listed_rules`` refuses it).
+        """
+        if self._unlisted:
+            pending, self._unlisted = self._unlisted, []
+            if self.lists is not None:
+                for root in pending:
+                    deps.attach_list(self.db, root, self.rules, self.lists)
+
+    def rolled_back(self) -> None:
+        """Drop what ``apply`` buffered for a transaction that did not land."""
+        self._heads.clear()
+        self._unlisted.clear()
+
     def flush_heads(self) -> None:
-        """Write the heads ``apply`` moved (``head`` does first)."""
+        """Write the heads ``apply`` moved (``head`` does first); attach pending lists."""
+        self.settle()
         if self._heads:
             for branch, size in self._heads.items():
                 set_head(self.db, branch, size)
@@ -251,6 +278,7 @@ class FalsifyCore:
 
     def graph(self, branch: str) -> Graph:
         """Return the dependency graph ``branch``'s view sees now."""
+        self.settle()
         return Graph(self.db, deps.view_of(self.db, branch), self.rules, self.summary_keys)
 
     # -- applying ------------------------------------------------------------------------------
@@ -264,12 +292,17 @@ class FalsifyCore:
         Raises:
             RefusedError: (``strict`` only) the state operation breaks a rule; nothing of it
                 is written (the caller's transaction rolls back).
+            IntegrityError: a cascade's walk needs the projection list of a v3 root that is
+                not known (``deps.listed_rules``); nothing of the entry is written.
         """
         # The head is written by ``flush_heads`` (``head``, the batch end, a replay's end).
         self._heads[entry.branch] = entry.seq + 1
         if entry.kind is Kind.EVENT:
             return None
-        deps.fold(self.db, entry, self.rules)
+        self.settle()
+        unlisted = deps.fold(self.db, entry, self.rules, self.lists)
+        if unlisted is not None:
+            self._unlisted.append(unlisted)
         skipped = None
         if entry.kind is Kind.OP and entry.type in STATE_OPS:
             self.db.execute("SAVEPOINT fz_op")
@@ -292,6 +325,10 @@ class FalsifyCore:
                     raise
                 skipped = str(e)
                 states.skip(self.db, entry, skipped)
+            except IntegrityError:
+                self.db.execute("ROLLBACK TO fz_op")
+                self.db.execute("RELEASE fz_op")
+                raise
             else:
                 self.db.execute("RELEASE fz_op")
         return skipped
@@ -704,6 +741,35 @@ def summary_of(db: apsw.Connection, root: bytes, projection: str) -> Any:
     return None if row is None else encoding.decode(bytes(row[0]))
 
 
+def stored_lists(db: apsw.Connection) -> deps.ListSource:
+    """Return the reader of a root's projection list from the records stored in ``db``.
+
+    The list of ``memory_root_summaries`` (id, rule, digest, count, sorted by id): derived
+    rows, a hint the index uses only when it hashes to the root's ``projections``.
+    """
+
+    def lists(root: bytes) -> list[ProjectionDigest] | None:
+        try:
+            rows: list[Any] = db.execute(
+                "SELECT projection, rule, digest, count FROM memory_root_summaries "
+                "WHERE root = ? ORDER BY projection",
+                (root,),
+            ).fetchall()
+        except apsw.SQLError:
+            return None  # no memory_root layer in this file
+        if not rows:
+            return None
+        try:
+            return [
+                ProjectionDigest(str(i), RuleDigest(bytes(r)), SummaryDigest(bytes(d)), int(n))
+                for i, r, d, n in rows
+            ]
+        except (TypeError, ValueError):
+            return None
+
+    return lists
+
+
 def summary_keys_of(db: apsw.Connection) -> deps.SummaryKeys:
     """Return the lister of a root's summary keys over the summaries stored in ``db``."""
 
@@ -773,4 +839,5 @@ def ledger_core(
         root_states=has_roots and db is None,
         checkpoint=_fold_cache.fold_checkpoint_of(ledger.derived.db) if db is None else None,
         gated_db=ledger.derived.db if db is None else gated_db,
+        lists=stored_lists(ledger.derived.db),
     )

@@ -41,7 +41,7 @@ from typing import Any, Final
 
 from memroot.ledger import encoding
 from memroot.ledger.entries import Entry, Kind
-from memroot.ledger.errors import NotFoundError, ValidationError
+from memroot.ledger.errors import IntegrityError, NotFoundError, ValidationError
 from memroot.ledger.hashing import domain_hash
 from memroot.memory_root._fold import Folder
 from memroot.memory_root.falsify.deps import (
@@ -50,13 +50,16 @@ from memroot.memory_root.falsify.deps import (
     Graph,
     ItemRef,
     RootRow,
+    listed_rules,
     named_objects,
 )
 from memroot.memory_root.falsify.states import FALSIFIED, LIVE, STALE
 from memroot.memory_root.root import MemoryRoot, ProjectionDigest, RootPreimage
 from memroot.projections.projection import (
     Projection,
+    RuleDigest,
     Summary,
+    SummaryDigest,
     decode_state,
     is_state_projection,
     read_state,
@@ -320,10 +323,32 @@ def _next_depth(graph: Graph, walked: Iterable[ItemRef], seen: set[ItemRef]) -> 
 
 
 def _preimage(row: RootRow) -> RootPreimage | None:
+    """Return a root's preimage with its projection list (a v3 root's from the index).
+
+    Raises:
+        IntegrityError: a v3 root whose list is not known, or whose list in the index does
+            not hash to its ``projections`` (an edited ``fz_roots`` row).
+    """
     if row.preimage is None:
         return None
     payload = {**encoding.decode(row.preimage), "memory_root": bytes.fromhex(row.root)}
-    return RootPreimage.from_payload(payload)[0]
+    pre = RootPreimage.from_payload(payload)[0]
+    if pre.list_known:
+        return pre
+    items = [
+        ProjectionDigest(i, RuleDigest(r), SummaryDigest(d), n) for i, r, d, n in listed_rules(row)
+    ]
+    try:
+        return pre.with_projections(items)
+    except ValueError as e:
+        raise IntegrityError(
+            f"step 9: the dependency index's projection list of memory root {row.root} does "
+            "not hash to the list its SNAPSHOT commits to (derived state edited): run "
+            "`memroot verify`, or `memroot rebuild`",
+            branch=row.branch,
+            seq=row.seq,
+            step=9,
+        ) from e
 
 
 def excluded_entry(entry: Entry, excluded: frozenset[str]) -> bool:
@@ -426,7 +451,7 @@ def resnapshot(
             mine = [r for r in rows if r.hbranch == hbranch and first is not None and r.hi >= first]
             if not mine:
                 continue
-            rules = {rule for r in mine for _, rule, _, _ in r.rules if rule in by_rule}
+            rules = {rule for r in mine for _, rule, _, _ in listed_rules(r) if rule in by_rule}
             folds = [
                 by_rule[x]
                 for x in sorted(rules)

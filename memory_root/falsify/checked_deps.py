@@ -35,6 +35,7 @@ from memroot.ledger.errors import IntegrityError, MemrootError
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.vocab import OpType
 from memroot.memory_root.falsify import deps
+from memroot.memory_root.falsify._core import stored_lists
 from memroot.memory_root.falsify.checked import view_levels
 from memroot.memory_root.falsify.deps import RuleInfo
 
@@ -57,6 +58,9 @@ class _Index:
 
     db: apsw.Connection
     read: dict[str, tuple[int, bytes]] = field(default_factory=dict)
+    unlisted: set[str] = field(default_factory=set)
+    """v3 roots re-derived without their projection list (no stored record hashed to it):
+    tried again at every check, as a rebuild may have written the records since."""
 
 
 _DERIVED: dict[str, _Index] = {}
@@ -86,11 +90,18 @@ def _skipped(stored: apsw.Connection, branch: str, seq: int) -> bool:
     return row is not None
 
 
-def _fold(db: apsw.Connection, stored: apsw.Connection, entry: Entry, rules: RuleInfo) -> None:
-    """Add what one entry gives the index, as the falsification hook does."""
+def _fold(index: _Index, stored: apsw.Connection, entry: Entry, rules: RuleInfo) -> None:
+    """Add what one entry gives the index, as the falsification hook does.
+
+    A v3 root's projection list is the stored one when it hashes to the entry's
+    ``projections`` (the entries read here are committed: their records are stored).
+    """
     if entry.kind is Kind.EVENT:
         return
-    deps.fold(db, entry, rules)
+    db = index.db
+    unlisted = deps.fold(db, entry, rules, stored_lists(stored))
+    if unlisted is not None:
+        index.unlisted.add(unlisted)
     if entry.kind is not Kind.OP or entry.type != _CASCADE:
         return
     payload = entry.body.get("payload")
@@ -123,7 +134,7 @@ def _read(
     last_hash = b""
     with index.db:
         for e in ledger.entries(start, size, branch):
-            _fold(index.db, stored, e, rules)
+            _fold(index, stored, e, rules)
             last_hash = e.hash
     index.read[branch] = (size, last_hash)
 
@@ -163,6 +174,15 @@ def check_index(ledger: Ledger, stored: apsw.Connection, branch: str, rules: Rul
     except BaseException:
         _DERIVED.pop(ledger.ledger_id, None)  # half read: the next check starts again
         raise
+    if index.unlisted:
+        lists = stored_lists(stored)
+        with index.db:
+            index.unlisted = {
+                r
+                for r in index.unlisted
+                if deps.root_row(index.db, r) is not None
+                and not deps.attach_list(index.db, r, rules, lists)
+            }
     view = tuple(levels)
     cond, params = deps.visible_condition(view)
     forks = [b for b, _ in levels]

@@ -28,6 +28,14 @@ What cites what (the index, derived from entries alone, in the append transactio
   on it;
 - a SelfModel snapshot cites the memory root in its body.
 
+A root's projections (which rules it lists, so what it read) come from its ``SNAPSHOT``
+entry; a v3 entry (docs/FORMAT.md §6.16) holds the list by its hash only, so ``fold`` takes
+it from a ``ListSource`` (the stored records of the root, or a bundle's) and uses it only
+when it hashes to the entry's ``projections``. A v3 root whose list is not known (no such
+record, or one that does not hash right) is recorded without it (``RootRow.rules`` None):
+``Graph`` refuses (``IntegrityError``) every walk that would need it, so a cascade is never
+planned on a list the log does not vouch for.
+
 ``Graph.dependents`` answers "what was built on this item", inside one branch's *view*: the
 branch's own rows plus its ancestors' as they were at each fork (RFC-0012), so a cascade on
 a branch never sees what happened in the parent after the fork, nor another branch's items.
@@ -44,9 +52,9 @@ import apsw
 
 from memroot.ledger import encoding
 from memroot.ledger.entries import CANONICAL_BRANCH, Entry, Kind
-from memroot.ledger.errors import ValidationError
+from memroot.ledger.errors import IntegrityError, ValidationError
 from memroot.ledger.vocab import OpType
-from memroot.memory_root.root import RootPreimage
+from memroot.memory_root.root import ProjectionDigest, RootPreimage, list_digest
 from memroot.projections.projection import is_state_projection, rule_digest
 from memroot.projections.registry import Registry
 
@@ -60,6 +68,7 @@ __all__ = [
     "SUMMARY",
     "Graph",
     "ItemRef",
+    "ListSource",
     "Located",
     "RootRow",
     "RuleInfo",
@@ -67,8 +76,10 @@ __all__ = [
     "View",
     "add_listed_replacements",
     "add_replacement",
+    "attach_list",
     "fold",
     "install",
+    "listed_rules",
     "locate",
     "named_objects",
     "replaced_row",
@@ -95,6 +106,16 @@ RuleInfo = Mapping[bytes, tuple[frozenset[str] | None, bool]]
 
 SummaryKeys = Callable[[bytes, str], list[str]]
 """``keys(root, projection_id)``: the text keys of that projection's summary in that root."""
+
+ListSource = Callable[[bytes], Sequence[ProjectionDigest] | None]
+"""``lists(root)``: the projection list stored for a root (None: none). A hint: ``fold``
+uses it only when it hashes to the v3 entry's ``projections`` (docs/FORMAT.md §6.16)."""
+
+Rules = tuple[tuple[str, bytes, bytes, int], ...]
+"""A root's projection list as the index keeps it: ``(id, rule, digest, count)`` each."""
+
+_UNLISTED: Final = encoding.encode(None)
+"""``fz_roots.rules`` of a v3 root whose projection list is not known here."""
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS fz_heads(branch TEXT PRIMARY KEY, size INTEGER NOT NULL) STRICT;
@@ -188,8 +209,9 @@ class RootRow:
 
     ``hbranch``/``lo``/``hi``: the entries its projections folded (``hbranch`` is the root's
     own branch; a re-snapshot folds the range of the root it replaces). ``rules`` pairs each
-    projection id with its rule digest, digest and count; ``preimage`` is the canonical CBOR
-    of its preimage (None for a re-snapshot replayed without the ledger file).
+    projection id with its rule digest, digest and count (None: a v3 root whose list is not
+    known here, ``listed_rules`` refuses it); ``preimage`` is the canonical CBOR of its
+    preimage (None for a re-snapshot replayed without the ledger file).
     """
 
     root: str
@@ -201,8 +223,29 @@ class RootRow:
     parent: str | None
     stateful: bool
     replaces: str | None
-    rules: tuple[tuple[str, bytes, bytes, int], ...]
+    rules: Rules | None
     preimage: bytes | None
+
+
+def listed_rules(row: RootRow) -> Rules:
+    """Return the projection list of a root the index holds.
+
+    Raises:
+        IntegrityError: step 9, for a v3 root whose list is not known (its stored records
+            are missing or do not hash to the root's ``projections``): what depends on it
+            cannot be told, so nothing is planned on it.
+    """
+    if row.rules is None:
+        raise IntegrityError(
+            f"step 9: the projection list of memory root {row.root} is not known here: its "
+            "stored summaries are missing or do not hash to the list its SNAPSHOT commits to "
+            "(FORMAT §6.16); nothing is planned on it: run `memroot verify`, or "
+            "`memroot rebuild` to re-derive the records",
+            branch=row.branch,
+            seq=row.seq,
+            step=9,
+        )
+    return row.rules
 
 
 def install(db: apsw.Connection) -> None:
@@ -315,14 +358,19 @@ def _strs(value: Any) -> list[str]:
     return [v for v in value if type(v) is str] if type(value) is list else []
 
 
-def fold(db: apsw.Connection, entry: Entry, rules: RuleInfo) -> None:
+def fold(
+    db: apsw.Connection, entry: Entry, rules: RuleInfo, lists: ListSource | None = None
+) -> str | None:
     """Add what one entry records to the index (inside the caller's transaction).
 
     Never refuses: malformed payloads are the owning layers' to refuse, and what cannot be
-    read is left out. Replacement roots are added by ``add_replacement``.
+    read is left out. Replacement roots are added by ``add_replacement``. A v3 ``SNAPSHOT``'s
+    projection list is taken from ``lists`` when it hashes to the entry's ``projections``;
+    otherwise the root is recorded without it and its hex returned (``attach_list`` adds
+    it once its records are stored, e.g. later in the same transaction). None otherwise.
     """
     if entry.kind is Kind.EVENT:
-        return
+        return None
     if entry.kind is Kind.GENESIS:
         anchor = entry.body.get("anchor")
         if entry.branch != CANONICAL_BRANCH and type(anchor) is dict:
@@ -331,17 +379,16 @@ def fold(db: apsw.Connection, entry: Entry, rules: RuleInfo) -> None:
                 db.execute(
                     "INSERT OR REPLACE INTO fz_forks VALUES(?,?,?)", (entry.branch, parent, seq - 1)
                 )
-        return
+        return None
     t = entry.type
     body = entry.body
     payload = body.get("payload")
     p: dict[str, Any] = payload if type(payload) is dict else {}
     if t == _SNAPSHOT:
-        _fold_snapshot(db, entry, p, rules)
-        return
+        return _fold_snapshot(db, entry, p, rules, lists)
     if t == _SELFMODEL:
         _fold_selfmodel(db, entry, p)
-        return
+        return None
     named = named_objects(entry)
     if named:
         db.executemany(
@@ -352,7 +399,7 @@ def fold(db: apsw.Connection, entry: Entry, rules: RuleInfo) -> None:
     if t == _ASSERT:
         oid = target if type(target) is str else body.get("id")
         if type(oid) is not str:
-            return
+            return None
         db.execute(
             "INSERT OR IGNORE INTO fz_items VALUES(?,?,?,?,?)",
             (OBJECT, oid, entry.branch, entry.seq, str(body.get("namespace_id", ""))),
@@ -369,13 +416,68 @@ def fold(db: apsw.Connection, entry: Entry, rules: RuleInfo) -> None:
         src, dst = p.get("source_id"), p.get("target_id")
         if type(src) is str and type(dst) is str:
             _edge(db, entry, ItemRef(OBJECT, dst), OBJECT, src)
+    return None
 
 
-def _fold_snapshot(db: apsw.Connection, entry: Entry, p: dict[str, Any], rules: RuleInfo) -> None:
+def _vouched(pre: RootPreimage, root: bytes, lists: ListSource | None) -> Rules | None:
+    """Return a root's projection list, None when it is not known.
+
+    A v1 or v2 root's own; for a v3 root the one ``lists`` gives, when it hashes to the
+    root's ``projections``.
+    """
+    items: Sequence[ProjectionDigest] = pre.projections
+    if not pre.list_known:
+        got = None if lists is None else lists(root)
+        if got is None or list_digest(got) != pre.listed:
+            return None
+        items = got
+    return tuple((d.id, bytes(d.rule), bytes(d.digest), d.count) for d in items)
+
+
+def _stateful(items: Rules | None, rules: RuleInfo) -> bool:
+    # A root whose list is not known may list a state projection: walks must meet it.
+    return items is None or any(rules.get(rule, (None, False))[1] for _, rule, _, _ in items)
+
+
+def attach_list(db: apsw.Connection, root: str, rules: RuleInfo, lists: ListSource) -> bool:
+    """Give a v3 root recorded without its projection list the list ``lists`` now vouches for.
+
+    Returns True when the root has its list now (or had it), False when it is still not
+    known (or the index holds no such root).
+    """
+    row = root_row(db, root)
+    if row is None:
+        return False
+    if row.rules is not None:
+        return True
+    if row.preimage is None:
+        return False
+    payload = {**encoding.decode(row.preimage), "memory_root": bytes.fromhex(root)}
+    try:
+        pre = RootPreimage.from_payload(payload)[0]
+    except (ValidationError, ValueError):
+        return False
+    items = _vouched(pre, bytes.fromhex(root), lists)
+    if items is None:
+        return False
+    db.execute(
+        "UPDATE fz_roots SET rules = ?, stateful = ? WHERE root = ?",
+        (_encode_rules(items), int(_stateful(items, rules)), root),
+    )
+    return True
+
+
+def _encode_rules(items: Rules | None) -> bytes:
+    return _UNLISTED if items is None else encoding.encode([list(x) for x in items])
+
+
+def _fold_snapshot(
+    db: apsw.Connection, entry: Entry, p: dict[str, Any], rules: RuleInfo, lists: ListSource | None
+) -> str | None:
     try:
         pre, claimed = RootPreimage.from_payload(p)
     except (ValidationError, ValueError):
-        return
+        return None
     root = claimed.hex()
     parent = None if pre.parent is None else pre.parent.hex()
     lo = 0
@@ -385,8 +487,8 @@ def _fold_snapshot(db: apsw.Connection, entry: Entry, p: dict[str, Any], rules: 
         ).fetchone()
         if row is not None:
             lo = int(row[0]) + 1
-    items = tuple((d.id, bytes(d.rule), bytes(d.digest), d.count) for d in pre.projections)
-    stateful = any(rules.get(rule, (None, False))[1] for _, rule, _, _ in items)
+    items = _vouched(pre, claimed, lists)
+    stateful = _stateful(items, rules)
     _insert_root(
         db,
         RootRow(
@@ -409,6 +511,7 @@ def _fold_snapshot(db: apsw.Connection, entry: Entry, p: dict[str, Any], rules: 
     )
     if parent is not None:
         _edge(db, entry, ItemRef(ROOT, root), ROOT, parent)
+    return root if items is None else None
 
 
 def _insert_root(db: apsw.Connection, r: RootRow) -> None:
@@ -424,7 +527,7 @@ def _insert_root(db: apsw.Connection, r: RootRow) -> None:
             r.parent,
             int(r.stateful),
             r.replaces,
-            encoding.encode([list(x) for x in r.rules]),
+            _encode_rules(r.rules),
             r.preimage,
         ),
     )
@@ -460,7 +563,7 @@ def replaced_row(
     old: RootRow,
     root: str,
     parent: str | None,
-    rules: tuple[tuple[str, bytes, bytes, int], ...],
+    rules: Rules | None,
     preimage: bytes | None,
 ) -> RootRow:
     """Return the row of ``root``, which ``entry`` made to replace ``old`` over the same range."""
@@ -501,6 +604,7 @@ def add_listed_replacements(db: apsw.Connection, entry: Entry, listed: Any) -> N
 
 def _row(r: Sequence[Any]) -> RootRow:
     root, branch, seq, hbranch, lo, hi, parent, stateful, replaces, rules, pre = r
+    listed = encoding.decode(rules)
     return RootRow(
         str(root),
         str(branch),
@@ -511,7 +615,9 @@ def _row(r: Sequence[Any]) -> RootRow:
         None if parent is None else str(parent),
         bool(stateful),
         None if replaces is None else str(replaces),
-        tuple((str(a), bytes(b), bytes(c), int(d)) for a, b, c, d in encoding.decode(rules)),
+        None
+        if listed is None
+        else tuple((str(a), bytes(b), bytes(c), int(d)) for a, b, c, d in listed),
         None if pre is None else bytes(pre),
     )
 
@@ -686,7 +792,7 @@ class Graph:
                 by_root.setdefault(r.root, (r, set()))[1].add(str(t))
         for r, types in by_root.values():
             read = frozenset(types)
-            pids = [pid for pid, rule, _, _ in r.rules if self._reads(rule, read)]
+            pids = [pid for pid, rule, _, _ in listed_rules(r) if self._reads(rule, read)]
             if pids:
                 out.append(ItemRef(ROOT, r.root))
                 out.extend(self._items(r, pids))
@@ -708,7 +814,9 @@ class Graph:
                     continue
                 seen.add(r.root)
                 pids = [
-                    pid for pid, rule, _, _ in r.rules if self.rules.get(rule, (None, False))[1]
+                    pid
+                    for pid, rule, _, _ in listed_rules(r)
+                    if self.rules.get(rule, (None, False))[1]
                 ]
                 out.append(ItemRef(ROOT, r.root))
                 out.extend(self._items(r, pids))
@@ -760,7 +868,7 @@ def split_summary_id(text: str, graph: Graph) -> tuple[RootRow | None, str, str]
     root = graph.root(head) if sep else None
     if root is None:
         return None, "", ""
-    for pid in sorted({pid for pid, _, _, _ in root.rules}, key=len, reverse=True):
+    for pid in sorted({pid for pid, _, _, _ in listed_rules(root)}, key=len, reverse=True):
         if rest.startswith(pid + ":"):
             return root, pid, rest[len(pid) + 1 :]
     return None, "", ""

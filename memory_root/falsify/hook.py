@@ -63,8 +63,9 @@ class FalsifyHook:
         core = self._cores.get(id(ledger))
         if core is None or core.db is not ledger.derived.db:
             core = self._cores[id(ledger)] = ledger_core(ledger, self.registry)
-            # Heads buffered by a transaction that rolls back are dropped with it.
-            ledger.derived.on_commit(_nothing, core.discard_heads)
+            # Heads (and lists to attach) buffered by a transaction that rolls back are
+            # dropped with it.
+            ledger.derived.on_commit(_nothing, core.rolled_back)
         return core
 
     def install(self, db: apsw.Connection) -> None:

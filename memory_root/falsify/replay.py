@@ -10,7 +10,9 @@ difference is a step 9 violation naming the table, branch and seq. State operati
 refuse (appended without the hook) are skipped by both sides and reported as notes.
 
 Without the ledger file (an auditor's bundle carries no summaries) cascade plans are not
-recomputed: the entries' lists are applied as they are (a note says so).
+recomputed: the entries' lists are applied as they are (a note says so). A v3 root's
+projection list (docs/FORMAT.md §6.16) is the file's stored one, or the bundle's record
+(``lists``), used only when it hashes to the root's ``projections``.
 
 A memory object's state operation with evidence is validated in its own view (``_core``),
 which needs the memory model's gated bookkeeping as of each entry: the check folds the
@@ -33,7 +35,7 @@ from typing import Any, Final
 import apsw
 
 from memroot.ledger.entries import Entry, Kind
-from memroot.ledger.errors import DecodeError
+from memroot.ledger.errors import IntegrityError
 from memroot.ledger.ledger import Ledger
 from memroot.ledger.verify import AuditReport, Finding
 from memroot.ledger.vocab import OpType
@@ -134,6 +136,7 @@ class FalsifyReplayCheck:
         *,
         memory: MemoryReplayCheck | None = None,
         ledger: Ledger | None = None,
+        lists: deps.ListSource | None = None,
     ) -> None:
         """Check the ledger file at ``path`` (None: replay only, as for a bundle).
 
@@ -142,7 +145,8 @@ class FalsifyReplayCheck:
         the audit's memory-model replay, which the audit feeds too (it gives operations
         their own views); without it this check folds its own. ``ledger``: the open ledger
         whose read transaction the audit runs in, read instead of opening ``path`` (one
-        snapshot for every check) and left open.
+        snapshot for every check) and left open. ``lists``: without a file, where a v3 root's
+        projection list is read (a bundle's records, ``bundle_section.bundle_lists``).
 
         Raises:
             StorageError: if the file cannot be opened read-only.
@@ -175,6 +179,7 @@ class FalsifyReplayCheck:
                 find_event=None,
                 root_states=False,
                 gated_db=self.memory.db,
+                lists=lists,
             )
         self.sizes: dict[str, int] = {}
         self._noted_plans = False
@@ -185,7 +190,9 @@ class FalsifyReplayCheck:
             self.memory.feed(branch, entry, report)
         try:
             skipped = self.core.apply(entry, strict=False)
-        except (ValueError, TypeError, KeyError, apsw.Error, DecodeError) as e:
+        except (ValueError, TypeError, KeyError, apsw.Error, IntegrityError) as e:
+            # IntegrityError: a DecodeError, or a cascade through a v3 root whose projection
+            # list no record vouches for (its stored summaries edited: step 8 names them).
             report.add(Finding(STEP, f"{entry.type} cannot be replayed: {e}", branch, entry.seq))
             skipped = None
         self.sizes[branch] = entry.seq + 1

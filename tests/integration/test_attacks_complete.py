@@ -6,7 +6,8 @@ key): an object's row deleted together with every edge naming it (so no other de
 points at it), or moved to another namespace. ``Memory.recall``, ``memroot query`` and the
 MCP ``recall`` tool (the official SDK's client) refuse with a strict-read error naming the
 namespace; nothing is served or written; the honest copy still reads. Each attack is run
-with the map taken from the entries since the genesis (no root yet) and from a v2 root.
+with the map taken from the entries since the genesis (no root yet) and from a root (v3, the
+version memroot writes: v2's map, its projection list by one hash).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def _story(tmp_path: Path, *, snapshot: bool) -> Story:
         r = CliRunner().invoke(cli, ["-l", str(path), "snapshot"], catch_exceptions=False)
         assert r.exit_code == 0, r.output
         db = apsw.Connection(str(path))
-        assert db.execute("SELECT v FROM memory_roots").fetchall() == [(2,)]
+        assert db.execute("SELECT v FROM memory_roots").fetchall() == [(3,)]
         db.close()
     with memroot.open(path, actor="agent-7", namespace="alice", create=False) as mem:
         assert len(mem.recall()) == 2  # the untouched ledger reads
@@ -55,7 +56,7 @@ def _story(tmp_path: Path, *, snapshot: bool) -> Story:
     return Story(path, honest, tea.id)
 
 
-@pytest.fixture(params=[False, True], ids=["since-genesis", "v2-root"])
+@pytest.fixture(params=[False, True], ids=["since-genesis", "v3-root"])
 def story(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Story:
     monkeypatch.setenv("MEMROOT_TRUSTED", str(tmp_path / "trusted.json"))
     return _story(tmp_path, snapshot=bool(request.param))

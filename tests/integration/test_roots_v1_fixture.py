@@ -66,8 +66,8 @@ def test_v1_roots_of_an_old_ledger_verify(old: Path):
     assert "OK" in r.output
 
 
-def test_the_next_snapshot_is_v2_on_top_of_the_v1_chain(old: Path):
-    """A new snapshot of an old ledger is a v2 root whose parent is its last v1 root; the
+def test_the_next_snapshot_is_v3_on_top_of_the_v1_chain(old: Path):
+    """A new snapshot of an old ledger is a v3 root whose parent is its last v1 root; the
     map is folded from the whole log once; verify and rebuild agree with it."""
     before = _roots(old)
     r = memroot(old, "append", json.dumps(EVENT))
@@ -77,7 +77,7 @@ def test_the_next_snapshot_is_v2_on_top_of_the_v1_chain(old: Path):
     after = _roots(old)
     assert after[:2] == [(s, v, p, None) for s, v, p, _ in before]
     _, v, parent, map_root = after[-1]
-    assert v == 2 and map_root is not None and len(map_root) == 32
+    assert v == 3 and map_root is not None and len(map_root) == 32
     db = apsw.Connection(str(old), flags=apsw.SQLITE_OPEN_READONLY)
     last_v1 = bytes(db.execute("SELECT root FROM memory_roots WHERE seq = 11").fetchone()[0])
     n_objects = db.execute("SELECT count(DISTINCT id) FROM mem_objects").fetchone()[0]

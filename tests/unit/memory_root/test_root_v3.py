@@ -1,9 +1,9 @@
 """Memory roots v3 (docs/FORMAT.md §6.16): the projection list committed by one hash.
 
 The codec (payload, root, the list attached back by its hash), re-derived with hashlib and
-cbor2; and the auditor's replay (verify step 8, rebuild) checking v3 SNAPSHOT entries: the
-list found among every rule it knows (retired ones too), a wrong list refused naming
-``payload.projections``.
+cbor2; the writer writing v3; and the auditor's replay (verify step 8, rebuild) checking v3
+SNAPSHOT entries: the list found among every rule it knows (retired ones too), a wrong list
+refused naming ``payload.projections``.
 """
 
 from __future__ import annotations
@@ -85,9 +85,9 @@ def _snapshot(es: list[Entry], payload: dict[str, Any]) -> Entry:
     return build_entry(es[-1].hash, n, "main", LC.TS + n, Kind.OP, "SNAPSHOT", item.body(item.id))
 
 
-def test_the_writer_still_writes_v2():
-    """v3 is read and verified, not yet written (root.ROOT_VERSION's note says why)."""
-    assert ROOT_VERSION == 2
+def test_the_writer_writes_v3():
+    """The version this memroot writes is 3 (FORMAT §6.16, "Versions in a ledger")."""
+    assert ROOT_VERSION == 3
 
 
 def test_a_v3_payload_holds_the_lists_hash_and_its_root_rederives():
@@ -261,9 +261,9 @@ def test_the_v3_vectors_rederive_with_hashlib_and_cbor2():
     assert pre["high_water"]["seq"] + 1 == pre["high_water"]["tree_size"] == len(hashes)
 
 
-def test_verify_step_8_notes_a_v3_root():
-    """RootsReplayCheck (verify's step 8) accepts the v3 root and notes that cascades do not
-    re-snapshot it yet: a note, not a violation."""
+def test_verify_step_8_accepts_a_v3_root_without_a_note():
+    """RootsReplayCheck (verify's step 8) accepts the v3 root, and notes nothing about it:
+    cascades find v3 roots (the falsification index takes their lists from the records)."""
     from memroot.ledger.verify import AuditReport
     from memroot.memory_root.replay import RootsReplayCheck
 
@@ -274,4 +274,4 @@ def test_verify_step_8_notes_a_v3_root():
     for e in [*es, _snapshot(es, pre.payload())]:
         check.feed("main", e, report)
     assert report.ok
-    assert any("v3 memory root" in n.message for n in report.notes)
+    assert not report.notes
