@@ -215,15 +215,27 @@ def _versions(
     A level's rows up to its bound (the parent frozen at the fork), all levels, so the
     versions a branch shadows are there too (its own first version was made from them).
     """
+    return _per_level(
+        db,
+        f"SELECT {cols} FROM {table} WHERE id IN ({{marks}}) AND branch = ? "
+        "AND vfrom <= ? ORDER BY vfrom",
+        ids,
+        view,
+    )
+
+
+def _per_level(db: apsw.Connection, sql: str, ids: Sequence[str], view: View) -> list[Any]:
+    """Run ``sql`` (ids at ``{marks}``, then the level's branch and bound) for each level.
+
+    The levels oldest first (main first), the ids 500 at a time; the rows concatenated.
+    """
     out: list[Any] = []
     unique = list(dict.fromkeys(ids))
     for b, bound in reversed(view.levels):
         for part in range(0, len(unique), 500):
             chunk = unique[part : part + 500]
-            marks = ",".join("?" * len(chunk))
             out += db.execute(
-                f"SELECT {cols} FROM {table} WHERE id IN ({marks}) AND branch = ? "
-                "AND vfrom <= ? ORDER BY vfrom",
+                sql.format(marks=",".join("?" * len(chunk))),
                 (*chunk, b, _NEVER if bound is None else bound),
             ).fetchall()
     return out
@@ -254,21 +266,16 @@ def _entity_versions(db: apsw.Connection, ids: Sequence[str], view: View) -> lis
     changed = " OR ".join(f"{c} IS NOT prev_{c}" for c in _ENTITY_KEPT)
     lags = ", ".join(f"LAG({c}) OVER w AS prev_{c}" for c in _ENTITY_KEPT)
     cols = ", ".join(_ENTITY_KEPT)
-    out: list[Any] = []
-    unique = list(dict.fromkeys(ids))
-    for b, bound in reversed(view.levels):
-        for part in range(0, len(unique), 500):
-            chunk = unique[part : part + 500]
-            marks = ",".join("?" * len(chunk))
-            out += db.execute(
-                f"SELECT id, branch, vfrom FROM (SELECT id, branch, vfrom, {cols}, "
-                f"LAG(vfrom) OVER w AS prev_vfrom, {lags} FROM mem_entities "
-                f"WHERE id IN ({marks}) AND branch = ? AND vfrom <= ? "
-                "WINDOW w AS (PARTITION BY id ORDER BY vfrom)) "
-                f"WHERE prev_vfrom IS NULL OR {changed} ORDER BY vfrom",
-                (*chunk, b, _NEVER if bound is None else bound),
-            ).fetchall()
-    return out
+    return _per_level(
+        db,
+        f"SELECT id, branch, vfrom FROM (SELECT id, branch, vfrom, {cols}, "
+        f"LAG(vfrom) OVER w AS prev_vfrom, {lags} FROM mem_entities "
+        "WHERE id IN ({marks}) AND branch = ? AND vfrom <= ? "
+        "WINDOW w AS (PARTITION BY id ORDER BY vfrom)) "
+        f"WHERE prev_vfrom IS NULL OR {changed} ORDER BY vfrom",
+        ids,
+        view,
+    )
 
 
 def _uuids(value: object, out: set[str]) -> None:
