@@ -38,7 +38,9 @@ CPU time (``process_time``), since the machine is shared. Usage::
 
 ``--sizes-only``: the mean object-file size (``sizes``) for a v2 root and for a v3 root
 (docs/FORMAT.md §6.16: the projection list by its hash), each against a checkpoint of the
-whole log and against the SNAPSHOT's own kept checkpoint, nothing timed.
+whole log and against the SNAPSHOT's own kept checkpoint, nothing timed: ``file_bytes`` the
+``memroot-proof`` version 1 file (JSON), ``file_v2_bytes`` (mean) and ``file_v2_max_bytes``
+(largest) the version 2 file (binary, §6.15), ``binary_bytes`` the content alone.
 """
 
 from __future__ import annotations
@@ -217,6 +219,9 @@ def sizes(
             files = prove_items(snap, nodes, pre, wanted, vkeys)
             key = f"v{v}_{'own' if own else 'head'}"
             out[f"{key}_file_bytes"] = round(sum(len(f.render()) for f, _ in files) / proofs)
+            v2 = [f.encode() for f, _ in files]
+            out[f"{key}_file_v2_bytes"] = round(sum(map(len, v2)) / proofs)
+            out[f"{key}_file_v2_max_bytes"] = max(map(len, v2))
             out[f"{key}_binary_bytes"] = round(sum(_binary_size(f) for f, _ in files) / proofs)
             out[f"{key}_entry_bytes"] = len(snap.entry.raw)
             out[f"{key}_inclusion_hashes"] = len(snap.inclusion)
