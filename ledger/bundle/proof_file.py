@@ -1,8 +1,12 @@
-"""Proof files (``memroot-proof`` version 1): what memory held at a root, checked offline.
+"""Proof files (``memroot-proof`` versions 1 and 2): what memory held at a root, checked offline.
 
-docs/FORMAT.md §6.15. A proof file is one JSON object that carries everything a third party
-needs to check, with a trusted verifier key and nothing else, a claim about the memory map
-(§6.12) at one memory root v2 (§6.13):
+docs/FORMAT.md §6.15. A proof file carries everything a third party needs to check, with a
+trusted verifier key and nothing else, a claim about the memory map (§6.12) at one memory
+root v2 or v3 (§6.13, §6.16). Version 1 is one JSON object (byte strings in base64);
+version 2, what ``memroot prove`` writes by default, is the same content as one canonical
+CBOR array (``ProofFile.encode``; its root is its entry's ``memory_root``). ``parse`` tells
+them apart by the first byte (a CBOR array head is binary) and refuses unknown versions. The
+claim:
 
 - ``kind`` ``object`` or ``state``: one item of one namespace, present with its state, or
   absent (a proof of absence: exit 0, labelled "ABSENT");
@@ -13,7 +17,8 @@ The claim is tied to a signed tree: the SNAPSHOT entry that records the root, it
 inclusion proof in a signed checkpoint (§4, §5), the root's preimage inside that entry (which
 holds the map root), and the map paths from the map root down to the item(s).
 
-``ProofFile`` is the file's model (``parse``: strict; ``render``: the canonical text).
+``ProofFile`` is the file's model (``parse``: strict, either version; ``render``: the
+canonical version 1 text; ``encode``: the version 2 bytes).
 ``check_proof`` runs the checks P1-P6 below and returns what is proven (``Proven``), or
 raises naming the first check that fails. This module is the offline auditor's side: it
 imports the log's core only (canonical CBOR, hashes, entries, Merkle proofs, signed notes),
@@ -23,7 +28,8 @@ are installed. The map's hash rules are ``memroot.ledger.map_tree``, the one cop
 
 Checks (numbered as in FORMAT.md §6.15)::
 
-    (P1) parse: the exact keys and types, canonical base64 and hex, bounded sizes.
+    (P1) parse: the exact keys (version 2: positions) and types, canonical base64 and hex
+         (version 2: canonical CBOR), bounded sizes.
     (P2) checkpoint: the note verifies with a trusted vkey; its origin is the log's (main)
          or the branch origin ``<log>/branch/<B>`` of the entry's branch.
     (P3) entry: the SNAPSHOT entry decodes strictly (§3), its seq is the proof's index, and
@@ -540,7 +546,13 @@ def _parse_v2(raw: bytes) -> ProofFile:
     if raw[1 : len(V2_MAGIC)] != V2_MAGIC[1:] or len(raw) <= len(V2_MAGIC):
         raise _bad("the file", f"is binary but does not begin as a {FORMAT} file")
     version = raw[len(V2_MAGIC)]
-    if raw[0] != V2_MAGIC[0] or version != VERSION_BINARY:
+    if raw[0] != V2_MAGIC[0] and version == VERSION_BINARY:
+        raise _bad(
+            "the file",
+            f"must be an array of {V2_FIELDS} (first byte 0x{V2_MAGIC[0]:02x}), "
+            f"not first byte 0x{raw[0]:02x}",
+        )
+    if version != VERSION_BINARY:
         shown = version if version < 0x18 else "unknown"
         raise _bad(
             "version",
