@@ -39,6 +39,11 @@ Checks (numbered as in FORMAT.md §6.15)::
     (P5) map: the namespace path and the item path (or the namespace's items) give the
          payload's map root.
     (P6) claim: the item's key and value hash (or every item's) are those the paths end at.
+
+Kept whole: the file's model, its two encodings' strict readers (P1, each building the one
+``ProofFile``) and the checks P2-P6 on the fields both share are one format; the readers
+cannot leave without the model (``ProofFile.parse`` calls them: an import circle), and the
+model without its reader would be a format without its strictness.
 """
 
 from __future__ import annotations
