@@ -34,11 +34,15 @@ in the same run:
 CPU time (``process_time``), since the machine is shared. Usage::
 
     python bench/bench_prove.py --sizes 100000 1000000 [--proofs 5000] [--cache N] [--rows N]
-        [--keep DIR] [--json out.json] [--map-only | --sizes-only]
+        [--keep DIR] [--json out.json] [--map-only | --sizes-only | --check-versions]
 
 ``--sizes-only``: the mean object-file size (``sizes``) for a v2 root and for a v3 root
 (docs/FORMAT.md §6.16: the projection list by its hash), each against a checkpoint of the
-whole log and against the SNAPSHOT's own kept checkpoint, nothing timed.
+whole log and against the SNAPSHOT's own kept checkpoint, nothing timed: ``file_bytes`` the
+``memroot-proof`` version 1 file (JSON), ``file_v2_bytes`` (mean) and ``file_v2_max_bytes``
+(largest) the version 2 file (binary, §6.15), ``binary_bytes`` the content alone.
+``--check-versions``: ``check_proof`` from scratch on the version 1 and version 2 files of
+the same proofs (a v3 root, its own checkpoint), interleaved rounds, CPU time.
 """
 
 from __future__ import annotations
@@ -217,11 +221,52 @@ def sizes(
             files = prove_items(snap, nodes, pre, wanted, vkeys)
             key = f"v{v}_{'own' if own else 'head'}"
             out[f"{key}_file_bytes"] = round(sum(len(f.render()) for f, _ in files) / proofs)
+            v2 = [f.encode() for f, _ in files]
+            out[f"{key}_file_v2_bytes"] = round(sum(map(len, v2)) / proofs)
+            out[f"{key}_file_v2_max_bytes"] = max(map(len, v2))
             out[f"{key}_binary_bytes"] = round(sum(_binary_size(f) for f, _ in files) / proofs)
             out[f"{key}_entry_bytes"] = len(snap.entry.raw)
             out[f"{key}_inclusion_hashes"] = len(snap.inclusion)
     reader.close()
     db.close()
+    return out
+
+
+def check_versions(
+    n_items: int, namespaces: int, proofs: int, tmp: Path, projections: list[Any], rounds: int = 6
+) -> dict[str, Any]:
+    """``check_proof`` from scratch on version 1 texts and version 2 bytes of the same files.
+
+    The object files of ``proofs`` random objects at a v3 root in its SNAPSHOT's own
+    checkpoint (the ``v3_own`` files of ``sizes``); ``rounds`` passes of each version,
+    interleaved (ABBA...), CPU time; the median rate of each.
+    """
+    db, path, root, built, _ = _map(n_items, namespaces, tmp)
+    rng = random.Random(n_items)
+    sample = [rng.randrange(n_items) for _ in range(proofs)]
+    pre = MapPreimages({("object", _oid(i)): _state(i) for i in sample})
+    wanted = [(f"ns-{i % namespaces}", "object", _oid(i)) for i in sample]
+    vkeys = [vkey_of(Ed25519Signer.from_seed(ORIGIN, SEED))]
+    reader = _reader(path)
+    snap = _snapshot(root, 10 * n_items, projections, 3, own=True)
+    files = prove_items(snap, StoredNodes(reader), pre, wanted, vkeys)
+    texts: dict[str, list[str | bytes]] = {
+        "v1": [f.render() for f, _ in files],
+        "v2": [f.encode() for f, _ in files],
+    }
+    rates: dict[str, list[float]] = {"v1": [], "v2": []}
+    for r in range(rounds):
+        for name in ("v1", "v2") if r % 2 == 0 else ("v2", "v1"):
+            t = time.process_time()
+            for text in texts[name]:
+                check_proof(text, vkeys)
+            rates[name].append(proofs / (time.process_time() - t))
+    reader.close()
+    db.close()
+    out: dict[str, Any] = {"items": n_items, "proofs": proofs, "reused_map": built}
+    for name, got in rates.items():
+        out[f"check_{name}_per_s"] = round(sorted(got)[len(got) // 2])
+        out[f"check_{name}_rounds"] = [round(x) for x in got]
     return out
 
 
@@ -396,6 +441,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--sizes-only", action="store_true", help="file sizes, v2 and v3 roots (``sizes``)"
     )
+    ap.add_argument(
+        "--check-versions",
+        action="store_true",
+        help="check_proof on version 1 vs 2 files, interleaved (``check_versions``)",
+    )
     args = ap.parse_args(argv)
     out = []
     with tempfile.TemporaryDirectory() as d:
@@ -403,7 +453,9 @@ def main(argv: list[str] | None = None) -> int:
         where = Path(d) if args.keep is None else args.keep
         where.mkdir(parents=True, exist_ok=True)
         for n in args.sizes:
-            if args.sizes_only:
+            if args.check_versions:
+                r = check_versions(n, args.namespaces, args.proofs, where, projections)
+            elif args.sizes_only:
                 r = sizes(n, args.namespaces, args.proofs, where, projections)
             else:
                 r = run(

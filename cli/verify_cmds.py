@@ -8,6 +8,7 @@ import json
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -62,6 +63,14 @@ __all__ = ["print_report", "snapshot_of", "verify_ledger"]
     is_flag=True,
     help="Prove against the root's own kept checkpoint (shorter path), not the newest.",
 )
+@click.option(
+    "--format",
+    "file_format",
+    type=click.Choice(["1", "2"]),
+    default="2",
+    show_default=True,
+    help="Proof file version: 2 binary (canonical CBOR), 1 JSON (base64).",
+)
 @branch_option
 @strict_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -78,6 +87,7 @@ def prove(
     root_id: str | None,
     output: Path | None,
     at_snapshot: bool,
+    file_format: str,
     branch: str,
     no_strict: bool,
     as_json: bool,
@@ -95,6 +105,8 @@ def prove(
     of a namespace and nothing else. It carries the root's SNAPSHOT entry, its inclusion
     proof in the newest signed checkpoint and the map paths; anyone checks it offline with
     `memroot audit --proof FILE --vkey K`. Each proof is checked before it is written.
+    The file is version 2 (binary: one canonical CBOR value; written to -o FILE or to a
+    pipe, never to a terminal) unless --format 1 asks for version 1 (JSON text).
     --at-snapshot proves against the checkpoint that sealed the root's SNAPSHOT (kept for
     good): a shorter inclusion path, a smaller file, signed by the key of that time.
 
@@ -114,10 +126,12 @@ def prove(
         )
     if map_mode:
         _prove_map(ctx, no_strict, branch, object_id, state_id, target_type, namespace,
-                   root_id, output, size, as_json, at_snapshot)  # fmt: skip
+                   root_id, output, size, as_json, at_snapshot, int(file_format))  # fmt: skip
         return
     if at_snapshot:
         raise click.UsageError("--at-snapshot goes with --object, --state or --namespace")
+    if file_format != "2":
+        raise click.UsageError("--format goes with --object, --state or --namespace")
     if root_id is not None or output is not None or target_type is not None:
         raise click.UsageError("--root, --kind and -o go with --object, --state or --namespace")
     with open_reader(ctx, no_strict) as ledger, ledger.reading():
@@ -163,8 +177,16 @@ def _prove_map(
     size: int | None,
     as_json: bool,
     at_snapshot: bool = False,
+    version: int = 2,
 ) -> None:
-    """``prove --object/--state/--namespace``: build, check and write one proof file."""
+    """``prove --object/--state/--namespace``: build, check and write one proof file.
+
+    ``version`` 2 writes the binary file (``ProofFile.encode``, which the prover checked),
+    1 the JSON text (checked again as text before it is written: fail closed).
+    """
+    import sys
+
+    from memroot.ledger.bundle.proof_file import check_proof
     from memroot.memory_root.proofs import open_root
 
     if object_id is not None and state_id is not None:
@@ -177,6 +199,10 @@ def _prove_map(
         raise click.UsageError("--size goes with --index (a proof file uses the newest checkpoint)")
     if no_strict:
         raise click.UsageError("a proof file is built from strict reads only (drop --no-strict)")
+    if version == 2 and output is None and not as_json and sys.stdout.isatty():
+        raise click.UsageError(
+            "a version 2 proof file is binary: give -o FILE or a pipe (or --format 1 for JSON)"
+        )
     with open_reader(ctx, no_strict) as ledger, ledger.reading():
         ledger.check_heads()
         source = open_root(ledger, root_id, branch, at_snapshot=at_snapshot)
@@ -188,7 +214,9 @@ def _prove_map(
         else:
             assert namespace is not None
             proof, proven = source.prove_namespace(namespace)
-    text = proof.render()
+    data_bytes = proof.serialize(version)
+    if version == 1:
+        check_proof(data_bytes, list(source.vkeys))  # the text written, checked as text
     note = (
         None
         if source.root_state == "live"
@@ -198,13 +226,21 @@ def _prove_map(
     if note is not None and (output is None or as_json):
         click.echo(note, err=True)
     if output is None:
-        emit({"proof": json.loads(text), "proven": proven.to_json()}, as_json,
-             lambda: click.echo(text, nl=False))  # fmt: skip
+        shown: Any = (
+            json.loads(data_bytes) if version == 1 else base64.b64encode(data_bytes).decode("ascii")
+        )
+        emit({"proof": shown, "version": version, "proven": proven.to_json()}, as_json,
+             lambda: click.echo(data_bytes, nl=False))  # fmt: skip
         return
     tmp = output.with_name(output.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
+    tmp.write_bytes(data_bytes)
     tmp.replace(output)
-    data = {"file": str(output), "bytes": len(text.encode()), "proven": proven.to_json()}
+    data = {
+        "file": str(output),
+        "version": version,
+        "bytes": len(data_bytes),
+        "proven": proven.to_json(),
+    }
 
     data["root_state"] = source.root_state
 

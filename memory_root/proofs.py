@@ -182,9 +182,13 @@ def _state_of(pre: Preimages, kind: str, item_id: str, value: bytes) -> bytes:
 def _checked(
     proof: ProofFile, vkeys: Sequence[str], memo: CheckMemo | None = None
 ) -> tuple[ProofFile, Proven]:
-    """Check ``proof`` as an auditor would before handing it out (fail closed)."""
+    """Check ``proof`` as an auditor would before handing it out (fail closed).
+
+    The bytes checked are the version 2 file's (``ProofFile.encode``), the one written by
+    default; a caller that writes version 1 checks its text too (``memroot prove --format 1``).
+    """
     try:
-        return proof, check_proof(proof.render(), vkeys, memo=memo)
+        return proof, check_proof(proof.encode(), vkeys, memo=memo)
     except IntegrityError as e:
         raise IntegrityError(
             f"the proof built from the stored map does not verify, so none is given: {e}"

@@ -1,8 +1,12 @@
-"""Proof files (``memroot-proof`` version 1): what memory held at a root, checked offline.
+"""Proof files (``memroot-proof`` versions 1 and 2): what memory held at a root, checked offline.
 
-docs/FORMAT.md §6.15. A proof file is one JSON object that carries everything a third party
-needs to check, with a trusted verifier key and nothing else, a claim about the memory map
-(§6.12) at one memory root v2 (§6.13):
+docs/FORMAT.md §6.15. A proof file carries everything a third party needs to check, with a
+trusted verifier key and nothing else, a claim about the memory map (§6.12) at one memory
+root v2 or v3 (§6.13, §6.16). Version 1 is one JSON object (byte strings in base64);
+version 2, what ``memroot prove`` writes by default, is the same content as one canonical
+CBOR array (``ProofFile.encode``; its root is its entry's ``memory_root``). ``parse`` tells
+them apart by the first byte (a CBOR array head is binary) and refuses unknown versions. The
+claim:
 
 - ``kind`` ``object`` or ``state``: one item of one namespace, present with its state, or
   absent (a proof of absence: exit 0, labelled "ABSENT");
@@ -13,7 +17,8 @@ The claim is tied to a signed tree: the SNAPSHOT entry that records the root, it
 inclusion proof in a signed checkpoint (§4, §5), the root's preimage inside that entry (which
 holds the map root), and the map paths from the map root down to the item(s).
 
-``ProofFile`` is the file's model (``parse``: strict; ``render``: the canonical text).
+``ProofFile`` is the file's model (``parse``: strict, either version; ``render``: the
+canonical version 1 text; ``encode``: the version 2 bytes).
 ``check_proof`` runs the checks P1-P6 below and returns what is proven (``Proven``), or
 raises naming the first check that fails. This module is the offline auditor's side: it
 imports the log's core only (canonical CBOR, hashes, entries, Merkle proofs, signed notes),
@@ -23,7 +28,8 @@ are installed. The map's hash rules are ``memroot.ledger.map_tree``, the one cop
 
 Checks (numbered as in FORMAT.md §6.15)::
 
-    (P1) parse: the exact keys and types, canonical base64 and hex, bounded sizes.
+    (P1) parse: the exact keys (version 2: positions) and types, canonical base64 and hex
+         (version 2: canonical CBOR), bounded sizes.
     (P2) checkpoint: the note verifies with a trusted vkey; its origin is the log's (main)
          or the branch origin ``<log>/branch/<B>`` of the entry's branch.
     (P3) entry: the SNAPSHOT entry decodes strictly (§3), its seq is the proof's index, and
@@ -33,6 +39,11 @@ Checks (numbered as in FORMAT.md §6.15)::
     (P5) map: the namespace path and the item path (or the namespace's items) give the
          payload's map root.
     (P6) claim: the item's key and value hash (or every item's) are those the paths end at.
+
+Kept whole: the file's model, its two encodings' strict readers (P1, each building the one
+``ProofFile``) and the checks P2-P6 on the fields both share are one format; the readers
+cannot leave without the model (``ProofFile.parse`` calls them: an import circle), and the
+model without its reader would be a format without its strictness.
 """
 
 from __future__ import annotations
@@ -71,16 +82,28 @@ __all__ = [
     "FORMAT",
     "KINDS",
     "MAX_PROOF_FILE",
+    "V2_MAGIC",
     "VERSION",
+    "VERSIONS",
+    "VERSION_BINARY",
     "CheckMemo",
     "ProofFile",
     "ProofItem",
     "Proven",
     "check_proof",
+    "is_binary",
 ]
 
 FORMAT: Final = "memroot-proof"
 VERSION: Final = 1
+"""The JSON file (FORMAT.md §6.15, base64 byte strings)."""
+VERSION_BINARY: Final = 2
+"""The binary file: one canonical CBOR array (FORMAT.md §6.15, "Version 2")."""
+VERSIONS: Final = (VERSION, VERSION_BINARY)
+V2_FIELDS: Final = 10
+V2_MAGIC: Final = bytes([0x80 | V2_FIELDS, 0x60 | len(FORMAT)]) + FORMAT.encode("ascii")
+"""A version 2 file's first 15 bytes (an array of 10, the text ``memroot-proof``); the
+version number is the 16th."""
 KINDS: Final = ("object", "state", "namespace")
 MAX_PROOF_FILE: Final = 256 << 20
 """Bytes; a namespace proof of 10^6 items with small states is about 150 MB."""
@@ -186,14 +209,80 @@ class ProofFile:
         """Return the file's text: compact JSON, keys sorted, one final newline."""
         return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":")) + "\n"
 
-    @classmethod
-    def parse(cls, text: str | bytes) -> ProofFile:
-        """Parse a proof file strictly (P1); nothing is verified.
+    def to_cbor(self) -> list[Any]:
+        """Return the version 2 file's value: the CBOR array of FORMAT.md §6.15, "Version 2".
+
+        The root is not repeated: it is the SNAPSHOT entry's ``memory_root``.
+        """
+        claim: list[Any]
+        if self.kind == "namespace":
+            claim = [_item_cbor(i) for i in self.items]
+        else:
+            assert self.item is not None
+            claim = [
+                _item_cbor(self.item),
+                None if self.item_path is None else _path_cbor(self.item_path),
+            ]
+        return [
+            FORMAT,
+            VERSION_BINARY,
+            self.kind,
+            self.checkpoint,
+            self.index,
+            self.entry,
+            b"".join(self.inclusion),
+            self.namespace,
+            _path_cbor(self.namespace_path),
+            claim,
+        ]
+
+    def encode(self) -> bytes:
+        """Return the version 2 file's bytes: its value (``to_cbor``) as canonical CBOR."""
+        return encoding.encode(self.to_cbor())
+
+    def serialize(self, version: int = VERSION_BINARY) -> bytes:
+        """Return the file's bytes in ``version`` 2 (binary, the default) or 1 (JSON text).
 
         Raises:
-            DecodeError: naming the field that is malformed.
+            ValueError: for another version.
         """
-        return _parse(text)
+        if version == VERSION_BINARY:
+            return self.encode()
+        if version == VERSION:
+            return self.render().encode("utf-8")
+        raise ValueError(f"memroot-proof has versions 1 and 2, not {version!r}")
+
+    @classmethod
+    def parse(cls, text: str | bytes) -> ProofFile:
+        """Parse a proof file of either version strictly (P1); nothing is verified.
+
+        The version is told by the first bytes: a version 2 file begins with ``V2_MAGIC``
+        and the version number (any file whose first byte is a CBOR array head is read as
+        binary), anything else is read as a version 1 JSON text.
+
+        Raises:
+            DecodeError: naming the field that is malformed, or the unknown version.
+        """
+        if isinstance(text, bytes | bytearray | memoryview) and is_binary(bytes(text[:1])):
+            return _parse_v2(bytes(text))
+        return _parse(text if isinstance(text, str) else bytes(text))
+
+
+def is_binary(data: bytes) -> bool:
+    """Whether ``data`` (a file's first byte or more) is read as a binary (version 2+) file.
+
+    A CBOR array head (major type 4: bytes 0x80-0x9f) can begin no JSON text.
+    """
+    return bool(data) and 0x80 <= data[0] <= 0x9F
+
+
+def _path_cbor(path: MapProof) -> list[Any]:
+    leaf = None if path.leaf is None else path.leaf.key + path.leaf.value
+    return [b"".join(path.siblings), leaf]
+
+
+def _item_cbor(item: ProofItem) -> list[Any]:
+    return [item.kind, item.id, item.state]
 
 
 def _b64(data: bytes) -> str:
@@ -347,7 +436,11 @@ def _parse(text: str | bytes) -> ProofFile:
     if data.get("format") != FORMAT:
         raise _bad("format", f"must be {FORMAT!r}")
     if data.get("version") != VERSION or type(data.get("version")) is not int:
-        raise _bad("version", f"must be {VERSION} (this reader knows version {VERSION} only)")
+        raise _bad(
+            "version",
+            f"must be {VERSION} in a JSON file (version {VERSION_BINARY} is binary; this reader "
+            f"knows versions {VERSION} and {VERSION_BINARY} only)",
+        )
     kind = data.get("kind")
     if kind not in KINDS:
         raise _bad("kind", f"must be one of {', '.join(KINDS)}")
@@ -382,6 +475,130 @@ def _parse(text: str | bytes) -> ProofFile:
     item = _item(data["item"], "item")
     ip = data["item_path"]
     return ProofFile(**common, item=item, item_path=None if ip is None else _path(ip, "item_path"))
+
+
+# -- (P1) parsing version 2 ------------------------------------------------------------------
+
+
+def _v2_array(value: Any, where: str, size: int | None = None) -> list[Any]:
+    if type(value) is not list:
+        raise _bad(where, "must be a CBOR array")
+    if size is not None and len(value) != size:
+        raise _bad(where, f"must be an array of {size}, not {len(value)}")
+    return value
+
+
+def _v2_text(value: Any, where: str, limit: int) -> str:
+    if type(value) is not str:
+        raise _bad(where, "must be a CBOR text string")
+    if not value or len(value) > limit:
+        raise _bad(where, f"must be 1 to {limit} characters")
+    return value
+
+
+def _v2_bytes(value: Any, where: str) -> bytes:
+    if type(value) is not bytes:
+        raise _bad(where, "must be a CBOR byte string")
+    return value
+
+
+def _v2_hashes(value: Any, where: str, limit: int) -> tuple[bytes, ...]:
+    raw = _v2_bytes(value, where)
+    if len(raw) % HASH_SIZE or len(raw) > limit * HASH_SIZE:
+        raise _bad(where, f"must be at most {limit} hashes of {HASH_SIZE} bytes, concatenated")
+    return tuple(raw[i : i + HASH_SIZE] for i in range(0, len(raw), HASH_SIZE))
+
+
+def _v2_path(value: Any, where: str) -> MapProof:
+    sib, end = _v2_array(value, where, 2)
+    siblings = _v2_hashes(sib, f"{where}.siblings", KEY_BITS)
+    if end is None:
+        return MapProof(siblings, None)
+    e = _v2_bytes(end, f"{where}.leaf")
+    if len(e) != 2 * HASH_SIZE:
+        raise _bad(f"{where}.leaf", f"must be {2 * HASH_SIZE} bytes (key, value), not {len(e)}")
+    return MapProof(siblings, Leaf(e[:HASH_SIZE], e[HASH_SIZE:]))
+
+
+def _v2_item(value: Any, where: str) -> ProofItem:
+    kind, item_id, state = _v2_array(value, where, 3)
+    if state is not None:
+        _v2_bytes(state, f"{where}.state")
+        try:
+            encoding.decode(state)
+        except DecodeError as e:
+            raise _bad(f"{where}.state", f"is not canonical CBOR ({e})") from e
+    return ProofItem(
+        _v2_text(kind, f"{where}.kind", MAX_ID), _v2_text(item_id, f"{where}.id", MAX_ID), state
+    )
+
+
+def _v2_root(entry: bytes) -> bytes:
+    """Return the root a version 2 file is about: its entry's ``memory_root`` (P4 checks it)."""
+    try:
+        payload = Entry.from_bytes(entry).body.get("payload")
+    except DecodeError as e:
+        raise _bad("entry", f"does not decode as an entry ({e})") from e
+    root = payload.get("memory_root") if type(payload) is dict else None
+    if type(root) is not bytes or len(root) != HASH_SIZE:
+        raise _bad("entry", "has no 32-byte payload.memory_root (the root the file is about)")
+    return root
+
+
+def _parse_v2(raw: bytes) -> ProofFile:
+    if len(raw) > MAX_PROOF_FILE:
+        raise _bad("the file", f"is larger than {MAX_PROOF_FILE} bytes")
+    if raw[1 : len(V2_MAGIC)] != V2_MAGIC[1:] or len(raw) <= len(V2_MAGIC):
+        raise _bad("the file", f"is binary but does not begin as a {FORMAT} file")
+    version = raw[len(V2_MAGIC)]
+    if raw[0] != V2_MAGIC[0] and version == VERSION_BINARY:
+        raise _bad(
+            "the file",
+            f"must be an array of {V2_FIELDS} (first byte 0x{V2_MAGIC[0]:02x}), "
+            f"not first byte 0x{raw[0]:02x}",
+        )
+    if version != VERSION_BINARY:
+        shown = version if version < 0x18 else "unknown"
+        raise _bad(
+            "version",
+            f"is {shown}: this reader knows version {VERSION} (JSON) and "
+            f"{VERSION_BINARY} (binary) only",
+        )
+    try:
+        data = encoding.decode(raw)
+    except DecodeError as e:
+        raise _bad("the file", f"is not one canonical CBOR value ({e})") from e
+    fields = _v2_array(data, "the file", V2_FIELDS)
+    _fmt, _version, kind, cp, index, entry, inc, namespace, npath, claim = fields
+    if type(_version) is not int or _fmt != FORMAT:  # the magic bytes said so already
+        raise _bad("the file", f"does not begin as a {FORMAT} file")
+    if kind not in KINDS:
+        raise _bad("kind", f"must be one of {', '.join(KINDS)}")
+    if type(cp) is not str or not cp or len(cp) > MAX_NOTE_SIZE:
+        raise _bad("checkpoint", "must be a signed checkpoint note (text)")
+    entry = _v2_bytes(entry, "entry")
+    common: dict[str, Any] = {
+        "kind": kind,
+        "checkpoint": cp,
+        "index": _uint(index, "index"),
+        "entry": entry,
+        "inclusion": _v2_hashes(inc, "inclusion", MAX_PROOF_HASHES),
+        "namespace": _v2_text(namespace, "namespace", MAX_ID),
+        "namespace_path": _v2_path(npath, "namespace_path"),
+    }
+    claim = _v2_array(claim, "claim")
+    if kind == "namespace":
+        if len(claim) > MAX_ITEMS:
+            raise _bad("claim", f"must list at most {MAX_ITEMS} items")
+        items = tuple(_v2_item(x, f"claim[{i}]") for i, x in enumerate(claim))
+        return ProofFile(**common, root=_v2_root(entry), items=items)
+    item, ip = _v2_array(claim, "claim", 2)
+    return ProofFile(
+        **common,
+        root=_v2_root(entry),
+        item=_v2_item(item, "claim.item"),
+        item_path=None if ip is None else _v2_path(ip, "claim.item_path"),
+    )
 
 
 # -- what is proven ---------------------------------------------------------------------------

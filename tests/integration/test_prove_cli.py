@@ -7,12 +7,14 @@ their own and hand edited files to the auditor.
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import cbor2
 import pytest
 
 from memroot.ledger.bundle.proof_file import check_proof
@@ -178,13 +180,72 @@ def test_wrong_key_and_edited_file_are_refused(small: Any, cmd: Cli, tmp_path: P
     other_vkey = cmd.ok(cmd.at(other, "vkey")).stdout.strip()
     bad = cmd.run("audit", "--proof", str(out), "--vkey", other_vkey)
     assert bad.exit_code == 1 and "REFUSED" in bad.output and "(P2)" in bad.output
-    doc = json.loads(out.read_text())
+    v1 = tmp_path / "obj.v1.proof.json"
+    cmd.ok(cmd.at(path, "prove", "--object", ids["alice"][0], "--format", "1", "-o", str(v1)))
+    doc = json.loads(v1.read_text())
     doc["item"]["id"] = ids["alice"][1]  # another object's id on this object's path
     edited = tmp_path / "edited.proof.json"
     edited.write_text(json.dumps(doc))
     bad = cmd.run("audit", "--proof", str(edited), "--vkey", vkey, "--json")
     assert bad.exit_code == 1 and json.loads(bad.stdout)["ok"] is False
+    value = cbor2.loads(out.read_bytes())  # the same edit in the binary file
+    value[9][0][1] = ids["alice"][1]
+    edited.write_bytes(cbor2.dumps(value, canonical=True))
+    bad = cmd.run("audit", "--proof", str(edited), "--vkey", vkey, "--json")
+    assert bad.exit_code == 1 and json.loads(bad.stdout)["ok"] is False
     assert cmd.run("audit", "--proof", str(out)).exit_code == 2  # no --vkey: usage
+
+
+def test_prove_writes_version_2_and_format_1_keeps_json(
+    small: Any, cmd: Cli, tmp_path: Path
+) -> None:
+    """prove writes the binary version 2 by default, --format 1 the JSON; audit reads both."""
+    path, ids, vkey = small
+    v2, v1 = tmp_path / "obj.proof", tmp_path / "obj.proof.json"
+    made = json.loads(cmd.ok(cmd.at(path, "prove", "--object", ids["bob"][0], "-o", str(v2),
+                                    "--json")).stdout)  # fmt: skip
+    cmd.ok(cmd.at(path, "prove", "--object", ids["bob"][0], "--format", "1", "-o", str(v1)))
+    raw = v2.read_bytes()
+    assert raw[:16] == b"\x8a\x6dmemroot-proof\x02"  # an array of 10, the name, version 2
+    assert made["version"] == 2 and made["bytes"] == len(raw)
+    assert json.loads(v1.read_text())["version"] == 1
+    assert len(raw) < len(v1.read_bytes())
+    a, b = _audit(cmd, v2, vkey), _audit(cmd, v1, vkey)
+    assert a["present"] and a == {**b, "file": a["file"]}
+    piped = cmd.ok(cmd.at(path, "prove", "--object", ids["bob"][0])).stdout_bytes
+    assert piped == raw
+    shown = json.loads(cmd.ok(cmd.at(path, "prove", "--object", ids["bob"][0], "--json")).stdout)
+    assert base64.b64decode(shown["proof"]) == raw and shown["version"] == 2
+    bad = cmd.at(path, "prove", "--index", "1", "--format", "1")
+    assert bad.exit_code == 2 and "--format" in bad.output
+
+
+@pytest.mark.parametrize(
+    ("name", "change", "said"),
+    [
+        ("truncated", lambda b: b[: len(b) // 2], "not one canonical CBOR value"),
+        ("trailing", lambda b: b + b"\x00", "not one canonical CBOR value"),
+        ("version 3", lambda b: b[:15] + b"\x03" + b[16:], "version: is 3"),
+        ("magic only", lambda b: b[:16], "not one canonical CBOR value"),
+        ("not ours", lambda b: b"\x82\x01\x02", "does not begin as a memroot-proof file"),
+        ("json version 2", lambda b: b'{"format":"memroot-proof","version":2}', "version 2 is"),
+        ("garbage", lambda b: b"\xff\xfe", "is not UTF-8"),
+        ("empty", lambda b: b"", "is not JSON"),
+    ],
+)
+def test_audit_refuses_malformed_and_unknown_versions_clearly(
+    small: Any, cmd: Cli, tmp_path: Path, name: str, change: Any, said: str
+) -> None:
+    """A malformed file or an unknown version is refused with a message (exit 1), no traceback."""
+    path, ids, vkey = small
+    out = tmp_path / "obj.proof"
+    cmd.ok(cmd.at(path, "prove", "--object", ids["bob"][0], "-o", str(out)))
+    bad_file = tmp_path / "bad.proof"
+    bad_file.write_bytes(change(out.read_bytes()))
+    bad = cmd.run("audit", "--proof", str(bad_file), "--vkey", vkey)
+    assert bad.exit_code == 1, (name, bad.output)
+    assert "REFUSED" in bad.output and said in bad.output, (name, bad.output)
+    assert "Traceback" not in bad.output
 
 
 def _attack(path: Path, sql: str) -> None:

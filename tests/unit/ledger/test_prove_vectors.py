@@ -28,6 +28,9 @@ from memroot.ledger.errors import IntegrityError
 PROOFS = Path(__file__).resolve().parents[2] / "vectors" / "memroot" / "proofs"
 VKEY = (PROOFS / "test.vkey").read_text().strip()
 FILES = {p.name: p.read_bytes() for p in sorted(PROOFS.glob("*.proof.json"))}
+BINARY = {p.name: p.read_bytes() for p in sorted(PROOFS.glob("*.proof"))}
+"""Version 2 files (binary), one for each version 1 file, with the same content."""
+EVERY = {**FILES, **BINARY}
 
 
 def _generator() -> Any:
@@ -42,7 +45,7 @@ def _generator() -> Any:
 def test_regenerating_gives_identical_bytes() -> None:
     """Running the generator again reproduces every file of proofs/ byte for byte."""
     rendered = _generator().render()
-    on_disk = {p.name: p.read_text() for p in PROOFS.iterdir()}
+    on_disk = {p.name: p.read_bytes() for p in PROOFS.iterdir()}
     assert rendered == on_disk
 
 
@@ -192,12 +195,81 @@ def _dupes(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return dict(pairs)
 
 
+def _hashes(raw: Any, limit: int) -> list[str]:
+    """A version 2 list of hashes (concatenated), as the version 1 base64 strings."""
+    _need(type(raw) is bytes and len(raw) % 32 == 0 and len(raw) <= 32 * limit, "hashes")
+    return [base64.b64encode(raw[i : i + 32]).decode() for i in range(0, len(raw), 32)]
+
+
+def _v2_path(p: Any) -> dict[str, Any]:
+    _need(type(p) is list and len(p) == 2, "path shape")
+    leaf = p[1]
+    if leaf is not None:
+        _need(type(leaf) is bytes and len(leaf) == 64, "leaf: key and value, 64 bytes")
+        leaf = {
+            k: base64.b64encode(x).decode() for k, x in (("key", leaf[:32]), ("value", leaf[32:]))
+        }
+    return {"siblings": _hashes(p[0], 256), "leaf": leaf}
+
+
+def _v2_item(it: Any) -> dict[str, Any]:
+    _need(type(it) is list and len(it) == 3, "item shape")
+    kind, item_id, state = it
+    _need(state is None or type(state) is bytes, "state")
+    return {
+        "kind": kind,
+        "id": item_id,
+        "state": None if state is None else base64.b64encode(state).decode(),
+    }
+
+
+def _outside_v2(raw: bytes) -> dict[str, Any]:
+    """§6.15 "Version 2": the binary file read into the fields version 1 names.
+
+    Its first 16 bytes are an array of 10, the text "memroot-proof" and the version (2); it
+    is one canonical CBOR value. Byte strings go back to the base64 text version 1 checks
+    (so one set of checks below serves both), and the root is the entry's memory_root.
+    """
+    _need(raw[:16] == b"\x8a\x6dmemroot-proof\x02", "not a version 2 file")
+    f = _cbor(raw)
+    _need(type(f) is list and len(f) == 10, "file shape")
+    _fmt, version, kind, checkpoint, index, entry, inclusion, namespace, npath, claim = f
+    _need(_fmt == "memroot-proof" and version == 2, "format/version")
+    _need(type(entry) is bytes, "entry")
+    _need(type(claim) is list, "claim")
+    out = {
+        "format": "memroot-proof", "version": 1, "kind": kind, "checkpoint": checkpoint,
+        "snapshot": {"index": index, "entry": base64.b64encode(entry).decode(),
+                     "inclusion": _hashes(inclusion, 64)},
+        "namespace": namespace, "namespace_path": _v2_path(npath),
+    }  # fmt: skip
+    body = _cbor(entry)[7]
+    _need(type(body) is dict and type(body.get("payload")) is dict, "entry payload")
+    root = body["payload"].get("memory_root")
+    _need(type(root) is bytes and len(root) == 32, "the entry's memory_root")
+    out["root"] = root.hex()
+    if kind == "namespace":
+        out["items"] = [_v2_item(it) for it in claim]
+    else:
+        _need(len(claim) == 2, "claim: item and item path")
+        out["item"] = _v2_item(claim[0])
+        out["item_path"] = None if claim[1] is None else _v2_path(claim[1])
+    return out
+
+
 def _outside_check(raw: bytes, vkey: str) -> dict[str, Any]:
     """Check a proof file as FORMAT.md §6.15 says; return the claim, or raise Refused."""
+    if raw[:1] and 0x80 <= raw[0] <= 0x9F:  # a CBOR array head: the binary file
+        return _outside_fields(_outside_v2(raw), vkey)
     try:
         f = json.loads(raw.decode("utf-8"), object_pairs_hook=_dupes)
     except (UnicodeDecodeError, ValueError) as e:
         raise Refused(f"json: {e}") from e
+    return _outside_fields(f, vkey)
+
+
+def _outside_fields(f: Any, vkey: str) -> dict[str, Any]:
+    """The checks P1-P6 on a version 1 file's fields (or a version 2 file's, read as them)."""
     _need(type(f) is dict and f.get("format") == "memroot-proof", "format")
     _need(f.get("version") == 1 and type(f.get("version")) is int, "version")
     kind = f.get("kind")
@@ -275,11 +347,11 @@ def _outside_check(raw: bytes, vkey: str) -> dict[str, Any]:
 # -- both checkers on every vector and every bit flip -------------------------------------------
 
 
-@pytest.mark.parametrize("name", sorted(FILES))
+@pytest.mark.parametrize("name", sorted(EVERY))
 def test_every_vector_is_accepted_by_both_checkers(name: str) -> None:
     """memroot's checker and the outside auditor's accept every vector and agree on it."""
-    proven = check_proof(FILES[name], [VKEY])
-    claim = _outside_check(FILES[name], VKEY)
+    proven = check_proof(EVERY[name], [VKEY])
+    claim = _outside_check(EVERY[name], VKEY)
     if "absent" in claim:
         assert not proven.present and proven.absent_item == tuple(claim["absent"][1:])
     elif "present" in claim:
@@ -302,6 +374,16 @@ def test_the_claims_are_the_ones_named() -> None:
     assert v3.root != c["object.proof.json"].root
 
 
+@pytest.mark.parametrize("name", sorted(BINARY))
+def test_a_binary_vector_has_the_content_of_its_json_twin(name: str) -> None:
+    """NAME.proof proves what NAME.proof.json proves; the outside reading of both agrees."""
+    twin = FILES[f"{name}.json"]
+    assert check_proof(BINARY[name], [VKEY]) == check_proof(twin, [VKEY])
+    assert _outside_check(BINARY[name], VKEY) == _outside_check(twin, VKEY)
+    assert _outside_v2(BINARY[name]) == json.loads(twin)
+    assert len(BINARY[name]) < len(twin)
+
+
 def _flip(raw: bytes, pos: int, bit: int) -> bytes:
     out = bytearray(raw)
     out[pos % len(out)] ^= 1 << bit
@@ -313,6 +395,15 @@ def _flip(raw: bytes, pos: int, bit: int) -> bytes:
 def test_a_bit_flip_anywhere_is_rejected_by_both(name: str, pos: int, bit: int) -> None:
     """Any single-bit change anywhere in a proof file is refused by both checkers (or true)."""
     _rejected_or_still_true(_flip(FILES[name], pos, bit))
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+def test_every_bit_flip_of_a_binary_vector_is_rejected_by_both(name: str) -> None:
+    """Every single-bit change of every version 2 vector is refused by both (or still true)."""
+    raw = BINARY[name]
+    for pos in range(len(raw)):
+        for bit in range(8):
+            _rejected_or_still_true(_flip(raw, pos, bit))
 
 
 _OUTSIDE_REFUSALS = (Refused, KeyError, TypeError, ValueError, IndexError, AttributeError)

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from memroot.ledger import encoding, merkle
+from memroot.ledger.bundle.proof_file import ProofFile
 from memroot.ledger.entries import Entry, Kind, build_entry
 from memroot.ledger.hashing import domain_hash
 from memroot.ledger.note import Checkpoint, sign_checkpoint, vkey_of
@@ -215,11 +216,15 @@ def signed_snapshot(map_root: bytes, branch: str = "main", v: int = 2) -> Signed
 
 
 def render() -> dict[str, str]:
-    """Return every file of ``proofs/`` by name."""
+    """Return every file of ``proofs/`` by name (its bytes).
+
+    Each proof in both versions: ``NAME.proof.json`` (version 1, JSON) and ``NAME.proof``
+    (version 2, binary: one canonical CBOR value), the same content.
+    """
     nodes, root, pre = build_map(ITEMS)
     vkeys = [vkey_of(signer())]
     snap = signed_snapshot(root)
-    out: dict[str, str] = {"test.vkey": vkeys[0] + "\n"}
+    proofs: dict[str, ProofFile] = {}
     cases = {
         "object": ("alice", "object", _id(1)),
         "state": ("alice", "state/memory_object", _id(2)),
@@ -227,26 +232,27 @@ def render() -> dict[str, str]:
         "object-absent-ns": ("carol", "object", _id(1)),
     }
     for name, (ns, kind, item_id) in cases.items():
-        proof, _ = prove_item(snap, nodes, pre, ns, kind, item_id, vkeys)
-        out[f"{name}.proof.json"] = proof.render()
-    out["namespace.proof.json"] = prove_items_of(snap, nodes, pre, "alice", vkeys)[0].render()
-    out["namespace-empty.proof.json"] = prove_items_of(snap, nodes, pre, "carol", vkeys)[0].render()
+        proofs[name] = prove_item(snap, nodes, pre, ns, kind, item_id, vkeys)[0]
+    proofs["namespace"] = prove_items_of(snap, nodes, pre, "alice", vkeys)[0]
+    proofs["namespace-empty"] = prove_items_of(snap, nodes, pre, "carol", vkeys)[0]
     branch_snap = signed_snapshot(root, "sim-1")
-    out["object-branch.proof.json"] = prove_item(
-        branch_snap, nodes, pre, "bob", "object", _id(21), vkeys
-    )[0].render()
+    proofs["object-branch"] = prove_item(branch_snap, nodes, pre, "bob", "object", _id(21), vkeys)[
+        0
+    ]
     v3_snap = signed_snapshot(root, v=3)
-    out["object-v3root.proof.json"] = prove_item(
-        v3_snap, nodes, pre, "alice", "object", _id(1), vkeys
-    )[0].render()
+    proofs["object-v3root"] = prove_item(v3_snap, nodes, pre, "alice", "object", _id(1), vkeys)[0]
+    out: dict[str, bytes] = {"test.vkey": (vkeys[0] + "\n").encode()}
+    for name, proof in proofs.items():
+        out[f"{name}.proof.json"] = proof.render().encode("utf-8")
+        out[f"{name}.proof"] = proof.encode()
     return out
 
 
 def main() -> int:
     """Write every file into ``proofs/``."""
     OUT.mkdir(exist_ok=True)
-    for name, text in render().items():
-        (OUT / name).write_text(text, encoding="utf-8")
+    for name, data in render().items():
+        (OUT / name).write_bytes(data)
     sys.stdout.write(f"wrote {OUT}\n")
     return 0
 
