@@ -318,37 +318,46 @@ class _Group(click.Group):
         from memroot.ledger.transparency.witness import WitnessWarning
 
         commits_before = store_module.commits
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", WitnessWarning)
-            try:
-                return super().invoke(ctx)
-            except MemrootError as e:
-                params = getattr(e, "cli_params", [])
-                text = cli_wording(str(e), params, getattr(e, "field", None))
-                click.echo(f"error: {text}", err=True)
-                ctx.exit(_exit_code(e))
-            except KeyboardInterrupt:
-                # A write commits whole or not at all, so what a Ctrl-C stops is rolled
-                # back; only a transaction this command already committed stays.
-                done = store_module.commits - commits_before
-                click.echo(
-                    "interrupted: nothing was written (the ledger is as it was before this command)"
-                    if done == 0
-                    else f"interrupted: the transaction in progress was rolled back; the "
-                    f"{done} this command committed before it stay",
-                    err=True,
-                )
-                ctx.exit(EXIT_INTERRUPTED)
-            except (apsw.CorruptError, apsw.NotADBError) as e:
-                # Pages that do not read back: the file's fault, an integrity finding (exit 1).
-                click.echo(f"error: the ledger file is a corrupt SQLite file: {e}", err=True)
-                ctx.exit(EXIT_INTEGRITY)
-            finally:
-                for w in caught:
-                    if issubclass(w.category, WitnessWarning):
-                        click.echo(f"warning: {w.message}", err=True)
-                    else:
-                        warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+        caught: list[warnings.WarningMessage] = []
+        try:
+            with warnings.catch_warnings(record=True) as recorded:
+                caught = recorded  # filled in place while the command runs
+                warnings.simplefilter("always", WitnessWarning)
+                return self._invoke_caught(ctx, commits_before)
+        finally:
+            # Shown once the recording is over: inside it, showing a warning records it
+            # again (the list would grow while read: a loop that never ends).
+            for w in list(caught):
+                if issubclass(w.category, WitnessWarning):
+                    click.echo(f"warning: {w.message}", err=True)
+                else:
+                    warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+
+    def _invoke_caught(self, ctx: click.Context, commits_before: int) -> Any:
+        """Run the command, turning memroot's errors and a Ctrl-C into messages and exit codes."""
+        try:
+            return super().invoke(ctx)
+        except MemrootError as e:
+            params = getattr(e, "cli_params", [])
+            text = cli_wording(str(e), params, getattr(e, "field", None))
+            click.echo(f"error: {text}", err=True)
+            ctx.exit(_exit_code(e))
+        except KeyboardInterrupt:
+            # A write commits whole or not at all, so what a Ctrl-C stops is rolled
+            # back; only a transaction this command already committed stays.
+            done = store_module.commits - commits_before
+            click.echo(
+                "interrupted: nothing was written (the ledger is as it was before this command)"
+                if done == 0
+                else f"interrupted: the transaction in progress was rolled back; the "
+                f"{done} this command committed before it stay",
+                err=True,
+            )
+            ctx.exit(EXIT_INTERRUPTED)
+        except (apsw.CorruptError, apsw.NotADBError) as e:
+            # Pages that do not read back: the file's fault, an integrity finding (exit 1).
+            click.echo(f"error: the ledger file is a corrupt SQLite file: {e}", err=True)
+            ctx.exit(EXIT_INTEGRITY)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
