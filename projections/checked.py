@@ -65,7 +65,7 @@ from memroot.projections.strict_rows import (
     replayed_skips,
 )
 from memroot.projections.tables import OBJECT_COLS, object_from_row
-from memroot.projections.views import view_of
+from memroot.projections.views import View, view_of
 
 __all__ = [
     "checked_object",
@@ -227,7 +227,7 @@ def _check_at_anchor(
     """
     pool = dataclasses.replace(q, git_branch=None)
     try:
-        want = [r.object.id for r in _q.query(replayed_model(ledger), pool)]
+        want = _replayed_answer(ledger, pool)
     except NotFoundError as e:
         raise IntegrityError(
             f"step 9: the read at anchor {q.anchor} was answered from the derived rows, but "
@@ -239,9 +239,7 @@ def _check_at_anchor(
     got = [r.object.id for r in served] if q.git_branch is None else (
         [r.object.id for r in _q.query(db, pool)])  # fmt: skip
     if got != want:
-        dropped = [i for i in want if i not in got]
-        what, oid = ("left out", dropped[0]) if dropped else ("added", next(
-            (i for i in got if i not in want), got[0] if got else "?"))  # fmt: skip
+        what, oid = _first_difference(want, got)
         raise IntegrityError(
             f"step 9: memory object {oid} was {what} by the read at anchor {q.anchor}, "
             "against the same read on the log's replay (a derived row of the conversation, "
@@ -252,6 +250,31 @@ def _check_at_anchor(
         )
 
 
+def _replayed_answer(ledger: Ledger, q: Query) -> list[str]:
+    """Return the ids ``q`` selects on the log's replayed memory model (``replayed_model``).
+
+    Raises:
+        NotFoundError: as ``query``, for what the replay does not hold either.
+        IntegrityError: an entry fails its strict read.
+    """
+    return [r.object.id for r in _q.query(replayed_model(ledger), q)]
+
+
+def _first_difference(want: Sequence[str], got: Sequence[str]) -> tuple[str, str]:
+    """Return ``(how, object id)`` of the first place page ``got`` is not page ``want``.
+
+    An object ``want`` has and ``got`` lacks was "left out", one only ``got`` has was
+    "added"; with the same objects, the first one out of place was "served out of order".
+    """
+    dropped = [i for i in want if i not in got]
+    if dropped:
+        return "left out", dropped[0]
+    added = [i for i in got if i not in want]
+    if added:
+        return "added", added[0]
+    return "served out of order", next(g for g, w in zip(got, want, strict=True) if g != w)
+
+
 def _refuse_unknown_anchor(ledger: Ledger, q: Query) -> None:
     """Refuse a read whose anchor the derived rows lack but the log's replay has.
 
@@ -259,7 +282,7 @@ def _refuse_unknown_anchor(ledger: Ledger, q: Query) -> None:
         IntegrityError: step 9, naming the anchor.
     """
     try:
-        _q.query(replayed_model(ledger), dataclasses.replace(q, git_branch=None))
+        _replayed_answer(ledger, dataclasses.replace(q, git_branch=None))
     except NotFoundError:
         return  # the log agrees: no such anchor (or entity, or branch) there
     raise IntegrityError(
@@ -423,25 +446,23 @@ def _judge(ledger: Ledger, db: apsw.Connection) -> Judge:
     return judge
 
 
-def _by_log(ledger: Ledger, db: apsw.Connection, q: Query) -> _Selection | None:
-    """Return what ``q``'s words, types, entity and actor select by the log (None: none of them).
+def _by_log(ledger: Ledger, db: apsw.Connection, q: Query, view: View) -> _Selection:
+    """Return what ``q``'s words, types, entity and actor select by the log.
 
-    ``assert_index`` answers from the entries themselves: the objects whose ``ASSERT`` has
-    the words and a type asked, the objects tied to the entity (its merges followed), and the
-    namespaces the actor may read. A query whose entity the log does not know selects
-    nothing.
+    ``assert_index`` answers from the entries themselves, in ``view`` (``q``'s): the objects
+    whose ``ASSERT`` has the words and a type asked, the objects tied to the entity (its
+    merges followed), and the namespaces the actor may read. A query whose entity the log
+    does not know selects nothing.
 
     Raises:
         IntegrityError: an entry read fails its strict read.
     """
-    if q.text is None and not q.types and q.entity is None and q.actor is None:
-        return None
     branches = [b.name for b in ledger.store.branches()]
     ids: frozenset[str] | None = None
     if q.text is not None or q.types:
         fts = None if q.text is None else _q._fts_query(q.text)
         ids = selected(ledger, branches, fts, tuple(sorted(q.types)))
-    levels = view_of(db, q.branch, q.as_of).levels
+    levels = view.levels
     judge = _judge(ledger, db)
     if q.entity is not None:
         tied = about(ledger, levels, q.entity, judge, branches) or frozenset()
@@ -486,10 +507,10 @@ def _trusted_selection(
     Raises:
         IntegrityError: step 9, naming an object the derived rows dropped or added.
     """
-    sel = _by_log(ledger, db, q)
-    if sel is None:
+    if q.text is None and not q.types and q.entity is None and q.actor is None:
         return None
     view = view_of(db, q.branch, q.as_of)
+    sel = _by_log(ledger, db, q, view)
     base = _q._where(db, dataclasses.replace(q, text=None, types=(), entity=None, actor=None), view)
     if base is None:
         return sel
@@ -502,9 +523,7 @@ def _trusted_selection(
         got = [oid for oid, _ in itertools.islice(_page_rows(db, *stored, None), size)]
     want = [oid for oid, _ in itertools.islice(_page_rows(db, where, args, sel.ids), size)]
     if got != want:
-        dropped = [i for i in want if i not in got]
-        what, oid = ("left out", dropped[0]) if dropped else ("added", next(
-            i for i in got if i not in want))  # fmt: skip
+        what, oid = _first_difference(want, got)
         by = " and ".join(
             text.format(q=q) for text, field in _BY_WHAT if getattr(q, field) not in (None, ())
         )
