@@ -744,21 +744,18 @@ class StrictReader:
             if kept is not None and kept[0] == prev:
                 # The head check read and decoded these rows in this transaction (nothing
                 # written since: ``read_memo``), with the same link before: the same checks.
-                rows, (entries, leaves) = kept[1], kept[2]
-                if signed_end > seq:
-                    self._prove(head, seq, leaves[: signed_end - seq])
-                yield from zip(rows, entries, strict=True)
-                prev = leaves[-1] if leaves else prev
-                seq = end
-                continue
-            rows = list(self.store.iter_entry_rows(head.no, seq, end))
-            for i, r in enumerate(rows):
-                if r.seq != seq + i:
-                    raise _fail(2, branch, seq + i, "the entry is missing from the signed tree")
-            if len(rows) != end - seq:
-                raise _fail(2, branch, seq + len(rows), "the entry is missing from the signed tree")
-            checked = self._decode_chunk(branch, seq, rows, prev)
-            if checked is not None:  # (1)-(3) of the whole chunk, natively
+                rows, checked = kept[1], kept[2]
+            else:
+                rows = list(self.store.iter_entry_rows(head.no, seq, end))
+                for i, r in enumerate(rows):
+                    if r.seq != seq + i:
+                        raise _fail(2, branch, seq + i, "the entry is missing from the signed tree")
+                if len(rows) != end - seq:
+                    raise _fail(
+                        2, branch, seq + len(rows), "the entry is missing from the signed tree"
+                    )
+                checked = self._decode_chunk(branch, seq, rows, prev)
+            if checked is not None:  # (1)-(3) of the whole chunk: natively, or by the head check
                 entries, leaves = checked
                 if signed_end > seq:
                     self._prove(head, seq, leaves[: signed_end - seq])
