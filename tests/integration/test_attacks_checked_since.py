@@ -56,16 +56,23 @@ def test_benign_commit_keeps_the_checks(path: Path) -> None:
         assert calls == []
 
 
+def _kept_past_a_benign_commit(mem: memroot.Memory, path: Path) -> str:
+    """Serve one row, then read again after another agent's event (the completeness check
+    kept by position: the watched pages are exact from here); return a row not served."""
+    served = mem.recall(limit=1)[0].object.id
+    gone = next(i for i in _ids(mem).values() if i != served)
+    mem.recall(limit=1)
+    _settle(mem, path)
+    other_agent(path, "mem.record(content='how are you')")
+    mem.recall(limit=1)
+    return gone
+
+
 def test_unserved_row_deleted_after_benign_commit(path: Path) -> None:
     """A row the page did not serve deleted (with its edges) after another agent's commit:
     the completeness check, kept by position, sees the page written and refuses."""
     with opened(path) as mem:
-        served = mem.recall(limit=1)[0].object.id
-        gone = next(i for i in _ids(mem).values() if i != served)
-        mem.recall(limit=1)
-        _settle(mem, path)
-        other_agent(path, "mem.record(content='how are you')")
-        mem.recall(limit=1)
+        gone = _kept_past_a_benign_commit(mem, path)
         attacker(
             path,
             f"DELETE FROM mem_objects WHERE id = '{gone}'; "
@@ -102,12 +109,7 @@ def test_object_table_moved_to_a_copy_after_benign_commit(path: Path) -> None:
     the kept completeness check watched is written, only the schema table's: its rows are
     read, they differ, and the check runs again and refuses."""
     with opened(path) as mem:
-        served = mem.recall(limit=1)[0].object.id
-        gone = next(i for i in _ids(mem).values() if i != served)
-        mem.recall(limit=1)
-        _settle(mem, path)
-        other_agent(path, "mem.record(content='how are you')")
-        mem.recall(limit=1)  # kept by position: the watched pages are exact from here
+        gone = _kept_past_a_benign_commit(mem, path)
         attacker(path, _moved_to_a_copy(path, gone))
         with pytest.raises(IntegrityError) as e:
             mem.recall(limit=1)

@@ -36,6 +36,7 @@ from memroot.memory_root.replay import RootsRebuild
 from memroot.memory_root.selfmodel import SelfModel
 from memroot.projections.builtins import MemoryStateDigest
 from memroot.projections.registry import default_registry
+from tests._derived import derived_tables
 from tests.unit.native.test_event_rows_differential import append_each
 from tests.unit.projections.test_fold_kept_rows import _history
 
@@ -53,15 +54,7 @@ def _derived(path: Path) -> dict[str, list[Any]]:
     """Every derived table of the file, row for row (the full-text index by its shadow rows)."""
     db = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
     try:
-        names = [
-            str(r[0])
-            for r in db.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND name != 'mem_fts' "
-                "ORDER BY name"
-            )
-            if str(r[0]).startswith(_PREFIXES)
-        ]
-        return {n: sorted(db.execute(f"SELECT * FROM {n}").fetchall(), key=repr) for n in names}
+        return derived_tables(db, _PREFIXES)
     finally:
         db.close()
 

@@ -36,6 +36,7 @@ from memroot.memory_root.tables_check import LayerTablesCheck, LayerTablesRebuil
 from memroot.projections import gated
 from memroot.projections import requests as rq
 from memroot.projections.replay import MemoryReplayCheck, rebuild
+from tests._derived import derived_tables
 from tests.unit.native.test_event_rows_differential import _event, _uuid, append_each, append_fork
 
 _SETTINGS = settings(
@@ -121,15 +122,7 @@ _PREFIXES = ("mem_", "fz_", "conv_", "git_")
 
 def _derived(db: Any) -> dict[str, list[Any]]:
     """Every derived table of the file, row for row (the full-text index by its shadow rows)."""
-    names = [
-        str(r[0])
-        for r in db.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name != 'mem_fts' "
-            "ORDER BY name"
-        )
-        if str(r[0]).startswith(_PREFIXES)
-    ]
-    return {n: sorted(db.execute(f"SELECT * FROM {n}").fetchall(), key=repr) for n in names}
+    return derived_tables(db, _PREFIXES)
 
 
 def _rebuilt(path: Path) -> tuple[Any, ...]:
