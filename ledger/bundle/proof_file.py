@@ -341,9 +341,9 @@ def _obj(value: Any, where: str, keys: frozenset[str]) -> dict[str, Any]:
     return value
 
 
-def _text(value: Any, where: str, limit: int) -> str:
+def _text(value: Any, where: str, limit: int, kind: str = "a text string") -> str:
     if type(value) is not str:
-        raise _bad(where, "must be a text string")
+        raise _bad(where, f"must be {kind}")
     if not value or len(value) > limit:
         raise _bad(where, f"must be 1 to {limit} characters")
     return value
@@ -489,11 +489,7 @@ def _v2_array(value: Any, where: str, size: int | None = None) -> list[Any]:
 
 
 def _v2_text(value: Any, where: str, limit: int) -> str:
-    if type(value) is not str:
-        raise _bad(where, "must be a CBOR text string")
-    if not value or len(value) > limit:
-        raise _bad(where, f"must be 1 to {limit} characters")
-    return value
+    return _text(value, where, limit, "a CBOR text string")
 
 
 def _v2_bytes(value: Any, where: str) -> bytes:
