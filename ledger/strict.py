@@ -294,6 +294,9 @@ class StrictReader:
         self._proven: dict[int, tuple[bytes, dict[int, bytes]]] = {}
         # each branch's head as last checked before the file changed (``check_head``)
         self._before: dict[str, SignedHead] = {}
+        # branch number -> (n, the perfect subtrees of the first n leaves) as a proof that
+        # held computed them: the edge the next head's new entries fold onto (``_prove``)
+        self._edges: dict[int, tuple[int, tuple[bytes, ...]]] = {}
 
     # -- heads ----------------------------------------------------------------------------------
 
@@ -678,6 +681,8 @@ class StrictReader:
             and all(at[1].get(start + i) == leaf for i, leaf in enumerate(leaves))
         ):
             return
+        if self._prove_on_edge(head, start, leaves):
+            return
         try:
             got = range_root(head.size, start, leaves, self._reader(head.no))
         except (IntegrityError, KeyError) as e:
@@ -695,13 +700,64 @@ class StrictReader:
                 if len(leaves) == 1
                 else f"entries {start}..{start + len(leaves) - 1} are not the signed tree's",
             )
+        self._proven_now(head, start, leaves)
+
+    def _proven_now(self, head: SignedHead, start: int, leaves: Sequence[bytes]) -> None:
+        """Remember ``leaves`` at ``start``... as proven in the tree of ``head``."""
         if len(self._leaves) > _LEAF_CACHE_MAX:
             self._leaves.clear()
         for i, leaf in enumerate(leaves):
             self._leaves[(head.no, start + i)] = leaf
+        self._proven_at(head, {start + i: leaf for i, leaf in enumerate(leaves)})
+
+    def _proven_at(self, head: SignedHead, leaves: dict[int, bytes]) -> None:
+        """Remember ``leaves`` (seq -> leaf hash) as proven in the tree of ``head``.
+
+        A later proof of the same leaves at the same positions under the same signed root
+        (``_prove``, ``many``) has its answer already.
+        """
+        at = self._proven.get(head.no)
         if at is None or at[0] != head.root or len(at[1]) > _PROVEN_MAX:
             at = self._proven[head.no] = (head.root, {})
-        at[1].update((start + i, leaf) for i, leaf in enumerate(leaves))
+        at[1].update(leaves)
+
+    def _prove_on_edge(self, head: SignedHead, start: int, leaves: Sequence[bytes]) -> bool:
+        """``_prove`` of a run that ends the tree, folded onto an edge a proof gave before.
+
+        A run ending the tree of ``head`` (the entries another connection appended, from the
+        head checked before) needs the perfect subtrees left of it. The last proof of such a
+        run computed them for its own head's first ``size - 1`` leaves (its edge folded
+        with all its leaves but the last), and they are authentic: folded with that last
+        leaf they gave its signed root. So they are not read again. A kept edge whose fold
+        does not give ``head``'s root (another tree's) is dropped and the stored nodes are
+        folded instead. True when a fold gives the root (the run is proven, and the edge at
+        this head is kept for the next); False, having refused nothing, when the stored
+        nodes do not either: ``_prove`` then proves the run as ever, with the same findings.
+        """
+        if not leaves or start == 0 or start + len(leaves) != head.size:
+            return False
+        known = self._edges.pop(head.no, None)
+        edges: list[tuple[bytes, ...] | None] = [None]  # None: the stored nodes
+        if known is not None and known[0] == start:
+            edges.insert(0, known[1])
+        for edge in edges:
+            if edge is None:
+                try:
+                    edge = tuple(self.store.read_nodes(head.no, merkle.perfect_subtrees(start)))
+                except Exception:  # a missing node: the stored-nodes path names it
+                    return False
+            try:
+                grown = merkle.CompactRange.from_hashes(start, edge)
+                grown.append_many(leaves[:-1])
+                at_last = grown.hashes
+                grown.append_many(leaves[-1:])
+            except ValueError:
+                return False  # a node that is not 32 bytes: the stored-nodes path names it
+            if bytes(grown.root()) == head.root:
+                self._edges[head.no] = (head.size - 1, at_last)
+                self._proven_now(head, start, leaves)
+                return True
+        return False
 
     def _decode(self, head: SignedHead, seq: int, row: EntryRow, prev: bytes | None) -> Entry:
         branch = head.branch
@@ -839,7 +895,12 @@ class StrictReader:
                 raise _fail(2, branch, s, "the entry is missing from the signed tree")
         leaves: dict[int, bytes] = {s: leaf_hash(bytes(rows[s].data)) for s in with_prev}
         signed = {s: h for s, h in leaves.items() if s < head.size}
-        if signed:
+        proven = self._proven.get(head.no)
+        if signed and not (
+            proven is not None
+            and proven[0] == head.root
+            and all(proven[1].get(s) == h for s, h in signed.items())
+        ):
             try:
                 got = leaves_root(head.size, signed, self._reader(head.no))
             except (IntegrityError, KeyError) as e:
@@ -852,6 +913,7 @@ class StrictReader:
                 # Name the entry: prove each alone (only on this failure path).
                 for s in sorted(signed):
                     self._prove(head, s, [signed[s]])
+            self._proven_at(head, signed)
         out: dict[int, tuple[EntryRow, Entry]] = {}
         for s in wanted:
             prev = leaves.get(s - 1) if s > 0 else None
