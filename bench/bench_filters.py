@@ -72,6 +72,7 @@ def build(path: Path, objects: int) -> tuple[list[str], str]:
 def run(objects: int, reads: int) -> list[tuple[str, float, float, float, float]]:
     """Return per query: (name, checked, unchecked, checked after a commit, unchecked after)."""
     import memroot
+    from memroot.projections import checked as gate
     from memroot.projections import strict_rows
     from memroot.projections.checked import checked_query, unchecked_query
     from memroot.projections.epistemic import RetrievalMode
@@ -123,6 +124,7 @@ def run(objects: int, reads: int) -> list[tuple[str, float, float, float, float]
             cold = []
             for _ in range(3):
                 strict_rows._SKIPS.clear()
+                gate._BY_LOG.clear()
                 other.record(content="another agent's note")
                 cold.append(_cpu(checked(queries["anchor"])))
             out.append(("cold", statistics.median(cold) * 1e6, out[-1][2], 0.0, 1.0))

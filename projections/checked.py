@@ -42,8 +42,9 @@ import dataclasses
 import functools
 import itertools
 import json
-from collections.abc import Iterator, Sequence
-from typing import Final, NamedTuple
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from typing import Final, NamedTuple, TypeVar
 
 import apsw
 
@@ -56,13 +57,16 @@ from memroot.projections.epistemic import RetrievalMode
 from memroot.projections.model import MemoryObject
 from memroot.projections.query import Query, Result
 from memroot.projections.strict_rows import (
+    Heads,
     check_objects,
     check_results,
     checked_token,
+    heads_of,
     object_token,
     remembered,
     replayed_model,
     replayed_skips,
+    since,
 )
 from memroot.projections.tables import OBJECT_COLS, object_from_row
 from memroot.projections.views import View, view_of
@@ -250,14 +254,64 @@ def _check_at_anchor(
         )
 
 
+_KEPT_MAX: Final = 256
+"""At most this many answers of the log are kept per ledger (``_kept_by_log``)."""
+_BY_LOG: weakref.WeakKeyDictionary[Ledger, dict[object, tuple[Heads, object]]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Per open ledger: a key of what was asked of the log -> the heads it was answered at, and
+the answer (``_kept_by_log``)."""
+
+_T = TypeVar("_T")
+
+
+def _kept_by_log(ledger: Ledger, key: object, answer: Callable[[], _T]) -> _T:
+    """Return ``answer()``, an answer of the log alone, kept while only events are appended.
+
+    What the log says a query's words, types, entity and actor select (``_by_log``) and
+    what a query at an anchor gives on the log's replay (``_replayed_answer``) are
+    functions of the log's operations: an event changes no object, edge, entity, grant or
+    gated state, and an anchor's path is made of events that were there before (a new event
+    can be no ancestor of one already in the log). So an answer given at some heads is the
+    answer at later heads that extend them with events only (``strict_rows.since``: each
+    new entry read strictly, every old head still proving with its hash); any operation
+    appended, or a log that does not extend them, and it is asked again. Only the log's
+    side is kept: the page served is compared with it on every read. Run inside a
+    transaction of ``ledger``.
+
+    Raises:
+        IntegrityError: an entry appended since fails its strict read (or as ``answer``).
+    """
+    memo = _BY_LOG.setdefault(ledger, {})
+    kept = memo.get(key)
+    if kept is not None:
+        heads, value = kept
+        new = since(ledger, object_token(ledger), heads)
+        if new is not None and not new[1]:
+            memo[key] = (heads_of(ledger), value)
+            return value  # type: ignore[return-value]  # stored by this function for key
+    heads = heads_of(ledger)
+    got = answer()
+    if len(memo) >= _KEPT_MAX:
+        memo.clear()
+    memo[key] = (heads, got)
+    return got
+
+
 def _replayed_answer(ledger: Ledger, q: Query) -> list[str]:
     """Return the ids ``q`` selects on the log's replayed memory model (``replayed_model``).
+
+    Kept while only events are appended (``_kept_by_log``).
 
     Raises:
         NotFoundError: as ``query``, for what the replay does not hold either.
         IntegrityError: an entry fails its strict read.
     """
-    return [r.object.id for r in _q.query(replayed_model(ledger), q)]
+    return _kept_by_log(
+        ledger,
+        ("anchor", q),
+        lambda: [r.object.id for r in _q.query(replayed_model(ledger), q)],
+    )
 
 
 def _first_difference(want: Sequence[str], got: Sequence[str]) -> tuple[str, str]:
@@ -454,9 +508,17 @@ def _by_log(ledger: Ledger, db: apsw.Connection, q: Query, view: View) -> _Selec
     merges followed), and the namespaces the actor may read. A query whose entity the log
     does not know selects nothing.
 
+    Kept while only events are appended (``_kept_by_log``).
+
     Raises:
         IntegrityError: an entry read fails its strict read.
     """
+    key = ("by_log", q.text, q.types, q.entity, q.actor, view.levels)
+    return _kept_by_log(ledger, key, lambda: _by_log_now(ledger, db, q, view))
+
+
+def _by_log_now(ledger: Ledger, db: apsw.Connection, q: Query, view: View) -> _Selection:
+    """``_by_log``'s answer, asked of the log now."""
     branches = [b.name for b in ledger.store.branches()]
     ids: frozenset[str] | None = None
     if q.text is not None or q.types:
