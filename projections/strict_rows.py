@@ -53,7 +53,7 @@ from memroot.projections.backends import MemState
 from memroot.projections.engine import Engine
 from memroot.projections.fold import fold_entries
 from memroot.projections.model import MemoryObject
-from memroot.projections.query import Query, Result, get_object
+from memroot.projections.query import Query, Result, get_object, get_objects
 from memroot.projections.tables import OBJECT_COLS, object_from_row
 from memroot.projections.views import View, view_of
 
@@ -919,5 +919,5 @@ def check_results(ledger: Ledger, results: Sequence[Result], q: Query) -> None:
     served = [r.object for r in results]
     if q.anchor is not None:
         db = ledger.derived.db
-        served = [get_object(db, o.id, as_of=q.as_of, branch=q.branch) for o in served]
+        served = get_objects(db, [o.id for o in served], as_of=q.as_of, branch=q.branch)
     check_objects(ledger, served, q.branch, as_of=q.as_of)
