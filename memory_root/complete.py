@@ -56,7 +56,7 @@ from memroot.projections.strict_rows import (
     replayed_skips,
     since,
 )
-from memroot.projections.wal_pages import Mark, Schema
+from memroot.projections.wal_pages import Mark
 
 __all__ = ["check_complete"]
 
@@ -150,32 +150,13 @@ _Held = dict[object, tuple[Heads, object]]
 _HELD: Final[weakref.WeakKeyDictionary[Ledger, _Held]] = weakref.WeakKeyDictionary()
 """Per open ledger: each check that held -> the heads and the position it held at (a file: the
 WAL floor, ``Mark``; PostgreSQL: the host cache's ``data_version``)."""
-_Watched = tuple[Mark, frozenset[int], Schema, frozenset[int]]
-_WATCHED: Final[weakref.WeakKeyDictionary[Ledger, _Watched]] = weakref.WeakKeyDictionary()
-"""Per open ledger: the pages and schema of ``_READS`` (``wal_pages.table_pages``) and the
-pages of the schema table itself (``wal_pages.schema_pages``), exact as of a floor."""
+_WATCHED: Final[weakref.WeakKeyDictionary[Ledger, wal_pages.Watch]] = weakref.WeakKeyDictionary()
+"""Per open ledger: the pages and schema of ``_READS``, exact as of a floor
+(``wal_pages.Watch``)."""
 
 
 def _held(ledger: Ledger) -> _Held:
     return _HELD.setdefault(ledger, {})
-
-
-def _floor(ledger: Ledger) -> Mark | None:
-    """Return the WAL floor of the transaction the check runs in (None: not known).
-
-    A read transaction's is taken before it began (``Store.read_floor``); in a write
-    transaction nobody else can commit, so the position now is the snapshot's.
-    """
-    store = ledger.store
-    if ledger.derived is not store or store.path is None:
-        return None
-    if store.read_floor is None:
-        store.read_floor = wal_pages.floor  # from the next read transaction on
-        return None
-    if store._write_open:
-        return wal_pages.floor(store.path)
-    got = store.floor
-    return got if isinstance(got, Mark) else None
 
 
 def _advance(ledger: Ledger, key: object) -> None:
@@ -186,7 +167,7 @@ def _advance(ledger: Ledger, key: object) -> None:
     """
     held = _HELD.get(ledger)
     if held is not None and key in held:
-        here = _floor(ledger)
+        here = wal_pages.floor_of(ledger)
         if here is not None:
             held[key] = (heads_of(ledger), here)
 
@@ -207,33 +188,17 @@ def _still_holds(ledger: Ledger, key: object) -> bool:
     heads, then = got
     if ledger.derived is not ledger.store:
         return _still_holds_cache(ledger, key, heads, then)
-    here = _floor(ledger)
+    here = wal_pages.floor_of(ledger)
     path = ledger.store.path
     if not isinstance(then, Mark) or here is None or path is None:
         return False
     appended = since(ledger, object_token(ledger), heads)
     if appended is None or appended[1]:
         return False
-    changed = wal_pages.pages_since(path, then)
-    if changed is None:
+    if not _WATCHED.setdefault(ledger, wal_pages.Watch(_READS)).unchanged(
+        ledger.derived.db, path, then, here
+    ):
         return False
-    db = ledger.derived.db
-    watched = _WATCHED.get(ledger)
-    if watched is not None and watched[0] == then and not changed.isdisjoint(watched[3]):
-        # The schema table written since (a table made, dropped or moved; or only its first
-        # page's file header, as the file grew): its rows decide, and its pages are read anew.
-        if watched[2] != wal_pages.schema(db, _READS):
-            watched = None
-        else:
-            watched = (*watched[:3], wal_pages.schema_pages(db))
-    if watched is None or watched[0] != then:
-        watched = (then, *wal_pages.table_pages(db, _READS), wal_pages.schema_pages(db))
-    if not changed.isdisjoint(watched[1]):
-        _WATCHED.pop(ledger, None)
-        return False
-    # Nothing it read changed up to the WAL's end: it holds here, and the pages are exact
-    # (no page of the schema table written since: its rows are the ones the pages were of).
-    _WATCHED[ledger] = (here, watched[1], watched[2], watched[3])
     _held(ledger)[key] = (heads_of(ledger), here)
     return True
 
@@ -424,5 +389,7 @@ def check_complete(
                 step=9,
             )
     passed.add(key)
-    here: object = _floor(ledger) if ledger.derived is ledger.store else _cache_version(ledger)
+    here: object = (
+        wal_pages.floor_of(ledger) if ledger.derived is ledger.store else _cache_version(ledger)
+    )
     _held(ledger)[key] = (heads_of(ledger), here)

@@ -26,16 +26,21 @@ import os
 import struct
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Final, NamedTuple
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 import apsw
 
 from memroot.ledger.backends import fds
 
+if TYPE_CHECKING:
+    from memroot.ledger.ledger import Ledger
+
 __all__ = [
     "Mark",
     "Schema",
+    "Watch",
     "floor",
+    "floor_of",
     "mark",
     "pages_since",
     "schema",
@@ -271,3 +276,61 @@ def schema_pages(db: apsw.Connection) -> frozenset[int]:
             "SELECT pageno FROM dbstat WHERE name IN ('sqlite_schema', 'sqlite_master')"
         )
     )
+
+
+def floor_of(ledger: Ledger) -> Mark | None:
+    """Return the WAL floor of the transaction ``ledger`` runs in now (None: not known).
+
+    A read transaction's is taken before it began (``Store.read_floor``, asked from the next
+    read transaction on once this is called); in a write transaction nobody else can
+    commit, so the position now is the snapshot's. None too off a file in WAL mode, or when
+    the derived tables live elsewhere (a PostgreSQL host's cache).
+    """
+    store = ledger.store
+    if ledger.derived is not store or store.path is None:
+        return None
+    if store.read_floor is None:
+        store.read_floor = floor  # from the next read transaction on
+        return None
+    if store._write_open:
+        return floor(store.path)
+    got = store.floor
+    return got if isinstance(got, Mark) else None
+
+
+class Watch:
+    """Whether a commit since a mark wrote a page of some tables (or of their indexes).
+
+    Keeps the tables' pages (``table_pages``) and the schema table's (``schema_pages``) as
+    of the last mark it answered True at, so a check asked again from that mark reads only
+    the wal-index (``pages_since``); from another mark, or when the schema table was
+    written since (a table made, dropped or moved; or only page 1's file header, as the
+    file grew: then the schema rows decide), the pages are read anew.
+    """
+
+    __slots__ = ("_at", "tables")
+
+    def __init__(self, tables: Iterable[str]) -> None:
+        self.tables = tuple(tables)
+        self._at: tuple[Mark, frozenset[int], Schema, frozenset[int]] | None = None
+
+    def unchanged(self, db: apsw.Connection, path: Path, then: Mark, here: Mark) -> bool:
+        """Whether no commit from ``then`` to ``here`` (this snapshot's floor) wrote the tables.
+
+        False when it cannot say (the log restarted since ``then``).
+        """
+        changed = pages_since(path, then)
+        if changed is None:
+            return False
+        at = self._at
+        if at is not None and at[0] == then and not changed.isdisjoint(at[3]):
+            at = None if at[2] != schema(db, self.tables) else (*at[:3], schema_pages(db))
+        if at is None or at[0] != then:
+            at = (then, *table_pages(db, self.tables), schema_pages(db))
+        if not changed.isdisjoint(at[1]):
+            self._at = None
+            return False
+        # Nothing of the tables changed up to the WAL's end: the pages are exact here (no
+        # page of the schema table written since: its rows are the ones the pages were of).
+        self._at = (here, at[1], at[2], at[3])
+        return True
