@@ -52,6 +52,7 @@ from memroot.ledger.entries import CANONICAL_BRANCH
 from memroot.ledger.errors import IntegrityError, NotFoundError, cache_edited
 from memroot.ledger.ledger import Ledger
 from memroot.projections import query as _q
+from memroot.projections import wal_pages
 from memroot.projections.assert_index import Judge, about, readable, selected
 from memroot.projections.epistemic import RetrievalMode
 from memroot.projections.model import MemoryObject
@@ -121,7 +122,10 @@ def checked_query(ledger: Ledger, q: Query) -> list[Result]:
     with _host_cache(ledger):
         check_results(ledger, results, q)
         if q not in hid:
-            _check_hidden(ledger, db, q, results)
+            served = tuple(r.object.id for r in results)
+            _kept_on_rows(
+                ledger, ("hidden", q, served), lambda: _check_hidden(ledger, db, q, results)
+            )
         _check_complete(ledger, q, results)
     if object_token(ledger) == scanned:
         hid.add(q)
@@ -295,6 +299,51 @@ def _kept_by_log(ledger: Ledger, key: object, answer: Callable[[], _T]) -> _T:
     if len(memo) >= _KEPT_MAX:
         memo.clear()
     memo[key] = (heads, got)
+    return got
+
+
+_ROWS_READ: Final = ("mem_objects", "mem_forks", "branch_meta")
+"""The tables a page of object rows is read from, with its view: what ``_kept_on_rows`` watches."""
+_ON_ROWS: weakref.WeakKeyDictionary[Ledger, dict[object, tuple[Heads, wal_pages.Mark, object]]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Per open ledger: a key -> the heads and WAL floor it was answered at, and the answer."""
+_ROWS_WATCH: weakref.WeakKeyDictionary[Ledger, wal_pages.Watch] = weakref.WeakKeyDictionary()
+
+
+def _kept_on_rows(ledger: Ledger, key: object, answer: Callable[[], _T]) -> _T:
+    """Return ``answer()``, an answer of the object rows and the log, kept while neither moved.
+
+    What the rows a query's filters hid are (``_check_hidden``, its key naming the page
+    served) and the page the log's selection gives among the object rows
+    (``_trusted_selection``) are functions of the object rows and the view
+    (``_ROWS_READ``) and of the log's operations. On a file in WAL mode, after another
+    connection's commit that appended only events (``strict_rows.since``) and wrote no page
+    of those tables (``wal_pages.Watch``: a changed row rewrites its page), the answer
+    given before is the answer now. Otherwise (an operation, a page written, this
+    handle's own write, the WAL restarted, PostgreSQL) it is asked again. Only an answer
+    that returned is kept (a refusal is asked again on the next read).
+
+    Raises:
+        IntegrityError: an entry appended since fails its strict read (or as ``answer``).
+    """
+    here = wal_pages.floor_of(ledger)
+    path = ledger.store.path
+    memo = _ON_ROWS.setdefault(ledger, {})
+    kept = memo.get(key)
+    if kept is not None and here is not None and path is not None:
+        heads, then, value = kept
+        new = since(ledger, object_token(ledger), heads)
+        watch = _ROWS_WATCH.setdefault(ledger, wal_pages.Watch(_ROWS_READ))
+        if new is not None and not new[1] and watch.unchanged(ledger.derived.db, path, then, here):
+            memo[key] = (heads_of(ledger), here, value)
+            return value  # type: ignore[return-value]  # stored by this function for key
+    heads = heads_of(ledger)
+    got = answer()
+    if here is not None:
+        if len(memo) >= _KEPT_MAX:
+            memo.clear()
+        memo[key] = (heads, here, got)
     return got
 
 
@@ -583,7 +632,11 @@ def _trusted_selection(
     else:
         stored = _q._where(db, q, view) or (["0"], [])
         got = [oid for oid, _ in itertools.islice(_page_rows(db, *stored, None), size)]
-    want = [oid for oid, _ in itertools.islice(_page_rows(db, where, args, sel.ids), size)]
+    want = _kept_on_rows(
+        ledger,
+        ("page", q, view.levels),
+        lambda: [oid for oid, _ in itertools.islice(_page_rows(db, where, args, sel.ids), size)],
+    )
     if got != want:
         what, oid = _first_difference(want, got)
         by = " and ".join(

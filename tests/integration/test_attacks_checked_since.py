@@ -19,7 +19,7 @@ import pytest
 import memroot
 from memroot.ledger.errors import IntegrityError
 from memroot.memory_root import complete
-from memroot.projections import strict_rows
+from memroot.projections import checked, strict_rows
 from tests.integration._attack import attacker, opened, other_agent, two_facts
 from tests.integration._attack import counts as sizes
 
@@ -43,14 +43,16 @@ def _settle(mem: memroot.Memory, path: Path) -> None:
 
 
 def test_benign_commit_keeps_the_checks(path: Path) -> None:
-    """Another agent's event: the next recall replays nothing and checks no row again."""
+    """Another agent's event: the next recall replays nothing, checks no row again and scans
+    no hidden row again (no page of the object rows written, no operation appended)."""
     with opened(path) as mem:
         mem.recall()
         _settle(mem, path)
-        calls: list[int] = []
-        real = strict_rows._check_objects
+        calls: list[str] = []
+        real, scan = strict_rows._check_objects, checked._check_hidden
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(strict_rows, "_check_objects", lambda *a: calls.append(1) or real(*a))
+            mp.setattr(strict_rows, "_check_objects", lambda *a: calls.append("row") or real(*a))
+            mp.setattr(checked, "_check_hidden", lambda *a: calls.append("hidden") or scan(*a))
             other_agent(path, "mem.record(content='how are you')")
             assert len(mem.recall()) == 2
         assert calls == []
