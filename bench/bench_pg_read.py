@@ -116,15 +116,23 @@ def _child(url: str, objects: int) -> None:
 
 
 def _database(server: str) -> str:
-    """Create an empty database on ``server``; return its URL."""
+    """Create an empty database on ``server``; return its URL.
+
+    Raises:
+        SystemExit: ``server`` is not a ``postgresql://`` URL, or cannot be reached.
+    """
     import psycopg
 
     from memroot.ledger.backends.pg import is_url
 
-    assert is_url(server)
+    if not is_url(server):
+        raise SystemExit(f"--pg: {server!r} is not a postgresql:// URL")
     name = f"memroot_bench_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(server, autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {name}")
+    try:
+        with psycopg.connect(server, autocommit=True) as admin:
+            admin.execute(f"CREATE DATABASE {name}")
+    except psycopg.Error as e:
+        raise SystemExit(f"--pg: cannot create a database on {server}: {e}") from e
     head, _, tail = server.partition("?")
     base = head.rsplit("/", 1)[0] if head.count("/") > 2 else head
     return f"{base}/{name}" + (f"?{tail}" if tail else "")
