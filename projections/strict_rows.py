@@ -589,7 +589,7 @@ def _stored_rows(ledger: Ledger, keys: Iterable[tuple[str, int]]) -> dict[int, t
     for b, seq in keys:
         by.setdefault(nos[b], []).append(seq)
     return {
-        no: tuple(tuple(r) for r in ledger.store.entry_rows(no, sorted(seqs)))
+        no: tuple(ledger.store.entry_row_tuples(no, sorted(seqs)))
         for no, seqs in by.items()
     }
 
@@ -617,8 +617,7 @@ def _holds(ledger: Ledger, token: Token | None, proof: _Proof) -> bool:
     held = named is not None and named[0].isdisjoint(proof.ids)
     for no, rows in proof.rows.items() if held else ():
         seqs = [r[0] for r in rows]
-        now = ledger.store.entry_rows(no, seqs)
-        if tuple(now) != rows:  # each a named tuple: equal to the plain tuple of its fields
+        if tuple(ledger.store.entry_row_tuples(no, seqs)) != rows:
             held = False
             break
     if held:

@@ -722,6 +722,10 @@ class PgStore(Store):
             snap.rows[k] = got
         return got
 
+    def entry_row_tuples(self, branch_no: int, seqs: Sequence[int]) -> list[tuple[Any, ...]]:
+        """``entry_rows`` as plain tuples (``Store.entry_row_tuples``)."""
+        return [tuple(r) for r in self.entry_rows(branch_no, seqs)]
+
     def entry_rows(self, branch_no: int, seqs: Sequence[int]) -> list[EntryRow]:
         """Return the stored rows at ``seqs`` of a branch (those that exist), by seq."""
         keys = [entry_key(branch_no, s) for s in seqs]

@@ -856,33 +856,33 @@ class Store:
         Seqs that are a run (each once, consecutive: a check's entries re-read) are read as
         one range, a quarter cheaper than looking each key up.
         """
+        return [EntryRow(*r) for r in self.entry_row_tuples(branch_no, seqs)]
+
+    def entry_row_tuples(self, branch_no: int, seqs: Sequence[int]) -> list[tuple[Any, ...]]:
+        """``entry_rows`` as plain tuples of the same fields, equal to each ``EntryRow``.
+
+        For a caller that only compares rows (a kept check's entries, read again): no named
+        tuple is built for each.
+        """
         mask = (1 << BRANCH_SHIFT) - 1
+        cols = "k & ?, hash, data, digest, salt, content, erased_by"
         if (
             1 < len(seqs) <= 500
             and seqs[0] >= 0
             and list(seqs) == list(range(seqs[0], seqs[0] + len(seqs)))
         ):
-            return [
-                EntryRow(r[0] & mask, r[1], r[2], r[3], r[4], r[5], r[6])
-                for r in self.db.execute(
-                    "SELECT k, hash, data, digest, salt, content, erased_by FROM entries "
-                    "WHERE k >= ? AND k < ? ORDER BY k",
-                    (entry_key(branch_no, seqs[0]), entry_key(branch_no, seqs[0] + len(seqs))),
-                )
-            ]
+            return self.db.execute(
+                f"SELECT {cols} FROM entries WHERE k >= ? AND k < ? ORDER BY k",
+                (mask, entry_key(branch_no, seqs[0]), entry_key(branch_no, seqs[0] + len(seqs))),
+            ).fetchall()
         keys = [entry_key(branch_no, s) for s in seqs]
-        out: list[EntryRow] = []
+        out: list[tuple[Any, ...]] = []
         for part in range(0, len(keys), 500):
             chunk = keys[part : part + 500]
             marks = ",".join("?" * len(chunk))
-            out += [
-                EntryRow(r[0] & mask, r[1], r[2], r[3], r[4], r[5], r[6])
-                for r in self.db.execute(
-                    "SELECT k, hash, data, digest, salt, content, erased_by FROM entries "
-                    f"WHERE k IN ({marks}) ORDER BY k",
-                    chunk,
-                )
-            ]
+            out += self.db.execute(
+                f"SELECT {cols} FROM entries WHERE k IN ({marks}) ORDER BY k", (mask, *chunk)
+            ).fetchall()
         return out
 
     def iter_entry_rows(
