@@ -38,6 +38,17 @@ def _append(writer: Ledger, n: int, seed: int) -> None:
         writer.append(event_input(rng, i, content=f"entry {seed}.{i}"))
 
 
+def _with_edge(tmp_path: Path, first: int) -> tuple[Ledger, Ledger]:
+    """A reader that checked ``first`` entries, then two more that another handle appended (the
+    second check proves them on the stored nodes and keeps the edge)."""
+    reader, writer = _pair(tmp_path)
+    _append(writer, first, 1)
+    reader.check_heads()
+    _append(writer, 2, 2)
+    reader.check_heads()
+    return reader, writer
+
+
 def _node_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Count the stored-node reads (``Store.read_nodes``) from here on."""
     calls: list[int] = []
@@ -55,12 +66,8 @@ def test_commits_of_another_connection_are_proven_on_the_kept_edge(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each later head check reads no stored node, and gives the head a new reader gives."""
-    reader, writer = _pair(tmp_path)
+    reader, writer = _with_edge(tmp_path, 5)
     try:
-        _append(writer, 5, 1)
-        reader.check_heads()
-        _append(writer, 3, 2)
-        reader.check_heads()  # proves the three on the stored nodes, keeps the edge
         reads = _node_reads(monkeypatch)
         for seed in range(3, 9):
             _append(writer, seed % 3 + 1, seed)
@@ -83,12 +90,8 @@ def test_an_edge_that_does_not_give_the_signed_root_is_dropped(
 ) -> None:
     """A kept edge of another tree (here: a wrong hash in it) is no refusal and no pass: the
     stored nodes prove the new entries, as on a first read, and the edge is made anew."""
-    reader, writer = _pair(tmp_path)
+    reader, writer = _with_edge(tmp_path, 6)
     try:
-        _append(writer, 6, 1)
-        reader.check_heads()
-        _append(writer, 2, 2)
-        reader.check_heads()
         (no, (size, edge)), *_ = reader._reader_checks._edges.items()
         wrong = (bytes(32), *edge[1:])
         reader._reader_checks._edges[no] = (size, wrong)
@@ -115,25 +118,23 @@ db.commit()
 """
 
 
+def _edit(path: Path, reader: Ledger, seq: int) -> None:
+    """The attacker's edit of entry ``seq`` of main, in a process of its own."""
+    k = entry_key(reader.store.branch("main").no, seq)
+    done = subprocess.run(
+        [sys.executable, "-c", _EDIT, str(path), str(k)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+
+
 def test_entries_appended_and_edited_by_another_process_are_refused(tmp_path: Path) -> None:
     """The attacker (its own process, plain sqlite3, no key) edits an entry another connection
     appended, after the reader kept its edge: the fold gives another root, and the stored
     nodes' proof refuses the entry."""
-    reader, writer = _pair(tmp_path)
+    reader, writer = _with_edge(tmp_path, 4)
     try:
-        _append(writer, 4, 1)
-        reader.check_heads()
-        _append(writer, 2, 2)
-        reader.check_heads()
         _append(writer, 2, 3)
-        no = reader.store.branch("main").no
-        done = subprocess.run(
-            [sys.executable, "-c", _EDIT, str(tmp_path / "m.ledger"),
-             str(entry_key(no, writer.size() - 1))],
-            capture_output=True,
-            text=True,
-        )  # fmt: skip
-        assert done.returncode == 0, done.stderr
+        _edit(tmp_path / "m.ledger", reader, writer.size() - 1)
         with pytest.raises(IntegrityError):
             reader.check_heads()
     finally:
@@ -151,13 +152,7 @@ def test_a_scattered_read_proves_an_edited_row_again(tmp_path: Path) -> None:
         first = {s: r.entry.hash for s, r in reader.read_many(seqs, links=False).items()}
         again = {s: r.entry.hash for s, r in reader.read_many(seqs, links=False).items()}
         assert first == again
-        no = reader.store.branch("main").no
-        done = subprocess.run(
-            [sys.executable, "-c", _EDIT, str(tmp_path / "m.ledger"), str(entry_key(no, 4))],
-            capture_output=True,
-            text=True,
-        )
-        assert done.returncode == 0, done.stderr
+        _edit(tmp_path / "m.ledger", reader, 4)
         with pytest.raises(IntegrityError):
             reader.read_many(seqs, links=False)
     finally:
