@@ -588,10 +588,7 @@ def _stored_rows(ledger: Ledger, keys: Iterable[tuple[str, int]]) -> dict[int, t
     nos = {b.name: b.no for b in ledger.store.branches()}
     for b, seq in keys:
         by.setdefault(nos[b], []).append(seq)
-    return {
-        no: tuple(ledger.store.entry_row_tuples(no, sorted(seqs)))
-        for no, seqs in by.items()
-    }
+    return {no: tuple(ledger.store.entry_row_tuples(no, sorted(seqs))) for no, seqs in by.items()}
 
 
 def _holds(ledger: Ledger, token: Token | None, proof: _Proof) -> bool:
