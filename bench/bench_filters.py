@@ -124,8 +124,7 @@ def run(objects: int, reads: int) -> list[tuple[str, float, float, float, float]
             cold = []
             for _ in range(3):
                 strict_rows._SKIPS.clear()
-                gate._BY_LOG.clear()
-                gate._ON_ROWS.clear()
+                gate._KEPT.clear()
                 other.record(content="another agent's note")
                 cold.append(_cpu(checked(queries["anchor"])))
             out.append(("cold", statistics.median(cold) * 1e6, out[-1][2], 0.0, 1.0))

@@ -259,14 +259,73 @@ def _check_at_anchor(
 
 
 _KEPT_MAX: Final = 256
-"""At most this many answers of the log are kept per ledger (``_kept_by_log``)."""
-_BY_LOG: weakref.WeakKeyDictionary[Ledger, dict[object, tuple[Heads, object]]] = (
-    weakref.WeakKeyDictionary()
-)
-"""Per open ledger: a key of what was asked of the log -> the heads it was answered at, and
-the answer (``_kept_by_log``)."""
+"""At most this many answers are kept per ledger (``_kept``)."""
+_ROWS_READ: Final = ("mem_objects", "mem_forks", "branch_meta")
+"""The tables a page of object rows is read from, with its view (``_kept_on_rows``)."""
+_KEPT: weakref.WeakKeyDictionary[
+    Ledger, dict[object, tuple[Heads, wal_pages.Mark | None, object]]
+] = weakref.WeakKeyDictionary()
+"""Per open ledger: a key of what was asked -> the heads (and, for an answer of the object
+rows, the WAL floor) it was answered at, and the answer (``_kept``)."""
+_ROWS_WATCH: weakref.WeakKeyDictionary[Ledger, wal_pages.Watch] = weakref.WeakKeyDictionary()
 
 _T = TypeVar("_T")
+
+
+def _kept(ledger: Ledger, key: object, answer: Callable[[], _T], *, rows: bool) -> _T:
+    """Return ``answer()``, kept while the log extends the heads it was given at with events.
+
+    The heads an answer was given at are extended by events only when ``strict_rows.since``
+    says so (each new entry read strictly, every old head still proving with its hash); any
+    operation appended, or a log that does not extend them, and it is asked again. With
+    ``rows`` the answer also rests on the object rows and the view (``_ROWS_READ``): it is
+    kept only on a file in WAL mode, and only while no commit since wrote a page of those
+    tables (``wal_pages.Watch``: a changed row rewrites its page); this handle's own write,
+    the WAL restarted or PostgreSQL ask again. Only an answer that returned is kept (a
+    refusal is asked again on the next read). Run inside a transaction of ``ledger``.
+
+    Raises:
+        IntegrityError: an entry appended since fails its strict read (or as ``answer``).
+    """
+    here = wal_pages.floor_of(ledger) if rows else None
+    memo = _KEPT.setdefault(ledger, {})
+    kept = memo.get(key)
+    if kept is not None and _unmoved(ledger, kept[0], kept[1], here, rows=rows):
+        memo[key] = (heads_of(ledger), here, kept[2])
+        return kept[2]  # type: ignore[return-value]  # stored by this function for key
+    heads = heads_of(ledger)
+    got = answer()
+    if not rows or here is not None:
+        if len(memo) >= _KEPT_MAX:
+            memo.clear()
+        memo[key] = (heads, here, got)
+    return got
+
+
+def _unmoved(
+    ledger: Ledger,
+    heads: Heads,
+    then: wal_pages.Mark | None,
+    here: wal_pages.Mark | None,
+    *,
+    rows: bool,
+) -> bool:
+    """Whether an answer given at ``heads`` (and the WAL floor ``then``) still holds.
+
+    Only events appended since ``heads``; with ``rows``, also no commit from ``then`` to
+    ``here`` (this snapshot's floor) wrote a page of ``_ROWS_READ``.
+    """
+    path = ledger.store.path
+    if rows and (then is None or here is None or path is None):
+        return False
+    new = since(ledger, object_token(ledger), heads)
+    if new is None or new[1]:
+        return False
+    if not rows:
+        return True
+    assert then is not None and here is not None and path is not None  # tested above
+    watch = _ROWS_WATCH.setdefault(ledger, wal_pages.Watch(_ROWS_READ))
+    return watch.unchanged(ledger.derived.db, path, then, here)
 
 
 def _kept_by_log(ledger: Ledger, key: object, answer: Callable[[], _T]) -> _T:
@@ -276,39 +335,10 @@ def _kept_by_log(ledger: Ledger, key: object, answer: Callable[[], _T]) -> _T:
     what a query at an anchor gives on the log's replay (``_replayed_answer``) are
     functions of the log's operations: an event changes no object, edge, entity, grant or
     gated state, and an anchor's path is made of events that were there before (a new event
-    can be no ancestor of one already in the log). So an answer given at some heads is the
-    answer at later heads that extend them with events only (``strict_rows.since``: each
-    new entry read strictly, every old head still proving with its hash); any operation
-    appended, or a log that does not extend them, and it is asked again. Only the log's
-    side is kept: the page served is compared with it on every read. Run inside a
-    transaction of ``ledger``.
-
-    Raises:
-        IntegrityError: an entry appended since fails its strict read (or as ``answer``).
+    can be no ancestor of one already in the log). Only the log's side is kept: the page
+    served is compared with it on every read (``_kept``).
     """
-    memo = _BY_LOG.setdefault(ledger, {})
-    kept = memo.get(key)
-    if kept is not None:
-        heads, value = kept
-        new = since(ledger, object_token(ledger), heads)
-        if new is not None and not new[1]:
-            memo[key] = (heads_of(ledger), value)
-            return value  # type: ignore[return-value]  # stored by this function for key
-    heads = heads_of(ledger)
-    got = answer()
-    if len(memo) >= _KEPT_MAX:
-        memo.clear()
-    memo[key] = (heads, got)
-    return got
-
-
-_ROWS_READ: Final = ("mem_objects", "mem_forks", "branch_meta")
-"""The tables a page of object rows is read from, with its view: what ``_kept_on_rows`` watches."""
-_ON_ROWS: weakref.WeakKeyDictionary[Ledger, dict[object, tuple[Heads, wal_pages.Mark, object]]] = (
-    weakref.WeakKeyDictionary()
-)
-"""Per open ledger: a key -> the heads and WAL floor it was answered at, and the answer."""
-_ROWS_WATCH: weakref.WeakKeyDictionary[Ledger, wal_pages.Watch] = weakref.WeakKeyDictionary()
+    return _kept(ledger, key, answer, rows=False)
 
 
 def _kept_on_rows(ledger: Ledger, key: object, answer: Callable[[], _T]) -> _T:
@@ -316,35 +346,10 @@ def _kept_on_rows(ledger: Ledger, key: object, answer: Callable[[], _T]) -> _T:
 
     What the rows a query's filters hid are (``_check_hidden``, its key naming the page
     served) and the page the log's selection gives among the object rows
-    (``_trusted_selection``) are functions of the object rows and the view
-    (``_ROWS_READ``) and of the log's operations. On a file in WAL mode, after another
-    connection's commit that appended only events (``strict_rows.since``) and wrote no page
-    of those tables (``wal_pages.Watch``: a changed row rewrites its page), the answer
-    given before is the answer now. Otherwise (an operation, a page written, this
-    handle's own write, the WAL restarted, PostgreSQL) it is asked again. Only an answer
-    that returned is kept (a refusal is asked again on the next read).
-
-    Raises:
-        IntegrityError: an entry appended since fails its strict read (or as ``answer``).
+    (``_trusted_selection``) are functions of the object rows, the view and the log's
+    operations (``_kept`` with ``rows``).
     """
-    here = wal_pages.floor_of(ledger)
-    path = ledger.store.path
-    memo = _ON_ROWS.setdefault(ledger, {})
-    kept = memo.get(key)
-    if kept is not None and here is not None and path is not None:
-        heads, then, value = kept
-        new = since(ledger, object_token(ledger), heads)
-        watch = _ROWS_WATCH.setdefault(ledger, wal_pages.Watch(_ROWS_READ))
-        if new is not None and not new[1] and watch.unchanged(ledger.derived.db, path, then, here):
-            memo[key] = (heads_of(ledger), here, value)
-            return value  # type: ignore[return-value]  # stored by this function for key
-    heads = heads_of(ledger)
-    got = answer()
-    if here is not None:
-        if len(memo) >= _KEPT_MAX:
-            memo.clear()
-        memo[key] = (heads, here, got)
-    return got
+    return _kept(ledger, key, answer, rows=True)
 
 
 def _replayed_answer(ledger: Ledger, q: Query) -> list[str]:
