@@ -673,13 +673,7 @@ class StrictReader:
         Leaves already proven at these positions in the tree of the same signed root are not
         proven again (the same leaves, positions and root give the same answer).
         """
-        at = self._proven.get(head.no)
-        if (
-            leaves
-            and at is not None
-            and at[0] == head.root
-            and all(at[1].get(start + i) == leaf for i, leaf in enumerate(leaves))
-        ):
+        if leaves and self._all_proven(head, {start + i: leaf for i, leaf in enumerate(leaves)}):
             return
         if self._prove_on_edge(head, start, leaves):
             return
@@ -709,6 +703,15 @@ class StrictReader:
         for i, leaf in enumerate(leaves):
             self._leaves[(head.no, start + i)] = leaf
         self._proven_at(head, {start + i: leaf for i, leaf in enumerate(leaves)})
+
+    def _all_proven(self, head: SignedHead, leaves: dict[int, bytes]) -> bool:
+        """Whether each of ``leaves`` (seq -> leaf hash) was proven there in ``head``'s tree."""
+        at = self._proven.get(head.no)
+        return (
+            at is not None
+            and at[0] == head.root
+            and all(at[1].get(s) == leaf for s, leaf in leaves.items())
+        )
 
     def _proven_at(self, head: SignedHead, leaves: dict[int, bytes]) -> None:
         """Remember ``leaves`` (seq -> leaf hash) as proven in the tree of ``head``.
@@ -895,12 +898,7 @@ class StrictReader:
                 raise _fail(2, branch, s, "the entry is missing from the signed tree")
         leaves: dict[int, bytes] = {s: leaf_hash(bytes(rows[s].data)) for s in with_prev}
         signed = {s: h for s, h in leaves.items() if s < head.size}
-        proven = self._proven.get(head.no)
-        if signed and not (
-            proven is not None
-            and proven[0] == head.root
-            and all(proven[1].get(s) == h for s, h in signed.items())
-        ):
+        if signed and not self._all_proven(head, signed):
             try:
                 got = leaves_root(head.size, signed, self._reader(head.no))
             except (IntegrityError, KeyError) as e:

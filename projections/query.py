@@ -124,9 +124,14 @@ def get_object(
         (object_id, *params),
     ).fetchone()
     if row is None:
-        when = "now" if as_of is None else f"as of entry {as_of}"
-        raise NotFoundError(f"no memory object {object_id} on branch {branch} {when}")
+        raise _no_object(object_id, branch, as_of)
     return object_from_row(row)
+
+
+def _no_object(object_id: str, branch: str, as_of: int | None) -> NotFoundError:
+    """Return the error ``get_object`` and ``get_objects`` raise for an object not there."""
+    when = "now" if as_of is None else f"as of entry {as_of}"
+    return NotFoundError(f"no memory object {object_id} on branch {branch} {when}")
 
 
 def get_objects(
@@ -155,8 +160,7 @@ def get_objects(
         return [get_object(db, oid, as_of=as_of, branch=branch) for oid in object_ids]
     for oid in object_ids:
         if oid not in found:
-            when = "now" if as_of is None else f"as of entry {as_of}"
-            raise NotFoundError(f"no memory object {oid} on branch {branch} {when}")
+            raise _no_object(oid, branch, as_of)
     return [found[oid] for oid in object_ids]
 
 
