@@ -298,6 +298,31 @@ def floor_of(ledger: Ledger) -> Mark | None:
     return got if isinstance(got, Mark) else None
 
 
+_LAST_SINCE: dict[Path, tuple[Mark, Mark, frozenset[int] | None]] = {}
+"""Per file: the last ``pages_since`` a ``Watch`` asked, with the snapshot floor it was for."""
+
+
+def _since_for(path: Path, then: Mark, here: Mark) -> frozenset[int] | None:
+    """``pages_since(path, then)`` for a snapshot whose floor is ``here``, read once.
+
+    The watches of one read (the completeness check's, the read gate's) ask from the same
+    mark in the same snapshot: the pages are listed once. An answer read in an earlier
+    transaction of the same floor (the same WAL, salts and frame count: nobody committed
+    in between) covered every frame up to the WAL's end then, which is at least ``here``:
+    every page a frame from ``then`` to ``here`` names is in it, so it answers for this
+    snapshot too (it may name more, of frames past it: then a watch answers False, which
+    is safe).
+    """
+    got = _LAST_SINCE.get(path)
+    if got is not None and got[0] == then and got[1] == here:
+        return got[2]
+    changed = pages_since(path, then)
+    if len(_LAST_SINCE) > 64:
+        _LAST_SINCE.clear()
+    _LAST_SINCE[path] = (then, here, changed)
+    return changed
+
+
 class Watch:
     """Whether a commit since a mark wrote a page of some tables (or of their indexes).
 
@@ -319,7 +344,7 @@ class Watch:
 
         False when it cannot say (the log restarted since ``then``).
         """
-        changed = pages_since(path, then)
+        changed = _since_for(path, then, here)
         if changed is None:
             return False
         at = self._at
