@@ -158,3 +158,21 @@ def test_a_scattered_read_proves_an_edited_row_again(tmp_path: Path) -> None:
     finally:
         reader.close()
         writer.close()
+
+
+def test_the_kept_signers_follow_what_the_keys_learned() -> None:
+    """``_Keys.signers`` keeps its last answer per branch only while nothing was learned since:
+    a key retired (a rotation learned) or another size gives the answer the keys give now."""
+    from memroot.ledger.note import Verifier
+    from memroot.ledger.signing import Ed25519Signer
+    from memroot.ledger.strict import _Keys
+
+    old = Verifier.from_signer(Ed25519Signer.from_seed("example.org/log", bytes(range(32))))
+    new = Verifier.from_signer(Ed25519Signer.from_seed("example.org/log", bytes(range(1, 33))))
+    keys = _Keys([old, new])
+    assert keys.signers("main", 10) == [old, new]
+    assert keys.signers("main", 10) == [old, new]  # the kept answer
+    keys.retired[old.vkey()] = 5  # learned: the old key signed up to size 5 only
+    assert keys.signers("main", 10) == [new]
+    assert keys.signers("main", 5) == [old, new]
+    assert keys.signers("sim", 10) == [old, new]  # a branch's checkpoints: any trusted key
