@@ -18,8 +18,12 @@ The cases (``recall(limit=20)`` through the read gate unless "unchecked"):
 - ``own write``: right after a ``record`` of the same handle (not timed);
 - ``other host``: right after a ``record`` of a second handle with its own cache file
   (another host's commit, not timed);
-- ``unchecked, other host``: the unchecked read right after another host's commit (it too
-  catches the cache up with that entry first).
+- ``unchecked, other host``: the bare unchecked query right after another host's commit: it
+  reads this host's cache as it is, without the other host's entry (a stale answer);
+- ``unchecked path, other host``: the unchecked path as a surface runs it (``memroot query
+  --no-strict``: the cache caught up with the other host's entries, then ``unchecked_query``),
+  the same answer the checked read gives;
+- ``catch-up, other host``: the catch-up alone.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ CASES = (
     "own write",
     "other host",
     "unchecked, other host",
+    "unchecked path, other host",
     "catch-up, other host",
 )
 """The cases; the last one is the catch-up alone (the other host's entries folded into this
@@ -90,6 +95,11 @@ def _child(url: str, objects: int) -> None:
         with mem.ledger.reading() as db:
             unchecked_query(db, q)
 
+    def unchecked_path() -> None:
+        # What `memroot query --no-strict` runs: both layers caught up, then the tables read.
+        mem._catch_up(mem.branch)
+        unchecked()
+
     def checked() -> None:
         mem.recall(limit=20)
 
@@ -107,6 +117,7 @@ def _child(url: str, objects: int) -> None:
         "own write": (own, checked),
         "other host": (theirs, checked),
         "unchecked, other host": (theirs, unchecked),
+        "unchecked path, other host": (theirs, unchecked_path),
         "catch-up, other host": (theirs, lambda: mem._catch_up(mem.branch)),
     }
     print("ready", flush=True)
@@ -230,6 +241,13 @@ def main() -> None:
             f"{cpu / statistics.median(r[0] for r in theirs):.2f}x, wall "
             f"{wall / statistics.median(r[1] for r in theirs):.2f}x"
         )
+        path = per.get("unchecked path, other host")
+        if path:
+            print(
+                f"  other host / unchecked path other host (caught up, as `query --no-strict`): "
+                f"CPU {cpu / statistics.median(r[0] for r in path):.2f}x, wall "
+                f"{wall / statistics.median(r[1] for r in path):.2f}x"
+            )
         folds = per["catch-up, other host"]
         if folds:
             caught = statistics.median(r[0] for r in theirs) + statistics.median(
