@@ -21,6 +21,7 @@ from memroot.projections.epistemic import RetrievalMode
 from memroot.projections.gitctx import GitContext, GitContextHook, branch_score
 from memroot.projections.hook import MemoryHook
 from memroot.projections.query import PAGE, Query, edges_of, entity_members, query
+from memroot.projections.rules import RuleError
 
 AGENT = rq.Actor("agent", "AI_AGENT", "ns")
 
@@ -138,6 +139,33 @@ def test_branch_reads_cover_entities_edges_and_namespaces(w: World):
     assert about == {a}  # references resolve to the primary the branch merged into
     with pytest.raises(NotFoundError):
         query(w.db, Query(branch="nope"))
+
+
+def test_namespace_policy_is_changed_in_main_only(w: World):
+    """docs/branches.md: a branch inherits namespace policy at the fork; a REVOKE (or any
+    policy operation) appended in a branch is refused, nothing written, and the grant it
+    aimed at still holds there; a REVOKE in main ends it in main (the fork keeps its policy
+    as of the fork)."""
+    admin = rq.Actor("agent", "AI_AGENT", "team")
+    w.ledger.append(rq.namespace_create(admin, "PROJECT", ts=w.tick()))
+    w.ledger.append(rq.grant(admin, "reader", "READ", ts=w.tick()))
+    w.ledger.append(rq.grant(admin, "agent", "ASSERT", ts=w.tick()))
+    fact = rq.assert_object(admin, "FACT", "OBSERVED", "USER_STATED", [w.event()], "v")
+    x = w.ledger.append(dataclasses.replace(fact, ts=w.tick())).id
+    sim = w.fork("sim", "SIMULATION")
+    size = w.ledger.size(sim)
+    for policy in (
+        rq.revoke(admin, "reader", "READ", ts=w.tick()),
+        rq.grant(admin, "other", "READ", ts=w.tick()),
+        rq.namespace_create(rq.Actor("agent", "AI_AGENT", "new-ns"), "PROJECT", ts=w.tick()),
+    ):
+        with pytest.raises(RuleError, match="change policy in main"):
+            w.ledger.append(policy, branch=sim)
+    assert w.ledger.size(sim) == size
+    assert w.ids(branch=sim, actor="reader") == [x]
+    w.ledger.append(rq.revoke(admin, "reader", "READ", ts=w.tick()))
+    assert w.ids(actor="reader") == []
+    assert w.ids(branch=sim, actor="reader") == [x]
 
 
 # -- anchors -------------------------------------------------------------------------------------
