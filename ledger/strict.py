@@ -480,8 +480,12 @@ class StrictReader:
         """
         self._file_changed()
         cached = self._heads.get(branch)
-        if cached is not None and cached.size >= need:
-            return cached
+        if cached is not None:
+            if cached.size >= need:
+                return cached
+            # A store with no data_version (PostgreSQL): the head is checked again because a
+            # read needs entries past it; it is where the new entries begin, as on a file.
+            self._before[branch] = cached
         return self.check_head(branch)
 
     def _file_changed(self) -> None:

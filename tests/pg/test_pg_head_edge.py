@@ -1,0 +1,108 @@
+"""On PostgreSQL too, a long-lived handle proves another host's entries on the edge it kept.
+
+A PostgreSQL store has no ``data_version``: a handle checks its head again when a read needs
+entries past it. That check starts from the head it checked before (``StrictReader.head``
+hands it to ``_since_before``, as a file's ``data_version`` does), so the new entries are
+read once and proven on the kept edge: no stored node is read (each a round trip), and the
+strict read of the same entries that follows proves nothing again. An entry another host's
+attacker edits in its own process is still refused.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memroot.ledger.backends.pg import PgStore
+from memroot.ledger.entries import EventInput
+from memroot.ledger.errors import IntegrityError
+from memroot.ledger.ledger import Ledger
+
+
+def _event(i: int) -> EventInput:
+    return EventInput(
+        stream="s",
+        actor_id="alice",
+        actor_type="HUMAN_USER",
+        role="USER",
+        content=f"said {i}",
+        namespace_id="ns",
+    )
+
+
+def _pair(tmp_path: Path, url: str, key: Path) -> tuple[Ledger, Ledger]:
+    Ledger.init(url, origin="example.org/pg-edge", key_path=key, cache_path=tmp_path / "i.cache")
+    reader = Ledger.open(url, key_path=key, hooks=[], cache_path=tmp_path / "r.cache")
+    writer = Ledger.open(url, key_path=key, hooks=[], cache_path=tmp_path / "w.cache")
+    return reader, writer
+
+
+def test_another_hosts_entries_are_proven_without_reading_stored_nodes(
+    tmp_path: Path, pg_url: str, pg_key: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reader, writer = _pair(tmp_path, pg_url, pg_key)
+    try:
+        for i in range(5):
+            writer.append(_event(i))
+        reader.check_heads()
+        writer.append(_event(5))
+        with reader.store.read():  # the first check after another host's commit keeps the edge
+            head = reader.check_heads()[0]
+            list(reader.entries(head.size - 2, head.size))
+        reads: list[int] = []
+        real = PgStore.read_nodes
+
+        def counted(self: PgStore, *args: object, **kwargs: object) -> list[bytes]:
+            reads.append(1)
+            return real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(PgStore, "read_nodes", counted)
+        for i in range(6, 12):
+            writer.append(_event(i))
+            with reader.store.read():
+                head = reader.check_heads()[0]
+                new = [e.seq for e in reader.entries(head.size - 2, head.size)]
+                assert new == [head.size - 2, head.size - 1]
+        assert reads == []
+        monkeypatch.undo()
+        fresh = Ledger.open(pg_url, key_path=pg_key, hooks=[], cache_path=tmp_path / "f.cache")
+        try:
+            assert fresh.check_heads() == [head]
+        finally:
+            fresh.close()
+    finally:
+        reader.close()
+        writer.close()
+
+
+_EDIT = r"""
+import sys, psycopg
+with psycopg.connect(sys.argv[1], autocommit=True) as db:
+    db.execute(
+        "UPDATE entries SET data = overlay(data placing '\\x00'::bytea from 40 for 1) "
+        "WHERE k = (SELECT max(k) FROM entries)"
+    )
+"""
+
+
+def test_an_entry_edited_after_the_edge_was_kept_is_refused(
+    tmp_path: Path, pg_url: str, pg_key: Path
+) -> None:
+    reader, writer = _pair(tmp_path, pg_url, pg_key)
+    try:
+        for i in range(4):
+            writer.append(_event(i))
+        reader.check_heads()
+        writer.append(_event(4))
+        reader.check_heads()
+        writer.append(_event(5))
+        subprocess.run([sys.executable, "-c", _EDIT, pg_url], check=True)
+        with pytest.raises(IntegrityError), reader.store.read():
+            head = reader.check_heads()[0]
+            list(reader.entries(head.size - 2, head.size))
+    finally:
+        reader.close()
+        writer.close()
