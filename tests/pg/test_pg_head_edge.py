@@ -106,3 +106,58 @@ def test_an_entry_edited_after_the_edge_was_kept_is_refused(
     finally:
         reader.close()
         writer.close()
+
+
+def test_the_new_entries_come_with_the_newest_checkpoint(
+    tmp_path: Path, pg_url: str, pg_key: Path
+) -> None:
+    """The head check after another host appended a few entries sends one statement for the
+    checkpoint and the entries since the head it checked before (``_TAIL_ROWS``)."""
+    reader, writer = _pair(tmp_path, pg_url, pg_key)
+    try:
+        for i in range(4):
+            writer.append(_event(i))
+        reader.check_heads()
+        writer.append(_event(4))
+        reader.check_heads()  # proven on the stored nodes: the edge is kept from here on
+        for i in range(5, 8):
+            writer.append(_event(i))
+        with reader.store.read():
+            assert isinstance(reader.store, PgStore)
+            before = reader.store.db.statements
+            head = reader.check_heads()[0]
+            assert reader.store.db.statements - before == 1
+            assert [e.seq for e in reader.entries(head.size - 4, head.size)] == list(
+                range(head.size - 4, head.size)
+            )
+            assert reader.store.db.statements - before == 1
+    finally:
+        reader.close()
+        writer.close()
+
+
+_PAST = r"""
+import sys, psycopg
+with psycopg.connect(sys.argv[1], autocommit=True) as db:
+    k, h, data = db.execute("SELECT k, hash, data FROM entries ORDER BY k DESC LIMIT 1").fetchone()
+    db.execute("INSERT INTO entries(k, hash, data) VALUES (%s, %s, %s)", (k + 1, h, data))
+"""
+
+
+def test_an_entry_stored_past_the_signed_head_is_refused(
+    tmp_path: Path, pg_url: str, pg_key: Path
+) -> None:
+    """An attacker's row past the head (agmi T5) is no row the checkpoint's read gave: the
+    head check reads the range itself and refuses it."""
+    reader, writer = _pair(tmp_path, pg_url, pg_key)
+    try:
+        for i in range(4):
+            writer.append(_event(i))
+        reader.check_heads()
+        writer.append(_event(4))
+        subprocess.run([sys.executable, "-c", _PAST, pg_url], check=True)
+        with pytest.raises(IntegrityError, match="past"), reader.store.read():
+            reader.check_heads()
+    finally:
+        reader.close()
+        writer.close()
