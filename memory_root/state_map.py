@@ -32,10 +32,11 @@ from __future__ import annotations
 
 import gc
 from bisect import bisect_left
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from memroot.ledger._backend import NATIVE as _N
 from memroot.ledger.errors import IntegrityError
 from memroot.ledger.map_tree import (
     EMPTY,
@@ -77,6 +78,7 @@ __all__ = [
     "NODE_TAG",
     "NS_TAG",
     "VALUE_TAG",
+    "BatchRead",
     "Inner",
     "Leaf",
     "MapHash",
@@ -96,12 +98,14 @@ __all__ = [
     "namespace_key",
     "node_hash",
     "proof_root",
+    "reads_of",
     "prove",
     "prove_many",
     "prove_namespace",
     "root_of",
     "update",
     "update_map",
+    "update_map_reference",
     "value_hash",
     "verify_absent",
     "verify_included",
@@ -218,7 +222,58 @@ def update_map(
     """Apply ``{namespace: {item key: value or None}}`` to the map at ``root``.
 
     Each changed namespace's item tree is updated, then the namespace tree with the new item
-    roots (a namespace left with no item leaves the namespace tree).
+    roots (a namespace left with no item leaves the namespace tree). With the native core
+    (``memroot._native.map_update``) every changed path of every tree is walked level by
+    level together: one read of ``source`` per level (its ``map_reads`` when it has one, a
+    batched read), the new nodes hashed bottom-up. Without it, or where the native walk
+    stops (a node missing or edited, a malformed change), ``update_map_reference`` decides:
+    the same root and nodes, or its own error.
+
+    Raises:
+        IntegrityError, ValueError: as ``update``.
+    """
+    if _N is not None:
+        held, read = reads_of(source)
+        known = held if isinstance(held, dict) else {}
+        groups = [(namespace_key(ns), items) for ns, items in changes.items()]
+        try:
+            out, made = _N.map_update(root, groups, known, read, Leaf, Inner)
+        except (_N.Reject, IntegrityError):
+            pass  # the reference below reads node by node and raises its own error, if any
+        else:
+            return Update(MapHash(out), made)
+    return update_map_reference(source, root, changes)
+
+
+BatchRead = Callable[[list[bytes]], list[Node | NodeRow | None]]
+"""A batched read of map nodes: hashes in, each one's node (or checked row, or None) out."""
+
+
+def reads_of(source: NodeSource) -> tuple[Mapping[bytes, Node | NodeRow], BatchRead]:
+    """Return the nodes ``source`` holds and a batched read of the others, for ``update_map``.
+
+    A source with a ``map_reads()`` method gives both (``MemNodes``, ``StoredNodes``); for
+    any other, none are held and the read asks ``node`` once per hash.
+    """
+    reads = getattr(source, "map_reads", None)
+    if reads is not None:
+        got: tuple[Mapping[bytes, Node | NodeRow], BatchRead] = reads()
+        return got
+
+    def one_by_one(hashes: list[bytes]) -> list[Node | NodeRow | None]:
+        return [source.node(h) for h in hashes]
+
+    return {}, one_by_one
+
+
+def update_map_reference(
+    source: NodeSource, root: bytes, changes: Mapping[str, Mapping[bytes, bytes | None]]
+) -> Update:
+    """``update_map``'s reference: each namespace's item tree in turn, one node read at a time.
+
+    Each changed namespace's item tree is updated (recursively, ``update``), then the
+    namespace tree with the new item roots (a namespace left with no item leaves the
+    namespace tree). The native ``update_map`` is tested to give the same root and nodes.
 
     Raises:
         IntegrityError, ValueError: as ``update``.
