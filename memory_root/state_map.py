@@ -236,12 +236,19 @@ def update_map(
         held, read = reads_of(source)
         known = held if isinstance(held, dict) else {}
         groups = [(namespace_key(ns), items) for ns, items in changes.items()]
+        # The walk makes thousands of nodes and no reference cycle: the cyclic collector
+        # would traverse every node held again and again for none (see ``prove_many``).
+        paused = gc.isenabled()
+        gc.disable()
         try:
             out, made = _N.map_update(root, groups, known, read, Leaf, Inner)
         except (_N.Reject, IntegrityError):
             pass  # the reference below reads node by node and raises its own error, if any
         else:
             return Update(MapHash(out), made)
+        finally:
+            if paused:
+                gc.enable()
     return update_map_reference(source, root, changes)
 
 
