@@ -216,6 +216,11 @@ def lookup(source: NodeSource, root: bytes, key: bytes) -> bytes | None:
     return None
 
 
+_NATIVE_UPDATE = True
+"""Whether ``update_map`` runs the native walk when the core is built (off: the reference,
+as ``bench/bench_map_update_ab.py`` compares them in one build)."""
+
+
 def update_map(
     source: NodeSource, root: bytes, changes: Mapping[str, Mapping[bytes, bytes | None]]
 ) -> Update:
@@ -232,7 +237,7 @@ def update_map(
     Raises:
         IntegrityError, ValueError: as ``update``.
     """
-    if _N is not None:
+    if _N is not None and _NATIVE_UPDATE:
         held, read = reads_of(source)
         known = held if isinstance(held, dict) else {}
         groups = [(namespace_key(ns), items) for ns, items in changes.items()]
