@@ -426,7 +426,7 @@ impl std::hash::Hasher for PrefixHasher {
     fn write_usize(&mut self, _: usize) {}
 }
 
-type Table = HashMap<Hash, Row, std::hash::BuildHasherDefault<PrefixHasher>>;
+type Table<V> = HashMap<Hash, V, std::hash::BuildHasherDefault<PrefixHasher>>;
 
 /// The level-synchronous update of memory-map trees over a batched reader.
 ///
@@ -434,7 +434,7 @@ type Table = HashMap<Hash, Row, std::hash::BuildHasherDefault<PrefixHasher>>;
 /// their nodes, in order, or an error (a node it cannot give is its error, or a `Reject`).
 /// Every node an update needs at one level of every tree is read in one call.
 pub struct Updater<E, F> {
-    nodes: Table,
+    nodes: Table<Row>,
     /// The nodes the updates made, in the order made (a node made twice is listed twice).
     pub created: Vec<(Hash, Row)>,
     read: F,
@@ -729,20 +729,47 @@ where
     }
 }
 
+/// One `bytes` object per hash: those the walk was given (node fields, keys, values) and
+/// those it made, so that a node made shares its children's hashes with the nodes that hold
+/// them (as the reference's nodes do), and a hash looked up twice is hashed by Python once.
+struct Pool<'py> {
+    py: Python<'py>,
+    objects: Table<Bound<'py, PyBytes>>,
+}
+
+impl<'py> Pool<'py> {
+    /// The hash `b` holds (`Reject` unless 32 bytes), `b` kept as its object.
+    fn keep(&mut self, b: Bound<'py, PyBytes>) -> PyResult<Hash> {
+        let h = key32(b.as_bytes())?;
+        self.objects.entry(h).or_insert(b);
+        Ok(h)
+    }
+
+    /// The object of hash `h` (made once).
+    fn get(&mut self, h: &Hash) -> Bound<'py, PyBytes> {
+        let py = self.py;
+        self.objects
+            .entry(*h)
+            .or_insert_with(|| PyBytes::new(py, h))
+            .clone()
+    }
+}
+
 /// A node as a `NodeSource` holds it (`leaf_cls(key, value)`, `inner_cls(left, right)`) or as
 /// a batched walk reads it (`(is_leaf, a, b)`); `Reject` for anything else.
 fn row_from<'py>(
     obj: &Bound<'py, PyAny>,
     leaf_cls: &Bound<'py, PyType>,
     inner_cls: &Bound<'py, PyType>,
+    pool: &mut Pool<'py>,
 ) -> PyResult<Row> {
     let py = obj.py();
-    let field = |name: &Bound<'py, PyString>| -> PyResult<Hash> {
+    let mut field = |name: &Bound<'py, PyString>| -> PyResult<Hash> {
         let v = obj.getattr(name)?;
         let b = v
-            .downcast_exact::<PyBytes>()
+            .downcast_into_exact::<PyBytes>()
             .or_else(|_| reject("a map node field is not bytes"))?;
-        key32(b.as_bytes())
+        pool.keep(b)
     };
     let ty = obj.get_type();
     if ty.is(leaf_cls) {
@@ -768,8 +795,8 @@ fn row_from<'py>(
         .downcast_into_exact::<PyBool>()
         .or_else(|_| reject("a map node row's flag is not a bool"))?
         .is_true();
-    let a = key32(bytes_at(t, 1)?.as_bytes())?;
-    let b = key32(bytes_at(t, 2)?.as_bytes())?;
+    let a = pool.keep(bytes_at(t, 1)?)?;
+    let b = pool.keep(bytes_at(t, 2)?)?;
     Ok(if is_leaf {
         Row::Leaf(a, b)
     } else {
@@ -779,24 +806,24 @@ fn row_from<'py>(
 
 /// The changes of one tree, `{key: value or None}` (exactly a dict of exactly `bytes` of 32),
 /// sorted by key.
-fn changes_of(items: &Bound<'_, PyAny>) -> PyResult<Vec<Change>> {
+fn changes_of<'py>(items: &Bound<'py, PyAny>, pool: &mut Pool<'py>) -> PyResult<Vec<Change>> {
     let d = items
         .downcast_exact::<PyDict>()
         .or_else(|_| reject("a tree's changes are not a dict"))?;
     let mut out = Vec::with_capacity(d.len());
     for (k, v) in d.iter() {
         let k = k
-            .downcast_exact::<PyBytes>()
+            .downcast_into_exact::<PyBytes>()
             .or_else(|_| reject("a map key is not bytes"))?;
         let v = if v.is_none() {
             None
         } else {
             let v = v
-                .downcast_exact::<PyBytes>()
+                .downcast_into_exact::<PyBytes>()
                 .or_else(|_| reject("a map value is not bytes"))?;
-            Some(key32(v.as_bytes())?)
+            Some(pool.keep(v)?)
         };
-        out.push((key32(k.as_bytes())?, v));
+        out.push((pool.keep(k)?, v));
     }
     out.sort_unstable_by_key(|a| a.0);
     Ok(out)
@@ -820,10 +847,14 @@ pub fn map_update<'py>(
     leaf_cls: &Bound<'py, PyType>,
     inner_cls: &Bound<'py, PyType>,
 ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyDict>)> {
+    let pool = std::cell::RefCell::new(Pool {
+        py,
+        objects: Table::default(),
+    });
     let root = root
         .downcast_exact::<PyBytes>()
         .or_else(|_| reject("a map root is not bytes"))?;
-    let root = key32(root.as_bytes())?;
+    let root = pool.borrow_mut().keep(root.clone())?;
     let mut parsed = Vec::with_capacity(groups.len());
     for g in groups.iter() {
         let t = g
@@ -832,23 +863,26 @@ pub fn map_update<'py>(
         if t.len() != 2 {
             return reject("a group is not a (namespace key, changes) pair");
         }
-        let nk = key32(bytes_at(&t, 0)?.as_bytes())?;
-        parsed.push((nk, changes_of(&t.get_item(1)?)?));
+        let mut p = pool.borrow_mut();
+        let nk = p.keep(bytes_at(&t, 0)?)?;
+        parsed.push((nk, changes_of(&t.get_item(1)?, &mut p)?));
     }
     let reader = |want: &[Hash]| -> PyResult<Vec<Row>> {
+        let mut p = pool.borrow_mut();
         let mut out: Vec<Option<Row>> = Vec::with_capacity(want.len());
         let mut missing = Vec::new();
-        for (i, h) in want.iter().enumerate() {
-            match known.get_item(PyBytes::new(py, h))? {
-                Some(obj) => out.push(Some(row_from(&obj, leaf_cls, inner_cls)?)),
+        for h in want {
+            let key = p.get(h);
+            match known.get_item(&key)? {
+                Some(obj) => out.push(Some(row_from(&obj, leaf_cls, inner_cls, &mut p)?)),
                 None => {
                     out.push(None);
-                    missing.push(i);
+                    missing.push(key);
                 }
             }
         }
         if !missing.is_empty() {
-            let ask = PyList::new(py, missing.iter().map(|&i| PyBytes::new(py, &want[i])))?;
+            let ask = PyList::new(py, &missing)?;
             let got = read.call1((ask,))?;
             let got = got
                 .downcast_into_exact::<PyList>()
@@ -856,11 +890,15 @@ pub fn map_update<'py>(
             if got.len() != missing.len() {
                 return reject("a read gave another number of nodes");
             }
-            for (obj, &i) in got.iter().zip(&missing) {
+            let mut got = got.iter();
+            for slot in out.iter_mut().filter(|r| r.is_none()) {
+                let obj = got
+                    .next()
+                    .map_or_else(|| reject("a read gave too few nodes"), Ok)?;
                 if obj.is_none() {
                     return reject("a map node is not stored");
                 }
-                out[i] = Some(row_from(&obj, leaf_cls, inner_cls)?);
+                *slot = Some(row_from(&obj, leaf_cls, inner_cls, &mut p)?);
             }
         }
         out.into_iter()
@@ -876,14 +914,15 @@ pub fn map_update<'py>(
     let made = PyDict::new(py);
     let leaf_make = Maker::new(leaf_cls, intern!(py, "key"), intern!(py, "value"))?;
     let inner_make = Maker::new(inner_cls, intern!(py, "left"), intern!(py, "right"))?;
+    let mut p = pool.borrow_mut();
     for (h, row) in &up.created {
         let n = match row {
-            Row::Leaf(k, v) => leaf_make.make(k, v)?,
-            Row::Inner(l, r) => inner_make.make(l, r)?,
+            Row::Leaf(k, v) => leaf_make.make(p.get(k), p.get(v))?,
+            Row::Inner(l, r) => inner_make.make(p.get(l), p.get(r))?,
         };
-        made.set_item(PyBytes::new(py, h), n)?;
+        made.set_item(p.get(h), n)?;
     }
-    Ok((PyBytes::new(py, &new_root), made))
+    Ok((p.get(&new_root), made))
 }
 
 /// Makes the nodes `map_update` returns: an instance of a class of two slots (the frozen
@@ -924,9 +963,7 @@ impl<'py> Maker<'py> {
         })
     }
 
-    fn make(&self, a: &Hash, b: &Hash) -> PyResult<Bound<'py, PyAny>> {
-        let py = self.cls.py();
-        let (a, b) = (PyBytes::new(py, a), PyBytes::new(py, b));
+    fn make(&self, a: Bound<'py, PyBytes>, b: Bound<'py, PyBytes>) -> PyResult<Bound<'py, PyAny>> {
         match &self.fast {
             Some((new, set_a, set_b)) => {
                 let obj = new.call1((&self.cls,))?;
