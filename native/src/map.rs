@@ -1,6 +1,7 @@
 //! The memory map's paths (docs/FORMAT.md §6.12), as `ledger/map_tree.py`: a key's walk down
 //! checked stored nodes (`map_descend`), a path's check (`map_path_root`) and the re-hash of
-//! stored node rows (`map_rows_into`).
+//! stored node rows (`map_rows_into`); and the map's update, as `state_map.update_map`
+//! (`map_update`: every changed path walked level by level, one batched read per level).
 //!
 //! Both trees of the map are binary sparse Merkle trees over 256-bit keys, most significant
 //! bit first, with the leaf shortcut: `EMPTY`, `leaf(key, value)`, `node(left, right)`, each
@@ -999,6 +1000,64 @@ mod tests {
         assert!(row_ok(&root, false, &l0, &l1));
         assert!(!row_ok(&root, true, &l0, &l1));
         assert!(!row_ok(&root, false, &l0[..31], &l1));
+    }
+
+    fn sorted_keys(n: u8) -> Vec<Hash> {
+        let mut keys: Vec<Hash> = (0..n).map(|i| sha256(&[i])).collect();
+        keys.sort_unstable();
+        keys
+    }
+
+    /// The siblings of `key`'s path from `root` through `nodes`, and its end leaf.
+    fn path(nodes: &HashMap<Hash, Row>, root: Hash, key: &Hash) -> (Vec<Hash>, Option<Row>) {
+        let (mut h, mut sib) = (root, Vec::new());
+        while h != *empty() {
+            match nodes[&h] {
+                Row::Inner(l, r) => {
+                    let right = bit(key, sib.len());
+                    sib.push(if right { l } else { r });
+                    h = if right { r } else { l };
+                }
+                leaf => return (sib, Some(leaf)),
+            }
+        }
+        (sib, None)
+    }
+
+    #[test]
+    fn an_update_builds_checkable_paths_and_removals_collapse_to_the_shortcut() {
+        let keys = sorted_keys(40);
+        let v = [7u8; 32];
+        let mut up = Updater::new(|_: &[Hash]| -> Result<Vec<Row>, ()> { Err(()) });
+        let all: Vec<Change> = keys.iter().map(|k| (*k, Some(v))).collect();
+        let root = up.update_trees(&[(*empty(), all)]).unwrap()[0];
+        let nodes: HashMap<Hash, Row> = up.created.iter().copied().collect();
+        for k in &keys {
+            let (sib, end) = path(&nodes, root, k);
+            assert_eq!(end, Some(Row::Leaf(*k, v)));
+            assert_eq!(path_root(k, &sib, Some((k, &v))), Ok(root));
+        }
+        // Removing every key but one (and a key never there) leaves that key's leaf.
+        let mut gone: Vec<Change> = keys[1..].iter().map(|k| (*k, None)).collect();
+        gone.push((sha256(b"absent"), None));
+        gone.sort_unstable_by_key(|c| c.0);
+        let mut up = Updater::new(|want: &[Hash]| -> Result<Vec<Row>, ()> {
+            Ok(want.iter().map(|h| nodes[h]).collect())
+        });
+        let one = up.update_trees(&[(root, gone)]).unwrap()[0];
+        assert_eq!(one, leaf(&keys[0], &v));
+        assert!(up.created.is_empty());
+    }
+
+    #[test]
+    fn a_node_the_reader_lacks_is_its_error() {
+        let keys = sorted_keys(4);
+        let mut up = Updater::new(|_: &[Hash]| -> Result<Vec<Row>, ()> { Err(()) });
+        let all: Vec<Change> = keys.iter().map(|k| (*k, Some([1u8; 32]))).collect();
+        let root = up.update_trees(&[(*empty(), all)]).unwrap()[0];
+        let mut up = Updater::new(|_: &[Hash]| -> Result<Vec<Row>, &str> { Err("missing") });
+        let got = up.update_trees(&[(root, vec![(keys[0], None)])]);
+        assert!(matches!(got, Err(UpdateError::Read("missing"))));
     }
 
     #[test]
