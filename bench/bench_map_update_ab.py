@@ -167,7 +167,9 @@ def _update(argv: list[str]) -> dict[str, Any]:
     ap.add_argument("--rounds", type=int, default=3)
     ns = ap.parse_args(argv)
     n_items = ns.entries * 8 // 100
-    items = {mm.item_key("object", f"o{i}"): mm.value_hash({"seq": i}) for i in range(n_items)}
+    items: dict[bytes, bytes | None] = {
+        mm.item_key("object", f"o{i}"): mm.value_hash({"seq": i}) for i in range(n_items)
+    }
     start = mm.update_map_reference(MemNodes(), mm.EMPTY, {"bench": items})
     snaps = _snapshots(n_items, ns.snapshots)
     runs: dict[str, dict[str, list[float]]] = {"mem": {}, "stored": {}}
@@ -188,7 +190,8 @@ def _update(argv: list[str]) -> dict[str, Any]:
                         nodes.nodes.update(start.nodes)
                     else:
                         nodes = MemNodes(StoredNodes(db))  # the new nodes held in memory
-                    root, cpu, made = start.root, 0.0, []
+                    root, cpu = start.root, 0.0
+                    made: list[tuple[bytes, int]] = []
                     for changes in snaps:
                         c = time.process_time()
                         u = mm.update_map(nodes, root, {"bench": changes})

@@ -5,7 +5,7 @@ its pure-Python reference in ``memroot.ledger`` computes; where the reference ra
 raise ``Reject`` and the caller re-runs the reference for its error and message.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, final
 
 __all__ = [
@@ -334,7 +334,7 @@ def map_descend_all(
 
 def map_update(
     root: bytes,
-    groups: list[tuple[bytes, dict[bytes, bytes | None]]],
+    groups: list[tuple[bytes, Mapping[bytes, bytes | None]]],
     known: dict[bytes, Any],
     read: Callable[[list[bytes]], list[Any]],
     leaf_cls: type,

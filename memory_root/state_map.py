@@ -98,10 +98,10 @@ __all__ = [
     "namespace_key",
     "node_hash",
     "proof_root",
-    "reads_of",
     "prove",
     "prove_many",
     "prove_namespace",
+    "reads_of",
     "root_of",
     "update",
     "update_map",
@@ -240,7 +240,9 @@ def update_map(
     if _N is not None and _NATIVE_UPDATE:
         held, read = reads_of(source)
         known = held if isinstance(held, dict) else {}
-        groups = [(namespace_key(ns), items) for ns, items in changes.items()]
+        groups: list[tuple[bytes, Mapping[bytes, bytes | None]]] = [
+            (namespace_key(ns), items) for ns, items in changes.items()
+        ]
         # The walk makes thousands of nodes and no reference cycle: the cyclic collector
         # would traverse every node held again and again for none (see ``prove_many``).
         paused = gc.isenabled()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping
+from functools import partial
 
 import apsw
 import pytest
@@ -176,8 +177,8 @@ def test_a_missing_node_is_refused_where_the_reference_refuses_it(
     gone = data.draw(st.sampled_from(sorted(start.nodes)))
     left = {h: n for h, n in start.nodes.items() if h != gone}
     for make in SOURCES:
-        ref = _outcome(lambda: mm.update_map_reference(make(left), start.root, changes))
-        new = _outcome(lambda: mm.update_map(make(left), start.root, changes))
+        ref = _outcome(partial(mm.update_map_reference, make(left), start.root, changes))
+        new = _outcome(partial(mm.update_map, make(left), start.root, changes))
         assert new == ref
         # The native walk alone refuses it too (Reject: the reference then decides).
         try:
@@ -212,9 +213,7 @@ def test_an_edited_node_on_a_changed_path_is_an_integrity_error() -> None:
     start = _initial({"a": {k: VALUES[0] for k in KEYS[:8]}})
     s = _stored(start.nodes)
     with s.db:
-        s.db.execute(
-            "UPDATE memory_map_nodes SET b = ? WHERE hash = ?", (bytes(32), start.root)
-        )
+        s.db.execute("UPDATE memory_map_nodes SET b = ? WHERE hash = ?", (bytes(32), start.root))
     with pytest.raises(IntegrityError, match="edited"):
         mm.update_map(s, start.root, {"a": {KEYS[0]: None}})
 
