@@ -1,7 +1,7 @@
 """Interleaved A/B of the memory map's update: the native walk against the reference, CPU time.
 
     python bench/bench_map_update_ab.py update [--entries 100000] [--snapshots 50] [--rounds 3]
-    python bench/bench_map_update_ab.py rebuild LEDGER [--rounds 3] [--main-python PY]
+    python bench/bench_map_update_ab.py rebuild LEDGER [--rounds 3] [--verify] [--main-python PY]
 
 Variants: ``native``, this build's ``state_map.update_map`` (``memroot._native.map_update``:
 every changed path walked level by level, one batched read per level, hashed in Rust), and
@@ -21,8 +21,10 @@ only; the new nodes joined to the source, untimed). Both must give the same root
 imports left out) on a fresh copy of ``LEDGER`` (a mixed history, e.g. made by
 ``python -m memroot.bench._hooked_child mixed LEDGER 100000``): the child's CPU seconds of
 the command and, for this build's variants, the CPU seconds spent inside ``update_map``.
+``--verify`` also times ``memroot verify`` (all ten steps; step 8 replays the roots, maps
+included) the same way, trusting the copy's keys on first use.
 
-Prints one JSON document: every run, then min and median per variant, and the medians'
+Rounds alternate the variants' order (ABBA). Prints one JSON document: every run, then min and median per variant, and the medians'
 ratio reference / native.
 """
 
@@ -60,7 +62,8 @@ _fold.update_map = timed(_fold.update_map)
 root_v2.update_map = timed(root_v2.update_map)
 from memroot.bench import _hooked_child
 from memroot.bench.machine import vm_hwm_kib
-line = _hooked_child._rebuild(sys.argv[2])
+task, args = sys.argv[2], sys.argv[3:]
+line = _hooked_child._rebuild(*args) if task == "rebuild" else _hooked_child._verify(*args)
 line.update(update_map_cpu_s=spent[0], update_map_calls=spent[1], vm_hwm_kb=vm_hwm_kib())
 print(json.dumps(line))
 """
@@ -68,7 +71,7 @@ print(json.dumps(line))
 _MAIN_CHILD = """
 import json, sys
 from memroot.bench import _hooked_child
-_hooked_child.main(["rebuild", sys.argv[2]])
+_hooked_child.main(sys.argv[2:])
 """
 
 
@@ -88,46 +91,56 @@ def _rebuild(argv: list[str]) -> dict[str, Any]:
     ap.add_argument("ledger", type=Path)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--main-python", help="the python of a build of main (the main variant)")
+    ap.add_argument("--verify", action="store_true", help="also time verify (all ten steps)")
     ns = ap.parse_args(argv)
     variants = ["native", "reference"] + (["main"] if ns.main_python else [])
-    cpu: dict[str, list[float]] = {}
-    inside: dict[str, list[float]] = {}
-    rss: dict[str, list[int]] = {}
+    tasks = ["rebuild"] + (["verify"] if ns.verify else [])
+    cpu: dict[str, dict[str, list[float]]] = {t: {} for t in tasks}
+    inside: dict[str, dict[str, list[float]]] = {t: {} for t in tasks}
+    rss: dict[str, dict[str, list[int]]] = {t: {} for t in tasks}
     loads = []
     with tempfile.TemporaryDirectory(dir=ns.ledger.parent) as tmp:
         for r in range(ns.rounds):
-            for variant in variants:
+            # ABBA: each variant runs first in every other round (the first run of a round
+            # was seen to be the slower one).
+            for variant in variants if r % 2 == 0 else variants[::-1]:
                 copy = Path(tmp) / f"{variant}-{r}.ledger"
                 for f in ns.ledger.parent.glob(ns.ledger.name + "*"):
                     shutil.copyfile(f, copy.parent / (copy.name + f.name[len(ns.ledger.name) :]))
                 loads.append(os.getloadavg())
                 python = ns.main_python if variant == "main" else sys.executable
                 child = _MAIN_CHILD if variant == "main" else _CHILD
-                done = subprocess.run(
-                    [python, "-c", child, variant, str(copy)],
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                )
-                got = json.loads(done.stdout.strip().splitlines()[-1])
-                if not got["identical"]:
-                    raise SystemExit(f"{variant}: the rebuild of {copy} was not identical")
-                cpu.setdefault(variant, []).append(got["cpu_s"])
-                rss.setdefault(variant, []).append(got["vm_hwm_kb"])
-                if "update_map_cpu_s" in got:
-                    inside.setdefault(variant, []).append(got["update_map_cpu_s"])
+                for task in tasks:
+                    args = [str(copy)]
+                    if task == "verify":
+                        args.append(str(Path(tmp) / f"{variant}-{r}-trusted.json"))
+                    done = subprocess.run(
+                        [python, "-c", child, variant, task, *args],
+                        capture_output=True,
+                        text=True,
+                        check=True,
+                    )
+                    got = json.loads(done.stdout.strip().splitlines()[-1])
+                    if not got.get("identical", got.get("ok")):
+                        raise SystemExit(f"{variant}: {task} of {copy} failed: {got}")
+                    cpu[task].setdefault(variant, []).append(got["cpu_s"])
+                    rss[task].setdefault(variant, []).append(got["vm_hwm_kb"])
+                    if "update_map_cpu_s" in got:
+                        inside[task].setdefault(variant, []).append(got["update_map_cpu_s"])
+                    print(
+                        f"round {r + 1} {variant} {task}: {got['cpu_s']:.2f} s CPU, "
+                        f"update_map {got.get('update_map_cpu_s', float('nan')):.3f} s",
+                        file=sys.stderr,
+                    )
                 for f in Path(tmp).glob(copy.name + "*"):
                     f.unlink()
-                print(
-                    f"round {r + 1} {variant}: {got['cpu_s']:.2f} s CPU, update_map "
-                    f"{got.get('update_map_cpu_s', float('nan')):.3f} s",
-                    file=sys.stderr,
-                )
     return {
         "cpu_s": cpu,
         "update_map_cpu_s": inside,
         "rss_kb": rss,
-        "summary": {"rebuild_cpu_s": _summary(cpu), "update_map_cpu_s": _summary(inside)},
+        "summary": {
+            t: {"cpu_s": _summary(cpu[t]), "update_map_cpu_s": _summary(inside[t])} for t in tasks
+        },
         "load": [*loads, os.getloadavg()],
     }
 
