@@ -24,8 +24,8 @@ the command and, for this build's variants, the CPU seconds spent inside ``updat
 ``--verify`` also times ``memroot verify`` (all ten steps; step 8 replays the roots, maps
 included) the same way, trusting the copy's keys on first use.
 
-Rounds alternate the variants' order (ABBA). Prints one JSON document: every run, then min and median per variant, and the medians'
-ratio reference / native.
+Rounds alternate the variants' order (ABBA). Prints one JSON document: every run, then min
+and median per variant, and the medians' ratio reference / native.
 """
 
 from __future__ import annotations
