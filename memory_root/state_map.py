@@ -20,7 +20,9 @@ other subtree to the node of its two halves::
 The root of a key set is therefore a function of the set alone (never of the order it was
 built in), and a path is as long as the prefix its key shares with its nearest neighbour
 (about log2 n for hashed keys). Updates read and write only the nodes on the changed paths
-(``update`` over a ``NodeSource``); unchanged subtrees are shared by hash.
+(``update`` over a ``NodeSource``); unchanged subtrees are shared by hash. ``update_map`` runs
+the native core's level-synchronous walk when it is built (every changed path of every tree
+together, one batched read per level), and the recursive ``update_map_reference`` otherwise.
 
 Nothing here reads a database: storage passes nodes in (``NodeSource``, or ``RowSource`` for
 the batched walk of ``prove_many``) and takes the new ones out (``Update.nodes``). The hash
@@ -114,7 +116,11 @@ __all__ = [
 
 
 class NodeSource(Protocol):
-    """Where ``update``, ``lookup`` and ``prove`` read stored nodes from, by hash."""
+    """Where ``update``, ``lookup`` and ``prove`` read stored nodes from, by hash.
+
+    A source may also have ``map_reads()`` (see ``reads_of``): the nodes it holds and a
+    batched read of the others, which the native ``update_map`` reads a level at a time.
+    """
 
     def node(self, h: bytes) -> Node | None:
         """Return the node whose hash is ``h``, or None when it is not stored."""
