@@ -5,6 +5,7 @@ its pure-Python reference in ``memroot.ledger`` computes; where the reference ra
 raise ``Reject`` and the caller re-runs the reference for its error and message.
 """
 
+from collections.abc import Callable, Mapping
 from typing import Any, final
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "map_hashes_ok",
     "map_path_root",
     "map_rows_into",
+    "map_update",
     "mismatches",
     "node_hash",
     "node_keys",
@@ -329,3 +331,13 @@ def map_descend_all(
     known: dict[bytes, tuple[bool, bytes, bytes]],
 ) -> tuple[list[int], list[bytes]]:
     """``map_descend`` for each walk of ``active``; return the waiting walks and their nodes."""
+
+def map_update(
+    root: bytes,
+    groups: list[tuple[bytes, Mapping[bytes, bytes | None]]],
+    known: dict[bytes, Any],
+    read: Callable[[list[bytes]], list[Any]],
+    leaf_cls: type,
+    inner_cls: type,
+) -> tuple[bytes, dict[bytes, Any]]:
+    """``state_map.update_map`` level by level: the new root and the nodes made."""

@@ -16,7 +16,7 @@ before it.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -36,7 +36,15 @@ from memroot.memory_root.root import (
     list_digest,
 )
 from memroot.memory_root.root_v2 import LeafChange, as_changes, fork_anchor, leaf_changes
-from memroot.memory_root.state_map import EMPTY, Node, NodeSource, update_map
+from memroot.memory_root.state_map import (
+    EMPTY,
+    BatchRead,
+    Node,
+    NodeRow,
+    NodeSource,
+    reads_of,
+    update_map,
+)
 from memroot.projections.projection import (
     Projection,
     Summary,
@@ -225,6 +233,20 @@ class MemNodes:
         if found is None and self.under is not None:
             return self.under.node(h)
         return found
+
+    def map_reads(self) -> tuple[Mapping[bytes, Node | NodeRow], BatchRead]:
+        """Return the nodes held (by hash) and a batched read of the others (``update_map``).
+
+        The read gives ``under``'s nodes (through its own batched read when it has one), or
+        None for each hash when there is no ``under``.
+        """
+        if self.under is None:
+
+            def none(hashes: list[bytes]) -> list[Node | NodeRow | None]:
+                return [None] * len(hashes)
+
+            return self.nodes, none
+        return self.nodes, reads_of(self.under)[1]
 
 
 @dataclass(frozen=True, slots=True)

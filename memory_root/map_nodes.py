@@ -21,7 +21,7 @@ import apsw
 
 from memroot.ledger.errors import IntegrityError
 from memroot.ledger.map_tree import check_rows_into, node_from_row
-from memroot.memory_root.state_map import Leaf, Node, NodeRow
+from memroot.memory_root.state_map import BatchRead, Leaf, Node, NodeRow
 
 __all__ = ["FETCH_CHUNK", "SortedLoad", "StoredNodes", "install"]
 
@@ -107,6 +107,24 @@ class StoredNodes:
         if len(self.known) + len(checked) > self._rows:
             self.known = dict(itertools.islice(self.known.items(), self._rows // 2))
         self.known.update(checked)
+
+    def map_reads(self) -> tuple[Mapping[bytes, NodeRow], BatchRead]:
+        """Return the checked nodes at hand (``known``) and a batched read of others.
+
+        The read (for ``state_map.update_map``) ``fetch``es the hashes it is given that are
+        not at hand and returns each one's checked row, or None when it has none.
+
+        Raises:
+            IntegrityError: from the read, if a stored row does not hash to its hash.
+        """
+
+        def read(hashes: list[bytes]) -> list[Node | NodeRow | None]:
+            known = self.known
+            self.fetch([h for h in hashes if h not in known])
+            known = self.known
+            return [known.get(h) for h in hashes]
+
+        return self.known, read
 
     def _read_into(self, chunk: list[bytes], into: dict[bytes, NodeRow]) -> None:
         """Read the stored nodes of ``chunk``'s hashes into ``into``, each checked.

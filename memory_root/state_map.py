@@ -20,7 +20,9 @@ other subtree to the node of its two halves::
 The root of a key set is therefore a function of the set alone (never of the order it was
 built in), and a path is as long as the prefix its key shares with its nearest neighbour
 (about log2 n for hashed keys). Updates read and write only the nodes on the changed paths
-(``update`` over a ``NodeSource``); unchanged subtrees are shared by hash.
+(``update`` over a ``NodeSource``); unchanged subtrees are shared by hash. ``update_map`` runs
+the native core's level-synchronous walk when it is built (every changed path of every tree
+together, one batched read per level), and the recursive ``update_map_reference`` otherwise.
 
 Nothing here reads a database: storage passes nodes in (``NodeSource``, or ``RowSource`` for
 the batched walk of ``prove_many``) and takes the new ones out (``Update.nodes``). The hash
@@ -32,10 +34,11 @@ from __future__ import annotations
 
 import gc
 from bisect import bisect_left
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from memroot.ledger._backend import NATIVE as _N
 from memroot.ledger.errors import IntegrityError
 from memroot.ledger.map_tree import (
     EMPTY,
@@ -77,6 +80,7 @@ __all__ = [
     "NODE_TAG",
     "NS_TAG",
     "VALUE_TAG",
+    "BatchRead",
     "Inner",
     "Leaf",
     "MapHash",
@@ -99,9 +103,11 @@ __all__ = [
     "prove",
     "prove_many",
     "prove_namespace",
+    "reads_of",
     "root_of",
     "update",
     "update_map",
+    "update_map_reference",
     "value_hash",
     "verify_absent",
     "verify_included",
@@ -110,7 +116,11 @@ __all__ = [
 
 
 class NodeSource(Protocol):
-    """Where ``update``, ``lookup`` and ``prove`` read stored nodes from, by hash."""
+    """Where ``update``, ``lookup`` and ``prove`` read stored nodes from, by hash.
+
+    A source may also have ``map_reads()`` (see ``reads_of``): the nodes it holds and a
+    batched read of the others, which the native ``update_map`` reads a level at a time.
+    """
 
     def node(self, h: bytes) -> Node | None:
         """Return the node whose hash is ``h``, or None when it is not stored."""
@@ -212,13 +222,78 @@ def lookup(source: NodeSource, root: bytes, key: bytes) -> bytes | None:
     return None
 
 
+_NATIVE_UPDATE = True
+"""Whether ``update_map`` runs the native walk when the core is built (off: the reference,
+as ``bench/bench_map_update_ab.py`` compares them in one build)."""
+
+
 def update_map(
     source: NodeSource, root: bytes, changes: Mapping[str, Mapping[bytes, bytes | None]]
 ) -> Update:
     """Apply ``{namespace: {item key: value or None}}`` to the map at ``root``.
 
     Each changed namespace's item tree is updated, then the namespace tree with the new item
-    roots (a namespace left with no item leaves the namespace tree).
+    roots (a namespace left with no item leaves the namespace tree). With the native core
+    (``memroot._native.map_update``) every changed path of every tree is walked level by
+    level together: one read of ``source`` per level (its ``map_reads`` when it has one, a
+    batched read), the new nodes hashed bottom-up. Without it, or where the native walk
+    stops (a node missing or edited, a malformed change), ``update_map_reference`` decides:
+    the same root and nodes, or its own error.
+
+    Raises:
+        IntegrityError, ValueError: as ``update``.
+    """
+    if _N is not None and _NATIVE_UPDATE:
+        held, read = reads_of(source)
+        known = held if isinstance(held, dict) else {}
+        groups: list[tuple[bytes, Mapping[bytes, bytes | None]]] = [
+            (namespace_key(ns), items) for ns, items in changes.items()
+        ]
+        # The walk makes thousands of nodes and no reference cycle: the cyclic collector
+        # would traverse every node held again and again for none (see ``prove_many``).
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            out, made = _N.map_update(root, groups, known, read, Leaf, Inner)
+        except (_N.Reject, IntegrityError):
+            pass  # the reference below reads node by node and raises its own error, if any
+        else:
+            return Update(MapHash(out), made)
+        finally:
+            if paused:
+                gc.enable()
+    return update_map_reference(source, root, changes)
+
+
+BatchRead = Callable[[list[bytes]], list[Node | NodeRow | None]]
+"""A batched read of map nodes: hashes in, each one's node (or checked row, or None) out."""
+
+
+def reads_of(source: NodeSource) -> tuple[Mapping[bytes, Node | NodeRow], BatchRead]:
+    """Return the nodes ``source`` holds and a batched read of the others, for ``update_map``.
+
+    A source with a ``map_reads()`` method gives both (``MemNodes``, ``StoredNodes``); for
+    any other, none are held and the read asks ``node`` once per hash.
+    """
+    reads = getattr(source, "map_reads", None)
+    if reads is not None:
+        got: tuple[Mapping[bytes, Node | NodeRow], BatchRead] = reads()
+        return got
+
+    def one_by_one(hashes: list[bytes]) -> list[Node | NodeRow | None]:
+        return [source.node(h) for h in hashes]
+
+    return {}, one_by_one
+
+
+def update_map_reference(
+    source: NodeSource, root: bytes, changes: Mapping[str, Mapping[bytes, bytes | None]]
+) -> Update:
+    """``update_map``'s reference: each namespace's item tree in turn, one node read at a time.
+
+    Each changed namespace's item tree is updated (recursively, ``update``), then the
+    namespace tree with the new item roots (a namespace left with no item leaves the
+    namespace tree). The native ``update_map`` is tested to give the same root and nodes.
 
     Raises:
         IntegrityError, ValueError: as ``update``.
