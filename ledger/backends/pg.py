@@ -107,9 +107,9 @@ writes a new version (another transaction, another place), so an unchanged versi
 row read before, byte for byte (``entry_rows``; a ``VACUUM FULL`` moves rows: read again)."""
 _VERSIONS_MAX: Final = 1 << 14
 _KEPT_RANGE: Final = 64
+"""A range of entries this long, all read already in a read transaction, is not read again."""
 _TAIL_ROWS: Final = 8
 """Entry rows read with the newest checkpoint, ending at its last (``latest_checkpoint``)."""
-"""A range of entries this long, all read already in a read transaction, is not read again."""
 _E_ENTRY_COLS: Final = ", ".join("e." + c for c in _ENTRY_COLS.split(", "))
 _BEGIN_READ: Final = (
     "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; "
@@ -771,17 +771,12 @@ class PgStore(Store):
         snap = self._snapshot()
         if snap is not None and snap.no_entry_from(lo, branch_no):
             return  # past the branch's last entry in this snapshot (known from its opening)
-        if snap is not None:
-            # No row past the branch's last key exists in this snapshot (its opening read).
-            end = hi
-            if branch_no in snap.last_key:
-                last = snap.last_key[branch_no]
-                end = lo if last is None else max(lo, min(hi, last + 1))
-            if end - lo <= _KEPT_RANGE:
-                kept = [snap.rows.get(k) for k in range(lo, end)]
-                if all(r is not None for r in kept):
-                    yield from (r for r in kept if r is not None)  # read in this snapshot
-                    return
+        if snap is not None:  # no row is past the branch's last key in this snapshot
+            end = hi if (last := snap.last_key.get(branch_no)) is None else min(hi, last + 1)
+            kept = [snap.rows.get(k) for k in range(lo, end)] if end - lo <= _KEPT_RANGE else [None]
+            if all(r is not None for r in kept):
+                yield from (r for r in kept if r is not None)  # read already in this snapshot
+                return
         while True:
             rows = self.db.execute(
                 f"SELECT {_ENTRY_COLS} FROM entries WHERE k >= ? AND k < ? ORDER BY k LIMIT ?",
@@ -867,10 +862,8 @@ class PgStore(Store):
     def latest_checkpoint(self, branch_no: int) -> tuple[int, bytes, str] | None:
         """Return the stored checkpoint with the largest size, or None.
 
-        In a read transaction the entry rows it ends at (the last ``_TAIL_ROWS``: a handle
-        checking its head again after another host appended a few reads those next,
-        ``StrictReader._since_before``) and the meta rows (its keys) come in the same round
-        trip, and all are kept for the transaction.
+        In a read transaction its last ``_TAIL_ROWS`` entry rows and the meta rows (what a head
+        check reads next: ``_since_before``, its keys) come in the same round trip, kept.
         """
         snap = self._snapshot()
         if snap is None:
@@ -884,8 +877,7 @@ class PgStore(Store):
             return snap.checkpoints[branch_no]
         import psycopg
 
-        # Integers only are written into the text: no parameters, so the meta rows the head
-        # check reads next (its keys) can come in the same round trip, as a second result.
+        # Integers only in the text (no parameters): the meta rows follow as a second result.
         base = entry_key(int(branch_no), 0)
         sql = (
             f"SELECT c.size, c.root, c.note, {_E_ENTRY_COLS} "
@@ -906,9 +898,8 @@ class PgStore(Store):
                 }
         except psycopg.Error as e:
             raise pg_error(e, self.where) from e
-        row = found[0] if found else None
-        got = None if row is None else (int(row[0]), bytes(row[1]), str(row[2]))
-        if row is not None and int(row[0]) > 0:
+        got = None if not found else (int(found[0][0]), bytes(found[0][1]), str(found[0][2]))
+        if got is not None and got[0] > 0:
             snap.rows.update((int(r[3]), _entry(r[3:])) for r in found if r[3] is not None)
         snap.checkpoints[branch_no] = got
         return got
