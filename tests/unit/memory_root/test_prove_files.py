@@ -20,7 +20,7 @@ import pytest
 
 from memroot.ledger import encoding
 from memroot.ledger.bundle import proof_file as pf
-from memroot.ledger.entries import Kind, build_entry
+from memroot.ledger.entries import Entry, Kind, build_entry
 from memroot.ledger.errors import DecodeError, IntegrityError, ProofError, RefusedError
 from memroot.ledger.note import Checkpoint, sign_checkpoint, vkey_of
 from memroot.ledger.signing import Ed25519Signer
@@ -56,8 +56,11 @@ def _namespace() -> pf.ProofFile:
 def _refused(proof: pf.ProofFile | str, check: str, words: str) -> None:
     """``proof`` is refused at ``check`` with ``words``: as JSON, and as binary when it can be.
 
-    A ProofFile is checked in both versions; version 2 carries no ``root`` of its own (the
+    A ProofFile is checked in every version; version 2 carries no ``root`` of its own (the
     entry's), so an attack on that field alone is not a version 2 file and is skipped there.
+    Version 3 derives more (the index, the entry's ``memory_root``, the checkpoint's text);
+    when its file still carries the attack it must be refused too (its words may differ:
+    a rebuilt checkpoint fails as a whole).
     """
     texts: list[str | bytes] = [proof if isinstance(proof, str) else proof.render()]
     if isinstance(proof, pf.ProofFile):
@@ -65,11 +68,28 @@ def _refused(proof: pf.ProofFile | str, check: str, words: str) -> None:
         with contextlib.suppress(DecodeError):
             if pf.ProofFile.parse(binary) == proof:
                 texts.append(binary)
+        if _same_in_v3(proof):
+            with pytest.raises(IntegrityError):
+                pf.check_proof(proof.encode_v3(), [VKEY])
     for text in texts:
         with pytest.raises(IntegrityError) as e:
             pf.check_proof(text, [VKEY])
         assert f"({check})" in str(e.value) or check == "P1", str(e.value)
         assert words in str(e.value), str(e.value)
+
+
+def _same_in_v3(proof: pf.ProofFile) -> bool:
+    """Whether ``proof``'s version 3 file carries all of it (nothing changed was derived)."""
+    try:
+        back = pf.ProofFile.parse(proof.encode_v3())
+    except (DecodeError, ValueError):
+        return False
+    if back.compact_checkpoint is not None:
+        branch = Entry.from_bytes(back.entry).branch
+        if pf.compact_checkpoint(proof.checkpoint, branch) != back.compact_checkpoint:
+            return False
+        back = dataclasses.replace(back, checkpoint=proof.checkpoint, compact_checkpoint=None)
+    return back == proof
 
 
 def _v2(value: list[Any]) -> bytes:
@@ -97,7 +117,9 @@ def test_malformed_binary_files_name_the_field() -> None:
         if b"\x18\x07" in raw[16:]
         else raw + b"\x00",
         "version: is 1": raw[:15] + b"\x01" + raw[16:],
-        "version: is 3": raw[:15] + b"\x03" + raw[16:],
+        "version: is 4": raw[:15] + b"\x04" + raw[16:],
+        "must be an array of 9 (first byte 0x89), not first byte 0x8a": raw[:15] + b"\x03"
+        + raw[16:],
         "does not begin as a memroot-proof file": b"\x8a\x6dmemroot-prooF" + raw[15:],
     }  # fmt: skip
     for words, data in cases.items():
