@@ -128,6 +128,79 @@ def test_malformed_binary_files_name_the_field() -> None:
         assert words in str(e.value), (words, str(e.value))
 
 
+def _absent() -> pf.ProofFile:
+    return prove_item(SNAP, NODES, PRE, "alice", "object", G._id(77), [VKEY])[0]
+
+
+def test_malformed_and_non_canonical_v3_files_name_the_field() -> None:
+    """A version 3 file of the wrong shape, or another form of derivable content, fails P1.
+
+    Each content has one version 3 file: a derivable part written out (the memory_root, the
+    item's own leaf, an empty sibling, a rebuildable note) or a bitmap of the wrong length
+    or with a bit past the path is refused, naming the field.
+    """
+    proof = _object()
+    raw = proof.encode_v3()
+    doc = encoding.decode(raw)
+    assert pf.ProofFile.parse(raw).with_note([VKEY]) == proof
+    _f, _v, _k, cp, bare, _inc, _ns, npath, claim = doc
+    item, (bitmap, hashes, _end) = claim
+    assert any(bitmap) and cp[1] == pf.compact_checkpoint(proof.checkpoint, "main")[1]  # type: ignore[index]
+    own = proof.item_path.leaf  # type: ignore[union-attr]
+    assert own is not None
+    entry = encoding.decode(proof.entry)  # the entry with its memory_root
+    empty_first = bytes([bitmap[0] & 0x7F]) + bitmap[1:]  # sibling 0 carried, though EMPTY
+    carried = pf.EMPTY + hashes if bitmap[0] & 0x80 else None
+    cases: dict[str, bytes] = {
+        "the file: must be an array of 9 (first byte 0x89)": _v2([*doc, None]),
+        "entry: holds payload.memory_root": _v2([*doc[:4], encoding.encode(entry), *doc[5:]]),
+        "checkpoint: is a note the checker rebuilds": _v2([*doc[:3], proof.checkpoint, *doc[4:]]),
+        "checkpoint.signature: must be 64 bytes": _v2([*doc[:3], [cp[0], cp[1][:63]], *doc[4:]]),
+        "checkpoint: must be an array of 2": _v2([*doc[:3], [cp[0]], *doc[4:]]),
+        "claim.item_path.leaf: is the item's own leaf": _v2(
+            [*doc[:8], [item, [bitmap, hashes, own.key + own.value]]]
+        ),
+        "namespace_path.leaf: is true": _v2([*doc[:7], [*npath[:2], True], claim]),
+        "claim.item_path.empty: must be": _v2([*doc[:8], [item, [bitmap + b"\0", hashes, True]]]),
+        "claim.item_path.empty: has a bit set past": _v2(
+            [*doc[:8], [item, [bitmap[:-1] + bytes([bitmap[-1] | 1]), hashes[32:], True]]]
+        ),
+        "claim.item_path.siblings: must be hashes": _v2(
+            [*doc[:8], [item, [bitmap, hashes[:-1], True]]]
+        ),
+        "entry: payload.v is 1": _v2(
+            [*doc[:4], bare.replace(b"\x61v\x02", b"\x61v\x01", 1), *doc[5:]]
+        ),
+    }
+    if carried is not None:
+        cases["claim.item_path.siblings: hash 0 is the empty-subtree hash"] = _v2(
+            [*doc[:8], [item, [empty_first, carried, True]]]
+        )
+    absent = encoding.decode(_absent().encode_v3())
+    cases["claim.item_path.leaf: is true (the item's own leaf), but"] = _v2(
+        [*absent[:8], [absent[8][0], [*absent[8][1][:2], True]]]
+    )
+    for words, data in cases.items():
+        with pytest.raises(DecodeError) as e:
+            pf.check_proof(data, [VKEY])
+        assert words in str(e.value), (words, str(e.value))
+
+
+def test_v3_compact_checkpoint_is_rebuilt_for_the_trusted_key_only() -> None:
+    """A version 3 checkpoint is rebuilt from the trusted key's name: another key fails P2."""
+    raw = _object().encode_v3()
+    other = vkey_of(Ed25519Signer.from_seed(G.ORIGIN, bytes(32)))
+    with pytest.raises(ProofError, match=r"\(P2\).*not signed by a trusted key"):
+        pf.check_proof(raw, [other])
+    assert pf.check_proof(raw, [other, VKEY]).present  # the trusted one among others
+    doc = encoding.decode(raw)
+    bigger = _v2([*doc[:3], [doc[3][0] + 1, doc[3][1]], *doc[4:]])  # another tree size
+    with pytest.raises(ProofError, match=r"\(P[23]\)"):
+        pf.check_proof(bigger, [VKEY])
+    with pytest.raises(ValueError, match="rebuild the note first"):
+        pf.ProofFile.parse(raw).render()
+
+
 def test_object_proof_says_what_it_proves() -> None:
     """An object's proof names its namespace, state, root and signed tree in plain words."""
     proven = pf.check_proof(_object().render(), [VKEY])
