@@ -40,9 +40,10 @@ CPU time (``process_time``), since the machine is shared. Usage::
 (docs/FORMAT.md §6.16: the projection list by its hash), each against a checkpoint of the
 whole log and against the SNAPSHOT's own kept checkpoint, nothing timed: ``file_bytes`` the
 ``memroot-proof`` version 1 file (JSON), ``file_v2_bytes`` (mean) and ``file_v2_max_bytes``
-(largest) the version 2 file (binary, §6.15), ``binary_bytes`` the content alone.
-``--check-versions``: ``check_proof`` from scratch on the version 1 and version 2 files of
-the same proofs (a v3 root, its own checkpoint), interleaved rounds, CPU time.
+(largest) the version 2 file (binary, §6.15), ``file_v3_bytes`` and ``file_v3_max_bytes``
+the version 3 file (compact binary, §6.15), ``binary_bytes`` the content alone.
+``--check-versions``: ``check_proof`` from scratch on the version 1, 2 and 3 files of the
+same proofs (a v3 root, its own checkpoint), interleaved rounds, CPU time.
 """
 
 from __future__ import annotations
@@ -224,6 +225,9 @@ def sizes(
             v2 = [f.encode() for f, _ in files]
             out[f"{key}_file_v2_bytes"] = round(sum(map(len, v2)) / proofs)
             out[f"{key}_file_v2_max_bytes"] = max(map(len, v2))
+            v3 = [f.encode_v3() for f, _ in files]
+            out[f"{key}_file_v3_bytes"] = round(sum(map(len, v3)) / proofs)
+            out[f"{key}_file_v3_max_bytes"] = max(map(len, v3))
             out[f"{key}_binary_bytes"] = round(sum(_binary_size(f) for f, _ in files) / proofs)
             out[f"{key}_entry_bytes"] = len(snap.entry.raw)
             out[f"{key}_inclusion_hashes"] = len(snap.inclusion)
@@ -235,11 +239,11 @@ def sizes(
 def check_versions(
     n_items: int, namespaces: int, proofs: int, tmp: Path, projections: list[Any], rounds: int = 6
 ) -> dict[str, Any]:
-    """``check_proof`` from scratch on version 1 texts and version 2 bytes of the same files.
+    """``check_proof`` from scratch on version 1 texts, version 2 and 3 bytes of the same files.
 
     The object files of ``proofs`` random objects at a v3 root in its SNAPSHOT's own
-    checkpoint (the ``v3_own`` files of ``sizes``); ``rounds`` passes of each version,
-    interleaved (ABBA...), CPU time; the median rate of each.
+    checkpoint (the ``v3_own`` files of ``sizes``); ``rounds`` passes of each version, in a
+    rotating order, CPU time; the median rate of each.
     """
     db, path, root, built, _ = _map(n_items, namespaces, tmp)
     rng = random.Random(n_items)
@@ -253,10 +257,12 @@ def check_versions(
     texts: dict[str, list[str | bytes]] = {
         "v1": [f.render() for f, _ in files],
         "v2": [f.encode() for f, _ in files],
+        "v3": [f.encode_v3() for f, _ in files],
     }
-    rates: dict[str, list[float]] = {"v1": [], "v2": []}
+    rates: dict[str, list[float]] = {"v1": [], "v2": [], "v3": []}
+    order = ("v1", "v2", "v3")
     for r in range(rounds):
-        for name in ("v1", "v2") if r % 2 == 0 else ("v2", "v1"):
+        for name in order[r % 3 :] + order[: r % 3]:
             t = time.process_time()
             for text in texts[name]:
                 check_proof(text, vkeys)
@@ -444,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--check-versions",
         action="store_true",
-        help="check_proof on version 1 vs 2 files, interleaved (``check_versions``)",
+        help="check_proof on version 1, 2 and 3 files, interleaved (``check_versions``)",
     )
     args = ap.parse_args(argv)
     out = []
