@@ -309,8 +309,9 @@ class ProofFile:
         Left out, since the checker derives them: the index (the entry's ``seq``), the
         entry's ``payload.memory_root`` (P4's hash of the rest of the payload), the
         checkpoint's text when it is exactly what the checker rebuilds (then ``[size,
-        signature]``), an item path's end leaf when it is the item's own (``true``), and
-        every sibling that is the empty-subtree hash (marked in a bitmap).
+        signature]``), an item path's end leaf when it is the item's own and the namespace
+        path's when it is the namespace's own (``true``), and every sibling that is the
+        empty-subtree hash (marked in a bitmap).
 
         Raises:
             ValueError: if the entry is not an entry with a payload map.
@@ -319,6 +320,7 @@ class ProofFile:
         compact = self.compact_checkpoint or compact_checkpoint(self.checkpoint, branch)
         note: Any = self.checkpoint if compact is None else [compact[0], compact[1]]
         claim: list[Any]
+        ns_own = None
         if self.kind == "namespace":
             claim = [_item_cbor(i) for i in self.items]
         else:
@@ -328,6 +330,7 @@ class ProofFile:
                 _item_cbor(self.item),
                 None if self.item_path is None else _path_cbor3(self.item_path, own),
             ]
+            ns_own = _namespace_leaf(self.namespace, self.item, self.item_path)
         return [
             FORMAT,
             VERSION_COMPACT,
@@ -336,7 +339,7 @@ class ProofFile:
             entry,
             b"".join(self.inclusion),
             self.namespace,
-            _path_cbor3(self.namespace_path, None),
+            _path_cbor3(self.namespace_path, ns_own),
             claim,
         ]
 
@@ -411,6 +414,22 @@ def _own_leaf(item: ProofItem) -> Leaf | None:
     if item.state is None:
         return None
     return Leaf(item_key(item.kind, item.id), value_hash_of(item.state))
+
+
+def _namespace_leaf(namespace: str, item: ProofItem, item_path: MapProof | None) -> Leaf | None:
+    """Return the namespace's own leaf an object/state file's paths imply, else None.
+
+    ``(namespace_key(namespace), R)`` with ``R`` the root the item path gives the item's key
+    (the namespace's item tree, when the file is honest); None without an item path, or when
+    the item path gives no root (its end leaf is off the key's path: P5 refuses that).
+    """
+    if item_path is None:
+        return None
+    try:
+        sub = path_root(item_key(item.kind, item.id), item_path)
+    except ProofError:
+        return None
+    return Leaf(namespace_key(namespace), sub)
 
 
 def _path_cbor3(path: MapProof, own: Leaf | None) -> list[Any]:
@@ -912,14 +931,14 @@ def _v3_path(value: Any, where: str, own: Leaf | None) -> MapProof:
         if own is None:
             raise _bad(
                 f"{where}.leaf",
-                "is true (the item's own leaf), but only the path of an item with a state "
-                "may end so",
+                "is true (the claim's own leaf), but only the path of an item with a state, "
+                "or the namespace path of a file with an item path, may end so",
             )
         return MapProof(tuple(siblings), own)
     if type(end) is not bytes or len(end) != 2 * HASH_SIZE:
         raise _bad(f"{where}.leaf", f"must be null, true or {2 * HASH_SIZE} bytes (key, value)")
     if own is not None and end == own.key + own.value:
-        raise _bad(f"{where}.leaf", "is the item's own leaf: a version 3 file writes it as true")
+        raise _bad(f"{where}.leaf", "is the claim's own leaf: a version 3 file writes it as true")
     return MapProof(tuple(siblings), Leaf(end[:HASH_SIZE], end[HASH_SIZE:]))
 
 
@@ -941,18 +960,20 @@ def _parse_v3(data: Any) -> ProofFile:
         "entry": full,
         "inclusion": _v2_hashes(inc, "inclusion", MAX_PROOF_HASHES),
         "namespace": _v2_text(namespace, "namespace", MAX_ID),
-        "namespace_path": _v3_path(npath, "namespace_path", None),
     }
     claim = _v2_array(claim, "claim")
     if kind == "namespace":
         if len(claim) > MAX_ITEMS:
             raise _bad("claim", f"must list at most {MAX_ITEMS} items")
         items = tuple(_v2_item(x, f"claim[{i}]") for i, x in enumerate(claim))
-        return ProofFile(**common, items=items)
+        npath = _v3_path(npath, "namespace_path", None)
+        return ProofFile(**common, namespace_path=npath, items=items)
     item, ip = _v2_array(claim, "claim", 2)
     it = _v2_item(item, "claim.item")
     path = None if ip is None else _v3_path(ip, "claim.item_path", _own_leaf(it))
-    return ProofFile(**common, item=it, item_path=path)
+    ns_own = _namespace_leaf(common["namespace"], it, path)
+    npath = _v3_path(npath, "namespace_path", ns_own)
+    return ProofFile(**common, namespace_path=npath, item=it, item_path=path)
 
 
 # -- what is proven ---------------------------------------------------------------------------

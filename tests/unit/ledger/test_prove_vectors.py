@@ -9,6 +9,7 @@ memroot's checker does.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -269,8 +270,8 @@ def _v3_path(p: Any, own: tuple[bytes, bytes] | None) -> dict[str, Any]:
 
     Bit i of the bitmap (most significant bit of byte 0 first) marks sibling i as EMPTY;
     the path has popcount + hashes siblings, the bitmap is exactly ceil(that / 8) bytes with
-    no bit set past the last, no carried hash is EMPTY; the end is null, true (the item's own
-    leaf ``own``) or its 64 bytes (never ``own``'s).
+    no bit set past the last, no carried hash is EMPTY; the end is null, true (the claim's
+    own leaf ``own``) or its 64 bytes (never ``own``'s).
     """
     _need(type(p) is list and len(p) == 3, "path3 shape")
     bitmap, raw, end = p
@@ -351,10 +352,11 @@ def _outside_v3(raw: bytes, vkey: str) -> dict[str, Any]:
     note = _v3_note(checkpoint, vkey, entry[3], full, index, inc)
     out = {
         "format": "memroot-proof", "version": 1, "kind": kind, "checkpoint": note,
-        "root": root.hex(), "namespace": namespace, "namespace_path": _v3_path(npath, None),
+        "root": root.hex(), "namespace": namespace,
         "snapshot": {"index": index, "entry": _b64s(full), "inclusion": _hashes(inclusion, 64)},
     }  # fmt: skip
     if kind == "namespace":
+        out["namespace_path"] = _v3_path(npath, None)
         out["items"] = [_v2_item(it) for it in claim]
         return out
     _need(len(claim) == 2, "claim: item and item path")
@@ -362,6 +364,13 @@ def _outside_v3(raw: bytes, vkey: str) -> dict[str, Any]:
     ik, value = _item(out["item"])
     own = None if value is None else (ik, value)
     out["item_path"] = None if claim[1] is None else _v3_path(claim[1], own)
+    ns_own = None  # the namespace's own leaf: its key, the root the item path gives
+    if out["item_path"] is not None:
+        _need(type(namespace) is str, "namespace")
+        nk = _tagged("memroot/map/ns/v1", namespace.encode())
+        with contextlib.suppress(Refused):  # no root (a leaf off the path): nothing derived
+            ns_own = (nk, _walk(ik, out["item_path"])[0])
+    out["namespace_path"] = _v3_path(npath, ns_own)
     return out
 
 

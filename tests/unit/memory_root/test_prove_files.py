@@ -147,7 +147,8 @@ def test_malformed_and_non_canonical_v3_files_name_the_field() -> None:
     item, (bitmap, hashes, _end) = claim
     assert any(bitmap) and cp[1] == pf.compact_checkpoint(proof.checkpoint, "main")[1]  # type: ignore[index]
     own = proof.item_path.leaf  # type: ignore[union-attr]
-    assert own is not None
+    ns_leaf = proof.namespace_path.leaf
+    assert own is not None and ns_leaf is not None and npath[2] is True
     entry = encoding.decode(proof.entry)  # the entry with its memory_root
     empty_first = bytes([bitmap[0] & 0x7F]) + bitmap[1:]  # sibling 0 carried, though EMPTY
     carried = pf.EMPTY + hashes if bitmap[0] & 0x80 else None
@@ -157,10 +158,12 @@ def test_malformed_and_non_canonical_v3_files_name_the_field() -> None:
         "checkpoint: is a note the checker rebuilds": _v2([*doc[:3], proof.checkpoint, *doc[4:]]),
         "checkpoint.signature: must be 64 bytes": _v2([*doc[:3], [cp[0], cp[1][:63]], *doc[4:]]),
         "checkpoint: must be an array of 2": _v2([*doc[:3], [cp[0]], *doc[4:]]),
-        "claim.item_path.leaf: is the item's own leaf": _v2(
+        "claim.item_path.leaf: is the claim's own leaf": _v2(
             [*doc[:8], [item, [bitmap, hashes, own.key + own.value]]]
         ),
-        "namespace_path.leaf: is true": _v2([*doc[:7], [*npath[:2], True], claim]),
+        "namespace_path.leaf: is the claim's own leaf": _v2(
+            [*doc[:7], [*npath[:2], ns_leaf.key + ns_leaf.value], claim]
+        ),
         "claim.item_path.empty: must be": _v2([*doc[:8], [item, [bitmap + b"\0", hashes, True]]]),
         "claim.item_path.empty: has a bit set past": _v2(
             [*doc[:8], [item, [bitmap[:-1] + bytes([bitmap[-1] | 1]), hashes[32:], True]]]
@@ -177,8 +180,12 @@ def test_malformed_and_non_canonical_v3_files_name_the_field() -> None:
             [*doc[:8], [item, [empty_first, carried, True]]]
         )
     absent = encoding.decode(_absent().encode_v3())
-    cases["claim.item_path.leaf: is true (the item's own leaf), but"] = _v2(
+    cases["claim.item_path.leaf: is true (the claim's own leaf), but"] = _v2(
         [*absent[:8], [absent[8][0], [*absent[8][1][:2], True]]]
+    )
+    ns_doc = encoding.decode(_namespace().encode_v3())  # a namespace file: no true there
+    cases["namespace_path.leaf: is true (the claim's own leaf), but"] = _v2(
+        [*ns_doc[:7], [*ns_doc[7][:2], True], ns_doc[8]]
     )
     for words, data in cases.items():
         with pytest.raises(DecodeError) as e:
