@@ -7,7 +7,7 @@ version 2 is the same content as one canonical CBOR array (``ProofFile.encode``;
 its entry's ``memory_root``); version 3, what ``memroot prove`` writes by default, is
 version 2 without what the checker re-derives (``ProofFile.encode_v3``: no index, no
 ``memory_root`` in the entry, the checkpoint as its tree size and signature when its note
-is the one rebuilt from the trusted key's name, ``true`` for the item's own end leaf, a
+is the one rebuilt from the trusted key's name, ``true`` for the paths' own end leaves, a
 bitmap for the empty siblings). ``parse`` tells them apart by the first byte (a CBOR array
 head is binary) and byte 15 (the version), and refuses unknown versions. The claim:
 
@@ -116,7 +116,7 @@ VERSION_BINARY: Final = 2
 VERSION_COMPACT: Final = 3
 """The compact binary file (FORMAT.md §6.15, "Version 3"): version 2 without the bytes the
 checker can derive (the index, the entry's ``memory_root``, the checkpoint's text, the
-item's own end leaf, the empty siblings)."""
+item's and the namespace's own end leaves, the empty siblings)."""
 VERSIONS: Final = (VERSION, VERSION_BINARY, VERSION_COMPACT)
 V2_FIELDS: Final = 10
 V2_MAGIC: Final = bytes([0x80 | V2_FIELDS, 0x60 | len(FORMAT)]) + FORMAT.encode("ascii")
@@ -435,7 +435,7 @@ def _namespace_leaf(namespace: str, item: ProofItem, item_path: MapProof | None)
 def _path_cbor3(path: MapProof, own: Leaf | None) -> list[Any]:
     """Return a version 3 ``PATH3``: the empty-sibling bitmap, the other siblings, the end.
 
-    The end is ``true`` when it is ``own`` (the item's own leaf), else 64 bytes or null.
+    The end is ``true`` when it is ``own`` (the path's own leaf), else 64 bytes or null.
     """
     bitmap = bytearray((len(path.siblings) + 7) // 8)
     hashes = []
