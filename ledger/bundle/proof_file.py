@@ -911,20 +911,22 @@ def _v3_path(value: Any, where: str, own: Leaf | None) -> MapProof:
         )
     if depth % 8 and bitmap[-1] & (0xFF >> (depth % 8)):
         raise _bad(f"{where}.empty", f"has a bit set past the path's last sibling ({depth})")
-    siblings: list[bytes] = []
-    n = 0
-    for i in range(depth):
-        if bitmap[i >> 3] & (0x80 >> (i & 7)):
-            siblings.append(EMPTY)
-            continue
-        h = raw[n * HASH_SIZE : (n + 1) * HASH_SIZE]
-        if h == EMPTY:
-            raise _bad(
-                f"{where}.siblings",
-                f"hash {n} is the empty-subtree hash: a version 3 path marks it in the bitmap",
-            )
-        siblings.append(h)
-        n += 1
+    siblings = [raw[i : i + HASH_SIZE] for i in range(0, len(raw), HASH_SIZE)]
+    if EMPTY in siblings:
+        raise _bad(
+            f"{where}.siblings",
+            f"hash {siblings.index(EMPTY)} is the empty-subtree hash: a version 3 path marks "
+            "it in the bitmap",
+        )
+    # The marked positions, lowest first (bit i is bit 8 * len - 1 - i of the big-endian
+    # integer); inserting EMPTY at each in that order puts every sibling at its index.
+    marks, top, marked = int.from_bytes(bitmap, "big"), 8 * len(bitmap) - 1, []
+    while marks:
+        low = marks & -marks
+        marked.append(top - (low.bit_length() - 1))
+        marks ^= low
+    for i in reversed(marked):
+        siblings.insert(i, EMPTY)
     if end is None:
         return MapProof(tuple(siblings), None)
     if end is True:
@@ -1132,7 +1134,9 @@ def _open_checkpoint(note: str, vkeys: Sequence[str]) -> SignedCheckpoint:
         raise _fail("P2", f"the checkpoint does not verify with the trusted key(s): {e}") from e
 
 
-def _rebuilt_checkpoint(p: ProofFile, vkeys: Sequence[str]) -> tuple[str, SignedCheckpoint]:
+def _rebuilt_checkpoint(
+    p: ProofFile, vkeys: Sequence[str], entry: Entry | None = None
+) -> tuple[str, SignedCheckpoint]:
     """(P2) A compact checkpoint's note, rebuilt for a trusted key, and the note opened.
 
     The origin is the key's name (branch ``main``) or ``<name>/branch/<B>`` (the entry's
@@ -1142,10 +1146,7 @@ def _rebuilt_checkpoint(p: ProofFile, vkeys: Sequence[str]) -> tuple[str, Signed
     assert p.compact_checkpoint is not None
     size, signature = p.compact_checkpoint
     verifiers = _verifiers(vkeys)
-    try:
-        branch = Entry.from_bytes(p.entry).branch
-    except DecodeError as e:
-        raise _fail("P3", f"the SNAPSHOT entry does not decode: {e}") from e
+    branch = (_decode_entry(p) if entry is None else entry).branch
     try:
         root = merkle.root_from_inclusion_proof(
             leaf_hash(p.entry), p.index, size, list(p.inclusion)
@@ -1192,12 +1193,18 @@ def _check_origin(cp: SignedCheckpoint, vkeys: Sequence[str], branch: str) -> No
     )
 
 
-def _check_snapshot(p: ProofFile, cp: SignedCheckpoint) -> Entry:
-    """(P3) The entry decodes, is a SNAPSHOT at the index, and is in the signed tree."""
+def _decode_entry(p: ProofFile) -> Entry:
+    """(P3) The SNAPSHOT entry, decoded strictly (§3, step 1)."""
     try:
-        entry = Entry.from_bytes(p.entry)
+        return Entry.from_bytes(p.entry)
     except DecodeError as e:
         raise _fail("P3", f"the SNAPSHOT entry does not decode: {e}") from e
+
+
+def _check_snapshot(p: ProofFile, cp: SignedCheckpoint, entry: Entry | None = None) -> Entry:
+    """(P3) The entry decodes, is a SNAPSHOT at the index, and is in the signed tree."""
+    if entry is None:
+        entry = _decode_entry(p)
     if entry.kind is not Kind.OP or entry.type != SNAPSHOT:
         raise _fail("P3", f"the entry is a {entry.kind.value} {entry.type}, not a SNAPSHOT")
     if entry.seq != p.index:
@@ -1381,15 +1388,17 @@ def _signed_snapshot(
     if memo is not None and key in memo.snapshots:
         return memo.snapshots[key]
     cp: SignedCheckpoint | None
+    decoded = None
     if p.compact_checkpoint is not None:
-        _text, cp = _rebuilt_checkpoint(p, vkeys)  # (P2)
+        decoded = _decode_entry(p)  # (P3, first: the rebuilt note needs the branch)
+        _text, cp = _rebuilt_checkpoint(p, vkeys, decoded)  # (P2)
     else:
         cp = memo.checkpoints.get(note) if memo is not None else None
     if cp is None:
         cp = _open_checkpoint(p.checkpoint, vkeys)  # (P2)
         if memo is not None:
             memo.checkpoints[note] = cp
-    entry = _check_snapshot(p, cp)  # (P3)
+    entry = _check_snapshot(p, cp, decoded)  # (P3)
     _check_origin(cp, vkeys, entry.branch)  # (P2) the origin, once the branch is known
     payload = _check_root(p, entry)  # (P4)
     if memo is not None:
