@@ -40,9 +40,13 @@ CPU time (``process_time``), since the machine is shared. Usage::
 (docs/FORMAT.md §6.16: the projection list by its hash), each against a checkpoint of the
 whole log and against the SNAPSHOT's own kept checkpoint, nothing timed: ``file_bytes`` the
 ``memroot-proof`` version 1 file (JSON), ``file_v2_bytes`` (mean) and ``file_v2_max_bytes``
-(largest) the version 2 file (binary, §6.15), ``binary_bytes`` the content alone.
-``--check-versions``: ``check_proof`` from scratch on the version 1 and version 2 files of
-the same proofs (a v3 root, its own checkpoint), interleaved rounds, CPU time.
+(largest) the version 2 file (binary, §6.15), ``file_v3_bytes`` and ``file_v3_max_bytes``
+the version 3 file (compact binary, §6.15), ``binary_bytes`` the content alone.
+``--check-versions``: ``check_proof`` from scratch on the version 1, 2 and 3 files of the
+same proofs (a v3 root, its own checkpoint), interleaved rounds, CPU time.
+``--every-key``: the version 2 and 3 object files of **every** object of the map (a v3 root,
+its own checkpoint; built and checked in batches, only their sizes kept): the mean and the
+largest of each, and the object of the largest version 3 file.
 """
 
 from __future__ import annotations
@@ -224,6 +228,9 @@ def sizes(
             v2 = [f.encode() for f, _ in files]
             out[f"{key}_file_v2_bytes"] = round(sum(map(len, v2)) / proofs)
             out[f"{key}_file_v2_max_bytes"] = max(map(len, v2))
+            v3 = [f.encode_v3() for f, _ in files]
+            out[f"{key}_file_v3_bytes"] = round(sum(map(len, v3)) / proofs)
+            out[f"{key}_file_v3_max_bytes"] = max(map(len, v3))
             out[f"{key}_binary_bytes"] = round(sum(_binary_size(f) for f, _ in files) / proofs)
             out[f"{key}_entry_bytes"] = len(snap.entry.raw)
             out[f"{key}_inclusion_hashes"] = len(snap.inclusion)
@@ -232,14 +239,56 @@ def sizes(
     return out
 
 
+def sizes_every(
+    n_items: int, namespaces: int, tmp: Path, projections: list[Any], batch: int = 10_000
+) -> dict[str, Any]:
+    """Version 2 and 3 object-file sizes of every object of the map (v3 root, own checkpoint).
+
+    Each file is built and checked by ``prove_items`` (on its version 3 bytes) in batches of
+    ``batch``; only the sizes are kept. Returns the mean and largest of each version and the
+    index of the object with the largest version 3 file.
+    """
+    db, path, root, built, _ = _map(n_items, namespaces, tmp)
+    vkeys = [vkey_of(Ed25519Signer.from_seed(ORIGIN, SEED))]
+    reader = _reader(path)
+    nodes = StoredNodes(reader)
+    snap = _snapshot(root, 10 * n_items, projections, 3, own=True)
+    total = {2: 0, 3: 0}
+    largest = {2: 0, 3: 0}
+    where = 0
+    for lo in range(0, n_items, batch):
+        ids = range(lo, min(n_items, lo + batch))
+        pre = MapPreimages({("object", _oid(i)): _state(i) for i in ids})
+        wanted = [(f"ns-{i % namespaces}", "object", _oid(i)) for i in ids]
+        for i, (f, _) in zip(ids, prove_items(snap, nodes, pre, wanted, vkeys), strict=True):
+            n2, n3 = len(f.encode()), len(f.encode_v3())
+            total[2] += n2
+            total[3] += n3
+            largest[2] = max(largest[2], n2)
+            if n3 > largest[3]:
+                largest[3], where = n3, i
+    reader.close()
+    db.close()
+    return {
+        "items": n_items,
+        "proofs": n_items,
+        "reused_map": built,
+        "file_v2_bytes": round(total[2] / n_items),
+        "file_v2_max_bytes": largest[2],
+        "file_v3_bytes": round(total[3] / n_items),
+        "file_v3_max_bytes": largest[3],
+        "file_v3_max_object": _oid(where),
+    }
+
+
 def check_versions(
     n_items: int, namespaces: int, proofs: int, tmp: Path, projections: list[Any], rounds: int = 6
 ) -> dict[str, Any]:
-    """``check_proof`` from scratch on version 1 texts and version 2 bytes of the same files.
+    """``check_proof`` from scratch on version 1 texts, version 2 and 3 bytes of the same files.
 
     The object files of ``proofs`` random objects at a v3 root in its SNAPSHOT's own
-    checkpoint (the ``v3_own`` files of ``sizes``); ``rounds`` passes of each version,
-    interleaved (ABBA...), CPU time; the median rate of each.
+    checkpoint (the ``v3_own`` files of ``sizes``); ``rounds`` passes of each version, in a
+    rotating order, CPU time; the median rate of each.
     """
     db, path, root, built, _ = _map(n_items, namespaces, tmp)
     rng = random.Random(n_items)
@@ -253,10 +302,12 @@ def check_versions(
     texts: dict[str, list[str | bytes]] = {
         "v1": [f.render() for f, _ in files],
         "v2": [f.encode() for f, _ in files],
+        "v3": [f.encode_v3() for f, _ in files],
     }
-    rates: dict[str, list[float]] = {"v1": [], "v2": []}
+    rates: dict[str, list[float]] = {"v1": [], "v2": [], "v3": []}
+    order = ("v1", "v2", "v3")
     for r in range(rounds):
-        for name in ("v1", "v2") if r % 2 == 0 else ("v2", "v1"):
+        for name in order[r % 3 :] + order[: r % 3]:
             t = time.process_time()
             for text in texts[name]:
                 check_proof(text, vkeys)
@@ -444,7 +495,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--check-versions",
         action="store_true",
-        help="check_proof on version 1 vs 2 files, interleaved (``check_versions``)",
+        help="check_proof on version 1, 2 and 3 files, interleaved (``check_versions``)",
+    )
+    ap.add_argument(
+        "--every-key",
+        action="store_true",
+        help="v2 and v3 file sizes of every object of the map (``sizes_every``)",
     )
     args = ap.parse_args(argv)
     out = []
@@ -453,7 +509,9 @@ def main(argv: list[str] | None = None) -> int:
         where = Path(d) if args.keep is None else args.keep
         where.mkdir(parents=True, exist_ok=True)
         for n in args.sizes:
-            if args.check_versions:
+            if args.every_key:
+                r = sizes_every(n, args.namespaces, where, projections)
+            elif args.check_versions:
                 r = check_versions(n, args.namespaces, args.proofs, where, projections)
             elif args.sizes_only:
                 r = sizes(n, args.namespaces, args.proofs, where, projections)

@@ -66,10 +66,10 @@ __all__ = ["print_report", "snapshot_of", "verify_ledger"]
 @click.option(
     "--format",
     "file_format",
-    type=click.Choice(["1", "2"]),
-    default="2",
+    type=click.Choice(["1", "2", "3"]),
+    default="3",
     show_default=True,
-    help="Proof file version: 2 binary (canonical CBOR), 1 JSON (base64).",
+    help="Proof file version: 3 compact binary, 2 binary (canonical CBOR), 1 JSON (base64).",
 )
 @branch_option
 @strict_option
@@ -105,8 +105,9 @@ def prove(
     of a namespace and nothing else. It carries the root's SNAPSHOT entry, its inclusion
     proof in the newest signed checkpoint and the map paths; anyone checks it offline with
     `memroot audit --proof FILE --vkey K`. Each proof is checked before it is written.
-    The file is version 2 (binary: one canonical CBOR value; written to -o FILE or to a
-    pipe, never to a terminal) unless --format 1 asks for version 1 (JSON text).
+    The file is version 3 (compact binary: one canonical CBOR value without the bytes the
+    checker derives; written to -o FILE or to a pipe, never to a terminal) unless --format
+    2 asks for version 2 (binary, every field carried) or --format 1 for version 1 (JSON).
     --at-snapshot proves against the checkpoint that sealed the root's SNAPSHOT (kept for
     good): a shorter inclusion path, a smaller file, signed by the key of that time.
 
@@ -130,7 +131,7 @@ def prove(
         return
     if at_snapshot:
         raise click.UsageError("--at-snapshot goes with --object, --state or --namespace")
-    if file_format != "2":
+    if file_format != "3":
         raise click.UsageError("--format goes with --object, --state or --namespace")
     if root_id is not None or output is not None or target_type is not None:
         raise click.UsageError("--root, --kind and -o go with --object, --state or --namespace")
@@ -177,12 +178,13 @@ def _prove_map(
     size: int | None,
     as_json: bool,
     at_snapshot: bool = False,
-    version: int = 2,
+    version: int = 3,
 ) -> None:
     """``prove --object/--state/--namespace``: build, check and write one proof file.
 
-    ``version`` 2 writes the binary file (``ProofFile.encode``, which the prover checked),
-    1 the JSON text (checked again as text before it is written: fail closed).
+    ``version`` 3 writes the compact binary file (``ProofFile.encode_v3``, which the prover
+    checked), 2 the binary file and 1 the JSON text (each checked again as written before
+    it is written: fail closed).
     """
     import sys
 
@@ -199,9 +201,10 @@ def _prove_map(
         raise click.UsageError("--size goes with --index (a proof file uses the newest checkpoint)")
     if no_strict:
         raise click.UsageError("a proof file is built from strict reads only (drop --no-strict)")
-    if version == 2 and output is None and not as_json and sys.stdout.isatty():
+    if version != 1 and output is None and not as_json and sys.stdout.isatty():
         raise click.UsageError(
-            "a version 2 proof file is binary: give -o FILE or a pipe (or --format 1 for JSON)"
+            f"a version {version} proof file is binary: give -o FILE or a pipe (or --format 1 "
+            "for JSON)"
         )
     with open_reader(ctx, no_strict) as ledger, ledger.reading():
         ledger.check_heads()
@@ -215,8 +218,8 @@ def _prove_map(
             assert namespace is not None
             proof, proven = source.prove_namespace(namespace)
     data_bytes = proof.serialize(version)
-    if version == 1:
-        check_proof(data_bytes, list(source.vkeys))  # the text written, checked as text
+    if version != 3:
+        check_proof(data_bytes, list(source.vkeys))  # the bytes written, checked as written
     note = (
         None
         if source.root_state == "live"

@@ -184,11 +184,12 @@ def _checked(
 ) -> tuple[ProofFile, Proven]:
     """Check ``proof`` as an auditor would before handing it out (fail closed).
 
-    The bytes checked are the version 2 file's (``ProofFile.encode``), the one written by
-    default; a caller that writes version 1 checks its text too (``memroot prove --format 1``).
+    The bytes checked are the version 3 file's (``ProofFile.encode_v3``), the one written by
+    default; a caller that writes version 1 or 2 checks those bytes too (``memroot prove
+    --format 1|2``).
     """
     try:
-        return proof, check_proof(proof.encode(), vkeys, memo=memo)
+        return proof, check_proof(proof.encode_v3(), vkeys, memo=memo)
     except IntegrityError as e:
         raise IntegrityError(
             f"the proof built from the stored map does not verify, so none is given: {e}"

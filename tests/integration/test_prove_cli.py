@@ -188,34 +188,36 @@ def test_wrong_key_and_edited_file_are_refused(small: Any, cmd: Cli, tmp_path: P
     edited.write_text(json.dumps(doc))
     bad = cmd.run("audit", "--proof", str(edited), "--vkey", vkey, "--json")
     assert bad.exit_code == 1 and json.loads(bad.stdout)["ok"] is False
-    value = cbor2.loads(out.read_bytes())  # the same edit in the binary file
-    value[9][0][1] = ids["alice"][1]
+    value = cbor2.loads(out.read_bytes())  # the same edit in the binary file (version 3)
+    value[8][0][1] = ids["alice"][1]
     edited.write_bytes(cbor2.dumps(value, canonical=True))
     bad = cmd.run("audit", "--proof", str(edited), "--vkey", vkey, "--json")
     assert bad.exit_code == 1 and json.loads(bad.stdout)["ok"] is False
     assert cmd.run("audit", "--proof", str(out)).exit_code == 2  # no --vkey: usage
 
 
-def test_prove_writes_version_2_and_format_1_keeps_json(
+def test_prove_writes_version_3_and_format_2_and_1_keep_theirs(
     small: Any, cmd: Cli, tmp_path: Path
 ) -> None:
-    """prove writes the binary version 2 by default, --format 1 the JSON; audit reads both."""
+    """prove writes the compact version 3 by default, --format 2 and 1 theirs; audit reads all."""
     path, ids, vkey = small
-    v2, v1 = tmp_path / "obj.proof", tmp_path / "obj.proof.json"
-    made = json.loads(cmd.ok(cmd.at(path, "prove", "--object", ids["bob"][0], "-o", str(v2),
+    v3, v2, v1 = tmp_path / "obj.proof", tmp_path / "obj.v2.proof", tmp_path / "obj.proof.json"
+    made = json.loads(cmd.ok(cmd.at(path, "prove", "--object", ids["bob"][0], "-o", str(v3),
                                     "--json")).stdout)  # fmt: skip
+    cmd.ok(cmd.at(path, "prove", "--object", ids["bob"][0], "--format", "2", "-o", str(v2)))
     cmd.ok(cmd.at(path, "prove", "--object", ids["bob"][0], "--format", "1", "-o", str(v1)))
-    raw = v2.read_bytes()
-    assert raw[:16] == b"\x8a\x6dmemroot-proof\x02"  # an array of 10, the name, version 2
-    assert made["version"] == 2 and made["bytes"] == len(raw)
+    raw = v3.read_bytes()
+    assert raw[:16] == b"\x89\x6dmemroot-proof\x03"  # an array of 9, the name, version 3
+    assert v2.read_bytes()[:16] == b"\x8a\x6dmemroot-proof\x02"  # an array of 10, version 2
+    assert made["version"] == 3 and made["bytes"] == len(raw)
     assert json.loads(v1.read_text())["version"] == 1
-    assert len(raw) < len(v1.read_bytes())
-    a, b = _audit(cmd, v2, vkey), _audit(cmd, v1, vkey)
-    assert a["present"] and a == {**b, "file": a["file"]}
+    assert len(raw) < len(v2.read_bytes()) < len(v1.read_bytes())
+    a, b, c = _audit(cmd, v3, vkey), _audit(cmd, v2, vkey), _audit(cmd, v1, vkey)
+    assert a["present"] and a == {**b, "file": a["file"]} == {**c, "file": a["file"]}
     piped = cmd.ok(cmd.at(path, "prove", "--object", ids["bob"][0])).stdout_bytes
     assert piped == raw
     shown = json.loads(cmd.ok(cmd.at(path, "prove", "--object", ids["bob"][0], "--json")).stdout)
-    assert base64.b64decode(shown["proof"]) == raw and shown["version"] == 2
+    assert base64.b64decode(shown["proof"]) == raw and shown["version"] == 3
     bad = cmd.at(path, "prove", "--index", "1", "--format", "1")
     assert bad.exit_code == 2 and "--format" in bad.output
 
@@ -225,7 +227,7 @@ def test_prove_writes_version_2_and_format_1_keeps_json(
     [
         ("truncated", lambda b: b[: len(b) // 2], "not one canonical CBOR value"),
         ("trailing", lambda b: b + b"\x00", "not one canonical CBOR value"),
-        ("version 3", lambda b: b[:15] + b"\x03" + b[16:], "version: is 3"),
+        ("version 4", lambda b: b[:15] + b"\x04" + b[16:], "version: is 4"),
         ("magic only", lambda b: b[:16], "not one canonical CBOR value"),
         ("not ours", lambda b: b"\x82\x01\x02", "does not begin as a memroot-proof file"),
         ("json version 2", lambda b: b'{"format":"memroot-proof","version":2}', "version 2 is"),

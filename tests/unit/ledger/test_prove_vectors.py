@@ -2,12 +2,14 @@
 
 The second check is an outside auditor's, written from FORMAT.md alone with json, hashlib,
 cbor2 and cryptography's Ed25519 (no memroot import in ``_outside_check``): it accepts every
-vector and rejects every single-bit flip anywhere in a file, as memroot's checker does.
+vector (versions 1, 2 and 3) and rejects every single-bit flip anywhere in a file, as
+memroot's checker does.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -28,9 +30,11 @@ from memroot.ledger.errors import IntegrityError
 PROOFS = Path(__file__).resolve().parents[2] / "vectors" / "memroot" / "proofs"
 VKEY = (PROOFS / "test.vkey").read_text().strip()
 FILES = {p.name: p.read_bytes() for p in sorted(PROOFS.glob("*.proof.json"))}
-BINARY = {p.name: p.read_bytes() for p in sorted(PROOFS.glob("*.proof"))}
+V3 = {p.name: p.read_bytes() for p in sorted(PROOFS.glob("*.v3.proof"))}
+"""Version 3 files (compact binary), one for each version 1 file, with the same content."""
+BINARY = {p.name: p.read_bytes() for p in sorted(PROOFS.glob("*.proof")) if p.name not in V3}
 """Version 2 files (binary), one for each version 1 file, with the same content."""
-EVERY = {**FILES, **BINARY}
+EVERY = {**FILES, **BINARY, **V3}
 
 
 def _generator() -> Any:
@@ -257,8 +261,123 @@ def _outside_v2(raw: bytes) -> dict[str, Any]:
     return out
 
 
+def _b64s(raw: bytes) -> str:
+    return base64.b64encode(raw).decode()
+
+
+def _v3_path(p: Any, own: tuple[bytes, bytes] | None) -> dict[str, Any]:
+    """§6.15 "Version 3" PATH3 = [empty bitmap, non-empty siblings, end], as a version 1 path.
+
+    Bit i of the bitmap (most significant bit of byte 0 first) marks sibling i as EMPTY;
+    the path has popcount + hashes siblings, the bitmap is exactly ceil(that / 8) bytes with
+    no bit set past the last, no carried hash is EMPTY; the end is null, true (the claim's
+    own leaf ``own``) or its 64 bytes (never ``own``'s).
+    """
+    _need(type(p) is list and len(p) == 3, "path3 shape")
+    bitmap, raw, end = p
+    _need(type(bitmap) is bytes and type(raw) is bytes and len(raw) % 32 == 0, "path3 fields")
+    depth = len(raw) // 32 + sum(bin(b).count("1") for b in bitmap)
+    _need(depth <= 256 and len(bitmap) == (depth + 7) // 8, "bitmap length")
+    _need(all(not bitmap[i // 8] >> (7 - i % 8) & 1 for i in range(depth, 8 * len(bitmap))), "bits")
+    hashes = [raw[i : i + 32] for i in range(0, len(raw), 32)]
+    _need(EMPTY not in hashes, "an empty sibling carried")
+    it = iter(hashes)
+    sib = [EMPTY if bitmap[i // 8] >> (7 - i % 8) & 1 else next(it) for i in range(depth)]
+    if end is True:
+        _need(own is not None, "true without an item state")
+        assert own is not None
+        end = own[0] + own[1]
+    elif end is not None:
+        _need(type(end) is bytes and len(end) == 64, "leaf: 64 bytes")
+        _need(own is None or end != own[0] + own[1], "the item's own leaf not written as true")
+    leaf = None if end is None else {"key": _b64s(end[:32]), "value": _b64s(end[32:])}
+    return {"siblings": [_b64s(h) for h in sib], "leaf": leaf}
+
+
+def _v3_note(cp: Any, vkey: str, branch: str, entry: bytes, index: int, inc: list[bytes]) -> str:
+    """§6.15 "Version 3": the checkpoint text, or [size, signature] and its note rebuilt.
+
+    The rebuilt note is §5's: origin (the trusted key's name on main, else
+    ``<name>/branch/<branch>``), size and base64 root (the inclusion path's), a blank line and
+    one signature line named as the origin. A text the rebuild would give is refused.
+    """
+    name, _kid, key64 = vkey.split("+", 2)
+    pub = base64.b64decode(key64)[1:]
+    if type(cp) is str:
+        text, _, sigs = cp.partition("\n\n")
+        lines = text.split("\n")
+        sig_lines = sigs.split("\n")
+        rebuildable = (
+            len(lines) == 3
+            and len(sig_lines) == 2
+            and sig_lines[1] == ""
+            and sig_lines[0].startswith(f"\u2014 {lines[0]} ")
+            and len(base64.b64decode(sig_lines[0].rsplit(" ", 1)[1] + "==")) == 68
+            and (branch == "main" or lines[0].endswith(f"/branch/{branch}"))
+        )
+        _need(not rebuildable, "a note the checker rebuilds carried as text")
+        return cp
+    _need(type(cp) is list and len(cp) == 2, "checkpoint: [size, signature]")
+    size, sig = cp
+    _need(type(size) is int and size >= 0 and type(sig) is bytes and len(sig) == 64, "size/sig")
+    origin = name if branch == "main" else f"{name}/branch/{branch}"
+    root = _rfc9162_root(_sha(b"\x00" + entry), index, size, inc)
+    key_id = _sha(origin.encode() + b"\n\x01" + pub)[:4]
+    return f"{origin}\n{size}\n{_b64s(root)}\n\n\u2014 {origin} {_b64s(key_id + sig)}\n"
+
+
+def _outside_v3(raw: bytes, vkey: str) -> dict[str, Any]:
+    """§6.15 "Version 3": the compact file read into the fields version 1 names.
+
+    Its first 16 bytes are an array of 9, "memroot-proof" and 3. The entry comes without its
+    payload's memory_root, put back as P4's hash of the rest; the index is its seq.
+    """
+    _need(raw[:16] == b"\x89\x6dmemroot-proof\x03", "not a version 3 file")
+    f = _cbor(raw)
+    _need(type(f) is list and len(f) == 9, "file shape")
+    _fmt, version, kind, checkpoint, bare, inclusion, namespace, npath, claim = f
+    _need(_fmt == "memroot-proof" and version == 3, "format/version")
+    _need(type(bare) is bytes and type(claim) is list, "entry/claim")
+    entry = _cbor(bare)
+    _need(type(entry) is list and len(entry) == 8 and type(entry[7]) is dict, "entry shape")
+    payload = entry[7]["payload"]
+    _need(type(payload) is dict and "memory_root" not in payload, "memory_root left in")
+    _need(payload.get("v") in (2, 3) and type(payload["v"]) is int, "not a v2/v3 root")
+    root = _tagged(f"memroot/root/v{payload['v']}", cbor2.dumps(payload, canonical=True))
+    payload["memory_root"] = root
+    full = cbor2.dumps(entry, canonical=True)
+    index = entry[2]
+    _need(type(index) is int and index >= 0 and type(entry[3]) is str, "seq/branch")
+    inc = [base64.b64decode(h) for h in _hashes(inclusion, 64)]
+    note = _v3_note(checkpoint, vkey, entry[3], full, index, inc)
+    out = {
+        "format": "memroot-proof", "version": 1, "kind": kind, "checkpoint": note,
+        "root": root.hex(), "namespace": namespace,
+        "snapshot": {"index": index, "entry": _b64s(full), "inclusion": _hashes(inclusion, 64)},
+    }  # fmt: skip
+    if kind == "namespace":
+        out["namespace_path"] = _v3_path(npath, None)
+        out["items"] = [_v2_item(it) for it in claim]
+        return out
+    _need(len(claim) == 2, "claim: item and item path")
+    out["item"] = _v2_item(claim[0])
+    ik, value = _item(out["item"])
+    own = None if value is None else (ik, value)
+    out["item_path"] = None if claim[1] is None else _v3_path(claim[1], own)
+    ns_own = None  # the namespace's own leaf: its key, the root the item path gives
+    if out["item_path"] is not None:
+        _need(type(namespace) is str, "namespace")
+        nk = _tagged("memroot/map/ns/v1", namespace.encode())
+        with contextlib.suppress(Refused):  # no root (a leaf off the path): nothing derived
+            ns_own = (nk, _walk(ik, out["item_path"])[0])
+    out["namespace_path"] = _v3_path(npath, ns_own)
+    return out
+
+
 def _outside_check(raw: bytes, vkey: str) -> dict[str, Any]:
     """Check a proof file as FORMAT.md §6.15 says; return the claim, or raise Refused."""
+    if raw[:1] and 0x80 <= raw[0] <= 0x9F and raw[15:16] == b"\x03":  # version 3
+        return _outside_fields(_outside_v3(raw, vkey), vkey)
     if raw[:1] and 0x80 <= raw[0] <= 0x9F:  # a CBOR array head: the binary file
         return _outside_fields(_outside_v2(raw), vkey)
     try:
@@ -374,6 +493,31 @@ def test_the_claims_are_the_ones_named() -> None:
     assert v3.root != c["object.proof.json"].root
 
 
+@pytest.mark.parametrize("name", sorted(V3))
+def test_a_v3_vector_has_the_content_of_its_twins(name: str) -> None:
+    """NAME.v3.proof proves what NAME.proof.json and NAME.proof prove, and is the smallest."""
+    stem = name.removesuffix(".v3.proof")
+    twin, v2 = FILES[f"{stem}.proof.json"], BINARY[f"{stem}.proof"]
+    assert check_proof(V3[name], [VKEY]) == check_proof(twin, [VKEY])
+    assert _outside_check(V3[name], VKEY) == _outside_check(twin, VKEY)
+    assert _outside_v3(V3[name], VKEY) == json.loads(twin)
+    assert len(V3[name]) < len(v2) < len(twin)
+
+
+def test_the_v3_vectors_use_every_form() -> None:
+    """The version 3 vectors hold each form: both checkpoints, every end, empty siblings."""
+    values = {n: cbor2.loads(raw) for n, raw in V3.items()}
+    notes = {type(v[3]) for v in values.values()}
+    assert notes == {str, list}  # object-branch-r1 carries its note as text
+    assert type(values["object-branch-r1.v3.proof"][3]) is str
+    paths = [v[7] for v in values.values()] + [
+        v[8][1] for v in values.values() if v[2] != "namespace"
+    ]
+    ends = {"null" if p is None or p[2] is None else type(p[2]).__name__ for p in paths}
+    assert ends == {"null", "bool", "bytes"}
+    assert any(p is not None and any(p[0]) for p in paths)  # a sibling marked empty
+
+
 @pytest.mark.parametrize("name", sorted(BINARY))
 def test_a_binary_vector_has_the_content_of_its_json_twin(name: str) -> None:
     """NAME.proof proves what NAME.proof.json proves; the outside reading of both agrees."""
@@ -397,10 +541,10 @@ def test_a_bit_flip_anywhere_is_rejected_by_both(name: str, pos: int, bit: int) 
     _rejected_or_still_true(_flip(FILES[name], pos, bit))
 
 
-@pytest.mark.parametrize("name", sorted(BINARY))
+@pytest.mark.parametrize("name", sorted({**BINARY, **V3}))
 def test_every_bit_flip_of_a_binary_vector_is_rejected_by_both(name: str) -> None:
-    """Every single-bit change of every version 2 vector is refused by both (or still true)."""
-    raw = BINARY[name]
+    """Every single-bit change of every version 2 and 3 vector is refused by both (or true)."""
+    raw = {**BINARY, **V3}[name]
     for pos in range(len(raw)):
         for bit in range(8):
             _rejected_or_still_true(_flip(raw, pos, bit))

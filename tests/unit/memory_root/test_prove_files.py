@@ -20,7 +20,7 @@ import pytest
 
 from memroot.ledger import encoding
 from memroot.ledger.bundle import proof_file as pf
-from memroot.ledger.entries import Kind, build_entry
+from memroot.ledger.entries import Entry, Kind, build_entry
 from memroot.ledger.errors import DecodeError, IntegrityError, ProofError, RefusedError
 from memroot.ledger.note import Checkpoint, sign_checkpoint, vkey_of
 from memroot.ledger.signing import Ed25519Signer
@@ -56,8 +56,11 @@ def _namespace() -> pf.ProofFile:
 def _refused(proof: pf.ProofFile | str, check: str, words: str) -> None:
     """``proof`` is refused at ``check`` with ``words``: as JSON, and as binary when it can be.
 
-    A ProofFile is checked in both versions; version 2 carries no ``root`` of its own (the
+    A ProofFile is checked in every version; version 2 carries no ``root`` of its own (the
     entry's), so an attack on that field alone is not a version 2 file and is skipped there.
+    Version 3 derives more (the index, the entry's ``memory_root``, the checkpoint's text);
+    when its file still carries the attack it must be refused too (its words may differ:
+    a rebuilt checkpoint fails as a whole).
     """
     texts: list[str | bytes] = [proof if isinstance(proof, str) else proof.render()]
     if isinstance(proof, pf.ProofFile):
@@ -65,11 +68,28 @@ def _refused(proof: pf.ProofFile | str, check: str, words: str) -> None:
         with contextlib.suppress(DecodeError):
             if pf.ProofFile.parse(binary) == proof:
                 texts.append(binary)
+        if _same_in_v3(proof):
+            with pytest.raises(IntegrityError):
+                pf.check_proof(proof.encode_v3(), [VKEY])
     for text in texts:
         with pytest.raises(IntegrityError) as e:
             pf.check_proof(text, [VKEY])
         assert f"({check})" in str(e.value) or check == "P1", str(e.value)
         assert words in str(e.value), str(e.value)
+
+
+def _same_in_v3(proof: pf.ProofFile) -> bool:
+    """Whether ``proof``'s version 3 file carries all of it (nothing changed was derived)."""
+    try:
+        back = pf.ProofFile.parse(proof.encode_v3())
+    except (DecodeError, ValueError):
+        return False
+    if back.compact_checkpoint is not None:
+        branch = Entry.from_bytes(back.entry).branch
+        if pf.compact_checkpoint(proof.checkpoint, branch) != back.compact_checkpoint:
+            return False
+        back = dataclasses.replace(back, checkpoint=proof.checkpoint, compact_checkpoint=None)
+    return back == proof
 
 
 def _v2(value: list[Any]) -> bytes:
@@ -97,13 +117,95 @@ def test_malformed_binary_files_name_the_field() -> None:
         if b"\x18\x07" in raw[16:]
         else raw + b"\x00",
         "version: is 1": raw[:15] + b"\x01" + raw[16:],
-        "version: is 3": raw[:15] + b"\x03" + raw[16:],
+        "version: is 4": raw[:15] + b"\x04" + raw[16:],
+        "must be an array of 9 (first byte 0x89), not first byte 0x8a": raw[:15] + b"\x03"
+        + raw[16:],
         "does not begin as a memroot-proof file": b"\x8a\x6dmemroot-prooF" + raw[15:],
     }  # fmt: skip
     for words, data in cases.items():
         with pytest.raises(DecodeError) as e:
             pf.check_proof(data, [VKEY])
         assert words in str(e.value), (words, str(e.value))
+
+
+def _absent() -> pf.ProofFile:
+    return prove_item(SNAP, NODES, PRE, "alice", "object", G._id(77), [VKEY])[0]
+
+
+def test_malformed_and_non_canonical_v3_files_name_the_field() -> None:
+    """A version 3 file of the wrong shape, or another form of derivable content, fails P1.
+
+    Each content has one version 3 file: a derivable part written out (the memory_root, the
+    item's own leaf, an empty sibling, a rebuildable note) or a bitmap of the wrong length
+    or with a bit past the path is refused, naming the field.
+    """
+    proof = _object()
+    raw = proof.encode_v3()
+    doc = encoding.decode(raw)
+    assert pf.ProofFile.parse(raw).with_note([VKEY]) == proof
+    _f, _v, _k, cp, bare, _inc, _ns, npath, claim = doc
+    item, (bitmap, hashes, _end) = claim
+    assert any(bitmap) and cp[1] == pf.compact_checkpoint(proof.checkpoint, "main")[1]  # type: ignore[index]
+    own = proof.item_path.leaf  # type: ignore[union-attr]
+    ns_leaf = proof.namespace_path.leaf
+    assert own is not None and ns_leaf is not None and npath[2] is True
+    entry = encoding.decode(proof.entry)  # the entry with its memory_root
+    empty_first = bytes([bitmap[0] & 0x7F]) + bitmap[1:]  # sibling 0 carried, though EMPTY
+    carried = pf.EMPTY + hashes if bitmap[0] & 0x80 else None
+    cases: dict[str, bytes] = {
+        "the file: must be an array of 9 (first byte 0x89)": _v2([*doc, None]),
+        "entry: holds payload.memory_root": _v2([*doc[:4], encoding.encode(entry), *doc[5:]]),
+        "checkpoint: is a note the checker rebuilds": _v2([*doc[:3], proof.checkpoint, *doc[4:]]),
+        "checkpoint.signature: must be 64 bytes": _v2([*doc[:3], [cp[0], cp[1][:63]], *doc[4:]]),
+        "checkpoint: must be an array of 2": _v2([*doc[:3], [cp[0]], *doc[4:]]),
+        "claim.item_path.leaf: is the claim's own leaf": _v2(
+            [*doc[:8], [item, [bitmap, hashes, own.key + own.value]]]
+        ),
+        "namespace_path.leaf: is the claim's own leaf": _v2(
+            [*doc[:7], [*npath[:2], ns_leaf.key + ns_leaf.value], claim]
+        ),
+        "claim.item_path.empty: must be": _v2([*doc[:8], [item, [bitmap + b"\0", hashes, True]]]),
+        "claim.item_path.empty: has a bit set past": _v2(
+            [*doc[:8], [item, [bitmap[:-1] + bytes([bitmap[-1] | 1]), hashes[32:], True]]]
+        ),
+        "claim.item_path.siblings: must be hashes": _v2(
+            [*doc[:8], [item, [bitmap, hashes[:-1], True]]]
+        ),
+        "entry: payload.v is 1": _v2(
+            [*doc[:4], bare.replace(b"\x61v\x02", b"\x61v\x01", 1), *doc[5:]]
+        ),
+    }
+    if carried is not None:
+        cases["claim.item_path.siblings: hash 0 is the empty-subtree hash"] = _v2(
+            [*doc[:8], [item, [empty_first, carried, True]]]
+        )
+    absent = encoding.decode(_absent().encode_v3())
+    cases["claim.item_path.leaf: is true (the claim's own leaf), but"] = _v2(
+        [*absent[:8], [absent[8][0], [*absent[8][1][:2], True]]]
+    )
+    ns_doc = encoding.decode(_namespace().encode_v3())  # a namespace file: no true there
+    cases["namespace_path.leaf: is true (the claim's own leaf), but"] = _v2(
+        [*ns_doc[:7], [*ns_doc[7][:2], True], ns_doc[8]]
+    )
+    for words, data in cases.items():
+        with pytest.raises(DecodeError) as e:
+            pf.check_proof(data, [VKEY])
+        assert words in str(e.value), (words, str(e.value))
+
+
+def test_v3_compact_checkpoint_is_rebuilt_for_the_trusted_key_only() -> None:
+    """A version 3 checkpoint is rebuilt from the trusted key's name: another key fails P2."""
+    raw = _object().encode_v3()
+    other = vkey_of(Ed25519Signer.from_seed(G.ORIGIN, bytes(32)))
+    with pytest.raises(ProofError, match=r"\(P2\).*not signed by a trusted key"):
+        pf.check_proof(raw, [other])
+    assert pf.check_proof(raw, [other, VKEY]).present  # the trusted one among others
+    doc = encoding.decode(raw)
+    bigger = _v2([*doc[:3], [doc[3][0] + 1, doc[3][1]], *doc[4:]])  # another tree size
+    with pytest.raises(ProofError, match=r"\(P[23]\)"):
+        pf.check_proof(bigger, [VKEY])
+    with pytest.raises(ValueError, match="rebuild the note first"):
+        pf.ProofFile.parse(raw).render()
 
 
 def test_object_proof_says_what_it_proves() -> None:

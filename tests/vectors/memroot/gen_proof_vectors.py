@@ -17,9 +17,14 @@ Where they come from (every key is a public test key that must never sign anythi
 The files: ``object`` (an object present, with its state), ``state`` (a falsification state
 present), ``object-absent`` (an id the map does not hold in ``alice``), ``object-absent-ns``
 (an object of a namespace the map does not hold), ``namespace`` (every item of ``alice``),
-``namespace-empty`` (namespace ``carol``: no item), ``object-branch``, and ``object-v3root``
+``namespace-empty`` (namespace ``carol``: no item), ``object-branch``, ``object-v3root``
 (``object``'s claim at a memory root v3, §6.16: the same log with the SNAPSHOT's projection
-list committed by its hash). Ed25519 is
+list committed by its hash), and ``object-branch-r1`` (``object-branch``'s claim with its
+branch checkpoint signed under the log's own key name, as before checkpoint signatures
+revision 2, §5: a note version 3 does not rebuild, so it carries the text). Every proof is
+written in
+the three versions: ``NAME.proof.json`` (1), ``NAME.proof`` (2), ``NAME.v3.proof`` (3).
+Ed25519 is
 deterministic, so running this again must give identical bytes
 (``tests/unit/ledger/test_prove_vectors.py`` checks it, and checks every file with an outside
 auditor's implementation written from FORMAT.md alone).
@@ -37,7 +42,7 @@ from memroot.ledger import encoding, merkle
 from memroot.ledger.bundle.proof_file import ProofFile
 from memroot.ledger.entries import Entry, Kind, build_entry
 from memroot.ledger.hashing import domain_hash
-from memroot.ledger.note import Checkpoint, sign_checkpoint, vkey_of
+from memroot.ledger.note import Checkpoint, sign_checkpoint, sign_note, vkey_of
 from memroot.ledger.signing import Ed25519Signer
 from memroot.memory_root import state_map as mm
 from memroot.memory_root.proofs import MapPreimages, SignedSnapshot, prove_item, prove_items_of
@@ -207,19 +212,30 @@ def _inclusion(entries: list[Entry], index: int) -> list[bytes]:
     return merkle.inclusion_proof(index, len(entries), read)
 
 
-def signed_snapshot(map_root: bytes, branch: str = "main", v: int = 2) -> SignedSnapshot:
-    """Return a signed v``v`` snapshot of ``map_root`` in a five-entry log on ``branch``."""
+def signed_snapshot(
+    map_root: bytes, branch: str = "main", v: int = 2, revision: int = 2
+) -> SignedSnapshot:
+    """Return a signed v``v`` snapshot of ``map_root`` in a five-entry log on ``branch``.
+
+    With ``revision`` 1 a branch checkpoint is signed under the log's own key name (as
+    before checkpoint signatures revision 2, FORMAT.md §5), not under its origin.
+    """
     entries, seq = build_log(map_root, branch, v)
     origin = ORIGIN if branch == "main" else f"{ORIGIN}/branch/{branch}"
-    note = sign_checkpoint(Checkpoint(origin, len(entries), _root(entries)), [signer()])
+    checkpoint = Checkpoint(origin, len(entries), _root(entries))
+    if revision == 1:
+        note = sign_note(checkpoint.body(), [signer()])
+    else:
+        note = sign_checkpoint(checkpoint, [signer()])
     return SignedSnapshot.of(note, entries[seq], _inclusion(entries, seq))
 
 
 def render() -> dict[str, str]:
     """Return every file of ``proofs/`` by name (its bytes).
 
-    Each proof in both versions: ``NAME.proof.json`` (version 1, JSON) and ``NAME.proof``
-    (version 2, binary: one canonical CBOR value), the same content.
+    Each proof in the three versions: ``NAME.proof.json`` (version 1, JSON), ``NAME.proof``
+    (version 2, binary: one canonical CBOR value) and ``NAME.v3.proof`` (version 3, compact
+    binary), the same content.
     """
     nodes, root, pre = build_map(ITEMS)
     vkeys = [vkey_of(signer())]
@@ -241,10 +257,13 @@ def render() -> dict[str, str]:
     ]
     v3_snap = signed_snapshot(root, v=3)
     proofs["object-v3root"] = prove_item(v3_snap, nodes, pre, "alice", "object", _id(1), vkeys)[0]
+    r1_snap = signed_snapshot(root, "sim-1", revision=1)
+    proofs["object-branch-r1"] = prove_item(r1_snap, nodes, pre, "bob", "object", _id(21), vkeys)[0]
     out: dict[str, bytes] = {"test.vkey": (vkeys[0] + "\n").encode()}
     for name, proof in proofs.items():
         out[f"{name}.proof.json"] = proof.render().encode("utf-8")
         out[f"{name}.proof"] = proof.encode()
+        out[f"{name}.v3.proof"] = proof.encode_v3()
     return out
 
 
