@@ -10,6 +10,7 @@ attacker edits in its own process is still refused.
 
 from __future__ import annotations
 
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -20,23 +21,24 @@ from memroot.ledger.backends.pg import PgStore
 from memroot.ledger.entries import EventInput
 from memroot.ledger.errors import IntegrityError
 from memroot.ledger.ledger import Ledger
+from tests.conftest import event_input
+from tests.unit.ledger.test_strict_edge import _node_reads
 
 
 def _event(i: int) -> EventInput:
-    return EventInput(
-        stream="s",
-        actor_id="alice",
-        actor_type="HUMAN_USER",
-        role="USER",
-        content=f"said {i}",
-        namespace_id="ns",
-    )
+    return event_input(random.Random(i), i)
 
 
-def _pair(tmp_path: Path, url: str, key: Path) -> tuple[Ledger, Ledger]:
+def _pair(tmp_path: Path, url: str, key: Path, checked: int = 2) -> tuple[Ledger, Ledger]:
+    """A reader and a writer host; the reader checked its head after each of the writer's
+    last ``checked`` appends (of four), the second of which kept the edge."""
     Ledger.init(url, origin="example.org/pg-edge", key_path=key, cache_path=tmp_path / "i.cache")
     reader = Ledger.open(url, key_path=key, hooks=[], cache_path=tmp_path / "r.cache")
     writer = Ledger.open(url, key_path=key, hooks=[], cache_path=tmp_path / "w.cache")
+    for i in range(4):
+        writer.append(_event(i))
+        if i >= 4 - checked:
+            reader.check_heads()
     return reader, writer
 
 
@@ -45,21 +47,7 @@ def test_another_hosts_entries_are_proven_without_reading_stored_nodes(
 ) -> None:
     reader, writer = _pair(tmp_path, pg_url, pg_key)
     try:
-        for i in range(5):
-            writer.append(_event(i))
-        reader.check_heads()
-        writer.append(_event(5))
-        with reader.store.read():  # the first check after another host's commit keeps the edge
-            head = reader.check_heads()[0]
-            list(reader.entries(head.size - 2, head.size))
-        reads: list[int] = []
-        real = PgStore.read_nodes
-
-        def counted(self: PgStore, *args: object, **kwargs: object) -> list[bytes]:
-            reads.append(1)
-            return real(self, *args, **kwargs)  # type: ignore[arg-type]
-
-        monkeypatch.setattr(PgStore, "read_nodes", counted)
+        reads = _node_reads(monkeypatch, PgStore)
         for i in range(6, 12):
             writer.append(_event(i))
             with reader.store.read():
@@ -93,11 +81,6 @@ def test_an_entry_edited_after_the_edge_was_kept_is_refused(
 ) -> None:
     reader, writer = _pair(tmp_path, pg_url, pg_key)
     try:
-        for i in range(4):
-            writer.append(_event(i))
-        reader.check_heads()
-        writer.append(_event(4))
-        reader.check_heads()
         writer.append(_event(5))
         subprocess.run([sys.executable, "-c", _EDIT, pg_url], check=True)
         with pytest.raises(IntegrityError), reader.store.read():
@@ -115,11 +98,6 @@ def test_the_new_entries_come_with_the_newest_checkpoint(
     checkpoint and the entries since the head it checked before (``_TAIL_ROWS``)."""
     reader, writer = _pair(tmp_path, pg_url, pg_key)
     try:
-        for i in range(4):
-            writer.append(_event(i))
-        reader.check_heads()
-        writer.append(_event(4))
-        reader.check_heads()  # proven on the stored nodes: the edge is kept from here on
         for i in range(5, 8):
             writer.append(_event(i))
         with reader.store.read():
@@ -149,11 +127,8 @@ def test_an_entry_stored_past_the_signed_head_is_refused(
 ) -> None:
     """An attacker's row past the head (agmi T5) is no row the checkpoint's read gave: the
     head check reads the range itself and refuses it."""
-    reader, writer = _pair(tmp_path, pg_url, pg_key)
+    reader, writer = _pair(tmp_path, pg_url, pg_key, checked=1)
     try:
-        for i in range(4):
-            writer.append(_event(i))
-        reader.check_heads()
         writer.append(_event(4))
         subprocess.run([sys.executable, "-c", _PAST, pg_url], check=True)
         with pytest.raises(IntegrityError, match="past"), reader.store.read():

@@ -49,16 +49,16 @@ def _with_edge(tmp_path: Path, first: int) -> tuple[Ledger, Ledger]:
     return reader, writer
 
 
-def _node_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Count the stored-node reads (``Store.read_nodes``) from here on."""
+def _node_reads(monkeypatch: pytest.MonkeyPatch, store: type[Store] = Store) -> list[int]:
+    """Count the stored-node reads (``store.read_nodes``) from here on."""
     calls: list[int] = []
-    real = Store.read_nodes
+    real = store.read_nodes
 
     def counted(self: Store, *args: object, **kwargs: object) -> list[bytes]:
         calls.append(1)
         return real(self, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(Store, "read_nodes", counted)
+    monkeypatch.setattr(store, "read_nodes", counted)
     return calls
 
 
