@@ -32,9 +32,10 @@ the one copy the offline checker of proof files shares; this module re-exports t
 
 from __future__ import annotations
 
+import contextlib
 import gc
 from bisect import bisect_left
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -249,20 +250,31 @@ def update_map(
         groups: list[tuple[bytes, Mapping[bytes, bytes | None]]] = [
             (namespace_key(ns), items) for ns, items in changes.items()
         ]
-        # The walk makes thousands of nodes and no reference cycle: the cyclic collector
-        # would traverse every node held again and again for none (see ``prove_many``).
-        paused = gc.isenabled()
-        gc.disable()
+        # The walk makes thousands of nodes and no reference cycle (``_collector_paused``).
         try:
-            out, made = _N.map_update(root, groups, known, read, Leaf, Inner)
+            with _collector_paused():
+                out, made = _N.map_update(root, groups, known, read, Leaf, Inner)
         except (_N.Reject, IntegrityError):
             pass  # the reference below reads node by node and raises its own error, if any
         else:
             return Update(MapHash(out), made)
-        finally:
-            if paused:
-                gc.enable()
     return update_map_reference(source, root, changes)
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic collector for a walk that makes many objects and no cycle.
+
+    It would traverse every live object again and again for none (it tripled the time of
+    1,000 walks in bench_prove.py); it is restored as it was.
+    """
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if paused:
+            gc.enable()
 
 
 BatchRead = Callable[[list[bytes]], list[Node | NodeRow | None]]
@@ -369,16 +381,9 @@ def prove_many(source: RowSource, walks: Sequence[tuple[bytes, bytes]]) -> list[
         IntegrityError: if a node a path needs is not stored, or a stored node was edited.
         ValueError: if a key is not 32 bytes.
     """
-    # The walk allocates many small lists and tuples and no reference cycle; the cyclic
-    # collector would traverse every live object again and again for none (it tripled the
-    # time of 1,000 walks in bench_prove.py), so it is paused for the walk, then restored.
-    paused = gc.isenabled()
-    gc.disable()
-    try:
+    # The walk allocates many small lists and tuples and no reference cycle.
+    with _collector_paused():
         return _prove_many(source, walks)
-    finally:
-        if paused:
-            gc.enable()
 
 
 def _prove_many(source: RowSource, walks: Sequence[tuple[bytes, bytes]]) -> list[MapProof]:
