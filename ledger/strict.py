@@ -225,28 +225,17 @@ class _Keys:
         self.keys = {v.vkey(): v for v in verifiers}
         self.retired: dict[str, int] = {}
         self.keyset: KeySet | None = None  # the writer keys' source, once learned
-        self._last: dict[str, tuple[object, tuple[Verifier, ...]]] = {}
 
     def signers(self, branch: str, size: int) -> list[Verifier]:
-        """Return the root and writer keys that may sign ``branch``'s checkpoint of ``size``.
-
-        The last answer per branch is kept while the keys learned are the same (a key
-        operation makes a new ``_Keys``, ``StrictReader.keys``; learning fills this one).
-        """
-        learned = (size, self.keyset, len(self.keys), len(self.retired))
-        last = self._last.get(branch)
-        if last is not None and last[0] == learned:
-            return list(last[1])
+        """Return the root and writer keys that may sign ``branch``'s checkpoint of ``size``."""
         roots = self.valid(size if branch == CANONICAL_BRANCH else None)
-        if self.keyset is not None:
-            allowed = set(self.keyset.signers_at(branch, size))
-            roots += [
-                Verifier.from_vkey(w.vkey)
-                for w in self.keyset.writers.values()
-                if w.vkey in allowed
-            ]
-        self._last[branch] = (learned, tuple(roots))
-        return roots
+        if self.keyset is None:
+            return roots
+        allowed = set(self.keyset.signers_at(branch, size))
+        writers = [
+            Verifier.from_vkey(w.vkey) for w in self.keyset.writers.values() if w.vkey in allowed
+        ]
+        return roots + writers
 
     def valid(self, size: int | None) -> list[Verifier]:
         return [

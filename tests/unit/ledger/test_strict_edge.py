@@ -160,9 +160,9 @@ def test_a_scattered_read_proves_an_edited_row_again(tmp_path: Path) -> None:
         writer.close()
 
 
-def test_the_kept_signers_follow_what_the_keys_learned() -> None:
-    """``_Keys.signers`` keeps its last answer per branch only while nothing was learned since:
-    a key retired (a rotation learned) or another size gives the answer the keys give now."""
+def test_the_signers_follow_what_the_keys_learned() -> None:
+    """``_Keys.signers`` answers what the keys give now: a key retired (a rotation learned)
+    signs only up to its size; a branch's checkpoint may be signed by any trusted key."""
     from memroot.ledger.note import Verifier
     from memroot.ledger.signing import Ed25519Signer
     from memroot.ledger.strict import _Keys
@@ -171,7 +171,7 @@ def test_the_kept_signers_follow_what_the_keys_learned() -> None:
     new = Verifier.from_signer(Ed25519Signer.from_seed("example.org/log", bytes(range(1, 33))))
     keys = _Keys([old, new])
     assert keys.signers("main", 10) == [old, new]
-    assert keys.signers("main", 10) == [old, new]  # the kept answer
+    assert keys.signers("main", 10) == [old, new]
     keys.retired[old.vkey()] = 5  # learned: the old key signed up to size 5 only
     assert keys.signers("main", 10) == [new]
     assert keys.signers("main", 5) == [old, new]
