@@ -773,8 +773,8 @@ class PgStore(Store):
             return  # past the branch's last entry in this snapshot (known from its opening)
         if snap is not None:  # no row is past the branch's last key in this snapshot
             end = hi if (last := snap.last_key.get(branch_no)) is None else min(hi, last + 1)
-            kept = [snap.rows.get(k) for k in range(lo, end)] if end - lo <= _KEPT_RANGE else [None]
-            if all(r is not None for r in kept):
+            kept = [snap.rows.get(k) for k in range(lo, end)] if end - lo <= _KEPT_RANGE else None
+            if kept is not None and all(r is not None for r in kept):
                 yield from (r for r in kept if r is not None)  # read already in this snapshot
                 return
         while True:

@@ -56,11 +56,8 @@ def test_another_hosts_entries_are_proven_without_reading_stored_nodes(
                 assert new == [head.size - 2, head.size - 1]
         assert reads == []
         monkeypatch.undo()
-        fresh = Ledger.open(pg_url, key_path=pg_key, hooks=[], cache_path=tmp_path / "f.cache")
-        try:
-            assert fresh.check_heads() == [head]
-        finally:
-            fresh.close()
+        with Ledger.open(pg_url, key_path=pg_key, hooks=[], cache_path=tmp_path / "f.cache") as f:
+            assert f.check_heads() == [head]
     finally:
         reader.close()
         writer.close()

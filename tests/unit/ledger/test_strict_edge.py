@@ -75,11 +75,8 @@ def test_commits_of_another_connection_are_proven_on_the_kept_edge(
                 head = reader.check_heads()[0]
                 assert [e.seq for e in reader.entries(head.size - 1, head.size)] == [head.size - 1]
         assert reads == []
-        fresh = Ledger.open(tmp_path / "m.ledger", key_path=tmp_path / "m.key")
-        try:
+        with Ledger.open(tmp_path / "m.ledger", key_path=tmp_path / "m.key") as fresh:
             assert fresh.check_heads() == [head]
-        finally:
-            fresh.close()
     finally:
         reader.close()
         writer.close()
