@@ -196,7 +196,7 @@ def _still_holds(ledger: Ledger, key: object) -> bool:
     if appended is None or appended[1]:
         return False
     if not _WATCHED.setdefault(ledger, wal_pages.Watch(_READS)).unchanged(
-        ledger.derived.db, path, then, here
+        ledger.derived.db, path, then, here, ledger.store.read_memo()
     ):
         return False
     _held(ledger)[key] = (heads_of(ledger), here)

@@ -325,7 +325,7 @@ def _unmoved(
         return True
     assert then is not None and here is not None and path is not None  # tested above
     watch = _ROWS_WATCH.setdefault(ledger, wal_pages.Watch(_ROWS_READ))
-    return watch.unchanged(ledger.derived.db, path, then, here)
+    return watch.unchanged(ledger.derived.db, path, then, here, ledger.store.read_memo())
 
 
 def _kept_by_log(ledger: Ledger, key: object, answer: Callable[[], _T]) -> _T:

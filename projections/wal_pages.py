@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar
 
 import apsw
 
@@ -323,6 +323,19 @@ def _since_for(path: Path, then: Mark, here: Mark) -> frozenset[int] | None:
     return changed
 
 
+_R = TypeVar("_R")
+
+
+def _read(memo: dict[object, Any] | None, key: tuple[object, ...], read: Callable[[], _R]) -> _R:
+    """``read()``, kept in a read transaction's ``memo`` under ``("wal_pages", *key)``."""
+    if memo is None:
+        return read()
+    k = ("wal_pages", *key)
+    if k not in memo:
+        memo[k] = read()
+    return memo[k]  # type: ignore[no-any-return]  # stored above by this function for k
+
+
 class Watch:
     """Whether a commit since a mark wrote a page of some tables (or of their indexes).
 
@@ -339,19 +352,31 @@ class Watch:
         self.tables = tuple(tables)
         self._at: tuple[Mark, frozenset[int], Schema, frozenset[int]] | None = None
 
-    def unchanged(self, db: apsw.Connection, path: Path, then: Mark, here: Mark) -> bool:
+    def unchanged(
+        self,
+        db: apsw.Connection,
+        path: Path,
+        then: Mark,
+        here: Mark,
+        memo: dict[object, Any] | None = None,
+    ) -> bool:
         """Whether no commit from ``then`` to ``here`` (this snapshot's floor) wrote the tables.
 
-        False when it cannot say (the log restarted since ``then``).
+        False when it cannot say (the log restarted since ``then``). ``memo``: the read
+        transaction's memo (``Store.read_memo``; one snapshot), where the schema and page
+        lists this reads are kept for the other watches of the same read: most commits
+        grow the file, which rewrites page 1, and every watch then reads the schema again.
         """
         changed = _since_for(path, then, here)
         if changed is None:
             return False
         at = self._at
         if at is not None and at[0] == then and not changed.isdisjoint(at[3]):
-            at = None if at[2] != schema(db, self.tables) else (*at[:3], schema_pages(db))
+            same = at[2] == _read(memo, ("schema", self.tables), lambda: schema(db, self.tables))
+            at = None if not same else (*at[:3], _read(memo, ("schema",), lambda: schema_pages(db)))
         if at is None or at[0] != then:
-            at = (then, *table_pages(db, self.tables), schema_pages(db))
+            pages, rows = _read(memo, ("tables", self.tables), lambda: table_pages(db, self.tables))
+            at = (then, pages, rows, _read(memo, ("schema",), lambda: schema_pages(db)))
         if not changed.isdisjoint(at[1]):
             self._at = None
             return False

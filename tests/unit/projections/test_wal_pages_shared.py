@@ -70,3 +70,66 @@ def test_a_listing_of_another_mark_is_not_reused(tmp_path: Path) -> None:
     assert wal_pages.Watch(["a"]).unchanged(db, path, middle, end) is True
     assert wal_pages.Watch(["a"]).unchanged(db, path, start, end) is False
     assert wal_pages.Watch(["b"]).unchanged(db, path, middle, end) is False
+
+
+def _counting(monkeypatch: pytest.MonkeyPatch, name: str) -> list[int]:
+    """Count the calls of ``wal_pages.<name>`` (one item per call)."""
+    calls: list[int] = []
+    real = getattr(wal_pages, name)
+
+    def counted(*args: object) -> object:
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(wal_pages, name, counted)
+    return calls
+
+
+def _grow(path: Path) -> None:
+    """Another connection's commit that writes no row of ``a`` or ``b`` and grows the file
+    (so page 1, the file header and the schema table's root, is rewritten)."""
+    other = apsw.Connection(str(path))
+    other.execute("CREATE TABLE IF NOT EXISTS c(x)")
+    other.execute("INSERT INTO c VALUES(randomblob(20000))")
+    other.close()
+
+
+def test_watches_of_one_read_share_its_schema_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, db = _file(tmp_path)
+    _grow(path)  # the table c exists from here on: the commits below change no schema row
+    then = wal_pages.floor(path)
+    assert then is not None
+    of_a, of_b = wal_pages.Watch(["a"]), wal_pages.Watch(["b"])
+    assert of_a.unchanged(db, path, then, then) and of_b.unchanged(db, path, then, then)
+    _grow(path)
+    here = wal_pages.floor(path)
+    assert here is not None
+    assert 1 in (wal_pages.pages_since(path, then) or ())  # the schema is read again
+    pages = _counting(monkeypatch, "schema_pages")
+    memo: dict[object, object] = {}  # the read transaction's (Store.read_memo)
+    assert of_a.unchanged(db, path, then, here, memo) is True
+    assert of_b.unchanged(db, path, then, here, memo) is True
+    assert len(pages) == 1
+    # Without a memo (or in another read transaction) each watch reads it itself.
+    _grow(path)
+    later = wal_pages.floor(path)
+    assert later is not None
+    assert of_a.unchanged(db, path, here, later) is True
+    assert of_b.unchanged(db, path, here, later) is True
+    assert len(pages) == 3
+
+
+def test_a_table_recreated_in_a_later_read_is_seen(tmp_path: Path) -> None:
+    path, db = _file(tmp_path)
+    then = wal_pages.floor(path)
+    assert then is not None
+    of_a = wal_pages.Watch(["a"])
+    assert of_a.unchanged(db, path, then, then, {}) is True
+    other = apsw.Connection(str(path))
+    other.execute("DROP TABLE a; CREATE TABLE a(x); INSERT INTO a VALUES(2)")
+    other.close()
+    here = wal_pages.floor(path)
+    assert here is not None
+    assert of_a.unchanged(db, path, then, here, {}) is False
