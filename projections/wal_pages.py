@@ -199,6 +199,94 @@ def mark(path: Path) -> Mark | None:
     return _scan(path, 0, None)
 
 
+_DB_HEADER: Final = 100
+"""Bytes of page 1 before its b-tree page (the database header: file size, counters)."""
+_PAGE_ONE_FRAMES: Final = 64
+"""At most this many frames of page 1 since a mark are read (``_page_one_since``)."""
+
+
+def _frame_pages(path: Path, at: Mark, lo: int) -> tuple[int, tuple[int, ...]] | None:
+    """Return the wal-index's ``mxFrame`` and the pages of frames ``lo + 1`` to it (1-based).
+
+    None when the index cannot say or is not of ``at``'s log (other salts or page size,
+    fewer frames than ``lo``, frames past its first block, a slot not written).
+    """
+    try:
+        raw = fds.pread(_shm(path), 0, _INDEX_HEADER + 4 * (lo + _INDEX_AHEAD))
+        now = _header(raw)
+        if now is None or _SHM_HEADER.unpack_from(raw)[0] != _INDEX_VERSION:
+            return None
+        if (now.salt1, now.salt2, now.page_size) != (at.salt1, at.salt2, at.page_size):
+            return None
+        if not lo <= now.frames <= _INDEX_FIRST:
+            return None
+        end = _INDEX_HEADER + 4 * now.frames
+        if len(raw) < end:
+            raw += fds.pread(_shm(path), len(raw), end - len(raw))
+        if len(raw) < end:
+            return None
+        pages = struct.unpack_from(f"={now.frames - lo}I", raw, _INDEX_HEADER + 4 * lo)
+    except OSError:
+        return None
+    return None if 0 in pages else (now.frames, pages)
+
+
+def _page_one_in(path: Path, at: Mark, frame: int) -> bytes | None:
+    """Return page 1's b-tree page (after the database header) as a frame of the WAL holds it.
+
+    ``frame`` is 1-based, of ``at``'s log; None when that frame is not page 1 of that log
+    (another page, other salts) or cannot be read.
+    """
+    step = _FRAME_HEADER + at.page_size
+    try:
+        raw = fds.pread(_wal(path), 32 + (frame - 1) * step, step)
+    except OSError:
+        return None
+    if len(raw) < step:
+        return None
+    page, _, s1, s2 = _FRAME.unpack_from(raw)
+    if (page, s1, s2) != (1, at.salt1, at.salt2):
+        return None
+    return raw[_FRAME_HEADER + _DB_HEADER :]
+
+
+def _page_one_at(path: Path, at: Mark) -> bytes | None:
+    """Return page 1's b-tree page in a snapshot at ``at``, or None.
+
+    It is the last frame up to ``at`` that holds page 1. None when no frame does (the page is
+    then the database file's, which a checkpoint may overwrite with a later frame's) or the
+    wal-index cannot say.
+    """
+    listed = _frame_pages(path, at, 0)
+    if listed is None or listed[0] < at.frames:
+        return None
+    for i in range(at.frames - 1, -1, -1):
+        if listed[1][i] == 1:
+            return _page_one_in(path, at, i + 1)
+    return None
+
+
+def _page_one_since(path: Path, then: Mark, here: Mark, page: bytes) -> bool:
+    """Whether page 1's b-tree part is ``page`` in a snapshot of floor ``here`` (past ``then``).
+
+    ``page`` is its b-tree part at ``then``. The snapshot holds the last frame of page 1 up
+    to its own end, which is ``here`` or a later frame: so the last frame of page 1 up to
+    ``here`` and every one after it (to the WAL's end) must hold ``page`` (with no frame of
+    page 1 since ``then``, the page is ``then``'s). True means only the database header
+    changed (the file grew). False when it cannot say (the index, a frame of another log,
+    too many frames).
+    """
+    listed = _frame_pages(path, then, then.frames)
+    if listed is None or listed[0] < here.frames:
+        return False
+    frames = [then.frames + 1 + i for i, p in enumerate(listed[1]) if p == 1]
+    before = [f for f in frames if f <= here.frames]
+    frames = before[-1:] + [f for f in frames if f > here.frames]
+    if len(frames) > _PAGE_ONE_FRAMES:
+        return False
+    return all(_page_one_in(path, then, f) == page for f in frames)
+
+
 def pages_since(path: Path, since: Mark) -> frozenset[int] | None:
     """Return every page a frame after ``since`` names, or None when that cannot be known.
 
@@ -336,6 +424,15 @@ def _read(memo: dict[object, Any] | None, key: tuple[object, ...], read: Callabl
     return memo[k]  # type: ignore[no-any-return]  # stored above by this function for k
 
 
+def _only_header(
+    memo: dict[object, Any] | None, path: Path, then: Mark, here: Mark, page: bytes
+) -> bool:
+    """``_page_one_since``, asked once per read transaction (``memo``) for all its watches."""
+    return _read(
+        memo, ("page 1 since", then, page), lambda: _page_one_since(path, then, here, page)
+    )
+
+
 class Watch:
     """Whether a commit since a mark wrote a page of some tables (or of their indexes).
 
@@ -344,13 +441,21 @@ class Watch:
     the wal-index (``pages_since``); from another mark, or when the schema table was
     written since (a table made, dropped or moved; or only page 1's file header, as the
     file grew: then the schema rows decide), the pages are read anew.
+
+    Page 1 holds both the database header, which SQLite rewrites whenever the file grows
+    (most commits), and the root of the schema table's b-tree. So the watch also keeps page
+    1's b-tree part as of its mark (the last frame up to it that holds page 1, when one
+    does): when page 1 is the only page of the schema table written since and the snapshot
+    holds that same b-tree part (``_page_one_since``), the schema table is as it was (its
+    root is the same bytes, so it has the same children, none of which was written: by
+    induction every page of it is), and neither its rows nor its pages are read again.
     """
 
     __slots__ = ("_at", "tables")
 
     def __init__(self, tables: Iterable[str]) -> None:
         self.tables = tuple(tables)
-        self._at: tuple[Mark, frozenset[int], Schema, frozenset[int]] | None = None
+        self._at: tuple[Mark, frozenset[int], Schema, frozenset[int], bytes | None] | None = None
 
     def unchanged(
         self,
@@ -371,16 +476,35 @@ class Watch:
         if changed is None:
             return False
         at = self._at
+        page_one = None if at is None else at[4]
         if at is not None and at[0] == then and not changed.isdisjoint(at[3]):
-            same = at[2] == _read(memo, ("schema", self.tables), lambda: schema(db, self.tables))
-            at = None if not same else (*at[:3], _read(memo, ("schema",), lambda: schema_pages(db)))
+            only_header = (
+                page_one is not None
+                and changed & at[3] == {1}
+                and _only_header(memo, path, then, here, page_one)
+            )
+            if not only_header:
+                same = at[2] == _read(
+                    memo, ("schema", self.tables), lambda: schema(db, self.tables)
+                )
+                page_one = None
+                at = (
+                    None
+                    if not same
+                    else (*at[:3], _read(memo, ("schema",), lambda: schema_pages(db)), None)
+                )
         if at is None or at[0] != then:
             pages, rows = _read(memo, ("tables", self.tables), lambda: table_pages(db, self.tables))
-            at = (then, pages, rows, _read(memo, ("schema",), lambda: schema_pages(db)))
+            page_one = None
+            at = (then, pages, rows, _read(memo, ("schema",), lambda: schema_pages(db)), None)
         if not changed.isdisjoint(at[1]):
             self._at = None
             return False
         # Nothing of the tables changed up to the WAL's end: the pages are exact here (no
         # page of the schema table written since: its rows are the ones the pages were of).
-        self._at = (here, at[1], at[2], at[3])
+        # Page 1 as of ``here``: the same b-tree part when only its header was written since,
+        # else the last frame up to ``here`` that holds it.
+        if page_one is None:
+            page_one = _read(memo, ("page 1", here), lambda: _page_one_at(path, here))
+        self._at = (here, at[1], at[2], at[3], page_one)
         return True

@@ -85,12 +85,12 @@ def _counting(monkeypatch: pytest.MonkeyPatch, name: str) -> list[int]:
     return calls
 
 
-def _grow(path: Path) -> None:
-    """Another connection's commit that writes no row of ``a`` or ``b`` and grows the file
-    (so page 1, the file header and the schema table's root, is rewritten)."""
+def _grow(path: Path, table: str = "c") -> None:
+    """Another connection's commit that writes no row of ``a`` or ``b``: it makes ``table``
+    (a schema row: the schema table written) and grows the file."""
     other = apsw.Connection(str(path))
-    other.execute("CREATE TABLE IF NOT EXISTS c(x)")
-    other.execute("INSERT INTO c VALUES(randomblob(20000))")
+    other.execute(f"CREATE TABLE IF NOT EXISTS {table}(x)")
+    other.execute(f"INSERT INTO {table} VALUES(randomblob(20000))")
     other.close()
 
 
@@ -98,12 +98,11 @@ def test_watches_of_one_read_share_its_schema_reads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path, db = _file(tmp_path)
-    _grow(path)  # the table c exists from here on: the commits below change no schema row
     then = wal_pages.floor(path)
     assert then is not None
     of_a, of_b = wal_pages.Watch(["a"]), wal_pages.Watch(["b"])
     assert of_a.unchanged(db, path, then, then) and of_b.unchanged(db, path, then, then)
-    _grow(path)
+    _grow(path, "c")
     here = wal_pages.floor(path)
     assert here is not None
     assert 1 in (wal_pages.pages_since(path, then) or ())  # the schema is read again
@@ -113,7 +112,7 @@ def test_watches_of_one_read_share_its_schema_reads(
     assert of_b.unchanged(db, path, then, here, memo) is True
     assert len(pages) == 1
     # Without a memo (or in another read transaction) each watch reads it itself.
-    _grow(path)
+    _grow(path, "d")
     later = wal_pages.floor(path)
     assert later is not None
     assert of_a.unchanged(db, path, here, later) is True
