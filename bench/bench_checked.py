@@ -9,7 +9,8 @@ forgotten before every read (the cost of a first read, nothing remembered), righ
 of R ``record`` calls of the same handle (its own writes), and right after each of R
 ``record`` calls of a second handle on the same ledger (another connection's commit, on
 PostgreSQL another host with its own cache file: what the gate remembers is kept only where
-that commit left it holding). Each of the last two is interleaved with the unchecked query
+that commit left it holding; ``--commits K``: K commits of it before each such read). Each of
+the last two is interleaved with the unchecked query
 timed right after a commit of the same kind (SQLite discards a connection's page cache when
 another connection committed: the unchecked read pays that too), so each has two ratios:
 against the unchecked query on an unchanged file, and against it after the same commit.
@@ -48,12 +49,13 @@ _AFTER_OTHER: list[tuple[float, float]] = []
 
 
 def bench_recall(
-    tmp: Path, objects: int, reads: int, pg: str | None = None
+    tmp: Path, objects: int, reads: int, pg: str | None = None, commits: int = 1
 ) -> tuple[float, float, float]:
     """Return (checked, unchecked, checked cold) median microseconds per recall of 20 objects.
 
     ``pg``: the URL of an empty PostgreSQL database to hold the ledger instead of a file
-    (its derived state in a cache file under ``tmp``).
+    (its derived state in a cache file under ``tmp``). ``commits``: how many ``record``
+    calls (each its own commit) the other connection makes before each timed read.
     """
     import os
 
@@ -110,9 +112,11 @@ def bench_recall(
                 os.environ["MEMROOT_CACHE"] = str(tmp / "pg.cache")
             theirs, theirs_raw = [], []
             for i in range(reads):
-                other.record(content=f"heard {i}")  # another connection's commit, not timed
+                for j in range(commits):  # another connection's commits, not timed
+                    other.record(content=f"heard {i}.{j}")
                 theirs.append(_cpu(recall))
-                other.record(content=f"heard again {i}")
+                for j in range(commits):
+                    other.record(content=f"heard again {i}.{j}")
                 theirs_raw.append(_cpu(unchecked))
                 recall()  # not timed: the next timed read follows one commit, as the first
         _AFTER_OTHER.append((statistics.median(theirs) * 1e6, statistics.median(theirs_raw) * 1e6))
@@ -170,11 +174,20 @@ def main() -> None:
     ap.add_argument("--objects", type=int, default=2000)
     ap.add_argument("--reads", type=int, default=200)
     ap.add_argument("--pg", help="also measure recall on this empty PostgreSQL database (URL)")
+    ap.add_argument(
+        "--commits",
+        type=int,
+        default=1,
+        help="the other connection's commits before each read after them (default 1)",
+    )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        checked, raw, first = bench_recall(tmp, args.objects, args.reads)
-        print(_line(f"recall(limit=20) over {args.objects} objects", checked, raw, first))
+        checked, raw, first = bench_recall(tmp, args.objects, args.reads, commits=args.commits)
+        what = f"recall(limit=20) over {args.objects} objects"
+        if args.commits != 1:
+            what += f", {args.commits} other commits before each read after them"
+        print(_line(what, checked, raw, first))
         if args.pg:
             checked, raw, first = bench_recall(tmp, args.objects, args.reads, args.pg)
             print(
