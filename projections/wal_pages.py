@@ -386,31 +386,6 @@ def floor_of(ledger: Ledger) -> Mark | None:
     return got if isinstance(got, Mark) else None
 
 
-_LAST_SINCE: dict[Path, tuple[Mark, Mark, frozenset[int] | None]] = {}
-"""Per file: the last ``pages_since`` a ``Watch`` asked, with the snapshot floor it was for."""
-
-
-def _since_for(path: Path, then: Mark, here: Mark) -> frozenset[int] | None:
-    """``pages_since(path, then)`` for a snapshot whose floor is ``here``, read once.
-
-    The watches of one read (the completeness check's, the read gate's) ask from the same
-    mark in the same snapshot: the pages are listed once. An answer read in an earlier
-    transaction of the same floor (the same WAL, salts and frame count: nobody committed
-    in between) covered every frame up to the WAL's end then, which is at least ``here``:
-    every page a frame from ``then`` to ``here`` names is in it, so it answers for this
-    snapshot too (it may name more, of frames past it: then a watch answers False, which
-    is safe).
-    """
-    got = _LAST_SINCE.get(path)
-    if got is not None and got[0] == then and got[1] == here:
-        return got[2]
-    changed = pages_since(path, then)
-    if len(_LAST_SINCE) > 64:
-        _LAST_SINCE.clear()
-    _LAST_SINCE[path] = (then, here, changed)
-    return changed
-
-
 _R = TypeVar("_R")
 
 
@@ -465,14 +440,20 @@ class Watch:
         here: Mark,
         memo: dict[object, Any] | None = None,
     ) -> bool:
-        """Whether no commit from ``then`` to ``here`` (this snapshot's floor) wrote the tables.
+        """Whether no commit since ``then`` wrote the tables, to the end of this read's snapshot.
 
+        ``here`` is the snapshot's floor; the frames are listed in the read, to the WAL's end
+        (at or past the snapshot's own end: a frame past it can only make the answer False).
         False when it cannot say (the log restarted since ``then``). ``memo``: the read
         transaction's memo (``Store.read_memo``; one snapshot), where the schema and page
         lists this reads are kept for the other watches of the same read: most commits
         grow the file, which rewrites page 1, and every watch then reads the schema again.
         """
-        changed = _since_for(path, then, here)
+        # The pages are listed once per read (``memo``): the watches of one read ask from the
+        # same mark in the same snapshot. Never a listing of an earlier read: one at the same
+        # floor ended there, and a commit after the floor read but before the snapshot began
+        # is in the snapshot (a listing made in the read ends at or past the snapshot's end).
+        changed = _read(memo, ("since", then), lambda: pages_since(path, then))
         if changed is None:
             return False
         at = self._at

@@ -46,14 +46,15 @@ def test_two_watches_of_one_snapshot_read_the_wal_index_once(
 
     monkeypatch.setattr(wal_pages, "pages_since", counted)
     of_a, of_b = wal_pages.Watch(["a"]), wal_pages.Watch(["b"])
-    assert of_a.unchanged(db, path, then, here) is True
-    assert of_b.unchanged(db, path, then, here) is False  # the commit wrote b's page
+    memo: dict[object, object] = {}  # one read transaction's (Store.read_memo)
+    assert of_a.unchanged(db, path, then, here, memo) is True
+    assert of_b.unchanged(db, path, then, here, memo) is False  # the commit wrote b's page
     assert calls == [then]
     # A later commit moves the floor: the pages are listed anew, and its page is seen.
     _commit(path, "a")
     later = wal_pages.floor(path)
     assert later is not None and later != here
-    assert wal_pages.Watch(["a"]).unchanged(db, path, then, later) is False
+    assert wal_pages.Watch(["a"]).unchanged(db, path, then, later, {}) is False
     assert calls == [then, then]
 
 
@@ -132,3 +133,21 @@ def test_a_table_recreated_in_a_later_read_is_seen(tmp_path: Path) -> None:
     here = wal_pages.floor(path)
     assert here is not None
     assert of_a.unchanged(db, path, then, here, {}) is False
+
+
+def test_a_commit_past_the_floor_is_seen_by_the_next_read(tmp_path: Path) -> None:
+    """A commit between a read's floor and its snapshot: the snapshot holds it, so no listing
+    of an earlier read at the same floor (which ended at that floor) may answer for it."""
+    path, db = _file(tmp_path)
+    then = wal_pages.floor(path)
+    assert then is not None
+    _commit(path, "b")
+    here = wal_pages.floor(path)
+    assert here is not None
+    of_a = wal_pages.Watch(["a"])
+    assert of_a.unchanged(db, path, then, here, {}) is True  # one read at floor ``here``
+    assert wal_pages.Watch(["a"]).unchanged(db, path, then, here, {}) is True
+    # The next read took its floor (``here`` again), then another connection wrote a, then
+    # its snapshot began: the snapshot holds the write.
+    _commit(path, "a")
+    assert wal_pages.Watch(["a"]).unchanged(db, path, then, here, {}) is False
