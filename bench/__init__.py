@@ -6,8 +6,9 @@ Module map:
   per measurement (batched append, durable single appends, inclusion proofs, full verify,
   append growth, the pure-Python reference) and ``run``, which runs them in order, then the
   hooked phases, and returns the whole report.
-- ``hooked``: ``memroot bench`` phases 6-8 through every CLI hook (``memroot import``, the
-  mixed history, ``memroot verify`` with all ten steps, ``memroot rebuild``), each in a
+- ``hooked``: ``memroot bench`` phases 6-9 through every CLI hook (``memroot import``, the
+  mixed history, ``memroot verify`` with all ten steps, ``memroot rebuild``, ``memroot
+  import-bundle``), each in a
   child process (``_hooked_child``) on each backend.
 - ``results``: the report's shape, one ``TypedDict`` per measurement (the ``--json`` keys).
 - ``targets``: issue 2's speed targets, each beside the figure measured for it.

@@ -1,17 +1,20 @@
-"""One hooked measurement of ``memroot bench`` phases 6-8, run as a child process.
+"""One hooked measurement of ``memroot bench`` phases 6-9, run as a child process.
 
     python -m memroot.bench._hooked_child import LEDGER EVENTS.jsonl
     python -m memroot.bench._hooked_child mixed LEDGER N
     python -m memroot.bench._hooked_child verify LEDGER TRUSTED.json
     python -m memroot.bench._hooked_child rebuild LEDGER
+    python -m memroot.bench._hooked_child bundle LEDGER OUT
 
-``import``, ``verify`` and ``rebuild`` run the ``memroot`` command itself in this process
-(``memroot -l LEDGER import FILE``; ``verify --no-update --trusted T --json``;
-``rebuild --json``), timed around the command, so the figures leave out the interpreter's
-start-up and imports. ``import`` and ``mixed`` first create the ledger with ``memroot init``
-(untimed). ``mixed`` appends ``memroot.bench.hooked.mixed_history`` through the CLI's default
-hooks in batches, one transaction each, signing what an automatic snapshot owes after each
-batch as the CLI does; each batch's inputs are built before its timing.
+``import``, ``verify``, ``rebuild`` and ``bundle`` run the ``memroot`` command itself in this
+process (``memroot -l LEDGER import FILE``; ``verify --no-update --trusted T --json``;
+``rebuild --json``; ``memroot -l OUT import-bundle B --vkey K --json``, after an untimed
+``export`` of LEDGER into a bundle ``B`` beside ``OUT``), timed around the command, so the
+figures leave out the interpreter's start-up and imports. ``import`` and ``mixed`` first
+create the ledger with ``memroot init`` (untimed). ``mixed`` appends
+``memroot.bench.hooked.mixed_history`` through the CLI's default hooks in batches, one
+transaction each, signing what an automatic snapshot owes after each batch as the CLI does;
+each batch's inputs are built before its timing.
 
 Prints one JSON line on stdout: ``entries``, ``seconds`` (wall), ``cpu_s`` (this process's
 CPU time), ``vm_hwm_kb`` (its peak RSS) and what the command reported. Progress lines
@@ -126,6 +129,15 @@ def _rebuild(ledger: str) -> dict[str, Any]:
     }
 
 
+def _bundle(ledger: str, out: str) -> dict[str, Any]:
+    bundle = f"{out}.bundle"
+    _cli(["-l", ledger, "export", bundle])
+    vkey = json.loads(_cli(["-l", ledger, "vkey", "--json"]))["vkey"]
+    args = ["-l", out, "import-bundle", bundle, "--vkey", vkey, "--json"]
+    got, wall, cpu = _timed(lambda: _cli(args))
+    return {"entries": json.loads(got)["entries"], "seconds": wall, "cpu_s": cpu}
+
+
 def main(argv: list[str]) -> None:
     """Run the measurement named by ``argv[0]`` and print its JSON line."""
     task, args = argv[0], argv[1:]
@@ -137,6 +149,8 @@ def main(argv: list[str]) -> None:
         line = _verify(args[0], args[1])
     elif task == "rebuild":
         line = _rebuild(args[0])
+    elif task == "bundle":
+        line = _bundle(args[0], args[1])
     else:
         raise SystemExit(f"unknown task {task!r}")
     line["vm_hwm_kb"] = vm_hwm_kib()

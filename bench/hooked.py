@@ -11,6 +11,9 @@ user of the command line runs, with every hook the CLI installs (``memroot.memor
    batches of ``BATCH`` (``mixed_append``), then ``memroot verify`` of it (``verify_mixed``).
 8. ``memroot rebuild`` of the mixed ledger: the derived state dropped and replayed
    (``rebuild``).
+9. ``memroot import-bundle`` of the mixed ledger's auditor's bundle (exported untimed): every
+   step of the bundle verified, the entries copied and the layers' derived state folded
+   (``import_bundle``; issue 27's ``import-bundle`` target).
 
 Each measurement runs in its own child process (``python -m memroot.bench._hooked_child``),
 so its peak RSS (``VmHWM``) is its own, and so that the same measurement can run on the
@@ -42,6 +45,7 @@ __all__ = [
     "HEARTBEAT_S",
     "MIX",
     "hooked_phases",
+    "import_bundle",
     "import_events",
     "mixed_append",
     "mixed_history",
@@ -323,6 +327,23 @@ def rebuild(ledger: Path, *, backend: str | None, label: str, progress: Progress
     return {**_run(line), "identical": True}
 
 
+def import_bundle(
+    ledger: Path, *, backend: str | None, label: str, progress: Progress
+) -> HookedRun:
+    """``memroot import-bundle`` of ``ledger``'s bundle into a new ledger beside it (timed).
+
+    The bundle is exported first, untimed, in the same child.
+
+    Raises:
+        MemrootError: if the child fails (a bundle that does not verify included).
+    """
+    out = ledger.with_name(ledger.stem + ".imported.ledger")
+    line = run_child(
+        ["bundle", str(ledger), str(out)], backend=backend, label=label, progress=progress
+    )
+    return _run(line)
+
+
 def hooked_phases(
     root: Path,
     n: int,
@@ -330,7 +351,7 @@ def hooked_phases(
     *,
     progress: Progress,
 ) -> list[HookedBench]:
-    """Run phases 6-8 at ``n`` entries under ``root`` on each backend, one after the other.
+    """Run phases 6-9 at ``n`` entries under ``root`` on each backend, one after the other.
 
     ``backends`` lists ``(MEMROOT_BACKEND for the child or None to inherit, name)``; every
     measurement runs on each backend in turn before the next starts, so both see about the
@@ -356,29 +377,34 @@ def hooked_phases(
         return out
 
     imports = each(
-        f"[6/8] memroot import, {n:,} events",
+        f"[6/9] memroot import, {n:,} events",
         lambda k, env, label: import_events(works[k], events_file, backend=env, label=label,
                                             progress=progress),
     )  # fmt: skip
     v_imports = each(
-        "[6/8] memroot verify (all ten steps) of the imported ledger",
+        "[6/9] memroot verify (all ten steps) of the imported ledger",
         lambda k, env, label: verify_cli(imports[k][0], backend=env, label=label,
                                          progress=progress),
     )  # fmt: skip
     mixes = each(
-        f"[7/8] mixed history, {n:,} entries, through the default hooks",
+        f"[7/9] mixed history, {n:,} entries, through the default hooks",
         lambda k, env, label: mixed_append(works[k], n, backend=env, label=label,
                                            progress=progress),
     )  # fmt: skip
     v_mixes = each(
-        "[7/8] memroot verify (all ten steps) of the mixed history",
+        "[7/9] memroot verify (all ten steps) of the mixed history",
         lambda k, env, label: verify_cli(mixes[k][0], backend=env, label=label,
                                          progress=progress),
     )  # fmt: skip
     rebuilds = each(
-        "[8/8] memroot rebuild of the mixed history",
+        "[8/9] memroot rebuild of the mixed history",
         lambda k, env, label: rebuild(mixes[k][0], backend=env, label=label, progress=progress),
     )
+    bundles = each(
+        "[9/9] memroot import-bundle of the mixed history's bundle",
+        lambda k, env, label: import_bundle(mixes[k][0], backend=env, label=label,
+                                            progress=progress),
+    )  # fmt: skip
     return [
         {
             "size": n,
@@ -389,6 +415,7 @@ def hooked_phases(
             "mixed_append": mixes[k][1],
             "verify_mixed": v_mixes[k],
             "rebuild": rebuilds[k],
+            "import_bundle": bundles[k],
         }
         for k in range(len(backends))
     ]

@@ -1,7 +1,7 @@
 """The ledger core measured beside raw apsw inserts and pymerkle (issue 2, ``memroot bench``).
 
 One ``run``, fresh temporary directories, eight phases, each announced through ``progress``
-(phases 6-8, the CLI's hooked paths, are in ``memroot.bench.hooked``):
+(phases 6-9, the CLI's hooked paths, are in ``memroot.bench.hooked``):
 
 1. Batched append (1,000 entries per transaction) at each size: memroot ``append_batch`` of
    prebuilt ``EventInput`` objects (``batched_memroot``), raw apsw ``executemany`` of the *same
@@ -18,9 +18,10 @@ One ``run``, fresh temporary directories, eight phases, each announced through `
    (``append_growth``).
 
 On the native core, the batched append and the full verify are repeated on the pure-Python
-reference (``reference_backend``). Phases 6-8 (``memroot.bench.hooked``): ``memroot import``,
-the mixed history and ``memroot verify`` (all ten steps) of each, ``memroot rebuild``, with
-every CLI hook, on this backend and on the reference.
+reference (``reference_backend``). Phases 6-9 (``memroot.bench.hooked``): ``memroot import``,
+the mixed history and ``memroot verify`` (all ten steps) of each, ``memroot rebuild`` and
+``memroot import-bundle`` of the mixed history's bundle, with every CLI hook, on this backend
+and on the reference.
 
 Each measurement is one function returning its ``TypedDict`` from ``memroot.bench.results``;
 ``run`` calls them in order and assembles the report (targets from ``memroot.bench.targets``).
@@ -112,9 +113,11 @@ _FILLER: Final = (
 T = TypeVar("T")
 
 Progress = Callable[[str], None]
-"""Receives one line per phase (``[k/8] ...``); the CLI prints it on stderr."""
+"""Receives one line per phase (``[k/9] ...``); the CLI prints it on stderr."""
 
-HookedKey = Literal["import_events", "verify_import", "mixed_append", "verify_mixed", "rebuild"]
+HookedKey = Literal[
+    "import_events", "verify_import", "mixed_append", "verify_mixed", "rebuild", "import_bundle"
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -462,13 +465,13 @@ def _batched_at(
 ) -> tuple[BatchedAppend, list[tuple[int, float]]]:
     """Phase 1 at one size: memroot, then raw apsw and pymerkle on the bytes memroot wrote."""
     source = work / "memroot.ledger"
-    progress(f"[1/8] batched append, {n:,} entries: memroot")
+    progress(f"[1/9] batched append, {n:,} entries: memroot")
     mem, batches = batched_memroot(source, n)
-    progress(f"[1/8] batched append, {n:,} entries: raw apsw")
+    progress(f"[1/9] batched append, {n:,} entries: raw apsw")
     raw = batched_raw_apsw(source, n, work / "raw.db")
     pm: Throughput | None = None
     if pymerkle is not None:
-        progress(f"[1/8] batched append, {n:,} entries: pymerkle")
+        progress(f"[1/9] batched append, {n:,} entries: pymerkle")
         pm = batched_pymerkle(pymerkle, source, n, work / "pymerkle.db")
     row: BatchedAppend = {
         "size": n,
@@ -502,8 +505,8 @@ def run(
     """Run every phase once and return all figures (the ``--json`` document minus the command).
 
     ``full`` adds ``FULL_SIZE`` to ``sizes``; the largest size is used for phases 2-5, and for
-    the hooked phases 6-8 (``memroot.bench.hooked``) unless ``hooked_size`` is given;
-    ``hooked=False`` leaves phases 6-8 out (``hooked`` is then ``None``). On the native core
+    the hooked phases 6-9 (``memroot.bench.hooked``) unless ``hooked_size`` is given;
+    ``hooked=False`` leaves phases 6-9 out (``hooked`` is then ``None``). On the native core
     every phase is also measured on the pure-Python reference (``reference_backend``).
 
     Raises:
@@ -550,23 +553,23 @@ def run(
 
         work = root / "durable"
         work.mkdir()
-        say(f"[2/8] one entry per fsync'd transaction, {config.durable:,} each")
+        say(f"[2/9] one entry per fsync'd transaction, {config.durable:,} each")
         durable_append = durable_appends(work, config.durable)
 
         largest_ledger = root / f"n{largest}" / "memroot.ledger"
-        say(f"[3/8] inclusion proof generate + verify at {largest:,}")
+        say(f"[3/9] inclusion proof generate + verify at {largest:,}")
         inclusion: InclusionProofs = {
             "memroot": proofs_memroot(largest_ledger, config.proofs),
             "pymerkle": None,
         }
         if pymerkle is not None and pm_proof_tree is not None:
-            say("[3/8] inclusion proofs: pymerkle")
+            say("[3/9] inclusion proofs: pymerkle")
             inclusion["pymerkle"] = proofs_pymerkle(pymerkle, pm_proof_tree, config.pymerkle_proofs)
 
-        say(f"[4/8] full verify at {largest:,} in a child process")
+        say(f"[4/9] full verify at {largest:,} in a child process")
         verify = full_verify(largest_ledger)
 
-        say(f"[5/8] append rate at {largest:,} against an empty ledger")
+        say(f"[5/9] append rate at {largest:,} against an empty ledger")
         growth = append_growth(largest_batches, largest)
         reference = None
         if _backend.BACKEND == "native":
@@ -642,11 +645,12 @@ def reference_backend(
         "ratio_mixed_append_native_reference": None,
         "ratio_verify_mixed_native_reference": None,
         "ratio_rebuild_native_reference": None,
+        "ratio_import_bundle_native_reference": None,
     }
 
 
 def _add_hooked_reference(ref: ReferenceBackend, native: HookedBench, python: HookedBench) -> None:
-    """Put the reference's phases 6-8 and the native / reference ratios into ``ref``."""
+    """Put the reference's phases 6-9 and the native / reference ratios into ``ref``."""
     ref["hooked"] = python
 
     def ratio(key: HookedKey) -> float | None:
@@ -657,6 +661,7 @@ def _add_hooked_reference(ref: ReferenceBackend, native: HookedBench, python: Ho
     ref["ratio_mixed_append_native_reference"] = ratio("mixed_append")
     ref["ratio_verify_mixed_native_reference"] = ratio("verify_mixed")
     ref["ratio_rebuild_native_reference"] = ratio("rebuild")
+    ref["ratio_import_bundle_native_reference"] = ratio("import_bundle")
 
 
 def _notes(
@@ -687,7 +692,7 @@ def _notes(
         )
     if hooked_n is not None:
         notes.append(
-            "phases 6-8 run the CLI with every hook, each measurement in its own child "
+            "phases 6-9 run the CLI with every hook, each measurement in its own child "
             "process (its peak RSS is its own), timed around the command (start-up and imports "
             "excluded; the per-CPU-second figure is the child's CPU time): memroot import of a "
             "JSON Lines file of events (one transaction), the mixed history appended in "

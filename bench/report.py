@@ -11,6 +11,7 @@ from memroot.bench.targets import (
     DURABLE,
     GROWTH,
     IMPORT,
+    IMPORT_BUNDLE,
     MIXED,
     PROOFS,
     RATIO_APPEND,
@@ -124,7 +125,7 @@ def _rows(r: LedgerBench) -> list[Row]:
 
 
 def _hooked_rows(h: HookedBench, r: LedgerBench, status: Status) -> list[Row]:
-    """Return the rows of phases 6-8: each figure, its CPU-time rate, the reference beside it."""
+    """Return the rows of phases 6-9: each figure, its CPU-time rate, the reference beside it."""
     n = h["size"]
     at = f"{n:,}"
     ref = r.get("reference_backend")
@@ -145,6 +146,8 @@ def _hooked_rows(h: HookedBench, r: LedgerBench, status: Status) -> list[Row]:
          RATIO_VERIFY_MIXED),
         (REBUILD, h["rebuild"], rh["rebuild"] if rh else None,
          ref["ratio_rebuild_native_reference"] if ref else None, REBUILD, RATIO_REBUILD),
+        (IMPORT_BUNDLE, h["import_bundle"], rh["import_bundle"] if rh else None,
+         ref["ratio_import_bundle_native_reference"] if ref else None, IMPORT_BUNDLE, None),
     ]  # fmt: skip
     rows: list[Row] = []
     for label, run, ref_run, ratio, target, ratio_target in measures:

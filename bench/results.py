@@ -145,7 +145,7 @@ class VerifyResult(TypedDict):
 
 
 class HookedRun(TypedDict):
-    """One hooked measurement (phases 6-8), timed inside its own child process.
+    """One hooked measurement (phases 6-9), timed inside its own child process.
 
     ``seconds`` and ``cpu_s`` are the command's wall and CPU time (the child's start-up and
     imports excluded: ``child_wall_s`` includes them); ``peak_rss_mb`` is the child's VmHWM
@@ -175,7 +175,11 @@ class HookedRebuild(HookedRun):
 
 
 class HookedBench(TypedDict):
-    """Phases 6-8 on one backend: the CLI's import, the mixed history, verify and rebuild."""
+    """Phases 6-9 on one backend: the CLI's import, the mixed history, verify and rebuild.
+
+    And ``import_bundle``: import-bundle of the mixed history's bundle (``entries``: the
+    entries imported).
+    """
 
     size: int
     batch: int
@@ -185,6 +189,7 @@ class HookedBench(TypedDict):
     mixed_append: HookedRun
     verify_mixed: HookedVerify
     rebuild: HookedRebuild
+    import_bundle: HookedRun
 
 
 class Params(TypedDict):
@@ -224,6 +229,7 @@ class ReferenceBackend(TypedDict):
     ratio_mixed_append_native_reference: float | None
     ratio_verify_mixed_native_reference: float | None
     ratio_rebuild_native_reference: float | None
+    ratio_import_bundle_native_reference: float | None
 
 
 class LedgerBench(TypedDict):

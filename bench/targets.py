@@ -1,9 +1,10 @@
 """The speed targets, each put beside the figure a ``memroot bench`` run measured.
 
-Issue 2's targets for the ledger core (phases 1-5), and issue 12's for the hooked paths
+Issue 2's targets for the ledger core (phases 1-5), issue 12's for the hooked paths
 (phases 6-8) and for the native core against the pure-Python reference measured in the same
-run. A target whose figure was not measured (too small a run, no reference on a pure-Python
-install, phases 6-8 left out) has ``met`` None.
+run, and issue 27's for ``import-bundle`` (phase 9). A target whose figure was not measured
+(too small a run, no reference on a pure-Python install, phases 6-9 left out) has ``met``
+None.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ __all__ = [
     "DURABLE",
     "GROWTH",
     "IMPORT",
+    "IMPORT_BUNDLE",
     "MIXED",
     "PROOFS",
     "RATIO_APPEND",
@@ -40,6 +42,7 @@ __all__ = [
     "TARGET_CORE_VERIFY_PER_S",
     "TARGET_DURABLE_RATIO",
     "TARGET_GROWTH_RATIO",
+    "TARGET_IMPORT_BUNDLE_PER_S",
     "TARGET_IMPORT_PER_S",
     "TARGET_MIXED_PER_S",
     "TARGET_NATIVE_REFERENCE",
@@ -77,6 +80,9 @@ TARGET_CORE_RAW_RATIO: Final = 0.35
 TARGET_CORE_VERIFY_PER_S: Final = 300_000
 TARGET_CORE_PROOFS_PER_S: Final = 50_000
 TARGET_CORE_DURABLE_RATIO: Final = 0.90
+# Issue 27's: ``memroot import-bundle`` of the mixed history's bundle (at 10^5 entries in the
+# issue; judged at the hooked size the run measured).
+TARGET_IMPORT_BUNDLE_PER_S: Final = 50_000
 
 
 # The targets' names: the JSON's ``targets[].name`` and the keys the human table looks up.
@@ -91,6 +97,7 @@ MIXED: Final = "mixed history append, every hook"
 VERIFY_MIXED: Final = "memroot verify (all ten steps), mixed history"
 VERIFY_MIXED_RSS: Final = "memroot verify (all ten steps), mixed, peak RSS"
 REBUILD: Final = "memroot rebuild, mixed history"
+IMPORT_BUNDLE: Final = "issue 27: memroot import-bundle of the mixed history's bundle"
 RATIO_APPEND: Final = "native / reference, batched append"
 RATIO_VERIFY: Final = "native / reference, full verify (steps 1-7, 10)"
 RATIO_MIXED: Final = "native / reference, mixed history append"
@@ -197,7 +204,10 @@ def _below(name: str, at: int | None, value: float | None, bound: float) -> Targ
 
 
 def _issue12(r: LedgerBench) -> list[TargetJSON]:
-    """Issue 12's targets: the hooked phases 6-8, and native / reference in the same run."""
+    """Issue 12's targets: the hooked phases 6-8, and native / reference in the same run.
+
+    With issue 27's target for phase 9 (``import-bundle``).
+    """
     h, ref = r.get("hooked"), r.get("reference_backend")
     n = h["size"] if h is not None else None
     mix = h["mixed_append"]["entries_per_s"] if h is not None else None
@@ -205,12 +215,14 @@ def _issue12(r: LedgerBench) -> list[TargetJSON]:
     rss = h["verify_mixed"]["peak_rss_mb"] if h is not None else None
     reb = h["rebuild"]["entries_per_s"] if h is not None else None
     imp = h["import_events"]["entries_per_s"] if h is not None else None
+    bun = h["import_bundle"]["entries_per_s"] if h is not None else None
     out = [
         _at_least(IMPORT, n, imp, "entries/s", TARGET_IMPORT_PER_S),
         _at_least(MIXED, n, mix, "entries/s", TARGET_MIXED_PER_S),
         _at_least(VERIFY_MIXED, n, ver, "entries/s", TARGET_VERIFY_MIXED_PER_S),
         _below(VERIFY_MIXED_RSS, n, rss, TARGET_VERIFY_RSS_MB),
         _at_least(REBUILD, n, reb, "entries/s", TARGET_REBUILD_PER_S),
+        _at_least(IMPORT_BUNDLE, n, bun, "entries/s", TARGET_IMPORT_BUNDLE_PER_S),
     ]
     at = ref["size"] if ref is not None else None
     core = [

@@ -89,11 +89,11 @@ def _equivalent_command(
 @click.option(
     "--hooked-size",
     type=click.IntRange(min=1),
-    help="Entries for the hooked phases 6-8 (import, mixed history, verify, rebuild; "
-    "default: the largest size).",
+    help="Entries for the hooked phases 6-9 (import, mixed history, verify, rebuild, "
+    "import-bundle; default: the largest size).",
 )
 @click.option(
-    "--no-hooked", is_flag=True, help="Leave out phases 6-8 (the ledger core only, faster)."
+    "--no-hooked", is_flag=True, help="Leave out phases 6-9 (the ledger core only, faster)."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print every figure as JSON.")
 @click.option(
@@ -113,9 +113,10 @@ def bench_cmd(
 ) -> None:
     """Measure the ledger core beside raw apsw and pymerkle, and the CLI's hooked paths.
 
-    Phases 1-5: the ledger core (issue 2's targets). Phases 6-8: memroot import, a mixed
-    history (90% events, 10% memory operations), verify with all ten steps and rebuild,
-    through every CLI hook (issue 12's targets). On the native core each is measured on the
+    Phases 1-5: the ledger core (issue 2's targets). Phases 6-9: memroot import, a mixed
+    history (90% events, 10% memory operations), verify with all ten steps, rebuild and
+    import-bundle of its bundle, through every CLI hook (issue 12's targets, issue 27's for
+    import-bundle). On the native core each is measured on the
     pure-Python reference too, in the same run. Runs in fresh temp dirs (nothing is kept);
     progress lines go to stderr. Default sizes take two to three minutes on 2 cores
     (--no-hooked: under one); --full adds 10^6 entries (15-20 minutes). The ledger option is

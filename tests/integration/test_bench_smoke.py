@@ -58,6 +58,7 @@ def _check_shapes(data: dict[str, Any]) -> None:
         _keys(h["verify_import"], results.HookedVerify)
         _keys(h["verify_mixed"], results.HookedVerify)
         _keys(h["rebuild"], results.HookedRebuild)
+        _keys(h["import_bundle"], results.HookedRun)
 
 
 def test_bench_json_has_every_phase_machine_and_command(tmp_path: Path) -> None:
@@ -66,8 +67,8 @@ def test_bench_json_has_every_phase_machine_and_command(tmp_path: Path) -> None:
     data, stderr = _run(["--out", str(out)])
     assert json.loads(out.read_text(encoding="utf-8")) == data
     _check_shapes(data)
-    for k in range(1, 9):
-        assert f"[{k}/8]" in stderr
+    for k in range(1, 10):
+        assert f"[{k}/9]" in stderr
 
     machine = data["machine"]
     for key in ("nproc", "cpu_model", "python", "sqlite_apsw", "apsw"):
@@ -117,7 +118,7 @@ def test_bench_json_has_every_phase_machine_and_command(tmp_path: Path) -> None:
     _check_hooked(hooked, 1000)
     assert data["params"]["hooked_size"] == 1000
     if ref is not None:
-        # Phases 6-8 on the reference, in the same run, with the ratios of the rates.
+        # Phases 6-9 on the reference, in the same run, with the ratios of the rates.
         _check_hooked(ref["hooked"], 1000)
         for key, ratio in (
             ("import_events", "ratio_import_native_reference"),
@@ -125,12 +126,13 @@ def test_bench_json_has_every_phase_machine_and_command(tmp_path: Path) -> None:
             ("mixed_append", "ratio_mixed_append_native_reference"),
             ("verify_mixed", "ratio_verify_mixed_native_reference"),
             ("rebuild", "ratio_rebuild_native_reference"),
+            ("import_bundle", "ratio_import_bundle_native_reference"),
         ):
             native, python = hooked[key]["entries_per_s"], ref["hooked"][key]["entries_per_s"]
             assert ref[ratio] == pytest.approx(native / python)
 
     names = {t["name"] for t in data["targets"]}
-    assert len(names) == len(data["targets"]) == 21
+    assert len(names) == len(data["targets"]) == 22
     for t in data["targets"]:
         assert set(t) == {"name", "at", "value", "unit", "target", "met"}
         assert t["met"] in (True, False, None)
@@ -150,16 +152,20 @@ def test_bench_json_has_every_phase_machine_and_command(tmp_path: Path) -> None:
     assert mixed["target"] == ">= 30,000/s" and mixed["at"] == 1000
     assert by_name["memroot rebuild, mixed history"]["target"] == ">= 100,000/s"
     assert by_name["memroot import of events, every CLI hook"]["target"] == ">= 60,000/s"
+    bundle = by_name["issue 27: memroot import-bundle of the mixed history's bundle"]
+    assert bundle["value"] == hooked["import_bundle"]["entries_per_s"]
+    assert bundle["target"] == ">= 50,000/s" and bundle["at"] == 1000
     ratio = by_name["native / reference, rebuild"]
     assert ratio["target"] == ">= 5.00"
     assert (ratio["met"] is None) == (ref is None)
 
 
 def _check_hooked(h: dict[str, Any], n: int) -> None:
-    """Phases 6-8 at ``n`` entries: every figure present, positive and consistent."""
+    """Phases 6-9 at ``n`` entries: every figure present, positive and consistent."""
     assert h["size"] == n and h["batch"] == 1000
     assert sum(h["mix_per_100"].values()) == 100 and h["mix_per_100"]["EVENT"] == 90
-    for key in ("import_events", "verify_import", "mixed_append", "verify_mixed", "rebuild"):
+    keys = ("import_events", "verify_import", "mixed_append", "verify_mixed", "rebuild")
+    for key in (*keys, "import_bundle"):
         run = h[key]
         for field in ("seconds", "cpu_s", "entries_per_s", "entries_per_cpu_s", "peak_rss_mb"):
             assert _positive(run[field]), (key, field)
@@ -175,6 +181,8 @@ def _check_hooked(h: dict[str, Any], n: int) -> None:
         assert n + 1 < h[key]["entries"] <= n + 1 + n // 1000 + 1
     assert h["rebuild"]["identical"] is True
     assert h["rebuild"]["entries"] == h["verify_mixed"]["entries"]
+    # import-bundle copies every entry of the mixed ledger (the genesis and snapshots too).
+    assert h["import_bundle"]["entries"] == h["verify_mixed"]["entries"]
 
 
 def test_bench_human_table_puts_targets_beside_figures() -> None:
@@ -197,15 +205,19 @@ def test_bench_human_table_puts_targets_beside_figures() -> None:
     assert " 500 " in row  # the hooked phases ran at --hooked-size
 
 
-def test_bench_no_hooked_leaves_out_phases_6_to_8() -> None:
+def test_bench_no_hooked_leaves_out_phases_6_to_9() -> None:
     """--no-hooked measures the core alone; the hooked targets say they were not measured."""
     data, stderr = _run(["--no-hooked"])
     _check_shapes(data)
     assert data["hooked"] is None and data["params"]["hooked_size"] is None
-    assert "[6/8]" not in stderr
+    assert "[6/9]" not in stderr and "[9/9]" not in stderr
     assert data["equivalent_command"].endswith("--no-hooked --json")
     by_name = {t["name"]: t for t in data["targets"]}
-    for name in ("mixed history append, every hook", "memroot rebuild, mixed history"):
+    for name in (
+        "mixed history append, every hook",
+        "memroot rebuild, mixed history",
+        "issue 27: memroot import-bundle of the mixed history's bundle",
+    ):
         assert by_name[name]["value"] is None and by_name[name]["met"] is None
 
 

@@ -93,9 +93,10 @@ def _without_hooked() -> LedgerBench:
 
 
 def test_issue12_targets_are_unmeasured_without_hooked_phases_or_reference() -> None:
-    """With no phases 6-8 and no reference, every issue-12 target says 'not measured'."""
+    """With no phases 6-9 and no reference, every issue-12 target says 'not measured'."""
     out = {t["name"]: t for t in targets(_without_hooked())}
     for name in (
+        "issue 27: memroot import-bundle of the mixed history's bundle",
         "memroot import of events, every CLI hook",
         "mixed history append, every hook",
         "memroot verify (all ten steps), mixed history",
@@ -118,8 +119,28 @@ def test_mixed_target_is_30000_per_s(rate: float, met: bool) -> None:
         "verify_mixed": run,
         "mixed_append": run,
         "rebuild": run,
+        "import_bundle": run,
     }
     out = {t["name"]: t for t in targets(doc)}
     assert out["mixed history append, every hook"]["met"] is met
     assert out["memroot verify (all ten steps), mixed, peak RSS"]["met"] is True
     assert out["memroot rebuild, mixed history"]["met"] is False  # below 100,000/s
+
+
+@pytest.mark.parametrize(("rate", "met"), [(49_999.0, False), (50_000.0, True)])
+def test_import_bundle_target_is_50000_per_s(rate: float, met: bool) -> None:
+    """Issue 27's import-bundle target is met at 50,000 entries/s and not below."""
+    doc = _without_hooked()
+    run = {"entries_per_s": 1.0, "peak_rss_mb": 10.0}
+    doc["hooked"] = {  # type: ignore[typeddict-item]
+        "size": 100_000,
+        "import_events": run,
+        "verify_mixed": run,
+        "mixed_append": run,
+        "rebuild": run,
+        "import_bundle": {"entries_per_s": rate, "peak_rss_mb": 10.0},
+    }
+    got = {t["name"]: t for t in targets(doc)}[
+        "issue 27: memroot import-bundle of the mixed history's bundle"
+    ]
+    assert got["met"] is met and got["value"] == rate and got["at"] == 100_000
