@@ -168,30 +168,8 @@ def _listed(path: Path, since: Mark) -> frozenset[int] | None:
     when the index cannot say (not readable, a header being written, another format, the
     frames past its first block, a slot not written): the frames are then read.
     """
-    try:
-        want = _INDEX_HEADER + 4 * (since.frames + _INDEX_AHEAD)
-        raw = fds.pread(_shm(path), 0, want)
-        now = _header(raw)
-        if now is None or _SHM_HEADER.unpack_from(raw)[0] != _INDEX_VERSION:
-            return _UNLISTED
-        if (now.salt1, now.salt2, now.page_size) != (since.salt1, since.salt2, since.page_size):
-            return None
-        if now.frames < since.frames:
-            return None
-        if now.frames > _INDEX_FIRST:
-            return _UNLISTED
-        end = _INDEX_HEADER + 4 * now.frames
-        if len(raw) < end:
-            raw += fds.pread(_shm(path), len(raw), end - len(raw))
-        if len(raw) < end:
-            return _UNLISTED
-        count = now.frames - since.frames
-        pages = struct.unpack_from(f"={count}I", raw, _INDEX_HEADER + 4 * since.frames)
-    except OSError:
-        return _UNLISTED
-    if 0 in pages:
-        return _UNLISTED  # a slot not written: not an index this reader understands
-    return frozenset(pages)
+    got = _index_pages(path, since, since.frames)
+    return frozenset(got[1]) if isinstance(got, tuple) else got  # None, or _UNLISTED
 
 
 def mark(path: Path) -> Mark | None:
@@ -205,30 +183,43 @@ _PAGE_ONE_FRAMES: Final = 64
 """At most this many frames of page 1 since a mark are read (``_page_one_since``)."""
 
 
-def _frame_pages(path: Path, at: Mark, lo: int) -> tuple[int, tuple[int, ...]] | None:
+def _index_pages(
+    path: Path, at: Mark, lo: int
+) -> tuple[int, tuple[int, ...]] | frozenset[int] | None:
     """Return the wal-index's ``mxFrame`` and the pages of frames ``lo + 1`` to it (1-based).
 
-    None when the index cannot say or is not of ``at``'s log (other salts or page size,
-    fewer frames than ``lo``, frames past its first block, a slot not written).
+    None when the log is not ``at``'s any more (other salts or page size, fewer frames than
+    ``lo``); ``_UNLISTED`` when the index cannot say (not readable, a header being written,
+    another format, frames past its first block, a slot not written).
     """
     try:
         raw = fds.pread(_shm(path), 0, _INDEX_HEADER + 4 * (lo + _INDEX_AHEAD))
         now = _header(raw)
         if now is None or _SHM_HEADER.unpack_from(raw)[0] != _INDEX_VERSION:
-            return None
+            return _UNLISTED
         if (now.salt1, now.salt2, now.page_size) != (at.salt1, at.salt2, at.page_size):
             return None
-        if not lo <= now.frames <= _INDEX_FIRST:
+        if now.frames < lo:
             return None
+        if now.frames > _INDEX_FIRST:
+            return _UNLISTED
         end = _INDEX_HEADER + 4 * now.frames
         if len(raw) < end:
             raw += fds.pread(_shm(path), len(raw), end - len(raw))
         if len(raw) < end:
-            return None
+            return _UNLISTED
         pages = struct.unpack_from(f"={now.frames - lo}I", raw, _INDEX_HEADER + 4 * lo)
     except OSError:
-        return None
-    return None if 0 in pages else (now.frames, pages)
+        return _UNLISTED
+    if 0 in pages:
+        return _UNLISTED  # a slot not written: not an index this reader understands
+    return now.frames, pages
+
+
+def _frame_pages(path: Path, at: Mark, lo: int) -> tuple[int, tuple[int, ...]] | None:
+    """``_index_pages``, None whenever it gives no pages."""
+    got = _index_pages(path, at, lo)
+    return got if isinstance(got, tuple) else None
 
 
 def _page_one_in(path: Path, at: Mark, frame: int) -> bytes | None:

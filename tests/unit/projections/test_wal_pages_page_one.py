@@ -82,20 +82,19 @@ def test_growth_alone_reads_no_schema(tmp_path: Path, monkeypatch: pytest.Monkey
         then = here
 
 
-def test_row_of_the_watched_table_still_seen(tmp_path: Path) -> None:
-    path, db = _file(tmp_path)
-    watch, then = _watched(path, db)
-    _other(path, "UPDATE t0 SET x = 2")
-    here = wal_pages.floor(path)
-    assert here is not None
-    assert watch.unchanged(db, path, then, here) is False
-
-
-@pytest.mark.parametrize("tables", [2, 40], ids=["schema in page 1", "schema past page 1"])
-def test_table_recreated_is_seen(tmp_path: Path, tables: int) -> None:
+@pytest.mark.parametrize(
+    ("tables", "sql"),
+    [
+        (2, "UPDATE t0 SET x = 2"),
+        (2, "DROP TABLE t0; CREATE TABLE t0(x); INSERT INTO t0 VALUES(3)"),
+        (40, "DROP TABLE t0; CREATE TABLE t0(x); INSERT INTO t0 VALUES(3)"),
+    ],
+    ids=["row changed", "table recreated, schema in page 1", "table recreated, past page 1"],
+)
+def test_change_of_the_watched_table_is_seen(tmp_path: Path, tables: int, sql: str) -> None:
     path, db = _file(tmp_path, tables)
     watch, then = _watched(path, db)
-    _other(path, "DROP TABLE t0; CREATE TABLE t0(x); INSERT INTO t0 VALUES(3)")
+    _other(path, sql)
     here = wal_pages.floor(path)
     assert here is not None
     assert watch.unchanged(db, path, then, here) is False
