@@ -649,8 +649,9 @@ class RootsRebuild:
                 )
                 raise self.failed from err
             if isinstance(r, RootReplayed):
-                if r.prepared.nodes:
-                    stored.put(r.prepared.nodes)
+                top = r.prepared.preimage.map_root
+                if r.prepared.nodes or top is not None:
+                    stored.put(r.prepared.nodes or {}, () if top is None else (top,))
                 records.insert_root(
                     db, e.seq, r.prepared.preimage, r.prepared.stored, supersedes=r.previous
                 )
