@@ -127,11 +127,12 @@ def _convert(db: apsw.Connection, progress: Callable[[int, int], None] | None) -
         _LOG.info("memory map: %d of %d node rows converted", done, total)
         if progress is not None:
             progress(done, total)
-    if "map_root" in _columns(db, "memory_roots"):
-        db.execute(
-            "INSERT OR IGNORE INTO memory_map_roots SELECT p.hash, p.at FROM memory_roots AS r "
-            f"CROSS JOIN temp.{_PLACES} AS p ON p.hash = r.map_root"
-        )
+    for table in ("memory_roots", "memory_root_resnapshots"):  # their ``map`` column (records)
+        if "map" in _columns(db, table):
+            db.execute(
+                f"INSERT OR IGNORE INTO memory_map_roots SELECT p.hash, p.at FROM {table} AS r "
+                f"CROSS JOIN temp.{_PLACES} AS p ON p.hash = r.map"
+            )
     db.execute(
         # Item-tree roots (a namespace leaf's value) and nodes no row names (roots of trees).
         "INSERT OR IGNORE INTO memory_map_roots "

@@ -427,6 +427,15 @@ def test_a_hash_keyed_map_is_read_then_converted_on_a_writers_open(
     for ns in ("alice", "bob"):  # the CLI opens a writer: converted, the same proofs
         assert cmd.ok(cmd.at(path, "prove", "--namespace", ns)).stdout == want[ns]
     assert columns() == ["at", "leaf", "a", "b", "at_a", "at_b"]
+    code = (
+        "import apsw, sys\n"
+        "db = apsw.Connection(sys.argv[1], flags=apsw.SQLITE_OPEN_READONLY)\n"
+        "print(db.execute('SELECT count(*) FROM memory_roots WHERE map IS NOT NULL AND map NOT IN "
+        "(SELECT hash FROM memory_map_roots)').fetchall()[0][0])\n"
+    )
+    unlisted = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                              text=True, check=True)  # fmt: skip
+    assert unlisted.stdout.strip() == "0"  # every stored map root is a start of walks
     assert cmd.ok(cmd.at(path, "prove", "--object", ids["alice"][0])).stdout == obj
     cmd.ok(cmd.at(path, "falsify", ids["bob"][0], "--reason", "retracted"))
     cmd.ok(cmd.at(path, "snapshot"))
