@@ -368,20 +368,46 @@ class StoredNodes:
         else:
             places = self._places_of(want)
             items = [(h, places[h]) for h in want if h in places]
-            learned: list[tuple[int, bytes, bytes, int | None, int | None]] = []
+            learned: list[Any] = []
             for i in range(0, len(items), FETCH_CHUNK):
-                chunk = items[i : i + FETCH_CHUNK]
-                rows = list(self._rows_at(chunk))
-                for h, (_, leaf, a, b, at_a, at_b) in rows:
-                    checked[h] = (bool(leaf), a, b)
-                    learned.append((leaf, a, b, at_a, at_b))
+                self._read_at(items[i : i + FETCH_CHUNK], checked, learned)
             if not self._updating and len(self._at) > self._places:
                 self._at, self._cache, self.known = {}, {}, {}
-            for row in learned:
-                self._learn(*row)
+            at = self._at
+            for _, leaf, a, b, at_a, at_b in learned:
+                if at_a is not None and not leaf:
+                    at[a] = at_a
+                if at_b is not None:
+                    at[b] = at_b
         if len(self.known) + len(checked) > self._rows:
             self.known = dict(itertools.islice(self.known.items(), self._rows // 2))
         self.known.update(checked)
+
+    def _read_at(
+        self, chunk: list[tuple[bytes, int]], into: dict[bytes, NodeRow], rows: list[Any]
+    ) -> None:
+        """Read the rows of ``chunk`` (``(hash, at)`` pairs) into ``into``, each checked.
+
+        The rows come back in the order asked (``CROSS JOIN``: the list is the outer loop),
+        so when every row exists each is paired with its hash as it comes; otherwise by row
+        number, an absent row left out. The stored rows read are appended to ``rows``.
+
+        Raises:
+            IntegrityError: if a row does not hash to the hash it is read for (nothing of the
+                chunk is added then).
+        """
+        values = ",".join(["(?)"] * len(chunk))
+        got = self._select(
+            "SELECT n.at, n.leaf, n.a, n.b, n.at_a, n.at_b "
+            f"FROM (VALUES {values}) AS k CROSS JOIN memory_map_nodes AS n ON n.at = k.column1",
+            [p for _, p in chunk],
+        )
+        if len(got) != len(chunk):
+            by = {r[0]: r for r in got}
+            chunk = [(h, p) for h, p in chunk if p in by]
+            got = [by[p] for _, p in chunk]
+        check_rows_into([(h, r[1], r[2], r[3]) for (h, _), r in zip(chunk, got, strict=True)], into)
+        rows.extend(got)
 
     def _read_legacy(self, chunk: list[bytes], into: dict[bytes, NodeRow]) -> None:
         """Read the rows of ``chunk``'s hashes from a table keyed by hash, each checked."""
