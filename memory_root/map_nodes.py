@@ -210,6 +210,7 @@ class StoredNodes:
         self._at: dict[bytes, int] = {}
         self._updating = False
         self._legacy: bool | None = None
+        self._wrote: tuple[int, bytes] | None = None  # the last row ``put`` wrote, and its hash
 
     # -- the layout ----------------------------------------------------------------------------
 
@@ -231,6 +232,26 @@ class StoredNodes:
             raise
 
     # -- positions -----------------------------------------------------------------------------
+
+    def _check_written(self) -> None:
+        """Forget every position when the last row ``put`` wrote is gone (rolled back).
+
+        The rows a rolled-back transaction (or savepoint) wrote are gone, and their row
+        numbers may be given again to other nodes: the positions this source met since may
+        be wrong, and a node it knows may be unstored again. The last row written tells
+        (a rollback removes it with all the rows after any savepoint before it).
+        """
+        if self._wrote is None:
+            return
+        at, h = self._wrote
+        rows = self._select("SELECT leaf, a, b FROM memory_map_nodes WHERE at = ?", (at,))
+        try:
+            kept = bool(rows) and _row_hash(int(rows[0][0]), rows[0][1], rows[0][2]) == h
+        except ValueError:
+            kept = False
+        if not kept:
+            self._at, self._cache, self.known = {}, {}, {}
+            self._wrote = None
 
     def _learn(self, leaf: int, a: bytes, b: bytes, at_a: int | None, at_b: int | None) -> None:
         """Keep the row numbers a checked row gives its children (or its item tree)."""
@@ -429,6 +450,7 @@ class StoredNodes:
         Raises:
             IntegrityError: from the read, if a stored row does not hash to its hash.
         """
+        self._check_written()
         if len(self._at) > self._places:
             self._at, self._cache, self.known = {}, {}, {}
         self._updating = True
@@ -514,6 +536,8 @@ class StoredNodes:
         """
         install(self.db)
         self._legacy = False
+        if not self._updating:
+            self._check_written()  # (an update checked when it started)
         try:
             return self._put(nodes, list(roots))
         finally:
@@ -571,6 +595,8 @@ class StoredNodes:
                     raise _not_stored(h)
                 starts[h] = place
         self.db.executemany("INSERT INTO memory_map_nodes VALUES(?,?,?,?,?,?)", rows)
+        if fresh:
+            self._wrote = (at[fresh[-1][0]], fresh[-1][0])
         self.db.executemany(
             "INSERT OR IGNORE INTO memory_map_roots VALUES(?,?)", list(starts.items())
         )

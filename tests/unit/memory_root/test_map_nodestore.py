@@ -244,3 +244,38 @@ def test_a_rebuild_load_gives_the_rows_a_source_finds() -> None:
     assert sorted(db.execute("SELECT * FROM memory_map_roots").fetchall()) == sorted(
         ref.execute("SELECT * FROM memory_map_roots").fetchall()
     )
+
+
+def test_a_source_whose_writes_were_rolled_back_writes_them_again() -> None:
+    """A put rolled back (a transaction, or a savepoint inside one) takes its rows away: the
+    source that wrote them does not take them for stored, nor trust their row numbers."""
+    db = _new_db()
+    s = StoredNodes(db)
+    first = {"a": {KEYS[i]: VALUES[0] for i in range(20)}}
+    with db:
+        u = mm.update_map(s, mm.EMPTY, first)
+        s.put(u.nodes, (u.root,))
+    more = {"a": {KEYS[i]: VALUES[1] for i in range(5)}}
+    with pytest.raises(RuntimeError), db:
+        u2 = mm.update_map(s, u.root, more)
+        s.put(u2.nodes, (u2.root,))
+        raise RuntimeError("the append failed")
+    with db:
+        db.execute("SAVEPOINT op")
+        u3 = mm.update_map(s, u.root, more)
+        assert u3.root == u2.root
+        s.put(u3.nodes, (u3.root,))
+        db.execute("ROLLBACK TO op")
+        db.execute("RELEASE op")
+    other = {"b": {KEYS[30]: VALUES[2]}}  # another snapshot takes the row numbers meanwhile
+    with db:
+        u4 = mm.update_map(StoredNodes(db), u.root, other)
+        StoredNodes(db).put(u4.nodes, (u4.root,))
+    with db:
+        u5 = mm.update_map(s, u.root, more)
+        assert u5.root == u2.root
+        s.put(u5.nodes, (u5.root,))
+    keys = [mm.namespace_key("a"), mm.namespace_key("b")]
+    assert _proofs(StoredNodes(db), u5.root, keys) == _proofs(s, u5.root, keys)
+    got = mm.prove_namespace(StoredNodes(db), u5.root, "a")
+    assert mm.verify_namespace(u5.root, got) == {**first["a"], **more["a"]}
