@@ -279,3 +279,32 @@ def test_a_source_whose_writes_were_rolled_back_writes_them_again() -> None:
     assert _proofs(StoredNodes(db), u5.root, keys) == _proofs(s, u5.root, keys)
     got = mm.prove_namespace(StoredNodes(db), u5.root, "a")
     assert mm.verify_namespace(u5.root, got) == {**first["a"], **more["a"]}
+
+
+def test_the_conversion_reports_its_progress(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``install`` converts a hash-keyed table chunk by chunk, telling ``progress`` each one."""
+    from memroot.memory_root import map_nodes
+
+    old = _old_db()
+    u = mm.update_map(StoredNodes(old), mm.EMPTY, {"a": {k: VALUES[0] for k in KEYS}})
+    with old:
+        _old_put(old, u.nodes)
+    monkeypatch.setattr(map_nodes, "MIGRATE_CHUNK", 10)
+    seen: list[tuple[int, int]] = []
+    with old:
+        install(old, progress=lambda done, total: seen.append((done, total)))
+    total = len(u.nodes)
+    assert seen == [(min(total, d), total) for d in range(10, total + 10, 10)]
+    assert next(r[1] for r in old.execute("PRAGMA table_info(memory_map_nodes)")) == "at"
+    keys = [mm.namespace_key("a"), *KEYS]
+    assert mm.prove_many(StoredNodes(old), [(u.root, k) for k in keys]) == mm.prove_many(
+        _with(u.nodes), [(u.root, k) for k in keys]
+    )
+
+
+def _with(nodes: Mapping[bytes, mm.Node]) -> StoredNodes:
+    db = _new_db()
+    s = StoredNodes(db)
+    with db:
+        s.put(nodes)
+    return s
