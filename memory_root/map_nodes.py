@@ -211,6 +211,7 @@ class StoredNodes:
         self._updating = False
         self._legacy: bool | None = None
         self._wrote: tuple[int, bytes] | None = None  # the last row ``put`` wrote, and its hash
+        self._version: int | None = None  # ``PRAGMA data_version`` when positions were checked
 
     # -- the layout ----------------------------------------------------------------------------
 
@@ -234,13 +235,23 @@ class StoredNodes:
     # -- positions -----------------------------------------------------------------------------
 
     def _check_written(self) -> None:
-        """Forget every position when the last row ``put`` wrote is gone (rolled back).
+        """Forget every position when another connection committed, or a write was undone.
 
-        The rows a rolled-back transaction (or savepoint) wrote are gone, and their row
-        numbers may be given again to other nodes: the positions this source met since may
-        be wrong, and a node it knows may be unstored again. The last row written tells
-        (a rollback removes it with all the rows after any savepoint before it).
+        Another connection's commit may have rewritten the tables (``memroot rebuild`` in
+        another process numbers the rows again): ``PRAGMA data_version`` tells, and the
+        positions met before are let go (the roots' rows say where to start again). The
+        rows a rolled-back transaction (or savepoint) of this connection wrote are gone, and
+        their row numbers may be given again to other nodes: the positions met since may be
+        wrong, and a node this source knows may be unstored again. The last row written
+        tells (a rollback removes it with all the rows after any savepoint before it).
         """
+        rows = self._select("PRAGMA data_version", ())
+        version = int(rows[0][0]) if rows else None
+        if version != self._version:
+            if self._version is not None:
+                self._at, self._cache, self.known = {}, {}, {}
+                self._wrote = None
+            self._version = version
         if self._wrote is None:
             return
         at, h = self._wrote

@@ -308,3 +308,40 @@ def _with(nodes: Mapping[bytes, mm.Node]) -> StoredNodes:
     with db:
         s.put(nodes)
     return s
+
+
+def test_a_source_forgets_positions_another_connection_renumbered(tmp_path) -> None:
+    """Another connection's rebuild numbers the rows again: a source that met the old row
+    numbers lets them go when its next update starts, and reads and writes what is stored."""
+    from memroot.memory_root.map_nodes import SortedLoad
+
+    path = str(tmp_path / "m.db")
+    a, b = apsw.Connection(path), apsw.Connection(path)
+    with a:
+        install(a)
+    s = StoredNodes(a)
+    staged = []
+    root = mm.EMPTY
+    for k in range(3):
+        with a:
+            u = mm.update_map(s, root, {"a": {KEYS[k * 5 + i]: VALUES[k % 4] for i in range(5)}})
+            s.put(u.nodes, (u.root,))
+        staged.append((u.nodes, u.root))
+        root = u.root
+    s = StoredNodes(a)  # a source that met the row numbers by reading only
+    mm.prove_many(s, [(root, k) for k in KEYS])
+    mm.update_map(s, root, {"a": {KEYS[1]: VALUES[2]}})  # an update not written
+    with b:  # the rebuild, in another connection: the same nodes, the last snapshot's first
+        b.execute("DELETE FROM memory_map_nodes; DELETE FROM memory_map_roots")
+        load = SortedLoad(b)
+        for nodes, top in reversed(staged):
+            load.put(nodes, (top,))
+        load.close()
+    more = {"b": {KEYS[40]: VALUES[3]}, "a": {KEYS[0]: None}}
+    with a:
+        u = mm.update_map(s, root, more)
+        s.put(u.nodes, (u.root,))
+    keys = [mm.namespace_key("a"), mm.namespace_key("b")]
+    assert _proofs(s, u.root, keys) == _proofs(StoredNodes(b), u.root, keys)
+    proof = mm.prove_namespace(StoredNodes(b), u.root, "a")
+    assert KEYS[0] not in dict(proof.items) and len(proof.items) == 14
