@@ -8,8 +8,9 @@ each, every root one with the map: v2, or v3 since the writer writes v3), and ov
 
 - ``root_bytes``: bytes the memory-root layer stores per snapshot: the root's row, its
   summaries (``data`` plus the newest root's ``fold_state``) and the map nodes it adds
-  (97 bytes of columns a row);
-- ``node_rows``: map node rows added per snapshot;
+  (``map_nodes.ROW_BYTES`` of columns a row, and ``ROOT_ROW_BYTES`` a row of
+  ``memory_map_roots``; before rows were found by position: 97 bytes a row, no roots rows);
+- ``node_rows``: map node rows added per snapshot (``start_rows``: ``memory_map_roots`` rows);
 - ``file_bytes``: growth of the ledger file per batch (pages x page size, WAL checkpointed);
 - ``append_per_s``: the window's append rate (entries/s, hooks and checkpoint included);
   ``append_per_cpu_s`` the same per second of the process's CPU time (what a loaded machine
@@ -83,6 +84,7 @@ def run(n: int, window: int, work: Path) -> dict[str, Any]:
     from memroot.cli.main import cli
     from memroot.ledger.ledger import Ledger
     from memroot.memory_root import Roots, stack
+    from memroot.memory_root.map_nodes import ROOT_ROW_BYTES, ROW_BYTES
 
     path = work / f"mixed-{n}.ledger"
     r = CliRunner().invoke(cli, ["-l", str(path), "init"], catch_exceptions=False)
@@ -98,6 +100,7 @@ def run(n: int, window: int, work: Path) -> dict[str, Any]:
             measure = b >= batches - window
             if measure:
                 nodes0 = _one(db, "SELECT count(*) FROM memory_map_nodes")
+                starts0 = _one(db, "SELECT count(*) FROM memory_map_roots")
                 db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
                 pages0 = _one(db, "PRAGMA page_count")
             t, c = time.perf_counter(), time.process_time()
@@ -106,6 +109,7 @@ def run(n: int, window: int, work: Path) -> dict[str, Any]:
             dt, dc = time.perf_counter() - t, time.process_time() - c
             if measure:
                 nodes1 = _one(db, "SELECT count(*) FROM memory_map_nodes")
+                starts1 = _one(db, "SELECT count(*) FROM memory_map_roots")
                 db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
                 pages1 = _one(db, "PRAGMA page_count")
                 page = _one(db, "PRAGMA page_size")
@@ -117,7 +121,10 @@ def run(n: int, window: int, work: Path) -> dict[str, Any]:
                         "cpu_seconds": dc,
                         "entries": len(chunk),
                         "node_rows": nodes1 - nodes0,
-                        "root_bytes": _root_bytes(db, latest.root) + 97 * (nodes1 - nodes0),
+                        "start_rows": starts1 - starts0,
+                        "root_bytes": _root_bytes(db, latest.root)
+                        + ROW_BYTES * (nodes1 - nodes0)
+                        + ROOT_ROW_BYTES * (starts1 - starts0),
                         "file_bytes": (pages1 - pages0) * page,
                     }
                 )
@@ -131,6 +138,7 @@ def run(n: int, window: int, work: Path) -> dict[str, Any]:
         "append_per_s": round(done / secs),
         "append_per_cpu_s": round(done / cpu),
         "node_rows": round(sum(f["node_rows"] for f in figures) / k, 1),
+        "start_rows": round(sum(f["start_rows"] for f in figures) / k, 1),
         "root_bytes": round(sum(f["root_bytes"] for f in figures) / k),
         "file_bytes": round(sum(f["file_bytes"] for f in figures) / k),
     }
@@ -184,6 +192,7 @@ def writer_only(
     from memroot.bench.hooked import BATCH, mixed_history
     from memroot.ledger.entries import ZERO_HASH, EventInput, Kind, build_entry, new_uuid
     from memroot.memory_root._fold import BranchFold, Folder, MemNodes
+    from memroot.memory_root.map_nodes import ROW_BYTES
     from memroot.memory_root.replay import reachable
     from memroot.memory_root.root import MemoryRoot
     from memroot.projections.builtins import FailureMotifs
@@ -223,7 +232,7 @@ def writer_only(
             figures.append(
                 {
                     "node_rows": new,
-                    "root_bytes": _summary_bytes(prepared.stored) + 97 * new,
+                    "root_bytes": _summary_bytes(prepared.stored) + ROW_BYTES * new,
                 }
             )
         snap = build_entry(ZERO_HASH, seq, "main", 1, Kind.OP, "SNAPSHOT", {})

@@ -218,8 +218,12 @@ class RootsHook:
                 -1 if prev is None else prev.high_water.seq,
                 pre.high_water.seq,
             )
-        if prepared.nodes:
-            map_nodes.StoredNodes(db).put(prepared.nodes)
+        if prepared.nodes or pre.map_root is not None:
+            # Through the source the update read its nodes from: it knows their row numbers.
+            source = fold.map_source
+            if not (isinstance(source, map_nodes.StoredNodes) and source.db is db):
+                source = map_nodes.StoredNodes(db)
+            source.put(prepared.nodes or {}, () if pre.map_root is None else (pre.map_root,))
         root = records.insert_root(db, entry.seq, pre, prepared.stored, supersedes=fold.latest_root)
         fold.snapshot_taken(entry, root, prepared)
         if not self.selfmodel_hooks:

@@ -553,7 +553,7 @@ class RootsReplayCheck:
 
 
 _SORTED_LOAD = True
-"""``RootsRebuild`` writes the map's nodes in key order at the end (``map_nodes.SortedLoad``;
+"""``RootsRebuild`` writes the map's nodes all at once at the end (``map_nodes.SortedLoad``;
 off: each snapshot's nodes as it replays, ``StoredNodes.put``, the reference the tests and
 the A/B compare with)."""
 
@@ -614,7 +614,8 @@ class RootsRebuild:
         map_nodes.install(db)
         db.execute(
             "DELETE FROM memory_root_summaries; DELETE FROM memory_roots; "
-            "DELETE FROM selfmodel_snapshots; DELETE FROM memory_map_nodes"
+            "DELETE FROM selfmodel_snapshots; DELETE FROM memory_map_nodes; "
+            "DELETE FROM memory_map_roots"
         )
         self._db = db
         self._stored = map_nodes.SortedLoad(db) if _SORTED_LOAD else map_nodes.StoredNodes(db)
@@ -649,8 +650,9 @@ class RootsRebuild:
                 )
                 raise self.failed from err
             if isinstance(r, RootReplayed):
-                if r.prepared.nodes:
-                    stored.put(r.prepared.nodes)
+                top = r.prepared.preimage.map_root
+                if r.prepared.nodes or top is not None:
+                    stored.put(r.prepared.nodes or {}, () if top is None else (top,))
                 records.insert_root(
                     db, e.seq, r.prepared.preimage, r.prepared.stored, supersedes=r.previous
                 )
@@ -659,7 +661,7 @@ class RootsRebuild:
                 records.insert_selfmodel(db, r.record)
 
     def finish(self) -> None:
-        """Write the map's nodes (``map_nodes.SortedLoad``: in key order, all at once)."""
+        """Write the map's nodes (``map_nodes.SortedLoad``: each once, all at once)."""
         if isinstance(self._stored, map_nodes.SortedLoad):
             self._stored.close()
         self._stored = None

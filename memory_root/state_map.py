@@ -456,9 +456,16 @@ def verify_namespace(root: bytes, proof: NamespaceProof) -> dict[bytes, bytes]:
 def leaves_of(source: NodeSource, root: bytes) -> Iterable[Leaf]:
     """Yield every leaf of the tree at ``root`` (any order).
 
+    A source with a ``leaves(root)`` method walks the tree itself (``StoredNodes``: by
+    row number, each read checked).
+
     Raises:
         IntegrityError: if a node is not in ``source``.
     """
+    own: Callable[[bytes], Iterable[Leaf]] | None = getattr(source, "leaves", None)
+    if own is not None:
+        yield from own(root)
+        return
     stack = [root]
     while stack:
         h = stack.pop()

@@ -372,3 +372,74 @@ def test_an_object_or_state_proof_reads_no_operation(small: Any) -> None:
         assert source.scans == 0
         _, gone = source.prove_item("object", "01900000-0000-7000-8000-00000000dead", "alice")
         assert not gone.present and source.scans == 1
+
+
+_DOWNGRADE = """
+import apsw, hashlib, sys
+def h(tag, *parts):
+    return hashlib.sha256(tag + b"\\x00" + b"".join(parts)).digest()
+db = apsw.Connection(sys.argv[1])
+with db:
+    rows = db.execute("SELECT leaf, a, b FROM memory_map_nodes").fetchall()
+    db.execute("DROP TABLE memory_map_nodes; DROP TABLE memory_map_roots")
+    db.execute("CREATE TABLE memory_map_nodes(hash BLOB PRIMARY KEY, leaf INTEGER NOT NULL "
+               "CHECK(leaf IN (0, 1)), a BLOB NOT NULL, b BLOB NOT NULL) STRICT, WITHOUT ROWID")
+    db.executemany("INSERT OR IGNORE INTO memory_map_nodes VALUES(?,?,?,?)", [
+        (h(b"memroot/map/leaf/v1" if leaf else b"memroot/map/node/v1", a, b), leaf, a, b)
+        for leaf, a, b in rows])
+print(len(rows))
+"""
+
+
+def test_a_hash_keyed_map_is_read_then_converted_on_a_writers_open(
+    small: Any, cmd: Cli, tmp_path: Path
+) -> None:
+    """A file whose map is the hash-keyed table (before row numbers): a reader proves from it
+    as it is; a writer's open converts it (rows found by position, ``memory_map_roots``); the
+    proofs are the same bytes, and appends and snapshots go on."""
+    path, ids, vkey = small
+    want = {ns: cmd.ok(cmd.at(path, "prove", "--namespace", ns)).stdout for ns in ("alice", "bob")}
+    obj = cmd.ok(cmd.at(path, "prove", "--object", ids["alice"][0])).stdout
+    out = subprocess.run([sys.executable, "-c", _DOWNGRADE, str(path)], capture_output=True,
+                         text=True, check=True)  # fmt: skip
+    assert int(out.stdout) > 0
+
+    def columns() -> list[str]:
+        code = (
+            "import apsw, sys\n"
+            "db = apsw.Connection(sys.argv[1], flags=apsw.SQLITE_OPEN_READONLY)\n"
+            "print(','.join(r[1] for r in db.execute('PRAGMA table_info(memory_map_nodes)')))\n"
+        )
+        got = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                             text=True, check=True)  # fmt: skip
+        return got.stdout.strip().split(",")
+
+    assert columns() == ["hash", "leaf", "a", "b"]
+    with Ledger.open(path, readonly=True) as led:  # a reader: the table as it is, by hash
+        from memroot.memory_root import records, root_v2
+        from memroot.memory_root.state_map import prove_namespace
+
+        latest = records.latest_root(led.derived.db, "main")
+        assert latest is not None and latest.map_root is not None
+        proof = prove_namespace(root_v2.map_nodes(led), latest.map_root, "alice")
+        assert len(proof.items) == 4  # three objects, one falsification state
+    assert columns() == ["hash", "leaf", "a", "b"]
+    for ns in ("alice", "bob"):  # the CLI opens a writer: converted, the same proofs
+        assert cmd.ok(cmd.at(path, "prove", "--namespace", ns)).stdout == want[ns]
+    assert columns() == ["at", "leaf", "a", "b", "at_a", "at_b"]
+    code = (
+        "import apsw, sys\n"
+        "db = apsw.Connection(sys.argv[1], flags=apsw.SQLITE_OPEN_READONLY)\n"
+        "print(db.execute('SELECT count(*) FROM memory_roots WHERE map IS NOT NULL AND map NOT IN "
+        "(SELECT hash FROM memory_map_roots)').fetchall()[0][0])\n"
+    )
+    unlisted = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                              text=True, check=True)  # fmt: skip
+    assert unlisted.stdout.strip() == "0"  # every stored map root is a start of walks
+    assert cmd.ok(cmd.at(path, "prove", "--object", ids["alice"][0])).stdout == obj
+    cmd.ok(cmd.at(path, "falsify", ids["bob"][0], "--reason", "retracted"))
+    cmd.ok(cmd.at(path, "snapshot"))
+    proof_file = tmp_path / "bob.proof"
+    cmd.ok(cmd.at(path, "prove", "--object", ids["bob"][0], "-o", str(proof_file)))
+    assert _audit(cmd, proof_file, vkey)["ok"] is True
+    assert cmd.json_at(path, "verify")["ok"] is True

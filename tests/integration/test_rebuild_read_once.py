@@ -54,9 +54,16 @@ def _derived(path: Path) -> dict[str, list[Any]]:
     """Every derived table of the file, row for row (the full-text index by its shadow rows)."""
     db = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
     try:
-        return derived_tables(db, _PREFIXES)
+        tables = derived_tables(db, _PREFIXES)
     finally:
         db.close()
+    # The map's rows are numbered in write order (a node the hooks met again unread may
+    # be stored twice): compared as the nodes they hold and the roots walks start from.
+    if "memory_map_nodes" in tables:
+        tables["memory_map_nodes"] = sorted({tuple(r[1:4]) for r in tables["memory_map_nodes"]})
+    if "memory_map_roots" in tables:
+        tables["memory_map_roots"] = sorted({r[0] for r in tables["memory_map_roots"]})
+    return tables
 
 
 def _objects(led: Ledger, branch: str) -> list[str]:

@@ -10,7 +10,7 @@ import pytest
 from memroot.ledger import map_tree
 from memroot.ledger.errors import IntegrityError
 from memroot.memory_root import state_map as mm
-from memroot.memory_root.map_nodes import StoredNodes, install
+from memroot.memory_root.map_nodes import StoredNodes, find_row_unchecked, install
 
 
 def _db(tmp_path):
@@ -90,7 +90,10 @@ def test_a_read_leaves_out_an_absent_hash_and_names_an_edited_row(tmp_path):
     assert shuffled.known == every
     h = order[7]
     with db:
-        db.execute("UPDATE memory_map_nodes SET b = ? WHERE hash = ?", (b"\x07" * 32, h))
+        db.execute(
+            "UPDATE memory_map_nodes SET b = ? WHERE at = ?",
+            (b"\x07" * 32, find_row_unchecked(db, h)),
+        )
     edited = StoredNodes(db)
     with pytest.raises(IntegrityError, match=f"{h.hex()} was edited"):
         edited.fetch(order)
@@ -102,7 +105,7 @@ def test_a_sorted_load_stores_the_rows_put_would(tmp_path):
     from memroot.memory_root.map_nodes import SortedLoad
 
     def rows(db):
-        return db.execute("SELECT * FROM memory_map_nodes ORDER BY hash").fetchall()
+        return sorted(db.execute("SELECT leaf, a, b FROM memory_map_nodes").fetchall())
 
     ref, db = _db(tmp_path), apsw.Connection(str(tmp_path / "sorted.db"))
     nodes = StoredNodes(ref)

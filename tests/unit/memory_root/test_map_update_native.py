@@ -23,7 +23,7 @@ from memroot.ledger._backend import NATIVE as _N
 from memroot.ledger.errors import IntegrityError
 from memroot.memory_root import state_map as mm
 from memroot.memory_root._fold import MemNodes
-from memroot.memory_root.map_nodes import StoredNodes, install
+from memroot.memory_root.map_nodes import StoredNodes, find_row_unchecked, install
 
 pytestmark = pytest.mark.skipif(_N is None, reason="memroot._native is not built")
 
@@ -201,7 +201,10 @@ def test_an_edited_stored_node_is_refused_where_the_reference_refuses_it(
     def source() -> StoredNodes:
         s = _stored(start.nodes)
         with s.db:
-            s.db.execute("UPDATE memory_map_nodes SET b = ? WHERE hash = ?", (bytes(32), edited))
+            s.db.execute(
+                "UPDATE memory_map_nodes SET b = ? WHERE at = ?",
+                (bytes(32), find_row_unchecked(s.db, edited)),
+            )
         return s
 
     ref = _outcome(lambda: mm.update_map_reference(source(), start.root, changes))
@@ -213,7 +216,10 @@ def test_an_edited_node_on_a_changed_path_is_an_integrity_error() -> None:
     start = _initial({"a": {k: VALUES[0] for k in KEYS[:8]}})
     s = _stored(start.nodes)
     with s.db:
-        s.db.execute("UPDATE memory_map_nodes SET b = ? WHERE hash = ?", (bytes(32), start.root))
+        s.db.execute(
+            "UPDATE memory_map_nodes SET b = ? WHERE at = ?",
+            (bytes(32), find_row_unchecked(s.db, start.root)),
+        )
     with pytest.raises(IntegrityError, match="edited"):
         mm.update_map(s, start.root, {"a": {KEYS[0]: None}})
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from memroot.ledger import _backend, map_tree
 from memroot.ledger.errors import IntegrityError, ProofError
 from memroot.memory_root import state_map as mm
-from memroot.memory_root.map_nodes import StoredNodes, install
+from memroot.memory_root.map_nodes import StoredNodes, find_row_unchecked, install
 
 native = pytest.importorskip("memroot._native", reason="the native core is not built")
 if _backend.NATIVE is None:
@@ -150,7 +150,10 @@ def test_rows_are_checked_alike(tmp_path: Path) -> None:
     assert got == want == {h: map_tree.row_of(n) for h, n in nodes.items()}
     h = next(h for h, n in nodes.items() if isinstance(n, mm.Inner))
     with db:
-        db.execute("UPDATE memory_map_nodes SET a = ? WHERE hash = ?", (b"\x07" * 32, h))
+        db.execute(
+            "UPDATE memory_map_nodes SET a = ? WHERE at = ?",
+            (b"\x07" * 32, find_row_unchecked(db, h)),
+        )
     with pytest.raises(IntegrityError, match="was edited") as e:
         StoredNodes(db).fetch([h])
     with _backend.reference(), pytest.raises(IntegrityError, match="was edited") as e2:
