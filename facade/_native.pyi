@@ -14,8 +14,10 @@ __all__ = [
     "IndexSpan",
     "PayloadPlan",
     "Reject",
+    "build_event_pack",
     "build_events",
     "compact_append",
+    "compact_append_pack",
     "compact_append_rows",
     "content_commitment",
     "content_digest",
@@ -221,6 +223,34 @@ def build_events(
     """Build the plain events on top of an append queue in one call (``_append_locked``).
 
     With ``entry_type``, also each event's ``Entry`` and content (for the hooks).
+    """
+
+def build_event_pack(
+    queue: list[Any],
+    event_type: type,
+    appended_type: type,
+    event_kind: Any,
+    branch: str,
+    branch_no: int,
+    seq: int,
+    prev: bytes,
+    last_ts: int | None,
+    now: int,
+    max_raw: int,
+    rand: bytes,
+) -> tuple[int, list[bytes], tuple[bytes, bytes], list[bytes], list[Any], int | None, None, None]:
+    """``build_events`` without hooks, its rows packed (``store.pack_entry_row``).
+
+    Each ``entries`` row is one byte string; the event index rows are ``(ids, keys)``: the
+    16-byte ids end to end, in id order, and their entry keys as native int64s.
+    """
+
+def compact_append_pack(
+    branch_no: int, size: int, hashes: list[bytes], leaves: list[bytes], min_level: int
+) -> tuple[list[bytes], bytes, bytes]:
+    """``compact_append_rows`` with the ``nodes`` rows packed.
+
+    The keys as native int64s and the hashes end to end, in key order.
     """
 
 def compact_append_rows(

@@ -46,6 +46,8 @@ from memroot.ledger.backends.store import (
     EntryRow,
     Store,
     entry_key,
+    unpack_entry_row,
+    unpack_keyed,
 )
 from memroot.ledger.errors import NotFoundError, StorageError
 
@@ -705,6 +707,18 @@ class PgStore(Store):
     def insert_nodes(self, rows: Iterable[tuple[int, bytes]]) -> None:
         """Store completed subtree hashes ``(node_key, hash)`` (inside a write transaction)."""
         self._copy_in("nodes", "k, h", rows)
+
+    def insert_entry_pack(self, first_k: int, rows: Sequence[bytes]) -> None:
+        """Insert packed event rows (``store.pack_entry_row``), keyed ``first_k`` on, by COPY."""
+        self.insert_entries([unpack_entry_row(k, r) for k, r in enumerate(rows, first_k)])
+
+    def insert_event_pack(self, ids: bytes, keys: bytes) -> None:
+        """Index events from packed rows (``Store.insert_event_pack``), by COPY."""
+        self.insert_event_ids(unpack_keyed(ids, keys, 16))
+
+    def insert_node_pack(self, keys: bytes, hashes: bytes) -> None:
+        """Store subtree hashes from packed rows (``Store.insert_node_pack``), by COPY."""
+        self.insert_nodes([(k, h) for h, k in unpack_keyed(hashes, keys, 32)])
 
     def entry_row(self, branch_no: int, seq: int) -> EntryRow:
         """Return one stored entry row.

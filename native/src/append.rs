@@ -166,6 +166,35 @@ pub fn build_event(
     }
 }
 
+/// Bytes before an `entries` row's entry bytes in its packed form (`pack_row`): the leaf
+/// hash, content digest and salt (32 bytes each) and the entry's length in 8 ASCII digits.
+pub const PACK_HEAD: usize = 104;
+
+/// An event's `entries` row packed into one byte string, as `store.pack_entry_row` packs it:
+/// `hash || digest || salt || len(data) as 8 decimal digits || data || content`. SQLite
+/// takes a batch of these apart in one statement (`Store.insert_entry_pack`). `None` when
+/// the entry is too long for eight digits.
+#[must_use]
+pub fn pack_row(
+    leaf: &Hash,
+    digest: &Hash,
+    salt: &Hash,
+    data: &[u8],
+    content: &[u8],
+) -> Option<Vec<u8>> {
+    if data.len() > 99_999_999 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(PACK_HEAD + data.len() + content.len());
+    out.extend_from_slice(leaf);
+    out.extend_from_slice(digest);
+    out.extend_from_slice(salt);
+    out.extend_from_slice(format!("{:08}", data.len()).as_bytes());
+    out.extend_from_slice(data);
+    out.extend_from_slice(content);
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,5 +257,14 @@ mod tests {
         );
         assert_eq!((given.id.as_str(), given.raw_id), (id, raw));
         assert_ne!(given.raw, b.raw);
+    }
+
+    #[test]
+    fn a_packed_row_holds_its_columns_in_order() {
+        let row = pack_row(&[1u8; 32], &[2u8; 32], &[3u8; 32], b"entry", b"text").expect("row");
+        assert_eq!(row.len(), PACK_HEAD + 9);
+        assert_eq!((row[0], row[32], row[64]), (1, 2, 3));
+        assert_eq!(&row[96..PACK_HEAD], b"00000005");
+        assert_eq!(&row[PACK_HEAD..], b"entrytext");
     }
 }
