@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import json
 import operator
 import os
@@ -104,6 +105,7 @@ _NativeRun = tuple[
 _ONLY_EVENTS: Final = {EventInput}
 _ID: Final = operator.attrgetter("id")
 _NO_ID: Final = {None}
+_PACKED: Final = {bytes}
 
 
 def _own_ids(items: Sequence[EventInput | OpInput | _Genesis]) -> list[bytes]:
@@ -154,6 +156,23 @@ def _first_taken(
                 return i
             seen.add(raw)
     return None
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic collector while the native core builds a run (no cycle in it).
+
+    A run makes an ``Appended`` (and with hooks an ``Entry``) per event: the collector would
+    traverse the batch's young requests again at every few hundred of them, for nothing; it is
+    restored as it was (as ``memory_root.state_map`` does for its walks).
+    """
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if paused:
+            gc.enable()
 
 
 def _fresh_ids() -> Iterator[str]:
@@ -496,22 +515,26 @@ class _Appending(_Sealing):
         """
         assert _N is not None
         try:
-            if not self.hooks:  # rows packed: nothing reads them before they are written
-                return _N.build_event_pack(
-                    queue,
-                    EventInput,
-                    Appended,
-                    Kind.EVENT,
-                    branch,
-                    no,
-                    seq,
-                    prev,
-                    last_ts,
-                    now,
-                    _MAX_ENTRY_BYTES,
-                    os.urandom(_N_RAND * most),
-                )
-            return _N.build_events(
+            with _collector_paused():
+                return self._build_native(queue, most, branch, no, seq, prev, last_ts, now)
+        except _N.Reject:
+            return None
+
+    def _build_native(
+        self,
+        queue: list[Any],
+        most: int,
+        branch: str,
+        no: int,
+        seq: int,
+        prev: bytes,
+        last_ts: int | None,
+        now: int,
+    ) -> _NativeRun:
+        """``_build_run``'s native call: packed rows without hooks, entries for them with."""
+        assert _N is not None
+        if not self.hooks:  # rows packed: nothing reads them before they are written
+            return _N.build_event_pack(
                 queue,
                 EventInput,
                 Appended,
@@ -523,11 +546,23 @@ class _Appending(_Sealing):
                 last_ts,
                 now,
                 _MAX_ENTRY_BYTES,
-                os.urandom(_N_RAND * most),  # one event per 42 bytes: at most ``most``
-                Entry if self.hooks else None,
+                os.urandom(_N_RAND * most),
             )
-        except _N.Reject:
-            return None
+        return _N.build_events(
+            queue,
+            EventInput,
+            Appended,
+            Kind.EVENT,
+            branch,
+            no,
+            seq,
+            prev,
+            last_ts,
+            now,
+            _MAX_ENTRY_BYTES,
+            os.urandom(_N_RAND * most),  # one event per 42 bytes: at most ``most``
+            Entry,
+        )
 
     def _stored_ids(self, raws: list[bytes]) -> set[bytes]:
         """Return those of the event ids ``raws`` (16 bytes each) the event index holds."""
@@ -716,6 +751,9 @@ class _Appending(_Sealing):
 
     def _insert_entry_rows(self, first_k: int, rows: _Rows) -> None:
         """Insert ``rows`` (keyed ``first_k`` on): each run of packed rows in one statement."""
+        if set(map(type, rows)) == _PACKED:  # the native runs' only: one statement
+            self.store.insert_entry_pack(first_k, cast("list[bytes]", rows))
+            return
         i = 0
         while i < len(rows):
             j = i

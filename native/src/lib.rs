@@ -807,16 +807,21 @@ fn build_run<'py>(
         let leaf = PyBytes::new(py, &built.leaf);
         let id = PyString::new(py, &built.id);
         if pack {
-            let Some(row) = append::pack_row(
-                &built.leaf,
-                &built.digest,
-                &built.salt,
-                &built.raw,
-                ev.content,
-            ) else {
+            let Some(len) = append::packed_len(&built.raw, ev.content) else {
                 break;
             };
-            rows.append(PyBytes::new(py, &row))?;
+            let row = PyBytes::new_with(py, len, |out| {
+                append::pack_row_into(
+                    out,
+                    &built.leaf,
+                    &built.digest,
+                    &built.salt,
+                    &built.raw,
+                    ev.content,
+                );
+                Ok(())
+            })?;
+            rows.append(row)?;
         } else {
             rows.append((
                 k,
