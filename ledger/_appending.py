@@ -41,7 +41,6 @@ from memroot.ledger._state import (
 from memroot.ledger.backends.store import (
     BranchRow,
     entry_key,
-    node_key,
     unpack_entry_row,
     unpack_keyed,
 )
@@ -708,7 +707,12 @@ class _Appending(_Sealing):
         if _N is not None:
             try:
                 hashes, keys, node_hashes = _N.compact_append_pack(
-                    no, compact.size, list(compact.hashes), leaves, self.store.node_min_level
+                    no,
+                    compact.size,
+                    list(compact.hashes),
+                    leaves,
+                    self.store.node_min_level,
+                    self.store.node_by_end,
                 )
                 node_pack = (keys, node_hashes)
             except _N.Reject:
@@ -719,7 +723,7 @@ class _Appending(_Sealing):
             compact = _copy(compact)
             low = self.store.node_min_level
             nodes = [
-                (node_key(no, lvl, i), h)
+                (self.store.key_of_node(no, lvl, i), h)
                 for lvl, i, h in compact.append_many(leaves)
                 if lvl >= low  # the lower ones are folded from the leaves
             ]

@@ -350,6 +350,7 @@ class PgStore(Store):
 
     db: PgConnection  # type: ignore[assignment]
     node_min_level = 1  # PostgreSQL keeps its level-1 nodes rows (FORMAT.md 4)
+    node_by_end = False  # and keys them by level (``level_node_key``)
 
     def __init__(self, url: str, *, create: bool = False, readonly: bool = False) -> None:
         """Connect to the database at ``url`` (with ``create``, make the ledger's tables).
@@ -580,16 +581,17 @@ class PgStore(Store):
                         "SELECT no, name, size, head, parent, anchor FROM branches ORDER BY no"
                     ).fetchall(),
                 )
-                # No level-1 nodes (written by an older writer) into a layout 2 file.
+                # No level-1 nodes (written by an older writer) into a layout 3 file, and
+                # the others keyed by the tree size that completes them (``node_key``).
                 low = f"WHERE (k & {63 << 42}) >= {_store.NODE_MIN_LEVEL << 42} "
-                for table, cols, key, where in (
-                    ("entries", _ENTRY_COLS, "k", ""),
-                    ("nodes", "k, h", "k", low),
-                    ("event_ids", "id, k", "id", ""),
-                    ("checkpoints", "branch, size, root, note", "branch, size", ""),
+                for table, cols, picked, key, where in (
+                    ("entries", _ENTRY_COLS, _ENTRY_COLS, "k", ""),
+                    ("nodes", "k, h", f"{_store.by_end_sql('::int')} AS k, h", "k", low),
+                    ("event_ids", "id, k", "id, k", "id", ""),
+                    ("checkpoints", *["branch, size, root, note"] * 2, "branch, size", ""),
                 ):
                     marks = ",".join("?" * (cols.count(",") + 1))
-                    sql = f"SELECT {cols} FROM {table} {where}ORDER BY {key}"
+                    sql = f"SELECT {picked} FROM {table} {where}ORDER BY {key}"
                     for chunk in self._scan(sql):
                         out.executemany(f"INSERT INTO {table}({cols}) VALUES({marks})", chunk)
         finally:
@@ -942,7 +944,7 @@ class PgStore(Store):
                 else:
                     out[pos] = row.hash
                 continue
-            k = _store.node_key(branch_no, lvl, i)
+            k = _store.level_node_key(branch_no, lvl, i)
             h = cache.get(k)
             if h is None:
                 inner.append((pos, k))

@@ -447,16 +447,19 @@ fn verify_rows<'py>(
     )
 }
 
-/// The `nodes.k` of each `(level, index, hash)` on branch `branch_no` (`store.node_key`).
+/// The `nodes.k` of each `(level, index, hash)` on branch `branch_no` (`Store.node_key`;
+/// `by_end`: layout version 3, `merkle::node_key`).
 #[pyfunction]
-fn node_keys(branch_no: u64, nodes: Vec<(u64, u64, Bound<'_, PyAny>)>) -> PyResult<Vec<u64>> {
+fn node_keys(
+    branch_no: u64,
+    nodes: Vec<(u64, u64, Bound<'_, PyAny>)>,
+    by_end: bool,
+) -> PyResult<Vec<u64>> {
     nodes
         .iter()
         .map(|(level, index, _)| {
-            if branch_no >= 1 << 15 || *level >= 1 << 6 || *index >= 1 << 42 {
-                return reject("node key out of range");
-            }
-            Ok(branch_no << 48 | level << 42 | index)
+            merkle::node_key(branch_no, *level, *index, by_end)
+                .map_or_else(|| reject("node key out of range"), Ok)
         })
         .collect()
 }
@@ -471,14 +474,15 @@ fn node_mismatches_ahead<'py>(
     branch_no: u64,
     nodes: &Bound<'py, PyList>,
     found: &Bound<'py, PyDict>,
+    by_end: bool,
 ) -> PyResult<Vec<(usize, Option<Bound<'py, PyAny>>)>> {
     let mut wanted = Vec::with_capacity(nodes.len());
     for item in nodes.iter() {
         let (level, index, hash): (u64, u64, Bound<'py, PyAny>) = item.extract()?;
-        if branch_no >= 1 << 15 || level >= 1 << 6 || index >= 1 << 42 {
+        let Some(k) = merkle::node_key(branch_no, level, index, by_end) else {
             return reject("node key out of range");
-        }
-        wanted.push((branch_no << 48 | level << 42 | index, hash));
+        };
+        wanted.push((k, hash));
     }
     let mut out = Vec::new();
     let mut present = Vec::with_capacity(wanted.len());
@@ -942,6 +946,7 @@ fn compact_append_keyed(
     hashes: &Bound<'_, PyList>,
     leaves: &Bound<'_, PyList>,
     min_level: u32,
+    by_end: bool,
 ) -> PyResult<(Vec<Hash>, KeyedNodes)> {
     if branch_no >= 1 << 15 {
         return reject("branch number out of range");
@@ -956,7 +961,7 @@ fn compact_append_keyed(
     let leaves = hashes32(leaves, "leaf hash")?;
     if size
         .checked_add(leaves.len() as u64)
-        .is_none_or(|s| s > 1 << 42)
+        .is_none_or(|s| s > 1 << 40)
     {
         return reject("tree too large for node keys");
     }
@@ -967,7 +972,11 @@ fn compact_append_keyed(
     let mut keyed: Vec<(u64, Hash)> = nodes
         .into_iter()
         .filter(|(level, _, _)| *level >= min_level)
-        .map(|(level, index, h)| (branch_no << 48 | u64::from(level) << 42 | index, h))
+        .map(|(level, index, h)| {
+            // In range: the tree holds at most 2**40 leaves (checked above).
+            let k = merkle::node_key(branch_no, u64::from(level), index, by_end);
+            (k.unwrap_or(u64::MAX), h)
+        })
         .collect();
     // In key order, the rows of each level append at the end of that level's key range
     // (the order of the rows inserted changes nothing stored).
@@ -987,8 +996,9 @@ fn compact_append_rows<'py>(
     hashes: &Bound<'py, PyList>,
     leaves: &Bound<'py, PyList>,
     min_level: u32,
+    by_end: bool,
 ) -> PyResult<(Vec<Bound<'py, PyBytes>>, NodeRows<'py>)> {
-    let (out, keyed) = compact_append_keyed(branch_no, size, hashes, leaves, min_level)?;
+    let (out, keyed) = compact_append_keyed(branch_no, size, hashes, leaves, min_level, by_end)?;
     let out = out.iter().map(|h| PyBytes::new(py, h)).collect();
     let rows = keyed
         .iter()
@@ -1008,8 +1018,9 @@ fn compact_append_pack<'py>(
     hashes: &Bound<'py, PyList>,
     leaves: &Bound<'py, PyList>,
     min_level: u32,
+    by_end: bool,
 ) -> PyResult<NodePack<'py>> {
-    let (out, keyed) = compact_append_keyed(branch_no, size, hashes, leaves, min_level)?;
+    let (out, keyed) = compact_append_keyed(branch_no, size, hashes, leaves, min_level, by_end)?;
     let out = out.iter().map(|h| PyBytes::new(py, h)).collect();
     let mut keys = Vec::with_capacity(8 * keyed.len());
     let mut hashes = Vec::with_capacity(32 * keyed.len());
@@ -1263,12 +1274,13 @@ fn row_event_ids<'py>(py: Python<'py>, rows: &Bound<'py, PyList>) -> PyResult<Op
     Ok(span.map(|(n, lo, hi)| (n, PyBytes::new(py, &lo), PyBytes::new(py, &hi))))
 }
 
-/// The `entries.k` (level 0) or `nodes.k` of a complete subtree on branch `branch_no`.
-fn tree_key(branch_no: u64, (level, index): merkle::NodeId) -> u64 {
+/// The `entries.k` (level 0) or `nodes.k` of a complete subtree on branch `branch_no`
+/// (`by_end`: `merkle::node_key`'s layout version 3); `checked_plan` bounds the arguments.
+fn tree_key(branch_no: u64, (level, index): merkle::NodeId, by_end: bool) -> u64 {
     if level == 0 {
         branch_no << 40 | index
     } else {
-        branch_no << 48 | u64::from(level) << 42 | index
+        merkle::node_key(branch_no, u64::from(level), index, by_end).unwrap_or(u64::MAX)
     }
 }
 
@@ -1289,10 +1301,11 @@ fn inclusion_keys(
     index: u64,
     size: u64,
     cache: &Bound<'_, PyDict>,
+    by_end: bool,
 ) -> PyResult<(Vec<u64>, Vec<u64>)> {
     let (mut leaves, mut inner) = (Vec::new(), Vec::new());
     for id in checked_plan(branch_no, index, size)? {
-        let k = tree_key(branch_no, id);
+        let k = tree_key(branch_no, id, by_end);
         if id.0 == 0 {
             leaves.push(k);
         } else if id.0 < merkle::NODE_MIN_LEVEL {
@@ -1322,6 +1335,7 @@ fn inclusion_from_rows<'py>(
     rows: &Bound<'py, PyList>,
     cache_min_level: u32,
     cache_max: usize,
+    by_end: bool,
 ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
     let (siblings, left, right) = {
         checked_plan(branch_no, index, size)?;
@@ -1340,7 +1354,7 @@ fn inclusion_from_rows<'py>(
     let mut resolved = Vec::with_capacity(siblings.len() + left.len() + right.len());
     let mut fresh = Vec::new();
     for &id in siblings.iter().chain(&left).chain(&right) {
-        let k = tree_key(branch_no, id);
+        let k = tree_key(branch_no, id, by_end);
         let h = if id.0 == 0 {
             read.get(&(0, k)).cloned()
         } else if id.0 < merkle::NODE_MIN_LEVEL {

@@ -360,7 +360,7 @@ def test_tree_rows_of_reads_the_branch_and_exactly_the_rows_that_exist(
     nodes = [node_key(b.no, 1, i) for i in range(count)]  # i >= 125 do not exist
     want = sorted(
         [(0, k, bytes([k & 0xFF]) * 32) for k in leaves if k & 0xFFFF < 250]
-        + [(1, k, bytes([k & 0xFF]) * 32) for k in nodes if k & 0xFFFF < 125]
+        + [(1, k, bytes([i]) * 32) for i, k in enumerate(nodes) if i < 125]
     )
     have, got = store.tree_rows_of("main", leaves, nodes)
     assert have == (250, b.no)

@@ -158,7 +158,7 @@ def test_native_batches_store_the_reference_bytes(inputs: Any, seed: int, sizes:
                 assert dump(native) == dump(ref)
                 assert native.root() == ref.root()
                 # Both store the levels >= NODE_MIN_LEVEL only, each node once (FORMAT.md 4).
-                levels = {k >> 42 & 63 for k, _ in dump(native)[2]}
+                levels = {k & 63 for k, _ in dump(native)[2]}  # node_key: the level in bits 0-5
                 assert not levels or min(levels) >= NODE_MIN_LEVEL
                 size = native.store.branch("main").size
                 assert len(dump(native)[2]) == sum(size >> lv for lv in range(NODE_MIN_LEVEL, 42))
@@ -397,8 +397,8 @@ def test_packed_runs_hold_the_rows_build_events_makes(inputs: Any) -> None:
     assert unpack_keyed(*packed[2], 16) == plain[2]
     assert packed[3:6] == plain[3:6] and packed[6:] == (None, None)
     hashes = [bytes(32)]  # a tree of size 1
-    rows = native.compact_append_rows(0, 1, hashes, plain[3], NODE_MIN_LEVEL)
-    pack = native.compact_append_pack(0, 1, hashes, plain[3], NODE_MIN_LEVEL)
+    rows = native.compact_append_rows(0, 1, hashes, plain[3], NODE_MIN_LEVEL, True)
+    pack = native.compact_append_pack(0, 1, hashes, plain[3], NODE_MIN_LEVEL, True)
     assert pack[0] == rows[0]
     assert [(k, h) for h, k in unpack_keyed(pack[2], pack[1], 32)] == rows[1]
 
