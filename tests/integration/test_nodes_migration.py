@@ -119,9 +119,9 @@ def test_a_reader_serves_the_old_file_unchanged(old: Path) -> None:
         consistency = ledger.consistency_proof(5, 28)
     text = _proofs(old)["inclusion"]["5"].split("\n")
     assert [base64.b64encode(h).decode() for h in proof] == text[2 : 2 + len(proof)]
-    assert [base64.b64encode(h).decode() for h in consistency] == _proofs(old)[
-        "consistency_5_28"
-    ]["proof"]
+    assert [base64.b64encode(h).decode() for h in consistency] == _proofs(old)["consistency_5_28"][
+        "proof"
+    ]
     version = _old(old)[0]
     assert _version(old) == version and _rows(old) == before
     # verify reads it as it is too: its level-1 rows are version 1's, not stray rows.
