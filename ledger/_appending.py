@@ -532,7 +532,9 @@ class _Appending(_Sealing):
     ) -> _NativeRun:
         """``_build_run``'s native call: packed rows without hooks, entries for them with."""
         assert _N is not None
-        if not self.hooks:  # rows packed: nothing reads them before they are written
+        if (
+            not self.hooks and self.store.takes_packs
+        ):  # nothing reads the rows before they are written
             return _N.build_event_pack(
                 queue,
                 EventInput,
@@ -705,16 +707,15 @@ class _Appending(_Sealing):
         nodes: list[tuple[int, bytes]] = []
         node_pack: tuple[bytes, bytes] | None = None
         if _N is not None:
+            args = (no, compact.size, list(compact.hashes), leaves, self.store.node_min_level)
             try:
-                hashes, keys, node_hashes = _N.compact_append_pack(
-                    no,
-                    compact.size,
-                    list(compact.hashes),
-                    leaves,
-                    self.store.node_min_level,
-                    self.store.node_by_end,
-                )
-                node_pack = (keys, node_hashes)
+                if self.store.takes_packs:
+                    hashes, keys, node_hashes = _N.compact_append_pack(
+                        *args, self.store.node_by_end
+                    )
+                    node_pack = (keys, node_hashes)
+                else:
+                    hashes, nodes = _N.compact_append_rows(*args, self.store.node_by_end)
             except _N.Reject:
                 pass  # the reference below
             else:

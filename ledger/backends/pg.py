@@ -46,8 +46,6 @@ from memroot.ledger.backends.store import (
     EntryRow,
     Store,
     entry_key,
-    unpack_entry_row,
-    unpack_keyed,
 )
 from memroot.ledger.errors import NotFoundError, StorageError
 
@@ -350,7 +348,6 @@ class PgStore(Store):
 
     db: PgConnection  # type: ignore[assignment]
     node_min_level = 1  # PostgreSQL keeps its level-1 nodes rows (FORMAT.md 4)
-    node_by_end = False  # and keys them by level (``level_node_key``)
 
     def __init__(self, url: str, *, create: bool = False, readonly: bool = False) -> None:
         """Connect to the database at ``url`` (with ``create``, make the ledger's tables).
@@ -581,8 +578,7 @@ class PgStore(Store):
                         "SELECT no, name, size, head, parent, anchor FROM branches ORDER BY no"
                     ).fetchall(),
                 )
-                # No level-1 nodes (written by an older writer) into a layout 3 file, and
-                # the others keyed by the tree size that completes them (``node_key``).
+                # No level-1 nodes into a layout 3 file, the others keyed by ``node_key``.
                 low = f"WHERE (k & {63 << 42}) >= {_store.NODE_MIN_LEVEL << 42} "
                 for table, cols, picked, key, where in (
                     ("entries", _ENTRY_COLS, _ENTRY_COLS, "k", ""),
@@ -709,18 +705,6 @@ class PgStore(Store):
     def insert_nodes(self, rows: Iterable[tuple[int, bytes]]) -> None:
         """Store completed subtree hashes ``(node_key, hash)`` (inside a write transaction)."""
         self._copy_in("nodes", "k, h", rows)
-
-    def insert_entry_pack(self, first_k: int, rows: Sequence[bytes]) -> None:
-        """Insert packed event rows (``store.pack_entry_row``), keyed ``first_k`` on, by COPY."""
-        self.insert_entries([unpack_entry_row(k, r) for k, r in enumerate(rows, first_k)])
-
-    def insert_event_pack(self, ids: bytes, keys: bytes) -> None:
-        """Index events from packed rows (``Store.insert_event_pack``), by COPY."""
-        self.insert_event_ids(unpack_keyed(ids, keys, 16))
-
-    def insert_node_pack(self, keys: bytes, hashes: bytes) -> None:
-        """Store subtree hashes from packed rows (``Store.insert_node_pack``), by COPY."""
-        self.insert_nodes([(k, h) for h, k in unpack_keyed(hashes, keys, 32)])
 
     def entry_row(self, branch_no: int, seq: int) -> EntryRow:
         """Return one stored entry row.

@@ -411,7 +411,10 @@ class Store:
     """The lowest level of the ``nodes`` rows this store's writers write and its verify
     checks: ``NODE_MIN_LEVEL`` for a SQLite file, 1 for the PostgreSQL store (its tables
     keep schema version 1's layout)."""
-    node_by_end: bool = True
+    takes_packs: bool = False
+    """Whether a writer may hand this store packed rows (``insert_entry_pack`` and the like,
+    SQLite's carray: a SQLite file); the PostgreSQL store takes rows (its COPY)."""
+    node_by_end: bool = False
     """Whether ``nodes.k`` is ``node_key`` (by the tree size that completes a node: a SQLite
     file of schema version 3) or ``level_node_key`` (PostgreSQL, and a SQLite file of version
     1 or 2 opened read-only, which no open migrates)."""
@@ -505,6 +508,7 @@ class Store:
                 f"{', '.join(map(str, _BY_LEVEL_VERSIONS))} and {SQLITE_SCHEMA_VERSION}"
             )
         self.node_by_end = version == SQLITE_SCHEMA_VERSION
+        self.takes_packs = True
 
     def key_of_node(self, branch_no: int, level: int, index: int) -> int:
         """Return the ``nodes.k`` of ``(level, index)`` in this store (``node_by_end``)."""
