@@ -14,8 +14,10 @@ __all__ = [
     "IndexSpan",
     "PayloadPlan",
     "Reject",
+    "build_event_pack",
     "build_events",
     "compact_append",
+    "compact_append_pack",
     "compact_append_rows",
     "content_commitment",
     "content_digest",
@@ -180,8 +182,8 @@ def verify_rows(
 ]:
     """Check steps 1-5 of the plain rows of a chunk in one call (native/src/verify.rs)."""
 
-def node_keys(branch_no: int, nodes: list[tuple[int, int, bytes]]) -> list[int]:
-    """Return the ``nodes.k`` of each ``(level, index, hash)`` (``store.node_key``)."""
+def node_keys(branch_no: int, nodes: list[tuple[int, int, bytes]], by_end: bool) -> list[int]:
+    """Return the ``nodes.k`` of each ``(level, index, hash)`` (``Store.key_of_node``)."""
 
 def uuid_bytes(ids: list[str]) -> list[bytes | None]:
     """Return the 16 bytes of each canonical UUID text, None for any other text."""
@@ -190,7 +192,7 @@ def mismatches(keys: list[Any], want: list[Any], found: dict[Any, Any]) -> list[
     """Return the positions ``i`` where ``found.get(keys[i]) != want[i]``."""
 
 def node_mismatches_ahead(
-    branch_no: int, nodes: list[tuple[int, int, bytes]], found: dict[int, bytes]
+    branch_no: int, nodes: list[tuple[int, int, bytes]], found: dict[int, bytes], by_end: bool
 ) -> list[tuple[int, bytes | None]]:
     """``(position, stored)`` of the nodes ``found`` lacks or differs on; takes them out of it."""
 
@@ -223,12 +225,51 @@ def build_events(
     With ``entry_type``, also each event's ``Entry`` and content (for the hooks).
     """
 
+def build_event_pack(
+    queue: list[Any],
+    event_type: type,
+    appended_type: type,
+    event_kind: Any,
+    branch: str,
+    branch_no: int,
+    seq: int,
+    prev: bytes,
+    last_ts: int | None,
+    now: int,
+    max_raw: int,
+    rand: bytes,
+) -> tuple[int, list[bytes], tuple[bytes, bytes], list[bytes], list[Any], int | None, None, None]:
+    """``build_events`` without hooks, its rows packed (``store.pack_entry_row``).
+
+    Each ``entries`` row is one byte string; the event index rows are ``(ids, keys)``: the
+    16-byte ids end to end, in id order, and their entry keys as native int64s.
+    """
+
+def compact_append_pack(
+    branch_no: int,
+    size: int,
+    hashes: list[bytes],
+    leaves: list[bytes],
+    min_level: int,
+    by_end: bool,
+) -> tuple[list[bytes], bytes, bytes]:
+    """``compact_append_rows`` with the ``nodes`` rows packed.
+
+    The keys as native int64s and the hashes end to end, in key order.
+    """
+
 def compact_append_rows(
-    branch_no: int, size: int, hashes: list[bytes], leaves: list[bytes], min_level: int
+    branch_no: int,
+    size: int,
+    hashes: list[bytes],
+    leaves: list[bytes],
+    min_level: int,
+    by_end: bool,
 ) -> tuple[list[bytes], list[tuple[int, bytes]]]:
     """Fold leaves into a compact range; the new hashes and the ``nodes`` rows completed.
 
-    Only the rows of level ``min_level`` or above (``store.NODE_MIN_LEVEL``).
+    Only the rows of level ``min_level`` or above (``store.NODE_MIN_LEVEL``), keyed as
+    ``Store.key_of_node`` (``by_end``: ``store.node_key``, else ``level_node_key``).
     """
 
 def event_id_span(events: list[tuple[str, int]]) -> tuple[bytes, bytes]:
@@ -258,7 +299,7 @@ def row_event_ids(rows: list[Any]) -> tuple[int, bytes, bytes] | None:
     """``(count, smallest, largest)`` 16-byte id of the events among store row tuples."""
 
 def inclusion_keys(
-    branch_no: int, index: int, size: int, cache: dict[int, bytes]
+    branch_no: int, index: int, size: int, cache: dict[int, bytes], by_end: bool
 ) -> tuple[list[int], list[int]]:
     """Return the ``entries`` and ``nodes`` keys of an audit path that ``cache`` lacks."""
 
@@ -270,6 +311,7 @@ def inclusion_from_rows(
     rows: list[tuple[int, int, bytes]],
     cache_min_level: int,
     cache_max: int,
+    by_end: bool,
 ) -> list[bytes]:
     """Return the inclusion proof of leaf ``index`` from the cache and the rows read."""
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import json
 import operator
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import apsw
 
@@ -37,7 +38,12 @@ from memroot.ledger._state import (
     _uuid_bytes,
     branch_origin,
 )
-from memroot.ledger.backends.store import BranchRow, entry_key, node_key
+from memroot.ledger.backends.store import (
+    BranchRow,
+    entry_key,
+    unpack_entry_row,
+    unpack_keyed,
+)
 from memroot.ledger.entries import (
     CANONICAL_BRANCH,
     FORMAT_VERSION,
@@ -73,22 +79,32 @@ class _Genesis:
     ts: int | None = None
 
 
+_Row = tuple[int, bytes, bytes, bytes | None, bytes | None, bytes | None]
+"""An ``entries`` row ``(k, hash, data, digest, salt, content)``."""
+_Rows = list[_Row | bytes]
+"""A batch's ``entries`` rows in seq order: tuples, or event rows packed into one byte string
+(``store.pack_entry_row``) where the native core built them without hooks."""
+_Events = list[tuple[bytes, int]] | tuple[bytes, bytes]
+"""Event index rows ``(id bytes, k)``, or packed (``native.build_event_pack``: the ids end
+to end, the keys as native int64s)."""
+
 _NativeRun = tuple[
     int,
-    list[tuple[int, bytes, bytes, bytes | None, bytes | None, bytes | None]],
-    list[tuple[bytes, int]],
+    Sequence[_Row | bytes],
+    _Events,
     list[bytes],
     list[Any],
     int | None,
     list[Any] | None,
     list[str] | None,
 ]
-"""What ``native.build_events`` returns (see ``Ledger._build_run``)."""
+"""What ``native.build_events`` / ``build_event_pack`` return (see ``Ledger._build_run``)."""
 
 
 _ONLY_EVENTS: Final = {EventInput}
 _ID: Final = operator.attrgetter("id")
 _NO_ID: Final = {None}
+_PACKED: Final = {bytes}
 
 
 def _own_ids(items: Sequence[EventInput | OpInput | _Genesis]) -> list[bytes]:
@@ -97,6 +113,18 @@ def _own_ids(items: Sequence[EventInput | OpInput | _Genesis]) -> list[bytes]:
     if _N is not None:
         return [raw for raw in _N.uuid_bytes(texts) if raw is not None]
     return [_uuid_bytes(t) for t in texts]
+
+
+def _pairs(events: _Events) -> list[tuple[bytes, int]]:
+    """Return event index rows ``(id bytes, k)``, unpacked if they are packed."""
+    if isinstance(events, tuple):
+        return unpack_keyed(events[0], events[1], 16)
+    return events
+
+
+def _row(k: int, row: _Row | bytes) -> _Row:
+    """Return an ``entries`` row as a tuple, unpacked (keyed ``k``) if it is packed."""
+    return unpack_entry_row(k, row) if isinstance(row, bytes) else row
 
 
 def _all_new(
@@ -127,6 +155,23 @@ def _first_taken(
                 return i
             seen.add(raw)
     return None
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic collector while the native core builds a run (no cycle in it).
+
+    A run makes an ``Appended`` (and with hooks an ``Entry``) per event: the collector would
+    traverse the batch's young requests again at every few hundred of them, for nothing; it is
+    restored as it was (as ``memory_root.state_map`` does for its walks).
+    """
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if paused:
+            gc.enable()
 
 
 def _fresh_ids() -> Iterator[str]:
@@ -273,12 +318,12 @@ class _Appending(_Sealing):
         seq = start
         # What _write_rows inserts: the entries rows (k, hash, data, digest, salt, content),
         # their leaf hashes, the event index rows and the erasures (entry key, erasing seq).
-        rows: list[tuple[int, bytes, bytes, bytes | None, bytes | None, bytes | None]] = []
+        rows: _Rows = []
         leaves: list[bytes] = []
-        event_rows: list[tuple[bytes, int]] = []
+        event_rows: list[_Events] = []
         key_seqs: list[int] = []  # key entries of main this batch appends (FORMAT.md 7.5)
         erasures: dict[int, int] = {}  # entry key -> erasing seq, this call's only
-        unindexed: list[tuple[bytes, int]] = []  # native events not yet in batch_events
+        unindexed: list[_Events] = []  # native events not yet in batch_events
         out: list[Appended] = []
         salts = b""  # read at the first event the reference loop builds
         ids = _fresh_ids()  # UUIDv7s for the reference loop, made as it takes them
@@ -312,13 +357,15 @@ class _Appending(_Sealing):
                     # Ids of the requests' own: the run ends before the first one taken, which
                     # the reference loop then refuses (after the events before it).
                     if unindexed:
-                        batch_events.update(unindexed)
+                        for part in unindexed:
+                            batch_events.update(_pairs(part))
                         unindexed = []
                     assert built is not None
                     if stored is None:  # the batch's own event ids the index holds: one lookup
                         stored = self._stored_ids(_own_ids(items))
                     taken = None
-                    if not _all_new(built[2], batch_events, stored):  # then find the first one
+                    # Any id taken? Then find the first one.
+                    if not _all_new(_pairs(built[2]), batch_events, stored):
                         run = [queue[-1 - i] for i in range(k)]
                         taken = _first_taken(run, batch_events, stored)
                     if taken is not None:
@@ -334,17 +381,17 @@ class _Appending(_Sealing):
                     del queue[len(queue) - k :]
                     rows += n_rows
                     leaves += n_leaves
-                    event_rows += n_events
+                    event_rows.append(n_events)
                     out += n_out
                     prev = EntryHash(n_leaves[-1])
                     seq += k
                     n += k
                     last_ts = n_ts
                     if not hooks:
-                        unindexed += n_events
+                        unindexed.append(n_events)
                         continue
                     # The hooks may look the batch's events up (``find_event``).
-                    batch_events.update(n_events)
+                    batch_events.update(_pairs(n_events))
                     assert n_entries is not None and n_contents is not None
                     follow: list[OpInput] = []
                     for hook in hooks:
@@ -358,7 +405,8 @@ class _Appending(_Sealing):
                     continue
             item = queue.pop()
             if unindexed:  # the reference checks ids, parents and targets against the batch
-                batch_events.update(unindexed)
+                for part in unindexed:
+                    batch_events.update(_pairs(part))
                 unindexed = []
             ts = item.ts if item.ts is not None else now_us()
             check_ts(ts, last_ts, now)
@@ -401,7 +449,7 @@ class _Appending(_Sealing):
                 )
                 extra = (content_digest(data), salt, data)
                 batch_events[raw_id] = entry_key(no, seq)
-                event_rows.append((raw_id, entry_key(no, seq)))
+                event_rows.append([(raw_id, entry_key(no, seq))])
             else:
                 if seq == 0:
                     raise RefusedError(f"branch {branch!r} has no genesis entry")
@@ -466,7 +514,28 @@ class _Appending(_Sealing):
         """
         assert _N is not None
         try:
-            return _N.build_events(
+            with _collector_paused():
+                return self._build_native(queue, most, branch, no, seq, prev, last_ts, now)
+        except _N.Reject:
+            return None
+
+    def _build_native(
+        self,
+        queue: list[Any],
+        most: int,
+        branch: str,
+        no: int,
+        seq: int,
+        prev: bytes,
+        last_ts: int | None,
+        now: int,
+    ) -> _NativeRun:
+        """``_build_run``'s native call: packed rows without hooks, entries for them with."""
+        assert _N is not None
+        if (
+            not self.hooks and self.store.takes_packs
+        ):  # nothing reads the rows before they are written
+            return _N.build_event_pack(
                 queue,
                 EventInput,
                 Appended,
@@ -478,11 +547,23 @@ class _Appending(_Sealing):
                 last_ts,
                 now,
                 _MAX_ENTRY_BYTES,
-                os.urandom(_N_RAND * most),  # one event per 42 bytes: at most ``most``
-                Entry if self.hooks else None,
+                os.urandom(_N_RAND * most),
             )
-        except _N.Reject:
-            return None
+        return _N.build_events(
+            queue,
+            EventInput,
+            Appended,
+            Kind.EVENT,
+            branch,
+            no,
+            seq,
+            prev,
+            last_ts,
+            now,
+            _MAX_ENTRY_BYTES,
+            os.urandom(_N_RAND * most),  # one event per 42 bytes: at most ``most``
+            Entry,
+        )
 
     def _stored_ids(self, raws: list[bytes]) -> set[bytes]:
         """Return those of the event ids ``raws`` (16 bytes each) the event index holds."""
@@ -561,7 +642,7 @@ class _Appending(_Sealing):
         branch_no: int,
         entry: Entry,
         batch_events: dict[bytes, int],
-        rows: list[tuple[int, bytes, bytes, bytes | None, bytes | None, bytes | None]],
+        rows: _Rows,
         start: int,
         erasures: Mapping[int, int],
     ) -> int:
@@ -588,9 +669,10 @@ class _Appending(_Sealing):
             raise RefusedError(f"event {target} was already erased by entry {by}")
         if raw in batch_events:
             i = (k & ((1 << 40) - 1)) - start
-            if rows[i][5] is None:
+            mine = _row(k, rows[i])
+            if mine[5] is None:
                 raise RefusedError(f"event {target} was already erased")
-            rows[i] = (*rows[i][:3], None, None, None)
+            rows[i] = (*mine[:3], None, None, None)
             return k
         row = self.store.entry_row(branch_no, k & ((1 << 40) - 1))
         found = Entry.from_bytes(row.data)
@@ -608,24 +690,32 @@ class _Appending(_Sealing):
     def _write_rows(
         self,
         head: _Head,
-        rows: list[tuple[int, bytes, bytes, bytes | None, bytes | None, bytes | None]],
+        rows: _Rows,
         leaves: list[bytes],
-        event_rows: list[tuple[bytes, int]],
+        event_rows: list[_Events],
         erasures: Mapping[int, int],
         last_ts: int | None,
     ) -> None:
         """Insert entries, their completed tree nodes, erasures and the new head (in the txn).
 
-        ``rows`` are the ``entries`` rows in seq order and ``leaves`` their hashes.
+        ``rows`` are the ``entries`` rows in seq order and ``leaves`` their hashes; the rows
+        of the event index come in parts, each a list or packed.
         Everything written comes from the arguments: nothing outlives a rolled-back call.
         """
         no = head.row.no
         compact = head.compact
+        nodes: list[tuple[int, bytes]] = []
+        node_pack: tuple[bytes, bytes] | None = None
         if _N is not None:
+            args = (no, compact.size, list(compact.hashes), leaves, self.store.node_min_level)
             try:
-                hashes, nodes = _N.compact_append_rows(
-                    no, compact.size, list(compact.hashes), leaves, self.store.node_min_level
-                )
+                if self.store.takes_packs:
+                    hashes, keys, node_hashes = _N.compact_append_pack(
+                        *args, self.store.node_by_end
+                    )
+                    node_pack = (keys, node_hashes)
+                else:
+                    hashes, nodes = _N.compact_append_rows(*args, self.store.node_by_end)
             except _N.Reject:
                 pass  # the reference below
             else:
@@ -634,16 +724,23 @@ class _Appending(_Sealing):
             compact = _copy(compact)
             low = self.store.node_min_level
             nodes = [
-                (node_key(no, lvl, i), h)
+                (self.store.key_of_node(no, lvl, i), h)
                 for lvl, i, h in compact.append_many(leaves)
                 if lvl >= low  # the lower ones are folded from the leaves
             ]
-        self.store.insert_entries(rows)
-        if event_rows:
-            self.store.insert_event_ids(event_rows)
+        self._insert_entry_rows(entry_key(no, head.row.size), rows)
+        pairs = [pair for part in event_rows if isinstance(part, list) for pair in part]
+        if pairs:
+            self.store.insert_event_ids(pairs)
+        for part in event_rows:
+            if isinstance(part, tuple):
+                self.store.insert_event_pack(*part)
         for k, by in erasures.items():
             self.store.erase_content(k, by)
-        self.store.insert_nodes(nodes)
+        if node_pack is not None:
+            self.store.insert_node_pack(*node_pack)
+        else:
+            self.store.insert_nodes(nodes)
         size = head.row.size + len(rows)
         last = EntryHash(leaves[-1])
         self.store.set_head(no, size, last)
@@ -656,6 +753,24 @@ class _Appending(_Sealing):
         head.row = BranchRow(no, head.row.name, size, last)
         head.compact = compact
         head.last_ts = last_ts
+
+    def _insert_entry_rows(self, first_k: int, rows: _Rows) -> None:
+        """Insert ``rows`` (keyed ``first_k`` on): each run of packed rows in one statement."""
+        if set(map(type, rows)) == _PACKED:  # the native runs' only: one statement
+            self.store.insert_entry_pack(first_k, cast("list[bytes]", rows))
+            return
+        i = 0
+        while i < len(rows):
+            j = i
+            if isinstance(rows[i], bytes):
+                while j < len(rows) and isinstance(rows[j], bytes):
+                    j += 1
+                self.store.insert_entry_pack(first_k + i, cast("list[bytes]", rows[i:j]))
+            else:
+                while j < len(rows) and not isinstance(rows[j], bytes):
+                    j += 1
+                self.store.insert_entries(cast("list[_Row]", rows[i:j]))
+            i = j
 
     def own_rows(self, branch: str, start: int) -> list[tuple[Entry, bytes | None]] | None:
         """Return the entries from ``start`` this ledger's open write transaction appended.
@@ -671,7 +786,8 @@ class _Appending(_Sealing):
         mine = seal.written[start - seal.start_size :]
         if not mine:
             return None
-        return [(Entry.from_bytes(row[2]), row[5]) for row in mine]
+        rows = [_row(0, row) for row in mine]
+        return [(Entry.from_bytes(row[2]), row[5]) for row in rows]
 
     def _last_ts(self, head: _Head) -> int | None:
         """Return the ts of the branch's newest entry (None when it has none yet)."""

@@ -305,10 +305,11 @@ class _Reading(_Plumbing):
             # Natively: the path's keys, one query for those the node cache lacks, the fold.
             cache = self.store.node_cache
             try:
-                leaves, inner = _N.inclusion_keys(row.no, index, size, cache)
+                by_end = self.store.node_by_end
+                leaves, inner = _N.inclusion_keys(row.no, index, size, cache, by_end)
                 rows = self.store.tree_rows(leaves, inner)
                 return _N.inclusion_from_rows(
-                    row.no, index, size, cache, rows, NODE_CACHE_MIN_LEVEL, NODE_CACHE_MAX
+                    row.no, index, size, cache, rows, NODE_CACHE_MIN_LEVEL, NODE_CACHE_MAX, by_end
                 )
             except _N.Reject:
                 pass  # a missing or damaged node: the reference says which
@@ -330,8 +331,9 @@ class _Reading(_Plumbing):
         if no is None or not 0 <= index < size:
             return None
         cache = self.store.node_cache
+        by_end = self.store.node_by_end
         try:
-            leaves, inner = _N.inclusion_keys(no, index, size, cache)
+            leaves, inner = _N.inclusion_keys(no, index, size, cache, by_end)
         except _N.Reject:
             return None
         have, rows = self.store.tree_rows_of(branch, leaves, inner)
@@ -340,7 +342,7 @@ class _Reading(_Plumbing):
         _check_size(size, have[0])
         try:
             return _N.inclusion_from_rows(
-                no, index, size, cache, rows, NODE_CACHE_MIN_LEVEL, NODE_CACHE_MAX
+                no, index, size, cache, rows, NODE_CACHE_MIN_LEVEL, NODE_CACHE_MAX, by_end
             )
         except _N.Reject:
             return None

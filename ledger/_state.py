@@ -84,11 +84,12 @@ class _Seal:
     start_size: int
     start_root: bytes
     keep: bool = False
-    written: list[tuple[Any, ...]] | None = field(default_factory=list)
+    written: list[Any] | None = field(default_factory=list)
     """The ``entries`` row ``(k, hash, data, digest, salt, content)`` of each entry the
     transaction appended, in seq order from ``start_size`` (``_Appending.own_rows`` reads
-    ``data`` and ``content``; the rows are kept as inserted, not copied entry by entry);
-    None once it erased content (not tracked)."""
+    ``data`` and ``content``; the rows are kept as inserted, not copied entry by entry: a
+    tuple, or packed into one byte string, ``store.pack_entry_row``); None once it erased
+    content (not tracked)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -578,16 +578,16 @@ class PgStore(Store):
                         "SELECT no, name, size, head, parent, anchor FROM branches ORDER BY no"
                     ).fetchall(),
                 )
-                # No level-1 nodes (written by an older writer) into a layout 2 file.
+                # No level-1 nodes into a layout 3 file, the others keyed by ``node_key``.
                 low = f"WHERE (k & {63 << 42}) >= {_store.NODE_MIN_LEVEL << 42} "
-                for table, cols, key, where in (
-                    ("entries", _ENTRY_COLS, "k", ""),
-                    ("nodes", "k, h", "k", low),
-                    ("event_ids", "id, k", "id", ""),
-                    ("checkpoints", "branch, size, root, note", "branch, size", ""),
+                for table, cols, picked, key, where in (
+                    ("entries", _ENTRY_COLS, _ENTRY_COLS, "k", ""),
+                    ("nodes", "k, h", f"{_store.by_end_sql('::int')} AS k, h", "k", low),
+                    ("event_ids", "id, k", "id, k", "id", ""),
+                    ("checkpoints", *["branch, size, root, note"] * 2, "branch, size", ""),
                 ):
                     marks = ",".join("?" * (cols.count(",") + 1))
-                    sql = f"SELECT {cols} FROM {table} {where}ORDER BY {key}"
+                    sql = f"SELECT {picked} FROM {table} {where}ORDER BY {key}"
                     for chunk in self._scan(sql):
                         out.executemany(f"INSERT INTO {table}({cols}) VALUES({marks})", chunk)
         finally:
@@ -928,7 +928,7 @@ class PgStore(Store):
                 else:
                     out[pos] = row.hash
                 continue
-            k = _store.node_key(branch_no, lvl, i)
+            k = _store.level_node_key(branch_no, lvl, i)
             h = cache.get(k)
             if h is None:
                 inner.append((pos, k))

@@ -11,9 +11,12 @@ module, not the ledger. Tables (schema version 2):
   their content, its BLAKE3 ``digest`` (the content address) and the commitment ``salt``. A
   TOMBSTONE sets ``digest``, ``salt`` and ``content`` to NULL and ``erased_by`` to its seq.
 - ``nodes(k, h)``: every complete Merkle subtree with level >= ``NODE_MIN_LEVEL`` (2),
-  ``k = branch_no << 48 | level << 42 | index``; level-0 nodes are ``entries.hash`` and a
-  level-1 node is folded from its two leaves (schema version 2; a version 1 file also holds
-  level-1 rows, which nothing reads and a writer's open deletes: ``_migrate``).
+  keyed by the tree size that completes it, ``k = branch_no << 48 | end << 6 | level`` with
+  ``end = (index + 1) << level`` (schema version 3: an append's nodes all sort after every
+  stored one, so their rows go at the end of the b-tree); level-0 nodes are ``entries.hash``
+  and a level-1 node is folded from its two leaves. Versions 1 and 2 keyed them by level,
+  ``branch_no << 48 | level << 42 | index`` (``level_node_key``), and version 1 also held
+  level-1 rows, which nothing reads; a writer's open rewrites both (``_migrate``).
 - ``event_ids(id, k)``: event UUID (16 bytes) to entry key.
 - ``checkpoints(branch, size, root, note)``: signed checkpoint notes.
 
@@ -28,6 +31,7 @@ cost of the interface.
 
 from __future__ import annotations
 
+import array
 import contextlib
 import hashlib
 import os
@@ -52,22 +56,31 @@ __all__ = [
     "BranchRow",
     "EntryRow",
     "Store",
+    "by_end_sql",
     "commit_counted",
     "entry_key",
+    "level_node_key",
     "node_key",
+    "pack_entry_row",
+    "unpack_entry_row",
+    "unpack_keyed",
 ]
 
 SCHEMA_VERSION: Final = 1
 """The schema version of the PostgreSQL store's tables (``backends.pg``); a SQLite file
 written before ``SQLITE_SCHEMA_VERSION`` 2 carries it too."""
-SQLITE_SCHEMA_VERSION: Final = 2
-"""The schema version a SQLite file is written with: version 1 stored level-1 nodes."""
+SQLITE_SCHEMA_VERSION: Final = 3
+"""The schema version a SQLite file is written with: version 1 stored level-1 nodes, and
+versions 1 and 2 keyed the nodes by level (``level_node_key``)."""
+_BY_LEVEL_VERSIONS: Final = (SCHEMA_VERSION, 2)
+"""The SQLite schema versions whose ``nodes`` rows are keyed by level (read as they are)."""
 NODE_MIN_LEVEL: Final = 2
 """The lowest level of the ``nodes`` rows a SQLite writer stores (and a reader reads); below
 it a node is folded from its leaf hashes (``entries.hash``). As ``merkle::NODE_MIN_LEVEL``."""
 BRANCH_SHIFT: Final = 40  # entries.k = branch_no << 40 | seq: 2**40 entries per branch
 _NODE_BRANCH_SHIFT: Final = 48
 _NODE_LEVEL_SHIFT: Final = 42
+_NODE_END_SHIFT: Final = 6
 _BUSY_TIMEOUT_MS: Final = 60_000
 WRITER_STATEMENT_CACHE: Final = 512
 """Prepared statements a writing connection keeps (apsw's largest; its default is 100).
@@ -159,6 +172,25 @@ CREATE TABLE IF NOT EXISTS checkpoints(
 """
 
 
+def by_end_sql(shift_type: str = "") -> str:
+    """Return SQL computing the ``node_key`` of a row keyed by ``level_node_key`` (``k``).
+
+    Every term parenthesized: SQL's bit operators share one precedence. ``shift_type`` casts
+    the shift count (PostgreSQL shifts a bigint by an int: ``"::int"``).
+    """
+    level = "((k >> 42) & 63)"
+    end = f"(((k & {(1 << 42) - 1}) + 1) << {level}{shift_type})"
+    return f"((k >> 48) << 48) | ({end} << 6) | {level}"
+
+
+_MIGRATE_NODES_SQL: Final = f"""
+CREATE TABLE nodes_by_end(k INTEGER PRIMARY KEY, h BLOB NOT NULL) STRICT;
+INSERT INTO nodes_by_end(k, h)
+SELECT {by_end_sql()}, h FROM nodes WHERE ((k >> 42) & 63) >= {NODE_MIN_LEVEL} ORDER BY 1;
+DROP TABLE nodes;
+ALTER TABLE nodes_by_end RENAME TO nodes;
+"""
+
 _VALUES_MAX: Final = 128
 """Rows of the longest multi-row ``VALUES`` list ``Store._insert_pairs`` writes."""
 _VALUES_SQL: dict[tuple[str, int], str] = {}
@@ -214,11 +246,88 @@ def entry_key(branch_no: int, seq: int) -> int:
 
 
 def node_key(branch_no: int, level: int, index: int) -> int:
-    """Return the ``nodes.k`` of the complete subtree ``(level, index)`` (level >= 1).
+    """Return the ``nodes.k`` of the complete subtree ``(level, index)`` in a SQLite file.
 
-    Only levels >= ``NODE_MIN_LEVEL`` are stored; the key of a lower one names no row.
+    Keyed by the tree size that completes it (schema version 3, FORMAT.md 4): ``end = (index
+    + 1) << level`` in bits 6-47 and the level in bits 0-5, so the nodes of an append sort
+    after every stored one (``merkle::node_key``). Only levels >= ``NODE_MIN_LEVEL`` are
+    stored; the key of a lower one names no row.
+    """
+    return branch_no << _NODE_BRANCH_SHIFT | (index + 1) << level << _NODE_END_SHIFT | level
+
+
+def level_node_key(branch_no: int, level: int, index: int) -> int:
+    """Return the ``nodes.k`` of ``(level, index)`` keyed by level.
+
+    As PostgreSQL's tables and SQLite schema versions 1 and 2 key them:
+    ``branch_no << 48 | level << 42 | index``.
     """
     return branch_no << _NODE_BRANCH_SHIFT | level << _NODE_LEVEL_SHIFT | index
+
+
+PACK_HEAD: Final = 104
+"""Bytes before an entry's own in a packed ``entries`` row (``pack_entry_row``)."""
+_PACK_LEN: Final = 8  # the entry's length, in ASCII decimal digits
+_ENTRY_PACK_SQL: Final = f"""
+INSERT INTO entries(k, hash, digest, salt, data, content)
+SELECT ?2 + rowid - 1, substr(value, 1, 32), substr(value, 33, 32), substr(value, 65, 32),
+    substr(value, {PACK_HEAD + 1}, CAST(substr(value, 97, {_PACK_LEN}) AS INTEGER)),
+    substr(value, {PACK_HEAD + 1} + CAST(substr(value, 97, {_PACK_LEN}) AS INTEGER))
+FROM carray(?1)
+"""
+# carray numbers its rows from 1 in the order given (SQLite's carray.c, xRowid).
+_EVENT_PACK_SQL: Final = (
+    "INSERT INTO event_ids(id, k) SELECT substr(?2, 16 * rowid - 15, 16), value FROM carray(?1)"
+)
+_NODE_PACK_SQL: Final = (
+    "INSERT INTO nodes(k, h) SELECT value, substr(?2, 32 * rowid - 31, 32) FROM carray(?1)"
+)
+
+
+def pack_entry_row(hash: bytes, data: bytes, digest: bytes, salt: bytes, content: bytes) -> bytes:
+    """Return an event's ``entries`` row packed into one byte string (``Store.insert_entry_pack``).
+
+    ``hash || digest || salt || len(data) as 8 decimal digits || data || content``: SQLite takes
+    a batch of them apart in one statement, with no Python object per column. The native core
+    packs the rows it builds the same way (``append::pack_row``).
+
+    Raises:
+        ValueError: if a hash, digest or salt is not 32 bytes or ``data`` is too long.
+    """
+    if not len(hash) == len(digest) == len(salt) == 32:
+        raise ValueError("hash, digest and salt must be 32 bytes each")
+    if len(data) >= 10**_PACK_LEN:
+        raise ValueError(f"entry of {len(data)} bytes is too long to pack")
+    return b"".join((hash, digest, salt, b"%08d" % len(data), data, content))
+
+
+def unpack_entry_row(k: int, packed: bytes) -> tuple[int, bytes, bytes, bytes, bytes, bytes]:
+    """Return the ``(k, hash, data, digest, salt, content)`` row of a packed one, keyed ``k``."""
+    n = int(packed[96:PACK_HEAD])
+    return (
+        k,
+        packed[:32],
+        packed[PACK_HEAD : PACK_HEAD + n],
+        packed[32:64],
+        packed[64:96],
+        packed[PACK_HEAD + n :],
+    )
+
+
+def unpack_keyed(values: bytes, keys: bytes, width: int) -> list[tuple[bytes, int]]:
+    """Return the ``(value, key)`` pairs of packed rows.
+
+    ``width``-byte values end to end and the keys as native 64-bit integers, as
+    ``Store.insert_event_pack`` and ``insert_node_pack`` take them.
+
+    Raises:
+        ValueError: if the two do not hold the same number of rows.
+    """
+    ints = array.array("q")
+    ints.frombytes(keys)
+    if len(values) != width * len(ints):
+        raise ValueError(f"{len(ints)} keys for {len(values)} bytes of {width}-byte values")
+    return [(values[i * width : (i + 1) * width], k) for i, k in enumerate(ints)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,6 +411,13 @@ class Store:
     """The lowest level of the ``nodes`` rows this store's writers write and its verify
     checks: ``NODE_MIN_LEVEL`` for a SQLite file, 1 for the PostgreSQL store (its tables
     keep schema version 1's layout)."""
+    takes_packs: bool = False
+    """Whether a writer may hand this store packed rows (``insert_entry_pack`` and the like,
+    SQLite's carray: a SQLite file); the PostgreSQL store takes rows (its COPY)."""
+    node_by_end: bool = False
+    """Whether ``nodes.k`` is ``node_key`` (by the tree size that completes a node: a SQLite
+    file of schema version 3) or ``level_node_key`` (PostgreSQL, and a SQLite file of version
+    1 or 2 opened read-only, which no open migrates)."""
     read_floor: Callable[[Path], object] | None = None
     """Set by a reader that wants ``floor``: called with the file's path before every read
     transaction begins (``projections.wal_pages.floor``: the WAL position it will see)."""
@@ -376,7 +492,7 @@ class Store:
                         "INSERT INTO meta VALUES('schema_version', ?)", (SQLITE_SCHEMA_VERSION,)
                     )
             version = self.meta("schema_version")
-            if version == SCHEMA_VERSION and not readonly:
+            if version in _BY_LEVEL_VERSIONS and not readonly:
                 version = self._migrate()
         except apsw.CorruptError as e:
             raise _corrupt(e, self.path) from e
@@ -386,33 +502,36 @@ class Store:
             raise _storage_error(e, self.path) from e
         except apsw.Error as e:
             raise _storage_error(e, self.path) from e
-        if version not in (SCHEMA_VERSION, SQLITE_SCHEMA_VERSION):
+        if version not in (*_BY_LEVEL_VERSIONS, SQLITE_SCHEMA_VERSION):
             raise StorageError(
                 f"{self.path} has schema version {version!r}; this memroot reads "
-                f"{SCHEMA_VERSION} and {SQLITE_SCHEMA_VERSION}"
+                f"{', '.join(map(str, _BY_LEVEL_VERSIONS))} and {SQLITE_SCHEMA_VERSION}"
             )
+        self.node_by_end = version == SQLITE_SCHEMA_VERSION
+        self.takes_packs = True
+
+    def key_of_node(self, branch_no: int, level: int, index: int) -> int:
+        """Return the ``nodes.k`` of ``(level, index)`` in this store (``node_by_end``)."""
+        if self.node_by_end:
+            return node_key(branch_no, level, index)
+        return level_node_key(branch_no, level, index)
 
     def _migrate(self) -> int:
-        """Bring a schema version 1 file to version 2 in one transaction; return the version.
+        """Bring a schema version 1 or 2 file to version 3 in one transaction; return it.
 
-        Version 2 drops the level-1 ``nodes`` rows (``NODE_MIN_LEVEL``): they are deleted, by
-        key range per branch, and the meta row says 2, or (an interrupted migration) neither,
-        and the file is version 1 as before: a version 1 file reads the same, as no reader
-        reads its level-1 rows. Another writer may have migrated it first (the version is
-        read again under the write lock).
+        Version 2 dropped the level-1 ``nodes`` rows (``NODE_MIN_LEVEL``); version 3 keys the
+        rows by the tree size that completes them (``node_key``). The rows of level 2 and
+        above are copied, re-keyed and in key order, into a new table that then replaces
+        ``nodes`` (re-keying in place could collide with a key not yet rewritten), and the
+        meta row says 3, or (an interrupted migration) none of it happened and the file is
+        as before, which reads the same. Another writer may have migrated it first (the
+        version is read again under the write lock).
         """
         with self.write():
             version = self.meta("schema_version")
-            if version != SCHEMA_VERSION:
+            if version not in _BY_LEVEL_VERSIONS:
                 return int(version)
-            nos: list[Any] = self.db.execute("SELECT no FROM branches").fetchall()
-            for (no,) in nos:
-                for level in range(1, NODE_MIN_LEVEL):
-                    lo = no << _NODE_BRANCH_SHIFT | level << _NODE_LEVEL_SHIFT
-                    self.db.execute(
-                        "DELETE FROM nodes WHERE k >= ? AND k < ?",
-                        (lo, lo + (1 << _NODE_LEVEL_SHIFT)),
-                    )
+            self.db.execute(_MIGRATE_NODES_SQL)
             self.set_meta("schema_version", SQLITE_SCHEMA_VERSION)
         return SQLITE_SCHEMA_VERSION
 
@@ -819,6 +938,29 @@ class Store:
         """Store completed subtree hashes ``(node_key, hash)`` (inside a write transaction)."""
         self._insert_pairs("INSERT INTO nodes(k, h) VALUES", rows)
 
+    def insert_entry_pack(self, first_k: int, rows: Sequence[bytes]) -> None:
+        """Insert packed event rows (``pack_entry_row``) keyed ``first_k`` on, in one statement.
+
+        One carray binding for the batch: the ~1 us a row of ``executemany`` spends binding
+        six values from Python goes (BENCHMARKS.md, "The batched append's rows packed").
+        """
+        if rows:
+            self.db.execute(_ENTRY_PACK_SQL, (apsw.carray(tuple(rows)), first_k))
+
+    def insert_event_pack(self, ids: bytes, keys: bytes) -> None:
+        """Index events from packed rows: 16-byte ids end to end, entry keys as native int64s."""
+        if keys:
+            self.db.execute(
+                _EVENT_PACK_SQL, (apsw.carray(keys, flags=apsw.SQLITE_CARRAY_INT64), ids)
+            )
+
+    def insert_node_pack(self, keys: bytes, hashes: bytes) -> None:
+        """Store subtree hashes from packed rows: keys as native int64s, 32-byte hashes."""
+        if keys:
+            self.db.execute(
+                _NODE_PACK_SQL, (apsw.carray(keys, flags=apsw.SQLITE_CARRAY_INT64), hashes)
+            )
+
     def _insert_pairs(self, insert: str, rows: Iterable[tuple[Any, Any]]) -> None:
         """Insert two-column rows with multi-row ``VALUES`` statements, up to 128 rows each.
 
@@ -994,7 +1136,7 @@ class Store:
                 folded.append((pos, lvl, first))
                 leaves += [(-1, first + j) for j in range(1 << lvl)]
                 continue
-            k = branch_no << _NODE_BRANCH_SHIFT | lvl << _NODE_LEVEL_SHIFT | i
+            k = self.key_of_node(branch_no, lvl, i)
             h = cache.get(k)
             if h is None:
                 inner.append((pos, k))

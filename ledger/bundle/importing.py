@@ -18,7 +18,7 @@ from typing import Any
 
 from memroot.ledger import merkle
 from memroot.ledger.backends.pg import PgStore, is_url, redact
-from memroot.ledger.backends.store import Store, entry_key, node_key
+from memroot.ledger.backends.store import Store, entry_key
 from memroot.ledger.bundle.audit import audit_bundle
 from memroot.ledger.bundle.export import BundleReader
 from memroot.ledger.entries import CANONICAL_BRANCH, ZERO_HASH, Entry, Kind
@@ -176,7 +176,7 @@ def _import_branch(
             erasures.append((k, row.erased_by))
         for level, index, node in compact.append(h):
             if level >= store.node_min_level:  # the lower ones are folded from the leaves
-                nodes.append((node_key(no, level, index), node))
+                nodes.append((store.key_of_node(no, level, index), node))
         head, count = h, count + 1
         if len(rows) >= _CHUNK:
             flush()

@@ -52,12 +52,11 @@ class _StoreSource:
     def node_mismatches(
         self, branch_no: int, nodes: Sequence[tuple[int, int, bytes]]
     ) -> list[tuple[int, int, bytes, bytes | None]]:
-        from memroot.ledger.backends.store import node_key
-
         # The nodes below the store's node_min_level are not stored (the leaves, checked by
         # step 5 against the entries, give them); a version 1 file's level-1 rows are read by
         # nobody. PostgreSQL stores (and reads) level 1: there every level is checked.
         low = self.store.node_min_level
+        by_end = self.store.node_by_end
         nodes = [n for n in nodes if n[0] >= low]
         if not nodes:
             return []
@@ -70,13 +69,15 @@ class _StoreSource:
             # Nodes complete in order of the leaf that ends them: when the last one was read
             # ahead, every one was (a node absent from the read-ahead is absent from the file).
             if ahead:  # and checked nodes are taken out of the read-ahead
-                bad_ahead = _N.node_mismatches_ahead(branch_no, list(nodes), self._read_ahead)
+                bad_ahead = _N.node_mismatches_ahead(
+                    branch_no, list(nodes), self._read_ahead, by_end
+                )
                 return [(*nodes[i][:2], nodes[i][2], stored) for i, stored in bad_ahead]
-            keys = _N.node_keys(branch_no, list(nodes))
+            keys = _N.node_keys(branch_no, list(nodes), by_end)
             found = _nodes_by_runs(self.store, keys)
             bad = _N.mismatches(keys, [h for _, _, h in nodes], found)
             return [(*nodes[i][:2], nodes[i][2], found.get(keys[i])) for i in bad]
-        keys = [node_key(branch_no, level, index) for level, index, _ in nodes]
+        keys = [self.store.key_of_node(branch_no, level, index) for level, index, _ in nodes]
         stored = {k: bytes(h) for k, h in _nodes_by_runs(self.store, keys).items()}
         return [
             (level, index, h, stored.get(k))
@@ -87,17 +88,28 @@ class _StoreSource:
     def stray_nodes(self, branch_no: int) -> int:
         """Return how many ``nodes`` rows of the branch lie below ``NODE_MIN_LEVEL``.
 
-        None is written in layout version 2 (FORMAT.md 4) and none is read in any version;
-        a version 1 SQLite file and the PostgreSQL tables keep the level-1 rows written
-        before, so those are not counted (0).
+        None is written from layout version 2 on (FORMAT.md 4) and none is read in any
+        version; a version 1 SQLite file and the PostgreSQL tables keep the level-1 rows
+        written before, so those are not counted (0). A version 2 file (opened read-only,
+        so not migrated) is counted by level, a version 3 one by the level bits of its keys.
         """
-        from memroot.ledger.backends.store import NODE_MIN_LEVEL, SQLITE_SCHEMA_VERSION, node_key
+        from memroot.ledger.backends.store import (
+            NODE_MIN_LEVEL,
+            SCHEMA_VERSION,
+            level_node_key,
+        )
 
-        if self.store.meta("schema_version") != SQLITE_SCHEMA_VERSION:
+        if self.store.meta("schema_version") == SCHEMA_VERSION:  # version 1, or PostgreSQL
             return 0
-        row: Any = self.store.db.execute(
-            "SELECT count(*) FROM nodes WHERE k >= ? AND k < ?",
-            (node_key(branch_no, 0, 0), node_key(branch_no, NODE_MIN_LEVEL, 0)),
+        if not self.store.node_by_end:
+            bounds = (level_node_key(branch_no, 0, 0), level_node_key(branch_no, NODE_MIN_LEVEL, 0))
+            row: Any = self.store.db.execute(
+                "SELECT count(*) FROM nodes WHERE k >= ? AND k < ?", bounds
+            ).fetchone()
+            return int(row[0])
+        row = self.store.db.execute(
+            "SELECT count(*) FROM nodes WHERE k >= ? AND k < ? AND (k & 63) < ?",
+            (branch_no << 48, (branch_no + 1) << 48, NODE_MIN_LEVEL),
         ).fetchone()
         return int(row[0])
 
@@ -219,26 +231,32 @@ the checks read each page about once, so 8 MiB costs no time (measured: same CPU
 59 MB)."""
 
 
-def _node_ranges(branch_no: int, start: int, stop: int) -> list[int]:
+def _node_ranges(branch_no: int, start: int, stop: int, *, by_end: bool) -> list[int]:
     """Return ``[lo, hi, ...]``: the ``nodes`` key ranges of the subtrees leaves complete.
 
     Leaves ``start`` to ``stop - 1`` complete, on level ``L`` >= 1, the subtrees with
-    indexes ``start >> L`` to ``(stop >> L) - 1``.
+    indexes ``start >> L`` to ``(stop >> L) - 1``: keyed by the tree size that completes
+    them (``by_end``, ``node_key``), the one range of the sizes ``start + 1`` to ``stop``;
+    keyed by level (``level_node_key``), a range a level.
     """
-    from memroot.ledger.backends.store import node_key
+    from memroot.ledger.backends.store import level_node_key
 
+    if by_end:
+        return [(branch_no << 48) | (start + 1) << 6, (branch_no << 48) | (stop + 1) << 6]
     out: list[int] = []
     level = 1
     while stop >> level > start >> level:
         out += (
-            node_key(branch_no, level, start >> level),
-            node_key(branch_no, level, stop >> level),
+            level_node_key(branch_no, level, start >> level),
+            level_node_key(branch_no, level, stop >> level),
         )
         level += 1
     return out
 
 
 _NODE_RANGES_SQL: dict[int, str] = {}
+_END_GAP: Final = 4 << 6 | 63
+"""Keys (``node_key``) of nodes that complete at sizes four apart differ by at most this."""
 
 
 def _nodes_in_ranges(db: Any, ranges: list[int]) -> list[tuple[int, bytes]]:
@@ -339,7 +357,7 @@ class _ChunkReader:
                     return
                 done = 0
                 for rows in _row_chunks(twin.db, self._lo, self._hi):
-                    ranges = _node_ranges(self._no, done, done + len(rows))
+                    ranges = _node_ranges(self._no, done, done + len(rows), by_end=twin.node_by_end)
                     nodes = dict(_nodes_in_ranges(twin.db, ranges))
                     events = _event_rows_ahead(twin.db, rows)
                     digests = _N.content_digests_ok(rows)
@@ -377,15 +395,19 @@ def _nodes_by_runs(store: Store, keys: list[int]) -> dict[int, bytes]:
     """Return ``{k: h}`` of the stored nodes among ``keys``, one range scan per run of keys.
 
     The nodes a chunk of appends completed have consecutive indexes on each level, so their
-    keys fall into a few runs of consecutive integers: a range scan reads each run in key
-    order, where an ``IN`` list descends the b-tree once per key.
+    keys fall into a few runs of consecutive integers (keyed by level), or into one run of
+    keys at most ``_END_GAP`` apart (keyed by the tree size that completes them: the sizes
+    that complete a node of level >= 2 are multiples of 4): a range scan reads each run in
+    key order, where an ``IN`` list descends the b-tree once per key. A scan may return rows
+    not asked for, which no caller looks up.
     """
     found: dict[int, bytes] = {}
     ordered = sorted(set(keys))
+    gap = _END_GAP if store.node_by_end else 1
     i = 0
     while i < len(ordered):
         j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+        while j + 1 < len(ordered) and ordered[j + 1] - ordered[j] <= gap:
             j += 1
         if j - i < 8:
             found.update(store.lookup("nodes", "k", "h", ordered[i : j + 1]))

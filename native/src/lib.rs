@@ -447,16 +447,19 @@ fn verify_rows<'py>(
     )
 }
 
-/// The `nodes.k` of each `(level, index, hash)` on branch `branch_no` (`store.node_key`).
+/// The `nodes.k` of each `(level, index, hash)` on branch `branch_no` (`Store.node_key`;
+/// `by_end`: layout version 3, `merkle::node_key`).
 #[pyfunction]
-fn node_keys(branch_no: u64, nodes: Vec<(u64, u64, Bound<'_, PyAny>)>) -> PyResult<Vec<u64>> {
+fn node_keys(
+    branch_no: u64,
+    nodes: Vec<(u64, u64, Bound<'_, PyAny>)>,
+    by_end: bool,
+) -> PyResult<Vec<u64>> {
     nodes
         .iter()
         .map(|(level, index, _)| {
-            if branch_no >= 1 << 15 || *level >= 1 << 6 || *index >= 1 << 42 {
-                return reject("node key out of range");
-            }
-            Ok(branch_no << 48 | level << 42 | index)
+            merkle::node_key(branch_no, *level, *index, by_end)
+                .map_or_else(|| reject("node key out of range"), Ok)
         })
         .collect()
 }
@@ -471,14 +474,15 @@ fn node_mismatches_ahead<'py>(
     branch_no: u64,
     nodes: &Bound<'py, PyList>,
     found: &Bound<'py, PyDict>,
+    by_end: bool,
 ) -> PyResult<Vec<(usize, Option<Bound<'py, PyAny>>)>> {
     let mut wanted = Vec::with_capacity(nodes.len());
     for item in nodes.iter() {
         let (level, index, hash): (u64, u64, Bound<'py, PyAny>) = item.extract()?;
-        if branch_no >= 1 << 15 || level >= 1 << 6 || index >= 1 << 42 {
+        let Some(k) = merkle::node_key(branch_no, level, index, by_end) else {
             return reject("node key out of range");
-        }
-        wanted.push((branch_no << 48 | level << 42 | index, hash));
+        };
+        wanted.push((k, hash));
     }
     let mut out = Vec::new();
     let mut present = Vec::with_capacity(wanted.len());
@@ -607,6 +611,96 @@ fn build_events<'py>(
     rand: &[u8],
     entry_type: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyTuple>> {
+    let run = Run {
+        queue,
+        event_type,
+        appended_type,
+        event_kind,
+        branch,
+        branch_no,
+        seq,
+        last_ts,
+        now,
+        max_raw,
+        rand,
+    };
+    build_run(py, &run, prev, entry_type, false)
+}
+
+/// `build_events` without hooks, its rows packed for `Store.insert_entry_pack` and
+/// `insert_event_pack`: the same `(count, rows, events, leaves, appended, last_ts, None,
+/// None)`, but each `entries` row one byte string (`append::pack_row`) and `events` one pair
+/// `(ids, keys)`: the 16-byte ids end to end, in id order, and their entry keys as native
+/// 64-bit integers in the same order.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn build_event_pack<'py>(
+    py: Python<'py>,
+    queue: &Bound<'py, PyList>,
+    event_type: &Bound<'py, PyAny>,
+    appended_type: &Bound<'py, PyAny>,
+    event_kind: &Bound<'py, PyAny>,
+    branch: &Bound<'py, PyString>,
+    branch_no: u64,
+    seq: u64,
+    prev: &[u8],
+    last_ts: Option<u64>,
+    now: u64,
+    max_raw: usize,
+    rand: &[u8],
+) -> PyResult<Bound<'py, PyTuple>> {
+    let run = Run {
+        queue,
+        event_type,
+        appended_type,
+        event_kind,
+        branch,
+        branch_no,
+        seq,
+        last_ts,
+        now,
+        max_raw,
+        rand,
+    };
+    build_run(py, &run, prev, None, true)
+}
+
+/// The inputs of `build_events` that its two forms share.
+struct Run<'a, 'py> {
+    queue: &'a Bound<'py, PyList>,
+    event_type: &'a Bound<'py, PyAny>,
+    appended_type: &'a Bound<'py, PyAny>,
+    event_kind: &'a Bound<'py, PyAny>,
+    branch: &'a Bound<'py, PyString>,
+    branch_no: u64,
+    seq: u64,
+    last_ts: Option<u64>,
+    now: u64,
+    max_raw: usize,
+    rand: &'a [u8],
+}
+
+/// The loop of `build_events` (`pack`: `build_event_pack`'s rows and events).
+fn build_run<'py>(
+    py: Python<'py>,
+    run: &Run<'_, 'py>,
+    prev: &[u8],
+    entry_type: Option<&Bound<'py, PyAny>>,
+    pack: bool,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let Run {
+        queue,
+        event_type,
+        appended_type,
+        event_kind,
+        branch,
+        branch_no,
+        seq,
+        last_ts,
+        now,
+        max_raw,
+        rand,
+    } = *run;
     let prev_obj = PyBytes::new(py, prev);
     let mut prev = hash32(prev, "prev")?;
     let mut prev_obj = prev_obj.into_any();
@@ -716,15 +810,32 @@ fn build_events<'py>(
         let k = branch_no << 40 | seq;
         let leaf = PyBytes::new(py, &built.leaf);
         let id = PyString::new(py, &built.id);
-        let raw = PyBytes::new(py, &built.raw);
-        rows.append((
-            k,
-            &leaf,
-            &raw,
-            PyBytes::new(py, &built.digest),
-            PyBytes::new(py, &built.salt),
-            PyBytes::new(py, ev.content),
-        ))?;
+        if pack {
+            let Some(len) = append::packed_len(&built.raw, ev.content) else {
+                break;
+            };
+            let row = PyBytes::new_with(py, len, |out| {
+                append::pack_row_into(
+                    out,
+                    &built.leaf,
+                    &built.digest,
+                    &built.salt,
+                    &built.raw,
+                    ev.content,
+                );
+                Ok(())
+            })?;
+            rows.append(row)?;
+        } else {
+            rows.append((
+                k,
+                &leaf,
+                PyBytes::new(py, &built.raw),
+                PyBytes::new(py, &built.digest),
+                PyBytes::new(py, &built.salt),
+                PyBytes::new(py, ev.content),
+            ))?;
+        }
         ids.push((built.raw_id, k));
         leaves.append(&leaf)?;
         let fields = PyTuple::new(
@@ -770,7 +881,7 @@ fn build_events<'py>(
                     event_kind.clone(),
                     event_text.as_any().clone(),
                     body.into_any(),
-                    raw.clone().into_any(),
+                    PyBytes::new(py, &built.raw).into_any(),
                     leaf.as_any().clone(),
                 ],
             )?;
@@ -785,16 +896,29 @@ fn build_events<'py>(
     // In id order: the UUIDv7s of one millisecond then append to the index in order (the
     // order of the rows inserted changes nothing stored).
     ids.sort_unstable();
-    let events = PyList::empty(py);
-    for (raw_id, k) in ids {
-        events.append((PyBytes::new(py, &raw_id), k))?;
-    }
+    let events = if pack {
+        let mut raws = Vec::with_capacity(16 * ids.len());
+        let mut keys = Vec::with_capacity(8 * ids.len());
+        for (raw_id, k) in &ids {
+            raws.extend_from_slice(raw_id);
+            keys.extend_from_slice(&k.to_ne_bytes());
+        }
+        (PyBytes::new(py, &raws), PyBytes::new(py, &keys))
+            .into_pyobject(py)?
+            .into_any()
+    } else {
+        let events = PyList::empty(py);
+        for (raw_id, k) in ids {
+            events.append((PyBytes::new(py, &raw_id), k))?;
+        }
+        events.into_any()
+    };
     PyTuple::new(
         py,
         [
             count.into_pyobject(py)?.into_any(),
             rows.into_any(),
-            events.into_any(),
+            events,
             leaves.into_any(),
             appended.into_any(),
             last_ts.into_pyobject(py)?.into_any(),
@@ -805,20 +929,25 @@ fn build_events<'py>(
 }
 
 type NodeRows<'py> = Vec<(u64, Bound<'py, PyBytes>)>;
+/// Completed nodes as `(nodes.k, hash)`.
+type KeyedNodes = Vec<(u64, Hash)>;
+/// `compact_append_pack`'s new hashes, keys and hashes end to end.
+type NodePack<'py> = (
+    Vec<Bound<'py, PyBytes>>,
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+);
 
-/// Fold leaf hashes into a compact range and return the new hashes and the `nodes` rows
-/// `(nodes.k, hash)`, in key order, of the interior nodes completed on branch `branch_no`
-/// at level `min_level` or above (`CompactRange.append_many`, `store.node_key` and
-/// `store.NODE_MIN_LEVEL`).
-#[pyfunction]
-fn compact_append_rows<'py>(
-    py: Python<'py>,
+/// Fold `leaves` into the compact range `(size, hashes)`: the new hashes and the completed
+/// nodes of level `min_level` or above as `(nodes.k, hash)`, in key order.
+fn compact_append_keyed(
     branch_no: u64,
     size: u64,
-    hashes: &Bound<'py, PyList>,
-    leaves: &Bound<'py, PyList>,
+    hashes: &Bound<'_, PyList>,
+    leaves: &Bound<'_, PyList>,
     min_level: u32,
-) -> PyResult<(Vec<Bound<'py, PyBytes>>, NodeRows<'py>)> {
+    by_end: bool,
+) -> PyResult<(Vec<Hash>, KeyedNodes)> {
     if branch_no >= 1 << 15 {
         return reject("branch number out of range");
     }
@@ -832,7 +961,7 @@ fn compact_append_rows<'py>(
     let leaves = hashes32(leaves, "leaf hash")?;
     if size
         .checked_add(leaves.len() as u64)
-        .is_none_or(|s| s > 1 << 42)
+        .is_none_or(|s| s > 1 << 40)
     {
         return reject("tree too large for node keys");
     }
@@ -840,20 +969,66 @@ fn compact_append_rows<'py>(
     for leaf in leaves {
         cr.append(leaf, &mut nodes);
     }
-    let out = cr.hashes.iter().map(|h| PyBytes::new(py, h)).collect();
-    let mut keyed: Vec<(u64, &Hash)> = nodes
-        .iter()
+    let mut keyed: Vec<(u64, Hash)> = nodes
+        .into_iter()
         .filter(|(level, _, _)| *level >= min_level)
-        .map(|(level, index, h)| (branch_no << 48 | u64::from(*level) << 42 | index, h))
+        .map(|(level, index, h)| {
+            // In range: the tree holds at most 2**40 leaves (checked above).
+            let k = merkle::node_key(branch_no, u64::from(level), index, by_end);
+            (k.unwrap_or(u64::MAX), h)
+        })
         .collect();
     // In key order, the rows of each level append at the end of that level's key range
     // (the order of the rows inserted changes nothing stored).
     keyed.sort_unstable_by_key(|(k, _)| *k);
+    Ok((cr.hashes, keyed))
+}
+
+/// Fold leaf hashes into a compact range and return the new hashes and the `nodes` rows
+/// `(nodes.k, hash)`, in key order, of the interior nodes completed on branch `branch_no`
+/// at level `min_level` or above (`CompactRange.append_many`, `store.node_key` and
+/// `store.NODE_MIN_LEVEL`).
+#[pyfunction]
+fn compact_append_rows<'py>(
+    py: Python<'py>,
+    branch_no: u64,
+    size: u64,
+    hashes: &Bound<'py, PyList>,
+    leaves: &Bound<'py, PyList>,
+    min_level: u32,
+    by_end: bool,
+) -> PyResult<(Vec<Bound<'py, PyBytes>>, NodeRows<'py>)> {
+    let (out, keyed) = compact_append_keyed(branch_no, size, hashes, leaves, min_level, by_end)?;
+    let out = out.iter().map(|h| PyBytes::new(py, h)).collect();
     let rows = keyed
-        .into_iter()
-        .map(|(k, h)| (k, PyBytes::new(py, h)))
+        .iter()
+        .map(|(k, h)| (*k, PyBytes::new(py, h)))
         .collect();
     Ok((out, rows))
+}
+
+/// `compact_append_rows` with the `nodes` rows packed for `Store.insert_node_pack`: the new
+/// hashes, the rows' keys as native 64-bit integers and their hashes end to end, in key
+/// order.
+#[pyfunction]
+fn compact_append_pack<'py>(
+    py: Python<'py>,
+    branch_no: u64,
+    size: u64,
+    hashes: &Bound<'py, PyList>,
+    leaves: &Bound<'py, PyList>,
+    min_level: u32,
+    by_end: bool,
+) -> PyResult<NodePack<'py>> {
+    let (out, keyed) = compact_append_keyed(branch_no, size, hashes, leaves, min_level, by_end)?;
+    let out = out.iter().map(|h| PyBytes::new(py, h)).collect();
+    let mut keys = Vec::with_capacity(8 * keyed.len());
+    let mut hashes = Vec::with_capacity(32 * keyed.len());
+    for (k, h) in &keyed {
+        keys.extend_from_slice(&k.to_ne_bytes());
+        hashes.extend_from_slice(h);
+    }
+    Ok((out, PyBytes::new(py, &keys), PyBytes::new(py, &hashes)))
 }
 
 /// The 16-byte ids of `(event id, seq)` pairs, in order; `Reject` if one is not canonical
@@ -1099,12 +1274,13 @@ fn row_event_ids<'py>(py: Python<'py>, rows: &Bound<'py, PyList>) -> PyResult<Op
     Ok(span.map(|(n, lo, hi)| (n, PyBytes::new(py, &lo), PyBytes::new(py, &hi))))
 }
 
-/// The `entries.k` (level 0) or `nodes.k` of a complete subtree on branch `branch_no`.
-fn tree_key(branch_no: u64, (level, index): merkle::NodeId) -> u64 {
+/// The `entries.k` (level 0) or `nodes.k` of a complete subtree on branch `branch_no`
+/// (`by_end`: `merkle::node_key`'s layout version 3); `checked_plan` bounds the arguments.
+fn tree_key(branch_no: u64, (level, index): merkle::NodeId, by_end: bool) -> u64 {
     if level == 0 {
         branch_no << 40 | index
     } else {
-        branch_no << 48 | u64::from(level) << 42 | index
+        merkle::node_key(branch_no, u64::from(level), index, by_end).unwrap_or(u64::MAX)
     }
 }
 
@@ -1125,10 +1301,11 @@ fn inclusion_keys(
     index: u64,
     size: u64,
     cache: &Bound<'_, PyDict>,
+    by_end: bool,
 ) -> PyResult<(Vec<u64>, Vec<u64>)> {
     let (mut leaves, mut inner) = (Vec::new(), Vec::new());
     for id in checked_plan(branch_no, index, size)? {
-        let k = tree_key(branch_no, id);
+        let k = tree_key(branch_no, id, by_end);
         if id.0 == 0 {
             leaves.push(k);
         } else if id.0 < merkle::NODE_MIN_LEVEL {
@@ -1158,6 +1335,7 @@ fn inclusion_from_rows<'py>(
     rows: &Bound<'py, PyList>,
     cache_min_level: u32,
     cache_max: usize,
+    by_end: bool,
 ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
     let (siblings, left, right) = {
         checked_plan(branch_no, index, size)?;
@@ -1176,7 +1354,7 @@ fn inclusion_from_rows<'py>(
     let mut resolved = Vec::with_capacity(siblings.len() + left.len() + right.len());
     let mut fresh = Vec::new();
     for &id in siblings.iter().chain(&left).chain(&right) {
-        let k = tree_key(branch_no, id);
+        let k = tree_key(branch_no, id, by_end);
         let h = if id.0 == 0 {
             read.get(&(0, k)).cloned()
         } else if id.0 < merkle::NODE_MIN_LEVEL {
@@ -1247,6 +1425,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(mismatches, m)?)?;
     m.add_function(wrap_pyfunction!(node_mismatches_ahead, m)?)?;
     m.add_function(wrap_pyfunction!(build_events, m)?)?;
+    m.add_function(wrap_pyfunction!(build_event_pack, m)?)?;
     m.add_function(wrap_pyfunction!(inclusion_keys, m)?)?;
     m.add_function(wrap_pyfunction!(inclusion_from_rows, m)?)?;
     m.add_function(wrap_pyfunction!(event_id_span, m)?)?;
@@ -1257,6 +1436,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(event_index_span, m)?)?;
     m.add_class::<IndexSpan>()?;
     m.add_function(wrap_pyfunction!(compact_append_rows, m)?)?;
+    m.add_function(wrap_pyfunction!(compact_append_pack, m)?)?;
     m.add_class::<sign::Ed25519Key>()?;
     m.add_class::<sign::Ed25519Verifier>()?;
     m.add_function(wrap_pyfunction!(rows::encode_rows, m)?)?;

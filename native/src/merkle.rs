@@ -48,6 +48,26 @@ impl CompactRange {
 /// is folded from its leaves (`fold_perfect`).
 pub const NODE_MIN_LEVEL: u32 = 2;
 
+/// The `nodes.k` of the complete subtree `(level, index)` on branch `branch_no`, as
+/// `Store.node_key` computes it (FORMAT.md 4). `by_end` (layout version 3): keyed by the
+/// tree size that completes it, `branch_no << 48 | (index + 1) << level << 6 | level`, so
+/// the nodes an append completes all sort after every stored one; otherwise (versions 1-2
+/// and PostgreSQL) by level, `branch_no << 48 | level << 42 | index`. None out of range (a
+/// branch number of 15 bits, a level of 6, a tree of `2**40` leaves for `by_end`).
+#[must_use]
+pub fn node_key(branch_no: u64, level: u64, index: u64, by_end: bool) -> Option<u64> {
+    if branch_no >= 1 << 15 || level >= 1 << 6 || index >= 1 << 42 {
+        return None;
+    }
+    if !by_end {
+        return Some(branch_no << 48 | level << 42 | index);
+    }
+    if level > 40 || index + 1 > (1 << 40) >> level {
+        return None;
+    }
+    Some(branch_no << 48 | (index + 1) << level << 6 | level)
+}
+
 /// The hash of the perfect subtree over `leaves` (a power of two of them, at least one),
 /// folded pairwise level by level as RFC 9162 section 2.1.1 splits a perfect tree.
 #[must_use]
@@ -218,6 +238,19 @@ mod plan_tests {
 mod tests {
     use super::*;
     use crate::hash::leaf_hash;
+
+    #[test]
+    fn node_keys_by_end_sort_in_append_order() {
+        assert_eq!(node_key(1, 2, 0, false), Some(1 << 48 | 2 << 42));
+        assert_eq!(node_key(1, 2, 0, true), Some(1 << 48 | 4 << 6 | 2));
+        assert_eq!(node_key(1, 3, 0, true), Some(1 << 48 | 8 << 6 | 3));
+        // (2, 1) ends at 8 too, below (3, 0); both after (2, 0) and before anything of 9..
+        assert!(node_key(1, 2, 1, true) < node_key(1, 3, 0, true));
+        assert!(node_key(1, 2, 0, true) < node_key(1, 2, 1, true));
+        assert_eq!(node_key(1, 40, 0, true), Some(1 << 48 | 1 << 46 | 40));
+        assert_eq!(node_key(1, 40, 1, true), None); // past 2**40 leaves
+        assert_eq!(node_key(1 << 15, 2, 0, false), None);
+    }
 
     /// The RFC's recursive MTH, for checking the folds.
     fn mth(leaves: &[Hash]) -> Hash {

@@ -20,6 +20,7 @@ import pytest
 from memroot.ledger import _appending as appending_module
 from memroot.ledger import keys as keys_module
 from memroot.ledger import ledger as ledger_module
+from memroot.ledger.backends.store import node_key
 from memroot.ledger.entries import EventInput, OpInput
 from memroot.ledger.errors import KeyFileError, StorageError
 from memroot.ledger.ledger import Ledger
@@ -173,10 +174,11 @@ def test_copy_snapshot_is_a_ledger_file(tmp_path: Path, pg_url: str, pg_key: Pat
 def test_copy_snapshot_leaves_level_1_rows_behind(
     tmp_path: Path, pg_url: str, pg_key: Path
 ) -> None:
-    """PostgreSQL's level-1 nodes rows are not copied into a SQLite file (layout version 2).
+    """PostgreSQL's level-1 nodes rows are not copied into a SQLite file (layout version 3).
 
-    PostgreSQL keeps them (its layout, FORMAT.md 4); a SQLite file of layout version 2 holds
-    none (verify's step 5 reports one there).
+    PostgreSQL keeps them, keyed by level (its layout, FORMAT.md 4); a SQLite file of layout
+    version 3 holds none (verify's step 5 reports one there) and keys the others by the tree
+    size that completes them.
     """
     with Ledger.init(pg_url, origin=ORIGIN, key_path=pg_key) as ledger:
         ledger.append_batch([_event(i) for i in range(30)])
@@ -186,8 +188,13 @@ def test_copy_snapshot_leaves_level_1_rows_behind(
         root = ledger.root()
     with Ledger.open(tmp_path / "copy.ledger", hooks=(), readonly=True) as copy:
         assert copy.root() == root
-        levels = {k >> 42 & 63 for (k,) in copy.store.db.execute("SELECT k FROM nodes")}
-        assert min(levels) == 2
+        keys = [k for (k,) in copy.store.db.execute("SELECT k FROM nodes ORDER BY k")]
+        rekeyed = sorted(
+            node_key(k >> 48, k >> 42 & 63, k & ((1 << 42) - 1))
+            for k in stored
+            if k >> 42 & 63 >= 2
+        )
+        assert keys == rekeyed  # each row of level >= 2, keyed by the size that completes it
     assert verify_path(tmp_path / "copy.ledger").ok
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import array
 import random
 from pathlib import Path
 from typing import Any
@@ -359,7 +360,7 @@ def test_tree_rows_of_reads_the_branch_and_exactly_the_rows_that_exist(
     nodes = [node_key(b.no, 1, i) for i in range(count)]  # i >= 125 do not exist
     want = sorted(
         [(0, k, bytes([k & 0xFF]) * 32) for k in leaves if k & 0xFFFF < 250]
-        + [(1, k, bytes([k & 0xFF]) * 32) for k in nodes if k & 0xFFFF < 125]
+        + [(1, k, bytes([i]) * 32) for i, k in enumerate(nodes) if i < 125]
     )
     have, got = store.tree_rows_of("main", leaves, nodes)
     assert have == (250, b.no)
@@ -385,3 +386,58 @@ def test_entry_rows_of_a_run_are_the_rows_of_its_keys(store: Store) -> None:
         assert run == store.entry_rows(1, [3, 4, 6, 7, 8, 9])  # not a run: key by key
         assert store.entry_rows(1, [8, 9]) == [r for r in run if r.seq >= 8]
         assert [r.seq for r in store.entry_rows(2, [0, 1])] == [0, 1]
+
+
+def test_packed_rows_store_what_the_row_inserts_store(tmp_path: Path) -> None:
+    """insert_entry_pack / insert_event_pack / insert_node_pack write the tuples' very rows."""
+    rng = random.Random(5)
+    no = 1  # the first branch of a new file
+    entries = []
+    for i in range(300):
+        hash_, data = rng.randbytes(32), rng.randbytes(rng.randrange(1, 400))
+        digest, salt, content = (
+            rng.randbytes(32),
+            rng.randbytes(32),
+            rng.randbytes(rng.randrange(50)),
+        )
+        entries.append((entry_key(no, i), hash_, data, digest, salt, content))
+    events = sorted((rng.randbytes(16), entry_key(no, i)) for i in range(300))
+    nodes = [(node_key(no, 2 + i % 3, i), rng.randbytes(32)) for i in range(90)]
+    packed = [store_module.pack_entry_row(h, d, g, t, c) for _, h, d, g, t, c in entries]
+    unpacked = [
+        store_module.unpack_entry_row(r[0], p) for r, p in zip(entries, packed, strict=True)
+    ]
+    assert unpacked == entries
+    written = []
+    for name in ("tuples", "packed"):
+        s = Store(tmp_path / f"{name}.db", create=True)
+        with s.write():
+            assert s.add_branch("main", bytes(32)).no == no
+            if name == "tuples":
+                s.insert_entries(entries)
+                s.insert_event_ids(events)
+                s.insert_nodes(nodes)
+            else:
+                s.insert_entry_pack(entry_key(no, 0), packed)
+                keys = array.array("q", [k for _, k in events]).tobytes()
+                s.insert_event_pack(b"".join(i for i, _ in events), keys)
+                keys = array.array("q", [k for k, _ in nodes]).tobytes()
+                s.insert_node_pack(keys, b"".join(h for _, h in nodes))
+                s.insert_entry_pack(entry_key(no, 300), [])  # nothing to insert: no statement
+                s.insert_event_pack(b"", b"")
+                s.insert_node_pack(b"", b"")
+        written.append(rows(s))
+        # An empty content is an empty blob, as the tuples store it, never NULL.
+        query = "SELECT count(*) FROM entries WHERE typeof(content) != 'blob'"
+        assert s.db.execute(query).fetchone() == (0,)
+        s.close()
+    assert any(not e[5] for e in entries)
+    assert written[0] == written[1]
+
+
+def test_a_packed_row_refuses_what_it_cannot_hold() -> None:
+    """pack_entry_row refuses a hash of the wrong size; unpack_keyed keys and values that differ."""
+    with pytest.raises(ValueError, match="32 bytes"):
+        store_module.pack_entry_row(b"h", b"d", bytes(32), bytes(32), b"")
+    with pytest.raises(ValueError, match="2 keys"):
+        store_module.unpack_keyed(bytes(16), bytes(16), 16)

@@ -11,6 +11,7 @@ nothing written.
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
 import shutil
 import tempfile
@@ -24,11 +25,13 @@ from hypothesis import strategies as st
 
 from memroot.ledger import _appending as appending_module
 from memroot.ledger import _backend
-from memroot.ledger.backends.store import NODE_MIN_LEVEL
+from memroot.ledger._state import _MAX_ENTRY_BYTES, Appended
+from memroot.ledger.backends.store import NODE_MIN_LEVEL, unpack_entry_row, unpack_keyed
 from memroot.ledger.entries import (
     MAX_SNAPSHOT_EVERY,
     TS_MAX_AHEAD_US,
     EventInput,
+    Kind,
     OpInput,
     new_uuid,
     now_us,
@@ -155,7 +158,7 @@ def test_native_batches_store_the_reference_bytes(inputs: Any, seed: int, sizes:
                 assert dump(native) == dump(ref)
                 assert native.root() == ref.root()
                 # Both store the levels >= NODE_MIN_LEVEL only, each node once (FORMAT.md 4).
-                levels = {k >> 42 & 63 for k, _ in dump(native)[2]}
+                levels = {k & 63 for k, _ in dump(native)[2]}  # node_key: the level in bits 0-5
                 assert not levels or min(levels) >= NODE_MIN_LEVEL
                 size = native.store.branch("main").size
                 assert len(dump(native)[2]) == sum(size >> lv for lv in range(NODE_MIN_LEVEL, 42))
@@ -372,3 +375,65 @@ def test_an_own_id_taken_is_refused_after_the_events_before_it(
             assert dump(ledger) == before
         done = ledger.append_batch([inputs.event(rng, 7, id=fresh), inputs.event(rng, 8)])
         assert done[0].id == fresh and ledger.find_event(fresh) == ("main", 2)
+
+
+def test_packed_runs_hold_the_rows_build_events_makes(inputs: Any) -> None:
+    """build_event_pack's packed rows, events and nodes unpack to build_events' own."""
+    native = appending_module._N
+    assert native is not None
+    rng = random.Random(11)
+    base = now_us() - 1_000_000
+    # Own ids and ts: both calls then build the same entries from the same randomness.
+    items = [inputs.event(rng, i, id=new_uuid(), ts=base + i) for i in range(40)]
+    items[3] = dataclasses.replace(items[3], content="")  # empty content stays a blob
+    queue = list(reversed(items))
+    rand = bytes(rng.randrange(256) for _ in range(42 * len(items)))
+    args = (queue, EventInput, Appended, Kind.EVENT, "main", 0, 1, bytes(32), None, now_us())
+    tail = (_MAX_ENTRY_BYTES, rand)
+    plain = native.build_events(*args, *tail)
+    packed = native.build_event_pack(*args, *tail)
+    assert packed[0] == plain[0] == len(items)
+    assert [unpack_entry_row(r[0], p) for r, p in zip(plain[1], packed[1], strict=True)] == plain[1]
+    assert unpack_keyed(*packed[2], 16) == plain[2]
+    assert packed[3:6] == plain[3:6] and packed[6:] == (None, None)
+    hashes = [bytes(32)]  # a tree of size 1
+    rows = native.compact_append_rows(0, 1, hashes, plain[3], NODE_MIN_LEVEL, True)
+    pack = native.compact_append_pack(0, 1, hashes, plain[3], NODE_MIN_LEVEL, True)
+    assert pack[0] == rows[0]
+    assert [(k, h) for h, k in unpack_keyed(pack[2], pack[1], 32)] == rows[1]
+
+
+def test_an_event_erased_in_its_own_batch_matches_the_reference(
+    pair: tuple[Path, Path], inputs: Any
+) -> None:
+    """A TOMBSTONE of an event its own batch packed natively stores the reference's bytes."""
+    a, b = pair
+    rng = random.Random(12)
+    target = new_uuid()
+    batch: list[EventInput | OpInput] = [inputs.event(rng, i) for i in range(5)]
+    batch[2] = dataclasses.replace(batch[2], id=target)
+    batch.append(inputs.tombstone(target))
+    batch += [inputs.event(rng, i) for i in range(5, 8)]
+    drawn: list[bytes] = []  # the randomness of the native runs: the target's salt is in it
+
+    def urandom(n: int) -> bytes:
+        drawn.append(os.urandom(n))
+        return drawn[-1]
+
+    saved = appending_module.os
+    appending_module.os = types.SimpleNamespace(urandom=urandom)  # type: ignore[assignment]
+    try:
+        with Ledger.open(a, hooks=()) as native:
+            before = native.store.branch("main").size
+            native.append_batch(batch[:2])
+            drawn.clear()
+            native.append_batch(batch[2:])  # a native run from the target, then the TOMBSTONE
+    finally:
+        appending_module.os = saved
+    with Ledger.open(a, hooks=()) as native:
+        erased = native.store.entry_row(native.branch_row().no, before + 2)
+        assert erased.content is None and erased.salt is None
+        assert erased.erased_by == before + 5
+        salts = {before + 2: drawn[0][:32]}  # the run's first event: the first 32 bytes
+        with replay_reference(b, [batch[:2], batch[2:]], native, salts) as ref:
+            assert dump(native) == dump(ref)

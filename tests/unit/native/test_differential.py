@@ -392,10 +392,15 @@ def test_uuid_bytes_parses_canonical_text_only(text: str) -> None:
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 40), st.integers(0, 2**30)), max_size=20))
 def test_node_keys_and_mismatches(ids: list[tuple[int, int]]) -> None:
-    from memroot.ledger.backends.store import node_key
+    from memroot.ledger.backends.store import level_node_key, node_key
 
     nodes = [(level, index, bytes([level % 256]) * 32) for level, index in ids]
-    keys = native.node_keys(3, nodes)
+    assert native.node_keys(3, nodes, False) == [level_node_key(3, lv, i) for lv, i, _ in nodes]
+    if any((i + 1) << lv > 1 << 40 for lv, i, _ in nodes):  # past a branch's 2**40 entries
+        with pytest.raises(native.Reject):
+            native.node_keys(3, nodes, True)
+        nodes = [n for n in nodes if (n[1] + 1) << n[0] <= 1 << 40]
+    keys = native.node_keys(3, nodes, True)
     assert keys == [node_key(3, level, index) for level, index, _ in nodes]
     found = {k: h for k, (_, _, h) in zip(keys[::2], nodes[::2], strict=True)}
     bad = native.mismatches(keys, [h for _, _, h in nodes], found)

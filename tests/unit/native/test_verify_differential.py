@@ -372,14 +372,14 @@ def test_the_node_check_against_the_read_ahead_takes_the_nodes_out() -> None:
     native = _backend.NATIVE
     assert native is not None
     nodes = [(1, i, bytes([i]) * 32) for i in range(6)] + [(2, 1, b"\x09" * 32)]
-    keys = native.node_keys(3, nodes)
+    keys = native.node_keys(3, nodes, True)
     found = {k: h for k, (_, _, h) in zip(keys, nodes, strict=True)}
     found[keys[2]] = b"\x00" * 32  # a stored node that differs
     del found[keys[4]]  # and one missing
     found[12345] = b"other"  # a node read ahead for later leaves
     want = [(i, found.get(keys[i])) for i in native.mismatches(keys, [h for *_, h in nodes], found)]
     assert want == [(2, b"\x00" * 32), (4, None)]
-    assert native.node_mismatches_ahead(3, [*nodes, nodes[0]], found) == want
+    assert native.node_mismatches_ahead(3, [*nodes, nodes[0]], found, True) == want
     assert found == {12345: b"other"}
     with pytest.raises(native.Reject):
-        native.node_mismatches_ahead(1 << 15, nodes, found)
+        native.node_mismatches_ahead(1 << 15, nodes, found, True)
