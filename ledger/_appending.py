@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import gc
 import json
 import operator
 import os
@@ -22,6 +21,7 @@ import apsw
 
 from memroot.ledger import merkle
 from memroot.ledger._backend import NATIVE as _N
+from memroot.ledger._backend import collector_paused
 from memroot.ledger._sealing import _Sealing
 from memroot.ledger._state import (
     _BRANCH_NAME_RE,
@@ -155,23 +155,6 @@ def _first_taken(
                 return i
             seen.add(raw)
     return None
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pause Python's cyclic collector while the native core builds a run (no cycle in it).
-
-    A run makes an ``Appended`` (and with hooks an ``Entry``) per event: the collector would
-    traverse the batch's young requests again at every few hundred of them, for nothing; it is
-    restored as it was (as ``memory_root.state_map`` does for its walks).
-    """
-    paused = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if paused:
-            gc.enable()
 
 
 def _fresh_ids() -> Iterator[str]:
@@ -514,7 +497,7 @@ class _Appending(_Sealing):
         """
         assert _N is not None
         try:
-            with _collector_paused():
+            with collector_paused():
                 return self._build_native(queue, most, branch, no, seq, prev, last_ts, now)
         except _N.Reject:
             return None

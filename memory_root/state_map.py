@@ -32,14 +32,13 @@ the one copy the offline checker of proof files shares; this module re-exports t
 
 from __future__ import annotations
 
-import contextlib
-import gc
 from bisect import bisect_left
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from memroot.ledger._backend import NATIVE as _N
+from memroot.ledger._backend import collector_paused
 from memroot.ledger.errors import IntegrityError
 from memroot.ledger.map_tree import (
     EMPTY,
@@ -250,31 +249,15 @@ def update_map(
         groups: list[tuple[bytes, Mapping[bytes, bytes | None]]] = [
             (namespace_key(ns), items) for ns, items in changes.items()
         ]
-        # The walk makes thousands of nodes and no reference cycle (``_collector_paused``).
+        # The walk makes thousands of nodes and no reference cycle (``collector_paused``).
         try:
-            with _collector_paused():
+            with collector_paused():
                 out, made = _N.map_update(root, groups, known, read, Leaf, Inner)
         except (_N.Reject, IntegrityError):
             pass  # the reference below reads node by node and raises its own error, if any
         else:
             return Update(MapHash(out), made)
     return update_map_reference(source, root, changes)
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pause Python's cyclic collector for a walk that makes many objects and no cycle.
-
-    It would traverse every live object again and again for none (it tripled the time of
-    1,000 walks in bench_prove.py); it is restored as it was.
-    """
-    paused = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if paused:
-            gc.enable()
 
 
 BatchRead = Callable[[list[bytes]], list[Node | NodeRow | None]]
@@ -382,7 +365,7 @@ def prove_many(source: RowSource, walks: Sequence[tuple[bytes, bytes]]) -> list[
         ValueError: if a key is not 32 bytes.
     """
     # The walk allocates many small lists and tuples and no reference cycle.
-    with _collector_paused():
+    with collector_paused():
         return _prove_many(source, walks)
 
 
