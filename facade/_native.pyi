@@ -14,7 +14,6 @@ __all__ = [
     "IndexSpan",
     "PayloadPlan",
     "Reject",
-    "build_event_pack",
     "build_events",
     "compact_append",
     "compact_append_pack",
@@ -210,10 +209,11 @@ def build_events(
     max_raw: int,
     rand: bytes,
     entry_type: type | None = None,
+    pack: bool = False,
 ) -> tuple[
     int,
-    list[tuple[int, bytes, bytes, bytes | None, bytes | None, bytes | None]],
-    list[tuple[bytes, int]],
+    list[tuple[int, bytes, bytes, bytes | None, bytes | None, bytes | None]] | list[bytes],
+    list[tuple[bytes, int]] | tuple[bytes, bytes],
     list[bytes],
     list[Any],
     int | None,
@@ -222,27 +222,10 @@ def build_events(
 ]:
     """Build the plain events on top of an append queue in one call (``_append_locked``).
 
-    With ``entry_type``, also each event's ``Entry`` and content (for the hooks).
-    """
-
-def build_event_pack(
-    queue: list[Any],
-    event_type: type,
-    appended_type: type,
-    event_kind: Any,
-    branch: str,
-    branch_no: int,
-    seq: int,
-    prev: bytes,
-    last_ts: int | None,
-    now: int,
-    max_raw: int,
-    rand: bytes,
-) -> tuple[int, list[bytes], tuple[bytes, bytes], list[bytes], list[Any], int | None, None, None]:
-    """``build_events`` without hooks, its rows packed (``store.pack_entry_row``).
-
-    Each ``entries`` row is one byte string; the event index rows are ``(ids, keys)``: the
-    16-byte ids end to end, in id order, and their entry keys as native int64s.
+    With ``entry_type``, also each event's ``Entry`` and content (for the hooks). With
+    ``pack`` (no ``entry_type``), each ``entries`` row is one byte string
+    (``store.pack_entry_row``) and the event index rows are ``(ids, keys)``: the 16-byte ids
+    end to end, in id order, and their entry keys as native int64s.
     """
 
 def compact_append_pack(

@@ -85,7 +85,7 @@ _Rows = list[_Row | bytes]
 """A batch's ``entries`` rows in seq order: tuples, or event rows packed into one byte string
 (``store.pack_entry_row``) where the native core built them without hooks."""
 _Events = list[tuple[bytes, int]] | tuple[bytes, bytes]
-"""Event index rows ``(id bytes, k)``, or packed (``native.build_event_pack``: the ids end
+"""Event index rows ``(id bytes, k)``, or packed (``native.build_events(pack=True)``: the ids end
 to end, the keys as native int64s)."""
 
 _NativeRun = tuple[
@@ -98,7 +98,7 @@ _NativeRun = tuple[
     list[Any] | None,
     list[str] | None,
 ]
-"""What ``native.build_events`` / ``build_event_pack`` return (see ``Ledger._build_run``)."""
+"""What ``native.build_events`` returns, packed or not (see ``Ledger._build_run``)."""
 
 
 _ONLY_EVENTS: Final = {EventInput}
@@ -493,60 +493,32 @@ class _Appending(_Sealing):
     ) -> _NativeRun | None:
         """Build up to ``most`` plain events from the top of ``queue`` natively (None: none).
 
-        With hooks installed, each event's ``Entry`` and content come too.
+        With hooks installed, each event's ``Entry`` and content come too; without, the rows
+        come packed (``Store.takes_packs``).
         """
         assert _N is not None
+        # Without hooks nothing reads the rows before they are written: they come packed.
+        pack = not self.hooks and self.store.takes_packs
         try:
             with collector_paused():
-                return self._build_native(queue, most, branch, no, seq, prev, last_ts, now)
+                return _N.build_events(
+                    queue,
+                    EventInput,
+                    Appended,
+                    Kind.EVENT,
+                    branch,
+                    no,
+                    seq,
+                    prev,
+                    last_ts,
+                    now,
+                    _MAX_ENTRY_BYTES,
+                    os.urandom(_N_RAND * most),  # one event per 42 bytes: at most ``most``
+                    Entry if self.hooks else None,
+                    pack,
+                )
         except _N.Reject:
             return None
-
-    def _build_native(
-        self,
-        queue: list[Any],
-        most: int,
-        branch: str,
-        no: int,
-        seq: int,
-        prev: bytes,
-        last_ts: int | None,
-        now: int,
-    ) -> _NativeRun:
-        """``_build_run``'s native call: packed rows without hooks, entries for them with."""
-        assert _N is not None
-        if (
-            not self.hooks and self.store.takes_packs
-        ):  # nothing reads the rows before they are written
-            return _N.build_event_pack(
-                queue,
-                EventInput,
-                Appended,
-                Kind.EVENT,
-                branch,
-                no,
-                seq,
-                prev,
-                last_ts,
-                now,
-                _MAX_ENTRY_BYTES,
-                os.urandom(_N_RAND * most),
-            )
-        return _N.build_events(
-            queue,
-            EventInput,
-            Appended,
-            Kind.EVENT,
-            branch,
-            no,
-            seq,
-            prev,
-            last_ts,
-            now,
-            _MAX_ENTRY_BYTES,
-            os.urandom(_N_RAND * most),  # one event per 42 bytes: at most ``most``
-            Entry,
-        )
 
     def _stored_ids(self, raws: list[bytes]) -> set[bytes]:
         """Return those of the event ids ``raws`` (16 bytes each) the event index holds."""

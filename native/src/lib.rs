@@ -591,9 +591,14 @@ fn now_us() -> u64 {
 /// `(1, prev, seq, branch, ts, kind, "EVENT", body, raw, hash)`, its body the map
 /// `EventInput.body` builds (same keys, same order, the input's own map objects), and each
 /// event's content (the input's `str`). Without it, those two are None.
+///
+/// With `pack` (no hooks: nothing reads the rows before `Store.insert_entry_pack` and
+/// `insert_event_pack` write them; `entry_type` must be None) the rows come packed: each
+/// `entries` row one byte string (`append::pack_row`) and `events` one pair `(ids, keys)`,
+/// the 16-byte ids end to end in id order and their entry keys as native 64-bit integers.
 #[pyfunction]
 #[pyo3(signature = (queue, event_type, appended_type, event_kind, branch, branch_no, seq,
-    prev, last_ts, now, max_raw, rand, entry_type=None))]
+    prev, last_ts, now, max_raw, rand, entry_type=None, pack=false))]
 #[allow(clippy::too_many_arguments)]
 fn build_events<'py>(
     py: Python<'py>,
@@ -610,97 +615,11 @@ fn build_events<'py>(
     max_raw: usize,
     rand: &[u8],
     entry_type: Option<&Bound<'py, PyAny>>,
-) -> PyResult<Bound<'py, PyTuple>> {
-    let run = Run {
-        queue,
-        event_type,
-        appended_type,
-        event_kind,
-        branch,
-        branch_no,
-        seq,
-        last_ts,
-        now,
-        max_raw,
-        rand,
-    };
-    build_run(py, &run, prev, entry_type, false)
-}
-
-/// `build_events` without hooks, its rows packed for `Store.insert_entry_pack` and
-/// `insert_event_pack`: the same `(count, rows, events, leaves, appended, last_ts, None,
-/// None)`, but each `entries` row one byte string (`append::pack_row`) and `events` one pair
-/// `(ids, keys)`: the 16-byte ids end to end, in id order, and their entry keys as native
-/// 64-bit integers in the same order.
-#[pyfunction]
-#[allow(clippy::too_many_arguments)]
-fn build_event_pack<'py>(
-    py: Python<'py>,
-    queue: &Bound<'py, PyList>,
-    event_type: &Bound<'py, PyAny>,
-    appended_type: &Bound<'py, PyAny>,
-    event_kind: &Bound<'py, PyAny>,
-    branch: &Bound<'py, PyString>,
-    branch_no: u64,
-    seq: u64,
-    prev: &[u8],
-    last_ts: Option<u64>,
-    now: u64,
-    max_raw: usize,
-    rand: &[u8],
-) -> PyResult<Bound<'py, PyTuple>> {
-    let run = Run {
-        queue,
-        event_type,
-        appended_type,
-        event_kind,
-        branch,
-        branch_no,
-        seq,
-        last_ts,
-        now,
-        max_raw,
-        rand,
-    };
-    build_run(py, &run, prev, None, true)
-}
-
-/// The inputs of `build_events` that its two forms share.
-struct Run<'a, 'py> {
-    queue: &'a Bound<'py, PyList>,
-    event_type: &'a Bound<'py, PyAny>,
-    appended_type: &'a Bound<'py, PyAny>,
-    event_kind: &'a Bound<'py, PyAny>,
-    branch: &'a Bound<'py, PyString>,
-    branch_no: u64,
-    seq: u64,
-    last_ts: Option<u64>,
-    now: u64,
-    max_raw: usize,
-    rand: &'a [u8],
-}
-
-/// The loop of `build_events` (`pack`: `build_event_pack`'s rows and events).
-fn build_run<'py>(
-    py: Python<'py>,
-    run: &Run<'_, 'py>,
-    prev: &[u8],
-    entry_type: Option<&Bound<'py, PyAny>>,
     pack: bool,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    let Run {
-        queue,
-        event_type,
-        appended_type,
-        event_kind,
-        branch,
-        branch_no,
-        seq,
-        last_ts,
-        now,
-        max_raw,
-        rand,
-    } = *run;
+    if pack && entry_type.is_some() {
+        return reject("packed rows are for runs without hooks (no entry_type)");
+    }
     let prev_obj = PyBytes::new(py, prev);
     let mut prev = hash32(prev, "prev")?;
     let mut prev_obj = prev_obj.into_any();
@@ -1425,7 +1344,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(mismatches, m)?)?;
     m.add_function(wrap_pyfunction!(node_mismatches_ahead, m)?)?;
     m.add_function(wrap_pyfunction!(build_events, m)?)?;
-    m.add_function(wrap_pyfunction!(build_event_pack, m)?)?;
     m.add_function(wrap_pyfunction!(inclusion_keys, m)?)?;
     m.add_function(wrap_pyfunction!(inclusion_from_rows, m)?)?;
     m.add_function(wrap_pyfunction!(event_id_span, m)?)?;

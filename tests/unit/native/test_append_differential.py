@@ -378,7 +378,7 @@ def test_an_own_id_taken_is_refused_after_the_events_before_it(
 
 
 def test_packed_runs_hold_the_rows_build_events_makes(inputs: Any) -> None:
-    """build_event_pack's packed rows, events and nodes unpack to build_events' own."""
+    """build_events' packed rows, events and nodes unpack to its unpacked ones."""
     native = appending_module._N
     assert native is not None
     rng = random.Random(11)
@@ -391,7 +391,7 @@ def test_packed_runs_hold_the_rows_build_events_makes(inputs: Any) -> None:
     args = (queue, EventInput, Appended, Kind.EVENT, "main", 0, 1, bytes(32), None, now_us())
     tail = (_MAX_ENTRY_BYTES, rand)
     plain = native.build_events(*args, *tail)
-    packed = native.build_event_pack(*args, *tail)
+    packed = native.build_events(*args, *tail, None, True)
     assert packed[0] == plain[0] == len(items)
     assert [unpack_entry_row(r[0], p) for r, p in zip(plain[1], packed[1], strict=True)] == plain[1]
     assert unpack_keyed(*packed[2], 16) == plain[2]
