@@ -451,20 +451,28 @@ class StoredNodes:
             into,
         )
 
-    def map_reads(self) -> tuple[Mapping[bytes, NodeRow], BatchRead]:
-        """Return the checked nodes at hand (``known``) and a batched read of others.
+    def start_update(self) -> None:
+        """Begin an update (``state_map.update_map`` calls it first, on either of its paths).
 
-        The read (for ``state_map.update_map``) ``fetch``es the hashes it is given that are
-        not at hand and returns each one's checked row, or None when it has none. An update
-        starts here: the row numbers it meets are kept until ``put`` writes its nodes.
-
-        Raises:
-            IntegrityError: from the read, if a stored row does not hash to its hash.
+        The positions met before are checked (``_check_written``: let go when rows they name
+        were rolled back or numbered again by another connection), and the row numbers the
+        update meets are kept until ``put`` writes its nodes.
         """
         self._check_written()
         if len(self._at) > self._places:
             self._at, self._cache, self.known = {}, {}, {}
         self._updating = True
+
+    def map_reads(self) -> tuple[Mapping[bytes, NodeRow], BatchRead]:
+        """Return the checked nodes at hand (``known``) and a batched read of others.
+
+        The read (for ``state_map.update_map``'s native walk) ``fetch``es the hashes it is
+        given that are not at hand and returns each one's checked row, or None when it has
+        none.
+
+        Raises:
+            IntegrityError: from the read, if a stored row does not hash to its hash.
+        """
 
         def read(hashes: list[bytes]) -> list[Node | NodeRow | None]:
             known = self.known

@@ -119,7 +119,8 @@ class NodeSource(Protocol):
     """Where ``update``, ``lookup`` and ``prove`` read stored nodes from, by hash.
 
     A source may also have ``map_reads()`` (see ``reads_of``): the nodes it holds and a
-    batched read of the others, which the native ``update_map`` reads a level at a time.
+    batched read of the others, which the native ``update_map`` reads a level at a time;
+    and ``start_update()``, which ``update_map`` calls before either of its walks.
     """
 
     def node(self, h: bytes) -> Node | None:
@@ -243,6 +244,9 @@ def update_map(
     Raises:
         IntegrityError, ValueError: as ``update``.
     """
+    start = getattr(source, "start_update", None)
+    if start is not None:
+        start()  # a source that keeps rows' positions checks them first (``StoredNodes``)
     if _N is not None and _NATIVE_UPDATE:
         held, read = reads_of(source)
         known = held if isinstance(held, dict) else {}
