@@ -29,7 +29,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
 
@@ -76,6 +76,11 @@ def writer(path: str, ack_path: str, seed: int, ready: Any, layered: bool = Fals
     """
     rng = random.Random(seed)
     fd = os.open(ack_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    if os.path.getsize(ack_path):
+        with open(ack_path, "rb") as f:
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                os.write(fd, b"\n")  # a line the last kill cut short ends here, not in ours
 
     def ack(line: str) -> None:
         os.write(fd, (line + "\n").encode())
@@ -107,13 +112,22 @@ def writer(path: str, ack_path: str, seed: int, ready: Any, layered: bool = Fals
                 ack(f"C {cp.size} {cp.root.hex()}")
 
 
+_ACK_FIELDS: Final = {"S": 3, "B": 6, "C": 3}
+"""Fields of each kind of acknowledgement line, the last one a 32-byte hash in hex."""
+
+
 def acknowledged(ack_path: Path) -> list[list[str]]:
-    """Return the complete acknowledgement lines (a kill may cut the last one short)."""
+    """Return the complete acknowledgement lines.
+
+    A kill may cut a line short anywhere, not only the last one: a write that crosses a page
+    of the file is two copies, and a fatal signal between them ends it (the next writer then
+    starts on a new line). A line is complete when it has its kind's fields and ends in a
+    whole hash.
+    """
     if not ack_path.exists():
         return []
-    text = ack_path.read_text()
-    lines = text.split("\n")
-    return [line.split() for line in lines[:-1]]  # the part after the last newline is cut
+    lines = [line.split() for line in ack_path.read_text().split("\n")]
+    return [f for f in lines if f and len(f) == _ACK_FIELDS.get(f[0], -1) and len(f[-1]) == 64]
 
 
 def acked_size(ack_path: Path) -> int:
