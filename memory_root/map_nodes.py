@@ -277,16 +277,23 @@ class StoredNodes:
         found = {h: at[h] for h in hashes if h in at}
         rest = [h for h in hashes if h not in found and h != EMPTY]
         if rest:
-            for i in range(0, len(rest), FETCH_CHUNK):
-                chunk = rest[i : i + FETCH_CHUNK]
-                marks = ",".join("?" * len(chunk))
-                for h, p in self._select(
-                    f"SELECT hash, at FROM memory_map_roots WHERE hash IN ({marks})", chunk
-                ):
-                    found[bytes(h)] = at[bytes(h)] = int(p)
+            found.update(self._stored_starts(rest))
             lost = {h for h in rest if h not in found}
             if lost:
                 found.update(self._locate(lost))
+        return found
+
+    def _stored_starts(self, hashes: Sequence[bytes]) -> dict[bytes, int]:
+        """Return the rows ``memory_map_roots`` gives of ``hashes`` (kept in ``_at`` too)."""
+        found: dict[bytes, int] = {}
+        for i in range(0, len(hashes), FETCH_CHUNK):
+            chunk = hashes[i : i + FETCH_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            for h, p in self._select(
+                f"SELECT hash, at FROM memory_map_roots WHERE hash IN ({marks})", chunk
+            ):
+                found[bytes(h)] = int(p)
+        self._at.update(found)
         return found
 
     def _locate(self, wanted: set[bytes]) -> dict[bytes, int]:
@@ -579,13 +586,7 @@ class StoredNodes:
             self._places_of(missing)  # a child found nowhere gets no row number (NULL)
         values = [n.value for _, n in fresh if isinstance(n, Leaf) and n.value not in at]
         if values:
-            for i in range(0, len(values), FETCH_CHUNK):
-                chunk = values[i : i + FETCH_CHUNK]
-                marks = ",".join("?" * len(chunk))
-                for h, p in self._select(
-                    f"SELECT hash, at FROM memory_map_roots WHERE hash IN ({marks})", chunk
-                ):
-                    at[bytes(h)] = int(p)
+            self._stored_starts(values)  # item-tree roots (no walk from every root for them)
         rows: list[tuple[int, int, bytes, bytes, int | None, int | None]] = []
         starts: dict[bytes, int] = {}
         for h, n in fresh:
