@@ -35,7 +35,7 @@ import apsw
 import click
 from click.core import ParameterSource
 
-from memroot.ledger import _backend
+from memroot.ledger import _backend, interrupts
 from memroot.ledger.backends import store as store_module
 from memroot.ledger.backends.pg import is_url
 from memroot.ledger.errors import (
@@ -395,7 +395,8 @@ def _lock_wait_notice(path: Path) -> None:
 
 
 def main() -> None:
-    """Console entry point."""
+    """Console entry point: latch Ctrl-C (``ledger.interrupts``), then run the command."""
+    interrupts.install()
     cli(prog_name="memroot")
 
 

@@ -43,6 +43,7 @@ from typing import Any, Final, NamedTuple
 
 import apsw
 
+from memroot.ledger import interrupts
 from memroot.ledger.backends import fds
 from memroot.ledger.errors import IntegrityError, NotFoundError, StorageError
 
@@ -118,8 +119,11 @@ def commit_counted(db: Any, changed: bool = True) -> None:
     """Run ``COMMIT`` on ``db`` (either backend's connection), counted in ``commits``.
 
     Counted before the COMMIT and taken back only if the transaction is still open after
-    it: a Ctrl-C landing as a COMMIT returns finds it counted.
+    it: a Ctrl-C landing as a COMMIT returns finds it counted. Once the CLI's latch has
+    received a SIGINT in this process (``interrupts.check``), every COMMIT is refused, even
+    if the first ``KeyboardInterrupt`` was swallowed on its way.
     """
+    interrupts.check()
     _count(changed)
     try:
         db.execute("COMMIT")

@@ -144,6 +144,59 @@ def test_ctrl_c_during_import_exits_130_and_writes_nothing(tmp_path: Path) -> No
     assert verify.returncode == 0, verify.stdout + verify.stderr
 
 
+# A child that runs the CLI and delivers SIGINT at the instant that loses it: inside the
+# frame of `ABCMeta.__instancecheck__` that cbor2's encoder (PyO3) runs for a list, whose
+# exception PyO3 reports as "Exception ignored" and drops. The reference backend's encoder is
+# cbor2; the 200th such call is well inside the import's one transaction.
+_SWALLOWED_CTRL_C = """
+import os, signal, sys
+from memroot.cli.main import main
+calls = 0
+def probe(frame, event, arg):
+    global calls
+    if event == "call" and frame.f_code.co_name == "__instancecheck__":
+        caller = frame.f_back
+        if caller is not None and caller.f_code.co_name in ("_py_encode", "encode_normalized"):
+            calls += 1
+            if calls == 200:
+                os.kill(os.getpid(), signal.SIGINT)  # run at this frame's first instruction
+sys.setprofile(probe)
+sys.argv = ["memroot", *sys.argv[1:]]
+main()
+"""
+
+
+def test_ctrl_c_that_a_library_swallows_still_writes_nothing(tmp_path: Path) -> None:
+    """A Ctrl-C whose KeyboardInterrupt cbor2 drops still stops an import: exit 130, no row.
+
+    Before the SIGINT latch (``ledger.interrupts``) the import carried on and committed, exit 0.
+    """
+    path = _ledger(tmp_path)
+    _event(path, "before the import")
+    lines = tmp_path / "some.jsonl"
+    line = {
+        "kind": "event",
+        "stream": "s",
+        "actor_id": "a",
+        "actor_type": "AI_AGENT",
+        "role": "USER",
+        "namespace_id": "default",
+    }
+    lines.write_text("".join(json.dumps({**line, "content": f"n{i}"}) + "\n" for i in range(600)))
+    child = subprocess.run(
+        [sys.executable, "-c", _SWALLOWED_CTRL_C, "-l", str(path), "import", str(lines)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "MEMROOT_BACKEND": "python"},
+        preexec_fn=_sigint_default,
+        timeout=300,
+    )
+    assert child.returncode == 130, child.stdout + child.stderr
+    assert "interrupted: nothing was written" in child.stderr
+    assert "Traceback" not in child.stderr and "Exception ignored" not in child.stderr
+    assert _count(path) == 2  # genesis and the one event before
+
+
 def test_library_errors_name_the_commands_options(tmp_path: Path) -> None:
     """A library error naming expiry_days reads --expiry-days on the command line."""
     import memroot
