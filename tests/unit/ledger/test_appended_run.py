@@ -1,4 +1,4 @@
-"""``AppendedRun``: what ``append_batch`` returns, its packed runs made into ``Appended`` on read."""
+"""``AppendedRun``: what ``append_batch`` returns; its packed runs make ``Appended`` on read."""
 
 from __future__ import annotations
 
