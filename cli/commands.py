@@ -11,7 +11,7 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, Final
 
@@ -391,7 +391,7 @@ class _Imported:
     last: Appended | None = None
     rows: list[Appended] = dataclasses.field(default_factory=list)
 
-    def add(self, rows: list[Appended], lines: int) -> None:
+    def add(self, rows: Sequence[Appended], lines: int) -> None:
         self.lines += lines
         if rows:
             self.first = self.first or rows[0]

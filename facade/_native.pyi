@@ -214,25 +214,29 @@ def build_events(
     int,
     list[tuple[int, bytes, bytes, bytes | None, bytes | None, bytes | None]] | list[bytes],
     list[tuple[bytes, int]] | tuple[bytes, bytes],
-    list[bytes],
-    list[Any],
+    list[bytes] | bytes,
+    list[Any] | bytes,
     int | None,
     list[Any] | None,
     list[str] | None,
+    bool,
 ]:
     """Build the plain events on top of an append queue in one call (``_append_locked``).
 
-    With ``entry_type``, also each event's ``Entry`` and content (for the hooks). With
-    ``pack`` (no ``entry_type``), each ``entries`` row is one byte string
-    (``store.pack_entry_row``) and the event index rows are ``(ids, keys)``: the 16-byte ids
-    end to end, in id order, and their entry keys as native int64s.
+    ``(count, rows, events, leaves, appended, last_ts, entries, contents, given)``; ``given``:
+    whether any event kept its request's own id. With ``entry_type``, also each event's
+    ``Entry`` and content (for the hooks). With ``pack`` (no ``entry_type``), each
+    ``entries`` row is one byte string (``store.pack_entry_row``), the event index rows are
+    ``(ids, keys)``: the 16-byte ids end to end, in id order, and their entry keys as native
+    int64s; and no object is made an event: ``leaves`` is the leaf hashes end to end and
+    ``appended`` the ids' texts end to end (36 bytes each), in seq order.
     """
 
 def compact_append_pack(
     branch_no: int,
     size: int,
     hashes: list[bytes],
-    leaves: list[bytes],
+    leaves: bytes,
     min_level: int,
     by_end: bool,
 ) -> tuple[list[bytes], bytes, bytes]:
@@ -245,11 +249,11 @@ def compact_append_rows(
     branch_no: int,
     size: int,
     hashes: list[bytes],
-    leaves: list[bytes],
+    leaves: bytes,
     min_level: int,
     by_end: bool,
 ) -> tuple[list[bytes], list[tuple[int, bytes]]]:
-    """Fold leaves into a compact range; the new hashes and the ``nodes`` rows completed.
+    """Fold leaf hashes (end to end) into a compact range; the new hashes and ``nodes`` rows.
 
     Only the rows of level ``min_level`` or above (``store.NODE_MIN_LEVEL``), keyed as
     ``Store.key_of_node`` (``by_end``: ``store.node_key``, else ``level_node_key``).

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import operator
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,6 +31,8 @@ from memroot.ledger._state import (
     SYSTEM_ACTOR,
     SYSTEM_NAMESPACE,
     Appended,
+    AppendedRun,
+    PackedEvents,
     _copy,
     _Head,
     _Seal,
@@ -92,18 +93,18 @@ _NativeRun = tuple[
     int,
     Sequence[_Row | bytes],
     _Events,
-    list[bytes],
-    list[Any],
+    list[bytes] | bytes,
+    list[Any] | bytes,
     int | None,
     list[Any] | None,
     list[str] | None,
+    bool,
 ]
-"""What ``native.build_events`` returns, packed or not (see ``Ledger._build_run``)."""
+"""What ``native.build_events`` returns, packed or not (see ``Ledger._build_run``): packed,
+the leaf hashes and the ids' texts come end to end (``PackedEvents``)."""
 
 
 _ONLY_EVENTS: Final = {EventInput}
-_ID: Final = operator.attrgetter("id")
-_NO_ID: Final = {None}
 _PACKED: Final = {bytes}
 
 
@@ -185,11 +186,11 @@ class _Appending(_Sealing):
 
     def append_batch(
         self, items: Iterable[EventInput | OpInput], *, branch: str = CANONICAL_BRANCH
-    ) -> list[Appended]:
+    ) -> Sequence[Appended]:
         """Append many entries in one transaction: all of them land, or none.
 
         Follow-up operations returned by hooks (e.g. automatic snapshots) land in the same
-        transaction and are included in the result.
+        transaction and are included in the result, an ``AppendedRun``.
 
         Raises:
             ValidationError / RefusedError: an entry is refused; nothing was written.
@@ -198,7 +199,7 @@ class _Appending(_Sealing):
         items = list(items)
         if not items or self._replaying:
             # Replaying committed entries into the cache: what a hook appends is in the log.
-            return []
+            return AppendedRun(())
         # A first check on the key set as last read (no read here: the seal checks again, on
         # the locked state, before anything commits).
         self._require_key(cached=True)
@@ -274,7 +275,7 @@ class _Appending(_Sealing):
 
     def _append_locked(
         self, db: apsw.Connection, head: _Head, items: Sequence[EventInput | OpInput | _Genesis]
-    ) -> list[Appended]:
+    ) -> AppendedRun:
         # The batch's own events, by id (entry keys): ``find_event`` sees them while the
         # hooks judge a later entry of the same batch, before the event index is written.
         outer = self._batch_events
@@ -290,7 +291,7 @@ class _Appending(_Sealing):
         head: _Head,
         items: Sequence[EventInput | OpInput | _Genesis],
         batch_events: dict[bytes, int],
-    ) -> list[Appended]:
+    ) -> AppendedRun:
         branch = head.row.name
         start = head.row.size
         prev = head.row.head
@@ -300,14 +301,16 @@ class _Appending(_Sealing):
         no = head.row.no
         seq = start
         # What _write_rows inserts: the entries rows (k, hash, data, digest, salt, content),
-        # their leaf hashes, the event index rows and the erasures (entry key, erasing seq).
+        # their leaf hashes (in parts, each of one or more hashes end to end), the event index
+        # rows and the erasures (entry key, erasing seq).
         rows: _Rows = []
         leaves: list[bytes] = []
         event_rows: list[_Events] = []
         key_seqs: list[int] = []  # key entries of main this batch appends (FORMAT.md 7.5)
         erasures: dict[int, int] = {}  # entry key -> erasing seq, this call's only
         unindexed: list[_Events] = []  # native events not yet in batch_events
-        out: list[Appended] = []
+        out: list[Appended] = []  # the last part of what the call returns, ``parts``
+        parts: list[list[Appended] | PackedEvents] = [out]
         salts = b""  # read at the first event the reference loop builds
         ids = _fresh_ids()  # UUIDv7s for the reference loop, made as it takes them
         queue: list[EventInput | OpInput | _Genesis] = list(reversed(items))
@@ -336,7 +339,7 @@ class _Appending(_Sealing):
                     most = len(queue) - 1 - top
                 built = self._build_run(queue, most, branch, no, seq, prev, last_ts, now)
                 k = 0 if built is None else built[0]
-                if k and set(map(_ID, queue[len(queue) - k :])) != _NO_ID:
+                if k and built is not None and built[8]:
                     # Ids of the requests' own: the run ends before the first one taken, which
                     # the reference loop then refuses (after the events before it).
                     if unindexed:
@@ -360,13 +363,22 @@ class _Appending(_Sealing):
                         k = 0 if built is None else built[0]
                 if k:
                     assert built is not None
-                    _, n_rows, n_events, n_leaves, n_out, n_ts, n_entries, n_contents = built
+                    _, n_rows, n_events, n_leaves, n_out, n_ts, n_entries, n_contents, _ = built
                     del queue[len(queue) - k :]
                     rows += n_rows
-                    leaves += n_leaves
                     event_rows.append(n_events)
-                    out += n_out
-                    prev = EntryHash(n_leaves[-1])
+                    if isinstance(n_leaves, bytes):  # packed: no object an event
+                        assert isinstance(n_out, bytes)
+                        leaves.append(n_leaves)
+                        parts.append(PackedEvents(branch, seq, n_leaves, n_out))
+                        out = []
+                        parts.append(out)
+                        prev = EntryHash(n_leaves[-32:])
+                    else:
+                        assert isinstance(n_out, list)
+                        leaves.append(b"".join(n_leaves))
+                        out += n_out
+                        prev = EntryHash(n_leaves[-1])
                     seq += k
                     n += k
                     last_ts = n_ts
@@ -475,10 +487,10 @@ class _Appending(_Sealing):
             end_batch = getattr(hook, "end_batch", None)
             if end_batch is not None:
                 end_batch(db)
-        self._write_rows(head, rows, leaves, event_rows, erasures, last_ts)
+        self._write_rows(head, rows, b"".join(leaves), event_rows, erasures, last_ts)
         if key_seqs:
             self._note_key_entries(key_seqs)
-        return out
+        return AppendedRun(parts)
 
     def _build_run(
         self,
@@ -493,8 +505,8 @@ class _Appending(_Sealing):
     ) -> _NativeRun | None:
         """Build up to ``most`` plain events from the top of ``queue`` natively (None: none).
 
-        With hooks installed, each event's ``Entry`` and content come too; without, the rows
-        come packed (``Store.takes_packs``).
+        With hooks installed, each event's ``Entry`` and content come too; without, the rows,
+        leaf hashes and ids come packed (``Store.takes_packs``).
         """
         assert _N is not None
         # Without hooks nothing reads the rows before they are written: they come packed.
@@ -646,14 +658,15 @@ class _Appending(_Sealing):
         self,
         head: _Head,
         rows: _Rows,
-        leaves: list[bytes],
+        leaves: bytes,
         event_rows: list[_Events],
         erasures: Mapping[int, int],
         last_ts: int | None,
     ) -> None:
         """Insert entries, their completed tree nodes, erasures and the new head (in the txn).
 
-        ``rows`` are the ``entries`` rows in seq order and ``leaves`` their hashes; the rows
+        ``rows`` are the ``entries`` rows in seq order and ``leaves`` their hashes end to end
+        (32 bytes each); the rows
         of the event index come in parts, each a list or packed.
         Everything written comes from the arguments: nothing outlives a rolled-back call.
         """
@@ -674,13 +687,15 @@ class _Appending(_Sealing):
             except _N.Reject:
                 pass  # the reference below
             else:
-                compact = merkle.CompactRange.from_hashes(compact.size + len(leaves), hashes)
+                compact = merkle.CompactRange.from_hashes(compact.size + len(leaves) // 32, hashes)
         if compact is head.compact:
             compact = _copy(compact)
             low = self.store.node_min_level
             nodes = [
                 (self.store.key_of_node(no, lvl, i), h)
-                for lvl, i, h in compact.append_many(leaves)
+                for lvl, i, h in compact.append_many(
+                    [leaves[i : i + 32] for i in range(0, len(leaves), 32)]
+                )
                 if lvl >= low  # the lower ones are folded from the leaves
             ]
         self._insert_entry_rows(entry_key(no, head.row.size), rows)
@@ -697,7 +712,7 @@ class _Appending(_Sealing):
         else:
             self.store.insert_nodes(nodes)
         size = head.row.size + len(rows)
-        last = EntryHash(leaves[-1])
+        last = EntryHash(leaves[-32:])
         self.store.set_head(no, size, last)
         seal = self._txn[head.row.name]
         if seal.written is not None:

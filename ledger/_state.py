@@ -10,11 +10,13 @@ against them; it imports nothing of the ledger's mixins.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, NamedTuple, Protocol
+from typing import Any, Final, NamedTuple, Protocol, overload
 
 import apsw
 
@@ -75,6 +77,103 @@ class Appended(NamedTuple):
     id: str
     kind: Kind
     type: str
+
+
+_HASH: Final = 32
+_ID_TEXT: Final = 36
+"""Bytes of a canonical UUID's text (``8-4-4-4-12``, ASCII)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PackedEvents:
+    """A run of events the native core built with no object an event (no hooks installed).
+
+    ``leaves`` holds their leaf hashes and ``ids`` their ids' texts, end to end in seq order
+    from ``start`` (``native.build_events(pack=True)``); ``at`` makes the ``Appended`` of one.
+
+    Raises:
+        ValueError: if ``leaves`` and ``ids`` do not hold the same number of events.
+    """
+
+    branch: str
+    start: int
+    leaves: bytes
+    ids: bytes
+
+    def __post_init__(self) -> None:
+        if len(self.leaves) % _HASH or len(self.ids) != len(self.leaves) // _HASH * _ID_TEXT:
+            raise ValueError(
+                f"{len(self.leaves)} bytes of leaf hashes for {len(self.ids)} bytes of ids"
+            )
+
+    def __len__(self) -> int:
+        return len(self.leaves) // _HASH
+
+    def at(self, i: int) -> Appended:
+        """Return the ``Appended`` of the run's event ``i`` (0 <= i < len)."""
+        return Appended(
+            self.branch,
+            self.start + i,
+            EntryHash(self.leaves[_HASH * i : _HASH * (i + 1)]),
+            self.ids[_ID_TEXT * i : _ID_TEXT * (i + 1)].decode("ascii"),
+            Kind.EVENT,
+            "EVENT",
+        )
+
+
+class AppendedRun(Sequence[Appended]):
+    """What one ``append_batch`` wrote, in order: a read-only sequence of ``Appended``.
+
+    Kept in parts: lists of ``Appended``, and ``PackedEvents`` whose ``Appended`` are made
+    as they are read (a batched append without hooks makes no object an event, and most
+    callers of one never read them: BENCHMARKS.md, ``append2``). Equal to any sequence of
+    the same ``Appended`` (a list included).
+    """
+
+    __slots__ = ("_ends", "_parts")
+
+    def __init__(self, parts: Iterable[list[Appended] | PackedEvents]) -> None:
+        self._parts = [part for part in parts if len(part)]
+        self._ends: list[int] = list(itertools.accumulate(map(len, self._parts)))
+
+    def __len__(self) -> int:
+        return self._ends[-1] if self._ends else 0
+
+    @overload
+    def __getitem__(self, i: int) -> Appended: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Appended]: ...
+
+    def __getitem__(self, i: int | slice) -> Appended | list[Appended]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"index {i} of {n} appended entries")
+        p = bisect.bisect_right(self._ends, i)
+        part = self._parts[p]
+        off = i - (self._ends[p - 1] if p else 0)
+        return part[off] if isinstance(part, list) else part.at(off)
+
+    def __iter__(self) -> Iterator[Appended]:
+        for part in self._parts:
+            if isinstance(part, list):
+                yield from part
+            else:
+                yield from map(part.at, range(len(part)))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"AppendedRun({list(self)!r})"
 
 
 @dataclass(slots=True)

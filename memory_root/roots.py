@@ -22,7 +22,7 @@ at the next ``Roots.snapshot`` or ``Roots.sign_pending`` (``memroot snapshot``),
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -220,7 +220,7 @@ class Roots:
 
     def append_batch(
         self, items: Iterable[EventInput | OpInput], *, branch: str = CANONICAL_BRANCH
-    ) -> list[Appended]:
+    ) -> Sequence[Appended]:
         """``Ledger.append_batch``, then a checkpoint if the batch produced a snapshot.
 
         Raises:

@@ -27,7 +27,7 @@ use pyo3::create_exception;
 use pyo3::exceptions::PyValueError;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use hash::Hash;
 
@@ -583,9 +583,10 @@ fn now_us() -> u64 {
 /// (the clock when None) passes the append window against `last_ts` and `now`, and whose
 /// entry is at most `max_raw` bytes; stops before the first other item (the reference
 /// takes it). `rand` holds `RAND_PER_EVENT` random bytes per item. Returns `(count, rows,
-/// events, leaves, appended, last_ts)`: the `entries` rows `(k, hash, data, digest, salt,
-/// content)`, the event index rows `(id bytes, k)` in id order, the leaf hashes and an `appended_type`
-/// tuple `(branch, seq, hash, id, kind, "EVENT")` per event, `kind` being `event_kind`.
+/// events, leaves, appended, last_ts, entries, contents, given)`: the `entries` rows `(k,
+/// hash, data, digest, salt, content)`, the event index rows `(id bytes, k)` in id order, the
+/// leaf hashes and an `appended_type` tuple `(branch, seq, hash, id, kind, "EVENT")` per
+/// event, `kind` being `event_kind`; `given` says whether any event kept its request's id.
 ///
 /// With `entry_type` (`entries.Entry`, for the append hooks) two more: each event's entry
 /// `(1, prev, seq, branch, ts, kind, "EVENT", body, raw, hash)`, its body the map
@@ -595,7 +596,10 @@ fn now_us() -> u64 {
 /// With `pack` (no hooks: nothing reads the rows before `Store.insert_entry_pack` and
 /// `insert_event_pack` write them; `entry_type` must be None) the rows come packed: each
 /// `entries` row one byte string (`append::pack_row`) and `events` one pair `(ids, keys)`,
-/// the 16-byte ids end to end in id order and their entry keys as native 64-bit integers.
+/// the 16-byte ids end to end in id order and their entry keys as native 64-bit integers;
+/// and no object is made an event: `leaves` is the leaf hashes end to end and `appended` the
+/// events' ids end to end (36 bytes of UUID text each), in seq order (`_state.AppendedRun`
+/// makes each `Appended` when it is read).
 #[pyfunction]
 #[pyo3(signature = (queue, event_type, appended_type, event_kind, branch, branch_no, seq,
     prev, last_ts, now, max_raw, rand, entry_type=None, pack=false))]
@@ -635,6 +639,9 @@ fn build_events<'py>(
     let mut ids: Vec<([u8; 16], u64)> = Vec::new();
     let leaves = PyList::empty(py);
     let appended = PyList::empty(py);
+    let mut packed_leaves: Vec<u8> = Vec::new();
+    let mut packed_ids: Vec<u8> = Vec::new();
+    let mut given_any = false;
     let event_text = PyString::new(py, "EVENT");
     let ms = now_us() / 1000;
     let mut last_ts = last_ts;
@@ -727,8 +734,7 @@ fn build_events<'py>(
             break;
         }
         let k = branch_no << 40 | seq;
-        let leaf = PyBytes::new(py, &built.leaf);
-        let id = PyString::new(py, &built.id);
+        given_any |= given.is_some();
         if pack {
             let Some(len) = append::packed_len(&built.raw, ev.content) else {
                 break;
@@ -745,16 +751,25 @@ fn build_events<'py>(
                 Ok(())
             })?;
             rows.append(row)?;
-        } else {
-            rows.append((
-                k,
-                &leaf,
-                PyBytes::new(py, &built.raw),
-                PyBytes::new(py, &built.digest),
-                PyBytes::new(py, &built.salt),
-                PyBytes::new(py, ev.content),
-            ))?;
+            // No object an event: the leaves and ids end to end (an id's text is 36 bytes).
+            packed_leaves.extend_from_slice(&built.leaf);
+            packed_ids.extend_from_slice(built.id.as_bytes());
+            ids.push((built.raw_id, k));
+            prev = built.leaf;
+            last_ts = Some(ts);
+            count = i + 1;
+            continue;
         }
+        let leaf = PyBytes::new(py, &built.leaf);
+        let id = PyString::new(py, &built.id);
+        rows.append((
+            k,
+            &leaf,
+            PyBytes::new(py, &built.raw),
+            PyBytes::new(py, &built.digest),
+            PyBytes::new(py, &built.salt),
+            PyBytes::new(py, ev.content),
+        ))?;
         ids.push((built.raw_id, k));
         leaves.append(&leaf)?;
         let fields = PyTuple::new(
@@ -832,17 +847,26 @@ fn build_events<'py>(
         }
         events.into_any()
     };
+    let (leaves, appended) = if pack {
+        (
+            PyBytes::new(py, &packed_leaves).into_any(),
+            PyBytes::new(py, &packed_ids).into_any(),
+        )
+    } else {
+        (leaves.into_any(), appended.into_any())
+    };
     PyTuple::new(
         py,
         [
             count.into_pyobject(py)?.into_any(),
             rows.into_any(),
             events,
-            leaves.into_any(),
-            appended.into_any(),
+            leaves,
+            appended,
             last_ts.into_pyobject(py)?.into_any(),
             entries.map_or_else(|| py.None().into_bound(py), Bound::into_any),
             contents.map_or_else(|| py.None().into_bound(py), Bound::into_any),
+            PyBool::new(py, given_any).to_owned().into_any(),
         ],
     )
 }
@@ -863,7 +887,7 @@ fn compact_append_keyed(
     branch_no: u64,
     size: u64,
     hashes: &Bound<'_, PyList>,
-    leaves: &Bound<'_, PyList>,
+    leaves: &[u8],
     min_level: u32,
     by_end: bool,
 ) -> PyResult<(Vec<Hash>, KeyedNodes)> {
@@ -877,16 +901,21 @@ fn compact_append_keyed(
     if u64::try_from(cr.hashes.len()).ok() != Some(u64::from(size.count_ones())) {
         return reject("hash count does not match the size");
     }
-    let leaves = hashes32(leaves, "leaf hash")?;
+    if !leaves.len().is_multiple_of(32) {
+        return reject("leaf hashes are not 32 bytes each");
+    }
     if size
-        .checked_add(leaves.len() as u64)
+        .checked_add(leaves.len() as u64 / 32)
         .is_none_or(|s| s > 1 << 40)
     {
         return reject("tree too large for node keys");
     }
-    let mut nodes = Vec::with_capacity(leaves.len());
-    for leaf in leaves {
-        cr.append(leaf, &mut nodes);
+    let mut nodes = Vec::with_capacity(leaves.len() / 32);
+    for leaf in leaves.chunks_exact(32) {
+        cr.append(
+            leaf.try_into().or_else(|_| reject("leaf hash"))?,
+            &mut nodes,
+        );
     }
     let mut keyed: Vec<(u64, Hash)> = nodes
         .into_iter()
@@ -903,9 +932,9 @@ fn compact_append_keyed(
     Ok((cr.hashes, keyed))
 }
 
-/// Fold leaf hashes into a compact range and return the new hashes and the `nodes` rows
-/// `(nodes.k, hash)`, in key order, of the interior nodes completed on branch `branch_no`
-/// at level `min_level` or above (`CompactRange.append_many`, `store.node_key` and
+/// Fold leaf hashes (end to end, 32 bytes each) into a compact range and return the new
+/// hashes and the `nodes` rows `(nodes.k, hash)`, in key order, of the interior nodes
+/// completed on branch `branch_no` at level `min_level` or above (`CompactRange.append_many`, `store.node_key` and
 /// `store.NODE_MIN_LEVEL`).
 #[pyfunction]
 fn compact_append_rows<'py>(
@@ -913,7 +942,7 @@ fn compact_append_rows<'py>(
     branch_no: u64,
     size: u64,
     hashes: &Bound<'py, PyList>,
-    leaves: &Bound<'py, PyList>,
+    leaves: &[u8],
     min_level: u32,
     by_end: bool,
 ) -> PyResult<(Vec<Bound<'py, PyBytes>>, NodeRows<'py>)> {
@@ -935,7 +964,7 @@ fn compact_append_pack<'py>(
     branch_no: u64,
     size: u64,
     hashes: &Bound<'py, PyList>,
-    leaves: &Bound<'py, PyList>,
+    leaves: &[u8],
     min_level: u32,
     by_end: bool,
 ) -> PyResult<NodePack<'py>> {

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from memroot.ledger import _appending as appending_module
 from memroot.ledger import _backend
-from memroot.ledger._state import _MAX_ENTRY_BYTES, Appended
+from memroot.ledger._state import _MAX_ENTRY_BYTES, Appended, AppendedRun, PackedEvents
 from memroot.ledger.backends.store import NODE_MIN_LEVEL, unpack_entry_row, unpack_keyed
 from memroot.ledger.entries import (
     MAX_SNAPSHOT_EVERY,
@@ -395,10 +395,12 @@ def test_packed_runs_hold_the_rows_build_events_makes(inputs: Any) -> None:
     assert packed[0] == plain[0] == len(items)
     assert [unpack_entry_row(r[0], p) for r, p in zip(plain[1], packed[1], strict=True)] == plain[1]
     assert unpack_keyed(*packed[2], 16) == plain[2]
-    assert packed[3:6] == plain[3:6] and packed[6:] == (None, None)
+    assert packed[3] == b"".join(plain[3])
+    assert AppendedRun([PackedEvents("main", 1, packed[3], packed[4])]) == plain[4]
+    assert packed[5] == plain[5] and packed[6:] == (None, None, True) == plain[6:]
     hashes = [bytes(32)]  # a tree of size 1
-    rows = native.compact_append_rows(0, 1, hashes, plain[3], NODE_MIN_LEVEL, True)
-    pack = native.compact_append_pack(0, 1, hashes, plain[3], NODE_MIN_LEVEL, True)
+    rows = native.compact_append_rows(0, 1, hashes, packed[3], NODE_MIN_LEVEL, True)
+    pack = native.compact_append_pack(0, 1, hashes, packed[3], NODE_MIN_LEVEL, True)
     assert pack[0] == rows[0]
     assert [(k, h) for h, k in unpack_keyed(pack[2], pack[1], 32)] == rows[1]
 
