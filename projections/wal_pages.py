@@ -257,13 +257,7 @@ def _page_one_at(path: Path, at: Mark) -> bytes | None:
     return None
 
 
-def _page_one_since(
-    path: Path,
-    then: Mark,
-    here: Mark,
-    page: bytes,
-    listed: tuple[int, tuple[int, ...]] | frozenset[int] | None = _UNLISTED,
-) -> bool:
+def _page_one_since(path: Path, then: Mark, here: Mark, page: bytes) -> bool:
     """Whether page 1's b-tree part is ``page`` in a snapshot of floor ``here`` (past ``then``).
 
     ``page`` is its b-tree part at ``then``. The snapshot holds the last frame of page 1 up
@@ -271,12 +265,10 @@ def _page_one_since(
     ``here`` and every one after it (to the WAL's end) must hold ``page`` (with no frame of
     page 1 since ``then``, the page is ``then``'s). True means only the database header
     changed (the file grew). False when it cannot say (the index, a frame of another log,
-    too many frames). ``listed``: ``_index_pages(path, then, then.frames)`` as this read
-    already holds it (read here when not given).
+    too many frames).
     """
-    if listed is _UNLISTED:
-        listed = _index_pages(path, then, then.frames)
-    if not isinstance(listed, tuple) or listed[0] < here.frames:
+    listed = _frame_pages(path, then, then.frames)
+    if listed is None or listed[0] < here.frames:
         return False
     frames = [then.frames + 1 + i for i, p in enumerate(listed[1]) if p == 1]
     before = [f for f in frames if f <= here.frames]
@@ -286,24 +278,15 @@ def _page_one_since(
     return all(_page_one_in(path, then, f) == page for f in frames)
 
 
-def pages_since(
-    path: Path,
-    since: Mark,
-    indexed: tuple[int, tuple[int, ...]] | frozenset[int] | None = _UNLISTED,
-) -> frozenset[int] | None:
+def pages_since(path: Path, since: Mark) -> frozenset[int] | None:
     """Return every page a frame after ``since`` names, or None when that cannot be known.
 
     None when the log restarted (other salts), holds fewer frames than at the mark, or
     cannot be read. Read from the wal-index (``_listed``: the committed frames' pages, one
     small read), or when it cannot say, from the frames' headers in the ``-wal`` (where the
-    frames of a commit still being written count too). ``indexed``: the wal-index's answer
-    (``_index_pages(path, since, since.frames)``) as the caller read it in this read
-    transaction, so that ``_page_one_since`` asks the same listing, read once.
+    frames of a commit still being written count too).
     """
-    if indexed is _UNLISTED:
-        listed = _listed(path, since)
-    else:
-        listed = frozenset(indexed[1]) if isinstance(indexed, tuple) else indexed
+    listed = _listed(path, since)
     if listed is not _UNLISTED:
         return listed
     try:
@@ -407,26 +390,12 @@ def _read(memo: dict[object, Any] | None, key: tuple[object, ...], read: Callabl
     return memo[k]  # type: ignore[no-any-return]  # stored above by this function for k
 
 
-def _indexed(
-    memo: dict[object, Any] | None, path: Path, then: Mark
-) -> tuple[int, tuple[int, ...]] | frozenset[int] | None:
-    """Return the wal-index's frames since ``then`` (``_index_pages``), read once per read.
-
-    What both ``pages_since`` and ``_page_one_since`` ask: one read of the ``-shm`` in the
-    read transaction (after its snapshot began, so it ends at or past the snapshot's end),
-    not one each.
-    """
-    return _read(memo, ("index", then), lambda: _index_pages(path, then, then.frames))
-
-
 def _only_header(
     memo: dict[object, Any] | None, path: Path, then: Mark, here: Mark, page: bytes
 ) -> bool:
     """``_page_one_since``, asked once per read transaction (``memo``) for all its watches."""
     return _read(
-        memo,
-        ("page 1 since", then, page),
-        lambda: _page_one_since(path, then, here, page, _indexed(memo, path, then)),
+        memo, ("page 1 since", then, page), lambda: _page_one_since(path, then, here, page)
     )
 
 
@@ -475,9 +444,7 @@ class Watch:
         # same mark in the same snapshot. Never a listing of an earlier read: one at the same
         # floor ended there, and a commit after the floor read but before the snapshot began
         # is in the snapshot (a listing made in the read ends at or past the snapshot's end).
-        changed = _read(
-            memo, ("since", then), lambda: pages_since(path, then, _indexed(memo, path, then))
-        )
+        changed = _read(memo, ("since", then), lambda: pages_since(path, then))
         if changed is None:
             return False
         at = self._at

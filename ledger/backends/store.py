@@ -130,28 +130,6 @@ def commit_counted(db: Any, changed: bool = True) -> None:
 
 
 _ROWS_MEMO_MAX: Final = 64
-_TAIL_ROWS: Final = 16
-"""Entry rows before the newest checkpoint's size read with it (``latest_checkpoint``): a
-head check after another connection's few commits reads its rows from there."""
-_TAIL_LIMIT: Final = 2 * _TAIL_ROWS
-"""At most this many entry rows read with the checkpoint (rows past the head included)."""
-_META_LIMIT: Final = 64
-"""At most this many meta rows read with the checkpoint; more, and none is taken as absent."""
-_HEAD_READ: Final = (
-    # 0: the newest checkpoint; 1: the tail's entry rows; 2: the meta rows. The branch is
-    # an expression (CAST), as in ``iter_entry_rows``.
-    "SELECT 0, size, root, CAST(note AS BLOB), NULL, NULL, NULL, NULL FROM (SELECT size, "
-    "root, note FROM checkpoints WHERE branch = CAST(?1 AS INTEGER) ORDER BY size DESC "
-    "LIMIT 1) "
-    "UNION ALL SELECT 1, * FROM (SELECT k, hash, data, digest, salt, content, erased_by "
-    "FROM entries WHERE k >= ?2 + max((SELECT size FROM checkpoints WHERE branch = "
-    "CAST(?1 AS INTEGER) ORDER BY size DESC LIMIT 1) - ?3, 0) AND k < ?4 ORDER BY k "
-    "LIMIT CAST(?5 AS INTEGER)) "
-    "UNION ALL SELECT 2, CAST(key AS BLOB), typeof(value) = 'text', "
-    "CASE WHEN typeof(value) = 'text' THEN CAST(value AS BLOB) ELSE value END, NULL, NULL, "
-    "NULL, NULL FROM (SELECT key, value FROM meta LIMIT CAST(?6 AS INTEGER))"
-)
-"""``latest_checkpoint``'s statement in a read transaction: what a head check reads, at once."""
 """At most this many entry rows read in one statement are remembered for the read
 transaction (``Store.iter_entry_rows``)."""
 _CACHE_MIN_LEVEL: Final = 3
@@ -861,8 +839,6 @@ class Store:
         memo = self.read_memo()
         if memo is not None and ("meta", key) in memo:
             return memo["meta", key]
-        if memo is not None and ("meta all",) in memo:
-            return None  # every meta row was read in this transaction (``latest_checkpoint``)
         row = self.db.execute(
             f"SELECT typeof(value) = 'text', {_AS_BLOB.format('value')} FROM meta WHERE key = ?",
             (key,),
@@ -1248,51 +1224,18 @@ class Store:
         ]
 
     def latest_checkpoint(self, branch_no: int) -> tuple[int, bytes, str] | None:
-        """Return the stored checkpoint with the largest size, or None (kept, ``read_memo``).
-
-        In a read transaction the rows a head check reads next come in the same statement
-        (``_HEAD_READ``) and are kept in the read memo: the branch's entry rows from
-        ``_TAIL_ROWS`` before the checkpoint's size to the branch's end (``iter_entry_rows``
-        of the rows since the head checked before, and of a row stored past the head), and
-        the meta rows (the strict reader's key markers, ``meta``). One snapshot: the same
-        rows as the statements they replace.
-        """
+        """Return the stored checkpoint with the largest size, or None (kept, ``read_memo``)."""
         memo = self.read_memo()
         if memo is not None and ("checkpoint", branch_no) in memo:
             return memo["checkpoint", branch_no]  # type: ignore[no-any-return]
-        if memo is None:
-            row = self.db.execute(
-                # CAST: the branch as an expression, as in ``iter_entry_rows`` (a bare
-                # parameter before the ORDER BY has the statement planned again at each use).
-                "SELECT size, root, CAST(note AS BLOB) FROM checkpoints "
-                "WHERE branch = CAST(? AS INTEGER) ORDER BY size DESC LIMIT 1",
-                (branch_no,),
-            ).fetchone()
-            return None if row is None else (int(row[0]), bytes(row[1]), _utf8(row[2]))
-        base = entry_key(branch_no, 0)
-        got: tuple[int, bytes, str] | None = None
-        rows: list[EntryRow] = []
-        metas: list[tuple[Any, ...]] = []
-        mask = (1 << BRANCH_SHIFT) - 1
-        for r in self.db.execute(
-            _HEAD_READ,
-            (branch_no, base, _TAIL_ROWS, entry_key(branch_no, mask), _TAIL_LIMIT, _META_LIMIT),
-        ):
-            if r[0] == 0:
-                got = (int(r[1]), bytes(r[2]), _utf8(r[3]))
-            elif r[0] == 1:
-                rows.append(EntryRow(r[1] & mask, r[2], r[3], r[4], r[5], r[6], r[7]))
-            else:
-                metas.append(r)
-        memo["checkpoint", branch_no] = got
-        if got is not None:
-            rows.sort(key=lambda e: e.seq)
-            start = max(got[0] - _TAIL_ROWS, 0)
-            # Every row of the branch from ``start`` to its end, unless the limit cut them.
-            end = None if len(rows) < _TAIL_LIMIT else rows[-1].seq + 1
-            memo["rows", branch_no] = (start, end, tuple(rows))
-        for _, key, text, value, *_ in metas:
-            memo["meta", _utf8(key)] = _utf8(value) if text else value
-        if len(metas) < _META_LIMIT:
-            memo["meta all",] = True  # a key not among them has no row (``meta``)
+        row = self.db.execute(
+            # CAST: the branch as an expression, as in ``iter_entry_rows`` (a bare parameter
+            # before the ORDER BY has the statement planned again at each use).
+            "SELECT size, root, CAST(note AS BLOB) FROM checkpoints "
+            "WHERE branch = CAST(? AS INTEGER) ORDER BY size DESC LIMIT 1",
+            (branch_no,),
+        ).fetchone()
+        got = None if row is None else (int(row[0]), bytes(row[1]), _utf8(row[2]))
+        if memo is not None:
+            memo["checkpoint", branch_no] = got
         return got

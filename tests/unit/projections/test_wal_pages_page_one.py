@@ -146,30 +146,3 @@ def test_page_one_not_in_the_wal_reads_the_schema(
     calls = _schema_reads(monkeypatch)
     assert watch.unchanged(db, path, then, here) is True
     assert "schema" in calls
-
-
-def test_growth_reads_the_wal_index_once_per_read(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The pages since the mark and page 1's frames since it come from one ``-shm`` read."""
-    path, db = _file(tmp_path)
-    watch, then = _watched(path, db)
-    _grow(path)
-    here = wal_pages.floor(path)
-    assert here is not None
-    calls: list[wal_pages.Mark] = []
-    real = wal_pages._index_pages
-
-    def counted(p: Path, at: wal_pages.Mark, lo: int) -> object:
-        calls.append(at)
-        return real(p, at, lo)
-
-    monkeypatch.setattr(wal_pages, "_index_pages", counted)
-    memo: dict[object, object] = {}  # one read transaction's (Store.read_memo)
-    assert watch.unchanged(db, path, then, here, memo) is True
-    assert calls == [then]  # page 1 was written: both questions asked of one listing
-    # A row of the watched table written since: still seen from the shared listing.
-    _other(path, "INSERT INTO t0(x) VALUES(2)")
-    later = wal_pages.floor(path)
-    assert later is not None
-    assert watch.unchanged(db, path, here, later, {}) is False
