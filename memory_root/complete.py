@@ -82,8 +82,13 @@ def _stamp(ledger: Ledger, branch: str) -> tuple[object, ...]:
     (``PgStore.foreign_token``): other hosts' entries reach the map before this host's cache
     folds them, and this host's catch-up writes the cache through its own connection.
     """
-    db = ledger.derived.db
-    row = db.execute("PRAGMA data_version").fetchone()
+    if ledger.derived is ledger.store:
+        # The store's number: asked once per read transaction (its snapshot's), shared
+        # with the head check's and the read gate's tokens.
+        version = ledger.store.data_version()
+        if version is not None:
+            return (version,)
+    row = ledger.derived.db.execute("PRAGMA data_version").fetchone()
     assert row is not None
     if ledger.derived is ledger.store:
         return (int(row[0]),)
