@@ -42,6 +42,7 @@ __all__ = [
     "map_descend_all",
     "map_hashes_ok",
     "map_path_root",
+    "map_put_rows",
     "map_rows_into",
     "map_update",
     "mismatches",
@@ -356,6 +357,22 @@ def map_descend_all(
     known: dict[bytes, tuple[bool, bytes, bytes]],
 ) -> tuple[list[int], list[bytes]]:
     """``map_descend`` for each walk of ``active``; return the waiting walks and their nodes."""
+
+def map_put_rows(
+    nodes: dict[bytes, Any],
+    at: dict[bytes, int],
+    base: int,
+    places: Callable[[list[bytes]], object],
+    starts: Callable[[list[bytes]], object],
+    leaf_cls: type,
+    inner_cls: type,
+) -> tuple[
+    list[tuple[int, int, bytes, bytes, int | None, int | None]],
+    dict[bytes, int],
+    list[bytes],
+    bytes | None,
+]:
+    """``StoredNodes._put``'s rows: the new nodes numbered from ``base``, their children's rows."""
 
 def map_update(
     root: bytes,

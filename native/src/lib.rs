@@ -1367,6 +1367,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(map::map_rows_into, m)?)?;
     m.add_function(wrap_pyfunction!(map::map_hashes_ok, m)?)?;
     m.add_function(wrap_pyfunction!(map::map_update, m)?)?;
+    m.add_function(wrap_pyfunction!(map::map_put_rows, m)?)?;
     m.add_function(wrap_pyfunction!(fold::event_rows, m)?)?;
     // Operation payloads and derived ids (ops.rs, issue 27).
     m.add_class::<ops::PayloadPlan>()?;

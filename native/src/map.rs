@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyString, PyTuple, PyType};
@@ -924,6 +925,173 @@ pub fn map_update<'py>(
         made.set_item(p.get(h), n)?;
     }
     Ok((p.get(&new_root), made))
+}
+
+/// A node of `map_put_rows`' input: its hash object, whether a leaf, its two fields' objects
+/// and their hashes.
+struct PutNode<'py> {
+    h: Bound<'py, PyBytes>,
+    is_leaf: bool,
+    a: Bound<'py, PyBytes>,
+    b: Bound<'py, PyBytes>,
+    fresh: bool,
+}
+
+/// `StoredNodes._put`'s rows (`memory_root/map_nodes.py`, its reference), without Python a
+/// node: number the nodes of `nodes` (hash -> `leaf_cls(key, value)` or `inner_cls(left,
+/// right)`, in order) that `at` (hash -> row number) does not hold, from `base` on, adding
+/// them to `at`; call `places(children)` with the children of the new interior nodes that
+/// `at` lacks (not `EMPTY`) and then `starts(values)` with the values of the new leaves it
+/// lacks, each only when its list is not empty (each adds the rows it finds to `at`); return
+/// each new node's row `(at, leaf, a, b, at_a, at_b)`, in order, the item-tree starts
+/// `{value: row}` of the new leaves whose value has a row, the nodes of `nodes` no other of
+/// them names (the roots they make, `_tops`), and the hash of the last new node (None when
+/// none is new). `Reject` for a node that is not one of the two classes of `bytes` fields
+/// of 32 (the reference then runs); an exception of `places` or `starts` is raised as is.
+#[pyfunction]
+#[allow(clippy::type_complexity, clippy::too_many_arguments)]
+pub fn map_put_rows<'py>(
+    py: Python<'py>,
+    nodes: &Bound<'py, PyDict>,
+    at: &Bound<'py, PyDict>,
+    base: i64,
+    places: &Bound<'py, PyAny>,
+    starts: &Bound<'py, PyAny>,
+    leaf_cls: &Bound<'py, PyType>,
+    inner_cls: &Bound<'py, PyType>,
+) -> PyResult<(
+    Bound<'py, PyList>,
+    Bound<'py, PyDict>,
+    Bound<'py, PyList>,
+    Option<Bound<'py, PyBytes>>,
+)> {
+    let e = *empty();
+    let field =
+        |obj: &Bound<'py, PyAny>, name: &Bound<'py, PyString>| -> PyResult<Bound<'py, PyBytes>> {
+            let b = obj
+                .getattr(name)?
+                .downcast_into_exact::<PyBytes>()
+                .or_else(|_| reject("a map node field is not bytes"))?;
+            key32(b.as_bytes())?;
+            Ok(b)
+        };
+    let mut all = Vec::with_capacity(nodes.len());
+    let mut named: Table<()> = Table::default();
+    for (h, n) in nodes.iter() {
+        let h = h
+            .downcast_into_exact::<PyBytes>()
+            .or_else(|_| reject("a map node's hash is not bytes"))?;
+        key32(h.as_bytes())?;
+        let ty = n.get_type();
+        let (is_leaf, a, b) = if ty.is(leaf_cls) {
+            (
+                true,
+                field(&n, intern!(py, "key"))?,
+                field(&n, intern!(py, "value"))?,
+            )
+        } else if ty.is(inner_cls) {
+            (
+                false,
+                field(&n, intern!(py, "left"))?,
+                field(&n, intern!(py, "right"))?,
+            )
+        } else {
+            return reject("a map node is not a node");
+        };
+        if !is_leaf {
+            named.insert(key32(a.as_bytes())?, ());
+        }
+        named.insert(key32(b.as_bytes())?, ());
+        let fresh = !at.contains(&h)?;
+        all.push(PutNode {
+            h,
+            is_leaf,
+            a,
+            b,
+            fresh,
+        });
+    }
+    for (row, n) in (base..).zip(all.iter().filter(|n| n.fresh)) {
+        at.set_item(&n.h, row)?;
+    }
+    // A child neither new nor met is looked for (a child found nowhere gets no row number).
+    let mut seen: Table<()> = Table::default();
+    let mut missing = Vec::new();
+    for n in all.iter().filter(|n| n.fresh && !n.is_leaf) {
+        for c in [&n.a, &n.b] {
+            let k = key32(c.as_bytes())?;
+            if k != e && !at.contains(c)? && seen.insert(k, ()).is_none() {
+                missing.push(c.clone());
+            }
+        }
+    }
+    if !missing.is_empty() {
+        places.call1((PyList::new(py, &missing)?,))?;
+    }
+    // Item-tree roots a new leaf names: only the stored starts are asked (no walk for them).
+    let mut values = Vec::new();
+    for n in all.iter().filter(|n| n.fresh && n.is_leaf) {
+        if !at.contains(&n.b)? {
+            values.push(n.b.clone());
+        }
+    }
+    if !values.is_empty() {
+        starts.call1((PyList::new(py, &values)?,))?;
+    }
+    let rows = PyList::empty(py);
+    let items = PyDict::new(py);
+    let none = py.None();
+    let place = |c: &Bound<'py, PyBytes>| -> PyResult<Bound<'py, PyAny>> {
+        if c.as_bytes() == e.as_slice() {
+            return Ok(none.bind(py).clone());
+        }
+        Ok(at.get_item(c)?.unwrap_or_else(|| none.bind(py).clone()))
+    };
+    let mut last = None;
+    for n in all.iter().filter(|n| n.fresh) {
+        let own = at
+            .get_item(&n.h)?
+            .ok_or_else(|| PyRuntimeError::new_err("a new map node lost its row number"))?;
+        let row = if n.is_leaf {
+            let item = at.get_item(&n.b)?;
+            if let Some(item) = &item {
+                items.set_item(&n.b, item)?;
+            }
+            let item = item.unwrap_or_else(|| none.bind(py).clone());
+            PyTuple::new(
+                py,
+                [
+                    own,
+                    1i64.into_pyobject(py)?.into_any(),
+                    n.a.clone().into_any(),
+                    n.b.clone().into_any(),
+                    none.bind(py).clone(),
+                    item,
+                ],
+            )?
+        } else {
+            PyTuple::new(
+                py,
+                [
+                    own,
+                    0i64.into_pyobject(py)?.into_any(),
+                    n.a.clone().into_any(),
+                    n.b.clone().into_any(),
+                    place(&n.a)?,
+                    place(&n.b)?,
+                ],
+            )?
+        };
+        rows.append(row)?;
+        last = Some(n.h.clone());
+    }
+    let tops = PyList::empty(py);
+    for n in &all {
+        if !named.contains_key(&key32(n.h.as_bytes())?) {
+            tops.append(&n.h)?;
+        }
+    }
+    Ok((rows, items, tops, last))
 }
 
 /// Makes the nodes `map_update` returns: an instance of a class of two slots (the frozen
