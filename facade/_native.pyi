@@ -45,6 +45,8 @@ __all__ = [
     "map_put_rows",
     "map_rows_into",
     "map_update",
+    "merkle_leaves_plan",
+    "merkle_leaves_root",
     "mismatches",
     "node_hash",
     "node_keys",
@@ -383,3 +385,11 @@ def map_update(
     inner_cls: type,
 ) -> tuple[bytes, dict[bytes, Any]]:
     """``state_map.update_map`` level by level: the new root and the nodes made."""
+
+def merkle_leaves_plan(size: int, positions: list[int]) -> list[tuple[int, int]]:
+    """``strict.leaves_root``'s plan: the complete subtrees to read, in the order used."""
+
+def merkle_leaves_root(
+    size: int, positions: list[int], leaves: list[bytes], got: list[bytes]
+) -> bytes:
+    """``strict.leaves_root``: the root from the known leaves and the planned subtrees."""

@@ -11,7 +11,6 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
-use pyo3::exceptions::PyRuntimeError;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyString, PyTuple, PyType};
@@ -1011,80 +1010,91 @@ pub fn map_put_rows<'py>(
             fresh,
         });
     }
-    for (row, n) in (base..).zip(all.iter().filter(|n| n.fresh)) {
+    let fresh: Vec<(i64, &PutNode<'py>)> = (base..).zip(all.iter().filter(|n| n.fresh)).collect();
+    for (row, n) in &fresh {
         at.set_item(&n.h, row)?;
     }
+    // Each field's row looked up once (a dict of up to 2^20 entries: a cache miss a lookup),
+    // again only for those `places` or `starts` may have found.
+    let lookup = |c: &Bound<'py, PyBytes>| -> PyResult<Option<Bound<'py, PyAny>>> {
+        if c.as_bytes() == e.as_slice() {
+            return Ok(None);
+        }
+        at.get_item(c)
+    };
+    let mut found: Vec<[Option<Bound<'py, PyAny>>; 2]> = Vec::with_capacity(fresh.len());
     // A child neither new nor met is looked for (a child found nowhere gets no row number).
     let mut seen: Table<()> = Table::default();
     let mut missing = Vec::new();
-    for n in all.iter().filter(|n| n.fresh && !n.is_leaf) {
-        for c in [&n.a, &n.b] {
-            let k = key32(c.as_bytes())?;
-            if k != e && !at.contains(c)? && seen.insert(k, ()).is_none() {
+    for (_, n) in &fresh {
+        if n.is_leaf {
+            found.push([None, None]);
+            continue;
+        }
+        let pair = [lookup(&n.a)?, lookup(&n.b)?];
+        for (c, got) in [&n.a, &n.b].into_iter().zip(&pair) {
+            if got.is_none()
+                && c.as_bytes() != e.as_slice()
+                && seen.insert(key32(c.as_bytes())?, ()).is_none()
+            {
                 missing.push(c.clone());
             }
         }
+        found.push(pair);
     }
     if !missing.is_empty() {
         places.call1((PyList::new(py, &missing)?,))?;
+        for ((_, n), pair) in fresh.iter().zip(found.iter_mut()) {
+            if !n.is_leaf {
+                for (c, got) in [&n.a, &n.b].into_iter().zip(pair.iter_mut()) {
+                    if got.is_none() {
+                        *got = lookup(c)?;
+                    }
+                }
+            }
+        }
     }
     // Item-tree roots a new leaf names: only the stored starts are asked (no walk for them).
     let mut values = Vec::new();
-    for n in all.iter().filter(|n| n.fresh && n.is_leaf) {
-        if !at.contains(&n.b)? {
-            values.push(n.b.clone());
+    for ((_, n), pair) in fresh.iter().zip(found.iter_mut()) {
+        if n.is_leaf {
+            pair[1] = at.get_item(&n.b)?;
+            if pair[1].is_none() {
+                values.push(n.b.clone());
+            }
         }
     }
     if !values.is_empty() {
         starts.call1((PyList::new(py, &values)?,))?;
+        for ((_, n), pair) in fresh.iter().zip(found.iter_mut()) {
+            if n.is_leaf && pair[1].is_none() {
+                pair[1] = at.get_item(&n.b)?;
+            }
+        }
     }
     let rows = PyList::empty(py);
     let items = PyDict::new(py);
-    let none = py.None();
-    let place = |c: &Bound<'py, PyBytes>| -> PyResult<Bound<'py, PyAny>> {
-        if c.as_bytes() == e.as_slice() {
-            return Ok(none.bind(py).clone());
-        }
-        Ok(at.get_item(c)?.unwrap_or_else(|| none.bind(py).clone()))
-    };
-    let mut last = None;
-    for n in all.iter().filter(|n| n.fresh) {
-        let own = at
-            .get_item(&n.h)?
-            .ok_or_else(|| PyRuntimeError::new_err("a new map node lost its row number"))?;
-        let row = if n.is_leaf {
-            let item = at.get_item(&n.b)?;
-            if let Some(item) = &item {
+    let none = || py.None().into_bound(py);
+    for ((row, n), [at_a, at_b]) in fresh.iter().zip(found) {
+        if n.is_leaf {
+            if let Some(item) = &at_b {
                 items.set_item(&n.b, item)?;
             }
-            let item = item.unwrap_or_else(|| none.bind(py).clone());
-            PyTuple::new(
-                py,
-                [
-                    own,
-                    1i64.into_pyobject(py)?.into_any(),
-                    n.a.clone().into_any(),
-                    n.b.clone().into_any(),
-                    none.bind(py).clone(),
-                    item,
-                ],
-            )?
-        } else {
-            PyTuple::new(
-                py,
-                [
-                    own,
-                    0i64.into_pyobject(py)?.into_any(),
-                    n.a.clone().into_any(),
-                    n.b.clone().into_any(),
-                    place(&n.a)?,
-                    place(&n.b)?,
-                ],
-            )?
-        };
-        rows.append(row)?;
-        last = Some(n.h.clone());
+        }
+        let flag = i64::from(n.is_leaf);
+        rows.append(PyTuple::new(
+            py,
+            [
+                row.into_pyobject(py)?.into_any(),
+                flag.into_pyobject(py)?.into_any(),
+                n.a.clone().into_any(),
+                n.b.clone().into_any(),
+                at_a.unwrap_or_else(none),
+                at_b.unwrap_or_else(none),
+            ],
+        )?)?;
     }
+    let last = fresh.last().map(|(_, n)| n.h.clone());
     let tops = PyList::empty(py);
     for n in &all {
         if !named.contains_key(&key32(n.h.as_bytes())?) {
