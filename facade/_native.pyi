@@ -42,8 +42,11 @@ __all__ = [
     "map_descend_all",
     "map_hashes_ok",
     "map_path_root",
+    "map_put_rows",
     "map_rows_into",
     "map_update",
+    "merkle_leaves_plan",
+    "merkle_leaves_root",
     "mismatches",
     "node_hash",
     "node_keys",
@@ -361,6 +364,22 @@ def map_descend_all(
 ) -> tuple[list[int], list[bytes]]:
     """``map_descend`` for each walk of ``active``; return the waiting walks and their nodes."""
 
+def map_put_rows(
+    nodes: dict[bytes, Any],
+    at: dict[bytes, int],
+    base: int,
+    places: Callable[[list[bytes]], object],
+    starts: Callable[[list[bytes]], object],
+    leaf_cls: type,
+    inner_cls: type,
+) -> tuple[
+    list[tuple[int, int, bytes, bytes, int | None, int | None]],
+    dict[bytes, int],
+    list[bytes],
+    bytes | None,
+]:
+    """``StoredNodes._put``'s rows: the new nodes numbered from ``base``, their children's rows."""
+
 def map_update(
     root: bytes,
     groups: list[tuple[bytes, Mapping[bytes, bytes | None]]],
@@ -370,3 +389,11 @@ def map_update(
     inner_cls: type,
 ) -> tuple[bytes, dict[bytes, Any]]:
     """``state_map.update_map`` level by level: the new root and the nodes made."""
+
+def merkle_leaves_plan(size: int, positions: list[int]) -> list[tuple[int, int]]:
+    """``strict.leaves_root``'s plan: the complete subtrees to read, in the order used."""
+
+def merkle_leaves_root(
+    size: int, positions: list[int], leaves: list[bytes], got: list[bytes]
+) -> bytes:
+    """``strict.leaves_root``: the root from the known leaves and the planned subtrees."""

@@ -144,6 +144,15 @@ def leaves_root(
     result equals a signed root only if every known leaf is at its position in that tree.
     """
     positions = sorted(known)
+    if _N is not None and size >= 0 and (not positions or positions[0] >= 0):
+        # The plan and the walk natively (no Python a node of the proof), the reference's.
+        ids: list[tuple[int, int]] = _N.merkle_leaves_plan(size, positions)
+        hashes = read(ids) if ids else []
+        with contextlib.suppress(_N.Reject):  # a node not 32 bytes: the reference says so
+            return bytes(
+                _N.merkle_leaves_root(size, positions, [known[p] for p in positions], hashes)
+            )
+        return _leaves_root(size, known, positions, dict(zip(ids, hashes, strict=True)))
     need: list[tuple[int, int]] = []
     # A contiguous run (a strict read of consecutive entries): a subtree inside it is
     # recomputed from its leaves in one native call, not node by node.
@@ -165,10 +174,24 @@ def leaves_root(
             plan(level - 1, 2 * index)
             plan(level - 1, 2 * index + 1)
 
-    tops = merkle.perfect_subtrees(size)
-    for level, index in tops:
+    for level, index in merkle.perfect_subtrees(size):
         plan(level, index)
-    got = dict(zip(need, read(need), strict=True)) if need else {}
+    return _leaves_root(
+        size, known, positions, dict(zip(need, read(need), strict=True)) if need else {}
+    )
+
+
+def _leaves_root(
+    size: int, known: dict[int, bytes], positions: list[int], got: dict[tuple[int, int], bytes]
+) -> bytes:
+    """``leaves_root`` from the subtrees its plan read (``got``); the reference's walk."""
+    first, end = (positions[0], positions[-1] + 1) if positions else (0, 0)
+    run = end - first == len(positions)
+
+    def inside(lo: int, hi: int) -> bool:
+        return run and first <= lo and hi <= end
+
+    tops = merkle.perfect_subtrees(size)
     for h in got.values():
         if len(h) != 32:
             raise DecodeError("a stored tree node is not 32 bytes", step=5)

@@ -31,9 +31,10 @@ from typing import Any, Final
 
 import apsw
 
+from memroot.ledger._backend import NATIVE as _N
 from memroot.ledger.errors import IntegrityError
 from memroot.ledger.map_tree import EMPTY, check_rows_into, leaf_hash, node_from_row, node_hash
-from memroot.memory_root.state_map import BatchRead, Leaf, Node, NodeRow
+from memroot.memory_root.state_map import BatchRead, Inner, Leaf, Node, NodeRow
 
 __all__ = [
     "FETCH_CHUNK",
@@ -166,6 +167,9 @@ def find_row_unchecked(db: apsw.Connection, h: bytes) -> int | None:
 
 _Row = tuple[int, int, bytes, bytes, int | None, int | None]
 """A stored row as read: ``(at, leaf, a, b, at_a, at_b)``."""
+
+_Planned = tuple[list[_Row], dict[bytes, int], list[bytes], bytes | None]
+"""``put``'s new rows, item-tree starts, the roots its nodes make and its last new node."""
 
 
 class StoredNodes:
@@ -555,6 +559,8 @@ class StoredNodes:
 
         A child that is neither new nor found stored gets no row number (NULL): a walk that
         reaches it through this row finds it among the roots or not at all (``not stored``).
+        The rows are planned by the native core when it is built (``map_put_rows``: no Python
+        a node), else by ``_put_rows``, its reference.
 
         Raises:
             IntegrityError: if a row read to find a child does not hash to its hash, or a
@@ -572,10 +578,46 @@ class StoredNodes:
                 self._at, self._cache, self.known = {}, {}, {}
 
     def _put(self, nodes: Mapping[bytes, Node], roots: list[bytes]) -> int:
+        base = _one_int(self.db, "SELECT coalesce(max(at), 0) FROM memory_map_nodes") + 1
+        planned = None
+        if _N is not None and type(nodes) is dict:
+            try:
+                planned = _N.map_put_rows(
+                    nodes, self._at, base, self._places_of, self._stored_starts, Leaf, Inner
+                )
+            except _N.Reject:
+                planned = None  # a node of another shape: the reference below decides
+        if planned is None:
+            planned = self._put_rows(nodes, base)
+        rows, starts, top, last = planned
+        at = self._at
+        for h in (*roots, *top):
+            if h != EMPTY:
+                place = at.get(h)
+                if place is None:
+                    place = self._places_of((h,)).get(h)
+                if place is None:
+                    raise _not_stored(h)
+                starts[h] = place
+        self.db.executemany("INSERT INTO memory_map_nodes VALUES(?,?,?,?,?,?)", rows)
+        if last is not None:
+            self._wrote = (at[last], last)
+        self.db.executemany(
+            "INSERT OR IGNORE INTO memory_map_roots VALUES(?,?)", list(starts.items())
+        )
+        return len(rows)
+
+    def _put_rows(self, nodes: Mapping[bytes, Node], base: int) -> _Planned:
+        """Plan ``put``'s rows: the reference (``native.map_put_rows`` is tested equal to it).
+
+        Numbers the nodes the source has no row of from ``base`` on; looks for the children
+        (and item trees) of new nodes it has not met; returns the new rows in order, the
+        item-tree starts found, the nodes no other of ``nodes`` names, and the last new
+        node's hash.
+        """
         at = self._at
         fresh = [(h, n) for h, n in nodes.items() if h not in at]
         top = _tops(nodes)
-        base = _one_int(self.db, "SELECT coalesce(max(at), 0) FROM memory_map_nodes") + 1
         for i, (h, _) in enumerate(fresh):
             at[h] = base + i
         children = {
@@ -587,7 +629,7 @@ class StoredNodes:
         values = [n.value for _, n in fresh if isinstance(n, Leaf) and n.value not in at]
         if values:
             self._stored_starts(values)  # item-tree roots (no walk from every root for them)
-        rows: list[tuple[int, int, bytes, bytes, int | None, int | None]] = []
+        rows: list[_Row] = []
         starts: dict[bytes, int] = {}
         for h, n in fresh:
             if isinstance(n, Leaf):
@@ -606,21 +648,7 @@ class StoredNodes:
                         None if n.right == EMPTY else at.get(n.right),
                     )
                 )
-        for h in (*roots, *top):
-            if h != EMPTY:
-                place = at.get(h)
-                if place is None:
-                    place = self._places_of((h,)).get(h)
-                if place is None:
-                    raise _not_stored(h)
-                starts[h] = place
-        self.db.executemany("INSERT INTO memory_map_nodes VALUES(?,?,?,?,?,?)", rows)
-        if fresh:
-            self._wrote = (at[fresh[-1][0]], fresh[-1][0])
-        self.db.executemany(
-            "INSERT OR IGNORE INTO memory_map_roots VALUES(?,?)", list(starts.items())
-        )
-        return len(rows)
+        return rows, starts, top, fresh[-1][0] if fresh else None
 
 
 def _tops(nodes: Mapping[bytes, Node]) -> list[bytes]:

@@ -189,6 +189,39 @@ fn root_from_subtrees<'py>(
     Ok(PyBytes::new(py, &merkle::root_from_subtrees(&hs)))
 }
 
+/// `strict.leaves_root`'s plan: the complete subtrees `(level, index)` to read for a tree of
+/// `size` leaves of which those at `positions` (sorted, distinct) are known, in the order
+/// `merkle_leaves_root` takes their hashes.
+#[pyfunction]
+fn merkle_leaves_plan(size: u64, positions: Vec<u64>) -> PyResult<Vec<merkle::NodeId>> {
+    if positions.windows(2).any(|w| w[0] >= w[1]) {
+        return reject("leaf positions are not sorted and distinct");
+    }
+    Ok(merkle::leaves_plan(size, &positions))
+}
+
+/// `strict.leaves_root`: the RFC 9162 root of `size` leaves from the known `leaves` at
+/// `positions` (sorted, distinct) and the hashes `got` of `merkle_leaves_plan`'s subtrees, in
+/// its order. `Reject` for a hash that is not 32 bytes or lists of the wrong lengths.
+#[pyfunction]
+fn merkle_leaves_root<'py>(
+    py: Python<'py>,
+    size: u64,
+    positions: Vec<u64>,
+    leaves: &Bound<'py, PyList>,
+    got: &Bound<'py, PyList>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    if positions.windows(2).any(|w| w[0] >= w[1]) {
+        return reject("leaf positions are not sorted and distinct");
+    }
+    let leaves = hashes32(leaves, "a leaf hash")?;
+    let got = hashes32(got, "a stored tree node")?;
+    match merkle::leaves_root(size, &positions, &leaves, &got) {
+        Some(root) => Ok(PyBytes::new(py, &root)),
+        None => reject("stored tree nodes of another number than the plan's"),
+    }
+}
+
 /// Rows read out of Python per native slice of `verify_rows`.
 const SLICE: usize = 256;
 
@@ -1396,6 +1429,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(map::map_rows_into, m)?)?;
     m.add_function(wrap_pyfunction!(map::map_hashes_ok, m)?)?;
     m.add_function(wrap_pyfunction!(map::map_update, m)?)?;
+    m.add_function(wrap_pyfunction!(map::map_put_rows, m)?)?;
+    m.add_function(wrap_pyfunction!(merkle_leaves_plan, m)?)?;
+    m.add_function(wrap_pyfunction!(merkle_leaves_root, m)?)?;
     m.add_function(wrap_pyfunction!(fold::event_rows, m)?)?;
     // Operation payloads and derived ids (ops.rs, issue 27).
     m.add_class::<ops::PayloadPlan>()?;

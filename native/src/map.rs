@@ -926,6 +926,184 @@ pub fn map_update<'py>(
     Ok((p.get(&new_root), made))
 }
 
+/// A node of `map_put_rows`' input: its hash object, whether a leaf, its two fields' objects
+/// and their hashes.
+struct PutNode<'py> {
+    h: Bound<'py, PyBytes>,
+    is_leaf: bool,
+    a: Bound<'py, PyBytes>,
+    b: Bound<'py, PyBytes>,
+    fresh: bool,
+}
+
+/// `StoredNodes._put`'s rows (`memory_root/map_nodes.py`, its reference), without Python a
+/// node: number the nodes of `nodes` (hash -> `leaf_cls(key, value)` or `inner_cls(left,
+/// right)`, in order) that `at` (hash -> row number) does not hold, from `base` on, adding
+/// them to `at`; call `places(children)` with the children of the new interior nodes that
+/// `at` lacks (not `EMPTY`) and then `starts(values)` with the values of the new leaves it
+/// lacks, each only when its list is not empty (each adds the rows it finds to `at`); return
+/// each new node's row `(at, leaf, a, b, at_a, at_b)`, in order, the item-tree starts
+/// `{value: row}` of the new leaves whose value has a row, the nodes of `nodes` no other of
+/// them names (the roots they make, `_tops`), and the hash of the last new node (None when
+/// none is new). `Reject` for a node that is not one of the two classes of `bytes` fields
+/// of 32 (the reference then runs); an exception of `places` or `starts` is raised as is.
+#[pyfunction]
+#[allow(clippy::type_complexity, clippy::too_many_arguments)]
+pub fn map_put_rows<'py>(
+    py: Python<'py>,
+    nodes: &Bound<'py, PyDict>,
+    at: &Bound<'py, PyDict>,
+    base: i64,
+    places: &Bound<'py, PyAny>,
+    starts: &Bound<'py, PyAny>,
+    leaf_cls: &Bound<'py, PyType>,
+    inner_cls: &Bound<'py, PyType>,
+) -> PyResult<(
+    Bound<'py, PyList>,
+    Bound<'py, PyDict>,
+    Bound<'py, PyList>,
+    Option<Bound<'py, PyBytes>>,
+)> {
+    let e = *empty();
+    let field =
+        |obj: &Bound<'py, PyAny>, name: &Bound<'py, PyString>| -> PyResult<Bound<'py, PyBytes>> {
+            let b = obj
+                .getattr(name)?
+                .downcast_into_exact::<PyBytes>()
+                .or_else(|_| reject("a map node field is not bytes"))?;
+            key32(b.as_bytes())?;
+            Ok(b)
+        };
+    let mut all = Vec::with_capacity(nodes.len());
+    let mut named: Table<()> = Table::default();
+    for (h, n) in nodes.iter() {
+        let h = h
+            .downcast_into_exact::<PyBytes>()
+            .or_else(|_| reject("a map node's hash is not bytes"))?;
+        key32(h.as_bytes())?;
+        let ty = n.get_type();
+        let (is_leaf, a, b) = if ty.is(leaf_cls) {
+            (
+                true,
+                field(&n, intern!(py, "key"))?,
+                field(&n, intern!(py, "value"))?,
+            )
+        } else if ty.is(inner_cls) {
+            (
+                false,
+                field(&n, intern!(py, "left"))?,
+                field(&n, intern!(py, "right"))?,
+            )
+        } else {
+            return reject("a map node is not a node");
+        };
+        if !is_leaf {
+            named.insert(key32(a.as_bytes())?, ());
+        }
+        named.insert(key32(b.as_bytes())?, ());
+        let fresh = !at.contains(&h)?;
+        all.push(PutNode {
+            h,
+            is_leaf,
+            a,
+            b,
+            fresh,
+        });
+    }
+    let fresh: Vec<(i64, &PutNode<'py>)> = (base..).zip(all.iter().filter(|n| n.fresh)).collect();
+    for (row, n) in &fresh {
+        at.set_item(&n.h, row)?;
+    }
+    // Each field's row looked up once (a dict of up to 2^20 entries: a cache miss a lookup),
+    // again only for those `places` or `starts` may have found.
+    let lookup = |c: &Bound<'py, PyBytes>| -> PyResult<Option<Bound<'py, PyAny>>> {
+        if c.as_bytes() == e.as_slice() {
+            return Ok(None);
+        }
+        at.get_item(c)
+    };
+    let mut found: Vec<[Option<Bound<'py, PyAny>>; 2]> = Vec::with_capacity(fresh.len());
+    // A child neither new nor met is looked for (a child found nowhere gets no row number).
+    let mut seen: Table<()> = Table::default();
+    let mut missing = Vec::new();
+    for (_, n) in &fresh {
+        if n.is_leaf {
+            found.push([None, None]);
+            continue;
+        }
+        let pair = [lookup(&n.a)?, lookup(&n.b)?];
+        for (c, got) in [&n.a, &n.b].into_iter().zip(&pair) {
+            if got.is_none()
+                && c.as_bytes() != e.as_slice()
+                && seen.insert(key32(c.as_bytes())?, ()).is_none()
+            {
+                missing.push(c.clone());
+            }
+        }
+        found.push(pair);
+    }
+    if !missing.is_empty() {
+        places.call1((PyList::new(py, &missing)?,))?;
+        for ((_, n), pair) in fresh.iter().zip(found.iter_mut()) {
+            if !n.is_leaf {
+                for (c, got) in [&n.a, &n.b].into_iter().zip(pair.iter_mut()) {
+                    if got.is_none() {
+                        *got = lookup(c)?;
+                    }
+                }
+            }
+        }
+    }
+    // Item-tree roots a new leaf names: only the stored starts are asked (no walk for them).
+    let mut values = Vec::new();
+    for ((_, n), pair) in fresh.iter().zip(found.iter_mut()) {
+        if n.is_leaf {
+            pair[1] = at.get_item(&n.b)?;
+            if pair[1].is_none() {
+                values.push(n.b.clone());
+            }
+        }
+    }
+    if !values.is_empty() {
+        starts.call1((PyList::new(py, &values)?,))?;
+        for ((_, n), pair) in fresh.iter().zip(found.iter_mut()) {
+            if n.is_leaf && pair[1].is_none() {
+                pair[1] = at.get_item(&n.b)?;
+            }
+        }
+    }
+    let rows = PyList::empty(py);
+    let items = PyDict::new(py);
+    let none = || py.None().into_bound(py);
+    for ((row, n), [at_a, at_b]) in fresh.iter().zip(found) {
+        if n.is_leaf {
+            if let Some(item) = &at_b {
+                items.set_item(&n.b, item)?;
+            }
+        }
+        let flag = i64::from(n.is_leaf);
+        rows.append(PyTuple::new(
+            py,
+            [
+                row.into_pyobject(py)?.into_any(),
+                flag.into_pyobject(py)?.into_any(),
+                n.a.clone().into_any(),
+                n.b.clone().into_any(),
+                at_a.unwrap_or_else(none),
+                at_b.unwrap_or_else(none),
+            ],
+        )?)?;
+    }
+    let last = fresh.last().map(|(_, n)| n.h.clone());
+    let tops = PyList::empty(py);
+    for n in &all {
+        if !named.contains_key(&key32(n.h.as_bytes())?) {
+            tops.append(&n.h)?;
+        }
+    }
+    Ok((rows, items, tops, last))
+}
+
 /// Makes the nodes `map_update` returns: an instance of a class of two slots (the frozen
 /// `Leaf` and `Inner`, whose `__init__` only sets them), made by `object.__new__` and the
 /// slots' own descriptors, as `object.__setattr__` would: a third of the time of the

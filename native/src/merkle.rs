@@ -127,6 +127,108 @@ pub fn path_plan(index: u64, size: u64) -> (Vec<NodeId>, Vec<NodeId>, Vec<NodeId
     (siblings, left, subtrees_from(end, size - end))
 }
 
+/// The known leaves of `leaves_plan` and `leaves_root`: their positions (sorted, distinct)
+/// and whether they are one contiguous run.
+struct Known<'a> {
+    positions: &'a [u64],
+    run: Option<(u64, u64)>,
+}
+
+impl<'a> Known<'a> {
+    fn new(positions: &'a [u64]) -> Self {
+        let run = match (positions.first(), positions.last()) {
+            (Some(&first), Some(&last)) if last - first + 1 == positions.len() as u64 => {
+                Some((first, last + 1))
+            }
+            _ => None,
+        };
+        Self { positions, run }
+    }
+
+    /// Whether a known position lies in `[lo, hi)`.
+    fn holds(&self, lo: u64, hi: u64) -> bool {
+        let i = self.positions.partition_point(|&p| p < lo);
+        i < self.positions.len() && self.positions[i] < hi
+    }
+
+    /// Whether `[lo, hi)` lies inside the contiguous run (its root folded from its leaves).
+    fn inside(&self, lo: u64, hi: u64) -> bool {
+        self.run
+            .is_some_and(|(first, end)| first <= lo && hi <= end)
+    }
+
+    fn plan(&self, level: u32, index: u64, need: &mut Vec<NodeId>) {
+        let lo = index << level;
+        let hi = lo + (1 << level);
+        if !self.holds(lo, hi) {
+            need.push((level, index));
+        } else if level > 0 && !self.inside(lo, hi) {
+            self.plan(level - 1, 2 * index, need);
+            self.plan(level - 1, 2 * index + 1, need);
+        }
+    }
+}
+
+/// The complete subtrees `leaves_root` takes from the stored nodes for a tree of `size`
+/// leaves of which those at `positions` (sorted, distinct) are known, in the order it uses
+/// them (`strict.leaves_root`'s plan): every complete subtree holding no known position,
+/// highest first, and none inside a contiguous run of them.
+#[must_use]
+pub fn leaves_plan(size: u64, positions: &[u64]) -> Vec<NodeId> {
+    let known = Known::new(positions);
+    let mut need = Vec::new();
+    for (level, index) in subtrees_from(0, size) {
+        known.plan(level, index, &mut need);
+    }
+    need
+}
+
+/// The RFC 9162 root of `size` leaves from the leaves `leaves` at `positions` (sorted,
+/// distinct) and the hashes `got` of `leaves_plan(size, positions)`, in its order: a
+/// multi-leaf inclusion proof (`strict.leaves_root`). None when `got` or `leaves` is not as
+/// long as they must be.
+#[must_use]
+pub fn leaves_root(size: u64, positions: &[u64], leaves: &[Hash], got: &[Hash]) -> Option<Hash> {
+    struct Walk<'a> {
+        known: Known<'a>,
+        leaves: &'a [Hash],
+        got: std::slice::Iter<'a, Hash>,
+    }
+    impl Walk<'_> {
+        fn node(&mut self, level: u32, index: u64) -> Option<Hash> {
+            let lo = index << level;
+            let hi = lo + (1 << level);
+            if !self.known.holds(lo, hi) {
+                return self.got.next().copied();
+            }
+            if level == 0 {
+                let i = self.known.positions.partition_point(|&p| p < lo);
+                return self.leaves.get(i).copied();
+            }
+            if self.known.inside(lo, hi) {
+                let i = self.known.positions.partition_point(|&p| p < lo);
+                return Some(fold_perfect(self.leaves.get(i..i + (1 << level))?));
+            }
+            let l = self.node(level - 1, 2 * index)?;
+            let r = self.node(level - 1, 2 * index + 1)?;
+            Some(node_hash(&l, &r))
+        }
+    }
+    if leaves.len() != positions.len() {
+        return None;
+    }
+    let mut walk = Walk {
+        known: Known::new(positions),
+        leaves,
+        got: got.iter(),
+    };
+    let mut tops = Vec::new();
+    for (level, index) in subtrees_from(0, size) {
+        tops.push(walk.node(level, index)?);
+    }
+    walk.got.next().is_none().then(|| root_from_subtrees(&tops))
+}
+
 /// Why a proof does not verify; Python reports the reference module's message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProofFail {
@@ -260,6 +362,46 @@ mod tests {
             n => {
                 let k = 1usize << (usize::BITS - (n - 1).leading_zeros() - 1);
                 node_hash(&mth(&leaves[..k]), &mth(&leaves[k..]))
+            }
+        }
+    }
+
+    #[test]
+    fn leaves_root_is_the_mth_from_any_known_leaves() {
+        let all: Vec<Hash> = (0u8..19).map(|i| leaf_hash(&[i])).collect();
+        for size in 0..all.len() {
+            let leaves = &all[..size];
+            let subsets: Vec<Vec<u64>> = vec![
+                vec![],
+                (0..size as u64).collect(),
+                (0..size as u64).filter(|p| p % 3 == 1).collect(),
+                (size as u64 / 2..size as u64).collect(),
+                (1..size as u64 / 2 + 1).collect(),
+            ];
+            for positions in subsets {
+                let need = leaves_plan(size as u64, &positions);
+                let got: Vec<Hash> = need
+                    .iter()
+                    .map(|&(l, i)| mth(&leaves[(i << l) as usize..((i + 1) << l) as usize]))
+                    .collect();
+                let known: Vec<Hash> = positions.iter().map(|&p| leaves[p as usize]).collect();
+                let want = mth(leaves);
+                assert_eq!(
+                    leaves_root(size as u64, &positions, &known, &got),
+                    Some(want)
+                );
+                if let Some(first) = known.first() {
+                    let mut wrong = known.clone();
+                    wrong[0] = node_hash(first, first);
+                    assert_ne!(
+                        leaves_root(size as u64, &positions, &wrong, &got),
+                        Some(want)
+                    );
+                }
+                let short = &got[..got.len().saturating_sub(1)];
+                if !got.is_empty() {
+                    assert_eq!(leaves_root(size as u64, &positions, &known, short), None);
+                }
             }
         }
     }

@@ -8,11 +8,16 @@ every given leaf is the one at its position.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from unittest import mock
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from memroot.ledger import merkle
+from memroot.ledger import merkle, strict
+from memroot.ledger._backend import NATIVE
+from memroot.ledger.errors import DecodeError
 from memroot.ledger.hashing import leaf_hash
 from memroot.ledger.strict import leaves_root, range_root
 
@@ -89,3 +94,53 @@ def test_runs_that_end_the_tree(seed: int) -> None:
             return out
 
         assert range_root(size, start, run, forged) != want
+
+
+def _reference(
+    size: int, known: dict[int, bytes], read: Callable[[Sequence[tuple[int, int]]], list[bytes]]
+) -> bytes:
+    with mock.patch.object(strict, "_N", None):
+        return leaves_root(size, known, read)
+
+
+@pytest.mark.skipif(NATIVE is None, reason="the native core is not built")
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 700), st.data())
+def test_native_leaves_root_reads_and_gives_the_references(size: int, data: st.DataObject) -> None:
+    """The native plan asks the reference's subtrees in its order, and the walk gives its root,
+    for runs, scattered leaves and a tampered leaf or stored node alike."""
+    leaves: list[bytes] = [leaf_hash(b"%d" % i) for i in range(size)]
+    pick = data.draw(
+        st.sets(st.integers(0, max(0, size - 1)), max_size=40) if size else st.just(set())
+    )
+    if size and data.draw(st.booleans()):
+        lo = data.draw(st.integers(0, size - 1))
+        pick = set(range(lo, data.draw(st.integers(lo + 1, size))))
+    known: dict[int, bytes] = {i: leaves[i] for i in pick}
+    tamper = data.draw(st.booleans())
+    if known and tamper:
+        known[data.draw(st.sampled_from(sorted(known)))] = leaf_hash(b"tampered")
+    forge = data.draw(st.booleans())
+    asked: dict[bool, list[list[tuple[int, int]]]] = {True: [], False: []}
+
+    def reader(native: bool) -> Callable[[Sequence[tuple[int, int]]], list[bytes]]:
+        def read(ids: Sequence[tuple[int, int]]) -> list[bytes]:
+            asked[native].append(list(ids))
+            out = [_root(leaves[i << lv : (i + 1) << lv]) for lv, i in ids]
+            if forge and out:
+                out[0] = leaf_hash(b"forged node")
+            return out
+
+        return read
+
+    got = leaves_root(size, known, reader(True))
+    assert got == _reference(size, known, reader(False))
+    assert asked[True] == asked[False]
+
+
+@pytest.mark.skipif(NATIVE is None, reason="the native core is not built")
+def test_a_stored_node_not_32_bytes_is_refused_natively_too() -> None:
+    """A stored subtree hash of another length is the reference's ``DecodeError`` (step 5)."""
+    leaves = [leaf_hash(b"%d" % i) for i in range(10)]
+    with pytest.raises(DecodeError, match="not 32 bytes"):
+        leaves_root(10, {3: leaves[3]}, lambda ids: [b"short" for _ in ids])
