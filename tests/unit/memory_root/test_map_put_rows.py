@@ -10,7 +10,6 @@ in both node tables, and a node of another shape is left to the reference.
 
 from __future__ import annotations
 
-import hashlib
 from unittest import mock
 
 import apsw
@@ -22,17 +21,7 @@ from memroot.ledger._backend import NATIVE
 from memroot.memory_root import map_nodes
 from memroot.memory_root import state_map as mm
 from memroot.memory_root.map_nodes import StoredNodes, install
-
-KEYS = [hashlib.sha256(b"k%d" % i).digest() for i in range(40)]
-KEYS += [bytes([a]) + bytes(30) + bytes([b]) for a in (0, 1) for b in (0, 1, 128)]  # deep
-VALUES = [hashlib.sha256(b"v%d" % i).digest() for i in range(4)]
-NAMESPACES = ["a", "b", "", "ns/é"]
-
-change_sets = st.dictionaries(
-    st.sampled_from(NAMESPACES),
-    st.dictionaries(st.sampled_from(KEYS), st.none() | st.sampled_from(VALUES), max_size=12),
-    max_size=4,
-)
+from tests.unit.memory_root.test_map_nodestore import KEYS, VALUES, change_sets
 
 needs_native = pytest.mark.skipif(NATIVE is None, reason="the native core is not built")
 
