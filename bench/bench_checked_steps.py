@@ -155,9 +155,15 @@ _HEAD_PARTS = (
 
 def head(objects: int, reads: int, commits: int) -> dict[str, float]:
     """Return the median CPU microseconds of each head-check part inside a read."""
-    import importlib
-
     import memroot
+    from memroot.ledger import note, strict
+    from memroot.ledger.backends import store
+
+    modules: dict[str, Any] = {
+        "memroot.ledger.strict": strict,
+        "memroot.ledger.note": note,
+        "memroot.ledger.backends.store": store,
+    }
 
     spent: dict[str, float] = collections.defaultdict(float)
     per: dict[str, list[float]] = collections.defaultdict(list)
@@ -166,7 +172,7 @@ def head(objects: int, reads: int, commits: int) -> dict[str, float]:
         path = Path(d) / "head.ledger"
         _ledger(path, objects)
         for label, module, name in _HEAD_PARTS:
-            owner: Any = importlib.import_module(module)
+            owner: Any = modules[module]
             attr = name
             if "." in name:
                 cls, attr = name.split(".")

@@ -145,7 +145,6 @@ def leaves_root(
     """
     positions = sorted(known)
     if _N is not None and size >= 0 and (not positions or positions[0] >= 0):
-        # The plan and the walk natively (no Python a node of the proof), the reference's.
         ids: list[tuple[int, int]] = _N.merkle_leaves_plan(size, positions)
         hashes = read(ids) if ids else []
         with contextlib.suppress(_N.Reject):  # a node not 32 bytes: the reference says so

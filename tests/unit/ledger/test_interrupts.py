@@ -12,8 +12,8 @@ from pathlib import Path
 from memroot.ledger import interrupts
 from memroot.ledger.backends.store import Store
 mode = sys.argv[1]
-if mode == "ignored":
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+# As a terminal's shell starts a command (a test run in the background inherits SIG_IGN).
+signal.signal(signal.SIGINT, signal.SIG_IGN if mode == "ignored" else signal.default_int_handler)
 interrupts.install()
 print("latched" if signal.getsignal(signal.SIGINT) is interrupts._on_sigint else "kept")
 store = Store(Path(sys.argv[2]), create=True)
